@@ -1,0 +1,32 @@
+//! # outbox-relay
+//!
+//! Delivers transactional-outbox messages at least once, in order per key, under actor
+//! supervision. A service writes its business rows and an outbox row in one transaction;
+//! the relay claims outbox rows under a lease and hands each to its target.
+//!
+//! ## Layout
+//!
+//! - [`message`]: the draft a service writes, the stored message, its status, validation.
+//! - [`store`]: the `OutboxStore` contract and the state machine of a row;
+//!   [`store::memory`], `store::sqlite` (feature `sqlite`, the embedded default) and
+//!   `store::postgres` (feature `postgres`) implement it.
+//! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
+//! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
+#![deny(
+    missing_docs,
+    missing_debug_implementations,
+    rust_2018_idioms,
+    unreachable_pub
+)]
+#![forbid(unsafe_code)]
+
+pub mod delivery;
+pub mod message;
+pub mod retry;
+pub mod store;
+
+pub use delivery::{DeliveryError, DeliveryHandler};
+pub use message::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
+pub use retry::RetryPolicy;
+pub use store::memory::InMemoryOutboxStore;
+pub use store::{OrderingPolicy, OutboxStore, StoreError};

@@ -1,0 +1,433 @@
+//! The outbox message: the draft a service writes, the row a store keeps, and the rules a
+//! draft must pass before anything is written.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Milliseconds since the Unix epoch, as the store's clock tells them.
+pub type UnixMillis = i64;
+
+/// How many attempts a draft gets when it does not say.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+/// The largest payload a store accepts unless configured otherwise (1 MiB, serialised JSON).
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+/// The longest lane or target name. They become metric labels, so they stay short.
+pub const MAX_NAME_LEN: usize = 64;
+/// The longest ordering or dedupe key.
+pub const MAX_KEY_LEN: usize = 256;
+/// The longest header name.
+pub const MAX_HEADER_NAME_LEN: usize = 128;
+
+/// A draft failed validation. `field` names what is wrong; nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {field}: {reason}")]
+pub struct ValidationError {
+    /// The field at fault, e.g. `lane`, `max_attempts`, `headers.X-Trace`.
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl ValidationError {
+    /// A validation error for `field`.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Limits a store applies to every draft it is asked to enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DraftLimits {
+    /// The largest payload, in bytes of serialised JSON.
+    pub max_payload_bytes: usize,
+}
+
+impl Default for DraftLimits {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+        }
+    }
+}
+
+/// A message a service wants delivered: written in the same transaction as its business rows.
+///
+/// Fields are public so a draft can be adjusted in place; every store validates the whole
+/// draft again on enqueue, so a draft made invalid after [`OutboxMessageDraft::new`] is still
+/// refused before anything is written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxMessageDraft {
+    /// The lane: a stream of messages with its own relay (e.g. `orders`).
+    pub lane: String,
+    /// Who hears about it (e.g. `billing`). A lane's messages are relayed per (lane, target).
+    pub target: String,
+    /// The message body.
+    pub payload: serde_json::Value,
+    /// Headers handed to the target with the payload.
+    pub headers: BTreeMap<String, String>,
+    /// Messages with the same key (within a lane and target) are delivered one at a time,
+    /// in enqueue order.
+    pub ordering_key: Option<String>,
+    /// Enqueuing a draft with a key already used in its (lane, target) returns the first
+    /// message instead of writing a second.
+    pub dedupe_key: Option<String>,
+    /// Deliver no sooner than this long after enqueue.
+    pub delay: Duration,
+    /// After this many failed attempts the message is dead-lettered.
+    pub max_attempts: u32,
+}
+
+impl OutboxMessageDraft {
+    /// A draft for `lane` and `target`, with default attempts and no keys.
+    ///
+    /// ```
+    /// use outbox_relay::OutboxMessageDraft;
+    /// let draft = OutboxMessageDraft::new("orders", "billing", serde_json::json!({"id": 7}))?
+    ///     .with_ordering_key("customer-42")
+    ///     .with_header("content-type", "application/json");
+    /// assert_eq!(draft.max_attempts, 5);
+    /// # Ok::<(), outbox_relay::message::ValidationError>(())
+    /// ```
+    pub fn new(
+        lane: impl Into<String>,
+        target: impl Into<String>,
+        payload: serde_json::Value,
+    ) -> Result<Self, ValidationError> {
+        let draft = Self {
+            lane: lane.into(),
+            target: target.into(),
+            payload,
+            headers: BTreeMap::new(),
+            ordering_key: None,
+            dedupe_key: None,
+            delay: Duration::ZERO,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+        };
+        validate_name("lane", &draft.lane)?;
+        validate_name("target", &draft.target)?;
+        Ok(draft)
+    }
+
+    /// Adds a header.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the ordering key.
+    pub fn with_ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// Sets the dedupe key.
+    pub fn with_dedupe_key(mut self, key: impl Into<String>) -> Self {
+        self.dedupe_key = Some(key.into());
+        self
+    }
+
+    /// Delays the first delivery.
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Sets how many attempts the message gets.
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Checks every field; the error names the first field at fault.
+    pub fn validate(&self, limits: &DraftLimits) -> Result<(), ValidationError> {
+        validate_name("lane", &self.lane)?;
+        validate_name("target", &self.target)?;
+        if let Some(key) = &self.ordering_key {
+            validate_key("ordering_key", key)?;
+        }
+        if let Some(key) = &self.dedupe_key {
+            validate_key("dedupe_key", key)?;
+        }
+        if self.max_attempts == 0 {
+            return Err(ValidationError::new(
+                "max_attempts",
+                "must be greater than zero",
+            ));
+        }
+        if i64::try_from(self.delay.as_millis()).is_err() {
+            return Err(ValidationError::new("delay", "is too large"));
+        }
+        for (name, value) in &self.headers {
+            validate_header(name, value)?;
+        }
+        let size = serde_json::to_vec(&self.payload)
+            .map_err(|error| ValidationError::new("payload", error.to_string()))?
+            .len();
+        if size > limits.max_payload_bytes {
+            return Err(ValidationError::new(
+                "payload",
+                format!(
+                    "is {size} bytes, over the limit of {} bytes",
+                    limits.max_payload_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `message` was written from a draft with the same content: the test dedupe
+    /// uses to tell a harmless retry of an enqueue from a conflicting reuse of a key.
+    pub fn matches(&self, message: &OutboxMessage) -> bool {
+        self.lane == message.lane
+            && self.target == message.target
+            && self.payload == message.payload
+            && self.headers == message.headers
+            && self.ordering_key == message.ordering_key
+            && self.dedupe_key == message.dedupe_key
+            && self.max_attempts == message.max_attempts
+    }
+}
+
+/// Lane and target names: 1..=64 characters of `A-Z a-z 0-9 _ - . :`.
+pub(crate) fn validate_name(field: &str, value: &str) -> Result<(), ValidationError> {
+    if value.trim().is_empty() {
+        return Err(ValidationError::new(field, "is required"));
+    }
+    if value.len() > MAX_NAME_LEN {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "is {} characters, over the limit of {MAX_NAME_LEN}",
+                value.len()
+            ),
+        ));
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
+    {
+        return Err(ValidationError::new(
+            field,
+            format!("contains {bad:?}; use only letters, digits, '_', '-', '.', ':'"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_key(field: &str, value: &str) -> Result<(), ValidationError> {
+    if value.trim().is_empty() {
+        return Err(ValidationError::new(field, "must not be blank"));
+    }
+    if value.len() > MAX_KEY_LEN {
+        return Err(ValidationError::new(
+            field,
+            format!("is {} bytes, over the limit of {MAX_KEY_LEN}", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Header names are HTTP tokens (RFC 9110), so every sink can pass them on unchanged.
+fn validate_header(name: &str, value: &str) -> Result<(), ValidationError> {
+    let field = format!("headers.{name}");
+    if name.is_empty() {
+        return Err(ValidationError::new("headers", "a header name is empty"));
+    }
+    if name.len() > MAX_HEADER_NAME_LEN {
+        return Err(ValidationError::new(
+            field,
+            format!("name is over the limit of {MAX_HEADER_NAME_LEN} characters"),
+        ));
+    }
+    let is_token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if let Some(bad) = name.chars().find(|c| !is_token(*c)) {
+        return Err(ValidationError::new(
+            field,
+            format!("name contains {bad:?}, which a header name cannot hold"),
+        ));
+    }
+    if value.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
+        return Err(ValidationError::new(
+            field,
+            "value contains a line break or NUL",
+        ));
+    }
+    Ok(())
+}
+
+/// Where a message is in its life. See [`crate::store`] for who moves it and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboxStatus {
+    /// Waiting to be claimed once due.
+    Pending,
+    /// Held by a relay under a lease.
+    Claimed,
+    /// Acked by the relay that held it: done.
+    Delivered,
+    /// Gave up: a permanent failure, or out of attempts. An operator may requeue it.
+    DeadLetter,
+}
+
+impl OutboxStatus {
+    /// Every status, in life order.
+    pub const ALL: [OutboxStatus; 4] = [
+        OutboxStatus::Pending,
+        OutboxStatus::Claimed,
+        OutboxStatus::Delivered,
+        OutboxStatus::DeadLetter,
+    ];
+
+    /// The snake_case word stored in the database and printed by the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutboxStatus::Pending => "pending",
+            OutboxStatus::Claimed => "claimed",
+            OutboxStatus::Delivered => "delivered",
+            OutboxStatus::DeadLetter => "dead_letter",
+        }
+    }
+}
+
+impl fmt::Display for OutboxStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OutboxStatus {
+    type Err = ValidationError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        OutboxStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| {
+                ValidationError::new(
+                    "status",
+                    format!("{s:?} is not one of pending, claimed, delivered, dead_letter"),
+                )
+            })
+    }
+}
+
+/// A message as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxMessage {
+    /// The message's id (UUID v7). Targets use it as the idempotency key.
+    pub outbox_id: Uuid,
+    /// The enqueue sequence: a strict total order of messages in one store.
+    pub seq: i64,
+    /// The lane.
+    pub lane: String,
+    /// The target.
+    pub target: String,
+    /// The message body.
+    pub payload: serde_json::Value,
+    /// Headers handed to the target.
+    pub headers: BTreeMap<String, String>,
+    /// The ordering key, if any.
+    pub ordering_key: Option<String>,
+    /// The dedupe key, if any.
+    pub dedupe_key: Option<String>,
+    /// Where the message is in its life.
+    pub status: OutboxStatus,
+    /// How many times it has been claimed (released claims are not counted).
+    pub attempt_count: u32,
+    /// After this many attempts it is dead-lettered.
+    pub max_attempts: u32,
+    /// When it is (or was) due for its next claim.
+    pub available_at: UnixMillis,
+    /// The consumer holding the claim, while claimed.
+    pub claimed_by: Option<String>,
+    /// The fencing token of the current claim, while claimed.
+    pub claim_token: Option<Uuid>,
+    /// When the current claim's lease lapses, while claimed.
+    pub lease_expires_at: Option<UnixMillis>,
+    /// The last failure, kept after retries and in the dead letter.
+    pub last_error: Option<String>,
+    /// When it was enqueued.
+    pub created_at: UnixMillis,
+    /// When it last changed.
+    pub updated_at: UnixMillis,
+    /// When it was acked.
+    pub delivered_at: Option<UnixMillis>,
+}
+
+impl OutboxMessage {
+    /// The (id, token) pair that acks, nacks, extends or releases this claim, if claimed.
+    pub fn claim(&self) -> Option<crate::store::ClaimRef> {
+        self.claim_token.map(|token| crate::store::ClaimRef {
+            outbox_id: self.outbox_id,
+            claim_token: token,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn draft() -> OutboxMessageDraft {
+        OutboxMessageDraft::new("orders", "billing", json!({"a": 1})).unwrap()
+    }
+
+    #[test]
+    fn each_invalid_field_is_named() {
+        let limits = DraftLimits::default();
+        let cases: Vec<(OutboxMessageDraft, &str)> = vec![
+            (draft().with_max_attempts(0), "max_attempts"),
+            (draft().with_ordering_key("  "), "ordering_key"),
+            (draft().with_dedupe_key(""), "dedupe_key"),
+            (draft().with_header("bad name", "x"), "headers.bad name"),
+            (draft().with_header("x-ok", "a\nb"), "headers.x-ok"),
+            (
+                draft().with_dedupe_key("k".repeat(MAX_KEY_LEN + 1)),
+                "dedupe_key",
+            ),
+        ];
+        for (draft, field) in cases {
+            assert_eq!(draft.validate(&limits).unwrap_err().field, field);
+        }
+        let mut blank_lane = draft();
+        blank_lane.lane = " ".into();
+        assert_eq!(blank_lane.validate(&limits).unwrap_err().field, "lane");
+        let big = OutboxMessageDraft::new("l", "t", json!("x".repeat(100))).unwrap();
+        let err = big
+            .validate(&DraftLimits {
+                max_payload_bytes: 50,
+            })
+            .unwrap_err();
+        assert_eq!(err.field, "payload");
+        assert!(err.to_string().contains("over the limit of 50 bytes"));
+    }
+
+    #[test]
+    fn names_are_label_safe() {
+        assert!(OutboxMessageDraft::new("", "t", json!(null)).is_err());
+        assert!(OutboxMessageDraft::new("l", "a b", json!(null)).is_err());
+        assert!(OutboxMessageDraft::new("x".repeat(65), "t", json!(null)).is_err());
+        assert!(OutboxMessageDraft::new("orders.v2", "billing:eu-1", json!(null)).is_ok());
+    }
+
+    #[test]
+    fn status_round_trips() {
+        for status in OutboxStatus::ALL {
+            assert_eq!(status.as_str().parse::<OutboxStatus>().unwrap(), status);
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                json!(status.as_str())
+            );
+        }
+        assert!("done".parse::<OutboxStatus>().is_err());
+    }
+}

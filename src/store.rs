@@ -1,0 +1,511 @@
+//! The store contract: every operation a relay, an admin tool or a service needs from the
+//! outbox table, and the state machine every backend implements to the letter.
+//!
+//! # The state machine of a row
+//!
+//! ```text
+//!             enqueue                claim (lease L)            ack (token matches)
+//!   draft ─────────────▶ pending ─────────────────▶ claimed ─────────────────────▶ delivered
+//!                          ▲   ▲                      │  │
+//!           retry due      │   │ lease lapsed         │  │ nack, attempts < max
+//!           (available_at) │   └──────────────────────┘  │ (available_at = now + delay)
+//!                          └─────────────────────────────┘
+//!                                                     │ nack permanent, or attempts >= max,
+//!                                                     ▼ or lease lapsed with attempts >= max
+//!                                                dead_letter ──(requeue, by an operator)──▶ pending
+//! ```
+//!
+//! - **pending**: written by [`OutboxStore::enqueue`] (due after the draft's delay), by a
+//!   retryable [`OutboxStore::nack`] (due after the retry delay), by
+//!   [`OutboxStore::release`] (due now, the attempt not counted) and by
+//!   [`OutboxStore::requeue_dead_letters`] (due now, attempts reset to zero). Left only by a
+//!   claim.
+//! - **claimed**: written by [`OutboxStore::claim`], which takes pending rows that are due
+//!   and claimed rows whose lease lapsed, in order of due time then enqueue sequence. It
+//!   increments `attempt_count`, sets `claimed_by`, a fresh `claim_token` and
+//!   `lease_expires_at`. Left by ack, nack, release (each only with the current token), by
+//!   a later claim once the lease lapsed, or by that claim dead-lettering it when the lapsed
+//!   claim had already used `max_attempts`.
+//! - **delivered**: written by [`OutboxStore::ack`]; claim fields cleared, `delivered_at`
+//!   set. Left only by [`OutboxStore::purge`].
+//! - **dead_letter**: written by a permanent nack, a nack that used the last attempt, or a
+//!   claim that finds a lapsed lease with no attempts left (its `last_error` then says the
+//!   lease lapsed). Left by an operator's requeue or discard, or by purge.
+//!
+//! **Fencing.** ack, nack, extend_lease and release act only on a row that is `claimed` with
+//! the same `claim_token`. Anything else is a lost claim: the answer says
+//! [`ClaimOutcome::LostClaim`], the row is untouched, and no error is raised. A late ack from
+//! a crashed or slow relay is therefore harmless.
+//!
+//! **Per-key order.** Within one (lane, target), a row with an ordering key is claimable only
+//! while no earlier row (by enqueue sequence) of the same key is pending or claimed, so a
+//! key has at most one message in flight and a retry of its head holds back only that key.
+//! Under [`OrderingPolicy::Block`] an earlier dead-lettered row of the key also holds it back,
+//! until an operator requeues or discards it; under [`OrderingPolicy::Skip`] it does not.
+//!
+//! **Clock.** Callers pass durations (a lease length, a retry delay), never instants; the
+//! store reads its own clock, so relays on machines with skewed clocks agree.
+
+use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::message::{
+    OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis, ValidationError,
+};
+
+pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+/// What can go wrong in a store call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The draft or request is invalid; nothing was written.
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    /// The dedupe key is already used in this (lane, target) by a message with other content.
+    #[error("conflict: dedupe_key {dedupe_key:?} in lane {lane:?}, target {target:?} is already used by message {existing} with different content")]
+    Conflict {
+        /// The lane.
+        lane: String,
+        /// The target.
+        target: String,
+        /// The reused key.
+        dedupe_key: String,
+        /// The message that holds it.
+        existing: Uuid,
+    },
+    /// The database cannot be reached right now (connection refused, lost, pool timed
+    /// out). Retryable: nothing was half written.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The database refused the operation for another reason.
+    #[error("store error: {0}")]
+    Database(String),
+    /// A stored row could not be read back into a message.
+    #[error("corrupt row {id}: {reason}")]
+    Corrupt {
+        /// The row's id, or `?` when it could not be read either.
+        id: String,
+        /// What could not be decoded.
+        reason: String,
+    },
+}
+
+impl StoreError {
+    /// Whether trying the same call again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+/// What a dead-lettered head does to the rest of its ordering key.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderingPolicy {
+    /// The key moves on to its next message (the default).
+    #[default]
+    Skip,
+    /// The key stays blocked until an operator requeues or discards the dead letter.
+    Block,
+}
+
+/// The answer to an enqueue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Enqueued {
+    /// The stored message: the new one, or the first one written with the same dedupe key.
+    pub message: OutboxMessage,
+    /// True when the dedupe key matched an existing message and nothing new was written.
+    pub duplicate: bool,
+}
+
+/// A claim request for one (lane, target).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    /// The lane to claim from.
+    pub lane: String,
+    /// The target to claim for.
+    pub target: String,
+    /// At most this many messages.
+    pub limit: usize,
+    /// How long the claim holds before another claimer may take the messages.
+    pub lease: Duration,
+    /// Who claims (written to `claimed_by`).
+    pub consumer_id: String,
+    /// What a dead-lettered head does to its key.
+    pub ordering: OrderingPolicy,
+}
+
+impl ClaimRequest {
+    /// A request with the default ordering policy.
+    pub fn new(
+        lane: impl Into<String>,
+        target: impl Into<String>,
+        limit: usize,
+        lease: Duration,
+        consumer_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            lane: lane.into(),
+            target: target.into(),
+            limit,
+            lease,
+            consumer_id: consumer_id.into(),
+            ordering: OrderingPolicy::Skip,
+        }
+    }
+
+    /// Sets the ordering policy.
+    pub fn with_ordering(mut self, ordering: OrderingPolicy) -> Self {
+        self.ordering = ordering;
+        self
+    }
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClaimBatch {
+    /// The claimed messages, in claim order, each with its fresh `claim_token`.
+    pub messages: Vec<OutboxMessage>,
+    /// Messages whose lapsed lease had used their last attempt: dead-lettered by this claim
+    /// instead of being handed out again.
+    pub dead_lettered: Vec<Uuid>,
+}
+
+/// One claim: the message and the fencing token that proves the claim is still held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClaimRef {
+    /// The message.
+    pub outbox_id: Uuid,
+    /// The token handed out by the claim.
+    pub claim_token: Uuid,
+}
+
+/// What became of an ack, extend_lease or release of one claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimOutcome {
+    /// The row was claimed with this token, and the operation took effect.
+    Applied,
+    /// The row is no longer claimed with this token (lease lapsed and re-claimed, already
+    /// acked, requeued, purged): nothing changed.
+    LostClaim,
+}
+
+/// How a failed delivery should be recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NackDisposition {
+    /// Try again after this delay, if attempts remain; otherwise dead-letter.
+    Retry(Duration),
+    /// Dead-letter now.
+    Permanent,
+}
+
+/// A failed delivery to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nack {
+    /// The claim that failed.
+    pub claim: ClaimRef,
+    /// What went wrong (kept as `last_error`).
+    pub error: String,
+    /// Retry or give up.
+    pub disposition: NackDisposition,
+}
+
+/// What became of one nack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NackOutcome {
+    /// Back to pending, due after the retry delay.
+    Requeued,
+    /// Out of attempts, or permanent: dead-lettered.
+    DeadLettered,
+    /// The claim was no longer held: nothing changed.
+    LostClaim,
+}
+
+/// Selects messages for list, stats, requeue and discard. Empty fields match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MessageFilter {
+    /// Only this lane.
+    pub lane: Option<String>,
+    /// Only this target.
+    pub target: Option<String>,
+    /// Only this status (ignored by stats; requeue and discard only ever touch dead letters).
+    pub status: Option<OutboxStatus>,
+    /// Only this ordering key.
+    pub ordering_key: Option<String>,
+    /// Only these ids (empty: any id).
+    pub ids: Vec<Uuid>,
+}
+
+impl MessageFilter {
+    /// Matches every message.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Only messages of this lane and target.
+    pub fn lane(lane: impl Into<String>, target: impl Into<String>) -> Self {
+        Self {
+            lane: Some(lane.into()),
+            target: Some(target.into()),
+            ..Self::default()
+        }
+    }
+
+    /// Narrows to one status.
+    pub fn with_status(mut self, status: OutboxStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Narrows to some ids.
+    pub fn with_ids(mut self, ids: impl IntoIterator<Item = Uuid>) -> Self {
+        self.ids = ids.into_iter().collect();
+        self
+    }
+
+    /// Whether `message` passes the filter (stores that filter in Rust use this).
+    pub fn matches(&self, message: &OutboxMessage) -> bool {
+        self.lane.as_ref().is_none_or(|lane| *lane == message.lane)
+            && self.target.as_ref().is_none_or(|t| *t == message.target)
+            && self.status.is_none_or(|s| s == message.status)
+            && self
+                .ordering_key
+                .as_ref()
+                .is_none_or(|k| message.ordering_key.as_ref() == Some(k))
+            && (self.ids.is_empty() || self.ids.contains(&message.outbox_id))
+    }
+}
+
+/// A page request for [`OutboxStore::list`]: messages in enqueue order after a cursor.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageRequest {
+    /// Start after this sequence number (the previous page's `next_cursor`).
+    pub after: Option<i64>,
+    /// At most this many messages.
+    pub limit: usize,
+}
+
+/// One page of messages.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    /// The messages, in enqueue order.
+    pub messages: Vec<OutboxMessage>,
+    /// Pass as `after` to get the next page; `None` when this is the last.
+    pub next_cursor: Option<i64>,
+}
+
+/// Counts for one (lane, target).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LaneStats {
+    /// The lane.
+    pub lane: String,
+    /// The target.
+    pub target: String,
+    /// Messages waiting (due or not).
+    pub pending: u64,
+    /// Messages held under a lease.
+    pub claimed: u64,
+    /// Messages delivered and not yet purged.
+    pub delivered: u64,
+    /// Messages in the dead letter.
+    pub dead_letter: u64,
+    /// How long the oldest pending message has waited since it was enqueued.
+    pub oldest_pending_age: Option<Duration>,
+    /// Ordering keys with a dead-lettered message and later messages waiting behind it
+    /// (held back under [`OrderingPolicy::Block`]; momentary under `Skip`).
+    pub blocked_keys: u64,
+}
+
+/// A nudge that new work may be claimable, so an idle relay need not wait for its poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeUp {
+    /// Something was enqueued or made due in this (lane, target).
+    Lane {
+        /// The lane.
+        lane: String,
+        /// The target.
+        target: String,
+    },
+    /// Notifications may have been missed (a listener reconnected): every lane should look.
+    All,
+}
+
+impl WakeUp {
+    /// Whether this wake-up concerns the relay of `lane` and `target`.
+    pub fn concerns(&self, lane: &str, target: &str) -> bool {
+        match self {
+            WakeUp::Lane { lane: l, target: t } => l == lane && t == target,
+            WakeUp::All => true,
+        }
+    }
+}
+
+/// How many wake-ups a subscriber may fall behind before it sees a lag (treated as `All`).
+pub const WAKEUP_CHANNEL_CAPACITY: usize = 1024;
+
+/// The outbox table, as every backend offers it. Object-safe: relays hold an
+/// `Arc<dyn OutboxStore>`. Every batch operation is one round trip to the database.
+#[async_trait]
+pub trait OutboxStore: Send + Sync + fmt::Debug {
+    /// Writes one message (validated first). A repeated dedupe key returns the first message
+    /// with `duplicate: true`, or [`StoreError::Conflict`] if the content differs.
+    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError>;
+
+    /// Writes many messages atomically: all are validated first, and either all are
+    /// written (or found as duplicates) or none is.
+    async fn enqueue_many(
+        &self,
+        drafts: Vec<OutboxMessageDraft>,
+    ) -> Result<Vec<Enqueued>, StoreError>;
+
+    /// Claims up to `limit` claimable messages of one (lane, target). See the module docs.
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError>;
+
+    /// Marks claims delivered. One answer per claim, in order.
+    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError>;
+
+    /// Records failed deliveries. One answer per nack, in order.
+    async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError>;
+
+    /// Extends the leases of claims still held, to `lease` from now.
+    async fn extend_lease(
+        &self,
+        claims: &[ClaimRef],
+        lease: Duration,
+    ) -> Result<Vec<ClaimOutcome>, StoreError>;
+
+    /// Returns claims unused: pending, due now, the attempt not counted.
+    async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError>;
+
+    /// How long until the next message of (lane, target) may be claimable: the earliest due
+    /// pending message or the earliest lease expiry. `Some(ZERO)` when one is claimable now,
+    /// `None` when there is nothing to wait for.
+    async fn next_due(&self, lane: &str, target: &str) -> Result<Option<Duration>, StoreError>;
+
+    /// Counts per (lane, target) among the messages the filter selects (its status is
+    /// ignored). Lanes with no messages are absent.
+    async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError>;
+
+    /// Lists messages in enqueue order, a page at a time.
+    async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError>;
+
+    /// One message by id.
+    async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError>;
+
+    /// Moves the dead letters the filter selects back to pending, due now, with attempts
+    /// reset to zero (`last_error` is kept). Returns how many.
+    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError>;
+
+    /// Deletes the dead letters the filter selects. Returns how many.
+    async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError>;
+
+    /// Deletes delivered and dead-lettered messages last changed more than `older_than` ago,
+    /// in statements of at most `batch_size` rows, so no statement holds locks for long.
+    /// Returns how many.
+    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError>;
+
+    /// Subscribes to wake-ups: enqueues and requeues of this store, from any process for
+    /// PostgreSQL. A lagging receiver should treat the lag as [`WakeUp::All`].
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
+}
+
+/// The store's source of "now". Every backend takes one, so tests can move time by hand.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// Milliseconds since the Unix epoch.
+    fn now_millis(&self) -> UnixMillis;
+}
+
+/// The machine's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_millis(&self) -> UnixMillis {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that moves only when told to: for store tests.
+#[derive(Debug, Clone)]
+pub struct ManualClock {
+    now: Arc<AtomicI64>,
+}
+
+impl ManualClock {
+    /// A clock reading `start`.
+    pub fn new(start: UnixMillis) -> Self {
+        Self {
+            now: Arc::new(AtomicI64::new(start)),
+        }
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        self.now.fetch_add(duration_millis(by), Ordering::SeqCst);
+    }
+
+    /// Sets the clock.
+    pub fn set(&self, now: UnixMillis) {
+        self.now.store(now, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_millis(&self) -> UnixMillis {
+        self.now.load(Ordering::SeqCst)
+    }
+}
+
+/// A clock that follows tokio's clock, so a store moves with `tokio::time::pause()` and
+/// `advance()` in relay tests. Outside paused time it tracks the wall clock.
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    start: tokio::time::Instant,
+    start_millis: UnixMillis,
+}
+
+impl TokioClock {
+    /// A clock reading the wall clock now, then moving with tokio's clock.
+    pub fn new() -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+            start_millis: SystemClock.now_millis(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_millis(&self) -> UnixMillis {
+        self.start_millis + duration_millis(self.start.elapsed())
+    }
+}
+
+/// A duration in whole milliseconds, saturating.
+pub fn duration_millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The duration from `now` until `at` (zero when `at` is past).
+pub fn millis_until(now: UnixMillis, at: UnixMillis) -> Duration {
+    Duration::from_millis(u64::try_from(at.saturating_sub(now)).unwrap_or(0))
+}
