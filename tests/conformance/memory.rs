@@ -1,0 +1,27 @@
+//! The conformance suite against `InMemoryOutboxStore`.
+
+use std::sync::Arc;
+
+use outbox_relay::store::ManualClock;
+use outbox_relay::{InMemoryOutboxStore, OutboxStore};
+
+use crate::{Backend, Harness};
+
+/// A fresh in-memory store on a manual clock.
+pub async fn harness() -> Harness {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store: Arc<dyn OutboxStore> =
+        Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
+    let same = store.clone();
+    Harness {
+        store,
+        clock,
+        backend: Backend::Memory,
+        reopen: Arc::new(move || {
+            let same = same.clone();
+            Box::pin(async move { same })
+        }),
+    }
+}
+
+crate::conformance!(harness);

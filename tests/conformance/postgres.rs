@@ -1,0 +1,1 @@
+//! The conformance suite against `PostgresOutboxStore` (being written).
