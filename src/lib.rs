@@ -20,13 +20,18 @@
 )]
 #![forbid(unsafe_code)]
 
+pub mod config;
 pub mod delivery;
 pub mod message;
+pub mod metrics;
+pub mod relay;
 pub mod retry;
 pub mod store;
 
+pub use config::{LaneConfig, SupervisorConfig};
 pub use delivery::{DeliveryError, DeliveryHandler};
 pub use message::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
+pub use relay::{OutboxRelay, RelayEvent, RelayHandle};
 pub use retry::RetryPolicy;
 pub use store::memory::InMemoryOutboxStore;
 pub use store::{OrderingPolicy, OutboxStore, StoreError};

@@ -389,9 +389,18 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError>;
 
     /// How long until the next message of (lane, target) may be claimable: the earliest due
-    /// pending message or the earliest lease expiry. `Some(ZERO)` when one is claimable now,
-    /// `None` when there is nothing to wait for.
-    async fn next_due(&self, lane: &str, target: &str) -> Result<Option<Duration>, StoreError>;
+    /// time of a pending message or lease expiry of a claimed one, among the rows that are
+    /// not held back by an earlier row of their ordering key (per `ordering`, as in a
+    /// claim). A held-back row becomes claimable only when the row ahead of it ends, and
+    /// that row's own due time or lease expiry is already counted, so a relay that sleeps
+    /// until `next_due` never spins on work it may not take. `Some(ZERO)` when a message is
+    /// claimable now, `None` when there is nothing to wait for.
+    async fn next_due(
+        &self,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError>;
 
     /// Counts per (lane, target) among the messages the filter selects (its status is
     /// ignored). Lanes with no messages are absent.

@@ -404,19 +404,38 @@ impl OutboxStore for InMemoryOutboxStore {
         Ok(outcomes)
     }
 
-    async fn next_due(&self, lane: &str, target: &str) -> Result<Option<Duration>, StoreError> {
+    async fn next_due(
+        &self,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError> {
         let now = self.clock.now_millis();
         let rows = self.rows();
-        let earliest = rows
+        let mut held_keys: HashSet<&str> = HashSet::new();
+        let mut earliest: Option<UnixMillis> = None;
+        for m in rows
             .by_seq
             .values()
             .filter(|m| m.lane == lane && m.target == target)
-            .filter_map(|m| match m.status {
+        {
+            let due = match m.status {
                 OutboxStatus::Pending => Some(m.available_at),
                 OutboxStatus::Claimed => m.lease_expires_at,
                 _ => None,
-            })
-            .min();
+            };
+            let key = m.ordering_key.as_deref();
+            if let Some(due) = due {
+                if key.is_none_or(|key| !held_keys.contains(key)) {
+                    earliest = Some(earliest.map_or(due, |e| e.min(due)));
+                }
+            }
+            let holds_key = is_live(m.status)
+                || (ordering == OrderingPolicy::Block && m.status == OutboxStatus::DeadLetter);
+            if let (true, Some(key)) = (holds_key, key) {
+                held_keys.insert(key);
+            }
+        }
         Ok(earliest.map(|at| millis_until(now, at)))
     }
 

@@ -1,0 +1,278 @@
+//! Relay configuration: one `LaneConfig` per (lane, target), one `SupervisorConfig` for the
+//! restart policy. Defaults are named constants; `validate()` fails fast naming the field.
+
+use std::time::Duration;
+
+use crate::message::validate_name;
+use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY};
+use crate::store::OrderingPolicy;
+
+/// Deliveries a lane keeps in flight unless configured otherwise.
+pub const DEFAULT_CONCURRENCY: usize = 8;
+/// The most messages one claim statement takes unless configured otherwise.
+pub const DEFAULT_BATCH_SIZE: usize = 64;
+/// How long a claim holds unless configured otherwise.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// How long one delivery may run before it counts as a retryable failure.
+pub const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(20);
+/// An idle lane looks at the store at least this often, wake-ups or not.
+pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(5);
+/// How often a lane samples the store's stats into the backlog gauges.
+pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(15);
+/// The first wait after a store error; doubles up to [`DEFAULT_STORE_BACKOFF_MAX`].
+pub const DEFAULT_STORE_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait after repeated store errors.
+pub const DEFAULT_STORE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// A configuration problem, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid relay config: {field}: {reason}")]
+pub struct ConfigError {
+    /// The field at fault, e.g. `lanes[orders/billing].concurrency`.
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl ConfigError {
+    /// A config error for `field`.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// How one (lane, target) is relayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneConfig {
+    /// The lane.
+    pub lane: String,
+    /// The target.
+    pub target: String,
+    /// Written to `claimed_by`; defaults to `<host>-<pid>`.
+    pub consumer_id: String,
+    /// Deliveries in flight at once (handler actors).
+    pub concurrency: usize,
+    /// The most messages one claim takes (never more than free handler slots).
+    pub batch_size: usize,
+    /// How long a claim holds.
+    pub lease: Duration,
+    /// Extend a running delivery's lease when this little of it is left; `None` turns
+    /// extension off (a slow delivery then lapses and may be redelivered elsewhere).
+    pub lease_extend_margin: Option<Duration>,
+    /// How long one delivery may run.
+    pub delivery_timeout: Duration,
+    /// Backoff between attempts.
+    pub retry: RetryPolicy,
+    /// What a dead-lettered head does to its key.
+    pub ordering: OrderingPolicy,
+    /// The longest an idle lane sleeps before looking at the store again.
+    pub max_poll_interval: Duration,
+    /// How often backlog gauges are sampled from the store.
+    pub stats_interval: Duration,
+}
+
+impl LaneConfig {
+    /// A lane with every default.
+    ///
+    /// ```
+    /// use outbox_relay::LaneConfig;
+    /// let lane = LaneConfig::new("orders", "billing").concurrency(16);
+    /// assert!(lane.validate().is_ok());
+    /// assert!(LaneConfig::new("orders", "billing").concurrency(0).validate().is_err());
+    /// ```
+    pub fn new(lane: impl Into<String>, target: impl Into<String>) -> Self {
+        Self {
+            lane: lane.into(),
+            target: target.into(),
+            consumer_id: default_consumer_id(),
+            concurrency: DEFAULT_CONCURRENCY,
+            batch_size: DEFAULT_BATCH_SIZE,
+            lease: DEFAULT_LEASE,
+            lease_extend_margin: Some(DEFAULT_LEASE / 3),
+            delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
+            retry: RetryPolicy {
+                base: DEFAULT_BASE_DELAY,
+                max: DEFAULT_MAX_DELAY,
+                jitter: true,
+            },
+            ordering: OrderingPolicy::Skip,
+            max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
+            stats_interval: DEFAULT_STATS_INTERVAL,
+        }
+    }
+
+    /// Sets the consumer id written to `claimed_by`.
+    pub fn consumer_id(mut self, consumer_id: impl Into<String>) -> Self {
+        self.consumer_id = consumer_id.into();
+        self
+    }
+
+    /// Sets how many deliveries run at once.
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// Sets the most messages one claim takes.
+    pub fn batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Sets the lease, and the extension margin to a third of it if extension is on.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        if self.lease_extend_margin.is_some() {
+            self.lease_extend_margin = Some(lease / 3);
+        }
+        self
+    }
+
+    /// Sets (or, with `None`, turns off) the lease extension margin.
+    pub fn lease_extend_margin(mut self, margin: Option<Duration>) -> Self {
+        self.lease_extend_margin = margin;
+        self
+    }
+
+    /// Sets the delivery timeout.
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.delivery_timeout = timeout;
+        self
+    }
+
+    /// Sets the retry policy.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets the ordering policy.
+    pub fn ordering(mut self, ordering: OrderingPolicy) -> Self {
+        self.ordering = ordering;
+        self
+    }
+
+    /// Sets the longest idle sleep.
+    pub fn max_poll_interval(mut self, interval: Duration) -> Self {
+        self.max_poll_interval = interval;
+        self
+    }
+
+    /// Sets how often backlog gauges are sampled.
+    pub fn stats_interval(mut self, interval: Duration) -> Self {
+        self.stats_interval = interval;
+        self
+    }
+
+    /// `lane/target`, how logs and errors name the lane.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.lane, self.target)
+    }
+
+    /// Checks every field; the error names the first at fault.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let field = |name: &str| format!("lanes[{}].{name}", self.name());
+        validate_name("lane", &self.lane).map_err(|e| ConfigError::new(field("lane"), e.reason))?;
+        validate_name("target", &self.target)
+            .map_err(|e| ConfigError::new(field("target"), e.reason))?;
+        if self.consumer_id.trim().is_empty() {
+            return Err(ConfigError::new(field("consumer_id"), "is required"));
+        }
+        let positive = [
+            ("concurrency", self.concurrency == 0),
+            ("batch_size", self.batch_size == 0),
+            ("lease", self.lease.is_zero()),
+            ("delivery_timeout", self.delivery_timeout.is_zero()),
+            ("max_poll_interval", self.max_poll_interval.is_zero()),
+            ("stats_interval", self.stats_interval.is_zero()),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, zero)| *zero) {
+            return Err(ConfigError::new(field(name), "must be greater than zero"));
+        }
+        if self.retry.max < self.retry.base {
+            return Err(ConfigError::new(
+                field("retry.max"),
+                format!(
+                    "max retry delay {:?} is below the base delay {:?}",
+                    self.retry.max, self.retry.base
+                ),
+            ));
+        }
+        if let Some(margin) = self.lease_extend_margin {
+            if margin.is_zero() || margin >= self.lease {
+                return Err(ConfigError::new(
+                    field("lease_extend_margin"),
+                    format!("must be above zero and below the lease ({:?})", self.lease),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `<host>-<pid>`: who holds a claim, readable by an operator.
+pub fn default_consumer_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "relay".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// The first wait before restarting a crashed lane.
+pub const DEFAULT_RESTART_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait before restarting a crashed lane.
+pub const DEFAULT_RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A lane that crashes this many times within [`DEFAULT_RESTART_WINDOW`] is marked failed.
+pub const DEFAULT_MAX_RESTARTS: u32 = 5;
+/// The window the restart intensity is counted in.
+pub const DEFAULT_RESTART_WINDOW: Duration = Duration::from_secs(60);
+
+/// How the supervisor restarts crashed lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SupervisorConfig {
+    /// Backoff before a restart: doubles with each restart in the window, capped.
+    pub restart_backoff: RetryPolicy,
+    /// Restarts allowed within `restart_window`; one more marks the lane failed.
+    pub max_restarts: u32,
+    /// The window restarts are counted in.
+    pub restart_window: Duration,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        Self {
+            restart_backoff: RetryPolicy::new(DEFAULT_RESTART_BACKOFF, DEFAULT_RESTART_BACKOFF_MAX),
+            max_restarts: DEFAULT_MAX_RESTARTS,
+            restart_window: DEFAULT_RESTART_WINDOW,
+        }
+    }
+}
+
+impl SupervisorConfig {
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.restart_window.is_zero() {
+            return Err(ConfigError::new(
+                "supervisor.restart_window",
+                "must be greater than zero",
+            ));
+        }
+        if self.restart_backoff.max < self.restart_backoff.base {
+            return Err(ConfigError::new(
+                "supervisor.restart_backoff.max",
+                "is below the base delay",
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,578 @@
+//! The public face of the actor system: a builder to start a relay inside a service's tokio
+//! runtime, and a handle to command it at run time.
+//!
+//! ```text
+//! RelaySupervisor ──spawn_linked──▶ LaneRelay (one per lane/target) ──spawn_linked──▶ HandlerActor × concurrency
+//! ```
+//!
+//! [`supervisor`] restarts crashed lanes with backoff and a restart-intensity limit;
+//! [`lane`] claims, times leases, dispatches and acks; [`handler`] runs one delivery at a
+//! time under a timeout.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ractor::{Actor, ActorRef};
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use crate::config::{ConfigError, LaneConfig, SupervisorConfig};
+use crate::delivery::{DeliveryError, DeliveryHandler};
+use crate::message::OutboxMessage;
+use crate::store::{NackOutcome, OutboxStore};
+
+pub(crate) mod handler;
+pub(crate) mod lane;
+mod observe;
+pub(crate) mod supervisor;
+
+use supervisor::{RelaySupervisor, SupervisorArgs, SupervisorMsg};
+
+/// How many events a slow subscriber may fall behind before it sees a lag.
+pub const DEFAULT_EVENT_CAPACITY: usize = 4096;
+
+/// Names one relayed stream: a lane and its target.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct LaneKey {
+    /// The lane.
+    pub lane: String,
+    /// The target.
+    pub target: String,
+}
+
+impl LaneKey {
+    /// The key of `lane` and `target`.
+    pub fn new(lane: impl Into<String>, target: impl Into<String>) -> Self {
+        Self {
+            lane: lane.into(),
+            target: target.into(),
+        }
+    }
+}
+
+impl fmt::Display for LaneKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.lane, self.target)
+    }
+}
+
+/// Where a lane relay is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaneState {
+    /// Claiming and delivering.
+    Running,
+    /// Not claiming; deliveries in flight finish.
+    Paused,
+    /// Crashed; the supervisor restarts it after a backoff.
+    Restarting,
+    /// Crashed too often within the restart window; stays down.
+    Failed,
+    /// Finishing its deliveries before it stops (remove or shutdown).
+    Draining,
+}
+
+impl LaneState {
+    /// Every state, for gauges that show one of them as 1 and the rest as 0.
+    pub const ALL: [LaneState; 5] = [
+        LaneState::Running,
+        LaneState::Paused,
+        LaneState::Restarting,
+        LaneState::Failed,
+        LaneState::Draining,
+    ];
+
+    /// The snake_case word used in metrics and status output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LaneState::Running => "running",
+            LaneState::Paused => "paused",
+            LaneState::Restarting => "restarting",
+            LaneState::Failed => "failed",
+            LaneState::Draining => "draining",
+        }
+    }
+}
+
+/// Something that happened in the relay. Subscribe with [`RelayHandle::subscribe`]: tests
+/// wait on these instead of sleeping, and services may log or count them.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum RelayEvent {
+    /// A lane relay incarnation started.
+    LaneStarted {
+        /// The lane.
+        lane: LaneKey,
+        /// 1 for the first start, +1 for each restart.
+        incarnation: u64,
+    },
+    /// A claim returned messages.
+    Claimed {
+        /// The lane.
+        lane: LaneKey,
+        /// The messages claimed.
+        outbox_ids: Vec<Uuid>,
+        /// How many of them had been claimed before (redeliveries).
+        redeliveries: usize,
+    },
+    /// A claim found lapsed leases with no attempts left and dead-lettered them.
+    LeaseLapsedDeadLettered {
+        /// The lane.
+        lane: LaneKey,
+        /// The dead-lettered messages.
+        outbox_ids: Vec<Uuid>,
+    },
+    /// A delivery succeeded and its ack was recorded.
+    Delivered {
+        /// The lane.
+        lane: LaneKey,
+        /// The message.
+        outbox_id: Uuid,
+        /// Which attempt delivered it.
+        attempt: u32,
+        /// How long the handler took.
+        duration: Duration,
+        /// From enqueue to ack, by the store's timestamps and this machine's clock.
+        end_to_end: Duration,
+    },
+    /// A delivery failed and its nack was recorded.
+    Failed {
+        /// The lane.
+        lane: LaneKey,
+        /// The message.
+        outbox_id: Uuid,
+        /// `retryable`, `permanent`, `retry_after`, `timeout` or `panic`.
+        kind: &'static str,
+        /// Requeued or dead-lettered.
+        outcome: NackOutcome,
+        /// The error text stored as `last_error`.
+        error: String,
+    },
+    /// An ack or nack found the claim gone: another relay holds the message now.
+    LostClaim {
+        /// The lane.
+        lane: LaneKey,
+        /// The message.
+        outbox_id: Uuid,
+    },
+    /// Leases of deliveries still running were extended.
+    LeaseExtended {
+        /// The lane.
+        lane: LaneKey,
+        /// How many claims.
+        count: usize,
+    },
+    /// Leases of deliveries still running lapsed (extension off, or it failed).
+    LeaseExpired {
+        /// The lane.
+        lane: LaneKey,
+        /// The messages whose claims lapsed.
+        outbox_ids: Vec<Uuid>,
+    },
+    /// A store call failed; the lane backs off and retries.
+    StoreError {
+        /// The lane.
+        lane: LaneKey,
+        /// The operation: `claim`, `ack`, `nack`, `extend_lease`, `release`, `next_due`, `stats`.
+        op: &'static str,
+        /// The error.
+        error: String,
+    },
+    /// The lane found nothing to claim and sleeps until the store's next due time, a
+    /// wake-up, or its poll ceiling.
+    Idle {
+        /// The lane.
+        lane: LaneKey,
+        /// How long it will sleep at most.
+        sleep: Duration,
+    },
+    /// A lane relay crashed.
+    LaneCrashed {
+        /// The lane.
+        lane: LaneKey,
+        /// Why.
+        error: String,
+    },
+    /// The supervisor will restart a crashed lane after a backoff.
+    LaneRestarting {
+        /// The lane.
+        lane: LaneKey,
+        /// Restarts within the current window, this one included.
+        restarts: u32,
+        /// The backoff before the restart.
+        after: Duration,
+    },
+    /// A lane crashed too often and stays down.
+    LaneFailed {
+        /// The lane.
+        lane: LaneKey,
+        /// The last crash.
+        error: String,
+    },
+    /// A lane changed state.
+    LaneStateChanged {
+        /// The lane.
+        lane: LaneKey,
+        /// Its new state.
+        state: LaneState,
+    },
+    /// A lane finished draining and stopped.
+    LaneStopped {
+        /// The lane.
+        lane: LaneKey,
+        /// What draining did.
+        report: DrainReport,
+    },
+}
+
+/// What draining a lane did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DrainReport {
+    /// Deliveries that finished while draining.
+    pub completed: usize,
+    /// Claims handed back to the store unfinished (deliveries abandoned at the timeout):
+    /// due at once for any relay, the attempt not counted.
+    pub released: usize,
+}
+
+/// What a graceful shutdown did, per lane.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ShutdownReport {
+    /// Each lane's drain.
+    pub lanes: BTreeMap<String, DrainReport>,
+}
+
+impl ShutdownReport {
+    /// Deliveries finished during shutdown, over all lanes.
+    pub fn completed(&self) -> usize {
+        self.lanes.values().map(|r| r.completed).sum()
+    }
+
+    /// Claims released during shutdown, over all lanes.
+    pub fn released(&self) -> usize {
+        self.lanes.values().map(|r| r.released).sum()
+    }
+}
+
+/// A lane's status, as [`RelayHandle::status`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LaneStatus {
+    /// The lane.
+    pub lane: LaneKey,
+    /// Its state.
+    pub state: LaneState,
+    /// Deliveries running now.
+    pub in_flight: u64,
+    /// Restarts since the relay started.
+    pub restarts: u64,
+    /// The last crash or store error.
+    pub last_error: Option<String>,
+    /// Messages claimed.
+    pub claimed: u64,
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Failed deliveries (retried or dead-lettered).
+    pub failed: u64,
+    /// Messages dead-lettered.
+    pub dead_lettered: u64,
+    /// Acks and nacks that found their claim lost.
+    pub lost_claims: u64,
+}
+
+/// Counters that outlive a lane's incarnations, shared by the supervisor and the lane.
+#[derive(Debug, Default)]
+pub(crate) struct LaneCounters {
+    pub(crate) in_flight: AtomicU64,
+    pub(crate) claimed: AtomicU64,
+    pub(crate) delivered: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
+    pub(crate) lost_claims: AtomicU64,
+    pub(crate) last_error: Mutex<Option<String>>,
+}
+
+impl LaneCounters {
+    pub(crate) fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_last_error(&self, error: String) {
+        let mut slot = self
+            .last_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *slot = Some(error);
+    }
+
+    pub(crate) fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+/// What can go wrong commanding the relay.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RelayError {
+    /// A lane's or the supervisor's config is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// No lane with this name is configured.
+    #[error("no lane {0} is configured")]
+    UnknownLane(LaneKey),
+    /// A lane with this name is already configured.
+    #[error("lane {0} is already configured")]
+    DuplicateLane(LaneKey),
+    /// The relay has stopped (or its supervisor died) and takes no more commands.
+    #[error("the relay has stopped")]
+    Stopped,
+    /// An actor could not be spawned.
+    #[error("could not start an actor: {0}")]
+    Spawn(String),
+    /// A command did not get its answer in time.
+    #[error("the relay did not answer {command} within {timeout:?}")]
+    Timeout {
+        /// The command.
+        command: &'static str,
+        /// How long we waited.
+        timeout: Duration,
+    },
+}
+
+/// Starts relays. See [`OutboxRelay::builder`].
+#[derive(Debug)]
+pub struct OutboxRelay;
+
+impl OutboxRelay {
+    /// A builder for a relay over `store`.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use outbox_relay::{OutboxRelay, LaneConfig, InMemoryOutboxStore, DeliveryHandler, DeliveryError, OutboxMessage};
+    /// # struct Billing;
+    /// # #[async_trait::async_trait]
+    /// # impl DeliveryHandler for Billing {
+    /// #     async fn deliver(&self, _m: &OutboxMessage) -> Result<(), DeliveryError> { Ok(()) }
+    /// # }
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = Arc::new(InMemoryOutboxStore::new());
+    /// let relay = OutboxRelay::builder(store)
+    ///     .lane(LaneConfig::new("orders", "billing").concurrency(16), Billing)
+    ///     .start()
+    ///     .await?;
+    /// // ... serve requests ...
+    /// let report = relay.shutdown(std::time::Duration::from_secs(10)).await?;
+    /// println!("released {} claims", report.released());
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(store: Arc<dyn OutboxStore>) -> RelayBuilder {
+        RelayBuilder {
+            store,
+            lanes: Vec::new(),
+            supervisor: SupervisorConfig::default(),
+            event_capacity: DEFAULT_EVENT_CAPACITY,
+        }
+    }
+}
+
+/// Collects lanes and settings, then starts the supervisor.
+pub struct RelayBuilder {
+    store: Arc<dyn OutboxStore>,
+    lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
+    supervisor: SupervisorConfig,
+    event_capacity: usize,
+}
+
+impl fmt::Debug for RelayBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RelayBuilder")
+            .field("store", &self.store)
+            .field(
+                "lanes",
+                &self.lanes.iter().map(|(c, _)| c.name()).collect::<Vec<_>>(),
+            )
+            .field("supervisor", &self.supervisor)
+            .finish()
+    }
+}
+
+impl RelayBuilder {
+    /// Adds a lane delivered by `handler`.
+    pub fn lane(mut self, config: LaneConfig, handler: impl DeliveryHandler) -> Self {
+        self.lanes.push((config, Arc::new(handler)));
+        self
+    }
+
+    /// Adds a lane delivered by a shared handler.
+    pub fn lane_shared(mut self, config: LaneConfig, handler: Arc<dyn DeliveryHandler>) -> Self {
+        self.lanes.push((config, handler));
+        self
+    }
+
+    /// Sets the restart policy.
+    pub fn supervisor(mut self, config: SupervisorConfig) -> Self {
+        self.supervisor = config;
+        self
+    }
+
+    /// Sets how far an event subscriber may fall behind.
+    pub fn event_capacity(mut self, capacity: usize) -> Self {
+        self.event_capacity = capacity.max(1);
+        self
+    }
+
+    /// Validates every lane, then starts the supervisor and its lanes.
+    pub async fn start(self) -> Result<RelayHandle, RelayError> {
+        self.supervisor.validate()?;
+        let mut seen = std::collections::HashSet::new();
+        for (config, _) in &self.lanes {
+            config.validate()?;
+            let key = LaneKey::new(&config.lane, &config.target);
+            if !seen.insert(key.clone()) {
+                return Err(RelayError::DuplicateLane(key));
+            }
+        }
+        let (events, _) = broadcast::channel(self.event_capacity);
+        let args = SupervisorArgs {
+            store: self.store,
+            config: self.supervisor,
+            lanes: self.lanes,
+            events: events.clone(),
+        };
+        let (supervisor, join) = Actor::spawn(None, RelaySupervisor, args)
+            .await
+            .map_err(|e| RelayError::Spawn(e.to_string()))?;
+        Ok(RelayHandle {
+            supervisor,
+            events,
+            join: Mutex::new(Some(join)),
+        })
+    }
+}
+
+/// Commands a running relay. Dropping the handle does not stop the relay; call
+/// [`RelayHandle::shutdown`].
+pub struct RelayHandle {
+    supervisor: ActorRef<SupervisorMsg>,
+    events: broadcast::Sender<RelayEvent>,
+    join: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl fmt::Debug for RelayHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RelayHandle")
+            .field("supervisor", &self.supervisor.get_id())
+            .finish()
+    }
+}
+
+/// How long a command waits for the supervisor's answer.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl RelayHandle {
+    /// Subscribes to the relay's events.
+    pub fn subscribe(&self) -> broadcast::Receiver<RelayEvent> {
+        self.events.subscribe()
+    }
+
+    async fn ask<T: Send + 'static>(
+        &self,
+        command: &'static str,
+        timeout: Duration,
+        make: impl FnOnce(ractor::RpcReplyPort<T>) -> SupervisorMsg,
+    ) -> Result<T, RelayError> {
+        match self.supervisor.call(make, Some(timeout)).await {
+            Ok(ractor::rpc::CallResult::Success(answer)) => Ok(answer),
+            Ok(ractor::rpc::CallResult::Timeout) => Err(RelayError::Timeout { command, timeout }),
+            Ok(ractor::rpc::CallResult::SenderError) | Err(_) => Err(RelayError::Stopped),
+        }
+    }
+
+    /// Adds and starts a lane.
+    pub async fn add_lane(
+        &self,
+        config: LaneConfig,
+        handler: impl DeliveryHandler,
+    ) -> Result<(), RelayError> {
+        config.validate()?;
+        let handler: Arc<dyn DeliveryHandler> = Arc::new(handler);
+        self.ask("add_lane", COMMAND_TIMEOUT, |reply| {
+            SupervisorMsg::AddLane(Box::new(config), handler, reply)
+        })
+        .await?
+    }
+
+    /// Stops claiming on a lane, lets its deliveries finish (releasing what is still running
+    /// after `timeout`), then removes it.
+    pub async fn remove_lane(
+        &self,
+        lane: &str,
+        target: &str,
+        timeout: Duration,
+    ) -> Result<DrainReport, RelayError> {
+        let key = LaneKey::new(lane, target);
+        self.ask("remove_lane", timeout + COMMAND_TIMEOUT, |reply| {
+            SupervisorMsg::RemoveLane(key, timeout, reply)
+        })
+        .await?
+    }
+
+    /// Stops claiming on a lane; deliveries in flight finish.
+    pub async fn pause(&self, lane: &str, target: &str) -> Result<(), RelayError> {
+        let key = LaneKey::new(lane, target);
+        self.ask("pause", COMMAND_TIMEOUT, |reply| {
+            SupervisorMsg::Pause(key, reply)
+        })
+        .await?
+    }
+
+    /// Resumes a paused lane.
+    pub async fn resume(&self, lane: &str, target: &str) -> Result<(), RelayError> {
+        let key = LaneKey::new(lane, target);
+        self.ask("resume", COMMAND_TIMEOUT, |reply| {
+            SupervisorMsg::Resume(key, reply)
+        })
+        .await?
+    }
+
+    /// Every lane's status.
+    pub async fn status(&self) -> Result<Vec<LaneStatus>, RelayError> {
+        self.ask("status", COMMAND_TIMEOUT, SupervisorMsg::Status)
+            .await
+    }
+
+    /// Stops claiming everywhere, lets running deliveries finish within `timeout`, releases
+    /// the claims of those that did not, and stops every actor.
+    pub async fn shutdown(&self, timeout: Duration) -> Result<ShutdownReport, RelayError> {
+        let report = self
+            .ask("shutdown", timeout + COMMAND_TIMEOUT, |reply| {
+                SupervisorMsg::Shutdown(timeout, reply)
+            })
+            .await?;
+        let join = self
+            .join
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        if let Some(join) = join {
+            // The supervisor stops itself right after answering.
+            let _ = tokio::time::timeout(COMMAND_TIMEOUT, join).await;
+        }
+        Ok(report)
+    }
+}
+
+/// Lets a shared handler (`Arc<H>`) be passed where a handler is expected, so a test or
+/// service can keep its own reference.
+#[async_trait]
+impl<H: DeliveryHandler + ?Sized> DeliveryHandler for Arc<H> {
+    async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
+        (**self).deliver(message).await
+    }
+}

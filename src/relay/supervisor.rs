@@ -1,0 +1,421 @@
+//! `RelaySupervisor`: owns the lane relays, restarts the ones that crash, and carries out
+//! the runtime commands of a `RelayHandle`.
+//!
+//! Restart policy: a crashed lane is restarted after an exponential backoff; a lane that
+//! crashes more than `max_restarts` times within `restart_window` is marked failed and stays
+//! down, visible in status and metrics, while the other lanes go on.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::sync::{broadcast, oneshot};
+use tokio::time::Instant;
+
+use crate::config::{LaneConfig, SupervisorConfig};
+use crate::delivery::DeliveryHandler;
+use crate::relay::lane::{LaneArgs, LaneMsg, LaneRelay};
+use crate::relay::observe;
+use crate::relay::{
+    DrainReport, LaneCounters, LaneKey, LaneState, LaneStatus, RelayError, RelayEvent,
+    ShutdownReport,
+};
+use crate::store::OutboxStore;
+
+pub(crate) enum SupervisorMsg {
+    AddLane(
+        Box<LaneConfig>,
+        Arc<dyn DeliveryHandler>,
+        RpcReplyPort<Result<(), RelayError>>,
+    ),
+    RemoveLane(LaneKey, Duration, RpcReplyPort<Result<DrainReport, RelayError>>),
+    Pause(LaneKey, RpcReplyPort<Result<(), RelayError>>),
+    Resume(LaneKey, RpcReplyPort<Result<(), RelayError>>),
+    Status(RpcReplyPort<Vec<LaneStatus>>),
+    Shutdown(Duration, RpcReplyPort<ShutdownReport>),
+    /// A restart backoff ran out for this incarnation of the lane.
+    Restart(LaneKey, u64),
+}
+
+pub(crate) struct SupervisorArgs {
+    pub(crate) store: Arc<dyn OutboxStore>,
+    pub(crate) config: SupervisorConfig,
+    pub(crate) lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
+    pub(crate) events: broadcast::Sender<RelayEvent>,
+}
+
+pub(crate) struct RelaySupervisor;
+
+struct LaneEntry {
+    config: LaneConfig,
+    handler: Arc<dyn DeliveryHandler>,
+    counters: Arc<LaneCounters>,
+    actor: Option<ActorRef<LaneMsg>>,
+    state: LaneState,
+    /// Paused by an operator: survives restarts.
+    paused: bool,
+    /// Being removed or shut down: its end is not a crash.
+    stopping: bool,
+    incarnation: u64,
+    restarts_total: u64,
+    recent_restarts: VecDeque<Instant>,
+}
+
+pub(crate) struct SupervisorState {
+    store: Arc<dyn OutboxStore>,
+    config: SupervisorConfig,
+    events: broadcast::Sender<RelayEvent>,
+    lanes: BTreeMap<LaneKey, LaneEntry>,
+    by_actor: HashMap<ActorId, LaneKey>,
+    shutting_down: bool,
+}
+
+impl SupervisorState {
+    fn emit(&self, event: RelayEvent) {
+        observe::record_event(&event);
+        let _ = self.events.send(event);
+    }
+
+    fn set_state(&mut self, key: &LaneKey, state: LaneState) {
+        if let Some(entry) = self.lanes.get_mut(key) {
+            entry.state = state;
+        }
+        observe::set_lane_state(key, Some(state));
+        self.emit(RelayEvent::LaneStateChanged {
+            lane: key.clone(),
+            state,
+        });
+    }
+
+    async fn start_lane(&mut self, myself: &ActorRef<SupervisorMsg>, key: &LaneKey) {
+        let Some(entry) = self.lanes.get_mut(key) else {
+            return;
+        };
+        entry.incarnation += 1;
+        let args = LaneArgs {
+            config: entry.config.clone(),
+            store: self.store.clone(),
+            handler: entry.handler.clone(),
+            counters: entry.counters.clone(),
+            events: self.events.clone(),
+            incarnation: entry.incarnation,
+            paused: entry.paused,
+        };
+        let state = if entry.paused {
+            LaneState::Paused
+        } else {
+            LaneState::Running
+        };
+        match Actor::spawn_linked(None, LaneRelay, args, myself.get_cell()).await {
+            Ok((actor, _)) => {
+                self.by_actor.insert(actor.get_id(), key.clone());
+                if let Some(entry) = self.lanes.get_mut(key) {
+                    entry.actor = Some(actor);
+                }
+                self.set_state(key, state);
+            }
+            Err(error) => {
+                self.lane_crashed(myself, key, format!("could not start: {error}"));
+            }
+        }
+    }
+
+    /// A lane relay died unasked: restart it after a backoff, or mark it failed.
+    fn lane_crashed(&mut self, myself: &ActorRef<SupervisorMsg>, key: &LaneKey, error: String) {
+        let window = self.config.restart_window;
+        let max_restarts = self.config.max_restarts;
+        let Some(entry) = self.lanes.get_mut(key) else {
+            return;
+        };
+        entry.actor = None;
+        entry.counters.set_last_error(error.clone());
+        let now = Instant::now();
+        while entry
+            .recent_restarts
+            .front()
+            .is_some_and(|at| now.duration_since(*at) > window)
+        {
+            entry.recent_restarts.pop_front();
+        }
+        let incarnation = entry.incarnation;
+        tracing::error!(lane = %key, %error, "lane relay crashed");
+        self.emit(RelayEvent::LaneCrashed {
+            lane: key.clone(),
+            error: error.clone(),
+        });
+        let Some(entry) = self.lanes.get_mut(key) else {
+            return;
+        };
+        if entry.recent_restarts.len() >= max_restarts as usize {
+            tracing::error!(lane = %key, max_restarts, ?window, "lane crashed too often; marking it failed");
+            self.set_state(key, LaneState::Failed);
+            self.emit(RelayEvent::LaneFailed {
+                lane: key.clone(),
+                error,
+            });
+            return;
+        }
+        entry.recent_restarts.push_back(now);
+        entry.restarts_total += 1;
+        let restarts = entry.recent_restarts.len() as u32;
+        let after = self.config.restart_backoff.delay(restarts, None);
+        self.set_state(key, LaneState::Restarting);
+        self.emit(RelayEvent::LaneRestarting {
+            lane: key.clone(),
+            restarts,
+            after,
+        });
+        let key = key.clone();
+        myself.send_after(after, move || SupervisorMsg::Restart(key, incarnation));
+    }
+
+    fn status(&self) -> Vec<LaneStatus> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.lanes
+            .iter()
+            .map(|(key, entry)| LaneStatus {
+                lane: key.clone(),
+                state: entry.state,
+                in_flight: entry.counters.in_flight.load(Relaxed),
+                restarts: entry.restarts_total,
+                last_error: entry.counters.last_error(),
+                claimed: entry.counters.claimed.load(Relaxed),
+                delivered: entry.counters.delivered.load(Relaxed),
+                failed: entry.counters.failed.load(Relaxed),
+                dead_lettered: entry.counters.dead_lettered.load(Relaxed),
+                lost_claims: entry.counters.lost_claims.load(Relaxed),
+            })
+            .collect()
+    }
+
+    /// Asks a lane to drain; the answer arrives on the returned channel. A lane that is
+    /// down (restarting or failed) has nothing to drain.
+    fn drain(&mut self, key: &LaneKey, timeout: Duration) -> Option<oneshot::Receiver<DrainReport>> {
+        let entry = self.lanes.get_mut(key)?;
+        entry.stopping = true;
+        let actor = entry.actor.clone()?;
+        let (reply, answer) = oneshot::channel();
+        if actor.send_message(LaneMsg::Drain { timeout, reply }).is_err() {
+            return None;
+        }
+        self.set_state(key, LaneState::Draining);
+        Some(answer)
+    }
+
+    fn forget(&mut self, key: &LaneKey) {
+        if let Some(entry) = self.lanes.remove(key) {
+            if let Some(actor) = entry.actor {
+                self.by_actor.remove(&actor.get_id());
+            }
+        }
+        observe::set_lane_state(key, None);
+    }
+
+    fn entry_mut(&mut self, key: &LaneKey) -> Result<&mut LaneEntry, RelayError> {
+        self.lanes
+            .get_mut(key)
+            .ok_or_else(|| RelayError::UnknownLane(key.clone()))
+    }
+
+    fn add_lane(&mut self, config: LaneConfig, handler: Arc<dyn DeliveryHandler>) -> Result<LaneKey, RelayError> {
+        config.validate()?;
+        let key = LaneKey::new(&config.lane, &config.target);
+        if self.lanes.contains_key(&key) {
+            return Err(RelayError::DuplicateLane(key));
+        }
+        self.lanes.insert(
+            key.clone(),
+            LaneEntry {
+                config,
+                handler,
+                counters: Arc::default(),
+                actor: None,
+                state: LaneState::Running,
+                paused: false,
+                stopping: false,
+                incarnation: 0,
+                restarts_total: 0,
+                recent_restarts: VecDeque::new(),
+            },
+        );
+        Ok(key)
+    }
+}
+
+impl Actor for RelaySupervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = SupervisorArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        args: SupervisorArgs,
+    ) -> Result<SupervisorState, ActorProcessingErr> {
+        let mut state = SupervisorState {
+            store: args.store,
+            config: args.config,
+            events: args.events,
+            lanes: BTreeMap::new(),
+            by_actor: HashMap::new(),
+            shutting_down: false,
+        };
+        for (config, handler) in args.lanes {
+            let key = state.add_lane(config, handler)?;
+            state.start_lane(&myself, &key).await;
+        }
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        message: SupervisorMsg,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SupervisorMsg::AddLane(config, handler, reply) => {
+                let answer = if state.shutting_down {
+                    Err(RelayError::Stopped)
+                } else {
+                    match state.add_lane(*config, handler) {
+                        Ok(key) => {
+                            state.start_lane(&myself, &key).await;
+                            Ok(())
+                        }
+                        Err(error) => Err(error),
+                    }
+                };
+                let _ = reply.send(answer);
+            }
+            SupervisorMsg::RemoveLane(key, timeout, reply) => {
+                if !state.lanes.contains_key(&key) {
+                    let _ = reply.send(Err(RelayError::UnknownLane(key)));
+                    return Ok(());
+                }
+                match state.drain(&key, timeout) {
+                    Some(answer) => {
+                        // Wait off the supervisor's mailbox: supervision events keep flowing.
+                        tokio::spawn(async move {
+                            let report = answer.await.unwrap_or_default();
+                            let _ = reply.send(Ok(report));
+                        });
+                    }
+                    None => {
+                        state.forget(&key);
+                        let _ = reply.send(Ok(DrainReport::default()));
+                    }
+                }
+            }
+            SupervisorMsg::Pause(key, reply) => {
+                let answer = state.entry_mut(&key).map(|entry| {
+                    entry.paused = true;
+                    entry.actor.clone()
+                });
+                if let Ok(actor) = &answer {
+                    if let Some(actor) = actor {
+                        let _ = actor.send_message(LaneMsg::Pause);
+                    }
+                    if state.lanes.get(&key).is_some_and(|e| e.state == LaneState::Running) {
+                        state.set_state(&key, LaneState::Paused);
+                    }
+                }
+                let _ = reply.send(answer.map(|_| ()));
+            }
+            SupervisorMsg::Resume(key, reply) => {
+                let answer = state.entry_mut(&key).map(|entry| {
+                    entry.paused = false;
+                    entry.actor.clone()
+                });
+                if let Ok(actor) = &answer {
+                    if let Some(actor) = actor {
+                        let _ = actor.send_message(LaneMsg::Resume);
+                    }
+                    if state.lanes.get(&key).is_some_and(|e| e.state == LaneState::Paused) {
+                        state.set_state(&key, LaneState::Running);
+                    }
+                }
+                let _ = reply.send(answer.map(|_| ()));
+            }
+            SupervisorMsg::Status(reply) => {
+                let _ = reply.send(state.status());
+            }
+            SupervisorMsg::Shutdown(timeout, reply) => {
+                state.shutting_down = true;
+                let keys: Vec<LaneKey> = state.lanes.keys().cloned().collect();
+                let mut waits = Vec::new();
+                for key in keys {
+                    if let Some(answer) = state.drain(&key, timeout) {
+                        waits.push((key, answer));
+                    }
+                }
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    let mut report = ShutdownReport::default();
+                    for (key, answer) in waits {
+                        report
+                            .lanes
+                            .insert(key.to_string(), answer.await.unwrap_or_default());
+                    }
+                    let _ = reply.send(report);
+                    me.stop(Some("shutdown".to_owned()));
+                });
+            }
+            SupervisorMsg::Restart(key, incarnation) => {
+                let due = state.lanes.get(&key).is_some_and(|entry| {
+                    entry.incarnation == incarnation
+                        && entry.state == LaneState::Restarting
+                        && !entry.stopping
+                });
+                if due && !state.shutting_down {
+                    state.start_lane(&myself, &key).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // Ractor's default stops the parent when a child ends: here one lane's end must never
+    // take the others down.
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        event: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, error) = match event {
+            SupervisionEvent::ActorFailed(cell, error) => (cell, Some(error.to_string())),
+            SupervisionEvent::ActorTerminated(cell, _, _) => (cell, None),
+            _ => return Ok(()),
+        };
+        let Some(key) = state.by_actor.remove(&cell.get_id()) else {
+            return Ok(());
+        };
+        let stopping = state.lanes.get(&key).is_none_or(|e| e.stopping);
+        if stopping || state.shutting_down {
+            state.forget(&key);
+            return Ok(());
+        }
+        // Handlers of a dead incarnation would deliver into the void and race the new
+        // incarnation's redelivery: stop them. Their claims lapse and are redelivered.
+        for child in cell.get_children() {
+            child.kill();
+        }
+        let error = error.unwrap_or_else(|| "lane relay stopped unexpectedly".to_owned());
+        state.lane_crashed(&myself, &key, error);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
+        for key in state.lanes.keys() {
+            observe::set_lane_state(key, None);
+        }
+        myself.stop_children(None);
+        Ok(())
+    }
+}
