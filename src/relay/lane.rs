@@ -223,6 +223,21 @@ impl LaneRelayState {
         let mut ids = Vec::with_capacity(messages.len());
         let mut redeliveries = 0;
         for message in messages {
+            if let (Some(flight), Some(claim)) =
+                (self.in_flight.get_mut(&message.outbox_id), message.claim())
+            {
+                // Our own delivery outlived its lease and we claimed the message again. One
+                // delivery is enough: the running one adopts the fresh claim, so its ack
+                // lands with the current token.
+                if let Some(old) = self.batches.get_mut(&flight.batch) {
+                    old.running.remove(&message.outbox_id);
+                }
+                flight.claim = claim;
+                flight.batch = batch_id;
+                running.insert(message.outbox_id);
+                ids.push(message.outbox_id);
+                continue;
+            }
             // Never more messages than idle handlers: the claim limit saw to that.
             let (Some(claim), Some(handler_id)) = (message.claim(), self.idle.pop()) else {
                 continue;

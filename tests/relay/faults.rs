@@ -1,0 +1,374 @@
+//! Supervision and faults injected for real: a lane relay that panics, a handler that
+//! panics, a lane that keeps crashing, a store that fails for a while, slow deliveries
+//! against their leases.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_relay::config::SupervisorConfig;
+use outbox_relay::message::OutboxMessageDraft;
+use outbox_relay::relay::{LaneState, RelayEvent};
+use outbox_relay::store::{
+    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, LaneStats, MessageFilter, Nack,
+    NackOutcome, OrderingPolicy, Page, PageRequest, StoreError, WakeUp,
+};
+use outbox_relay::{
+    InMemoryOutboxStore, LaneConfig, OutboxMessage, OutboxRelay, OutboxStatus, OutboxStore,
+    RetryPolicy,
+};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
+
+/// Wraps a store and misbehaves on demand.
+#[derive(Debug)]
+struct FaultyStore {
+    inner: Arc<InMemoryOutboxStore>,
+    /// Panic in the next this-many acks.
+    panic_acks: AtomicU32,
+    /// Panic in every claim of this lane.
+    panic_claims_of: Option<String>,
+    /// Fail the next this-many claims, acks and next_dues with `Unavailable`.
+    unavailable: AtomicU32,
+}
+
+impl FaultyStore {
+    fn new(inner: Arc<InMemoryOutboxStore>) -> Self {
+        Self {
+            inner,
+            panic_acks: AtomicU32::new(0),
+            panic_claims_of: None,
+            unavailable: AtomicU32::new(0),
+        }
+    }
+
+    fn outage(&self) -> Result<(), StoreError> {
+        let left = self.unavailable.load(Ordering::SeqCst);
+        if left > 0 {
+            self.unavailable.store(left - 1, Ordering::SeqCst);
+            return Err(StoreError::Unavailable("connection refused (injected)".into()));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl OutboxStore for FaultyStore {
+    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
+        self.inner.enqueue(draft).await
+    }
+    async fn enqueue_many(&self, drafts: Vec<OutboxMessageDraft>) -> Result<Vec<Enqueued>, StoreError> {
+        self.inner.enqueue_many(drafts).await
+    }
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        if self.panic_claims_of.as_deref() == Some(request.lane.as_str()) {
+            panic!("injected claim panic in lane {}", request.lane);
+        }
+        self.outage()?;
+        self.inner.claim(request).await
+    }
+    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        if self
+            .panic_acks
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            panic!("injected ack panic");
+        }
+        self.outage()?;
+        self.inner.ack(claims).await
+    }
+    async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
+        self.inner.nack(nacks).await
+    }
+    async fn extend_lease(&self, claims: &[ClaimRef], lease: Duration) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.inner.extend_lease(claims, lease).await
+    }
+    async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.inner.release(claims).await
+    }
+    async fn next_due(&self, lane: &str, target: &str, ordering: OrderingPolicy) -> Result<Option<Duration>, StoreError> {
+        self.outage()?;
+        self.inner.next_due(lane, target, ordering).await
+    }
+    async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
+        self.inner.stats(filter).await
+    }
+    async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
+        self.inner.list(filter, page).await
+    }
+    async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
+        self.inner.get(outbox_id).await
+    }
+    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        self.inner.requeue_dead_letters(filter).await
+    }
+    async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        self.inner.discard_dead_letters(filter).await
+    }
+    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError> {
+        self.inner.purge(older_than, batch_size).await
+    }
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
+        self.inner.subscribe()
+    }
+}
+
+fn lane() -> LaneConfig {
+    LaneConfig::new("canonical", "projector")
+        .retry(RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(100)))
+        .lease(Duration::from_secs(2))
+        .max_poll_interval(Duration::from_secs(600))
+}
+
+#[tokio::test(start_paused = true)]
+async fn crashed_lane_is_restarted_and_its_claims_redelivered_at_lease_lapse() {
+    let inner = memory_store();
+    let store = FaultyStore::new(inner.clone());
+    store.panic_acks.store(1, Ordering::SeqCst);
+    let store = Arc::new(store);
+    let ids = [enqueue(&*inner, draft(1)).await, enqueue(&*inner, draft(2)).await];
+    let handler = TestHandler::ok();
+    let relay = OutboxRelay::builder(store.clone())
+        .lane(lane(), handler.clone())
+        .event_capacity(10_000)
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    // The first incarnation claims both, delivers them, and panics acking them.
+    let claimed_at = Instant::now();
+    wait_for(&mut events, "the crash", |e| matches!(e, RelayEvent::LaneCrashed { .. })).await;
+    wait_for(&mut events, "the restart", |e| matches!(e, RelayEvent::LaneStarted { incarnation: 2, .. })).await;
+    let mut redelivered = wait_delivered(&mut events, 2).await;
+    let after = claimed_at.elapsed();
+    redelivered.sort();
+    let mut expected = ids.to_vec();
+    expected.sort();
+    assert_eq!(redelivered, expected);
+    assert!(after >= Duration::from_secs(2), "redelivered before the lease lapsed: {after:?}");
+    assert!(after < Duration::from_secs(3), "redelivery waited for a poll (600 s): {after:?}");
+    // Delivered twice each: once by the crashed incarnation, once after the lapse.
+    assert_eq!(handler.calls().len(), 4);
+    let status = relay.status().await.unwrap();
+    assert_eq!(status[0].state, LaneState::Running);
+    assert_eq!(status[0].restarts, 1);
+    assert!(status[0].last_error.as_deref().unwrap().contains("injected ack panic"));
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn handler_panic_keeps_the_lane_up_and_the_message_is_retried() {
+    let store = memory_store();
+    let id = enqueue(&*store, draft(1)).await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let handler = {
+        let calls = calls.clone();
+        TestHandler::new(move |_| {
+            let n = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    panic!("boom in the handler");
+                }
+                Ok(())
+            }
+        })
+    };
+    let relay = OutboxRelay::builder(store.clone())
+        .lane(lane(), handler.clone())
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    let failed = wait_for(&mut events, "the panic", |e| matches!(e, RelayEvent::Failed { .. })).await;
+    match failed {
+        RelayEvent::Failed { kind, error, outcome, .. } => {
+            assert_eq!(kind, "panic");
+            assert!(error.starts_with("handler panicked: "), "{error}");
+            assert!(error.contains("boom in the handler"), "{error}");
+            assert_eq!(outcome, NackOutcome::Requeued);
+        }
+        _ => unreachable!(),
+    }
+    assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
+    let status = relay.status().await.unwrap();
+    assert_eq!(status[0].state, LaneState::Running);
+    assert_eq!(status[0].restarts, 0, "a handler panic must not restart the lane");
+    assert_eq!(store.get(id).await.unwrap().unwrap().attempt_count, 2);
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
+    let inner = memory_store();
+    let mut store = FaultyStore::new(inner.clone());
+    store.panic_claims_of = Some("doomed".into());
+    let store = Arc::new(store);
+    let relay = OutboxRelay::builder(store.clone())
+        .supervisor(SupervisorConfig {
+            max_restarts: 3,
+            restart_window: Duration::from_secs(60),
+            restart_backoff: RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1)),
+        })
+        .lane(LaneConfig::new("doomed", "projector"), TestHandler::ok())
+        .lane(lane(), TestHandler::ok())
+        .event_capacity(10_000)
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    let failed = wait_for(&mut events, "the lane to be marked failed", |e| {
+        matches!(e, RelayEvent::LaneFailed { .. })
+    })
+    .await;
+    assert!(matches!(failed, RelayEvent::LaneFailed { lane, .. } if lane.lane == "doomed"));
+    // The healthy lane keeps delivering after its neighbour failed.
+    let id = enqueue(&*inner, draft(7)).await;
+    assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
+    let status = relay.status().await.unwrap();
+    let doomed = status.iter().find(|s| s.lane.lane == "doomed").unwrap();
+    assert_eq!(doomed.state, LaneState::Failed);
+    assert_eq!(doomed.restarts, 3);
+    assert!(doomed.last_error.as_deref().unwrap().contains("injected claim panic"));
+    let healthy = status.iter().find(|s| s.lane.lane == "canonical").unwrap();
+    assert_eq!(healthy.state, LaneState::Running);
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn store_outage_leaves_the_lane_up_and_everything_is_delivered_after() {
+    let inner = memory_store();
+    let store = Arc::new(FaultyStore::new(inner.clone()));
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(enqueue(&*inner, draft(i)).await);
+    }
+    store.unavailable.store(6, Ordering::SeqCst);
+    let handler = TestHandler::ok();
+    let relay = OutboxRelay::builder(store.clone())
+        .lane(lane().concurrency(4), handler.clone())
+        .event_capacity(10_000)
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    let error = wait_for(&mut events, "a store error", |e| matches!(e, RelayEvent::StoreError { .. })).await;
+    assert!(matches!(error, RelayEvent::StoreError { op: "claim", .. }));
+    let mut delivered = wait_delivered(&mut events, 20).await;
+    delivered.sort();
+    ids.sort();
+    assert_eq!(delivered, ids);
+    let status = relay.status().await.unwrap();
+    assert_eq!(status[0].state, LaneState::Running);
+    assert_eq!(status[0].restarts, 0);
+    assert!(status[0].last_error.as_deref().unwrap().contains("unavailable"));
+    assert_eq!(store.unavailable.load(Ordering::SeqCst), 0);
+    let stats = inner.stats(&MessageFilter::all()).await.unwrap();
+    assert_eq!(stats[0].delivered, 20);
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
+    let store = memory_store();
+    let id = enqueue(&*store, draft(1)).await;
+    let slow = TestHandler::new(|_| async {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        Ok(())
+    });
+    let lease = Duration::from_secs(3);
+    let relay = OutboxRelay::builder(store.clone())
+        .lane(lane().lease(lease).delivery_timeout(Duration::from_secs(60)), slow.clone())
+        .start()
+        .await
+        .unwrap();
+    // A second relay polls the same lane all along: it must never get the message.
+    let rival = TestHandler::ok();
+    let rival_relay = OutboxRelay::builder(store.clone())
+        .lane(lane().consumer_id("rival").max_poll_interval(Duration::from_millis(500)), rival.clone())
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    wait_for(&mut events, "a lease extension", |e| matches!(e, RelayEvent::LeaseExtended { count: 1, .. })).await;
+    assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
+    assert_eq!(slow.calls(), vec![id]);
+    assert!(rival.calls().is_empty(), "the rival got a message whose lease was kept");
+    let message = store.get(id).await.unwrap().unwrap();
+    assert_eq!((message.status, message.attempt_count), (OutboxStatus::Delivered, 1));
+    let status = relay.status().await.unwrap();
+    assert_eq!(status[0].lost_claims, 0);
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+    rival_relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_extension_a_slow_delivery_lapses_and_its_late_ack_is_fenced() {
+    let store = memory_store();
+    let id = enqueue(&*store, draft(1)).await;
+    let slow = TestHandler::new(|_| async {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        Ok(())
+    });
+    let relay = OutboxRelay::builder(store.clone())
+        .lane(
+            lane()
+                .concurrency(1)
+                .lease(Duration::from_secs(3))
+                .lease_extend_margin(None)
+                .delivery_timeout(Duration::from_secs(60)),
+            slow.clone(),
+        )
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    wait_for(&mut events, "the lapse", |e| matches!(e, RelayEvent::LeaseExpired { .. })).await;
+    // Another relay takes the lapsed message and delivers it.
+    let rival = TestHandler::ok();
+    let rival_relay = OutboxRelay::builder(store.clone())
+        .lane(lane().consumer_id("rival"), rival.clone())
+        .start()
+        .await
+        .unwrap();
+    let mut rival_events = rival_relay.subscribe();
+    assert_eq!(wait_delivered(&mut rival_events, 1).await, vec![id]);
+    wait_for(&mut events, "the fenced late ack", |e| matches!(e, RelayEvent::LostClaim { .. })).await;
+    let message = store.get(id).await.unwrap().unwrap();
+    assert_eq!((message.status, message.attempt_count), (OutboxStatus::Delivered, 2));
+    assert_eq!(relay.status().await.unwrap()[0].lost_claims, 1);
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+    rival_relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn hung_handler_times_out_and_is_retried() {
+    let store = memory_store();
+    let id = enqueue(&*store, draft(1)).await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let handler = {
+        let calls = calls.clone();
+        TestHandler::new(move |_| {
+            let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+            async move {
+                if first {
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            }
+        })
+    };
+    let relay = OutboxRelay::builder(store.clone())
+        .lane(lane().delivery_timeout(Duration::from_secs(1)), handler)
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    let failed = wait_for(&mut events, "the timeout", |e| matches!(e, RelayEvent::Failed { .. })).await;
+    assert!(matches!(failed, RelayEvent::Failed { kind: "timeout", outcome: NackOutcome::Requeued, .. }));
+    assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}

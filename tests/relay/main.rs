@@ -1,0 +1,123 @@
+//! The supervised relay, black-box through the public API.
+//!
+//! Time-based scenarios run on tokio's paused clock with the in-memory store on a
+//! `TokioClock`, so leases, backoffs and polls are exact and instant. Tests wait on the
+//! relay's own events, never on sleeps.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_relay::relay::RelayEvent;
+use outbox_relay::store::TokioClock;
+use outbox_relay::{
+    DeliveryError, DeliveryHandler, InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft,
+    OutboxStore,
+};
+use serde_json::json;
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+mod core;
+mod faults;
+mod lifecycle;
+
+/// How long a test waits for an event before failing. On the paused clock this is virtual
+/// time, so it only has to exceed the longest timer a scenario expects to fire.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(3600);
+
+pub type DeliverFn = dyn Fn(OutboxMessage) -> Pin<Box<dyn Future<Output = Result<(), DeliveryError>> + Send>>
+    + Send
+    + Sync;
+
+/// A handler built from a closure, recording every call.
+#[derive(Clone)]
+pub struct TestHandler {
+    deliver: Arc<DeliverFn>,
+    pub calls: Arc<Mutex<Vec<Uuid>>>,
+}
+
+impl TestHandler {
+    pub fn new<F, Fut>(deliver: F) -> Self
+    where
+        F: Fn(OutboxMessage) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), DeliveryError>> + Send + 'static,
+    {
+        Self {
+            deliver: Arc::new(move |m| Box::pin(deliver(m))),
+            calls: Arc::default(),
+        }
+    }
+
+    /// Succeeds at once.
+    pub fn ok() -> Self {
+        Self::new(|_| async { Ok(()) })
+    }
+
+    /// Always fails with a retryable error.
+    pub fn failing() -> Self {
+        Self::new(|_| async { Err(DeliveryError::retryable("publish failed")) })
+    }
+
+    pub fn calls(&self) -> Vec<Uuid> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl DeliveryHandler for TestHandler {
+    async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
+        self.calls.lock().unwrap().push(message.outbox_id);
+        (self.deliver)(message.clone()).await
+    }
+}
+
+/// An in-memory store on tokio's clock.
+pub fn memory_store() -> Arc<InMemoryOutboxStore> {
+    Arc::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
+}
+
+pub fn draft(value: i64) -> OutboxMessageDraft {
+    OutboxMessageDraft::new("canonical", "projector", json!({ "value": value })).unwrap()
+}
+
+pub async fn enqueue(store: &dyn OutboxStore, draft: OutboxMessageDraft) -> Uuid {
+    store.enqueue(draft).await.unwrap().message.outbox_id
+}
+
+/// Waits for the first event that `pred` accepts.
+pub async fn wait_for(
+    events: &mut broadcast::Receiver<RelayEvent>,
+    what: &str,
+    mut pred: impl FnMut(&RelayEvent) -> bool,
+) -> RelayEvent {
+    let found = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            match events.recv().await {
+                Ok(event) if pred(&event) => return event,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    panic!("event subscriber lagged by {n}; raise event_capacity")
+                }
+                Err(broadcast::error::RecvError::Closed) => panic!("relay stopped"),
+            }
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// Waits until `n` messages were delivered; returns their ids in delivery order.
+pub async fn wait_delivered(events: &mut broadcast::Receiver<RelayEvent>, n: usize) -> Vec<Uuid> {
+    let mut ids = Vec::new();
+    while ids.len() < n {
+        if let RelayEvent::Delivered { outbox_id, .. } =
+            wait_for(events, "deliveries", |e| matches!(e, RelayEvent::Delivered { .. })).await
+        {
+            ids.push(outbox_id);
+        }
+    }
+    ids
+}
