@@ -87,6 +87,8 @@ macro_rules! conformance {
             release_returns_claim_without_spending_an_attempt,
             release_after_a_retry_keeps_last_error_and_earlier_attempts,
             wrong_token_or_unclaimed_row_is_a_lost_claim,
+            next_due_ignores_messages_held_behind_their_key,
+            requeued_dead_head_waits_for_its_keys_message_in_flight,
             extend_lease_moves_the_lapse,
             ack_batch_answers_each_claim_in_order,
             claim_order_is_due_time_then_enqueue_sequence,

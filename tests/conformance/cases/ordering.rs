@@ -371,3 +371,50 @@ pub async fn concurrent_claimers_claim_each_message_once(h: Harness) {
     let stats = h.store.stats(&MessageFilter::all()).await.unwrap();
     assert_eq!((stats[0].delivered, stats[0].pending), (TOTAL as u64, 0));
 }
+
+pub async fn next_due_ignores_messages_held_behind_their_key(h: Harness) {
+    // An idle relay sleeps until next_due: a message its key holds back is not due, or
+    // the relay would spin on empty claims while the head is in flight.
+    let k1 = put(&h, keyed(1, "k")).await;
+    put(&h, keyed(2, "k")).await;
+    let head = claim_one(&h, &claim_req(10, "relay-a")).await;
+    assert_eq!(head.outbox_id, k1.outbox_id);
+    let next_due = || h.store.next_due(LANE, TARGET);
+    assert_eq!(next_due().await.unwrap(), Some(LEASE), "the head's lapse");
+    fail(&h, &head, NackDisposition::Retry(ms(400))).await;
+    assert_eq!(next_due().await.unwrap(), Some(ms(400)), "the head's retry");
+    h.clock.advance(ms(400));
+    assert_eq!(next_due().await.unwrap(), Some(Duration::ZERO));
+    let head = claim_one(&h, &claim_req(10, "relay-a")).await;
+    assert_eq!(head.outbox_id, k1.outbox_id);
+    // Another key's due message is still due at once.
+    put(&h, keyed(3, "l")).await;
+    assert_eq!(next_due().await.unwrap(), Some(Duration::ZERO));
+}
+
+pub async fn requeued_dead_head_waits_for_its_keys_message_in_flight(h: Harness) {
+    // Under Skip a key moves past its dead head. When an operator requeues that head
+    // while its successor is in flight, the key must still have one message in flight.
+    let skip = claim_req(10, "relay-a").with_ordering(OrderingPolicy::Skip);
+    let k1 = put(&h, keyed(1, "k").with_max_attempts(1)).await;
+    let k2 = put(&h, keyed(2, "k")).await;
+    let head = claim_one(&h, &skip).await;
+    fail(&h, &head, NackDisposition::Permanent).await;
+    let k2c = claim_one(&h, &skip).await;
+    assert_eq!(k2c.outbox_id, k2.outbox_id);
+    let requeue = MessageFilter::all().with_ids([k1.outbox_id]);
+    assert_eq!(h.store.requeue_dead_letters(&requeue).await.unwrap(), 1);
+
+    assert!(
+        claim_ids(&h, &skip).await.is_empty(),
+        "k2 is still in flight"
+    );
+    assert_eq!(
+        h.store.next_due(LANE, TARGET).await.unwrap(),
+        Some(LEASE),
+        "k1 waits for k2's lapse"
+    );
+    ack(&h, &k2c).await;
+    let again = claim_one(&h, &skip).await;
+    assert_eq!((again.outbox_id, again.attempt_count), (k1.outbox_id, 1));
+}
