@@ -239,6 +239,20 @@ pub async fn block_policy_holds_key_until_requeue_or_discard(h: Harness) {
     assert_eq!(h.store.stats(&lane).await.unwrap()[0].blocked_keys, 0);
 }
 
+pub async fn block_policy_holds_key_behind_a_head_dead_lettered_by_lapse(h: Harness) {
+    let block = claim_req(10, "relay-a").with_ordering(OrderingPolicy::Block);
+    let k1 = put(&h, keyed(1, "k").with_max_attempts(1)).await;
+    put(&h, keyed(2, "k")).await;
+    assert_eq!(claim_one(&h, &block).await.outbox_id, k1.outbox_id);
+    h.clock.advance(LEASE);
+    let batch = h.store.claim(&block).await.unwrap();
+    assert_eq!(batch.dead_lettered, [k1.outbox_id]);
+    assert!(batch.messages.is_empty(), "k is blocked: {batch:?}");
+    assert!(claim_ids(&h, &block).await.is_empty());
+    let stats = h.store.stats(&MessageFilter::all()).await.unwrap();
+    assert_eq!((stats[0].dead_letter, stats[0].blocked_keys), (1, 1));
+}
+
 /// What the concurrent per-key case saw, shared by its claimers.
 #[derive(Default)]
 struct KeyTracker {
