@@ -38,8 +38,10 @@
 //! a crashed or slow relay is therefore harmless.
 //!
 //! **Per-key order.** Within one (lane, target), a row with an ordering key is claimable only
-//! while no earlier row (by enqueue sequence) of the same key is pending or claimed, so a
-//! key has at most one message in flight and a retry of its head holds back only that key.
+//! while no earlier row (by enqueue sequence) of the same key is pending or claimed, and no
+//! other row of the key is claimed under a lease that has not lapsed. So a key has at most
+//! one message in flight (even when an operator requeues an earlier dead letter while a later
+//! message of its key is being delivered), and a retry of its head holds back only that key.
 //! Under [`OrderingPolicy::Block`] an earlier dead-lettered row of the key also holds it back,
 //! until an operator requeues or discards it; under [`OrderingPolicy::Skip`] it does not.
 //!
@@ -322,8 +324,10 @@ pub struct LaneStats {
     pub dead_letter: u64,
     /// How long the oldest pending message has waited since it was enqueued.
     pub oldest_pending_age: Option<Duration>,
-    /// Ordering keys with a dead-lettered message and later messages waiting behind it
-    /// (held back under [`OrderingPolicy::Block`]; momentary under `Skip`).
+    /// Ordering keys with a dead-lettered message and later pending or claimed messages
+    /// behind it: the keys [`OrderingPolicy::Block`] holds back. The store does not know the
+    /// lane's policy, so it counts them for `Skip` lanes too, where they are not held back
+    /// (a relay of a `Skip` lane reports zero).
     pub blocked_keys: u64,
 }
 
@@ -389,12 +393,13 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError>;
 
     /// How long until the next message of (lane, target) may be claimable: the earliest due
-    /// time of a pending message or lease expiry of a claimed one, among the rows that are
-    /// not held back by an earlier row of their ordering key (per `ordering`, as in a
-    /// claim). A held-back row becomes claimable only when the row ahead of it ends, and
-    /// that row's own due time or lease expiry is already counted, so a relay that sleeps
-    /// until `next_due` never spins on work it may not take. `Some(ZERO)` when a message is
-    /// claimable now, `None` when there is nothing to wait for.
+    /// pending message or the earliest lease expiry. `Some(ZERO)` when one is claimable now,
+    /// `None` when there is nothing to wait for.
+    ///
+    /// A message its ordering key holds back (per-key order under `ordering`, as in a claim)
+    /// is not counted: its key's head is (its retry, or its lease's lapse), so a relay that
+    /// sleeps until `next_due` never spins on empty claims while a head is in flight or, under
+    /// [`OrderingPolicy::Block`], dead.
     async fn next_due(
         &self,
         lane: &str,

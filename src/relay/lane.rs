@@ -50,7 +50,10 @@ pub(crate) enum LaneMsg {
     /// Record the finished deliveries' acks and nacks.
     Flush,
     /// A batch's lease timer; stale if the batch or generation moved on.
-    LeaseCheck { batch: u64, generation: u64 },
+    LeaseCheck {
+        batch: u64,
+        generation: u64,
+    },
     /// Sample the store's stats for the backlog gauges.
     StatsTick,
     /// Retry after a store error's backoff.
@@ -150,9 +153,9 @@ impl LaneRelayState {
             op,
             error: error.to_string(),
         });
-        let backoff = self
-            .store_backoff
-            .map_or(DEFAULT_STORE_BACKOFF, |b| (b * 2).min(DEFAULT_STORE_BACKOFF_MAX));
+        let backoff = self.store_backoff.map_or(DEFAULT_STORE_BACKOFF, |b| {
+            (b * 2).min(DEFAULT_STORE_BACKOFF_MAX)
+        });
         self.store_backoff = Some(backoff);
         if !self.backing_off {
             self.backing_off = true;
@@ -278,7 +281,9 @@ impl LaneRelayState {
             },
         );
         // The lease began no later than `claimed_at`, so time the check from there.
-        let check_in = self.lease_check_delay().saturating_sub(claimed_at.elapsed());
+        let check_in = self
+            .lease_check_delay()
+            .saturating_sub(claimed_at.elapsed());
         myself.send_after(check_in, move || LaneMsg::LeaseCheck {
             batch: batch_id,
             generation: 0,
@@ -352,13 +357,16 @@ impl LaneRelayState {
             };
             self.store_ok();
             let now = unix_millis_now();
-            for ((flight, elapsed), outcome) in std::mem::take(&mut self.acks).into_iter().zip(outcomes) {
+            for ((flight, elapsed), outcome) in
+                std::mem::take(&mut self.acks).into_iter().zip(outcomes)
+            {
                 let outbox_id = flight.message.outbox_id;
                 match outcome {
                     ClaimOutcome::Applied => {
                         LaneCounters::add(&self.counters.delivered, 1);
                         let end_to_end = Duration::from_millis(
-                            u64::try_from(now.saturating_sub(flight.message.created_at)).unwrap_or(0),
+                            u64::try_from(now.saturating_sub(flight.message.created_at))
+                                .unwrap_or(0),
                         );
                         tracing::debug!(lane = %self.key, %outbox_id, "delivered");
                         self.emit(RelayEvent::Delivered {
@@ -403,7 +411,9 @@ impl LaneRelayState {
                 Err(error) => return self.store_failed(myself, "nack", &error),
             };
             self.store_ok();
-            for ((flight, failure), outcome) in std::mem::take(&mut self.nacks).into_iter().zip(outcomes) {
+            for ((flight, failure), outcome) in
+                std::mem::take(&mut self.nacks).into_iter().zip(outcomes)
+            {
                 let outbox_id = flight.message.outbox_id;
                 LaneCounters::add(&self.counters.failed, 1);
                 match outcome {
@@ -456,7 +466,10 @@ impl LaneRelayState {
         let next_check = match self.store.extend_lease(&claims, self.config.lease).await {
             Ok(outcomes) => {
                 self.store_ok();
-                let extended = outcomes.iter().filter(|o| **o == ClaimOutcome::Applied).count();
+                let extended = outcomes
+                    .iter()
+                    .filter(|o| **o == ClaimOutcome::Applied)
+                    .count();
                 let lapsed: Vec<Uuid> = claims
                     .iter()
                     .zip(&outcomes)
@@ -505,7 +518,10 @@ impl LaneRelayState {
         myself.send_after(self.config.stats_interval, || LaneMsg::StatsTick);
     }
 
-    async fn spawn_handler(&mut self, myself: &ActorRef<LaneMsg>) -> Result<(), ActorProcessingErr> {
+    async fn spawn_handler(
+        &mut self,
+        myself: &ActorRef<LaneMsg>,
+    ) -> Result<(), ActorProcessingErr> {
         let args = HandlerArgs {
             handler: self.handler.clone(),
             lane: myself.clone(),
@@ -558,7 +574,10 @@ impl LaneRelayState {
             }
         }
         let released = match self.store.release(&claims).await {
-            Ok(outcomes) => outcomes.iter().filter(|o| **o == ClaimOutcome::Applied).count(),
+            Ok(outcomes) => outcomes
+                .iter()
+                .filter(|o| **o == ClaimOutcome::Applied)
+                .count(),
             Err(error) => {
                 // The leases lapse on their own; the messages are redelivered then.
                 tracing::warn!(lane = %self.key, %error, "could not release claims at shutdown");
@@ -615,7 +634,11 @@ impl Actor for LaneRelay {
             handler: args.handler,
             counters: args.counters,
             events: args.events,
-            mode: if args.paused { Mode::Paused } else { Mode::Running },
+            mode: if args.paused {
+                Mode::Paused
+            } else {
+                Mode::Running
+            },
             handlers: HashMap::new(),
             idle: Vec::new(),
             busy: HashMap::new(),
@@ -693,7 +716,9 @@ impl Actor for LaneRelay {
                 elapsed,
             } => {
                 if let Some(flight) = state.take_in_flight(outbox_id) {
-                    if let Some(handler_id) = state.handlers.contains_key(&handler).then_some(handler) {
+                    if let Some(handler_id) =
+                        state.handlers.contains_key(&handler).then_some(handler)
+                    {
                         state.idle.push(handler_id);
                     }
                     match result {

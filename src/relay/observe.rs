@@ -37,18 +37,26 @@ pub(crate) fn record_event(event: &RelayEvent) {
         } => {
             let l = labels(lane);
             metrics::counter!(names::DELIVERED_TOTAL, &l).increment(1);
-            metrics::histogram!(names::DELIVERY_DURATION_SECONDS, &l).record(duration.as_secs_f64());
+            metrics::histogram!(names::DELIVERY_DURATION_SECONDS, &l)
+                .record(duration.as_secs_f64());
             metrics::histogram!(names::END_TO_END_LATENCY_SECONDS, &l)
                 .record(end_to_end.as_secs_f64());
         }
         RelayEvent::Failed {
-            lane, kind, outcome, ..
+            lane,
+            kind,
+            outcome,
+            ..
         } => {
             let l = labels(lane);
             let [lane_label, target_label] = l.clone();
             metrics::counter!(
                 names::DELIVERY_FAILURES_TOTAL,
-                &[lane_label, target_label, (names::LABEL_KIND, (*kind).to_owned())]
+                &[
+                    lane_label,
+                    target_label,
+                    (names::LABEL_KIND, (*kind).to_owned())
+                ]
             )
             .increment(1);
             match outcome {
@@ -75,7 +83,11 @@ pub(crate) fn record_event(event: &RelayEvent) {
             let [lane_label, target_label] = labels(lane);
             metrics::counter!(
                 names::STORE_ERRORS_TOTAL,
-                &[lane_label, target_label, (names::LABEL_OP, (*op).to_owned())]
+                &[
+                    lane_label,
+                    target_label,
+                    (names::LABEL_OP, (*op).to_owned())
+                ]
             )
             .increment(1);
         }
@@ -97,8 +109,11 @@ pub(crate) fn set_backlog(lane: &LaneKey, stats: Option<&LaneStats>) {
     let stats = stats.cloned().unwrap_or_default();
     metrics::gauge!(names::PENDING, &l).set(stats.pending as f64);
     metrics::gauge!(names::DEAD_LETTERS, &l).set(stats.dead_letter as f64);
-    metrics::gauge!(names::OLDEST_PENDING_AGE_SECONDS, &l)
-        .set(stats.oldest_pending_age.map_or(0.0, |age| age.as_secs_f64()));
+    metrics::gauge!(names::OLDEST_PENDING_AGE_SECONDS, &l).set(
+        stats
+            .oldest_pending_age
+            .map_or(0.0, |age| age.as_secs_f64()),
+    );
     metrics::gauge!(names::BLOCKED_KEYS, &l).set(stats.blocked_keys as f64);
 }
 
@@ -109,7 +124,11 @@ pub(crate) fn set_lane_state(lane: &LaneKey, state: Option<LaneState>) {
         let value = if Some(candidate) == state { 1.0 } else { 0.0 };
         metrics::gauge!(
             names::LANE_STATE,
-            &[lane_label, target_label, (names::LABEL_STATE, candidate.as_str().to_owned())]
+            &[
+                lane_label,
+                target_label,
+                (names::LABEL_STATE, candidate.as_str().to_owned())
+            ]
         )
         .set(value);
     }

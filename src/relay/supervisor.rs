@@ -29,7 +29,11 @@ pub(crate) enum SupervisorMsg {
         Arc<dyn DeliveryHandler>,
         RpcReplyPort<Result<(), RelayError>>,
     ),
-    RemoveLane(LaneKey, Duration, RpcReplyPort<Result<DrainReport, RelayError>>),
+    RemoveLane(
+        LaneKey,
+        Duration,
+        RpcReplyPort<Result<DrainReport, RelayError>>,
+    ),
     Pause(LaneKey, RpcReplyPort<Result<(), RelayError>>),
     Resume(LaneKey, RpcReplyPort<Result<(), RelayError>>),
     Status(RpcReplyPort<Vec<LaneStatus>>),
@@ -191,12 +195,19 @@ impl SupervisorState {
 
     /// Asks a lane to drain; the answer arrives on the returned channel. A lane that is
     /// down (restarting or failed) has nothing to drain.
-    fn drain(&mut self, key: &LaneKey, timeout: Duration) -> Option<oneshot::Receiver<DrainReport>> {
+    fn drain(
+        &mut self,
+        key: &LaneKey,
+        timeout: Duration,
+    ) -> Option<oneshot::Receiver<DrainReport>> {
         let entry = self.lanes.get_mut(key)?;
         entry.stopping = true;
         let actor = entry.actor.clone()?;
         let (reply, answer) = oneshot::channel();
-        if actor.send_message(LaneMsg::Drain { timeout, reply }).is_err() {
+        if actor
+            .send_message(LaneMsg::Drain { timeout, reply })
+            .is_err()
+        {
             return None;
         }
         self.set_state(key, LaneState::Draining);
@@ -218,7 +229,11 @@ impl SupervisorState {
             .ok_or_else(|| RelayError::UnknownLane(key.clone()))
     }
 
-    fn add_lane(&mut self, config: LaneConfig, handler: Arc<dyn DeliveryHandler>) -> Result<LaneKey, RelayError> {
+    fn add_lane(
+        &mut self,
+        config: LaneConfig,
+        handler: Arc<dyn DeliveryHandler>,
+    ) -> Result<LaneKey, RelayError> {
         config.validate()?;
         let key = LaneKey::new(&config.lane, &config.target);
         if self.lanes.contains_key(&key) {
@@ -317,7 +332,11 @@ impl Actor for RelaySupervisor {
                     if let Some(actor) = actor {
                         let _ = actor.send_message(LaneMsg::Pause);
                     }
-                    if state.lanes.get(&key).is_some_and(|e| e.state == LaneState::Running) {
+                    if state
+                        .lanes
+                        .get(&key)
+                        .is_some_and(|e| e.state == LaneState::Running)
+                    {
                         state.set_state(&key, LaneState::Paused);
                     }
                 }
@@ -332,7 +351,11 @@ impl Actor for RelaySupervisor {
                     if let Some(actor) = actor {
                         let _ = actor.send_message(LaneMsg::Resume);
                     }
-                    if state.lanes.get(&key).is_some_and(|e| e.state == LaneState::Paused) {
+                    if state
+                        .lanes
+                        .get(&key)
+                        .is_some_and(|e| e.state == LaneState::Paused)
+                    {
                         state.set_state(&key, LaneState::Running);
                     }
                 }

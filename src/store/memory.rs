@@ -179,6 +179,21 @@ fn is_live(status: OutboxStatus) -> bool {
     matches!(status, OutboxStatus::Pending | OutboxStatus::Claimed)
 }
 
+/// The ordering keys of (lane, target) with a message claimed under a lease that has not
+/// lapsed: while one is in flight, no other message of its key may be handed out.
+fn keys_in_flight(rows: &Rows, lane: &str, target: &str, now: UnixMillis) -> HashSet<String> {
+    rows.by_seq
+        .values()
+        .filter(|m| {
+            m.lane == lane
+                && m.target == target
+                && m.status == OutboxStatus::Claimed
+                && m.lease_expires_at.is_some_and(|at| at > now)
+        })
+        .filter_map(|m| m.ordering_key.clone())
+        .collect()
+}
+
 fn clear_claim(message: &mut OutboxMessage, now: UnixMillis) {
     message.claimed_by = None;
     message.claim_token = None;
@@ -247,6 +262,9 @@ impl OutboxStore for InMemoryOutboxStore {
         let now = self.clock.now_millis();
         let mut rows = self.rows();
         let mut batch = ClaimBatch::default();
+        // Keys with a message in flight: a requeued dead head (which is earlier) must not be
+        // handed out beside its successor.
+        let in_flight = keys_in_flight(&rows, &request.lane, &request.target, now);
         // Keys held back by an earlier row, found walking the lane in enqueue order.
         let mut held_keys: HashSet<String> = HashSet::new();
         let mut candidates: Vec<(UnixMillis, i64)> = Vec::new();
@@ -265,7 +283,7 @@ impl OutboxStore for InMemoryOutboxStore {
             let key_free = message
                 .ordering_key
                 .as_ref()
-                .is_none_or(|key| !held_keys.contains(key));
+                .is_none_or(|key| !held_keys.contains(key) && !in_flight.contains(key));
             if claimable && key_free {
                 if lapsed && message.attempt_count >= message.max_attempts {
                     lapsed_out_of_attempts.push(message.seq);
@@ -412,6 +430,9 @@ impl OutboxStore for InMemoryOutboxStore {
     ) -> Result<Option<Duration>, StoreError> {
         let now = self.clock.now_millis();
         let rows = self.rows();
+        let in_flight = keys_in_flight(&rows, lane, target, now);
+        // The same walk as claim: a message its key holds back is not due, or an idle relay
+        // would spin on empty claims while the key's head is in flight (or dead, under Block).
         let mut held_keys: HashSet<&str> = HashSet::new();
         let mut earliest: Option<UnixMillis> = None;
         for m in rows
@@ -419,20 +440,24 @@ impl OutboxStore for InMemoryOutboxStore {
             .values()
             .filter(|m| m.lane == lane && m.target == target)
         {
-            let due = match m.status {
+            let at = match m.status {
                 OutboxStatus::Pending => Some(m.available_at),
                 OutboxStatus::Claimed => m.lease_expires_at,
                 _ => None,
             };
             let key = m.ordering_key.as_deref();
-            if let Some(due) = due {
-                if key.is_none_or(|key| !held_keys.contains(key)) {
-                    earliest = Some(earliest.map_or(due, |e| e.min(due)));
+            if let Some(at) = at {
+                // A running lease always counts: its lapse frees the row or its key.
+                let running = m.status == OutboxStatus::Claimed && at > now;
+                let held =
+                    key.is_some_and(|key| held_keys.contains(key) || in_flight.contains(key));
+                if running || !held {
+                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
                 }
             }
             let holds_key = is_live(m.status)
                 || (ordering == OrderingPolicy::Block && m.status == OutboxStatus::DeadLetter);
-            if let (true, Some(key)) = (holds_key, key) {
+            if let (Some(key), true) = (key, holds_key) {
                 held_keys.insert(key);
             }
         }

@@ -1,7 +1,7 @@
 //! One conformance suite, run against every store backend.
 //!
-//! Each case in `cases.rs` is an `async fn(Harness)`. The `conformance!` macro turns the
-//! whole list into `#[tokio::test]`s for one backend; each backend module (`memory.rs`,
+//! Each case in `cases/` (re-exported by `cases.rs`) is an `async fn(Harness)`. The
+//! `conformance!` macro turns the whole list into `#[tokio::test]`s for one backend; each backend module (`memory.rs`,
 //! `sqlite.rs`, `postgres.rs`) calls it with a function that builds a fresh, isolated
 //! harness (its own file, its own schema).
 
@@ -60,7 +60,52 @@ impl Harness {
 macro_rules! conformance {
     ($make:path) => {
         $crate::conformance!(@cases $make;
+            // cases/lifecycle.rs
             enqueue_then_claim_and_ack,
+            nack_requeues_then_dead_letters_at_max_attempts,
+            permanent_nack_dead_letters_with_attempts_left,
+            crashed_claimers_lease_lapses_and_another_claims,
+            late_ack_after_reclaim_is_lost_and_changes_nothing,
+            ack_after_lapse_but_before_reclaim_still_applies,
+            lanes_and_targets_are_isolated,
+            retry_delay_is_respected,
+            draft_delay_is_respected,
+            lease_lapsing_max_attempts_times_dead_letters,
+            release_returns_claim_without_spending_an_attempt,
+            release_after_a_retry_keeps_last_error_and_earlier_attempts,
+            wrong_token_or_unclaimed_row_is_a_lost_claim,
+            extend_lease_moves_the_lapse,
+            ack_batch_answers_each_claim_in_order,
+            // cases/ordering.rs
+            claim_order_is_due_time_then_enqueue_sequence,
+            claim_takes_at_most_limit_oldest_first,
+            seq_is_strict_within_one_millisecond,
+            one_message_per_key_in_flight_in_enqueue_order,
+            skip_policy_moves_past_a_dead_head,
+            skip_policy_moves_past_a_head_dead_lettered_by_lapse,
+            block_policy_holds_key_until_requeue_or_discard,
+            block_policy_holds_key_behind_a_head_dead_lettered_by_lapse,
+            concurrent_claimers_keep_per_key_order,
+            concurrent_claimers_claim_each_message_once,
+            next_due_ignores_messages_held_behind_their_key,
+            requeued_dead_head_waits_for_its_keys_message_in_flight,
+            next_due_under_block_skips_keys_behind_a_dead_head,
+            // cases/enqueue.rs
+            dedupe_returns_the_first_message,
+            dedupe_key_with_other_content_is_a_conflict,
+            dedupe_keys_are_per_lane_and_target,
+            concurrent_enqueues_of_one_dedupe_key_write_one_row,
+            enqueue_many_answers_in_order_with_duplicates,
+            enqueue_many_is_atomic,
+            invalid_drafts_are_refused_and_nothing_is_written,
+            // cases/admin.rs
+            list_pages_in_enqueue_order_with_filters,
+            stats_count_every_status_per_lane,
+            requeue_dead_letters_by_ids_and_by_lane,
+            discard_deletes_only_dead_letters,
+            purge_deletes_old_finished_rows_in_batches,
+            next_due_tracks_the_next_claimable_moment,
+            enqueue_and_requeue_wake_subscribers,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

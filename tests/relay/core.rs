@@ -6,7 +6,9 @@ use std::time::Duration;
 use outbox_relay::config::SupervisorConfig;
 use outbox_relay::relay::{RelayError, RelayEvent};
 use outbox_relay::store::{ClaimRequest, MessageFilter, NackOutcome, PageRequest};
-use outbox_relay::{LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy};
+use outbox_relay::{
+    LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy,
+};
 use serde_json::json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -56,10 +58,28 @@ async fn nacks_failures_and_dead_letters_after_max_attempts() {
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    let first = wait_for(&mut events, "first failure", |e| matches!(e, RelayEvent::Failed { .. })).await;
-    assert!(matches!(first, RelayEvent::Failed { outcome: NackOutcome::Requeued, .. }));
-    let second = wait_for(&mut events, "second failure", |e| matches!(e, RelayEvent::Failed { .. })).await;
-    assert!(matches!(second, RelayEvent::Failed { outcome: NackOutcome::DeadLettered, .. }));
+    let first = wait_for(&mut events, "first failure", |e| {
+        matches!(e, RelayEvent::Failed { .. })
+    })
+    .await;
+    assert!(matches!(
+        first,
+        RelayEvent::Failed {
+            outcome: NackOutcome::Requeued,
+            ..
+        }
+    ));
+    let second = wait_for(&mut events, "second failure", |e| {
+        matches!(e, RelayEvent::Failed { .. })
+    })
+    .await;
+    assert!(matches!(
+        second,
+        RelayEvent::Failed {
+            outcome: NackOutcome::DeadLettered,
+            ..
+        }
+    ));
     let dead = store.get(id).await.unwrap().unwrap();
     assert_eq!(dead.status, OutboxStatus::DeadLetter);
     assert_eq!(dead.attempt_count, 2);
@@ -76,7 +96,13 @@ async fn redelivers_at_the_lapse_of_a_crashed_relays_lease() {
     let id = enqueue(&*store, draft(1)).await;
     let lease = Duration::from_secs(2);
     let crashed = store
-        .claim(&ClaimRequest::new("canonical", "projector", 1, lease, "crashed-relay"))
+        .claim(&ClaimRequest::new(
+            "canonical",
+            "projector",
+            1,
+            lease,
+            "crashed-relay",
+        ))
         .await
         .unwrap();
     assert_eq!(crashed.messages.len(), 1);
@@ -93,8 +119,14 @@ async fn redelivers_at_the_lapse_of_a_crashed_relays_lease() {
     let delivered = wait_delivered(&mut events, 1).await;
     let after = claimed_at.elapsed();
     assert_eq!(delivered, vec![id]);
-    assert!(after >= lease, "redelivered before the lease lapsed ({after:?})");
-    assert!(after < lease + Duration::from_millis(100), "redelivered late: {after:?}, the poll was {poll:?}");
+    assert!(
+        after >= lease,
+        "redelivered before the lease lapsed ({after:?})"
+    );
+    assert!(
+        after < lease + Duration::from_millis(100),
+        "redelivered late: {after:?}, the poll was {poll:?}"
+    );
     assert_eq!(store.get(id).await.unwrap().unwrap().attempt_count, 2);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
@@ -132,9 +164,11 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
         .unwrap();
     let mut events_a = relay_a.subscribe();
     started.notified().await;
-    wait_for(&mut events_a, "relay a's lease to lapse", |e| {
-        matches!(e, RelayEvent::LeaseExpired { outbox_ids, .. } if outbox_ids == &vec![id])
-    })
+    wait_for(
+        &mut events_a,
+        "relay a's lease to lapse",
+        |e| matches!(e, RelayEvent::LeaseExpired { outbox_ids, .. } if outbox_ids == &vec![id]),
+    )
     .await;
 
     let fast = TestHandler::ok();
@@ -147,9 +181,11 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
     assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
 
     release.notify_one();
-    wait_for(&mut events_a, "relay a's late ack", |e| {
-        matches!(e, RelayEvent::LostClaim { outbox_id, .. } if *outbox_id == id)
-    })
+    wait_for(
+        &mut events_a,
+        "relay a's late ack",
+        |e| matches!(e, RelayEvent::LostClaim { outbox_id, .. } if *outbox_id == id),
+    )
     .await;
     assert_eq!(slow.calls(), vec![id]);
     assert_eq!(fast.calls(), vec![id]);
@@ -181,10 +217,16 @@ async fn respects_its_lane_and_target() {
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    wait_for(&mut events, "the lane to go idle", |e| matches!(e, RelayEvent::Idle { .. })).await;
+    wait_for(&mut events, "the lane to go idle", |e| {
+        matches!(e, RelayEvent::Idle { .. })
+    })
+    .await;
     assert!(handler.calls().is_empty());
     for id in [other_lane, other_target] {
-        assert_eq!(store.get(id).await.unwrap().unwrap().status, OutboxStatus::Pending);
+        assert_eq!(
+            store.get(id).await.unwrap().unwrap().status,
+            OutboxStatus::Pending
+        );
     }
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
@@ -196,7 +238,10 @@ async fn rejects_invalid_config_naming_the_field() {
         (lane().lease(Duration::ZERO), "lease"),
         (lane().concurrency(0), "concurrency"),
         (
-            lane().retry(RetryPolicy::new(Duration::from_secs(2), Duration::from_secs(1))),
+            lane().retry(RetryPolicy::new(
+                Duration::from_secs(2),
+                Duration::from_secs(1),
+            )),
             "retry.max",
         ),
         (LaneConfig::new(" ", "projector"), "lane"),
@@ -209,7 +254,9 @@ async fn rejects_invalid_config_naming_the_field() {
             .await
             .unwrap_err();
         match err {
-            RelayError::Config(err) => assert!(err.field.ends_with(field), "{err} should name {field}"),
+            RelayError::Config(err) => {
+                assert!(err.field.ends_with(field), "{err} should name {field}")
+            }
             other => panic!("expected a config error naming {field}, got {other}"),
         }
     }
@@ -251,7 +298,10 @@ async fn retry_waits_for_the_backoff_and_a_retry_after_floor() {
             async move {
                 match n {
                     0 => Err(outbox_relay::DeliveryError::retryable("first")),
-                    1 => Err(outbox_relay::DeliveryError::retry_after(Duration::from_secs(30), "busy")),
+                    1 => Err(outbox_relay::DeliveryError::retry_after(
+                        Duration::from_secs(30),
+                        "busy",
+                    )),
                     _ => Ok(()),
                 }
             }
@@ -260,7 +310,10 @@ async fn retry_waits_for_the_backoff_and_a_retry_after_floor() {
     let start = Instant::now();
     let relay = OutboxRelay::builder(store.clone())
         .lane(
-            lane().retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(10))),
+            lane().retry(RetryPolicy::new(
+                Duration::from_secs(1),
+                Duration::from_secs(10),
+            )),
             handler,
         )
         .start()
@@ -285,24 +338,53 @@ async fn permanent_failure_dead_letters_at_once() {
     let relay = OutboxRelay::builder(store.clone())
         .lane(
             lane(),
-            TestHandler::new(|_| async { Err(outbox_relay::DeliveryError::permanent("schema rejected")) }),
+            TestHandler::new(|_| async {
+                Err(outbox_relay::DeliveryError::permanent("schema rejected"))
+            }),
         )
         .start()
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    let failed = wait_for(&mut events, "failure", |e| matches!(e, RelayEvent::Failed { .. })).await;
-    assert!(matches!(failed, RelayEvent::Failed { outcome: NackOutcome::DeadLettered, kind: "permanent", .. }));
+    let failed = wait_for(&mut events, "failure", |e| {
+        matches!(e, RelayEvent::Failed { .. })
+    })
+    .await;
+    assert!(matches!(
+        failed,
+        RelayEvent::Failed {
+            outcome: NackOutcome::DeadLettered,
+            kind: "permanent",
+            ..
+        }
+    ));
     let dead = store.get(id).await.unwrap().unwrap();
     assert_eq!(dead.attempt_count, 1);
     assert_eq!(dead.status, OutboxStatus::DeadLetter);
     let listed = store
-        .list(&MessageFilter::all().with_status(OutboxStatus::DeadLetter), PageRequest { after: None, limit: 10 })
+        .list(
+            &MessageFilter::all().with_status(OutboxStatus::DeadLetter),
+            PageRequest {
+                after: None,
+                limit: 10,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(listed.messages.len(), 1);
     // An operator's requeue sends it round again.
-    assert_eq!(store.requeue_dead_letters(&MessageFilter::all().with_ids([id])).await.unwrap(), 1);
-    wait_for(&mut events, "the retry", |e| matches!(e, RelayEvent::Failed { outbox_id, .. } if *outbox_id == id)).await;
+    assert_eq!(
+        store
+            .requeue_dead_letters(&MessageFilter::all().with_ids([id]))
+            .await
+            .unwrap(),
+        1
+    );
+    wait_for(
+        &mut events,
+        "the retry",
+        |e| matches!(e, RelayEvent::Failed { outbox_id, .. } if *outbox_id == id),
+    )
+    .await;
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }

@@ -49,7 +49,9 @@ impl FaultyStore {
         let left = self.unavailable.load(Ordering::SeqCst);
         if left > 0 {
             self.unavailable.store(left - 1, Ordering::SeqCst);
-            return Err(StoreError::Unavailable("connection refused (injected)".into()));
+            return Err(StoreError::Unavailable(
+                "connection refused (injected)".into(),
+            ));
         }
         Ok(())
     }
@@ -60,7 +62,10 @@ impl OutboxStore for FaultyStore {
     async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
         self.inner.enqueue(draft).await
     }
-    async fn enqueue_many(&self, drafts: Vec<OutboxMessageDraft>) -> Result<Vec<Enqueued>, StoreError> {
+    async fn enqueue_many(
+        &self,
+        drafts: Vec<OutboxMessageDraft>,
+    ) -> Result<Vec<Enqueued>, StoreError> {
         self.inner.enqueue_many(drafts).await
     }
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
@@ -84,13 +89,22 @@ impl OutboxStore for FaultyStore {
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
         self.inner.nack(nacks).await
     }
-    async fn extend_lease(&self, claims: &[ClaimRef], lease: Duration) -> Result<Vec<ClaimOutcome>, StoreError> {
+    async fn extend_lease(
+        &self,
+        claims: &[ClaimRef],
+        lease: Duration,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
         self.inner.extend_lease(claims, lease).await
     }
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         self.inner.release(claims).await
     }
-    async fn next_due(&self, lane: &str, target: &str, ordering: OrderingPolicy) -> Result<Option<Duration>, StoreError> {
+    async fn next_due(
+        &self,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError> {
         self.outage()?;
         self.inner.next_due(lane, target, ordering).await
     }
@@ -119,7 +133,10 @@ impl OutboxStore for FaultyStore {
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
-        .retry(RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(100)))
+        .retry(RetryPolicy::new(
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+        ))
         .lease(Duration::from_secs(2))
         .max_poll_interval(Duration::from_secs(600))
 }
@@ -130,7 +147,10 @@ async fn crashed_lane_is_restarted_and_its_claims_redelivered_at_lease_lapse() {
     let store = FaultyStore::new(inner.clone());
     store.panic_acks.store(1, Ordering::SeqCst);
     let store = Arc::new(store);
-    let ids = [enqueue(&*inner, draft(1)).await, enqueue(&*inner, draft(2)).await];
+    let ids = [
+        enqueue(&*inner, draft(1)).await,
+        enqueue(&*inner, draft(2)).await,
+    ];
     let handler = TestHandler::ok();
     let relay = OutboxRelay::builder(store.clone())
         .lane(lane(), handler.clone())
@@ -141,22 +161,38 @@ async fn crashed_lane_is_restarted_and_its_claims_redelivered_at_lease_lapse() {
     let mut events = relay.subscribe();
     // The first incarnation claims both, delivers them, and panics acking them.
     let claimed_at = Instant::now();
-    wait_for(&mut events, "the crash", |e| matches!(e, RelayEvent::LaneCrashed { .. })).await;
-    wait_for(&mut events, "the restart", |e| matches!(e, RelayEvent::LaneStarted { incarnation: 2, .. })).await;
+    wait_for(&mut events, "the crash", |e| {
+        matches!(e, RelayEvent::LaneCrashed { .. })
+    })
+    .await;
+    wait_for(&mut events, "the restart", |e| {
+        matches!(e, RelayEvent::LaneStarted { incarnation: 2, .. })
+    })
+    .await;
     let mut redelivered = wait_delivered(&mut events, 2).await;
     let after = claimed_at.elapsed();
     redelivered.sort();
     let mut expected = ids.to_vec();
     expected.sort();
     assert_eq!(redelivered, expected);
-    assert!(after >= Duration::from_secs(2), "redelivered before the lease lapsed: {after:?}");
-    assert!(after < Duration::from_secs(3), "redelivery waited for a poll (600 s): {after:?}");
+    assert!(
+        after >= Duration::from_secs(2),
+        "redelivered before the lease lapsed: {after:?}"
+    );
+    assert!(
+        after < Duration::from_secs(3),
+        "redelivery waited for a poll (600 s): {after:?}"
+    );
     // Delivered twice each: once by the crashed incarnation, once after the lapse.
     assert_eq!(handler.calls().len(), 4);
     let status = relay.status().await.unwrap();
     assert_eq!(status[0].state, LaneState::Running);
     assert_eq!(status[0].restarts, 1);
-    assert!(status[0].last_error.as_deref().unwrap().contains("injected ack panic"));
+    assert!(status[0]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("injected ack panic"));
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
 
@@ -183,9 +219,17 @@ async fn handler_panic_keeps_the_lane_up_and_the_message_is_retried() {
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    let failed = wait_for(&mut events, "the panic", |e| matches!(e, RelayEvent::Failed { .. })).await;
+    let failed = wait_for(&mut events, "the panic", |e| {
+        matches!(e, RelayEvent::Failed { .. })
+    })
+    .await;
     match failed {
-        RelayEvent::Failed { kind, error, outcome, .. } => {
+        RelayEvent::Failed {
+            kind,
+            error,
+            outcome,
+            ..
+        } => {
             assert_eq!(kind, "panic");
             assert!(error.starts_with("handler panicked: "), "{error}");
             assert!(error.contains("boom in the handler"), "{error}");
@@ -196,7 +240,10 @@ async fn handler_panic_keeps_the_lane_up_and_the_message_is_retried() {
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
     let status = relay.status().await.unwrap();
     assert_eq!(status[0].state, LaneState::Running);
-    assert_eq!(status[0].restarts, 0, "a handler panic must not restart the lane");
+    assert_eq!(
+        status[0].restarts, 0,
+        "a handler panic must not restart the lane"
+    );
     assert_eq!(store.get(id).await.unwrap().unwrap().attempt_count, 2);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
@@ -232,7 +279,11 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
     let doomed = status.iter().find(|s| s.lane.lane == "doomed").unwrap();
     assert_eq!(doomed.state, LaneState::Failed);
     assert_eq!(doomed.restarts, 3);
-    assert!(doomed.last_error.as_deref().unwrap().contains("injected claim panic"));
+    assert!(doomed
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("injected claim panic"));
     let healthy = status.iter().find(|s| s.lane.lane == "canonical").unwrap();
     assert_eq!(healthy.state, LaneState::Running);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
@@ -255,7 +306,10 @@ async fn store_outage_leaves_the_lane_up_and_everything_is_delivered_after() {
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    let error = wait_for(&mut events, "a store error", |e| matches!(e, RelayEvent::StoreError { .. })).await;
+    let error = wait_for(&mut events, "a store error", |e| {
+        matches!(e, RelayEvent::StoreError { .. })
+    })
+    .await;
     assert!(matches!(error, RelayEvent::StoreError { op: "claim", .. }));
     let mut delivered = wait_delivered(&mut events, 20).await;
     delivered.sort();
@@ -264,7 +318,11 @@ async fn store_outage_leaves_the_lane_up_and_everything_is_delivered_after() {
     let status = relay.status().await.unwrap();
     assert_eq!(status[0].state, LaneState::Running);
     assert_eq!(status[0].restarts, 0);
-    assert!(status[0].last_error.as_deref().unwrap().contains("unavailable"));
+    assert!(status[0]
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("unavailable"));
     assert_eq!(store.unavailable.load(Ordering::SeqCst), 0);
     let stats = inner.stats(&MessageFilter::all()).await.unwrap();
     assert_eq!(stats[0].delivered, 20);
@@ -281,24 +339,43 @@ async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
     });
     let lease = Duration::from_secs(3);
     let relay = OutboxRelay::builder(store.clone())
-        .lane(lane().lease(lease).delivery_timeout(Duration::from_secs(60)), slow.clone())
+        .lane(
+            lane()
+                .lease(lease)
+                .delivery_timeout(Duration::from_secs(60)),
+            slow.clone(),
+        )
         .start()
         .await
         .unwrap();
     // A second relay polls the same lane all along: it must never get the message.
     let rival = TestHandler::ok();
     let rival_relay = OutboxRelay::builder(store.clone())
-        .lane(lane().consumer_id("rival").max_poll_interval(Duration::from_millis(500)), rival.clone())
+        .lane(
+            lane()
+                .consumer_id("rival")
+                .max_poll_interval(Duration::from_millis(500)),
+            rival.clone(),
+        )
         .start()
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    wait_for(&mut events, "a lease extension", |e| matches!(e, RelayEvent::LeaseExtended { count: 1, .. })).await;
+    wait_for(&mut events, "a lease extension", |e| {
+        matches!(e, RelayEvent::LeaseExtended { count: 1, .. })
+    })
+    .await;
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
     assert_eq!(slow.calls(), vec![id]);
-    assert!(rival.calls().is_empty(), "the rival got a message whose lease was kept");
+    assert!(
+        rival.calls().is_empty(),
+        "the rival got a message whose lease was kept"
+    );
     let message = store.get(id).await.unwrap().unwrap();
-    assert_eq!((message.status, message.attempt_count), (OutboxStatus::Delivered, 1));
+    assert_eq!(
+        (message.status, message.attempt_count),
+        (OutboxStatus::Delivered, 1)
+    );
     let status = relay.status().await.unwrap();
     assert_eq!(status[0].lost_claims, 0);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
@@ -326,7 +403,10 @@ async fn without_extension_a_slow_delivery_lapses_and_its_late_ack_is_fenced() {
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    wait_for(&mut events, "the lapse", |e| matches!(e, RelayEvent::LeaseExpired { .. })).await;
+    wait_for(&mut events, "the lapse", |e| {
+        matches!(e, RelayEvent::LeaseExpired { .. })
+    })
+    .await;
     // Another relay takes the lapsed message and delivers it.
     let rival = TestHandler::ok();
     let rival_relay = OutboxRelay::builder(store.clone())
@@ -336,9 +416,15 @@ async fn without_extension_a_slow_delivery_lapses_and_its_late_ack_is_fenced() {
         .unwrap();
     let mut rival_events = rival_relay.subscribe();
     assert_eq!(wait_delivered(&mut rival_events, 1).await, vec![id]);
-    wait_for(&mut events, "the fenced late ack", |e| matches!(e, RelayEvent::LostClaim { .. })).await;
+    wait_for(&mut events, "the fenced late ack", |e| {
+        matches!(e, RelayEvent::LostClaim { .. })
+    })
+    .await;
     let message = store.get(id).await.unwrap().unwrap();
-    assert_eq!((message.status, message.attempt_count), (OutboxStatus::Delivered, 2));
+    assert_eq!(
+        (message.status, message.attempt_count),
+        (OutboxStatus::Delivered, 2)
+    );
     assert_eq!(relay.status().await.unwrap()[0].lost_claims, 1);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
     rival_relay.shutdown(Duration::from_secs(1)).await.unwrap();
@@ -367,8 +453,18 @@ async fn hung_handler_times_out_and_is_retried() {
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    let failed = wait_for(&mut events, "the timeout", |e| matches!(e, RelayEvent::Failed { .. })).await;
-    assert!(matches!(failed, RelayEvent::Failed { kind: "timeout", outcome: NackOutcome::Requeued, .. }));
+    let failed = wait_for(&mut events, "the timeout", |e| {
+        matches!(e, RelayEvent::Failed { .. })
+    })
+    .await;
+    assert!(matches!(
+        failed,
+        RelayEvent::Failed {
+            kind: "timeout",
+            outcome: NackOutcome::Requeued,
+            ..
+        }
+    ));
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }

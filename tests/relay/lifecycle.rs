@@ -8,15 +8,19 @@ use std::time::Duration;
 
 use outbox_relay::relay::{LaneState, RelayEvent};
 use outbox_relay::store::{ClaimRequest, MessageFilter};
-use outbox_relay::{DeliveryError, LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy};
+use outbox_relay::{
+    DeliveryError, LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy,
+};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
 
 fn lane() -> LaneConfig {
-    LaneConfig::new("canonical", "projector")
-        .retry(RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(50)))
+    LaneConfig::new("canonical", "projector").retry(RetryPolicy::new(
+        Duration::from_millis(5),
+        Duration::from_millis(50),
+    ))
 }
 
 #[tokio::test(start_paused = true)]
@@ -56,7 +60,11 @@ async fn a_thousand_messages_through_sixteen_handlers_each_delivered_once() {
     let unique: HashSet<Uuid> = delivered.iter().copied().collect();
     assert_eq!(unique, ids);
     assert_eq!(handler.calls().len(), 1000, "a message was delivered twice");
-    assert_eq!(peak.load(Ordering::SeqCst), 16, "deliveries did not overlap up to the concurrency");
+    assert_eq!(
+        peak.load(Ordering::SeqCst),
+        16,
+        "deliveries did not overlap up to the concurrency"
+    );
     let stats = store.stats(&MessageFilter::all()).await.unwrap();
     assert_eq!(stats[0].delivered, 1000);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
@@ -82,19 +90,29 @@ async fn per_key_order_holds_under_concurrency_and_failures() {
     let delivered: Arc<Mutex<HashMap<String, Vec<Uuid>>>> = Arc::default();
     let attempts = Arc::new(AtomicU32::new(0));
     let handler = {
-        let (in_flight, delivered, attempts) = (in_flight.clone(), delivered.clone(), attempts.clone());
+        let (in_flight, delivered, attempts) =
+            (in_flight.clone(), delivered.clone(), attempts.clone());
         TestHandler::new(move |m| {
-            let (in_flight, delivered, attempts) = (in_flight.clone(), delivered.clone(), attempts.clone());
+            let (in_flight, delivered, attempts) =
+                (in_flight.clone(), delivered.clone(), attempts.clone());
             async move {
                 let key = m.ordering_key.clone().unwrap();
-                assert!(in_flight.lock().unwrap().insert(key.clone()), "two messages of {key} in flight");
+                assert!(
+                    in_flight.lock().unwrap().insert(key.clone()),
+                    "two messages of {key} in flight"
+                );
                 tokio::time::sleep(Duration::from_millis(3)).await;
                 in_flight.lock().unwrap().remove(&key);
                 // Every 7th attempt fails: the head's retry must hold back only its key.
                 if attempts.fetch_add(1, Ordering::SeqCst) % 7 == 3 {
                     return Err(DeliveryError::retryable("injected"));
                 }
-                delivered.lock().unwrap().entry(key).or_default().push(m.outbox_id);
+                delivered
+                    .lock()
+                    .unwrap()
+                    .entry(key)
+                    .or_default()
+                    .push(m.outbox_id);
                 Ok(())
             }
         })
@@ -108,8 +126,15 @@ async fn per_key_order_holds_under_concurrency_and_failures() {
     let mut events = relay.subscribe();
     let order = wait_delivered(&mut events, 1000).await;
     assert_eq!(order.iter().collect::<HashSet<_>>().len(), 1000);
-    assert_eq!(*delivered.lock().unwrap(), expected, "a key was delivered out of order");
-    assert!(attempts.load(Ordering::SeqCst) > 1000, "no failure was injected");
+    assert_eq!(
+        *delivered.lock().unwrap(),
+        expected,
+        "a key was delivered out of order"
+    );
+    assert!(
+        attempts.load(Ordering::SeqCst) > 1000,
+        "no failure was injected"
+    );
     assert_eq!(key_of.len(), 1000);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
@@ -138,27 +163,47 @@ async fn shutdown_finishes_in_flight_and_releases_the_rest_for_another_relay() {
     };
     let relay = OutboxRelay::builder(store.clone())
         .lane(
-            lane().concurrency(2).lease(Duration::from_secs(600)).delivery_timeout(Duration::from_secs(7200)),
+            lane()
+                .concurrency(2)
+                .lease(Duration::from_secs(600))
+                .delivery_timeout(Duration::from_secs(7200)),
             handler,
         )
         .start()
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    wait_for(&mut events, "both claimed", |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2)).await;
+    wait_for(
+        &mut events,
+        "both claimed",
+        |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
+    )
+    .await;
     let report = relay.shutdown(Duration::from_secs(1)).await.unwrap();
     assert_eq!((report.completed(), report.released()), (1, 1));
-    assert_eq!(store.get(quick).await.unwrap().unwrap().status, OutboxStatus::Delivered);
+    assert_eq!(
+        store.get(quick).await.unwrap().unwrap().status,
+        OutboxStatus::Delivered
+    );
     // Another relay claims the released message at once, not after the 600 s lease, and
     // the abandoned attempt is not counted.
     let again = store
-        .claim(&ClaimRequest::new("canonical", "projector", 10, Duration::from_secs(5), "relay-b"))
+        .claim(&ClaimRequest::new(
+            "canonical",
+            "projector",
+            10,
+            Duration::from_secs(5),
+            "relay-b",
+        ))
         .await
         .unwrap();
     assert_eq!(again.messages.len(), 1);
     assert_eq!(again.messages[0].outbox_id, stuck);
     assert_eq!(again.messages[0].attempt_count, 1);
-    assert!(relay.status().await.is_err(), "the relay still answers after shutdown");
+    assert!(
+        relay.status().await.is_err(),
+        "the relay still answers after shutdown"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -184,15 +229,25 @@ async fn pause_stops_claiming_while_in_flight_finish_and_resume_continues() {
         .await
         .unwrap();
     let mut events = relay.subscribe();
-    wait_for(&mut events, "the first claim", |e| matches!(e, RelayEvent::Claimed { .. })).await;
+    wait_for(&mut events, "the first claim", |e| {
+        matches!(e, RelayEvent::Claimed { .. })
+    })
+    .await;
     relay.pause("canonical", "projector").await.unwrap();
     assert_eq!(relay.status().await.unwrap()[0].state, LaneState::Paused);
     let second = enqueue(&*store, draft(2)).await;
     release.notify_one();
-    assert_eq!(wait_delivered(&mut events, 1).await, vec![first], "in-flight must finish while paused");
+    assert_eq!(
+        wait_delivered(&mut events, 1).await,
+        vec![first],
+        "in-flight must finish while paused"
+    );
     // Let any timers run: a paused lane claims nothing.
     tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(store.get(second).await.unwrap().unwrap().status, OutboxStatus::Pending);
+    assert_eq!(
+        store.get(second).await.unwrap().unwrap().status,
+        OutboxStatus::Pending
+    );
     assert_eq!(handler.calls(), vec![first]);
     relay.resume("canonical", "projector").await.unwrap();
     assert_eq!(wait_delivered(&mut events, 1).await, vec![second]);
@@ -211,9 +266,15 @@ async fn lanes_are_added_and_removed_at_run_time() {
     assert!(err.to_string().contains("already configured"));
     let id = enqueue(&*store, draft(1)).await;
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
-    let report = relay.remove_lane("canonical", "projector", Duration::from_secs(5)).await.unwrap();
+    let report = relay
+        .remove_lane("canonical", "projector", Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!(report.released, 0);
-    wait_for(&mut events, "the lane to stop", |e| matches!(e, RelayEvent::LaneStopped { .. })).await;
+    wait_for(&mut events, "the lane to stop", |e| {
+        matches!(e, RelayEvent::LaneStopped { .. })
+    })
+    .await;
     assert!(relay.status().await.unwrap().is_empty());
     let err = relay.pause("canonical", "projector").await.unwrap_err();
     assert!(err.to_string().contains("no lane canonical/projector"));

@@ -113,8 +113,10 @@ pub async fn wait_for(
 pub async fn wait_delivered(events: &mut broadcast::Receiver<RelayEvent>, n: usize) -> Vec<Uuid> {
     let mut ids = Vec::new();
     while ids.len() < n {
-        if let RelayEvent::Delivered { outbox_id, .. } =
-            wait_for(events, "deliveries", |e| matches!(e, RelayEvent::Delivered { .. })).await
+        if let RelayEvent::Delivered { outbox_id, .. } = wait_for(events, "deliveries", |e| {
+            matches!(e, RelayEvent::Delivered { .. })
+        })
+        .await
         {
             ids.push(outbox_id);
         }
