@@ -12,6 +12,8 @@
 //!   `store::postgres` (feature `postgres`) implement it.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
+//! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
+//!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
 #![deny(
     missing_docs,
     missing_debug_implementations,
@@ -22,6 +24,7 @@
 
 pub mod delivery;
 pub mod message;
+pub mod metrics;
 pub mod retry;
 pub mod store;
 
