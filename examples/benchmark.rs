@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outbox_relay::relay::RelayEvent;
-use outbox_relay::store::{ClaimRequest, NackDisposition, Nack};
+use outbox_relay::store::{ClaimRequest, Nack, NackDisposition};
 use outbox_relay::{
     DeliveryError, DeliveryHandler, InMemoryOutboxStore, LaneConfig, OutboxMessage,
     OutboxMessageDraft, OutboxRelay, OutboxStore,
@@ -54,7 +54,11 @@ fn options() -> Result<Options, String> {
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let number = || value.parse::<usize>().map_err(|e| format!("{flag} {value}: {e}"));
+        let number = || {
+            value
+                .parse::<usize>()
+                .map_err(|e| format!("{flag} {value}: {e}"))
+        };
         match flag.as_str() {
             "--messages" => options.messages = number()?,
             "--latency-ms" => options.latency = Duration::from_millis(number()? as u64),
@@ -96,7 +100,9 @@ async fn baseline(store: Arc<dyn OutboxStore>, target: &SimulatedTarget, n: usiz
     while delivered < n {
         let batch = store.claim(&request).await.expect("claim");
         for message in batch.messages {
-            let Some(claim) = message.claim() else { continue };
+            let Some(claim) = message.claim() else {
+                continue;
+            };
             match target.deliver(&message).await {
                 Ok(()) => {
                     store.ack(&[claim]).await.expect("ack");
@@ -144,7 +150,10 @@ async fn actor_relay(
         }
     }
     let took = started.elapsed();
-    relay.shutdown(Duration::from_secs(5)).await.expect("shutdown");
+    relay
+        .shutdown(Duration::from_secs(5))
+        .await
+        .expect("shutdown");
     took
 }
 
@@ -176,7 +185,10 @@ async fn main() {
             std::process::exit(2)
         });
         fill(&*store, options.messages).await;
-        let base = rate(options.messages, baseline(store, &target, options.messages).await);
+        let base = rate(
+            options.messages,
+            baseline(store, &target, options.messages).await,
+        );
         let store = open_store(&options.store, round).await.unwrap_or_else(|e| {
             eprintln!("benchmark: {e}");
             std::process::exit(2)
@@ -184,12 +196,21 @@ async fn main() {
         fill(&*store, options.messages).await;
         let ours = rate(
             options.messages,
-            actor_relay(store, options.latency, options.messages, options.concurrency).await,
+            actor_relay(
+                store,
+                options.latency,
+                options.messages,
+                options.concurrency,
+            )
+            .await,
         );
         let ratio = ours / base;
         ratios.push(ratio);
         println!("{round:>5}  {base:>14.0}  {ours:>11.0}  {ratio:>5.2}x");
     }
     ratios.sort_by(|a, b| a.total_cmp(b));
-    println!("median ratio (actor / baseline): {:.2}x", ratios[ratios.len() / 2]);
+    println!(
+        "median ratio (actor / baseline): {:.2}x",
+        ratios[ratios.len() / 2]
+    );
 }

@@ -12,6 +12,12 @@
 //!   `store::postgres` (feature `postgres`) implement it.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
+//! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`.
+//! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system:
+//!   `relay::supervisor` (restarts lanes), `relay::lane` (claims, lease timers, batched
+//!   acks), `relay::handler` (one delivery at a time under a timeout).
+//! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
+//!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
 #![deny(
     missing_docs,
     missing_debug_implementations,
