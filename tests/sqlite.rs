@@ -3,6 +3,9 @@
 //! table prefixes, and all-or-nothing batches.
 #![cfg(feature = "sqlite")]
 
+#[path = "sqlite/differential.rs"]
+mod differential;
+
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
