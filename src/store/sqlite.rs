@@ -437,3 +437,46 @@ impl OutboxStore for SqliteOutboxStore {
         self.wakeups.subscribe()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hot statements must find their rows through an index: a full scan would make
+    /// every claim slower as the delivered tail grows.
+    #[tokio::test]
+    async fn hot_statements_use_their_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteOutboxStore::open(dir.path().join("outbox.db"))
+            .await
+            .unwrap();
+        let sql = &store.sql;
+        for (statement, index) in [
+            (&sql.claim_doomed, "outbox_claimable"),
+            (&sql.claim_candidates, "outbox_claimable"),
+            (&sql.next_due, "outbox_claimable"),
+            (&sql.purge_batch, "outbox_finished"),
+            (&sql.find_dedupe, "outbox_dedupe"),
+            (&sql.ack, "sqlite_autoindex_outbox_1"),
+        ] {
+            let plan: Vec<String> =
+                sqlx::query(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {statement}")))
+                    .fetch_all(&store.reader)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|row| row.get(3))
+                    .collect();
+            assert!(
+                plan.iter().any(|step| step.contains(index)),
+                "{index} unused: {plan:#?}"
+            );
+            assert!(
+                !plan
+                    .iter()
+                    .any(|step| step.starts_with("SCAN outbox") || step.starts_with("SCAN c")),
+                "full scan: {plan:#?}"
+            );
+        }
+    }
+}
