@@ -13,6 +13,11 @@
 //! *process* on the same file waits on `busy_timeout` instead. Reads (get, list, stats,
 //! next_due) use a separate small pool: in WAL mode they never wait for the writer.
 //!
+//! So open one store per file in a process and share it (`Arc`): two handles on one file
+//! are correct, but they meet at SQLite's lock and `busy_timeout` rather than at the
+//! mutex, and each hands out only its own wake-ups (an in-process broadcast, sent after
+//! commit, one per (lane, target) per call).
+//!
 //! # Durability
 //!
 //! `synchronous = FULL`: each commit syncs the WAL, so a message whose enqueue returned
