@@ -330,6 +330,25 @@ label_values! {
     }
 }
 
+/// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
+/// and target. Every store calls it once its write has committed.
+pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
+    let mut counts: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
+    for answer in enqueued.iter().filter(|answer| !answer.duplicate) {
+        *counts
+            .entry((&answer.message.lane, &answer.message.target))
+            .or_default() += 1;
+    }
+    for ((lane, target), n) in counts {
+        metrics::counter!(
+            ENQUEUED_TOTAL,
+            LABEL_LANE => lane.to_owned(),
+            LABEL_TARGET => target.to_owned()
+        )
+        .increment(n);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,24 +455,5 @@ mod tests {
             assert_eq!(unit, Some(metric.unit), "{name}");
             assert_eq!(help.as_deref(), Some(metric.help), "{name}");
         }
-    }
-}
-
-/// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
-/// and target. Every store calls it once its write has committed.
-pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
-    let mut counts: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
-    for answer in enqueued.iter().filter(|answer| !answer.duplicate) {
-        *counts
-            .entry((&answer.message.lane, &answer.message.target))
-            .or_default() += 1;
-    }
-    for ((lane, target), n) in counts {
-        metrics::counter!(
-            ENQUEUED_TOTAL,
-            LABEL_LANE => lane.to_owned(),
-            LABEL_TARGET => target.to_owned()
-        )
-        .increment(n);
     }
 }

@@ -40,8 +40,8 @@ use uuid::Uuid;
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, ValidationError};
 use crate::store::{
     duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, Enqueued, LaneStats,
-    MessageFilter, Nack, NackOutcome, OutboxStore, Page, PageRequest, StoreError, SystemClock,
-    WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page, PageRequest, StoreError,
+    SystemClock, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
 
 mod filter;
@@ -331,6 +331,7 @@ impl OutboxStore for SqliteOutboxStore {
         let result = write::enqueue(&self.sql, &mut tx, drafts, now, &mut woken).await;
         let answers = finish(tx, result, OP).await?;
         self.wake(woken);
+        crate::metrics::record_enqueued(&answers);
         Ok(answers)
     }
 
@@ -381,9 +382,14 @@ impl OutboxStore for SqliteOutboxStore {
         Ok(outcomes)
     }
 
-    async fn next_due(&self, lane: &str, target: &str) -> Result<Option<Duration>, StoreError> {
+    async fn next_due(
+        &self,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError> {
         let now = self.clock.now_millis();
-        read::next_due(&self.sql, &self.reader, lane, target, now).await
+        read::next_due(&self.sql, &self.reader, lane, target, ordering, now).await
     }
 
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {

@@ -263,7 +263,12 @@ async fn agree(seed: u64, steps: usize) {
             let mut view = vec![format!("{:?}", normal_all(&side.all().await))];
             view.push(format!("{:?}", side.drain_wakeups()));
             for (lane, target) in LANES {
-                view.push(format!("{:?}", side.store.next_due(lane, target).await));
+                for policy in [OrderingPolicy::Skip, OrderingPolicy::Block] {
+                    view.push(format!(
+                        "{:?}",
+                        side.store.next_due(lane, target, policy).await
+                    ));
+                }
             }
             view.push(format!(
                 "{:?}",

@@ -9,34 +9,34 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
-use crate::store::{millis_until, LaneStats, MessageFilter, Page, PageRequest, StoreError};
+use crate::store::{
+    millis_until, LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError,
+};
 
 use super::filter::FilterSql;
 use super::row::{db, decode, int, uuid_text};
 use super::schema::{Statements, COLUMNS};
 use super::write::{dynamic, query};
 
-/// How long until the earliest due pending row or the earliest lease expiry of a lane.
+/// How long until the next row of a lane may be claimable (see the trait's `next_due`).
 pub(super) async fn next_due(
     sql: &Statements,
     pool: &SqlitePool,
     lane: &str,
     target: &str,
+    ordering: OrderingPolicy,
     now: UnixMillis,
 ) -> Result<Option<Duration>, StoreError> {
     const OP: &str = "next_due";
     let row = query(&sql.next_due)
+        .bind(now)
+        .bind(ordering == OrderingPolicy::Block)
         .bind(lane)
         .bind(target)
         .fetch_one(pool)
         .await
         .map_err(db(OP))?;
-    let pending: Option<i64> = row.try_get(0).map_err(db(OP))?;
-    let lease: Option<i64> = row.try_get(1).map_err(db(OP))?;
-    let earliest = match (pending, lease) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    let earliest: Option<i64> = row.try_get(0).map_err(db(OP))?;
     Ok(earliest.map(|at| millis_until(now, at)))
 }
 

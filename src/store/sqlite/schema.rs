@@ -118,12 +118,17 @@ pub(super) fn latest_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)
 }
 
-/// "Is an earlier row of candidate `c`'s ordering key holding the key?", with `?1` the
-/// clock's now and `?2` 1 under `OrderingPolicy::Block`, 0 under `Skip`. Under Skip a
-/// claimed row whose lease lapsed on its last attempt does not hold: this same claim
-/// dead-letters it. One probe per status keeps each an index range scan.
+/// "Is candidate `c`'s ordering key held?", with `?1` the clock's now and `?2` 1 under
+/// `OrderingPolicy::Block`, 0 under `Skip`. It is held by an earlier pending row, an
+/// earlier claimed row (under Skip, not one whose lease lapsed on its last attempt: this
+/// same claim dead-letters it), under Block an earlier dead letter, and by any other row of
+/// the key claimed under a lease that has not lapsed (a requeued dead head must not run
+/// beside its successor). One probe per status keeps each an index range scan.
 const KEY_HELD: &str = "(c.ordering_key IS NOT NULL AND (
         EXISTS (SELECT 1 FROM {t} e WHERE e.lane = c.lane AND e.target = c.target
+            AND e.ordering_key = c.ordering_key AND e.status = 'claimed'
+            AND e.seq <> c.seq AND e.lease_expires_at > ?1)
+        OR EXISTS (SELECT 1 FROM {t} e WHERE e.lane = c.lane AND e.target = c.target
             AND e.ordering_key = c.ordering_key AND e.status = 'pending' AND e.seq < c.seq)
         OR EXISTS (SELECT 1 FROM {t} e WHERE e.lane = c.lane AND e.target = c.target
             AND e.ordering_key = c.ordering_key AND e.status = 'claimed' AND e.seq < c.seq
@@ -224,11 +229,21 @@ impl Statements {
                     updated_at = ?3
                 WHERE outbox_id = ?1 AND status = 'claimed' AND claim_token = ?2
                 RETURNING lane, target"),
-            next_due: t("SELECT
-                (SELECT MIN(available_at) FROM {t} WHERE lane = ?1 AND target = ?2
-                    AND status IN ('pending', 'claimed') AND status = 'pending'),
-                (SELECT MIN(lease_expires_at) FROM {t} WHERE lane = ?1 AND target = ?2
-                    AND status IN ('pending', 'claimed') AND status = 'claimed')"),
+            // A running lease always counts (its lapse frees the row or its key); a row its
+            // key holds back does not (its key's head is counted instead). Binds: now,
+            // block, lane, target.
+            next_due: t("SELECT MIN(due) FROM (
+                SELECT c.lease_expires_at AS due FROM {t} c
+                WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
+                    AND c.status = 'claimed' AND c.lease_expires_at > ?1
+                UNION ALL
+                SELECT c.available_at AS due FROM {t} c
+                WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
+                    AND c.status = 'pending' AND NOT {key_held}
+                UNION ALL
+                SELECT c.lease_expires_at AS due FROM {t} c
+                WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
+                    AND c.status = 'claimed' AND c.lease_expires_at <= ?1 AND NOT {key_held})"),
             get: t("SELECT {cols} FROM {t} WHERE outbox_id = ?1"),
             purge_batch: t("DELETE FROM {t} WHERE seq IN (
                 SELECT seq FROM {t}
