@@ -203,9 +203,10 @@ impl Statements {
             )
             .into(),
             // $1 now, $2 lane, $3 target. Milliseconds to wait, rounded up so a relay that
-            // sleeps that long finds the message due.
+            // sleeps that long finds the message due; negative when overdue (the caller
+            // clamps: GREATEST would turn "nothing to wait for", NULL, into 0).
             next_due: format!(
-                "SELECT GREATEST(0, ceil(extract(epoch FROM (min(due) - {NOW})) * 1000))::int8
+                "SELECT ceil(extract(epoch FROM (min(due) - {NOW})) * 1000)::int8
                  FROM (
                     SELECT min(available_at) AS due FROM {t}
                     WHERE lane = $2 AND target = $3 AND status = 'pending'
