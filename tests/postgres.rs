@@ -334,7 +334,7 @@ async fn two_processes_never_hold_two_messages_of_one_key() {
     for worker in workers {
         worker.await.unwrap();
     }
-    let delivered = delivered.lock().unwrap();
+    let delivered = std::mem::take(&mut *delivered.lock().unwrap());
     for k in 0..KEYS {
         let expected: Vec<i64> = (0..PER_KEY).map(|i| i * KEYS + k).collect();
         assert_eq!(delivered[&format!("k{k}")], expected, "key k{k}");
@@ -396,7 +396,12 @@ async fn schema_and_prefix_are_chosen_and_checked() {
 
 #[tokio::test]
 async fn an_unreachable_database_is_retryable() {
-    let err = PostgresOutboxStore::connect("postgres://postgres@127.0.0.1:1/test")
+    // A short acquire timeout: sqlx's default waits 30 s for a connection.
+    let pool = PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("postgres://postgres@127.0.0.1:1/test")
+        .unwrap();
+    let err = PostgresOutboxStore::new(pool, PostgresConfig::default())
         .await
         .unwrap_err();
     assert!(err.is_retryable(), "{err}");
@@ -682,5 +687,74 @@ async fn differential_run(seed: u64, steps: usize) {
         assert_eq!(views[0], views[1], "{context}: state after op {op}");
     }
     assert!(enqueued > 0);
+    schema.drop().await;
+}
+
+/// A dead letter requeued while its key's next message is in flight waits for that claim
+/// to end: a key never has two messages in flight. Checked on both stores.
+#[tokio::test]
+async fn a_requeued_dead_letter_waits_for_its_in_flight_successor() {
+    let schema = SchemaGuard::new();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let stores: [Arc<dyn OutboxStore>; 2] = [
+        Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone()))),
+        Arc::new(open(schema.config().with_clock(Arc::new(clock.clone()))).await),
+    ];
+    for store in &stores {
+        let keyed = |v| draft("l", v).with_ordering_key("k").with_max_attempts(1);
+        let first = store.enqueue(keyed(1)).await.unwrap().message;
+        let second = store.enqueue(keyed(2)).await.unwrap().message;
+        let request = ClaimRequest::new("l", "sink", 10, Duration::from_secs(1), "r");
+
+        let batch = store.claim(&request).await.unwrap();
+        assert_eq!(batch.messages.len(), 1);
+        let nack = Nack {
+            claim: batch.messages[0].claim().unwrap(),
+            error: "no".into(),
+            disposition: NackDisposition::Permanent,
+        };
+        store.nack(&[nack]).await.unwrap();
+        let batch = store.claim(&request).await.unwrap();
+        assert_eq!(batch.messages[0].outbox_id, second.outbox_id);
+        let in_flight = batch.messages[0].claim().unwrap();
+
+        let requeue = MessageFilter::all().with_ids([first.outbox_id]);
+        assert_eq!(store.requeue_dead_letters(&requeue).await.unwrap(), 1);
+        let batch = store.claim(&request).await.unwrap();
+        assert!(batch.messages.is_empty(), "{store:?}: two in flight");
+
+        store.ack(&[in_flight]).await.unwrap();
+        let batch = store.claim(&request).await.unwrap();
+        assert_eq!(batch.messages[0].outbox_id, first.outbox_id);
+    }
+    schema.drop().await;
+}
+
+/// When the listening connection dies, the store listens again and says every lane should
+/// look (whatever was notified meanwhile is lost); wake-ups then flow as before.
+#[tokio::test]
+async fn a_lost_listener_connection_reconnects_and_wakes_everyone() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    let mut rx = store.subscribe();
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE query LIKE 'LISTEN%' AND strpos(query, $1) > 0",
+    )
+    .bind(store.notify_channel())
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![true], "exactly our listener was terminated");
+    assert_eq!(next_wakeup(&mut rx).await, WakeUp::All);
+
+    store.enqueue(draft("after", 1)).await.unwrap();
+    assert_eq!(
+        next_wakeup(&mut rx).await,
+        WakeUp::Lane {
+            lane: "after".into(),
+            target: "sink".into()
+        }
+    );
     schema.drop().await;
 }

@@ -233,7 +233,7 @@ impl PostgresOutboxStore {
         drafts: Vec<OutboxMessageDraft>,
     ) -> Result<Vec<Enqueued>, StoreError> {
         let plan = self.plan(drafts)?;
-        match self.write(&mut **tx, &plan).await {
+        match self.write(tx, &plan).await {
             Ok(answers) => Ok(answers),
             Err(failure) => {
                 if !failure.inserted.is_empty() {

@@ -30,7 +30,10 @@ pub(crate) async fn start(
     wakeups: broadcast::Sender<WakeUp>,
 ) -> Result<ListenerGuard, StoreError> {
     let options = (*store_pool.connect_options()).clone();
+    // The store pool's acquire timeout: a store over a pool that gives up after 2 s should
+    // not wait sqlx's default 30 s for its listener.
     let pool = PgPoolOptions::new()
+        .acquire_timeout(store_pool.options().get_acquire_timeout())
         .max_connections(1)
         .min_connections(0)
         .idle_timeout(None)
