@@ -758,3 +758,34 @@ async fn a_lost_listener_connection_reconnects_and_wakes_everyone() {
     );
     schema.drop().await;
 }
+
+/// Sixteen enqueues of one dedupe key at once, from two pools: one row, no errors, every
+/// answer the same message, all but one of them duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_enqueues_of_one_dedupe_key_write_one_row() {
+    let schema = SchemaGuard::new();
+    let stores = [
+        Arc::new(open(schema.config()).await),
+        Arc::new(open(schema.config()).await),
+    ];
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let store = stores[i % 2].clone();
+            tokio::spawn(async move {
+                store
+                    .enqueue(draft("l", 1).with_dedupe_key("once"))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    assert_eq!(count_rows(&stores[0]).await, 1);
+    let id = answers[0].message.outbox_id;
+    assert!(answers.iter().all(|a| a.message.outbox_id == id));
+    assert_eq!(answers.iter().filter(|a| !a.duplicate).count(), 1);
+    schema.drop().await;
+}
