@@ -343,7 +343,7 @@ impl OutboxRelay {
             store,
             lanes: Vec::new(),
             supervisor: SupervisorConfig::default(),
-            event_capacity: DEFAULT_EVENT_CAPACITY,
+            events: broadcast::channel(DEFAULT_EVENT_CAPACITY).0,
         }
     }
 }
@@ -353,7 +353,7 @@ pub struct RelayBuilder {
     store: Arc<dyn OutboxStore>,
     lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
     supervisor: SupervisorConfig,
-    event_capacity: usize,
+    events: broadcast::Sender<RelayEvent>,
 }
 
 impl fmt::Debug for RelayBuilder {
@@ -388,10 +388,17 @@ impl RelayBuilder {
         self
     }
 
-    /// Sets how far an event subscriber may fall behind.
+    /// Sets how far an event subscriber may fall behind. Call it before
+    /// [`RelayBuilder::subscribe`]: it starts a new channel.
     pub fn event_capacity(mut self, capacity: usize) -> Self {
-        self.event_capacity = capacity.max(1);
+        self.events = broadcast::channel(capacity.max(1)).0;
         self
+    }
+
+    /// Subscribes to the relay's events before it starts, so not even the first claim or
+    /// `LaneStarted` is missed ([`RelayHandle::subscribe`] sees only what comes after it).
+    pub fn subscribe(&self) -> broadcast::Receiver<RelayEvent> {
+        self.events.subscribe()
     }
 
     /// Validates every lane, then starts the supervisor and its lanes.
@@ -405,7 +412,7 @@ impl RelayBuilder {
                 return Err(RelayError::DuplicateLane(key));
             }
         }
-        let (events, _) = broadcast::channel(self.event_capacity);
+        let events = self.events;
         let args = SupervisorArgs {
             store: self.store,
             config: self.supervisor,

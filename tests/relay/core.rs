@@ -29,12 +29,8 @@ async fn delivers_and_acks_claimed_messages() {
     let a = enqueue(&*store, draft(1)).await;
     let b = enqueue(&*store, draft(2)).await;
     let handler = TestHandler::ok();
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane(), handler.clone())
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
     let mut delivered = wait_delivered(&mut events, 2).await;
     delivered.sort();
     let mut expected = vec![a, b];
@@ -53,12 +49,9 @@ async fn delivers_and_acks_claimed_messages() {
 async fn nacks_failures_and_dead_letters_after_max_attempts() {
     let store = memory_store();
     let id = enqueue(&*store, draft(1).with_max_attempts(2)).await;
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane(), TestHandler::failing())
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::failing()))
+            .await;
     let first = wait_for(&mut events, "first failure", |e| {
         matches!(e, RelayEvent::Failed { .. })
     })
@@ -111,12 +104,10 @@ async fn redelivers_at_the_lapse_of_a_crashed_relays_lease() {
 
     let handler = TestHandler::ok();
     let poll = Duration::from_secs(600);
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane().max_poll_interval(poll), handler.clone())
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(lane().max_poll_interval(poll), handler.clone()),
+    )
+    .await;
     let delivered = wait_delivered(&mut events, 1).await;
     let after = claimed_at.elapsed();
     assert_eq!(delivered, vec![id]);
@@ -149,8 +140,8 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
             }
         })
     };
-    let relay_a = OutboxRelay::builder(store.clone())
-        .lane(
+    let (relay_a, mut events_a) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(
             lane()
                 .consumer_id("relay-a")
                 // One handler, busy with the slow delivery: relay a cannot claim again.
@@ -159,11 +150,9 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
                 .lease_extend_margin(None)
                 .delivery_timeout(Duration::from_secs(3600)),
             slow.clone(),
-        )
-        .start()
-        .await
-        .unwrap();
-    let mut events_a = relay_a.subscribe();
+        ),
+    )
+    .await;
     started.notified().await;
     wait_for(
         &mut events_a,
@@ -173,12 +162,10 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
     .await;
 
     let fast = TestHandler::ok();
-    let relay_b = OutboxRelay::builder(store.clone())
-        .lane(lane().consumer_id("relay-b"), fast.clone())
-        .start()
-        .await
-        .unwrap();
-    let mut events_b = relay_b.subscribe();
+    let (relay_b, mut events_b) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(lane().consumer_id("relay-b"), fast.clone()),
+    )
+    .await;
     assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
 
     release.notify_one();
@@ -212,12 +199,8 @@ async fn respects_its_lane_and_target() {
     )
     .await;
     let handler = TestHandler::ok();
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane(), handler.clone())
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
     wait_for(&mut events, "the lane to go idle", |e| {
         matches!(e, RelayEvent::Idle { .. })
     })
@@ -309,18 +292,14 @@ async fn retry_waits_for_the_backoff_and_a_retry_after_floor() {
         })
     };
     let start = Instant::now();
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(
-            lane().retry(RetryPolicy::new(
-                Duration::from_secs(1),
-                Duration::from_secs(10),
-            )),
-            handler,
-        )
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
+        lane().retry(RetryPolicy::new(
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        )),
+        handler,
+    ))
+    .await;
     wait_delivered(&mut events, 1).await;
     let took = start.elapsed();
     // 1 s backoff after the first failure, then the target's 30 s floor over the 2 s backoff.
@@ -336,17 +315,13 @@ async fn retry_waits_for_the_backoff_and_a_retry_after_floor() {
 async fn permanent_failure_dead_letters_at_once() {
     let store = memory_store();
     let id = enqueue(&*store, draft(1)).await;
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(
-            lane(),
-            TestHandler::new(|_| async {
-                Err(outbox_relay::DeliveryError::permanent("schema rejected"))
-            }),
-        )
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
+        lane(),
+        TestHandler::new(|_| async {
+            Err(outbox_relay::DeliveryError::permanent("schema rejected"))
+        }),
+    ))
+    .await;
     let failed = wait_for(&mut events, "failure", |e| {
         matches!(e, RelayEvent::Failed { .. })
     })

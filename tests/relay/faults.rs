@@ -6,131 +6,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use outbox_relay::config::SupervisorConfig;
-use outbox_relay::message::OutboxMessageDraft;
 use outbox_relay::metrics::{FailureKind, StoreOp};
 use outbox_relay::relay::{LaneState, RelayEvent};
-use outbox_relay::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, LaneStats, MessageFilter, Nack,
-    NackOutcome, OrderingPolicy, Page, PageRequest, StoreError, WakeUp,
-};
-use outbox_relay::{
-    InMemoryOutboxStore, LaneConfig, OutboxMessage, OutboxRelay, OutboxStatus, OutboxStore,
-    RetryPolicy,
-};
+use outbox_relay::store::{MessageFilter, NackOutcome};
+use outbox_relay::{LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy};
 use tokio::time::Instant;
-use uuid::Uuid;
 
+use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
-
-/// Wraps a store and misbehaves on demand.
-#[derive(Debug)]
-struct FaultyStore {
-    inner: Arc<InMemoryOutboxStore>,
-    /// Panic in the next this-many acks.
-    panic_acks: AtomicU32,
-    /// Panic in every claim of this lane.
-    panic_claims_of: Option<String>,
-    /// Fail the next this-many claims, acks and next_dues with `Unavailable`.
-    unavailable: AtomicU32,
-}
-
-impl FaultyStore {
-    fn new(inner: Arc<InMemoryOutboxStore>) -> Self {
-        Self {
-            inner,
-            panic_acks: AtomicU32::new(0),
-            panic_claims_of: None,
-            unavailable: AtomicU32::new(0),
-        }
-    }
-
-    fn outage(&self) -> Result<(), StoreError> {
-        let left = self.unavailable.load(Ordering::SeqCst);
-        if left > 0 {
-            self.unavailable.store(left - 1, Ordering::SeqCst);
-            return Err(StoreError::Unavailable(
-                "connection refused (injected)".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl OutboxStore for FaultyStore {
-    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
-        self.inner.enqueue(draft).await
-    }
-    async fn enqueue_many(
-        &self,
-        drafts: Vec<OutboxMessageDraft>,
-    ) -> Result<Vec<Enqueued>, StoreError> {
-        self.inner.enqueue_many(drafts).await
-    }
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        if self.panic_claims_of.as_deref() == Some(request.lane.as_str()) {
-            panic!("injected claim panic in lane {}", request.lane);
-        }
-        self.outage()?;
-        self.inner.claim(request).await
-    }
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        if self
-            .panic_acks
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            panic!("injected ack panic");
-        }
-        self.outage()?;
-        self.inner.ack(claims).await
-    }
-    async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
-        self.inner.nack(nacks).await
-    }
-    async fn extend_lease(
-        &self,
-        claims: &[ClaimRef],
-        lease: Duration,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.inner.extend_lease(claims, lease).await
-    }
-    async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.inner.release(claims).await
-    }
-    async fn next_due(
-        &self,
-        lane: &str,
-        target: &str,
-        ordering: OrderingPolicy,
-    ) -> Result<Option<Duration>, StoreError> {
-        self.outage()?;
-        self.inner.next_due(lane, target, ordering).await
-    }
-    async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
-        self.inner.stats(filter).await
-    }
-    async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
-        self.inner.list(filter, page).await
-    }
-    async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
-        self.inner.get(outbox_id).await
-    }
-    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        self.inner.requeue_dead_letters(filter).await
-    }
-    async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        self.inner.discard_dead_letters(filter).await
-    }
-    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError> {
-        self.inner.purge(older_than, batch_size).await
-    }
-    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
-        self.inner.subscribe()
-    }
-}
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
@@ -153,13 +37,12 @@ async fn crashed_lane_is_restarted_and_its_claims_redelivered_at_lease_lapse() {
         enqueue(&*inner, draft(2)).await,
     ];
     let handler = TestHandler::ok();
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane(), handler.clone())
-        .event_capacity(10_000)
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone())
+            .lane(lane(), handler.clone())
+            .event_capacity(10_000),
+    )
+    .await;
     // The first incarnation claims both, delivers them, and panics acking them.
     let claimed_at = Instant::now();
     wait_for(&mut events, "the crash", |e| {
@@ -214,12 +97,8 @@ async fn handler_panic_keeps_the_lane_up_and_the_message_is_retried() {
             }
         })
     };
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane(), handler.clone())
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
     let failed = wait_for(&mut events, "the panic", |e| {
         matches!(e, RelayEvent::Failed { .. })
     })
@@ -255,19 +134,21 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
     let mut store = FaultyStore::new(inner.clone());
     store.panic_claims_of = Some("doomed".into());
     let store = Arc::new(store);
-    let relay = OutboxRelay::builder(store.clone())
-        .supervisor(SupervisorConfig {
-            max_restarts: 3,
-            restart_window: Duration::from_secs(60),
-            restart_backoff: RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1)),
-        })
-        .lane(LaneConfig::new("doomed", "projector"), TestHandler::ok())
-        .lane(lane(), TestHandler::ok())
-        .event_capacity(10_000)
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone())
+            .supervisor(SupervisorConfig {
+                max_restarts: 3,
+                restart_window: Duration::from_secs(60),
+                restart_backoff: RetryPolicy::new(
+                    Duration::from_millis(100),
+                    Duration::from_secs(1),
+                ),
+            })
+            .lane(LaneConfig::new("doomed", "projector"), TestHandler::ok())
+            .lane(lane(), TestHandler::ok())
+            .event_capacity(10_000),
+    )
+    .await;
     let failed = wait_for(&mut events, "the lane to be marked failed", |e| {
         matches!(e, RelayEvent::LaneFailed { .. })
     })
@@ -300,13 +181,12 @@ async fn store_outage_leaves_the_lane_up_and_everything_is_delivered_after() {
     }
     store.unavailable.store(6, Ordering::SeqCst);
     let handler = TestHandler::ok();
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane().concurrency(4), handler.clone())
-        .event_capacity(10_000)
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone())
+            .lane(lane().concurrency(4), handler.clone())
+            .event_capacity(10_000),
+    )
+    .await;
     let error = wait_for(&mut events, "a store error", |e| {
         matches!(e, RelayEvent::StoreError { .. })
     })
@@ -345,16 +225,15 @@ async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
         Ok(())
     });
     let lease = Duration::from_secs(3);
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(
             lane()
                 .lease(lease)
                 .delivery_timeout(Duration::from_secs(60)),
             slow.clone(),
-        )
-        .start()
-        .await
-        .unwrap();
+        ),
+    )
+    .await;
     // A second relay polls the same lane all along: it must never get the message.
     let rival = TestHandler::ok();
     let rival_relay = OutboxRelay::builder(store.clone())
@@ -367,7 +246,6 @@ async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
         .start()
         .await
         .unwrap();
-    let mut events = relay.subscribe();
     wait_for(&mut events, "a lease extension", |e| {
         matches!(e, RelayEvent::LeaseExtended { count: 1, .. })
     })
@@ -397,31 +275,27 @@ async fn without_extension_a_slow_delivery_lapses_and_its_late_ack_is_fenced() {
         tokio::time::sleep(Duration::from_secs(10)).await;
         Ok(())
     });
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(
             lane()
                 .concurrency(1)
                 .lease(Duration::from_secs(3))
                 .lease_extend_margin(None)
                 .delivery_timeout(Duration::from_secs(60)),
             slow.clone(),
-        )
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+        ),
+    )
+    .await;
     wait_for(&mut events, "the lapse", |e| {
         matches!(e, RelayEvent::LeaseExpired { .. })
     })
     .await;
     // Another relay takes the lapsed message and delivers it.
     let rival = TestHandler::ok();
-    let rival_relay = OutboxRelay::builder(store.clone())
-        .lane(lane().consumer_id("rival"), rival.clone())
-        .start()
-        .await
-        .unwrap();
-    let mut rival_events = rival_relay.subscribe();
+    let (rival_relay, mut rival_events) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(lane().consumer_id("rival"), rival.clone()),
+    )
+    .await;
     assert_eq!(wait_delivered(&mut rival_events, 1).await, vec![id]);
     wait_for(&mut events, "the fenced late ack", |e| {
         matches!(e, RelayEvent::LostClaim { .. })
@@ -454,12 +328,11 @@ async fn hung_handler_times_out_and_is_retried() {
             }
         })
     };
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane().delivery_timeout(Duration::from_secs(1)), handler)
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone())
+            .lane(lane().delivery_timeout(Duration::from_secs(1)), handler),
+    )
+    .await;
     let failed = wait_for(&mut events, "the timeout", |e| {
         matches!(e, RelayEvent::Failed { .. })
     })

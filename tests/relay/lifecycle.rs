@@ -49,13 +49,12 @@ async fn a_thousand_messages_through_sixteen_handlers_each_delivered_once() {
             }
         })
     };
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane().concurrency(16), handler.clone())
-        .event_capacity(100_000)
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone())
+            .lane(lane().concurrency(16), handler.clone())
+            .event_capacity(100_000),
+    )
+    .await;
     let delivered = wait_delivered(&mut events, 1000).await;
     let unique: HashSet<Uuid> = delivered.iter().copied().collect();
     assert_eq!(unique, ids);
@@ -117,13 +116,12 @@ async fn per_key_order_holds_under_concurrency_and_failures() {
             }
         })
     };
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane().concurrency(16), handler)
-        .event_capacity(100_000)
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone())
+            .lane(lane().concurrency(16), handler)
+            .event_capacity(100_000),
+    )
+    .await;
     let order = wait_delivered(&mut events, 1000).await;
     assert_eq!(order.iter().collect::<HashSet<_>>().len(), 1000);
     assert_eq!(
@@ -161,18 +159,16 @@ async fn shutdown_finishes_in_flight_and_releases_the_rest_for_another_relay() {
             }
         })
     };
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(
             lane()
                 .concurrency(2)
                 .lease(Duration::from_secs(600))
                 .delivery_timeout(Duration::from_secs(7200)),
             handler,
-        )
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+        ),
+    )
+    .await;
     wait_for(
         &mut events,
         "both claimed",
@@ -223,12 +219,10 @@ async fn pause_stops_claiming_while_in_flight_finish_and_resume_continues() {
             }
         })
     };
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane().concurrency(4), handler.clone())
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(lane().concurrency(4), handler.clone()),
+    )
+    .await;
     wait_for(&mut events, "the first claim", |e| {
         matches!(e, RelayEvent::Claimed { .. })
     })
@@ -258,8 +252,7 @@ async fn pause_stops_claiming_while_in_flight_finish_and_resume_continues() {
 #[tokio::test(start_paused = true)]
 async fn lanes_are_added_and_removed_at_run_time() {
     let store = memory_store();
-    let relay = OutboxRelay::builder(store.clone()).start().await.unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone())).await;
     assert!(relay.status().await.unwrap().is_empty());
     relay.add_lane(lane(), TestHandler::ok()).await.unwrap();
     let err = relay.add_lane(lane(), TestHandler::ok()).await.unwrap_err();

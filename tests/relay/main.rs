@@ -22,12 +22,14 @@ use uuid::Uuid;
 
 mod core;
 mod faults;
+#[path = "../support/faulty_store.rs"]
+mod faulty_store;
 mod lifecycle;
 mod stores;
 
 /// How long a test waits for an event before failing. On the paused clock this is virtual
 /// time, so it only has to exceed the longest timer a scenario expects to fire.
-pub const EVENT_TIMEOUT: Duration = Duration::from_secs(3600);
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub type DeliverFn = dyn Fn(OutboxMessage) -> Pin<Box<dyn Future<Output = Result<(), DeliveryError>> + Send>>
     + Send
@@ -123,4 +125,14 @@ pub async fn wait_delivered(events: &mut broadcast::Receiver<RelayEvent>, n: usi
         }
     }
     ids
+}
+
+/// Starts a relay with its event subscription taken before the start, so a test never
+/// misses an event that happened while `start()` returned.
+pub async fn start(
+    builder: outbox_relay::relay::RelayBuilder,
+) -> (outbox_relay::RelayHandle, broadcast::Receiver<RelayEvent>) {
+    let events = builder.subscribe();
+    let relay = builder.start().await.expect("relay starts");
+    (relay, events)
 }

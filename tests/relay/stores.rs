@@ -33,12 +33,8 @@ pub async fn delivers_acks_and_dead_letters(store: Arc<dyn OutboxStore>) {
             Ok(())
         }
     });
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane(), handler)
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler)).await;
     let mut delivered = Vec::new();
     let mut dead = false;
     while delivered.is_empty() || !dead {
@@ -75,12 +71,8 @@ pub async fn redelivers_after_a_crashed_claimers_lease(store: Arc<dyn OutboxStor
     assert_eq!(crashed.messages.len(), 1);
     let claimed_at = std::time::Instant::now();
     let handler = TestHandler::ok();
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane(), handler.clone())
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
     // The store's clock and ours may differ by a few milliseconds of rounding.
     assert!(claimed_at.elapsed() >= lease - Duration::from_millis(20));
@@ -105,29 +97,25 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Arc<dyn OutboxStore>) {
             }
         })
     };
-    let relay_a = OutboxRelay::builder(store.clone())
-        .lane(
+    let (relay_a, mut events_a) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(
             lane()
                 .consumer_id("relay-a")
                 .concurrency(1)
                 .lease(Duration::from_millis(300))
                 .lease_extend_margin(None),
             slow,
-        )
-        .start()
-        .await
-        .unwrap();
-    let mut events_a = relay_a.subscribe();
+        ),
+    )
+    .await;
     wait_for(&mut events_a, "relay a's lapse", |e| {
         matches!(e, RelayEvent::LeaseExpired { .. })
     })
     .await;
-    let relay_b = OutboxRelay::builder(store.clone())
-        .lane(lane().consumer_id("relay-b"), TestHandler::ok())
-        .start()
-        .await
-        .unwrap();
-    let mut events_b = relay_b.subscribe();
+    let (relay_b, mut events_b) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(lane().consumer_id("relay-b"), TestHandler::ok()),
+    )
+    .await;
     assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
     release.notify_one();
     wait_for(
@@ -174,13 +162,12 @@ pub async fn keeps_per_key_order_with_concurrency(store: Arc<dyn OutboxStore>) {
             }
         })
     };
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(lane().concurrency(8), handler)
-        .event_capacity(10_000)
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone())
+            .lane(lane().concurrency(8), handler)
+            .event_capacity(10_000),
+    )
+    .await;
     wait_delivered(&mut events, 200).await;
     assert_eq!(*seen.lock().unwrap(), expected);
     let stats = store
@@ -192,16 +179,15 @@ pub async fn keeps_per_key_order_with_concurrency(store: Arc<dyn OutboxStore>) {
 }
 
 pub async fn wakes_on_enqueue_without_polling(store: Arc<dyn OutboxStore>) {
-    let relay = OutboxRelay::builder(store.clone())
-        // A poll this long would fail the test's timeout: only a wake-up can deliver.
-        .lane(
-            lane().max_poll_interval(Duration::from_secs(3600)),
-            TestHandler::ok(),
-        )
-        .start()
-        .await
-        .unwrap();
-    let mut events = relay.subscribe();
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone())
+            // A poll this long would fail the test's timeout: only a wake-up can deliver.
+            .lane(
+                lane().max_poll_interval(Duration::from_secs(3600)),
+                TestHandler::ok(),
+            ),
+    )
+    .await;
     wait_for(&mut events, "the lane to go idle", |e| {
         matches!(e, RelayEvent::Idle { .. })
     })

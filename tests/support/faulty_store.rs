@@ -1,0 +1,123 @@
+//! A store wrapper that misbehaves on demand: panics in acks or in one lane's claims, and
+//! outages (`StoreError::Unavailable`). Shared by the relay and relay-metrics tests.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use outbox_relay::message::OutboxMessageDraft;
+use outbox_relay::store::{
+    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, LaneStats, MessageFilter, Nack,
+    NackOutcome, OrderingPolicy, Page, PageRequest, StoreError, WakeUp,
+};
+use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxStore};
+use uuid::Uuid;
+
+/// Wraps a store and misbehaves on demand.
+#[derive(Debug)]
+pub struct FaultyStore {
+    pub inner: Arc<InMemoryOutboxStore>,
+    /// Panic in the next this-many acks.
+    pub panic_acks: AtomicU32,
+    /// Panic in every claim of this lane.
+    pub panic_claims_of: Option<String>,
+    /// Fail the next this-many claims, acks and next_dues with `Unavailable`.
+    pub unavailable: AtomicU32,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<InMemoryOutboxStore>) -> Self {
+        Self {
+            inner,
+            panic_acks: AtomicU32::new(0),
+            panic_claims_of: None,
+            unavailable: AtomicU32::new(0),
+        }
+    }
+
+    fn outage(&self) -> Result<(), StoreError> {
+        let left = self.unavailable.load(Ordering::SeqCst);
+        if left > 0 {
+            self.unavailable.store(left - 1, Ordering::SeqCst);
+            return Err(StoreError::Unavailable(
+                "connection refused (injected)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl OutboxStore for FaultyStore {
+    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
+        self.inner.enqueue(draft).await
+    }
+    async fn enqueue_many(
+        &self,
+        drafts: Vec<OutboxMessageDraft>,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        self.inner.enqueue_many(drafts).await
+    }
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        if self.panic_claims_of.as_deref() == Some(request.lane.as_str()) {
+            panic!("injected claim panic in lane {}", request.lane);
+        }
+        self.outage()?;
+        self.inner.claim(request).await
+    }
+    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        if self
+            .panic_acks
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            panic!("injected ack panic");
+        }
+        self.outage()?;
+        self.inner.ack(claims).await
+    }
+    async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
+        self.inner.nack(nacks).await
+    }
+    async fn extend_lease(
+        &self,
+        claims: &[ClaimRef],
+        lease: Duration,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.inner.extend_lease(claims, lease).await
+    }
+    async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.inner.release(claims).await
+    }
+    async fn next_due(
+        &self,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError> {
+        self.outage()?;
+        self.inner.next_due(lane, target, ordering).await
+    }
+    async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
+        self.inner.stats(filter).await
+    }
+    async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
+        self.inner.list(filter, page).await
+    }
+    async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
+        self.inner.get(outbox_id).await
+    }
+    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        self.inner.requeue_dead_letters(filter).await
+    }
+    async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        self.inner.discard_dead_letters(filter).await
+    }
+    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError> {
+        self.inner.purge(older_than, batch_size).await
+    }
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
+        self.inner.subscribe()
+    }
+}
