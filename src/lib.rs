@@ -12,6 +12,16 @@
 //!   `store::postgres` (feature `postgres`) implement it.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
+//! - [`sinks`]: ready-made handlers (`LogSink`) and `SinkConfig`, a lane's `sink` table.
+//! - [`relay`]: the builder and `RelayHandle`, the public face of the supervised actors.
+//! - [`config`]: `LaneConfig` and `SupervisorConfig` with their defaults and `validate()`;
+//!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
+//!   the relay as a TOML file, as the binary reads it).
+//! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
+//!   opens the store a URL names.
+//! - [`metrics`]: metric names.
+//! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`) and the admin
+//!   commands (`status`, `enqueue`, `dead-letters`, `purge`).
 #![deny(
     missing_docs,
     missing_debug_implementations,
@@ -21,11 +31,13 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod database;
 pub mod delivery;
 pub mod message;
 pub mod metrics;
 pub mod relay;
 pub mod retry;
+pub mod sinks;
 pub mod store;
 
 pub use config::{LaneConfig, SupervisorConfig};
