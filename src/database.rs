@@ -228,7 +228,7 @@ pub enum OpenError {
     #[error("{field}: {reason}")]
     Invalid {
         /// The option at fault (`table_prefix`, `schema`).
-        field: &'static str,
+        field: String,
         /// What is wrong.
         reason: String,
     },
@@ -240,8 +240,10 @@ pub enum OpenError {
     },
     /// The database could not be reached (refused, timed out, authentication failed, no
     /// such database, no such directory).
-    #[error("cannot connect to the database at {address}: {reason}")]
+    #[error("cannot open the {database} database at {address}: {reason}")]
     Connect {
+        /// `SQLite` or `PostgreSQL`.
+        database: &'static str,
         /// `host:port` or the file.
         address: String,
         /// What the driver said.
@@ -272,18 +274,57 @@ async fn open_sqlite(
 ) -> Result<Arc<dyn OutboxStore>, OpenError> {
     if options.schema.is_some() {
         return Err(OpenError::Invalid {
-            field: "schema",
+            field: "schema".to_owned(),
             reason: "SQLite has no schemas; use table_prefix to keep several outboxes apart"
                 .to_owned(),
         });
     }
-    if options.create == CreateMode::MustExist && !path.exists() {
-        return Err(OpenError::Missing {
-            path: path.to_owned(),
-        });
+    #[cfg(feature = "sqlite")]
+    {
+        use crate::store::sqlite::SqliteOutboxStore;
+
+        let mut builder = SqliteOutboxStore::builder(path);
+        if let Some(prefix) = &options.table_prefix {
+            builder = builder.table_prefix(prefix);
+        }
+        // Everything is checked before the file is touched: a bad option creates nothing.
+        builder.validate().map_err(|error| OpenError::Invalid {
+            field: error.field,
+            reason: error.reason,
+        })?;
+        if options.create == CreateMode::MustExist && !path.exists() {
+            return Err(OpenError::Missing {
+                path: path.to_owned(),
+            });
+        }
+        let open = tokio::time::timeout(options.connect_timeout, builder.open());
+        let store = match open.await {
+            Ok(Ok(store)) => store,
+            Ok(Err(error)) => {
+                return Err(OpenError::Connect {
+                    database: "SQLite",
+                    address: path.display().to_string(),
+                    reason: error.to_string(),
+                })
+            }
+            Err(_) => {
+                return Err(OpenError::Connect {
+                    database: "SQLite",
+                    address: path.display().to_string(),
+                    reason: format!(
+                        "still locked by another process after {:?}",
+                        options.connect_timeout
+                    ),
+                })
+            }
+        };
+        Ok(Arc::new(store))
     }
-    let _ = (path, options);
-    Err(OpenError::Unsupported("sqlite"))
+    #[cfg(not(feature = "sqlite"))]
+    {
+        let _ = path;
+        Err(OpenError::Unsupported("sqlite"))
+    }
 }
 
 async fn open_postgres(
@@ -291,6 +332,7 @@ async fn open_postgres(
     _raw: &str,
     _options: &StoreOptions,
 ) -> Result<Arc<dyn OutboxStore>, OpenError> {
+    // Wired when PostgresOutboxStore lands in main.
     let _ = url;
     Err(OpenError::Unsupported("postgres"))
 }

@@ -71,13 +71,4 @@ impl DeliveryError {
             _ => None,
         }
     }
-
-    /// A short fixed label for metrics: `retryable`, `permanent` or `retry_after`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            DeliveryError::Retryable(_) => "retryable",
-            DeliveryError::Permanent(_) => "permanent",
-            DeliveryError::RetryAfter { .. } => "retry_after",
-        }
-    }
 }

@@ -13,13 +13,16 @@
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
 //! - [`sinks`]: ready-made handlers (`LogSink`) and `SinkConfig`, a lane's `sink` table.
-//! - [`relay`]: the builder and `RelayHandle`, the public face of the supervised actors.
-//! - [`config`]: `LaneConfig` and `SupervisorConfig` with their defaults and `validate()`;
+//! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`;
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
+//! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system:
+//!   `relay::supervisor` (restarts lanes), `relay::lane` (claims, lease timers, batched
+//!   acks), `relay::handler` (one delivery at a time under a timeout).
+//! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
+//!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
 //!   opens the store a URL names.
-//! - [`metrics`]: metric names.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`) and the admin
 //!   commands (`status`, `enqueue`, `dead-letters`, `purge`).
 #![deny(
@@ -46,4 +49,6 @@ pub use message::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
 pub use relay::{OutboxRelay, RelayEvent, RelayHandle};
 pub use retry::RetryPolicy;
 pub use store::memory::InMemoryOutboxStore;
+#[cfg(feature = "sqlite")]
+pub use store::sqlite::SqliteOutboxStore;
 pub use store::{OrderingPolicy, OutboxStore, StoreError};

@@ -1,28 +1,459 @@
-//! Metric names (temporary: replaced by the metrics module being written alongside).
-#![allow(missing_docs)]
-pub const LABEL_LANE: &str = "lane";
-pub const LABEL_TARGET: &str = "target";
-pub const LABEL_KIND: &str = "kind";
-pub const LABEL_OP: &str = "op";
-pub const LABEL_STATE: &str = "state";
+//! What the relay measures: metric names, label names and values, descriptions, and the
+//! recording helpers the relay calls.
+//!
+//! The library only records, through the [`metrics`] facade: nothing is exported until the
+//! process installs a recorder. The binary and the examples install the Prometheus
+//! exporter with `install_prometheus_exporter` (feature `prometheus`); an application that
+//! embeds the relay may install any recorder it already uses.
+//!
+//! Every metric carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few add one
+//! label from a small fixed set ([`FailureKind`], [`StoreOp`], [`LaneState`]). No label
+//! ever holds a message id, an ordering key or any other unbounded value, so the number of
+//! series stays (lanes × targets × a constant).
+//!
+//! [`ALL`] lists every metric with its kind, unit, help text and labels; [`describe`]
+//! registers those descriptions with the current recorder, and the dashboard test in
+//! `tests/grafana_assets.rs` checks the Grafana assets against the same list.
+//!
+//! ## Several relay processes
+//!
+//! The backlog gauges ([`PENDING`], [`DEAD_LETTERS`], [`OLDEST_PENDING_AGE_SECONDS`],
+//! [`BLOCKED_KEYS`]) come from the store's stats, which every relay process of a lane
+//! reads from the same database: aggregate them across processes with `max`, never `sum`.
+//! Counters, histograms, [`IN_FLIGHT`] and [`LANE_STATE`] describe one process: `sum`
+//! them.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+use metrics::Unit;
+
+mod lane;
+#[cfg(feature = "prometheus")]
+mod prometheus;
+
+pub use lane::LaneMetrics;
+#[cfg(feature = "prometheus")]
+pub use prometheus::{install_prometheus_exporter, MetricsError};
+
+// ---- Counters -------------------------------------------------------------------------
+
+/// Counter: messages written to the outbox (a duplicate by dedupe key is not counted).
 pub const ENQUEUED_TOTAL: &str = "outbox_enqueued_total";
+/// Counter: messages handed out by `claim` (every attempt counts once).
 pub const CLAIMED_TOTAL: &str = "outbox_claimed_total";
+/// Counter: messages their target accepted and the store marked delivered.
 pub const DELIVERED_TOTAL: &str = "outbox_delivered_total";
+/// Counter: delivery attempts that failed, by [`LABEL_KIND`].
 pub const DELIVERY_FAILURES_TOTAL: &str = "outbox_delivery_failures_total";
+/// Counter: dead letters an operator moved back to pending.
 pub const REQUEUED_TOTAL: &str = "outbox_requeued_total";
+/// Counter: messages moved to the dead letter.
 pub const DEAD_LETTERED_TOTAL: &str = "outbox_dead_lettered_total";
+/// Counter: acks, nacks, extensions or releases refused because the claim was no longer
+/// this relay's (its lease lapsed and another claim took the message).
 pub const LOST_CLAIMS_TOTAL: &str = "outbox_lost_claims_total";
+/// Counter: claimed messages whose lease lapsed before the relay was done with them.
 pub const LEASE_EXPIRED_TOTAL: &str = "outbox_lease_expired_total";
+/// Counter: claimed messages whose lease was extended because delivery was still running.
 pub const LEASE_EXTENDED_TOTAL: &str = "outbox_lease_extended_total";
+/// Counter: claims of a message that had been claimed before (an attempt after the first).
 pub const REDELIVERIES_TOTAL: &str = "outbox_redeliveries_total";
+/// Counter: restarts of a lane relay by its supervisor.
 pub const RELAY_RESTARTS_TOTAL: &str = "outbox_relay_restarts_total";
+/// Counter: store calls that returned an error, by [`LABEL_OP`].
 pub const STORE_ERRORS_TOTAL: &str = "outbox_store_errors_total";
+
+// ---- Histograms -----------------------------------------------------------------------
+
+/// Histogram, seconds: how long one `DeliveryHandler::deliver` call took, success or not.
 pub const DELIVERY_DURATION_SECONDS: &str = "outbox_delivery_duration_seconds";
+/// Histogram, seconds: from enqueue to delivered, retries included.
 pub const END_TO_END_LATENCY_SECONDS: &str = "outbox_end_to_end_latency_seconds";
+/// Histogram, messages: how many messages one claim returned (empty claims included).
 pub const CLAIM_BATCH_SIZE: &str = "outbox_claim_batch_size";
+
+// ---- Gauges ---------------------------------------------------------------------------
+
+/// Gauge: deliveries running now in this process.
 pub const IN_FLIGHT: &str = "outbox_in_flight";
+/// Gauge: pending messages in the store, due or not (from the store's stats).
 pub const PENDING: &str = "outbox_pending";
+/// Gauge: messages in the dead letter (from the store's stats).
 pub const DEAD_LETTERS: &str = "outbox_dead_letters";
+/// Gauge, seconds: how long the oldest pending message has waited; 0 when none waits.
 pub const OLDEST_PENDING_AGE_SECONDS: &str = "outbox_oldest_pending_age_seconds";
+/// Gauge: ordering keys held back behind a dead-lettered message (from the store's stats).
 pub const BLOCKED_KEYS: &str = "outbox_blocked_keys";
+/// Gauge: 1 for the lane relay's current [`LaneState`], 0 for every other, by
+/// [`LABEL_STATE`].
 pub const LANE_STATE: &str = "outbox_lane_state";
+
+// ---- Labels ---------------------------------------------------------------------------
+
+/// Label on every metric: the lane.
+pub const LABEL_LANE: &str = "lane";
+/// Label on every metric: the target within the lane.
+pub const LABEL_TARGET: &str = "target";
+/// Label of [`DELIVERY_FAILURES_TOTAL`]: a [`FailureKind`].
+pub const LABEL_KIND: &str = "kind";
+/// Label of [`STORE_ERRORS_TOTAL`]: a [`StoreOp`].
+pub const LABEL_OP: &str = "op";
+/// Label of [`LANE_STATE`]: a [`LaneState`].
+pub const LABEL_STATE: &str = "state";
+
+const LANE_TARGET: &[&str] = &[LABEL_LANE, LABEL_TARGET];
+
+// ---- Exporter defaults ----------------------------------------------------------------
+
+/// Where the Prometheus exporter listens unless told otherwise: loopback only, port 9464.
+/// Bind `0.0.0.0:9464` (or a specific interface) to let a Prometheus on another host
+/// scrape it.
+pub const DEFAULT_EXPORTER_ADDR: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9464));
+
+/// Bucket bounds, in seconds, for [`DELIVERY_DURATION_SECONDS`]: from half a millisecond
+/// (an in-process projector) to a minute (a slow webhook at its timeout).
+pub const DELIVERY_DURATION_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Bucket bounds, in seconds, for [`END_TO_END_LATENCY_SECONDS`]: the delivery buckets,
+/// then up to an hour, because end-to-end latency includes retry backoff.
+pub const END_TO_END_LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Bucket bounds, in messages, for [`CLAIM_BATCH_SIZE`]: 0 (an empty claim), then powers
+/// of two up to 1024.
+pub const CLAIM_BATCH_SIZE_BUCKETS: &[f64] = &[
+    0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+
+// ---- The catalogue --------------------------------------------------------------------
+
+/// The kind of a metric, as Prometheus names it in `# TYPE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetricKind {
+    /// Only goes up (resets when the process restarts).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// A distribution of observations, exported as cumulative buckets.
+    Histogram,
+}
+
+/// One metric of the relay: what [`describe`] registers and what the Grafana assets may use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetricInfo {
+    /// The full name, as exported.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: MetricKind,
+    /// The unit of its values.
+    pub unit: Unit,
+    /// One line for `# HELP`.
+    pub help: &'static str,
+    /// Its label names, always starting with [`LABEL_LANE`] and [`LABEL_TARGET`].
+    pub labels: &'static [&'static str],
+}
+
+const fn info(
+    name: &'static str,
+    kind: MetricKind,
+    unit: Unit,
+    help: &'static str,
+    labels: &'static [&'static str],
+) -> MetricInfo {
+    MetricInfo {
+        name,
+        kind,
+        unit,
+        help,
+        labels,
+    }
+}
+
+use MetricKind::{Counter, Gauge, Histogram};
+
+/// Every metric the relay records, each once.
+#[rustfmt::skip] // one metric per line reads as a table
+pub const ALL: &[MetricInfo] = &[
+    info(ENQUEUED_TOTAL, Counter, Unit::Count, "Messages written to the outbox (duplicates by dedupe key not counted).", LANE_TARGET),
+    info(CLAIMED_TOTAL, Counter, Unit::Count, "Messages handed out by claim; every attempt counts once.", LANE_TARGET),
+    info(DELIVERED_TOTAL, Counter, Unit::Count, "Messages their target accepted and the store marked delivered.", LANE_TARGET),
+    info(DELIVERY_FAILURES_TOTAL, Counter, Unit::Count, "Delivery attempts that failed, by kind.", &[LABEL_LANE, LABEL_TARGET, LABEL_KIND]),
+    info(REQUEUED_TOTAL, Counter, Unit::Count, "Dead letters moved back to pending by an operator.", LANE_TARGET),
+    info(DEAD_LETTERED_TOTAL, Counter, Unit::Count, "Messages moved to the dead letter.", LANE_TARGET),
+    info(LOST_CLAIMS_TOTAL, Counter, Unit::Count, "Acks, nacks, extensions or releases refused because the claim was no longer this relay's.", LANE_TARGET),
+    info(LEASE_EXPIRED_TOTAL, Counter, Unit::Count, "Claimed messages whose lease lapsed before the relay was done with them.", LANE_TARGET),
+    info(LEASE_EXTENDED_TOTAL, Counter, Unit::Count, "Claimed messages whose lease was extended while delivery ran.", LANE_TARGET),
+    info(REDELIVERIES_TOTAL, Counter, Unit::Count, "Claims of a message that had been claimed before.", LANE_TARGET),
+    info(RELAY_RESTARTS_TOTAL, Counter, Unit::Count, "Restarts of a lane relay by its supervisor.", LANE_TARGET),
+    info(STORE_ERRORS_TOTAL, Counter, Unit::Count, "Store calls that returned an error, by operation.", &[LABEL_LANE, LABEL_TARGET, LABEL_OP]),
+    info(DELIVERY_DURATION_SECONDS, Histogram, Unit::Seconds, "Time one delivery handler call took, success or failure.", LANE_TARGET),
+    info(END_TO_END_LATENCY_SECONDS, Histogram, Unit::Seconds, "Time from enqueue to delivered, retries included.", LANE_TARGET),
+    info(CLAIM_BATCH_SIZE, Histogram, Unit::Count, "Messages returned by one claim, empty claims included.", LANE_TARGET),
+    info(IN_FLIGHT, Gauge, Unit::Count, "Deliveries running now in this process.", LANE_TARGET),
+    info(PENDING, Gauge, Unit::Count, "Pending messages in the store, due or not (store-wide: aggregate with max).", LANE_TARGET),
+    info(DEAD_LETTERS, Gauge, Unit::Count, "Messages in the dead letter (store-wide: aggregate with max).", LANE_TARGET),
+    info(OLDEST_PENDING_AGE_SECONDS, Gauge, Unit::Seconds, "How long the oldest pending message has waited; 0 when none (store-wide: aggregate with max).", LANE_TARGET),
+    info(BLOCKED_KEYS, Gauge, Unit::Count, "Ordering keys held back behind a dead-lettered message (store-wide: aggregate with max).", LANE_TARGET),
+    info(LANE_STATE, Gauge, Unit::Count, "1 for the lane relay's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
+];
+
+/// Registers the description and unit of every metric in [`ALL`] with the current
+/// recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
+/// global one).
+///
+/// Idempotent: describing a metric again replaces its description with the same text.
+/// It is deliberately not guarded by a `std::sync::Once`: descriptions go to whichever
+/// recorder is current *at the call*, so a guard would make a call made before the
+/// exporter was installed swallow the one made after. `install_prometheus_exporter`
+/// calls it; call it yourself after installing another recorder.
+pub fn describe() {
+    metrics::with_recorder(|recorder| {
+        for metric in ALL {
+            let name = metrics::KeyName::from_const_str(metric.name);
+            let help = metrics::SharedString::const_str(metric.help);
+            let unit = Some(metric.unit);
+            match metric.kind {
+                MetricKind::Counter => recorder.describe_counter(name, unit, help),
+                MetricKind::Gauge => recorder.describe_gauge(name, unit, help),
+                MetricKind::Histogram => recorder.describe_histogram(name, unit, help),
+            }
+        }
+    });
+}
+
+// ---- Label values ---------------------------------------------------------------------
+
+macro_rules! label_values {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident => $text:literal, )+ }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum $name { $( $(#[$vmeta])* $variant, )+ }
+
+        impl $name {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            /// The label value, as exported.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text,)+ }
+            }
+
+            /// Its position in [`Self::ALL`].
+            const fn index(self) -> usize {
+                self as usize
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_values! {
+    /// Why a delivery attempt failed: the value of [`LABEL_KIND`].
+    pub enum FailureKind {
+        /// The handler returned `DeliveryError::Retryable`.
+        Retryable => "retryable",
+        /// The handler returned `DeliveryError::Permanent`.
+        Permanent => "permanent",
+        /// The handler returned `DeliveryError::RetryAfter`.
+        RetryAfter => "retry_after",
+        /// The handler did not finish within the delivery timeout.
+        Timeout => "timeout",
+        /// The handler panicked.
+        Panic => "panic",
+    }
+}
+
+impl From<&crate::DeliveryError> for FailureKind {
+    fn from(error: &crate::DeliveryError) -> Self {
+        match error {
+            crate::DeliveryError::Retryable(_) => FailureKind::Retryable,
+            crate::DeliveryError::Permanent(_) => FailureKind::Permanent,
+            crate::DeliveryError::RetryAfter { .. } => FailureKind::RetryAfter,
+        }
+    }
+}
+
+label_values! {
+    /// The store call that failed: the value of [`LABEL_OP`].
+    pub enum StoreOp {
+        /// `enqueue` or `enqueue_many`.
+        Enqueue => "enqueue",
+        /// `claim`.
+        Claim => "claim",
+        /// `ack`.
+        Ack => "ack",
+        /// `nack`.
+        Nack => "nack",
+        /// `extend_lease`.
+        ExtendLease => "extend_lease",
+        /// `release`.
+        Release => "release",
+        /// `next_due`.
+        NextDue => "next_due",
+        /// `stats`.
+        Stats => "stats",
+    }
+}
+
+label_values! {
+    /// What a lane relay is doing: the value of [`LABEL_STATE`].
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum LaneState {
+        /// Claiming and delivering.
+        Running => "running",
+        /// Paused by a command: claims nothing, keeps its configuration.
+        Paused => "paused",
+        /// Being removed: claims nothing new, finishes what it holds.
+        Draining => "draining",
+        /// Crashed; the supervisor restarts it after a backoff.
+        Restarting => "restarting",
+        /// Restarted too often within the window: stays down until an operator acts.
+        Failed => "failed",
+        /// Stopped on purpose (shutdown or removal).
+        Stopped => "stopped",
+    }
+}
+
+/// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
+/// and target. Every store calls it once its write has committed.
+pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
+    let mut counts: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
+    for answer in enqueued.iter().filter(|answer| !answer.duplicate) {
+        *counts
+            .entry((&answer.message.lane, &answer.message.target))
+            .or_default() += 1;
+    }
+    for ((lane, target), n) in counts {
+        metrics::counter!(
+            ENQUEUED_TOTAL,
+            LABEL_LANE => lane.to_owned(),
+            LABEL_TARGET => target.to_owned()
+        )
+        .increment(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn names_are_unique_prometheus_names_with_lane_and_target() {
+        let mut seen = HashSet::new();
+        for metric in ALL {
+            assert!(seen.insert(metric.name), "{} listed twice", metric.name);
+            assert!(metric.name.starts_with("outbox_"), "{}", metric.name);
+            assert!(
+                metric
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{}",
+                metric.name
+            );
+            assert_eq!(
+                metric.kind == MetricKind::Counter,
+                metric.name.ends_with("_total"),
+                "{}: counters, and only counters, end in _total",
+                metric.name
+            );
+            assert_eq!(&metric.labels[..2], LANE_TARGET, "{}", metric.name);
+            assert!(!metric.help.is_empty());
+        }
+        assert_eq!(ALL.len(), 21);
+    }
+
+    #[test]
+    fn label_values_are_snake_case_and_indexed_in_order() {
+        let values: Vec<(usize, usize, &str)> = FailureKind::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i, v.index(), v.as_str()))
+            .chain(
+                StoreOp::ALL
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (i, v.index(), v.as_str())),
+            )
+            .chain(
+                LaneState::ALL
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| (i, v.index(), v.as_str())),
+            )
+            .collect();
+        for (position, index, text) in values {
+            assert_eq!(position, index, "{text}");
+            assert!(text.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+        }
+        assert_eq!(LaneState::Failed.to_string(), "failed");
+    }
+
+    #[test]
+    fn failure_kind_follows_the_delivery_error() {
+        use crate::DeliveryError;
+        use std::time::Duration;
+        assert_eq!(
+            FailureKind::from(&DeliveryError::retryable("x")),
+            FailureKind::Retryable
+        );
+        assert_eq!(
+            FailureKind::from(&DeliveryError::permanent("x")),
+            FailureKind::Permanent
+        );
+        assert_eq!(
+            FailureKind::from(&DeliveryError::retry_after(Duration::from_secs(1), "x")),
+            FailureKind::RetryAfter
+        );
+    }
+
+    #[test]
+    fn describe_gives_every_metric_its_unit_and_help_and_can_be_repeated() {
+        use metrics_util::debugging::DebuggingRecorder;
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            describe();
+            // The debugging recorder reports only metrics that exist, so create each.
+            for metric in ALL {
+                match metric.kind {
+                    MetricKind::Counter => {
+                        let _ = metrics::counter!(metric.name);
+                    }
+                    MetricKind::Gauge => {
+                        let _ = metrics::gauge!(metric.name);
+                    }
+                    MetricKind::Histogram => {
+                        let _ = metrics::histogram!(metric.name);
+                    }
+                }
+            }
+        });
+        let snapshot = snapshotter.snapshot().into_vec();
+        assert_eq!(snapshot.len(), ALL.len());
+        for (key, unit, help, _) in snapshot {
+            let name = key.key().name();
+            let metric = ALL.iter().find(|m| m.name == name).expect("listed");
+            assert_eq!(unit, Some(metric.unit), "{name}");
+            assert_eq!(help.as_deref(), Some(metric.help), "{name}");
+        }
+    }
+}

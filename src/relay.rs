@@ -23,7 +23,10 @@ use uuid::Uuid;
 use crate::config::{ConfigError, LaneConfig, SupervisorConfig};
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
+use crate::metrics::{FailureKind, StoreOp};
 use crate::store::{NackOutcome, OutboxStore};
+
+pub use crate::metrics::LaneState;
 
 pub(crate) mod handler;
 pub(crate) mod lane;
@@ -57,44 +60,6 @@ impl LaneKey {
 impl fmt::Display for LaneKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.lane, self.target)
-    }
-}
-
-/// Where a lane relay is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LaneState {
-    /// Claiming and delivering.
-    Running,
-    /// Not claiming; deliveries in flight finish.
-    Paused,
-    /// Crashed; the supervisor restarts it after a backoff.
-    Restarting,
-    /// Crashed too often within the restart window; stays down.
-    Failed,
-    /// Finishing its deliveries before it stops (remove or shutdown).
-    Draining,
-}
-
-impl LaneState {
-    /// Every state, for gauges that show one of them as 1 and the rest as 0.
-    pub const ALL: [LaneState; 5] = [
-        LaneState::Running,
-        LaneState::Paused,
-        LaneState::Restarting,
-        LaneState::Failed,
-        LaneState::Draining,
-    ];
-
-    /// The snake_case word used in metrics and status output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LaneState::Running => "running",
-            LaneState::Paused => "paused",
-            LaneState::Restarting => "restarting",
-            LaneState::Failed => "failed",
-            LaneState::Draining => "draining",
-        }
     }
 }
 
@@ -145,8 +110,10 @@ pub enum RelayEvent {
         lane: LaneKey,
         /// The message.
         outbox_id: Uuid,
-        /// `retryable`, `permanent`, `retry_after`, `timeout` or `panic`.
-        kind: &'static str,
+        /// Why it failed.
+        kind: FailureKind,
+        /// How long the attempt ran.
+        duration: Duration,
         /// Requeued or dead-lettered.
         outcome: NackOutcome,
         /// The error text stored as `last_error`.
@@ -177,8 +144,8 @@ pub enum RelayEvent {
     StoreError {
         /// The lane.
         lane: LaneKey,
-        /// The operation: `claim`, `ack`, `nack`, `extend_lease`, `release`, `next_due`, `stats`.
-        op: &'static str,
+        /// The operation.
+        op: StoreOp,
         /// The error.
         error: String,
     },

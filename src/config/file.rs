@@ -50,12 +50,17 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the binary runs without `--config`: the SQLite file `./outbox.db`, and one lane,
 /// `default`, delivered to target `log` by the log sink (JSON lines on stdout).
+///
+/// The lane polls every second, not every five: SQLite wake-ups reach only the process that
+/// enqueued, and with this config messages usually come from another process (`enqueue`,
+/// or a service writing the same file).
 pub const EMBEDDED_DEFAULT: &str = r#"
 database_url = "sqlite:outbox.db"
 
 [[lanes]]
 lane = "default"
 target = "log"
+max_poll_interval = "1s"
 sink = { kind = "log" }
 "#;
 

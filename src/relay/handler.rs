@@ -13,13 +13,13 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
+use crate::metrics::FailureKind;
 use crate::relay::lane::LaneMsg;
 
 /// Why a delivery did not succeed, reduced to what the lane needs to nack it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DeliveryFailure {
-    /// `retryable`, `permanent`, `retry_after`, `timeout` or `panic`.
-    pub(crate) kind: &'static str,
+    pub(crate) kind: FailureKind,
     pub(crate) error: String,
     pub(crate) permanent: bool,
     pub(crate) retry_after: Option<Duration>,
@@ -28,7 +28,7 @@ pub(crate) struct DeliveryFailure {
 impl DeliveryFailure {
     pub(crate) fn from_error(error: &DeliveryError) -> Self {
         Self {
-            kind: error.kind(),
+            kind: FailureKind::from(error),
             error: error.to_string(),
             permanent: error.is_permanent(),
             retry_after: error.retry_after_hint(),
@@ -37,7 +37,7 @@ impl DeliveryFailure {
 
     pub(crate) fn timeout(after: Duration) -> Self {
         Self {
-            kind: "timeout",
+            kind: FailureKind::Timeout,
             error: format!("delivery timed out after {after:?}"),
             permanent: false,
             retry_after: None,
@@ -46,7 +46,7 @@ impl DeliveryFailure {
 
     pub(crate) fn panic(text: &str) -> Self {
         Self {
-            kind: "panic",
+            kind: FailureKind::Panic,
             error: format!("handler panicked: {text}"),
             permanent: false,
             retry_after: None,

@@ -22,12 +22,13 @@ use uuid::Uuid;
 use crate::config::{LaneConfig, DEFAULT_STORE_BACKOFF, DEFAULT_STORE_BACKOFF_MAX};
 use crate::delivery::DeliveryHandler;
 use crate::message::OutboxMessage;
+use crate::metrics::{LaneMetrics, StoreOp};
 use crate::relay::handler::{DeliveryFailure, HandlerActor, HandlerArgs, HandlerMsg};
 use crate::relay::observe;
 use crate::relay::{DrainReport, LaneCounters, LaneKey, RelayEvent};
 use crate::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, MessageFilter, Nack, NackDisposition, NackOutcome,
-    OutboxStore, StoreError,
+    OrderingPolicy, OutboxStore, StoreError,
 };
 
 /// The shortest idle sleep: a guard against a store whose `next_due` keeps saying "now".
@@ -86,6 +87,7 @@ struct InFlight {
     claim: ClaimRef,
     handler: ActorId,
     batch: u64,
+    started: Instant,
 }
 
 /// The claims taken by one claim statement, and its lease timer.
@@ -120,7 +122,7 @@ pub(crate) struct LaneRelayState {
     batches: HashMap<u64, LeaseBatch>,
     next_batch: u64,
     acks: Vec<(InFlight, Duration)>,
-    nacks: Vec<(InFlight, DeliveryFailure)>,
+    nacks: Vec<(InFlight, DeliveryFailure, Duration)>,
     flush_pending: bool,
     tick_generation: u64,
     /// The last store-error backoff, doubled on each further error, cleared on success.
@@ -128,11 +130,12 @@ pub(crate) struct LaneRelayState {
     /// True while waiting out a backoff: no claims until `StoreRetry`.
     backing_off: bool,
     wake_task: Option<tokio::task::JoinHandle<()>>,
+    metrics: LaneMetrics,
 }
 
 impl LaneRelayState {
     fn emit(&self, event: RelayEvent) {
-        observe::record_event(&event);
+        observe::record(&self.metrics, &event);
         // No subscriber is fine.
         let _ = self.events.send(event);
     }
@@ -142,11 +145,11 @@ impl LaneRelayState {
         self.counters
             .in_flight
             .store(n, std::sync::atomic::Ordering::Relaxed);
-        observe::set_in_flight(&self.key, n);
+        self.metrics.in_flight(n);
     }
 
-    fn store_failed(&mut self, myself: &ActorRef<LaneMsg>, op: &'static str, error: &StoreError) {
-        tracing::warn!(lane = %self.key, op, %error, "store call failed; backing off");
+    fn store_failed(&mut self, myself: &ActorRef<LaneMsg>, op: StoreOp, error: &StoreError) {
+        tracing::warn!(lane = %self.key, %op, %error, "store call failed; backing off");
         self.counters.set_last_error(format!("{op}: {error}"));
         self.emit(RelayEvent::StoreError {
             lane: self.key.clone(),
@@ -192,7 +195,7 @@ impl LaneRelayState {
         let claimed_at = Instant::now();
         let batch = match self.store.claim(&self.claim_request(limit)).await {
             Ok(batch) => batch,
-            Err(error) => return self.store_failed(myself, "claim", &error),
+            Err(error) => return self.store_failed(myself, StoreOp::Claim, &error),
         };
         self.store_ok();
         if !batch.dead_lettered.is_empty() {
@@ -262,6 +265,7 @@ impl LaneRelayState {
                     claim,
                     handler: handler_id,
                     batch: batch_id,
+                    started: Instant::now(),
                     message,
                 },
             );
@@ -307,7 +311,7 @@ impl LaneRelayState {
             .await
         {
             Ok(due) => due,
-            Err(error) => return self.store_failed(myself, "next_due", &error),
+            Err(error) => return self.store_failed(myself, StoreOp::NextDue, &error),
         };
         let sleep = due
             .unwrap_or(self.config.max_poll_interval)
@@ -353,7 +357,7 @@ impl LaneRelayState {
             let outcomes = match self.store.ack(&claims).await {
                 Ok(outcomes) => outcomes,
                 // The acks stay buffered; `StoreRetry` flushes them again.
-                Err(error) => return self.store_failed(myself, "ack", &error),
+                Err(error) => return self.store_failed(myself, StoreOp::Ack, &error),
             };
             self.store_ok();
             let now = unix_millis_now();
@@ -392,7 +396,7 @@ impl LaneRelayState {
             let nacks: Vec<Nack> = self
                 .nacks
                 .iter()
-                .map(|(flight, failure)| Nack {
+                .map(|(flight, failure, _)| Nack {
                     claim: flight.claim,
                     error: failure.error.clone(),
                     disposition: if failure.permanent {
@@ -408,10 +412,10 @@ impl LaneRelayState {
                 .collect();
             let outcomes = match self.store.nack(&nacks).await {
                 Ok(outcomes) => outcomes,
-                Err(error) => return self.store_failed(myself, "nack", &error),
+                Err(error) => return self.store_failed(myself, StoreOp::Nack, &error),
             };
             self.store_ok();
-            for ((flight, failure), outcome) in
+            for ((flight, failure, duration), outcome) in
                 std::mem::take(&mut self.nacks).into_iter().zip(outcomes)
             {
                 let outbox_id = flight.message.outbox_id;
@@ -421,11 +425,12 @@ impl LaneRelayState {
                     NackOutcome::LostClaim => LaneCounters::add(&self.counters.lost_claims, 1),
                     NackOutcome::Requeued => {}
                 }
-                tracing::info!(lane = %self.key, %outbox_id, kind = failure.kind, ?outcome, error = %failure.error, "delivery failed");
+                tracing::info!(lane = %self.key, %outbox_id, kind = %failure.kind, ?outcome, error = %failure.error, "delivery failed");
                 self.emit(RelayEvent::Failed {
                     lane: self.key.clone(),
                     outbox_id,
                     kind: failure.kind,
+                    duration,
                     outcome,
                     error: failure.error,
                 });
@@ -491,7 +496,7 @@ impl LaneRelayState {
                 self.lease_check_delay()
             }
             Err(error) => {
-                self.store_failed(myself, "extend_lease", &error);
+                self.store_failed(myself, StoreOp::ExtendLease, &error);
                 // Try again well before the margin is used up.
                 margin / 4
             }
@@ -508,10 +513,17 @@ impl LaneRelayState {
     async fn sample_stats(&mut self, myself: &ActorRef<LaneMsg>) {
         let filter = MessageFilter::lane(&self.config.lane, &self.config.target);
         match self.store.stats(&filter).await {
-            Ok(stats) => observe::set_backlog(&self.key, stats.first()),
+            Ok(stats) => {
+                let mut stats = stats.into_iter().next().unwrap_or_default();
+                if self.config.ordering == OrderingPolicy::Skip {
+                    // The store counts the keys Block would hold; a Skip lane holds none.
+                    stats.blocked_keys = 0;
+                }
+                self.metrics.backlog(&stats);
+            }
             Err(error) => self.emit(RelayEvent::StoreError {
                 lane: self.key.clone(),
-                op: "stats",
+                op: StoreOp::Stats,
                 error: error.to_string(),
             }),
         }
@@ -547,7 +559,9 @@ impl LaneRelayState {
         if let Some(outbox_id) = self.busy.get(&id).copied() {
             if let Some(flight) = self.take_in_flight(outbox_id) {
                 tracing::warn!(lane = %self.key, %outbox_id, %reason, "handler panicked");
-                self.nacks.push((flight, DeliveryFailure::panic(&reason)));
+                let ran = flight.started.elapsed();
+                self.nacks
+                    .push((flight, DeliveryFailure::panic(&reason), ran));
                 self.schedule_flush(myself);
             }
         }
@@ -652,6 +666,7 @@ impl Actor for LaneRelay {
             store_backoff: None,
             backing_off: false,
             wake_task: None,
+            metrics: LaneMetrics::new(&args.config.lane, &args.config.target),
             config: args.config,
         };
         for _ in 0..state.config.concurrency {
@@ -723,7 +738,7 @@ impl Actor for LaneRelay {
                     }
                     match result {
                         Ok(()) => state.acks.push((flight, elapsed)),
-                        Err(failure) => state.nacks.push((flight, failure)),
+                        Err(failure) => state.nacks.push((flight, failure, elapsed)),
                     }
                     state.schedule_flush(&myself);
                 }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::config::{LaneConfig, SupervisorConfig};
 use crate::delivery::DeliveryHandler;
+use crate::metrics::LaneMetrics;
 use crate::relay::lane::{LaneArgs, LaneMsg, LaneRelay};
 use crate::relay::observe;
 use crate::relay::{
@@ -64,6 +65,7 @@ struct LaneEntry {
     incarnation: u64,
     restarts_total: u64,
     recent_restarts: VecDeque<Instant>,
+    metrics: LaneMetrics,
 }
 
 pub(crate) struct SupervisorState {
@@ -77,7 +79,9 @@ pub(crate) struct SupervisorState {
 
 impl SupervisorState {
     fn emit(&self, event: RelayEvent) {
-        observe::record_event(&event);
+        if let Some(entry) = event_lane(&event).and_then(|key| self.lanes.get(key)) {
+            observe::record(&entry.metrics, &event);
+        }
         let _ = self.events.send(event);
     }
 
@@ -85,7 +89,6 @@ impl SupervisorState {
         if let Some(entry) = self.lanes.get_mut(key) {
             entry.state = state;
         }
-        observe::set_lane_state(key, Some(state));
         self.emit(RelayEvent::LaneStateChanged {
             lane: key.clone(),
             state,
@@ -216,11 +219,11 @@ impl SupervisorState {
 
     fn forget(&mut self, key: &LaneKey) {
         if let Some(entry) = self.lanes.remove(key) {
+            entry.metrics.lane_state(LaneState::Stopped);
             if let Some(actor) = entry.actor {
                 self.by_actor.remove(&actor.get_id());
             }
         }
-        observe::set_lane_state(key, None);
     }
 
     fn entry_mut(&mut self, key: &LaneKey) -> Result<&mut LaneEntry, RelayError> {
@@ -242,6 +245,7 @@ impl SupervisorState {
         self.lanes.insert(
             key.clone(),
             LaneEntry {
+                metrics: LaneMetrics::new(&config.lane, &config.target),
                 config,
                 handler,
                 counters: Arc::default(),
@@ -435,10 +439,21 @@ impl Actor for RelaySupervisor {
         myself: ActorRef<SupervisorMsg>,
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
-        for key in state.lanes.keys() {
-            observe::set_lane_state(key, None);
+        for entry in state.lanes.values() {
+            entry.metrics.lane_state(LaneState::Stopped);
         }
         myself.stop_children(None);
         Ok(())
+    }
+}
+
+/// The lane an event is about, for the events the supervisor emits.
+fn event_lane(event: &RelayEvent) -> Option<&LaneKey> {
+    match event {
+        RelayEvent::LaneCrashed { lane, .. }
+        | RelayEvent::LaneRestarting { lane, .. }
+        | RelayEvent::LaneFailed { lane, .. }
+        | RelayEvent::LaneStateChanged { lane, .. } => Some(lane),
+        _ => None,
     }
 }

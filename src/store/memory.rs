@@ -255,6 +255,7 @@ impl OutboxStore for InMemoryOutboxStore {
         for (lane, target) in woken {
             self.wake(&lane, &target);
         }
+        crate::metrics::record_enqueued(&answers);
         Ok(answers)
     }
 

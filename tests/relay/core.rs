@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::config::SupervisorConfig;
+use outbox_relay::metrics::FailureKind;
 use outbox_relay::relay::{RelayError, RelayEvent};
 use outbox_relay::store::{ClaimRequest, MessageFilter, NackOutcome, PageRequest};
 use outbox_relay::{
@@ -354,7 +355,7 @@ async fn permanent_failure_dead_letters_at_once() {
         failed,
         RelayEvent::Failed {
             outcome: NackOutcome::DeadLettered,
-            kind: "permanent",
+            kind: FailureKind::Permanent,
             ..
         }
     ));

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_relay::config::SupervisorConfig;
 use outbox_relay::message::OutboxMessageDraft;
+use outbox_relay::metrics::{FailureKind, StoreOp};
 use outbox_relay::relay::{LaneState, RelayEvent};
 use outbox_relay::store::{
     ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, LaneStats, MessageFilter, Nack,
@@ -230,7 +231,7 @@ async fn handler_panic_keeps_the_lane_up_and_the_message_is_retried() {
             outcome,
             ..
         } => {
-            assert_eq!(kind, "panic");
+            assert_eq!(kind, FailureKind::Panic);
             assert!(error.starts_with("handler panicked: "), "{error}");
             assert!(error.contains("boom in the handler"), "{error}");
             assert_eq!(outcome, NackOutcome::Requeued);
@@ -310,7 +311,13 @@ async fn store_outage_leaves_the_lane_up_and_everything_is_delivered_after() {
         matches!(e, RelayEvent::StoreError { .. })
     })
     .await;
-    assert!(matches!(error, RelayEvent::StoreError { op: "claim", .. }));
+    assert!(matches!(
+        error,
+        RelayEvent::StoreError {
+            op: StoreOp::Claim,
+            ..
+        }
+    ));
     let mut delivered = wait_delivered(&mut events, 20).await;
     delivered.sort();
     ids.sort();
@@ -460,7 +467,7 @@ async fn hung_handler_times_out_and_is_retried() {
     assert!(matches!(
         failed,
         RelayEvent::Failed {
-            kind: "timeout",
+            kind: FailureKind::Timeout,
             outcome: NackOutcome::Requeued,
             ..
         }

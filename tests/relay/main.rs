@@ -23,6 +23,7 @@ use uuid::Uuid;
 mod core;
 mod faults;
 mod lifecycle;
+mod stores;
 
 /// How long a test waits for an event before failing. On the paused clock this is virtual
 /// time, so it only has to exceed the longest timer a scenario expects to fire.

@@ -1,5 +1,6 @@
 //! `outbox-relay run`: the relay as a daemon, until SIGINT or SIGTERM.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 
 use outbox_relay::config::duration::format_duration;
@@ -161,11 +162,12 @@ async fn log_events(mut events: tokio::sync::broadcast::Receiver<RelayEvent>) {
                 kind,
                 outcome: NackOutcome::DeadLettered,
                 error,
+                ..
             } => tracing::warn!(
                 lane = %lane.lane,
                 target = %lane.target,
                 %outbox_id,
-                kind,
+                kind = kind.as_str(),
                 %error,
                 "delivery failed; message dead-lettered"
             ),
@@ -197,6 +199,7 @@ fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     // A second subscriber cannot be installed; there is only ever one here.
     let _ = match format {
@@ -205,17 +208,13 @@ fn init_logging(format: LogFormat) {
     };
 }
 
-/// Serves Prometheus metrics on `addr`.
-///
-/// Until `outbox_relay::metrics::install_prometheus_exporter` lands in main, this installs
-/// the exporter directly; afterwards it becomes a call to that function.
+/// Serves Prometheus metrics on `addr`, on the exporter's own thread.
 fn install_metrics_exporter(addr: SocketAddr) -> Result<(), Failure> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
+    outbox_relay::metrics::install_prometheus_exporter(addr)
+        .map(drop)
         .map_err(|error| {
             Failure::input(format!(
-                "cannot serve metrics on {addr}: {error} (set metrics_listen, or false to turn the endpoint off)"
+                "cannot serve metrics: {error} (set metrics_listen to another address, or to false for no endpoint)"
             ))
         })
 }

@@ -1,0 +1,216 @@
+//! The project's benchmark: the supervised actor relay against the seed's single-loop relay
+//! (claim a batch, deliver one message after another, ack each), side by side in one
+//! process on the same kind of store and the same simulated target latency. These machines
+//! are noisy, so the result is a ratio between runs made moments apart, never an absolute.
+//!
+//! Run:
+//!   cargo run --release --example benchmark
+//!   cargo run --release --example benchmark -- --messages 5000 --latency-ms 2 --rounds 5 \
+//!       --concurrency 32 --store sqlite
+//!   cargo run --release --example benchmark -- --store postgres://postgres@127.0.0.1:5432/test
+//!
+//! Prints one line per round with both throughputs and their ratio, then the median ratio.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use outbox_relay::relay::RelayEvent;
+use outbox_relay::store::{ClaimRequest, Nack, NackDisposition};
+use outbox_relay::{
+    DeliveryError, DeliveryHandler, InMemoryOutboxStore, LaneConfig, OutboxMessage,
+    OutboxMessageDraft, OutboxRelay, OutboxStore,
+};
+
+/// A target that takes `latency` per message, as a broker or webhook round trip would.
+struct SimulatedTarget {
+    latency: Duration,
+}
+
+#[async_trait]
+impl DeliveryHandler for SimulatedTarget {
+    async fn deliver(&self, _message: &OutboxMessage) -> Result<(), DeliveryError> {
+        tokio::time::sleep(self.latency).await;
+        Ok(())
+    }
+}
+
+struct Options {
+    messages: usize,
+    latency: Duration,
+    rounds: usize,
+    concurrency: usize,
+    store: String,
+}
+
+fn options() -> Result<Options, String> {
+    let mut options = Options {
+        messages: 2_000,
+        latency: Duration::from_millis(2),
+        rounds: 3,
+        concurrency: 16,
+        store: "memory".to_owned(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = || {
+            value
+                .parse::<usize>()
+                .map_err(|e| format!("{flag} {value}: {e}"))
+        };
+        match flag.as_str() {
+            "--messages" => options.messages = number()?,
+            "--latency-ms" => options.latency = Duration::from_millis(number()? as u64),
+            "--rounds" => options.rounds = number()?.max(1),
+            "--concurrency" => options.concurrency = number()?.max(1),
+            "--store" => options.store = value,
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(options)
+}
+
+/// A fresh, empty store of the kind asked for.
+async fn open_store(kind: &str, round: usize) -> Result<Arc<dyn OutboxStore>, String> {
+    let _ = round;
+    match kind {
+        "memory" => Ok(Arc::new(InMemoryOutboxStore::new()) as Arc<dyn OutboxStore>),
+        other => Err(format!("unknown store {other:?}: use memory")),
+    }
+}
+
+async fn fill(store: &dyn OutboxStore, n: usize) {
+    let drafts: Vec<OutboxMessageDraft> = (0..n)
+        .map(|i| {
+            OutboxMessageDraft::new("bench", "target", serde_json::json!({ "n": i }))
+                .expect("valid draft")
+        })
+        .collect();
+    for chunk in drafts.chunks(500) {
+        store.enqueue_many(chunk.to_vec()).await.expect("enqueue");
+    }
+}
+
+/// The seed relay's loop: claim a batch, deliver each in turn, ack each on its own.
+async fn baseline(store: Arc<dyn OutboxStore>, target: &SimulatedTarget, n: usize) -> Duration {
+    let request = ClaimRequest::new("bench", "target", 64, Duration::from_secs(30), "baseline");
+    let started = Instant::now();
+    let mut delivered = 0;
+    while delivered < n {
+        let batch = store.claim(&request).await.expect("claim");
+        for message in batch.messages {
+            let Some(claim) = message.claim() else {
+                continue;
+            };
+            match target.deliver(&message).await {
+                Ok(()) => {
+                    store.ack(&[claim]).await.expect("ack");
+                    delivered += 1;
+                }
+                Err(error) => {
+                    let nack = Nack {
+                        claim,
+                        error: error.to_string(),
+                        disposition: NackDisposition::Retry(Duration::ZERO),
+                    };
+                    store.nack(&[nack]).await.expect("nack");
+                }
+            }
+        }
+    }
+    started.elapsed()
+}
+
+async fn actor_relay(
+    store: Arc<dyn OutboxStore>,
+    latency: Duration,
+    n: usize,
+    concurrency: usize,
+) -> Duration {
+    let started = Instant::now();
+    let relay = OutboxRelay::builder(store)
+        .lane(
+            LaneConfig::new("bench", "target")
+                .concurrency(concurrency)
+                .batch_size(concurrency.max(64)),
+            SimulatedTarget { latency },
+        )
+        .event_capacity(n * 4 + 1024)
+        .start()
+        .await
+        .expect("start relay");
+    let mut events = relay.subscribe();
+    let mut delivered = 0;
+    while delivered < n {
+        match events.recv().await {
+            Ok(RelayEvent::Delivered { .. }) => delivered += 1,
+            Ok(_) => {}
+            Err(error) => panic!("lost relay events: {error}"),
+        }
+    }
+    let took = started.elapsed();
+    relay
+        .shutdown(Duration::from_secs(5))
+        .await
+        .expect("shutdown");
+    took
+}
+
+fn rate(n: usize, took: Duration) -> f64 {
+    n as f64 / took.as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let options = match options() {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("benchmark: {error}");
+            std::process::exit(2);
+        }
+    };
+    println!(
+        "{} messages, {:?} per delivery, store {}, actor relay concurrency {}",
+        options.messages, options.latency, options.store, options.concurrency
+    );
+    println!("round  baseline msg/s  actor msg/s  ratio");
+    let target = SimulatedTarget {
+        latency: options.latency,
+    };
+    let mut ratios = Vec::new();
+    for round in 0..options.rounds {
+        let store = open_store(&options.store, round).await.unwrap_or_else(|e| {
+            eprintln!("benchmark: {e}");
+            std::process::exit(2)
+        });
+        fill(&*store, options.messages).await;
+        let base = rate(
+            options.messages,
+            baseline(store, &target, options.messages).await,
+        );
+        let store = open_store(&options.store, round).await.unwrap_or_else(|e| {
+            eprintln!("benchmark: {e}");
+            std::process::exit(2)
+        });
+        fill(&*store, options.messages).await;
+        let ours = rate(
+            options.messages,
+            actor_relay(
+                store,
+                options.latency,
+                options.messages,
+                options.concurrency,
+            )
+            .await,
+        );
+        let ratio = ours / base;
+        ratios.push(ratio);
+        println!("{round:>5}  {base:>14.0}  {ours:>11.0}  {ratio:>5.2}x");
+    }
+    ratios.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "median ratio (actor / baseline): {:.2}x",
+        ratios[ratios.len() / 2]
+    );
+}

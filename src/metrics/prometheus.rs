@@ -1,0 +1,251 @@
+//! The Prometheus scrape endpoint (feature `prometheus`).
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::thread;
+
+use metrics_exporter_prometheus::{
+    BuildError, ExporterFuture, Matcher, PrometheusBuilder, PrometheusHandle,
+};
+
+use super::*;
+
+/// Installs the Prometheus exporter as the process's global metrics recorder, serving the
+/// text exposition format over HTTP on `addr` (any path answers), and [describes](describe)
+/// every metric. [`DEFAULT_EXPORTER_ADDR`] is the usual `addr`.
+///
+/// The three histograms are exported as Prometheus histograms with the bucket bounds
+/// [`DELIVERY_DURATION_BUCKETS`], [`END_TO_END_LATENCY_BUCKETS`] and
+/// [`CLAIM_BATCH_SIZE_BUCKETS`].
+///
+/// # Where the endpoint runs
+///
+/// On a thread of its own, with its own single-threaded tokio runtime, whether or not the
+/// caller is inside a runtime. So it may be called from synchronous `main` or from async
+/// code (it blocks only while the socket is bound, not for I/O), and the endpoint does not
+/// share the fate of the caller's runtime: it keeps answering scrapes while the
+/// application's workers are saturated or its runtime shuts down, and a runtime created
+/// just for setup (or a `#[tokio::test]`) cannot take it down when dropped.
+/// (`PrometheusBuilder::install` would instead spawn onto the caller's runtime, if any.)
+/// The thread lives as long as the process.
+///
+/// # Errors
+///
+/// [`MetricsError`], naming `addr`, when the address cannot be bound (already in use, not
+/// an address of this host, a privileged port) or a global recorder is already installed
+/// (only one per process: call this once, early).
+pub fn install_prometheus_exporter(addr: SocketAddr) -> Result<PrometheusHandle, MetricsError> {
+    let fail = |failure| MetricsError { addr, failure };
+    let builder = prometheus_builder()
+        .map_err(Failure::Build)
+        .map_err(fail)?
+        .with_http_listener(addr);
+    let (report, outcome) = mpsc::sync_channel(1);
+    thread::Builder::new()
+        .name("outbox-metrics-exporter".to_owned())
+        .spawn(move || serve(builder, report))
+        .map_err(Failure::Runtime)
+        .map_err(fail)?;
+    // The thread reports once the socket is bound and the recorder installed (or not).
+    let handle = outcome
+        .recv()
+        .unwrap_or(Err(Failure::ThreadEnded))
+        .map_err(fail)?;
+    describe();
+    Ok(handle)
+}
+
+/// The exporter thread: builds the runtime, binds, installs the recorder, reports, serves.
+/// Every failure before serving is reported back, and the runtime is dropped here, on a
+/// plain thread, where dropping it is allowed.
+fn serve(builder: PrometheusBuilder, report: mpsc::SyncSender<Result<PrometheusHandle, Failure>>) {
+    let started = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Failure::Runtime)
+        .and_then(|runtime| {
+            // `build` binds the socket and spawns the recorder's upkeep task: both need the
+            // runtime entered.
+            let built = {
+                let _entered = runtime.enter();
+                builder.build().map_err(Failure::Build)?
+            };
+            Ok((runtime, built))
+        })
+        .and_then(|(runtime, (recorder, exporter))| {
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder)
+                .map_err(|e| Failure::Build(BuildError::from(e)))?;
+            Ok((runtime, handle, exporter))
+        });
+    let (runtime, exporter): (tokio::runtime::Runtime, ExporterFuture) = match started {
+        Ok((runtime, handle, exporter)) => {
+            // The caller may have given up waiting only by panicking; serve regardless.
+            let _ = report.send(Ok(handle));
+            (runtime, exporter)
+        }
+        Err(failure) => {
+            let _ = report.send(Err(failure));
+            return;
+        }
+    };
+    if let Err(error) = runtime.block_on(exporter) {
+        tracing::error!(?error, "the Prometheus exporter stopped serving");
+    }
+}
+
+/// The exporter's configuration, without an address: histogram buckets per metric.
+pub(super) fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
+    let full = |name: &str| Matcher::Full(name.to_owned());
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(full(DELIVERY_DURATION_SECONDS), DELIVERY_DURATION_BUCKETS)?
+        .set_buckets_for_metric(full(END_TO_END_LATENCY_SECONDS), END_TO_END_LATENCY_BUCKETS)?
+        .set_buckets_for_metric(full(CLAIM_BATCH_SIZE), CLAIM_BATCH_SIZE_BUCKETS)
+}
+
+/// The Prometheus exporter could not be started on its address.
+#[derive(Debug)]
+pub struct MetricsError {
+    addr: SocketAddr,
+    failure: Failure,
+}
+
+#[derive(Debug)]
+enum Failure {
+    Build(BuildError),
+    Runtime(std::io::Error),
+    ThreadEnded,
+}
+
+impl MetricsError {
+    /// The address the exporter was asked to listen on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Whether the cause is that the process already has a global metrics recorder.
+    pub fn recorder_already_installed(&self) -> bool {
+        matches!(
+            self.failure,
+            Failure::Build(BuildError::FailedToSetGlobalRecorder(_))
+        )
+    }
+}
+
+impl fmt::Display for MetricsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot start the Prometheus exporter on {}: ", self.addr)?;
+        match &self.failure {
+            Failure::Build(BuildError::FailedToSetGlobalRecorder(_)) => {
+                f.write_str("a metrics recorder is already installed in this process")
+            }
+            Failure::Build(error) => write!(f, "{error}"),
+            Failure::Runtime(error) => write!(f, "cannot start its thread: {error}"),
+            Failure::ThreadEnded => f.write_str("its thread ended before reporting"),
+        }
+    }
+}
+
+// The cause is part of the message above; it is not also exposed as `source()`, which
+// would print it twice in error chains.
+impl std::error::Error for MetricsError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    #[test]
+    fn histograms_are_exported_with_their_buckets() {
+        let recorder = prometheus_builder()
+            .expect("valid buckets")
+            .build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            let lane = LaneMetrics::new("orders", "webhook");
+            lane.claimed(3);
+            lane.delivered(Duration::from_micros(300), Duration::from_secs(400));
+        });
+        let text = handle.render();
+        let bucket = |name: &str, le: &str| {
+            format!("{name}_bucket{{lane=\"orders\",target=\"webhook\",le=\"{le}\"}} 1")
+        };
+        for line in [
+            bucket(DELIVERY_DURATION_SECONDS, "0.0005"),
+            bucket(END_TO_END_LATENCY_SECONDS, "600"),
+            bucket(CLAIM_BATCH_SIZE, "4"),
+            format!("# TYPE {DELIVERY_DURATION_SECONDS} histogram"),
+            format!("# TYPE {END_TO_END_LATENCY_SECONDS} histogram"),
+            format!("# TYPE {CLAIM_BATCH_SIZE} histogram"),
+            format!("# HELP {DELIVERED_TOTAL} Messages their target accepted and the store marked delivered."),
+            format!("{DELIVERED_TOTAL}{{lane=\"orders\",target=\"webhook\"}} 1"),
+            format!("{LANE_STATE}{{lane=\"orders\",target=\"webhook\",state=\"failed\"}} 0"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
+        for metric in ALL {
+            assert!(
+                text.contains(&format!("# TYPE {} ", metric.name)),
+                "{}",
+                metric.name
+            );
+        }
+    }
+
+    fn scrape(addr: SocketAddr) -> String {
+        let mut stream = TcpStream::connect(addr).expect("connect to the exporter");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .expect("send request");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read response");
+        response
+    }
+
+    fn free_loopback_port() -> SocketAddr {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a probe");
+        probe.local_addr().expect("probe address")
+    }
+
+    /// The only test that installs a global recorder: a process gets one.
+    #[tokio::test(flavor = "current_thread")]
+    async fn installs_from_inside_a_runtime_serves_scrapes_and_refuses_a_second_install() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let busy = taken.local_addr().expect("address");
+        let error = install_prometheus_exporter(busy).expect_err("address in use");
+        assert_eq!(error.addr(), busy);
+        assert!(!error.recorder_already_installed());
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("cannot start the Prometheus exporter on {busy}: ")),
+            "{error}"
+        );
+
+        let addr = free_loopback_port();
+        let handle = install_prometheus_exporter(addr).expect("install");
+        LaneMetrics::new("orders", "webhook").enqueued(2);
+        // Scrape from a blocking thread: this current-thread runtime is not what serves it.
+        let response = tokio::task::spawn_blocking(move || scrape(addr))
+            .await
+            .expect("scrape");
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(
+            response.contains("outbox_enqueued_total{lane=\"orders\",target=\"webhook\"} 2"),
+            "{response}"
+        );
+        assert!(response.contains("# HELP outbox_pending "), "{response}");
+        assert!(handle.render().contains("outbox_enqueued_total"));
+
+        let again = install_prometheus_exporter(free_loopback_port()).expect_err("second");
+        assert!(again.recorder_already_installed(), "{again}");
+        assert!(again.to_string().contains("already installed"), "{again}");
+    }
+}

@@ -1,0 +1,134 @@
+//! Between `OutboxMessage` and a SQLite row: decoding, the text forms of ids, statuses and
+//! JSON columns, and the mapping of `sqlx` errors onto [`StoreError`].
+
+use std::collections::BTreeMap;
+
+use sqlx::sqlite::SqliteRow;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::message::{OutboxMessage, OutboxStatus};
+use crate::store::StoreError;
+
+/// Reads a message from a row selected with `schema::COLUMNS`.
+pub(super) fn decode(row: &SqliteRow) -> Result<OutboxMessage, StoreError> {
+    // The id first, so every later complaint can name the row.
+    let id_text: String = column(row, "outbox_id", "?")?;
+    let outbox_id = parse_uuid(&id_text, "outbox_id", &id_text)?;
+    let id = id_text.as_str();
+    let status_text: String = column(row, "status", id)?;
+    let payload: String = column(row, "payload", id)?;
+    let headers: String = column(row, "headers", id)?;
+    let claim_token: Option<String> = column(row, "claim_token", id)?;
+    Ok(OutboxMessage {
+        outbox_id,
+        seq: column(row, "seq", id)?,
+        lane: column(row, "lane", id)?,
+        target: column(row, "target", id)?,
+        payload: serde_json::from_str(&payload).map_err(|e| corrupt(id, "payload", e))?,
+        headers: serde_json::from_str::<BTreeMap<String, String>>(&headers)
+            .map_err(|e| corrupt(id, "headers", e))?,
+        ordering_key: column(row, "ordering_key", id)?,
+        dedupe_key: column(row, "dedupe_key", id)?,
+        status: status_text
+            .parse::<OutboxStatus>()
+            .map_err(|e| corrupt(id, "status", e))?,
+        attempt_count: count(row, "attempt_count", id)?,
+        max_attempts: count(row, "max_attempts", id)?,
+        available_at: column(row, "available_at", id)?,
+        claimed_by: column(row, "claimed_by", id)?,
+        claim_token: claim_token
+            .map(|token| parse_uuid(&token, "claim_token", id))
+            .transpose()?,
+        lease_expires_at: column(row, "lease_expires_at", id)?,
+        last_error: column(row, "last_error", id)?,
+        created_at: column(row, "created_at", id)?,
+        updated_at: column(row, "updated_at", id)?,
+        delivered_at: column(row, "delivered_at", id)?,
+    })
+}
+
+fn column<'r, T>(row: &'r SqliteRow, name: &str, id: &str) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+{
+    row.try_get(name).map_err(|e| corrupt(id, name, e))
+}
+
+fn count(row: &SqliteRow, name: &str, id: &str) -> Result<u32, StoreError> {
+    let value: i64 = column(row, name, id)?;
+    u32::try_from(value).map_err(|e| corrupt(id, name, e))
+}
+
+pub(super) fn parse_uuid(text: &str, field: &str, id: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(text).map_err(|e| corrupt(id, field, e))
+}
+
+fn corrupt(id: &str, field: &str, error: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt {
+        id: id.to_owned(),
+        reason: format!("{field}: {error}"),
+    }
+}
+
+/// Ids and tokens are stored as hyphenated lowercase text: readable in the `sqlite3` shell,
+/// and comparable with the strings `json_each` yields for id filters.
+pub(super) fn uuid_text(id: Uuid) -> String {
+    id.hyphenated().to_string()
+}
+
+/// The JSON text a payload or header map is stored as.
+pub(super) fn json_text(value: &impl serde::Serialize, field: &str) -> Result<String, StoreError> {
+    // Validation already serialised the payload once, so this cannot fail in practice; if it
+    // ever did, nothing has been written yet.
+    serde_json::to_string(value).map_err(|e| StoreError::Database(format!("encoding {field}: {e}")))
+}
+
+/// A count or limit as SQLite's integer, saturating.
+pub(super) fn int(value: impl TryInto<i64>) -> i64 {
+    value.try_into().unwrap_or(i64::MAX)
+}
+
+// Primary SQLite result codes (the low byte of an extended code) that mean "not now"
+// rather than "never": another process holds the write lock past busy_timeout, or the disk
+// or file cannot be used at the moment.
+const SQLITE_BUSY: i64 = 5;
+const SQLITE_LOCKED: i64 = 6;
+const SQLITE_IOERR: i64 = 10;
+const SQLITE_FULL: i64 = 13;
+const SQLITE_CANTOPEN: i64 = 14;
+
+/// Maps a `sqlx` error of operation `op` onto the store's error.
+pub(super) fn store_error(op: &str, error: sqlx::Error) -> StoreError {
+    match error {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(format!("{op}: {error}")),
+        sqlx::Error::Database(ref db) => {
+            let primary = db
+                .code()
+                .and_then(|code| code.parse::<i64>().ok())
+                .map(|code| code & 0xff);
+            match primary {
+                Some(
+                    SQLITE_BUSY | SQLITE_LOCKED | SQLITE_IOERR | SQLITE_FULL | SQLITE_CANTOPEN,
+                ) => StoreError::Unavailable(format!("{op}: {error}")),
+                _ => StoreError::Database(format!("{op}: {error}")),
+            }
+        }
+        sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnIndexOutOfBounds { .. } => StoreError::Corrupt {
+            id: "?".into(),
+            reason: format!("{op}: {error}"),
+        },
+        other => StoreError::Database(format!("{op}: {other}")),
+    }
+}
+
+/// `map_err` adapter: `.map_err(db(op))`.
+pub(super) fn db(op: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
+    move |error| store_error(op, error)
+}

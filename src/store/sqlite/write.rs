@@ -1,0 +1,417 @@
+//! The bodies of the write operations, each run inside the caller's `BEGIN IMMEDIATE`
+//! transaction on the single write connection. They mirror the memory store step by step.
+//!
+//! A batch issues one small statement per item. That is not N round trips: SQLite runs in
+//! this process, the statements are prepared once and cached, and the whole batch shares one
+//! transaction and so one commit, which is the real cost.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{AssertSqlSafe, Row, Sqlite};
+use uuid::Uuid;
+
+use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
+use crate::store::memory::LEASE_LAPSED_ERROR;
+use crate::store::{
+    duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, MessageFilter,
+    Nack, NackDisposition, NackOutcome, OrderingPolicy, StoreError,
+};
+
+use super::filter::FilterSql;
+use super::row::{db, decode, int, json_text, parse_uuid, uuid_text};
+use super::schema::Statements;
+
+type Query<'q> = sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
+
+/// A prepared-and-cached statement from [`Statements`].
+pub(super) fn query<'q>(sql: &Arc<str>) -> Query<'q> {
+    sqlx::query(AssertSqlSafe(Arc::clone(sql)))
+}
+
+/// A statement built for one call (a filter's terms vary).
+pub(super) fn dynamic<'q>(sql: String) -> Query<'q> {
+    sqlx::query(AssertSqlSafe(sql))
+}
+
+/// Lanes to wake once the transaction has committed.
+pub(super) type Woken = HashSet<(String, String)>;
+
+type DedupeSlot = (String, String, String);
+
+fn dedupe_slot(draft: &OutboxMessageDraft) -> Option<DedupeSlot> {
+    draft
+        .dedupe_key
+        .as_ref()
+        .map(|key| (draft.lane.clone(), draft.target.clone(), key.clone()))
+}
+
+async fn find_dedupe(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    (lane, target, key): &DedupeSlot,
+) -> Result<Option<OutboxMessage>, StoreError> {
+    let row = query(&sql.find_dedupe)
+        .bind(lane)
+        .bind(target)
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db("enqueue"))?;
+    row.as_ref().map(decode).transpose()
+}
+
+async fn insert(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    draft: OutboxMessageDraft,
+    now: UnixMillis,
+) -> Result<OutboxMessage, StoreError> {
+    let outbox_id = Uuid::now_v7();
+    let available_at = now.saturating_add(duration_millis(draft.delay));
+    let seq: i64 = query(&sql.insert)
+        .bind(uuid_text(outbox_id))
+        .bind(&draft.lane)
+        .bind(&draft.target)
+        .bind(json_text(&draft.payload, "payload")?)
+        .bind(json_text(&draft.headers, "headers")?)
+        .bind(&draft.ordering_key)
+        .bind(&draft.dedupe_key)
+        .bind(i64::from(draft.max_attempts))
+        .bind(available_at)
+        .bind(now)
+        .fetch_one(&mut *conn)
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(db("enqueue"))?;
+    Ok(OutboxMessage {
+        outbox_id,
+        seq,
+        available_at,
+        lane: draft.lane,
+        target: draft.target,
+        payload: draft.payload,
+        headers: draft.headers,
+        ordering_key: draft.ordering_key,
+        dedupe_key: draft.dedupe_key,
+        status: OutboxStatus::Pending,
+        attempt_count: 0,
+        max_attempts: draft.max_attempts,
+        claimed_by: None,
+        claim_token: None,
+        lease_expires_at: None,
+        last_error: None,
+        created_at: now,
+        updated_at: now,
+        delivered_at: None,
+    })
+}
+
+/// Writes already validated drafts. Every dedupe key is checked before anything is
+/// written, so a conflict leaves no row (the caller rolls back anyway).
+pub(super) async fn enqueue(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    drafts: Vec<OutboxMessageDraft>,
+    now: UnixMillis,
+    woken: &mut Woken,
+) -> Result<Vec<Enqueued>, StoreError> {
+    let mut existing: HashMap<DedupeSlot, OutboxMessage> = HashMap::new();
+    let mut seen: HashMap<DedupeSlot, &OutboxMessageDraft> = HashMap::new();
+    for draft in &drafts {
+        let Some(slot) = dedupe_slot(draft) else {
+            continue;
+        };
+        if !existing.contains_key(&slot) {
+            if let Some(found) = find_dedupe(sql, conn, &slot).await? {
+                existing.insert(slot.clone(), found);
+            }
+        }
+        let conflict = |existing: Uuid| StoreError::Conflict {
+            lane: slot.0.clone(),
+            target: slot.1.clone(),
+            dedupe_key: slot.2.clone(),
+            existing,
+        };
+        if let Some(found) = existing.get(&slot) {
+            if !draft.matches(found) {
+                return Err(conflict(found.outbox_id));
+            }
+        }
+        // Two drafts of one batch with the same key must be the very same draft.
+        if seen.get(&slot).is_some_and(|first| *first != draft) {
+            return Err(conflict(Uuid::nil()));
+        }
+        seen.insert(slot, draft);
+    }
+    let mut answers = Vec::with_capacity(drafts.len());
+    for draft in drafts {
+        let slot = dedupe_slot(&draft);
+        if let Some(found) = slot.as_ref().and_then(|slot| existing.get(slot)) {
+            answers.push(Enqueued {
+                message: found.clone(),
+                duplicate: true,
+            });
+            continue;
+        }
+        woken.insert((draft.lane.clone(), draft.target.clone()));
+        let message = insert(sql, conn, draft, now).await?;
+        if let Some(slot) = slot {
+            existing.insert(slot, message.clone());
+        }
+        answers.push(Enqueued {
+            message,
+            duplicate: false,
+        });
+    }
+    Ok(answers)
+}
+
+/// Dead-letters lapsed claims that used their last attempt, then claims up to `limit`
+/// claimable rows. Both selections apply the per-key head rule to the rows as they stood
+/// when the claim began (see `schema::KEY_HELD` for why that equals the memory store's walk).
+pub(super) async fn claim(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    request: &ClaimRequest,
+    now: UnixMillis,
+) -> Result<ClaimBatch, StoreError> {
+    const OP: &str = "claim";
+    let block = request.ordering == OrderingPolicy::Block;
+    let mut batch = ClaimBatch::default();
+    let doomed = query(&sql.claim_doomed)
+        .bind(now)
+        .bind(block)
+        .bind(&request.lane)
+        .bind(&request.target)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db(OP))?;
+    for row in doomed {
+        let seq: i64 = row.try_get(0).map_err(db(OP))?;
+        let id: String = row.try_get(1).map_err(db(OP))?;
+        query(&sql.dead_letter_lapsed)
+            .bind(seq)
+            .bind(LEASE_LAPSED_ERROR)
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(db(OP))?;
+        batch.dead_lettered.push(parse_uuid(&id, "outbox_id", &id)?);
+    }
+    let candidates = query(&sql.claim_candidates)
+        .bind(now)
+        .bind(block)
+        .bind(&request.lane)
+        .bind(&request.target)
+        .bind(int(request.limit))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db(OP))?;
+    let lease_until = now.saturating_add(duration_millis(request.lease));
+    for candidate in candidates {
+        let seq: i64 = candidate.try_get(0).map_err(db(OP))?;
+        let row = query(&sql.mark_claimed)
+            .bind(seq)
+            .bind(&request.consumer_id)
+            .bind(uuid_text(Uuid::new_v4()))
+            .bind(lease_until)
+            .bind(now)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(db(OP))?;
+        batch.messages.push(decode(&row)?);
+    }
+    Ok(batch)
+}
+
+fn applied(rows_affected: u64) -> ClaimOutcome {
+    if rows_affected == 1 {
+        ClaimOutcome::Applied
+    } else {
+        ClaimOutcome::LostClaim
+    }
+}
+
+/// Marks claims delivered. A claim that is no longer held matches no row: lost.
+pub(super) async fn ack(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    claims: &[ClaimRef],
+    now: UnixMillis,
+) -> Result<Vec<ClaimOutcome>, StoreError> {
+    let mut outcomes = Vec::with_capacity(claims.len());
+    for claim in claims {
+        let done = query(&sql.ack)
+            .bind(uuid_text(claim.outbox_id))
+            .bind(uuid_text(claim.claim_token))
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(db("ack"))?;
+        outcomes.push(applied(done.rows_affected()));
+    }
+    Ok(outcomes)
+}
+
+/// Records failed deliveries: back to pending after the delay while attempts remain,
+/// otherwise (or when permanent) into the dead letter.
+pub(super) async fn nack(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    nacks: &[Nack],
+    now: UnixMillis,
+) -> Result<Vec<NackOutcome>, StoreError> {
+    let mut outcomes = Vec::with_capacity(nacks.len());
+    for nack in nacks {
+        let (retry, due) = match nack.disposition {
+            NackDisposition::Retry(delay) => (true, now.saturating_add(duration_millis(delay))),
+            NackDisposition::Permanent => (false, now),
+        };
+        let row = query(&sql.nack)
+            .bind(uuid_text(nack.claim.outbox_id))
+            .bind(uuid_text(nack.claim.claim_token))
+            .bind(&nack.error)
+            .bind(retry)
+            .bind(due)
+            .bind(now)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db("nack"))?;
+        let outcome = match row {
+            None => NackOutcome::LostClaim,
+            Some(row) => {
+                let status: String = row.try_get(0).map_err(db("nack"))?;
+                if status == OutboxStatus::Pending.as_str() {
+                    NackOutcome::Requeued
+                } else {
+                    NackOutcome::DeadLettered
+                }
+            }
+        };
+        outcomes.push(outcome);
+    }
+    Ok(outcomes)
+}
+
+/// Moves the lease of each claim still held to `lease` from now.
+pub(super) async fn extend_lease(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    claims: &[ClaimRef],
+    lease: Duration,
+    now: UnixMillis,
+) -> Result<Vec<ClaimOutcome>, StoreError> {
+    let until = now.saturating_add(duration_millis(lease));
+    let mut outcomes = Vec::with_capacity(claims.len());
+    for claim in claims {
+        let done = query(&sql.extend)
+            .bind(uuid_text(claim.outbox_id))
+            .bind(uuid_text(claim.claim_token))
+            .bind(until)
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(db("extend_lease"))?;
+        outcomes.push(applied(done.rows_affected()));
+    }
+    Ok(outcomes)
+}
+
+/// Returns claims unused: pending, due now, the attempt not counted.
+pub(super) async fn release(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    claims: &[ClaimRef],
+    now: UnixMillis,
+    woken: &mut Woken,
+) -> Result<Vec<ClaimOutcome>, StoreError> {
+    let mut outcomes = Vec::with_capacity(claims.len());
+    for claim in claims {
+        let row = query(&sql.release)
+            .bind(uuid_text(claim.outbox_id))
+            .bind(uuid_text(claim.claim_token))
+            .bind(now)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db("release"))?;
+        outcomes.push(match row {
+            None => ClaimOutcome::LostClaim,
+            Some(row) => {
+                let lane: String = row.try_get(0).map_err(db("release"))?;
+                let target: String = row.try_get(1).map_err(db("release"))?;
+                woken.insert((lane, target));
+                ClaimOutcome::Applied
+            }
+        });
+    }
+    Ok(outcomes)
+}
+
+/// Moves the selected dead letters back to pending, due now, attempts reset, `last_error`
+/// kept. Returns how many.
+pub(super) async fn requeue_dead_letters(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    filter: &MessageFilter,
+    now: UnixMillis,
+    woken: &mut Woken,
+) -> Result<u64, StoreError> {
+    let filter = FilterSql::new(&filter.clone().with_status(OutboxStatus::DeadLetter), "");
+    let mut statement = dynamic(format!(
+        "UPDATE {} SET status = 'pending', attempt_count = 0, available_at = ?, updated_at = ?
+         WHERE {} RETURNING lane, target",
+        sql.table, filter.clause
+    ))
+    .bind(now)
+    .bind(now);
+    for value in filter.binds {
+        statement = statement.bind(value);
+    }
+    let rows = statement
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("requeue_dead_letters"))?;
+    for row in &rows {
+        let lane: String = row.try_get(0).map_err(db("requeue_dead_letters"))?;
+        let target: String = row.try_get(1).map_err(db("requeue_dead_letters"))?;
+        woken.insert((lane, target));
+    }
+    Ok(rows.len() as u64)
+}
+
+/// Deletes the selected dead letters. Returns how many.
+pub(super) async fn discard_dead_letters(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    filter: &MessageFilter,
+) -> Result<u64, StoreError> {
+    let filter = FilterSql::new(&filter.clone().with_status(OutboxStatus::DeadLetter), "");
+    let mut statement = dynamic(format!("DELETE FROM {} WHERE {}", sql.table, filter.clause));
+    for value in filter.binds {
+        statement = statement.bind(value);
+    }
+    let done = statement
+        .execute(&mut *conn)
+        .await
+        .map_err(db("discard_dead_letters"))?;
+    Ok(done.rows_affected())
+}
+
+/// Deletes at most `batch_size` finished rows last changed before `cutoff`.
+pub(super) async fn purge_batch(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    cutoff: UnixMillis,
+    batch_size: usize,
+) -> Result<u64, StoreError> {
+    let done = query(&sql.purge_batch)
+        .bind(cutoff)
+        .bind(int(batch_size))
+        .execute(&mut *conn)
+        .await
+        .map_err(db("purge"))?;
+    Ok(done.rows_affected())
+}

@@ -1,0 +1,399 @@
+//! The Grafana dashboard and the Prometheus alert rules in `grafana/` agree with
+//! `outbox_relay::metrics::ALL`, and Prometheus's own `promtool` accepts them.
+//!
+//! `promtool` comes with Debian's `prometheus` package (`apt-get install -y prometheus`).
+//! Without it the promtool test fails, loudly; outside CI, `OUTBOX_SKIP_PROMTOOL=1` turns
+//! that failure into a printed notice. With `CI=true` it is never skipped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use outbox_relay::metrics::{LaneState, MetricKind, ALL};
+use serde_json::Value;
+
+const DASHBOARD: &str = "grafana/outbox-relay.json";
+const ALERTS: &str = "grafana/alerts.yml";
+const ALERT_TESTS: &str = "grafana/alerts.test.yml";
+const HISTOGRAM_SERIES_SUFFIXES: [&str; 3] = ["_bucket", "_sum", "_count"];
+
+fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(repo_path(relative))
+        .unwrap_or_else(|e| panic!("cannot read {relative}: {e}"))
+}
+
+fn dashboard() -> Value {
+    serde_json::from_str(&read(DASHBOARD)).unwrap_or_else(|e| panic!("{DASHBOARD}: {e}"))
+}
+
+/// One PromQL query of one dashboard panel, ready to send to Prometheus.
+#[derive(Debug, Clone)]
+struct PanelQuery {
+    panel_id: u64,
+    panel_title: String,
+    ref_id: String,
+    /// The query with the dashboard variables replaced: `$lane` and `$target` by `.*`
+    /// (what "All" means), `$__rate_interval` by `1m`.
+    expr: String,
+}
+
+/// Every query of every panel, rows' nested panels included, in dashboard order.
+/// Shared with the end-to-end test that runs them against a real Prometheus.
+fn panel_queries(dashboard: &Value) -> Vec<PanelQuery> {
+    let mut queries = Vec::new();
+    for panel in panels(dashboard) {
+        let targets = panel["targets"].as_array().into_iter().flatten();
+        for target in targets {
+            let Some(expr) = target["expr"].as_str() else {
+                continue;
+            };
+            queries.push(PanelQuery {
+                panel_id: panel["id"].as_u64().expect("panel id"),
+                panel_title: panel["title"].as_str().unwrap_or_default().to_owned(),
+                ref_id: target["refId"].as_str().unwrap_or_default().to_owned(),
+                expr: substitute_variables(expr),
+            });
+        }
+    }
+    queries
+}
+
+fn substitute_variables(expr: &str) -> String {
+    [
+        ("${__rate_interval}", "1m"),
+        ("$__rate_interval", "1m"),
+        ("${lane}", ".*"),
+        ("$lane", ".*"),
+        ("${target}", ".*"),
+        ("$target", ".*"),
+    ]
+    .iter()
+    .fold(expr.to_owned(), |expr, (variable, value)| {
+        expr.replace(variable, value)
+    })
+}
+
+/// Every panel, with the panels of rows (collapsed rows keep theirs inside).
+fn panels(dashboard: &Value) -> Vec<&Value> {
+    let mut all = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        all.push(panel);
+        all.extend(panel["panels"].as_array().into_iter().flatten());
+    }
+    all
+}
+
+/// The `outbox_…` tokens in `text`, histogram series suffixes kept.
+fn outbox_tokens(text: &str) -> BTreeSet<String> {
+    let mut tokens = BTreeSet::new();
+    let bytes = text.as_bytes();
+    let is_name = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_';
+    let mut at = 0;
+    while let Some(found) = text[at..].find("outbox_") {
+        let start = at + found;
+        let mut end = start + "outbox_".len();
+        while end < bytes.len() && is_name(bytes[end]) {
+            end += 1;
+        }
+        let preceded_by_name = start > 0 && (is_name(bytes[start - 1]) || bytes[start - 1] == b':');
+        if !preceded_by_name {
+            tokens.insert(text[start..end].to_owned());
+        }
+        at = end;
+    }
+    tokens
+}
+
+/// Maps each token to the declared metric it names; collects tokens that name none.
+/// A histogram must be referenced through one of its series (`_bucket`, `_sum`,
+/// `_count`), anything else by its own name.
+fn declared_metrics(tokens: &BTreeSet<String>) -> (BTreeSet<&'static str>, BTreeSet<String>) {
+    let mut declared = BTreeSet::new();
+    let mut unknown = BTreeSet::new();
+    for token in tokens {
+        let histogram_series = HISTOGRAM_SERIES_SUFFIXES.iter().find_map(|suffix| {
+            let base = token.strip_suffix(suffix)?;
+            ALL.iter()
+                .find(|m| m.name == base && m.kind == MetricKind::Histogram)
+        });
+        let plain = ALL
+            .iter()
+            .find(|m| m.name == token && m.kind != MetricKind::Histogram);
+        match histogram_series.or(plain) {
+            Some(metric) => {
+                declared.insert(metric.name);
+            }
+            None => {
+                unknown.insert(token.clone());
+            }
+        }
+    }
+    (declared, unknown)
+}
+
+#[test]
+fn dashboard_and_alerts_use_declared_metrics_and_the_dashboard_shows_them_all() {
+    let dashboard = dashboard();
+    let queries = panel_queries(&dashboard);
+    let promql: String = queries.iter().map(|q| format!("{}\n", q.expr)).collect();
+    let (on_dashboard, unknown) = declared_metrics(&outbox_tokens(&promql));
+    assert!(
+        unknown.is_empty(),
+        "{DASHBOARD} uses undeclared metrics {unknown:?}"
+    );
+    let missing: Vec<_> = ALL
+        .iter()
+        .map(|m| m.name)
+        .filter(|name| !on_dashboard.contains(name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{DASHBOARD} shows no panel of {missing:?}"
+    );
+
+    let variables = dashboard["templating"]["list"].to_string();
+    let (_, unknown) = declared_metrics(&outbox_tokens(&variables));
+    assert!(unknown.is_empty(), "{DASHBOARD} variables use {unknown:?}");
+
+    for file in [ALERTS, ALERT_TESTS] {
+        let (used, unknown) = declared_metrics(&outbox_tokens(&read(file)));
+        assert!(
+            unknown.is_empty(),
+            "{file} uses undeclared metrics {unknown:?}"
+        );
+        assert!(!used.is_empty(), "{file} uses no metric at all");
+    }
+}
+
+#[test]
+fn every_panel_query_is_filtered_by_lane_and_target() {
+    let dashboard = dashboard();
+    for panel in panels(&dashboard) {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap_or_default();
+            assert!(
+                expr.contains(r#"lane=~"$lane""#) && expr.contains(r#"target=~"$target""#),
+                "panel {:?} query {:?} ignores the lane or target selection",
+                panel["title"],
+                target["refId"]
+            );
+        }
+    }
+}
+
+#[test]
+fn dashboard_has_its_variables_unique_panel_ids_and_a_sane_layout() {
+    let dashboard = dashboard();
+    assert!(dashboard["schemaVersion"].as_u64().expect("schemaVersion") >= 39);
+    assert!(dashboard["uid"].as_str().is_some_and(|uid| !uid.is_empty()));
+
+    let variables: BTreeMap<&str, &Value> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating.list")
+        .iter()
+        .map(|v| (v["name"].as_str().expect("variable name"), v))
+        .collect();
+    let datasource = variables.get("datasource").expect("a datasource variable");
+    assert_eq!(datasource["type"], "datasource");
+    assert_eq!(datasource["query"], "prometheus");
+    for (name, metric_of_query) in [("lane", "lane"), ("target", "target")] {
+        let variable = variables.get(name).unwrap_or_else(|| panic!("no ${name}"));
+        assert_eq!(variable["type"], "query", "${name}");
+        assert_eq!(variable["multi"], true, "${name}");
+        assert_eq!(variable["includeAll"], true, "${name}");
+        assert_eq!(variable["allValue"], ".*", "${name}");
+        assert_eq!(variable["datasource"]["uid"], "${datasource}", "${name}");
+        let query = variable["query"]["query"].as_str().expect("query");
+        assert!(
+            query.starts_with("label_values(outbox_")
+                && query.ends_with(&format!(", {metric_of_query})")),
+            "${name}: {query}"
+        );
+    }
+
+    let mut ids = BTreeSet::new();
+    for panel in panels(&dashboard) {
+        let id = panel["id"].as_u64().expect("every panel has a numeric id");
+        assert!(ids.insert(id), "panel id {id} is used twice");
+        let grid = &panel["gridPos"];
+        let (x, w) = (
+            grid["x"].as_u64().expect("x"),
+            grid["w"].as_u64().expect("w"),
+        );
+        assert!(x + w <= 24, "panel {id} is wider than the dashboard");
+        if panel["type"] == "row" {
+            continue;
+        }
+        assert!(
+            panel["title"].as_str().is_some_and(|t| !t.is_empty()),
+            "panel {id}"
+        );
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "panel {id}");
+        let targets = panel["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "panel {id} has no query");
+        for target in targets {
+            assert_eq!(target["datasource"]["uid"], "${datasource}", "panel {id}");
+        }
+    }
+}
+
+#[test]
+fn the_lane_state_panel_knows_every_lane_state() {
+    let dashboard = dashboard();
+    let promql: String = panel_queries(&dashboard)
+        .into_iter()
+        .map(|q| q.expr)
+        .collect();
+    let mut shown = BTreeSet::new();
+    let mut rest = promql.as_str();
+    while let Some(at) = rest.find("state=\"") {
+        rest = &rest[at + "state=\"".len()..];
+        let end = rest.find('"').expect("closing quote");
+        shown.insert(&rest[..end]);
+    }
+    let declared: BTreeSet<&str> = LaneState::ALL.iter().map(|s| s.as_str()).collect();
+    assert_eq!(
+        shown, declared,
+        "the lane state panel must encode every LaneState"
+    );
+
+    let mapped: BTreeSet<String> = panels(&dashboard)
+        .into_iter()
+        .filter(|p| p["type"] == "state-timeline")
+        .flat_map(|p| p["fieldConfig"]["defaults"]["mappings"].as_array().cloned())
+        .flatten()
+        .flat_map(|m| m["options"].as_object().cloned())
+        .flat_map(|options| options.into_iter().map(|(_, v)| v["text"].to_string()))
+        .map(|text| text.trim_matches('"').to_owned())
+        .collect();
+    for state in declared {
+        assert!(mapped.contains(state), "no value mapping shows {state}");
+    }
+}
+
+// ---- promtool -------------------------------------------------------------------------
+
+/// `promtool`: `$PROMTOOL`, else the first on `PATH`.
+fn promtool() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("PROMTOOL") {
+        return Some(PathBuf::from(path));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("promtool"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Finds promtool or decides what its absence means: a failure in CI, a failure by
+/// default, a loud notice with `OUTBOX_SKIP_PROMTOOL=1` outside CI.
+fn require_promtool() -> Option<PathBuf> {
+    if let Some(path) = promtool() {
+        return Some(path);
+    }
+    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let skip = std::env::var("OUTBOX_SKIP_PROMTOOL").is_ok_and(|v| v == "1");
+    let how = "install Debian's prometheus package (apt-get install -y prometheus), \
+               or set PROMTOOL to its path";
+    if in_ci {
+        panic!("promtool not found, and CI=true never skips: {how}");
+    }
+    if !skip {
+        panic!(
+            "promtool not found: the alert rules and the dashboard's PromQL are unchecked. \
+             {how}; or set OUTBOX_SKIP_PROMTOOL=1 to skip this check on this machine"
+        );
+    }
+    // Straight to the process's stderr: libtest captures `eprintln!` of passing tests,
+    // and this notice must be seen.
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
+         !! SKIPPED (OUTBOX_SKIP_PROMTOOL=1): promtool not found; grafana/alerts.yml and  !!\n\
+         !! the dashboard's PromQL were NOT checked. To check them: {how}.\n\
+         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
+    );
+    None
+}
+
+fn run_promtool(promtool: &Path, args: &[&str], dir: &Path) {
+    let output = Command::new(promtool)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", promtool.display()));
+    assert!(
+        output.status.success(),
+        "promtool {} failed ({}):\n{}{}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The dashboard's queries as recording rules, so `promtool check rules` parses each.
+fn dashboard_queries_as_rules(queries: &[PanelQuery]) -> String {
+    let mut rules = String::from("groups:\n  - name: dashboard-queries\n    rules:\n");
+    for query in queries {
+        rules.push_str(&format!(
+            "      # panel {} {:?}, query {}\n      - record: dashboard:panel_{}_{}\n        expr: |\n",
+            query.panel_id, query.panel_title, query.ref_id, query.panel_id, query.ref_id
+        ));
+        for line in query.expr.lines() {
+            rules.push_str(&format!("          {line}\n"));
+        }
+    }
+    rules
+}
+
+#[test]
+fn promtool_accepts_the_rules_their_unit_tests_and_every_dashboard_query() {
+    let Some(promtool) = require_promtool() else {
+        return;
+    };
+    let grafana = repo_path("grafana");
+    run_promtool(&promtool, &["check", "rules", "alerts.yml"], &grafana);
+    run_promtool(&promtool, &["test", "rules", "alerts.test.yml"], &grafana);
+
+    let queries = panel_queries(&dashboard());
+    assert!(queries.len() >= 20, "only {} queries found", queries.len());
+    let scratch = tempfile::tempdir().expect("temporary directory");
+    let rules = scratch.path().join("dashboard-queries.yml");
+    std::fs::write(&rules, dashboard_queries_as_rules(&queries)).expect("write rules");
+    let rules = rules.to_str().expect("utf-8 path");
+    run_promtool(&promtool, &["check", "rules", rules], scratch.path());
+}
+
+#[test]
+fn token_scan_and_variable_substitution() {
+    let tokens = outbox_tokens(
+        r#"sum(rate(outbox_claim_batch_size_sum{lane=~"$lane"}[1m])) / x:outbox_no job="outbox-relay" my_outbox_x"#,
+    );
+    assert_eq!(
+        tokens.into_iter().collect::<Vec<_>>(),
+        ["outbox_claim_batch_size_sum"]
+    );
+    let (declared, unknown) = declared_metrics(
+        &[
+            "outbox_claim_batch_size",
+            "outbox_pending_count",
+            "outbox_pending",
+        ]
+        .map(String::from)
+        .into(),
+    );
+    assert_eq!(declared.into_iter().collect::<Vec<_>>(), ["outbox_pending"]);
+    assert_eq!(
+        unknown.into_iter().collect::<Vec<_>>(),
+        ["outbox_claim_batch_size", "outbox_pending_count"],
+        "a bare histogram name and a suffix on a gauge are both wrong"
+    );
+    assert_eq!(
+        substitute_variables(r#"rate(x{lane=~"$lane",target=~"${target}"}[$__rate_interval])"#),
+        r#"rate(x{lane=~".*",target=~".*"}[1m])"#
+    );
+}

@@ -1,0 +1,257 @@
+//! The core relay scenarios against every store, on the real clock: what holds for the
+//! in-memory store must hold for SQLite and PostgreSQL over real connections.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_relay::relay::RelayEvent;
+use outbox_relay::store::{ClaimRequest, MessageFilter, NackOutcome};
+use outbox_relay::{LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy};
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use crate::{draft, enqueue, wait_delivered, wait_for, TestHandler};
+
+fn lane() -> LaneConfig {
+    LaneConfig::new("canonical", "projector")
+        .retry(RetryPolicy::new(
+            Duration::from_millis(5),
+            Duration::from_millis(20),
+        ))
+        .lease(Duration::from_millis(600))
+        .max_poll_interval(Duration::from_secs(30))
+}
+
+pub async fn delivers_acks_and_dead_letters(store: Arc<dyn OutboxStore>) {
+    let ok = enqueue(&*store, draft(1)).await;
+    let poison = enqueue(&*store, draft(666).with_max_attempts(2)).await;
+    let handler = TestHandler::new(|m| async move {
+        if m.payload["value"] == 666 {
+            Err(outbox_relay::DeliveryError::retryable("publish failed"))
+        } else {
+            Ok(())
+        }
+    });
+    let relay = OutboxRelay::builder(store.clone())
+        .lane(lane(), handler)
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    let mut delivered = Vec::new();
+    let mut dead = false;
+    while delivered.is_empty() || !dead {
+        match wait_for(&mut events, "delivery and dead letter", |e| {
+            matches!(e, RelayEvent::Delivered { .. } | RelayEvent::Failed { .. })
+        })
+        .await
+        {
+            RelayEvent::Delivered { outbox_id, .. } => delivered.push(outbox_id),
+            RelayEvent::Failed { outcome, .. } => dead |= outcome == NackOutcome::DeadLettered,
+            _ => {}
+        }
+    }
+    assert_eq!(delivered, vec![ok]);
+    let poisoned = store.get(poison).await.unwrap().unwrap();
+    assert_eq!(poisoned.status, OutboxStatus::DeadLetter);
+    assert!(poisoned.last_error.unwrap().contains("publish failed"));
+    relay.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+pub async fn redelivers_after_a_crashed_claimers_lease(store: Arc<dyn OutboxStore>) {
+    let id = enqueue(&*store, draft(1)).await;
+    let lease = Duration::from_millis(500);
+    let crashed = store
+        .claim(&ClaimRequest::new(
+            "canonical",
+            "projector",
+            1,
+            lease,
+            "crashed-relay",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(crashed.messages.len(), 1);
+    let claimed_at = std::time::Instant::now();
+    let handler = TestHandler::ok();
+    let relay = OutboxRelay::builder(store.clone())
+        .lane(lane(), handler.clone())
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
+    // The store's clock and ours may differ by a few milliseconds of rounding.
+    assert!(claimed_at.elapsed() >= lease - Duration::from_millis(20));
+    let late = store
+        .ack(&[crashed.messages[0].claim().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(late, vec![outbox_relay::store::ClaimOutcome::LostClaim]);
+    relay.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+pub async fn late_ack_of_a_slow_relay_is_fenced(store: Arc<dyn OutboxStore>) {
+    let id = enqueue(&*store, draft(1)).await;
+    let release = Arc::new(Notify::new());
+    let slow = {
+        let release = release.clone();
+        TestHandler::new(move |_| {
+            let release = release.clone();
+            async move {
+                release.notified().await;
+                Ok(())
+            }
+        })
+    };
+    let relay_a = OutboxRelay::builder(store.clone())
+        .lane(
+            lane()
+                .consumer_id("relay-a")
+                .concurrency(1)
+                .lease(Duration::from_millis(300))
+                .lease_extend_margin(None),
+            slow,
+        )
+        .start()
+        .await
+        .unwrap();
+    let mut events_a = relay_a.subscribe();
+    wait_for(&mut events_a, "relay a's lapse", |e| {
+        matches!(e, RelayEvent::LeaseExpired { .. })
+    })
+    .await;
+    let relay_b = OutboxRelay::builder(store.clone())
+        .lane(lane().consumer_id("relay-b"), TestHandler::ok())
+        .start()
+        .await
+        .unwrap();
+    let mut events_b = relay_b.subscribe();
+    assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
+    release.notify_one();
+    wait_for(
+        &mut events_a,
+        "the fenced ack",
+        |e| matches!(e, RelayEvent::LostClaim { outbox_id, .. } if *outbox_id == id),
+    )
+    .await;
+    let message = store.get(id).await.unwrap().unwrap();
+    assert_eq!(message.status, OutboxStatus::Delivered);
+    relay_a.shutdown(Duration::from_secs(5)).await.unwrap();
+    relay_b.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+pub async fn keeps_per_key_order_with_concurrency(store: Arc<dyn OutboxStore>) {
+    let mut expected: HashMap<String, Vec<Uuid>> = HashMap::new();
+    let mut drafts = Vec::new();
+    for i in 0..20 {
+        for k in 0..10 {
+            drafts.push(draft(i).with_ordering_key(format!("key-{k}")));
+        }
+    }
+    for answer in store.enqueue_many(drafts).await.unwrap() {
+        let key = answer.message.ordering_key.clone().unwrap();
+        expected
+            .entry(key)
+            .or_default()
+            .push(answer.message.outbox_id);
+    }
+    let seen: Arc<Mutex<HashMap<String, Vec<Uuid>>>> = Arc::default();
+    let handler = {
+        let seen = seen.clone();
+        TestHandler::new(move |m| {
+            let seen = seen.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let key = m.ordering_key.clone().unwrap_or_default();
+                seen.lock()
+                    .unwrap()
+                    .entry(key)
+                    .or_default()
+                    .push(m.outbox_id);
+                Ok(())
+            }
+        })
+    };
+    let relay = OutboxRelay::builder(store.clone())
+        .lane(lane().concurrency(8), handler)
+        .event_capacity(10_000)
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    wait_delivered(&mut events, 200).await;
+    assert_eq!(*seen.lock().unwrap(), expected);
+    let stats = store
+        .stats(&MessageFilter::lane("canonical", "projector"))
+        .await
+        .unwrap();
+    assert_eq!(stats[0].delivered, 200);
+    relay.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+pub async fn wakes_on_enqueue_without_polling(store: Arc<dyn OutboxStore>) {
+    let relay = OutboxRelay::builder(store.clone())
+        // A poll this long would fail the test's timeout: only a wake-up can deliver.
+        .lane(
+            lane().max_poll_interval(Duration::from_secs(3600)),
+            TestHandler::ok(),
+        )
+        .start()
+        .await
+        .unwrap();
+    let mut events = relay.subscribe();
+    wait_for(&mut events, "the lane to go idle", |e| {
+        matches!(e, RelayEvent::Idle { .. })
+    })
+    .await;
+    let id = enqueue(&*store, draft(1)).await;
+    let delivered = tokio::time::timeout(Duration::from_secs(20), wait_delivered(&mut events, 1))
+        .await
+        .expect("an enqueue must wake the idle lane");
+    assert_eq!(delivered, vec![id]);
+    relay.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// One `#[tokio::test]` per scenario for a store factory.
+macro_rules! relay_on_store {
+    ($module:ident, $make:path) => {
+        mod $module {
+            $crate::stores::relay_on_store!(@case $make;
+                delivers_acks_and_dead_letters,
+                redelivers_after_a_crashed_claimers_lease,
+                late_ack_of_a_slow_relay_is_fenced,
+                keeps_per_key_order_with_concurrency,
+                wakes_on_enqueue_without_polling,
+            );
+        }
+    };
+    (@case $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let (store, _guard) = $make().await;
+                $crate::stores::$case(store).await;
+            }
+        )*
+    };
+}
+pub(crate) use relay_on_store;
+
+/// The in-memory store on the wall clock.
+pub async fn memory() -> (Arc<dyn OutboxStore>, ()) {
+    (Arc::new(outbox_relay::InMemoryOutboxStore::new()), ())
+}
+
+/// A SQLite store in its own temporary directory (kept alive by the guard).
+pub async fn sqlite() -> (Arc<dyn OutboxStore>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = outbox_relay::SqliteOutboxStore::open(dir.path().join("outbox.db"))
+        .await
+        .unwrap();
+    (Arc::new(store), dir)
+}
+
+relay_on_store!(memory_store, crate::stores::memory);
+relay_on_store!(sqlite_store, crate::stores::sqlite);
