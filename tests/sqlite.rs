@@ -327,3 +327,91 @@ async fn a_closed_store_is_unavailable_not_broken() {
     let err = store.get(uuid::Uuid::nil()).await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
 }
+
+#[tokio::test]
+async fn business_rows_and_messages_commit_or_roll_back_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteOutboxStore::open(dir.path().join("outbox.db"))
+        .await
+        .unwrap();
+    let mut wakeups = store.subscribe();
+    {
+        let mut tx = store.begin().await.unwrap();
+        sqlx::query("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER NOT NULL)")
+            .execute(tx.connection())
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+
+    // Rolled back: neither the order nor its message.
+    let mut tx = store.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders (id, total) VALUES (1, 100)")
+        .execute(tx.connection())
+        .await
+        .unwrap();
+    tx.enqueue(OutboxMessageDraft::new("orders", "billing", json!({"order": 1})).unwrap())
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    // Dropped without commit: rolled back too.
+    {
+        let mut tx = store.begin().await.unwrap();
+        sqlx::query("INSERT INTO orders (id, total) VALUES (2, 200)")
+            .execute(tx.connection())
+            .await
+            .unwrap();
+        tx.enqueue(OutboxMessageDraft::new("orders", "billing", json!({"order": 2})).unwrap())
+            .await
+            .unwrap();
+    }
+
+    // Committed: both, and the lane is woken after the commit.
+    let mut tx = store.begin().await.unwrap();
+    sqlx::query("INSERT INTO orders (id, total) VALUES (3, 300)")
+        .execute(tx.connection())
+        .await
+        .unwrap();
+    let enqueued = tx
+        .enqueue(OutboxMessageDraft::new("orders", "billing", json!({"order": 3})).unwrap())
+        .await
+        .unwrap();
+    // An invalid draft inside the transaction is refused and writes nothing.
+    let err = tx
+        .enqueue(
+            OutboxMessageDraft::new("orders", "billing", json!({}))
+                .unwrap()
+                .with_max_attempts(0),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Validation(ref e) if e.field == "max_attempts"));
+    assert!(wakeups.try_recv().is_err(), "woken before the commit");
+    tx.commit().await.unwrap();
+    let wake = tokio::time::timeout(std::time::Duration::from_secs(10), wakeups.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(wake.concerns("orders", "billing"));
+
+    let mut tx = store.begin().await.unwrap();
+    let orders: Vec<(i64,)> = sqlx::query_as("SELECT id FROM orders ORDER BY id")
+        .fetch_all(tx.connection())
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(orders, vec![(3,)]);
+    let page = store
+        .list(
+            &MessageFilter::all(),
+            PageRequest {
+                after: None,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.messages.len(), 1);
+    assert_eq!(page.messages[0].outbox_id, enqueued.message.outbox_id);
+}

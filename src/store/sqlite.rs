@@ -48,9 +48,11 @@ mod filter;
 mod read;
 mod row;
 mod schema;
+mod transaction;
 mod write;
 
 pub use schema::MAX_TABLE_PREFIX_LEN;
+pub use transaction::SqliteOutboxTx;
 
 use row::db;
 use schema::Statements;

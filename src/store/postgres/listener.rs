@@ -1,0 +1,133 @@
+//! The LISTEN side of wake-ups: one background task per store forwards the outbox channel's
+//! notifications to the store's broadcast channel.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use tokio::sync::{broadcast, oneshot};
+
+use crate::store::{StoreError, WakeUp};
+
+use super::decode::db_error;
+
+/// The first wait before listening again after the connection was lost.
+const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between attempts to listen again.
+const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Keeps the listener task alive; dropping it (with the store) ends the task.
+#[derive(Debug)]
+pub(crate) struct ListenerGuard {
+    _stop: oneshot::Sender<()>,
+}
+
+/// Starts listening on `channel` over a connection of its own (never one of the store's
+/// pool, which it would hold forever), and returns once LISTEN took effect: a subscriber
+/// that subscribes after the store was built misses nothing.
+pub(crate) async fn start(
+    store_pool: &PgPool,
+    channel: String,
+    wakeups: broadcast::Sender<WakeUp>,
+) -> Result<ListenerGuard, StoreError> {
+    let options = (*store_pool.connect_options()).clone();
+    // The store pool's acquire timeout: a store over a pool that gives up after 2 s should
+    // not wait sqlx's default 30 s for its listener.
+    let pool = PgPoolOptions::new()
+        .acquire_timeout(store_pool.options().get_acquire_timeout())
+        .max_connections(1)
+        .min_connections(0)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_lazy_with(options);
+    let listener = listen(&pool, &channel).await?;
+    let (stop, stopped) = oneshot::channel();
+    tokio::spawn(forward(pool, listener, channel, wakeups, stopped));
+    Ok(ListenerGuard { _stop: stop })
+}
+
+async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, StoreError> {
+    let mut listener = PgListener::connect_with(pool)
+        .await
+        .map_err(|e| db_error("listen", e))?;
+    listener
+        .listen(channel)
+        .await
+        .map_err(|e| db_error("listen", e))?;
+    Ok(listener)
+}
+
+/// Forwards notifications until the store is dropped. When the connection drops it listens
+/// again, with backoff, and then sends [`WakeUp::All`]: whatever was notified meanwhile is
+/// lost, so every lane should look.
+async fn forward(
+    pool: PgPool,
+    mut listener: PgListener,
+    channel: String,
+    wakeups: broadcast::Sender<WakeUp>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    loop {
+        let received = tokio::select! {
+            _ = &mut stopped => return,
+            received = listener.try_recv() => received,
+        };
+        match received {
+            Ok(Some(notification)) => {
+                // A send error only means nobody subscribed yet: nobody is waiting.
+                let _ = wakeups.send(parse(notification.payload()));
+            }
+            // The connection dropped and PgListener already listens again on a new one.
+            Ok(None) => {
+                let _ = wakeups.send(WakeUp::All);
+            }
+            Err(error) => {
+                tracing::warn!(%error, channel, "outbox wake-up listener lost its connection");
+                let mut backoff = RECONNECT_BACKOFF_MIN;
+                listener = loop {
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    match listen(&pool, &channel).await {
+                        Ok(listener) => break listener,
+                        Err(error) => {
+                            tracing::warn!(%error, channel, "outbox wake-up listener cannot listen yet");
+                            backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+                        }
+                    }
+                };
+                tracing::info!(channel, "outbox wake-up listener listens again");
+                let _ = wakeups.send(WakeUp::All);
+            }
+        }
+    }
+}
+
+/// `lane<TAB>target`, as the store's statements notify. Anything else (someone else
+/// notifying on our channel) wakes every lane rather than being dropped.
+fn parse(payload: &str) -> WakeUp {
+    match payload.split_once('\t') {
+        Some((lane, target)) if !lane.is_empty() && !target.is_empty() => WakeUp::Lane {
+            lane: lane.to_owned(),
+            target: target.to_owned(),
+        },
+        _ => WakeUp::All,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_parse() {
+        assert_eq!(
+            parse("orders\tbilling"),
+            WakeUp::Lane {
+                lane: "orders".into(),
+                target: "billing".into()
+            }
+        );
+        assert_eq!(parse("garbage"), WakeUp::All);
+    }
+}

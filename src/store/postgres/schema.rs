@@ -1,0 +1,268 @@
+//! Where the outbox lives (schema, table prefix, the names derived from them) and the
+//! embedded migrations that create it.
+
+use sqlx::postgres::PgPool;
+use sqlx::{AssertSqlSafe, Row};
+
+use crate::message::ValidationError;
+use crate::store::StoreError;
+
+use super::decode::db_error;
+
+/// The longest schema name: PostgreSQL truncates identifiers past 63 bytes.
+pub const MAX_SCHEMA_LEN: usize = 63;
+/// The longest table prefix: leaves room for the longest derived name
+/// (`{prefix}_finished_idx`) within PostgreSQL's 63 bytes.
+pub const MAX_TABLE_PREFIX_LEN: usize = 40;
+
+/// Checks a schema name or table prefix. Only lowercase letters, digits and `_`, starting
+/// with a letter or `_`: such a name means the same quoted and unquoted, so an operator's
+/// `psql` query finds the table PostgreSQL created, and it can be put into SQL text safely.
+pub(crate) fn validate_identifier(
+    field: &str,
+    value: &str,
+    max_len: usize,
+) -> Result<(), ValidationError> {
+    if value.is_empty() {
+        return Err(ValidationError::new(field, "is required"));
+    }
+    if value.len() > max_len {
+        return Err(ValidationError::new(
+            field,
+            format!("is {} characters, over the limit of {max_len}", value.len()),
+        ));
+    }
+    if value.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err(ValidationError::new(
+            field,
+            "must start with a lowercase letter or '_'",
+        ));
+    }
+    if let Some(bad) = value
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'))
+    {
+        return Err(ValidationError::new(
+            field,
+            format!("contains {bad:?}; use only lowercase letters, digits and '_'"),
+        ));
+    }
+    Ok(())
+}
+
+/// The names one (schema, prefix) pair gives: built only from validated identifiers, so
+/// they can be interpolated into SQL text.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub(crate) schema: String,
+    pub(crate) prefix: String,
+    /// `"schema"."prefix_messages"`.
+    pub(crate) messages: String,
+    /// `"schema"."prefix_migrations"`.
+    pub(crate) migrations: String,
+    /// The LISTEN/NOTIFY channel: distinct per (schema, prefix), so two outboxes in one
+    /// database (test schemas, two services) never wake each other.
+    pub(crate) channel: String,
+}
+
+impl Names {
+    pub(crate) fn new(schema: &str, prefix: &str) -> Result<Self, ValidationError> {
+        validate_identifier("schema", schema, MAX_SCHEMA_LEN)?;
+        validate_identifier("table_prefix", prefix, MAX_TABLE_PREFIX_LEN)?;
+        let readable = format!("{schema}.{prefix}");
+        // Channel names are identifiers too (at most 63 bytes). A long pair falls back to a
+        // hash that every process computes alike (FNV-1a, not std's unstable hasher).
+        let channel = if readable.len() <= MAX_SCHEMA_LEN {
+            readable
+        } else {
+            format!("outbox_relay_{:016x}", fnv1a64(readable.as_bytes()))
+        };
+        Ok(Self {
+            schema: schema.to_owned(),
+            prefix: prefix.to_owned(),
+            messages: format!("\"{schema}\".\"{prefix}_messages\""),
+            migrations: format!("\"{schema}\".\"{prefix}_migrations\""),
+            channel,
+        })
+    }
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// One schema change. Applied in version order, each once, recorded in the migrations table.
+struct Migration {
+    version: i32,
+    name: &'static str,
+    sql: fn(&Names) -> String,
+}
+
+/// Every migration, oldest first. Append new ones; never edit one that has shipped.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "messages table and its indexes",
+    sql: messages_table,
+}];
+
+fn messages_table(n: &Names) -> String {
+    let (t, p) = (&n.messages, &n.prefix);
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS {t} (
+    outbox_id        uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
+    -- The strict total order of messages: claims and lists order by it, never by id.
+    seq              bigint      GENERATED ALWAYS AS IDENTITY,
+    lane             text        NOT NULL,
+    target           text        NOT NULL,
+    payload          jsonb       NOT NULL,
+    headers          jsonb       NOT NULL DEFAULT '{{}}',
+    ordering_key     text,
+    dedupe_key       text,
+    status           text        NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending', 'claimed', 'delivered', 'dead_letter')),
+    -- bigint: max_attempts is a u32, past int's range.
+    attempt_count    bigint      NOT NULL DEFAULT 0 CHECK (attempt_count >= 0),
+    max_attempts     bigint      NOT NULL CHECK (max_attempts > 0),
+    available_at     timestamptz NOT NULL DEFAULT now(),
+    claimed_by       text,
+    claim_token      uuid,
+    lease_expires_at timestamptz,
+    last_error       text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    delivered_at     timestamptz,
+    CHECK ((status = 'claimed') = (claim_token IS NOT NULL AND lease_expires_at IS NOT NULL))
+);
+CREATE UNIQUE INDEX IF NOT EXISTS "{p}_seq_idx" ON {t} (seq);
+-- Claims scan only live rows: a long delivered or dead tail costs them nothing.
+CREATE INDEX IF NOT EXISTS "{p}_claimable_idx" ON {t} (lane, target, available_at, seq)
+    WHERE status IN ('pending', 'claimed');
+-- Per-key head lookup: is an earlier row of this key still live?
+CREATE INDEX IF NOT EXISTS "{p}_key_live_idx" ON {t} (lane, target, ordering_key, seq)
+    WHERE status IN ('pending', 'claimed') AND ordering_key IS NOT NULL;
+-- Under OrderingPolicy::Block a dead-lettered earlier row holds its key.
+CREATE INDEX IF NOT EXISTS "{p}_key_dead_idx" ON {t} (lane, target, ordering_key, seq)
+    WHERE status = 'dead_letter' AND ordering_key IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS "{p}_dedupe_idx" ON {t} (lane, target, dedupe_key)
+    WHERE dedupe_key IS NOT NULL;
+-- Purge finds finished rows by age without reading live ones.
+CREATE INDEX IF NOT EXISTS "{p}_finished_idx" ON {t} (updated_at)
+    WHERE status IN ('delivered', 'dead_letter');
+"#
+    )
+}
+
+/// Brings the schema up to date. Idempotent, and safe when several processes run it at
+/// once: they queue on a transaction-scoped advisory lock, and each applies only what the
+/// migrations table says is missing. The lock is keyed on the schema, not the prefix,
+/// because `CREATE SCHEMA` of two prefixes in one new schema would race as well.
+///
+/// DDL runs only when something is missing, so a process whose role may not create
+/// anything can still call this against an already migrated database.
+pub(crate) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
+    let op = "migrate";
+    let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(format!("outbox-relay migrate {}", names.schema))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error(op, e))?;
+    let row = sqlx::query(
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS has_schema,
+                to_regclass($2) IS NOT NULL AS has_migrations",
+    )
+    .bind(&names.schema)
+    .bind(&names.migrations)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| db_error(op, e))?;
+    let has_schema: bool = row.try_get("has_schema").map_err(|e| db_error(op, e))?;
+    let has_migrations: bool = row.try_get("has_migrations").map_err(|e| db_error(op, e))?;
+    if !has_schema {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE SCHEMA IF NOT EXISTS \"{}\"",
+            names.schema
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error(op, e))?;
+    }
+    if !has_migrations {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE TABLE IF NOT EXISTS {} (
+                version    integer     PRIMARY KEY,
+                name       text        NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )",
+            names.migrations
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error(op, e))?;
+    }
+    let applied: Vec<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT version FROM {}",
+        names.migrations
+    )))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(|e| db_error(op, e))?;
+    for migration in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+        sqlx::raw_sql(AssertSqlSafe((migration.sql)(names)))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {} (version, name) VALUES ($1, $2)",
+            names.migrations
+        )))
+        .bind(migration.version)
+        .bind(migration.name)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error(op, e))?;
+    }
+    tx.commit().await.map_err(|e| db_error(op, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_checked_and_named() {
+        assert!(Names::new("public", "outbox").is_ok());
+        assert!(Names::new("_t1", "o_2").is_ok());
+        for (schema, prefix, field) in [
+            ("", "outbox", "schema"),
+            ("Public", "outbox", "schema"),
+            ("public", "out-box", "table_prefix"),
+            ("public", "1outbox", "table_prefix"),
+            ("pub\"lic", "outbox", "schema"),
+        ] {
+            assert_eq!(Names::new(schema, prefix).unwrap_err().field, field);
+        }
+        let long = "x".repeat(MAX_TABLE_PREFIX_LEN + 1);
+        assert_eq!(
+            Names::new("public", &long).unwrap_err().field,
+            "table_prefix"
+        );
+    }
+
+    #[test]
+    fn long_names_get_a_stable_short_channel() {
+        let names = Names::new(&"s".repeat(60), "outbox").unwrap();
+        assert!(names.channel.len() <= MAX_SCHEMA_LEN);
+        assert_eq!(
+            names.channel,
+            Names::new(&"s".repeat(60), "outbox").unwrap().channel
+        );
+        assert_eq!(
+            Names::new("public", "outbox").unwrap().channel,
+            "public.outbox"
+        );
+    }
+}

@@ -1,0 +1,390 @@
+//! The SQL of every operation, formatted once per store with its table name.
+//!
+//! Conventions, so each statement reads the same way:
+//! - `$1` is always "now" in Unix milliseconds when a clock was injected, or NULL, and
+//!   [`NOW`] turns it into the statement's notion of now. Statements without time skip it.
+//! - Durations travel as milliseconds (`int8`) and become intervals here.
+//! - Timestamps leave as milliseconds ([`columns`]), because the API speaks `UnixMillis`.
+//! - Only the table name is interpolated (built from validated identifiers); every value is
+//!   a bind parameter.
+
+use std::sync::Arc;
+
+use super::schema::Names;
+
+/// The statement's now: the injected clock's reading, else the database's.
+///
+/// `statement_timestamp()` rather than `now()`: a caller's long transaction that enqueues
+/// late should not date its rows at the transaction's start. And rather than
+/// `clock_timestamp()`: it is stable within a statement, so every row of a batch gets the
+/// same instant and the planner can use it in index conditions.
+const NOW: &str =
+    "COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp())";
+
+/// A `timestamptz` expression as Unix milliseconds.
+fn millis(expr: &str) -> String {
+    format!("floor(extract(epoch FROM {expr}) * 1000)::int8")
+}
+
+/// The select list [`super::decode::message`] reads, for table alias `a`.
+pub(crate) fn columns(a: &str) -> String {
+    format!(
+        "{a}.outbox_id, {a}.seq, {a}.lane, {a}.target, {a}.payload, {a}.headers, \
+         {a}.ordering_key, {a}.dedupe_key, {a}.status, {a}.attempt_count, {a}.max_attempts, \
+         {} AS available_at, {a}.claimed_by, {a}.claim_token, {} AS lease_expires_at, \
+         {a}.last_error, {} AS created_at, {} AS updated_at, {} AS delivered_at",
+        millis(&format!("{a}.available_at")),
+        millis(&format!("{a}.lease_expires_at")),
+        millis(&format!("{a}.created_at")),
+        millis(&format!("{a}.updated_at")),
+        millis(&format!("{a}.delivered_at")),
+    )
+}
+
+/// The [`crate::store::MessageFilter`] fields other than status, for alias `a`, bound at
+/// `$n` (lane), `$n+1` (target), `$n+2` (ordering key), `$n+3` (ids, empty for any).
+fn filter(a: &str, n: usize) -> String {
+    format!(
+        "(${n}::text IS NULL OR {a}.lane = ${n}) \
+         AND (${n1}::text IS NULL OR {a}.target = ${n1}) \
+         AND (${n2}::text IS NULL OR {a}.ordering_key = ${n2}) \
+         AND (cardinality(${n3}::uuid[]) = 0 OR {a}.outbox_id = ANY(${n3}))",
+        n1 = n + 1,
+        n2 = n + 2,
+        n3 = n + 3,
+    )
+}
+
+/// One `pg_notify` per distinct (lane, target) of the rows CTE `rows` returned, on the
+/// channel bound at `$ch`. PostgreSQL folds identical notifications of one transaction into
+/// one, so a transaction that enqueues many rows wakes each lane once.
+fn wake(rows: &str, ch: usize) -> String {
+    format!(
+        "wake AS (SELECT pg_notify(${ch}, w.lane || E'\\t' || w.target) \
+                  FROM (SELECT DISTINCT lane, target FROM {rows}) w)"
+    )
+}
+
+/// Every statement of one store.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) enqueue: Arc<str>,
+    pub(crate) find_dedupe: Arc<str>,
+    pub(crate) delete_ids: Arc<str>,
+    pub(crate) claim: Arc<str>,
+    pub(crate) ack: Arc<str>,
+    pub(crate) nack: Arc<str>,
+    pub(crate) extend_lease: Arc<str>,
+    pub(crate) release: Arc<str>,
+    pub(crate) next_due: Arc<str>,
+    pub(crate) stats: Arc<str>,
+    pub(crate) list: Arc<str>,
+    pub(crate) get: Arc<str>,
+    pub(crate) requeue: Arc<str>,
+    pub(crate) discard: Arc<str>,
+    pub(crate) purge: Arc<str>,
+}
+
+impl Statements {
+    pub(crate) fn new(names: &Names) -> Self {
+        let t = &names.messages;
+        let cols_m = columns("m");
+        Self {
+            // $1 now, $2 channel, $3.. one array per draft field. Rows are inserted in
+            // draft order, so `seq` follows it. A dedupe key already taken inserts nothing
+            // (the caller then reads the holder); ON CONFLICT waits for a concurrent
+            // inserter of the same key to finish first, so racing enqueues never error.
+            enqueue: format!(
+                "WITH draft AS (
+                    SELECT * FROM unnest($3::uuid[], $4::text[], $5::text[], $6::jsonb[],
+                                         $7::jsonb[], $8::text[], $9::text[], $10::int8[],
+                                         $11::int8[])
+                    WITH ORDINALITY AS d(outbox_id, lane, target, payload, headers,
+                                         ordering_key, dedupe_key, delay_ms, max_attempts, ord)
+                 ),
+                 ins AS (
+                    INSERT INTO {t} AS m (outbox_id, lane, target, payload, headers,
+                        ordering_key, dedupe_key, status, attempt_count, max_attempts,
+                        available_at, created_at, updated_at)
+                    SELECT d.outbox_id, d.lane, d.target, d.payload, d.headers, d.ordering_key,
+                           d.dedupe_key, 'pending', 0, d.max_attempts,
+                           {NOW} + d.delay_ms * interval '1 millisecond', {NOW}, {NOW}
+                    FROM draft d ORDER BY d.ord
+                    ON CONFLICT (lane, target, dedupe_key) WHERE dedupe_key IS NOT NULL
+                    DO NOTHING
+                    RETURNING {cols_m}
+                 ),
+                 {wake}
+                 SELECT ins.*, (SELECT count(*) FROM wake) AS woken FROM ins",
+                wake = wake("ins", 2),
+            )
+            .into(),
+            // $1 lanes, $2 targets, $3 dedupe keys.
+            find_dedupe: format!(
+                "SELECT {cols_m} FROM {t} m
+                 JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(lane, target, dedupe_key)
+                   ON m.lane = k.lane AND m.target = k.target AND m.dedupe_key = k.dedupe_key"
+            )
+            .into(),
+            // $1 ids.
+            delete_ids: format!("DELETE FROM {t} WHERE outbox_id = ANY($1::uuid[])").into(),
+            claim: claim(t, &cols_m).into(),
+            // $1 now, $2 ids, $3 tokens. Answers the ordinals of the claims applied.
+            ack: format!(
+                "WITH input AS (
+                    SELECT * FROM unnest($2::uuid[], $3::uuid[])
+                    WITH ORDINALITY AS i(outbox_id, claim_token, ord)
+                 )
+                 UPDATE {t} m SET status = 'delivered', delivered_at = {NOW},
+                        claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
+                        updated_at = {NOW}
+                 FROM input i
+                 WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
+                   AND m.claim_token = i.claim_token
+                 RETURNING i.ord"
+            )
+            .into(),
+            // $1 now, $2 ids, $3 tokens, $4 errors, $5 retry delays (NULL: permanent).
+            // The CASEs read the row before the update: attempts left decide the outcome.
+            nack: format!(
+                "WITH input AS (
+                    SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int8[])
+                    WITH ORDINALITY AS i(outbox_id, claim_token, error, retry_ms, ord)
+                 )
+                 UPDATE {t} m SET
+                    status = CASE WHEN i.retry_ms IS NOT NULL
+                                   AND m.attempt_count < m.max_attempts
+                             THEN 'pending' ELSE 'dead_letter' END,
+                    available_at = CASE WHEN i.retry_ms IS NOT NULL
+                                         AND m.attempt_count < m.max_attempts
+                                   THEN {NOW} + i.retry_ms * interval '1 millisecond'
+                                   ELSE m.available_at END,
+                    last_error = i.error, claimed_by = NULL, claim_token = NULL,
+                    lease_expires_at = NULL, updated_at = {NOW}
+                 FROM input i
+                 WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
+                   AND m.claim_token = i.claim_token
+                 RETURNING i.ord, m.status"
+            )
+            .into(),
+            // $1 now, $2 ids, $3 tokens, $4 lease in ms.
+            extend_lease: format!(
+                "WITH input AS (
+                    SELECT * FROM unnest($2::uuid[], $3::uuid[])
+                    WITH ORDINALITY AS i(outbox_id, claim_token, ord)
+                 )
+                 UPDATE {t} m SET lease_expires_at = {NOW} + $4::int8 * interval '1 millisecond',
+                        updated_at = {NOW}
+                 FROM input i
+                 WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
+                   AND m.claim_token = i.claim_token
+                 RETURNING i.ord"
+            )
+            .into(),
+            // $1 now, $2 ids, $3 tokens, $4 channel.
+            release: format!(
+                "WITH input AS (
+                    SELECT * FROM unnest($2::uuid[], $3::uuid[])
+                    WITH ORDINALITY AS i(outbox_id, claim_token, ord)
+                 ),
+                 upd AS (
+                    UPDATE {t} m SET status = 'pending', available_at = {NOW},
+                           attempt_count = GREATEST(m.attempt_count - 1, 0),
+                           claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
+                           updated_at = {NOW}
+                    FROM input i
+                    WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
+                      AND m.claim_token = i.claim_token
+                    RETURNING i.ord, m.lane, m.target
+                 ),
+                 {wake}
+                 SELECT upd.ord, (SELECT count(*) FROM wake) AS woken FROM upd",
+                wake = wake("upd", 4),
+            )
+            .into(),
+            // $1 now, $2 lane, $3 target. Milliseconds to wait, rounded up so a relay that
+            // sleeps that long finds the message due; negative when overdue (the caller
+            // clamps: GREATEST would turn "nothing to wait for", NULL, into 0).
+            next_due: format!(
+                "SELECT ceil(extract(epoch FROM (min(due) - {NOW})) * 1000)::int8
+                 FROM (
+                    SELECT min(available_at) AS due FROM {t}
+                    WHERE lane = $2 AND target = $3 AND status = 'pending'
+                    UNION ALL
+                    SELECT min(lease_expires_at) FROM {t}
+                    WHERE lane = $2 AND target = $3 AND status = 'claimed'
+                 ) d"
+            )
+            .into(),
+            // $1 now, $2..$5 filter. A blocked key: a live row with a dead-lettered earlier
+            // row of its key, both among the rows the filter selects.
+            stats: format!(
+                "SELECT m.lane, m.target,
+                    count(*) FILTER (WHERE m.status = 'pending') AS pending,
+                    count(*) FILTER (WHERE m.status = 'claimed') AS claimed,
+                    count(*) FILTER (WHERE m.status = 'delivered') AS delivered,
+                    count(*) FILTER (WHERE m.status = 'dead_letter') AS dead_letter,
+                    {oldest} AS oldest_pending_ms,
+                    (SELECT count(DISTINCT l.ordering_key) FROM {t} l
+                     WHERE l.lane = m.lane AND l.target = m.target AND {filter_l}
+                       AND l.ordering_key IS NOT NULL AND l.status IN ('pending', 'claimed')
+                       AND EXISTS (
+                         SELECT 1 FROM {t} d
+                         WHERE d.lane = l.lane AND d.target = l.target
+                           AND d.ordering_key = l.ordering_key AND d.status = 'dead_letter'
+                           AND d.seq < l.seq AND {filter_d})) AS blocked_keys
+                 FROM {t} m WHERE {filter_m}
+                 GROUP BY m.lane, m.target",
+                oldest = millis(&format!(
+                    "({NOW} - min(m.created_at) FILTER (WHERE m.status = 'pending'))"
+                )),
+                filter_l = filter("l", 2),
+                filter_d = filter("d", 2),
+                filter_m = filter("m", 2),
+            )
+            .into(),
+            // $1..$4 filter, $5 status, $6 after seq, $7 limit.
+            list: format!(
+                "SELECT {cols_m} FROM {t} m
+                 WHERE {filter} AND ($5::text IS NULL OR m.status = $5)
+                   AND ($6::int8 IS NULL OR m.seq > $6)
+                 ORDER BY m.seq LIMIT $7",
+                filter = filter("m", 1),
+            )
+            .into(),
+            // $1 id.
+            get: format!("SELECT {cols_m} FROM {t} m WHERE m.outbox_id = $1").into(),
+            // $1 now, $2..$5 filter, $6 channel.
+            requeue: format!(
+                "WITH upd AS (
+                    UPDATE {t} m SET status = 'pending', attempt_count = 0,
+                           available_at = {NOW}, updated_at = {NOW}
+                    WHERE m.status = 'dead_letter' AND {filter}
+                    RETURNING m.lane, m.target
+                 ),
+                 {wake}
+                 SELECT count(*) AS requeued, (SELECT count(*) FROM wake) AS woken FROM upd",
+                filter = filter("m", 2),
+                wake = wake("upd", 6),
+            )
+            .into(),
+            // $1..$4 filter.
+            discard: format!(
+                "DELETE FROM {t} m WHERE m.status = 'dead_letter' AND {filter}",
+                filter = filter("m", 1),
+            )
+            .into(),
+            // $1 now, $2 age in ms, $3 batch size. SKIP LOCKED: a row someone is touching
+            // is left for the next purge rather than waited for.
+            purge: format!(
+                "DELETE FROM {t} WHERE outbox_id IN (
+                    SELECT outbox_id FROM {t}
+                    WHERE status IN ('delivered', 'dead_letter')
+                      AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
+                    LIMIT $3
+                    FOR UPDATE SKIP LOCKED)"
+            )
+            .into(),
+        }
+    }
+}
+
+/// The claim: one statement, committed at once, so no lock outlives it.
+///
+/// `$1` now, `$2` lane, `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer,
+/// `$7` true under `OrderingPolicy::Block`, `$8` the lapsed-lease error text.
+///
+/// - `to_dead` locks claimed rows whose lease lapsed on their last attempt and whose key is
+///   free; the statement dead-letters them. Under Skip, such a row no longer holds its key
+///   (the reference store skips it the same way), so an earlier one does not stop a later
+///   one from being found.
+/// - `to_claim` locks, in due order then `seq`, up to `$4` rows that are pending and due or
+///   whose lease lapsed with attempts left, and whose key is free: no earlier row of the key
+///   is pending or claimed (or dead-lettered, under Block), except rows this very statement
+///   holds in `to_dead` (under Skip). Only a key's head passes, so a batch has at most one
+///   row per key.
+/// - A further guard refuses a row while any other row of its key is claimed under a live
+///   lease. The head rule alone allows that when an earlier row turns live again after a
+///   later one was claimed: an enqueue that committed after a later-sequenced one of its key
+///   (sequence numbers are taken at insert, not at commit), or a dead letter requeued
+///   while its successor is in flight.
+///
+/// Why two claimers in two processes never hold two rows of one key: a claimer locks only a
+/// key's head, `FOR UPDATE SKIP LOCKED`, and re-checks the row itself once locked (READ
+/// COMMITTED re-evaluates a row changed since the snapshot). A concurrent claimer either
+/// skips that locked head, or sees it already claimed; either way, in its own snapshot the
+/// head is still live (or claimed), so no later row of the key passes its head rule. A later
+/// row becomes a head only once the earlier row has left pending/claimed (acked, dead, or
+/// gone): at that moment it no longer counts as in flight. A lapsed last-attempt row is
+/// treated as gone only when this statement holds its lock and is dead-lettering it: if its
+/// owner is extending, releasing or acking it at that moment, the row is skipped, stays
+/// live, and still holds its key.
+fn claim(t: &str, cols_m: &str) -> String {
+    let key_of = |a: &str, e: &str| {
+        format!(
+            "{e}.lane = {a}.lane AND {e}.target = {a}.target \
+             AND {e}.ordering_key = {a}.ordering_key"
+        )
+    };
+    format!(
+        "WITH to_dead AS MATERIALIZED (
+            SELECT m.outbox_id, m.seq FROM {t} m
+            WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
+              AND m.lease_expires_at <= {NOW} AND m.attempt_count >= m.max_attempts
+              AND (m.ordering_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM {t} e
+                    WHERE {key_me} AND e.seq < m.seq
+                      AND (e.status = 'pending'
+                           OR (e.status = 'claimed'
+                               AND ($7 OR e.lease_expires_at > {NOW}
+                                    OR e.attempt_count < e.max_attempts))
+                           OR ($7 AND e.status = 'dead_letter'))))
+            FOR UPDATE OF m SKIP LOCKED
+         ),
+         to_claim AS MATERIALIZED (
+            SELECT m.outbox_id,
+                   CASE WHEN m.status = 'claimed' THEN m.lease_expires_at
+                        ELSE m.available_at END AS due_at
+            FROM {t} m
+            WHERE m.lane = $2 AND m.target = $3
+              AND ((m.status = 'pending' AND m.available_at <= {NOW})
+                   OR (m.status = 'claimed' AND m.lease_expires_at <= {NOW}
+                       AND m.attempt_count < m.max_attempts))
+              AND (m.ordering_key IS NULL OR (
+                    NOT EXISTS (
+                      SELECT 1 FROM {t} e
+                      WHERE {key_me} AND e.seq < m.seq
+                        AND (e.status IN ('pending', 'claimed')
+                             OR ($7 AND e.status = 'dead_letter'))
+                        AND ($7 OR NOT EXISTS (
+                              SELECT 1 FROM to_dead d WHERE d.outbox_id = e.outbox_id)))
+                    AND NOT EXISTS (
+                      SELECT 1 FROM {t} e
+                      WHERE {key_me} AND e.status = 'claimed'
+                        AND e.lease_expires_at > {NOW})))
+            ORDER BY due_at, m.seq
+            LIMIT $4
+            FOR UPDATE OF m SKIP LOCKED
+         ),
+         dead AS (
+            UPDATE {t} m SET status = 'dead_letter', last_error = $8, claimed_by = NULL,
+                   claim_token = NULL, lease_expires_at = NULL, updated_at = {NOW}
+            FROM to_dead d WHERE m.outbox_id = d.outbox_id
+            RETURNING m.outbox_id, m.seq
+         ),
+         claimed AS (
+            UPDATE {t} m SET status = 'claimed', attempt_count = m.attempt_count + 1,
+                   claimed_by = $6, claim_token = gen_random_uuid(),
+                   lease_expires_at = {NOW} + $5::int8 * interval '1 millisecond',
+                   updated_at = {NOW}
+            FROM to_claim c WHERE m.outbox_id = c.outbox_id
+            RETURNING {cols_m}, c.due_at AS due_at_ts
+         )
+         SELECT dl.dead_ids, c.*
+         FROM (SELECT coalesce(array_agg(outbox_id ORDER BY seq), '{{}}') AS dead_ids
+               FROM dead) dl
+         LEFT JOIN claimed c ON true
+         ORDER BY c.due_at_ts, c.seq",
+        key_me = key_of("m", "e"),
+    )
+}

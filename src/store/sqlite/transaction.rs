@@ -1,0 +1,122 @@
+//! `SqliteOutboxTx`: a service's own write transaction on the outbox file, so business rows
+//! and outbox messages commit or roll back together, the SQLite counterpart of the
+//! PostgreSQL store's `enqueue_in_tx`.
+//!
+//! Why on the store's write connection, under its write turn: SQLite has one writer per
+//! file. A transaction on another connection would contend with the relay's claims at the
+//! file lock (and fail with `SQLITE_BUSY` after the busy timeout); taking the store's turn
+//! queues it fairly behind them instead.
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{Sqlite, Transaction};
+use tokio::sync::MutexGuard;
+
+use crate::message::OutboxMessageDraft;
+use crate::store::{Enqueued, StoreError};
+
+use super::row::db;
+use super::write::{self, Woken};
+use super::{finish, SqliteOutboxStore};
+
+/// An open write transaction on the outbox's database file. Run business statements on
+/// [`SqliteOutboxTx::connection`], enqueue with [`SqliteOutboxTx::enqueue`], then
+/// [`SqliteOutboxTx::commit`]. Dropping it without committing rolls everything back.
+///
+/// While it is open, the store's other writes (relay claims and acks) wait: keep it short.
+pub struct SqliteOutboxTx<'a> {
+    store: &'a SqliteOutboxStore,
+    _turn: MutexGuard<'a, ()>,
+    tx: Transaction<'static, Sqlite>,
+    woken: Woken,
+    enqueued: Vec<Enqueued>,
+}
+
+impl std::fmt::Debug for SqliteOutboxTx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteOutboxTx")
+            .field("path", &self.store.path())
+            .field("enqueued", &self.enqueued.len())
+            .finish()
+    }
+}
+
+impl SqliteOutboxStore {
+    /// Begins a write transaction for business rows and outbox messages together.
+    ///
+    /// ```no_run
+    /// # async fn example(store: &outbox_relay::SqliteOutboxStore) -> Result<(), Box<dyn std::error::Error>> {
+    /// use outbox_relay::OutboxMessageDraft;
+    /// let mut tx = store.begin().await?;
+    /// sqlx::query("INSERT INTO orders (id, total) VALUES (?1, ?2)")
+    ///     .bind(42).bind(1999)
+    ///     .execute(tx.connection())
+    ///     .await?;
+    /// tx.enqueue(OutboxMessageDraft::new("orders", "billing", serde_json::json!({"order": 42}))?)
+    ///     .await?;
+    /// tx.commit().await?; // both rows, or neither
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin(&self) -> Result<SqliteOutboxTx<'_>, StoreError> {
+        let (turn, tx) = self.begin_write("begin").await?;
+        Ok(SqliteOutboxTx {
+            store: self,
+            _turn: turn,
+            tx,
+            woken: Woken::new(),
+            enqueued: Vec::new(),
+        })
+    }
+}
+
+impl SqliteOutboxTx<'_> {
+    /// The transaction's connection, for the service's own statements.
+    pub fn connection(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+
+    /// Enqueues one message inside the transaction (validated first; dedupe as in
+    /// `OutboxStore::enqueue`).
+    pub async fn enqueue(&mut self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
+        let mut answers = self.enqueue_many(vec![draft]).await?;
+        answers
+            .pop()
+            .ok_or_else(|| StoreError::Database("enqueue wrote nothing".into()))
+    }
+
+    /// Enqueues many messages inside the transaction. An invalid draft or a dedupe conflict
+    /// writes none of them; the transaction stays open for the caller to decide.
+    pub async fn enqueue_many(
+        &mut self,
+        drafts: Vec<OutboxMessageDraft>,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        for draft in &drafts {
+            draft.validate(&self.store.limits)?;
+        }
+        let now = self.store.clock.now_millis();
+        let answers =
+            write::enqueue(&self.store.sql, &mut self.tx, drafts, now, &mut self.woken).await?;
+        self.enqueued.extend(answers.iter().cloned());
+        Ok(answers)
+    }
+
+    /// Commits business rows and messages together, then wakes the lanes that got work.
+    pub async fn commit(self) -> Result<Vec<Enqueued>, StoreError> {
+        let Self {
+            store,
+            _turn,
+            tx,
+            woken,
+            enqueued,
+        } = self;
+        finish(tx, Ok(()), "commit").await?;
+        drop(_turn);
+        store.wake(woken);
+        crate::metrics::record_enqueued(&enqueued);
+        Ok(enqueued)
+    }
+
+    /// Rolls everything back.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        self.tx.rollback().await.map_err(db("rollback"))
+    }
+}
