@@ -329,12 +329,51 @@ async fn open_sqlite(
 
 async fn open_postgres(
     url: &DatabaseUrl,
-    _raw: &str,
-    _options: &StoreOptions,
+    raw: &str,
+    options: &StoreOptions,
 ) -> Result<Arc<dyn OutboxStore>, OpenError> {
-    // Wired when PostgresOutboxStore lands in main.
-    let _ = url;
-    Err(OpenError::Unsupported("postgres"))
+    #[cfg(feature = "postgres")]
+    {
+        use crate::store::postgres::{PostgresConfig, PostgresOutboxStore};
+        use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+        let mut config = PostgresConfig::default();
+        if let Some(schema) = &options.schema {
+            config = config.with_schema(schema);
+        }
+        if let Some(prefix) = &options.table_prefix {
+            config = config.with_table_prefix(prefix);
+        }
+        config.validate().map_err(|error| OpenError::Invalid {
+            field: error.field,
+            reason: error.reason,
+        })?;
+        let unreachable = |reason: String| OpenError::Connect {
+            database: "PostgreSQL",
+            address: url.address(),
+            reason,
+        };
+        let connect =
+            PgConnectOptions::from_str(raw).map_err(|error| unreachable(error.to_string()))?;
+        // Our own pool rather than `PostgresOutboxStore::connect`, for its acquire timeout:
+        // sqlx retries a refused connection until then, and an operator at a prompt should
+        // not wait sqlx's default 30 s to learn the address is wrong.
+        let pool = PgPoolOptions::new()
+            .acquire_timeout(options.connect_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(|error| unreachable(error.to_string()))?;
+        let store = PostgresOutboxStore::new(pool, config)
+            .await
+            .map_err(|error| unreachable(error.to_string()))?;
+        store.migrate().await?;
+        Ok(Arc::new(store))
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = (url, raw, options);
+        Err(OpenError::Unsupported("postgres"))
+    }
 }
 
 #[cfg(test)]

@@ -652,7 +652,10 @@ fn the_database_url_from_the_environment_wins_and_is_checked() {
     assert_eq!(out.code, Some(0), "{out:#?}");
     let files = sandbox.files();
     assert!(files.contains(&"from-env.db".to_owned()), "{files:?}");
-    assert!(!files.iter().any(|f| f.starts_with("relay.db")), "{files:?}");
+    assert!(
+        !files.iter().any(|f| f.starts_with("relay.db")),
+        "{files:?}"
+    );
 }
 
 #[test]
