@@ -335,7 +335,8 @@ async fn open_postgres(
     #[cfg(feature = "postgres")]
     {
         use crate::store::postgres::{PostgresConfig, PostgresOutboxStore};
-        use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+        use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+        use sqlx::Connection;
 
         let mut config = PostgresConfig::default();
         if let Some(schema) = &options.schema {
@@ -355,9 +356,18 @@ async fn open_postgres(
         };
         let connect =
             PgConnectOptions::from_str(raw).map_err(|error| unreachable(error.to_string()))?;
-        // Our own pool rather than `PostgresOutboxStore::connect`, for its acquire timeout:
-        // sqlx retries a refused connection until then, and an operator at a prompt should
-        // not wait sqlx's default 30 s to learn the address is wrong.
+        // One plain connection first, so a refused or unknown address fails at once with
+        // the driver's own words: a pool retries a refused connection until its acquire
+        // timeout and then says only "pool timed out".
+        let probe = tokio::time::timeout(
+            options.connect_timeout,
+            PgConnection::connect_with(&connect),
+        )
+        .await
+        .map_err(|_| unreachable(format!("no answer within {:?}", options.connect_timeout)))?
+        .map_err(|error| unreachable(error.to_string()))?;
+        // Closing politely is a courtesy to the server; the probe did its job either way.
+        let _ = probe.close().await;
         let pool = PgPoolOptions::new()
             .acquire_timeout(options.connect_timeout)
             .connect_with(connect)

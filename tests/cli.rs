@@ -735,6 +735,7 @@ fn bad_enqueue_input_exits_2() {
     let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     child
