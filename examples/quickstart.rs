@@ -40,9 +40,12 @@ const LANES: [(&str, &str); 2] = [("orders", "billing"), ("orders", "email")];
 
 /// A target that takes a little while, sometimes fails, and remembers what it received
 /// per customer, so the order of each customer's messages can be checked afterwards.
+/// Orders received per customer, in arrival order.
+type Received = Arc<Mutex<HashMap<String, Vec<u64>>>>;
+
 struct Target {
     name: &'static str,
-    received: Arc<Mutex<HashMap<String, Vec<u64>>>>,
+    received: Received,
     panicked: Arc<Mutex<bool>>,
 }
 
@@ -64,7 +67,7 @@ impl DeliveryHandler for Target {
             }
         }
         // Every 5th order's first attempt hits a transient failure.
-        if order % 5 == 0 && message.attempt_count == 1 {
+        if order.is_multiple_of(5) && message.attempt_count == 1 {
             return Err(DeliveryError::retryable(format!(
                 "{}: 503 service unavailable",
                 self.name
@@ -172,7 +175,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
     }
     println!("enqueued {} orders, {} messages", ORDERS, ORDERS * 2);
 
-    let received: HashMap<&str, Arc<Mutex<HashMap<String, Vec<u64>>>>> =
+    let received: HashMap<&str, Received> =
         LANES.iter().map(|(_, t)| (*t, Arc::default())).collect();
     let lane = |target: &str| {
         LaneConfig::new("orders", target)

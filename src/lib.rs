@@ -49,6 +49,8 @@ pub use message::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
 pub use relay::{OutboxRelay, RelayEvent, RelayHandle};
 pub use retry::RetryPolicy;
 pub use store::memory::InMemoryOutboxStore;
+#[cfg(feature = "postgres")]
+pub use store::postgres::PostgresOutboxStore;
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::SqliteOutboxStore;
 pub use store::{OrderingPolicy, OutboxStore, StoreError};

@@ -44,9 +44,6 @@
 //! message of its key is being delivered), and a retry of its head holds back only that key.
 //! Under [`OrderingPolicy::Block`] an earlier dead-lettered row of the key also holds it back,
 //! until an operator requeues or discards it; under [`OrderingPolicy::Skip`] it does not.
-//! And while any row of a key is claimed under a live lease, no other row of that key is
-//! claimable: an earlier row that turns live again behind it (a dead letter requeued while
-//! its successor is in flight) waits until that claim ends or lapses.
 //!
 //! **Clock.** Callers pass durations (a lease length, a retry delay), never instants; the
 //! store reads its own clock, so relays on machines with skewed clocks agree.

@@ -680,7 +680,9 @@ async fn differential_run(seed: u64, steps: usize) {
             let stats = side.store.stats(&MessageFilter::all()).await.unwrap();
             let mut due = Vec::new();
             for lane in lanes {
-                due.push(side.store.next_due(lane, "sink").await.unwrap());
+                for policy in [OrderingPolicy::Skip, OrderingPolicy::Block] {
+                    due.push(side.store.next_due(lane, "sink", policy).await.unwrap());
+                }
             }
             views.push((rows, stats, due));
         }

@@ -270,20 +270,6 @@ impl OutboxStore for InMemoryOutboxStore {
         let mut held_keys: HashSet<String> = HashSet::new();
         let mut candidates: Vec<(UnixMillis, i64)> = Vec::new();
         let mut lapsed_out_of_attempts = Vec::new();
-        // Keys with a message in flight under a live lease. The head rule alone would hand
-        // out a second one when an earlier message turns live again behind it (a dead
-        // letter requeued while its successor is claimed).
-        let in_flight_keys: HashSet<&str> = rows
-            .by_seq
-            .values()
-            .filter(|m| {
-                m.lane == request.lane
-                    && m.target == request.target
-                    && m.status == OutboxStatus::Claimed
-                    && m.lease_expires_at.is_some_and(|at| at > now)
-            })
-            .filter_map(|m| m.ordering_key.as_deref())
-            .collect();
         for message in rows.by_seq.values() {
             if message.lane != request.lane || message.target != request.target {
                 continue;
@@ -306,11 +292,7 @@ impl OutboxStore for InMemoryOutboxStore {
                     if request.ordering == OrderingPolicy::Skip {
                         continue;
                     }
-                } else if message
-                    .ordering_key
-                    .as_deref()
-                    .is_none_or(|key| !in_flight_keys.contains(key))
-                {
+                } else {
                     // A lapsed claim is due from its lapse, a pending row from its due time.
                     let due = match message.lease_expires_at {
                         Some(lapsed_at) if lapsed => lapsed_at,

@@ -214,7 +214,8 @@ impl PostgresOutboxStore {
 
     /// Writes many messages in the caller's transaction. On an error nothing of this call
     /// is left in `tx` (a conflict undoes the rows already written); on a database error
-    /// PostgreSQL has aborted `tx` anyway.
+    /// PostgreSQL has aborted `tx` anyway. `outbox_enqueued_total` counts the messages
+    /// when they are written, before the caller commits (or rolls back).
     pub async fn enqueue_many_in_tx(
         &self,
         tx: &mut Transaction<'_, Postgres>,
@@ -222,7 +223,10 @@ impl PostgresOutboxStore {
     ) -> Result<Vec<Enqueued>, StoreError> {
         let plan = self.plan(drafts)?;
         match self.write(tx, &plan).await {
-            Ok(answers) => Ok(answers),
+            Ok(answers) => {
+                crate::metrics::record_enqueued(&answers);
+                Ok(answers)
+            }
             Err(failure) => {
                 if !failure.inserted.is_empty() {
                     sqlx::query(AssertSqlSafe(self.sql.delete_ids.clone()))
@@ -274,7 +278,9 @@ impl OutboxStore for PostgresOutboxStore {
                 .acquire()
                 .await
                 .map_err(|e| db_error("enqueue", e))?;
-            return self.write(&mut conn, &plan).await.map_err(|f| f.error);
+            let answers = self.write(&mut conn, &plan).await.map_err(|f| f.error)?;
+            crate::metrics::record_enqueued(&answers);
+            return Ok(answers);
         }
         // A conflict found after some rows went in must take them back out: roll back.
         let mut tx = self
@@ -284,6 +290,7 @@ impl OutboxStore for PostgresOutboxStore {
             .map_err(|e| db_error("enqueue", e))?;
         let answers = self.write(&mut tx, &plan).await.map_err(|f| f.error)?;
         tx.commit().await.map_err(|e| db_error("enqueue", e))?;
+        crate::metrics::record_enqueued(&answers);
         Ok(answers)
     }
 
@@ -386,11 +393,17 @@ impl OutboxStore for PostgresOutboxStore {
         Ok(batch.outcomes(&FencedBatch::applied(&rows, "release")?, false))
     }
 
-    async fn next_due(&self, lane: &str, target: &str) -> Result<Option<Duration>, StoreError> {
+    async fn next_due(
+        &self,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError> {
         let wait: Option<i64> = sqlx::query_scalar(AssertSqlSafe(self.sql.next_due.clone()))
             .bind(self.now())
             .bind(lane)
             .bind(target)
+            .bind(ordering == OrderingPolicy::Block)
             .fetch_one(&self.pool)
             .await
             .map_err(|e| db_error("next_due", e))?;

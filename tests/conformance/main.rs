@@ -34,6 +34,9 @@ pub struct Harness {
     /// Opens a second store handle over the same data (same file, same schema) and the same
     /// clock. For memory it returns the same store.
     pub reopen: Opener,
+    /// Removes what the case left behind (a PostgreSQL schema), once it passed. A failed
+    /// case keeps its data for a look.
+    pub cleanup: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
 /// The backend under test.
@@ -112,7 +115,12 @@ macro_rules! conformance {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                $crate::cases::$case($make().await).await;
+                let mut harness = $make().await;
+                let cleanup = harness.cleanup.take();
+                $crate::cases::$case(harness).await;
+                if let Some(cleanup) = cleanup {
+                    cleanup.await;
+                }
             }
         )*
     };

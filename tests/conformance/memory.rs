@@ -14,6 +14,7 @@ pub async fn harness() -> Harness {
         Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
     let same = store.clone();
     Harness {
+        cleanup: None,
         store,
         clock,
         backend: Backend::Memory,

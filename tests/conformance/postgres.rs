@@ -54,7 +54,6 @@ pub async fn open(config: PostgresConfig) -> PostgresOutboxStore {
 
 /// Drops a test schema and everything in it. Call it at the end of a test that wants to
 /// leave the database clean; leaving the schema is harmless.
-#[allow(dead_code)] // no case cleans up yet
 pub async fn drop_schema(schema: &str) {
     let pool = test_pool().await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -68,14 +67,16 @@ pub async fn drop_schema(schema: &str) {
 /// A fresh store in a schema of its own, on a manual clock.
 pub async fn harness() -> Harness {
     let clock = ManualClock::new(1_700_000_000_000);
+    let schema = unique_schema();
     let config = PostgresConfig::default()
-        .with_schema(unique_schema())
+        .with_schema(schema.clone())
         .with_clock(Arc::new(clock.clone()));
     let store: Arc<dyn OutboxStore> = Arc::new(open(config.clone()).await);
     Harness {
         store,
         clock,
         backend: Backend::Postgres,
+        cleanup: Some(Box::pin(async move { drop_schema(&schema).await })),
         reopen: Arc::new(move || {
             let config = config.clone();
             Box::pin(async move { Arc::new(open(config).await) as Arc<dyn OutboxStore> })

@@ -35,6 +35,7 @@ pub async fn harness() -> Harness {
     };
     let store = open().await;
     Harness {
+        cleanup: None,
         store,
         clock,
         backend: Backend::Sqlite,

@@ -231,8 +231,9 @@ macro_rules! relay_on_store {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let (store, _guard) = $make().await;
+                let (store, guard) = $make().await;
                 $crate::stores::$case(store).await;
+                $crate::stores::Cleanup::cleanup(guard).await;
             }
         )*
     };
@@ -253,5 +254,56 @@ pub async fn sqlite() -> (Arc<dyn OutboxStore>, tempfile::TempDir) {
     (Arc::new(store), dir)
 }
 
+/// What a store factory leaves to clean up once a scenario passed.
+#[allow(async_fn_in_trait)]
+pub trait Cleanup {
+    async fn cleanup(self);
+}
+
+impl Cleanup for () {
+    async fn cleanup(self) {}
+}
+
+impl Cleanup for tempfile::TempDir {
+    async fn cleanup(self) {}
+}
+
+/// A PostgreSQL schema of one test.
+pub struct PgSchema(String);
+
+impl Cleanup for PgSchema {
+    async fn cleanup(self) {
+        let pool = sqlx::PgPool::connect(&pg_url()).await.unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+            self.0
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+}
+
+fn pg_url() -> String {
+    std::env::var("OUTBOX_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A PostgreSQL store in a schema of its own, on the database's clock. PostgreSQL must be
+/// reachable: the test fails, never skips, when it is not.
+pub async fn postgres() -> (Arc<dyn OutboxStore>, PgSchema) {
+    use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
+    let schema = format!("r_{}", Uuid::new_v4().simple());
+    let url = pg_url();
+    let store = PostgresOutboxStore::connect_with(
+        &url,
+        PostgresConfig::default().with_schema(schema.clone()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("PostgreSQL is required at {url}: {e}"));
+    (Arc::new(store), PgSchema(schema))
+}
+
 relay_on_store!(memory_store, crate::stores::memory);
 relay_on_store!(sqlite_store, crate::stores::sqlite);
+relay_on_store!(postgres_store, crate::stores::postgres);

@@ -202,20 +202,7 @@ impl Statements {
                 wake = wake("upd", 4),
             )
             .into(),
-            // $1 now, $2 lane, $3 target. Milliseconds to wait, rounded up so a relay that
-            // sleeps that long finds the message due; negative when overdue (the caller
-            // clamps: GREATEST would turn "nothing to wait for", NULL, into 0).
-            next_due: format!(
-                "SELECT ceil(extract(epoch FROM (min(due) - {NOW})) * 1000)::int8
-                 FROM (
-                    SELECT min(available_at) AS due FROM {t}
-                    WHERE lane = $2 AND target = $3 AND status = 'pending'
-                    UNION ALL
-                    SELECT min(lease_expires_at) FROM {t}
-                    WHERE lane = $2 AND target = $3 AND status = 'claimed'
-                 ) d"
-            )
-            .into(),
+            next_due: next_due(t).into(),
             // $1 now, $2..$5 filter. A blocked key: a live row with a dead-lettered earlier
             // row of its key, both among the rows the filter selects.
             stats: format!(
@@ -386,5 +373,42 @@ fn claim(t: &str, cols_m: &str) -> String {
          LEFT JOIN claimed c ON true
          ORDER BY c.due_at_ts, c.seq",
         key_me = key_of("m", "e"),
+    )
+}
+
+/// `next_due`: $1 now, $2 lane, $3 target, $4 true under `OrderingPolicy::Block`.
+/// Milliseconds to wait, rounded up so a relay that sleeps that long finds the message
+/// due; negative when overdue (the caller clamps: GREATEST would turn "nothing to wait
+/// for", NULL, into 0). A running lease always counts (its lapse frees the row or its
+/// key); a row its key holds back does not, as in the claim, so an idle relay never spins
+/// on rows it may not take. Each branch reads in due order and stops at its first row.
+fn next_due(t: &str) -> String {
+    let free = format!(
+        "(m.ordering_key IS NULL OR (
+            NOT EXISTS (
+              SELECT 1 FROM {t} e
+              WHERE {key_me} AND e.seq < m.seq
+                AND (e.status IN ('pending', 'claimed') OR ($4 AND e.status = 'dead_letter')))
+            AND NOT EXISTS (
+              SELECT 1 FROM {t} e
+              WHERE {key_me} AND e.status = 'claimed' AND e.lease_expires_at > {NOW})))",
+        key_me = "e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key",
+    );
+    format!(
+        "SELECT ceil(extract(epoch FROM (min(due) - {NOW})) * 1000)::int8
+         FROM (
+            (SELECT min(m.lease_expires_at) AS due FROM {t} m
+             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
+               AND m.lease_expires_at > {NOW})
+            UNION ALL
+            (SELECT m.available_at FROM {t} m
+             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND {free}
+             ORDER BY m.available_at, m.seq LIMIT 1)
+            UNION ALL
+            (SELECT m.lease_expires_at FROM {t} m
+             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
+               AND m.lease_expires_at <= {NOW} AND {free}
+             ORDER BY m.lease_expires_at, m.seq LIMIT 1)
+         ) d"
     )
 }
