@@ -20,7 +20,7 @@
 //! "#)?;
 //! let lanes = config.lanes()?;
 //! assert_eq!(lanes[0].0.lease, std::time::Duration::from_secs(10));
-//! # Ok::<(), outbox_relay::config::file::FileConfigError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::fmt;
