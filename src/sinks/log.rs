@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -78,7 +78,7 @@ impl LogLine {
 pub struct LogSink {
     // A mutex, not a channel to a writer task: a line must be written and flushed before the
     // delivery is acked, or a crash could ack a message whose line never left the process.
-    writer: Mutex<Box<dyn Write + Send>>,
+    writer: Arc<Mutex<Box<dyn Write + Send>>>,
 }
 
 impl fmt::Debug for LogSink {
@@ -96,7 +96,7 @@ impl LogSink {
     /// A sink writing to `writer` (a file, a pipe, a buffer in a test).
     pub fn new(writer: impl Write + Send + 'static) -> Self {
         Self {
-            writer: Mutex::new(Box::new(writer)),
+            writer: Arc::new(Mutex::new(Box::new(writer))),
         }
     }
 
@@ -105,15 +105,12 @@ impl LogSink {
         Self::stdout()
     }
 
-    /// Writes `message`'s line and flushes it.
-    fn write_line(&self, message: &OutboxMessage) -> Result<(), LogSinkError> {
-        let mut line = serde_json::to_vec(&LogLine::of(message)).map_err(LogSinkError::Encode)?;
-        line.push(b'\n');
-        let mut writer = self
-            .writer
+    /// Writes `line` and flushes it.
+    fn write_line(writer: &Mutex<Box<dyn Write + Send>>, line: &[u8]) -> Result<(), LogSinkError> {
+        let mut writer = writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        writer.write_all(&line).map_err(LogSinkError::Write)?;
+        writer.write_all(line).map_err(LogSinkError::Write)?;
         writer.flush().map_err(LogSinkError::Write)
     }
 }
@@ -121,13 +118,17 @@ impl LogSink {
 #[async_trait]
 impl DeliveryHandler for LogSink {
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
-        // A blocking write inside the async fn: one short line to a pipe or terminal, under
-        // the handler's own delivery timeout. A full pipe blocks this worker thread, which is
-        // the back-pressure we want from a log reader that fell behind.
-        self.write_line(message).map_err(|error| match error {
-            LogSinkError::Encode(_) => DeliveryError::permanent(error),
-            LogSinkError::Write(_) => DeliveryError::retryable(error),
-        })
+        let mut line = serde_json::to_vec(&LogLine::of(message))
+            .map_err(|error| DeliveryError::permanent(LogSinkError::Encode(error)))?;
+        line.push(b'\n');
+        // The write blocks (a full pipe when the reader falls behind), so it runs on tokio's
+        // blocking pool: a slow reader then slows this lane's deliveries, and never stalls
+        // the runtime's workers, where lease timers and other lanes run.
+        let writer = Arc::clone(&self.writer);
+        tokio::task::spawn_blocking(move || Self::write_line(&writer, &line))
+            .await
+            .map_err(|error| DeliveryError::retryable(format!("log sink writer task: {error}")))?
+            .map_err(DeliveryError::retryable)
     }
 }
 
@@ -148,7 +149,6 @@ pub enum LogSinkError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     /// A writer the test can read back.
     #[derive(Clone, Default)]
