@@ -71,12 +71,51 @@ fn options() -> Result<Options, String> {
     Ok(options)
 }
 
-/// A fresh, empty store of the kind asked for.
-async fn open_store(kind: &str, round: usize) -> Result<Arc<dyn OutboxStore>, String> {
-    let _ = round;
+/// A fresh, empty store of the kind asked for: `memory`, `sqlite` (a temporary file) or a
+/// `postgres://` URL (a schema of its own per run, dropped at the end).
+async fn open_store(kind: &str, run: &str) -> Result<(Arc<dyn OutboxStore>, Cleanup), String> {
     match kind {
-        "memory" => Ok(Arc::new(InMemoryOutboxStore::new()) as Arc<dyn OutboxStore>),
-        other => Err(format!("unknown store {other:?}: use memory")),
+        "memory" => Ok((Arc::new(InMemoryOutboxStore::new()), Cleanup::None)),
+        "sqlite" => {
+            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+            let store = outbox_relay::SqliteOutboxStore::open(dir.path().join("bench.db"))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok((Arc::new(store), Cleanup::Dir(dir)))
+        }
+        url if url.starts_with("postgres") => {
+            use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
+            let schema = format!("bench_{run}_{}", std::process::id());
+            let store = PostgresOutboxStore::connect_with(
+                url,
+                PostgresConfig::default().with_schema(schema.clone()),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            let pool = store.pool().clone();
+            Ok((Arc::new(store), Cleanup::Schema(pool, schema)))
+        }
+        other => Err(format!(
+            "unknown store {other:?}: use memory, sqlite or a postgres:// URL"
+        )),
+    }
+}
+
+/// What a benchmark store leaves behind.
+enum Cleanup {
+    None,
+    Dir(#[allow(dead_code)] tempfile::TempDir),
+    Schema(sqlx::PgPool, String),
+}
+
+impl Cleanup {
+    async fn run(self) {
+        if let Cleanup::Schema(pool, schema) = self {
+            let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+            if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop)).execute(&pool).await {
+                eprintln!("benchmark: could not drop schema {schema}: {error}");
+            }
+        }
     }
 }
 
@@ -180,30 +219,28 @@ async fn main() {
     };
     let mut ratios = Vec::new();
     for round in 0..options.rounds {
-        let store = open_store(&options.store, round).await.unwrap_or_else(|e| {
-            eprintln!("benchmark: {e}");
-            std::process::exit(2)
-        });
+        // Baseline and actor relay alternate within each round, each on a fresh store.
+        let (store, cleanup) = open_store(&options.store, &format!("{round}_base"))
+            .await
+            .unwrap_or_else(|e| {
+                eprintln!("benchmark: {e}");
+                std::process::exit(2)
+            });
         fill(&*store, options.messages).await;
-        let base = rate(
-            options.messages,
-            baseline(store, &target, options.messages).await,
-        );
-        let store = open_store(&options.store, round).await.unwrap_or_else(|e| {
-            eprintln!("benchmark: {e}");
-            std::process::exit(2)
-        });
+        let base = rate(options.messages, baseline(store, &target, options.messages).await);
+        cleanup.run().await;
+        let (store, cleanup) = open_store(&options.store, &format!("{round}_actor"))
+            .await
+            .unwrap_or_else(|e| {
+                eprintln!("benchmark: {e}");
+                std::process::exit(2)
+            });
         fill(&*store, options.messages).await;
         let ours = rate(
             options.messages,
-            actor_relay(
-                store,
-                options.latency,
-                options.messages,
-                options.concurrency,
-            )
-            .await,
+            actor_relay(store, options.latency, options.messages, options.concurrency).await,
         );
+        cleanup.run().await;
         let ratio = ours / base;
         ratios.push(ratio);
         println!("{round:>5}  {base:>14.0}  {ours:>11.0}  {ratio:>5.2}x");

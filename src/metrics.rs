@@ -45,7 +45,7 @@ pub const CLAIMED_TOTAL: &str = "outbox_claimed_total";
 pub const DELIVERED_TOTAL: &str = "outbox_delivered_total";
 /// Counter: delivery attempts that failed, by [`LABEL_KIND`].
 pub const DELIVERY_FAILURES_TOTAL: &str = "outbox_delivery_failures_total";
-/// Counter: dead letters an operator moved back to pending.
+/// Counter: failed deliveries put back to pending for a retry (a nack with attempts left).
 pub const REQUEUED_TOTAL: &str = "outbox_requeued_total";
 /// Counter: messages moved to the dead letter.
 pub const DEAD_LETTERED_TOTAL: &str = "outbox_dead_lettered_total";

@@ -208,6 +208,9 @@ impl LaneRelayState {
         let got = batch.messages.len();
         if got > 0 {
             self.dispatch(myself, batch.messages, claimed_at);
+        } else {
+            // Empty claims belong in the batch-size histogram too: they show idle polling.
+            self.metrics.claimed(0);
         }
         if got == limit {
             // There may be more: look again once the mailbox has had its turn.
