@@ -112,7 +112,10 @@ impl Cleanup {
     async fn run(self) {
         if let Cleanup::Schema(pool, schema) = self {
             let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
-            if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop)).execute(&pool).await {
+            if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+                .execute(&pool)
+                .await
+            {
                 eprintln!("benchmark: could not drop schema {schema}: {error}");
             }
         }
@@ -227,7 +230,10 @@ async fn main() {
                 std::process::exit(2)
             });
         fill(&*store, options.messages).await;
-        let base = rate(options.messages, baseline(store, &target, options.messages).await);
+        let base = rate(
+            options.messages,
+            baseline(store, &target, options.messages).await,
+        );
         cleanup.run().await;
         let (store, cleanup) = open_store(&options.store, &format!("{round}_actor"))
             .await
@@ -238,7 +244,13 @@ async fn main() {
         fill(&*store, options.messages).await;
         let ours = rate(
             options.messages,
-            actor_relay(store, options.latency, options.messages, options.concurrency).await,
+            actor_relay(
+                store,
+                options.latency,
+                options.messages,
+                options.concurrency,
+            )
+            .await,
         );
         cleanup.run().await;
         let ratio = ours / base;

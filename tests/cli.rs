@@ -208,12 +208,17 @@ impl Daemon {
     }
 
     /// Sends SIGTERM and waits for the exit.
-    fn terminate(mut self) -> (ExitStatus, String) {
+    fn terminate(self) -> (ExitStatus, String) {
+        self.signal("TERM")
+    }
+
+    /// Sends SIG`name` and waits for the exit.
+    fn signal(mut self, name: &str) -> (ExitStatus, String) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .expect("run kill");
-        assert!(status.success(), "kill -TERM failed");
+        assert!(status.success(), "kill -{name} failed");
         let deadline = Instant::now() + WAIT;
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for the relay") {
@@ -286,9 +291,9 @@ sink = {{ kind = "log" }}
     )
 }
 
-/// Turns the (one) pending message of orders/audit into a dead letter, through the store
-/// API, as a delivery that failed for good would.
-fn dead_letter_through_the_store(db: &Path) {
+/// Turns the `count` pending messages of `lane`/audit into dead letters, through the store
+/// API, as deliveries that failed for good would.
+fn dead_letter_through_the_store(db: &Path, lane: &str, count: usize) {
     use outbox_relay::store::sqlite::SqliteOutboxStore;
     use outbox_relay::store::{ClaimRequest, Nack, NackDisposition, NackOutcome};
     use outbox_relay::OutboxStore;
@@ -296,17 +301,20 @@ fn dead_letter_through_the_store(db: &Path) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let store = SqliteOutboxStore::open(db).await.unwrap();
-        let request = ClaimRequest::new("orders", "audit", 10, Duration::from_secs(30), "test");
+        let request = ClaimRequest::new(lane, "audit", 100, Duration::from_secs(30), "test");
         let claimed = store.claim(&request).await.unwrap().messages;
-        assert_eq!(claimed.len(), 1);
-        let nack = Nack {
-            claim: claimed[0].claim().unwrap(),
-            error: "poison: the target refused it".to_owned(),
-            disposition: NackDisposition::Permanent,
-        };
+        assert_eq!(claimed.len(), count);
+        let nacks: Vec<Nack> = claimed
+            .iter()
+            .map(|message| Nack {
+                claim: message.claim().unwrap(),
+                error: "poison: the target refused it".to_owned(),
+                disposition: NackDisposition::Permanent,
+            })
+            .collect();
         assert_eq!(
-            store.nack(&[nack]).await.unwrap(),
-            vec![NackOutcome::DeadLettered]
+            store.nack(&nacks).await.unwrap(),
+            vec![NackOutcome::DeadLettered; count]
         );
         store.close().await;
     });
@@ -326,7 +334,7 @@ fn sqlite_run_enqueue_deliver_dead_letter_requeue_and_sigterm() {
         "audit",
         &["--payload", r#"{"poison":true}"#, "--max-attempts", "1"],
     );
-    dead_letter_through_the_store(&sandbox.path("relay.db"));
+    dead_letter_through_the_store(&sandbox.path("relay.db"), "orders", 1);
 
     let mut relay = sandbox.start(&["--config", "relay.toml", "run"]);
     let mut ids = Vec::new();
@@ -461,9 +469,13 @@ fn run_without_a_config_uses_outbox_db_and_the_default_log_lane() {
     assert_eq!(line["lane"], "default");
     assert_eq!(line["target"], "log");
 
-    let (status, log) = relay.terminate();
+    // Ctrl-C stops it as gracefully as SIGTERM.
+    let (status, log) = relay.signal("INT");
     assert!(status.success(), "exit {status}:\n{log}");
-    assert!(relay_stopped_cleanly(&log), "{log}");
+    assert!(
+        log.contains("SIGINT") && log.contains("relay stopped"),
+        "{log}"
+    );
     let status = sandbox.status(&[]);
     assert_eq!(lane_status(&status, "default", "log")["delivered"], 1);
 }
@@ -747,4 +759,68 @@ fn bad_enqueue_input_exits_2() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("enqueued "));
+}
+
+#[test]
+fn requeue_and_discard_take_ids_a_lane_or_all_and_never_nothing() {
+    let sandbox = Sandbox::new();
+    let db = ["--database-url", "sqlite:relay.db"];
+    for lane in ["orders", "orders", "orders", "refunds", "refunds"] {
+        sandbox.enqueue(&db, lane, "audit", &["--payload", "{}"]);
+    }
+    dead_letter_through_the_store(&sandbox.path("relay.db"), "orders", 3);
+    dead_letter_through_the_store(&sandbox.path("relay.db"), "refunds", 2);
+    let dead = |lane: &str| -> u64 {
+        let status = sandbox.status(&db);
+        lane_status(&status, lane, "audit")["dead_letter"]
+            .as_u64()
+            .unwrap()
+    };
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "discard", "--target", "audit"]);
+    sandbox.fails(2, &args); // --target alone selects nothing
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "requeue", "--lane", "orders", "--all"]);
+    sandbox.fails(2, &args); // one selector at a time
+    assert_eq!((dead("orders"), dead("refunds")), (3, 2));
+
+    let mut args = db.to_vec();
+    args.extend([
+        "dead-letters",
+        "discard",
+        "--lane",
+        "orders",
+        "--target",
+        "audit",
+    ]);
+    assert!(sandbox.ok(&args).contains("discarded 3 dead letters"));
+    let status = sandbox.status(&db);
+    assert!(
+        status.iter().all(|row| row["lane"] != "orders"),
+        "{status:?}"
+    );
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "list", "--limit", "1"]);
+    let table = sandbox.ok(&args);
+    assert!(
+        table.contains("refunds") && table.contains("poison"),
+        "{table}"
+    );
+    assert!(table.contains("more: raise --limit"), "{table}");
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "requeue", "--all"]);
+    assert!(sandbox.ok(&args).contains("requeued 2 dead letters"));
+    let status = sandbox.status(&db);
+    let row = lane_status(&status, "refunds", "audit");
+    assert_eq!(
+        (row["dead_letter"].as_u64(), row["pending"].as_u64()),
+        (Some(0), Some(2))
+    );
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "requeue", "--all"]);
+    assert!(sandbox.ok(&args).contains("requeued 0 dead letters"));
 }
