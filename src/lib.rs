@@ -54,3 +54,8 @@ pub use store::postgres::PostgresOutboxStore;
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::SqliteOutboxStore;
 pub use store::{OrderingPolicy, OutboxStore, StoreError};
+
+/// The README's examples, compiled as doc-tests so the front door stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
