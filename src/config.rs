@@ -1,11 +1,18 @@
 //! Relay configuration: one `LaneConfig` per (lane, target), one `SupervisorConfig` for the
 //! restart policy. Defaults are named constants; `validate()` fails fast naming the field.
+//!
+//! [`duration`] reads and writes `30s`-style durations; `file` (feature `file-config`) reads
+//! the whole relay from a TOML file.
 
 use std::time::Duration;
 
 use crate::message::validate_name;
 use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY};
 use crate::store::OrderingPolicy;
+
+pub mod duration;
+#[cfg(feature = "file-config")]
+pub mod file;
 
 /// Deliveries a lane keeps in flight unless configured otherwise.
 pub const DEFAULT_CONCURRENCY: usize = 8;

@@ -12,12 +12,19 @@
 //!   `store::postgres` (feature `postgres`) implement it.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
-//! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`.
+//! - [`sinks`]: ready-made handlers (`LogSink`) and `SinkConfig`, a lane's `sink` table.
+//! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`;
+//!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
+//!   the relay as a TOML file, as the binary reads it).
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system:
 //!   `relay::supervisor` (restarts lanes), `relay::lane` (claims, lease timers, batched
 //!   acks), `relay::handler` (one delivery at a time under a timeout).
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
+//! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
+//!   opens the store a URL names.
+//! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`) and the admin
+//!   commands (`status`, `enqueue`, `dead-letters`, `purge`).
 #![deny(
     missing_docs,
     missing_debug_implementations,
@@ -27,11 +34,13 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod database;
 pub mod delivery;
 pub mod message;
 pub mod metrics;
 pub mod relay;
 pub mod retry;
+pub mod sinks;
 pub mod store;
 
 pub use config::{LaneConfig, SupervisorConfig};

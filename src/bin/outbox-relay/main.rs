@@ -1,0 +1,343 @@
+//! `outbox-relay`: the relay daemon and its admin commands.
+//!
+//! ```text
+//! outbox-relay run                       # ./outbox.db, lane `default` → log sink (stdout)
+//! outbox-relay --config relay.toml run   # lanes, sinks, database from a file
+//! outbox-relay enqueue --lane default --target log --payload '{"id": 1}'
+//! outbox-relay status
+//! outbox-relay dead-letters list
+//! outbox-relay dead-letters requeue 0190a1b2-…
+//! outbox-relay purge --older-than 7d
+//! ```
+//!
+//! Exit codes: 0 done; 1 the command failed; 2 bad input, a bad config file, or a database
+//! that cannot be reached. Output for people goes to stdout (the log sink's lines too), logs
+//! go to stderr.
+//!
+//! Layout: this file holds the command line and the error type; [`daemon`] is `run`;
+//! [`admin`] holds the admin commands.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use outbox_relay::config::duration::parse_duration;
+use outbox_relay::config::file::{FileConfig, MetricsListen};
+use outbox_relay::database::{open_store, CreateMode, DatabaseUrl, OpenError};
+use outbox_relay::{OutboxStore, StoreError};
+use uuid::Uuid;
+
+mod admin;
+mod daemon;
+
+/// The environment variable that overrides the config file's `database_url`, so a
+/// password can stay out of the file.
+const DATABASE_URL_ENV: &str = "OUTBOX_DATABASE_URL";
+
+/// Delivers transactional-outbox messages at least once, in order per key.
+///
+/// Without --config, uses the SQLite file ./outbox.db and one lane `default` with target
+/// `log`, delivered by the log sink (one JSON line per message on stdout).
+#[derive(Debug, Parser)]
+#[command(name = "outbox-relay", version, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Args)]
+struct GlobalArgs {
+    /// The relay's config file (TOML; see examples/relay.toml). Default: the embedded
+    /// config (./outbox.db, lane `default` → `log`).
+    #[arg(long, short = 'c', global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The database, overriding the config file: sqlite:PATH, sqlite://PATH or
+    /// postgres://USER@HOST:PORT/DB. Also read from OUTBOX_DATABASE_URL.
+    #[arg(long, global = true, value_name = "URL")]
+    database_url: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the relay until SIGINT or SIGTERM, then shut down gracefully.
+    Run(RunArgs),
+    #[command(flatten)]
+    Admin(AdminCommand),
+}
+
+/// The commands that act on the database once and exit.
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Show per (lane, target): pending, claimed, delivered, dead letters, oldest pending
+    /// age, blocked keys.
+    Status(StatusArgs),
+    /// Enqueue one message.
+    Enqueue(EnqueueArgs),
+    /// List, show, requeue or discard dead letters.
+    #[command(subcommand)]
+    DeadLetters(DeadLettersCommand),
+    /// Delete delivered and dead-lettered messages older than an age.
+    Purge(PurgeArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Where the Prometheus endpoint listens (ADDR, or `off`), overriding the config file.
+    #[arg(long, env = "OUTBOX_METRICS_LISTEN", value_name = "ADDR|off")]
+    metrics_listen: Option<MetricsListen>,
+    /// Log line format on stderr. The filter is RUST_LOG (default `info`).
+    #[arg(long, env = "OUTBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Compact)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// One human-readable line per event.
+    Compact,
+    /// One JSON object per event.
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    /// Only this lane.
+    #[arg(long)]
+    lane: Option<String>,
+    /// Only this target.
+    #[arg(long)]
+    target: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct EnqueueArgs {
+    /// The lane.
+    #[arg(long)]
+    lane: String,
+    /// The target.
+    #[arg(long)]
+    target: String,
+    /// The payload, as JSON. Without it, JSON is read from stdin.
+    #[arg(long, value_name = "JSON")]
+    payload: Option<String>,
+    /// Messages with the same key are delivered one at a time, in enqueue order.
+    #[arg(long, value_name = "KEY")]
+    ordering_key: Option<String>,
+    /// Enqueuing the same key again returns the first message.
+    #[arg(long, value_name = "KEY")]
+    dedupe_key: Option<String>,
+    /// A header handed to the target (repeatable).
+    #[arg(long = "header", value_name = "NAME=VALUE", value_parser = parse_header)]
+    headers: Vec<(String, String)>,
+    /// Deliver no sooner than this (e.g. 5s, 10m).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    delay: Option<Duration>,
+    /// Dead-letter after this many failed attempts.
+    #[arg(long, default_value_t = outbox_relay::message::DEFAULT_MAX_ATTEMPTS)]
+    max_attempts: u32,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum DeadLettersCommand {
+    /// List dead letters, oldest first.
+    List(ListArgs),
+    /// Show one message, every field, as JSON.
+    Show {
+        /// The message id.
+        id: Uuid,
+    },
+    /// Move dead letters back to pending, due now, with their attempts reset.
+    Requeue(Selector),
+    /// Delete dead letters.
+    Discard(Selector),
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    /// Only this lane.
+    #[arg(long)]
+    lane: Option<String>,
+    /// Only this target.
+    #[arg(long)]
+    target: Option<String>,
+    /// At most this many.
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Which dead letters a requeue or discard touches: there is no default, so a bare command
+/// never touches them all by accident.
+#[derive(Debug, Args)]
+struct Selector {
+    /// These messages.
+    #[arg(value_name = "ID", conflicts_with_all = ["lane", "all"])]
+    ids: Vec<Uuid>,
+    /// Every dead letter of this lane (narrow with --target).
+    #[arg(long, conflicts_with = "all")]
+    lane: Option<String>,
+    /// With --lane: only this target.
+    #[arg(long, requires = "lane")]
+    target: Option<String>,
+    /// Every dead letter of every lane.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Debug, Args)]
+struct PurgeArgs {
+    /// Delete messages last changed longer ago than this (e.g. 7d, 12h).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    older_than: Duration,
+    /// Rows per delete statement, so no statement holds locks for long.
+    #[arg(long, default_value_t = 1000)]
+    batch_size: usize,
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(name, value)| (name.trim().to_owned(), value.to_owned()))
+        .filter(|(name, _)| !name.is_empty())
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
+}
+
+/// A command that did not succeed: what to print, and the exit code.
+#[derive(Debug)]
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    /// Bad input, a bad config, or a database that cannot be reached: exit code 2.
+    fn input(message: impl Into<String>) -> Self {
+        Self {
+            code: 2,
+            message: message.into(),
+        }
+    }
+
+    /// The command failed: exit code 1.
+    fn failed(message: impl Into<String>) -> Self {
+        Self {
+            code: 1,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Validation(_) | StoreError::Conflict { .. } => {
+                Failure::input(error.to_string())
+            }
+            _ => Failure::failed(error.to_string()),
+        }
+    }
+}
+
+impl From<OpenError> for Failure {
+    fn from(error: OpenError) -> Self {
+        match error {
+            OpenError::Store(error) => Failure::failed(error.to_string()),
+            other => Failure::input(other.to_string()),
+        }
+    }
+}
+
+/// The config and database a command works on, with flags and environment applied.
+#[derive(Debug)]
+struct Setup {
+    config: FileConfig,
+    url: DatabaseUrl,
+}
+
+impl Setup {
+    /// Reads the config file (or the embedded default), then lets `--database-url` or
+    /// `OUTBOX_DATABASE_URL` override its database.
+    fn resolve(global: &GlobalArgs) -> Result<Self, Failure> {
+        let config = match &global.config {
+            Some(path) => FileConfig::load(path),
+            None => FileConfig::embedded_default(),
+        }
+        .map_err(|error| Failure::input(format!("config error: {error}")))?;
+        let env_url = std::env::var(DATABASE_URL_ENV)
+            .ok()
+            .filter(|url| !url.trim().is_empty());
+        let (url, source) = match (&global.database_url, env_url) {
+            (Some(url), _) => (url.clone(), "--database-url".to_owned()),
+            (None, Some(url)) => (url, DATABASE_URL_ENV.to_owned()),
+            (None, None) => {
+                let origin = global
+                    .config
+                    .as_ref()
+                    .map_or("embedded default config".to_owned(), |p| {
+                        p.display().to_string()
+                    });
+                let url = config.database_url().map_err(|error| {
+                    Failure::input(format!(
+                        "config error: {origin}, field `database_url`: {error}"
+                    ))
+                })?;
+                return Ok(Self { config, url });
+            }
+        };
+        let url = url
+            .parse()
+            .map_err(|error| Failure::input(format!("{source}: {error}")))?;
+        Ok(Self { config, url })
+    }
+
+    /// Opens the store.
+    async fn open(&self, create: CreateMode) -> Result<Arc<dyn OutboxStore>, Failure> {
+        let options = outbox_relay::database::StoreOptions {
+            create,
+            ..self.config.store_options()
+        };
+        Ok(open_store(&self.url, &options).await?)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("outbox-relay: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("outbox-relay: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<(), Failure> {
+    let setup = Setup::resolve(&cli.global)?;
+    match cli.command {
+        Command::Run(args) => daemon::run(setup, args).await,
+        Command::Admin(command) => {
+            admin::init_logging();
+            admin::run(setup, command).await
+        }
+    }
+}

@@ -1,0 +1,294 @@
+use std::time::Duration;
+
+use super::*;
+use crate::database::DatabaseUrl;
+use crate::sinks::LogSinkConfig;
+
+const MINIMAL: &str = r#"
+[[lanes]]
+lane = "orders"
+target = "billing"
+sink = { kind = "log" }
+"#;
+
+fn parse(text: &str) -> Result<FileConfig, FileConfigError> {
+    FileConfig::from_toml_str("relay.toml", text)
+}
+
+fn error(text: &str) -> FileConfigError {
+    parse(text).expect_err("the config should be refused")
+}
+
+#[test]
+fn the_example_file_parses_and_sets_every_field() {
+    let text = include_str!("../../../examples/relay.toml");
+    let config = parse(text).unwrap();
+    // Every field of the example is uncommented or documented; the uncommented ones equal
+    // the defaults, so the example and the code agree on them.
+    let lanes = config.lanes().unwrap();
+    assert_eq!(lanes.len(), 1);
+    let (lane, sink) = &lanes[0];
+    let defaults = LaneConfig::new("default", "log").consumer_id(lane.consumer_id.clone());
+    assert_eq!(lane, &defaults);
+    assert_eq!(sink, &SinkConfig::Log(LogSinkConfig::default()));
+    assert_eq!(config.supervisor().unwrap(), SupervisorConfig::default());
+    assert_eq!(config.shutdown_timeout(), DEFAULT_SHUTDOWN_TIMEOUT);
+    assert_eq!(config.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
+    assert_eq!(config.metrics_listen, MetricsListen::default());
+    assert_eq!(
+        config.database_url().unwrap(),
+        DatabaseUrl::Sqlite {
+            path: "outbox.db".into()
+        }
+    );
+    // Every key the structs know appears in the example, set or commented out.
+    let example_keys = serde_json::to_value(&config).unwrap();
+    for key in example_keys.as_object().unwrap().keys() {
+        assert!(
+            text.contains(&format!("{key} ="))
+                || text.contains(&format!("[{key}]"))
+                || text.contains(&format!("[[{key}]]")),
+            "{key} is not in the example"
+        );
+    }
+    for key in serde_json::to_value(&config.lanes[0])
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .keys()
+    {
+        assert!(
+            text.contains(&format!("\n{key} =")),
+            "lanes.{key} is not in the example"
+        );
+    }
+    for key in serde_json::to_value(&config.supervisor)
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .keys()
+    {
+        assert!(
+            text.contains(&format!("\n{key} =")),
+            "supervisor.{key} is not in the example"
+        );
+    }
+}
+
+#[test]
+fn the_embedded_default_is_one_log_lane_on_a_local_sqlite_file() {
+    let config = FileConfig::embedded_default().unwrap();
+    let lanes = config.lanes().unwrap();
+    assert_eq!(lanes.len(), 1);
+    assert_eq!(
+        (lanes[0].0.lane.as_str(), lanes[0].0.target.as_str()),
+        ("default", "log")
+    );
+    assert_eq!(lanes[0].1.kind(), "log");
+    assert_eq!(
+        config.database_url().unwrap().to_string(),
+        DEFAULT_DATABASE_URL
+    );
+}
+
+#[test]
+fn every_field_is_read() {
+    let config = parse(
+        r#"
+        database_url = "postgres://relay@db:6543/app"
+        table_prefix = "billing"
+        schema = "relay"
+        connect_timeout = "2s"
+        metrics_listen = false
+        shutdown_timeout = "1m"
+        consumer_id = "relay-a"
+        [supervisor]
+        max_restarts = 2
+        restart_window = "10s"
+        restart_backoff = "50ms"
+        restart_backoff_max = "1s"
+        [[lanes]]
+        lane = "orders"
+        target = "billing"
+        concurrency = 3
+        batch_size = 7
+        lease = "9s"
+        lease_extend_margin = false
+        delivery_timeout = "4s"
+        retry_base = "250ms"
+        retry_max = "1h"
+        jitter = false
+        ordering = "block"
+        max_poll_interval = "200ms"
+        stats_interval = "1s"
+        sink = { kind = "log" }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.metrics_listen, MetricsListen::Off);
+    assert_eq!(config.shutdown_timeout(), Duration::from_secs(60));
+    let options = config.store_options();
+    assert_eq!(options.table_prefix.as_deref(), Some("billing"));
+    assert_eq!(options.schema.as_deref(), Some("relay"));
+    assert_eq!(options.connect_timeout, Duration::from_secs(2));
+    let supervisor = config.supervisor().unwrap();
+    assert_eq!(supervisor.max_restarts, 2);
+    assert_eq!(supervisor.restart_window, Duration::from_secs(10));
+    assert_eq!(supervisor.restart_backoff.base, Duration::from_millis(50));
+    assert_eq!(supervisor.restart_backoff.max, Duration::from_secs(1));
+    let (lane, _) = &config.lanes().unwrap()[0];
+    let want = LaneConfig::new("orders", "billing")
+        .consumer_id("relay-a")
+        .concurrency(3)
+        .batch_size(7)
+        .lease(Duration::from_secs(9))
+        .lease_extend_margin(None)
+        .delivery_timeout(Duration::from_secs(4))
+        .retry(RetryPolicy::new(
+            Duration::from_millis(250),
+            Duration::from_secs(3600),
+        ))
+        .ordering(OrderingPolicy::Block)
+        .max_poll_interval(Duration::from_millis(200))
+        .stats_interval(Duration::from_secs(1));
+    assert_eq!(lane, &want);
+    assert_eq!(
+        config.ordering_of("orders", "billing"),
+        Some(OrderingPolicy::Block)
+    );
+}
+
+#[test]
+fn a_lease_without_a_margin_extends_at_a_third() {
+    let config = parse(&MINIMAL.replace("sink =", "lease = \"12s\"\nsink =")).unwrap();
+    assert_eq!(
+        config.lanes().unwrap()[0].0.lease_extend_margin,
+        Some(Duration::from_secs(4))
+    );
+    let config = parse(&MINIMAL.replace("sink =", "lease_extend_margin = \"2s\"\nsink =")).unwrap();
+    assert_eq!(
+        config.lanes().unwrap()[0].0.lease_extend_margin,
+        Some(Duration::from_secs(2))
+    );
+}
+
+#[test]
+fn unknown_fields_are_refused_everywhere_with_their_position() {
+    let top = error(&format!("databse_url = \"sqlite:x.db\"\n{MINIMAL}"));
+    assert!(
+        top.message().contains("unknown field `databse_url`"),
+        "{top}"
+    );
+    assert_eq!(top.position(), Some((1, 1)));
+    assert!(
+        top.to_string().starts_with("relay.toml, line 1, column 1"),
+        "{top}"
+    );
+
+    let lane = error(&MINIMAL.replace("sink =", "concurency = 3\nsink ="));
+    assert!(
+        lane.message().contains("unknown field `concurency`"),
+        "{lane}"
+    );
+    assert_eq!(lane.position().map(|p| p.0), Some(5));
+
+    let supervisor = error(&format!("{MINIMAL}\n[supervisor]\nmax_restart = 1\n"));
+    assert!(
+        supervisor.message().contains("unknown field `max_restart`"),
+        "{supervisor}"
+    );
+
+    let sink = error(&MINIMAL.replace("kind = \"log\"", "kind = \"log\", path = \"x\""));
+    assert!(sink.message().contains("unknown field `path`"), "{sink}");
+
+    let kind = error(&MINIMAL.replace("kind = \"log\"", "kind = \"kafka\""));
+    assert!(kind.message().contains("kafka"), "{kind}");
+}
+
+#[test]
+fn a_lane_without_its_name_or_sink_is_refused() {
+    let missing = error("[[lanes]]\ntarget = \"billing\"\nsink = { kind = \"log\" }\n");
+    assert!(
+        missing.message().contains("missing field `lane`"),
+        "{missing}"
+    );
+    assert!(missing.position().is_some(), "{missing}");
+
+    let no_sink = error("[[lanes]]\nlane = \"a\"\ntarget = \"b\"\n");
+    assert!(
+        no_sink.message().contains("missing field `sink`"),
+        "{no_sink}"
+    );
+
+    let none = error("database_url = \"sqlite:x.db\"\n");
+    assert_eq!(none.field(), Some("lanes"));
+    assert!(
+        none.to_string().contains("at least one [[lanes]]"),
+        "{none}"
+    );
+}
+
+#[test]
+fn a_bad_duration_names_its_field_and_line() {
+    let bad = error(&MINIMAL.replace("sink =", "lease = \"30 seconds\"\nsink ="));
+    assert_eq!(bad.field(), Some("lease"));
+    assert_eq!(bad.position().map(|p| p.0), Some(5));
+    let text = bad.to_string();
+    assert!(text.contains("field `lease`"), "{text}");
+    assert!(text.contains("invalid duration \"30 seconds\""), "{text}");
+
+    let number = error(&format!("shutdown_timeout = 30\n{MINIMAL}"));
+    assert_eq!(number.field(), Some("shutdown_timeout"));
+    assert!(number.message().contains("duration"), "{number}");
+}
+
+#[test]
+fn bad_values_name_their_field() {
+    let cases = [
+        (
+            format!("database_url = \"mysql://db/app\"\n{MINIMAL}"),
+            "database_url",
+        ),
+        (
+            format!("metrics_listen = \"localhost\"\n{MINIMAL}"),
+            "metrics_listen",
+        ),
+        (
+            MINIMAL.replace("sink =", "ordering = \"fifo\"\nsink ="),
+            "ordering",
+        ),
+        (
+            MINIMAL.replace("sink =", "concurrency = 0\nsink ="),
+            "lanes[orders/billing].concurrency",
+        ),
+        (
+            MINIMAL.replace(
+                "sink =",
+                "lease = \"3s\"\nlease_extend_margin = \"3s\"\nsink =",
+            ),
+            "lanes[orders/billing].lease_extend_margin",
+        ),
+        (
+            MINIMAL.replace("sink =", "retry_base = \"1m\"\nretry_max = \"1s\"\nsink ="),
+            "lanes[orders/billing].retry.max",
+        ),
+        (
+            MINIMAL.replace("\"orders\"", "\"a b\""),
+            "lanes[a b/billing].lane",
+        ),
+        (format!("{MINIMAL}{MINIMAL}"), "lanes[orders/billing]"),
+        (
+            format!("shutdown_timeout = \"0s\"\n{MINIMAL}"),
+            "shutdown_timeout",
+        ),
+        (
+            format!("[supervisor]\nrestart_window = \"0s\"\n{MINIMAL}"),
+            "supervisor.restart_window",
+        ),
+    ];
+    for (text, field) in cases {
+        let error = error(&text);
+        assert_eq!(error.field(), Some(field), "{error}");
+        assert!(error.to_string().contains(field), "{error}");
+    }
+}

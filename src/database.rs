@@ -1,0 +1,463 @@
+//! Which store a database URL names, and [`open_store`], which opens it: the one place the
+//! binary (or a service reading a URL from its environment) chooses between SQLite and
+//! PostgreSQL.
+//!
+//! | URL                                  | store                                    |
+//! |--------------------------------------|------------------------------------------|
+//! | `sqlite:outbox.db`, `sqlite://outbox.db` | SQLite file `outbox.db` (relative to the working directory) |
+//! | `sqlite:///var/lib/relay/outbox.db`  | SQLite file at an absolute path          |
+//! | `postgres://user:pw@host:5432/db`, `postgresql://…` | PostgreSQL                |
+//!
+//! ```
+//! use outbox_relay::database::DatabaseUrl;
+//!
+//! let url: DatabaseUrl = "postgres://relay:secret@db.internal/app".parse()?;
+//! assert_eq!(url.address(), "db.internal:5432");
+//! assert_eq!(url.to_string(), "postgres://relay:***@db.internal/app"); // never the password
+//! assert!("mysql://db/app".parse::<DatabaseUrl>().is_err());
+//! # Ok::<(), outbox_relay::database::DatabaseUrlError>(())
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::store::{OutboxStore, StoreError};
+
+/// How long [`open_store`] tries to reach the database unless told otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The port PostgreSQL listens on when a URL does not say.
+const POSTGRES_DEFAULT_PORT: u16 = 5432;
+
+/// A database URL that names a store this crate can open.
+#[derive(Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    /// A SQLite file.
+    Sqlite {
+        /// The file, as written (relative paths are relative to the working directory).
+        path: PathBuf,
+    },
+    /// A PostgreSQL database.
+    Postgres {
+        /// The URL, as written (it may hold a password: print the `DatabaseUrl`, not this).
+        url: String,
+    },
+}
+
+/// A URL that names no store this crate can open.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid database URL {url:?}: {reason}")]
+pub struct DatabaseUrlError {
+    url: String,
+    reason: String,
+}
+
+impl DatabaseUrlError {
+    fn new(url: &str, reason: impl Into<String>) -> Self {
+        Self {
+            url: redact(url),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl FromStr for DatabaseUrl {
+    type Err = DatabaseUrlError;
+
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        let url = url.trim();
+        if let Some(rest) = url.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                return Err(DatabaseUrlError::new(url, "the SQLite file path is empty"));
+            }
+            if path.contains('?') {
+                return Err(DatabaseUrlError::new(
+                    url,
+                    "query parameters are not supported in a SQLite URL",
+                ));
+            }
+            if path == ":memory:" {
+                return Err(DatabaseUrlError::new(
+                    url,
+                    "an in-memory SQLite database would be private to one process; name a file",
+                ));
+            }
+            return Ok(DatabaseUrl::Sqlite {
+                path: PathBuf::from(path),
+            });
+        }
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(DatabaseUrlError::new(
+                url,
+                "expected sqlite:PATH, sqlite://PATH or postgres://HOST/DATABASE",
+            ));
+        };
+        if scheme != "postgres" && scheme != "postgresql" {
+            return Err(DatabaseUrlError::new(
+                url,
+                format!("unsupported scheme {scheme:?}: expected sqlite or postgres"),
+            ));
+        }
+        if authority(rest).is_empty() && !rest.contains("host=") {
+            return Err(DatabaseUrlError::new(url, "the host is missing"));
+        }
+        #[cfg(feature = "postgres")]
+        {
+            sqlx::postgres::PgConnectOptions::from_str(url)
+                .map_err(|error| DatabaseUrlError::new(url, error.to_string()))?;
+        }
+        Ok(DatabaseUrl::Postgres {
+            url: url.to_owned(),
+        })
+    }
+}
+
+impl DatabaseUrl {
+    /// Where the database is, for messages: the file for SQLite, `host:port` for PostgreSQL.
+    pub fn address(&self) -> String {
+        match self {
+            DatabaseUrl::Sqlite { path } => path.display().to_string(),
+            DatabaseUrl::Postgres { url } => {
+                let rest = url.split_once("://").map_or("", |(_, rest)| rest);
+                let host = authority(rest);
+                let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
+                // A port is whatever follows the last ':' outside an IPv6 literal's brackets.
+                let has_port = host
+                    .rsplit_once(']')
+                    .map_or(host, |(_, after)| after)
+                    .contains(':');
+                if has_port {
+                    host.to_owned()
+                } else {
+                    format!("{host}:{POSTGRES_DEFAULT_PORT}")
+                }
+            }
+        }
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DatabaseUrl::Sqlite { .. } => "sqlite",
+            DatabaseUrl::Postgres { .. } => "postgres",
+        }
+    }
+}
+
+/// The URL with its password replaced by `***`.
+impl fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DatabaseUrl::Sqlite { path } => write!(f, "sqlite:{}", path.display()),
+            DatabaseUrl::Postgres { url } => f.write_str(&redact(url)),
+        }
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DatabaseUrl({self})")
+    }
+}
+
+/// The `user:password@host:port` part of what follows `scheme://`.
+fn authority(rest: &str) -> &str {
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// `url` with the password of its user info, if any, replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let host_part = authority(rest);
+    let Some((user_info, _)) = host_part.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    let Some((user, _password)) = user_info.split_once(':') else {
+        return url.to_owned();
+    };
+    format!("{scheme}://{user}:***@{}", &rest[user_info.len() + 1..])
+}
+
+/// Whether [`open_store`] may create a SQLite file that does not exist yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CreateMode {
+    /// Create the file (the relay, and `enqueue`).
+    #[default]
+    CreateIfMissing,
+    /// Refuse a missing file: an admin command with a mistyped path should say so, not
+    /// report on a new empty outbox.
+    MustExist,
+}
+
+/// Where the outbox lives inside the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// The table-name prefix; `None` for the store's default.
+    pub table_prefix: Option<String>,
+    /// The PostgreSQL schema; `None` for the store's default. SQLite has no schemas.
+    pub schema: Option<String>,
+    /// How long to keep trying to reach the database.
+    pub connect_timeout: Duration,
+    /// Whether a missing SQLite file is created.
+    pub create: CreateMode,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            table_prefix: None,
+            schema: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            create: CreateMode::CreateIfMissing,
+        }
+    }
+}
+
+/// Why a store could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// An option is invalid for this database; nothing was created or changed.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// The option at fault (`table_prefix`, `schema`).
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The SQLite file does not exist and [`CreateMode::MustExist`] was asked.
+    #[error("no SQLite database at {path} (start `outbox-relay run` once, or check the URL)")]
+    Missing {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The database could not be reached (refused, timed out, authentication failed, no
+    /// such database, no such directory).
+    #[error("cannot open the {database} database at {address}: {reason}")]
+    Connect {
+        /// `SQLite` or `PostgreSQL`.
+        database: &'static str,
+        /// `host:port` or the file.
+        address: String,
+        /// What the driver said.
+        reason: String,
+    },
+    /// This build has no store for the URL's database.
+    #[error("this build of outbox-relay has no {0} support (enable the crate feature {0:?})")]
+    Unsupported(&'static str),
+    /// The database was reached, but preparing the outbox (migrations) failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Opens the store `url` names, with its schema brought up to date.
+pub async fn open_store(
+    url: &DatabaseUrl,
+    options: &StoreOptions,
+) -> Result<Arc<dyn OutboxStore>, OpenError> {
+    match url {
+        DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await,
+        DatabaseUrl::Postgres { url: raw } => open_postgres(url, raw, options).await,
+    }
+}
+
+async fn open_sqlite(
+    path: &Path,
+    options: &StoreOptions,
+) -> Result<Arc<dyn OutboxStore>, OpenError> {
+    if options.schema.is_some() {
+        return Err(OpenError::Invalid {
+            field: "schema".to_owned(),
+            reason: "SQLite has no schemas; use table_prefix to keep several outboxes apart"
+                .to_owned(),
+        });
+    }
+    #[cfg(feature = "sqlite")]
+    {
+        use crate::store::sqlite::SqliteOutboxStore;
+
+        let mut builder = SqliteOutboxStore::builder(path);
+        if let Some(prefix) = &options.table_prefix {
+            builder = builder.table_prefix(prefix);
+        }
+        // Everything is checked before the file is touched: a bad option creates nothing.
+        builder.validate().map_err(|error| OpenError::Invalid {
+            field: error.field,
+            reason: error.reason,
+        })?;
+        if options.create == CreateMode::MustExist && !path.exists() {
+            return Err(OpenError::Missing {
+                path: path.to_owned(),
+            });
+        }
+        let open = tokio::time::timeout(options.connect_timeout, builder.open());
+        let store = match open.await {
+            Ok(Ok(store)) => store,
+            Ok(Err(error)) => {
+                return Err(OpenError::Connect {
+                    database: "SQLite",
+                    address: path.display().to_string(),
+                    reason: error.to_string(),
+                })
+            }
+            Err(_) => {
+                return Err(OpenError::Connect {
+                    database: "SQLite",
+                    address: path.display().to_string(),
+                    reason: format!(
+                        "still locked by another process after {:?}",
+                        options.connect_timeout
+                    ),
+                })
+            }
+        };
+        Ok(Arc::new(store))
+    }
+    #[cfg(not(feature = "sqlite"))]
+    {
+        let _ = path;
+        Err(OpenError::Unsupported("sqlite"))
+    }
+}
+
+async fn open_postgres(
+    url: &DatabaseUrl,
+    raw: &str,
+    options: &StoreOptions,
+) -> Result<Arc<dyn OutboxStore>, OpenError> {
+    #[cfg(feature = "postgres")]
+    {
+        use crate::store::postgres::{PostgresConfig, PostgresOutboxStore};
+        use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+        use sqlx::Connection;
+
+        let mut config = PostgresConfig::default();
+        if let Some(schema) = &options.schema {
+            config = config.with_schema(schema);
+        }
+        if let Some(prefix) = &options.table_prefix {
+            config = config.with_table_prefix(prefix);
+        }
+        config.validate().map_err(|error| OpenError::Invalid {
+            field: error.field,
+            reason: error.reason,
+        })?;
+        let unreachable = |reason: String| OpenError::Connect {
+            database: "PostgreSQL",
+            address: url.address(),
+            reason,
+        };
+        let connect =
+            PgConnectOptions::from_str(raw).map_err(|error| unreachable(error.to_string()))?;
+        // One plain connection first, so a refused or unknown address fails at once with
+        // the driver's own words: a pool retries a refused connection until its acquire
+        // timeout and then says only "pool timed out".
+        let probe = tokio::time::timeout(
+            options.connect_timeout,
+            PgConnection::connect_with(&connect),
+        )
+        .await
+        .map_err(|_| unreachable(format!("no answer within {:?}", options.connect_timeout)))?
+        .map_err(|error| unreachable(error.to_string()))?;
+        // Closing politely is a courtesy to the server; the probe did its job either way.
+        let _ = probe.close().await;
+        let pool = PgPoolOptions::new()
+            .acquire_timeout(options.connect_timeout)
+            .connect_with(connect)
+            .await
+            .map_err(|error| unreachable(error.to_string()))?;
+        let store = PostgresOutboxStore::new(pool, config)
+            .await
+            .map_err(|error| unreachable(error.to_string()))?;
+        store.migrate().await?;
+        Ok(Arc::new(store))
+    }
+    #[cfg(not(feature = "postgres"))]
+    {
+        let _ = (url, raw, options);
+        Err(OpenError::Unsupported("postgres"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_urls_name_a_file() {
+        for (url, path) in [
+            ("sqlite:outbox.db", "outbox.db"),
+            ("sqlite://outbox.db", "outbox.db"),
+            (
+                "sqlite:///var/lib/relay/outbox.db",
+                "/var/lib/relay/outbox.db",
+            ),
+            ("sqlite:data/relay.db", "data/relay.db"),
+        ] {
+            assert_eq!(
+                url.parse::<DatabaseUrl>().unwrap(),
+                DatabaseUrl::Sqlite { path: path.into() },
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn postgres_addresses_and_redaction() {
+        for (url, address, shown) in [
+            (
+                "postgres://postgres@127.0.0.1:5432/test",
+                "127.0.0.1:5432",
+                "postgres://postgres@127.0.0.1:5432/test",
+            ),
+            (
+                "postgresql://u:p%40ss@db:6543/app?sslmode=disable",
+                "db:6543",
+                "postgresql://u:***@db:6543/app?sslmode=disable",
+            ),
+            (
+                "postgres://127.0.0.1:1/x",
+                "127.0.0.1:1",
+                "postgres://127.0.0.1:1/x",
+            ),
+            (
+                "postgres://db.internal/app",
+                "db.internal:5432",
+                "postgres://db.internal/app",
+            ),
+            ("postgres://[::1]/app", "[::1]:5432", "postgres://[::1]/app"),
+        ] {
+            let parsed: DatabaseUrl = url.parse().unwrap();
+            assert_eq!(parsed.address(), address, "{url}");
+            assert_eq!(parsed.to_string(), shown, "{url}");
+        }
+    }
+
+    #[test]
+    fn other_urls_are_refused_with_the_reason() {
+        for (url, reason) in [
+            ("mysql://db/app", "unsupported scheme \"mysql\""),
+            ("outbox.db", "expected sqlite:PATH"),
+            ("sqlite:", "path is empty"),
+            ("sqlite://", "path is empty"),
+            ("sqlite::memory:", "in-memory"),
+            ("sqlite:x.db?mode=rwc", "query parameters"),
+            ("postgres:///app", "host is missing"),
+        ] {
+            let error = url.parse::<DatabaseUrl>().unwrap_err().to_string();
+            assert!(error.contains(reason), "{url}: {error}");
+        }
+        let error = "mysql://u:secret@db/app"
+            .parse::<DatabaseUrl>()
+            .unwrap_err()
+            .to_string();
+        assert!(!error.contains("secret"), "{error}");
+    }
+}

@@ -1,0 +1,229 @@
+//! `LogSink`: writes one JSON line per delivered message, to stdout or any writer.
+//!
+//! Each line holds `outbox_id`, `lane`, `target`, `ordering_key`, `attempt`, `headers` and
+//! `payload`:
+//!
+//! ```text
+//! {"outbox_id":"0190…","lane":"orders","target":"billing","ordering_key":"c-42","attempt":1,"headers":{},"payload":{"id":7}}
+//! ```
+//!
+//! A consumer that reads the lines should treat `outbox_id` as the idempotency key: delivery
+//! is at least once, so a line may repeat after a crash.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::config::ConfigError;
+use crate::delivery::{DeliveryError, DeliveryHandler};
+use crate::message::OutboxMessage;
+
+// ---- config ----------------------------------------------------------------------------
+
+/// The settings of a log sink: `sink = { kind = "log" }`. It has none yet; the struct exists
+/// so every sink has the same shape, and so an unknown key is refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSinkConfig {}
+
+impl LogSinkConfig {
+    /// Checks the settings (there are none to get wrong yet).
+    pub fn validate(&self, _field: &str) -> Result<(), ConfigError> {
+        Ok(())
+    }
+}
+
+// ---- handler ---------------------------------------------------------------------------
+
+/// One line of the log sink's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogLine {
+    /// The message's id: the idempotency key.
+    pub outbox_id: Uuid,
+    /// The lane.
+    pub lane: String,
+    /// The target.
+    pub target: String,
+    /// The ordering key, if any.
+    pub ordering_key: Option<String>,
+    /// Which attempt this is (1 for the first).
+    pub attempt: u32,
+    /// The message's headers.
+    pub headers: BTreeMap<String, String>,
+    /// The message body.
+    pub payload: serde_json::Value,
+}
+
+impl LogLine {
+    /// The line for `message`.
+    pub fn of(message: &OutboxMessage) -> Self {
+        Self {
+            outbox_id: message.outbox_id,
+            lane: message.lane.clone(),
+            target: message.target.clone(),
+            ordering_key: message.ordering_key.clone(),
+            attempt: message.attempt_count,
+            headers: message.headers.clone(),
+            payload: message.payload.clone(),
+        }
+    }
+}
+
+/// Delivers a message by writing it as one JSON line.
+pub struct LogSink {
+    // A mutex, not a channel to a writer task: a line must be written and flushed before the
+    // delivery is acked, or a crash could ack a message whose line never left the process.
+    writer: Arc<Mutex<Box<dyn Write + Send>>>,
+}
+
+impl fmt::Debug for LogSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogSink").finish_non_exhaustive()
+    }
+}
+
+impl LogSink {
+    /// A sink writing to the process's stdout.
+    pub fn stdout() -> Self {
+        Self::new(std::io::stdout())
+    }
+
+    /// A sink writing to `writer` (a file, a pipe, a buffer in a test).
+    pub fn new(writer: impl Write + Send + 'static) -> Self {
+        Self {
+            writer: Arc::new(Mutex::new(Box::new(writer))),
+        }
+    }
+
+    /// The sink `config` describes: stdout.
+    pub fn from_config(_config: &LogSinkConfig) -> Self {
+        Self::stdout()
+    }
+
+    /// Writes `line` and flushes it.
+    fn write_line(writer: &Mutex<Box<dyn Write + Send>>, line: &[u8]) -> Result<(), LogSinkError> {
+        let mut writer = writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        writer.write_all(line).map_err(LogSinkError::Write)?;
+        writer.flush().map_err(LogSinkError::Write)
+    }
+}
+
+#[async_trait]
+impl DeliveryHandler for LogSink {
+    async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
+        let mut line = serde_json::to_vec(&LogLine::of(message))
+            .map_err(|error| DeliveryError::permanent(LogSinkError::Encode(error)))?;
+        line.push(b'\n');
+        // The write blocks (a full pipe when the reader falls behind), so it runs on tokio's
+        // blocking pool: a slow reader then slows this lane's deliveries, and never stalls
+        // the runtime's workers, where lease timers and other lanes run.
+        let writer = Arc::clone(&self.writer);
+        tokio::task::spawn_blocking(move || Self::write_line(&writer, &line))
+            .await
+            .map_err(|error| DeliveryError::retryable(format!("log sink writer task: {error}")))?
+            .map_err(DeliveryError::retryable)
+    }
+}
+
+// ---- errors ----------------------------------------------------------------------------
+
+/// Why a log sink could not deliver.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogSinkError {
+    /// The message could not be written as JSON (permanent: it never will be).
+    #[error("could not encode the message as JSON: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// The writer refused the line (retryable: the reader may come back).
+    #[error("could not write the line: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer the test can read back.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct Broken;
+
+    impl Write for Broken {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::new(std::io::ErrorKind::BrokenPipe, "gone"))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    async fn stored_message() -> OutboxMessage {
+        use crate::store::{ClaimRequest, OutboxStore};
+        use crate::{InMemoryOutboxStore, OutboxMessageDraft};
+        let store = InMemoryOutboxStore::new();
+        let draft = OutboxMessageDraft::new("orders", "billing", serde_json::json!({"id": 7}))
+            .unwrap()
+            .with_ordering_key("c-42")
+            .with_header("x-trace", "abc");
+        store.enqueue(draft).await.unwrap();
+        let request = ClaimRequest::new(
+            "orders",
+            "billing",
+            1,
+            std::time::Duration::from_secs(5),
+            "t",
+        );
+        store.claim(&request).await.unwrap().messages.remove(0)
+    }
+
+    #[tokio::test]
+    async fn writes_one_json_line_per_message() {
+        let out = Captured::default();
+        let sink = LogSink::new(out.clone());
+        let message = stored_message().await;
+        sink.deliver(&message).await.unwrap();
+        sink.deliver(&message).await.unwrap();
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({
+                "outbox_id": message.outbox_id,
+                "lane": "orders",
+                "target": "billing",
+                "ordering_key": "c-42",
+                "attempt": 1,
+                "headers": {"x-trace": "abc"},
+                "payload": {"id": 7},
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failing_writer_is_a_retryable_failure() {
+        let sink = LogSink::new(Broken);
+        let error = sink.deliver(&stored_message().await).await.unwrap_err();
+        assert!(matches!(error, DeliveryError::Retryable(_)), "{error:?}");
+        assert!(error.to_string().contains("gone"), "{error}");
+    }
+}

@@ -1,0 +1,826 @@
+//! The `outbox-relay` binary, driven as an operator drives it: `run` as a child process,
+//! admin commands as separate processes against the same database, SIGTERM to stop.
+//!
+//! Each test has its own temporary directory (so its own SQLite file), its own metrics port
+//! and, on PostgreSQL, its own schema. Deliveries are observed as the log sink's JSON lines
+//! on the daemon's stdout, waited for with a generous timeout, never with sleeps.
+//!
+//! PostgreSQL: `OUTBOX_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`.
+//! An unreachable server fails the test; nothing is skipped.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+const BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
+/// How long a test waits for a delivery, a status or an exit before failing.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A temporary working directory with its own database.
+struct Sandbox {
+    dir: TempDir,
+}
+
+/// What a finished command printed.
+#[derive(Debug)]
+struct Output {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text).expect("write a file in the sandbox");
+        path
+    }
+
+    /// The file names in the sandbox, sorted.
+    fn files(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The binary, run in the sandbox, with no inherited outbox settings.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .env_remove("OUTBOX_DATABASE_URL")
+            .env_remove("OUTBOX_METRICS_LISTEN")
+            .env_remove("OUTBOX_LOG_FORMAT")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null());
+        command
+    }
+
+    fn output(&self, command: &mut Command) -> Output {
+        let output = command.output().expect("run outbox-relay");
+        Output {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.output(&mut self.command(args))
+    }
+
+    /// Runs a command that must succeed; returns its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(out.code, Some(0), "outbox-relay {args:?} failed: {out:#?}");
+        out.stdout
+    }
+
+    /// Runs a command that must fail with `code`; returns its stderr.
+    fn fails(&self, code: i32, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(out.code, Some(code), "outbox-relay {args:?}: {out:#?}");
+        out.stderr
+    }
+
+    /// Enqueues through the CLI; returns the new message's id.
+    fn enqueue(&self, config: &[&str], lane: &str, target: &str, extra: &[&str]) -> String {
+        let mut args = config.to_vec();
+        args.extend(["enqueue", "--lane", lane, "--target", target, "--json"]);
+        args.extend(extra);
+        let answer: Value = serde_json::from_str(&self.ok(&args)).expect("enqueue --json");
+        assert_eq!(answer["duplicate"], false);
+        answer["outbox_id"].as_str().unwrap().to_owned()
+    }
+
+    fn status(&self, config: &[&str]) -> Vec<Value> {
+        let mut args = config.to_vec();
+        args.extend(["status", "--json"]);
+        serde_json::from_str(&self.ok(&args)).expect("status --json")
+    }
+
+    fn start(&self, args: &[&str]) -> Daemon {
+        Daemon::start(self.command(args))
+    }
+}
+
+/// `outbox-relay run` as a child process.
+struct Daemon {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    fn start(mut command: Command) -> Self {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start outbox-relay run");
+        let (send, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    return;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Self {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// The next line the log sink wrote, as JSON.
+    fn delivery(&mut self) -> Value {
+        match self.lines.recv_timeout(WAIT) {
+            Ok(line) => serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not a log-sink line ({e}): {line}")),
+            Err(_) => panic!(
+                "no delivery within {WAIT:?}; exit {:?}; stderr:\n{}",
+                self.child.try_wait(),
+                self.stderr()
+            ),
+        }
+    }
+
+    /// Waits until stderr contains `text`.
+    fn wait_for_log(&mut self, text: &str) {
+        let deadline = Instant::now() + WAIT;
+        while !self.stderr().contains(text) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "the relay exited ({status}) before logging {text:?}:\n{}",
+                    self.stderr()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {text:?} in the log:\n{}",
+                self.stderr()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    fn terminate(self) -> (ExitStatus, String) {
+        self.signal("TERM")
+    }
+
+    /// Sends SIG`name` and waits for the exit.
+    fn signal(mut self, name: &str) -> (ExitStatus, String) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} failed");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the relay") {
+                // The stderr reader ends with the pipe; give it the last bytes.
+                thread::sleep(Duration::from_millis(50));
+                return (status, self.stderr());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the relay did not stop:\n{}",
+                self.stderr()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // A failed test must not leave a relay running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port nobody listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// GETs the metrics page.
+fn scrape(port: u16) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to metrics");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut page = String::new();
+    stream.read_to_string(&mut page).unwrap();
+    page
+}
+
+fn lane_status<'a>(status: &'a [Value], lane: &str, target: &str) -> &'a Value {
+    status
+        .iter()
+        .find(|row| row["lane"] == lane && row["target"] == target)
+        .unwrap_or_else(|| panic!("no status row for {lane}/{target}: {status:?}"))
+}
+
+/// A relay config for tests: fast polls, short timeouts, one lane `orders` → `audit`.
+fn test_config(database_url: &str, extra: &str, metrics_port: u16) -> String {
+    format!(
+        r#"
+database_url = "{database_url}"
+metrics_listen = "127.0.0.1:{metrics_port}"
+shutdown_timeout = "10s"
+connect_timeout = "5s"
+{extra}
+
+[[lanes]]
+lane = "orders"
+target = "audit"
+max_poll_interval = "200ms"
+retry_base = "100ms"
+retry_max = "1s"
+sink = {{ kind = "log" }}
+"#
+    )
+}
+
+/// Turns the `count` pending messages of `lane`/audit into dead letters, through the store
+/// API, as deliveries that failed for good would.
+fn dead_letter_through_the_store(db: &Path, lane: &str, count: usize) {
+    use outbox_relay::store::sqlite::SqliteOutboxStore;
+    use outbox_relay::store::{ClaimRequest, Nack, NackDisposition, NackOutcome};
+    use outbox_relay::OutboxStore;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = SqliteOutboxStore::open(db).await.unwrap();
+        let request = ClaimRequest::new(lane, "audit", 100, Duration::from_secs(30), "test");
+        let claimed = store.claim(&request).await.unwrap().messages;
+        assert_eq!(claimed.len(), count);
+        let nacks: Vec<Nack> = claimed
+            .iter()
+            .map(|message| Nack {
+                claim: message.claim().unwrap(),
+                error: "poison: the target refused it".to_owned(),
+                disposition: NackDisposition::Permanent,
+            })
+            .collect();
+        assert_eq!(
+            store.nack(&nacks).await.unwrap(),
+            vec![NackOutcome::DeadLettered; count]
+        );
+        store.close().await;
+    });
+}
+
+#[test]
+fn sqlite_run_enqueue_deliver_dead_letter_requeue_and_sigterm() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox.write("relay.toml", &test_config("sqlite:relay.db", "", port));
+    let cfg = ["--config", "relay.toml"];
+
+    // A poison message, dead-lettered before the relay starts.
+    let poison = sandbox.enqueue(
+        &cfg,
+        "orders",
+        "audit",
+        &["--payload", r#"{"poison":true}"#, "--max-attempts", "1"],
+    );
+    dead_letter_through_the_store(&sandbox.path("relay.db"), "orders", 1);
+
+    let mut relay = sandbox.start(&["--config", "relay.toml", "run"]);
+    let mut ids = Vec::new();
+    for n in 1..=3 {
+        let payload = format!(r#"{{"n":{n}}}"#);
+        ids.push(sandbox.enqueue(
+            &cfg,
+            "orders",
+            "audit",
+            &[
+                "--payload",
+                &payload,
+                "--ordering-key",
+                "customer-7",
+                "--header",
+                "x-trace=t1",
+            ],
+        ));
+    }
+    for (n, id) in ids.iter().enumerate() {
+        let line = relay.delivery();
+        assert_eq!(line["outbox_id"], id.as_str(), "per-key order");
+        assert_eq!(line["lane"], "orders");
+        assert_eq!(line["target"], "audit");
+        assert_eq!(line["ordering_key"], "customer-7");
+        assert_eq!(line["attempt"], 1);
+        assert_eq!(line["headers"]["x-trace"], "t1");
+        assert_eq!(line["payload"]["n"], n + 1);
+    }
+
+    let status = sandbox.status(&cfg);
+    let row = lane_status(&status, "orders", "audit");
+    assert_eq!(row["delivered"], 3, "{row}");
+    assert_eq!(row["dead_letter"], 1, "{row}");
+    assert_eq!(row["pending"], 0, "{row}");
+    assert_eq!(row["claimed"], 0, "{row}");
+    let table = sandbox.ok(&["--config", "relay.toml", "status"]);
+    assert!(
+        table.contains("DEAD_LETTER") && table.contains("orders"),
+        "{table}"
+    );
+
+    // The dead letter, as an operator finds it.
+    let listed: Vec<Value> = serde_json::from_str(&sandbox.ok(&[
+        "--config",
+        "relay.toml",
+        "dead-letters",
+        "list",
+        "--lane",
+        "orders",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["outbox_id"], poison.as_str());
+    let shown: Value = serde_json::from_str(&sandbox.ok(&[
+        "--config",
+        "relay.toml",
+        "dead-letters",
+        "show",
+        &poison,
+    ]))
+    .unwrap();
+    assert_eq!(shown["status"], "dead_letter");
+    assert!(
+        shown["last_error"].as_str().unwrap().contains("poison"),
+        "{shown}"
+    );
+
+    // No selector is never "all".
+    let refused = sandbox.fails(2, &["--config", "relay.toml", "dead-letters", "requeue"]);
+    assert!(refused.contains("--all"), "{refused}");
+    let refused = sandbox.fails(2, &["--config", "relay.toml", "dead-letters", "discard"]);
+    assert!(refused.contains("--all"), "{refused}");
+    assert_eq!(
+        lane_status(&sandbox.status(&cfg), "orders", "audit")["dead_letter"],
+        1
+    );
+
+    let requeued = sandbox.ok(&["--config", "relay.toml", "dead-letters", "requeue", &poison]);
+    assert!(requeued.contains("requeued 1 dead letter"), "{requeued}");
+    let line = relay.delivery();
+    assert_eq!(line["outbox_id"], poison.as_str());
+    assert_eq!(line["payload"]["poison"], true);
+    assert_eq!(line["attempt"], 1, "a requeue resets the attempts");
+
+    // The metrics endpoint serves the relay's counters.
+    let page = scrape(port);
+    assert!(page.contains("outbox_delivered_total"), "{page}");
+
+    // A burst, then SIGTERM at once: every message ends delivered or pending, none claimed.
+    let burst: Vec<String> = (0..8)
+        .map(|n| sandbox.enqueue(&cfg, "orders", "audit", &["--payload", &n.to_string()]))
+        .collect();
+    let (status, log) = relay.terminate();
+    assert!(status.success(), "exit {status}:\n{log}");
+    assert!(log.contains("relay stopped"), "{log}");
+    let row = lane_status(&sandbox.status(&cfg), "orders", "audit").clone();
+    assert_eq!(row["claimed"], 0, "nothing stuck claimed: {row}");
+    assert_eq!(row["dead_letter"], 0, "{row}");
+    let delivered = row["delivered"].as_u64().unwrap();
+    let pending = row["pending"].as_u64().unwrap();
+    assert_eq!(
+        delivered + pending,
+        4 + burst.len() as u64,
+        "nothing lost: {row}"
+    );
+
+    // Purge leaves young rows alone.
+    let purged = sandbox.ok(&["--config", "relay.toml", "purge", "--older-than", "1h"]);
+    assert!(purged.contains("purged 0"), "{purged}");
+}
+
+#[test]
+fn run_without_a_config_uses_outbox_db_and_the_default_log_lane() {
+    let sandbox = Sandbox::new();
+    assert!(sandbox.files().is_empty());
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let mut relay = sandbox.start(&["run", "--metrics-listen", &metrics]);
+    relay.wait_for_log("relay running");
+    assert!(sandbox.path("outbox.db").exists(), "{:?}", sandbox.files());
+
+    let id = sandbox.enqueue(
+        &[],
+        "default",
+        "log",
+        &["--payload", r#"{"hello":"world"}"#],
+    );
+    let line = relay.delivery();
+    assert_eq!(line["outbox_id"], id.as_str());
+    assert_eq!(line["payload"]["hello"], "world");
+    assert_eq!(line["lane"], "default");
+    assert_eq!(line["target"], "log");
+
+    // Ctrl-C stops it as gracefully as SIGTERM.
+    let (status, log) = relay.signal("INT");
+    assert!(status.success(), "exit {status}:\n{log}");
+    assert!(
+        log.contains("SIGINT") && log.contains("relay stopped"),
+        "{log}"
+    );
+    let status = sandbox.status(&[]);
+    assert_eq!(lane_status(&status, "default", "log")["delivered"], 1);
+}
+
+fn relay_stopped_cleanly(log: &str) -> bool {
+    log.contains("SIGTERM") && log.contains("relay stopped")
+}
+
+/// The PostgreSQL server the tests use.
+fn postgres_url() -> String {
+    std::env::var("OUTBOX_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// Drops the test's schema when the test ends, pass or fail.
+struct Schema {
+    name: String,
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let url = postgres_url();
+        let dropped = tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(async move {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(&url).await?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS {name} CASCADE"
+                )))
+                .execute(&mut conn)
+                .await
+                .map(drop)
+            });
+        if let Err(error) = dropped {
+            eprintln!("could not drop schema {}: {error}", self.name);
+        }
+    }
+}
+
+#[test]
+fn postgres_run_enqueue_deliver_and_sigterm() {
+    let url = postgres_url();
+    let schema = Schema {
+        name: format!("cli_{}", uuid::Uuid::new_v4().simple()),
+    };
+    let sandbox = Sandbox::new();
+    let extra = format!("schema = \"{}\"", schema.name);
+    sandbox.write("relay.toml", &test_config(&url, &extra, free_port()));
+    let cfg = ["--config", "relay.toml"];
+
+    let mut relay = sandbox.start(&["--config", "relay.toml", "run"]);
+    relay.wait_for_log("relay running");
+    let ids: Vec<String> = (1..=3)
+        .map(|n| {
+            let payload = format!(r#"{{"n":{n}}}"#);
+            sandbox.enqueue(
+                &cfg,
+                "orders",
+                "audit",
+                &["--payload", &payload, "--ordering-key", "k"],
+            )
+        })
+        .collect();
+    for id in &ids {
+        assert_eq!(relay.delivery()["outbox_id"], id.as_str());
+    }
+    let status = sandbox.status(&cfg);
+    let row = lane_status(&status, "orders", "audit");
+    assert_eq!(row["delivered"], 3, "{row}");
+    assert_eq!(row["pending"], 0, "{row}");
+
+    let (status, log) = relay.terminate();
+    assert!(status.success(), "exit {status}:\n{log}");
+    assert!(relay_stopped_cleanly(&log), "{log}");
+    assert_eq!(
+        lane_status(&sandbox.status(&cfg), "orders", "audit")["claimed"],
+        0
+    );
+    // Nothing was written outside the schema's sandbox: no SQLite file appeared.
+    assert_eq!(sandbox.files(), vec!["relay.toml"]);
+}
+
+/// A config error: exit 2, a message naming the file and what is wrong, nothing created.
+fn assert_config_error(config: &str, args: &[&str], needles: &[&str]) {
+    let sandbox = Sandbox::new();
+    sandbox.write("relay.toml", config);
+    for command in [
+        &["run"][..],
+        &["status"][..],
+        &[
+            "enqueue",
+            "--lane",
+            "orders",
+            "--target",
+            "audit",
+            "--payload",
+            "1",
+        ][..],
+    ] {
+        let mut full = vec!["--config", "relay.toml"];
+        full.extend(args);
+        full.extend(command);
+        let stderr = sandbox.fails(2, &full);
+        for needle in needles {
+            assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
+        }
+        assert_eq!(
+            sandbox.files(),
+            vec!["relay.toml"],
+            "nothing may be written"
+        );
+    }
+}
+
+#[test]
+fn bad_configs_exit_2_naming_the_problem_and_write_nothing() {
+    let good = test_config("sqlite:relay.db", "", free_port());
+
+    let unknown = good.replace("retry_base", "bogus_field = 1\nretry_base");
+    assert_config_error(
+        &unknown,
+        &[],
+        &["relay.toml", "line 12", "unknown field `bogus_field`"],
+    );
+
+    let missing_lane = good.replace("lane = \"orders\"\n", "");
+    assert_config_error(&missing_lane, &[], &["relay.toml", "missing field `lane`"]);
+
+    let bad_duration = good.replace("retry_max = \"1s\"", "retry_max = \"soon\"");
+    assert_config_error(
+        &bad_duration,
+        &[],
+        &["relay.toml", "field `retry_max`", "\"soon\""],
+    );
+
+    let bad_url = good.replace("sqlite:relay.db", "mysql://db/app");
+    assert_config_error(&bad_url, &[], &["relay.toml", "database_url", "mysql"]);
+
+    let bad_value = good.replace("retry_max = \"1s\"", "retry_max = \"1s\"\nconcurrency = 0");
+    assert_config_error(
+        &bad_value,
+        &[],
+        &["relay.toml", "lanes[orders/audit].concurrency"],
+    );
+
+    // The flag overrides the file, and is checked the same way.
+    assert_config_error(
+        &good,
+        &["--database-url", "redis://x"],
+        &["--database-url", "redis"],
+    );
+}
+
+#[test]
+fn the_database_url_from_the_environment_wins_and_is_checked() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "relay.toml",
+        &test_config("sqlite:relay.db", "", free_port()),
+    );
+    let out = sandbox.output(
+        sandbox
+            .command(&["--config", "relay.toml", "status"])
+            .env("OUTBOX_DATABASE_URL", "ftp://nowhere"),
+    );
+    assert_eq!(out.code, Some(2), "{out:#?}");
+    assert!(out.stderr.contains("OUTBOX_DATABASE_URL"), "{out:#?}");
+
+    let out = sandbox.output(
+        sandbox
+            .command(&[
+                "--config",
+                "relay.toml",
+                "enqueue",
+                "--lane",
+                "orders",
+                "--target",
+                "audit",
+                "--payload",
+                "1",
+            ])
+            .env("OUTBOX_DATABASE_URL", "sqlite:from-env.db"),
+    );
+    assert_eq!(out.code, Some(0), "{out:#?}");
+    let files = sandbox.files();
+    assert!(files.contains(&"from-env.db".to_owned()), "{files:?}");
+    assert!(
+        !files.iter().any(|f| f.starts_with("relay.db")),
+        "{files:?}"
+    );
+}
+
+#[test]
+fn an_unreachable_database_exits_2_naming_its_address() {
+    let sandbox = Sandbox::new();
+    let config = test_config("postgres://127.0.0.1:1/x", "", free_port())
+        .replace("connect_timeout = \"5s\"", "connect_timeout = \"1s\"");
+    sandbox.write("relay.toml", &config);
+    for command in [&["run"][..], &["status"][..]] {
+        let mut args = vec!["--config", "relay.toml"];
+        args.extend(command);
+        let stderr = sandbox.fails(2, &args);
+        assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+    }
+
+    // A SQLite file in a directory that does not exist: named too.
+    let stderr = sandbox.fails(
+        2,
+        &[
+            "--database-url",
+            "sqlite:no/such/dir/x.db",
+            "enqueue",
+            "--lane",
+            "a",
+            "--target",
+            "b",
+            "--payload",
+            "1",
+        ],
+    );
+    assert!(stderr.contains("no/such/dir/x.db"), "{stderr}");
+    // An admin command does not create a missing SQLite file.
+    let stderr = sandbox.fails(2, &["--database-url", "sqlite:typo.db", "status"]);
+    assert!(stderr.contains("no SQLite database at typo.db"), "{stderr}");
+    assert_eq!(sandbox.files(), vec!["relay.toml"]);
+}
+
+#[test]
+fn a_taken_metrics_port_exits_2_naming_it() {
+    let sandbox = Sandbox::new();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    sandbox.write("relay.toml", &test_config("sqlite:relay.db", "", port));
+    let stderr = sandbox.fails(2, &["--config", "relay.toml", "run"]);
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+}
+
+#[test]
+fn bad_enqueue_input_exits_2() {
+    let sandbox = Sandbox::new();
+    let cfg = ["--database-url", "sqlite:relay.db"];
+    let cases: [(&[&str], &str); 4] = [
+        (&["--payload", "{not json"], "--payload is not valid JSON"),
+        (&["--payload", "1", "--header", "novalue"], "NAME=VALUE"),
+        (&["--payload", "1", "--delay", "soon"], "invalid duration"),
+        (&["--payload", "1", "--max-attempts", "0"], "max_attempts"),
+    ];
+    for (extra, needle) in cases {
+        let mut args = cfg.to_vec();
+        args.extend(["enqueue", "--lane", "orders", "--target", "audit"]);
+        args.extend(extra);
+        let stderr = sandbox.fails(2, &args);
+        assert!(stderr.contains(needle), "{needle:?} not in {stderr}");
+    }
+    assert!(sandbox.files().is_empty(), "{:?}", sandbox.files());
+
+    // Payload from stdin.
+    let mut command = sandbox.command(&[
+        "--database-url",
+        "sqlite:relay.db",
+        "enqueue",
+        "--lane",
+        "orders",
+        "--target",
+        "audit",
+    ]);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"from":"stdin"}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("enqueued "));
+}
+
+#[test]
+fn requeue_and_discard_take_ids_a_lane_or_all_and_never_nothing() {
+    let sandbox = Sandbox::new();
+    let db = ["--database-url", "sqlite:relay.db"];
+    for lane in ["orders", "orders", "orders", "refunds", "refunds"] {
+        sandbox.enqueue(&db, lane, "audit", &["--payload", "{}"]);
+    }
+    dead_letter_through_the_store(&sandbox.path("relay.db"), "orders", 3);
+    dead_letter_through_the_store(&sandbox.path("relay.db"), "refunds", 2);
+    let dead = |lane: &str| -> u64 {
+        let status = sandbox.status(&db);
+        lane_status(&status, lane, "audit")["dead_letter"]
+            .as_u64()
+            .unwrap()
+    };
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "discard", "--target", "audit"]);
+    sandbox.fails(2, &args); // --target alone selects nothing
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "requeue", "--lane", "orders", "--all"]);
+    sandbox.fails(2, &args); // one selector at a time
+    assert_eq!((dead("orders"), dead("refunds")), (3, 2));
+
+    let mut args = db.to_vec();
+    args.extend([
+        "dead-letters",
+        "discard",
+        "--lane",
+        "orders",
+        "--target",
+        "audit",
+    ]);
+    assert!(sandbox.ok(&args).contains("discarded 3 dead letters"));
+    let status = sandbox.status(&db);
+    assert!(
+        status.iter().all(|row| row["lane"] != "orders"),
+        "{status:?}"
+    );
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "list", "--limit", "1"]);
+    let table = sandbox.ok(&args);
+    assert!(
+        table.contains("refunds") && table.contains("poison"),
+        "{table}"
+    );
+    assert!(table.contains("more: raise --limit"), "{table}");
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "requeue", "--all"]);
+    assert!(sandbox.ok(&args).contains("requeued 2 dead letters"));
+    let status = sandbox.status(&db);
+    let row = lane_status(&status, "refunds", "audit");
+    assert_eq!(
+        (row["dead_letter"].as_u64(), row["pending"].as_u64()),
+        (Some(0), Some(2))
+    );
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "requeue", "--all"]);
+    assert!(sandbox.ok(&args).contains("requeued 0 dead letters"));
+}
