@@ -24,6 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use outbox_relay::metrics::{
     install_prometheus_exporter, FailureKind, MetricKind, StoreOp, ALL, LABEL_LANE, LABEL_TARGET,
+    REQUEUED_TOTAL,
 };
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::{
@@ -483,6 +484,21 @@ async fn check_every_metric(prometheus: &Prometheus) -> usize {
         if !value.first().is_some_and(|(_, v)| *v > 0.0) {
             problems.push(format!("{moved} = {value:?}: the scenario did not move it"));
         }
+    }
+    // Only the operator's requeue counts as one; the retries after the retryable failure
+    // and the handler panic do not.
+    let requeued = format!("sum by (lane) ({REQUEUED_TOTAL})");
+    let by_lane = prometheus.query(&requeued).await.expect("query requeues");
+    let by_lane: Vec<(&str, f64)> = by_lane
+        .iter()
+        .map(|(labels, n)| (labels[LABEL_LANE].as_str().unwrap_or_default(), *n))
+        .filter(|(_, n)| *n != 0.0)
+        .collect();
+    if by_lane != [(WEBHOOK.0, 1.0)] {
+        problems.push(format!(
+            "{requeued} = {by_lane:?}, expected the one operator requeue on {}",
+            WEBHOOK.0
+        ));
     }
     assert!(
         problems.is_empty(),
