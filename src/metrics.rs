@@ -45,7 +45,8 @@ pub const CLAIMED_TOTAL: &str = "outbox_claimed_total";
 pub const DELIVERED_TOTAL: &str = "outbox_delivered_total";
 /// Counter: delivery attempts that failed, by [`LABEL_KIND`].
 pub const DELIVERY_FAILURES_TOTAL: &str = "outbox_delivery_failures_total";
-/// Counter: failed deliveries put back to pending for a retry (a nack with attempts left).
+/// Counter: dead letters an operator moved back to pending (retries of failed deliveries
+/// are `outbox_delivery_failures_total` less the dead-lettered).
 pub const REQUEUED_TOTAL: &str = "outbox_requeued_total";
 /// Counter: messages moved to the dead letter.
 pub const DEAD_LETTERED_TOTAL: &str = "outbox_dead_lettered_total";
@@ -333,15 +334,32 @@ label_values! {
 /// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
 /// and target. Every store calls it once its write has committed.
 pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
+    count_per_lane(
+        ENQUEUED_TOTAL,
+        enqueued
+            .iter()
+            .filter(|answer| !answer.duplicate)
+            .map(|answer| (answer.message.lane.as_str(), answer.message.target.as_str())),
+    );
+}
+
+/// Counts dead letters an operator moved back to pending into `outbox_requeued_total`,
+/// one `(lane, target)` per requeued message. Every store calls it from
+/// `requeue_dead_letters` once its write has committed. (A retry after a failed delivery
+/// is not a requeue: `outbox_delivery_failures_total` counts those.)
+pub fn record_requeued<'a>(requeued: impl IntoIterator<Item = (&'a str, &'a str)>) {
+    count_per_lane(REQUEUED_TOTAL, requeued);
+}
+
+/// Adds one to counter `name` of each `(lane, target)` given, one update per lane.
+fn count_per_lane<'a>(name: &'static str, lanes: impl IntoIterator<Item = (&'a str, &'a str)>) {
     let mut counts: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
-    for answer in enqueued.iter().filter(|answer| !answer.duplicate) {
-        *counts
-            .entry((&answer.message.lane, &answer.message.target))
-            .or_default() += 1;
+    for lane in lanes {
+        *counts.entry(lane).or_default() += 1;
     }
     for ((lane, target), n) in counts {
         metrics::counter!(
-            ENQUEUED_TOTAL,
+            name,
             LABEL_LANE => lane.to_owned(),
             LABEL_TARGET => target.to_owned()
         )
@@ -404,6 +422,43 @@ mod tests {
             assert!(text.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
         }
         assert_eq!(LaneState::Failed.to_string(), "failed");
+    }
+
+    #[test]
+    fn record_requeued_counts_per_lane_and_target() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            record_requeued([("orders", "webhook"), ("billing", "ledger")]);
+            record_requeued([("orders", "webhook")]);
+            record_requeued([]);
+        });
+        let mut counts: Vec<(String, Vec<String>, u64)> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let key = key.key();
+                let labels = key.labels().map(|l| format!("{}={}", l.key(), l.value()));
+                let DebugValue::Counter(n) = value else {
+                    panic!("{key:?} is not a counter")
+                };
+                (key.name().to_owned(), labels.collect(), n)
+            })
+            .collect();
+        counts.sort();
+        let series = |lane: &str, target: &str, n| {
+            let labels = vec![format!("lane={lane}"), format!("target={target}")];
+            (REQUEUED_TOTAL.to_owned(), labels, n)
+        };
+        assert_eq!(
+            counts,
+            vec![
+                series("billing", "ledger", 1),
+                series("orders", "webhook", 2)
+            ]
+        );
     }
 
     #[test]

@@ -13,80 +13,16 @@ use std::process::Command;
 use outbox_relay::metrics::{LaneState, MetricKind, ALL};
 use serde_json::Value;
 
-const DASHBOARD: &str = "grafana/outbox-relay.json";
+#[path = "support/dashboard.rs"]
+mod dashboard;
+
+use dashboard::{
+    dashboard, panel_queries, panels, read, repo_path, substitute_variables, PanelQuery, DASHBOARD,
+};
+
 const ALERTS: &str = "grafana/alerts.yml";
 const ALERT_TESTS: &str = "grafana/alerts.test.yml";
 const HISTOGRAM_SERIES_SUFFIXES: [&str; 3] = ["_bucket", "_sum", "_count"];
-
-fn repo_path(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
-
-fn read(relative: &str) -> String {
-    std::fs::read_to_string(repo_path(relative))
-        .unwrap_or_else(|e| panic!("cannot read {relative}: {e}"))
-}
-
-fn dashboard() -> Value {
-    serde_json::from_str(&read(DASHBOARD)).unwrap_or_else(|e| panic!("{DASHBOARD}: {e}"))
-}
-
-/// One PromQL query of one dashboard panel, ready to send to Prometheus.
-#[derive(Debug, Clone)]
-struct PanelQuery {
-    panel_id: u64,
-    panel_title: String,
-    ref_id: String,
-    /// The query with the dashboard variables replaced: `$lane` and `$target` by `.*`
-    /// (what "All" means), `$__rate_interval` by `1m`.
-    expr: String,
-}
-
-/// Every query of every panel, rows' nested panels included, in dashboard order.
-/// Shared with the end-to-end test that runs them against a real Prometheus.
-fn panel_queries(dashboard: &Value) -> Vec<PanelQuery> {
-    let mut queries = Vec::new();
-    for panel in panels(dashboard) {
-        let targets = panel["targets"].as_array().into_iter().flatten();
-        for target in targets {
-            let Some(expr) = target["expr"].as_str() else {
-                continue;
-            };
-            queries.push(PanelQuery {
-                panel_id: panel["id"].as_u64().expect("panel id"),
-                panel_title: panel["title"].as_str().unwrap_or_default().to_owned(),
-                ref_id: target["refId"].as_str().unwrap_or_default().to_owned(),
-                expr: substitute_variables(expr),
-            });
-        }
-    }
-    queries
-}
-
-fn substitute_variables(expr: &str) -> String {
-    [
-        ("${__rate_interval}", "1m"),
-        ("$__rate_interval", "1m"),
-        ("${lane}", ".*"),
-        ("$lane", ".*"),
-        ("${target}", ".*"),
-        ("$target", ".*"),
-    ]
-    .iter()
-    .fold(expr.to_owned(), |expr, (variable, value)| {
-        expr.replace(variable, value)
-    })
-}
-
-/// Every panel, with the panels of rows (collapsed rows keep theirs inside).
-fn panels(dashboard: &Value) -> Vec<&Value> {
-    let mut all = Vec::new();
-    for panel in dashboard["panels"].as_array().expect("panels") {
-        all.push(panel);
-        all.extend(panel["panels"].as_array().into_iter().flatten());
-    }
-    all
-}
 
 /// The `outbox_…` tokens in `text`, histogram series suffixes kept.
 fn outbox_tokens(text: &str) -> BTreeSet<String> {
@@ -395,5 +331,9 @@ fn token_scan_and_variable_substitution() {
     assert_eq!(
         substitute_variables(r#"rate(x{lane=~"$lane",target=~"${target}"}[$__rate_interval])"#),
         r#"rate(x{lane=~".*",target=~".*"}[1m])"#
+    );
+    assert_eq!(
+        substitute_variables("increase(x[$__range]) / y[${__interval}]"),
+        "increase(x[5m]) / y[15s]"
     );
 }

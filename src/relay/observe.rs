@@ -32,7 +32,10 @@ pub(crate) fn record(metrics: &LaneMetrics, event: &RelayEvent) {
         } => {
             metrics.failure(*kind, *duration);
             match outcome {
-                NackOutcome::Requeued => metrics.requeued(1),
+                // A retry scheduled by the nack: the failure counter above has it.
+                // `outbox_requeued_total` counts only dead letters an operator moves back,
+                // which the store records (`metrics::record_requeued`).
+                NackOutcome::Requeued => {}
                 NackOutcome::DeadLettered => metrics.dead_lettered(1),
                 NackOutcome::LostClaim => metrics.lost_claims(1),
             }

@@ -543,24 +543,25 @@ impl OutboxStore for InMemoryOutboxStore {
     async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         let now = self.clock.now_millis();
         let filter = filter.clone().with_status(OutboxStatus::DeadLetter);
-        let mut woken = HashSet::new();
-        let count = {
+        // The (lane, target) of each requeued message.
+        let requeued: Vec<(String, String)> = {
             let mut rows = self.rows();
-            let mut count = 0;
+            let mut requeued = Vec::new();
             for message in rows.by_seq.values_mut().filter(|m| filter.matches(m)) {
                 message.status = OutboxStatus::Pending;
                 message.attempt_count = 0;
                 message.available_at = now;
                 message.updated_at = now;
-                woken.insert((message.lane.clone(), message.target.clone()));
-                count += 1;
+                requeued.push((message.lane.clone(), message.target.clone()));
             }
-            count
+            requeued
         };
+        let woken: HashSet<&(String, String)> = requeued.iter().collect();
         for (lane, target) in woken {
-            self.wake(&lane, &target);
+            self.wake(lane, target);
         }
-        Ok(count)
+        crate::metrics::record_requeued(requeued.iter().map(|(l, t)| (l.as_str(), t.as_str())));
+        Ok(requeued.len() as u64)
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {

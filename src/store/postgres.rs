@@ -490,18 +490,28 @@ impl OutboxStore for PostgresOutboxStore {
 
     async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         let op = "requeue_dead_letters";
-        let row = sqlx::query(AssertSqlSafe(self.sql.requeue.clone()))
+        let rows = sqlx::query(AssertSqlSafe(self.sql.requeue.clone()))
             .bind(self.now())
             .bind(&filter.lane)
             .bind(&filter.target)
             .bind(&filter.ordering_key)
             .bind(&filter.ids)
             .bind(&self.names.channel)
-            .fetch_one(&self.pool)
+            .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(op, e))?;
-        let requeued: i64 = row.try_get("requeued").map_err(|e| db_error(op, e))?;
-        Ok(unsigned(requeued))
+        // One row per (lane, target) requeued; none when nothing was.
+        let mut per_lane = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let lane: String = row.try_get("lane").map_err(|e| db_error(op, e))?;
+            let target: String = row.try_get("target").map_err(|e| db_error(op, e))?;
+            let requeued: i64 = row.try_get("requeued").map_err(|e| db_error(op, e))?;
+            per_lane.push((lane, target, unsigned(requeued)));
+        }
+        crate::metrics::record_requeued(per_lane.iter().flat_map(|(lane, target, n)| {
+            std::iter::repeat_n((lane.as_str(), target.as_str()), *n as usize)
+        }));
+        Ok(per_lane.iter().map(|(_, _, n)| n).sum())
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {

@@ -409,13 +409,13 @@ impl OutboxStore for SqliteOutboxStore {
 
     async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         const OP: &str = "requeue_dead_letters";
-        let mut woken = Woken::new();
         let (_turn, mut tx) = self.begin_write(OP).await?;
         let now = self.clock.now_millis();
-        let result = write::requeue_dead_letters(&self.sql, &mut tx, filter, now, &mut woken).await;
-        let count = finish(tx, result, OP).await?;
-        self.wake(woken);
-        Ok(count)
+        let result = write::requeue_dead_letters(&self.sql, &mut tx, filter, now).await;
+        let requeued = finish(tx, result, OP).await?;
+        self.wake(requeued.iter().cloned().collect());
+        crate::metrics::record_requeued(requeued.iter().map(|(l, t)| (l.as_str(), t.as_str())));
+        Ok(requeued.len() as u64)
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {

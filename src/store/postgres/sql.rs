@@ -250,7 +250,9 @@ impl Statements {
                     RETURNING m.lane, m.target
                  ),
                  {wake}
-                 SELECT count(*) AS requeued, (SELECT count(*) FROM wake) AS woken FROM upd",
+                 SELECT upd.lane, upd.target, count(*) AS requeued,
+                        (SELECT count(*) FROM wake) AS woken
+                 FROM upd GROUP BY upd.lane, upd.target",
                 filter = filter("m", 2),
                 wake = wake("upd", 6),
             )

@@ -351,14 +351,13 @@ pub(super) async fn release(
 }
 
 /// Moves the selected dead letters back to pending, due now, attempts reset, `last_error`
-/// kept. Returns how many.
+/// kept. Returns the (lane, target) of each.
 pub(super) async fn requeue_dead_letters(
     sql: &Statements,
     conn: &mut SqliteConnection,
     filter: &MessageFilter,
     now: UnixMillis,
-    woken: &mut Woken,
-) -> Result<u64, StoreError> {
+) -> Result<Vec<(String, String)>, StoreError> {
     let filter = FilterSql::new(&filter.clone().with_status(OutboxStatus::DeadLetter), "");
     let mut statement = dynamic(format!(
         "UPDATE {} SET status = 'pending', attempt_count = 0, available_at = ?, updated_at = ?
@@ -374,12 +373,13 @@ pub(super) async fn requeue_dead_letters(
         .fetch_all(&mut *conn)
         .await
         .map_err(db("requeue_dead_letters"))?;
-    for row in &rows {
-        let lane: String = row.try_get(0).map_err(db("requeue_dead_letters"))?;
-        let target: String = row.try_get(1).map_err(db("requeue_dead_letters"))?;
-        woken.insert((lane, target));
-    }
-    Ok(rows.len() as u64)
+    rows.iter()
+        .map(|row| {
+            let lane: String = row.try_get(0).map_err(db("requeue_dead_letters"))?;
+            let target: String = row.try_get(1).map_err(db("requeue_dead_letters"))?;
+            Ok((lane, target))
+        })
+        .collect()
 }
 
 /// Deletes the selected dead letters. Returns how many.

@@ -1,0 +1,89 @@
+//! The Grafana dashboard's panels and their PromQL, shared by `tests/grafana_assets.rs`
+//! (which checks the queries statically) and `tests/prometheus_e2e.rs` (which runs them
+//! against a real Prometheus), so both read the dashboard and substitute its variables
+//! the same way.
+//!
+//! It lives in a subdirectory so that cargo does not build it as a test binary of its
+//! own; each test includes it with `#[path = "support/dashboard.rs"] mod dashboard;`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+pub const DASHBOARD: &str = "grafana/outbox-relay.json";
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+pub fn read(relative: &str) -> String {
+    std::fs::read_to_string(repo_path(relative))
+        .unwrap_or_else(|e| panic!("cannot read {relative}: {e}"))
+}
+
+pub fn dashboard() -> Value {
+    serde_json::from_str(&read(DASHBOARD)).unwrap_or_else(|e| panic!("{DASHBOARD}: {e}"))
+}
+
+/// One PromQL query of one dashboard panel, ready to send to Prometheus.
+#[derive(Debug, Clone)]
+pub struct PanelQuery {
+    pub panel_id: u64,
+    pub panel_title: String,
+    pub ref_id: String,
+    /// The query with the dashboard variables replaced (see [`substitute_variables`]).
+    pub expr: String,
+}
+
+/// Every query of every panel, rows' nested panels included, in dashboard order.
+pub fn panel_queries(dashboard: &Value) -> Vec<PanelQuery> {
+    let mut queries = Vec::new();
+    for panel in panels(dashboard) {
+        let targets = panel["targets"].as_array().into_iter().flatten();
+        for target in targets {
+            let Some(expr) = target["expr"].as_str() else {
+                continue;
+            };
+            queries.push(PanelQuery {
+                panel_id: panel["id"].as_u64().expect("panel id"),
+                panel_title: panel["title"].as_str().unwrap_or_default().to_owned(),
+                ref_id: target["refId"].as_str().unwrap_or_default().to_owned(),
+                expr: substitute_variables(expr),
+            });
+        }
+    }
+    queries
+}
+
+/// Replaces the dashboard's variables as Grafana would with "All" selected: `$lane` and
+/// `$target` by `.*` (their `allValue`; the dashboard matches them with `=~`), and
+/// Grafana's built-in intervals by what a default time range would give:
+/// `$__rate_interval` by `1m`, `$__interval` by `15s`, `$__range` by `5m`.
+pub fn substitute_variables(expr: &str) -> String {
+    [
+        ("${__rate_interval}", "1m"),
+        ("$__rate_interval", "1m"),
+        ("${__interval}", "15s"),
+        ("$__interval", "15s"),
+        ("${__range}", "5m"),
+        ("$__range", "5m"),
+        ("${lane}", ".*"),
+        ("$lane", ".*"),
+        ("${target}", ".*"),
+        ("$target", ".*"),
+    ]
+    .iter()
+    .fold(expr.to_owned(), |expr, (variable, value)| {
+        expr.replace(variable, value)
+    })
+}
+
+/// Every panel, with the panels of rows (collapsed rows keep theirs inside).
+pub fn panels(dashboard: &Value) -> Vec<&Value> {
+    let mut all = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        all.push(panel);
+        all.extend(panel["panels"].as_array().into_iter().flatten());
+    }
+    all
+}
