@@ -5,8 +5,8 @@
 //! RelaySupervisor ──spawn_linked──▶ LaneRelay (one per lane/target) ──spawn_linked──▶ HandlerActor × concurrency
 //! ```
 //!
-//! [`supervisor`] restarts crashed lanes with backoff and a restart-intensity limit;
-//! [`lane`] claims, times leases, dispatches and acks; [`handler`] runs one delivery at a
+//! `supervisor` restarts crashed lanes with backoff and a restart-intensity limit;
+//! `lane` claims, times leases, dispatches and acks; `handler` runs one delivery at a
 //! time under a timeout.
 
 use std::collections::BTreeMap;
