@@ -130,6 +130,8 @@ pub(crate) struct LaneRelayState {
     /// True while waiting out a backoff: no claims until `StoreRetry`.
     backing_off: bool,
     wake_task: Option<tokio::task::JoinHandle<()>>,
+    /// Set while a `Wake` waits in the mailbox.
+    wake_queued: Arc<std::sync::atomic::AtomicBool>,
     metrics: LaneMetrics,
 }
 
@@ -669,6 +671,7 @@ impl Actor for LaneRelay {
             store_backoff: None,
             backing_off: false,
             wake_task: None,
+            wake_queued: Arc::default(),
             metrics: LaneMetrics::new(&args.config.lane, &args.config.target),
             config: args.config,
         };
@@ -678,6 +681,7 @@ impl Actor for LaneRelay {
         let mut wakeups = state.store.subscribe();
         let (lane, target) = (state.config.lane.clone(), state.config.target.clone());
         let me = myself.clone();
+        let queued = state.wake_queued.clone();
         state.wake_task = Some(tokio::spawn(async move {
             loop {
                 let wake = match wakeups.recv().await {
@@ -685,7 +689,11 @@ impl Actor for LaneRelay {
                     Err(broadcast::error::RecvError::Lagged(_)) => true,
                     Err(broadcast::error::RecvError::Closed) => return,
                 };
-                if wake && me.send_message(LaneMsg::Wake).is_err() {
+                // A burst of enqueues becomes one Wake in the mailbox, so one claim.
+                if wake
+                    && !queued.swap(true, std::sync::atomic::Ordering::AcqRel)
+                    && me.send_message(LaneMsg::Wake).is_err()
+                {
                     return;
                 }
             }
@@ -721,7 +729,13 @@ impl Actor for LaneRelay {
         state: &mut LaneRelayState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            LaneMsg::Pump | LaneMsg::Wake => state.pump(&myself).await,
+            LaneMsg::Pump => state.pump(&myself).await,
+            LaneMsg::Wake => {
+                state
+                    .wake_queued
+                    .store(false, std::sync::atomic::Ordering::Release);
+                state.pump(&myself).await
+            }
             LaneMsg::Tick(generation) => {
                 if generation == state.tick_generation {
                     state.pump(&myself).await;
