@@ -581,8 +581,15 @@ impl LaneRelayState {
         }
         // Record what finished, then hand back what is still running.
         self.flush(myself).await;
-        if !matches!(self.mode, Mode::Draining { .. }) || self.in_flight.is_empty() {
+        if !matches!(self.mode, Mode::Draining { .. }) {
             return;
+        }
+        if self.in_flight.is_empty() {
+            // The flush failed: the deadline wins over acks and nacks the store would not
+            // take. Their claims lapse and the messages are redelivered then.
+            let unrecorded = self.acks.len() + self.nacks.len();
+            tracing::warn!(lane = %self.key, unrecorded, "drain deadline: acks and nacks not recorded");
+            return self.finish_drain(myself, 0);
         }
         let claims: Vec<ClaimRef> = self.in_flight.values().map(|f| f.claim).collect();
         for flight in self.in_flight.values() {
@@ -775,10 +782,11 @@ impl Actor for LaneRelay {
                     reply: Some(reply),
                     completed: 0,
                 };
+                // The deadline holds even with nothing in flight: buffered acks may be
+                // stuck behind a store outage, and a drain must not wait that out.
+                myself.send_after(timeout, || LaneMsg::DrainDeadline);
                 if state.in_flight.is_empty() {
                     state.flush(&myself).await;
-                } else {
-                    myself.send_after(timeout, || LaneMsg::DrainDeadline);
                 }
             }
             LaneMsg::DrainDeadline => state.drain_deadline(&myself).await,

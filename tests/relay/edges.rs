@@ -384,3 +384,77 @@ async fn a_retrying_head_does_not_starve_another_key_at_concurrency_one() {
     assert_eq!(failures.load(Ordering::SeqCst), 4);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+/// A handler that starts a store outage (acks fail) once it has delivered, after `after`.
+fn delivers_then_breaks_the_store(store: &Arc<FaultyStore>, after: Duration) -> TestHandler {
+    let store = store.clone();
+    TestHandler::new(move |_| {
+        let store = store.clone();
+        async move {
+            tokio::time::sleep(after).await;
+            store.unavailable.store(u32::MAX, Ordering::SeqCst);
+            Ok(())
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn remove_lane_keeps_its_timeout_when_buffered_acks_cannot_be_recorded() {
+    let inner = memory_store();
+    let store = Arc::new(FaultyStore::new(inner.clone()));
+    enqueue(&*inner, draft(1)).await;
+    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
+        lane(),
+        delivers_then_breaks_the_store(&store, Duration::ZERO),
+    ))
+    .await;
+    // Delivered, but the ack is stuck behind the outage.
+    wait_for(&mut events, "the failed ack", |e| {
+        matches!(
+            e,
+            RelayEvent::StoreError {
+                op: outbox_relay::metrics::StoreOp::Ack,
+                ..
+            }
+        )
+    })
+    .await;
+    let started = Instant::now();
+    let removed = relay
+        .remove_lane("canonical", "projector", Duration::from_secs(1))
+        .await;
+    let took = started.elapsed();
+    assert!(removed.is_ok(), "{removed:?} after {took:?}");
+    assert!(
+        took <= Duration::from_secs(2),
+        "the drain ignored its timeout: {took:?}"
+    );
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_keeps_its_timeout_when_the_last_delivery_cannot_be_acked() {
+    let inner = memory_store();
+    let store = Arc::new(FaultyStore::new(inner.clone()));
+    enqueue(&*inner, draft(1)).await;
+    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
+        lane(),
+        delivers_then_breaks_the_store(&store, Duration::from_millis(500)),
+    ))
+    .await;
+    wait_for(&mut events, "the claim", |e| {
+        matches!(e, RelayEvent::Claimed { .. })
+    })
+    .await;
+    // Draining starts with the delivery running; it finishes, and its ack fails until
+    // long after the deadline.
+    let started = Instant::now();
+    let report = relay.shutdown(Duration::from_secs(2)).await;
+    let took = started.elapsed();
+    let report = report.unwrap_or_else(|e| panic!("{e} after {took:?}"));
+    assert!(
+        took <= Duration::from_secs(3),
+        "the drain ignored its timeout: {took:?}"
+    );
+    assert_eq!(report.completed(), 1);
+}
