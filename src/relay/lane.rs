@@ -100,7 +100,8 @@ enum Mode {
     Running,
     Paused,
     Draining {
-        reply: Option<oneshot::Sender<DrainReport>>,
+        /// Everyone who asked for this drain (a remove, then a shutdown): each gets the report.
+        replies: Vec<oneshot::Sender<DrainReport>>,
         completed: usize,
     },
 }
@@ -615,7 +616,7 @@ impl LaneRelayState {
 
     fn finish_drain(&mut self, myself: &ActorRef<LaneMsg>, released: usize) {
         let mode = std::mem::replace(&mut self.mode, Mode::Paused);
-        let Mode::Draining { reply, completed } = mode else {
+        let Mode::Draining { replies, completed } = mode else {
             self.mode = mode;
             return;
         };
@@ -627,8 +628,8 @@ impl LaneRelayState {
             lane: self.key.clone(),
             report: report.clone(),
         });
-        if let Some(reply) = reply {
-            let _ = reply.send(report);
+        for reply in replies {
+            let _ = reply.send(report.clone());
         }
         myself.stop(Some("drained".to_owned()));
     }
@@ -778,8 +779,15 @@ impl Actor for LaneRelay {
                 }
             }
             LaneMsg::Drain { timeout, reply } => {
+                if let Mode::Draining { replies, .. } = &mut state.mode {
+                    // Already draining: join it (keeping what it has completed so far); this
+                    // caller's own deadline applies too, so the shorter one wins.
+                    replies.push(reply);
+                    myself.send_after(timeout, || LaneMsg::DrainDeadline);
+                    return Ok(());
+                }
                 state.mode = Mode::Draining {
-                    reply: Some(reply),
+                    replies: vec![reply],
                     completed: 0,
                 };
                 // The deadline holds even with nothing in flight: buffered acks may be

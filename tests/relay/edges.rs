@@ -458,3 +458,30 @@ async fn shutdown_keeps_its_timeout_when_the_last_delivery_cannot_be_acked() {
     );
     assert_eq!(report.completed(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn remove_and_shutdown_at_once_both_report_the_drain() {
+    let store = memory_store();
+    let id = enqueue(&*store, draft(1)).await;
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone()).lane(lane(), sleeping(Duration::from_secs(2))),
+    )
+    .await;
+    wait_for(&mut events, "the claim", |e| {
+        matches!(e, RelayEvent::Claimed { .. })
+    })
+    .await;
+    // The second drain must not take the first one's answer away.
+    let (removed, shut) = tokio::join!(
+        relay.remove_lane("canonical", "projector", Duration::from_secs(10)),
+        relay.shutdown(Duration::from_secs(10)),
+    );
+    let removed = removed.unwrap();
+    let shut = shut.unwrap();
+    assert_eq!((removed.completed, removed.released), (1, 0), "remove_lane");
+    assert_eq!((shut.completed(), shut.released()), (1, 0), "shutdown");
+    assert_eq!(
+        store.get(id).await.unwrap().unwrap().status,
+        OutboxStatus::Delivered
+    );
+}
