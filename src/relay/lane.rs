@@ -492,6 +492,16 @@ impl LaneRelayState {
                     });
                 }
                 if !lapsed.is_empty() {
+                    // Lost for good: the deliveries run on (their acks will be fenced), but
+                    // the batch stops extending them, so each lapse is reported once.
+                    if let Some(batch) = self.batches.get_mut(&batch_id) {
+                        for outbox_id in &lapsed {
+                            batch.running.remove(outbox_id);
+                        }
+                        if batch.running.is_empty() {
+                            self.batches.remove(&batch_id);
+                        }
+                    }
                     self.emit(RelayEvent::LeaseExpired {
                         lane: self.key.clone(),
                         outbox_ids: lapsed,

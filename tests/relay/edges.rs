@@ -485,3 +485,51 @@ async fn remove_and_shutdown_at_once_both_report_the_drain() {
         OutboxStatus::Delivered
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_lost_while_delivering_is_reported_expired_once() {
+    let store = memory_store();
+    let id = enqueue(&*store, draft(1)).await;
+    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
+        // Checked every 2 s (lease 3 s, margin 1 s), delivering for 20 s.
+        lane().concurrency(1).lease(Duration::from_secs(3)),
+        sleeping(Duration::from_secs(20)),
+    ))
+    .await;
+    wait_for(&mut events, "the claim", |e| {
+        matches!(e, RelayEvent::Claimed { .. })
+    })
+    .await;
+    // Another holder takes the message over mid-delivery.
+    let ours = store.get(id).await.unwrap().unwrap().claim().unwrap();
+    store.release(&[ours]).await.unwrap();
+    let rival = store
+        .claim(&ClaimRequest::new(
+            "canonical",
+            "projector",
+            1,
+            Duration::from_secs(600),
+            "relay-b",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(rival.messages.len(), 1);
+    let mut expired = 0;
+    loop {
+        match wait_for(&mut events, "the fenced ack", |e| {
+            matches!(
+                e,
+                RelayEvent::LeaseExpired { .. } | RelayEvent::LostClaim { .. }
+            )
+        })
+        .await
+        {
+            RelayEvent::LeaseExpired { outbox_ids, .. } => {
+                expired += outbox_ids.iter().filter(|o| **o == id).count()
+            }
+            _ => break,
+        }
+    }
+    assert_eq!(expired, 1, "one lost lease, reported {expired} times");
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
