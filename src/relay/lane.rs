@@ -241,6 +241,10 @@ impl LaneRelayState {
                 // lands with the current token.
                 if let Some(old) = self.batches.get_mut(&flight.batch) {
                     old.running.remove(&message.outbox_id);
+                    if old.running.is_empty() {
+                        // Its timer would otherwise extend nothing, forever.
+                        self.batches.remove(&flight.batch);
+                    }
                 }
                 flight.claim = claim;
                 flight.batch = batch_id;

@@ -533,3 +533,44 @@ async fn a_lease_lost_while_delivering_is_reported_expired_once() {
     assert_eq!(expired, 1, "one lost lease, reported {expired} times");
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn our_own_lapsed_claim_reclaimed_is_adopted_by_the_running_delivery() {
+    let inner = memory_store();
+    let store = Arc::new(FaultyStore::new(inner.clone()));
+    let id = enqueue(&*inner, draft(1)).await;
+    let handler = sleeping(Duration::from_secs(20));
+    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
+        // A free handler, so the lane can claim the message again while delivering it.
+        lane().concurrency(2).lease(Duration::from_secs(3)),
+        handler.clone(),
+    ))
+    .await;
+    wait_for(&mut events, "the claim", |e| {
+        matches!(e, RelayEvent::Claimed { .. })
+    })
+    .await;
+    // The claim is handed back under the running delivery (as if it had lapsed); the lane's
+    // wake-up claims it again.
+    let ours = inner.get(id).await.unwrap().unwrap().claim().unwrap();
+    inner.release(&[ours]).await.unwrap();
+    wait_for(
+        &mut events,
+        "the claim again",
+        |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids == &vec![id]),
+    )
+    .await;
+    // The running delivery acks with the fresh token: one delivery, no lost claim.
+    assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
+    assert_eq!(handler.calls(), vec![id]);
+    let status = relay.status().await.unwrap();
+    assert_eq!((status[0].lost_claims, status[0].in_flight), (0, 0));
+    // Nothing is left to keep a lease of: no timer may go on extending nothing.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let calls = store.extend_calls.lock().unwrap().clone();
+    assert!(
+        !calls.contains(&0),
+        "extend_lease called with no claims: {calls:?}"
+    );
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
