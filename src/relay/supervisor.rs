@@ -419,6 +419,15 @@ impl Actor for RelaySupervisor {
         let Some(key) = state.by_actor.remove(&cell.get_id()) else {
             return Ok(());
         };
+        // Ractor killed the dead relay's handlers with it: nothing of its runs any more,
+        // whatever it last published.
+        if let Some(entry) = state.lanes.get(&key) {
+            entry
+                .counters
+                .in_flight
+                .store(0, std::sync::atomic::Ordering::Relaxed);
+            entry.metrics.in_flight(0);
+        }
         let stopping = state.lanes.get(&key).is_none_or(|e| e.stopping);
         if stopping || state.shutting_down {
             state.forget(&key);

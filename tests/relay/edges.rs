@@ -574,3 +574,89 @@ async fn our_own_lapsed_claim_reclaimed_is_adopted_by_the_running_delivery() {
     );
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+/// Sets its flag when dropped: a delivery future dropped mid-way was cancelled.
+struct OnDrop(Arc<AtomicBool>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A lane of two deliveries whose first ack panics the lane relay while the second (an
+/// hour long) is still running; returns the relay, its events and the second's drop flag.
+async fn crash_with_a_delivery_running(
+    supervisor: SupervisorConfig,
+) -> (
+    outbox_relay::RelayHandle,
+    broadcast::Receiver<RelayEvent>,
+    Arc<AtomicBool>,
+) {
+    let inner = memory_store();
+    let store = FaultyStore::new(inner.clone());
+    store.panic_acks.store(1, Ordering::SeqCst);
+    enqueue(&*inner, draft(1)).await;
+    enqueue(&*inner, draft(2)).await;
+    let dropped = Arc::new(AtomicBool::new(false));
+    let handler = {
+        let dropped = dropped.clone();
+        TestHandler::new(move |m| {
+            let guard = (m.payload["value"] == 2).then(|| OnDrop(dropped.clone()));
+            async move {
+                if let Some(guard) = guard {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    std::mem::forget(guard);
+                }
+                Ok(())
+            }
+        })
+    };
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(Arc::new(store))
+            .supervisor(supervisor)
+            .lane(lane().concurrency(2), handler),
+    )
+    .await;
+    wait_for(&mut events, "the crash", |e| {
+        matches!(e, RelayEvent::LaneCrashed { .. })
+    })
+    .await;
+    (relay, events, dropped)
+}
+
+#[tokio::test(start_paused = true)]
+async fn handlers_of_a_crashed_incarnation_are_stopped_with_it() {
+    let (relay, _events, dropped) = crash_with_a_delivery_running(SupervisorConfig {
+        restart_backoff: RetryPolicy::new(Duration::from_secs(60), Duration::from_secs(60)),
+        ..SupervisorConfig::default()
+    })
+    .await;
+    // Let the runtime settle (no timer is due for a minute).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the dead incarnation's delivery still runs"
+    );
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_lane_reports_nothing_in_flight() {
+    let (relay, mut events, _dropped) = crash_with_a_delivery_running(SupervisorConfig {
+        max_restarts: 0,
+        ..SupervisorConfig::default()
+    })
+    .await;
+    wait_for(&mut events, "the lane to be failed", |e| {
+        matches!(e, RelayEvent::LaneFailed { .. })
+    })
+    .await;
+    let status = relay.status().await.unwrap();
+    assert_eq!(status[0].state, LaneState::Failed);
+    assert_eq!(
+        status[0].in_flight, 0,
+        "a failed lane has no deliveries running"
+    );
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
