@@ -433,11 +433,10 @@ impl Actor for RelaySupervisor {
             state.forget(&key);
             return Ok(());
         }
-        // Handlers of a dead incarnation would deliver into the void and race the new
-        // incarnation's redelivery: stop them. Their claims lapse and are redelivered.
-        for child in cell.get_children() {
-            child.kill();
-        }
+        // The dead incarnation's handlers are gone already: ractor's exit of an actor
+        // kills its whole subtree (and detaches it, so `cell.get_children()` is empty here)
+        // before the supervisor hears of it. Their claims lapse and are redelivered.
+        // `edges::handlers_of_a_crashed_incarnation_are_stopped_with_it` holds ractor to it.
         let error = error.unwrap_or_else(|| "lane relay stopped unexpectedly".to_owned());
         state.lane_crashed(&myself, &key, error);
         Ok(())
