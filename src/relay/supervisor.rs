@@ -39,7 +39,7 @@ pub(crate) enum SupervisorMsg {
     Resume(LaneKey, RpcReplyPort<Result<(), RelayError>>),
     Status(RpcReplyPort<Vec<LaneStatus>>),
     Shutdown(Duration, RpcReplyPort<ShutdownReport>),
-    /// A restart backoff ran out for this incarnation of the lane.
+    /// A restart backoff ran out; honoured only if the lane still waits for this token.
     Restart(LaneKey, u64),
 }
 
@@ -63,6 +63,9 @@ struct LaneEntry {
     /// Being removed or shut down: its end is not a crash.
     stopping: bool,
     incarnation: u64,
+    /// The token of the restart this lane waits for. Tokens are unique across the
+    /// supervisor, so a timer of a removed lane never restarts a re-added one.
+    restart_due: Option<u64>,
     restarts_total: u64,
     recent_restarts: VecDeque<Instant>,
     metrics: LaneMetrics,
@@ -75,6 +78,8 @@ pub(crate) struct SupervisorState {
     lanes: BTreeMap<LaneKey, LaneEntry>,
     by_actor: HashMap<ActorId, LaneKey>,
     shutting_down: bool,
+    /// The last restart token handed out.
+    restart_tokens: u64,
 }
 
 impl SupervisorState {
@@ -132,6 +137,8 @@ impl SupervisorState {
     fn lane_crashed(&mut self, myself: &ActorRef<SupervisorMsg>, key: &LaneKey, error: String) {
         let window = self.config.restart_window;
         let max_restarts = self.config.max_restarts;
+        self.restart_tokens += 1;
+        let token = self.restart_tokens;
         let Some(entry) = self.lanes.get_mut(key) else {
             return;
         };
@@ -145,7 +152,6 @@ impl SupervisorState {
         {
             entry.recent_restarts.pop_front();
         }
-        let incarnation = entry.incarnation;
         tracing::error!(lane = %key, %error, "lane relay crashed");
         self.emit(RelayEvent::LaneCrashed {
             lane: key.clone(),
@@ -165,6 +171,7 @@ impl SupervisorState {
         }
         entry.recent_restarts.push_back(now);
         entry.restarts_total += 1;
+        entry.restart_due = Some(token);
         let restarts = entry.recent_restarts.len() as u32;
         let after = self.config.restart_backoff.delay(restarts, None);
         self.set_state(key, LaneState::Restarting);
@@ -174,7 +181,7 @@ impl SupervisorState {
             after,
         });
         let key = key.clone();
-        myself.send_after(after, move || SupervisorMsg::Restart(key, incarnation));
+        myself.send_after(after, move || SupervisorMsg::Restart(key, token));
     }
 
     fn status(&self) -> Vec<LaneStatus> {
@@ -254,6 +261,7 @@ impl SupervisorState {
                 paused: false,
                 stopping: false,
                 incarnation: 0,
+                restart_due: None,
                 restarts_total: 0,
                 recent_restarts: VecDeque::new(),
             },
@@ -279,6 +287,7 @@ impl Actor for RelaySupervisor {
             lanes: BTreeMap::new(),
             by_actor: HashMap::new(),
             shutting_down: false,
+            restart_tokens: 0,
         };
         for (config, handler) in args.lanes {
             let key = state.add_lane(config, handler)?;
@@ -389,11 +398,15 @@ impl Actor for RelaySupervisor {
                     me.stop(Some("shutdown".to_owned()));
                 });
             }
-            SupervisorMsg::Restart(key, incarnation) => {
-                let due = state.lanes.get(&key).is_some_and(|entry| {
-                    entry.incarnation == incarnation
+            SupervisorMsg::Restart(key, token) => {
+                let due = state.lanes.get_mut(&key).is_some_and(|entry| {
+                    let due = entry.restart_due == Some(token)
                         && entry.state == LaneState::Restarting
-                        && !entry.stopping
+                        && !entry.stopping;
+                    if due {
+                        entry.restart_due = None;
+                    }
+                    due
                 });
                 if due && !state.shutting_down {
                     state.start_lane(&myself, &key).await;

@@ -660,3 +660,47 @@ async fn a_crashed_lane_reports_nothing_in_flight() {
     );
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_removed_lanes_restart_timer_does_not_cut_its_successors_backoff_short() {
+    let mut store = FaultyStore::new(memory_store());
+    store.panic_claims_of = Some("doomed".into());
+    let backoff = Duration::from_secs(10);
+    let doomed = || LaneConfig::new("doomed", "projector");
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(Arc::new(store))
+            .supervisor(SupervisorConfig {
+                restart_backoff: RetryPolicy::new(backoff, backoff),
+                ..SupervisorConfig::default()
+            })
+            .lane(doomed(), TestHandler::ok()),
+    )
+    .await;
+    wait_for(&mut events, "the first restart backoff", |e| {
+        matches!(e, RelayEvent::LaneRestarting { .. })
+    })
+    .await;
+    // Removed halfway through its backoff and added again: the new lane crashes at once
+    // and owes its own full backoff, whatever the old lane's timer says.
+    tokio::time::sleep(backoff / 2).await;
+    relay
+        .remove_lane("doomed", "projector", Duration::from_secs(1))
+        .await
+        .unwrap();
+    relay.add_lane(doomed(), TestHandler::ok()).await.unwrap();
+    wait_for(&mut events, "the successor's restart backoff", |e| {
+        matches!(e, RelayEvent::LaneRestarting { .. })
+    })
+    .await;
+    let crashed_at = Instant::now();
+    wait_for(&mut events, "the successor's restart", |e| {
+        matches!(e, RelayEvent::LaneStarted { incarnation: 2, .. })
+    })
+    .await;
+    let waited = crashed_at.elapsed();
+    assert!(
+        waited >= backoff,
+        "restarted after {waited:?}, not {backoff:?}"
+    );
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
