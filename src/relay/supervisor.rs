@@ -43,6 +43,9 @@ pub(crate) enum SupervisorMsg {
     Restart(LaneKey, u64),
 }
 
+/// How long a removal waits for a drained lane relay to exit (it does so at once).
+const LANE_EXIT_WAIT: Duration = Duration::from_secs(5);
+
 pub(crate) struct SupervisorArgs {
     pub(crate) store: Arc<dyn OutboxStore>,
     pub(crate) config: SupervisorConfig,
@@ -203,13 +206,14 @@ impl SupervisorState {
             .collect()
     }
 
-    /// Asks a lane to drain; the answer arrives on the returned channel. A lane that is
-    /// down (restarting or failed) has nothing to drain.
+    /// Asks a lane to drain; the answer arrives on the returned channel, and the lane relay
+    /// stops right after sending it. A lane that is down (restarting or failed) has nothing
+    /// to drain.
     fn drain(
         &mut self,
         key: &LaneKey,
         timeout: Duration,
-    ) -> Option<oneshot::Receiver<DrainReport>> {
+    ) -> Option<(oneshot::Receiver<DrainReport>, ActorRef<LaneMsg>)> {
         let entry = self.lanes.get_mut(key)?;
         entry.stopping = true;
         let actor = entry.actor.clone()?;
@@ -221,7 +225,7 @@ impl SupervisorState {
             return None;
         }
         self.set_state(key, LaneState::Draining);
-        Some(answer)
+        Some((answer, actor))
     }
 
     fn forget(&mut self, key: &LaneKey) {
@@ -323,10 +327,15 @@ impl Actor for RelaySupervisor {
                     return Ok(());
                 }
                 match state.drain(&key, timeout) {
-                    Some(answer) => {
+                    Some((answer, actor)) => {
                         // Wait off the supervisor's mailbox: supervision events keep flowing.
                         tokio::spawn(async move {
                             let report = answer.await.unwrap_or_default();
+                            // Answer only once the relay has exited: its exit event is then
+                            // queued here, and ractor takes supervision events before
+                            // messages, so the lane is forgotten before the caller's next
+                            // command (an add of the same lane would otherwise be refused).
+                            let _ = actor.get_cell().wait(Some(LANE_EXIT_WAIT)).await;
                             let _ = reply.send(Ok(report));
                         });
                     }
@@ -382,7 +391,7 @@ impl Actor for RelaySupervisor {
                 let keys: Vec<LaneKey> = state.lanes.keys().cloned().collect();
                 let mut waits = Vec::new();
                 for key in keys {
-                    if let Some(answer) = state.drain(&key, timeout) {
+                    if let Some((answer, _)) = state.drain(&key, timeout) {
                         waits.push((key, answer));
                     }
                 }

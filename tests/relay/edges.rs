@@ -704,3 +704,20 @@ async fn a_removed_lanes_restart_timer_does_not_cut_its_successors_backoff_short
     );
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_lane_can_be_added_again_as_soon_as_remove_returns() {
+    let store = memory_store();
+    let (relay, _events) = crate::start(OutboxRelay::builder(store.clone())).await;
+    for round in 0..300 {
+        relay
+            .add_lane(lane(), TestHandler::ok())
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        relay
+            .remove_lane("canonical", "projector", Duration::from_secs(1))
+            .await
+            .unwrap();
+    }
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
