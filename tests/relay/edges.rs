@@ -721,3 +721,18 @@ async fn a_removed_lane_can_be_added_again_as_soon_as_remove_returns() {
     }
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_second_shutdown_is_told_the_relay_has_stopped() {
+    let store = memory_store();
+    let (relay, _events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::ok())).await;
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+    let started = Instant::now();
+    let again = relay.shutdown(Duration::from_secs(1)).await;
+    assert!(
+        matches!(again, Err(outbox_relay::relay::RelayError::Stopped)),
+        "{again:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
