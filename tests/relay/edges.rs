@@ -515,20 +515,16 @@ async fn a_lease_lost_while_delivering_is_reported_expired_once() {
         .unwrap();
     assert_eq!(rival.messages.len(), 1);
     let mut expired = 0;
-    loop {
-        match wait_for(&mut events, "the fenced ack", |e| {
+    while let RelayEvent::LeaseExpired { outbox_ids, .. } =
+        wait_for(&mut events, "the fenced ack", |e| {
             matches!(
                 e,
                 RelayEvent::LeaseExpired { .. } | RelayEvent::LostClaim { .. }
             )
         })
         .await
-        {
-            RelayEvent::LeaseExpired { outbox_ids, .. } => {
-                expired += outbox_ids.iter().filter(|o| **o == id).count()
-            }
-            _ => break,
-        }
+    {
+        expired += outbox_ids.iter().filter(|o| **o == id).count();
     }
     assert_eq!(expired, 1, "one lost lease, reported {expired} times");
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
