@@ -100,7 +100,8 @@ enum Mode {
     Running,
     Paused,
     Draining {
-        reply: Option<oneshot::Sender<DrainReport>>,
+        /// Everyone who asked for this drain (a remove, then a shutdown): each gets the report.
+        replies: Vec<oneshot::Sender<DrainReport>>,
         completed: usize,
     },
 }
@@ -242,6 +243,10 @@ impl LaneRelayState {
                 // lands with the current token.
                 if let Some(old) = self.batches.get_mut(&flight.batch) {
                     old.running.remove(&message.outbox_id);
+                    if old.running.is_empty() {
+                        // Its timer would otherwise extend nothing, forever.
+                        self.batches.remove(&flight.batch);
+                    }
                 }
                 flight.claim = claim;
                 flight.batch = batch_id;
@@ -493,6 +498,16 @@ impl LaneRelayState {
                     });
                 }
                 if !lapsed.is_empty() {
+                    // Lost for good: the deliveries run on (their acks will be fenced), but
+                    // the batch stops extending them, so each lapse is reported once.
+                    if let Some(batch) = self.batches.get_mut(&batch_id) {
+                        for outbox_id in &lapsed {
+                            batch.running.remove(outbox_id);
+                        }
+                        if batch.running.is_empty() {
+                            self.batches.remove(&batch_id);
+                        }
+                    }
                     self.emit(RelayEvent::LeaseExpired {
                         lane: self.key.clone(),
                         outbox_ids: lapsed,
@@ -583,8 +598,15 @@ impl LaneRelayState {
         }
         // Record what finished, then hand back what is still running.
         self.flush(myself).await;
-        if !matches!(self.mode, Mode::Draining { .. }) || self.in_flight.is_empty() {
+        if !matches!(self.mode, Mode::Draining { .. }) {
             return;
+        }
+        if self.in_flight.is_empty() {
+            // The flush failed: the deadline wins over acks and nacks the store would not
+            // take. Their claims lapse and the messages are redelivered then.
+            let unrecorded = self.acks.len() + self.nacks.len();
+            tracing::warn!(lane = %self.key, unrecorded, "drain deadline: acks and nacks not recorded");
+            return self.finish_drain(myself, 0);
         }
         let claims: Vec<ClaimRef> = self.in_flight.values().map(|f| f.claim).collect();
         for flight in self.in_flight.values() {
@@ -610,7 +632,7 @@ impl LaneRelayState {
 
     fn finish_drain(&mut self, myself: &ActorRef<LaneMsg>, released: usize) {
         let mode = std::mem::replace(&mut self.mode, Mode::Paused);
-        let Mode::Draining { reply, completed } = mode else {
+        let Mode::Draining { replies, completed } = mode else {
             self.mode = mode;
             return;
         };
@@ -622,8 +644,8 @@ impl LaneRelayState {
             lane: self.key.clone(),
             report: report.clone(),
         });
-        if let Some(reply) = reply {
-            let _ = reply.send(report);
+        for reply in replies {
+            let _ = reply.send(report.clone());
         }
         myself.stop(Some("drained".to_owned()));
     }
@@ -785,14 +807,22 @@ impl Actor for LaneRelay {
                 }
             }
             LaneMsg::Drain { timeout, reply } => {
+                if let Mode::Draining { replies, .. } = &mut state.mode {
+                    // Already draining: join it (keeping what it has completed so far); this
+                    // caller's own deadline applies too, so the shorter one wins.
+                    replies.push(reply);
+                    myself.send_after(timeout, || LaneMsg::DrainDeadline);
+                    return Ok(());
+                }
                 state.mode = Mode::Draining {
-                    reply: Some(reply),
+                    replies: vec![reply],
                     completed: 0,
                 };
+                // The deadline holds even with nothing in flight: buffered acks may be
+                // stuck behind a store outage, and a drain must not wait that out.
+                myself.send_after(timeout, || LaneMsg::DrainDeadline);
                 if state.in_flight.is_empty() {
                     state.flush(&myself).await;
-                } else {
-                    myself.send_after(timeout, || LaneMsg::DrainDeadline);
                 }
             }
             LaneMsg::DrainDeadline => state.drain_deadline(&myself).await,

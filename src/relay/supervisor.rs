@@ -39,9 +39,12 @@ pub(crate) enum SupervisorMsg {
     Resume(LaneKey, RpcReplyPort<Result<(), RelayError>>),
     Status(RpcReplyPort<Vec<LaneStatus>>),
     Shutdown(Duration, RpcReplyPort<ShutdownReport>),
-    /// A restart backoff ran out for this incarnation of the lane.
+    /// A restart backoff ran out; honoured only if the lane still waits for this token.
     Restart(LaneKey, u64),
 }
+
+/// How long a removal waits for a drained lane relay to exit (it does so at once).
+const LANE_EXIT_WAIT: Duration = Duration::from_secs(5);
 
 pub(crate) struct SupervisorArgs {
     pub(crate) store: Arc<dyn OutboxStore>,
@@ -63,6 +66,9 @@ struct LaneEntry {
     /// Being removed or shut down: its end is not a crash.
     stopping: bool,
     incarnation: u64,
+    /// The token of the restart this lane waits for. Tokens are unique across the
+    /// supervisor, so a timer of a removed lane never restarts a re-added one.
+    restart_due: Option<u64>,
     restarts_total: u64,
     recent_restarts: VecDeque<Instant>,
     metrics: LaneMetrics,
@@ -75,6 +81,8 @@ pub(crate) struct SupervisorState {
     lanes: BTreeMap<LaneKey, LaneEntry>,
     by_actor: HashMap<ActorId, LaneKey>,
     shutting_down: bool,
+    /// The last restart token handed out.
+    restart_tokens: u64,
 }
 
 impl SupervisorState {
@@ -132,6 +140,8 @@ impl SupervisorState {
     fn lane_crashed(&mut self, myself: &ActorRef<SupervisorMsg>, key: &LaneKey, error: String) {
         let window = self.config.restart_window;
         let max_restarts = self.config.max_restarts;
+        self.restart_tokens += 1;
+        let token = self.restart_tokens;
         let Some(entry) = self.lanes.get_mut(key) else {
             return;
         };
@@ -145,7 +155,6 @@ impl SupervisorState {
         {
             entry.recent_restarts.pop_front();
         }
-        let incarnation = entry.incarnation;
         tracing::error!(lane = %key, %error, "lane relay crashed");
         self.emit(RelayEvent::LaneCrashed {
             lane: key.clone(),
@@ -165,6 +174,7 @@ impl SupervisorState {
         }
         entry.recent_restarts.push_back(now);
         entry.restarts_total += 1;
+        entry.restart_due = Some(token);
         let restarts = entry.recent_restarts.len() as u32;
         let after = self.config.restart_backoff.delay(restarts, None);
         self.set_state(key, LaneState::Restarting);
@@ -174,7 +184,7 @@ impl SupervisorState {
             after,
         });
         let key = key.clone();
-        myself.send_after(after, move || SupervisorMsg::Restart(key, incarnation));
+        myself.send_after(after, move || SupervisorMsg::Restart(key, token));
     }
 
     fn status(&self) -> Vec<LaneStatus> {
@@ -196,13 +206,14 @@ impl SupervisorState {
             .collect()
     }
 
-    /// Asks a lane to drain; the answer arrives on the returned channel. A lane that is
-    /// down (restarting or failed) has nothing to drain.
+    /// Asks a lane to drain; the answer arrives on the returned channel, and the lane relay
+    /// stops right after sending it. A lane that is down (restarting or failed) has nothing
+    /// to drain.
     fn drain(
         &mut self,
         key: &LaneKey,
         timeout: Duration,
-    ) -> Option<oneshot::Receiver<DrainReport>> {
+    ) -> Option<(oneshot::Receiver<DrainReport>, ActorRef<LaneMsg>)> {
         let entry = self.lanes.get_mut(key)?;
         entry.stopping = true;
         let actor = entry.actor.clone()?;
@@ -214,7 +225,7 @@ impl SupervisorState {
             return None;
         }
         self.set_state(key, LaneState::Draining);
-        Some(answer)
+        Some((answer, actor))
     }
 
     fn forget(&mut self, key: &LaneKey) {
@@ -254,6 +265,7 @@ impl SupervisorState {
                 paused: false,
                 stopping: false,
                 incarnation: 0,
+                restart_due: None,
                 restarts_total: 0,
                 recent_restarts: VecDeque::new(),
             },
@@ -279,6 +291,7 @@ impl Actor for RelaySupervisor {
             lanes: BTreeMap::new(),
             by_actor: HashMap::new(),
             shutting_down: false,
+            restart_tokens: 0,
         };
         for (config, handler) in args.lanes {
             let key = state.add_lane(config, handler)?;
@@ -314,10 +327,15 @@ impl Actor for RelaySupervisor {
                     return Ok(());
                 }
                 match state.drain(&key, timeout) {
-                    Some(answer) => {
+                    Some((answer, actor)) => {
                         // Wait off the supervisor's mailbox: supervision events keep flowing.
                         tokio::spawn(async move {
                             let report = answer.await.unwrap_or_default();
+                            // Answer only once the relay has exited: its exit event is then
+                            // queued here, and ractor takes supervision events before
+                            // messages, so the lane is forgotten before the caller's next
+                            // command (an add of the same lane would otherwise be refused).
+                            let _ = actor.get_cell().wait(Some(LANE_EXIT_WAIT)).await;
                             let _ = reply.send(Ok(report));
                         });
                     }
@@ -373,7 +391,7 @@ impl Actor for RelaySupervisor {
                 let keys: Vec<LaneKey> = state.lanes.keys().cloned().collect();
                 let mut waits = Vec::new();
                 for key in keys {
-                    if let Some(answer) = state.drain(&key, timeout) {
+                    if let Some((answer, _)) = state.drain(&key, timeout) {
                         waits.push((key, answer));
                     }
                 }
@@ -389,11 +407,15 @@ impl Actor for RelaySupervisor {
                     me.stop(Some("shutdown".to_owned()));
                 });
             }
-            SupervisorMsg::Restart(key, incarnation) => {
-                let due = state.lanes.get(&key).is_some_and(|entry| {
-                    entry.incarnation == incarnation
+            SupervisorMsg::Restart(key, token) => {
+                let due = state.lanes.get_mut(&key).is_some_and(|entry| {
+                    let due = entry.restart_due == Some(token)
                         && entry.state == LaneState::Restarting
-                        && !entry.stopping
+                        && !entry.stopping;
+                    if due {
+                        entry.restart_due = None;
+                    }
+                    due
                 });
                 if due && !state.shutting_down {
                     state.start_lane(&myself, &key).await;
@@ -419,16 +441,24 @@ impl Actor for RelaySupervisor {
         let Some(key) = state.by_actor.remove(&cell.get_id()) else {
             return Ok(());
         };
+        // Ractor killed the dead relay's handlers with it: nothing of its runs any more,
+        // whatever it last published.
+        if let Some(entry) = state.lanes.get(&key) {
+            entry
+                .counters
+                .in_flight
+                .store(0, std::sync::atomic::Ordering::Relaxed);
+            entry.metrics.in_flight(0);
+        }
         let stopping = state.lanes.get(&key).is_none_or(|e| e.stopping);
         if stopping || state.shutting_down {
             state.forget(&key);
             return Ok(());
         }
-        // Handlers of a dead incarnation would deliver into the void and race the new
-        // incarnation's redelivery: stop them. Their claims lapse and are redelivered.
-        for child in cell.get_children() {
-            child.kill();
-        }
+        // The dead incarnation's handlers are gone already: ractor's exit of an actor
+        // kills its whole subtree (and detaches it, so `cell.get_children()` is empty here)
+        // before the supervisor hears of it. Their claims lapse and are redelivered.
+        // `edges::handlers_of_a_crashed_incarnation_are_stopped_with_it` holds ractor to it.
         let error = error.unwrap_or_else(|| "lane relay stopped unexpectedly".to_owned());
         state.lane_crashed(&myself, &key, error);
         Ok(())

@@ -21,6 +21,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 mod core;
+mod edges;
 mod faults;
 #[path = "../support/faulty_store.rs"]
 mod faulty_store;

@@ -2,7 +2,7 @@
 //! outages (`StoreError::Unavailable`). Shared by the relay and relay-metrics tests.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,6 +24,8 @@ pub struct FaultyStore {
     pub panic_claims_of: Option<String>,
     /// Fail the next this-many claims, acks and next_dues with `Unavailable`.
     pub unavailable: AtomicU32,
+    /// How many claims each `extend_lease` call carried, in call order.
+    pub extend_calls: Mutex<Vec<usize>>,
 }
 
 impl FaultyStore {
@@ -33,6 +35,7 @@ impl FaultyStore {
             panic_acks: AtomicU32::new(0),
             panic_claims_of: None,
             unavailable: AtomicU32::new(0),
+            extend_calls: Mutex::default(),
         }
     }
 
@@ -85,6 +88,7 @@ impl OutboxStore for FaultyStore {
         claims: &[ClaimRef],
         lease: Duration,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.extend_calls.lock().unwrap().push(claims.len());
         self.inner.extend_lease(claims, lease).await
     }
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
