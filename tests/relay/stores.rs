@@ -19,7 +19,9 @@ fn lane() -> LaneConfig {
             Duration::from_millis(5),
             Duration::from_millis(20),
         ))
-        .lease(Duration::from_millis(600))
+        // Long enough that a loaded machine never lapses a lease mid-delivery: a lapse
+        // means an (allowed) duplicate delivery, which the exact-order checks would flag.
+        .lease(Duration::from_secs(10))
         .max_poll_interval(Duration::from_secs(30))
 }
 
