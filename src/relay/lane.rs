@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{broadcast, oneshot};
@@ -25,10 +25,13 @@ use crate::message::OutboxMessage;
 use crate::metrics::{LaneMetrics, StoreOp};
 use crate::relay::handler::{DeliveryFailure, HandlerActor, HandlerArgs, HandlerMsg};
 use crate::relay::observe;
+
+mod ack;
+mod drain;
+mod lease;
 use crate::relay::{DrainReport, LaneCounters, LaneKey, RelayEvent};
 use crate::store::{
-    ClaimOutcome, ClaimRef, ClaimRequest, MessageFilter, Nack, NackDisposition, NackOutcome,
-    OrderingPolicy, OutboxStore, StoreError,
+    ClaimRef, ClaimRequest, MessageFilter, OrderingPolicy, OutboxStore, StoreError,
 };
 
 /// The shortest idle sleep: a guard against a store whose `next_due` keeps saying "now".
@@ -304,14 +307,6 @@ impl LaneRelayState {
         });
     }
 
-    /// When to look at a batch's lease: before it lapses if extension is on, at the lapse if not.
-    fn lease_check_delay(&self) -> Duration {
-        match self.config.lease_extend_margin {
-            Some(margin) => self.config.lease.saturating_sub(margin),
-            None => self.config.lease,
-        }
-    }
-
     /// Sleeps until the store's next due time or the poll ceiling, whichever is first;
     /// a wake-up or a finished delivery may end the sleep sooner.
     async fn sleep_until_due(&mut self, myself: &ActorRef<LaneMsg>) {
@@ -356,177 +351,6 @@ impl LaneRelayState {
         if !self.flush_pending {
             self.flush_pending = true;
             let _ = myself.send_message(LaneMsg::Flush);
-        }
-    }
-
-    /// Records the buffered acks and nacks, one store round trip for each kind.
-    async fn flush(&mut self, myself: &ActorRef<LaneMsg>) {
-        self.flush_pending = false;
-        if !self.acks.is_empty() {
-            let claims: Vec<ClaimRef> = self.acks.iter().map(|(f, _)| f.claim).collect();
-            let outcomes = match self.store.ack(&claims).await {
-                Ok(outcomes) => outcomes,
-                // The acks stay buffered; `StoreRetry` flushes them again.
-                Err(error) => return self.store_failed(myself, StoreOp::Ack, &error),
-            };
-            self.store_ok();
-            let now = unix_millis_now();
-            for ((flight, elapsed), outcome) in
-                std::mem::take(&mut self.acks).into_iter().zip(outcomes)
-            {
-                let outbox_id = flight.message.outbox_id;
-                match outcome {
-                    ClaimOutcome::Applied => {
-                        LaneCounters::add(&self.counters.delivered, 1);
-                        let end_to_end = Duration::from_millis(
-                            u64::try_from(now.saturating_sub(flight.message.created_at))
-                                .unwrap_or(0),
-                        );
-                        tracing::debug!(lane = %self.key, %outbox_id, "delivered");
-                        self.emit(RelayEvent::Delivered {
-                            lane: self.key.clone(),
-                            outbox_id,
-                            attempt: flight.message.attempt_count,
-                            duration: elapsed,
-                            end_to_end,
-                        });
-                    }
-                    ClaimOutcome::LostClaim => {
-                        LaneCounters::add(&self.counters.lost_claims, 1);
-                        tracing::info!(lane = %self.key, %outbox_id, "ack found the claim lost");
-                        self.emit(RelayEvent::LostClaim {
-                            lane: self.key.clone(),
-                            outbox_id,
-                        });
-                    }
-                }
-            }
-        }
-        if !self.nacks.is_empty() {
-            let nacks: Vec<Nack> = self
-                .nacks
-                .iter()
-                .map(|(flight, failure, _)| Nack {
-                    claim: flight.claim,
-                    error: failure.error.clone(),
-                    disposition: if failure.permanent {
-                        NackDisposition::Permanent
-                    } else {
-                        NackDisposition::Retry(
-                            self.config
-                                .retry
-                                .delay(flight.message.attempt_count, failure.retry_after),
-                        )
-                    },
-                })
-                .collect();
-            let outcomes = match self.store.nack(&nacks).await {
-                Ok(outcomes) => outcomes,
-                Err(error) => return self.store_failed(myself, StoreOp::Nack, &error),
-            };
-            self.store_ok();
-            for ((flight, failure, duration), outcome) in
-                std::mem::take(&mut self.nacks).into_iter().zip(outcomes)
-            {
-                let outbox_id = flight.message.outbox_id;
-                LaneCounters::add(&self.counters.failed, 1);
-                match outcome {
-                    NackOutcome::DeadLettered => LaneCounters::add(&self.counters.dead_lettered, 1),
-                    NackOutcome::LostClaim => LaneCounters::add(&self.counters.lost_claims, 1),
-                    NackOutcome::Requeued => {}
-                }
-                tracing::info!(lane = %self.key, %outbox_id, kind = %failure.kind, ?outcome, error = %failure.error, "delivery failed");
-                self.emit(RelayEvent::Failed {
-                    lane: self.key.clone(),
-                    outbox_id,
-                    kind: failure.kind,
-                    duration,
-                    outcome,
-                    error: failure.error,
-                });
-            }
-        }
-        if matches!(self.mode, Mode::Draining { .. }) {
-            if self.in_flight.is_empty() {
-                self.finish_drain(myself, 0);
-            }
-        } else {
-            self.pump(myself).await;
-        }
-    }
-
-    async fn lease_check(&mut self, myself: &ActorRef<LaneMsg>, batch_id: u64, generation: u64) {
-        let Some(batch) = self.batches.get(&batch_id) else {
-            return; // every delivery of the batch finished: a stale timer
-        };
-        if batch.generation != generation {
-            return;
-        }
-        let claims: Vec<ClaimRef> = batch
-            .running
-            .iter()
-            .filter_map(|id| self.in_flight.get(id).map(|f| f.claim))
-            .collect();
-        let Some(margin) = self.config.lease_extend_margin else {
-            // No extension: the lease lapses now with these deliveries still running. Their
-            // late acks will be fenced by the store if another claimer took them.
-            self.batches.remove(&batch_id);
-            self.emit(RelayEvent::LeaseExpired {
-                lane: self.key.clone(),
-                outbox_ids: claims.iter().map(|c| c.outbox_id).collect(),
-            });
-            return;
-        };
-        let next_generation = generation + 1;
-        let next_check = match self.store.extend_lease(&claims, self.config.lease).await {
-            Ok(outcomes) => {
-                self.store_ok();
-                let extended = outcomes
-                    .iter()
-                    .filter(|o| **o == ClaimOutcome::Applied)
-                    .count();
-                let lapsed: Vec<Uuid> = claims
-                    .iter()
-                    .zip(&outcomes)
-                    .filter(|(_, o)| **o == ClaimOutcome::LostClaim)
-                    .map(|(c, _)| c.outbox_id)
-                    .collect();
-                if extended > 0 {
-                    self.emit(RelayEvent::LeaseExtended {
-                        lane: self.key.clone(),
-                        count: extended,
-                    });
-                }
-                if !lapsed.is_empty() {
-                    // Lost for good: the deliveries run on (their acks will be fenced), but
-                    // the batch stops extending them, so each lapse is reported once.
-                    if let Some(batch) = self.batches.get_mut(&batch_id) {
-                        for outbox_id in &lapsed {
-                            batch.running.remove(outbox_id);
-                        }
-                        if batch.running.is_empty() {
-                            self.batches.remove(&batch_id);
-                        }
-                    }
-                    self.emit(RelayEvent::LeaseExpired {
-                        lane: self.key.clone(),
-                        outbox_ids: lapsed,
-                    });
-                }
-                self.lease_check_delay()
-            }
-            Err(error) => {
-                self.store_failed(myself, StoreOp::ExtendLease, &error);
-                // Try again well before the margin is used up.
-                margin / 4
-            }
-        };
-        if let Some(batch) = self.batches.get_mut(&batch_id) {
-            batch.generation = next_generation;
-            myself.send_after(next_check, move || LaneMsg::LeaseCheck {
-                batch: batch_id,
-                generation: next_generation,
-            });
         }
     }
 
@@ -591,71 +415,6 @@ impl LaneRelayState {
         }
         Ok(())
     }
-
-    async fn drain_deadline(&mut self, myself: &ActorRef<LaneMsg>) {
-        if !matches!(self.mode, Mode::Draining { .. }) {
-            return;
-        }
-        // Record what finished, then hand back what is still running.
-        self.flush(myself).await;
-        if !matches!(self.mode, Mode::Draining { .. }) {
-            return;
-        }
-        if self.in_flight.is_empty() {
-            // The flush failed: the deadline wins over acks and nacks the store would not
-            // take. Their claims lapse and the messages are redelivered then.
-            let unrecorded = self.acks.len() + self.nacks.len();
-            tracing::warn!(lane = %self.key, unrecorded, "drain deadline: acks and nacks not recorded");
-            return self.finish_drain(myself, 0);
-        }
-        let claims: Vec<ClaimRef> = self.in_flight.values().map(|f| f.claim).collect();
-        for flight in self.in_flight.values() {
-            if let Some(handler) = self.handlers.get(&flight.handler) {
-                handler.kill();
-            }
-        }
-        let released = match self.store.release(&claims).await {
-            Ok(outcomes) => outcomes
-                .iter()
-                .filter(|o| **o == ClaimOutcome::Applied)
-                .count(),
-            Err(error) => {
-                // The leases lapse on their own; the messages are redelivered then.
-                tracing::warn!(lane = %self.key, %error, "could not release claims at shutdown");
-                0
-            }
-        };
-        self.in_flight.clear();
-        self.publish_in_flight();
-        self.finish_drain(myself, released);
-    }
-
-    fn finish_drain(&mut self, myself: &ActorRef<LaneMsg>, released: usize) {
-        let mode = std::mem::replace(&mut self.mode, Mode::Paused);
-        let Mode::Draining { replies, completed } = mode else {
-            self.mode = mode;
-            return;
-        };
-        let report = DrainReport {
-            completed,
-            released,
-        };
-        self.emit(RelayEvent::LaneStopped {
-            lane: self.key.clone(),
-            report: report.clone(),
-        });
-        for reply in replies {
-            let _ = reply.send(report.clone());
-        }
-        myself.stop(Some("drained".to_owned()));
-    }
-}
-
-fn unix_millis_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 impl Actor for LaneRelay {
@@ -806,25 +565,7 @@ impl Actor for LaneRelay {
                     state.pump(&myself).await;
                 }
             }
-            LaneMsg::Drain { timeout, reply } => {
-                if let Mode::Draining { replies, .. } = &mut state.mode {
-                    // Already draining: join it (keeping what it has completed so far); this
-                    // caller's own deadline applies too, so the shorter one wins.
-                    replies.push(reply);
-                    myself.send_after(timeout, || LaneMsg::DrainDeadline);
-                    return Ok(());
-                }
-                state.mode = Mode::Draining {
-                    replies: vec![reply],
-                    completed: 0,
-                };
-                // The deadline holds even with nothing in flight: buffered acks may be
-                // stuck behind a store outage, and a drain must not wait that out.
-                myself.send_after(timeout, || LaneMsg::DrainDeadline);
-                if state.in_flight.is_empty() {
-                    state.flush(&myself).await;
-                }
-            }
+            LaneMsg::Drain { timeout, reply } => state.drain(&myself, timeout, reply).await,
             LaneMsg::DrainDeadline => state.drain_deadline(&myself).await,
         }
         Ok(())
