@@ -84,6 +84,15 @@ pub(crate) struct LaneArgs {
 
 pub(crate) struct LaneRelay;
 
+/// A task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A message being delivered.
 struct InFlight {
     message: OutboxMessage,
@@ -133,7 +142,9 @@ pub(crate) struct LaneRelayState {
     store_backoff: Option<Duration>,
     /// True while waiting out a backoff: no claims until `StoreRetry`.
     backing_off: bool,
-    wake_task: Option<tokio::task::JoinHandle<()>>,
+    /// Forwards the store's wake-ups; aborted when the state drops, which also happens
+    /// when the lane crashes (ractor skips `post_stop` then).
+    wake_task: Option<AbortOnDrop>,
     /// Set while a `Wake` waits in the mailbox.
     wake_queued: Arc<std::sync::atomic::AtomicBool>,
     metrics: LaneMetrics,
@@ -463,7 +474,7 @@ impl Actor for LaneRelay {
         let (lane, target) = (state.config.lane.clone(), state.config.target.clone());
         let me = myself.clone();
         let queued = state.wake_queued.clone();
-        state.wake_task = Some(tokio::spawn(async move {
+        state.wake_task = Some(AbortOnDrop(tokio::spawn(async move {
             loop {
                 let wake = match wakeups.recv().await {
                     Ok(wake) => wake.concerns(&lane, &target),
@@ -478,7 +489,7 @@ impl Actor for LaneRelay {
                     return;
                 }
             }
-        }));
+        })));
         state.publish_in_flight();
         state.emit(RelayEvent::LaneStarted {
             lane: key,
@@ -496,9 +507,7 @@ impl Actor for LaneRelay {
         myself: ActorRef<LaneMsg>,
         state: &mut LaneRelayState,
     ) -> Result<(), ActorProcessingErr> {
-        if let Some(task) = state.wake_task.take() {
-            task.abort();
-        }
+        state.wake_task = None;
         myself.stop_children(None);
         Ok(())
     }
