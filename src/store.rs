@@ -307,6 +307,24 @@ pub struct Page {
     pub next_cursor: Option<i64>,
 }
 
+impl Page {
+    /// A page from up to `limit + 1` messages read in enqueue order: the extra one only
+    /// tells that another page follows, so a full last page has no cursor.
+    pub fn from_overfetch(mut messages: Vec<OutboxMessage>, limit: usize) -> Self {
+        let more = messages.len() > limit;
+        messages.truncate(limit);
+        let next_cursor = if more {
+            messages.last().map(|m| m.seq)
+        } else {
+            None
+        };
+        Self {
+            messages,
+            next_cursor,
+        }
+    }
+}
+
 /// Counts for one (lane, target).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LaneStats {

@@ -515,7 +515,7 @@ impl OutboxStore for InMemoryOutboxStore {
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
         let rows = self.rows();
         let start = page.after.map_or(i64::MIN, |after| after.saturating_add(1));
-        let mut messages: Vec<OutboxMessage> = rows
+        let messages: Vec<OutboxMessage> = rows
             .by_seq
             .range(start..)
             .map(|(_, m)| m)
@@ -523,17 +523,7 @@ impl OutboxStore for InMemoryOutboxStore {
             .take(page.limit.saturating_add(1))
             .cloned()
             .collect();
-        let more = messages.len() > page.limit;
-        messages.truncate(page.limit);
-        let next_cursor = if more {
-            messages.last().map(|m| m.seq)
-        } else {
-            None
-        };
-        Ok(Page {
-            messages,
-            next_cursor,
-        })
+        Ok(Page::from_overfetch(messages, page.limit))
     }
 
     async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {

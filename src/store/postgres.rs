@@ -462,21 +462,11 @@ impl OutboxStore for PostgresOutboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error("list", e))?;
-        let mut messages = rows
+        let messages = rows
             .iter()
             .map(decode::message)
             .collect::<Result<Vec<_>, _>>()?;
-        let more = messages.len() > page.limit;
-        messages.truncate(page.limit);
-        let next_cursor = if more {
-            messages.last().map(|m| m.seq)
-        } else {
-            None
-        };
-        Ok(Page {
-            messages,
-            next_cursor,
-        })
+        Ok(Page::from_overfetch(messages, page.limit))
     }
 
     async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {

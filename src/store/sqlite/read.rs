@@ -77,18 +77,8 @@ pub(super) async fn list(
         .fetch_all(pool)
         .await
         .map_err(db("list"))?;
-    let mut messages = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
-    let more = messages.len() > page.limit;
-    messages.truncate(page.limit);
-    let next_cursor = if more {
-        messages.last().map(|m| m.seq)
-    } else {
-        None
-    };
-    Ok(Page {
-        messages,
-        next_cursor,
-    })
+    let messages = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+    Ok(Page::from_overfetch(messages, page.limit))
 }
 
 /// Counts per (lane, target), read in one transaction so the counts and the blocked keys
