@@ -382,7 +382,9 @@ pub const WAKEUP_CHANNEL_CAPACITY: usize = 1024;
 pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// Writes one message (validated first). A repeated dedupe key returns the first message
     /// with `duplicate: true`, or [`StoreError::Conflict`] if the content differs.
-    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError>;
+    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
+        single(self.enqueue_many(vec![draft]).await?)
+    }
 
     /// Writes many messages atomically: all are validated first, and either all are
     /// written (or found as duplicates) or none is.
@@ -450,6 +452,13 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// Subscribes to wake-ups: enqueues and requeues of this store, from any process for
     /// PostgreSQL. A lagging receiver should treat the lag as [`WakeUp::All`].
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
+}
+
+/// The one answer of a one-draft `enqueue_many`.
+pub(crate) fn single(mut answers: Vec<Enqueued>) -> Result<Enqueued, StoreError> {
+    answers
+        .pop()
+        .ok_or_else(|| StoreError::Database("enqueue wrote nothing".into()))
 }
 
 /// The store's source of "now". Every backend takes one, so tests can move time by hand.

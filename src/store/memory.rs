@@ -203,13 +203,6 @@ fn clear_claim(message: &mut OutboxMessage, now: UnixMillis) {
 
 #[async_trait]
 impl OutboxStore for InMemoryOutboxStore {
-    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
-        let mut answers = self.enqueue_many(vec![draft]).await?;
-        answers
-            .pop()
-            .ok_or_else(|| StoreError::Database("enqueue wrote nothing".into()))
-    }
-
     async fn enqueue_many(
         &self,
         drafts: Vec<OutboxMessageDraft>,

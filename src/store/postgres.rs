@@ -206,10 +206,7 @@ impl PostgresOutboxStore {
         tx: &mut Transaction<'_, Postgres>,
         draft: OutboxMessageDraft,
     ) -> Result<Enqueued, StoreError> {
-        let mut answers = self.enqueue_many_in_tx(tx, vec![draft]).await?;
-        answers
-            .pop()
-            .ok_or_else(|| StoreError::Database("enqueue wrote nothing".into()))
+        crate::store::single(self.enqueue_many_in_tx(tx, vec![draft]).await?)
     }
 
     /// Writes many messages in the caller's transaction. On an error nothing of this call
@@ -256,13 +253,6 @@ fn to_i64(n: usize) -> i64 {
 
 #[async_trait]
 impl OutboxStore for PostgresOutboxStore {
-    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
-        let mut answers = self.enqueue_many(vec![draft]).await?;
-        answers
-            .pop()
-            .ok_or_else(|| StoreError::Database("enqueue wrote nothing".into()))
-    }
-
     async fn enqueue_many(
         &self,
         drafts: Vec<OutboxMessageDraft>,

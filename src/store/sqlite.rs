@@ -312,13 +312,6 @@ async fn finish<T>(
 
 #[async_trait]
 impl OutboxStore for SqliteOutboxStore {
-    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
-        let mut answers = self.enqueue_many(vec![draft]).await?;
-        answers
-            .pop()
-            .ok_or_else(|| StoreError::Database("enqueue wrote nothing".into()))
-    }
-
     async fn enqueue_many(
         &self,
         drafts: Vec<OutboxMessageDraft>,

@@ -77,10 +77,7 @@ impl SqliteOutboxTx<'_> {
     /// Enqueues one message inside the transaction (validated first; dedupe as in
     /// `OutboxStore::enqueue`).
     pub async fn enqueue(&mut self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
-        let mut answers = self.enqueue_many(vec![draft]).await?;
-        answers
-            .pop()
-            .ok_or_else(|| StoreError::Database("enqueue wrote nothing".into()))
+        crate::store::single(self.enqueue_many(vec![draft]).await?)
     }
 
     /// Enqueues many messages inside the transaction. An invalid draft or a dedupe conflict
