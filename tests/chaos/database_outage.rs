@@ -12,8 +12,8 @@ use outbox_relay::relay::{LaneState, RelayEvent, RelayHandle};
 use outbox_relay::store::postgres::PostgresOutboxStore;
 use outbox_relay::store::WakeUp;
 use outbox_relay::{
-    DeliveryError, DeliveryHandler, LaneConfig, OutboxMessage, OutboxRelay, OutboxStore,
-    RetryPolicy,
+    DeliveryError, DeliveryHandler, LaneConfig, OutboxMessage, OutboxRelay, OutboxStatus,
+    OutboxStore, RetryPolicy,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::broadcast;
@@ -21,8 +21,8 @@ use uuid::Uuid;
 
 use crate::tcp_proxy::{Cut, TcpProxy};
 use crate::{
-    assert_first_deliveries_in_enqueue_order, counts, direct_store, enqueue, postgres_url,
-    wait_until_async, Schema, Sent, DEADLINE,
+    assert_first_deliveries_in_enqueue_order, counts, direct_store, enqueue, messages,
+    postgres_url, wait_until_async, Schema, Sent, DEADLINE,
 };
 
 const LANE: &str = "outage";
@@ -391,6 +391,51 @@ async fn a_database_that_goes_away_and_comes_back() {
         calls.len(),
         sent.len() + 1,
         repeated.len(),
+        started.elapsed()
+    );
+}
+
+/// The database goes away while the lane is idle, its connections reset (RST, as from a
+/// crashed host or a firewall), and a message is enqueued during the outage: its
+/// notification is lost with the listener's connection. When the database is back, the
+/// listener must listen again and wake the lane, which then delivers the message in well
+/// under its 120 s poll ceiling; and later notifications must get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_lost_in_an_outage_still_wakes_the_idle_lane() {
+    let started = Instant::now();
+    let mut relay = ProxiedRelay::start().await;
+    let first = relay.enqueue(0..1).await[0].id;
+    relay.wait_delivered(first, DEADLINE).await;
+    relay.wait_idle().await;
+
+    let mut lost = None;
+    let down_for = outage(&mut relay.proxy, Cut::Reset, async || {
+        lost = Some(enqueue(&relay.direct, LANE, TARGET, 1..2, 8).await[0].id);
+        Some(())
+    })
+    .await;
+    let lost = lost.expect("enqueued during the outage");
+    let (_, _, delivered, _) = counts(&relay.direct, LANE, TARGET).await;
+    assert_eq!(delivered, 1, "delivered while the database was away");
+
+    let woken_in = relay.wait_delivered(lost, WAKE_DEADLINE).await;
+    relay.assert_running_never_restarted().await;
+    relay.assert_listener_hears().await;
+    relay.wait_idle().await;
+    let late = relay.enqueue(2..3).await[0].id;
+    let late_in = relay.wait_delivered(late, WAKE_DEADLINE).await;
+    let rows = messages(&relay.direct, LANE, TARGET, None).await;
+    assert!(
+        rows.iter().all(|m| m.status == OutboxStatus::Delivered),
+        "{rows:?}"
+    );
+    assert_eq!(rows.len(), 3);
+
+    let accepted = relay.shutdown_without_leaks().await;
+    eprintln!(
+        "idle outage: {down_for:?} down (reset), the lost notification's message delivered \
+         {woken_in:?} after the restore, the next one {late_in:?} after its enqueue, \
+         {accepted} connections over the test, test {:?}",
         started.elapsed()
     );
 }
