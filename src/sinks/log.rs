@@ -9,30 +9,43 @@
 //!
 //! A consumer that reads the lines should treat `outbox_id` as the idempotency key: delivery
 //! is at least once, so a line may repeat after a crash.
+//!
+//! `delay` (`sink = { kind = "log", delay = "200ms" }`) makes every delivery wait that long
+//! before its line is written: a stand-in for a slow target (a broker or webhook that takes
+//! that long to accept a message), for demos and for fault tests that need deliveries to
+//! be in flight when a relay is killed. It counts against the lane's `delivery_timeout`, as
+//! a slow target's time would.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::config::duration::HumanDuration;
 use crate::config::ConfigError;
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
 
 // ---- config ----------------------------------------------------------------------------
 
-/// The settings of a log sink: `sink = { kind = "log" }`. It has none yet; the struct exists
-/// so every sink has the same shape, and so an unknown key is refused.
+/// The settings of a log sink: `sink = { kind = "log" }`, or
+/// `sink = { kind = "log", delay = "200ms" }`. An unknown key is refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LogSinkConfig {}
+pub struct LogSinkConfig {
+    /// How long each delivery waits before its line is written, simulating a slow target.
+    /// Default `0s` (none).
+    #[serde(default)]
+    pub delay: HumanDuration,
+}
 
 impl LogSinkConfig {
-    /// Checks the settings (there are none to get wrong yet).
+    /// Checks the settings (every delay is valid; the lane's `delivery_timeout` bounds it).
     pub fn validate(&self, _field: &str) -> Result<(), ConfigError> {
         Ok(())
     }
@@ -79,11 +92,15 @@ pub struct LogSink {
     // A mutex, not a channel to a writer task: a line must be written and flushed before the
     // delivery is acked, or a crash could ack a message whose line never left the process.
     writer: Arc<Mutex<Box<dyn Write + Send>>>,
+    /// Waited before each line: a simulated slow target.
+    delay: Duration,
 }
 
 impl fmt::Debug for LogSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LogSink").finish_non_exhaustive()
+        f.debug_struct("LogSink")
+            .field("delay", &self.delay)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,12 +114,19 @@ impl LogSink {
     pub fn new(writer: impl Write + Send + 'static) -> Self {
         Self {
             writer: Arc::new(Mutex::new(Box::new(writer))),
+            delay: Duration::ZERO,
         }
     }
 
-    /// The sink `config` describes: stdout.
-    pub fn from_config(_config: &LogSinkConfig) -> Self {
-        Self::stdout()
+    /// Makes every delivery wait `delay` before writing its line, as a slow target would.
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The sink `config` describes: stdout, with its delay.
+    pub fn from_config(config: &LogSinkConfig) -> Self {
+        Self::stdout().with_delay(config.delay.0)
     }
 
     /// Writes `line` and flushes it.
@@ -121,6 +145,11 @@ impl DeliveryHandler for LogSink {
         let mut line = serde_json::to_vec(&LogLine::of(message))
             .map_err(|error| DeliveryError::permanent(LogSinkError::Encode(error)))?;
         line.push(b'\n');
+        if !self.delay.is_zero() {
+            // The slow target: its time passes before the line is written, so a relay killed
+            // meanwhile has claimed the message without delivering it.
+            tokio::time::sleep(self.delay).await;
+        }
         // The write blocks (a full pipe when the reader falls behind), so it runs on tokio's
         // blocking pool: a slow reader then slows this lane's deliveries, and never stalls
         // the runtime's workers, where lease timers and other lanes run.
@@ -217,6 +246,32 @@ mod tests {
                 "payload": {"id": 7},
             })
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delay_holds_each_line_back_that_long() {
+        let config: LogSinkConfig = serde_json::from_str(r#"{"delay": "200ms"}"#).unwrap();
+        assert_eq!(config.delay.0, Duration::from_millis(200));
+        assert_eq!(
+            serde_json::from_str::<LogSinkConfig>("{}").unwrap(),
+            LogSinkConfig::default(),
+            "no delay unless configured"
+        );
+        let out = Captured::default();
+        let sink = Arc::new(LogSink::new(out.clone()).with_delay(config.delay.0));
+        let message = stored_message().await;
+        let started = tokio::time::Instant::now();
+        let delivery = tokio::spawn({
+            let sink = Arc::clone(&sink);
+            async move { sink.deliver(&message).await }
+        });
+        // The paused clock: this sleep ends first, 1 ms before the sink's.
+        tokio::time::sleep(Duration::from_millis(199)).await;
+        assert!(out.0.lock().unwrap().is_empty(), "written before the delay");
+        delivery.await.unwrap().unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
     }
 
     #[tokio::test]

@@ -159,6 +159,18 @@ fn every_field_is_read() {
 }
 
 #[test]
+fn the_log_sink_takes_a_delay() {
+    let config =
+        parse(&MINIMAL.replace("kind = \"log\"", "kind = \"log\", delay = \"200ms\"")).unwrap();
+    let expected = LogSinkConfig {
+        delay: Duration::from_millis(200).into(),
+    };
+    assert_eq!(config.lanes().unwrap()[0].1, SinkConfig::Log(expected));
+    let bad = error(&MINIMAL.replace("kind = \"log\"", "kind = \"log\", delay = \"soon\""));
+    assert!(bad.message().contains("\"soon\""), "{bad}");
+}
+
+#[test]
 fn a_lease_without_a_margin_extends_at_a_third() {
     let config = parse(&MINIMAL.replace("sink =", "lease = \"12s\"\nsink =")).unwrap();
     assert_eq!(

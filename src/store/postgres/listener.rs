@@ -82,6 +82,11 @@ async fn forward(
             }
             Err(error) => {
                 tracing::warn!(%error, channel, "outbox wake-up listener lost its connection");
+                // A listener that failed this way (a reset connection, say) may still hold
+                // its connection, the only one its pool allows: while it lives, no new
+                // listener can get one, and every attempt below would time out. Dropping it
+                // hands the connection back (closed, since it is broken).
+                drop(listener);
                 let mut backoff = RECONNECT_BACKOFF_MIN;
                 listener = loop {
                     tokio::select! {
