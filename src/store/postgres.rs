@@ -85,6 +85,9 @@ pub struct PostgresConfig {
     /// The store's clock. `None` (the default) uses the database's clock, which every relay
     /// shares; tests inject a [`crate::store::ManualClock`].
     pub clock: Option<Arc<dyn Clock>>,
+    /// How long a call waits for a pool connection (only for the pool `connect_with`
+    /// builds; a pool passed to `new` keeps its own settings).
+    pub acquire_timeout: Duration,
 }
 
 impl Default for PostgresConfig {
@@ -94,6 +97,7 @@ impl Default for PostgresConfig {
             table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
             limits: DraftLimits::default(),
             clock: None,
+            acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
         }
     }
 }
@@ -123,11 +127,28 @@ impl PostgresConfig {
         self
     }
 
-    /// Checks the schema and prefix; the error names the field at fault.
+    /// Sets how long a call waits for a pool connection.
+    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
+        self.acquire_timeout = timeout;
+        self
+    }
+
+    /// Checks the schema, prefix and timeout; the error names the field at fault.
     pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.acquire_timeout.is_zero() {
+            return Err(ValidationError::new(
+                "acquire_timeout",
+                "must be greater than zero",
+            ));
+        }
         Names::new(&self.schema, &self.table_prefix).map(|_| ())
     }
 }
+
+/// How long a store call made through [`PostgresOutboxStore::connect_with`]'s pool waits
+/// for a connection before it fails with [`StoreError::Unavailable`]. Short, so a relay
+/// notices an outage (and backs off) in seconds rather than sqlx's default 30 s.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The outbox in PostgreSQL. See the module docs.
 #[derive(Debug)]
@@ -152,6 +173,7 @@ impl PostgresOutboxStore {
     pub async fn connect_with(url: &str, config: PostgresConfig) -> Result<Self, StoreError> {
         config.validate()?;
         let pool = PgPoolOptions::new()
+            .acquire_timeout(config.acquire_timeout)
             .connect(url)
             .await
             .map_err(|e| db_error("connect", e))?;
