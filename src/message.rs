@@ -363,6 +363,31 @@ pub struct OutboxMessage {
 }
 
 impl OutboxMessage {
+    /// The row a store writes for `draft`: pending, due after the draft's delay from `now`.
+    pub fn pending(draft: OutboxMessageDraft, outbox_id: Uuid, seq: i64, now: UnixMillis) -> Self {
+        Self {
+            outbox_id,
+            seq,
+            available_at: now.saturating_add(crate::store::duration_millis(draft.delay)),
+            lane: draft.lane,
+            target: draft.target,
+            payload: draft.payload,
+            headers: draft.headers,
+            ordering_key: draft.ordering_key,
+            dedupe_key: draft.dedupe_key,
+            status: OutboxStatus::Pending,
+            attempt_count: 0,
+            max_attempts: draft.max_attempts,
+            claimed_by: None,
+            claim_token: None,
+            lease_expires_at: None,
+            last_error: None,
+            created_at: now,
+            updated_at: now,
+            delivered_at: None,
+        }
+    }
+
     /// The (id, token) pair that acks, nacks, extends or releases this claim, if claimed.
     pub fn claim(&self) -> Option<crate::store::ClaimRef> {
         self.claim_token.map(|token| crate::store::ClaimRef {

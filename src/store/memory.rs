@@ -109,27 +109,7 @@ impl InMemoryOutboxStore {
     fn insert(rows: &mut Rows, draft: OutboxMessageDraft, now: UnixMillis) -> Enqueued {
         rows.next_seq += 1;
         let seq = rows.next_seq;
-        let message = OutboxMessage {
-            outbox_id: Uuid::now_v7(),
-            seq,
-            available_at: now.saturating_add(duration_millis(draft.delay)),
-            lane: draft.lane,
-            target: draft.target,
-            payload: draft.payload,
-            headers: draft.headers,
-            ordering_key: draft.ordering_key,
-            dedupe_key: draft.dedupe_key,
-            status: OutboxStatus::Pending,
-            attempt_count: 0,
-            max_attempts: draft.max_attempts,
-            claimed_by: None,
-            claim_token: None,
-            lease_expires_at: None,
-            last_error: None,
-            created_at: now,
-            updated_at: now,
-            delivered_at: None,
-        };
+        let message = OutboxMessage::pending(draft, Uuid::now_v7(), seq, now);
         rows.seq_by_id.insert(message.outbox_id, seq);
         if let Some(key) = &message.dedupe_key {
             rows.seq_by_dedupe.insert(

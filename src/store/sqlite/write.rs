@@ -86,27 +86,7 @@ async fn insert(
         .await
         .and_then(|row| row.try_get(0))
         .map_err(db("enqueue"))?;
-    Ok(OutboxMessage {
-        outbox_id,
-        seq,
-        available_at,
-        lane: draft.lane,
-        target: draft.target,
-        payload: draft.payload,
-        headers: draft.headers,
-        ordering_key: draft.ordering_key,
-        dedupe_key: draft.dedupe_key,
-        status: OutboxStatus::Pending,
-        attempt_count: 0,
-        max_attempts: draft.max_attempts,
-        claimed_by: None,
-        claim_token: None,
-        lease_expires_at: None,
-        last_error: None,
-        created_at: now,
-        updated_at: now,
-        delivered_at: None,
-    })
+    Ok(OutboxMessage::pending(draft, outbox_id, seq, now))
 }
 
 /// Writes already validated drafts. Every dedupe key is checked before anything is
