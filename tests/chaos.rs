@@ -32,6 +32,8 @@ use uuid::Uuid;
 mod database_outage;
 #[path = "chaos/killed_process.rs"]
 mod killed_process;
+#[path = "support/stderr.rs"]
+mod stderr;
 #[path = "support/tcp_proxy.rs"]
 mod tcp_proxy;
 

@@ -8,6 +8,9 @@
 //! PostgreSQL: `OUTBOX_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`.
 //! An unreachable server fails the test; nothing is skipped.
 
+#[path = "support/stderr.rs"]
+mod stderr;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -150,20 +153,7 @@ impl Daemon {
                 }
             }
         });
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().unwrap();
-        let sink = stderr.clone();
-        thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    return;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let stderr = stderr::capture(child.stderr.take().unwrap());
         Self {
             child,
             lines,

@@ -1,7 +1,7 @@
 //! A relay process killed with SIGKILL mid-batch, and the one that survives it.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,20 +46,7 @@ impl RelayProcess {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start outbox-relay run");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let mut pipe = child.stderr.take().expect("stderr piped");
-        let sink = Arc::clone(&stderr);
-        thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    return;
-                }
-                sink.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let stderr = crate::stderr::capture(child.stderr.take().expect("stderr piped"));
         Self {
             name,
             child: Mutex::new(child),
