@@ -349,6 +349,17 @@ pub struct LaneStats {
     pub blocked_keys: u64,
 }
 
+/// The answer to [`OutboxStore::ack_and_claim`]: what became of the acks, and the claim
+/// that followed them.
+#[derive(Debug)]
+pub struct AckAndClaim {
+    /// One answer per ack, in order (as [`OutboxStore::ack`] gives them).
+    pub acked: Vec<ClaimOutcome>,
+    /// The claim. An error here means the acks were recorded but the claim was not made: a
+    /// caller must not ack them again, only claim again later.
+    pub claimed: Result<ClaimBatch, StoreError>,
+}
+
 /// A nudge that new work may be claimable, so an idle relay need not wait for its poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WakeUp {
@@ -398,6 +409,27 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
 
     /// Marks claims delivered. One answer per claim, in order.
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError>;
+
+    /// Acks finished deliveries, then claims the next messages: one round trip where the
+    /// store can (PostgreSQL and SQLite do both in one transaction), so a busy lane pays one
+    /// store call per cycle. The provided method makes two calls, which is what the memory
+    /// store, the reference, needs.
+    ///
+    /// An `Err` means nothing is known to be recorded: the acks may be tried again. Once the
+    /// acks are recorded, a failed claim comes back in [`AckAndClaim::claimed`].
+    async fn ack_and_claim(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+    ) -> Result<AckAndClaim, StoreError> {
+        let acked = if acks.is_empty() {
+            Vec::new()
+        } else {
+            self.ack(acks).await?
+        };
+        let claimed = self.claim(request).await;
+        Ok(AckAndClaim { acked, claimed })
+    }
 
     /// Records failed deliveries. One answer per nack, in order.
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError>;
