@@ -145,7 +145,7 @@ async fn the_file_is_in_wal_mode_and_migrations_run_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 1);
+    assert_eq!(versions, 2, "each migration recorded once");
 }
 
 #[tokio::test]
@@ -262,8 +262,10 @@ async fn table_prefixes_keep_outboxes_apart_in_one_file() {
         tables,
         vec![
             "billing_outbox",
+            "billing_outbox_counts",
             "billing_outbox_migrations",
             "shipping_outbox",
+            "shipping_outbox_counts",
             "shipping_outbox_migrations"
         ]
     );

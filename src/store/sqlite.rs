@@ -458,9 +458,12 @@ mod tests {
             .unwrap();
         let sql = &store.sql;
         for (statement, index) in [
-            (&sql.claim_doomed, "outbox_claimable"),
-            (&sql.claim_candidates, "outbox_claimable"),
-            (&sql.next_due, "outbox_claimable"),
+            (&sql.skip.claim_doomed, "outbox_leases"),
+            (&sql.block.claim_lapsed, "outbox_leases"),
+            (&sql.skip.claim_ready, "outbox_ready"),
+            (&sql.block.claim_ready, "outbox_ready"),
+            (&sql.block.next_due, "outbox_ready"),
+            (&sql.oldest_due, "outbox_pending"),
             (&sql.purge_batch, "outbox_finished"),
             (&sql.find_dedupe, "outbox_dedupe"),
             (&sql.ack, "sqlite_autoindex_outbox_1"),

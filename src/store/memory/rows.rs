@@ -142,9 +142,7 @@ impl Rows {
         let Some(m) = by_seq.get(&seq) else {
             return;
         };
-        let lane = lanes
-            .entry((m.lane.clone(), m.target.clone()))
-            .or_default();
+        let lane = lanes.entry((m.lane.clone(), m.target.clone())).or_default();
         let edit = |set: &mut BTreeSet<(UnixMillis, i64)>, entry| {
             if add {
                 set.insert(entry);
@@ -192,8 +190,7 @@ impl Rows {
                 continue;
             };
             let entry = (h.available_at, head);
-            if Some(head) == new_head && h.status == OutboxStatus::Pending && (add || head != seq)
-            {
+            if Some(head) == new_head && h.status == OutboxStatus::Pending && (add || head != seq) {
                 lane.ready.insert(entry);
             } else {
                 lane.ready.remove(&entry);
