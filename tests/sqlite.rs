@@ -5,6 +5,8 @@
 
 #[path = "sqlite/differential.rs"]
 mod differential;
+#[path = "sqlite/plans.rs"]
+mod plans;
 
 use std::collections::HashSet;
 use std::path::Path;

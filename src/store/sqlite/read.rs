@@ -99,10 +99,7 @@ pub(super) async fn stats(
 
     let counted = FilterSql::new(&filter, "");
     let mut statement = if by_lane_only {
-        dynamic(format!(
-            "SELECT lane, target, status, n, NULL FROM {} WHERE n > 0 AND {}",
-            sql.counts_table, counted.clause
-        ))
+        dynamic(counts_sql(sql, &counted.clause))
     } else {
         dynamic(format!(
             "SELECT lane, target, status, COUNT(*),
@@ -163,24 +160,7 @@ pub(super) async fn stats(
     // never read.
     let dead = FilterSql::new(&filter, "");
     let live = FilterSql::new(&filter, "l.");
-    let mut statement = dynamic(format!(
-        "SELECT d.lane, d.target, COUNT(*) FROM (
-             SELECT lane, target, ordering_key, MIN(seq) AS first_dead FROM {t}
-             WHERE status = 'dead_letter' AND ordering_key IS NOT NULL AND {dead}
-             GROUP BY lane, target, ordering_key) d
-         WHERE EXISTS (SELECT 1 FROM {t} l
-                 WHERE l.lane = d.lane AND l.target = d.target
-                   AND l.ordering_key = d.ordering_key AND l.status IN ('pending', 'claimed')
-                   AND l.seq > d.first_dead AND {live})
-           AND NOT EXISTS (SELECT 1 FROM {t} l
-                 WHERE l.lane = d.lane AND l.target = d.target
-                   AND l.ordering_key = d.ordering_key AND l.status IN ('pending', 'claimed')
-                   AND l.seq < d.first_dead AND {live})
-         GROUP BY d.lane, d.target",
-        t = sql.table,
-        dead = dead.clause,
-        live = live.clause,
-    ));
+    let mut statement = dynamic(blocked_keys_sql(sql, &dead.clause, &live.clause));
     for value in dead
         .binds
         .into_iter()
@@ -200,4 +180,34 @@ pub(super) async fn stats(
     }
     tx.commit().await.map_err(db(OP))?;
     Ok(lanes.into_values().collect())
+}
+
+/// The counts of the lanes `filter` (a lane and target filter, no alias) selects, from the
+/// counts table.
+pub(super) fn counts_sql(sql: &Statements, filter: &str) -> String {
+    format!(
+        "SELECT lane, target, status, n, NULL FROM {} WHERE n > 0 AND {filter}",
+        sql.counts_table
+    )
+}
+
+/// Blocked keys per lane among the rows the filters select (`dead` without an alias, `live`
+/// over alias `l.`; `live` is bound twice).
+pub(super) fn blocked_keys_sql(sql: &Statements, dead: &str, live: &str) -> String {
+    format!(
+        "SELECT d.lane, d.target, COUNT(*) FROM (
+             SELECT lane, target, ordering_key, MIN(seq) AS first_dead FROM {t}
+             WHERE status = 'dead_letter' AND ordering_key IS NOT NULL AND {dead}
+             GROUP BY lane, target, ordering_key) d
+         WHERE EXISTS (SELECT 1 FROM {t} l INDEXED BY {t}_key_order
+                 WHERE l.lane = d.lane AND l.target = d.target
+                   AND l.ordering_key = d.ordering_key AND l.status IN ('pending', 'claimed')
+                   AND l.seq > d.first_dead AND {live})
+           AND NOT EXISTS (SELECT 1 FROM {t} l INDEXED BY {t}_key_order
+                 WHERE l.lane = d.lane AND l.target = d.target
+                   AND l.ordering_key = d.ordering_key AND l.status IN ('pending', 'claimed')
+                   AND l.seq < d.first_dead AND {live})
+         GROUP BY d.lane, d.target",
+        t = sql.table,
+    )
 }

@@ -114,7 +114,8 @@ const MIGRATION_2: &[&str] = &[
     // Backfill: one probe per live row (an earlier live row of its key?).
     "UPDATE {t} SET key_head = 1
         WHERE status IN ('pending', 'claimed') AND (ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM {t} e WHERE e.lane = {t}.lane AND e.target = {t}.target
+            SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = {t}.lane AND e.target = {t}.target
                 AND e.ordering_key = {t}.ordering_key
                 AND e.status IN ('pending', 'claimed') AND e.seq < {t}.seq))",
     // Due pending heads, in claim order (the rowid, seq, ends every entry).
@@ -192,17 +193,20 @@ const MIGRATION_2: &[&str] = &[
 /// The first live row of `{row}`'s key after it: two index probes, one per live status
 /// (a `MIN` over `status IN (...)` would read the key's whole queue).
 const FIRST_LIVE_AFTER: &str = "(SELECT MIN(s) FROM (
-        SELECT (SELECT e.seq FROM {t} e WHERE e.lane = {row}.lane AND e.target = {row}.target
+        SELECT (SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = {row}.lane AND e.target = {row}.target
             AND e.ordering_key = {row}.ordering_key AND e.status = 'pending'
             AND e.seq > {row}.seq ORDER BY e.seq LIMIT 1) AS s
         UNION ALL
-        SELECT (SELECT e.seq FROM {t} e WHERE e.lane = {row}.lane AND e.target = {row}.target
+        SELECT (SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = {row}.lane AND e.target = {row}.target
             AND e.ordering_key = {row}.ordering_key AND e.status = 'claimed'
             AND e.seq > {row}.seq ORDER BY e.seq LIMIT 1)))";
 
 /// `new` has no key, or no live row of its key comes before it.
 const NO_LIVE_BEFORE_NEW: &str = "(new.ordering_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {t} e WHERE e.lane = new.lane AND e.target = new.target
+        SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = new.lane AND e.target = new.target
             AND e.ordering_key = new.ordering_key AND e.status IN ('pending', 'claimed')
             AND e.seq < new.seq))";
 
@@ -245,13 +249,15 @@ pub(super) fn latest_version() -> i64 {
 /// dead letter. Each is an index probe on `{t}_key_order`; whether `c` heads its key at all
 /// is its `key_head` mark.
 const KEY_HELD: &str = "(c.ordering_key IS NOT NULL AND (
-        EXISTS (SELECT 1 FROM {t} e WHERE e.lane = c.lane AND e.target = c.target
+        EXISTS (SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = c.lane AND e.target = c.target
             AND e.ordering_key = c.ordering_key AND e.status = 'claimed'
             AND e.seq <> c.seq AND e.lease_expires_at > ?1){block}))";
 
 /// The `Block` addition to [`KEY_HELD`].
 const HELD_BY_DEAD: &str = "
-        OR EXISTS (SELECT 1 FROM {t} e WHERE e.lane = c.lane AND e.target = c.target
+        OR EXISTS (SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = c.lane AND e.target = c.target
             AND e.ordering_key = c.ordering_key AND e.status = 'dead_letter'
             AND e.seq < c.seq)";
 

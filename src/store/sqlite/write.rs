@@ -228,6 +228,34 @@ async fn select_seqs(
     rows.iter().map(|row| row.try_get(0)).collect()
 }
 
+/// Opens a savepoint: a part of the transaction that can be undone alone.
+pub(super) async fn savepoint(conn: &mut SqliteConnection, name: &str) -> Result<(), StoreError> {
+    dynamic(format!("SAVEPOINT {name}"))
+        .execute(&mut *conn)
+        .await
+        .map_err(db("savepoint"))?;
+    Ok(())
+}
+
+/// Keeps (`keep`) or undoes what was written since the savepoint, and closes it.
+pub(super) async fn end_savepoint(
+    conn: &mut SqliteConnection,
+    name: &str,
+    keep: bool,
+) -> Result<(), StoreError> {
+    if !keep {
+        dynamic(format!("ROLLBACK TO {name}"))
+            .execute(&mut *conn)
+            .await
+            .map_err(db("savepoint"))?;
+    }
+    dynamic(format!("RELEASE {name}"))
+        .execute(&mut *conn)
+        .await
+        .map_err(db("savepoint"))?;
+    Ok(())
+}
+
 fn applied(rows_affected: u64) -> ClaimOutcome {
     if rows_affected == 1 {
         ClaimOutcome::Applied
