@@ -45,6 +45,21 @@
 //! Under [`OrderingPolicy::Block`] an earlier dead-lettered row of the key also holds it back,
 //! until an operator requeues or discards it; under [`OrderingPolicy::Skip`] it does not.
 //!
+//! **Claim order and cost.** A claim first dead-letters lapsed claims that used their last
+//! attempt, then hands out lapsed claims (earliest lapse first: they became claimable before
+//! any pending row still waiting, and their keys are blocked until they go), then due
+//! pending rows by (due time, enqueue sequence), up to its limit. Only a key's head (its
+//! first pending or claimed message) is ever a candidate. Every backend keeps the heads apart
+//! from the rest of each key's queue rather than probing "is there an earlier row of this
+//! key?" per candidate: with a probe, the claim's index walk still passes every row of a hot
+//! key (100 000 rows of one key are 100 000 due rows to skip before the cold keys' heads),
+//! so its cost would grow with the backlog. With a maintained head (a `key_head` mark kept
+//! by triggers in SQLite, per-key queues in memory), the claim reads due heads in index order
+//! and stops at its limit; the only rows it passes over are heads the rule holds back (a
+//! key with another message in flight after a requeue, or under `Block` a dead head), one
+//! per such key. `next_due`, the dead-lettering of lapsed last attempts and the stats read
+//! the same indexes; the oldest pending age counts only messages already due.
+//!
 //! **Clock.** Callers pass durations (a lease length, a retry delay), never instants; the
 //! store reads its own clock, so relays on machines with skewed clocks agree.
 
@@ -343,8 +358,8 @@ pub struct LaneStats {
     /// How long the oldest pending message that is already due has waited since it was
     /// enqueued: a message delayed by an hour is not "old". `None` when none is due.
     pub oldest_pending_age: Option<Duration>,
-    /// Ordering keys with a dead-lettered message and later pending or claimed messages
-    /// behind it: the keys [`OrderingPolicy::Block`] holds back. The store does not know the
+    /// Ordering keys whose head (first pending or claimed message) has a dead-lettered
+    /// message before it: the keys [`OrderingPolicy::Block`] holds back. The store does not know the
     /// lane's policy, so it counts them for `Skip` lanes too, where they are not held back
     /// (a relay of a `Skip` lane reports zero).
     pub blocked_keys: u64,

@@ -120,6 +120,33 @@ impl InMemoryOutboxStore {
     }
 }
 
+/// Stats of whole lanes from their indexes: a few look-ups per lane, whatever its backlog.
+fn lane_stats(rows: &Rows, filter: &MessageFilter, now: UnixMillis) -> Vec<LaneStats> {
+    let mut lanes: Vec<LaneStats> = rows
+        .lanes()
+        .filter(|((lane, target), _)| {
+            filter.lane.as_ref().is_none_or(|l| l == lane)
+                && filter.target.as_ref().is_none_or(|t| t == target)
+        })
+        .map(|((lane, target), index)| LaneStats {
+            lane: lane.clone(),
+            target: target.clone(),
+            pending: index.count(OutboxStatus::Pending),
+            claimed: index.count(OutboxStatus::Claimed),
+            delivered: index.count(OutboxStatus::Delivered),
+            dead_letter: index.count(OutboxStatus::DeadLetter),
+            // Enqueue order stands for enqueue time (the clock only moves forward).
+            oldest_pending_age: index
+                .first_due(rows, now)
+                .map(|m| millis_until(m.created_at, now)),
+            blocked_keys: index.blocked_keys(),
+        })
+        .filter(|s| s.pending + s.claimed + s.delivered + s.dead_letter > 0)
+        .collect();
+    lanes.sort_by(|a, b| (&a.lane, &a.target).cmp(&(&b.lane, &b.target)));
+    lanes
+}
+
 /// The lapsed claims of the request's lane that `pick` selects and the per-key rule lets
 /// go, earliest lapse first.
 fn lapsed_heads(
@@ -400,6 +427,9 @@ impl OutboxStore for InMemoryOutboxStore {
             ..filter.clone()
         };
         let rows = self.rows();
+        if filter.ordering_key.is_none() && filter.ids.is_empty() {
+            return Ok(lane_stats(&rows, &filter, now));
+        }
         let mut lanes: BTreeMap<(String, String), LaneStats> = BTreeMap::new();
         // Per key, what came first in enqueue order: a dead letter or a live message. A key
         // is blocked when a dead letter comes before its head (its first live message).

@@ -35,6 +35,10 @@ pub(super) struct LaneIndex {
     ready: BTreeSet<(UnixMillis, i64)>,
     /// Each ordering key's queue.
     keys: HashMap<String, KeyQueue>,
+    /// Pending messages in enqueue order: the oldest due one for stats.
+    pending: BTreeSet<i64>,
+    /// Messages per status (see `status_slot`).
+    counts: [u64; 4],
 }
 
 /// One ordering key's messages that matter to the per-key rule, by seq.
@@ -56,6 +60,15 @@ impl KeyQueue {
 
     fn is_empty(&self) -> bool {
         self.live.is_empty() && self.dead.is_empty()
+    }
+}
+
+fn status_slot(status: OutboxStatus) -> usize {
+    match status {
+        OutboxStatus::Pending => 0,
+        OutboxStatus::Claimed => 1,
+        OutboxStatus::Delivered => 2,
+        OutboxStatus::DeadLetter => 3,
     }
 }
 
@@ -153,6 +166,19 @@ impl Rows {
         if let (OutboxStatus::Claimed, Some(at)) = (m.status, m.lease_expires_at) {
             edit(&mut lane.leases, (at, seq));
         }
+        let count = &mut lane.counts[status_slot(m.status)];
+        *count = if add {
+            *count + 1
+        } else {
+            count.saturating_sub(1)
+        };
+        if m.status == OutboxStatus::Pending {
+            if add {
+                lane.pending.insert(seq);
+            } else {
+                lane.pending.remove(&seq);
+            }
+        }
         let Some(key) = &m.ordering_key else {
             if m.status == OutboxStatus::Pending {
                 edit(&mut lane.ready, (m.available_at, seq));
@@ -198,6 +224,11 @@ impl Rows {
         }
     }
 
+    /// Every (lane, target) that ever had a message, with its index.
+    pub(super) fn lanes(&self) -> impl Iterator<Item = (&LaneKey, &LaneIndex)> {
+        self.lanes.iter()
+    }
+
     /// The index of one (lane, target), if it ever had a message.
     pub(super) fn lane(&self, lane: &str, target: &str) -> Option<&LaneIndex> {
         self.lanes.get(&(lane.to_owned(), target.to_owned()))
@@ -241,6 +272,32 @@ impl LaneIndex {
             .range((Bound::Excluded((now, i64::MAX)), Bound::Unbounded))
             .next()
             .map(|(at, _)| *at)
+    }
+
+    /// How many messages of this lane have `status`.
+    pub(super) fn count(&self, status: OutboxStatus) -> u64 {
+        self.counts[status_slot(status)]
+    }
+
+    /// The first pending message in enqueue order that is due by `now`.
+    pub(super) fn first_due<'r>(
+        &self,
+        rows: &'r Rows,
+        now: UnixMillis,
+    ) -> Option<&'r OutboxMessage> {
+        self.pending
+            .iter()
+            .filter_map(|seq| rows.get(*seq))
+            .find(|m| m.available_at <= now)
+    }
+
+    /// Ordering keys whose first dead letter comes before their head: the keys `Block`
+    /// holds back.
+    pub(super) fn blocked_keys(&self) -> u64 {
+        self.keys
+            .values()
+            .filter(|q| matches!((q.dead.first(), q.head()), (Some(d), Some(h)) if d < &h))
+            .count() as u64
     }
 
     /// Pending key heads (and messages without a key), earliest due first.
