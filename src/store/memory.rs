@@ -480,7 +480,7 @@ impl OutboxStore for InMemoryOutboxStore {
         let rows = self.rows();
         let start = page.after.map_or(i64::MIN, |after| after.saturating_add(1));
         let messages: Vec<OutboxMessage> = rows
-            .from_seq(start)
+            .since_seq(start)
             .filter(|m| filter.matches(m))
             .take(page.limit.saturating_add(1))
             .cloned()

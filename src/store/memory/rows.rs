@@ -91,7 +91,7 @@ impl Rows {
     }
 
     /// Messages from seq `start` on, in enqueue order.
-    pub(super) fn from_seq(&self, start: i64) -> impl Iterator<Item = &OutboxMessage> {
+    pub(super) fn since_seq(&self, start: i64) -> impl Iterator<Item = &OutboxMessage> {
         self.by_seq.range(start..).map(|(_, m)| m)
     }
 
