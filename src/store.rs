@@ -340,7 +340,8 @@ pub struct LaneStats {
     pub delivered: u64,
     /// Messages in the dead letter.
     pub dead_letter: u64,
-    /// How long the oldest pending message has waited since it was enqueued.
+    /// How long the oldest pending message that is already due has waited since it was
+    /// enqueued: a message delayed by an hour is not "old". `None` when none is due.
     pub oldest_pending_age: Option<Duration>,
     /// Ordering keys with a dead-lettered message and later pending or claimed messages
     /// behind it: the keys [`OrderingPolicy::Block`] holds back. The store does not know the

@@ -241,7 +241,9 @@ impl OutboxStore for InMemoryOutboxStore {
         let in_flight = keys_in_flight(&rows, &request.lane, &request.target, now);
         // Keys held back by an earlier row, found walking the lane in enqueue order.
         let mut held_keys: HashSet<String> = HashSet::new();
-        let mut candidates: Vec<(UnixMillis, i64)> = Vec::new();
+        // (pending?, due, seq): lapsed claims first, because they became claimable earliest
+        // and their keys are blocked, then due pending rows.
+        let mut candidates: Vec<(bool, UnixMillis, i64)> = Vec::new();
         let mut lapsed_out_of_attempts = Vec::new();
         for message in rows.by_seq.values() {
             if message.lane != request.lane || message.target != request.target {
@@ -271,7 +273,7 @@ impl OutboxStore for InMemoryOutboxStore {
                         Some(lapsed_at) if lapsed => lapsed_at,
                         _ => message.available_at,
                     };
-                    candidates.push((due, message.seq));
+                    candidates.push((!lapsed, due, message.seq));
                 }
             }
             if holds_key {
@@ -291,7 +293,7 @@ impl OutboxStore for InMemoryOutboxStore {
         candidates.sort_unstable();
         candidates.truncate(request.limit);
         let lease_until = now.saturating_add(duration_millis(request.lease));
-        for (_, seq) in candidates {
+        for (_, _, seq) in candidates {
             if let Some(message) = rows.by_seq.get_mut(&seq) {
                 message.status = OutboxStatus::Claimed;
                 message.attempt_count = message.attempt_count.saturating_add(1);
@@ -460,7 +462,8 @@ impl OutboxStore for InMemoryOutboxStore {
                 OutboxStatus::Pending => {
                     stats.pending += 1;
                     let age = millis_until(m.created_at, now);
-                    if stats.oldest_pending_age.is_none_or(|oldest| age > oldest) {
+                    let due = m.available_at <= now;
+                    if due && stats.oldest_pending_age.is_none_or(|oldest| age > oldest) {
                         stats.oldest_pending_age = Some(age);
                     }
                 }

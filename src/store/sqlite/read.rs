@@ -98,10 +98,12 @@ pub(super) async fn stats(
 
     let counted = FilterSql::new(&filter, "");
     let mut statement = dynamic(format!(
-        "SELECT lane, target, status, COUNT(*), MIN(created_at) FROM {}
+        "SELECT lane, target, status, COUNT(*),
+             MIN(CASE WHEN available_at <= ? THEN created_at END) FROM {}
          WHERE {} GROUP BY lane, target, status",
         sql.table, counted.clause
-    ));
+    ))
+    .bind(now);
     for value in counted.binds {
         statement = statement.bind(value);
     }
@@ -112,7 +114,7 @@ pub(super) async fn stats(
         let target: String = row.try_get(1).map_err(db(OP))?;
         let status: String = row.try_get(2).map_err(db(OP))?;
         let count: i64 = row.try_get(3).map_err(db(OP))?;
-        let oldest_created: i64 = row.try_get(4).map_err(db(OP))?;
+        let oldest_due_created: Option<i64> = row.try_get(4).map_err(db(OP))?;
         let status = status
             .parse::<OutboxStatus>()
             .map_err(|e| StoreError::Corrupt {
@@ -130,7 +132,7 @@ pub(super) async fn stats(
         match status {
             OutboxStatus::Pending => {
                 stats.pending = count;
-                stats.oldest_pending_age = Some(millis_until(oldest_created, now));
+                stats.oldest_pending_age = oldest_due_created.map(|at| millis_until(at, now));
             }
             OutboxStatus::Claimed => stats.claimed = count,
             OutboxStatus::Delivered => stats.delivered = count,

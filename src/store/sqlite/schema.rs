@@ -192,16 +192,18 @@ impl Statements {
                 WHERE seq = ?1"),
             // Two streams, each in its own due order (pending by available_at, lapsed
             // claims by lease expiry), merged by due time then seq.
-            claim_candidates: t("SELECT c.seq, c.available_at AS due FROM {t} c
+            claim_candidates: t(
+                "SELECT c.seq, 1 AS pending, c.available_at AS due FROM {t} c
                 WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
                     AND c.status = 'pending' AND c.available_at <= ?1 AND NOT {key_held}
                 UNION ALL
-                SELECT c.seq, c.lease_expires_at AS due FROM {t} c
+                SELECT c.seq, 0 AS pending, c.lease_expires_at AS due FROM {t} c
                 WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
                     AND c.status = 'claimed' AND c.lease_expires_at <= ?1
                     AND c.attempt_count < c.max_attempts AND NOT {key_held}
-                ORDER BY due, seq
-                LIMIT ?5"),
+                ORDER BY pending, due, seq
+                LIMIT ?5",
+            ),
             mark_claimed: t("UPDATE {t} SET status = 'claimed',
                     attempt_count = attempt_count + 1, claimed_by = ?2, claim_token = ?3,
                     lease_expires_at = ?4, updated_at = ?5
