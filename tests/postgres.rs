@@ -23,6 +23,11 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Row;
 use uuid::Uuid;
 
+#[path = "postgres/heads.rs"]
+mod heads;
+#[path = "postgres/plans.rs"]
+mod plans;
+
 const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 fn database_url() -> String {

@@ -35,6 +35,7 @@ mod claim;
 mod config;
 mod decode;
 mod enqueue;
+mod explain;
 mod fenced;
 mod listener;
 mod schema;
@@ -59,6 +60,7 @@ use crate::store::{
     MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy, OutboxStore, Page,
     PageRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
+pub use explain::Explained;
 pub use config::{PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT};
 use decode::{db_error, unsigned};
 use fenced::FencedBatch;

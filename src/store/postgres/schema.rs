@@ -14,7 +14,7 @@ mod heads;
 /// The longest schema name: PostgreSQL truncates identifiers past 63 bytes.
 pub const MAX_SCHEMA_LEN: usize = 63;
 /// The longest table prefix: leaves room for the longest derived name
-/// (`{prefix}_finished_idx`) within PostgreSQL's 63 bytes.
+/// (`{prefix}_last_attempt_idx`) within PostgreSQL's 63 bytes.
 pub const MAX_TABLE_PREFIX_LEN: usize = 40;
 
 /// Checks a schema name or table prefix. Only lowercase letters, digits and `_`, starting

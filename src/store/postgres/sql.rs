@@ -233,7 +233,9 @@ impl Statements {
             )
             .into(),
             // $1 now, $2 lane, $3 target: the stats of one lane, each figure from one
-            // partial index (index-only counts), none from a scan of the table. The oldest
+            // partial index (index-only counts), none from a scan of the table. Blocked
+            // keys: one probe per dead letter (LATERAL ... LIMIT 1 keeps it a probe even
+            // before ANALYZE, when the planner once read the whole live index instead). The oldest
             // pending age counts only due rows (a message delayed by an hour is not old):
             // read in created_at order, stopping at the first due one.
             lane_stats: format!(
@@ -250,14 +252,14 @@ impl Statements {
                        AND m.status = 'pending' AND m.available_at <= {NOW}
                      ORDER BY m.created_at LIMIT 1) AS oldest_pending_ms,
                     (SELECT count(DISTINCT d.ordering_key) FROM {t} d
-                     WHERE d.lane = $2 AND d.target = $3 AND d.status = 'dead_letter'
-                       AND d.ordering_key IS NOT NULL
-                       AND EXISTS (
+                     CROSS JOIN LATERAL (
                          SELECT 1 FROM {t} l
                          WHERE l.lane = d.lane AND l.target = d.target
                            AND l.ordering_key = d.ordering_key
-                           AND l.status IN ('pending', 'claimed') AND l.seq > d.seq))
-                     AS blocked_keys",
+                           AND l.status IN ('pending', 'claimed') AND l.seq > d.seq
+                         LIMIT 1) behind
+                     WHERE d.lane = $2 AND d.target = $3 AND d.status = 'dead_letter'
+                       AND d.ordering_key IS NOT NULL) AS blocked_keys",
                 age = millis(&format!("({NOW} - m.created_at)")),
             )
             .into(),

@@ -104,9 +104,21 @@ CREATE INDEX IF NOT EXISTS "{p}_key_claimed_idx" ON {t} (lane, target, ordering_
 -- Stats: the pending count (index only) and the oldest due pending row.
 CREATE INDEX IF NOT EXISTS "{p}_pending_idx" ON {t} (lane, target, created_at)
     WHERE status = 'pending';
--- Stats: delivered and dead-letter counts (index only).
-CREATE INDEX IF NOT EXISTS "{p}_finished_lane_idx" ON {t} (lane, target, status)
-    WHERE status IN ('delivered', 'dead_letter');
+-- Stats: the delivered count (index only).
+CREATE INDEX IF NOT EXISTS "{p}_delivered_idx" ON {t} (lane, target)
+    WHERE status = 'delivered';
+-- Every dead letter, keyed or not: under Block, does an earlier dead row hold this key?
+-- And the dead-letter count (index only). Replaces key_dead_idx (keyed rows only).
+CREATE INDEX IF NOT EXISTS "{p}_dead_idx" ON {t} (lane, target, ordering_key, seq)
+    WHERE status = 'dead_letter';
+DROP INDEX IF EXISTS "{s}"."{p}_key_dead_idx";
+-- Purge's index, rebuilt so that no probe for dead letters can pick it: its predicate
+-- names updated_at, which only purge's condition implies. (On a table whose statistics
+-- said "no dead rows", the planner once probed a key's dead letters through the old one,
+-- reading every finished row.)
+CREATE INDEX IF NOT EXISTS "{p}_purge_idx" ON {t} (updated_at)
+    WHERE status IN ('delivered', 'dead_letter') AND updated_at IS NOT NULL;
+DROP INDEX IF EXISTS "{s}"."{p}_finished_idx";
 -- Replaced by head_idx and lease_idx: no claim orders by it any more.
 DROP INDEX IF EXISTS "{s}"."{p}_claimable_idx";
 

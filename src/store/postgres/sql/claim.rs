@@ -16,7 +16,7 @@ use crate::store::OrderingPolicy;
 
 /// Whether row `m`'s key lets it be claimed: no earlier row of the key holds it (pending or
 /// claimed, or dead-lettered under Block), and no row of the key is claimed under a lease
-/// that has not lapsed. Each clause is one descent of `key_live_idx`, `key_dead_idx` or
+/// that has not lapsed. Each clause is one descent of `key_live_idx`, `dead_idx` or
 /// `key_claimed_idx` and stops at its first row.
 ///
 /// `skip_to_dead`: under Skip, rows this very claim dead-letters (CTE `to_dead`) do not
@@ -63,6 +63,9 @@ fn key_free(t: &str, m: &str, policy: OrderingPolicy, skip_to_dead: bool) -> Str
 ///   marked a head yet (`promote_heads` runs after this statement), so it is found from
 ///   `to_dead` by one probe per dead row, and merged into `due`'s order.
 ///
+/// The UPDATEs find their rows by `outbox_id = ANY (ARRAY(...))`: a join with the CTE let
+/// the planner guess a thousand rows and hash-join them against a scan of the whole table.
+///
 /// Why two claimers never hold two rows of one key: a claimer locks only a key's head,
 /// `FOR UPDATE SKIP LOCKED`, and re-checks the row once locked (READ COMMITTED re-evaluates
 /// a row changed since the snapshot). A concurrent claimer skips that locked head or sees it
@@ -76,17 +79,27 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
     let skip = policy == OrderingPolicy::Skip;
     let key = "e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key";
     // An earlier row that holds the key of a lapsed last attempt.
+    // (The live statuses are spelled out so the planner matches `key_live_idx`.)
     let holds = if skip {
         format!(
-            "e.status = 'pending' OR (e.status = 'claimed' \
-             AND (e.lease_expires_at > {NOW} OR e.attempt_count < e.max_attempts))"
+            "e.status = 'pending' OR e.lease_expires_at > {NOW} \
+             OR e.attempt_count < e.max_attempts"
         )
     } else {
-        "e.status IN ('pending', 'claimed', 'dead_letter')".to_owned()
+        "true".to_owned()
+    };
+    let dead_holds = if skip {
+        String::new()
+    } else {
+        format!(
+            " AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} \
+                AND e.status = 'dead_letter' AND e.seq < m.seq)"
+        )
     };
     let dead_free = format!(
         "(m.ordering_key IS NULL OR (
-            NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} AND e.seq < m.seq AND ({holds}))
+            NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} AND e.seq < m.seq
+                AND e.status IN ('pending', 'claimed') AND ({holds})){dead_holds}
             AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
                 AND e.status = 'claimed' AND e.lease_expires_at > {NOW})))"
     );
@@ -150,7 +163,7 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
          dead AS (
             UPDATE {t} m SET status = 'dead_letter', last_error = $7, claimed_by = NULL,
                    claim_token = NULL, lease_expires_at = NULL, updated_at = {NOW}
-            FROM to_dead d WHERE m.outbox_id = d.outbox_id
+            WHERE m.outbox_id = ANY (ARRAY(SELECT outbox_id FROM to_dead))
             RETURNING m.outbox_id, m.seq, m.ordering_key
          ),
          claimed AS (
@@ -158,16 +171,16 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
                    claimed_by = $6, claim_token = gen_random_uuid(),
                    lease_expires_at = {NOW} + $5::int8 * interval '1 millisecond',
                    updated_at = {NOW}, key_head = true
-            FROM to_claim c WHERE m.outbox_id = c.outbox_id
-            RETURNING {cols_m}, c.src AS claim_src, c.due_at AS due_at_ts
+            WHERE m.outbox_id = ANY (ARRAY(SELECT outbox_id FROM to_claim))
+            RETURNING {cols_m}
          )
          SELECT dl.dead_ids, dl.dead_keys, c.*
          FROM (SELECT coalesce(array_agg(outbox_id ORDER BY seq), '{{}}') AS dead_ids,
                       coalesce(array_agg(DISTINCT ordering_key)
                                FILTER (WHERE ordering_key IS NOT NULL), '{{}}') AS dead_keys
                FROM dead) dl
-         LEFT JOIN claimed c ON true
-         ORDER BY c.claim_src, c.due_at_ts, c.seq"
+         LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
+         ORDER BY o.src, o.due_at, o.seq"
     )
 }
 
