@@ -99,7 +99,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let schema = format!("plans_{}", uuid::Uuid::new_v4().simple());
             let store = PostgresOutboxStore::connect_with(
                 &url,
-                PostgresConfig::default().with_schema(schema.clone()),
+                // The 1 M fill and its VACUUM take longer than the default 30 s.
+                PostgresConfig::default()
+                    .with_schema(schema.clone())
+                    .with_statement_timeout(Duration::from_secs(3_600)),
             )
             .await?;
             fill(&store, rows, keys).await?;

@@ -27,6 +27,8 @@ use uuid::Uuid;
 mod heads;
 #[path = "postgres/plans.rs"]
 mod plans;
+#[path = "postgres/session.rs"]
+mod session;
 
 const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
@@ -285,7 +287,10 @@ async fn claims_use_partial_indexes_over_heads_and_claims() {
         lease.contains("(lane, target, lease_expires_at, seq)"),
         "{lease}"
     );
-    assert!(lease.contains("'claimed'") && !lease.contains("'pending'"), "{lease}");
+    assert!(
+        lease.contains("'claimed'") && !lease.contains("'pending'"),
+        "{lease}"
+    );
     schema.drop().await;
 }
 

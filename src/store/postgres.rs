@@ -11,8 +11,16 @@
 //!   [`PostgresConfig::clock`] replaces it (tests).
 //! - **Schema.** Embedded, idempotent migrations ([`PostgresOutboxStore::migrate`]) create
 //!   `"{schema}"."{table_prefix}_messages"` and `"{schema}"."{table_prefix}_migrations"`,
-//!   with a partial index over claimable rows only, so a long tail of delivered and dead
-//!   rows does not slow claims.
+//!   with partial indexes over live rows only, so a long tail of delivered and dead rows
+//!   does not slow claims.
+//! - **Cost.** A claim reads lapsed claims and due key heads in index order and stops at
+//!   its limit; rows queued behind a key's head are not in the index it scans (the
+//!   key-head marker, `schema/heads.rs`). One statement per ordering policy, never a bind
+//!   parameter that changes the plan. [`PostgresOutboxStore::explain`] shows the plan on
+//!   your data.
+//! - **Session settings.** The pool [`PostgresOutboxStore::connect_with`] builds runs with
+//!   `jit = off` and [`PostgresConfig::statement_timeout`]; build your own pool with
+//!   [`PostgresConfig::session_options`] to get the same.
 //! - **Wake-ups.** Enqueue, release and requeue notify on a channel named after the schema
 //!   and prefix; PostgreSQL coalesces them to one per transaction and lane. Each store
 //!   listens on a connection of its own and forwards them to [`OutboxStore::subscribe`].
@@ -56,13 +64,13 @@ pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
 use crate::store::{
-    duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, Enqueued, LaneStats,
-    MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy, OutboxStore, Page,
-    PageRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
+    Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
+    OutboxStore, Page, PageRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
-pub use explain::Explained;
 pub use config::{PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT};
 use decode::{db_error, unsigned};
+pub use explain::Explained;
 use fenced::FencedBatch;
 use schema::Names;
 use sql::Statements;
@@ -378,7 +386,9 @@ impl OutboxStore for PostgresOutboxStore {
         let op = "stats";
         let rows = match (&filter.lane, &filter.target) {
             // One lane (what a relay asks for): every figure from an index.
-            (Some(lane), Some(target)) if filter.ordering_key.is_none() && filter.ids.is_empty() => {
+            (Some(lane), Some(target))
+                if filter.ordering_key.is_none() && filter.ids.is_empty() =>
+            {
                 sqlx::query(AssertSqlSafe(self.sql.lane_stats.clone()))
                     .bind(self.now())
                     .bind(lane)

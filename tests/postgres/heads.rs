@@ -141,9 +141,17 @@ async fn an_ack_and_a_commit_racing_on_the_key_lock_leave_a_head() {
         acker.await.expect("join").expect("ack");
         committer.await.expect("join").expect("commit");
 
-        assert_eq!(headless_keys(&store).await, Vec::<String>::new(), "round {round}");
+        assert_eq!(
+            headless_keys(&store).await,
+            Vec::<String>::new(),
+            "round {round}"
+        );
         let next = store.claim(&request(10)).await.expect("claim");
-        assert_eq!(next.messages.len(), 1, "round {round}: the late row is claimable");
+        assert_eq!(
+            next.messages.len(),
+            1,
+            "round {round}: the late row is claimable"
+        );
         store.ack(&refs(&next.messages)).await.expect("ack");
     }
     schema.drop().await;
@@ -164,7 +172,11 @@ async fn concurrent_enqueues_and_acks_never_lose_a_head() {
                 for i in 0..PER_WRITER {
                     let mut tx = store.pool().begin().await.expect("begin");
                     // Two keys per transaction, in an order that varies, as a service does.
-                    let (a, b) = if i % 2 == 0 { ("k0", "k1") } else { ("k1", "k2") };
+                    let (a, b) = if i % 2 == 0 {
+                        ("k0", "k1")
+                    } else {
+                        ("k1", "k2")
+                    };
                     store
                         .enqueue_in_tx(&mut tx, keyed(a, w * 1000 + i))
                         .await

@@ -47,7 +47,10 @@ pub(super) async fn fill(store: &PostgresOutboxStore, rows: i64, keys: Keys) {
             "i = 1 OR i > {rows}",
         ),
     };
-    let (key, head) = (key.replace("{rows}", &rows.to_string()), head.replace("{rows}", &rows.to_string()));
+    let (key, head) = (
+        key.replace("{rows}", &rows.to_string()),
+        head.replace("{rows}", &rows.to_string()),
+    );
     let total = match keys {
         Keys::Hot => rows + 1_000,
         _ => rows,
@@ -205,9 +208,16 @@ async fn guard(keys: Keys) {
         .claim(&claim_request(OrderingPolicy::Skip))
         .await
         .expect("claim");
-    let first: Vec<_> = retaken.messages.iter().take(lapsed.messages.len()).collect();
+    let first: Vec<_> = retaken
+        .messages
+        .iter()
+        .take(lapsed.messages.len())
+        .collect();
     for (old, new) in lapsed.messages.iter().zip(&first) {
-        assert_eq!(old.outbox_id, new.outbox_id, "{keys:?}: lapsed claims come first");
+        assert_eq!(
+            old.outbox_id, new.outbox_id,
+            "{keys:?}: lapsed claims come first"
+        );
     }
 
     if let Keys::Hot = keys {
@@ -234,7 +244,11 @@ async fn guard(keys: Keys) {
             .claim(&claim_request(OrderingPolicy::Skip))
             .await
             .expect("claim");
-        assert_eq!(batch.messages.len(), 1, "one message of the hot key at a time");
+        assert_eq!(
+            batch.messages.len(),
+            1,
+            "one message of the hot key at a time"
+        );
         assert_eq!(batch.messages[0].ordering_key.as_deref(), Some("hot"));
     }
     schema.drop().await;

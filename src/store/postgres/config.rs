@@ -143,4 +143,3 @@ pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The statement timeout unless configured otherwise: far above any claim or ack (a few
 /// milliseconds), far below the 40 s a dead relay's claim once ran before committing.
 pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
-

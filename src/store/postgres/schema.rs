@@ -177,6 +177,12 @@ CREATE INDEX IF NOT EXISTS "{p}_finished_idx" ON {t} (updated_at)
 pub(crate) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
     let op = "migrate";
     let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
+    // Building indexes and backfilling a large existing table may take longer than the
+    // relay's statement timeout, which is meant for claims, not for deploys.
+    sqlx::query("SET LOCAL statement_timeout = 0")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error(op, e))?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind(format!("outbox-relay migrate {}", names.schema))
         .execute(&mut *tx)
