@@ -267,9 +267,10 @@ impl OutboxStore for PostgresOutboxStore {
         acks: &[ClaimRef],
         request: &ClaimRequest,
     ) -> Result<AckAndClaim, StoreError> {
-        // One transaction: the acks and the claim commit together. A failed claim rolls the
-        // acks back too, so the answer is then an `Err` (nothing recorded), never a claim
-        // error beside recorded acks.
+        // One transaction, so one commit, and the claim sees the acks (an acked head's
+        // successor is claimable at once). If the claim fails, the transaction rolls back
+        // and the acks are made alone: the answer then carries them with the claim's error,
+        // as the contract says. Only an error of the acks themselves is an `Err`.
         let op = "ack_and_claim";
         let mut tx = self.begin(op).await?;
         let acked = if acks.is_empty() {
@@ -277,7 +278,21 @@ impl OutboxStore for PostgresOutboxStore {
         } else {
             self.ack_in(&mut tx, acks).await?
         };
-        let claimed = self.claim_in(&mut tx, request).await?;
+        let claimed = match self.claim_in(&mut tx, request).await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                drop(tx);
+                let acked = if acks.is_empty() {
+                    Vec::new()
+                } else {
+                    self.ack(acks).await?
+                };
+                return Ok(AckAndClaim {
+                    acked,
+                    claimed: Err(error),
+                });
+            }
+        };
         tx.commit().await.map_err(|e| db_error(op, e))?;
         Ok(AckAndClaim {
             acked,

@@ -230,3 +230,36 @@ async fn concurrent_enqueues_and_acks_never_lose_a_head() {
     assert_eq!(delivered, total);
     schema.drop().await;
 }
+
+/// The native ack-and-claim: the claim sees the acks of the same transaction, so acking a
+/// key's head hands out its successor in the same round trip; a stale ack is a lost claim.
+#[tokio::test]
+async fn ack_and_claim_hands_out_the_successor_of_an_acked_head() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    store.enqueue(keyed("k", 1)).await.expect("enqueue");
+    store.enqueue(keyed("k", 2)).await.expect("enqueue");
+    let head = store.claim(&request(10)).await.expect("claim");
+    assert_eq!(head.messages.len(), 1, "one message of k at a time");
+    let mut acks = refs(&head.messages);
+    acks.push(ClaimRef {
+        outbox_id: head.messages[0].outbox_id,
+        claim_token: uuid::Uuid::new_v4(),
+    });
+    let answer = store
+        .ack_and_claim(&acks, &request(10))
+        .await
+        .expect("ack_and_claim");
+    assert_eq!(
+        answer.acked,
+        vec![
+            outbox_relay::store::ClaimOutcome::Applied,
+            outbox_relay::store::ClaimOutcome::LostClaim
+        ]
+    );
+    let claimed = answer.claimed.expect("claimed");
+    assert_eq!(claimed.messages.len(), 1);
+    assert_eq!(claimed.messages[0].payload, json!({ "value": 2 }));
+    assert_eq!(headless_keys(&store).await, Vec::<String>::new());
+    schema.drop().await;
+}
