@@ -14,7 +14,7 @@ use super::decode::db_error;
 use super::schema::Names;
 use super::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
 
-/// Where and how a [`PostgresOutboxStore`] keeps its outbox.
+/// Where and how a [`PostgresOutboxStore`](super::PostgresOutboxStore) keeps its outbox.
 #[derive(Debug, Clone)]
 pub struct PostgresConfig {
     /// The schema holding the tables (created if missing). Lowercase letters, digits and
@@ -135,7 +135,7 @@ impl PostgresConfig {
     }
 }
 
-/// How long a store call made through [`PostgresOutboxStore::connect_with`]'s pool waits
+/// How long a store call made through [`PostgresOutboxStore::connect_with`](super::PostgresOutboxStore::connect_with)'s pool waits
 /// for a connection before it fails with [`StoreError::Unavailable`]. Short, so a relay
 /// notices an outage (and backs off) in seconds rather than sqlx's default 30 s.
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
