@@ -135,8 +135,9 @@ impl PostgresConfig {
     }
 }
 
-/// How long a store call made through [`PostgresOutboxStore::connect_with`](super::PostgresOutboxStore::connect_with)'s pool waits
-/// for a connection before it fails with [`StoreError::Unavailable`]. Short, so a relay
+/// How long a store call made through the pool of
+/// [`connect_with`](super::PostgresOutboxStore::connect_with) waits for a connection before
+/// it fails with [`StoreError::Unavailable`]. Short, so a relay
 /// notices an outage (and backs off) in seconds rather than sqlx's default 30 s.
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
