@@ -35,7 +35,10 @@ pub struct PostgresConfig {
     /// running after this is cancelled, so a claim sent by a relay that died or stalled
     /// cannot commit claims long after (a SIGKILLed relay's claims once committed 40 s
     /// later). Set on the connections of the pool `connect_with` builds, with `jit = off`;
-    /// for your own pool use [`PostgresConfig::session_options`]. At most `i32::MAX` ms.
+    /// for your own pool use [`PostgresConfig::session_options`]. It applies to every
+    /// statement on that pool, a service's own statements in a transaction begun on
+    /// [`pool()`](super::PostgresOutboxStore::pool) included (`SET LOCAL statement_timeout`
+    /// lifts it for one transaction). At most `i32::MAX` ms.
     pub statement_timeout: Duration,
 }
 
