@@ -23,8 +23,7 @@
 //! - **claimed**: written by [`OutboxStore::claim`], which takes claimed rows whose lease
 //!   lapsed first (in lapse order: they became claimable earliest, and their keys are
 //!   blocked behind them), then pending rows that are due, by due time then enqueue
-//!   sequence. It
-//!   increments `attempt_count`, sets `claimed_by`, a fresh `claim_token` and
+//!   sequence. It increments `attempt_count`, sets `claimed_by`, a fresh `claim_token` and
 //!   `lease_expires_at`. Left by ack, nack, release (each only with the current token), by
 //!   a later claim once the lease lapsed, or by that claim dead-lettering it when the lapsed
 //!   claim had already used `max_attempts`.
@@ -56,25 +55,22 @@
 //! key?" per candidate: with a probe, the claim's index walk still passes every row of a hot
 //! key (100 000 rows of one key are 100 000 due rows to skip before the cold keys' heads),
 //! so its cost would grow with the backlog. With a maintained head (a `key_head` mark kept
-//! by triggers in SQLite, a key-head marker in PostgreSQL, per-key queues in memory), the claim reads due heads in index order
-//! and stops at its limit; the only rows it passes over are heads the rule holds back (a
+//! by triggers in SQLite and by the store's statements in PostgreSQL, per-key queues in
+//! memory), the claim reads due heads in index order and stops at its limit; the only rows
+//! it passes over are heads the rule holds back (a
 //! key with another message in flight after a requeue, or under `Block` a dead head), one
 //! per such key. `next_due`, the dead-lettering of lapsed last attempts and the stats read
 //! the same indexes; the oldest pending age counts only messages already due.
 //!
-//! How the PostgreSQL store keeps a hot key flat: if the 99,999 messages queued behind a
-//! hot key's head sat in the index a claim scans, a claim made once only that key is left
-//! would step over all of them. So each row carries a **key-head marker**, set on rows
-//! without a key and on the lowest live row of each key, and the claim scans an index of
-//! marked pending rows only. The marker only decides what is read: the probes decide what
-//! is handed out, so a stray mark costs one skipped row, never a wrong claim. The one thing
-//! that must never happen is a key with live rows and no marked head (stuck forever); every
-//! writer keeps that true, including an enqueue in a caller's long transaction that commits
-//! after its key's head was acked: both sides take a per-key advisory lock and look again
-//! in a statement of their own (details and the argument in
-//! `src/store/postgres/schema/heads.rs`). A per-key head row looked up by probe was the
-//! alternative; it needs the same concurrency care plus a second table on every enqueue and
-//! ack, and the marker keeps the claim a single index range scan.
+//! On PostgreSQL the mark is `key_head`, kept by enqueue, ack, nack and claim, and looked at
+//! only to decide what is read: the probes (O(log n) each) decide what is handed out, so a
+//! stray mark costs one skipped row, never a wrong claim. What must never happen is a key
+//! with live rows and no marked head (stuck forever). The hard case is an enqueue in a
+//! caller's long transaction that commits after its key's head was acked (sequence numbers
+//! are taken at insert, not at commit, and the ack cannot see the uncommitted row): both
+//! sides take a per-key advisory lock and only then look, in a statement of their own, so
+//! whichever comes second sees what the first committed (details and the argument in
+//! `src/store/postgres/schema/heads.rs`).
 //!
 //! **Clock.** Callers pass durations (a lease length, a retry delay), never instants; the
 //! store reads its own clock, so relays on machines with skewed clocks agree.

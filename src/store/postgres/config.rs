@@ -14,7 +14,7 @@ use super::decode::db_error;
 use super::schema::Names;
 use super::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
 
-/// Where and how a [`PostgresOutboxStore`] keeps its outbox.
+/// Where and how a [`PostgresOutboxStore`](super::PostgresOutboxStore) keeps its outbox.
 #[derive(Debug, Clone)]
 pub struct PostgresConfig {
     /// The schema holding the tables (created if missing). Lowercase letters, digits and
@@ -35,7 +35,10 @@ pub struct PostgresConfig {
     /// running after this is cancelled, so a claim sent by a relay that died or stalled
     /// cannot commit claims long after (a SIGKILLed relay's claims once committed 40 s
     /// later). Set on the connections of the pool `connect_with` builds, with `jit = off`;
-    /// for your own pool use [`PostgresConfig::session_options`]. At most `i32::MAX` ms.
+    /// for your own pool use [`PostgresConfig::session_options`]. It applies to every
+    /// statement on that pool, a service's own statements in a transaction begun on
+    /// [`pool()`](super::PostgresOutboxStore::pool) included (`SET LOCAL statement_timeout`
+    /// lifts it for one transaction). At most `i32::MAX` ms.
     pub statement_timeout: Duration,
 }
 
@@ -135,8 +138,9 @@ impl PostgresConfig {
     }
 }
 
-/// How long a store call made through [`PostgresOutboxStore::connect_with`]'s pool waits
-/// for a connection before it fails with [`StoreError::Unavailable`]. Short, so a relay
+/// How long a store call made through the pool of
+/// [`connect_with`](super::PostgresOutboxStore::connect_with) waits for a connection before
+/// it fails with [`StoreError::Unavailable`]. Short, so a relay
 /// notices an outage (and backs off) in seconds rather than sqlx's default 30 s.
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
