@@ -80,7 +80,40 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     }
     .map_err(|error| Failure::failed(format!("shutdown failed: {error}")))?;
     log_report(&report);
-    Ok(())
+    if report.is_clean() {
+        Ok(())
+    } else {
+        Err(Failure::failed(unclean_shutdown(&report)))
+    }
+}
+
+/// What a shutdown that did not record everything left behind, for the exit message: no
+/// message is lost, but these will be delivered again.
+fn unclean_shutdown(report: &ShutdownReport) -> String {
+    let mut parts = Vec::new();
+    if report.unrecorded() > 0 {
+        parts.push(format!(
+            "{} finished deliveries whose acks or nacks the store did not record",
+            report.unrecorded()
+        ));
+    }
+    if report.unreleased() > 0 {
+        parts.push(format!(
+            "{} unfinished claims the store would not take back",
+            report.unreleased()
+        ));
+    }
+    let abandoned: Vec<&str> = report.abandoned().collect();
+    if !abandoned.is_empty() {
+        parts.push(format!(
+            "lanes stopped at the deadline with store calls still running: {}",
+            abandoned.join(", ")
+        ));
+    }
+    format!(
+        "shutdown incomplete: {}; those messages will be delivered again when their leases lapse",
+        parts.join("; ")
+    )
 }
 
 /// SIGINT and SIGTERM, either of which stops the relay.
@@ -117,14 +150,27 @@ fn log_report(report: &ShutdownReport) {
             lane = %lane,
             completed = drain.completed,
             released = drain.released,
+            unrecorded = drain.unrecorded,
+            unreleased = drain.unreleased,
+            abandoned = drain.abandoned,
             "lane stopped"
         );
     }
-    tracing::info!(
-        completed = report.completed(),
-        released = report.released(),
-        "relay stopped: in-flight deliveries finished, unfinished claims released"
-    );
+    if report.is_clean() {
+        tracing::info!(
+            completed = report.completed(),
+            released = report.released(),
+            "relay stopped: in-flight deliveries finished and recorded, unfinished claims released"
+        );
+    } else {
+        tracing::error!(
+            completed = report.completed(),
+            released = report.released(),
+            unrecorded = report.unrecorded(),
+            unreleased = report.unreleased(),
+            "relay stopped, but not everything was recorded: some messages will be delivered again"
+        );
+    }
 }
 
 /// Logs deliveries and failures with `lane`, `target` and `outbox_id` as separate fields,

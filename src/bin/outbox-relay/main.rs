@@ -10,9 +10,10 @@
 //! outbox-relay purge --older-than 7d
 //! ```
 //!
-//! Exit codes: 0 done; 1 the command failed; 2 bad input, a bad config file, or a database
-//! that cannot be reached. Output for people goes to stdout (the log sink's lines too), logs
-//! go to stderr.
+//! Exit codes: 0 done; 1 the command failed (for `run`: also a shutdown that could not
+//! record every ack, so some messages will be delivered again); 2 bad input, a bad config
+//! file, or a database that cannot be reached. Output for people goes to stdout (the log
+//! sink's lines too), logs go to stderr.
 //!
 //! Layout: this file holds the command line and the error type; [`daemon`] is `run`;
 //! [`admin`] holds the admin commands.
@@ -310,6 +311,9 @@ impl Setup {
     }
 }
 
+/// How long the process waits at exit for the runtime's leftover tasks.
+const RUNTIME_EXIT_WAIT: Duration = Duration::from_millis(500);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -322,7 +326,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let outcome = runtime.block_on(dispatch(cli));
+    // A store call stuck on a silent connection must not hold the exit: everything that
+    // matters was reported (or given up on) by now.
+    runtime.shutdown_timeout(RUNTIME_EXIT_WAIT);
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("outbox-relay: {}", failure.message);
