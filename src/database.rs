@@ -26,6 +26,10 @@ use std::time::Duration;
 
 use crate::store::{OutboxStore, StoreError};
 
+mod redact;
+
+use redact::redact;
+
 /// How long [`open_store`] tries to reach the database unless told otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -90,7 +94,7 @@ impl FromStr for DatabaseUrl {
                 path: PathBuf::from(path),
             });
         }
-        let Some((scheme, rest)) = url.split_once("://") else {
+        let Some((scheme, _)) = url.split_once("://") else {
             return Err(DatabaseUrlError::new(
                 url,
                 "expected sqlite:PATH, sqlite://PATH or postgres://HOST/DATABASE",
@@ -102,8 +106,15 @@ impl FromStr for DatabaseUrl {
                 format!("unsupported scheme {scheme:?}: expected sqlite or postgres"),
             ));
         }
-        if authority(rest).is_empty() && !rest.contains("host=") {
-            return Err(DatabaseUrlError::new(url, "the host is missing"));
+        match redact::names_a_host(url) {
+            Some(true) => {}
+            Some(false) => return Err(DatabaseUrlError::new(url, "the host is missing")),
+            None => {
+                return Err(DatabaseUrlError::new(
+                    url,
+                    "not a valid URL (percent-encode `/`, `?`, `@` and `:` in the password, e.g. `/` as %2F)",
+                ))
+            }
         }
         #[cfg(feature = "postgres")]
         {
@@ -121,21 +132,8 @@ impl DatabaseUrl {
     pub fn address(&self) -> String {
         match self {
             DatabaseUrl::Sqlite { path } => path.display().to_string(),
-            DatabaseUrl::Postgres { url } => {
-                let rest = url.split_once("://").map_or("", |(_, rest)| rest);
-                let host = authority(rest);
-                let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
-                // A port is whatever follows the last ':' outside an IPv6 literal's brackets.
-                let has_port = host
-                    .rsplit_once(']')
-                    .map_or(host, |(_, after)| after)
-                    .contains(':');
-                if has_port {
-                    host.to_owned()
-                } else {
-                    format!("{host}:{POSTGRES_DEFAULT_PORT}")
-                }
-            }
+            DatabaseUrl::Postgres { url } => redact::host_and_port(url, POSTGRES_DEFAULT_PORT)
+                .unwrap_or_else(|| "(an address the URL does not make clear)".to_owned()),
         }
     }
 
@@ -162,27 +160,6 @@ impl fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "DatabaseUrl({self})")
     }
-}
-
-/// The `user:password@host:port` part of what follows `scheme://`.
-fn authority(rest: &str) -> &str {
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    &rest[..end]
-}
-
-/// `url` with the password of its user info, if any, replaced by `***`.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let host_part = authority(rest);
-    let Some((user_info, _)) = host_part.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let Some((user, _password)) = user_info.split_once(':') else {
-        return url.to_owned();
-    };
-    format!("{scheme}://{user}:***@{}", &rest[user_info.len() + 1..])
 }
 
 /// Whether [`open_store`] may create a SQLite file that does not exist yet.
