@@ -18,6 +18,18 @@ pub const MAX_TABLE_PREFIX_LEN: usize = 40;
 /// Checks a schema name or table prefix. Only lowercase letters, digits and `_`, starting
 /// with a letter or `_`: such a name means the same quoted and unquoted, so an operator's
 /// `psql` query finds the table PostgreSQL created, and it can be put into SQL text safely.
+/// PostgreSQL keeps `pg_*` and `information_schema` for itself: it refuses to create a
+/// `pg_` schema, and an outbox inside the catalog would be a disaster to clean up.
+fn validate_not_a_system_schema(schema: &str) -> Result<(), ValidationError> {
+    if schema == "information_schema" || schema.starts_with("pg_") {
+        return Err(ValidationError::new(
+            "schema",
+            format!("{schema:?} is a PostgreSQL system schema (pg_* and information_schema are reserved)"),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn validate_identifier(
     field: &str,
     value: &str,
@@ -68,6 +80,7 @@ pub(crate) struct Names {
 impl Names {
     pub(crate) fn new(schema: &str, prefix: &str) -> Result<Self, ValidationError> {
         validate_identifier("schema", schema, MAX_SCHEMA_LEN)?;
+        validate_not_a_system_schema(schema)?;
         validate_identifier("table_prefix", prefix, MAX_TABLE_PREFIX_LEN)?;
         let readable = format!("{schema}.{prefix}");
         // Channel names are identifiers too (at most 63 bytes). A long pair falls back to a
@@ -264,5 +277,15 @@ mod tests {
             Names::new("public", "outbox").unwrap().channel,
             "public.outbox"
         );
+    }
+
+    #[test]
+    fn system_schemas_are_refused() {
+        for schema in ["information_schema", "pg_catalog", "pg_toast", "pg_outbox"] {
+            let err = Names::new(schema, "outbox").unwrap_err();
+            assert_eq!(err.field, "schema", "{schema}");
+            assert!(err.reason.contains("system schema"), "{schema}: {err}");
+        }
+        assert!(Names::new("pgx", "outbox").is_ok());
     }
 }
