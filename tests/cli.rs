@@ -10,6 +10,8 @@
 
 #[path = "cli/secrets.rs"]
 mod secrets;
+#[path = "cli/startup.rs"]
+mod startup;
 #[path = "support/stderr.rs"]
 mod stderr;
 

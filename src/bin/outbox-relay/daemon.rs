@@ -36,7 +36,15 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         tracing::info!(%addr, "serving Prometheus metrics");
     }
 
-    let store = setup.open(CreateMode::CreateIfMissing).await?;
+    // Reaching the database can take up to connect_timeout; a signal meanwhile stops the
+    // relay at once (nothing is claimed yet, so there is nothing to hand back).
+    let store = tokio::select! {
+        store = setup.open(CreateMode::CreateIfMissing) => store?,
+        signal = signals.next() => {
+            tracing::info!(signal, "stopped during start-up, before the database was reached");
+            return Ok(());
+        }
+    };
     tracing::info!(database = %setup.url, "store open");
 
     let mut builder = OutboxRelay::builder(store).supervisor(supervisor);
