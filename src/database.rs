@@ -165,11 +165,14 @@ impl fmt::Debug for DatabaseUrl {
 /// Whether [`open_store`] may create a SQLite file that does not exist yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CreateMode {
-    /// Create the file (the relay, and `enqueue`).
+    /// Create the file, or the PostgreSQL schema and tables, and bring them up to date
+    /// (the relay, `migrate`, and `enqueue`).
     #[default]
     CreateIfMissing,
-    /// Refuse a missing file: an admin command with a mistyped path should say so, not
-    /// report on a new empty outbox.
+    /// Write no DDL: refuse a missing SQLite file, and a PostgreSQL schema that is missing
+    /// or not at the latest version. An admin command with a mistyped path or schema should
+    /// say so, not report on a new empty outbox; a relay whose role has no DDL rights runs
+    /// with this after an explicit `outbox-relay migrate`.
     MustExist,
 }
 
@@ -224,6 +227,17 @@ pub enum OpenError {
         /// `host:port` or the file.
         address: String,
         /// What the driver said.
+        reason: String,
+    },
+    /// The PostgreSQL schema holds no outbox, or an older version of it, and
+    /// [`CreateMode::MustExist`] forbids migrating.
+    #[error(
+        "{location}: {reason}; run `outbox-relay migrate` (as a role allowed to create tables)"
+    )]
+    NotMigrated {
+        /// The database address, schema and table prefix.
+        location: String,
+        /// What was found.
         reason: String,
     },
     /// This build has no store for the URL's database.
@@ -316,6 +330,15 @@ async fn open_postgres(
         use sqlx::Connection;
 
         let mut config = PostgresConfig::default();
+        let location = format!(
+            "PostgreSQL at {}, schema {:?}, table prefix {:?}",
+            url.address(),
+            options.schema.as_deref().unwrap_or(&config.schema),
+            options
+                .table_prefix
+                .as_deref()
+                .unwrap_or(&config.table_prefix),
+        );
         if let Some(schema) = &options.schema {
             config = config.with_schema(schema);
         }
@@ -353,7 +376,22 @@ async fn open_postgres(
         let store = PostgresOutboxStore::new(pool, config)
             .await
             .map_err(|error| unreachable(error.to_string()))?;
-        store.migrate().await?;
+        match options.create {
+            CreateMode::CreateIfMissing => store.migrate().await?,
+            CreateMode::MustExist => {
+                let latest = PostgresOutboxStore::latest_schema_version();
+                let reason = match store.schema_version().await? {
+                    Some(version) if version >= latest => None,
+                    Some(version) => Some(format!(
+                        "the outbox is at schema version {version}, this build needs {latest}"
+                    )),
+                    None => Some("no outbox here".to_owned()),
+                };
+                if let Some(reason) = reason {
+                    return Err(OpenError::NotMigrated { location, reason });
+                }
+            }
+        }
         Ok(Arc::new(store))
     }
     #[cfg(not(feature = "postgres"))]

@@ -39,7 +39,7 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     // Reaching the database can take up to connect_timeout; a signal meanwhile stops the
     // relay at once (nothing is claimed yet, so there is nothing to hand back).
     let store = tokio::select! {
-        store = setup.open(CreateMode::CreateIfMissing) => store?,
+        store = setup.open(if args.no_migrate { CreateMode::MustExist } else { CreateMode::CreateIfMissing }) => store?,
         signal = signals.next() => {
             tracing::info!(signal, "stopped during start-up, before the database was reached");
             return Ok(());

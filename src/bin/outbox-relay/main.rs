@@ -8,6 +8,7 @@
 //! outbox-relay dead-letters list
 //! outbox-relay dead-letters requeue 0190a1b2-…
 //! outbox-relay purge --older-than 7d
+//! outbox-relay migrate                   # create or upgrade the schema, nothing else
 //! ```
 //!
 //! Exit codes: 0 done; 1 the command failed (for `run`: also a shutdown that could not
@@ -83,6 +84,9 @@ enum AdminCommand {
     DeadLetters(DeadLettersCommand),
     /// Delete delivered and dead-lettered messages older than an age.
     Purge(PurgeArgs),
+    /// Create or upgrade the outbox schema, then exit. The other admin commands never
+    /// write DDL; `run` migrates unless given --no-migrate.
+    Migrate,
 }
 
 #[derive(Debug, Args)]
@@ -93,6 +97,10 @@ struct RunArgs {
     /// Log line format on stderr. The filter is RUST_LOG (default `info`).
     #[arg(long, env = "OUTBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Compact)]
     log_format: LogFormat,
+    /// Write no DDL: require the outbox schema to exist at the latest version (run
+    /// `outbox-relay migrate` first). For database roles without DDL rights.
+    #[arg(long)]
+    no_migrate: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -175,6 +175,36 @@ CREATE INDEX IF NOT EXISTS "{p}_finished_idx" ON {t} (updated_at)
 ///
 /// DDL runs only when something is missing, so a process whose role may not create
 /// anything can still call this against an already migrated database.
+/// The newest schema version this build knows.
+pub(crate) fn latest_version() -> i32 {
+    MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// The schema version applied in the database, read without writing anything: `None`
+/// when the schema or its migrations table does not exist.
+pub(crate) async fn applied_version(
+    pool: &PgPool,
+    names: &Names,
+) -> Result<Option<i32>, StoreError> {
+    let op = "schema_version";
+    let has_migrations: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(&names.migrations)
+        .fetch_one(pool)
+        .await
+        .map_err(|e| db_error(op, e))?;
+    if !has_migrations {
+        return Ok(None);
+    }
+    let version: Option<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT max(version) FROM {}",
+        names.migrations
+    )))
+    .fetch_one(pool)
+    .await
+    .map_err(|e| db_error(op, e))?;
+    Ok(Some(version.unwrap_or(0)))
+}
+
 pub(crate) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
     let op = "migrate";
     let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
