@@ -24,6 +24,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::slow_log::{SlowCallLog, DEFAULT_SLOW_CALL_THRESHOLD};
 use crate::store::{OutboxStore, StoreError};
 
 mod redact;
@@ -248,15 +249,21 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
-/// Opens the store `url` names, with its schema brought up to date.
+/// Opens the store `url` names, with its schema brought up to date (or, with
+/// [`CreateMode::MustExist`], checked to be). The store logs a call slower than
+/// [`DEFAULT_SLOW_CALL_THRESHOLD`] by its name and duration ([`SlowCallLog`]).
 pub async fn open_store(
     url: &DatabaseUrl,
     options: &StoreOptions,
 ) -> Result<Arc<dyn OutboxStore>, OpenError> {
-    match url {
-        DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await,
-        DatabaseUrl::Postgres { url: raw } => open_postgres(url, raw, options).await,
-    }
+    let store = match url {
+        DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await?,
+        DatabaseUrl::Postgres { url: raw } => open_postgres(url, raw, options).await?,
+    };
+    Ok(Arc::new(SlowCallLog::new(
+        store,
+        DEFAULT_SLOW_CALL_THRESHOLD,
+    )))
 }
 
 async fn open_sqlite(
@@ -327,7 +334,7 @@ async fn open_postgres(
     {
         use crate::store::postgres::{PostgresConfig, PostgresOutboxStore};
         use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
-        use sqlx::Connection;
+        use sqlx::{ConnectOptions, Connection};
 
         let mut config = PostgresConfig::default();
         let location = format!(
@@ -354,8 +361,11 @@ async fn open_postgres(
             address: url.address(),
             reason,
         };
-        let connect =
-            PgConnectOptions::from_str(raw).map_err(|error| unreachable(error.to_string()))?;
+        // sqlx's slow-statement warning prints the whole statement (5 KB for a claim):
+        // off, and the store is wrapped in `SlowCallLog` (name and duration) below.
+        let connect = PgConnectOptions::from_str(raw)
+            .map_err(|error| unreachable(error.to_string()))?
+            .disable_statement_logging();
         // One plain connection first, so a refused or unknown address fails at once with
         // the driver's own words: a pool retries a refused connection until its acquire
         // timeout and then says only "pool timed out".

@@ -63,6 +63,7 @@ use crate::message::{
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod slow_log;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Row, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, ConnectOptions, Row, Sqlite, Transaction};
 use tokio::sync::{broadcast, Mutex, MutexGuard};
 use uuid::Uuid;
 
@@ -141,7 +141,10 @@ impl SqliteStoreBuilder {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(self.busy_timeout)
             // No foreign keys in this schema; skip the per-statement checks.
-            .foreign_keys(false);
+            .foreign_keys(false)
+            // sqlx's slow-statement warning prints the whole statement: wrap the store in
+            // `SlowCallLog` for a line with the operation's name and duration instead.
+            .disable_statement_logging();
         // One connection: writes are serialised anyway (see the module docs), and one
         // connection keeps its prepared statements warm.
         let writer = SqlitePoolOptions::new()

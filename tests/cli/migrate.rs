@@ -34,9 +34,8 @@ fn read_only_commands_write_no_ddl_and_migrate_does() {
         &test_config(&postgres_url(), &extra, free_port()),
     );
     let cfg = ["--config", "relay.toml"];
-    let with = |args: &[&'static str]| -> Vec<&'static str> {
-        cfg.iter().chain(args).copied().collect()
-    };
+    let with =
+        |args: &[&'static str]| -> Vec<&'static str> { cfg.iter().chain(args).copied().collect() };
 
     for args in [
         &["status"][..],
@@ -49,10 +48,7 @@ fn read_only_commands_write_no_ddl_and_migrate_does() {
             stderr.contains("outbox-relay migrate") && stderr.contains(&schema.name),
             "{args:?}: {stderr}"
         );
-        assert!(
-            !schema_exists(&schema.name),
-            "{args:?} created the schema"
-        );
+        assert!(!schema_exists(&schema.name), "{args:?} created the schema");
     }
 
     let out = sandbox.ok(&with(&["migrate"]));
