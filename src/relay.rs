@@ -148,6 +148,9 @@ pub enum RelayEvent {
         op: StoreOp,
         /// The error.
         error: String,
+        /// The store refuses for good ([`StoreError::is_permanent`](crate::StoreError::is_permanent)):
+        /// permissions, a read-only database, a missing schema. Retrying cannot help.
+        permanent: bool,
     },
     /// The lane found nothing to claim and sleeps until the store's next due time, a
     /// wake-up, or its poll ceiling.

@@ -10,6 +10,8 @@
 
 #[path = "cli/migrate.rs"]
 mod migrate;
+#[path = "cli/refusal.rs"]
+mod refusal;
 #[path = "cli/secrets.rs"]
 mod secrets;
 #[path = "cli/startup.rs"]
@@ -197,6 +199,24 @@ impl Daemon {
             assert!(
                 Instant::now() < deadline,
                 "no {text:?} in the log:\n{}",
+                self.stderr()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the relay to exit by itself.
+    fn wait_for_exit(mut self) -> (ExitStatus, String) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the relay") {
+                // The stderr reader ends with the pipe; give it the last bytes.
+                thread::sleep(Duration::from_millis(50));
+                return (status, self.stderr());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the relay did not exit by itself:\n{}",
                 self.stderr()
             );
             thread::sleep(Duration::from_millis(20));

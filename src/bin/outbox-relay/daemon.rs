@@ -69,7 +69,22 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         "relay running; SIGINT or SIGTERM stops it"
     );
 
-    let signal = signals.next().await;
+    let refused = tokio::spawn(watch_for_refusal(relay.subscribe()));
+    let cause = tokio::select! {
+        signal = signals.next() => Stop::Signal(signal),
+        refusal = refused => match refusal {
+            Ok(refusal) => Stop::Refused(refusal),
+            // The watcher only ends with a refusal, or with the relay; either way, stop.
+            Err(_) => Stop::Refused("the store-error watcher ended".to_owned()),
+        },
+    };
+    let signal = match &cause {
+        Stop::Signal(signal) => *signal,
+        Stop::Refused(refusal) => {
+            tracing::error!(%refusal, "the store refuses this relay for good; stopping");
+            "store refusal"
+        }
+    };
     let timeout = setup.config.shutdown_timeout();
     tracing::info!(
         signal,
@@ -88,10 +103,60 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     }
     .map_err(|error| Failure::failed(format!("shutdown failed: {error}")))?;
     log_report(&report);
+    if let Stop::Refused(refusal) = cause {
+        return Err(Failure::failed(refusal));
+    }
     if report.is_clean() {
         Ok(())
     } else {
         Err(Failure::failed(unclean_shutdown(&report)))
+    }
+}
+
+/// Why the daemon stops.
+enum Stop {
+    /// SIGINT or SIGTERM.
+    Signal(&'static str),
+    /// A lane's store refused it for good, this many times in a row; the cause.
+    Refused(String),
+}
+
+/// How many permanent store errors in a row a lane may see before the daemon gives up: a
+/// read-only database or a role without rights does not heal by itself, and backing off
+/// forever would hide it.
+const PERMANENT_STORE_ERROR_LIMIT: u32 = 5;
+
+/// Waits until some lane has seen [`PERMANENT_STORE_ERROR_LIMIT`] permanent store errors
+/// with no successful store call between them; returns the cause. Never returns while
+/// the store answers.
+async fn watch_for_refusal(mut events: tokio::sync::broadcast::Receiver<RelayEvent>) -> String {
+    let mut in_a_row: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    loop {
+        let event = match events.recv().await {
+            Ok(event) => event,
+            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => std::future::pending().await,
+        };
+        match event {
+            RelayEvent::StoreError {
+                lane,
+                op,
+                error,
+                permanent: true,
+            } => {
+                let count = in_a_row.entry(lane.to_string()).or_default();
+                *count += 1;
+                if *count >= PERMANENT_STORE_ERROR_LIMIT {
+                    return format!("lane {lane}: gave up after {count} attempts: {op}: {error}");
+                }
+            }
+            RelayEvent::Claimed { lane, .. }
+            | RelayEvent::Idle { lane, .. }
+            | RelayEvent::Delivered { lane, .. } => {
+                in_a_row.remove(&lane.to_string());
+            }
+            _ => {}
+        }
     }
 }
 
