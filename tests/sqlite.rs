@@ -5,6 +5,8 @@
 
 #[path = "sqlite/differential.rs"]
 mod differential;
+#[path = "sqlite/full_disk.rs"]
+mod full_disk;
 
 use std::collections::HashSet;
 use std::path::Path;

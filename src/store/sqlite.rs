@@ -278,11 +278,21 @@ impl SqliteOutboxStore {
         op: &'static str,
     ) -> Result<(MutexGuard<'_, ()>, Transaction<'static, Sqlite>), StoreError> {
         let turn = self.write_turn.lock().await;
-        let tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db(op))?;
+        let tx = match self.writer.begin_with("BEGIN IMMEDIATE").await {
+            Err(sqlx::Error::InvalidSavePointStatement) => {
+                // A COMMIT that failed on a full disk ends SQLite's transaction but leaves
+                // sqlx's transaction depth on the connection at one: every later BEGIN
+                // fails, even once space returns. That connection cannot be repaired from
+                // here; close it and begin on a fresh one.
+                let mut stale = self.writer.acquire().await.map_err(db(op))?;
+                stale.close_on_drop();
+                drop(stale);
+                tracing::warn!(path = %self.path.display(), "replaced the SQLite write connection after a failed transaction");
+                self.writer.begin_with("BEGIN IMMEDIATE").await
+            }
+            begun => begun,
+        }
+        .map_err(db(op))?;
         Ok((turn, tx))
     }
 
