@@ -182,6 +182,12 @@ impl OutboxMessageDraft {
         for (name, value) in &self.headers {
             validate_header(name, value)?;
         }
+        if let Some(at) = nul_in(&self.payload, &mut String::from("$")) {
+            return Err(ValidationError::new(
+                "payload",
+                format!("contains a NUL character (\\u0000) at {at}, which PostgreSQL cannot store; no store accepts it"),
+            ));
+        }
         let size = serde_json::to_vec(&self.payload)
             .map_err(|error| ValidationError::new("payload", error.to_string()))?
             .len();
@@ -219,6 +225,33 @@ impl OutboxMessageDraft {
             && self.ordering_key == message.ordering_key
             && self.dedupe_key == message.dedupe_key
             && self.max_attempts == message.max_attempts
+    }
+}
+
+/// Where in `value` a string or an object key holds a NUL (`$.a[2]`), if anywhere: every
+/// store must refuse what one of them (PostgreSQL's `jsonb`) cannot keep.
+fn nul_in(value: &serde_json::Value, path: &mut String) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(text) if text.contains('\0') => Some(path.clone()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+            let len = path.len();
+            path.push_str(&format!("[{i}]"));
+            let found = nul_in(item, path);
+            path.truncate(len);
+            found
+        }),
+        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+            if key.contains('\0') {
+                return Some(format!("{path} (a key)"));
+            }
+            let len = path.len();
+            path.push_str(&format!(".{key}"));
+            let found = nul_in(item, path);
+            path.truncate(len);
+            found
+        }),
+        _ => None,
     }
 }
 
@@ -501,6 +534,23 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.field, "headers");
         assert!(err.reason.contains("over the limit of 60 bytes"), "{err}");
+    }
+
+    #[test]
+    fn a_nul_anywhere_in_the_payload_is_named() {
+        let limits = DraftLimits::default();
+        for (payload, at) in [
+            (json!("a\u{0}b"), "$"),
+            (json!({"a": [1, "x\u{0}"]}), "$.a[1]"),
+            (json!({"a\u{0}": 1}), "$ (a key)"),
+        ] {
+            let err = OutboxMessageDraft::new("l", "t", payload.clone())
+                .unwrap()
+                .validate(&limits)
+                .unwrap_err();
+            assert_eq!(err.field, "payload", "{payload}");
+            assert!(err.reason.contains(&format!("at {at}")), "{payload}: {err}");
+        }
     }
 
     #[test]

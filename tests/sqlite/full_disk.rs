@@ -42,7 +42,10 @@ impl Drop for Tmpfs {
     fn drop(&mut self) {
         // Lazy: the store's connections close in the background and may still hold the
         // file; the mount goes away as soon as they let go.
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
