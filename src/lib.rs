@@ -9,7 +9,8 @@
 //! - [`message`]: the draft a service writes, the stored message, its status, validation.
 //! - [`store`]: the `OutboxStore` contract and the state machine of a row;
 //!   [`store::memory`], `store::sqlite` (feature `sqlite`, the embedded default) and
-//!   `store::postgres` (feature `postgres`) implement it.
+//!   `store::postgres` (feature `postgres`) implement it; [`store::slow_log`] wraps any
+//!   of them to log a slow call by its name and duration.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
 //! - [`sinks`]: ready-made handlers (`LogSink`) and `SinkConfig`, a lane's `sink` table.
@@ -22,9 +23,10 @@
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
-//!   opens the store a URL names.
+//!   opens the store a URL names; `database/redact.rs` keeps passwords out of every
+//!   printed URL.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`) and the admin
-//!   commands (`status`, `enqueue`, `dead-letters`, `purge`).
+//!   commands (`status`, `enqueue`, `dead-letters`, `purge`, `migrate`).
 #![deny(
     missing_docs,
     missing_debug_implementations,
