@@ -18,6 +18,8 @@ mod secrets;
 mod startup;
 #[path = "support/stderr.rs"]
 mod stderr;
+#[path = "cli/unclean_shutdown.rs"]
+mod unclean_shutdown;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

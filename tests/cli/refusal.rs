@@ -4,7 +4,7 @@
 use crate::{free_port, postgres_url, test_config, Sandbox, Schema};
 
 /// Runs SQL as the test's superuser.
-fn sql(statements: &[String]) {
+pub(crate) fn sql(statements: &[String]) {
     let url = postgres_url();
     let statements = statements.to_vec();
     tokio::runtime::Runtime::new()
@@ -22,12 +22,12 @@ fn sql(statements: &[String]) {
         .expect("PostgreSQL runs the test's SQL");
 }
 
-/// A login role that may read the outbox but not change it, dropped when the test ends.
-struct ReadOnlyRole {
-    name: String,
+/// A login role of the test's own, dropped (with its grants) when the test ends.
+pub(crate) struct TestRole {
+    pub(crate) name: String,
 }
 
-impl Drop for ReadOnlyRole {
+impl Drop for TestRole {
     fn drop(&mut self) {
         let name = &self.name;
         sql(&[
@@ -56,7 +56,8 @@ fn a_role_without_rights_makes_the_relay_exit_1_naming_the_cause() {
         &["--payload", "1"],
     );
 
-    let role = ReadOnlyRole {
+    // May read the outbox, not change it.
+    let role = TestRole {
         name: format!("reader_{}", uuid::Uuid::new_v4().simple()),
     };
     sql(&[
