@@ -26,6 +26,16 @@ pub const DEFAULT_DELIVERY_TIMEOUT: Duration = Duration::from_secs(20);
 pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(5);
 /// How often a lane samples the store's stats into the backlog gauges.
 pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(15);
+/// The most deliveries a lane may keep in flight: each is a handler actor, and a claim
+/// holds that many rows. A typo like `1000000` would otherwise run out of memory.
+pub const MAX_CONCURRENCY: usize = 1_000;
+/// The most messages one claim statement may take.
+pub const MAX_BATCH_SIZE: usize = 1_000;
+/// The most messages a lane may claim ahead of its free handlers (for `LaneConfig`'s
+/// prefetch).
+pub const MAX_PREFETCH: usize = 1_000;
+/// The longest consumer id, in bytes: it is stored with every claim and shown to operators.
+pub const MAX_CONSUMER_ID_LEN: usize = 128;
 /// The first wait after a store error; doubles up to [`DEFAULT_STORE_BACKOFF_MAX`].
 pub const DEFAULT_STORE_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait after repeated store errors.
@@ -185,9 +195,8 @@ impl LaneConfig {
         validate_name("lane", &self.lane).map_err(|e| ConfigError::new(field("lane"), e.reason))?;
         validate_name("target", &self.target)
             .map_err(|e| ConfigError::new(field("target"), e.reason))?;
-        if self.consumer_id.trim().is_empty() {
-            return Err(ConfigError::new(field("consumer_id"), "is required"));
-        }
+        validate_consumer_id(&self.consumer_id)
+            .map_err(|reason| ConfigError::new(field("consumer_id"), reason))?;
         let positive = [
             ("concurrency", self.concurrency == 0),
             ("batch_size", self.batch_size == 0),
@@ -198,6 +207,16 @@ impl LaneConfig {
         ];
         if let Some((name, _)) = positive.iter().find(|(_, zero)| *zero) {
             return Err(ConfigError::new(field(name), "must be greater than zero"));
+        }
+        let bounded = [
+            ("concurrency", self.concurrency, MAX_CONCURRENCY),
+            ("batch_size", self.batch_size, MAX_BATCH_SIZE),
+        ];
+        if let Some((name, value, max)) = bounded.iter().find(|(_, value, max)| value > max) {
+            return Err(ConfigError::new(
+                field(name),
+                format!("is {value}, over the limit of {max}"),
+            ));
         }
         if self.retry.max < self.retry.base {
             return Err(ConfigError::new(
@@ -218,6 +237,24 @@ impl LaneConfig {
         }
         Ok(())
     }
+}
+
+/// A consumer id is shown to operators and stored with every claim: printable, on one
+/// line, at most [`MAX_CONSUMER_ID_LEN`] bytes.
+pub(crate) fn validate_consumer_id(id: &str) -> Result<(), String> {
+    if id.trim().is_empty() {
+        return Err("is required".to_owned());
+    }
+    if id.len() > MAX_CONSUMER_ID_LEN {
+        return Err(format!(
+            "is {} bytes, over the limit of {MAX_CONSUMER_ID_LEN}",
+            id.len()
+        ));
+    }
+    if let Some(bad) = id.chars().find(|c| c.is_control()) {
+        return Err(format!("contains the control character {bad:?}"));
+    }
+    Ok(())
 }
 
 /// `<host>-<pid>`: who holds a claim, readable by an operator.
@@ -281,5 +318,44 @@ impl SupervisorConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(lane: LaneConfig) -> ConfigError {
+        lane.validate().expect_err("the config is refused")
+    }
+
+    #[test]
+    fn concurrency_and_batch_size_have_upper_bounds() {
+        let lane = || LaneConfig::new("orders", "billing");
+        assert!(lane().concurrency(MAX_CONCURRENCY).validate().is_ok());
+        assert!(lane().batch_size(MAX_BATCH_SIZE).validate().is_ok());
+        let error = refused(lane().concurrency(1_000_000));
+        assert_eq!(error.field, "lanes[orders/billing].concurrency");
+        assert!(
+            error.reason.contains("1000000") && error.reason.contains("limit of 1000"),
+            "{error}"
+        );
+        let error = refused(lane().batch_size(MAX_BATCH_SIZE + 1));
+        assert_eq!(error.field, "lanes[orders/billing].batch_size");
+    }
+
+    #[test]
+    fn consumer_ids_are_bounded_and_on_one_line() {
+        let lane = || LaneConfig::new("orders", "billing");
+        assert!(lane().consumer_id("relay-7.prod:1234").validate().is_ok());
+        for (id, reason) in [
+            ("x".repeat(MAX_CONSUMER_ID_LEN + 1), "over the limit"),
+            ("relay\nforged log line".to_owned(), "control character"),
+            ("   ".to_owned(), "is required"),
+        ] {
+            let error = refused(lane().consumer_id(id.clone()));
+            assert_eq!(error.field, "lanes[orders/billing].consumer_id", "{id:?}");
+            assert!(error.reason.contains(reason), "{id:?}: {error}");
+        }
     }
 }

@@ -24,7 +24,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::slow_log::{SlowCallLog, DEFAULT_SLOW_CALL_THRESHOLD};
 use crate::store::{OutboxStore, StoreError};
+
+mod redact;
+
+use redact::redact;
 
 /// How long [`open_store`] tries to reach the database unless told otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,7 +95,7 @@ impl FromStr for DatabaseUrl {
                 path: PathBuf::from(path),
             });
         }
-        let Some((scheme, rest)) = url.split_once("://") else {
+        let Some((scheme, _)) = url.split_once("://") else {
             return Err(DatabaseUrlError::new(
                 url,
                 "expected sqlite:PATH, sqlite://PATH or postgres://HOST/DATABASE",
@@ -102,8 +107,15 @@ impl FromStr for DatabaseUrl {
                 format!("unsupported scheme {scheme:?}: expected sqlite or postgres"),
             ));
         }
-        if authority(rest).is_empty() && !rest.contains("host=") {
-            return Err(DatabaseUrlError::new(url, "the host is missing"));
+        match redact::names_a_host(url) {
+            Some(true) => {}
+            Some(false) => return Err(DatabaseUrlError::new(url, "the host is missing")),
+            None => {
+                return Err(DatabaseUrlError::new(
+                    url,
+                    "not a valid URL (percent-encode `/`, `?`, `@` and `:` in the password, e.g. `/` as %2F)",
+                ))
+            }
         }
         #[cfg(feature = "postgres")]
         {
@@ -121,21 +133,8 @@ impl DatabaseUrl {
     pub fn address(&self) -> String {
         match self {
             DatabaseUrl::Sqlite { path } => path.display().to_string(),
-            DatabaseUrl::Postgres { url } => {
-                let rest = url.split_once("://").map_or("", |(_, rest)| rest);
-                let host = authority(rest);
-                let host = host.rsplit_once('@').map_or(host, |(_, host)| host);
-                // A port is whatever follows the last ':' outside an IPv6 literal's brackets.
-                let has_port = host
-                    .rsplit_once(']')
-                    .map_or(host, |(_, after)| after)
-                    .contains(':');
-                if has_port {
-                    host.to_owned()
-                } else {
-                    format!("{host}:{POSTGRES_DEFAULT_PORT}")
-                }
-            }
+            DatabaseUrl::Postgres { url } => redact::host_and_port(url, POSTGRES_DEFAULT_PORT)
+                .unwrap_or_else(|| "(an address the URL does not make clear)".to_owned()),
         }
     }
 
@@ -164,35 +163,17 @@ impl fmt::Debug for DatabaseUrl {
     }
 }
 
-/// The `user:password@host:port` part of what follows `scheme://`.
-fn authority(rest: &str) -> &str {
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    &rest[..end]
-}
-
-/// `url` with the password of its user info, if any, replaced by `***`.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let host_part = authority(rest);
-    let Some((user_info, _)) = host_part.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let Some((user, _password)) = user_info.split_once(':') else {
-        return url.to_owned();
-    };
-    format!("{scheme}://{user}:***@{}", &rest[user_info.len() + 1..])
-}
-
 /// Whether [`open_store`] may create a SQLite file that does not exist yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CreateMode {
-    /// Create the file (the relay, and `enqueue`).
+    /// Create the file, or the PostgreSQL schema and tables, and bring them up to date
+    /// (the relay, `migrate`, and `enqueue`).
     #[default]
     CreateIfMissing,
-    /// Refuse a missing file: an admin command with a mistyped path should say so, not
-    /// report on a new empty outbox.
+    /// Write no DDL: refuse a missing SQLite file, and a PostgreSQL schema that is missing
+    /// or not at the latest version. An admin command with a mistyped path or schema should
+    /// say so, not report on a new empty outbox; a relay whose role has no DDL rights runs
+    /// with this after an explicit `outbox-relay migrate`.
     MustExist,
 }
 
@@ -249,6 +230,17 @@ pub enum OpenError {
         /// What the driver said.
         reason: String,
     },
+    /// The PostgreSQL schema holds no outbox, or an older version of it, and
+    /// [`CreateMode::MustExist`] forbids migrating.
+    #[error(
+        "{location}: {reason}; run `outbox-relay migrate` (as a role allowed to create tables)"
+    )]
+    NotMigrated {
+        /// The database address, schema and table prefix.
+        location: String,
+        /// What was found.
+        reason: String,
+    },
     /// This build has no store for the URL's database.
     #[error("this build of outbox-relay has no {0} support (enable the crate feature {0:?})")]
     Unsupported(&'static str),
@@ -257,15 +249,21 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
-/// Opens the store `url` names, with its schema brought up to date.
+/// Opens the store `url` names, with its schema brought up to date (or, with
+/// [`CreateMode::MustExist`], checked to be). The store logs a call slower than
+/// [`DEFAULT_SLOW_CALL_THRESHOLD`] by its name and duration ([`SlowCallLog`]).
 pub async fn open_store(
     url: &DatabaseUrl,
     options: &StoreOptions,
 ) -> Result<Arc<dyn OutboxStore>, OpenError> {
-    match url {
-        DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await,
-        DatabaseUrl::Postgres { url: raw } => open_postgres(url, raw, options).await,
-    }
+    let store = match url {
+        DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await?,
+        DatabaseUrl::Postgres { url: raw } => open_postgres(url, raw, options).await?,
+    };
+    Ok(Arc::new(SlowCallLog::new(
+        store,
+        DEFAULT_SLOW_CALL_THRESHOLD,
+    )))
 }
 
 async fn open_sqlite(
@@ -336,9 +334,18 @@ async fn open_postgres(
     {
         use crate::store::postgres::{PostgresConfig, PostgresOutboxStore};
         use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
-        use sqlx::Connection;
+        use sqlx::{ConnectOptions, Connection};
 
         let mut config = PostgresConfig::default();
+        let location = format!(
+            "PostgreSQL at {}, schema {:?}, table prefix {:?}",
+            url.address(),
+            options.schema.as_deref().unwrap_or(&config.schema),
+            options
+                .table_prefix
+                .as_deref()
+                .unwrap_or(&config.table_prefix),
+        );
         if let Some(schema) = &options.schema {
             config = config.with_schema(schema);
         }
@@ -354,8 +361,11 @@ async fn open_postgres(
             address: url.address(),
             reason,
         };
-        let connect =
-            PgConnectOptions::from_str(raw).map_err(|error| unreachable(error.to_string()))?;
+        // sqlx's slow-statement warning prints the whole statement (5 KB for a claim):
+        // off, and the store is wrapped in `SlowCallLog` (name and duration) below.
+        let connect = PgConnectOptions::from_str(raw)
+            .map_err(|error| unreachable(error.to_string()))?
+            .disable_statement_logging();
         // One plain connection first, so a refused or unknown address fails at once with
         // the driver's own words: a pool retries a refused connection until its acquire
         // timeout and then says only "pool timed out".
@@ -377,7 +387,22 @@ async fn open_postgres(
         let store = PostgresOutboxStore::new(pool, config)
             .await
             .map_err(|error| unreachable(error.to_string()))?;
-        store.migrate().await?;
+        match options.create {
+            CreateMode::CreateIfMissing => store.migrate().await?,
+            CreateMode::MustExist => {
+                let latest = PostgresOutboxStore::latest_schema_version();
+                let reason = match store.schema_version().await? {
+                    Some(version) if version >= latest => None,
+                    Some(version) => Some(format!(
+                        "the outbox is at schema version {version}, this build needs {latest}"
+                    )),
+                    None => Some("no outbox here".to_owned()),
+                };
+                if let Some(reason) = reason {
+                    return Err(OpenError::NotMigrated { location, reason });
+                }
+            }
+        }
         Ok(Arc::new(store))
     }
     #[cfg(not(feature = "postgres"))]

@@ -10,7 +10,8 @@
 //! - [`store`]: the `OutboxStore` contract and the state machine of a row;
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
-//!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement it.
+//!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
+//!   it; [`store::slow_log`] wraps any of them to log a slow call by its name and duration.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
 //! - [`sinks`]: ready-made handlers (`LogSink`) and `SinkConfig`, a lane's `sink` table.
@@ -23,9 +24,10 @@
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
-//!   opens the store a URL names.
+//!   opens the store a URL names; `database/redact.rs` keeps passwords out of every
+//!   printed URL.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`) and the admin
-//!   commands (`status`, `enqueue`, `dead-letters`, `purge`).
+//!   commands (`status`, `enqueue`, `dead-letters`, `purge`, `migrate`).
 #![deny(
     missing_docs,
     missing_debug_implementations,

@@ -22,6 +22,10 @@ pub const MAX_NAME_LEN: usize = 64;
 pub const MAX_KEY_LEN: usize = 256;
 /// The longest header name.
 pub const MAX_HEADER_NAME_LEN: usize = 128;
+/// The longest header value, in bytes (headers also count toward the message size limit).
+pub const MAX_HEADER_VALUE_LEN: usize = 8 * 1024;
+/// The most headers a message may carry.
+pub const MAX_HEADERS: usize = 64;
 
 /// A draft failed validation. `field` names what is wrong; nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,7 +50,8 @@ impl ValidationError {
 /// Limits a store applies to every draft it is asked to enqueue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DraftLimits {
-    /// The largest payload, in bytes of serialised JSON.
+    /// The largest message, in bytes: the serialised JSON payload plus every header's name
+    /// and value.
     pub max_payload_bytes: usize,
 }
 
@@ -165,8 +170,23 @@ impl OutboxMessageDraft {
         if i64::try_from(self.delay.as_millis()).is_err() {
             return Err(ValidationError::new("delay", "is too large"));
         }
+        if self.headers.len() > MAX_HEADERS {
+            return Err(ValidationError::new(
+                "headers",
+                format!(
+                    "are {}, over the limit of {MAX_HEADERS}",
+                    self.headers.len()
+                ),
+            ));
+        }
         for (name, value) in &self.headers {
             validate_header(name, value)?;
+        }
+        if let Some(at) = nul_in(&self.payload, &mut String::from("$")) {
+            return Err(ValidationError::new(
+                "payload",
+                format!("contains a NUL character (\\u0000) at {at}, which PostgreSQL cannot store; no store accepts it"),
+            ));
         }
         let size = serde_json::to_vec(&self.payload)
             .map_err(|error| ValidationError::new("payload", error.to_string()))?
@@ -176,6 +196,18 @@ impl OutboxMessageDraft {
                 "payload",
                 format!(
                     "is {size} bytes, over the limit of {} bytes",
+                    limits.max_payload_bytes
+                ),
+            ));
+        }
+        // Headers travel and are stored with the payload: they count toward the same limit.
+        let header_bytes: usize = self.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+        if size + header_bytes > limits.max_payload_bytes {
+            return Err(ValidationError::new(
+                "headers",
+                format!(
+                    "make the message {} bytes (payload {size}, headers {header_bytes}), over the limit of {} bytes",
+                    size + header_bytes,
                     limits.max_payload_bytes
                 ),
             ));
@@ -193,6 +225,33 @@ impl OutboxMessageDraft {
             && self.ordering_key == message.ordering_key
             && self.dedupe_key == message.dedupe_key
             && self.max_attempts == message.max_attempts
+    }
+}
+
+/// Where in `value` a string or an object key holds a NUL (`$.a[2]`), if anywhere: every
+/// store must refuse what one of them (PostgreSQL's `jsonb`) cannot keep.
+fn nul_in(value: &serde_json::Value, path: &mut String) -> Option<String> {
+    use serde_json::Value;
+    match value {
+        Value::String(text) if text.contains('\0') => Some(path.clone()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
+            let len = path.len();
+            path.push_str(&format!("[{i}]"));
+            let found = nul_in(item, path);
+            path.truncate(len);
+            found
+        }),
+        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
+            if key.contains('\0') {
+                return Some(format!("{path} (a key)"));
+            }
+            let len = path.len();
+            path.push_str(&format!(".{key}"));
+            let found = nul_in(item, path);
+            path.truncate(len);
+            found
+        }),
+        _ => None,
     }
 }
 
@@ -232,6 +291,13 @@ fn validate_key(field: &str, value: &str) -> Result<(), ValidationError> {
             format!("is {} bytes, over the limit of {MAX_KEY_LEN}", value.len()),
         ));
     }
+    // Keys are printed in logs and status: a line break in one could forge a log line.
+    if let Some(bad) = value.chars().find(|c| c.is_control()) {
+        return Err(ValidationError::new(
+            field,
+            format!("contains the control character {bad:?}"),
+        ));
+    }
     Ok(())
 }
 
@@ -252,6 +318,15 @@ fn validate_header(name: &str, value: &str) -> Result<(), ValidationError> {
         return Err(ValidationError::new(
             field,
             format!("name contains {bad:?}, which a header name cannot hold"),
+        ));
+    }
+    if value.len() > MAX_HEADER_VALUE_LEN {
+        return Err(ValidationError::new(
+            field,
+            format!(
+                "value is {} bytes, over the limit of {MAX_HEADER_VALUE_LEN}",
+                value.len()
+            ),
         ));
     }
     if value.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
@@ -434,6 +509,66 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.field, "payload");
         assert!(err.to_string().contains("over the limit of 50 bytes"));
+    }
+
+    #[test]
+    fn headers_are_bounded_and_count_toward_the_size_limit() {
+        let limits = DraftLimits::default();
+        let long_value = draft().with_header("x-big", "v".repeat(MAX_HEADER_VALUE_LEN + 1));
+        let err = long_value.validate(&limits).unwrap_err();
+        assert_eq!(err.field, "headers.x-big", "{err}");
+        // A 2 MB message made of headers under the value limit each.
+        let mut many = draft();
+        for i in 0..MAX_HEADERS + 1 {
+            many = many.with_header(format!("x-{i}"), "v");
+        }
+        assert_eq!(many.validate(&limits).unwrap_err().field, "headers");
+        let mut heavy = OutboxMessageDraft::new("l", "t", json!("x".repeat(40))).unwrap();
+        for i in 0..4 {
+            heavy = heavy.with_header(format!("x-{i}"), "v".repeat(10));
+        }
+        let err = heavy
+            .validate(&DraftLimits {
+                max_payload_bytes: 60,
+            })
+            .unwrap_err();
+        assert_eq!(err.field, "headers");
+        assert!(err.reason.contains("over the limit of 60 bytes"), "{err}");
+    }
+
+    #[test]
+    fn a_nul_anywhere_in_the_payload_is_named() {
+        let limits = DraftLimits::default();
+        for (payload, at) in [
+            (json!("a\u{0}b"), "$"),
+            (json!({"a": [1, "x\u{0}"]}), "$.a[1]"),
+            (json!({"a\u{0}": 1}), "$ (a key)"),
+        ] {
+            let err = OutboxMessageDraft::new("l", "t", payload.clone())
+                .unwrap()
+                .validate(&limits)
+                .unwrap_err();
+            assert_eq!(err.field, "payload", "{payload}");
+            assert!(err.reason.contains(&format!("at {at}")), "{payload}: {err}");
+        }
+    }
+
+    #[test]
+    fn keys_hold_no_line_breaks() {
+        let limits = DraftLimits::default();
+        for key in ["a\r\nb", "a\nb", "a\u{0}b", "tab\there"] {
+            let err = draft()
+                .with_ordering_key(key)
+                .validate(&limits)
+                .unwrap_err();
+            assert_eq!(err.field, "ordering_key", "{key:?}");
+            let err = draft().with_dedupe_key(key).validate(&limits).unwrap_err();
+            assert_eq!(err.field, "dedupe_key", "{key:?}");
+        }
+        assert!(draft()
+            .with_ordering_key("customer:42/ü")
+            .validate(&limits)
+            .is_ok());
     }
 
     #[test]

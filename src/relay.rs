@@ -148,6 +148,9 @@ pub enum RelayEvent {
         op: StoreOp,
         /// The error.
         error: String,
+        /// The store refuses for good ([`StoreError::is_permanent`](crate::StoreError::is_permanent)):
+        /// permissions, a read-only database, a missing schema. Retrying cannot help.
+        permanent: bool,
     },
     /// The lane found nothing to claim and sleeps until the store's next due time, a
     /// wake-up, or its poll ceiling.
@@ -204,6 +207,25 @@ pub struct DrainReport {
     /// Claims handed back to the store unfinished (deliveries abandoned at the timeout):
     /// due at once for any relay, the attempt not counted.
     pub released: usize,
+    /// Finished deliveries whose ack or nack the store did not record by the deadline
+    /// (it was down or too slow). Their claims lapse with their leases and the messages are
+    /// delivered again.
+    pub unrecorded: usize,
+    /// Unfinished deliveries whose claims the store would not take back at the deadline.
+    /// They lapse with their leases and the messages are delivered again then.
+    pub unreleased: usize,
+    /// The lane did not finish draining by the deadline (a store call hung, or the lane
+    /// crashed while draining) and was stopped. What it still held lapses with its leases
+    /// and is delivered again; how much is unknown.
+    pub abandoned: bool,
+}
+
+impl DrainReport {
+    /// Whether every finished delivery was recorded and every unfinished claim handed back:
+    /// nothing of this lane will be delivered again because of the shutdown.
+    pub fn is_clean(&self) -> bool {
+        self.unrecorded == 0 && self.unreleased == 0 && !self.abandoned
+    }
 }
 
 /// What a graceful shutdown did, per lane.
@@ -222,6 +244,33 @@ impl ShutdownReport {
     /// Claims released during shutdown, over all lanes.
     pub fn released(&self) -> usize {
         self.lanes.values().map(|r| r.released).sum()
+    }
+
+    /// Finished deliveries whose acks or nacks were not recorded, over all lanes: those
+    /// messages will be delivered again.
+    pub fn unrecorded(&self) -> usize {
+        self.lanes.values().map(|r| r.unrecorded).sum()
+    }
+
+    /// Unfinished claims the store would not take back, over all lanes: those messages
+    /// will be delivered again when their leases lapse.
+    pub fn unreleased(&self) -> usize {
+        self.lanes.values().map(|r| r.unreleased).sum()
+    }
+
+    /// The lanes that did not finish draining by the deadline and were stopped.
+    pub fn abandoned(&self) -> impl Iterator<Item = &str> {
+        self.lanes
+            .iter()
+            .filter(|(_, r)| r.abandoned)
+            .map(|(lane, _)| lane.as_str())
+    }
+
+    /// Whether the shutdown recorded everything and handed every unfinished claim back (see
+    /// [`DrainReport::is_clean`]). A shutdown that is not clean lost no message, but some
+    /// will be delivered again.
+    pub fn is_clean(&self) -> bool {
+        self.lanes.values().all(DrainReport::is_clean)
     }
 }
 
@@ -449,6 +498,9 @@ impl fmt::Debug for RelayHandle {
 /// How long a command waits for the supervisor's answer.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a shutdown waits, after the report, for the supervisor actor to exit.
+const SHUTDOWN_JOIN_WAIT: Duration = Duration::from_secs(1);
+
 impl RelayHandle {
     /// Subscribes to the relay's events.
     pub fn subscribe(&self) -> broadcast::Receiver<RelayEvent> {
@@ -521,8 +573,11 @@ impl RelayHandle {
             .await
     }
 
-    /// Stops claiming everywhere, lets running deliveries finish within `timeout`, releases
-    /// the claims of those that did not, and stops every actor.
+    /// Stops claiming everywhere, lets running deliveries finish, releases the claims of
+    /// those that did not, and stops every actor, all within `timeout` whatever the store
+    /// does: a lane whose store calls hang is stopped at the deadline and reported
+    /// [`abandoned`](DrainReport::abandoned). Check [`ShutdownReport::is_clean`]: acks the
+    /// store did not record mean those messages will be delivered again.
     pub async fn shutdown(&self, timeout: Duration) -> Result<ShutdownReport, RelayError> {
         let report = self
             .ask("shutdown", timeout + COMMAND_TIMEOUT, |reply| {
@@ -535,8 +590,8 @@ impl RelayHandle {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .take();
         if let Some(join) = join {
-            // The supervisor stops itself right after answering.
-            let _ = tokio::time::timeout(COMMAND_TIMEOUT, join).await;
+            // The supervisor stops itself right after answering, its lanes already stopped.
+            let _ = tokio::time::timeout(SHUTDOWN_JOIN_WAIT, join).await;
         }
         Ok(report)
     }

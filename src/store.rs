@@ -90,6 +90,7 @@ use crate::message::{
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod slow_log;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -116,6 +117,10 @@ pub enum StoreError {
     /// out). Retryable: nothing was half written.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The database refuses this relay for good: no permission, a read-only database, a
+    /// missing schema or table. Not retryable: nothing changes until an operator acts.
+    #[error("store refused: {0} (permissions, a read-only database or a missing schema: retrying cannot help)")]
+    Denied(String),
     /// The database refused the operation for another reason.
     #[error("store error: {0}")]
     Database(String),
@@ -133,6 +138,12 @@ impl StoreError {
     /// Whether trying the same call again later may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
+    }
+
+    /// Whether the database refuses this call for good ([`StoreError::Denied`]): a relay
+    /// should give up after a few attempts and say why, not back off forever.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, StoreError::Denied(_))
     }
 }
 

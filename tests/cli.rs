@@ -8,8 +8,18 @@
 //! PostgreSQL: `OUTBOX_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`.
 //! An unreachable server fails the test; nothing is skipped.
 
+#[path = "cli/migrate.rs"]
+mod migrate;
+#[path = "cli/refusal.rs"]
+mod refusal;
+#[path = "cli/secrets.rs"]
+mod secrets;
+#[path = "cli/startup.rs"]
+mod startup;
 #[path = "support/stderr.rs"]
 mod stderr;
+#[path = "cli/unclean_shutdown.rs"]
+mod unclean_shutdown;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -191,6 +201,24 @@ impl Daemon {
             assert!(
                 Instant::now() < deadline,
                 "no {text:?} in the log:\n{}",
+                self.stderr()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the relay to exit by itself.
+    fn wait_for_exit(mut self) -> (ExitStatus, String) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the relay") {
+                // The stderr reader ends with the pipe; give it the last bytes.
+                thread::sleep(Duration::from_millis(50));
+                return (status, self.stderr());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the relay did not exit by itself:\n{}",
                 self.stderr()
             );
             thread::sleep(Duration::from_millis(20));

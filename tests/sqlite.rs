@@ -9,6 +9,8 @@ mod differential;
 mod migration;
 #[path = "sqlite/plans.rs"]
 mod plans;
+#[path = "sqlite/full_disk.rs"]
+mod full_disk;
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -45,6 +45,9 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
         return Err(fail("it is empty"));
     }
     let mut total_ms: u64 = 0;
+    // Each part's unit must be smaller than the one before: `1d1d` or `30m1h` is more
+    // likely a typo than a sum anyone meant.
+    let mut previous_unit = u64::MAX;
     while !rest.is_empty() {
         let digits = rest
             .find(|c: char| !c.is_ascii_digit())
@@ -67,6 +70,12 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
                 })
             })?;
         rest = &rest[unit.len()..];
+        if *millis >= previous_unit {
+            return Err(fail(
+                "each unit may appear once, largest first (d, h, m, s, ms)",
+            ));
+        }
+        previous_unit = *millis;
         total_ms = number
             .checked_mul(*millis)
             .and_then(|ms| total_ms.checked_add(ms))
@@ -185,6 +194,10 @@ mod tests {
             "5x",
             "-1s",
             "99999999999999999999s",
+            "1d1d",
+            "30m1h",
+            "1s1s",
+            "500ms1s",
         ] {
             let error = parse_duration(input).unwrap_err().to_string();
             assert!(error.contains(&format!("{input:?}")), "{error}");

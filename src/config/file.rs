@@ -441,9 +441,8 @@ impl FileConfig {
             ));
         }
         if let Some(id) = &self.consumer_id {
-            if id.trim().is_empty() {
-                return Err(ConfigError::new("consumer_id", "must not be blank"));
-            }
+            super::validate_consumer_id(id)
+                .map_err(|reason| ConfigError::new("consumer_id", reason))?;
         }
         self.supervisor()?;
         self.lanes()?;

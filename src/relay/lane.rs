@@ -172,6 +172,7 @@ impl LaneRelayState {
             lane: self.key.clone(),
             op,
             error: error.to_string(),
+            permanent: error.is_permanent(),
         });
         let backoff = self.store_backoff.map_or(DEFAULT_STORE_BACKOFF, |b| {
             (b * 2).min(DEFAULT_STORE_BACKOFF_MAX)
@@ -380,6 +381,7 @@ impl LaneRelayState {
                 lane: self.key.clone(),
                 op: StoreOp::Stats,
                 error: error.to_string(),
+                permanent: error.is_permanent(),
             }),
         }
         myself.send_after(self.config.stats_interval, || LaneMsg::StatsTick);

@@ -46,6 +46,16 @@ pub(crate) enum SupervisorMsg {
 /// How long a removal waits for a drained lane relay to exit (it does so at once).
 const LANE_EXIT_WAIT: Duration = Duration::from_secs(5);
 
+/// The most of a shutdown's timeout kept back from the deliveries for recording their acks
+/// and releasing the claims of the unfinished ones.
+const MAX_RELEASE_RESERVE: Duration = Duration::from_secs(1);
+
+/// The part of a shutdown `timeout` kept for the store round trips after the lanes' drain
+/// deadline: a fifth of it, at most [`MAX_RELEASE_RESERVE`].
+fn release_reserve(timeout: Duration) -> Duration {
+    (timeout / 5).min(MAX_RELEASE_RESERVE)
+}
+
 pub(crate) struct SupervisorArgs {
     pub(crate) store: Arc<dyn OutboxStore>,
     pub(crate) config: SupervisorConfig,
@@ -388,20 +398,36 @@ impl Actor for RelaySupervisor {
             }
             SupervisorMsg::Shutdown(timeout, reply) => {
                 state.shutting_down = true;
+                // `timeout` is a bound whatever the store does. A lane's own drain deadline
+                // comes a little earlier, leaving it time to record acks and release claims;
+                // a lane still not done at `timeout` is stuck in a store call (a silent
+                // connection) and is stopped where it stands: its claims lapse with their
+                // leases.
+                let deadline = Instant::now() + timeout;
+                let lane_timeout = timeout.saturating_sub(release_reserve(timeout));
                 let keys: Vec<LaneKey> = state.lanes.keys().cloned().collect();
                 let mut waits = Vec::new();
                 for key in keys {
-                    if let Some((answer, _)) = state.drain(&key, timeout) {
-                        waits.push((key, answer));
+                    if let Some((answer, actor)) = state.drain(&key, lane_timeout) {
+                        waits.push((key, answer, actor));
                     }
                 }
                 let me = myself.clone();
                 tokio::spawn(async move {
                     let mut report = ShutdownReport::default();
-                    for (key, answer) in waits {
-                        report
-                            .lanes
-                            .insert(key.to_string(), answer.await.unwrap_or_default());
+                    for (key, answer, actor) in waits {
+                        let drained = match tokio::time::timeout_at(deadline, answer).await {
+                            Ok(Ok(drained)) => drained,
+                            Ok(Err(_)) | Err(_) => {
+                                tracing::warn!(lane = %key, "lane did not finish draining by the shutdown deadline: stopped; its claims lapse and are redelivered");
+                                actor.kill();
+                                DrainReport {
+                                    abandoned: true,
+                                    ..DrainReport::default()
+                                }
+                            }
+                        };
+                        report.lanes.insert(key.to_string(), drained);
                     }
                     let _ = reply.send(report);
                     me.stop(Some("shutdown".to_owned()));

@@ -139,6 +139,18 @@ impl PostgresOutboxStore {
         schema::migrate(&self.pool, &self.names).await
     }
 
+    /// The schema version applied in the database, read without any DDL (for roles
+    /// without DDL rights, and for read-only admin commands): `None` when this schema and
+    /// prefix hold no outbox. Compare with [`Self::latest_schema_version`].
+    pub async fn schema_version(&self) -> Result<Option<i32>, StoreError> {
+        schema::applied_version(&self.pool, &self.names).await
+    }
+
+    /// The newest schema version this build of the crate migrates to.
+    pub fn latest_schema_version() -> i32 {
+        schema::latest_version()
+    }
+
     /// The pool, e.g. to begin the transaction passed to [`Self::enqueue_in_tx`].
     pub fn pool(&self) -> &PgPool {
         &self.pool

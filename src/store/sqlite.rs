@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Row, Sqlite, Transaction};
+use sqlx::{AssertSqlSafe, ConnectOptions, Row, Sqlite, Transaction};
 use tokio::sync::{broadcast, Mutex, MutexGuard};
 use uuid::Uuid;
 
@@ -143,7 +143,10 @@ impl SqliteStoreBuilder {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(self.busy_timeout)
             // No foreign keys in this schema; skip the per-statement checks.
-            .foreign_keys(false);
+            .foreign_keys(false)
+            // sqlx's slow-statement warning prints the whole statement: wrap the store in
+            // `SlowCallLog` for a line with the operation's name and duration instead.
+            .disable_statement_logging();
         // One connection: writes are serialised anyway (see the module docs), and one
         // connection keeps its prepared statements warm.
         let writer = SqlitePoolOptions::new()
@@ -277,11 +280,21 @@ impl SqliteOutboxStore {
         op: &'static str,
     ) -> Result<(MutexGuard<'_, ()>, Transaction<'static, Sqlite>), StoreError> {
         let turn = self.write_turn.lock().await;
-        let tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(db(op))?;
+        let tx = match self.writer.begin_with("BEGIN IMMEDIATE").await {
+            Err(sqlx::Error::InvalidSavePointStatement) => {
+                // A COMMIT that failed on a full disk ends SQLite's transaction but leaves
+                // sqlx's transaction depth on the connection at one: every later BEGIN
+                // fails, even once space returns. That connection cannot be repaired from
+                // here; close it and begin on a fresh one.
+                let mut stale = self.writer.acquire().await.map_err(db(op))?;
+                stale.close_on_drop();
+                drop(stale);
+                tracing::warn!(path = %self.path.display(), "replaced the SQLite write connection after a failed transaction");
+                self.writer.begin_with("BEGIN IMMEDIATE").await
+            }
+            begun => begun,
+        }
+        .map_err(db(op))?;
         Ok((turn, tx))
     }
 

@@ -101,6 +101,7 @@ macro_rules! conformance {
             enqueue_many_answers_in_order_with_duplicates,
             enqueue_many_is_atomic,
             invalid_drafts_are_refused_and_nothing_is_written,
+            a_nul_in_the_payload_is_refused_by_every_store,
             // cases/admin.rs
             list_pages_in_enqueue_order_with_filters,
             stats_count_every_status_per_lane,

@@ -60,6 +60,9 @@ pub async fn delivers_acks_and_dead_letters(store: Arc<dyn OutboxStore>) {
 pub async fn redelivers_after_a_crashed_claimers_lease(store: Arc<dyn OutboxStore>) {
     let id = enqueue(&*store, draft(1)).await;
     let lease = Duration::from_millis(500);
+    // Taken before the claim: the store starts the lease somewhere inside the call, so an
+    // instant taken after it returns makes a slow claim look like a short lease.
+    let before_claim = std::time::Instant::now();
     let crashed = store
         .claim(&ClaimRequest::new(
             "canonical",
@@ -71,13 +74,16 @@ pub async fn redelivers_after_a_crashed_claimers_lease(store: Arc<dyn OutboxStor
         .await
         .unwrap();
     assert_eq!(crashed.messages.len(), 1);
-    let claimed_at = std::time::Instant::now();
     let handler = TestHandler::ok();
     let (relay, mut events) =
         crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
     // The store's clock and ours may differ by a few milliseconds of rounding.
-    assert!(claimed_at.elapsed() >= lease - Duration::from_millis(20));
+    let waited = before_claim.elapsed();
+    assert!(
+        waited >= lease - Duration::from_millis(20),
+        "redelivered {waited:?} after the crashed claim started, before its {lease:?} lease lapsed"
+    );
     let late = store
         .ack(&[crashed.messages[0].claim().unwrap()])
         .await

@@ -1,7 +1,7 @@
 //! A store wrapper that misbehaves on demand: panics in acks or in one lane's claims, and
 //! outages (`StoreError::Unavailable`). Shared by the relay and relay-metrics tests.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +26,8 @@ pub struct FaultyStore {
     pub unavailable: AtomicU32,
     /// How many claims each `extend_lease` call carried, in call order.
     pub extend_calls: Mutex<Vec<usize>>,
+    /// Acks, nacks and releases never answer: a connection gone silent.
+    pub silent: AtomicBool,
 }
 
 impl FaultyStore {
@@ -36,6 +38,14 @@ impl FaultyStore {
             panic_claims_of: None,
             unavailable: AtomicU32::new(0),
             extend_calls: Mutex::default(),
+            silent: AtomicBool::new(false),
+        }
+    }
+
+    /// Never returns while `silent` is set.
+    async fn silence(&self) {
+        if self.silent.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
         }
     }
 
@@ -77,10 +87,12 @@ impl OutboxStore for FaultyStore {
         {
             panic!("injected ack panic");
         }
+        self.silence().await;
         self.outage()?;
         self.inner.ack(claims).await
     }
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
+        self.silence().await;
         self.inner.nack(nacks).await
     }
     async fn extend_lease(
@@ -92,6 +104,7 @@ impl OutboxStore for FaultyStore {
         self.inner.extend_lease(claims, lease).await
     }
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.silence().await;
         self.inner.release(claims).await
     }
     async fn next_due(

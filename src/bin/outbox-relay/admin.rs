@@ -1,5 +1,7 @@
-//! The admin commands: `status`, `enqueue`, `dead-letters …`, `purge`. Each opens the same
-//! database the relay uses, does one thing, and prints what it did.
+//! The admin commands: `status`, `enqueue`, `dead-letters …`, `purge`, `migrate`. Each
+//! opens the same database the relay uses, does one thing, and prints what it did. Only
+//! `migrate` and `enqueue` may create the outbox; the others write no DDL and report a
+//! missing one.
 
 use std::io::{IsTerminal, Read};
 use std::time::Duration;
@@ -40,7 +42,15 @@ pub(crate) async fn run(setup: Setup, command: AdminCommand) -> Result<(), Failu
             requeue_or_discard(&setup, selector, Action::Discard).await
         }
         AdminCommand::Purge(args) => purge(&setup, args).await,
+        AdminCommand::Migrate => migrate(&setup).await,
     }
+}
+
+/// The one admin command that writes DDL: opening with `CreateIfMissing` migrates.
+async fn migrate(setup: &Setup) -> Result<(), Failure> {
+    setup.open(CreateMode::CreateIfMissing).await?;
+    println!("the outbox at {} is up to date", setup.url.address());
+    Ok(())
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {

@@ -36,7 +36,15 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         tracing::info!(%addr, "serving Prometheus metrics");
     }
 
-    let store = setup.open(CreateMode::CreateIfMissing).await?;
+    // Reaching the database can take up to connect_timeout; a signal meanwhile stops the
+    // relay at once (nothing is claimed yet, so there is nothing to hand back).
+    let store = tokio::select! {
+        store = setup.open(if args.no_migrate { CreateMode::MustExist } else { CreateMode::CreateIfMissing }) => store?,
+        signal = signals.next() => {
+            tracing::info!(signal, "stopped during start-up, before the database was reached");
+            return Ok(());
+        }
+    };
     tracing::info!(database = %setup.url, "store open");
 
     let mut builder = OutboxRelay::builder(store).supervisor(supervisor);
@@ -61,7 +69,22 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         "relay running; SIGINT or SIGTERM stops it"
     );
 
-    let signal = signals.next().await;
+    let refused = tokio::spawn(watch_for_refusal(relay.subscribe()));
+    let cause = tokio::select! {
+        signal = signals.next() => Stop::Signal(signal),
+        refusal = refused => match refusal {
+            Ok(refusal) => Stop::Refused(refusal),
+            // The watcher only ends with a refusal, or with the relay; either way, stop.
+            Err(_) => Stop::Refused("the store-error watcher ended".to_owned()),
+        },
+    };
+    let signal = match &cause {
+        Stop::Signal(signal) => *signal,
+        Stop::Refused(refusal) => {
+            tracing::error!(%refusal, "the store refuses this relay for good; stopping");
+            "store refusal"
+        }
+    };
     let timeout = setup.config.shutdown_timeout();
     tracing::info!(
         signal,
@@ -80,7 +103,90 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     }
     .map_err(|error| Failure::failed(format!("shutdown failed: {error}")))?;
     log_report(&report);
-    Ok(())
+    if let Stop::Refused(refusal) = cause {
+        return Err(Failure::failed(refusal));
+    }
+    if report.is_clean() {
+        Ok(())
+    } else {
+        Err(Failure::failed(unclean_shutdown(&report)))
+    }
+}
+
+/// Why the daemon stops.
+enum Stop {
+    /// SIGINT or SIGTERM.
+    Signal(&'static str),
+    /// A lane's store refused it for good, this many times in a row; the cause.
+    Refused(String),
+}
+
+/// How many permanent store errors in a row a lane may see before the daemon gives up: a
+/// read-only database or a role without rights does not heal by itself, and backing off
+/// forever would hide it.
+const PERMANENT_STORE_ERROR_LIMIT: u32 = 5;
+
+/// Waits until some lane has seen [`PERMANENT_STORE_ERROR_LIMIT`] permanent store errors
+/// with no successful store call between them; returns the cause. Never returns while
+/// the store answers.
+async fn watch_for_refusal(mut events: tokio::sync::broadcast::Receiver<RelayEvent>) -> String {
+    let mut in_a_row: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    loop {
+        let event = match events.recv().await {
+            Ok(event) => event,
+            Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => std::future::pending().await,
+        };
+        match event {
+            RelayEvent::StoreError {
+                lane,
+                op,
+                error,
+                permanent: true,
+            } => {
+                let count = in_a_row.entry(lane.to_string()).or_default();
+                *count += 1;
+                if *count >= PERMANENT_STORE_ERROR_LIMIT {
+                    return format!("lane {lane}: gave up after {count} attempts: {op}: {error}");
+                }
+            }
+            RelayEvent::Claimed { lane, .. }
+            | RelayEvent::Idle { lane, .. }
+            | RelayEvent::Delivered { lane, .. } => {
+                in_a_row.remove(&lane.to_string());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What a shutdown that did not record everything left behind, for the exit message: no
+/// message is lost, but these will be delivered again.
+fn unclean_shutdown(report: &ShutdownReport) -> String {
+    let mut parts = Vec::new();
+    if report.unrecorded() > 0 {
+        parts.push(format!(
+            "{} finished deliveries whose acks or nacks the store did not record",
+            report.unrecorded()
+        ));
+    }
+    if report.unreleased() > 0 {
+        parts.push(format!(
+            "{} unfinished claims the store would not take back",
+            report.unreleased()
+        ));
+    }
+    let abandoned: Vec<&str> = report.abandoned().collect();
+    if !abandoned.is_empty() {
+        parts.push(format!(
+            "lanes stopped at the deadline with store calls still running: {}",
+            abandoned.join(", ")
+        ));
+    }
+    format!(
+        "shutdown incomplete: {}; those messages will be delivered again when their leases lapse",
+        parts.join("; ")
+    )
 }
 
 /// SIGINT and SIGTERM, either of which stops the relay.
@@ -117,14 +223,27 @@ fn log_report(report: &ShutdownReport) {
             lane = %lane,
             completed = drain.completed,
             released = drain.released,
+            unrecorded = drain.unrecorded,
+            unreleased = drain.unreleased,
+            abandoned = drain.abandoned,
             "lane stopped"
         );
     }
-    tracing::info!(
-        completed = report.completed(),
-        released = report.released(),
-        "relay stopped: in-flight deliveries finished, unfinished claims released"
-    );
+    if report.is_clean() {
+        tracing::info!(
+            completed = report.completed(),
+            released = report.released(),
+            "relay stopped: in-flight deliveries finished and recorded, unfinished claims released"
+        );
+    } else {
+        tracing::error!(
+            completed = report.completed(),
+            released = report.released(),
+            unrecorded = report.unrecorded(),
+            unreleased = report.unreleased(),
+            "relay stopped, but not everything was recorded: some messages will be delivered again"
+        );
+    }
 }
 
 /// Logs deliveries and failures with `lane`, `target` and `outbox_id` as separate fields,

@@ -8,11 +8,13 @@
 //! outbox-relay dead-letters list
 //! outbox-relay dead-letters requeue 0190a1b2-…
 //! outbox-relay purge --older-than 7d
+//! outbox-relay migrate                   # create or upgrade the schema, nothing else
 //! ```
 //!
-//! Exit codes: 0 done; 1 the command failed; 2 bad input, a bad config file, or a database
-//! that cannot be reached. Output for people goes to stdout (the log sink's lines too), logs
-//! go to stderr.
+//! Exit codes: 0 done; 1 the command failed (for `run`: also a shutdown that could not
+//! record every ack, so some messages will be delivered again); 2 bad input, a bad config
+//! file, or a database that cannot be reached. Output for people goes to stdout (the log
+//! sink's lines too), logs go to stderr.
 //!
 //! Layout: this file holds the command line and the error type; [`daemon`] is `run`;
 //! [`admin`] holds the admin commands.
@@ -82,6 +84,9 @@ enum AdminCommand {
     DeadLetters(DeadLettersCommand),
     /// Delete delivered and dead-lettered messages older than an age.
     Purge(PurgeArgs),
+    /// Create or upgrade the outbox schema, then exit. The other admin commands never
+    /// write DDL; `run` migrates unless given --no-migrate.
+    Migrate,
 }
 
 #[derive(Debug, Args)]
@@ -92,6 +97,10 @@ struct RunArgs {
     /// Log line format on stderr. The filter is RUST_LOG (default `info`).
     #[arg(long, env = "OUTBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Compact)]
     log_format: LogFormat,
+    /// Write no DDL: require the outbox schema to exist at the latest version (run
+    /// `outbox-relay migrate` first). For database roles without DDL rights.
+    #[arg(long)]
+    no_migrate: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -310,6 +319,9 @@ impl Setup {
     }
 }
 
+/// How long the process waits at exit for the runtime's leftover tasks.
+const RUNTIME_EXIT_WAIT: Duration = Duration::from_millis(500);
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -322,7 +334,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatch(cli)) {
+    let outcome = runtime.block_on(dispatch(cli));
+    // A store call stuck on a silent connection must not hold the exit: everything that
+    // matters was reported (or given up on) by now.
+    runtime.shutdown_timeout(RUNTIME_EXIT_WAIT);
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("outbox-relay: {}", failure.message);

@@ -103,7 +103,7 @@ impl LaneRelayState {
         }
         if matches!(self.mode, Mode::Draining { .. }) {
             if self.in_flight.is_empty() {
-                self.finish_drain(myself, 0);
+                self.finish_drain(myself, crate::relay::DrainReport::default());
             }
         } else {
             self.pump(myself).await;

@@ -53,7 +53,13 @@ impl LaneRelayState {
             // take. Their claims lapse and the messages are redelivered then.
             let unrecorded = self.acks.len() + self.nacks.len();
             tracing::warn!(lane = %self.key, unrecorded, "drain deadline: acks and nacks not recorded");
-            return self.finish_drain(myself, 0);
+            return self.finish_drain(
+                myself,
+                DrainReport {
+                    unrecorded,
+                    ..DrainReport::default()
+                },
+            );
         }
         let claims: Vec<ClaimRef> = self.in_flight.values().map(|f| f.claim).collect();
         for flight in self.in_flight.values() {
@@ -61,23 +67,30 @@ impl LaneRelayState {
                 handler.kill();
             }
         }
-        let released = match self.store.release(&claims).await {
-            Ok(outcomes) => outcomes
-                .iter()
-                .filter(|o| **o == ClaimOutcome::Applied)
-                .count(),
+        let report = match self.store.release(&claims).await {
+            Ok(outcomes) => DrainReport {
+                released: outcomes
+                    .iter()
+                    .filter(|o| **o == ClaimOutcome::Applied)
+                    .count(),
+                ..DrainReport::default()
+            },
             Err(error) => {
                 // The leases lapse on their own; the messages are redelivered then.
                 tracing::warn!(lane = %self.key, %error, "could not release claims at shutdown");
-                0
+                DrainReport {
+                    unreleased: claims.len(),
+                    ..DrainReport::default()
+                }
             }
         };
         self.in_flight.clear();
         self.publish_in_flight();
-        self.finish_drain(myself, released);
+        self.finish_drain(myself, report);
     }
 
-    pub(super) fn finish_drain(&mut self, myself: &ActorRef<LaneMsg>, released: usize) {
+    /// Answers the drain with `report` (its `completed` filled in here) and stops the lane.
+    pub(super) fn finish_drain(&mut self, myself: &ActorRef<LaneMsg>, report: DrainReport) {
         let mode = std::mem::replace(&mut self.mode, Mode::Paused);
         let Mode::Draining { replies, completed } = mode else {
             self.mode = mode;
@@ -85,7 +98,7 @@ impl LaneRelayState {
         };
         let report = DrainReport {
             completed,
-            released,
+            ..report
         };
         self.emit(RelayEvent::LaneStopped {
             lane: self.key.clone(),

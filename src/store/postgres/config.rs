@@ -96,8 +96,12 @@ impl PostgresConfig {
     /// `jit = off` (JIT compilation cost 417 of 560 ms of a claim at 20,000 rows, for
     /// statements that read a few rows by index) and `statement_timeout`. Use it to build
     /// the pool passed to [`super::PostgresOutboxStore::new`].
+    ///
+    /// sqlx's statement log is turned off too: its slow-statement warning prints the whole
+    /// statement (the claim is kilobytes of SQL); `store::slow_log` logs slow calls by name.
     pub fn session_options(&self, options: PgConnectOptions) -> PgConnectOptions {
-        options.options([
+        use sqlx::ConnectOptions as _;
+        options.disable_statement_logging().options([
             ("jit", "off".to_owned()),
             (
                 "statement_timeout",

@@ -23,6 +23,9 @@ pub(crate) fn db_error(op: &str, error: sqlx::Error) -> StoreError {
         sqlx::Error::Database(db) if db.code().is_some_and(|code| is_unavailable(&code)) => {
             StoreError::Unavailable(format!("{op}: {error}"))
         }
+        sqlx::Error::Database(db) if db.code().is_some_and(|code| is_denied(&code)) => {
+            StoreError::Denied(format!("{op}: {error}"))
+        }
         sqlx::Error::ColumnDecode { .. }
         | sqlx::Error::Decode(_)
         | sqlx::Error::ColumnNotFound(_)
@@ -40,6 +43,16 @@ pub(crate) fn db_error(op: &str, error: sqlx::Error) -> StoreError {
 /// connections (53300).
 fn is_unavailable(code: &str) -> bool {
     code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+}
+
+/// SQLSTATEs that no retry can cure: no privilege (42501), a read-only transaction or
+/// standby (25006), a missing schema (3F000) or table (42P01), a refused login (28000,
+/// 28P01).
+fn is_denied(code: &str) -> bool {
+    matches!(
+        code,
+        "42501" | "25006" | "3F000" | "42P01" | "28000" | "28P01"
+    )
 }
 
 /// Reads one message from a row selected with [`super::sql::columns`].

@@ -20,6 +20,18 @@ pub const MAX_TABLE_PREFIX_LEN: usize = 40;
 /// Checks a schema name or table prefix. Only lowercase letters, digits and `_`, starting
 /// with a letter or `_`: such a name means the same quoted and unquoted, so an operator's
 /// `psql` query finds the table PostgreSQL created, and it can be put into SQL text safely.
+/// PostgreSQL keeps `pg_*` and `information_schema` for itself: it refuses to create a
+/// `pg_` schema, and an outbox inside the catalog would be a disaster to clean up.
+fn validate_not_a_system_schema(schema: &str) -> Result<(), ValidationError> {
+    if schema == "information_schema" || schema.starts_with("pg_") {
+        return Err(ValidationError::new(
+            "schema",
+            format!("{schema:?} is a PostgreSQL system schema (pg_* and information_schema are reserved)"),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn validate_identifier(
     field: &str,
     value: &str,
@@ -72,6 +84,7 @@ pub(crate) struct Names {
 impl Names {
     pub(crate) fn new(schema: &str, prefix: &str) -> Result<Self, ValidationError> {
         validate_identifier("schema", schema, MAX_SCHEMA_LEN)?;
+        validate_not_a_system_schema(schema)?;
         validate_identifier("table_prefix", prefix, MAX_TABLE_PREFIX_LEN)?;
         let readable = format!("{schema}.{prefix}");
         // Channel names are identifiers too (at most 63 bytes). A long pair falls back to a
@@ -174,6 +187,36 @@ CREATE INDEX IF NOT EXISTS "{p}_finished_idx" ON {t} (updated_at)
 ///
 /// DDL runs only when something is missing, so a process whose role may not create
 /// anything can still call this against an already migrated database.
+/// The newest schema version this build knows.
+pub(crate) fn latest_version() -> i32 {
+    MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// The schema version applied in the database, read without writing anything: `None`
+/// when the schema or its migrations table does not exist.
+pub(crate) async fn applied_version(
+    pool: &PgPool,
+    names: &Names,
+) -> Result<Option<i32>, StoreError> {
+    let op = "schema_version";
+    let has_migrations: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(&names.migrations)
+        .fetch_one(pool)
+        .await
+        .map_err(|e| db_error(op, e))?;
+    if !has_migrations {
+        return Ok(None);
+    }
+    let version: Option<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT max(version) FROM {}",
+        names.migrations
+    )))
+    .fetch_one(pool)
+    .await
+    .map_err(|e| db_error(op, e))?;
+    Ok(Some(version.unwrap_or(0)))
+}
+
 pub(crate) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
     let op = "migrate";
     let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
@@ -282,5 +325,15 @@ mod tests {
             Names::new("public", "outbox").unwrap().channel,
             "public.outbox"
         );
+    }
+
+    #[test]
+    fn system_schemas_are_refused() {
+        for schema in ["information_schema", "pg_catalog", "pg_toast", "pg_outbox"] {
+            let err = Names::new(schema, "outbox").unwrap_err();
+            assert_eq!(err.field, "schema", "{schema}");
+            assert!(err.reason.contains("system schema"), "{schema}: {err}");
+        }
+        assert!(Names::new("pgx", "outbox").is_ok());
     }
 }

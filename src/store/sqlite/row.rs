@@ -92,11 +92,14 @@ pub(super) fn int(value: impl TryInto<i64>) -> i64 {
 // Primary SQLite result codes (the low byte of an extended code) that mean "not now"
 // rather than "never": another process holds the write lock past busy_timeout, or the disk
 // or file cannot be used at the moment.
+const SQLITE_PERM: i64 = 3;
 const SQLITE_BUSY: i64 = 5;
 const SQLITE_LOCKED: i64 = 6;
 const SQLITE_IOERR: i64 = 10;
 const SQLITE_FULL: i64 = 13;
 const SQLITE_CANTOPEN: i64 = 14;
+const SQLITE_READONLY: i64 = 8;
+const SQLITE_AUTH: i64 = 23;
 
 /// Maps a `sqlx` error of operation `op` onto the store's error.
 pub(super) fn store_error(op: &str, error: sqlx::Error) -> StoreError {
@@ -114,6 +117,9 @@ pub(super) fn store_error(op: &str, error: sqlx::Error) -> StoreError {
                 Some(
                     SQLITE_BUSY | SQLITE_LOCKED | SQLITE_IOERR | SQLITE_FULL | SQLITE_CANTOPEN,
                 ) => StoreError::Unavailable(format!("{op}: {error}")),
+                Some(SQLITE_READONLY | SQLITE_PERM | SQLITE_AUTH) => {
+                    StoreError::Denied(format!("{op}: {error}"))
+                }
                 _ => StoreError::Database(format!("{op}: {error}")),
             }
         }
@@ -131,4 +137,35 @@ pub(super) fn store_error(op: &str, error: sqlx::Error) -> StoreError {
 /// `map_err` adapter: `.map_err(db(op))`.
 pub(super) fn db(op: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
     move |error| store_error(op, error)
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use sqlx::sqlite::SqliteConnectOptions;
+    use sqlx::{ConnectOptions, Connection};
+
+    use super::*;
+
+    /// A read-only database answers every write with SQLITE_READONLY: permanent, so a relay
+    /// gives up instead of backing off forever.
+    #[tokio::test]
+    async fn a_read_only_database_is_a_permanent_refusal() {
+        let mut conn = SqliteConnectOptions::new()
+            .in_memory(true)
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        sqlx::raw_sql("CREATE TABLE t (x integer); PRAGMA query_only = ON")
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let error = sqlx::raw_sql("INSERT INTO t VALUES (1)")
+            .execute(&mut conn)
+            .await
+            .expect_err("the write is refused");
+        let mapped = store_error("claim", error);
+        assert!(mapped.is_permanent(), "{mapped:?}");
+        assert!(!mapped.is_retryable(), "{mapped:?}");
+        let _ = conn.close().await;
+    }
 }

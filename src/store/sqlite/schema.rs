@@ -32,6 +32,13 @@ pub(super) fn validate_table_prefix(prefix: &str) -> Result<(), ValidationError>
     if prefix.starts_with(|c: char| c.is_ascii_digit()) {
         return Err(ValidationError::new(FIELD, "must not start with a digit"));
     }
+    // SQLite refuses to create tables named sqlite_* (its own): say so before it does.
+    if prefix.to_ascii_lowercase().starts_with("sqlite_") {
+        return Err(ValidationError::new(
+            FIELD,
+            format!("{prefix:?} starts with \"sqlite_\", which SQLite reserves for its own tables"),
+        ));
+    }
     if let Some(bad) = prefix
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
@@ -450,5 +457,15 @@ mod tests {
         }
         assert!(pending_migrations("app_outbox", 0)[0].1[0].contains("app_outbox ("));
         assert!(pending_migrations("app_outbox", latest_version()).is_empty());
+    }
+
+    #[test]
+    fn sqlite_reserved_prefixes_are_refused() {
+        for bad in ["sqlite_", "SQLite_x", "sqlite_app_"] {
+            let err = validate_table_prefix(bad).unwrap_err();
+            assert_eq!(err.field, "table_prefix", "{bad:?}");
+            assert!(err.reason.contains("reserves"), "{bad:?}: {err}");
+        }
+        assert!(validate_table_prefix("sqlite").is_ok());
     }
 }

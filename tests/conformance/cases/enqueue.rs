@@ -201,3 +201,14 @@ pub async fn invalid_drafts_are_refused_and_nothing_is_written(h: Harness) {
         .unwrap();
     assert!(nothing.messages.is_empty());
 }
+
+/// PostgreSQL's `jsonb` cannot keep a NUL character; every store refuses it alike, with
+/// the same validation error, so an enqueue behaves the same whatever the backend.
+pub async fn a_nul_in_the_payload_is_refused_by_every_store(h: Harness) {
+    for payload in [json!({"text": "a\u{0}b"}), json!({"a\u{0}": 1})] {
+        let draft = OutboxMessageDraft::new(LANE, TARGET, payload).expect("valid names");
+        assert_validation(h.store.enqueue(draft.clone()).await, "payload");
+        assert_validation(h.store.enqueue_many(vec![draft]).await, "payload");
+    }
+    assert_empty(&h).await;
+}

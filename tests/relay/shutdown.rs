@@ -1,0 +1,103 @@
+//! What a shutdown reports and how long it takes when the store misbehaves: acks it cannot
+//! record are reported as such (those messages will be delivered again), and a store call
+//! that never answers does not stretch the shutdown past its timeout.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_relay::relay::RelayEvent;
+use outbox_relay::{LaneConfig, OutboxRelay};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::faulty_store::FaultyStore;
+use crate::{draft, enqueue, memory_store, wait_for, TestHandler};
+
+fn lane() -> LaneConfig {
+    LaneConfig::new("canonical", "projector")
+        .lease(Duration::from_secs(600))
+        .max_poll_interval(Duration::from_secs(600))
+}
+
+/// A handler that finishes each delivery when `release` is notified.
+fn held(release: &Arc<Notify>) -> TestHandler {
+    let release = release.clone();
+    TestHandler::new(move |_| {
+        let release = release.clone();
+        async move {
+            release.notified().await;
+            Ok(())
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_whose_acks_fail_reports_them_unrecorded() {
+    let inner = memory_store();
+    let store = Arc::new(FaultyStore::new(inner.clone()));
+    for value in 0..3 {
+        enqueue(&*inner, draft(value)).await;
+    }
+    let release = Arc::new(Notify::new());
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), held(&release))).await;
+    wait_for(&mut events, "the claim", |e| {
+        matches!(e, RelayEvent::Claimed { .. })
+    })
+    .await;
+    // The database goes away with three deliveries running; they finish, and no ack can
+    // be recorded.
+    store.unavailable.store(u32::MAX, Ordering::SeqCst);
+    release.notify_waiters();
+    let report = relay.shutdown(Duration::from_secs(2)).await.unwrap();
+    assert_eq!(report.unrecorded(), 3, "{report:?}");
+    assert!(!report.is_clean(), "{report:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_clean_shutdown_says_so() {
+    let store = memory_store();
+    enqueue(&*store, draft(1)).await;
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::ok())).await;
+    crate::wait_delivered(&mut events, 1).await;
+    let report = relay.shutdown(Duration::from_secs(2)).await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.unrecorded() + report.unreleased(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_honours_its_timeout_when_the_store_goes_silent() {
+    let inner = memory_store();
+    let store = Arc::new(FaultyStore::new(inner.clone()));
+    for value in 0..8 {
+        enqueue(&*inner, draft(value)).await;
+    }
+    let release = Arc::new(Notify::new());
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), held(&release))).await;
+    wait_for(&mut events, "the claim", |e| {
+        matches!(e, RelayEvent::Claimed { .. })
+    })
+    .await;
+    // The connection stops answering: the acks of the finished deliveries hang forever,
+    // holding the lane inside a store call.
+    store.silent.store(true, Ordering::SeqCst);
+    release.notify_waiters();
+    let timeout = Duration::from_secs(5);
+    let started = Instant::now();
+    let report = relay.shutdown(timeout).await;
+    let took = started.elapsed();
+    let report = report.unwrap_or_else(|e| panic!("{e} after {took:?}"));
+    assert!(
+        took <= timeout,
+        "shutdown took {took:?}, its timeout was {timeout:?}: {report:?}"
+    );
+    assert_eq!(
+        report.abandoned().collect::<Vec<_>>(),
+        vec!["canonical/projector"],
+        "{report:?}"
+    );
+    assert!(!report.is_clean(), "{report:?}");
+}
