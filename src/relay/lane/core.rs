@@ -267,6 +267,7 @@ impl LaneCore {
     }
 
     /// Claimed messages waiting for a handler.
+    #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {
         self.buffer.len()
     }

@@ -108,11 +108,6 @@ impl LeaseBook {
         self.held.len()
     }
 
-    /// Live lease timers.
-    pub(crate) fn batches(&self) -> usize {
-        self.batches.len()
-    }
-
     fn detach(&mut self, outbox_id: Uuid) {
         let Some(held) = self.held.get_mut(&outbox_id) else {
             return;

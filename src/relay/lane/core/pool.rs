@@ -67,11 +67,6 @@ impl HandlerPool {
         self.running.len()
     }
 
-    /// Whether this message is being delivered.
-    pub(crate) fn is_running(&self, outbox_id: Uuid) -> bool {
-        self.running.contains_key(&outbox_id)
-    }
-
     /// Hands `message` to an idle slot; gives it back when none is idle.
     pub(crate) fn start(
         &mut self,
