@@ -26,6 +26,7 @@ mod faults;
 #[path = "../support/faulty_store.rs"]
 mod faulty_store;
 mod lifecycle;
+mod pipeline;
 mod stores;
 
 /// How long a test waits for an event before failing. On the paused clock this is virtual

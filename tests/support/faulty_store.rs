@@ -26,6 +26,17 @@ pub struct FaultyStore {
     pub unavailable: AtomicU32,
     /// How many claims each `extend_lease` call carried, in call order.
     pub extend_calls: Mutex<Vec<usize>>,
+    /// Calls made, by kind (an `ack_and_claim` counts as an ack and a claim: this wrapper
+    /// keeps the trait's provided two-call version).
+    pub calls: Calls,
+}
+
+/// Store calls counted by [`FaultyStore`].
+#[derive(Debug, Default)]
+pub struct Calls {
+    pub claims: AtomicU32,
+    pub acks: AtomicU32,
+    pub next_dues: AtomicU32,
 }
 
 impl FaultyStore {
@@ -36,6 +47,7 @@ impl FaultyStore {
             panic_claims_of: None,
             unavailable: AtomicU32::new(0),
             extend_calls: Mutex::default(),
+            calls: Calls::default(),
         }
     }
 
@@ -66,6 +78,7 @@ impl OutboxStore for FaultyStore {
         if self.panic_claims_of.as_deref() == Some(request.lane.as_str()) {
             panic!("injected claim panic in lane {}", request.lane);
         }
+        self.calls.claims.fetch_add(1, Ordering::SeqCst);
         self.outage()?;
         self.inner.claim(request).await
     }
@@ -77,6 +90,7 @@ impl OutboxStore for FaultyStore {
         {
             panic!("injected ack panic");
         }
+        self.calls.acks.fetch_add(1, Ordering::SeqCst);
         self.outage()?;
         self.inner.ack(claims).await
     }
@@ -100,6 +114,7 @@ impl OutboxStore for FaultyStore {
         target: &str,
         ordering: OrderingPolicy,
     ) -> Result<Option<Duration>, StoreError> {
+        self.calls.next_dues.fetch_add(1, Ordering::SeqCst);
         self.outage()?;
         self.inner.next_due(lane, target, ordering).await
     }
