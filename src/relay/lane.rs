@@ -166,7 +166,7 @@ fn panic_text(panic: &(dyn Any + Send)) -> String {
 }
 
 fn send_at(myself: &ActorRef<LaneMsg>, at: Instant, input: Input) {
-    let _ = myself.send_after(at.saturating_duration_since(Instant::now()), move || {
+    myself.send_after(at.saturating_duration_since(Instant::now()), move || {
         LaneMsg::Core(input)
     });
 }
@@ -340,7 +340,7 @@ impl LaneRelayState {
                 let _ = self.events.send(event);
             }
         }
-        let _ = myself.send_after(self.config.stats_interval, || LaneMsg::StatsTick);
+        myself.send_after(self.config.stats_interval, || LaneMsg::StatsTick);
     }
 
     /// Puts a fresh handler actor in `slot`.

@@ -21,138 +21,30 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use uuid::Uuid;
 
 use crate::config::LaneConfig;
-use crate::message::{OutboxMessage, UnixMillis};
+use crate::message::OutboxMessage;
 use crate::metrics::StoreOp;
-use crate::relay::handler::DeliveryFailure;
-use crate::relay::{DrainReport, LaneKey, RelayEvent};
-use crate::store::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError,
-};
+use crate::relay::{LaneKey, RelayEvent};
+use crate::store::{ClaimBatch, ClaimRef, StoreError};
 
 mod book;
+mod drain;
+mod io;
+mod lease;
+mod outcomes;
 mod pool;
 #[cfg(test)]
 mod tests;
 
 use book::LeaseBook;
+pub(crate) use io::{Command, Input};
+use outcomes::Outcomes;
+use pool::HandlerPool;
 pub(crate) use pool::Slot;
-use pool::{HandlerPool, Running};
 
 /// The shortest idle sleep: a guard against a store whose `next_due` keeps saying "now".
 pub(crate) const MIN_IDLE_SLEEP: Duration = Duration::from_millis(1);
-
-/// What happened, as the lane actor tells it to the core.
-#[derive(Debug)]
-pub(crate) enum Input {
-    /// The lane started: look at the store.
-    Start,
-    /// The store says new work may be claimable.
-    Wake,
-    /// An idle timer fired; honoured only if it is the latest one scheduled.
-    Tick(u64),
-    /// A store-error backoff is over.
-    RetryDue,
-    /// Stop claiming; deliveries running and buffered go on.
-    Pause,
-    /// Claim again.
-    Resume,
-    /// Stop claiming, release the buffer, let deliveries finish, stop.
-    Drain {
-        /// How long deliveries may still run.
-        timeout: Duration,
-    },
-    /// A drain's time is up: release what still runs.
-    DrainDeadline,
-    /// A handler finished a delivery.
-    DeliveryDone {
-        slot: Slot,
-        outbox_id: Uuid,
-        result: Result<(), DeliveryFailure>,
-        elapsed: Duration,
-    },
-    /// A handler actor died (a panic in `deliver`).
-    HandlerDied { slot: Slot, reason: String },
-    /// A batch's lease timer fired.
-    LeaseDue { batch: u64, generation: u64 },
-    /// The answer to [`Command::Claim`].
-    Claimed(Result<ClaimBatch, StoreError>),
-    /// The answer to [`Command::AckAndClaim`]; `wall_ms` is this machine's clock after it.
-    AckedAndClaimed {
-        result: Result<AckAndClaim, StoreError>,
-        wall_ms: UnixMillis,
-    },
-    /// The answer to [`Command::Ack`].
-    Acked {
-        result: Result<Vec<ClaimOutcome>, StoreError>,
-        wall_ms: UnixMillis,
-    },
-    /// The answer to [`Command::Nack`].
-    Nacked(Result<Vec<NackOutcome>, StoreError>),
-    /// The answer to [`Command::NextDue`].
-    NextDue(Result<Option<Duration>, StoreError>),
-    /// The answer to [`Command::Extend`].
-    Extended {
-        batch: u64,
-        generation: u64,
-        claims: Vec<ClaimRef>,
-        result: Result<Vec<ClaimOutcome>, StoreError>,
-    },
-    /// The answer to [`Command::Release`].
-    Released(Result<Vec<ClaimOutcome>, StoreError>),
-}
-
-/// What the lane actor must do. Store calls answer with the matching [`Input`].
-#[derive(Debug)]
-pub(crate) enum Command {
-    /// Claim up to `limit` messages.
-    Claim { limit: usize },
-    /// Ack these claims, then claim up to `limit`, in one round trip where the store can.
-    AckAndClaim { acks: Vec<ClaimRef>, limit: usize },
-    /// Ack these claims.
-    Ack(Vec<ClaimRef>),
-    /// Record these failed deliveries.
-    Nack(Vec<Nack>),
-    /// Ask the store when the next message becomes claimable.
-    NextDue,
-    /// Extend these leases (a batch's timer, now at `generation`).
-    Extend {
-        batch: u64,
-        generation: u64,
-        claims: Vec<ClaimRef>,
-    },
-    /// Hand these claims back unused.
-    Release(Vec<ClaimRef>),
-    /// Hand `message` to the handler in `slot`.
-    Deliver {
-        slot: Slot,
-        message: Box<OutboxMessage>,
-    },
-    /// The handler in `slot` died: put a fresh one there.
-    ReplaceHandler(Slot),
-    /// Stop the handler in `slot` (its delivery was abandoned).
-    KillHandler(Slot),
-    /// Send [`Input::LeaseDue`] at `at`.
-    LeaseCheckAt {
-        batch: u64,
-        generation: u64,
-        at: Instant,
-    },
-    /// Send [`Input::Tick`] at `at`.
-    WakeAt { generation: u64, at: Instant },
-    /// Send [`Input::RetryDue`] at `at`.
-    RetryAt(Instant),
-    /// Send [`Input::DrainDeadline`] at `at`.
-    DrainDeadlineAt(Instant),
-    /// A claim came back empty (the batch-size histogram counts those too: idle polling).
-    EmptyClaim,
-    /// Publish an event (metrics and counters follow from it).
-    Emit(RelayEvent),
-    /// The drain is done: answer every caller with this report and stop.
-    Stop(DrainReport),
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -172,43 +64,6 @@ enum ClaimCall {
     Idle,
     Claiming { issued_at: Instant, limit: usize },
     AskingDue,
-}
-
-/// A finished delivery waiting for its ack to be recorded.
-#[derive(Debug)]
-struct Delivered {
-    running: Running,
-    claim: ClaimRef,
-    elapsed: Duration,
-}
-
-/// A failed delivery waiting for its nack to be recorded.
-#[derive(Debug)]
-struct Failed {
-    running: Running,
-    claim: ClaimRef,
-    failure: DeliveryFailure,
-    ran: Duration,
-}
-
-/// Acks and nacks waiting for a flush, and those of the flush in flight (kept to pair with
-/// the store's answers, and put back if the flush fails).
-#[derive(Debug, Default)]
-struct Outcomes {
-    acks: Vec<Delivered>,
-    nacks: Vec<Failed>,
-    acking: Vec<Delivered>,
-    nacking: Vec<Failed>,
-}
-
-impl Outcomes {
-    fn flushing(&self) -> bool {
-        !self.acking.is_empty() || !self.nacking.is_empty()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.acks.is_empty() && self.nacks.is_empty() && !self.flushing()
-    }
 }
 
 /// Store-error backoff, by the lane's `store_backoff` policy.
@@ -350,14 +205,6 @@ impl LaneCore {
         out
     }
 
-    /// When to look at a batch's lease: before it lapses if extension is on, at the lapse if not.
-    fn lease_check_delay(&self) -> Duration {
-        match self.config.lease_extend_margin {
-            Some(margin) => self.config.lease.saturating_sub(margin),
-            None => self.config.lease,
-        }
-    }
-
     /// How many messages a claim may take now: free slots plus prefetch room.
     fn claim_limit(&self) -> usize {
         (self.pool.idle() + self.config.prefetch)
@@ -376,15 +223,11 @@ impl LaneCore {
             let Some(message) = self.buffer.pop_front() else {
                 break;
             };
-            match self.pool.start(message.clone(), now) {
-                Ok(slot) => out.push(Command::Deliver {
+            if let Some(slot) = self.pool.start(&message, now) {
+                out.push(Command::Deliver {
                     slot,
                     message: Box::new(message),
-                }),
-                Err(message) => {
-                    self.buffer.push_front(message);
-                    break;
-                }
+                });
             }
         }
         let store_open = !self.backoff.waiting;
@@ -430,21 +273,6 @@ impl LaneCore {
             }
         }
         self.finish_drain_if_done(out);
-    }
-
-    fn nack_of(&self, failed: &Failed) -> Nack {
-        Nack {
-            claim: failed.claim,
-            error: failed.failure.error.clone(),
-            disposition: if failed.failure.permanent {
-                NackDisposition::Permanent
-            } else {
-                NackDisposition::Retry(self.config.retry.delay(
-                    failed.running.message.attempt_count,
-                    failed.failure.retry_after,
-                ))
-            },
-        }
     }
 
     fn store_failed(
@@ -584,379 +412,5 @@ impl LaneCore {
                 sleep,
             },
         );
-    }
-
-    fn delivery_done(
-        &mut self,
-        slot: Slot,
-        outbox_id: Uuid,
-        result: Result<(), DeliveryFailure>,
-        elapsed: Duration,
-    ) {
-        let Some(running) = self.pool.finish(slot, outbox_id) else {
-            return;
-        };
-        self.count_completed();
-        let Some(claim) = self.book.close(outbox_id) else {
-            return;
-        };
-        match result {
-            Ok(()) => self.outcomes.acks.push(Delivered {
-                running,
-                claim,
-                elapsed,
-            }),
-            Err(failure) => self.outcomes.nacks.push(Failed {
-                running,
-                claim,
-                failure,
-                ran: elapsed,
-            }),
-        }
-    }
-
-    fn count_completed(&mut self) {
-        if let Mode::Draining { completed, .. } = &mut self.mode {
-            *completed += 1;
-        }
-    }
-
-    fn handler_died(&mut self, now: Instant, slot: Slot, reason: String, out: &mut Vec<Command>) {
-        let replace = matches!(self.mode, Mode::Running | Mode::Paused);
-        let Some(running) = self.pool.died(slot, replace) else {
-            return;
-        };
-        if replace {
-            out.push(Command::ReplaceHandler(slot));
-        }
-        let Some(running) = running else {
-            return;
-        };
-        let outbox_id = running.message.outbox_id;
-        tracing::warn!(lane = %self.key, %outbox_id, %reason, "handler panicked");
-        self.count_completed();
-        if let Some(claim) = self.book.close(outbox_id) {
-            let ran = running.ran(now);
-            self.outcomes.nacks.push(Failed {
-                running,
-                claim,
-                failure: DeliveryFailure::panic(&reason),
-                ran,
-            });
-        }
-    }
-
-    fn acked(
-        &mut self,
-        now: Instant,
-        result: Result<Vec<ClaimOutcome>, StoreError>,
-        wall_ms: UnixMillis,
-        out: &mut Vec<Command>,
-    ) {
-        let acking = std::mem::take(&mut self.outcomes.acking);
-        let outcomes = match result {
-            Ok(outcomes) => outcomes,
-            Err(error) => {
-                // Recorded later, in the order they finished.
-                let later = std::mem::replace(&mut self.outcomes.acks, acking);
-                self.outcomes.acks.extend(later);
-                return self.store_failed(now, StoreOp::Ack, &error, out);
-            }
-        };
-        self.store_ok();
-        for (delivered, outcome) in acking.into_iter().zip(outcomes) {
-            let message = &delivered.running.message;
-            let outbox_id = message.outbox_id;
-            if message.ordering_key.is_some() {
-                // The ack frees the key's next message: it is claimable now.
-                self.store_has_more = true;
-            }
-            match outcome {
-                ClaimOutcome::Applied => {
-                    let end_to_end = Duration::from_millis(
-                        u64::try_from(wall_ms.saturating_sub(message.created_at)).unwrap_or(0),
-                    );
-                    tracing::debug!(lane = %self.key, %outbox_id, "delivered");
-                    self.emit(
-                        out,
-                        RelayEvent::Delivered {
-                            lane: self.key.clone(),
-                            outbox_id,
-                            attempt: message.attempt_count,
-                            duration: delivered.elapsed,
-                            end_to_end,
-                        },
-                    );
-                }
-                ClaimOutcome::LostClaim => {
-                    tracing::info!(lane = %self.key, %outbox_id, "ack found the claim lost");
-                    self.emit(
-                        out,
-                        RelayEvent::LostClaim {
-                            lane: self.key.clone(),
-                            outbox_id,
-                        },
-                    );
-                }
-            }
-        }
-    }
-
-    fn nacked(
-        &mut self,
-        now: Instant,
-        result: Result<Vec<NackOutcome>, StoreError>,
-        out: &mut Vec<Command>,
-    ) {
-        let nacking = std::mem::take(&mut self.outcomes.nacking);
-        let outcomes = match result {
-            Ok(outcomes) => outcomes,
-            Err(error) => {
-                let later = std::mem::replace(&mut self.outcomes.nacks, nacking);
-                self.outcomes.nacks.extend(later);
-                return self.store_failed(now, StoreOp::Nack, &error, out);
-            }
-        };
-        self.store_ok();
-        // A retry is now due at some later time: the idle sleep must be asked again.
-        self.idle_timer_set = false;
-        for (failed, outcome) in nacking.into_iter().zip(outcomes) {
-            let outbox_id = failed.running.message.outbox_id;
-            tracing::info!(lane = %self.key, %outbox_id, kind = %failed.failure.kind, ?outcome, error = %failed.failure.error, "delivery failed");
-            self.emit(
-                out,
-                RelayEvent::Failed {
-                    lane: self.key.clone(),
-                    outbox_id,
-                    kind: failed.failure.kind,
-                    duration: failed.ran,
-                    outcome,
-                    error: failed.failure.error,
-                },
-            );
-        }
-    }
-
-    fn lease_due(&mut self, batch: u64, generation: u64, out: &mut Vec<Command>) {
-        let Some(claims) = self.book.due(batch, generation) else {
-            return; // every claim of the batch was settled: a stale timer
-        };
-        if self.config.lease_extend_margin.is_none() {
-            // No extension: the lease lapses now. Running deliveries go on (their late acks
-            // are fenced by the store if another claimer took them); buffered ones are
-            // dropped, since starting them now would race the next claimer.
-            let ids: Vec<Uuid> = claims.iter().map(|c| c.outbox_id).collect();
-            self.lapse(&ids);
-            self.emit(
-                out,
-                RelayEvent::LeaseExpired {
-                    lane: self.key.clone(),
-                    outbox_ids: ids,
-                },
-            );
-            return;
-        }
-        if let Some(generation) = self.book.bump(batch) {
-            out.push(Command::Extend {
-                batch,
-                generation,
-                claims,
-            });
-        }
-    }
-
-    /// These claims' leases lapsed for good: stop extending them, drop buffered ones.
-    fn lapse(&mut self, outbox_ids: &[Uuid]) {
-        self.book.lapse(outbox_ids);
-        let (dropped, kept) = std::mem::take(&mut self.buffer)
-            .into_iter()
-            .partition::<Vec<_>, _>(|m| outbox_ids.contains(&m.outbox_id));
-        self.buffer = kept.into();
-        for message in dropped {
-            self.book.close(message.outbox_id);
-        }
-        // Lapsed rows are claimable again, by anyone.
-        self.idle_timer_set = false;
-    }
-
-    fn extended(
-        &mut self,
-        now: Instant,
-        batch: u64,
-        generation: u64,
-        claims: Vec<ClaimRef>,
-        result: Result<Vec<ClaimOutcome>, StoreError>,
-        out: &mut Vec<Command>,
-    ) {
-        let next_check = match result {
-            Ok(outcomes) => {
-                self.store_ok();
-                let extended = outcomes
-                    .iter()
-                    .filter(|o| **o == ClaimOutcome::Applied)
-                    .count();
-                let lapsed: Vec<Uuid> = claims
-                    .iter()
-                    .zip(&outcomes)
-                    // Settled meanwhile (acked, released) is not a lapse.
-                    .filter(|(c, o)| **o == ClaimOutcome::LostClaim && self.book.holds(c.outbox_id))
-                    .map(|(c, _)| c.outbox_id)
-                    .collect();
-                if extended > 0 {
-                    self.emit(
-                        out,
-                        RelayEvent::LeaseExtended {
-                            lane: self.key.clone(),
-                            count: extended,
-                        },
-                    );
-                }
-                if !lapsed.is_empty() {
-                    // Lost for good: each lapse is reported once, then no longer extended.
-                    self.lapse(&lapsed);
-                    self.emit(
-                        out,
-                        RelayEvent::LeaseExpired {
-                            lane: self.key.clone(),
-                            outbox_ids: lapsed,
-                        },
-                    );
-                }
-                self.lease_check_delay()
-            }
-            Err(error) => {
-                self.store_failed(now, StoreOp::ExtendLease, &error, out);
-                // Try again well before the margin is used up.
-                self.config.lease_extend_margin.unwrap_or(self.config.lease) / 4
-            }
-        };
-        if self.book.is_current(batch, generation) {
-            out.push(Command::LeaseCheckAt {
-                batch,
-                generation,
-                at: now + next_check,
-            });
-        }
-    }
-
-    fn drain(&mut self, now: Instant, timeout: Duration, out: &mut Vec<Command>) {
-        // Joining a drain under way: this caller's own deadline applies too, so the
-        // shorter one wins.
-        out.push(Command::DrainDeadlineAt(now + timeout));
-        if matches!(self.mode, Mode::Draining { .. }) {
-            return;
-        }
-        self.mode = Mode::Draining {
-            completed: 0,
-            released: 0,
-            deadline_passed: false,
-        };
-        let claims: Vec<ClaimRef> = std::mem::take(&mut self.buffer)
-            .into_iter()
-            .filter_map(|m| self.book.close(m.outbox_id))
-            .collect();
-        if !claims.is_empty() {
-            self.releasing += 1;
-            out.push(Command::Release(claims));
-        }
-    }
-
-    fn drain_deadline(&mut self, out: &mut Vec<Command>) {
-        let Mode::Draining {
-            deadline_passed, ..
-        } = &mut self.mode
-        else {
-            return;
-        };
-        if *deadline_passed {
-            return;
-        }
-        *deadline_passed = true;
-        // One last try at what finished; the deadline does not wait for it. What the store
-        // would not take lapses and is redelivered then.
-        if !self.outcomes.flushing() {
-            if !self.outcomes.acks.is_empty() {
-                let acks = self.outcomes.acks.iter().map(|d| d.claim).collect();
-                self.outcomes.acking = std::mem::take(&mut self.outcomes.acks);
-                out.push(Command::Ack(acks));
-            } else if !self.outcomes.nacks.is_empty() {
-                self.outcomes.nacking = std::mem::take(&mut self.outcomes.nacks);
-                let nacks = self
-                    .outcomes
-                    .nacking
-                    .iter()
-                    .map(|f| self.nack_of(f))
-                    .collect();
-                out.push(Command::Nack(nacks));
-            }
-        }
-        let mut claims = Vec::new();
-        for running in self.pool.abandon() {
-            out.push(Command::KillHandler(running.slot));
-            if let Some(claim) = self.book.close(running.message.outbox_id) {
-                claims.push(claim);
-            }
-        }
-        if !claims.is_empty() {
-            self.releasing += 1;
-            out.push(Command::Release(claims));
-        }
-    }
-
-    fn released(&mut self, result: Result<Vec<ClaimOutcome>, StoreError>) {
-        self.releasing = self.releasing.saturating_sub(1);
-        let applied = match result {
-            Ok(outcomes) => outcomes
-                .iter()
-                .filter(|o| **o == ClaimOutcome::Applied)
-                .count(),
-            Err(error) => {
-                // The leases lapse on their own; the messages are redelivered then.
-                tracing::warn!(lane = %self.key, %error, "could not release claims");
-                0
-            }
-        };
-        if let Mode::Draining { released, .. } = &mut self.mode {
-            *released += applied;
-        }
-    }
-
-    fn finish_drain_if_done(&mut self, out: &mut Vec<Command>) {
-        let Mode::Draining {
-            completed,
-            released,
-            deadline_passed,
-        } = self.mode
-        else {
-            return;
-        };
-        let done = if deadline_passed {
-            self.releasing == 0
-        } else {
-            self.pool.running() == 0
-                && self.outcomes.is_empty()
-                && self.releasing == 0
-                && !matches!(self.claim, ClaimCall::Claiming { .. })
-        };
-        if !done {
-            return;
-        }
-        if deadline_passed && !self.outcomes.is_empty() {
-            let unrecorded = self.held();
-            tracing::warn!(lane = %self.key, unrecorded, "drain deadline: acks and nacks not recorded");
-        }
-        self.mode = Mode::Stopped;
-        let report = DrainReport {
-            completed,
-            released,
-        };
-        self.emit(
-            out,
-            RelayEvent::LaneStopped {
-                lane: self.key.clone(),
-                report: report.clone(),
-            },
-        );
-        out.push(Command::Stop(report));
     }
 }

@@ -67,25 +67,19 @@ impl HandlerPool {
         self.running.len()
     }
 
-    /// Hands `message` to an idle slot; gives it back when none is idle.
-    pub(crate) fn start(
-        &mut self,
-        message: OutboxMessage,
-        now: Instant,
-    ) -> Result<Slot, OutboxMessage> {
-        let Some(slot) = self.idle.pop() else {
-            return Err(message);
-        };
+    /// Hands `message` to an idle slot; `None` when none is idle.
+    pub(crate) fn start(&mut self, message: &OutboxMessage, now: Instant) -> Option<Slot> {
+        let slot = self.idle.pop()?;
         self.slots[slot] = SlotState::Busy(message.outbox_id);
         self.running.insert(
             message.outbox_id,
             Running {
-                message,
+                message: message.clone(),
                 slot,
                 started: now,
             },
         );
-        Ok(slot)
+        Some(slot)
     }
 
     /// The slot reports `outbox_id` done: frees the slot. `None` for a stale report (the

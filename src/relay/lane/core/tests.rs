@@ -9,6 +9,9 @@ use uuid::Uuid;
 
 use super::*;
 use crate::message::{OutboxMessageDraft, OutboxStatus};
+use crate::relay::handler::DeliveryFailure;
+use crate::relay::DrainReport;
+use crate::store::{ClaimOutcome, NackDisposition, NackOutcome};
 use crate::retry::RetryPolicy;
 
 fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
