@@ -333,6 +333,7 @@ impl LaneCore {
         }
         if got == 0 {
             out.push(Command::EmptyClaim);
+            self.poll_ceiling(now, out);
             return;
         }
         let claims: Vec<ClaimRef> = batch.messages.iter().filter_map(|m| m.claim()).collect();
@@ -374,14 +375,22 @@ impl LaneCore {
             },
         );
         if got < limit {
-            // No `next_due` while we hold claims (their own leases would answer it), but
-            // the poll ceiling still holds.
-            self.tick_generation += 1;
-            out.push(Command::WakeAt {
-                generation: self.tick_generation,
-                at: now + self.config.max_poll_interval,
-            });
+            self.poll_ceiling(now, out);
         }
+    }
+
+    /// After a short claim while the lane holds claims: no `next_due` (their own leases
+    /// would answer it), but the poll ceiling still holds, so a retry that comes due while
+    /// long deliveries run is not left waiting for them.
+    fn poll_ceiling(&mut self, now: Instant, out: &mut Vec<Command>) {
+        if self.held() == 0 {
+            return; // `pump` asks `next_due`
+        }
+        self.tick_generation += 1;
+        out.push(Command::WakeAt {
+            generation: self.tick_generation,
+            at: now + self.config.max_poll_interval,
+        });
     }
 
     fn next_due(
@@ -396,6 +405,9 @@ impl LaneCore {
             Err(error) => return self.store_failed(now, StoreOp::NextDue, &error, out),
         };
         self.store_ok();
+        if self.mode != Mode::Running {
+            return; // paused or draining since it was asked: no sleep to plan
+        }
         let sleep = due
             .unwrap_or(self.config.max_poll_interval)
             .clamp(MIN_IDLE_SLEEP, self.config.max_poll_interval);

@@ -11,8 +11,8 @@ use super::*;
 use crate::message::{OutboxMessageDraft, OutboxStatus};
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::DrainReport;
-use crate::store::{ClaimOutcome, NackDisposition, NackOutcome};
 use crate::retry::RetryPolicy;
+use crate::store::{ClaimOutcome, NackDisposition, NackOutcome};
 
 fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
     LaneConfig::new("orders", "billing")
@@ -635,6 +635,30 @@ fn a_drain_deadline_does_not_wait_for_acks_the_store_will_not_take() {
                 released: 0
             })
         )),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn while_deliveries_run_the_poll_ceiling_still_claims_without_next_due() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    assert!(!has(&out, |c| matches!(c, Command::NextDue)));
+    let Some(generation) = out.iter().find_map(|c| match c {
+        Command::WakeAt { generation, at } if *at == now + DEFAULT_MAX_POLL => Some(*generation),
+        _ => None,
+    }) else {
+        panic!("no poll ceiling: {out:?}")
+    };
+    // An empty claim on the ceiling arms it again, still without `next_due`.
+    let out = core.handle(now + DEFAULT_MAX_POLL, Input::Tick(generation));
+    assert_eq!(claims(&out), vec![1]);
+    let out = core.handle(now + DEFAULT_MAX_POLL, batch(&[]));
+    assert!(!has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
+    assert!(
+        has(&out, |c| matches!(c, Command::WakeAt { .. })),
         "{out:?}"
     );
 }
