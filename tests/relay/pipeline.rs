@@ -181,3 +181,76 @@ async fn an_idle_lane_picks_up_each_message_with_few_store_calls() {
     assert!(acks <= MESSAGES, "{report}");
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+/// A claim stuck in the store does not hold up the lane's mailbox: a drain still ends at its
+/// deadline (an await inside the actor's handler would have blocked it until the store
+/// answered).
+#[tokio::test(start_paused = true)]
+async fn a_stuck_claim_does_not_delay_a_drain() {
+    let store = Arc::new(FaultyStore::new(memory_store()));
+    store.stall_claims.store(true, Ordering::SeqCst);
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::ok())).await;
+    wait_for(&mut events, "the lane to start", |e| {
+        matches!(e, RelayEvent::LaneStarted { .. })
+    })
+    .await;
+    let started = tokio::time::Instant::now();
+    let removed = relay
+        .remove_lane("canonical", "projector", Duration::from_secs(1))
+        .await;
+    let took = started.elapsed();
+    assert!(removed.is_ok(), "{removed:?} after {took:?}");
+    assert!(
+        took <= Duration::from_secs(2),
+        "the drain waited for the store: {took:?}"
+    );
+    assert_eq!(
+        store.calls.claims.load(Ordering::SeqCst),
+        1,
+        "the claim was made"
+    );
+    store.claim_gate.notify_waiters();
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+/// Shutdown hands the buffered messages back: pending again, due at once for any relay.
+#[tokio::test(start_paused = true)]
+async fn shutdown_releases_the_prefetch_buffer() {
+    let store = memory_store();
+    let ids = [
+        enqueue(&*store, draft(1)).await,
+        enqueue(&*store, draft(2)).await,
+        enqueue(&*store, draft(3)).await,
+    ];
+    let handler = TestHandler::new(|_| async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok(())
+    });
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(store.clone())
+            .lane(lane().concurrency(1).prefetch(2), handler.clone()),
+    )
+    .await;
+    wait_for(
+        &mut events,
+        "all three claimed",
+        |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 3),
+    )
+    .await;
+    let report = relay.shutdown(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        (report.completed(), report.released()),
+        (1, 2),
+        "{report:?}"
+    );
+    assert_eq!(handler.calls(), vec![ids[0]]);
+    for id in &ids[1..] {
+        let message = store.get(*id).await.unwrap().unwrap();
+        assert_eq!(
+            message.status,
+            outbox_relay::OutboxStatus::Pending,
+            "{message:?}"
+        );
+    }
+}

@@ -26,6 +26,9 @@ pub struct FaultyStore {
     pub unavailable: AtomicU32,
     /// How many claims each `extend_lease` call carried, in call order.
     pub extend_calls: Mutex<Vec<usize>>,
+    /// While set, every claim waits for `claim_gate` (a store call that hangs).
+    pub stall_claims: std::sync::atomic::AtomicBool,
+    pub claim_gate: tokio::sync::Notify,
     /// Calls made, by kind (an `ack_and_claim` counts as an ack and a claim: this wrapper
     /// keeps the trait's provided two-call version).
     pub calls: Calls,
@@ -47,6 +50,8 @@ impl FaultyStore {
             panic_claims_of: None,
             unavailable: AtomicU32::new(0),
             extend_calls: Mutex::default(),
+            stall_claims: Default::default(),
+            claim_gate: Default::default(),
             calls: Calls::default(),
         }
     }
@@ -79,6 +84,9 @@ impl OutboxStore for FaultyStore {
             panic!("injected claim panic in lane {}", request.lane);
         }
         self.calls.claims.fetch_add(1, Ordering::SeqCst);
+        if self.stall_claims.load(Ordering::SeqCst) {
+            self.claim_gate.notified().await;
+        }
         self.outage()?;
         self.inner.claim(request).await
     }
