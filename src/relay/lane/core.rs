@@ -129,11 +129,7 @@ impl LaneCore {
 
     /// Claims the lane holds (running, buffered, or finished and not yet recorded).
     pub(crate) fn held(&self) -> usize {
-        self.book.len()
-            + self.outcomes.acks.len()
-            + self.outcomes.nacks.len()
-            + self.outcomes.acking.len()
-            + self.outcomes.nacking.len()
+        self.book.len() + self.outcomes.len()
     }
 
     /// Feeds one input at `now`; the commands to carry out, in order.
@@ -166,7 +162,7 @@ impl LaneCore {
                 }
             }
             Input::Drain { timeout } => self.drain(now, timeout, &mut out),
-            Input::DrainDeadline => self.drain_deadline(&mut out),
+            Input::DrainDeadline => self.drain_deadline(now, &mut out),
             Input::DeliveryDone {
                 slot,
                 outbox_id,
@@ -232,40 +228,15 @@ impl LaneCore {
         }
         let store_open = !self.backoff.waiting;
         let claiming = self.mode == Mode::Running && self.store_has_more;
-        if store_open && !self.outcomes.flushing() {
-            if !self.outcomes.acks.is_empty() {
-                let acks: Vec<ClaimRef> = self.outcomes.acks.iter().map(|d| d.claim).collect();
-                self.outcomes.acking = std::mem::take(&mut self.outcomes.acks);
-                let limit = self.claim_limit();
-                if claiming && self.claim == ClaimCall::Idle && limit > 0 {
-                    self.claim = ClaimCall::Claiming {
-                        issued_at: now,
-                        limit,
-                    };
-                    self.idle_timer_set = false;
-                    out.push(Command::AckAndClaim { acks, limit });
-                } else {
-                    out.push(Command::Ack(acks));
-                }
-            } else if !self.outcomes.nacks.is_empty() {
-                self.outcomes.nacking = std::mem::take(&mut self.outcomes.nacks);
-                let nacks = self
-                    .outcomes
-                    .nacking
-                    .iter()
-                    .map(|f| self.nack_of(f))
-                    .collect();
-                out.push(Command::Nack(nacks));
-            }
+        if store_open {
+            let limit = self.claim_limit();
+            let ride = claiming && self.claim == ClaimCall::Idle && limit > 0;
+            self.flush(now, ride.then_some(limit), out);
         }
         if store_open && self.claim == ClaimCall::Idle && self.mode == Mode::Running {
             let limit = self.claim_limit();
             if claiming && limit > 0 {
-                self.claim = ClaimCall::Claiming {
-                    issued_at: now,
-                    limit,
-                };
-                self.idle_timer_set = false;
+                self.claim_sent(now, limit);
                 out.push(Command::Claim { limit });
             } else if !self.store_has_more && !self.idle_timer_set && self.held() == 0 {
                 self.claim = ClaimCall::AskingDue;
@@ -273,6 +244,15 @@ impl LaneCore {
             }
         }
         self.finish_drain_if_done(out);
+    }
+
+    /// A claim of up to `limit` goes out now.
+    fn claim_sent(&mut self, now: Instant, limit: usize) {
+        self.claim = ClaimCall::Claiming {
+            issued_at: now,
+            limit,
+        };
+        self.idle_timer_set = false;
     }
 
     fn store_failed(

@@ -32,7 +32,7 @@ impl LaneCore {
         }
     }
 
-    pub(super) fn drain_deadline(&mut self, out: &mut Vec<Command>) {
+    pub(super) fn drain_deadline(&mut self, now: Instant, out: &mut Vec<Command>) {
         let Mode::Draining {
             deadline_passed, ..
         } = &mut self.mode
@@ -45,22 +45,7 @@ impl LaneCore {
         *deadline_passed = true;
         // One last try at what finished; the deadline does not wait for it. What the store
         // would not take lapses and is redelivered then.
-        if !self.outcomes.flushing() {
-            if !self.outcomes.acks.is_empty() {
-                let acks = self.outcomes.acks.iter().map(|d| d.claim).collect();
-                self.outcomes.acking = std::mem::take(&mut self.outcomes.acks);
-                out.push(Command::Ack(acks));
-            } else if !self.outcomes.nacks.is_empty() {
-                self.outcomes.nacking = std::mem::take(&mut self.outcomes.nacks);
-                let nacks = self
-                    .outcomes
-                    .nacking
-                    .iter()
-                    .map(|f| self.nack_of(f))
-                    .collect();
-                out.push(Command::Nack(nacks));
-            }
-        }
+        self.flush(now, None, out);
         let mut claims = Vec::new();
         for running in self.pool.abandon() {
             out.push(Command::KillHandler(running.slot));

@@ -34,25 +34,123 @@ pub(super) struct Failed {
 
 /// Acks and nacks waiting for a flush, and those of the flush in flight (kept to pair with
 /// the store's answers, and put back if the flush fails).
+///
+/// Invariant, kept by these methods alone: at most one flush is in flight, of acks or of
+/// nacks, and an outcome is in exactly one of the four lists until the store answered it.
 #[derive(Debug, Default)]
 pub(super) struct Outcomes {
-    pub(super) acks: Vec<Delivered>,
-    pub(super) nacks: Vec<Failed>,
-    pub(super) acking: Vec<Delivered>,
-    pub(super) nacking: Vec<Failed>,
+    acks: Vec<Delivered>,
+    nacks: Vec<Failed>,
+    acking: Vec<Delivered>,
+    nacking: Vec<Failed>,
+}
+
+/// The flush [`Outcomes::start_flush`] began.
+pub(super) enum Flush {
+    /// These claims to ack.
+    Acks(Vec<ClaimRef>),
+    /// The failures in [`Outcomes::nacking`] to nack.
+    Nacks,
 }
 
 impl Outcomes {
+    pub(super) fn delivered(&mut self, delivered: Delivered) {
+        self.acks.push(delivered);
+    }
+
+    pub(super) fn failed(&mut self, failed: Failed) {
+        self.nacks.push(failed);
+    }
+
+    /// Outcomes not yet recorded, waiting or in flight.
+    pub(super) fn len(&self) -> usize {
+        self.acks.len() + self.nacks.len() + self.acking.len() + self.nacking.len()
+    }
+
     pub(super) fn flushing(&self) -> bool {
         !self.acking.is_empty() || !self.nacking.is_empty()
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.acks.is_empty() && self.nacks.is_empty() && !self.flushing()
+        self.len() == 0
+    }
+
+    /// Begins a flush unless one is in flight: the acks first (they free rows and ordering
+    /// keys), else the nacks.
+    pub(super) fn start_flush(&mut self) -> Option<Flush> {
+        if self.flushing() {
+            return None;
+        }
+        if !self.acks.is_empty() {
+            self.acking = std::mem::take(&mut self.acks);
+            return Some(Flush::Acks(self.acking.iter().map(|d| d.claim).collect()));
+        }
+        if !self.nacks.is_empty() {
+            self.nacking = std::mem::take(&mut self.nacks);
+            return Some(Flush::Nacks);
+        }
+        None
+    }
+
+    /// The failures of the nack flush in flight.
+    pub(super) fn nacking(&self) -> &[Failed] {
+        &self.nacking
+    }
+
+    /// The store answered the ack flush: what it recorded, or nothing if it failed (then
+    /// they wait for the next flush, ahead of what finished since).
+    pub(super) fn acks_answered(&mut self, recorded: bool) -> Vec<Delivered> {
+        let acking = std::mem::take(&mut self.acking);
+        if recorded {
+            return acking;
+        }
+        let later = std::mem::replace(&mut self.acks, acking);
+        self.acks.extend(later);
+        Vec::new()
+    }
+
+    /// The store answered the nack flush, as [`Outcomes::acks_answered`].
+    pub(super) fn nacks_answered(&mut self, recorded: bool) -> Vec<Failed> {
+        let nacking = std::mem::take(&mut self.nacking);
+        if recorded {
+            return nacking;
+        }
+        let later = std::mem::replace(&mut self.nacks, nacking);
+        self.nacks.extend(later);
+        Vec::new()
     }
 }
 
 impl LaneCore {
+    /// Sends the next flush, if one may go: with a claim riding along when `claim_limit`
+    /// says one is due (one round trip for both).
+    pub(super) fn flush(
+        &mut self,
+        now: Instant,
+        claim_limit: Option<usize>,
+        out: &mut Vec<Command>,
+    ) {
+        match self.outcomes.start_flush() {
+            None => {}
+            Some(Flush::Acks(acks)) => match claim_limit {
+                Some(limit) => {
+                    self.claim_sent(now, limit);
+                    out.push(Command::AckAndClaim { acks, limit });
+                }
+                None => out.push(Command::Ack(acks)),
+            },
+            Some(Flush::Nacks) => {
+                let nacks = self
+                    .outcomes
+                    .nacking()
+                    .iter()
+                    .map(|f| self.nack_of(f))
+                    .collect();
+                out.push(Command::Nack(nacks));
+            }
+        }
+    }
+
     pub(super) fn nack_of(&self, failed: &Failed) -> Nack {
         Nack {
             claim: failed.claim,
@@ -83,12 +181,12 @@ impl LaneCore {
             return;
         };
         match result {
-            Ok(()) => self.outcomes.acks.push(Delivered {
+            Ok(()) => self.outcomes.delivered(Delivered {
                 running,
                 claim,
                 elapsed,
             }),
-            Err(failure) => self.outcomes.nacks.push(Failed {
+            Err(failure) => self.outcomes.failed(Failed {
                 running,
                 claim,
                 failure,
@@ -125,7 +223,7 @@ impl LaneCore {
         self.count_completed();
         if let Some(claim) = self.book.close(outbox_id) {
             let ran = running.ran(now);
-            self.outcomes.nacks.push(Failed {
+            self.outcomes.failed(Failed {
                 running,
                 claim,
                 failure: DeliveryFailure::panic(&reason),
@@ -141,15 +239,10 @@ impl LaneCore {
         wall_ms: UnixMillis,
         out: &mut Vec<Command>,
     ) {
-        let acking = std::mem::take(&mut self.outcomes.acking);
+        let acking = self.outcomes.acks_answered(result.is_ok());
         let outcomes = match result {
             Ok(outcomes) => outcomes,
-            Err(error) => {
-                // Recorded later, in the order they finished.
-                let later = std::mem::replace(&mut self.outcomes.acks, acking);
-                self.outcomes.acks.extend(later);
-                return self.store_failed(now, StoreOp::Ack, &error, out);
-            }
+            Err(error) => return self.store_failed(now, StoreOp::Ack, &error, out),
         };
         self.store_ok();
         for (delivered, outcome) in acking.into_iter().zip(outcomes) {
@@ -196,14 +289,10 @@ impl LaneCore {
         result: Result<Vec<NackOutcome>, StoreError>,
         out: &mut Vec<Command>,
     ) {
-        let nacking = std::mem::take(&mut self.outcomes.nacking);
+        let nacking = self.outcomes.nacks_answered(result.is_ok());
         let outcomes = match result {
             Ok(outcomes) => outcomes,
-            Err(error) => {
-                let later = std::mem::replace(&mut self.outcomes.nacks, nacking);
-                self.outcomes.nacks.extend(later);
-                return self.store_failed(now, StoreOp::Nack, &error, out);
-            }
+            Err(error) => return self.store_failed(now, StoreOp::Nack, &error, out),
         };
         self.store_ok();
         // A retry is now due at some later time: the idle sleep must be asked again.
