@@ -40,6 +40,13 @@ pub const MAX_CONSUMER_ID_LEN: usize = 128;
 pub const DEFAULT_STORE_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest wait after repeated store errors.
 pub const DEFAULT_STORE_BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Claimed messages a lane keeps waiting for a free handler, per handler, unless
+/// configured otherwise: the default prefetch equals the concurrency.
+pub const DEFAULT_PREFETCH: usize = DEFAULT_CONCURRENCY;
+/// The largest prefetch, in multiples of the concurrency. A buffered message's lease is
+/// already running; with at most this many handler turns ahead of it, it starts well within
+/// its lease (and lease extension covers buffered claims too).
+pub const MAX_PREFETCH_PER_HANDLER: usize = 4;
 
 /// A configuration problem, naming the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -72,8 +79,13 @@ pub struct LaneConfig {
     pub consumer_id: String,
     /// Deliveries in flight at once (handler actors).
     pub concurrency: usize,
-    /// The most messages one claim takes (never more than free handler slots).
+    /// The most messages one claim takes (never more than free handler slots plus the
+    /// prefetch room).
     pub batch_size: usize,
+    /// Claimed messages kept waiting for a free handler, so handlers do not wait for a
+    /// claim round trip. 0 claims only for free handlers. At most
+    /// [`MAX_PREFETCH_PER_HANDLER`] × `concurrency`. Drain and shutdown release them.
+    pub prefetch: usize,
     /// How long a claim holds.
     pub lease: Duration,
     /// Extend a running delivery's lease when this little of it is left; `None` turns
@@ -89,6 +101,9 @@ pub struct LaneConfig {
     pub max_poll_interval: Duration,
     /// How often backlog gauges are sampled from the store.
     pub stats_interval: Duration,
+    /// Backoff after store errors (claims, acks, nacks, `next_due`, lease extension); no
+    /// jitter unless turned on.
+    pub store_backoff: RetryPolicy,
 }
 
 impl LaneConfig {
@@ -107,6 +122,7 @@ impl LaneConfig {
             consumer_id: default_consumer_id(),
             concurrency: DEFAULT_CONCURRENCY,
             batch_size: DEFAULT_BATCH_SIZE,
+            prefetch: DEFAULT_PREFETCH,
             lease: DEFAULT_LEASE,
             lease_extend_margin: Some(DEFAULT_LEASE / 3),
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
@@ -118,6 +134,7 @@ impl LaneConfig {
             ordering: OrderingPolicy::Skip,
             max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
             stats_interval: DEFAULT_STATS_INTERVAL,
+            store_backoff: RetryPolicy::new(DEFAULT_STORE_BACKOFF, DEFAULT_STORE_BACKOFF_MAX),
         }
     }
 
@@ -127,9 +144,23 @@ impl LaneConfig {
         self
     }
 
-    /// Sets how many deliveries run at once.
+    /// Sets how many deliveries run at once, and the prefetch to match (call
+    /// [`LaneConfig::prefetch`] afterwards for another).
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.concurrency = concurrency;
+        self.prefetch = concurrency;
+        self
+    }
+
+    /// Sets how many claimed messages may wait for a free handler.
+    pub fn prefetch(mut self, prefetch: usize) -> Self {
+        self.prefetch = prefetch;
+        self
+    }
+
+    /// Sets the backoff after store errors.
+    pub fn store_backoff(mut self, backoff: RetryPolicy) -> Self {
+        self.store_backoff = backoff;
         self
     }
 
@@ -224,6 +255,31 @@ impl LaneConfig {
                 format!(
                     "max retry delay {:?} is below the base delay {:?}",
                     self.retry.max, self.retry.base
+                ),
+            ));
+        }
+        if self.prefetch > MAX_PREFETCH {
+            return Err(ConfigError::new(
+                field("prefetch"),
+                format!("{} is over the limit of {MAX_PREFETCH}", self.prefetch),
+            ));
+        }
+        if self.prefetch > self.concurrency.saturating_mul(MAX_PREFETCH_PER_HANDLER) {
+            return Err(ConfigError::new(
+                field("prefetch"),
+                format!(
+                    "{} is more than {MAX_PREFETCH_PER_HANDLER} × concurrency ({}): buffered \
+                     messages would wait too long into their leases",
+                    self.prefetch, self.concurrency
+                ),
+            ));
+        }
+        if self.store_backoff.base.is_zero() || self.store_backoff.max < self.store_backoff.base {
+            return Err(ConfigError::new(
+                field("store_backoff"),
+                format!(
+                    "base {:?} must be above zero and at most max {:?}",
+                    self.store_backoff.base, self.store_backoff.max
                 ),
             ));
         }
@@ -342,6 +398,13 @@ mod tests {
         );
         let error = refused(lane().batch_size(MAX_BATCH_SIZE + 1));
         assert_eq!(error.field, "lanes[orders/billing].batch_size");
+        let error = refused(
+            lane()
+                .concurrency(MAX_CONCURRENCY)
+                .prefetch(MAX_PREFETCH + 1),
+        );
+        assert_eq!(error.field, "lanes[orders/billing].prefetch");
+        assert!(error.reason.contains("limit of 1000"), "{error}");
     }
 
     #[test]

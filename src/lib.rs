@@ -19,8 +19,10 @@
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system:
-//!   `relay::supervisor` (restarts lanes), `relay::lane` (claims, lease timers, batched
-//!   acks), `relay::handler` (one delivery at a time under a timeout).
+//!   `relay::supervisor` (restarts lanes), `relay::lane` (the lane actor: glue that runs
+//!   store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
+//!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks),
+//!   `relay::handler` (one delivery at a time under a timeout).
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which

@@ -6,8 +6,9 @@
 //! ```
 //!
 //! `supervisor` restarts crashed lanes with backoff and a restart-intensity limit;
-//! `lane` claims, times leases, dispatches and acks; `handler` runs one delivery at a
-//! time under a timeout.
+//! `lane` is the lane actor, which feeds `lane::core::LaneCore` (claims, prefetch, lease
+//! timers, dispatch, acks: the logic, sans-IO) and carries out its commands; `handler` runs
+//! one delivery at a time under a timeout.
 
 use std::collections::BTreeMap;
 use std::fmt;

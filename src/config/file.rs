@@ -267,6 +267,8 @@ pub struct LaneSection {
     pub concurrency: Option<usize>,
     /// The most messages one claim takes.
     pub batch_size: Option<usize>,
+    /// Claimed messages kept waiting for a free handler. Default: the concurrency.
+    pub prefetch: Option<usize>,
     /// How long a claim holds.
     pub lease: Option<HumanDuration>,
     /// Extend a running delivery's lease when this little is left, or `false`. Default a
@@ -286,6 +288,10 @@ pub struct LaneSection {
     pub max_poll_interval: Option<HumanDuration>,
     /// How often backlog gauges are sampled from the store.
     pub stats_interval: Option<HumanDuration>,
+    /// The first wait after a store error (doubling per further error).
+    pub store_backoff: Option<HumanDuration>,
+    /// The longest wait after repeated store errors.
+    pub store_backoff_max: Option<HumanDuration>,
     /// What delivers the lane's messages.
     pub sink: SinkConfig,
 }
@@ -299,8 +305,12 @@ impl LaneSection {
                 *slot = value;
             }
         };
-        set(self.concurrency, &mut config.concurrency);
+        if let Some(concurrency) = self.concurrency {
+            // Also sets the prefetch to match, unless given below.
+            config = config.concurrency(concurrency);
+        }
         set(self.batch_size, &mut config.batch_size);
+        set(self.prefetch, &mut config.prefetch);
         if let Some(lease) = self.lease {
             config = config.lease(lease.0);
         }
@@ -315,6 +325,8 @@ impl LaneSection {
             (self.retry_max, &mut config.retry.max),
             (self.max_poll_interval, &mut config.max_poll_interval),
             (self.stats_interval, &mut config.stats_interval),
+            (self.store_backoff, &mut config.store_backoff.base),
+            (self.store_backoff_max, &mut config.store_backoff.max),
         ];
         for (value, slot) in durations {
             if let Some(value) = value {

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, DerivedActorRef};
+use uuid::Uuid;
 
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
 use crate::metrics::FailureKind;
-use crate::relay::lane::LaneMsg;
 
 /// Why a delivery did not succeed, reduced to what the lane needs to nack it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +54,16 @@ impl DeliveryFailure {
     }
 }
 
+/// What a handler tells whoever gave it the message: which delivery finished, and how.
+/// Its own type, so a handler does not know its lane's message type (the lane converts it).
+#[derive(Debug)]
+pub(crate) struct DeliveryReport {
+    pub(crate) handler: ActorId,
+    pub(crate) outbox_id: Uuid,
+    pub(crate) result: Result<(), DeliveryFailure>,
+    pub(crate) elapsed: Duration,
+}
+
 pub(crate) enum HandlerMsg {
     Deliver(Box<OutboxMessage>),
 }
@@ -62,7 +72,7 @@ pub(crate) struct HandlerActor;
 
 pub(crate) struct HandlerArgs {
     pub(crate) handler: Arc<dyn DeliveryHandler>,
-    pub(crate) lane: ActorRef<LaneMsg>,
+    pub(crate) lane: DerivedActorRef<DeliveryReport>,
     pub(crate) timeout: Duration,
 }
 
@@ -95,7 +105,7 @@ impl Actor for HandlerActor {
             };
         // The lane may have stopped meanwhile (shutdown, crash); then the claim lapses or
         // was released, and there is nobody left to tell.
-        let _ = state.lane.send_message(LaneMsg::DeliveryDone {
+        let _ = state.lane.send_message(DeliveryReport {
             handler: myself.get_id(),
             outbox_id: message.outbox_id,
             result,

@@ -1,67 +1,51 @@
-//! `LaneRelay`: one actor per (lane, target). It claims no more messages than it has free
-//! handler slots, hands them to its `HandlerActor`s, acks and nacks in batches, and keeps
-//! the leases of its claims with timers that are its own actor messages.
+//! `LaneRelay`: one actor per (lane, target), the glue between [`LaneCore`] (the lane's
+//! logic, sans-IO) and the world. It feeds the core inputs (handler reports, timers, store
+//! answers, commands) and carries out the commands the core answers with.
 //!
-//! Why the bound lives here: ractor mailboxes are unbounded, so the only place that can
-//! keep a lane from taking more work than it can run is the lane itself.
+//! Why store calls run on spawned tasks: an await inside `handle` would hold up every other
+//! message of this actor, so a slow store would delay lease checks, drains and status
+//! answers. Each call's answer comes back as an actor message; the core bounds how many are
+//! in flight (one claim, one ack/nack flush).
 //!
-//! Why acks are batched through a `Flush` message: a finished delivery queues its ack and,
-//! if no flush is pending, sends `Flush` to the back of the mailbox. Every `DeliveryDone`
-//! already queued ahead of it joins the same batch, so under load one store round trip
-//! acks many messages, and when idle a single ack goes out at once.
+//! Why the bound on work lives in the core: ractor mailboxes are unbounded, so the only
+//! place that can keep a lane from taking more work than it can run is the lane itself.
 
-use std::collections::{HashMap, HashSet};
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
-use uuid::Uuid;
 
-use crate::config::{LaneConfig, DEFAULT_STORE_BACKOFF, DEFAULT_STORE_BACKOFF_MAX};
+use crate::config::LaneConfig;
 use crate::delivery::DeliveryHandler;
-use crate::message::OutboxMessage;
 use crate::metrics::{LaneMetrics, StoreOp};
-use crate::relay::handler::{DeliveryFailure, HandlerActor, HandlerArgs, HandlerMsg};
+use crate::relay::handler::{DeliveryReport, HandlerActor, HandlerArgs, HandlerMsg};
 use crate::relay::observe;
-
-mod ack;
-mod drain;
-mod lease;
 use crate::relay::{DrainReport, LaneCounters, LaneKey, RelayEvent};
 use crate::store::{
-    ClaimRef, ClaimRequest, MessageFilter, OrderingPolicy, OutboxStore, StoreError,
+    ClaimRequest, Clock, LaneStats, MessageFilter, OrderingPolicy, OutboxStore, StoreError,
+    SystemClock,
 };
 
-/// The shortest idle sleep: a guard against a store whose `next_due` keeps saying "now".
-const MIN_IDLE_SLEEP: Duration = Duration::from_millis(1);
+pub(crate) mod core;
+
+use self::core::{Command, Input, LaneCore, Slot};
 
 pub(crate) enum LaneMsg {
-    /// Claim if there are free slots.
-    Pump,
-    /// An idle timer fired; honoured only if it is the latest one scheduled.
-    Tick(u64),
+    /// An input for the core: a timer or a store call's answer.
+    Core(Input),
+    /// A handler finished a delivery.
+    Delivered(DeliveryReport),
     /// The store says new work may be claimable.
     Wake,
-    /// A handler finished a delivery.
-    DeliveryDone {
-        handler: ActorId,
-        outbox_id: Uuid,
-        result: Result<(), DeliveryFailure>,
-        elapsed: Duration,
-    },
-    /// Record the finished deliveries' acks and nacks.
-    Flush,
-    /// A batch's lease timer; stale if the batch or generation moved on.
-    LeaseCheck {
-        batch: u64,
-        generation: u64,
-    },
-    /// Sample the store's stats for the backlog gauges.
-    StatsTick,
-    /// Retry after a store error's backoff.
-    StoreRetry,
     Pause,
     Resume,
     /// Stop claiming, finish or release what is running, answer, stop.
@@ -69,7 +53,30 @@ pub(crate) enum LaneMsg {
         timeout: Duration,
         reply: oneshot::Sender<DrainReport>,
     },
-    DrainDeadline,
+    /// Sample the store's stats for the backlog gauges.
+    StatsTick,
+    /// The stats sample's answer.
+    StatsSampled(Result<Vec<LaneStats>, StoreError>),
+    /// A store call panicked on its task: the lane fails as if it had panicked itself, so
+    /// its supervisor restarts it.
+    StoreCallPanicked(String),
+}
+
+impl From<DeliveryReport> for LaneMsg {
+    fn from(report: DeliveryReport) -> Self {
+        LaneMsg::Delivered(report)
+    }
+}
+
+impl TryFrom<LaneMsg> for DeliveryReport {
+    type Error = ();
+
+    fn try_from(message: LaneMsg) -> Result<Self, ()> {
+        match message {
+            LaneMsg::Delivered(report) => Ok(report),
+            _ => Err(()),
+        }
+    }
 }
 
 pub(crate) struct LaneArgs {
@@ -93,99 +100,92 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// A message being delivered.
-struct InFlight {
-    message: OutboxMessage,
-    claim: ClaimRef,
-    handler: ActorId,
-    batch: u64,
-    started: Instant,
-}
-
-/// The claims taken by one claim statement, and its lease timer.
-struct LeaseBatch {
-    running: HashSet<Uuid>,
-    generation: u64,
-}
-
-enum Mode {
-    Running,
-    Paused,
-    Draining {
-        /// Everyone who asked for this drain (a remove, then a shutdown): each gets the report.
-        replies: Vec<oneshot::Sender<DrainReport>>,
-        completed: usize,
-    },
-}
-
 pub(crate) struct LaneRelayState {
     key: LaneKey,
     config: LaneConfig,
+    core: LaneCore,
     store: Arc<dyn OutboxStore>,
     handler: Arc<dyn DeliveryHandler>,
     counters: Arc<LaneCounters>,
     events: broadcast::Sender<RelayEvent>,
-    mode: Mode,
-    /// Every live handler actor, and which of them are free.
-    handlers: HashMap<ActorId, ActorRef<HandlerMsg>>,
-    idle: Vec<ActorId>,
-    /// What each busy handler is delivering.
-    busy: HashMap<ActorId, Uuid>,
-    in_flight: HashMap<Uuid, InFlight>,
-    batches: HashMap<u64, LeaseBatch>,
-    next_batch: u64,
-    acks: Vec<(InFlight, Duration)>,
-    nacks: Vec<(InFlight, DeliveryFailure, Duration)>,
-    flush_pending: bool,
-    tick_generation: u64,
-    /// The last store-error backoff, doubled on each further error, cleared on success.
-    store_backoff: Option<Duration>,
-    /// True while waiting out a backoff: no claims until `StoreRetry`.
-    backing_off: bool,
+    metrics: LaneMetrics,
+    /// The handler actor in each slot, and the slot of each handler actor.
+    handlers: Vec<Option<ActorRef<HandlerMsg>>>,
+    slots: HashMap<ActorId, Slot>,
+    /// Everyone who asked for the drain (a remove, then a shutdown): each gets the report.
+    replies: Vec<oneshot::Sender<DrainReport>>,
+    /// The last in-flight count published, so an unchanged one is not written again.
+    published_in_flight: Option<usize>,
     /// Forwards the store's wake-ups; aborted when the state drops, which also happens
     /// when the lane crashes (ractor skips `post_stop` then).
     wake_task: Option<AbortOnDrop>,
     /// Set while a `Wake` waits in the mailbox.
-    wake_queued: Arc<std::sync::atomic::AtomicBool>,
-    metrics: LaneMetrics,
+    wake_queued: Arc<AtomicBool>,
+}
+
+/// Runs a store call off the mailbox; its answer comes back as a message. A lane that
+/// stopped meanwhile no longer hears it: its claims lapse or were released.
+fn spawn_call<F>(myself: &ActorRef<LaneMsg>, call: F)
+where
+    F: Future<Output = LaneMsg> + Send + 'static,
+{
+    let me = myself.clone();
+    tokio::spawn(async move {
+        let message = match (CatchUnwind(Box::pin(call))).await {
+            Ok(message) => message,
+            Err(panic) => LaneMsg::StoreCallPanicked(panic_text(panic.as_ref())),
+        };
+        let _ = me.send_message(message);
+    });
+}
+
+/// A future that turns a panic while polling into an error, so a store call's panic on its
+/// own task still reaches the lane.
+struct CatchUnwind<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let call = self.0.as_mut();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| call.poll(cx))) {
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+fn panic_text(panic: &(dyn Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic".to_owned());
+    format!("store call panicked: {text}")
+}
+
+fn send_at(myself: &ActorRef<LaneMsg>, at: Instant, input: Input) {
+    myself.send_after(at.saturating_duration_since(Instant::now()), move || {
+        LaneMsg::Core(input)
+    });
 }
 
 impl LaneRelayState {
     fn emit(&self, event: RelayEvent) {
         observe::record(&self.metrics, &event);
+        observe::count(&self.counters, &event);
         // No subscriber is fine.
         let _ = self.events.send(event);
     }
 
-    fn publish_in_flight(&self) {
-        let n = self.in_flight.len() as u64;
-        self.counters
-            .in_flight
-            .store(n, std::sync::atomic::Ordering::Relaxed);
-        self.metrics.in_flight(n);
-    }
-
-    fn store_failed(&mut self, myself: &ActorRef<LaneMsg>, op: StoreOp, error: &StoreError) {
-        tracing::warn!(lane = %self.key, %op, %error, "store call failed; backing off");
-        self.counters.set_last_error(format!("{op}: {error}"));
-        self.emit(RelayEvent::StoreError {
-            lane: self.key.clone(),
-            op,
-            error: error.to_string(),
-            permanent: error.is_permanent(),
-        });
-        let backoff = self.store_backoff.map_or(DEFAULT_STORE_BACKOFF, |b| {
-            (b * 2).min(DEFAULT_STORE_BACKOFF_MAX)
-        });
-        self.store_backoff = Some(backoff);
-        if !self.backing_off {
-            self.backing_off = true;
-            myself.send_after(backoff, || LaneMsg::StoreRetry);
+    fn publish_in_flight(&mut self) {
+        let n = self.core.in_flight();
+        if self.published_in_flight != Some(n) {
+            self.published_in_flight = Some(n);
+            self.counters.in_flight.store(n as u64, Ordering::Relaxed);
+            self.metrics.in_flight(n as u64);
         }
-    }
-
-    fn store_ok(&mut self) {
-        self.store_backoff = None;
     }
 
     fn claim_request(&self, limit: usize) -> ClaimRequest {
@@ -199,176 +199,132 @@ impl LaneRelayState {
         .with_ordering(self.config.ordering)
     }
 
-    /// Claims as many messages as there are free handlers, dispatches them, and schedules
-    /// the next look at the store if the lane is not full.
-    async fn pump(&mut self, myself: &ActorRef<LaneMsg>) {
-        if !matches!(self.mode, Mode::Running) || self.backing_off {
-            return;
-        }
-        let limit = self.idle.len().min(self.config.batch_size);
-        if limit == 0 {
-            // A finishing delivery pumps again.
-            return;
-        }
-        let claimed_at = Instant::now();
-        let batch = match self.store.claim(&self.claim_request(limit)).await {
-            Ok(batch) => batch,
-            Err(error) => return self.store_failed(myself, StoreOp::Claim, &error),
-        };
-        self.store_ok();
-        if !batch.dead_lettered.is_empty() {
-            LaneCounters::add(&self.counters.dead_lettered, batch.dead_lettered.len());
-            self.emit(RelayEvent::LeaseLapsedDeadLettered {
-                lane: self.key.clone(),
-                outbox_ids: batch.dead_lettered,
-            });
-        }
-        let got = batch.messages.len();
-        if got > 0 {
-            self.dispatch(myself, batch.messages, claimed_at);
-        } else {
-            // Empty claims belong in the batch-size histogram too: they show idle polling.
-            self.metrics.claimed(0);
-        }
-        if got == limit {
-            // There may be more: look again once the mailbox has had its turn.
-            let _ = myself.send_message(LaneMsg::Pump);
-        } else {
-            self.sleep_until_due(myself).await;
-        }
-    }
-
-    fn dispatch(
+    /// Feeds the core one input and carries out what it says.
+    async fn feed(
         &mut self,
         myself: &ActorRef<LaneMsg>,
-        messages: Vec<OutboxMessage>,
-        claimed_at: Instant,
-    ) {
-        self.next_batch += 1;
-        let batch_id = self.next_batch;
-        let mut running = HashSet::new();
-        let mut ids = Vec::with_capacity(messages.len());
-        let mut redeliveries = 0;
-        for message in messages {
-            if let (Some(flight), Some(claim)) =
-                (self.in_flight.get_mut(&message.outbox_id), message.claim())
-            {
-                // Our own delivery outlived its lease and we claimed the message again. One
-                // delivery is enough: the running one adopts the fresh claim, so its ack
-                // lands with the current token.
-                if let Some(old) = self.batches.get_mut(&flight.batch) {
-                    old.running.remove(&message.outbox_id);
-                    if old.running.is_empty() {
-                        // Its timer would otherwise extend nothing, forever.
-                        self.batches.remove(&flight.batch);
-                    }
+        input: Input,
+    ) -> Result<(), ActorProcessingErr> {
+        let commands = self.core.handle(Instant::now(), input);
+        for command in commands {
+            self.run(myself, command).await?;
+        }
+        self.publish_in_flight();
+        Ok(())
+    }
+
+    async fn run(
+        &mut self,
+        myself: &ActorRef<LaneMsg>,
+        command: Command,
+    ) -> Result<(), ActorProcessingErr> {
+        let store = self.store.clone();
+        match command {
+            Command::Claim { limit } => {
+                let request = self.claim_request(limit);
+                spawn_call(myself, async move {
+                    LaneMsg::Core(Input::Claimed(store.claim(&request).await))
+                });
+            }
+            Command::AckAndClaim { acks, limit } => {
+                let request = self.claim_request(limit);
+                spawn_call(myself, async move {
+                    let result = store.ack_and_claim(&acks, &request).await;
+                    // This machine's wall clock against the store's `created_at`.
+                    let wall_ms = SystemClock.now_millis();
+                    LaneMsg::Core(Input::AckedAndClaimed { result, wall_ms })
+                });
+            }
+            Command::Ack(acks) => spawn_call(myself, async move {
+                let result = store.ack(&acks).await;
+                let wall_ms = SystemClock.now_millis();
+                LaneMsg::Core(Input::Acked { result, wall_ms })
+            }),
+            Command::Nack(nacks) => spawn_call(myself, async move {
+                LaneMsg::Core(Input::Nacked(store.nack(&nacks).await))
+            }),
+            Command::NextDue => {
+                let (lane, target, ordering) = (
+                    self.config.lane.clone(),
+                    self.config.target.clone(),
+                    self.config.ordering,
+                );
+                spawn_call(myself, async move {
+                    LaneMsg::Core(Input::NextDue(
+                        store.next_due(&lane, &target, ordering).await,
+                    ))
+                });
+            }
+            Command::Extend {
+                batch,
+                generation,
+                claims,
+            } => {
+                let lease = self.config.lease;
+                spawn_call(myself, async move {
+                    let result = store.extend_lease(&claims, lease).await;
+                    LaneMsg::Core(Input::Extended {
+                        batch,
+                        generation,
+                        claims,
+                        result,
+                    })
+                });
+            }
+            Command::Release(claims) => spawn_call(myself, async move {
+                let result = store.release(&claims).await;
+                LaneMsg::Core(Input::Released {
+                    sent: claims.len(),
+                    result,
+                })
+            }),
+            Command::Deliver { slot, message } => {
+                if let Some(Some(handler)) = self.handlers.get(slot) {
+                    // A handler that died since is replaced by its supervision event, which
+                    // also nacks this claim.
+                    let _ = handler.send_message(HandlerMsg::Deliver(message));
                 }
-                flight.claim = claim;
-                flight.batch = batch_id;
-                running.insert(message.outbox_id);
-                ids.push(message.outbox_id);
-                continue;
             }
-            // Never more messages than idle handlers: the claim limit saw to that.
-            let (Some(claim), Some(handler_id)) = (message.claim(), self.idle.pop()) else {
-                continue;
-            };
-            if message.attempt_count > 1 {
-                redeliveries += 1;
+            Command::ReplaceHandler(slot) => self.spawn_handler(myself, slot).await?,
+            Command::KillHandler(slot) => {
+                if let Some(Some(handler)) = self.handlers.get(slot) {
+                    handler.kill();
+                }
             }
-            ids.push(message.outbox_id);
-            running.insert(message.outbox_id);
-            self.busy.insert(handler_id, message.outbox_id);
-            if let Some(handler) = self.handlers.get(&handler_id) {
-                // A handler that died since is replaced by its supervision event, which
-                // also nacks this claim.
-                let _ = handler.send_message(HandlerMsg::Deliver(Box::new(message.clone())));
-            }
-            self.in_flight.insert(
-                message.outbox_id,
-                InFlight {
-                    claim,
-                    handler: handler_id,
-                    batch: batch_id,
-                    started: Instant::now(),
-                    message,
-                },
-            );
-        }
-        LaneCounters::add(&self.counters.claimed, ids.len());
-        self.publish_in_flight();
-        self.emit(RelayEvent::Claimed {
-            lane: self.key.clone(),
-            outbox_ids: ids,
-            redeliveries,
-        });
-        self.batches.insert(
-            batch_id,
-            LeaseBatch {
-                running,
-                generation: 0,
-            },
-        );
-        // The lease began no later than `claimed_at`, so time the check from there.
-        let check_in = self
-            .lease_check_delay()
-            .saturating_sub(claimed_at.elapsed());
-        myself.send_after(check_in, move || LaneMsg::LeaseCheck {
-            batch: batch_id,
-            generation: 0,
-        });
-    }
-
-    /// Sleeps until the store's next due time or the poll ceiling, whichever is first;
-    /// a wake-up or a finished delivery may end the sleep sooner.
-    async fn sleep_until_due(&mut self, myself: &ActorRef<LaneMsg>) {
-        let due = match self
-            .store
-            .next_due(&self.config.lane, &self.config.target, self.config.ordering)
-            .await
-        {
-            Ok(due) => due,
-            Err(error) => return self.store_failed(myself, StoreOp::NextDue, &error),
-        };
-        let sleep = due
-            .unwrap_or(self.config.max_poll_interval)
-            .clamp(MIN_IDLE_SLEEP, self.config.max_poll_interval);
-        self.tick_generation += 1;
-        let generation = self.tick_generation;
-        myself.send_after(sleep, move || LaneMsg::Tick(generation));
-        self.emit(RelayEvent::Idle {
-            lane: self.key.clone(),
-            sleep,
-        });
-    }
-
-    /// Takes a finished (or failed) delivery off the books and frees its handler.
-    fn take_in_flight(&mut self, outbox_id: Uuid) -> Option<InFlight> {
-        let flight = self.in_flight.remove(&outbox_id)?;
-        self.busy.remove(&flight.handler);
-        if let Some(batch) = self.batches.get_mut(&flight.batch) {
-            batch.running.remove(&outbox_id);
-            if batch.running.is_empty() {
-                self.batches.remove(&flight.batch);
+            Command::LeaseCheckAt {
+                batch,
+                generation,
+                at,
+            } => send_at(myself, at, Input::LeaseDue { batch, generation }),
+            Command::WakeAt { generation, at } => send_at(myself, at, Input::Tick(generation)),
+            Command::RetryAt(at) => send_at(myself, at, Input::RetryDue),
+            Command::DrainDeadlineAt(at) => send_at(myself, at, Input::DrainDeadline),
+            Command::EmptyClaim => self.metrics.claimed(0),
+            Command::Emit(event) => self.emit(event),
+            Command::Stop(report) => {
+                for reply in self.replies.drain(..) {
+                    let _ = reply.send(report.clone());
+                }
+                myself.stop(Some("drained".to_owned()));
             }
         }
-        self.publish_in_flight();
-        if let Mode::Draining { completed, .. } = &mut self.mode {
-            *completed += 1;
-        }
-        Some(flight)
+        Ok(())
     }
 
-    fn schedule_flush(&mut self, myself: &ActorRef<LaneMsg>) {
-        if !self.flush_pending {
-            self.flush_pending = true;
-            let _ = myself.send_message(LaneMsg::Flush);
-        }
-    }
-
-    async fn sample_stats(&mut self, myself: &ActorRef<LaneMsg>) {
+    fn sample_stats(&self, myself: &ActorRef<LaneMsg>) {
+        let store = self.store.clone();
         let filter = MessageFilter::lane(&self.config.lane, &self.config.target);
-        match self.store.stats(&filter).await {
+        spawn_call(myself, async move {
+            LaneMsg::StatsSampled(store.stats(&filter).await)
+        });
+    }
+
+    fn stats_sampled(
+        &self,
+        myself: &ActorRef<LaneMsg>,
+        result: Result<Vec<LaneStats>, StoreError>,
+    ) {
+        match result {
             Ok(stats) => {
                 let mut stats = stats.into_iter().next().unwrap_or_default();
                 if self.config.ordering == OrderingPolicy::Skip {
@@ -377,56 +333,54 @@ impl LaneRelayState {
                 }
                 self.metrics.backlog(&stats);
             }
-            Err(error) => self.emit(RelayEvent::StoreError {
-                lane: self.key.clone(),
-                op: StoreOp::Stats,
-                error: error.to_string(),
-                permanent: error.is_permanent(),
-            }),
+            Err(error) => {
+                // Only the gauges go stale: not the lane's last error, nor a backoff.
+                let event = RelayEvent::StoreError {
+                    lane: self.key.clone(),
+                    op: StoreOp::Stats,
+                    error: error.to_string(),
+                    permanent: error.is_permanent(),
+                };
+                observe::record(&self.metrics, &event);
+                let _ = self.events.send(event);
+            }
         }
         myself.send_after(self.config.stats_interval, || LaneMsg::StatsTick);
     }
 
+    /// Puts a fresh handler actor in `slot`.
     async fn spawn_handler(
         &mut self,
         myself: &ActorRef<LaneMsg>,
+        slot: Slot,
     ) -> Result<(), ActorProcessingErr> {
         let args = HandlerArgs {
             handler: self.handler.clone(),
-            lane: myself.clone(),
+            lane: myself.get_derived(),
             timeout: self.config.delivery_timeout,
         };
         let (handler, _) = Actor::spawn_linked(None, HandlerActor, args, myself.get_cell()).await?;
-        self.idle.push(handler.get_id());
-        self.handlers.insert(handler.get_id(), handler);
+        if let Some(Some(old)) = self.handlers.get(slot) {
+            self.slots.remove(&old.get_id());
+        }
+        self.slots.insert(handler.get_id(), slot);
+        if slot >= self.handlers.len() {
+            self.handlers.resize(slot + 1, None);
+        }
+        self.handlers[slot] = Some(handler);
         Ok(())
     }
 
-    /// A handler actor died (a panic in `deliver`): nack what it was delivering, replace it.
     async fn handler_died(
         &mut self,
         myself: &ActorRef<LaneMsg>,
         id: ActorId,
         reason: String,
     ) -> Result<(), ActorProcessingErr> {
-        if self.handlers.remove(&id).is_none() {
+        let Some(slot) = self.slots.remove(&id) else {
             return Ok(());
-        }
-        self.idle.retain(|idle| *idle != id);
-        if let Some(outbox_id) = self.busy.get(&id).copied() {
-            if let Some(flight) = self.take_in_flight(outbox_id) {
-                tracing::warn!(lane = %self.key, %outbox_id, %reason, "handler panicked");
-                let ran = flight.started.elapsed();
-                self.nacks
-                    .push((flight, DeliveryFailure::panic(&reason), ran));
-                self.schedule_flush(myself);
-            }
-        }
-        if !matches!(self.mode, Mode::Draining { .. }) {
-            self.spawn_handler(myself).await?;
-            let _ = myself.send_message(LaneMsg::Pump);
-        }
-        Ok(())
+        };
+        self.feed(myself, Input::HandlerDied { slot, reason }).await
     }
 }
 
@@ -443,34 +397,22 @@ impl Actor for LaneRelay {
         let key = LaneKey::new(&args.config.lane, &args.config.target);
         let mut state = LaneRelayState {
             key: key.clone(),
+            core: LaneCore::new(args.config.clone(), args.paused),
             store: args.store,
             handler: args.handler,
             counters: args.counters,
             events: args.events,
-            mode: if args.paused {
-                Mode::Paused
-            } else {
-                Mode::Running
-            },
-            handlers: HashMap::new(),
-            idle: Vec::new(),
-            busy: HashMap::new(),
-            in_flight: HashMap::new(),
-            batches: HashMap::new(),
-            next_batch: 0,
-            acks: Vec::new(),
-            nacks: Vec::new(),
-            flush_pending: false,
-            tick_generation: 0,
-            store_backoff: None,
-            backing_off: false,
+            metrics: LaneMetrics::new(&args.config.lane, &args.config.target),
+            handlers: Vec::new(),
+            slots: HashMap::new(),
+            replies: Vec::new(),
+            published_in_flight: None,
             wake_task: None,
             wake_queued: Arc::default(),
-            metrics: LaneMetrics::new(&args.config.lane, &args.config.target),
             config: args.config,
         };
-        for _ in 0..state.config.concurrency {
-            state.spawn_handler(&myself).await?;
+        for slot in 0..state.config.concurrency {
+            state.spawn_handler(&myself, slot).await?;
         }
         let mut wakeups = state.store.subscribe();
         let (lane, target) = (state.config.lane.clone(), state.config.target.clone());
@@ -485,7 +427,7 @@ impl Actor for LaneRelay {
                 };
                 // A burst of enqueues becomes one Wake in the mailbox, so one claim.
                 if wake
-                    && !queued.swap(true, std::sync::atomic::Ordering::AcqRel)
+                    && !queued.swap(true, Ordering::AcqRel)
                     && me.send_message(LaneMsg::Wake).is_err()
                 {
                     return;
@@ -498,8 +440,8 @@ impl Actor for LaneRelay {
             incarnation: args.incarnation,
         });
         // A new incarnation after a crash finds the old one's claims still leased: the first
-        // pump claims what else is due, and its `next_due` sleep ends when those leases lapse.
-        let _ = myself.send_message(LaneMsg::Pump);
+        // claim takes what else is due, and its `next_due` sleep ends when those leases lapse.
+        let _ = myself.send_message(LaneMsg::Core(Input::Start));
         let _ = myself.send_message(LaneMsg::StatsTick);
         Ok(state)
     }
@@ -521,63 +463,32 @@ impl Actor for LaneRelay {
         state: &mut LaneRelayState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            LaneMsg::Pump => state.pump(&myself).await,
+            LaneMsg::Core(input) => state.feed(&myself, input).await?,
+            LaneMsg::Delivered(report) => {
+                let Some(slot) = state.slots.get(&report.handler).copied() else {
+                    return Ok(());
+                };
+                let input = Input::DeliveryDone {
+                    slot,
+                    outbox_id: report.outbox_id,
+                    result: report.result,
+                    elapsed: report.elapsed,
+                };
+                state.feed(&myself, input).await?
+            }
             LaneMsg::Wake => {
-                state
-                    .wake_queued
-                    .store(false, std::sync::atomic::Ordering::Release);
-                state.pump(&myself).await
+                state.wake_queued.store(false, Ordering::Release);
+                state.feed(&myself, Input::Wake).await?
             }
-            LaneMsg::Tick(generation) => {
-                if generation == state.tick_generation {
-                    state.pump(&myself).await;
-                }
+            LaneMsg::Pause => state.feed(&myself, Input::Pause).await?,
+            LaneMsg::Resume => state.feed(&myself, Input::Resume).await?,
+            LaneMsg::Drain { timeout, reply } => {
+                state.replies.push(reply);
+                state.feed(&myself, Input::Drain { timeout }).await?
             }
-            LaneMsg::DeliveryDone {
-                handler,
-                outbox_id,
-                result,
-                elapsed,
-            } => {
-                if let Some(flight) = state.take_in_flight(outbox_id) {
-                    if let Some(handler_id) =
-                        state.handlers.contains_key(&handler).then_some(handler)
-                    {
-                        state.idle.push(handler_id);
-                    }
-                    match result {
-                        Ok(()) => state.acks.push((flight, elapsed)),
-                        Err(failure) => state.nacks.push((flight, failure, elapsed)),
-                    }
-                    state.schedule_flush(&myself);
-                }
-            }
-            LaneMsg::Flush => state.flush(&myself).await,
-            LaneMsg::LeaseCheck { batch, generation } => {
-                state.lease_check(&myself, batch, generation).await
-            }
-            LaneMsg::StatsTick => state.sample_stats(&myself).await,
-            LaneMsg::StoreRetry => {
-                state.backing_off = false;
-                if state.acks.is_empty() && state.nacks.is_empty() {
-                    state.pump(&myself).await;
-                } else {
-                    state.flush(&myself).await;
-                }
-            }
-            LaneMsg::Pause => {
-                if matches!(state.mode, Mode::Running) {
-                    state.mode = Mode::Paused;
-                }
-            }
-            LaneMsg::Resume => {
-                if matches!(state.mode, Mode::Paused) {
-                    state.mode = Mode::Running;
-                    state.pump(&myself).await;
-                }
-            }
-            LaneMsg::Drain { timeout, reply } => state.drain(&myself, timeout, reply).await,
-            LaneMsg::DrainDeadline => state.drain_deadline(&myself).await,
+            LaneMsg::StatsTick => state.sample_stats(&myself),
+            LaneMsg::StatsSampled(result) => state.stats_sampled(&myself, result),
+            LaneMsg::StoreCallPanicked(text) => return Err(text.into()),
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Turns relay events into metrics, so the lane and the supervisor record in one place.
 
 use crate::metrics::LaneMetrics;
-use crate::relay::RelayEvent;
+use crate::relay::{LaneCounters, RelayEvent};
 use crate::store::NackOutcome;
 
 /// Records the metrics an event stands for.
@@ -48,6 +48,32 @@ pub(crate) fn record(metrics: &LaneMetrics, event: &RelayEvent) {
         RelayEvent::StoreError { op, .. } => metrics.store_error(*op),
         RelayEvent::LaneRestarting { .. } => metrics.restart(),
         RelayEvent::LaneStateChanged { state, .. } => metrics.lane_state(*state),
+        _ => {}
+    }
+}
+
+/// Updates the lane's status counters for an event of its own (not the supervisor's).
+pub(crate) fn count(counters: &LaneCounters, event: &RelayEvent) {
+    match event {
+        RelayEvent::Claimed { outbox_ids, .. } => {
+            LaneCounters::add(&counters.claimed, outbox_ids.len())
+        }
+        RelayEvent::LeaseLapsedDeadLettered { outbox_ids, .. } => {
+            LaneCounters::add(&counters.dead_lettered, outbox_ids.len())
+        }
+        RelayEvent::Delivered { .. } => LaneCounters::add(&counters.delivered, 1),
+        RelayEvent::LostClaim { .. } => LaneCounters::add(&counters.lost_claims, 1),
+        RelayEvent::Failed { outcome, .. } => {
+            LaneCounters::add(&counters.failed, 1);
+            match outcome {
+                NackOutcome::DeadLettered => LaneCounters::add(&counters.dead_lettered, 1),
+                NackOutcome::LostClaim => LaneCounters::add(&counters.lost_claims, 1),
+                NackOutcome::Requeued => {}
+            }
+        }
+        RelayEvent::StoreError { op, error, .. } => {
+            counters.set_last_error(format!("{op}: {error}"))
+        }
         _ => {}
     }
 }

@@ -26,6 +26,7 @@ mod faults;
 #[path = "../support/faulty_store.rs"]
 mod faulty_store;
 mod lifecycle;
+mod pipeline;
 mod shutdown;
 mod stores;
 

@@ -81,8 +81,7 @@ async fn shutdown_honours_its_timeout_when_the_store_goes_silent() {
         matches!(e, RelayEvent::Claimed { .. })
     })
     .await;
-    // The connection stops answering: the acks of the finished deliveries hang forever,
-    // holding the lane inside a store call.
+    // The connection stops answering: the acks of the finished deliveries hang forever.
     store.silent.store(true, Ordering::SeqCst);
     release.notify_waiters();
     let timeout = Duration::from_secs(5);
@@ -94,10 +93,10 @@ async fn shutdown_honours_its_timeout_when_the_store_goes_silent() {
         took <= timeout,
         "shutdown took {took:?}, its timeout was {timeout:?}: {report:?}"
     );
-    assert_eq!(
-        report.abandoned().collect::<Vec<_>>(),
-        vec!["canonical/projector"],
-        "{report:?}"
-    );
+    // The lane's store calls run off its mailbox, so the hanging acks do not hold the lane:
+    // it answers at its own deadline, reporting the eight finished deliveries whose acks
+    // were never recorded (they will be delivered again), rather than being abandoned.
+    assert_eq!(report.unrecorded(), 8, "{report:?}");
+    assert_eq!(report.abandoned().count(), 0, "{report:?}");
     assert!(!report.is_clean(), "{report:?}");
 }

@@ -28,6 +28,20 @@ pub struct FaultyStore {
     pub extend_calls: Mutex<Vec<usize>>,
     /// Acks, nacks and releases never answer: a connection gone silent.
     pub silent: AtomicBool,
+    /// While set, every claim waits for `claim_gate` (a store call that hangs).
+    pub stall_claims: std::sync::atomic::AtomicBool,
+    pub claim_gate: tokio::sync::Notify,
+    /// Calls made, by kind (an `ack_and_claim` counts as an ack and a claim: this wrapper
+    /// keeps the trait's provided two-call version).
+    pub calls: Calls,
+}
+
+/// Store calls counted by [`FaultyStore`].
+#[derive(Debug, Default)]
+pub struct Calls {
+    pub claims: AtomicU32,
+    pub acks: AtomicU32,
+    pub next_dues: AtomicU32,
 }
 
 impl FaultyStore {
@@ -39,6 +53,9 @@ impl FaultyStore {
             unavailable: AtomicU32::new(0),
             extend_calls: Mutex::default(),
             silent: AtomicBool::new(false),
+            stall_claims: Default::default(),
+            claim_gate: Default::default(),
+            calls: Calls::default(),
         }
     }
 
@@ -76,6 +93,10 @@ impl OutboxStore for FaultyStore {
         if self.panic_claims_of.as_deref() == Some(request.lane.as_str()) {
             panic!("injected claim panic in lane {}", request.lane);
         }
+        self.calls.claims.fetch_add(1, Ordering::SeqCst);
+        if self.stall_claims.load(Ordering::SeqCst) {
+            self.claim_gate.notified().await;
+        }
         self.outage()?;
         self.inner.claim(request).await
     }
@@ -88,6 +109,7 @@ impl OutboxStore for FaultyStore {
             panic!("injected ack panic");
         }
         self.silence().await;
+        self.calls.acks.fetch_add(1, Ordering::SeqCst);
         self.outage()?;
         self.inner.ack(claims).await
     }
@@ -113,6 +135,7 @@ impl OutboxStore for FaultyStore {
         target: &str,
         ordering: OrderingPolicy,
     ) -> Result<Option<Duration>, StoreError> {
+        self.calls.next_dues.fetch_add(1, Ordering::SeqCst);
         self.outage()?;
         self.inner.next_due(lane, target, ordering).await
     }

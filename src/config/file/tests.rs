@@ -112,6 +112,7 @@ fn every_field_is_read() {
         target = "billing"
         concurrency = 3
         batch_size = 7
+        prefetch = 5
         lease = "9s"
         lease_extend_margin = false
         delivery_timeout = "4s"
@@ -121,6 +122,8 @@ fn every_field_is_read() {
         ordering = "block"
         max_poll_interval = "200ms"
         stats_interval = "1s"
+        store_backoff = "20ms"
+        store_backoff_max = "2s"
         sink = { kind = "log" }
         "#,
     )
@@ -150,7 +153,12 @@ fn every_field_is_read() {
         ))
         .ordering(OrderingPolicy::Block)
         .max_poll_interval(Duration::from_millis(200))
-        .stats_interval(Duration::from_secs(1));
+        .stats_interval(Duration::from_secs(1))
+        .prefetch(5)
+        .store_backoff(RetryPolicy::new(
+            Duration::from_millis(20),
+            Duration::from_secs(2),
+        ));
     assert_eq!(lane, &want);
     assert_eq!(
         config.ordering_of("orders", "billing"),
@@ -285,6 +293,14 @@ fn bad_values_name_their_field() {
             "lanes[orders/billing].retry.max",
         ),
         (
+            MINIMAL.replace("sink =", "concurrency = 2\nprefetch = 9\nsink ="),
+            "lanes[orders/billing].prefetch",
+        ),
+        (
+            MINIMAL.replace("sink =", "store_backoff = \"0s\"\nsink ="),
+            "lanes[orders/billing].store_backoff",
+        ),
+        (
             MINIMAL.replace("\"orders\"", "\"a b\""),
             "lanes[a b/billing].lane",
         ),
@@ -303,4 +319,15 @@ fn bad_values_name_their_field() {
         assert_eq!(error.field(), Some(field), "{error}");
         assert!(error.to_string().contains(field), "{error}");
     }
+}
+
+#[test]
+fn the_prefetch_follows_the_concurrency_unless_set() {
+    let config = parse(&MINIMAL.replace("sink =", "concurrency = 12\nsink =")).unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!((lane.concurrency, lane.prefetch), (12, 12));
+    let config =
+        parse(&MINIMAL.replace("sink =", "prefetch = 0\nconcurrency = 12\nsink =")).unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!((lane.concurrency, lane.prefetch), (12, 0));
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use tokio::sync::{broadcast, oneshot};
 
+use crate::retry::RetryPolicy;
 use crate::store::{StoreError, WakeUp};
 
 use super::decode::db_error;
@@ -87,17 +88,19 @@ async fn forward(
                 // listener can get one, and every attempt below would time out. Dropping it
                 // hands the connection back (closed, since it is broken).
                 drop(listener);
-                let mut backoff = RECONNECT_BACKOFF_MIN;
+                // The same backoff as the lanes' store errors and the supervisor's restarts.
+                let backoff = RetryPolicy::new(RECONNECT_BACKOFF_MIN, RECONNECT_BACKOFF_MAX);
+                let mut attempts = 1;
                 listener = loop {
                     tokio::select! {
                         _ = &mut stopped => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(backoff.backoff(attempts)) => {}
                     }
                     match listen(&pool, &channel).await {
                         Ok(listener) => break listener,
                         Err(error) => {
                             tracing::warn!(%error, channel, "outbox wake-up listener cannot listen yet");
-                            backoff = (backoff * 2).min(RECONNECT_BACKOFF_MAX);
+                            attempts = attempts.saturating_add(1);
                         }
                     }
                 };

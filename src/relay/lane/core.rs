@@ -1,0 +1,411 @@
+//! `LaneCore`: the whole logic of a lane as a plain synchronous state machine. No actors, no
+//! clock reads, no I/O: the lane actor feeds it [`Input`]s with the time as a value, and
+//! carries out the [`Command`]s it answers with (store calls, deliveries, timers, events).
+//!
+//! Why sans-IO: every decision (how much to claim, when to ack, when to sleep, what a drain
+//! releases) is then a unit test that runs in microseconds without tokio, and the actor
+//! never awaits a store call inside its handler, so a slow store cannot delay a lease
+//! check, a drain or a status answer.
+//!
+//! The pipeline: at most one claim (or `ack_and_claim`, or `next_due`) and one ack/nack
+//! flush are in flight at a time. A claim asks for the free handler slots plus the room
+//! left in the prefetch buffer, so handlers find work waiting when they finish. A finished
+//! delivery's ack goes out with the next flush (at once if none is in flight), and rides
+//! along with the claim when one is due anyway: a busy cycle costs one round trip.
+//!
+//! The quiet idle path: a wake-up makes one claim. `next_due` is asked only when the lane
+//! holds nothing (no delivery running, nothing buffered, no ack waiting), since while it
+//! holds claims their own leases would be the answer; the poll ceiling still applies.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::LaneConfig;
+use crate::message::OutboxMessage;
+use crate::metrics::StoreOp;
+use crate::relay::{LaneKey, RelayEvent};
+use crate::store::{ClaimBatch, ClaimRef, StoreError};
+
+mod book;
+mod drain;
+mod io;
+mod lease;
+mod outcomes;
+mod pool;
+#[cfg(test)]
+mod tests;
+
+use book::LeaseBook;
+pub(crate) use io::{Command, Input};
+use outcomes::Outcomes;
+use pool::HandlerPool;
+pub(crate) use pool::Slot;
+
+/// The shortest idle sleep: a guard against a store whose `next_due` keeps saying "now".
+pub(crate) const MIN_IDLE_SLEEP: Duration = Duration::from_millis(1);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Running,
+    Paused,
+    Draining {
+        completed: usize,
+        released: usize,
+        /// Claims a failed release could not hand back: they lapse with their leases.
+        unreleased: usize,
+        deadline_passed: bool,
+    },
+    Stopped,
+}
+
+/// The one store call of the claim pipeline in flight, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClaimCall {
+    Idle,
+    Claiming { issued_at: Instant, limit: usize },
+    AskingDue,
+}
+
+/// Store-error backoff, by the lane's `store_backoff` policy.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+    waiting: bool,
+}
+
+/// The lane's state and logic. See the module docs.
+#[derive(Debug)]
+pub(crate) struct LaneCore {
+    key: LaneKey,
+    config: LaneConfig,
+    mode: Mode,
+    pool: HandlerPool,
+    book: LeaseBook,
+    /// Claimed messages waiting for a free handler, in claim order.
+    buffer: VecDeque<OutboxMessage>,
+    outcomes: Outcomes,
+    claim: ClaimCall,
+    /// Whether the store may hold claimable work: the last claim filled its limit, or a
+    /// wake-up, tick, resume or retry came since. A short claim clears it.
+    store_has_more: bool,
+    /// Whether an idle sleep from `next_due` is scheduled and still meaningful.
+    idle_timer_set: bool,
+    tick_generation: u64,
+    backoff: Backoff,
+    /// Release calls in flight (a drain waits for their count).
+    releasing: usize,
+}
+
+impl LaneCore {
+    /// A lane with `config.concurrency` idle slots; paused lanes claim nothing until resumed.
+    pub(crate) fn new(config: LaneConfig, paused: bool) -> Self {
+        Self {
+            key: LaneKey::new(&config.lane, &config.target),
+            pool: HandlerPool::new(config.concurrency),
+            config,
+            mode: if paused { Mode::Paused } else { Mode::Running },
+            book: LeaseBook::default(),
+            buffer: VecDeque::new(),
+            outcomes: Outcomes::default(),
+            claim: ClaimCall::Idle,
+            store_has_more: false,
+            idle_timer_set: false,
+            tick_generation: 0,
+            backoff: Backoff::default(),
+            releasing: 0,
+        }
+    }
+
+    /// Deliveries running now.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.pool.running()
+    }
+
+    /// Claimed messages waiting for a handler.
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Claims the lane holds (running, buffered, or finished and not yet recorded).
+    pub(crate) fn held(&self) -> usize {
+        self.book.len() + self.outcomes.len()
+    }
+
+    /// Feeds one input at `now`; the commands to carry out, in order.
+    pub(crate) fn handle(&mut self, now: Instant, input: Input) -> Vec<Command> {
+        let mut out = Vec::new();
+        if self.mode == Mode::Stopped {
+            return out;
+        }
+        match input {
+            Input::Start | Input::Wake => self.store_has_more = true,
+            Input::Tick(generation) => {
+                if generation == self.tick_generation {
+                    self.store_has_more = true;
+                    self.idle_timer_set = false;
+                }
+            }
+            Input::RetryDue => {
+                self.backoff.waiting = false;
+                self.store_has_more = true;
+            }
+            Input::Pause => {
+                if self.mode == Mode::Running {
+                    self.mode = Mode::Paused;
+                }
+            }
+            Input::Resume => {
+                if self.mode == Mode::Paused {
+                    self.mode = Mode::Running;
+                    self.store_has_more = true;
+                }
+            }
+            Input::Drain { timeout } => self.drain(now, timeout, &mut out),
+            Input::DrainDeadline => self.drain_deadline(now, &mut out),
+            Input::DeliveryDone {
+                slot,
+                outbox_id,
+                result,
+                elapsed,
+            } => self.delivery_done(slot, outbox_id, result, elapsed),
+            Input::HandlerDied { slot, reason } => self.handler_died(now, slot, reason, &mut out),
+            Input::LeaseDue { batch, generation } => self.lease_due(batch, generation, &mut out),
+            Input::Claimed(result) => {
+                let call = std::mem::replace(&mut self.claim, ClaimCall::Idle);
+                self.claimed(now, call, result, &mut out);
+            }
+            Input::AckedAndClaimed { result, wall_ms } => {
+                let call = std::mem::replace(&mut self.claim, ClaimCall::Idle);
+                match result {
+                    Ok(answer) => {
+                        self.acked(now, Ok(answer.acked), wall_ms, &mut out);
+                        self.claimed(now, call, answer.claimed, &mut out);
+                    }
+                    // Neither happened: the acks go out again, the claim is made again.
+                    Err(error) => self.acked(now, Err(error), wall_ms, &mut out),
+                }
+            }
+            Input::Acked { result, wall_ms } => self.acked(now, result, wall_ms, &mut out),
+            Input::Nacked(result) => self.nacked(now, result, &mut out),
+            Input::NextDue(result) => self.next_due(now, result, &mut out),
+            Input::Extended {
+                batch,
+                generation,
+                claims,
+                result,
+            } => self.extended(now, batch, generation, claims, result, &mut out),
+            Input::Released { sent, result } => self.released(sent, result),
+        }
+        self.pump(now, &mut out);
+        out
+    }
+
+    /// How many messages a claim may take now: free slots plus prefetch room.
+    fn claim_limit(&self) -> usize {
+        (self.pool.idle() + self.config.prefetch)
+            .saturating_sub(self.buffer.len())
+            .min(self.config.batch_size)
+    }
+
+    fn emit(&self, out: &mut Vec<Command>, event: RelayEvent) {
+        out.push(Command::Emit(event));
+    }
+
+    /// Moves the lane along after every input: start buffered work, flush outcomes, claim,
+    /// or go to sleep; and end a drain that has nothing left to wait for.
+    fn pump(&mut self, now: Instant, out: &mut Vec<Command>) {
+        while self.pool.idle() > 0 {
+            let Some(message) = self.buffer.pop_front() else {
+                break;
+            };
+            if let Some(slot) = self.pool.start(&message, now) {
+                out.push(Command::Deliver {
+                    slot,
+                    message: Box::new(message),
+                });
+            }
+        }
+        let store_open = !self.backoff.waiting;
+        let claiming = self.mode == Mode::Running && self.store_has_more;
+        if store_open {
+            let limit = self.claim_limit();
+            let ride = claiming && self.claim == ClaimCall::Idle && limit > 0;
+            self.flush(now, ride.then_some(limit), out);
+        }
+        if store_open && self.claim == ClaimCall::Idle && self.mode == Mode::Running {
+            let limit = self.claim_limit();
+            if claiming && limit > 0 {
+                self.claim_sent(now, limit);
+                out.push(Command::Claim { limit });
+            } else if !self.store_has_more && !self.idle_timer_set && self.held() == 0 {
+                self.claim = ClaimCall::AskingDue;
+                out.push(Command::NextDue);
+            }
+        }
+        self.finish_drain_if_done(out);
+    }
+
+    /// A claim of up to `limit` goes out now.
+    fn claim_sent(&mut self, now: Instant, limit: usize) {
+        self.claim = ClaimCall::Claiming {
+            issued_at: now,
+            limit,
+        };
+        self.idle_timer_set = false;
+    }
+
+    fn store_failed(
+        &mut self,
+        now: Instant,
+        op: StoreOp,
+        error: &StoreError,
+        out: &mut Vec<Command>,
+    ) {
+        tracing::warn!(lane = %self.key, %op, %error, "store call failed; backing off");
+        self.emit(
+            out,
+            RelayEvent::StoreError {
+                lane: self.key.clone(),
+                op,
+                error: error.to_string(),
+                permanent: error.is_permanent(),
+            },
+        );
+        self.backoff.failures = self.backoff.failures.saturating_add(1);
+        if !self.backoff.waiting {
+            self.backoff.waiting = true;
+            let delay = self.config.store_backoff.backoff(self.backoff.failures);
+            out.push(Command::RetryAt(now + delay));
+        }
+    }
+
+    fn store_ok(&mut self) {
+        self.backoff.failures = 0;
+    }
+
+    fn claimed(
+        &mut self,
+        now: Instant,
+        call: ClaimCall,
+        result: Result<ClaimBatch, StoreError>,
+        out: &mut Vec<Command>,
+    ) {
+        let ClaimCall::Claiming { issued_at, limit } = call else {
+            return;
+        };
+        let batch = match result {
+            Ok(batch) => batch,
+            Err(error) => return self.store_failed(now, StoreOp::Claim, &error, out),
+        };
+        self.store_ok();
+        if !batch.dead_lettered.is_empty() {
+            self.emit(
+                out,
+                RelayEvent::LeaseLapsedDeadLettered {
+                    lane: self.key.clone(),
+                    outbox_ids: batch.dead_lettered,
+                },
+            );
+        }
+        let got = batch.messages.len();
+        if got < limit {
+            self.store_has_more = false;
+        }
+        if got == 0 {
+            out.push(Command::EmptyClaim);
+            self.poll_ceiling(now, out);
+            return;
+        }
+        let claims: Vec<ClaimRef> = batch.messages.iter().filter_map(|m| m.claim()).collect();
+        if matches!(self.mode, Mode::Draining { .. } | Mode::Stopped) {
+            // Claimed just as the drain began: hand them straight back.
+            self.releasing += 1;
+            out.push(Command::Release(claims));
+            return;
+        }
+        let mut ids = Vec::with_capacity(got);
+        let mut redeliveries = 0;
+        for message in batch.messages {
+            ids.push(message.outbox_id);
+            if self.book.holds(message.outbox_id) {
+                // Our own delivery (or buffered claim) outlived its lease and we claimed it
+                // again. One delivery is enough: it adopts the fresh claim (the book moves
+                // it to this batch), so its ack lands with the current token.
+                continue;
+            }
+            if message.attempt_count > 1 {
+                redeliveries += 1;
+            }
+            self.buffer.push_back(message);
+        }
+        if let Some(batch) = self.book.open(claims) {
+            // The lease began no later than the claim was sent, so time the check from there.
+            out.push(Command::LeaseCheckAt {
+                batch,
+                generation: 0,
+                at: issued_at + self.lease_check_delay(),
+            });
+        }
+        self.emit(
+            out,
+            RelayEvent::Claimed {
+                lane: self.key.clone(),
+                outbox_ids: ids,
+                redeliveries,
+            },
+        );
+        if got < limit {
+            self.poll_ceiling(now, out);
+        }
+    }
+
+    /// After a short claim while the lane holds claims: no `next_due` (their own leases
+    /// would answer it), but the poll ceiling still holds, so a retry that comes due while
+    /// long deliveries run is not left waiting for them.
+    fn poll_ceiling(&mut self, now: Instant, out: &mut Vec<Command>) {
+        if self.held() == 0 {
+            return; // `pump` asks `next_due`
+        }
+        self.tick_generation += 1;
+        out.push(Command::WakeAt {
+            generation: self.tick_generation,
+            at: now + self.config.max_poll_interval,
+        });
+    }
+
+    fn next_due(
+        &mut self,
+        now: Instant,
+        result: Result<Option<Duration>, StoreError>,
+        out: &mut Vec<Command>,
+    ) {
+        self.claim = ClaimCall::Idle;
+        let due = match result {
+            Ok(due) => due,
+            Err(error) => return self.store_failed(now, StoreOp::NextDue, &error, out),
+        };
+        self.store_ok();
+        if self.mode != Mode::Running {
+            return; // paused or draining since it was asked: no sleep to plan
+        }
+        let sleep = due
+            .unwrap_or(self.config.max_poll_interval)
+            .clamp(MIN_IDLE_SLEEP, self.config.max_poll_interval);
+        self.tick_generation += 1;
+        self.idle_timer_set = true;
+        out.push(Command::WakeAt {
+            generation: self.tick_generation,
+            at: now + sleep,
+        });
+        self.emit(
+            out,
+            RelayEvent::Idle {
+                lane: self.key.clone(),
+                sleep,
+            },
+        );
+    }
+}

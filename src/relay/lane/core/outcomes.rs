@@ -1,0 +1,316 @@
+//! Finished deliveries on their way to the store: acks and nacks wait for the next flush,
+//! and those of the flush in flight are kept to pair with the store's answers (and to be
+//! sent again if the flush fails).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::pool::{Running, Slot};
+use super::{Command, LaneCore, Mode};
+use crate::message::UnixMillis;
+use crate::metrics::StoreOp;
+use crate::relay::handler::DeliveryFailure;
+use crate::relay::RelayEvent;
+use crate::store::{ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError};
+
+/// A finished delivery waiting for its ack to be recorded.
+#[derive(Debug)]
+pub(super) struct Delivered {
+    pub(super) running: Running,
+    pub(super) claim: ClaimRef,
+    pub(super) elapsed: Duration,
+}
+
+/// A failed delivery waiting for its nack to be recorded.
+#[derive(Debug)]
+pub(super) struct Failed {
+    pub(super) running: Running,
+    pub(super) claim: ClaimRef,
+    pub(super) failure: DeliveryFailure,
+    pub(super) ran: Duration,
+}
+
+/// Acks and nacks waiting for a flush, and those of the flush in flight (kept to pair with
+/// the store's answers, and put back if the flush fails).
+///
+/// Invariant, kept by these methods alone: at most one flush is in flight, of acks or of
+/// nacks, and an outcome is in exactly one of the four lists until the store answered it.
+#[derive(Debug, Default)]
+pub(super) struct Outcomes {
+    acks: Vec<Delivered>,
+    nacks: Vec<Failed>,
+    acking: Vec<Delivered>,
+    nacking: Vec<Failed>,
+}
+
+/// The flush [`Outcomes::start_flush`] began.
+pub(super) enum Flush {
+    /// These claims to ack.
+    Acks(Vec<ClaimRef>),
+    /// The failures in [`Outcomes::nacking`] to nack.
+    Nacks,
+}
+
+impl Outcomes {
+    pub(super) fn delivered(&mut self, delivered: Delivered) {
+        self.acks.push(delivered);
+    }
+
+    pub(super) fn failed(&mut self, failed: Failed) {
+        self.nacks.push(failed);
+    }
+
+    /// Outcomes not yet recorded, waiting or in flight.
+    pub(super) fn len(&self) -> usize {
+        self.acks.len() + self.nacks.len() + self.acking.len() + self.nacking.len()
+    }
+
+    pub(super) fn flushing(&self) -> bool {
+        !self.acking.is_empty() || !self.nacking.is_empty()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Begins a flush unless one is in flight: the acks first (they free rows and ordering
+    /// keys), else the nacks.
+    pub(super) fn start_flush(&mut self) -> Option<Flush> {
+        if self.flushing() {
+            return None;
+        }
+        if !self.acks.is_empty() {
+            self.acking = std::mem::take(&mut self.acks);
+            return Some(Flush::Acks(self.acking.iter().map(|d| d.claim).collect()));
+        }
+        if !self.nacks.is_empty() {
+            self.nacking = std::mem::take(&mut self.nacks);
+            return Some(Flush::Nacks);
+        }
+        None
+    }
+
+    /// The failures of the nack flush in flight.
+    pub(super) fn nacking(&self) -> &[Failed] {
+        &self.nacking
+    }
+
+    /// The store answered the ack flush: what it recorded, or nothing if it failed (then
+    /// they wait for the next flush, ahead of what finished since).
+    pub(super) fn acks_answered(&mut self, recorded: bool) -> Vec<Delivered> {
+        let acking = std::mem::take(&mut self.acking);
+        if recorded {
+            return acking;
+        }
+        let later = std::mem::replace(&mut self.acks, acking);
+        self.acks.extend(later);
+        Vec::new()
+    }
+
+    /// The store answered the nack flush, as [`Outcomes::acks_answered`].
+    pub(super) fn nacks_answered(&mut self, recorded: bool) -> Vec<Failed> {
+        let nacking = std::mem::take(&mut self.nacking);
+        if recorded {
+            return nacking;
+        }
+        let later = std::mem::replace(&mut self.nacks, nacking);
+        self.nacks.extend(later);
+        Vec::new()
+    }
+}
+
+impl LaneCore {
+    /// Sends the next flush, if one may go: with a claim riding along when `claim_limit`
+    /// says one is due (one round trip for both).
+    pub(super) fn flush(
+        &mut self,
+        now: Instant,
+        claim_limit: Option<usize>,
+        out: &mut Vec<Command>,
+    ) {
+        match self.outcomes.start_flush() {
+            None => {}
+            Some(Flush::Acks(acks)) => match claim_limit {
+                Some(limit) => {
+                    self.claim_sent(now, limit);
+                    out.push(Command::AckAndClaim { acks, limit });
+                }
+                None => out.push(Command::Ack(acks)),
+            },
+            Some(Flush::Nacks) => {
+                let nacks = self
+                    .outcomes
+                    .nacking()
+                    .iter()
+                    .map(|f| self.nack_of(f))
+                    .collect();
+                out.push(Command::Nack(nacks));
+            }
+        }
+    }
+
+    pub(super) fn nack_of(&self, failed: &Failed) -> Nack {
+        Nack {
+            claim: failed.claim,
+            error: failed.failure.error.clone(),
+            disposition: if failed.failure.permanent {
+                NackDisposition::Permanent
+            } else {
+                NackDisposition::Retry(self.config.retry.delay(
+                    failed.running.message.attempt_count,
+                    failed.failure.retry_after,
+                ))
+            },
+        }
+    }
+
+    pub(super) fn delivery_done(
+        &mut self,
+        slot: Slot,
+        outbox_id: Uuid,
+        result: Result<(), DeliveryFailure>,
+        elapsed: Duration,
+    ) {
+        let Some(running) = self.pool.finish(slot, outbox_id) else {
+            return;
+        };
+        self.count_completed();
+        let Some(claim) = self.book.close(outbox_id) else {
+            return;
+        };
+        match result {
+            Ok(()) => self.outcomes.delivered(Delivered {
+                running,
+                claim,
+                elapsed,
+            }),
+            Err(failure) => self.outcomes.failed(Failed {
+                running,
+                claim,
+                failure,
+                ran: elapsed,
+            }),
+        }
+    }
+
+    pub(super) fn count_completed(&mut self) {
+        if let Mode::Draining { completed, .. } = &mut self.mode {
+            *completed += 1;
+        }
+    }
+
+    pub(super) fn handler_died(
+        &mut self,
+        now: Instant,
+        slot: Slot,
+        reason: String,
+        out: &mut Vec<Command>,
+    ) {
+        let replace = matches!(self.mode, Mode::Running | Mode::Paused);
+        let Some(running) = self.pool.died(slot, replace) else {
+            return;
+        };
+        if replace {
+            out.push(Command::ReplaceHandler(slot));
+        }
+        let Some(running) = running else {
+            return;
+        };
+        let outbox_id = running.message.outbox_id;
+        tracing::warn!(lane = %self.key, %outbox_id, %reason, "handler panicked");
+        self.count_completed();
+        if let Some(claim) = self.book.close(outbox_id) {
+            let ran = running.ran(now);
+            self.outcomes.failed(Failed {
+                running,
+                claim,
+                failure: DeliveryFailure::panic(&reason),
+                ran,
+            });
+        }
+    }
+
+    pub(super) fn acked(
+        &mut self,
+        now: Instant,
+        result: Result<Vec<ClaimOutcome>, StoreError>,
+        wall_ms: UnixMillis,
+        out: &mut Vec<Command>,
+    ) {
+        let acking = self.outcomes.acks_answered(result.is_ok());
+        let outcomes = match result {
+            Ok(outcomes) => outcomes,
+            Err(error) => return self.store_failed(now, StoreOp::Ack, &error, out),
+        };
+        self.store_ok();
+        for (delivered, outcome) in acking.into_iter().zip(outcomes) {
+            let message = &delivered.running.message;
+            let outbox_id = message.outbox_id;
+            if message.ordering_key.is_some() {
+                // The ack frees the key's next message: it is claimable now.
+                self.store_has_more = true;
+            }
+            match outcome {
+                ClaimOutcome::Applied => {
+                    let end_to_end = Duration::from_millis(
+                        u64::try_from(wall_ms.saturating_sub(message.created_at)).unwrap_or(0),
+                    );
+                    tracing::debug!(lane = %self.key, %outbox_id, "delivered");
+                    self.emit(
+                        out,
+                        RelayEvent::Delivered {
+                            lane: self.key.clone(),
+                            outbox_id,
+                            attempt: message.attempt_count,
+                            duration: delivered.elapsed,
+                            end_to_end,
+                        },
+                    );
+                }
+                ClaimOutcome::LostClaim => {
+                    tracing::info!(lane = %self.key, %outbox_id, "ack found the claim lost");
+                    self.emit(
+                        out,
+                        RelayEvent::LostClaim {
+                            lane: self.key.clone(),
+                            outbox_id,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    pub(super) fn nacked(
+        &mut self,
+        now: Instant,
+        result: Result<Vec<NackOutcome>, StoreError>,
+        out: &mut Vec<Command>,
+    ) {
+        let nacking = self.outcomes.nacks_answered(result.is_ok());
+        let outcomes = match result {
+            Ok(outcomes) => outcomes,
+            Err(error) => return self.store_failed(now, StoreOp::Nack, &error, out),
+        };
+        self.store_ok();
+        // A retry is now due at some later time: the idle sleep must be asked again.
+        self.idle_timer_set = false;
+        for (failed, outcome) in nacking.into_iter().zip(outcomes) {
+            let outbox_id = failed.running.message.outbox_id;
+            tracing::info!(lane = %self.key, %outbox_id, kind = %failed.failure.kind, ?outcome, error = %failed.failure.error, "delivery failed");
+            self.emit(
+                out,
+                RelayEvent::Failed {
+                    lane: self.key.clone(),
+                    outbox_id,
+                    kind: failed.failure.kind,
+                    duration: failed.ran,
+                    outcome,
+                    error: failed.failure.error,
+                },
+            );
+        }
+    }
+}

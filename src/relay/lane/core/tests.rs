@@ -1,0 +1,679 @@
+//! `LaneCore` driven directly: inputs in, commands out, time as a value. No tokio runtime,
+//! no actors, no store.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::*;
+use crate::message::{OutboxMessageDraft, OutboxStatus};
+use crate::relay::handler::DeliveryFailure;
+use crate::relay::DrainReport;
+use crate::retry::RetryPolicy;
+use crate::store::{ClaimOutcome, NackDisposition, NackOutcome};
+
+fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
+    LaneConfig::new("orders", "billing")
+        .concurrency(concurrency)
+        .prefetch(prefetch)
+        .lease(Duration::from_secs(30))
+        .retry(RetryPolicy::new(
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        ))
+}
+
+fn message(ordering_key: Option<&str>) -> OutboxMessage {
+    let mut draft = OutboxMessageDraft::new("orders", "billing", json!({})).unwrap();
+    if let Some(key) = ordering_key {
+        draft = draft.with_ordering_key(key);
+    }
+    let mut message = OutboxMessage::pending(draft, Uuid::new_v4(), 1, 0);
+    message.status = OutboxStatus::Claimed;
+    message.attempt_count = 1;
+    message.claim_token = Some(Uuid::new_v4());
+    message
+}
+
+/// The same message claimed again, with a fresh token.
+fn reclaimed(message: &OutboxMessage) -> OutboxMessage {
+    let mut again = message.clone();
+    again.attempt_count += 1;
+    again.claim_token = Some(Uuid::new_v4());
+    again
+}
+
+fn batch(messages: &[OutboxMessage]) -> Input {
+    Input::Claimed(Ok(ClaimBatch {
+        messages: messages.to_vec(),
+        dead_lettered: Vec::new(),
+    }))
+}
+
+fn unavailable() -> StoreError {
+    StoreError::Unavailable("connection refused (test)".into())
+}
+
+fn claims(commands: &[Command]) -> Vec<usize> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Claim { limit } | Command::AckAndClaim { limit, .. } => Some(*limit),
+            _ => None,
+        })
+        .collect()
+}
+
+fn delivered(commands: &[Command]) -> Vec<(Slot, Uuid)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Deliver { slot, message } => Some((*slot, message.outbox_id)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn acks(commands: &[Command]) -> Vec<ClaimRef> {
+    commands
+        .iter()
+        .flat_map(|c| match c {
+            Command::Ack(acks) | Command::AckAndClaim { acks, .. } => acks.clone(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+fn has(commands: &[Command], pred: impl Fn(&Command) -> bool) -> bool {
+    commands.iter().any(pred)
+}
+
+fn done(slot: Slot, message: &OutboxMessage) -> Input {
+    Input::DeliveryDone {
+        slot,
+        outbox_id: message.outbox_id,
+        result: Ok(()),
+        elapsed: Duration::from_millis(5),
+    }
+}
+
+fn acked_all(n: usize) -> Input {
+    Input::Acked {
+        result: Ok(vec![ClaimOutcome::Applied; n]),
+        wall_ms: 0,
+    }
+}
+
+/// A started lane that claimed `messages` (claim limit `concurrency + prefetch`).
+fn running_with(core: &mut LaneCore, now: Instant, messages: &[OutboxMessage]) -> Vec<Command> {
+    let out = core.handle(now, Input::Start);
+    assert_eq!(claims(&out).len(), 1, "{out:?}");
+    core.handle(now, batch(messages))
+}
+
+#[test]
+fn a_claim_asks_for_free_slots_plus_prefetch_room_capped_by_batch_size() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 3), false);
+    assert_eq!(claims(&core.handle(now, Input::Start)), vec![5]);
+
+    let mut core = LaneCore::new(config(4, 8).batch_size(6), false);
+    assert_eq!(claims(&core.handle(now, Input::Start)), vec![6]);
+
+    let mut core = LaneCore::new(config(2, 0), false);
+    assert_eq!(claims(&core.handle(now, Input::Start)), vec![2]);
+}
+
+#[test]
+fn claimed_messages_fill_free_slots_and_the_rest_wait_in_the_buffer() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 2), false);
+    let messages: Vec<_> = (0..3).map(|_| message(None)).collect();
+    let out = running_with(&mut core, now, &messages);
+    let started: Vec<Uuid> = delivered(&out).into_iter().map(|(_, id)| id).collect();
+    assert_eq!(started, vec![messages[0].outbox_id, messages[1].outbox_id]);
+    assert_eq!((core.in_flight(), core.buffered()), (2, 1));
+    // The lease timer counts from when the claim was sent.
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::LeaseCheckAt { generation: 0, at, .. } if *at == now + Duration::from_secs(20)
+    )));
+    // A short claim: no more claims, and no `next_due` while deliveries run.
+    assert!(claims(&out).is_empty());
+    assert!(!has(&out, |c| matches!(c, Command::NextDue)));
+}
+
+#[test]
+fn a_finished_delivery_is_acked_at_once_and_its_slot_takes_the_buffered_message() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 1), false);
+    let messages = [message(None), message(None)];
+    let out = running_with(&mut core, now, &messages);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(now, done(slot, &messages[0]));
+    assert_eq!(delivered(&out), vec![(slot, messages[1].outbox_id)]);
+    assert_eq!(acks(&out), vec![messages[0].claim().unwrap()]);
+    // The claim came back full, so a claim is due: the ack rides with it.
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::AckAndClaim { limit: 1, .. }
+    )));
+}
+
+#[test]
+fn one_flush_at_a_time_and_what_finishes_meanwhile_goes_out_together() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(3, 1), false);
+    let messages: Vec<_> = (0..3).map(|_| message(None)).collect();
+    // Four asked, three came: the store is drained, so acks go out alone.
+    core.handle(now, Input::Start);
+    let out = core.handle(
+        now,
+        Input::Claimed(Ok(ClaimBatch {
+            messages: messages.clone(),
+            dead_lettered: Vec::new(),
+        })),
+    );
+    let slots: Vec<Slot> = delivered(&out).into_iter().map(|(s, _)| s).collect();
+    let out = core.handle(now, done(slots[0], &messages[0]));
+    assert!(has(&out, |c| matches!(c, Command::Ack(a) if a.len() == 1)));
+    let out = core.handle(now, done(slots[1], &messages[1]));
+    let out2 = core.handle(now, done(slots[2], &messages[2]));
+    assert!(
+        acks(&out).is_empty() && acks(&out2).is_empty(),
+        "a flush is in flight"
+    );
+    let out = core.handle(now, acked_all(1));
+    assert_eq!(acks(&out).len(), 2, "{out:?}");
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::Delivered { .. })
+    )));
+}
+
+#[test]
+fn the_idle_path_claims_once_per_wake_and_asks_next_due_only_when_nothing_is_held() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 2), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(now, done(slot, &first));
+    assert!(
+        claims(&out).is_empty(),
+        "the store said it was drained: {out:?}"
+    );
+    assert!(
+        !has(&out, |c| matches!(c, Command::NextDue)),
+        "an ack is in flight"
+    );
+    let out = core.handle(now, acked_all(1));
+    assert!(has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
+    let later = now + Duration::from_millis(3);
+    let out = core.handle(later, Input::NextDue(Ok(Some(Duration::from_secs(3)))));
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::WakeAt { at, .. } if *at == later + Duration::from_secs(3)
+    )));
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::Idle { .. })
+    )));
+    // A burst of wakes while the claim is out: still one claim.
+    assert_eq!(claims(&core.handle(later, Input::Wake)), vec![4]);
+    assert!(claims(&core.handle(later, Input::Wake)).is_empty());
+}
+
+#[test]
+fn a_stale_idle_tick_is_ignored_and_the_current_one_claims() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), false);
+    core.handle(now, Input::Start);
+    let out = core.handle(now, batch(&[]));
+    assert!(has(&out, |c| matches!(c, Command::NextDue)));
+    let out = core.handle(now, Input::NextDue(Ok(None)));
+    let Some(generation) = out.iter().find_map(|c| match c {
+        Command::WakeAt { generation, at } => {
+            assert_eq!(*at, now + DEFAULT_MAX_POLL);
+            Some(*generation)
+        }
+        _ => None,
+    }) else {
+        panic!("{out:?}")
+    };
+    assert!(claims(&core.handle(now, Input::Tick(generation - 1))).is_empty());
+    assert_eq!(claims(&core.handle(now, Input::Tick(generation))), vec![1]);
+}
+
+const DEFAULT_MAX_POLL: Duration = crate::config::DEFAULT_MAX_POLL_INTERVAL;
+
+#[test]
+fn store_errors_back_off_by_the_lanes_policy_and_hold_claims_until_the_retry() {
+    let now = Instant::now();
+    let backoff = RetryPolicy::new(Duration::from_millis(100), Duration::from_millis(300));
+    let mut core = LaneCore::new(config(1, 0).store_backoff(backoff), false);
+    core.handle(now, Input::Start);
+    let out = core.handle(now, Input::Claimed(Err(unavailable())));
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::StoreError {
+            op: StoreOp::Claim,
+            ..
+        })
+    )));
+    assert!(has(
+        &out,
+        |c| matches!(c, Command::RetryAt(at) if *at == now + Duration::from_millis(100))
+    ));
+    assert!(
+        claims(&core.handle(now, Input::Wake)).is_empty(),
+        "backing off"
+    );
+    assert_eq!(claims(&core.handle(now, Input::RetryDue)), vec![1]);
+    let out = core.handle(now, Input::Claimed(Err(unavailable())));
+    assert!(has(
+        &out,
+        |c| matches!(c, Command::RetryAt(at) if *at == now + Duration::from_millis(200))
+    ));
+    core.handle(now, Input::RetryDue);
+    core.handle(now, Input::Claimed(Err(unavailable())));
+    core.handle(now, Input::RetryDue);
+    let out = core.handle(now, Input::Claimed(Err(unavailable())));
+    assert!(
+        has(
+            &out,
+            |c| matches!(c, Command::RetryAt(at) if *at == now + Duration::from_millis(300))
+        ),
+        "capped"
+    );
+}
+
+#[test]
+fn a_failed_ack_is_kept_and_sent_again_after_the_backoff() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    let slot = delivered(&out)[0].0;
+    core.handle(now, done(slot, &first));
+    let out = core.handle(
+        now,
+        Input::Acked {
+            result: Err(unavailable()),
+            wall_ms: 0,
+        },
+    );
+    assert!(acks(&out).is_empty());
+    assert!(has(&out, |c| matches!(c, Command::RetryAt(_))));
+    assert_eq!(core.held(), 1, "the finished claim is still ours to record");
+    let out = core.handle(now, Input::RetryDue);
+    assert_eq!(acks(&out), vec![first.claim().unwrap()]);
+}
+
+#[test]
+fn a_failure_is_nacked_with_the_retry_policys_delay() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 1), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    let slot = delivered(&out)[0].0;
+    let out = core.handle(
+        now,
+        Input::DeliveryDone {
+            slot,
+            outbox_id: first.outbox_id,
+            result: Err(DeliveryFailure::timeout(Duration::from_secs(1))),
+            elapsed: Duration::from_secs(1),
+        },
+    );
+    let nack = out
+        .iter()
+        .find_map(|c| match c {
+            Command::Nack(nacks) => nacks.first().cloned(),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{out:?}"));
+    assert_eq!(nack.claim, first.claim().unwrap());
+    assert_eq!(
+        nack.disposition,
+        NackDisposition::Retry(Duration::from_secs(1))
+    );
+    let out = core.handle(now, Input::Nacked(Ok(vec![NackOutcome::Requeued])));
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::Failed { .. })
+    )));
+    assert!(
+        has(&out, |c| matches!(c, Command::NextDue)),
+        "the retry's due time is new"
+    );
+}
+
+#[test]
+fn a_dead_handler_is_replaced_and_its_delivery_nacked_as_a_panic() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    let slot = delivered(&out)[0].0;
+    let later = now + Duration::from_secs(2);
+    let out = core.handle(
+        later,
+        Input::HandlerDied {
+            slot,
+            reason: "boom".into(),
+        },
+    );
+    assert!(
+        matches!(out[0], Command::ReplaceHandler(s) if s == slot),
+        "{out:?}"
+    );
+    let Some(Command::Nack(nacks)) = out.iter().find(|c| matches!(c, Command::Nack(_))) else {
+        panic!("{out:?}")
+    };
+    assert!(nacks[0].error.contains("handler panicked: boom"));
+    // Its late report (none will come from a dead actor, but a stale one must not count).
+    assert!(acks(&core.handle(later, done(slot, &first))).is_empty());
+}
+
+#[test]
+fn a_lease_check_extends_running_and_buffered_claims_and_reports_a_lost_one_once() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 1), false);
+    let messages = [message(None), message(None)];
+    let out = running_with(&mut core, now, &messages);
+    let Some((batch_id, generation)) = out.iter().find_map(|c| match c {
+        Command::LeaseCheckAt {
+            batch, generation, ..
+        } => Some((*batch, *generation)),
+        _ => None,
+    }) else {
+        panic!("{out:?}")
+    };
+    let at = now + Duration::from_secs(20);
+    let out = core.handle(
+        at,
+        Input::LeaseDue {
+            batch: batch_id,
+            generation,
+        },
+    );
+    let Some(Command::Extend {
+        claims: extending,
+        generation: next,
+        ..
+    }) = out
+        .into_iter()
+        .find(|c| matches!(c, Command::Extend { .. }))
+    else {
+        panic!("no extension")
+    };
+    assert_eq!(extending.len(), 2, "running and buffered");
+    // The old timer is stale now.
+    assert!(core
+        .handle(
+            at,
+            Input::LeaseDue {
+                batch: batch_id,
+                generation
+            }
+        )
+        .is_empty());
+    let outcomes = extending
+        .iter()
+        .map(|c| {
+            if c.outbox_id == messages[1].outbox_id {
+                ClaimOutcome::LostClaim
+            } else {
+                ClaimOutcome::Applied
+            }
+        })
+        .collect();
+    let out = core.handle(
+        at,
+        Input::Extended {
+            batch: batch_id,
+            generation: next,
+            claims: extending,
+            result: Ok(outcomes),
+        },
+    );
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::LeaseExtended { count: 1, .. })
+    )));
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::LeaseExpired { outbox_ids, .. }) if outbox_ids == &vec![messages[1].outbox_id]
+    )));
+    assert_eq!(
+        core.buffered(),
+        0,
+        "a buffered message whose lease lapsed is dropped"
+    );
+    let Some(Command::LeaseCheckAt {
+        generation: again, ..
+    }) = out
+        .iter()
+        .find(|c| matches!(c, Command::LeaseCheckAt { .. }))
+    else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(
+        at,
+        Input::LeaseDue {
+            batch: batch_id,
+            generation: *again,
+        },
+    );
+    let Some(Command::Extend { claims: left, .. }) =
+        out.iter().find(|c| matches!(c, Command::Extend { .. }))
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        left,
+        &vec![messages[0].claim().unwrap()],
+        "the lost one is not extended again"
+    );
+}
+
+#[test]
+fn our_own_running_message_claimed_again_is_adopted_with_its_fresh_token() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    let slot = delivered(&out)[0].0;
+    core.handle(now, Input::Wake);
+    let again = reclaimed(&first);
+    let out = core.handle(now, batch(std::slice::from_ref(&again)));
+    assert!(delivered(&out).is_empty(), "one delivery is enough");
+    let out = core.handle(now, done(slot, &first));
+    assert_eq!(acks(&out), vec![again.claim().unwrap()]);
+}
+
+#[test]
+fn an_ack_that_frees_an_ordering_key_claims_again() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let head = message(Some("customer-7"));
+    let out = running_with(&mut core, now, std::slice::from_ref(&head));
+    let slot = delivered(&out)[0].0;
+    core.handle(now, done(slot, &head));
+    let out = core.handle(now, acked_all(1));
+    assert_eq!(claims(&out), vec![2], "{out:?}");
+}
+
+#[test]
+fn pause_holds_claims_and_resume_claims() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), true);
+    assert!(claims(&core.handle(now, Input::Start)).is_empty());
+    assert!(claims(&core.handle(now, Input::Wake)).is_empty());
+    assert_eq!(claims(&core.handle(now, Input::Resume)), vec![1]);
+    core.handle(now, Input::Pause);
+    core.handle(now, batch(&[]));
+    assert!(claims(&core.handle(now, Input::Wake)).is_empty());
+}
+
+#[test]
+fn a_drain_releases_the_buffer_and_stops_once_deliveries_are_recorded() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 2), false);
+    let messages = [message(None), message(None), message(None)];
+    let out = running_with(&mut core, now, &messages);
+    let slot = delivered(&out)[0].0;
+    let out = core.handle(
+        now,
+        Input::Drain {
+            timeout: Duration::from_secs(10),
+        },
+    );
+    assert!(has(
+        &out,
+        |c| matches!(c, Command::DrainDeadlineAt(at) if *at == now + Duration::from_secs(10))
+    ));
+    let Some(Command::Release(released)) = out.iter().find(|c| matches!(c, Command::Release(_)))
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(released.len(), 2);
+    core.handle(
+        now,
+        Input::Released {
+            sent: 2,
+            result: Ok(vec![ClaimOutcome::Applied; 2]),
+        },
+    );
+    let out = core.handle(now, done(slot, &messages[0]));
+    assert!(claims(&out).is_empty(), "no claims while draining");
+    assert!(
+        !has(&out, |c| matches!(c, Command::Stop(_))),
+        "its ack is still out"
+    );
+    let out = core.handle(now, acked_all(1));
+    assert!(
+        has(&out, |c| matches!(
+            c,
+            Command::Stop(DrainReport {
+                completed: 1,
+                released: 2,
+                ..
+            })
+        )),
+        "{out:?}"
+    );
+    assert!(core.handle(now, Input::Wake).is_empty(), "stopped");
+}
+
+#[test]
+fn a_drain_deadline_abandons_running_deliveries_and_releases_their_claims() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let messages = [message(None), message(None)];
+    let out = running_with(&mut core, now, &messages);
+    let slots: Vec<Slot> = delivered(&out).into_iter().map(|(s, _)| s).collect();
+    core.handle(
+        now,
+        Input::Drain {
+            timeout: Duration::from_secs(1),
+        },
+    );
+    let out = core.handle(now, Input::DrainDeadline);
+    let killed: Vec<Slot> = out
+        .iter()
+        .filter_map(|c| match c {
+            Command::KillHandler(slot) => Some(*slot),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(killed.len(), 2);
+    assert!(slots.iter().all(|s| killed.contains(s)));
+    assert!(has(
+        &out,
+        |c| matches!(c, Command::Release(r) if r.len() == 2)
+    ));
+    let out = core.handle(
+        now,
+        Input::Released {
+            sent: 2,
+            result: Ok(vec![ClaimOutcome::Applied; 2]),
+        },
+    );
+    assert!(
+        has(&out, |c| matches!(
+            c,
+            Command::Stop(DrainReport {
+                completed: 0,
+                released: 2,
+                ..
+            })
+        )),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_drain_deadline_does_not_wait_for_acks_the_store_will_not_take() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    core.handle(now, done(delivered(&out)[0].0, &first));
+    core.handle(
+        now,
+        Input::Acked {
+            result: Err(unavailable()),
+            wall_ms: 0,
+        },
+    );
+    core.handle(
+        now,
+        Input::Drain {
+            timeout: Duration::from_secs(1),
+        },
+    );
+    let out = core.handle(now, Input::DrainDeadline);
+    assert!(
+        has(&out, |c| matches!(
+            c,
+            Command::Stop(DrainReport {
+                completed: 0,
+                released: 0,
+                ..
+            })
+        )),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn while_deliveries_run_the_poll_ceiling_still_claims_without_next_due() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    assert!(!has(&out, |c| matches!(c, Command::NextDue)));
+    let Some(generation) = out.iter().find_map(|c| match c {
+        Command::WakeAt { generation, at } if *at == now + DEFAULT_MAX_POLL => Some(*generation),
+        _ => None,
+    }) else {
+        panic!("no poll ceiling: {out:?}")
+    };
+    // An empty claim on the ceiling arms it again, still without `next_due`.
+    let out = core.handle(now + DEFAULT_MAX_POLL, Input::Tick(generation));
+    assert_eq!(claims(&out), vec![1]);
+    let out = core.handle(now + DEFAULT_MAX_POLL, batch(&[]));
+    assert!(!has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
+    assert!(
+        has(&out, |c| matches!(c, Command::WakeAt { .. })),
+        "{out:?}"
+    );
+}
