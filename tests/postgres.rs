@@ -344,7 +344,7 @@ async fn two_processes_never_hold_two_messages_of_one_key() {
                             .unwrap()
                             .entry(key.clone())
                             .or_default()
-                            .push(m.payload["value"].as_i64().unwrap());
+                            .push(m.payload.to_value().unwrap()["value"].as_i64().unwrap());
                         // Let go before the ack commits: a gap can hide a violation but
                         // never invent one.
                         held.lock().unwrap().remove(&key);

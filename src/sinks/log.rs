@@ -29,7 +29,7 @@ use uuid::Uuid;
 use crate::config::duration::HumanDuration;
 use crate::config::ConfigError;
 use crate::delivery::{DeliveryError, DeliveryHandler};
-use crate::message::OutboxMessage;
+use crate::message::{OutboxMessage, Payload};
 
 // ---- config ----------------------------------------------------------------------------
 
@@ -68,8 +68,8 @@ pub struct LogLine {
     pub attempt: u32,
     /// The message's headers.
     pub headers: BTreeMap<String, String>,
-    /// The message body.
-    pub payload: serde_json::Value,
+    /// The message body, embedded as the exact JSON text that was enqueued.
+    pub payload: Payload,
 }
 
 impl LogLine {
