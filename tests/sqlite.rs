@@ -5,12 +5,12 @@
 
 #[path = "sqlite/differential.rs"]
 mod differential;
+#[path = "sqlite/full_disk.rs"]
+mod full_disk;
 #[path = "sqlite/migration.rs"]
 mod migration;
 #[path = "sqlite/plans.rs"]
 mod plans;
-#[path = "sqlite/full_disk.rs"]
-mod full_disk;
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -39,9 +39,11 @@ impl Payload {
     /// The payload for `value`, serialised once with `serde_json`: the bytes delivered are
     /// exactly what `serde_json::to_string(value)` gives.
     pub fn from_serialize<T: Serialize + ?Sized>(value: &T) -> Result<Self, ValidationError> {
-        serde_json::value::to_raw_value(value).map(Self).map_err(|error| {
-            ValidationError::new("payload", format!("cannot be serialised as JSON: {error}"))
-        })
+        serde_json::value::to_raw_value(value)
+            .map(Self)
+            .map_err(|error| {
+                ValidationError::new("payload", format!("cannot be serialised as JSON: {error}"))
+            })
     }
 
     /// The payload for a `serde_json::Value`, in its compact form.
@@ -223,7 +225,10 @@ mod tests {
         for text in ["", "{", "{\"a\":1} x", "{'a':1}", "nul\u{0}"] {
             let err = Payload::from_json(text).unwrap_err();
             assert_eq!(err.field, "payload", "{text:?}");
-            assert!(err.reason.starts_with("is not valid JSON"), "{text:?}: {err}");
+            assert!(
+                err.reason.starts_with("is not valid JSON"),
+                "{text:?}: {err}"
+            );
         }
     }
 

@@ -137,7 +137,10 @@ async fn migration_3_turns_jsonb_payloads_into_json_text() {
     .await
     .expect("column type");
     assert_eq!(column_type, "json");
-    store.enqueue(draft()).await.expect("enqueue after migration 3");
+    store
+        .enqueue(draft())
+        .await
+        .expect("enqueue after migration 3");
     let request = ClaimRequest::new("l", "sink", 10, Duration::from_secs(60), "r");
     let batch = store.claim(&request).await.expect("claim");
     let payloads: Vec<&str> = batch.messages.iter().map(|m| m.payload.as_str()).collect();
