@@ -137,8 +137,8 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// `jsonb` rewrites what it stores (integers past `u64` become floats, keys are re-sorted,
-/// duplicate keys collapse), and a relay delivers the bytes it was given. `json` keeps the
+/// `jsonb` rewrites what it stores (keys are re-sorted, duplicate keys collapse, whitespace
+/// and number spelling are normalised), and a relay delivers the bytes it was given. `json` keeps the
 /// text exactly and still refuses what is not JSON, for rows written by hand. Rows already
 /// stored keep the normalised text `jsonb` gave them. This rewrites the table under an
 /// exclusive lock, once.
