@@ -6,7 +6,8 @@
 //!
 //! ## Layout
 //!
-//! - [`message`]: the draft a service writes, the stored message, its status, validation.
+//! - [`message`]: the draft a service writes, the stored message, its status, validation;
+//!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
 //! - [`store`]: the `OutboxStore` contract and the state machine of a row;
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how

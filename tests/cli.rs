@@ -10,6 +10,8 @@
 
 #[path = "cli/migrate.rs"]
 mod migrate;
+#[path = "cli/payload.rs"]
+mod payload;
 #[path = "cli/refusal.rs"]
 mod refusal;
 #[path = "cli/secrets.rs"]
@@ -177,9 +179,14 @@ impl Daemon {
 
     /// The next line the log sink wrote, as JSON.
     fn delivery(&mut self) -> Value {
+        let line = self.delivery_line();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a log-sink line ({e}): {line}"))
+    }
+
+    /// The next line the log sink wrote, as written.
+    fn delivery_line(&mut self) -> String {
         match self.lines.recv_timeout(WAIT) {
-            Ok(line) => serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("not a log-sink line ({e}): {line}")),
+            Ok(line) => line,
             Err(_) => panic!(
                 "no delivery within {WAIT:?}; exit {:?}; stderr:\n{}",
                 self.child.try_wait(),

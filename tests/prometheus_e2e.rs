@@ -632,7 +632,8 @@ impl ScenarioHandler {
 impl DeliveryHandler for ScenarioHandler {
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
         let first_call = self.called.lock().unwrap().insert(message.outbox_id);
-        let action = message.payload["do"].as_str().unwrap_or("ok");
+        let body = message.payload.to_value().unwrap();
+        let action = body["do"].as_str().unwrap_or("ok");
         match action {
             "retry_once" if first_call => Err(DeliveryError::retryable("busy, try later")),
             "permanent_once" if first_call => Err(DeliveryError::permanent("bad request")),

@@ -11,6 +11,7 @@
 //! - [`enqueue`]: dedupe, validation, atomic batches.
 //! - [`admin`]: list, stats, requeue, discard, purge, next_due, wake-ups.
 //! - [`backlog`]: the claim at a backlog: lapsed claims first, hot keys, lapsed heads.
+//! - [`payload`]: the bytes of a payload are delivered unchanged, or refused alike.
 
 use std::time::Duration;
 
@@ -26,12 +27,14 @@ mod backlog;
 mod enqueue;
 mod lifecycle;
 mod ordering;
+mod payload;
 
 pub use admin::*;
 pub use backlog::*;
 pub use enqueue::*;
 pub use lifecycle::*;
 pub use ordering::*;
+pub use payload::*;
 
 /// The lane most cases use.
 pub const LANE: &str = "canonical";

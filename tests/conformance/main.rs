@@ -114,6 +114,10 @@ macro_rules! conformance {
             lapsed_claims_come_before_older_pending_rows,
             a_hot_key_among_cold_keys_yields_one_head_per_key,
             a_lapsed_head_is_reclaimed_before_its_pending_successors,
+            // cases/payload.rs
+            payload_bytes_are_kept_through_enqueue_claim_and_list,
+            a_raw_payload_retried_with_its_dedupe_key_is_a_duplicate,
+            an_escaped_nul_in_raw_json_is_refused_by_every_store,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

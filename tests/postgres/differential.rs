@@ -31,7 +31,7 @@ struct Seen {
     last_error: Option<String>,
     updated_at: i64,
     delivered_at: Option<i64>,
-    payload: serde_json::Value,
+    payload: outbox_relay::message::Payload,
 }
 
 /// One store under the differential run, with its own ids mapped to enqueue indexes.

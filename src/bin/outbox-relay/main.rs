@@ -132,7 +132,7 @@ struct EnqueueArgs {
     /// The target.
     #[arg(long)]
     target: String,
-    /// The payload, as JSON. Without it, JSON is read from stdin.
+    /// The payload, as JSON text, delivered byte for byte. Without it, it is read from stdin.
     #[arg(long, value_name = "JSON")]
     payload: Option<String>,
     /// Messages with the same key are delivered one at a time, in enqueue order.

@@ -107,7 +107,7 @@ impl Statements {
             // inserter of the same key to finish first, so racing enqueues never error.
             enqueue: format!(
                 "WITH draft AS (
-                    SELECT * FROM unnest($3::uuid[], $4::text[], $5::text[], $6::jsonb[],
+                    SELECT * FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[],
                                          $7::jsonb[], $8::text[], $9::text[], $10::int8[],
                                          $11::int8[])
                     WITH ORDINALITY AS d(outbox_id, lane, target, payload, headers,
@@ -122,7 +122,7 @@ impl Statements {
                     INSERT INTO {t} AS m (outbox_id, lane, target, payload, headers,
                         ordering_key, dedupe_key, status, attempt_count, max_attempts,
                         available_at, created_at, updated_at, key_head)
-                    SELECT d.outbox_id, d.lane, d.target, d.payload, d.headers, d.ordering_key,
+                    SELECT d.outbox_id, d.lane, d.target, d.payload::json, d.headers, d.ordering_key,
                            d.dedupe_key, 'pending', 0, d.max_attempts,
                            {NOW} + d.delay_ms * interval '1 millisecond', {NOW}, {NOW},
                            d.ordering_key IS NULL OR (d.nth = 1 AND NOT EXISTS (

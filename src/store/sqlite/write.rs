@@ -75,7 +75,7 @@ async fn insert(
         .bind(uuid_text(outbox_id))
         .bind(&draft.lane)
         .bind(&draft.target)
-        .bind(json_text(&draft.payload, "payload")?)
+        .bind(draft.payload.as_str())
         .bind(json_text(&draft.headers, "headers")?)
         .bind(&draft.ordering_key)
         .bind(&draft.dedupe_key)
