@@ -12,7 +12,11 @@
 //!   `store::postgres` (feature `postgres`) implement it.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
-//! - [`sinks`]: ready-made handlers (`LogSink`) and `SinkConfig`, a lane's `sink` table.
+//! - [`sinks`]: ready-made handlers and `SinkConfig`, a lane's `sink` table, built async
+//!   and fallibly: `sinks::log` (always), `sinks::webhook`, `sinks::nats`,
+//!   `sinks::rabbitmq`, `sinks::redis` (one feature each: `webhook-sink`, `nats-sink`,
+//!   `rabbitmq-sink`, `redis-sink`), and `sinks::template` (destinations over lane, target
+//!   and headers).
 //! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`;
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
