@@ -7,7 +7,8 @@
 //!
 //! The request is a `POST` (or `method`) to `url`, a [`Template`] whose substituted values are
 //! percent-encoded. Its body is the payload's JSON bytes, with `content-type:
-//! application/json`, the message's headers, and:
+//! application/json`, the message's headers (except the ones the HTTP client owns:
+//! `content-length`, `transfer-encoding`, `connection`, `host`, `upgrade`), and:
 //!
 //! - `webhook-id` and `Idempotency-Key`: the `outbox_id`, the same on every attempt, so the
 //!   receiver can drop the duplicates at-least-once delivery allows;
@@ -47,6 +48,15 @@ use crate::message::OutboxMessage;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many bytes of an error response's body a permanent error keeps.
 pub const ERROR_BODY_PREFIX: usize = 256;
+
+/// Message headers the sink does not forward: the HTTP client sets them.
+const CLIENT_OWNED_HEADERS: [&str; 5] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "host",
+    "upgrade",
+];
 
 // ---- config ----------------------------------------------------------------------------
 
@@ -251,6 +261,14 @@ impl WebhookSink {
     ) -> Result<HeaderMap, DeliveryError> {
         let mut headers = HeaderMap::with_capacity(message.headers.len() + 5);
         for (name, value) in &message.headers {
+            // Framing and connection headers belong to the HTTP client: a message's
+            // `content-length` beside the real one would corrupt the request.
+            if CLIENT_OWNED_HEADERS
+                .iter()
+                .any(|owned| name.eq_ignore_ascii_case(owned))
+            {
+                continue;
+            }
             let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
                 DeliveryError::permanent(format!("the header name {name:?} is not valid in HTTP"))
             })?;
