@@ -19,6 +19,7 @@
 //! | a missing header a template needs | permanent |
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
@@ -117,6 +118,8 @@ pub struct RabbitMqSink {
     // publishes by delivery tag, so concurrent publishes on one channel are fine. Replaced
     // when broken, under the lock, so concurrent deliveries reconnect once.
     link: Mutex<Option<Link>>,
+    /// The last link's generation.
+    generations: AtomicU64,
 }
 
 /// A connection and its confirm-mode channel. The connection is kept: dropping it would
@@ -124,6 +127,9 @@ pub struct RabbitMqSink {
 struct Link {
     _connection: Connection,
     channel: Channel,
+    /// Which connection this is (counted from 1), so a delivery that failed on it forgets
+    /// it only if no other delivery has replaced it meanwhile.
+    generation: u64,
 }
 
 impl fmt::Debug for RabbitMqSink {
@@ -143,7 +149,7 @@ impl RabbitMqSink {
     pub async fn build(config: &RabbitMqSinkConfig, field: &str) -> Result<Self, SinkBuildError> {
         config.validate(field)?;
         let url = config.url_with_secret(field)?;
-        let link = connect(&url).await.map_err(|error| {
+        let link = connect(&url, 1).await.map_err(|error| {
             SinkBuildError::new(
                 format!("{field}.url"),
                 format!("cannot connect to RabbitMQ at {}: {error}", config.url),
@@ -156,22 +162,36 @@ impl RabbitMqSink {
             routing_key: config.routing_key.clone(),
             mandatory: config.mandatory,
             link: Mutex::new(Some(link)),
+            generations: AtomicU64::new(1),
         })
     }
 
-    /// The channel to publish on, reconnecting if the last one broke.
-    async fn channel(&self) -> Result<Channel, lapin::Error> {
+    /// The channel to publish on and its link's generation, reconnecting if the last one
+    /// broke or was forgotten.
+    async fn channel(&self) -> Result<(Channel, u64), lapin::Error> {
         let mut link = self.link.lock().await;
         if let Some(current) = link.as_ref() {
             if current.channel.status().connected() {
-                return Ok(current.channel.clone());
+                return Ok((current.channel.clone(), current.generation));
             }
         }
         *link = None;
-        let fresh = connect(&self.url).await?;
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
+        let fresh = connect(&self.url, generation).await?;
         let channel = fresh.channel.clone();
         *link = Some(fresh);
-        Ok(channel)
+        Ok((channel, generation))
+    }
+
+    /// Drops the link of `generation` after a failure on it: lapin may not have marked the
+    /// channel broken yet (its I/O loop notices a reset socket later), and the next delivery
+    /// must reconnect rather than fail again on the dead socket. A link that another
+    /// delivery already replaced is left alone.
+    async fn forget(&self, generation: u64) {
+        let mut link = self.link.lock().await;
+        if link.as_ref().is_some_and(|l| l.generation == generation) {
+            *link = None;
+        }
     }
 
     fn properties(message: &OutboxMessage) -> BasicProperties {
@@ -190,7 +210,7 @@ impl RabbitMqSink {
     }
 }
 
-async fn connect(url: &str) -> Result<Link, lapin::Error> {
+async fn connect(url: &str, generation: u64) -> Result<Link, lapin::Error> {
     let connection = Connection::connect(url, ConnectionProperties::default()).await?;
     let channel = connection.create_channel().await?;
     channel
@@ -199,6 +219,7 @@ async fn connect(url: &str) -> Result<Link, lapin::Error> {
     Ok(Link {
         _connection: connection,
         channel,
+        generation,
     })
 }
 
@@ -223,12 +244,12 @@ impl DeliveryHandler for RabbitMqSink {
                 source,
             })
         };
-        let channel = self.channel().await.map_err(failed)?;
+        let (channel, generation) = self.channel().await.map_err(failed)?;
         let options = BasicPublishOptions {
             mandatory: self.mandatory,
             ..BasicPublishOptions::default()
         };
-        let confirm = channel
+        let published = channel
             .basic_publish(
                 ShortString::from(exchange.as_str()),
                 ShortString::from(routing_key.as_str()),
@@ -236,9 +257,19 @@ impl DeliveryHandler for RabbitMqSink {
                 &payload,
                 Self::properties(message),
             )
-            .await
-            .map_err(failed)?;
-        match confirm.await.map_err(failed)? {
+            .await;
+        let confirmed = match published {
+            Ok(confirm) => confirm.await,
+            Err(error) => Err(error),
+        };
+        let confirmation = match confirmed {
+            Ok(confirmation) => confirmation,
+            Err(error) => {
+                self.forget(generation).await;
+                return Err(failed(error));
+            }
+        };
+        match confirmation {
             Confirmation::Ack(None) => Ok(()),
             // The broker confirms a returned message too: it took it, and dropped it.
             Confirmation::Ack(Some(returned)) => {
