@@ -194,6 +194,12 @@ impl From<ConfigError> for SinkBuildError {
 )]
 pub(crate) fn read_secret(field: &str, variable: &str) -> Result<String, SinkBuildError> {
     let field = format!("{field}.secret_env");
+    if variable.trim().is_empty() {
+        return Err(SinkBuildError::new(
+            field,
+            "must name an environment variable",
+        ));
+    }
     match std::env::var(variable) {
         Ok(value) if !value.is_empty() => Ok(value),
         Ok(_) => Err(SinkBuildError::new(
