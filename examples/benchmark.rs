@@ -30,6 +30,9 @@ use outbox_relay::{
     OutboxMessageDraft, OutboxRelay, OutboxStore,
 };
 
+/// How long a run may go without a relay event before the benchmark calls it stalled.
+const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A target that takes `latency` per message, as a broker or webhook round trip would.
 struct SimulatedTarget {
     latency: Duration,
@@ -202,7 +205,13 @@ async fn actor_relay_with(
     let mut events = relay.subscribe();
     let mut delivered = 0;
     while delivered < n {
-        match events.recv().await {
+        // A run that stops making progress fails loudly instead of hanging the benchmark.
+        let event = tokio::time::timeout(STALL_TIMEOUT, events.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the relay stalled: {delivered} of {n} delivered, no event for {STALL_TIMEOUT:?}")
+            });
+        match event {
             Ok(RelayEvent::Delivered { .. }) => delivered += 1,
             Ok(RelayEvent::Failed { error, .. }) => panic!("a delivery failed: {error}"),
             Ok(_) => {}
