@@ -10,17 +10,28 @@
 //!   cargo run --release --example benchmark -- --store postgres://postgres@127.0.0.1:5432/test
 //!
 //! Prints one line per round with both throughputs and their ratio, then the median ratio.
+//!
+//! Then the webhook row: the actor relay delivering over HTTP to a local receiver (a minimal
+//! keep-alive HTTP/1.1 server in this process answering 204) with the webhook sink at
+//! concurrency 64, against the same relay delivering to the log sink (lines written to
+//! nowhere), side by side per round on fresh stores: the ratio says what the HTTP round
+//! trip costs relative to a sink that costs almost nothing.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outbox_relay::relay::RelayEvent;
+use outbox_relay::sinks::webhook::{WebhookSink, WebhookSinkConfig};
+use outbox_relay::sinks::LogSink;
 use outbox_relay::store::{ClaimRequest, Nack, NackDisposition};
 use outbox_relay::{
     DeliveryError, DeliveryHandler, InMemoryOutboxStore, LaneConfig, OutboxMessage,
     OutboxMessageDraft, OutboxRelay, OutboxStore,
 };
+
+/// How long a run may go without a relay event before the benchmark calls it stalled.
+const STALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A target that takes `latency` per message, as a broker or webhook round trip would.
 struct SimulatedTarget {
@@ -170,13 +181,22 @@ async fn actor_relay(
     n: usize,
     concurrency: usize,
 ) -> Duration {
+    actor_relay_with(store, Arc::new(SimulatedTarget { latency }), n, concurrency).await
+}
+
+async fn actor_relay_with(
+    store: Arc<dyn OutboxStore>,
+    handler: Arc<dyn DeliveryHandler>,
+    n: usize,
+    concurrency: usize,
+) -> Duration {
     let started = Instant::now();
     let relay = OutboxRelay::builder(store)
-        .lane(
+        .lane_shared(
             LaneConfig::new("bench", "target")
                 .concurrency(concurrency)
                 .batch_size(concurrency.max(64)),
-            SimulatedTarget { latency },
+            handler,
         )
         .event_capacity(n * 4 + 1024)
         .start()
@@ -185,8 +205,15 @@ async fn actor_relay(
     let mut events = relay.subscribe();
     let mut delivered = 0;
     while delivered < n {
-        match events.recv().await {
+        // A run that stops making progress fails loudly instead of hanging the benchmark.
+        let event = tokio::time::timeout(STALL_TIMEOUT, events.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the relay stalled: {delivered} of {n} delivered, no event for {STALL_TIMEOUT:?}")
+            });
+        match event {
             Ok(RelayEvent::Delivered { .. }) => delivered += 1,
+            Ok(RelayEvent::Failed { error, .. }) => panic!("a delivery failed: {error}"),
             Ok(_) => {}
             Err(error) => panic!("lost relay events: {error}"),
         }
@@ -197,6 +224,95 @@ async fn actor_relay(
         .await
         .expect("shutdown");
     took
+}
+
+/// A local webhook receiver: HTTP/1.1 keep-alive, reads each request (headers and a
+/// `content-length` body) and answers `204 No Content`. Returns its URL.
+async fn start_receiver() -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a loopback port");
+    let addr = listener.local_addr().expect("local address");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                loop {
+                    let mut length = 0;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        match stream.read_line(&mut line).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => {}
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':') {
+                            if name.eq_ignore_ascii_case("content-length") {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if stream.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let answer = b"HTTP/1.1 204 No Content\r\n\r\n";
+                    if stream.get_mut().write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}/hook")
+}
+
+/// The webhook row: webhook sink to a local receiver vs. log sink, actor relay, c=64.
+async fn webhook_row(options: &Options) {
+    const CONCURRENCY: usize = 64;
+    let url = start_receiver().await;
+    let config = WebhookSinkConfig::new(url.parse().expect("a valid template"));
+    let webhook: Arc<dyn DeliveryHandler> =
+        Arc::new(WebhookSink::new(&config, None).expect("webhook sink"));
+    println!(
+        "\nwebhook sink (local HTTP receiver) vs log sink (to nowhere), actor relay, concurrency {CONCURRENCY}"
+    );
+    println!("round  log msg/s  webhook msg/s  ratio");
+    let mut ratios = Vec::new();
+    for round in 0..options.rounds {
+        let run = |name: String, handler: Arc<dyn DeliveryHandler>| {
+            let store_kind = options.store.clone();
+            let n = options.messages;
+            async move {
+                let (store, cleanup) = open_store(&store_kind, &name).await.unwrap_or_else(|e| {
+                    eprintln!("benchmark: {e}");
+                    std::process::exit(2)
+                });
+                fill(&*store, n).await;
+                let took = actor_relay_with(store, handler, n, CONCURRENCY).await;
+                cleanup.run().await;
+                rate(n, took)
+            }
+        };
+        let log = run(
+            format!("{round}_log"),
+            Arc::new(LogSink::new(std::io::sink())),
+        )
+        .await;
+        let hook = run(format!("{round}_webhook"), Arc::clone(&webhook)).await;
+        let ratio = hook / log;
+        ratios.push(ratio);
+        println!("{round:>5}  {log:>9.0}  {hook:>13.0}  {ratio:>5.2}x");
+    }
+    ratios.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "median ratio (webhook / log): {:.2}x",
+        ratios[ratios.len() / 2]
+    );
 }
 
 fn rate(n: usize, took: Duration) -> f64 {
@@ -262,4 +378,5 @@ async fn main() {
         "median ratio (actor / baseline): {:.2}x",
         ratios[ratios.len() / 2]
     );
+    webhook_row(&options).await;
 }

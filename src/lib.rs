@@ -15,7 +15,11 @@
 //!   it; [`store::slow_log`] wraps any of them to log a slow call by its name and duration.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
-//! - [`sinks`]: ready-made handlers (`LogSink`) and `SinkConfig`, a lane's `sink` table.
+//! - [`sinks`]: ready-made handlers and `SinkConfig`, a lane's `sink` table, built async
+//!   and fallibly: `sinks::log` (always), `sinks::webhook`, `sinks::nats`,
+//!   `sinks::rabbitmq`, `sinks::redis` (one feature each: `webhook-sink`, `nats-sink`,
+//!   `rabbitmq-sink`, `redis-sink`), and `sinks::template` (destinations over lane, target
+//!   and headers).
 //! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`;
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).

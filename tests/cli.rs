@@ -849,3 +849,22 @@ fn requeue_and_discard_take_ids_a_lane_or_all_and_never_nothing() {
     args.extend(["dead-letters", "requeue", "--all"]);
     assert!(sandbox.ok(&args).contains("requeued 0 dead letters"));
 }
+
+#[test]
+fn a_sink_secret_missing_from_the_environment_exits_2_naming_it() {
+    let sandbox = Sandbox::new();
+    let config = test_config("sqlite:relay.db", "", free_port()).replace(
+        r#"sink = { kind = "log" }"#,
+        r#"sink = { kind = "webhook", url = "http://127.0.0.1:9/{lane}", secret_env = "OUTBOX_CLI_TEST_WEBHOOK_SECRET" }"#,
+    );
+    sandbox.write("relay.toml", &config);
+    let stderr = sandbox.fails(2, &["--config", "relay.toml", "run"]);
+    for needle in [
+        "lanes[orders/audit].sink.secret_env",
+        "OUTBOX_CLI_TEST_WEBHOOK_SECRET is not set",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
+    }
+    // Sinks are built before the store is opened: no database file appeared.
+    assert_eq!(sandbox.files(), vec!["relay.toml"]);
+}

@@ -36,6 +36,18 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         tracing::info!(%addr, "serving Prometheus metrics");
     }
 
+    // Sinks are built before the store is opened: a sink that cannot be built (a secret
+    // missing from the environment, a broker that cannot be reached, a missing JetStream
+    // stream) stops the start with exit 2, naming the lane's field (and the variable).
+    let mut handlers = Vec::with_capacity(lanes.len());
+    for (lane, sink) in &lanes {
+        let handler = sink
+            .build(&format!("lanes[{}].sink", lane.name()))
+            .await
+            .map_err(|error| Failure::input(format!("config error: {error}")))?;
+        handlers.push(handler);
+    }
+
     // Reaching the database can take up to connect_timeout; a signal meanwhile stops the
     // relay at once (nothing is claimed yet, so there is nothing to hand back).
     let store = tokio::select! {
@@ -48,7 +60,7 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     tracing::info!(database = %setup.url, "store open");
 
     let mut builder = OutboxRelay::builder(store).supervisor(supervisor);
-    for (lane, sink) in &lanes {
+    for ((lane, sink), handler) in lanes.iter().zip(handlers) {
         tracing::info!(
             lane = %lane.lane,
             target = %lane.target,
@@ -57,7 +69,7 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
             lease = %format_duration(lane.lease),
             "lane configured"
         );
-        builder = builder.lane_shared(lane.clone(), sink.build());
+        builder = builder.lane_shared(lane.clone(), handler);
     }
     let relay = builder
         .start()

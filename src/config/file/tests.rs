@@ -331,3 +331,45 @@ fn the_prefetch_follows_the_concurrency_unless_set() {
     let (lane, _) = &config.lanes().unwrap()[0];
     assert_eq!((lane.concurrency, lane.prefetch), (12, 0));
 }
+
+/// The example file's commented "Sinks" blocks, uncommented: each parses as a lane with
+/// that sink, and shows every key the sink's config has.
+#[cfg(all(
+    feature = "webhook-sink",
+    feature = "nats-sink",
+    feature = "rabbitmq-sink",
+    feature = "redis-sink"
+))]
+#[test]
+fn the_example_files_sink_blocks_parse_and_show_every_key() {
+    let text = include_str!("../../../examples/relay.toml");
+    let mut kinds = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("# -- sink: ") {
+        let after = &rest[start + "# -- sink: ".len()..];
+        let kind = &after[..after.find(" --").unwrap()];
+        let end = after.find("# -- end --").expect("every block ends");
+        let block: String = after[..end]
+            .lines()
+            .skip(1)
+            .map(|line| {
+                let line = line.strip_prefix('#').unwrap_or(line);
+                format!("{}\n", line.strip_prefix(' ').unwrap_or(line))
+            })
+            .collect();
+        let config = parse(&format!("database_url = \"sqlite:x.db\"\n{block}"))
+            .unwrap_or_else(|error| panic!("the {kind} block does not parse: {error}\n{block}"));
+        let lanes = config.lanes().unwrap();
+        assert_eq!(lanes[0].1.kind(), kind, "{block}");
+        let keys = serde_json::to_value(&lanes[0].1).unwrap();
+        for key in keys.as_object().unwrap().keys() {
+            assert!(
+                block.contains(&format!("\n{key} =")),
+                "the {kind} block does not show `{key}`"
+            );
+        }
+        kinds.push(kind.to_owned());
+        rest = &after[end..];
+    }
+    assert_eq!(kinds, ["webhook", "nats", "rabbitmq", "redis"]);
+}
