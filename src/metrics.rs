@@ -27,13 +27,17 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use metrics::Unit;
 
+#[cfg(feature = "prometheus")]
+pub mod health;
 mod lane;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 
 pub use lane::LaneMetrics;
 #[cfg(feature = "prometheus")]
-pub use prometheus::{install_prometheus_exporter, MetricsError};
+pub use prometheus::{
+    install_prometheus_exporter, install_prometheus_exporter_with_readiness, MetricsError,
+};
 
 // ---- Counters -------------------------------------------------------------------------
 

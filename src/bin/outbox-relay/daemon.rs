@@ -2,10 +2,12 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::config::file::MetricsListen;
 use outbox_relay::database::CreateMode;
+use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
 use outbox_relay::relay::{RelayEvent, ShutdownReport};
 use outbox_relay::store::NackOutcome;
 use outbox_relay::OutboxRelay;
@@ -31,15 +33,17 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     let mut signals = Signals::install()?;
 
     let metrics_listen = args.metrics_listen.unwrap_or(setup.config.metrics_listen);
+    // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
+    let readiness = Readiness::new();
     if let MetricsListen::Listen(addr) = metrics_listen {
-        install_metrics_exporter(addr)?;
-        tracing::info!(%addr, "serving Prometheus metrics");
+        install_metrics_exporter(addr, readiness.clone())?;
+        tracing::info!(%addr, "serving Prometheus metrics, /healthz and /readyz");
     }
 
     let store = setup.open(CreateMode::CreateIfMissing).await?;
     tracing::info!(database = %setup.url, "store open");
 
-    let mut builder = OutboxRelay::builder(store).supervisor(supervisor);
+    let mut builder = OutboxRelay::builder(store.clone()).supervisor(supervisor);
     for (lane, sink) in &lanes {
         tracing::info!(
             lane = %lane.lane,
@@ -55,6 +59,12 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         .start()
         .await
         .map_err(|error| Failure::failed(format!("cannot start the relay: {error}")))?;
+    let relay = Arc::new(relay);
+    readiness.set(
+        RelayReadiness::new(store, relay.clone()),
+        tokio::runtime::Handle::current(),
+        DEFAULT_READINESS_TIMEOUT,
+    );
     tokio::spawn(log_events(relay.subscribe()));
     tracing::info!(
         lanes = lanes.len(),
@@ -208,9 +218,9 @@ fn init_logging(format: LogFormat) {
     };
 }
 
-/// Serves Prometheus metrics on `addr`, on the exporter's own thread.
-fn install_metrics_exporter(addr: SocketAddr) -> Result<(), Failure> {
-    outbox_relay::metrics::install_prometheus_exporter(addr)
+/// Serves Prometheus metrics and the health probes on `addr`, on the exporter's own thread.
+fn install_metrics_exporter(addr: SocketAddr, readiness: Readiness) -> Result<(), Failure> {
+    outbox_relay::metrics::install_prometheus_exporter_with_readiness(addr, readiness)
         .map(drop)
         .map_err(|error| {
             Failure::input(format!(
