@@ -21,7 +21,8 @@
 //!   `relay::supervisor` (restarts lanes), `relay::lane` (claims, lease timers, batched
 //!   acks), `relay::handler` (one delivery at a time under a timeout).
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
-//!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
+//!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
+//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`).
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
 //!   opens the store a URL names.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`) and the admin
