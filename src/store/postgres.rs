@@ -66,7 +66,7 @@ use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
     Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
-    OutboxStore, Page, PageRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT};
 use decode::{db_error, unsigned};
@@ -520,23 +520,34 @@ impl OutboxStore for PostgresOutboxStore {
         Ok(done.rows_affected())
     }
 
-    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError> {
-        let batch_size = batch_size.max(1);
+    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        let batch_size = request.batch_size.max(1);
+        let (lane, target) = match &request.lane {
+            Some((lane, target)) => (Some(lane.as_str()), Some(target.as_str())),
+            None => (None, None),
+        };
         let mut purged = 0u64;
-        loop {
-            // One statement per batch, each its own transaction: no lock outlives a batch.
-            let done = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
-                .bind(self.now())
-                .bind(interval(older_than))
-                .bind(to_i64(batch_size))
-                .execute(&self.pool)
-                .await
-                .map_err(|e| db_error("purge", e))?;
-            purged += done.rows_affected();
-            if done.rows_affected() < batch_size as u64 {
-                return Ok(purged);
+        for (status, older_than) in request.ages() {
+            loop {
+                // One statement per batch, each its own transaction: no lock outlives a
+                // batch.
+                let done = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
+                    .bind(self.now())
+                    .bind(interval(older_than))
+                    .bind(to_i64(batch_size))
+                    .bind(status.as_str())
+                    .bind(lane)
+                    .bind(target)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| db_error("purge", e))?;
+                purged += done.rows_affected();
+                if done.rows_affected() < batch_size as u64 {
+                    break;
+                }
             }
         }
+        Ok(purged)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::database::CreateMode;
-use outbox_relay::store::{LaneStats, MessageFilter, PageRequest};
+use outbox_relay::store::{LaneStats, MessageFilter, PageRequest, PurgeRequest};
 use outbox_relay::{OrderingPolicy, OutboxMessage, OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 
@@ -301,7 +301,9 @@ async fn purge(setup: &Setup, args: PurgeArgs) -> Result<(), Failure> {
         return Err(Failure::input("--batch-size must be greater than zero"));
     }
     let store = setup.open(CreateMode::MustExist).await?;
-    let count = store.purge(args.older_than, args.batch_size).await?;
+    let count = store
+        .purge(&PurgeRequest::older_than(args.older_than, args.batch_size))
+        .await?;
     println!(
         "purged {count} delivered or dead-lettered message{} older than {}",
         plural(count),

@@ -395,9 +395,11 @@ impl Statements {
                 WHERE lane = ?2 AND target = ?3 AND status = 'pending' AND available_at <= ?1
                 ORDER BY seq LIMIT 1"),
             get: t("SELECT {cols} FROM {t} WHERE outbox_id = ?1"),
+            // ?3 status, ?4/?5 lane and target or NULL for every lane.
             purge_batch: t("DELETE FROM {t} WHERE seq IN (
                 SELECT seq FROM {t}
-                WHERE status IN ('delivered', 'dead_letter') AND updated_at < ?1
+                WHERE status = ?3 AND updated_at < ?1
+                  AND (?4 IS NULL OR (lane = ?4 AND target = ?5))
                 LIMIT ?2)"),
             table,
         }
