@@ -23,6 +23,9 @@
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
 //!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`).
+//! - [`retention`]: automatic retention: `RetentionConfig` (per-lane ages of delivered
+//!   messages and dead letters, defaults as consts) and `RetentionTask`, which purges
+//!   them in bounded batches apart from the lanes.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
 //!   opens the store a URL names.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`) and the admin
@@ -41,6 +44,7 @@ pub mod delivery;
 pub mod message;
 pub mod metrics;
 pub mod relay;
+pub mod retention;
 pub mod retry;
 pub mod sinks;
 pub mod store;

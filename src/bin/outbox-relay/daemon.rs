@@ -9,6 +9,7 @@ use outbox_relay::config::file::MetricsListen;
 use outbox_relay::database::CreateMode;
 use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
 use outbox_relay::relay::{RelayEvent, ShutdownReport};
+use outbox_relay::retention::RetentionTask;
 use outbox_relay::store::NackOutcome;
 use outbox_relay::OutboxRelay;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -27,6 +28,10 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     let supervisor = setup
         .config
         .supervisor()
+        .map_err(|error| Failure::input(format!("config error: {error}")))?;
+    let retention = setup
+        .config
+        .retention()
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
     // Signals are hooked before anything starts, so a SIGTERM during start-up is not lost
     // (nor does it kill the process with claims held).
@@ -60,6 +65,11 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         .await
         .map_err(|error| Failure::failed(format!("cannot start the relay: {error}")))?;
     let relay = Arc::new(relay);
+    // Retention runs beside the lanes, never on their paths; it stops before the relay.
+    let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
+    let retention = tokio::spawn(RetentionTask::new(store.clone(), retention).run(async {
+        let _ = retention_stopped.await;
+    }));
     readiness.set(
         RelayReadiness::new(store, relay.clone()),
         tokio::runtime::Handle::current(),
@@ -78,6 +88,10 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         timeout = %format_duration(timeout),
         "shutting down: finishing deliveries in flight, releasing the rest"
     );
+    let _ = stop_retention.send(());
+    if let Err(error) = retention.await {
+        tracing::warn!(%error, "the retention task ended abnormally");
+    }
     let report = tokio::select! {
         report = relay.shutdown(timeout) => report,
         signal = signals.next() => {
