@@ -149,6 +149,24 @@ impl PostgresOutboxStore {
         &self.names.messages
     }
 
+    /// The key of the session-level advisory lock a purge holds while it runs, so that of
+    /// several relays sharing this outbox only one purges at a time (the others skip their
+    /// pass and purge nothing). Derived from [`messages_table`](Self::messages_table), so
+    /// outboxes in other schemas or with other prefixes never contend. It shows in
+    /// `pg_locks` as `locktype = 'advisory'`, `classid`/`objid` its high and low halves.
+    pub fn purge_lock_key(&self) -> i64 {
+        // FNV-1a, 64 bits: stable across builds and platforms, unlike std's hashers.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in "outbox-relay purge "
+            .bytes()
+            .chain(self.names.messages.bytes())
+        {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        i64::from_ne_bytes(hash.to_ne_bytes())
+    }
+
     /// The LISTEN/NOTIFY channel of this outbox.
     pub fn notify_channel(&self) -> &str {
         &self.names.channel
@@ -520,7 +538,43 @@ impl OutboxStore for PostgresOutboxStore {
         Ok(done.rows_affected())
     }
 
+    /// Holds the [purge lock](Self::purge_lock_key) on a connection of its own: when
+    /// another relay holds it, purges nothing and returns 0.
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        // Detached from the pool: if this purge is dropped half-way (a shutdown), the
+        // connection closes with it and PostgreSQL releases the lock; a pooled connection
+        // would go back to the pool still holding it.
+        let mut lock = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("purge", e))?
+            .detach();
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(self.purge_lock_key())
+            .fetch_one(&mut lock)
+            .await
+            .map_err(|e| db_error("purge", e))?;
+        if !locked {
+            tracing::debug!(
+                table = %self.names.messages,
+                "another relay is purging this outbox; skipping this purge"
+            );
+            return Ok(0);
+        }
+        let purged = self.purge_batches(request).await;
+        // Closing the session releases the lock, also when the purge failed.
+        let _ = sqlx::Connection::close(lock).await;
+        purged
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
+        self.wakeups.subscribe()
+    }
+}
+
+impl PostgresOutboxStore {
+    async fn purge_batches(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
         let batch_size = request.batch_size.max(1);
         let (lane, target) = match &request.lane {
             Some((lane, target)) => (Some(lane.as_str()), Some(target.as_str())),
@@ -548,9 +602,5 @@ impl OutboxStore for PostgresOutboxStore {
             }
         }
         Ok(purged)
-    }
-
-    fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
-        self.wakeups.subscribe()
     }
 }
