@@ -77,6 +77,7 @@ impl RetentionConfig {
             dead_letter_older_than: self.dead_letter,
             lane: Some((lane.lane.clone(), lane.target.clone())),
             batch_size,
+            dry_run: false,
         }
     }
 }

@@ -287,6 +287,8 @@ pub struct PurgeRequest {
     pub lane: Option<(String, String)>,
     /// Rows per delete statement (at least 1).
     pub batch_size: usize,
+    /// Count what would be deleted, delete nothing.
+    pub dry_run: bool,
 }
 
 impl PurgeRequest {
@@ -297,6 +299,7 @@ impl PurgeRequest {
             dead_letter_older_than: Some(older_than),
             lane: None,
             batch_size,
+            dry_run: false,
         }
     }
 
@@ -307,7 +310,14 @@ impl PurgeRequest {
             dead_letter_older_than: Some(dead_letter),
             lane: None,
             batch_size,
+            dry_run: false,
         }
+    }
+
+    /// Counts instead of deleting: [`OutboxStore::purge`] returns how many would go.
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
     }
 
     /// Narrows to one lane and target.
@@ -565,7 +575,8 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// Deletes the delivered and dead-lettered messages the request selects (each status
     /// by its own age, since last changed; optionally one lane), in statements of at most
     /// `batch_size` rows, so no statement holds locks for long. Pending and claimed
-    /// messages are never purged, however old. Returns how many.
+    /// messages are never purged, however old. Returns how many (with
+    /// [`dry_run`](PurgeRequest::dry_run), how many would go; nothing is deleted).
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError>;
 
     /// Subscribes to wake-ups: enqueues and requeues of this store, from any process for

@@ -453,7 +453,24 @@ fn sqlite_run_enqueue_deliver_dead_letter_requeue_and_sigterm() {
         "nothing lost: {row}"
     );
 
-    // Purge leaves young rows alone.
+    // A dry run counts and deletes nothing; purge leaves young rows alone.
+    let dry = sandbox.ok(&[
+        "--config",
+        "relay.toml",
+        "purge",
+        "--older-than",
+        "1ms",
+        "--dry-run",
+    ]);
+    assert!(
+        dry.contains(&format!("would purge {delivered} ")),
+        "every delivered row counted: {dry}"
+    );
+    assert_eq!(
+        lane_status(&sandbox.status(&cfg), "orders", "audit")["delivered"],
+        delivered,
+        "a dry run deletes nothing"
+    );
     let purged = sandbox.ok(&["--config", "relay.toml", "purge", "--older-than", "1h"]);
     assert!(purged.contains("purged 0"), "{purged}");
 }

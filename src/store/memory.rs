@@ -552,6 +552,18 @@ impl OutboxStore for InMemoryOutboxStore {
                 .clock
                 .now_millis()
                 .saturating_sub(duration_millis(older_than));
+            if request.dry_run {
+                purged += self
+                    .rows()
+                    .all()
+                    .filter(|m| {
+                        m.status == status
+                            && m.updated_at < cutoff
+                            && request.covers(&m.lane, &m.target)
+                    })
+                    .count() as u64;
+                continue;
+            }
             loop {
                 // One lock per batch, as the SQL stores use one statement per batch.
                 let mut rows = self.rows();

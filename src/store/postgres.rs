@@ -539,8 +539,13 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     /// Holds the [purge lock](Self::purge_lock_key) on a connection of its own: when
-    /// another relay holds it, purges nothing and returns 0.
+    /// another relay holds it, purges nothing and returns 0. A dry run takes no lock.
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        if request.dry_run {
+            // Counting deletes nothing: it needs no turn, and must not report 0 because
+            // another relay happens to be purging.
+            return self.purge_batches(request).await;
+        }
         // Detached from the pool: if this purge is dropped half-way (a shutdown), the
         // connection closes with it and PostgreSQL releases the lock; a pooled connection
         // would go back to the pool still holding it.
@@ -582,6 +587,19 @@ impl PostgresOutboxStore {
         };
         let mut purged = 0u64;
         for (status, older_than) in request.ages() {
+            if request.dry_run {
+                let count: i64 = sqlx::query_scalar(AssertSqlSafe(self.sql.purge_count.clone()))
+                    .bind(self.now())
+                    .bind(interval(older_than))
+                    .bind(status.as_str())
+                    .bind(lane)
+                    .bind(target)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| db_error("purge", e))?;
+                purged += u64::try_from(count).unwrap_or(0);
+                continue;
+            }
             loop {
                 // One statement per batch, each its own transaction: no lock outlives a
                 // batch.

@@ -458,6 +458,17 @@ impl OutboxStore for SqliteOutboxStore {
                 .clock
                 .now_millis()
                 .saturating_sub(duration_millis(older_than));
+            if request.dry_run {
+                purged += read::purge_count(
+                    &self.sql,
+                    &self.reader,
+                    status,
+                    cutoff,
+                    request.lane.as_ref(),
+                )
+                .await?;
+                continue;
+            }
             loop {
                 // One transaction per batch, giving up the turn in between, so claims and
                 // acks are never held up for longer than one batch.

@@ -92,6 +92,7 @@ pub(crate) struct Statements {
     pub(crate) requeue: Arc<str>,
     pub(crate) discard: Arc<str>,
     pub(crate) purge: Arc<str>,
+    pub(crate) purge_count: Arc<str>,
 }
 
 impl Statements {
@@ -337,6 +338,15 @@ impl Statements {
                       AND ($5::text IS NULL OR (lane = $5 AND target = $6))
                     LIMIT $3
                     FOR UPDATE SKIP LOCKED)"
+            )
+            .into(),
+            // What purge would delete, all batches together (a dry run). $1 now, $2 age in
+            // ms, $3 status, $4/$5 lane and target or NULL.
+            purge_count: format!(
+                "SELECT count(*) FROM {t}
+                 WHERE status = $3
+                   AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
+                   AND ($4::text IS NULL OR (lane = $4 AND target = $5))"
             )
             .into(),
         }

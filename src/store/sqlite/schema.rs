@@ -297,6 +297,7 @@ pub(super) struct Statements {
     pub(super) oldest_due: Arc<str>,
     pub(super) get: Arc<str>,
     pub(super) purge_batch: Arc<str>,
+    pub(super) purge_count: Arc<str>,
 }
 
 impl Statements {
@@ -401,6 +402,10 @@ impl Statements {
                 WHERE status = ?3 AND updated_at < ?1
                   AND (?4 IS NULL OR (lane = ?4 AND target = ?5))
                 LIMIT ?2)"),
+            // What purge_batch would delete, all batches together (a dry run).
+            purge_count: t("SELECT count(*) FROM {t}
+                WHERE status = ?2 AND updated_at < ?1
+                  AND (?3 IS NULL OR (lane = ?3 AND target = ?4))"),
             table,
         }
     }

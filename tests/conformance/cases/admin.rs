@@ -438,6 +438,13 @@ pub async fn purge_ages_each_status_apart_and_narrows_to_a_lane(h: Harness) {
     // Two hours on: delivered rows are past a 1h retention, dead letters within a 3h one.
     h.clock.advance(hour * 2);
     let request = PurgeRequest::per_status(hour, hour * 3, 1);
+    let dry = request.clone().dry_run();
+    assert_eq!(
+        h.store.purge(&dry).await.unwrap(),
+        2,
+        "a dry run counts both lanes"
+    );
+    assert_eq!(all_messages(&h).await.len(), 4, "and deletes nothing");
     let purged = h
         .store
         .purge(&request.clone().in_lane(LANE, TARGET))
@@ -466,6 +473,10 @@ pub async fn purge_ages_each_status_apart_and_narrows_to_a_lane(h: Harness) {
     };
     assert_eq!(h.store.purge(&keep_dead).await.unwrap(), 0);
     // Four hours on, past the dead letters' 3h: both go, one statement at a time.
+    assert_eq!(
+        h.store.purge(&dry.in_lane("other", TARGET)).await.unwrap(),
+        1
+    );
     assert_eq!(h.store.purge(&request).await.unwrap(), 2);
     assert_eq!(status_of(dead).await, None);
     assert_eq!(status_of(other_dead).await, None);
