@@ -333,7 +333,7 @@ impl Statements {
             purge: format!(
                 "DELETE FROM {t} WHERE outbox_id IN (
                     SELECT outbox_id FROM {t}
-                    WHERE status = $4
+                    WHERE status IN ('delivered', 'dead_letter') AND status = $4
                       AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
                       AND ($5::text IS NULL OR (lane = $5 AND target = $6))
                     LIMIT $3
@@ -344,7 +344,7 @@ impl Statements {
             // ms, $3 status, $4/$5 lane and target or NULL.
             purge_count: format!(
                 "SELECT count(*) FROM {t}
-                 WHERE status = $3
+                 WHERE status IN ('delivered', 'dead_letter') AND status = $3
                    AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
                    AND ($4::text IS NULL OR (lane = $4 AND target = $5))"
             )
