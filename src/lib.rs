@@ -29,7 +29,11 @@
 //!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks),
 //!   `relay::handler` (one delivery at a time under a timeout).
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
-//!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
+//!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
+//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`).
+//! - [`retention`]: automatic retention: `RetentionConfig` (per-lane ages of delivered
+//!   messages and dead letters, defaults as consts) and `RetentionTask`, which purges
+//!   them in bounded batches apart from the lanes.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
 //!   opens the store a URL names; `database/redact.rs` keeps passwords out of every
 //!   printed URL.
@@ -49,6 +53,7 @@ pub mod delivery;
 pub mod message;
 pub mod metrics;
 pub mod relay;
+pub mod retention;
 pub mod retry;
 pub mod sinks;
 pub mod store;

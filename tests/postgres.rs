@@ -29,6 +29,8 @@ mod differential;
 mod heads;
 #[path = "postgres/plans.rs"]
 mod plans;
+#[path = "postgres/retention.rs"]
+mod retention;
 #[path = "postgres/session.rs"]
 mod session;
 

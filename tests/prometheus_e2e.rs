@@ -26,7 +26,8 @@ use outbox_relay::metrics::{
     install_prometheus_exporter, FailureKind, MetricKind, StoreOp, ALL, LABEL_LANE, LABEL_TARGET,
     REQUEUED_TOTAL,
 };
-use outbox_relay::relay::RelayEvent;
+use outbox_relay::relay::{LaneKey, RelayEvent};
+use outbox_relay::retention::{RetentionConfig, RetentionTask};
 use outbox_relay::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, MessageFilter, NackOutcome, OrderingPolicy,
 };
@@ -348,6 +349,22 @@ async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         last.map(delivered).into(),
     )
     .await;
+
+    // 6. Automatic retention, with no delay for delivered messages (the validated config
+    //    would refuse that; the task takes what it is given), purges both lanes'
+    //    delivered messages and keeps their dead letters.
+    let retention = RetentionConfig {
+        delivered: Some(Duration::ZERO),
+        dead_letter: None,
+    };
+    let lanes = [WEBHOOK, LEDGER].map(|(lane, target)| (LaneKey::new(lane, target), retention));
+    let purged = RetentionTask::new(inner.clone(), lanes.into())
+        .purge_once()
+        .await;
+    for (lane, result) in &purged {
+        let count = result.as_ref().expect("purge");
+        assert!(*count > 0, "{lane}: retention purged nothing");
+    }
 
     // The relay keeps running, its gauges sampled, while Prometheus is queried.
     relay

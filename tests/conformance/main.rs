@@ -108,6 +108,7 @@ macro_rules! conformance {
             requeue_dead_letters_by_ids_and_by_lane,
             discard_deletes_only_dead_letters,
             purge_deletes_old_finished_rows_in_batches,
+            purge_ages_each_status_apart_and_narrows_to_a_lane,
             next_due_tracks_the_next_claimable_moment,
             enqueue_and_requeue_wake_subscribers,
             // cases/backlog.rs

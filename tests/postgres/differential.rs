@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use outbox_relay::store::{
     ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, OrderingPolicy,
-    PageRequest, StoreError,
+    PageRequest, PurgeRequest, StoreError,
 };
 use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft, OutboxStore};
 use rand::rngs::StdRng;
@@ -255,7 +255,11 @@ async fn differential_run(seed: u64, steps: usize) {
             for side in &sides {
                 answers.push(
                     side.store
-                        .purge(Duration::from_millis(1_000), 2)
+                        .purge(&PurgeRequest::per_status(
+                            Duration::from_millis(1_000),
+                            Duration::from_millis(2_000),
+                            2,
+                        ))
                         .await
                         .unwrap(),
                 );

@@ -9,7 +9,7 @@ use std::time::Duration;
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::database::CreateMode;
 use outbox_relay::message::Payload;
-use outbox_relay::store::{LaneStats, MessageFilter, PageRequest};
+use outbox_relay::store::{LaneStats, MessageFilter, PageRequest, PurgeRequest};
 use outbox_relay::{OrderingPolicy, OutboxMessage, OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 
@@ -312,9 +312,16 @@ async fn purge(setup: &Setup, args: PurgeArgs) -> Result<(), Failure> {
         return Err(Failure::input("--batch-size must be greater than zero"));
     }
     let store = setup.open(CreateMode::MustExist).await?;
-    let count = store.purge(args.older_than, args.batch_size).await?;
+    let mut request = PurgeRequest::older_than(args.older_than, args.batch_size);
+    request.dry_run = args.dry_run;
+    let count = store.purge(&request).await?;
     println!(
-        "purged {count} delivered or dead-lettered message{} older than {}",
+        "{} {count} delivered or dead-lettered message{} older than {}",
+        if args.dry_run {
+            "would purge"
+        } else {
+            "purged"
+        },
         plural(count),
         format_duration(args.older_than)
     );

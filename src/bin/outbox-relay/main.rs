@@ -212,6 +212,9 @@ struct PurgeArgs {
     /// Rows per delete statement, so no statement holds locks for long.
     #[arg(long, default_value_t = 1000)]
     batch_size: usize,
+    /// Count what would be deleted; delete nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {
