@@ -44,7 +44,7 @@ pub const COLD_KEYS: usize = 1_000;
 impl Keys {
     pub fn label(self) -> String {
         match self {
-            Keys::None => "none".to_owned(),
+            Keys::None => "no keys".to_owned(),
             Keys::Many(n) => format!("{n} keys"),
             Keys::Hot => format!("hot + {COLD_KEYS}"),
         }
@@ -148,12 +148,11 @@ impl Options {
 
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
         let mut options = Options::default();
+        let mut million = false;
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             if flag == "--million" {
-                if !options.sizes.contains(&1_000_000) {
-                    options.sizes.push(1_000_000);
-                }
+                million = true;
                 continue;
             }
             if flag == "--help" || flag == "-h" {
@@ -226,6 +225,9 @@ impl Options {
         if options.sizes.contains(&0) {
             return Err("--sizes: every size must be at least 1".to_owned());
         }
+        if million {
+            options.sizes.push(1_000_000);
+        }
         options.sizes.sort_unstable();
         options.sizes.dedup();
         Ok(options)
@@ -238,7 +240,7 @@ usage: benchmark [flags]
                            every store gets a fresh schema, dropped at the end
   --stores pg,sqlite       which stores (default both)
   --sizes 10000,100000     backlog sizes of the no-op drains and raw ceilings
-  --million                adds the 1,000,000 backlog
+  --million                adds the 1,000,000 backlog to --sizes
   --concurrency 16,64      relay concurrencies of the no-op drains
   --keys none,1000,hot     key distributions: none, a key count, or hot (one hot key
                            among 1,000 cold keys)

@@ -58,6 +58,9 @@ impl SlowRow {
     }
 }
 
+/// One line of the plot: its name, its (backlog, msg/s) points, and whether it is a ceiling.
+type Series = (String, Vec<(f64, f64)>, bool);
+
 #[derive(Debug, Default)]
 pub struct Results {
     pub command: String,
@@ -152,13 +155,17 @@ impl Results {
             w,
             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         );
-        let mut stores: Vec<StoreKind> = self
+        let mut stores: Vec<StoreKind> = Vec::new();
+        for store in self
             .ceilings
             .iter()
             .map(|c| c.store)
             .chain(self.drains.iter().map(|d| d.store))
-            .collect();
-        stores.dedup();
+        {
+            if !stores.contains(&store) {
+                stores.push(store);
+            }
+        }
         let mut sizes: Vec<usize> = self
             .ceilings
             .iter()
@@ -438,7 +445,7 @@ impl Results {
     /// store's raw ceiling, both axes logarithmic (the rates span orders of magnitude).
     pub fn plot(&self, path: &Path) -> Result<(), String> {
         use plotters::prelude::*;
-        let mut series: Vec<(String, Vec<(f64, f64)>, bool)> = Vec::new();
+        let mut series: Vec<Series> = Vec::new();
         let mut push = |name: String, point: (f64, f64), raw: bool| match series
             .iter_mut()
             .find(|(n, _, _)| *n == name)
@@ -456,7 +463,7 @@ impl Results {
         for d in &self.drains {
             push(
                 format!(
-                    "{} relay, keys {}, c={}",
+                    "{} relay, {}, c={}",
                     d.store.label(),
                     d.keys.label(),
                     d.concurrency
@@ -480,8 +487,15 @@ impl Results {
         root.fill(&WHITE).map_err(err)?;
         let mut chart = ChartBuilder::on(&root)
             .caption(
-                "No-op drain throughput against backlog size",
-                ("sans-serif", 22),
+                format!(
+                    "No-op drain msg/s against backlog size (load average at start: {})",
+                    self.load_start
+                        .split(' ')
+                        .take(3)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+                ("sans-serif", 20),
             )
             .margin(16)
             .x_label_area_size(48)
