@@ -58,6 +58,24 @@ impl SlowRow {
     }
 }
 
+/// Dark, distinct line colours (Tableau 10 and a few more), readable on white.
+const PALETTE: [plotters::style::RGBColor; 14] = [
+    plotters::style::RGBColor(31, 119, 180),
+    plotters::style::RGBColor(255, 127, 14),
+    plotters::style::RGBColor(44, 160, 44),
+    plotters::style::RGBColor(214, 39, 40),
+    plotters::style::RGBColor(148, 103, 189),
+    plotters::style::RGBColor(140, 86, 75),
+    plotters::style::RGBColor(227, 119, 194),
+    plotters::style::RGBColor(127, 127, 127),
+    plotters::style::RGBColor(188, 189, 34),
+    plotters::style::RGBColor(23, 190, 207),
+    plotters::style::RGBColor(0, 0, 0),
+    plotters::style::RGBColor(0, 0, 128),
+    plotters::style::RGBColor(128, 0, 0),
+    plotters::style::RGBColor(0, 100, 0),
+];
+
 /// One line of the plot: its name, its (backlog, msg/s) points, and whether it is a ceiling.
 type Series = (String, Vec<(f64, f64)>, bool);
 
@@ -512,7 +530,7 @@ impl Results {
             .map_err(err)?;
         for (i, (name, mut points, raw)) in series.into_iter().enumerate() {
             points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let color = Palette99::pick(i).to_rgba();
+            let color = PALETTE[i % PALETTE.len()].to_rgba();
             let width = if raw { 4 } else { 2 };
             chart
                 .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
