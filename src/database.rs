@@ -368,9 +368,10 @@ async fn open_postgres(
         .map_err(|error| unreachable(error.to_string()))?;
         // Closing politely is a courtesy to the server; the probe did its job either way.
         let _ = probe.close().await;
+        // jit = off and the statement timeout on every pooled connection of the relay.
         let pool = PgPoolOptions::new()
             .acquire_timeout(options.connect_timeout)
-            .connect_with(connect)
+            .connect_with(config.session_options(connect))
             .await
             .map_err(|error| unreachable(error.to_string()))?;
         let store = PostgresOutboxStore::new(pool, config)

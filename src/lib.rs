@@ -8,8 +8,9 @@
 //!
 //! - [`message`]: the draft a service writes, the stored message, its status, validation.
 //! - [`store`]: the `OutboxStore` contract and the state machine of a row;
-//!   [`store::memory`], `store::sqlite` (feature `sqlite`, the embedded default) and
-//!   `store::postgres` (feature `postgres`) implement it.
+//!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
+//!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
+//!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement it.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
 //! - [`sinks`]: ready-made handlers (`LogSink`) and `SinkConfig`, a lane's `sink` table.

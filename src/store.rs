@@ -20,8 +20,10 @@
 //!   [`OutboxStore::release`] (due now, the attempt not counted) and by
 //!   [`OutboxStore::requeue_dead_letters`] (due now, attempts reset to zero). Left only by a
 //!   claim.
-//! - **claimed**: written by [`OutboxStore::claim`], which takes pending rows that are due
-//!   and claimed rows whose lease lapsed, in order of due time then enqueue sequence. It
+//! - **claimed**: written by [`OutboxStore::claim`], which takes claimed rows whose lease
+//!   lapsed first (in lapse order: they became claimable earliest, and their keys are
+//!   blocked behind them), then pending rows that are due, by due time then enqueue
+//!   sequence. It
 //!   increments `attempt_count`, sets `claimed_by`, a fresh `claim_token` and
 //!   `lease_expires_at`. Left by ack, nack, release (each only with the current token), by
 //!   a later claim once the lease lapsed, or by that claim dead-lettering it when the lapsed
@@ -44,6 +46,35 @@
 //! message of its key is being delivered), and a retry of its head holds back only that key.
 //! Under [`OrderingPolicy::Block`] an earlier dead-lettered row of the key also holds it back,
 //! until an operator requeues or discards it; under [`OrderingPolicy::Skip`] it does not.
+//!
+//! **Claim order and cost.** A claim first dead-letters lapsed claims that used their last
+//! attempt, then hands out lapsed claims (earliest lapse first: they became claimable before
+//! any pending row still waiting, and their keys are blocked until they go), then due
+//! pending rows by (due time, enqueue sequence), up to its limit. Only a key's head (its
+//! first pending or claimed message) is ever a candidate. Every backend keeps the heads apart
+//! from the rest of each key's queue rather than probing "is there an earlier row of this
+//! key?" per candidate: with a probe, the claim's index walk still passes every row of a hot
+//! key (100 000 rows of one key are 100 000 due rows to skip before the cold keys' heads),
+//! so its cost would grow with the backlog. With a maintained head (a `key_head` mark kept
+//! by triggers in SQLite, a key-head marker in PostgreSQL, per-key queues in memory), the claim reads due heads in index order
+//! and stops at its limit; the only rows it passes over are heads the rule holds back (a
+//! key with another message in flight after a requeue, or under `Block` a dead head), one
+//! per such key. `next_due`, the dead-lettering of lapsed last attempts and the stats read
+//! the same indexes; the oldest pending age counts only messages already due.
+//!
+//! How the PostgreSQL store keeps a hot key flat: if the 99,999 messages queued behind a
+//! hot key's head sat in the index a claim scans, a claim made once only that key is left
+//! would step over all of them. So each row carries a **key-head marker**, set on rows
+//! without a key and on the lowest live row of each key, and the claim scans an index of
+//! marked pending rows only. The marker only decides what is read: the probes decide what
+//! is handed out, so a stray mark costs one skipped row, never a wrong claim. The one thing
+//! that must never happen is a key with live rows and no marked head (stuck forever); every
+//! writer keeps that true, including an enqueue in a caller's long transaction that commits
+//! after its key's head was acked: both sides take a per-key advisory lock and look again
+//! in a statement of their own (details and the argument in
+//! `src/store/postgres/schema/heads.rs`). A per-key head row looked up by probe was the
+//! alternative; it needs the same concurrency care plus a second table on every enqueue and
+//! ack, and the marker keeps the claim a single index range scan.
 //!
 //! **Clock.** Callers pass durations (a lease length, a retry delay), never instants; the
 //! store reads its own clock, so relays on machines with skewed clocks agree.
@@ -340,10 +371,11 @@ pub struct LaneStats {
     pub delivered: u64,
     /// Messages in the dead letter.
     pub dead_letter: u64,
-    /// How long the oldest pending message has waited since it was enqueued.
+    /// How long the oldest pending message that is already due has waited since it was
+    /// enqueued: a message delayed by an hour is not "old". `None` when none is due.
     pub oldest_pending_age: Option<Duration>,
-    /// Ordering keys with a dead-lettered message and later pending or claimed messages
-    /// behind it: the keys [`OrderingPolicy::Block`] holds back. The store does not know the
+    /// Ordering keys whose head (first pending or claimed message) has a dead-lettered
+    /// message before it: the keys [`OrderingPolicy::Block`] holds back. The store does not know the
     /// lane's policy, so it counts them for `Skip` lanes too, where they are not held back
     /// (a relay of a `Skip` lane reports zero).
     pub blocked_keys: u64,

@@ -23,6 +23,13 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Row;
 use uuid::Uuid;
 
+#[path = "postgres/heads.rs"]
+mod heads;
+#[path = "postgres/plans.rs"]
+mod plans;
+#[path = "postgres/session.rs"]
+mod session;
+
 const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 fn database_url() -> String {
@@ -164,7 +171,7 @@ async fn migrations_are_idempotent_and_safe_concurrently() {
     .fetch_all(a.pool())
     .await
     .unwrap();
-    assert_eq!(versions, vec![1]);
+    assert_eq!(versions, vec![1, 2]);
     a.enqueue(draft("l", 1)).await.unwrap();
     assert_eq!(count_rows(&b).await, 1);
     schema.drop().await;
@@ -249,23 +256,40 @@ async fn wakeups_cross_processes_once_per_transaction() {
 }
 
 #[tokio::test]
-async fn claims_use_a_partial_index_over_live_rows() {
+async fn claims_use_partial_indexes_over_heads_and_claims() {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
-    let row = sqlx::query(
-        "SELECT indexdef FROM pg_indexes
-         WHERE schemaname = $1 AND indexname = 'outbox_claimable_idx'",
-    )
-    .bind(&schema.0)
-    .fetch_one(store.pool())
-    .await
-    .expect("the claimable index exists");
-    let def: String = row.get("indexdef");
-    assert!(def.contains("(lane, target, available_at, seq)"), "{def}");
-    assert!(def.contains("WHERE"), "not partial: {def}");
+    let def = |name: &'static str| {
+        let pool = store.pool().clone();
+        let schema = schema.0.clone();
+        async move {
+            let row = sqlx::query(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
+            )
+            .bind(&schema)
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("index {name}: {e}"));
+            row.get::<String, _>("indexdef")
+        }
+    };
+    // Due pending heads only: the rows queued behind a key's head are not in it.
+    let head = def("outbox_head_idx").await;
+    assert!(head.contains("(lane, target, available_at, seq)"), "{head}");
     assert!(
-        def.contains("'pending'") && def.contains("'claimed'") && !def.contains("'delivered'"),
-        "{def}"
+        head.contains("'pending'") && head.contains("key_head") && !head.contains("'claimed'"),
+        "{head}"
+    );
+    // Lapsed claims in lapse order, over claimed rows only.
+    let lease = def("outbox_lease_idx").await;
+    assert!(
+        lease.contains("(lane, target, lease_expires_at, seq)"),
+        "{lease}"
+    );
+    assert!(
+        lease.contains("'claimed'") && !lease.contains("'pending'"),
+        "{lease}"
     );
     schema.drop().await;
 }

@@ -5,6 +5,10 @@
 
 #[path = "sqlite/differential.rs"]
 mod differential;
+#[path = "sqlite/migration.rs"]
+mod migration;
+#[path = "sqlite/plans.rs"]
+mod plans;
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -145,7 +149,7 @@ async fn the_file_is_in_wal_mode_and_migrations_run_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 1);
+    assert_eq!(versions, 2, "each migration recorded once");
 }
 
 #[tokio::test]
@@ -262,8 +266,10 @@ async fn table_prefixes_keep_outboxes_apart_in_one_file() {
         tables,
         vec![
             "billing_outbox",
+            "billing_outbox_counts",
             "billing_outbox_migrations",
             "shipping_outbox",
+            "shipping_outbox_counts",
             "shipping_outbox_migrations"
         ]
     );
@@ -414,4 +420,46 @@ async fn business_rows_and_messages_commit_or_roll_back_together() {
         .unwrap();
     assert_eq!(page.messages.len(), 1);
     assert_eq!(page.messages[0].outbox_id, enqueued.message.outbox_id);
+}
+
+#[tokio::test]
+async fn ack_and_claim_frees_a_key_and_claims_its_next_message_in_one_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = open(&dir, &clock).await;
+    let k1 = store
+        .enqueue(draft(1).with_ordering_key("k"))
+        .await
+        .unwrap();
+    let k2 = store
+        .enqueue(draft(2).with_ordering_key("k"))
+        .await
+        .unwrap();
+    let head = store.claim(&claim_req(10)).await.unwrap().messages;
+    assert_eq!(head.len(), 1);
+    let forged = outbox_relay::store::ClaimRef {
+        outbox_id: k2.message.outbox_id,
+        claim_token: uuid::Uuid::new_v4(),
+    };
+
+    let answer = store
+        .ack_and_claim(&[head[0].claim().unwrap(), forged], &claim_req(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.acked,
+        [ClaimOutcome::Applied, ClaimOutcome::LostClaim]
+    );
+    let claimed = answer.claimed.unwrap();
+    let ids: Vec<_> = claimed.messages.iter().map(|m| m.outbox_id).collect();
+    assert_eq!(ids, [k2.message.outbox_id], "the ack freed k for the claim");
+    let k1 = store.get(k1.message.outbox_id).await.unwrap().unwrap();
+    assert_eq!(k1.status, OutboxStatus::Delivered);
+
+    let answer = store.ack_and_claim(&[], &claim_req(10)).await.unwrap();
+    assert!(answer.acked.is_empty());
+    assert!(
+        answer.claimed.unwrap().messages.is_empty(),
+        "k2 is in flight"
+    );
 }

@@ -1,8 +1,17 @@
 //! `InMemoryOutboxStore`: the whole contract over a mutex-guarded map, for tests and
 //! examples. It is also the plainest statement of the contract's semantics; the SQL
 //! backends must agree with it to the letter (the conformance suite checks that they do).
+//!
+//! The map keeps, per (lane, target), the orders a claim reads (see `rows`): claimed
+//! messages by lease expiry, pending key heads by due time, each key's queue. So a claim
+//! reads only what it hands out, as the SQL stores do with their indexes, and a backlog of
+//! a million messages costs a claim a few tree descents, not a walk.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use rows::Rows;
+
+mod rows;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -28,37 +37,6 @@ pub struct InMemoryOutboxStore {
     clock: Arc<dyn Clock>,
     limits: DraftLimits,
     wakeups: broadcast::Sender<WakeUp>,
-}
-
-#[derive(Debug, Default)]
-struct Rows {
-    next_seq: i64,
-    by_seq: BTreeMap<i64, OutboxMessage>,
-    seq_by_id: HashMap<Uuid, i64>,
-    seq_by_dedupe: HashMap<(String, String, String), i64>,
-}
-
-impl Rows {
-    fn by_id(&mut self, id: Uuid) -> Option<&mut OutboxMessage> {
-        let seq = self.seq_by_id.get(&id)?;
-        self.by_seq.get_mut(seq)
-    }
-
-    fn claimed_with(&mut self, claim: &ClaimRef) -> Option<&mut OutboxMessage> {
-        self.by_id(claim.outbox_id).filter(|m| {
-            m.status == OutboxStatus::Claimed && m.claim_token == Some(claim.claim_token)
-        })
-    }
-
-    fn remove(&mut self, seq: i64) {
-        if let Some(message) = self.by_seq.remove(&seq) {
-            self.seq_by_id.remove(&message.outbox_id);
-            if let Some(key) = &message.dedupe_key {
-                self.seq_by_dedupe
-                    .remove(&(message.lane, message.target, key.clone()));
-            }
-        }
-    }
 }
 
 impl Default for InMemoryOutboxStore {
@@ -108,16 +86,8 @@ impl InMemoryOutboxStore {
 
     fn insert(rows: &mut Rows, draft: OutboxMessageDraft, now: UnixMillis) -> Enqueued {
         rows.next_seq += 1;
-        let seq = rows.next_seq;
-        let message = OutboxMessage::pending(draft, Uuid::now_v7(), seq, now);
-        rows.seq_by_id.insert(message.outbox_id, seq);
-        if let Some(key) = &message.dedupe_key {
-            rows.seq_by_dedupe.insert(
-                (message.lane.clone(), message.target.clone(), key.clone()),
-                seq,
-            );
-        }
-        rows.by_seq.insert(seq, message.clone());
+        let message = OutboxMessage::pending(draft, Uuid::now_v7(), rows.next_seq, now);
+        rows.insert(message.clone());
         Enqueued {
             message,
             duplicate: false,
@@ -135,7 +105,7 @@ impl InMemoryOutboxStore {
         let Some(existing) = rows
             .seq_by_dedupe
             .get(&(draft.lane.clone(), draft.target.clone(), key.clone()))
-            .and_then(|seq| rows.by_seq.get(seq))
+            .and_then(|seq| rows.get(*seq))
         else {
             return Ok(None);
         };
@@ -155,22 +125,49 @@ impl InMemoryOutboxStore {
     }
 }
 
-fn is_live(status: OutboxStatus) -> bool {
-    matches!(status, OutboxStatus::Pending | OutboxStatus::Claimed)
+/// Stats of whole lanes from their indexes: a few look-ups per lane, whatever its backlog.
+fn lane_stats(rows: &Rows, filter: &MessageFilter, now: UnixMillis) -> Vec<LaneStats> {
+    let mut lanes: Vec<LaneStats> = rows
+        .lanes()
+        .filter(|((lane, target), _)| {
+            filter.lane.as_ref().is_none_or(|l| l == lane)
+                && filter.target.as_ref().is_none_or(|t| t == target)
+        })
+        .map(|((lane, target), index)| LaneStats {
+            lane: lane.clone(),
+            target: target.clone(),
+            pending: index.count(OutboxStatus::Pending),
+            claimed: index.count(OutboxStatus::Claimed),
+            delivered: index.count(OutboxStatus::Delivered),
+            dead_letter: index.count(OutboxStatus::DeadLetter),
+            // Enqueue order stands for enqueue time (the clock only moves forward).
+            oldest_pending_age: index
+                .first_due(rows, now)
+                .map(|m| millis_until(m.created_at, now)),
+            blocked_keys: index.blocked_keys(),
+        })
+        .filter(|s| s.pending + s.claimed + s.delivered + s.dead_letter > 0)
+        .collect();
+    lanes.sort_by(|a, b| (&a.lane, &a.target).cmp(&(&b.lane, &b.target)));
+    lanes
 }
 
-/// The ordering keys of (lane, target) with a message claimed under a lease that has not
-/// lapsed: while one is in flight, no other message of its key may be handed out.
-fn keys_in_flight(rows: &Rows, lane: &str, target: &str, now: UnixMillis) -> HashSet<String> {
-    rows.by_seq
-        .values()
-        .filter(|m| {
-            m.lane == lane
-                && m.target == target
-                && m.status == OutboxStatus::Claimed
-                && m.lease_expires_at.is_some_and(|at| at > now)
+/// The lapsed claims of the request's lane that `pick` selects and the per-key rule lets
+/// go, earliest lapse first.
+fn lapsed_heads(
+    rows: &Rows,
+    request: &ClaimRequest,
+    now: UnixMillis,
+    pick: impl Fn(&OutboxMessage) -> bool,
+) -> Vec<i64> {
+    let Some(lane) = rows.lane(&request.lane, &request.target) else {
+        return Vec::new();
+    };
+    lane.lapsed(now)
+        .filter(|seq| {
+            rows.get(*seq)
+                .is_some_and(|m| pick(m) && rows.key_allows(lane, m, request.ordering, now))
         })
-        .filter_map(|m| m.ordering_key.clone())
         .collect()
 }
 
@@ -236,71 +233,52 @@ impl OutboxStore for InMemoryOutboxStore {
         let now = self.clock.now_millis();
         let mut rows = self.rows();
         let mut batch = ClaimBatch::default();
-        // Keys with a message in flight: a requeued dead head (which is earlier) must not be
-        // handed out beside its successor.
-        let in_flight = keys_in_flight(&rows, &request.lane, &request.target, now);
-        // Keys held back by an earlier row, found walking the lane in enqueue order.
-        let mut held_keys: HashSet<String> = HashSet::new();
-        let mut candidates: Vec<(UnixMillis, i64)> = Vec::new();
-        let mut lapsed_out_of_attempts = Vec::new();
-        for message in rows.by_seq.values() {
-            if message.lane != request.lane || message.target != request.target {
-                continue;
-            }
-            let holds_key = is_live(message.status)
-                || (request.ordering == OrderingPolicy::Block
-                    && message.status == OutboxStatus::DeadLetter);
-            let lapsed = message.status == OutboxStatus::Claimed
-                && message.lease_expires_at.is_some_and(|at| at <= now);
-            let claimable =
-                lapsed || (message.status == OutboxStatus::Pending && message.available_at <= now);
-            let key_free = message
-                .ordering_key
-                .as_ref()
-                .is_none_or(|key| !held_keys.contains(key) && !in_flight.contains(key));
-            if claimable && key_free {
-                if lapsed && message.attempt_count >= message.max_attempts {
-                    lapsed_out_of_attempts.push(message.seq);
-                    // Dead now: under Skip it no longer holds its key.
-                    if request.ordering == OrderingPolicy::Skip {
-                        continue;
-                    }
-                } else {
-                    // A lapsed claim is due from its lapse, a pending row from its due time.
-                    let due = match message.lease_expires_at {
-                        Some(lapsed_at) if lapsed => lapsed_at,
-                        _ => message.available_at,
-                    };
-                    candidates.push((due, message.seq));
-                }
-            }
-            if holds_key {
-                if let Some(key) = &message.ordering_key {
-                    held_keys.insert(key.clone());
-                }
-            }
-        }
-        for seq in lapsed_out_of_attempts {
-            if let Some(message) = rows.by_seq.get_mut(&seq) {
+        let ordering = request.ordering;
+        // Lapsed claims that used their last attempt end in the dead letter, whatever the
+        // limit: a message that crashes its claimer every time must not be handed out again.
+        // Under Skip that frees its key for the next message, which may go out below.
+        let doomed = lapsed_heads(&rows, request, now, |m| m.attempt_count >= m.max_attempts);
+        for seq in doomed {
+            let dead = rows.update(seq, |message| {
                 message.status = OutboxStatus::DeadLetter;
                 message.last_error = Some(LEASE_LAPSED_ERROR.to_owned());
                 clear_claim(message, now);
-                batch.dead_lettered.push(message.outbox_id);
-            }
+                message.outbox_id
+            });
+            batch.dead_lettered.extend(dead);
         }
-        candidates.sort_unstable();
-        candidates.truncate(request.limit);
+        // Lapsed claims first, because they became claimable earliest and their keys are
+        // blocked; then due pending heads. Each is read in index order and stops at the
+        // limit. The two sets never share a key (a key has one head), so choosing both
+        // before claiming either gives what claiming in between would.
+        let mut chosen = lapsed_heads(&rows, request, now, |m| m.attempt_count < m.max_attempts);
+        chosen.truncate(request.limit);
+        if let Some(lane) = rows.lane(&request.lane, &request.target) {
+            let room = request.limit - chosen.len();
+            chosen.extend(
+                lane.ready()
+                    .take_while(|(due, _)| *due <= now)
+                    .filter(|(_, seq)| {
+                        rows.get(*seq)
+                            .is_some_and(|m| rows.key_allows(lane, m, ordering, now))
+                    })
+                    .map(|(_, seq)| seq)
+                    .take(room)
+                    .collect::<Vec<_>>(),
+            );
+        }
         let lease_until = now.saturating_add(duration_millis(request.lease));
-        for (_, seq) in candidates {
-            if let Some(message) = rows.by_seq.get_mut(&seq) {
+        for seq in chosen {
+            let claimed = rows.update(seq, |message| {
                 message.status = OutboxStatus::Claimed;
                 message.attempt_count = message.attempt_count.saturating_add(1);
                 message.claimed_by = Some(request.consumer_id.clone());
                 message.claim_token = Some(Uuid::new_v4());
                 message.lease_expires_at = Some(lease_until);
                 message.updated_at = now;
-                batch.messages.push(message.clone());
-            }
+                message.clone()
+            });
+            batch.messages.extend(claimed);
         }
         Ok(batch)
     }
@@ -310,14 +288,18 @@ impl OutboxStore for InMemoryOutboxStore {
         let mut rows = self.rows();
         Ok(claims
             .iter()
-            .map(|claim| match rows.claimed_with(claim) {
-                Some(message) => {
-                    message.status = OutboxStatus::Delivered;
-                    message.delivered_at = Some(now);
-                    clear_claim(message, now);
-                    ClaimOutcome::Applied
+            .map(|claim| {
+                let acked = rows.claimed_with(claim).and_then(|seq| {
+                    rows.update(seq, |message| {
+                        message.status = OutboxStatus::Delivered;
+                        message.delivered_at = Some(now);
+                        clear_claim(message, now);
+                    })
+                });
+                match acked {
+                    Some(()) => ClaimOutcome::Applied,
+                    None => ClaimOutcome::LostClaim,
                 }
-                None => ClaimOutcome::LostClaim,
             })
             .collect())
     }
@@ -327,8 +309,11 @@ impl OutboxStore for InMemoryOutboxStore {
         let mut rows = self.rows();
         Ok(nacks
             .iter()
-            .map(|nack| match rows.claimed_with(&nack.claim) {
-                Some(message) => {
+            .map(|nack| {
+                let Some(seq) = rows.claimed_with(&nack.claim) else {
+                    return NackOutcome::LostClaim;
+                };
+                rows.update(seq, |message| {
                     message.last_error = Some(nack.error.clone());
                     clear_claim(message, now);
                     match nack.disposition {
@@ -344,8 +329,8 @@ impl OutboxStore for InMemoryOutboxStore {
                             NackOutcome::DeadLettered
                         }
                     }
-                }
-                None => NackOutcome::LostClaim,
+                })
+                .unwrap_or(NackOutcome::LostClaim)
             })
             .collect())
     }
@@ -359,13 +344,17 @@ impl OutboxStore for InMemoryOutboxStore {
         let mut rows = self.rows();
         Ok(claims
             .iter()
-            .map(|claim| match rows.claimed_with(claim) {
-                Some(message) => {
-                    message.lease_expires_at = Some(now.saturating_add(duration_millis(lease)));
-                    message.updated_at = now;
-                    ClaimOutcome::Applied
+            .map(|claim| {
+                let extended = rows.claimed_with(claim).and_then(|seq| {
+                    rows.update(seq, |message| {
+                        message.lease_expires_at = Some(now.saturating_add(duration_millis(lease)));
+                        message.updated_at = now;
+                    })
+                });
+                match extended {
+                    Some(()) => ClaimOutcome::Applied,
+                    None => ClaimOutcome::LostClaim,
                 }
-                None => ClaimOutcome::LostClaim,
             })
             .collect())
     }
@@ -377,16 +366,23 @@ impl OutboxStore for InMemoryOutboxStore {
             let mut rows = self.rows();
             claims
                 .iter()
-                .map(|claim| match rows.claimed_with(claim) {
-                    Some(message) => {
-                        message.status = OutboxStatus::Pending;
-                        message.available_at = now;
-                        message.attempt_count = message.attempt_count.saturating_sub(1);
-                        clear_claim(message, now);
-                        woken.insert((message.lane.clone(), message.target.clone()));
-                        ClaimOutcome::Applied
+                .map(|claim| {
+                    let released = rows.claimed_with(claim).and_then(|seq| {
+                        rows.update(seq, |message| {
+                            message.status = OutboxStatus::Pending;
+                            message.available_at = now;
+                            message.attempt_count = message.attempt_count.saturating_sub(1);
+                            clear_claim(message, now);
+                            (message.lane.clone(), message.target.clone())
+                        })
+                    });
+                    match released {
+                        Some(lane) => {
+                            woken.insert(lane);
+                            ClaimOutcome::Applied
+                        }
+                        None => ClaimOutcome::LostClaim,
                     }
-                    None => ClaimOutcome::LostClaim,
                 })
                 .collect()
         };
@@ -404,38 +400,29 @@ impl OutboxStore for InMemoryOutboxStore {
     ) -> Result<Option<Duration>, StoreError> {
         let now = self.clock.now_millis();
         let rows = self.rows();
-        let in_flight = keys_in_flight(&rows, lane, target, now);
-        // The same walk as claim: a message its key holds back is not due, or an idle relay
-        // would spin on empty claims while the key's head is in flight (or dead, under Block).
-        let mut held_keys: HashSet<&str> = HashSet::new();
-        let mut earliest: Option<UnixMillis> = None;
-        for m in rows
-            .by_seq
-            .values()
-            .filter(|m| m.lane == lane && m.target == target)
-        {
-            let at = match m.status {
-                OutboxStatus::Pending => Some(m.available_at),
-                OutboxStatus::Claimed => m.lease_expires_at,
-                _ => None,
-            };
-            let key = m.ordering_key.as_deref();
-            if let Some(at) = at {
-                // A running lease always counts: its lapse frees the row or its key.
-                let running = m.status == OutboxStatus::Claimed && at > now;
-                let held =
-                    key.is_some_and(|key| held_keys.contains(key) || in_flight.contains(key));
-                if running || !held {
-                    earliest = Some(earliest.map_or(at, |e| e.min(at)));
-                }
-            }
-            let holds_key = is_live(m.status)
-                || (ordering == OrderingPolicy::Block && m.status == OutboxStatus::DeadLetter);
-            if let (Some(key), true) = (key, holds_key) {
-                held_keys.insert(key);
-            }
-        }
-        Ok(earliest.map(|at| millis_until(now, at)))
+        let Some(index) = rows.lane(lane, target) else {
+            return Ok(None);
+        };
+        let allows = |seq: &i64| {
+            rows.get(*seq)
+                .is_some_and(|m| rows.key_allows(index, m, ordering, now))
+        };
+        // A running lease always counts: its lapse frees the message or its key. A message
+        // its key holds back does not (its key's head is counted instead), or an idle relay
+        // would spin on empty claims while the head is in flight (or dead, under Block).
+        let candidates = [
+            index.next_lapse(now),
+            index.lapsed(now).find(allows).map(|_| now),
+            index
+                .ready()
+                .find(|(_, seq)| allows(seq))
+                .map(|(due, _)| due),
+        ];
+        Ok(candidates
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|at| millis_until(now, at)))
     }
 
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
@@ -445,10 +432,16 @@ impl OutboxStore for InMemoryOutboxStore {
             ..filter.clone()
         };
         let rows = self.rows();
+        if filter.ordering_key.is_none() && filter.ids.is_empty() {
+            return Ok(lane_stats(&rows, &filter, now));
+        }
         let mut lanes: BTreeMap<(String, String), LaneStats> = BTreeMap::new();
-        let mut dead_keys: HashSet<(String, String, String)> = HashSet::new();
+        // Per key, what came first in enqueue order: a dead letter or a live message. A key
+        // is blocked when a dead letter comes before its head (its first live message).
+        let mut dead_first: HashSet<(String, String, String)> = HashSet::new();
+        let mut has_live: HashSet<(String, String, String)> = HashSet::new();
         let mut blocked: HashSet<(String, String, String)> = HashSet::new();
-        for m in rows.by_seq.values().filter(|m| filter.matches(m)) {
+        for m in rows.all().filter(|m| filter.matches(m)) {
             let stats = lanes
                 .entry((m.lane.clone(), m.target.clone()))
                 .or_insert_with(|| LaneStats {
@@ -459,8 +452,10 @@ impl OutboxStore for InMemoryOutboxStore {
             match m.status {
                 OutboxStatus::Pending => {
                     stats.pending += 1;
+                    // Only a due message is old: one delayed by an hour is not waiting.
                     let age = millis_until(m.created_at, now);
-                    if stats.oldest_pending_age.is_none_or(|oldest| age > oldest) {
+                    let due = m.available_at <= now;
+                    if due && stats.oldest_pending_age.is_none_or(|oldest| age > oldest) {
                         stats.oldest_pending_age = Some(age);
                     }
                 }
@@ -470,9 +465,10 @@ impl OutboxStore for InMemoryOutboxStore {
             }
             if let Some(key) = &m.ordering_key {
                 let slot = (m.lane.clone(), m.target.clone(), key.clone());
-                if m.status == OutboxStatus::DeadLetter {
-                    dead_keys.insert(slot);
-                } else if is_live(m.status) && dead_keys.contains(&slot) {
+                let live = matches!(m.status, OutboxStatus::Pending | OutboxStatus::Claimed);
+                if m.status == OutboxStatus::DeadLetter && !has_live.contains(&slot) {
+                    dead_first.insert(slot);
+                } else if live && has_live.insert(slot.clone()) && dead_first.contains(&slot) {
                     blocked.insert(slot);
                 }
             }
@@ -489,9 +485,7 @@ impl OutboxStore for InMemoryOutboxStore {
         let rows = self.rows();
         let start = page.after.map_or(i64::MIN, |after| after.saturating_add(1));
         let messages: Vec<OutboxMessage> = rows
-            .by_seq
-            .range(start..)
-            .map(|(_, m)| m)
+            .since_seq(start)
             .filter(|m| filter.matches(m))
             .take(page.limit.saturating_add(1))
             .cloned()
@@ -500,7 +494,7 @@ impl OutboxStore for InMemoryOutboxStore {
     }
 
     async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
-        Ok(self.rows().by_id(outbox_id).map(|m| m.clone()))
+        Ok(self.rows().by_id(outbox_id).cloned())
     }
 
     async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
@@ -509,15 +503,23 @@ impl OutboxStore for InMemoryOutboxStore {
         // The (lane, target) of each requeued message.
         let requeued: Vec<(String, String)> = {
             let mut rows = self.rows();
-            let mut requeued = Vec::new();
-            for message in rows.by_seq.values_mut().filter(|m| filter.matches(m)) {
-                message.status = OutboxStatus::Pending;
-                message.attempt_count = 0;
-                message.available_at = now;
-                message.updated_at = now;
-                requeued.push((message.lane.clone(), message.target.clone()));
-            }
-            requeued
+            let doomed: Vec<i64> = rows
+                .all()
+                .filter(|m| filter.matches(m))
+                .map(|m| m.seq)
+                .collect();
+            doomed
+                .into_iter()
+                .filter_map(|seq| {
+                    rows.update(seq, |message| {
+                        message.status = OutboxStatus::Pending;
+                        message.attempt_count = 0;
+                        message.available_at = now;
+                        message.updated_at = now;
+                        (message.lane.clone(), message.target.clone())
+                    })
+                })
+                .collect()
         };
         let woken: HashSet<&(String, String)> = requeued.iter().collect();
         for (lane, target) in woken {
@@ -531,8 +533,7 @@ impl OutboxStore for InMemoryOutboxStore {
         let filter = filter.clone().with_status(OutboxStatus::DeadLetter);
         let mut rows = self.rows();
         let doomed: Vec<i64> = rows
-            .by_seq
-            .values()
+            .all()
             .filter(|m| filter.matches(m))
             .map(|m| m.seq)
             .collect();
@@ -553,8 +554,7 @@ impl OutboxStore for InMemoryOutboxStore {
             // One lock per batch, as the SQL stores use one statement per batch.
             let mut rows = self.rows();
             let doomed: Vec<i64> = rows
-                .by_seq
-                .values()
+                .all()
                 .filter(|m| {
                     matches!(m.status, OutboxStatus::Delivered | OutboxStatus::DeadLetter)
                         && m.updated_at < cutoff

@@ -11,8 +11,16 @@
 //!   [`PostgresConfig::clock`] replaces it (tests).
 //! - **Schema.** Embedded, idempotent migrations ([`PostgresOutboxStore::migrate`]) create
 //!   `"{schema}"."{table_prefix}_messages"` and `"{schema}"."{table_prefix}_migrations"`,
-//!   with a partial index over claimable rows only, so a long tail of delivered and dead
-//!   rows does not slow claims.
+//!   with partial indexes over live rows only, so a long tail of delivered and dead rows
+//!   does not slow claims.
+//! - **Cost.** A claim reads lapsed claims and due key heads in index order and stops at
+//!   its limit; rows queued behind a key's head are not in the index it scans (the
+//!   key-head marker, `schema/heads.rs`). One statement per ordering policy, never a bind
+//!   parameter that changes the plan. [`PostgresOutboxStore::explain`] shows the plan on
+//!   your data.
+//! - **Session settings.** The pool [`PostgresOutboxStore::connect_with`] builds runs with
+//!   `jit = off` and [`PostgresConfig::statement_timeout`]; build your own pool with
+//!   [`PostgresConfig::session_options`] to get the same.
 //! - **Wake-ups.** Enqueue, release and requeue notify on a channel named after the schema
 //!   and prefix; PostgreSQL coalesces them to one per transaction and lane. Each store
 //!   listens on a connection of its own and forwards them to [`OutboxStore::subscribe`].
@@ -31,8 +39,11 @@
 //! # Ok(()) }
 //! ```
 
+mod claim;
+mod config;
 mod decode;
 mod enqueue;
+mod explain;
 mod fenced;
 mod listener;
 mod schema;
@@ -43,6 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Postgres, Row, Transaction};
 use tokio::sync::broadcast;
@@ -50,14 +62,15 @@ use uuid::Uuid;
 
 pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
-use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, ValidationError};
-use crate::store::memory::LEASE_LAPSED_ERROR;
+use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
 use crate::store::{
-    duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, Enqueued, LaneStats,
-    MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy, OutboxStore, Page,
-    PageRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
+    Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
+    OutboxStore, Page, PageRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
+pub use config::{PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT};
 use decode::{db_error, unsigned};
+pub use explain::Explained;
 use fenced::FencedBatch;
 use schema::Names;
 use sql::Statements;
@@ -70,85 +83,6 @@ pub const DEFAULT_TABLE_PREFIX: &str = "outbox";
 /// The longest delay or lease the store writes (1,000 years): longer ones are cut to it, as
 /// the in-memory store saturates, instead of overflowing PostgreSQL's timestamps.
 const MAX_INTERVAL_MILLIS: i64 = 1_000 * 365 * 24 * 60 * 60 * 1_000;
-
-/// Where and how a [`PostgresOutboxStore`] keeps its outbox.
-#[derive(Debug, Clone)]
-pub struct PostgresConfig {
-    /// The schema holding the tables (created if missing). Lowercase letters, digits and
-    /// `_`, at most [`MAX_SCHEMA_LEN`] characters.
-    pub schema: String,
-    /// The tables' name prefix. Lowercase letters, digits and `_`, at most
-    /// [`MAX_TABLE_PREFIX_LEN`] characters.
-    pub table_prefix: String,
-    /// The limits drafts are validated against.
-    pub limits: DraftLimits,
-    /// The store's clock. `None` (the default) uses the database's clock, which every relay
-    /// shares; tests inject a [`crate::store::ManualClock`].
-    pub clock: Option<Arc<dyn Clock>>,
-    /// How long a call waits for a pool connection (only for the pool `connect_with`
-    /// builds; a pool passed to `new` keeps its own settings).
-    pub acquire_timeout: Duration,
-}
-
-impl Default for PostgresConfig {
-    fn default() -> Self {
-        Self {
-            schema: DEFAULT_SCHEMA.to_owned(),
-            table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
-            limits: DraftLimits::default(),
-            clock: None,
-            acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
-        }
-    }
-}
-
-impl PostgresConfig {
-    /// Sets the schema.
-    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = schema.into();
-        self
-    }
-
-    /// Sets the table prefix.
-    pub fn with_table_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.table_prefix = prefix.into();
-        self
-    }
-
-    /// Sets the draft limits.
-    pub fn with_limits(mut self, limits: DraftLimits) -> Self {
-        self.limits = limits;
-        self
-    }
-
-    /// Injects a clock in place of the database's.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    /// Sets how long a call waits for a pool connection.
-    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
-        self
-    }
-
-    /// Checks the schema, prefix and timeout; the error names the field at fault.
-    pub fn validate(&self) -> Result<(), ValidationError> {
-        if self.acquire_timeout.is_zero() {
-            return Err(ValidationError::new(
-                "acquire_timeout",
-                "must be greater than zero",
-            ));
-        }
-        Names::new(&self.schema, &self.table_prefix).map(|_| ())
-    }
-}
-
-/// How long a store call made through [`PostgresOutboxStore::connect_with`]'s pool waits
-/// for a connection before it fails with [`StoreError::Unavailable`]. Short, so a relay
-/// notices an outage (and backs off) in seconds rather than sqlx's default 30 s.
-pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The outbox in PostgreSQL. See the module docs.
 #[derive(Debug)]
@@ -174,7 +108,7 @@ impl PostgresOutboxStore {
         config.validate()?;
         let pool = PgPoolOptions::new()
             .acquire_timeout(config.acquire_timeout)
-            .connect(url)
+            .connect_with(config.connect_options(url)?)
             .await
             .map_err(|e| db_error("connect", e))?;
         let store = Self::new(pool, config).await?;
@@ -259,6 +193,14 @@ impl PostgresOutboxStore {
         }
     }
 
+    async fn begin(&self, op: &str) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.pool.begin().await.map_err(|e| db_error(op, e))
+    }
+
+    async fn conn(&self, op: &str) -> Result<PoolConnection<Postgres>, StoreError> {
+        self.pool.acquire().await.map_err(|e| db_error(op, e))
+    }
+
     fn now(&self) -> Option<i64> {
         self.clock.as_ref().map(|clock| clock.now_millis())
     }
@@ -307,36 +249,55 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        let op = "claim";
-        let rows = sqlx::query(AssertSqlSafe(self.sql.claim.clone()))
-            .bind(self.now())
-            .bind(&request.lane)
-            .bind(&request.target)
-            .bind(to_i64(request.limit))
-            .bind(interval(request.lease))
-            .bind(&request.consumer_id)
-            .bind(request.ordering == OrderingPolicy::Block)
-            .bind(LEASE_LAPSED_ERROR)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| db_error(op, e))?;
-        let mut batch = ClaimBatch::default();
-        for (i, row) in rows.iter().enumerate() {
-            if i == 0 {
-                batch.dead_lettered = row.try_get("dead_ids").map_err(|e| db_error(op, e))?;
-            }
-            let id: Option<Uuid> = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
-            if id.is_some() {
-                batch.messages.push(decode::message(row)?);
-            }
-        }
+        let mut tx = self.begin("claim").await?;
+        let batch = self.claim_in(&mut tx, request).await?;
+        tx.commit().await.map_err(|e| db_error("claim", e))?;
         Ok(batch)
     }
 
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let batch = FencedBatch::new(claims);
-        let rows = self.fenced("ack", &self.sql.ack, &batch, |q| q).await?;
-        Ok(batch.outcomes(&FencedBatch::applied(&rows, "ack")?, false))
+        let mut tx = self.begin("ack").await?;
+        let outcomes = self.ack_in(&mut tx, claims).await?;
+        tx.commit().await.map_err(|e| db_error("ack", e))?;
+        Ok(outcomes)
+    }
+
+    async fn ack_and_claim(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+    ) -> Result<AckAndClaim, StoreError> {
+        // One transaction, so one commit, and the claim sees the acks (an acked head's
+        // successor is claimable at once). If the claim fails, the transaction rolls back
+        // and the acks are made alone: the answer then carries them with the claim's error,
+        // as the contract says. Only an error of the acks themselves is an `Err`.
+        let op = "ack_and_claim";
+        let mut tx = self.begin(op).await?;
+        let acked = if acks.is_empty() {
+            Vec::new()
+        } else {
+            self.ack_in(&mut tx, acks).await?
+        };
+        let claimed = match self.claim_in(&mut tx, request).await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                drop(tx);
+                let acked = if acks.is_empty() {
+                    Vec::new()
+                } else {
+                    self.ack(acks).await?
+                };
+                return Ok(AckAndClaim {
+                    acked,
+                    claimed: Err(error),
+                });
+            }
+        };
+        tx.commit().await.map_err(|e| db_error(op, e))?;
+        Ok(AckAndClaim {
+            acked,
+            claimed: Ok(claimed),
+        })
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
@@ -357,20 +318,27 @@ impl OutboxStore for PostgresOutboxStore {
                 NackDisposition::Permanent => None,
             })
             .collect();
+        let mut tx = self.begin(op).await?;
         let rows = self
-            .fenced(op, &self.sql.nack, &batch, |q| q.bind(errors).bind(retries))
+            .fenced(&mut tx, op, &self.sql.nack, &batch, |q| {
+                q.bind(errors).bind(retries)
+            })
             .await?;
         let mut outcomes: HashMap<usize, NackOutcome> = HashMap::new();
+        let mut left = claim::LeftKeys::default();
         for row in &rows {
             let ord: i64 = row.try_get("ord").map_err(|e| db_error(op, e))?;
             let status: String = row.try_get("status").map_err(|e| db_error(op, e))?;
             let outcome = if status == "pending" {
                 NackOutcome::Requeued
             } else {
+                left.push_row(row, op)?;
                 NackOutcome::DeadLettered
             };
             outcomes.insert(usize::try_from(ord - 1).unwrap_or(usize::MAX), outcome);
         }
+        self.promote_heads(&mut tx, &left, op).await?;
+        tx.commit().await.map_err(|e| db_error(op, e))?;
         Ok(batch
             .slots
             .iter()
@@ -388,8 +356,9 @@ impl OutboxStore for PostgresOutboxStore {
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         let op = "extend_lease";
         let batch = FencedBatch::new(claims);
+        let mut conn = self.conn(op).await?;
         let rows = self
-            .fenced(op, &self.sql.extend_lease, &batch, |q| {
+            .fenced(&mut conn, op, &self.sql.extend_lease, &batch, |q| {
                 q.bind(interval(lease))
             })
             .await?;
@@ -399,8 +368,11 @@ impl OutboxStore for PostgresOutboxStore {
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         let batch = FencedBatch::new(claims);
         let channel = self.names.channel.clone();
+        let mut conn = self.conn("release").await?;
         let rows = self
-            .fenced("release", &self.sql.release, &batch, |q| q.bind(channel))
+            .fenced(&mut conn, "release", &self.sql.release, &batch, |q| {
+                q.bind(channel)
+            })
             .await?;
         Ok(batch.outcomes(&FencedBatch::applied(&rows, "release")?, false))
     }
@@ -411,11 +383,14 @@ impl OutboxStore for PostgresOutboxStore {
         target: &str,
         ordering: OrderingPolicy,
     ) -> Result<Option<Duration>, StoreError> {
-        let wait: Option<i64> = sqlx::query_scalar(AssertSqlSafe(self.sql.next_due.clone()))
+        let sql = match ordering {
+            OrderingPolicy::Skip => &self.sql.next_due_skip,
+            OrderingPolicy::Block => &self.sql.next_due_block,
+        };
+        let wait: Option<i64> = sqlx::query_scalar(AssertSqlSafe(sql.clone()))
             .bind(self.now())
             .bind(lane)
             .bind(target)
-            .bind(ordering == OrderingPolicy::Block)
             .fetch_one(&self.pool)
             .await
             .map_err(|e| db_error("next_due", e))?;
@@ -424,21 +399,36 @@ impl OutboxStore for PostgresOutboxStore {
 
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
         let op = "stats";
-        let rows = sqlx::query(AssertSqlSafe(self.sql.stats.clone()))
-            .bind(self.now())
-            .bind(&filter.lane)
-            .bind(&filter.target)
-            .bind(&filter.ordering_key)
-            .bind(&filter.ids)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| db_error(op, e))?;
+        let rows = match (&filter.lane, &filter.target) {
+            // One lane (what a relay asks for): every figure from an index.
+            (Some(lane), Some(target))
+                if filter.ordering_key.is_none() && filter.ids.is_empty() =>
+            {
+                sqlx::query(AssertSqlSafe(self.sql.lane_stats.clone()))
+                    .bind(self.now())
+                    .bind(lane)
+                    .bind(target)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+            _ => {
+                sqlx::query(AssertSqlSafe(self.sql.stats.clone()))
+                    .bind(self.now())
+                    .bind(&filter.lane)
+                    .bind(&filter.target)
+                    .bind(&filter.ordering_key)
+                    .bind(&filter.ids)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+        }
+        .map_err(|e| db_error(op, e))?;
         let get = |row: &PgRow, column: &str| -> Result<u64, StoreError> {
             row.try_get::<i64, _>(column)
                 .map(unsigned)
                 .map_err(|e| db_error(op, e))
         };
-        let mut lanes = rows
+        let mut lanes: Vec<LaneStats> = rows
             .iter()
             .map(|row| {
                 let oldest: Option<i64> = row
@@ -456,6 +446,8 @@ impl OutboxStore for PostgresOutboxStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
+        // `lane_stats` answers for an empty lane too; a lane without messages is absent.
+        lanes.retain(|l| l.pending + l.claimed + l.delivered + l.dead_letter > 0);
         // Sorted here, by bytes as the reference store does, not by the database collation.
         lanes.sort_by(|a, b| (&a.lane, &a.target).cmp(&(&b.lane, &b.target)));
         Ok(lanes)

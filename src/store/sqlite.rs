@@ -39,11 +39,12 @@ use uuid::Uuid;
 
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, ValidationError};
 use crate::store::{
-    duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, Enqueued, LaneStats,
-    MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page, PageRequest, StoreError,
-    SystemClock, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
+    Enqueued, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page,
+    PageRequest, StoreError, SystemClock, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
 
+mod explain;
 mod filter;
 mod read;
 mod row;
@@ -51,6 +52,7 @@ mod schema;
 mod transaction;
 mod write;
 
+pub use explain::QueryPlan;
 pub use schema::MAX_TABLE_PREFIX_LEN;
 pub use transaction::SqliteOutboxTx;
 
@@ -346,6 +348,35 @@ impl OutboxStore for SqliteOutboxStore {
         finish(tx, result, OP).await
     }
 
+    /// One write transaction: the acks, then the claim, one commit. A failed claim rolls back
+    /// to a savepoint after the acks, so the acks still commit and the failure is reported in
+    /// [`AckAndClaim::claimed`].
+    async fn ack_and_claim(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+    ) -> Result<AckAndClaim, StoreError> {
+        const OP: &str = "ack_and_claim";
+        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let now = self.clock.now_millis();
+        let acked = match write::ack(&self.sql, &mut tx, acks, now).await {
+            Ok(acked) => acked,
+            Err(error) => return finish(tx, Err(error), OP).await,
+        };
+        let claimed = match write::savepoint(&mut tx, "claim").await {
+            Ok(()) => {
+                let claimed = write::claim(&self.sql, &mut tx, request, now).await;
+                match write::end_savepoint(&mut tx, "claim", claimed.is_ok()).await {
+                    Ok(()) => claimed,
+                    Err(error) => return finish(tx, Err(error), OP).await,
+                }
+            }
+            Err(error) => Err(error),
+        };
+        finish(tx, Ok(()), OP).await?;
+        Ok(AckAndClaim { acked, claimed })
+    }
+
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
         const OP: &str = "nack";
         let (_turn, mut tx) = self.begin_write(OP).await?;
@@ -458,9 +489,12 @@ mod tests {
             .unwrap();
         let sql = &store.sql;
         for (statement, index) in [
-            (&sql.claim_doomed, "outbox_claimable"),
-            (&sql.claim_candidates, "outbox_claimable"),
-            (&sql.next_due, "outbox_claimable"),
+            (&sql.skip.claim_doomed, "outbox_leases"),
+            (&sql.block.claim_lapsed, "outbox_leases"),
+            (&sql.skip.claim_ready, "outbox_ready"),
+            (&sql.block.claim_ready, "outbox_ready"),
+            (&sql.block.next_due, "outbox_ready"),
+            (&sql.oldest_due, "outbox_pending"),
             (&sql.purge_batch, "outbox_finished"),
             (&sql.find_dedupe, "outbox_dedupe"),
             (&sql.ack, "sqlite_autoindex_outbox_1"),

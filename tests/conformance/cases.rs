@@ -10,6 +10,7 @@
 //! - [`ordering`]: claim order, per-key order, ordering policies, concurrent claimers.
 //! - [`enqueue`]: dedupe, validation, atomic batches.
 //! - [`admin`]: list, stats, requeue, discard, purge, next_due, wake-ups.
+//! - [`backlog`]: the claim at a backlog: lapsed claims first, hot keys, lapsed heads.
 
 use std::time::Duration;
 
@@ -21,11 +22,13 @@ use uuid::Uuid;
 use crate::Harness;
 
 mod admin;
+mod backlog;
 mod enqueue;
 mod lifecycle;
 mod ordering;
 
 pub use admin::*;
+pub use backlog::*;
 pub use enqueue::*;
 pub use lifecycle::*;
 pub use ordering::*;

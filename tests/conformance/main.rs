@@ -109,6 +109,10 @@ macro_rules! conformance {
             purge_deletes_old_finished_rows_in_batches,
             next_due_tracks_the_next_claimable_moment,
             enqueue_and_requeue_wake_subscribers,
+            // cases/backlog.rs
+            lapsed_claims_come_before_older_pending_rows,
+            a_hot_key_among_cold_keys_yields_one_head_per_key,
+            a_lapsed_head_is_reclaimed_before_its_pending_successors,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

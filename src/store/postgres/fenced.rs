@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 use uuid::Uuid;
@@ -19,6 +19,7 @@ impl PostgresOutboxStore {
     /// de-duplicated claims) it applied to.
     pub(super) async fn fenced(
         &self,
+        conn: &mut PgConnection,
         op: &str,
         sql: &Arc<str>,
         batch: &FencedBatch,
@@ -29,7 +30,7 @@ impl PostgresOutboxStore {
             .bind(&batch.ids)
             .bind(&batch.tokens);
         extra(query)
-            .fetch_all(&self.pool)
+            .fetch_all(conn)
             .await
             .map_err(|e| db_error(op, e))
     }

@@ -9,10 +9,12 @@ use crate::store::StoreError;
 
 use super::decode::db_error;
 
+mod heads;
+
 /// The longest schema name: PostgreSQL truncates identifiers past 63 bytes.
 pub const MAX_SCHEMA_LEN: usize = 63;
 /// The longest table prefix: leaves room for the longest derived name
-/// (`{prefix}_finished_idx`) within PostgreSQL's 63 bytes.
+/// (`{prefix}_last_attempt_idx`) within PostgreSQL's 63 bytes.
 pub const MAX_TABLE_PREFIX_LEN: usize = 40;
 
 /// Checks a schema name or table prefix. Only lowercase letters, digits and `_`, starting
@@ -63,6 +65,8 @@ pub(crate) struct Names {
     /// The LISTEN/NOTIFY channel: distinct per (schema, prefix), so two outboxes in one
     /// database (test schemas, two services) never wake each other.
     pub(crate) channel: String,
+    /// `"schema"."prefix_promote_heads"`: see `schema/heads.rs`.
+    pub(crate) promote_heads: String,
 }
 
 impl Names {
@@ -82,6 +86,7 @@ impl Names {
             prefix: prefix.to_owned(),
             messages: format!("\"{schema}\".\"{prefix}_messages\""),
             migrations: format!("\"{schema}\".\"{prefix}_migrations\""),
+            promote_heads: format!("\"{schema}\".\"{prefix}_promote_heads\""),
             channel,
         })
     }
@@ -101,11 +106,18 @@ struct Migration {
 }
 
 /// Every migration, oldest first. Append new ones; never edit one that has shipped.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "messages table and its indexes",
-    sql: messages_table,
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "messages table and its indexes",
+        sql: messages_table,
+    },
+    Migration {
+        version: 2,
+        name: "key heads: a claim reads only heads, in index order",
+        sql: heads::migration,
+    },
+];
 
 fn messages_table(n: &Names) -> String {
     let (t, p) = (&n.messages, &n.prefix);
@@ -165,6 +177,12 @@ CREATE INDEX IF NOT EXISTS "{p}_finished_idx" ON {t} (updated_at)
 pub(crate) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
     let op = "migrate";
     let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
+    // Building indexes and backfilling a large existing table may take longer than the
+    // relay's statement timeout, which is meant for claims, not for deploys.
+    sqlx::query("SET LOCAL statement_timeout = 0")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error(op, e))?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind(format!("outbox-relay migrate {}", names.schema))
         .execute(&mut *tx)

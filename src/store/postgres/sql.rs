@@ -11,6 +11,9 @@
 use std::sync::Arc;
 
 use super::schema::Names;
+use crate::store::OrderingPolicy;
+
+mod claim;
 
 /// The statement's now: the injected clock's reading, else the database's.
 ///
@@ -18,7 +21,7 @@ use super::schema::Names;
 /// late should not date its rows at the transaction's start. And rather than
 /// `clock_timestamp()`: it is stable within a statement, so every row of a batch gets the
 /// same instant and the planner can use it in index conditions.
-const NOW: &str =
+pub(super) const NOW: &str =
     "COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp())";
 
 /// A `timestamptz` expression as Unix milliseconds.
@@ -71,13 +74,19 @@ pub(crate) struct Statements {
     pub(crate) enqueue: Arc<str>,
     pub(crate) find_dedupe: Arc<str>,
     pub(crate) delete_ids: Arc<str>,
-    pub(crate) claim: Arc<str>,
+    /// One claim statement per ordering policy (see `claim.rs`).
+    pub(crate) claim_skip: Arc<str>,
+    pub(crate) claim_block: Arc<str>,
     pub(crate) ack: Arc<str>,
     pub(crate) nack: Arc<str>,
     pub(crate) extend_lease: Arc<str>,
     pub(crate) release: Arc<str>,
-    pub(crate) next_due: Arc<str>,
+    pub(crate) next_due_skip: Arc<str>,
+    pub(crate) next_due_block: Arc<str>,
     pub(crate) stats: Arc<str>,
+    pub(crate) lane_stats: Arc<str>,
+    /// `SELECT promote_heads($1 lanes, $2 targets, $3 keys)`: see schema/heads.rs.
+    pub(crate) promote_heads: Arc<str>,
     pub(crate) list: Arc<str>,
     pub(crate) get: Arc<str>,
     pub(crate) requeue: Arc<str>,
@@ -91,7 +100,9 @@ impl Statements {
         let cols_m = columns("m");
         Self {
             // $1 now, $2 channel, $3.. one array per draft field. Rows are inserted in
-            // draft order, so `seq` follows it. A dedupe key already taken inserts nothing
+            // draft order, so `seq` follows it. `key_head`: the first row of a key that has
+            // no live row is its head; the deferred `check_head` trigger looks again at
+            // commit for the others (schema/heads.rs). A dedupe key already taken inserts nothing
             // (the caller then reads the holder); ON CONFLICT waits for a concurrent
             // inserter of the same key to finish first, so racing enqueues never error.
             enqueue: format!(
@@ -102,14 +113,24 @@ impl Statements {
                     WITH ORDINALITY AS d(outbox_id, lane, target, payload, headers,
                                          ordering_key, dedupe_key, delay_ms, max_attempts, ord)
                  ),
+                 ranked AS (
+                    SELECT d.*, row_number() OVER (
+                        PARTITION BY d.lane, d.target, d.ordering_key ORDER BY d.ord) AS nth
+                    FROM draft d
+                 ),
                  ins AS (
                     INSERT INTO {t} AS m (outbox_id, lane, target, payload, headers,
                         ordering_key, dedupe_key, status, attempt_count, max_attempts,
-                        available_at, created_at, updated_at)
+                        available_at, created_at, updated_at, key_head)
                     SELECT d.outbox_id, d.lane, d.target, d.payload, d.headers, d.ordering_key,
                            d.dedupe_key, 'pending', 0, d.max_attempts,
-                           {NOW} + d.delay_ms * interval '1 millisecond', {NOW}, {NOW}
-                    FROM draft d ORDER BY d.ord
+                           {NOW} + d.delay_ms * interval '1 millisecond', {NOW}, {NOW},
+                           d.ordering_key IS NULL OR (d.nth = 1 AND NOT EXISTS (
+                               SELECT 1 FROM {t} e
+                               WHERE e.lane = d.lane AND e.target = d.target
+                                 AND e.ordering_key = d.ordering_key
+                                 AND e.status IN ('pending', 'claimed')))
+                    FROM ranked d ORDER BY d.ord
                     ON CONFLICT (lane, target, dedupe_key) WHERE dedupe_key IS NOT NULL
                     DO NOTHING
                     RETURNING {cols_m}
@@ -128,8 +149,10 @@ impl Statements {
             .into(),
             // $1 ids.
             delete_ids: format!("DELETE FROM {t} WHERE outbox_id = ANY($1::uuid[])").into(),
-            claim: claim(t, &cols_m).into(),
-            // $1 now, $2 ids, $3 tokens. Answers the ordinals of the claims applied.
+            claim_skip: claim::claim(t, &cols_m, OrderingPolicy::Skip).into(),
+            claim_block: claim::claim(t, &cols_m, OrderingPolicy::Block).into(),
+            // $1 now, $2 ids, $3 tokens. Answers the ordinals of the claims applied, and the
+            // keys they leave for `promote_heads`.
             ack: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($2::uuid[], $3::uuid[])
@@ -141,7 +164,7 @@ impl Statements {
                  FROM input i
                  WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
                    AND m.claim_token = i.claim_token
-                 RETURNING i.ord"
+                 RETURNING i.ord, m.lane, m.target, m.ordering_key"
             )
             .into(),
             // $1 now, $2 ids, $3 tokens, $4 errors, $5 retry delays (NULL: permanent).
@@ -164,7 +187,7 @@ impl Statements {
                  FROM input i
                  WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
                    AND m.claim_token = i.claim_token
-                 RETURNING i.ord, m.status"
+                 RETURNING i.ord, m.status, m.lane, m.target, m.ordering_key"
             )
             .into(),
             // $1 now, $2 ids, $3 tokens, $4 lease in ms.
@@ -202,9 +225,47 @@ impl Statements {
                 wake = wake("upd", 4),
             )
             .into(),
-            next_due: next_due(t).into(),
-            // $1 now, $2..$5 filter. A blocked key: a live row with a dead-lettered earlier
-            // row of its key, both among the rows the filter selects.
+            next_due_skip: claim::next_due(t, OrderingPolicy::Skip).into(),
+            next_due_block: claim::next_due(t, OrderingPolicy::Block).into(),
+            promote_heads: format!(
+                "SELECT {}($1::text[], $2::text[], $3::text[])",
+                names.promote_heads
+            )
+            .into(),
+            // $1 now, $2 lane, $3 target: the stats of one lane, each figure from one
+            // partial index (index-only counts), none from a scan of the table. Blocked
+            // keys: one probe per dead letter (LATERAL ... LIMIT 1 keeps it a probe even
+            // before ANALYZE, when the planner once read the whole live index instead). The oldest
+            // pending age counts only due rows (a message delayed by an hour is not old):
+            // read in created_at order, stopping at the first due one.
+            lane_stats: format!(
+                "SELECT $2::text AS lane, $3::text AS target,
+                    (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
+                       AND m.status = 'pending') AS pending,
+                    (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
+                       AND m.status = 'claimed') AS claimed,
+                    (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
+                       AND m.status = 'delivered') AS delivered,
+                    (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
+                       AND m.status = 'dead_letter') AS dead_letter,
+                    (SELECT {age} FROM {t} m WHERE m.lane = $2 AND m.target = $3
+                       AND m.status = 'pending' AND m.available_at <= {NOW}
+                     ORDER BY m.created_at LIMIT 1) AS oldest_pending_ms,
+                    (SELECT count(DISTINCT d.ordering_key) FROM {t} d
+                     CROSS JOIN LATERAL (
+                         SELECT 1 FROM {t} l
+                         WHERE l.lane = d.lane AND l.target = d.target
+                           AND l.ordering_key = d.ordering_key
+                           AND l.status IN ('pending', 'claimed') AND l.seq > d.seq
+                         LIMIT 1) behind
+                     WHERE d.lane = $2 AND d.target = $3 AND d.status = 'dead_letter'
+                       AND d.ordering_key IS NOT NULL) AS blocked_keys",
+                age = millis(&format!("({NOW} - m.created_at)")),
+            )
+            .into(),
+            // $1 now, $2..$5 filter: any filter, for admin tools (one lane's stats use
+            // `lane_stats`). A blocked key: a live row with a dead-lettered earlier row of its
+            // key, both among the rows the filter selects.
             stats: format!(
                 "SELECT m.lane, m.target,
                     count(*) FILTER (WHERE m.status = 'pending') AS pending,
@@ -223,7 +284,8 @@ impl Statements {
                  FROM {t} m WHERE {filter_m}
                  GROUP BY m.lane, m.target",
                 oldest = millis(&format!(
-                    "({NOW} - min(m.created_at) FILTER (WHERE m.status = 'pending'))"
+                    "({NOW} - min(m.created_at) FILTER (
+                        WHERE m.status = 'pending' AND m.available_at <= {NOW}))"
                 )),
                 filter_l = filter("l", 2),
                 filter_d = filter("d", 2),
@@ -241,11 +303,12 @@ impl Statements {
             .into(),
             // $1 id.
             get: format!("SELECT {cols_m} FROM {t} m WHERE m.outbox_id = $1").into(),
-            // $1 now, $2..$5 filter, $6 channel.
+            // $1 now, $2..$5 filter, $6 channel. A requeued row is marked a head: it may be
+            // earlier than its key's head; if not, the mark costs a claim one skipped row.
             requeue: format!(
                 "WITH upd AS (
                     UPDATE {t} m SET status = 'pending', attempt_count = 0,
-                           available_at = {NOW}, updated_at = {NOW}
+                           available_at = {NOW}, updated_at = {NOW}, key_head = true
                     WHERE m.status = 'dead_letter' AND {filter}
                     RETURNING m.lane, m.target
                  ),
@@ -276,141 +339,4 @@ impl Statements {
             .into(),
         }
     }
-}
-
-/// The claim: one statement, committed at once, so no lock outlives it.
-///
-/// `$1` now, `$2` lane, `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer,
-/// `$7` true under `OrderingPolicy::Block`, `$8` the lapsed-lease error text.
-///
-/// - `to_dead` locks claimed rows whose lease lapsed on their last attempt and whose key is
-///   free; the statement dead-letters them. Under Skip, such a row no longer holds its key
-///   (the reference store skips it the same way), so an earlier one does not stop a later
-///   one from being found.
-/// - `to_claim` locks, in due order then `seq`, up to `$4` rows that are pending and due or
-///   whose lease lapsed with attempts left, and whose key is free: no earlier row of the key
-///   is pending or claimed (or dead-lettered, under Block), except rows this very statement
-///   holds in `to_dead` (under Skip). Only a key's head passes, so a batch has at most one
-///   row per key.
-/// - A further guard refuses a row while any other row of its key is claimed under a live
-///   lease. The head rule alone allows that when an earlier row turns live again after a
-///   later one was claimed: an enqueue that committed after a later-sequenced one of its key
-///   (sequence numbers are taken at insert, not at commit), or a dead letter requeued
-///   while its successor is in flight.
-///
-/// Why two claimers in two processes never hold two rows of one key: a claimer locks only a
-/// key's head, `FOR UPDATE SKIP LOCKED`, and re-checks the row itself once locked (READ
-/// COMMITTED re-evaluates a row changed since the snapshot). A concurrent claimer either
-/// skips that locked head, or sees it already claimed; either way, in its own snapshot the
-/// head is still live (or claimed), so no later row of the key passes its head rule. A later
-/// row becomes a head only once the earlier row has left pending/claimed (acked, dead, or
-/// gone): at that moment it no longer counts as in flight. A lapsed last-attempt row is
-/// treated as gone only when this statement holds its lock and is dead-lettering it: if its
-/// owner is extending, releasing or acking it at that moment, the row is skipped, stays
-/// live, and still holds its key.
-fn claim(t: &str, cols_m: &str) -> String {
-    let key_of = |a: &str, e: &str| {
-        format!(
-            "{e}.lane = {a}.lane AND {e}.target = {a}.target \
-             AND {e}.ordering_key = {a}.ordering_key"
-        )
-    };
-    format!(
-        "WITH to_dead AS MATERIALIZED (
-            SELECT m.outbox_id, m.seq FROM {t} m
-            WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
-              AND m.lease_expires_at <= {NOW} AND m.attempt_count >= m.max_attempts
-              AND (m.ordering_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM {t} e
-                    WHERE {key_me} AND e.seq < m.seq
-                      AND (e.status = 'pending'
-                           OR (e.status = 'claimed'
-                               AND ($7 OR e.lease_expires_at > {NOW}
-                                    OR e.attempt_count < e.max_attempts))
-                           OR ($7 AND e.status = 'dead_letter'))))
-            FOR UPDATE OF m SKIP LOCKED
-         ),
-         to_claim AS MATERIALIZED (
-            SELECT m.outbox_id,
-                   CASE WHEN m.status = 'claimed' THEN m.lease_expires_at
-                        ELSE m.available_at END AS due_at
-            FROM {t} m
-            WHERE m.lane = $2 AND m.target = $3
-              AND ((m.status = 'pending' AND m.available_at <= {NOW})
-                   OR (m.status = 'claimed' AND m.lease_expires_at <= {NOW}
-                       AND m.attempt_count < m.max_attempts))
-              AND (m.ordering_key IS NULL OR (
-                    NOT EXISTS (
-                      SELECT 1 FROM {t} e
-                      WHERE {key_me} AND e.seq < m.seq
-                        AND (e.status IN ('pending', 'claimed')
-                             OR ($7 AND e.status = 'dead_letter'))
-                        AND ($7 OR NOT EXISTS (
-                              SELECT 1 FROM to_dead d WHERE d.outbox_id = e.outbox_id)))
-                    AND NOT EXISTS (
-                      SELECT 1 FROM {t} e
-                      WHERE {key_me} AND e.status = 'claimed'
-                        AND e.lease_expires_at > {NOW})))
-            ORDER BY due_at, m.seq
-            LIMIT $4
-            FOR UPDATE OF m SKIP LOCKED
-         ),
-         dead AS (
-            UPDATE {t} m SET status = 'dead_letter', last_error = $8, claimed_by = NULL,
-                   claim_token = NULL, lease_expires_at = NULL, updated_at = {NOW}
-            FROM to_dead d WHERE m.outbox_id = d.outbox_id
-            RETURNING m.outbox_id, m.seq
-         ),
-         claimed AS (
-            UPDATE {t} m SET status = 'claimed', attempt_count = m.attempt_count + 1,
-                   claimed_by = $6, claim_token = gen_random_uuid(),
-                   lease_expires_at = {NOW} + $5::int8 * interval '1 millisecond',
-                   updated_at = {NOW}
-            FROM to_claim c WHERE m.outbox_id = c.outbox_id
-            RETURNING {cols_m}, c.due_at AS due_at_ts
-         )
-         SELECT dl.dead_ids, c.*
-         FROM (SELECT coalesce(array_agg(outbox_id ORDER BY seq), '{{}}') AS dead_ids
-               FROM dead) dl
-         LEFT JOIN claimed c ON true
-         ORDER BY c.due_at_ts, c.seq",
-        key_me = key_of("m", "e"),
-    )
-}
-
-/// `next_due`: $1 now, $2 lane, $3 target, $4 true under `OrderingPolicy::Block`.
-/// Milliseconds to wait, rounded up so a relay that sleeps that long finds the message
-/// due; negative when overdue (the caller clamps: GREATEST would turn "nothing to wait
-/// for", NULL, into 0). A running lease always counts (its lapse frees the row or its
-/// key); a row its key holds back does not, as in the claim, so an idle relay never spins
-/// on rows it may not take. Each branch reads in due order and stops at its first row.
-fn next_due(t: &str) -> String {
-    let free = format!(
-        "(m.ordering_key IS NULL OR (
-            NOT EXISTS (
-              SELECT 1 FROM {t} e
-              WHERE {key_me} AND e.seq < m.seq
-                AND (e.status IN ('pending', 'claimed') OR ($4 AND e.status = 'dead_letter')))
-            AND NOT EXISTS (
-              SELECT 1 FROM {t} e
-              WHERE {key_me} AND e.status = 'claimed' AND e.lease_expires_at > {NOW})))",
-        key_me = "e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key",
-    );
-    format!(
-        "SELECT ceil(extract(epoch FROM (min(due) - {NOW})) * 1000)::int8
-         FROM (
-            (SELECT min(m.lease_expires_at) AS due FROM {t} m
-             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
-               AND m.lease_expires_at > {NOW})
-            UNION ALL
-            (SELECT m.available_at FROM {t} m
-             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND {free}
-             ORDER BY m.available_at, m.seq LIMIT 1)
-            UNION ALL
-            (SELECT m.lease_expires_at FROM {t} m
-             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
-               AND m.lease_expires_at <= {NOW} AND {free}
-             ORDER BY m.lease_expires_at, m.seq LIMIT 1)
-         ) d"
-    )
 }

@@ -28,9 +28,8 @@ pub(super) async fn next_due(
     now: UnixMillis,
 ) -> Result<Option<Duration>, StoreError> {
     const OP: &str = "next_due";
-    let row = query(&sql.next_due)
+    let row = query(&sql.policy(ordering).next_due)
         .bind(now)
-        .bind(ordering == OrderingPolicy::Block)
         .bind(lane)
         .bind(target)
         .fetch_one(pool)
@@ -82,7 +81,8 @@ pub(super) async fn list(
 }
 
 /// Counts per (lane, target), read in one transaction so the counts and the blocked keys
-/// describe the same moment.
+/// describe the same moment. A filter of lanes and targets only (what a relay asks) reads the
+/// counts table and one index probe per lane; a filter by key or ids counts its rows.
 pub(super) async fn stats(
     sql: &Statements,
     pool: &SqlitePool,
@@ -94,14 +94,21 @@ pub(super) async fn stats(
         status: None,
         ..filter.clone()
     };
+    let by_lane_only = filter.ordering_key.is_none() && filter.ids.is_empty();
     let mut tx = pool.begin().await.map_err(db(OP))?;
 
     let counted = FilterSql::new(&filter, "");
-    let mut statement = dynamic(format!(
-        "SELECT lane, target, status, COUNT(*), MIN(created_at) FROM {}
-         WHERE {} GROUP BY lane, target, status",
-        sql.table, counted.clause
-    ));
+    let mut statement = if by_lane_only {
+        dynamic(counts_sql(sql, &counted.clause))
+    } else {
+        dynamic(format!(
+            "SELECT lane, target, status, COUNT(*),
+                 MIN(CASE WHEN available_at <= ? THEN created_at END) FROM {}
+             WHERE {} GROUP BY lane, target, status",
+            sql.table, counted.clause
+        ))
+        .bind(now)
+    };
     for value in counted.binds {
         statement = statement.bind(value);
     }
@@ -112,13 +119,23 @@ pub(super) async fn stats(
         let target: String = row.try_get(1).map_err(db(OP))?;
         let status: String = row.try_get(2).map_err(db(OP))?;
         let count: i64 = row.try_get(3).map_err(db(OP))?;
-        let oldest_created: i64 = row.try_get(4).map_err(db(OP))?;
+        let mut oldest_due_created: Option<i64> = row.try_get(4).map_err(db(OP))?;
         let status = status
             .parse::<OutboxStatus>()
             .map_err(|e| StoreError::Corrupt {
                 id: "?".into(),
                 reason: format!("{OP}: {e}"),
             })?;
+        if by_lane_only && status == OutboxStatus::Pending {
+            oldest_due_created = query(&sql.oldest_due)
+                .bind(now)
+                .bind(&lane)
+                .bind(&target)
+                .fetch_optional(&mut *tx)
+                .await
+                .and_then(|row| row.map(|row| row.try_get(0)).transpose())
+                .map_err(db(OP))?;
+        }
         let stats = lanes
             .entry((lane.clone(), target.clone()))
             .or_insert_with(|| LaneStats {
@@ -130,7 +147,7 @@ pub(super) async fn stats(
         match status {
             OutboxStatus::Pending => {
                 stats.pending = count;
-                stats.oldest_pending_age = Some(millis_until(oldest_created, now));
+                stats.oldest_pending_age = oldest_due_created.map(|at| millis_until(at, now));
             }
             OutboxStatus::Claimed => stats.claimed = count,
             OutboxStatus::Delivered => stats.delivered = count,
@@ -138,22 +155,18 @@ pub(super) async fn stats(
         }
     }
 
-    // A key is blocked when a live row of it waits behind one of its dead letters.
+    // A key is blocked when its first dead letter comes before its head (its first live
+    // row). Driven by the keys that have dead letters, one probe each: a long live queue is
+    // never read.
+    let dead = FilterSql::new(&filter, "");
     let live = FilterSql::new(&filter, "l.");
-    let dead = FilterSql::new(&filter, "d.");
-    let mut statement = dynamic(format!(
-        "SELECT l.lane, l.target, COUNT(DISTINCT l.ordering_key) FROM {t} l
-         WHERE l.status IN ('pending', 'claimed') AND l.ordering_key IS NOT NULL AND {live}
-           AND EXISTS (SELECT 1 FROM {t} d
-               WHERE d.lane = l.lane AND d.target = l.target
-                 AND d.ordering_key = l.ordering_key AND d.status = 'dead_letter'
-                 AND d.seq < l.seq AND {dead})
-         GROUP BY l.lane, l.target",
-        t = sql.table,
-        live = live.clause,
-        dead = dead.clause,
-    ));
-    for value in live.binds.into_iter().chain(dead.binds) {
+    let mut statement = dynamic(blocked_keys_sql(sql, &dead.clause, &live.clause));
+    for value in dead
+        .binds
+        .into_iter()
+        .chain(live.binds.clone())
+        .chain(live.binds)
+    {
         statement = statement.bind(value);
     }
     let rows = statement.fetch_all(&mut *tx).await.map_err(db(OP))?;
@@ -167,4 +180,34 @@ pub(super) async fn stats(
     }
     tx.commit().await.map_err(db(OP))?;
     Ok(lanes.into_values().collect())
+}
+
+/// The counts of the lanes `filter` (a lane and target filter, no alias) selects, from the
+/// counts table.
+pub(super) fn counts_sql(sql: &Statements, filter: &str) -> String {
+    format!(
+        "SELECT lane, target, status, n, NULL FROM {} WHERE n > 0 AND {filter}",
+        sql.counts_table
+    )
+}
+
+/// Blocked keys per lane among the rows the filters select (`dead` without an alias, `live`
+/// over alias `l.`; `live` is bound twice).
+pub(super) fn blocked_keys_sql(sql: &Statements, dead: &str, live: &str) -> String {
+    format!(
+        "SELECT d.lane, d.target, COUNT(*) FROM (
+             SELECT lane, target, ordering_key, MIN(seq) AS first_dead FROM {t}
+             WHERE status = 'dead_letter' AND ordering_key IS NOT NULL AND {dead}
+             GROUP BY lane, target, ordering_key) d
+         WHERE EXISTS (SELECT 1 FROM {t} l INDEXED BY {t}_key_order
+                 WHERE l.lane = d.lane AND l.target = d.target
+                   AND l.ordering_key = d.ordering_key AND l.status IN ('pending', 'claimed')
+                   AND l.seq > d.first_dead AND {live})
+           AND NOT EXISTS (SELECT 1 FROM {t} l INDEXED BY {t}_key_order
+                 WHERE l.lane = d.lane AND l.target = d.target
+                   AND l.ordering_key = d.ordering_key AND l.status IN ('pending', 'claimed')
+                   AND l.seq < d.first_dead AND {live})
+         GROUP BY d.lane, d.target",
+        t = sql.table,
+    )
 }

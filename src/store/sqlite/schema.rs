@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::message::ValidationError;
+use crate::store::OrderingPolicy;
 
 /// The longest table prefix accepted.
 pub const MAX_TABLE_PREFIX_LEN: usize = 32;
@@ -43,21 +44,23 @@ pub(super) fn validate_table_prefix(prefix: &str) -> Result<(), ValidationError>
     Ok(())
 }
 
-/// One schema change: a version and the statements that make it. Every statement is
-/// idempotent (`IF NOT EXISTS`), so a migration interrupted by a crash can simply run again.
+/// One schema change: a version and the statements that make it. A migration runs in one
+/// transaction with the row that records it, so a crash leaves it wholly applied or not at
+/// all; most statements are idempotent (`IF NOT EXISTS`) besides.
 struct Migration {
     version: i64,
     statements: &'static [&'static str],
 }
 
 /// The schema, oldest change first. `{t}` is the table name. Append, never edit.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    statements: &[
-        // seq is the strict total order of enqueues. AUTOINCREMENT keeps a purged tail's
-        // numbers from being reused, so list cursors and per-key order never go backwards.
-        // STRICT makes SQLite refuse a value of the wrong type instead of storing it.
-        "CREATE TABLE IF NOT EXISTS {t} (
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        statements: &[
+            // seq is the strict total order of enqueues. AUTOINCREMENT keeps a purged tail's
+            // numbers from being reused, so list cursors and per-key order never go backwards.
+            // STRICT makes SQLite refuse a value of the wrong type instead of storing it.
+            "CREATE TABLE IF NOT EXISTS {t} (
             seq INTEGER PRIMARY KEY AUTOINCREMENT,
             outbox_id TEXT NOT NULL UNIQUE,
             lane TEXT NOT NULL,
@@ -79,22 +82,133 @@ const MIGRATIONS: &[Migration] = &[Migration {
             updated_at INTEGER NOT NULL,
             delivered_at INTEGER
         ) STRICT",
-        "CREATE UNIQUE INDEX IF NOT EXISTS {t}_dedupe
+            "CREATE UNIQUE INDEX IF NOT EXISTS {t}_dedupe
             ON {t} (lane, target, dedupe_key) WHERE dedupe_key IS NOT NULL",
-        // Claimable rows only, so a long delivered or dead tail never slows a claim. SQLite
-        // uses a partial index only when the query repeats its WHERE term word for word,
-        // which is why the claim statements below carry `status IN ('pending', 'claimed')`.
-        "CREATE INDEX IF NOT EXISTS {t}_claimable
+            // Claimable rows only, so a long delivered or dead tail never slows a claim. SQLite
+            // uses a partial index only when the query repeats its WHERE term word for word,
+            // which is why the claim statements below carry `status IN ('pending', 'claimed')`.
+            "CREATE INDEX IF NOT EXISTS {t}_claimable
             ON {t} (lane, target, status, available_at) WHERE status IN ('pending', 'claimed')",
-        // The per-key head rule asks "is an earlier row of this key pending, claimed or
-        // dead?": one range probe per status here (the rowid, seq, ends every entry).
-        "CREATE INDEX IF NOT EXISTS {t}_key_order
+            // The per-key head rule asks "is an earlier row of this key pending, claimed or
+            // dead?": one range probe per status here (the rowid, seq, ends every entry).
+            "CREATE INDEX IF NOT EXISTS {t}_key_order
             ON {t} (lane, target, ordering_key, status) WHERE ordering_key IS NOT NULL",
-        // Purge finds finished rows by age without walking live ones.
-        "CREATE INDEX IF NOT EXISTS {t}_finished
+            // Purge finds finished rows by age without walking live ones.
+            "CREATE INDEX IF NOT EXISTS {t}_finished
             ON {t} (updated_at) WHERE status IN ('delivered', 'dead_letter')",
-    ],
-}];
+        ],
+    },
+    Migration {
+        version: 2,
+        statements: MIGRATION_2,
+    },
+];
+
+/// Claims that cost what they return (issue 8). `key_head` marks the first live (pending
+/// or claimed) row of each ordering key, and every row without a key while live; triggers
+/// keep it true on every write, whoever makes it. The claim reads the two partial indexes
+/// below in order and stops at its limit: a key's later rows are in neither, so a hot key
+/// costs a claim one entry.
+const MIGRATION_2: &[&str] = &[
+    "ALTER TABLE {t} ADD COLUMN key_head INTEGER",
+    // Backfill: one probe per live row (an earlier live row of its key?).
+    "UPDATE {t} SET key_head = 1
+        WHERE status IN ('pending', 'claimed') AND (ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = {t}.lane AND e.target = {t}.target
+                AND e.ordering_key = {t}.ordering_key
+                AND e.status IN ('pending', 'claimed') AND e.seq < {t}.seq))",
+    // Due pending heads, in claim order (the rowid, seq, ends every entry).
+    "CREATE INDEX IF NOT EXISTS {t}_ready
+        ON {t} (lane, target, available_at) WHERE status = 'pending' AND key_head = 1",
+    // Claims by lapse: lapsed ones first in a claim, the next lapse for next_due.
+    "CREATE INDEX IF NOT EXISTS {t}_leases
+        ON {t} (lane, target, lease_expires_at) WHERE status = 'claimed'",
+    // Pending rows in enqueue order: the oldest due one for stats.
+    "CREATE INDEX IF NOT EXISTS {t}_pending ON {t} (lane, target) WHERE status = 'pending'",
+    // Keys with dead letters: the blocked keys for stats.
+    "CREATE INDEX IF NOT EXISTS {t}_dead_keys
+        ON {t} (lane, target, ordering_key)
+        WHERE status = 'dead_letter' AND ordering_key IS NOT NULL",
+    // The claim no longer reads it; one index fewer to write.
+    "DROP INDEX IF EXISTS {t}_claimable",
+    // A row becomes its key's head if no live row of the key came before it. Inserts and
+    // requeues (a dead letter back to pending) both arrive here.
+    "CREATE TRIGGER IF NOT EXISTS {t}_head_on_insert AFTER INSERT ON {t}
+    BEGIN
+        UPDATE {t} SET key_head = 1 WHERE seq = new.seq AND {no_live_before_new};
+    END",
+    "CREATE TRIGGER IF NOT EXISTS {t}_head_on_return AFTER UPDATE OF status ON {t}
+        WHEN old.status NOT IN ('pending', 'claimed') AND new.status IN ('pending', 'claimed')
+    BEGIN
+        UPDATE {t} SET key_head = NULL
+            WHERE new.ordering_key IS NOT NULL AND key_head = 1
+                AND seq = {first_live_after_new} AND {no_live_before_new};
+        UPDATE {t} SET key_head = 1 WHERE seq = new.seq AND {no_live_before_new};
+    END",
+    // A head that leaves (delivered, dead) hands the mark to its key's next live row.
+    "CREATE TRIGGER IF NOT EXISTS {t}_head_on_leave AFTER UPDATE OF status ON {t}
+        WHEN old.key_head = 1 AND new.status NOT IN ('pending', 'claimed')
+    BEGIN
+        UPDATE {t} SET key_head = NULL WHERE seq = new.seq;
+        UPDATE {t} SET key_head = 1
+            WHERE new.ordering_key IS NOT NULL AND seq = {first_live_after_new};
+    END",
+    "CREATE TRIGGER IF NOT EXISTS {t}_head_on_delete AFTER DELETE ON {t}
+        WHEN old.key_head = 1 AND old.ordering_key IS NOT NULL
+    BEGIN
+        UPDATE {t} SET key_head = 1 WHERE seq = {first_live_after_old};
+    END",
+    // Counts per (lane, target, status), so stats read a few rows, not the lane.
+    "CREATE TABLE IF NOT EXISTS {t}_counts (
+        lane TEXT NOT NULL,
+        target TEXT NOT NULL,
+        status TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        PRIMARY KEY (lane, target, status)
+    ) WITHOUT ROWID, STRICT",
+    "INSERT INTO {t}_counts (lane, target, status, n)
+        SELECT lane, target, status, COUNT(*) FROM {t} WHERE true GROUP BY lane, target, status
+        ON CONFLICT (lane, target, status) DO UPDATE SET n = excluded.n",
+    "CREATE TRIGGER IF NOT EXISTS {t}_count_insert AFTER INSERT ON {t}
+    BEGIN
+        INSERT INTO {t}_counts (lane, target, status, n) VALUES (new.lane, new.target, new.status, 1)
+            ON CONFLICT (lane, target, status) DO UPDATE SET n = n + 1;
+    END",
+    "CREATE TRIGGER IF NOT EXISTS {t}_count_status AFTER UPDATE OF status ON {t}
+        WHEN old.status <> new.status
+    BEGIN
+        UPDATE {t}_counts SET n = n - 1
+            WHERE lane = old.lane AND target = old.target AND status = old.status;
+        INSERT INTO {t}_counts (lane, target, status, n) VALUES (new.lane, new.target, new.status, 1)
+            ON CONFLICT (lane, target, status) DO UPDATE SET n = n + 1;
+    END",
+    "CREATE TRIGGER IF NOT EXISTS {t}_count_delete AFTER DELETE ON {t}
+    BEGIN
+        UPDATE {t}_counts SET n = n - 1
+            WHERE lane = old.lane AND target = old.target AND status = old.status;
+    END",
+];
+
+/// The first live row of `{row}`'s key after it: two index probes, one per live status
+/// (a `MIN` over `status IN (...)` would read the key's whole queue).
+const FIRST_LIVE_AFTER: &str = "(SELECT MIN(s) FROM (
+        SELECT (SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = {row}.lane AND e.target = {row}.target
+            AND e.ordering_key = {row}.ordering_key AND e.status = 'pending'
+            AND e.seq > {row}.seq ORDER BY e.seq LIMIT 1) AS s
+        UNION ALL
+        SELECT (SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = {row}.lane AND e.target = {row}.target
+            AND e.ordering_key = {row}.ordering_key AND e.status = 'claimed'
+            AND e.seq > {row}.seq ORDER BY e.seq LIMIT 1)))";
+
+/// `new` has no key, or no live row of its key comes before it.
+const NO_LIVE_BEFORE_NEW: &str = "(new.ordering_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = new.lane AND e.target = new.target
+            AND e.ordering_key = new.ordering_key AND e.status IN ('pending', 'claimed')
+            AND e.seq < new.seq))";
 
 /// The statements to bring a table from `applied` (the highest version recorded, 0 for
 /// none) to the newest version, each with the version it belongs to.
@@ -106,7 +220,18 @@ pub(super) fn pending_migrations(table: &str, applied: i64) -> Vec<(i64, Vec<Str
             let statements = m
                 .statements
                 .iter()
-                .map(|s| s.replace("{t}", table))
+                .map(|s| {
+                    s.replace("{no_live_before_new}", NO_LIVE_BEFORE_NEW)
+                        .replace(
+                            "{first_live_after_new}",
+                            &FIRST_LIVE_AFTER.replace("{row}", "new"),
+                        )
+                        .replace(
+                            "{first_live_after_old}",
+                            &FIRST_LIVE_AFTER.replace("{row}", "old"),
+                        )
+                        .replace("{t}", table)
+                })
                 .collect();
             (m.version, statements)
         })
@@ -118,47 +243,58 @@ pub(super) fn latest_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)
 }
 
-/// "Is candidate `c`'s ordering key held?", with `?1` the clock's now and `?2` 1 under
-/// `OrderingPolicy::Block`, 0 under `Skip`. It is held by an earlier pending row, an
-/// earlier claimed row (under Skip, not one whose lease lapsed on its last attempt: this
-/// same claim dead-letters it), under Block an earlier dead letter, and by any other row of
-/// the key claimed under a lease that has not lapsed (a requeued dead head must not run
-/// beside its successor). One probe per status keeps each an index range scan.
+/// "Does the per-key rule hold back head `c`?", with `?1` the clock's now. A head is held by
+/// another row of its key claimed under a lease that has not lapsed (a requeued dead head
+/// must not run beside its successor) and, under `Block` only (`{block}`), by an earlier
+/// dead letter. Each is an index probe on `{t}_key_order`; whether `c` heads its key at all
+/// is its `key_head` mark.
 const KEY_HELD: &str = "(c.ordering_key IS NOT NULL AND (
-        EXISTS (SELECT 1 FROM {t} e WHERE e.lane = c.lane AND e.target = c.target
+        EXISTS (SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = c.lane AND e.target = c.target
             AND e.ordering_key = c.ordering_key AND e.status = 'claimed'
-            AND e.seq <> c.seq AND e.lease_expires_at > ?1)
-        OR EXISTS (SELECT 1 FROM {t} e WHERE e.lane = c.lane AND e.target = c.target
-            AND e.ordering_key = c.ordering_key AND e.status = 'pending' AND e.seq < c.seq)
-        OR EXISTS (SELECT 1 FROM {t} e WHERE e.lane = c.lane AND e.target = c.target
-            AND e.ordering_key = c.ordering_key AND e.status = 'claimed' AND e.seq < c.seq
-            AND (?2 OR NOT (COALESCE(e.lease_expires_at <= ?1, 0)
-                            AND e.attempt_count >= e.max_attempts)))
-        OR (?2 AND EXISTS (SELECT 1 FROM {t} e WHERE e.lane = c.lane AND e.target = c.target
+            AND e.seq <> c.seq AND e.lease_expires_at > ?1){block}))";
+
+/// The `Block` addition to [`KEY_HELD`].
+const HELD_BY_DEAD: &str = "
+        OR EXISTS (SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = c.lane AND e.target = c.target
             AND e.ordering_key = c.ordering_key AND e.status = 'dead_letter'
-            AND e.seq < c.seq))))";
+            AND e.seq < c.seq)";
+
+/// The statements whose plan depends on the ordering policy: one text per policy, never a
+/// bind parameter, so each gets the plan made for it. Binds: now, lane, target, limit.
+#[derive(Debug)]
+pub(super) struct PolicyStatements {
+    /// Lapsed claims on their last attempt that head their key, earliest lapse first.
+    pub(super) claim_doomed: Arc<str>,
+    /// Lapsed claims with attempts left that head their key, earliest lapse first.
+    pub(super) claim_lapsed: Arc<str>,
+    /// Due pending key heads, in (available_at, seq) order.
+    pub(super) claim_ready: Arc<str>,
+    /// The earliest of: the next lapse, a lapsed head, the first pending head.
+    pub(super) next_due: Arc<str>,
+}
 
 /// The fixed statements, with the table name filled in once at open.
 #[derive(Debug)]
 pub(super) struct Statements {
     pub(super) table: String,
     pub(super) migrations_table: String,
+    /// `{table}_counts`: rows per (lane, target, status), kept by triggers.
+    pub(super) counts_table: String,
     /// Messages by dedupe slot. Binds: lane, target, dedupe_key.
     pub(super) find_dedupe: Arc<str>,
     pub(super) insert: Arc<str>,
-    /// Lapsed claims on their last attempt whose key is free. Binds: now, block, lane,
-    /// target.
-    pub(super) claim_doomed: Arc<str>,
+    pub(super) skip: PolicyStatements,
+    pub(super) block: PolicyStatements,
     pub(super) dead_letter_lapsed: Arc<str>,
-    /// Claimable rows whose key is free, in due order. Binds: now, block, lane, target,
-    /// limit.
-    pub(super) claim_candidates: Arc<str>,
     pub(super) mark_claimed: Arc<str>,
     pub(super) ack: Arc<str>,
     pub(super) nack: Arc<str>,
     pub(super) extend: Arc<str>,
     pub(super) release: Arc<str>,
-    pub(super) next_due: Arc<str>,
+    /// When the oldest due pending row of a lane was enqueued. Binds: now, lane, target.
+    pub(super) oldest_due: Arc<str>,
     pub(super) get: Arc<str>,
     pub(super) purge_batch: Arc<str>,
 }
@@ -167,13 +303,52 @@ impl Statements {
     pub(super) fn new(prefix: &str) -> Self {
         let table = format!("{prefix}outbox");
         let t = |sql: &str| -> Arc<str> {
-            sql.replace("{key_held}", KEY_HELD)
-                .replace("{cols}", COLUMNS)
-                .replace("{t}", &table)
-                .into()
+            sql.replace("{cols}", COLUMNS).replace("{t}", &table).into()
+        };
+        let policy = |block: &str| {
+            let held = KEY_HELD.replace("{block}", block);
+            let p = |sql: &str| t(&sql.replace("{key_held}", &held));
+            PolicyStatements {
+                claim_doomed: p("SELECT c.seq, c.outbox_id FROM {t} c
+                    WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'claimed'
+                        AND c.lease_expires_at <= ?1 AND c.key_head = 1
+                        AND c.attempt_count >= c.max_attempts AND NOT {key_held}
+                    ORDER BY c.lease_expires_at, c.seq"),
+                claim_lapsed: p("SELECT c.seq FROM {t} c
+                    WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'claimed'
+                        AND c.lease_expires_at <= ?1 AND c.key_head = 1
+                        AND c.attempt_count < c.max_attempts AND NOT {key_held}
+                    ORDER BY c.lease_expires_at, c.seq
+                    LIMIT ?4"),
+                claim_ready: p("SELECT c.seq FROM {t} c
+                    WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'pending'
+                        AND c.key_head = 1 AND c.available_at <= ?1 AND NOT {key_held}
+                    ORDER BY c.available_at, c.seq
+                    LIMIT ?4"),
+                // A running lease always counts (its lapse frees the row or its key); a row
+                // its key holds back does not (its key's head is counted instead). Each
+                // branch reads its index in order and stops at the first row that counts.
+                next_due: p("SELECT MIN(due) FROM (
+                    SELECT (SELECT c.lease_expires_at FROM {t} c
+                        WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'claimed'
+                            AND c.lease_expires_at > ?1
+                        ORDER BY c.lease_expires_at LIMIT 1) AS due
+                    UNION ALL
+                    SELECT (SELECT c.lease_expires_at FROM {t} c
+                        WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'claimed'
+                            AND c.lease_expires_at <= ?1 AND c.key_head = 1
+                            AND NOT {key_held}
+                        ORDER BY c.lease_expires_at, c.seq LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT c.available_at FROM {t} c
+                        WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'pending'
+                            AND c.key_head = 1 AND NOT {key_held}
+                        ORDER BY c.available_at, c.seq LIMIT 1))"),
+            }
         };
         Self {
             migrations_table: format!("{prefix}outbox_migrations"),
+            counts_table: format!("{table}_counts"),
             find_dedupe: t("SELECT {cols} FROM {t}
                 WHERE lane = ?1 AND target = ?2 AND dedupe_key = ?3"),
             insert: t("INSERT INTO {t} (outbox_id, lane, target, payload, headers,
@@ -181,27 +356,12 @@ impl Statements {
                     available_at, created_at, updated_at)
                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?10, ?10)
                 RETURNING seq"),
-            claim_doomed: t("SELECT c.seq, c.outbox_id FROM {t} c
-                WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
-                    AND c.status = 'claimed' AND c.lease_expires_at <= ?1
-                    AND c.attempt_count >= c.max_attempts AND NOT {key_held}
-                ORDER BY c.seq"),
+            skip: policy(""),
+            block: policy(HELD_BY_DEAD),
             dead_letter_lapsed: t("UPDATE {t} SET status = 'dead_letter', last_error = ?2,
                     claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
                     updated_at = ?3
                 WHERE seq = ?1"),
-            // Two streams, each in its own due order (pending by available_at, lapsed
-            // claims by lease expiry), merged by due time then seq.
-            claim_candidates: t("SELECT c.seq, c.available_at AS due FROM {t} c
-                WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
-                    AND c.status = 'pending' AND c.available_at <= ?1 AND NOT {key_held}
-                UNION ALL
-                SELECT c.seq, c.lease_expires_at AS due FROM {t} c
-                WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
-                    AND c.status = 'claimed' AND c.lease_expires_at <= ?1
-                    AND c.attempt_count < c.max_attempts AND NOT {key_held}
-                ORDER BY due, seq
-                LIMIT ?5"),
             mark_claimed: t("UPDATE {t} SET status = 'claimed',
                     attempt_count = attempt_count + 1, claimed_by = ?2, claim_token = ?3,
                     lease_expires_at = ?4, updated_at = ?5
@@ -229,27 +389,25 @@ impl Statements {
                     updated_at = ?3
                 WHERE outbox_id = ?1 AND status = 'claimed' AND claim_token = ?2
                 RETURNING lane, target"),
-            // A running lease always counts (its lapse frees the row or its key); a row its
-            // key holds back does not (its key's head is counted instead). Binds: now,
-            // block, lane, target.
-            next_due: t("SELECT MIN(due) FROM (
-                SELECT c.lease_expires_at AS due FROM {t} c
-                WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
-                    AND c.status = 'claimed' AND c.lease_expires_at > ?1
-                UNION ALL
-                SELECT c.available_at AS due FROM {t} c
-                WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
-                    AND c.status = 'pending' AND NOT {key_held}
-                UNION ALL
-                SELECT c.lease_expires_at AS due FROM {t} c
-                WHERE c.lane = ?3 AND c.target = ?4 AND c.status IN ('pending', 'claimed')
-                    AND c.status = 'claimed' AND c.lease_expires_at <= ?1 AND NOT {key_held})"),
+            // Enqueue order stands for enqueue time (the clock only moves forward), so the
+            // first due row in seq order is the oldest; the rows before it are delayed ones.
+            oldest_due: t("SELECT created_at FROM {t}
+                WHERE lane = ?2 AND target = ?3 AND status = 'pending' AND available_at <= ?1
+                ORDER BY seq LIMIT 1"),
             get: t("SELECT {cols} FROM {t} WHERE outbox_id = ?1"),
             purge_batch: t("DELETE FROM {t} WHERE seq IN (
                 SELECT seq FROM {t}
                 WHERE status IN ('delivered', 'dead_letter') AND updated_at < ?1
                 LIMIT ?2)"),
             table,
+        }
+    }
+
+    /// The statements for one ordering policy.
+    pub(super) fn policy(&self, ordering: OrderingPolicy) -> &PolicyStatements {
+        match ordering {
+            OrderingPolicy::Skip => &self.skip,
+            OrderingPolicy::Block => &self.block,
         }
     }
 }
@@ -279,9 +437,17 @@ mod tests {
     fn statements_name_the_prefixed_table() {
         let sql = Statements::new("app_");
         assert_eq!(sql.table, "app_outbox");
-        assert!(sql.claim_candidates.contains("FROM app_outbox e"));
-        assert!(!sql.claim_candidates.contains("{t}"));
-        assert!(!sql.claim_candidates.contains("{key_held}"));
+        for statement in [&sql.skip.claim_ready, &sql.block.next_due] {
+            assert!(statement.contains("FROM app_outbox c"), "{statement}");
+            assert!(!statement.contains('{'), "{statement}");
+        }
+        assert!(sql.block.claim_ready.contains("'dead_letter'"));
+        assert!(!sql.skip.claim_ready.contains("'dead_letter'"));
+        for (_, statements) in pending_migrations("app_outbox", 0) {
+            for statement in statements {
+                assert!(!statement.contains('{'), "{statement}");
+            }
+        }
         assert!(pending_migrations("app_outbox", 0)[0].1[0].contains("app_outbox ("));
         assert!(pending_migrations("app_outbox", latest_version()).is_empty());
     }

@@ -17,7 +17,7 @@ use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis
 use crate::store::memory::LEASE_LAPSED_ERROR;
 use crate::store::{
     duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, MessageFilter,
-    Nack, NackDisposition, NackOutcome, OrderingPolicy, StoreError,
+    Nack, NackDisposition, NackOutcome, StoreError,
 };
 
 use super::filter::FilterSql;
@@ -149,9 +149,10 @@ pub(super) async fn enqueue(
     Ok(answers)
 }
 
-/// Dead-letters lapsed claims that used their last attempt, then claims up to `limit`
-/// claimable rows. Both selections apply the per-key head rule to the rows as they stood
-/// when the claim began (see `schema::KEY_HELD` for why that equals the memory store's walk).
+/// Dead-letters lapsed claims that used their last attempt, then claims up to `limit` rows:
+/// lapsed claims first (they became claimable earliest, and their keys are blocked), then
+/// due pending rows. Every selection reads an index in order, takes only key heads (the
+/// `key_head` mark) and stops at its limit, as the memory store does with its own indexes.
 pub(super) async fn claim(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -159,11 +160,10 @@ pub(super) async fn claim(
     now: UnixMillis,
 ) -> Result<ClaimBatch, StoreError> {
     const OP: &str = "claim";
-    let block = request.ordering == OrderingPolicy::Block;
+    let statements = sql.policy(request.ordering);
     let mut batch = ClaimBatch::default();
-    let doomed = query(&sql.claim_doomed)
+    let doomed = query(&statements.claim_doomed)
         .bind(now)
-        .bind(block)
         .bind(&request.lane)
         .bind(&request.target)
         .fetch_all(&mut *conn)
@@ -181,18 +181,21 @@ pub(super) async fn claim(
             .map_err(db(OP))?;
         batch.dead_lettered.push(parse_uuid(&id, "outbox_id", &id)?);
     }
-    let candidates = query(&sql.claim_candidates)
-        .bind(now)
-        .bind(block)
-        .bind(&request.lane)
-        .bind(&request.target)
-        .bind(int(request.limit))
-        .fetch_all(&mut *conn)
+    // Both selections are made before either is claimed, as in the memory store: they never
+    // share a key (a key has one head), so claiming in between would change neither.
+    let mut chosen = select_seqs(&statements.claim_lapsed, conn, request.limit, now, request)
         .await
         .map_err(db(OP))?;
+    let room = request.limit - chosen.len();
+    if room > 0 {
+        chosen.extend(
+            select_seqs(&statements.claim_ready, conn, room, now, request)
+                .await
+                .map_err(db(OP))?,
+        );
+    }
     let lease_until = now.saturating_add(duration_millis(request.lease));
-    for candidate in candidates {
-        let seq: i64 = candidate.try_get(0).map_err(db(OP))?;
+    for seq in chosen {
         let row = query(&sql.mark_claimed)
             .bind(seq)
             .bind(&request.consumer_id)
@@ -205,6 +208,52 @@ pub(super) async fn claim(
         batch.messages.push(decode(&row)?);
     }
     Ok(batch)
+}
+
+/// The seqs a claim selection returns (binds: now, lane, target, limit).
+async fn select_seqs(
+    statement: &Arc<str>,
+    conn: &mut SqliteConnection,
+    limit: usize,
+    now: UnixMillis,
+    request: &ClaimRequest,
+) -> Result<Vec<i64>, sqlx::Error> {
+    let rows = query(statement)
+        .bind(now)
+        .bind(&request.lane)
+        .bind(&request.target)
+        .bind(int(limit))
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter().map(|row| row.try_get(0)).collect()
+}
+
+/// Opens a savepoint: a part of the transaction that can be undone alone.
+pub(super) async fn savepoint(conn: &mut SqliteConnection, name: &str) -> Result<(), StoreError> {
+    dynamic(format!("SAVEPOINT {name}"))
+        .execute(&mut *conn)
+        .await
+        .map_err(db("savepoint"))?;
+    Ok(())
+}
+
+/// Keeps (`keep`) or undoes what was written since the savepoint, and closes it.
+pub(super) async fn end_savepoint(
+    conn: &mut SqliteConnection,
+    name: &str,
+    keep: bool,
+) -> Result<(), StoreError> {
+    if !keep {
+        dynamic(format!("ROLLBACK TO {name}"))
+            .execute(&mut *conn)
+            .await
+            .map_err(db("savepoint"))?;
+    }
+    dynamic(format!("RELEASE {name}"))
+        .execute(&mut *conn)
+        .await
+        .map_err(db("savepoint"))?;
+    Ok(())
 }
 
 fn applied(rows_affected: u64) -> ClaimOutcome {

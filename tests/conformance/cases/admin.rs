@@ -216,9 +216,19 @@ pub async fn stats_count_every_status_per_lane(h: Harness) {
         .unwrap();
     assert_eq!((stats[0].pending, stats[0].claimed), (1, 2));
     assert_eq!(
+        stats[0].oldest_pending_age, None,
+        "the delayed one is not due, so it is not old"
+    );
+    h.clock.advance(ms(60_000));
+    let stats = h
+        .store
+        .stats(&MessageFilter::lane(LANE, TARGET))
+        .await
+        .unwrap();
+    assert_eq!(
         stats[0].oldest_pending_age,
-        Some(ms(2_500)),
-        "the delayed one"
+        Some(ms(62_500)),
+        "once due, its age counts from its enqueue"
     );
 }
 

@@ -1,0 +1,131 @@
+//! The claim and the operations that take rows out of live (ack, a dead-lettering nack),
+//! each in one transaction with the `promote_heads` call that keeps every key's head marked
+//! (see `schema/heads.rs` for why it must be a statement of its own, after the UPDATE).
+
+use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::{AssertSqlSafe, Row};
+use uuid::Uuid;
+
+use crate::store::memory::LEASE_LAPSED_ERROR;
+use crate::store::{ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, OrderingPolicy, StoreError};
+
+use super::decode::{self, db_error};
+use super::fenced::FencedBatch;
+use super::{interval, to_i64, PostgresOutboxStore};
+
+/// Keys whose live rows changed, for `promote_heads`: (lane, target, key) as three arrays.
+#[derive(Debug, Default)]
+pub(super) struct LeftKeys {
+    lanes: Vec<String>,
+    targets: Vec<String>,
+    keys: Vec<String>,
+}
+
+impl LeftKeys {
+    fn push(&mut self, lane: String, target: String, key: String) {
+        self.lanes.push(lane);
+        self.targets.push(target);
+        self.keys.push(key);
+    }
+
+    /// Reads `lane`, `target` and `ordering_key` of a row that left live; a row without a
+    /// key has no head to promote.
+    pub(super) fn push_row(&mut self, row: &PgRow, op: &str) -> Result<(), StoreError> {
+        let key: Option<String> = row.try_get("ordering_key").map_err(|e| db_error(op, e))?;
+        if let Some(key) = key {
+            self.push(
+                row.try_get("lane").map_err(|e| db_error(op, e))?,
+                row.try_get("target").map_err(|e| db_error(op, e))?,
+                key,
+            );
+        }
+        Ok(())
+    }
+}
+
+impl PostgresOutboxStore {
+    /// Marks the new head of each key in `left`, inside the transaction that took rows of
+    /// those keys out of live, after it did.
+    pub(super) async fn promote_heads(
+        &self,
+        conn: &mut PgConnection,
+        left: &LeftKeys,
+        op: &str,
+    ) -> Result<(), StoreError> {
+        if left.keys.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(AssertSqlSafe(self.sql.promote_heads.clone()))
+            .bind(&left.lanes)
+            .bind(&left.targets)
+            .bind(&left.keys)
+            .execute(conn)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        Ok(())
+    }
+
+    /// The claim, on `conn` inside a transaction the caller commits.
+    pub(super) async fn claim_in(
+        &self,
+        conn: &mut PgConnection,
+        request: &ClaimRequest,
+    ) -> Result<ClaimBatch, StoreError> {
+        let op = "claim";
+        let sql = match request.ordering {
+            OrderingPolicy::Skip => &self.sql.claim_skip,
+            OrderingPolicy::Block => &self.sql.claim_block,
+        };
+        let rows = sqlx::query(AssertSqlSafe(sql.clone()))
+            .bind(self.now())
+            .bind(&request.lane)
+            .bind(&request.target)
+            .bind(to_i64(request.limit))
+            .bind(interval(request.lease))
+            .bind(&request.consumer_id)
+            .bind(LEASE_LAPSED_ERROR)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        let mut batch = ClaimBatch::default();
+        let mut left = LeftKeys::default();
+        for (i, row) in rows.iter().enumerate() {
+            if i == 0 {
+                batch.dead_lettered = row.try_get("dead_ids").map_err(|e| db_error(op, e))?;
+                let keys: Vec<String> = row.try_get("dead_keys").map_err(|e| db_error(op, e))?;
+                for key in keys {
+                    left.push(request.lane.clone(), request.target.clone(), key);
+                }
+            }
+            let id: Option<Uuid> = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
+            if id.is_some() {
+                batch.messages.push(decode::message(row)?);
+            }
+        }
+        self.promote_heads(conn, &left, op).await?;
+        Ok(batch)
+    }
+
+    /// The ack, on `conn` inside a transaction the caller commits.
+    pub(super) async fn ack_in(
+        &self,
+        conn: &mut PgConnection,
+        claims: &[ClaimRef],
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let op = "ack";
+        let batch = FencedBatch::new(claims);
+        let rows = sqlx::query(AssertSqlSafe(self.sql.ack.clone()))
+            .bind(self.now())
+            .bind(&batch.ids)
+            .bind(&batch.tokens)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        let mut left = LeftKeys::default();
+        for row in &rows {
+            left.push_row(row, op)?;
+        }
+        self.promote_heads(conn, &left, op).await?;
+        Ok(batch.outcomes(&FencedBatch::applied(&rows, op)?, false))
+    }
+}

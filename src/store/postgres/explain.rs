@@ -1,0 +1,92 @@
+//! `EXPLAIN (ANALYZE, FORMAT JSON)` of the statements whose cost must not grow with the
+//! lane: for operators who want to see what a claim reads on their data, and for the guard
+//! tests that pin those plans. The statement really runs (ANALYZE), inside a transaction
+//! that is rolled back, so nothing it would change is kept.
+
+use sqlx::AssertSqlSafe;
+
+use crate::store::memory::LEASE_LAPSED_ERROR;
+use crate::store::{ClaimRequest, OrderingPolicy, StoreError};
+
+use super::decode::db_error;
+use super::{interval, to_i64, PostgresOutboxStore};
+
+/// A statement to explain with [`PostgresOutboxStore::explain`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Explained {
+    /// The claim statement for this request.
+    Claim(ClaimRequest),
+    /// `next_due` of a lane under an ordering policy.
+    NextDue {
+        /// The lane.
+        lane: String,
+        /// The target.
+        target: String,
+        /// The policy (it picks the statement).
+        ordering: OrderingPolicy,
+    },
+    /// The stats of one lane.
+    LaneStats {
+        /// The lane.
+        lane: String,
+        /// The target.
+        target: String,
+    },
+}
+
+impl PostgresOutboxStore {
+    /// Runs `statement` under `EXPLAIN (ANALYZE, FORMAT JSON)` with `jit = off` (as the
+    /// relay's connections run), rolls it back, and answers PostgreSQL's JSON plan.
+    pub async fn explain(&self, statement: &Explained) -> Result<serde_json::Value, StoreError> {
+        let op = "explain";
+        let mut tx = self.begin(op).await?;
+        sqlx::query("SET LOCAL jit = off")
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        let explain = |sql: &str| format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}");
+        let query = match statement {
+            Explained::Claim(request) => {
+                let sql = match request.ordering {
+                    OrderingPolicy::Skip => &self.sql.claim_skip,
+                    OrderingPolicy::Block => &self.sql.claim_block,
+                };
+                sqlx::query_scalar(AssertSqlSafe(explain(sql)))
+                    .bind(self.now())
+                    .bind(&request.lane)
+                    .bind(&request.target)
+                    .bind(to_i64(request.limit))
+                    .bind(interval(request.lease))
+                    .bind(&request.consumer_id)
+                    .bind(LEASE_LAPSED_ERROR)
+            }
+            Explained::NextDue {
+                lane,
+                target,
+                ordering,
+            } => {
+                let sql = match ordering {
+                    OrderingPolicy::Skip => &self.sql.next_due_skip,
+                    OrderingPolicy::Block => &self.sql.next_due_block,
+                };
+                sqlx::query_scalar(AssertSqlSafe(explain(sql)))
+                    .bind(self.now())
+                    .bind(lane)
+                    .bind(target)
+            }
+            Explained::LaneStats { lane, target } => {
+                sqlx::query_scalar(AssertSqlSafe(explain(&self.sql.lane_stats)))
+                    .bind(self.now())
+                    .bind(lane)
+                    .bind(target)
+            }
+        };
+        let plan: serde_json::Value = query
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        tx.rollback().await.map_err(|e| db_error(op, e))?;
+        Ok(plan)
+    }
+}

@@ -1,0 +1,216 @@
+//! The claim and `next_due`: the statements whose cost must not grow with the lane.
+//!
+//! Each reads in index order and stops at its limit:
+//! - lapsed claims by `lease_idx` (lane, target, lease_expires_at, seq) over claimed rows;
+//! - due pending rows by `head_idx` (lane, target, available_at, seq) over pending heads
+//!   only, so the rows queued behind a key's head are never read (schema/heads.rs);
+//! - lapsed last attempts by `last_attempt_idx`.
+//!
+//! Per-key order is checked on the rows met, by index probes (`key_free`), never by reading
+//! a key's queue. The ordering policy changes those probes, so it is statement text: one
+//! statement per policy. As a bind parameter, PostgreSQL's generic plan (after five
+//! executions) could not use the key indexes at all.
+
+use super::NOW;
+use crate::store::OrderingPolicy;
+
+/// Whether row `m`'s key lets it be claimed: no earlier row of the key holds it (pending or
+/// claimed, or dead-lettered under Block), and no row of the key is claimed under a lease
+/// that has not lapsed. Each clause is one descent of `key_live_idx`, `dead_idx` or
+/// `key_claimed_idx` and stops at its first row.
+///
+/// `skip_to_dead`: under Skip, rows this very claim dead-letters (CTE `to_dead`) do not
+/// hold their key.
+fn key_free(t: &str, m: &str, policy: OrderingPolicy, skip_to_dead: bool) -> String {
+    let key = format!(
+        "e.lane = {m}.lane AND e.target = {m}.target AND e.ordering_key = {m}.ordering_key"
+    );
+    let not_to_dead = if skip_to_dead && policy == OrderingPolicy::Skip {
+        " AND NOT EXISTS (SELECT 1 FROM to_dead d WHERE d.outbox_id = e.outbox_id)"
+    } else {
+        ""
+    };
+    let dead = match policy {
+        OrderingPolicy::Skip => String::new(),
+        OrderingPolicy::Block => format!(
+            " AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} \
+                AND e.status = 'dead_letter' AND e.seq < {m}.seq)"
+        ),
+    };
+    format!(
+        "({m}.ordering_key IS NULL OR (
+            NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
+                AND e.status IN ('pending', 'claimed') AND e.seq < {m}.seq{not_to_dead}){dead}
+            AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
+                AND e.status = 'claimed' AND e.lease_expires_at > {NOW})))"
+    )
+}
+
+/// The claim under `policy`: one statement. Run in a transaction with
+/// `promote_heads` for the keys in `dead_keys` (schema/heads.rs).
+///
+/// `$1` now, `$2` lane, `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer,
+/// `$7` the lapsed-lease error text.
+///
+/// - `to_dead` locks claimed rows whose lease lapsed on their last attempt and whose key is
+///   free; the statement dead-letters them. Under Skip such a row no longer holds its key
+///   (as in the reference store), so an earlier one does not stop a later one.
+/// - `lapsed` locks lapsed claims with attempts left, in lapse order: they come first,
+///   because they became claimable earliest and their keys are blocked behind them.
+/// - `due` locks due pending heads in (available_at, seq) order, up to what `lapsed` left
+///   of the limit.
+/// - `successors` (Skip): the next row of a key whose head `to_dead` dead-letters is not
+///   marked a head yet (`promote_heads` runs after this statement), so it is found from
+///   `to_dead` by one probe per dead row, and merged into `due`'s order.
+///
+/// The UPDATEs find their rows by `outbox_id = ANY (ARRAY(...))`: a join with the CTE let
+/// the planner guess a thousand rows and hash-join them against a scan of the whole table.
+///
+/// Why two claimers never hold two rows of one key: a claimer locks only a key's head,
+/// `FOR UPDATE SKIP LOCKED`, and re-checks the row once locked (READ COMMITTED re-evaluates
+/// a row changed since the snapshot). A concurrent claimer skips that locked head or sees it
+/// claimed; either way in its snapshot the head is still live, so no later row of the key
+/// passes `key_free`. And `key_free` refuses a row while any other row of its key is claimed
+/// under a live lease: the head rule alone allows that when an earlier row turns live
+/// again after a later one was claimed (an enqueue that committed after a later-sequenced
+/// one of its key, or a dead letter requeued while its successor is in flight). A lapsed
+/// last attempt counts as gone only while this statement holds its lock and dead-letters it.
+pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
+    let skip = policy == OrderingPolicy::Skip;
+    let key = "e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key";
+    // An earlier row that holds the key of a lapsed last attempt.
+    // (The live statuses are spelled out so the planner matches `key_live_idx`.)
+    let holds = if skip {
+        format!(
+            "e.status = 'pending' OR e.lease_expires_at > {NOW} \
+             OR e.attempt_count < e.max_attempts"
+        )
+    } else {
+        "true".to_owned()
+    };
+    let dead_holds = if skip {
+        String::new()
+    } else {
+        format!(
+            " AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} \
+                AND e.status = 'dead_letter' AND e.seq < m.seq)"
+        )
+    };
+    let dead_free = format!(
+        "(m.ordering_key IS NULL OR (
+            NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} AND e.seq < m.seq
+                AND e.status IN ('pending', 'claimed') AND ({holds})){dead_holds}
+            AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
+                AND e.status = 'claimed' AND e.lease_expires_at > {NOW})))"
+    );
+    let free = key_free(t, "m", policy, true);
+    let rest = "greatest($4 - (SELECT count(*) FROM lapsed), 0)";
+    let (successors, pending) = if skip {
+        (
+            format!(
+                "successors AS MATERIALIZED (
+                    SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq
+                    FROM to_dead d
+                    CROSS JOIN LATERAL (
+                        SELECT n.outbox_id FROM {t} n
+                        WHERE n.lane = $2 AND n.target = $3
+                          AND n.ordering_key = d.ordering_key
+                          AND n.status IN ('pending', 'claimed') AND n.seq > d.seq
+                        ORDER BY n.seq LIMIT 1) n
+                    JOIN {t} m ON m.outbox_id = n.outbox_id
+                    WHERE m.status = 'pending' AND NOT m.key_head
+                      AND m.available_at <= {NOW} AND {free}
+                    LIMIT {rest}
+                    FOR UPDATE OF m SKIP LOCKED
+                 ),"
+            ),
+            "SELECT * FROM due UNION ALL SELECT * FROM successors",
+        )
+    } else {
+        (String::new(), "SELECT * FROM due")
+    };
+    format!(
+        "WITH to_dead AS MATERIALIZED (
+            SELECT m.outbox_id, m.seq, m.ordering_key FROM {t} m
+            WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
+              AND m.attempt_count >= m.max_attempts AND m.lease_expires_at <= {NOW}
+              AND {dead_free}
+            FOR UPDATE OF m SKIP LOCKED
+         ),
+         lapsed AS MATERIALIZED (
+            SELECT m.outbox_id, 0 AS src, m.lease_expires_at AS due_at, m.seq FROM {t} m
+            WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
+              AND m.lease_expires_at <= {NOW} AND m.attempt_count < m.max_attempts
+              AND {free}
+            ORDER BY m.lease_expires_at, m.seq
+            LIMIT $4
+            FOR UPDATE OF m SKIP LOCKED
+         ),
+         due AS MATERIALIZED (
+            SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq FROM {t} m
+            WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
+              AND m.available_at <= {NOW} AND {free}
+            ORDER BY m.available_at, m.seq
+            LIMIT {rest}
+            FOR UPDATE OF m SKIP LOCKED
+         ),
+         {successors}
+         to_claim AS (
+            SELECT * FROM lapsed
+            UNION ALL
+            (SELECT * FROM ({pending}) p ORDER BY p.due_at, p.seq LIMIT {rest})
+         ),
+         dead AS (
+            UPDATE {t} m SET status = 'dead_letter', last_error = $7, claimed_by = NULL,
+                   claim_token = NULL, lease_expires_at = NULL, updated_at = {NOW}
+            WHERE m.outbox_id = ANY (ARRAY(SELECT outbox_id FROM to_dead))
+            RETURNING m.outbox_id, m.seq, m.ordering_key
+         ),
+         claimed AS (
+            UPDATE {t} m SET status = 'claimed', attempt_count = m.attempt_count + 1,
+                   claimed_by = $6, claim_token = gen_random_uuid(),
+                   lease_expires_at = {NOW} + $5::int8 * interval '1 millisecond',
+                   updated_at = {NOW}, key_head = true
+            WHERE m.outbox_id = ANY (ARRAY(SELECT outbox_id FROM to_claim))
+            RETURNING {cols_m}
+         )
+         SELECT dl.dead_ids, dl.dead_keys, c.*
+         FROM (SELECT coalesce(array_agg(outbox_id ORDER BY seq), '{{}}') AS dead_ids,
+                      coalesce(array_agg(DISTINCT ordering_key)
+                               FILTER (WHERE ordering_key IS NOT NULL), '{{}}') AS dead_keys
+               FROM dead) dl
+         LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
+         ORDER BY o.src, o.due_at, o.seq"
+    )
+}
+
+/// `next_due` under `policy`: $1 now, $2 lane, $3 target.
+/// Milliseconds to wait, rounded up so a relay that sleeps that long finds the message
+/// due; negative when overdue (the caller clamps: GREATEST would turn "nothing to wait
+/// for", NULL, into 0). A running lease always counts (its lapse frees the row or its
+/// key); a row its key holds back does not, as in the claim, so an idle relay never spins
+/// on rows it may not take. Each branch reads one index in order and stops at its first
+/// row: the next lease by `lease_idx`, the next pending head by `head_idx` (rows behind a
+/// head are not in it), a lapsed claim by `lease_idx`.
+pub(super) fn next_due(t: &str, policy: OrderingPolicy) -> String {
+    let free = key_free(t, "m", policy, false);
+    format!(
+        "SELECT ceil(extract(epoch FROM (min(due) - {NOW})) * 1000)::int8
+         FROM (
+            (SELECT m.lease_expires_at AS due FROM {t} m
+             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
+               AND m.lease_expires_at > {NOW}
+             ORDER BY m.lease_expires_at LIMIT 1)
+            UNION ALL
+            (SELECT m.available_at FROM {t} m
+             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
+               AND {free}
+             ORDER BY m.available_at, m.seq LIMIT 1)
+            UNION ALL
+            (SELECT m.lease_expires_at FROM {t} m
+             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
+               AND m.lease_expires_at <= {NOW} AND {free}
+             ORDER BY m.lease_expires_at, m.seq LIMIT 1)
+         ) d"
+    )
+}

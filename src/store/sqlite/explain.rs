@@ -1,0 +1,67 @@
+//! The query plans of the statements whose cost must not grow with a lane's backlog: a
+//! claim (both ordering policies), `next_due` and a lane's stats. Guard tests read them, and
+//! so can an operator wondering why a file got slow.
+
+use sqlx::Row;
+
+use crate::store::{MessageFilter, OrderingPolicy, StoreError};
+
+use super::filter::FilterSql;
+use super::read::{blocked_keys_sql, counts_sql};
+use super::row::db;
+use super::write::dynamic;
+use super::SqliteOutboxStore;
+
+/// One statement's plan, as `EXPLAIN QUERY PLAN` words it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryPlan {
+    /// Which statement, e.g. `claim_ready (Block)`.
+    pub statement: String,
+    /// The plan's steps in order, e.g. `SEARCH c USING INDEX outbox_ready (...)`.
+    pub steps: Vec<String>,
+}
+
+impl SqliteOutboxStore {
+    /// The plans SQLite chooses, on this file and its statistics as they stand, for the
+    /// statements a relay runs every cycle: each claim selection under both ordering
+    /// policies, `next_due` under both, and the stats of one lane.
+    pub async fn hot_query_plans(&self) -> Result<Vec<QueryPlan>, StoreError> {
+        let sql = &self.sql;
+        let mut statements: Vec<(String, String)> = Vec::new();
+        for ordering in [OrderingPolicy::Skip, OrderingPolicy::Block] {
+            let policy = sql.policy(ordering);
+            for (name, text) in [
+                ("claim_doomed", &policy.claim_doomed),
+                ("claim_lapsed", &policy.claim_lapsed),
+                ("claim_ready", &policy.claim_ready),
+                ("next_due", &policy.next_due),
+            ] {
+                statements.push((format!("{name} ({ordering:?})"), text.to_string()));
+            }
+        }
+        let lane = MessageFilter::lane("lane", "target");
+        let counted = FilterSql::new(&lane, "");
+        let live = FilterSql::new(&lane, "l.");
+        statements.push(("stats counts".into(), counts_sql(sql, &counted.clause)));
+        statements.push(("stats oldest_due".into(), sql.oldest_due.to_string()));
+        statements.push((
+            "stats blocked_keys".into(),
+            blocked_keys_sql(sql, &counted.clause, &live.clause),
+        ));
+        let mut plans = Vec::with_capacity(statements.len());
+        for (statement, text) in statements {
+            // Unbound parameters are NULL: the plan does not depend on their values.
+            let rows = dynamic(format!("EXPLAIN QUERY PLAN {text}"))
+                .fetch_all(&self.reader)
+                .await
+                .map_err(db("explain"))?;
+            let steps = rows
+                .iter()
+                .map(|row| row.try_get::<String, _>(3))
+                .collect::<Result<_, _>>()
+                .map_err(db("explain"))?;
+            plans.push(QueryPlan { statement, steps });
+        }
+        Ok(plans)
+    }
+}

@@ -1,0 +1,265 @@
+//! The key-head marker under concurrency: an enqueue in a caller's long transaction racing
+//! the ack of its key's head must never leave the key with live rows and no head (a key
+//! stuck forever). See `src/store/postgres/schema/heads.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_relay::store::postgres::PostgresOutboxStore;
+use outbox_relay::store::{ClaimRef, ClaimRequest, MessageFilter};
+use outbox_relay::{OutboxMessageDraft, OutboxStore};
+use serde_json::json;
+
+use crate::{open, SchemaGuard};
+
+fn keyed(key: &str, value: i64) -> OutboxMessageDraft {
+    OutboxMessageDraft::new("l", "sink", json!({ "value": value }))
+        .expect("draft")
+        .with_ordering_key(key)
+}
+
+fn request(limit: usize) -> ClaimRequest {
+    ClaimRequest::new("l", "sink", limit, Duration::from_secs(60), "r")
+}
+
+fn refs(messages: &[outbox_relay::OutboxMessage]) -> Vec<ClaimRef> {
+    messages
+        .iter()
+        .map(|m| ClaimRef {
+            outbox_id: m.outbox_id,
+            claim_token: m.claim_token.expect("token"),
+        })
+        .collect()
+}
+
+/// Keys with live rows whose lowest live row is not marked: each one is stuck.
+async fn headless_keys(store: &PostgresOutboxStore) -> Vec<String> {
+    let t = store.messages_table();
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT DISTINCT ON (ordering_key) ordering_key FROM (
+            SELECT DISTINCT ON (ordering_key) ordering_key, key_head FROM {t}
+            WHERE ordering_key IS NOT NULL AND status IN ('pending', 'claimed')
+            ORDER BY ordering_key, seq) h
+         WHERE NOT key_head"
+    )))
+    .fetch_all(store.pool())
+    .await
+    .expect("headless keys")
+}
+
+/// The lock class `promote_heads` and `check_head` use: FNV-1a of the table name, low 32
+/// bits (as the store computes it).
+fn lock_class(store: &PostgresOutboxStore) -> i32 {
+    let hash = store
+        .messages_table()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    (hash as u32) as i32
+}
+
+#[tokio::test]
+async fn an_enqueue_committed_after_its_head_was_acked_becomes_the_head() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    store.enqueue(keyed("k", 1)).await.expect("enqueue head");
+
+    // Connection 1: the caller's transaction writes the next message of k, behind the head.
+    let mut tx = store.pool().begin().await.expect("begin");
+    store
+        .enqueue_in_tx(&mut tx, keyed("k", 2))
+        .await
+        .expect("enqueue in tx");
+
+    // Connection 2: the head is claimed and acked while that row is uncommitted; the ack
+    // cannot see it, so it promotes nothing.
+    let head = store.claim(&request(10)).await.expect("claim");
+    assert_eq!(head.messages.len(), 1);
+    store.ack(&refs(&head.messages)).await.expect("ack");
+
+    tx.commit().await.expect("commit");
+    assert_eq!(headless_keys(&store).await, Vec::<String>::new());
+    let next = store.claim(&request(10)).await.expect("claim");
+    assert_eq!(next.messages.len(), 1, "the late row must be claimable");
+    assert_eq!(next.messages[0].payload, json!({ "value": 2 }));
+    schema.drop().await;
+}
+
+/// Both sides wait on the key's lock at once (held by a third connection), then race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ack_and_a_commit_racing_on_the_key_lock_leave_a_head() {
+    let schema = SchemaGuard::new();
+    let store = Arc::new(open(schema.config()).await);
+    let class = lock_class(&store);
+    for round in 0..5 {
+        store.enqueue(keyed("k", 1)).await.expect("enqueue head");
+        let head = store.claim(&request(10)).await.expect("claim");
+        assert_eq!(head.messages.len(), 1, "round {round}");
+
+        let mut tx = store.pool().begin().await.expect("begin");
+        store
+            .enqueue_in_tx(&mut tx, keyed("k", 2))
+            .await
+            .expect("enqueue in tx");
+
+        // A third connection holds k's lock: the ack stops in promote_heads after its
+        // UPDATE, the commit stops in check_head.
+        let mut holder = store.pool().begin().await.expect("begin holder");
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext('l' || chr(31) || 'sink' || chr(31) || 'k'))")
+            .bind(class)
+            .execute(&mut *holder)
+            .await
+            .expect("hold the key lock");
+        let acker = {
+            let store = store.clone();
+            let acks = refs(&head.messages);
+            tokio::spawn(async move { store.ack(&acks).await })
+        };
+        let committer = tokio::spawn(async move { tx.commit().await });
+        // Wait until both are queued on the lock (a signal from the server, not a sleep).
+        let waiting = async {
+            loop {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_locks
+                     WHERE locktype = 'advisory' AND NOT granted AND classid::int8 = $1::int8",
+                )
+                .bind(i64::from(class as u32))
+                .fetch_one(store.pool())
+                .await
+                .expect("pg_locks");
+                if n >= 2 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), waiting)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: ack and commit never both waited"));
+        holder.commit().await.expect("release");
+        acker.await.expect("join").expect("ack");
+        committer.await.expect("join").expect("commit");
+
+        assert_eq!(
+            headless_keys(&store).await,
+            Vec::<String>::new(),
+            "round {round}"
+        );
+        let next = store.claim(&request(10)).await.expect("claim");
+        assert_eq!(
+            next.messages.len(),
+            1,
+            "round {round}: the late row is claimable"
+        );
+        store.ack(&refs(&next.messages)).await.expect("ack");
+    }
+    schema.drop().await;
+}
+
+/// Writers enqueue in transactions of their own while a consumer claims and acks: at the
+/// end every key has its head, and everything drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_enqueues_and_acks_never_lose_a_head() {
+    let schema = SchemaGuard::new();
+    let store = Arc::new(open(schema.config()).await);
+    const WRITERS: i64 = 4;
+    const PER_WRITER: i64 = 60;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..PER_WRITER {
+                    let mut tx = store.pool().begin().await.expect("begin");
+                    // Two keys per transaction, in an order that varies, as a service does.
+                    let (a, b) = if i % 2 == 0 {
+                        ("k0", "k1")
+                    } else {
+                        ("k1", "k2")
+                    };
+                    store
+                        .enqueue_in_tx(&mut tx, keyed(a, w * 1000 + i))
+                        .await
+                        .expect("enqueue");
+                    tokio::task::yield_now().await;
+                    store
+                        .enqueue_in_tx(&mut tx, keyed(b, w * 1000 + i))
+                        .await
+                        .expect("enqueue");
+                    tx.commit().await.expect("commit");
+                }
+            })
+        })
+        .collect();
+    let consumer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut acked = 0usize;
+            for _ in 0..400 {
+                let batch = store.claim(&request(3)).await.expect("claim");
+                if !batch.messages.is_empty() {
+                    acked += batch.messages.len();
+                    store.ack(&refs(&batch.messages)).await.expect("ack");
+                }
+                tokio::task::yield_now().await;
+            }
+            acked
+        })
+    };
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let mut delivered = consumer.await.expect("consumer");
+    assert_eq!(headless_keys(&store).await, Vec::<String>::new());
+    let total = usize::try_from(WRITERS * PER_WRITER * 2).expect("total");
+    // Drain: at most one message per key per claim, so this ends in `total` rounds at most.
+    for _ in 0..total {
+        if delivered == total {
+            break;
+        }
+        let batch = store.claim(&request(10)).await.expect("claim");
+        assert!(
+            !batch.messages.is_empty(),
+            "stuck with {} of {total} delivered: {:?}",
+            delivered,
+            store.stats(&MessageFilter::lane("l", "sink")).await
+        );
+        delivered += batch.messages.len();
+        store.ack(&refs(&batch.messages)).await.expect("ack");
+    }
+    assert_eq!(delivered, total);
+    schema.drop().await;
+}
+
+/// The native ack-and-claim: the claim sees the acks of the same transaction, so acking a
+/// key's head hands out its successor in the same round trip; a stale ack is a lost claim.
+#[tokio::test]
+async fn ack_and_claim_hands_out_the_successor_of_an_acked_head() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    store.enqueue(keyed("k", 1)).await.expect("enqueue");
+    store.enqueue(keyed("k", 2)).await.expect("enqueue");
+    let head = store.claim(&request(10)).await.expect("claim");
+    assert_eq!(head.messages.len(), 1, "one message of k at a time");
+    let mut acks = refs(&head.messages);
+    acks.push(ClaimRef {
+        outbox_id: head.messages[0].outbox_id,
+        claim_token: uuid::Uuid::new_v4(),
+    });
+    let answer = store
+        .ack_and_claim(&acks, &request(10))
+        .await
+        .expect("ack_and_claim");
+    assert_eq!(
+        answer.acked,
+        vec![
+            outbox_relay::store::ClaimOutcome::Applied,
+            outbox_relay::store::ClaimOutcome::LostClaim
+        ]
+    );
+    let claimed = answer.claimed.expect("claimed");
+    assert_eq!(claimed.messages.len(), 1);
+    assert_eq!(claimed.messages[0].payload, json!({ "value": 2 }));
+    assert_eq!(headless_keys(&store).await, Vec::<String>::new());
+    schema.drop().await;
+}

@@ -1,0 +1,270 @@
+//! Guards on the cost of a claim, `next_due` and stats at 100,000 pending rows: every scan
+//! node of `EXPLAIN (ANALYZE, FORMAT JSON)` reads a small multiple of the claim's limit, for
+//! every key distribution (no keys; 1,000 keys with a retrying head and a dead head; one hot
+//! key of 100,000 messages among 1,000 cold keys, and that hot key alone), under both
+//! ordering policies, before and after ANALYZE, and with lapsed claims to take first.
+
+use std::time::Duration;
+
+use outbox_relay::store::postgres::{Explained, PostgresOutboxStore};
+use outbox_relay::store::{ClaimRef, ClaimRequest, OrderingPolicy};
+use outbox_relay::OutboxStore;
+use serde_json::Value;
+
+use crate::{open, SchemaGuard};
+
+const ROWS: i64 = 100_000;
+const LIMIT: usize = 100;
+/// Rows one scan node may read: the limit, the probes of the rows met, slack for rows a
+/// claim steps over (a blocked head, a key in flight), and for the dead versions of rows
+/// updated in the test that an index still points to (a bitmap scan counts them).
+const MAX_READ: f64 = (3 * LIMIT + 20) as f64;
+
+/// How the 100,000 rows are keyed.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Keys {
+    None,
+    Thousand,
+    /// 100,000 rows of key `hot` and one row of each of 1,000 cold keys.
+    Hot,
+}
+
+/// Fills lane `l`, target `sink` with one `INSERT ... SELECT generate_series`, writing what
+/// enqueue writes: status pending, due (an hour ago, in seq order), and `key_head` set on
+/// rows without a key and on the first row of each key only. The deferred `check_head`
+/// trigger is skipped (`session_replication_role = replica`): it would find every unmarked
+/// row behind a live head of its key and leave it unmarked, so skipping it writes the same
+/// rows, 100 times faster. With 1,000 keys, key `k1`'s head is retrying (due in an hour, one
+/// attempt used) and key `k2`'s head is dead-lettered (its successor marked, as ack's
+/// `promote_heads` leaves it), so under Block `k2` is blocked.
+pub(super) async fn fill(store: &PostgresOutboxStore, rows: i64, keys: Keys) {
+    let t = store.messages_table();
+    let (key, head) = match keys {
+        Keys::None => ("NULL", "true"),
+        Keys::Thousand => ("'k' || (i % 1000)", "i <= 1000"),
+        Keys::Hot => (
+            "CASE WHEN i <= {rows} THEN 'hot' ELSE 'c' || i END",
+            "i = 1 OR i > {rows}",
+        ),
+    };
+    let (key, head) = (
+        key.replace("{rows}", &rows.to_string()),
+        head.replace("{rows}", &rows.to_string()),
+    );
+    let total = match keys {
+        Keys::Hot => rows + 1_000,
+        _ => rows,
+    };
+    let mut tx = store.pool().begin().await.expect("begin");
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .expect("replica role");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {t} (outbox_id, lane, target, payload, headers, ordering_key, status,
+                          attempt_count, max_attempts, available_at, created_at, updated_at,
+                          key_head)
+         SELECT gen_random_uuid(), 'l', 'sink', jsonb_build_object('i', i), '{{}}', {key},
+                'pending', 0, 5, ts, ts, ts, {head}
+         FROM generate_series(1, $1::int8) AS i,
+              LATERAL (SELECT now() - interval '1 hour' + i * interval '1 millisecond') AS n(ts)"
+    )))
+    .bind(total)
+    .execute(&mut *tx)
+    .await
+    .expect("fill");
+    if let Keys::Thousand = keys {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "UPDATE {t} SET available_at = now() + interval '1 hour', attempt_count = 1,
+                            last_error = 'retrying'
+             WHERE seq = (SELECT min(seq) FROM {t} WHERE ordering_key = 'k1');
+             UPDATE {t} SET status = 'dead_letter', attempt_count = 5, last_error = 'dead'
+             WHERE seq = (SELECT min(seq) FROM {t} WHERE ordering_key = 'k2');
+             UPDATE {t} SET key_head = true
+             WHERE seq = (SELECT min(seq) FROM {t} WHERE ordering_key = 'k2'
+                          AND status = 'pending')"
+        )))
+        .execute(&mut *tx)
+        .await
+        .expect("retrying and dead heads");
+    }
+    tx.commit().await.expect("commit fill");
+}
+
+/// Every node that reads the messages table: (what, rows read over all its loops).
+/// `counts`: also the scans an aggregate reads whole (stats' counts); else they are left out.
+fn scans(node: &Value, out: &mut Vec<(String, f64)>, counts: bool) {
+    let kind = node.get("Node Type").and_then(Value::as_str);
+    if let Some(kind) = kind {
+        if let Some(relation) = node
+            .get("Index Name")
+            .or_else(|| node.get("Relation Name"))
+            .and_then(Value::as_str)
+        {
+            let num = |k: &str| node.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            let loops = num("Actual Loops");
+            let read = (num("Actual Rows")
+                + num("Rows Removed by Filter")
+                + num("Rows Removed by Index Recheck"))
+                * loops;
+            out.push((format!("{kind} on {relation}"), read));
+        }
+    }
+    for child in ["Plan", "Plans"] {
+        match node.get(child) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter(|n| counts || !(kind == Some("Aggregate") && is_scan(n)))
+                .for_each(|n| scans(n, out, counts)),
+            Some(n @ Value::Object(_)) => scans(n, out, counts),
+            _ => {}
+        }
+    }
+}
+
+fn is_scan(node: &Value) -> bool {
+    node.get("Node Type")
+        .and_then(Value::as_str)
+        .is_some_and(|kind| kind.ends_with("Scan") && kind != "CTE Scan")
+}
+
+/// Asserts that no node scans the table sequentially and that none reads more than
+/// [`MAX_READ`] rows; `counts`: whether the scans an aggregate reads whole count too.
+/// Prints the plan on failure.
+fn check(what: &str, plan: &Value, counts: bool) {
+    let root = &plan[0];
+    let mut nodes = Vec::new();
+    scans(root, &mut nodes, counts);
+    let pretty = serde_json::to_string_pretty(root).unwrap_or_default();
+    for (node, read) in &nodes {
+        assert!(
+            !node.starts_with("Seq Scan"),
+            "{what}: {node} reads the whole table\n{pretty}"
+        );
+        assert!(
+            *read <= MAX_READ,
+            "{what}: {node} read {read} rows, over {MAX_READ} for a limit of {LIMIT}\n{pretty}"
+        );
+    }
+    assert!(!nodes.is_empty(), "{what}: no scan found in\n{pretty}");
+}
+
+fn claim_request(ordering: OrderingPolicy) -> ClaimRequest {
+    ClaimRequest::new("l", "sink", LIMIT, Duration::from_secs(60), "guard").with_ordering(ordering)
+}
+
+async fn check_all(store: &PostgresOutboxStore, label: &str) {
+    for ordering in [OrderingPolicy::Skip, OrderingPolicy::Block] {
+        let plan = store
+            .explain(&Explained::Claim(claim_request(ordering)))
+            .await
+            .expect("explain claim");
+        check(&format!("{label}: claim {ordering:?}"), &plan, true);
+        let plan = store
+            .explain(&Explained::NextDue {
+                lane: "l".into(),
+                target: "sink".into(),
+                ordering,
+            })
+            .await
+            .expect("explain next_due");
+        check(&format!("{label}: next_due {ordering:?}"), &plan, true);
+    }
+    // The counts (pending, claimed, delivered, dead) read their status's rows whole, from
+    // narrow partial indexes when that is cheaper (here every row is pending, so the
+    // planner may as well read the table): they are left out. The oldest due pending
+    // message and the blocked keys are pinned like the claim.
+    let plan = store
+        .explain(&Explained::LaneStats {
+            lane: "l".into(),
+            target: "sink".into(),
+        })
+        .await
+        .expect("explain stats");
+    check(&format!("{label}: stats"), &plan, false);
+}
+
+async fn guard(keys: Keys) {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    fill(&store, ROWS, keys).await;
+    // A fresh table, before ANALYZE: the planner knows nothing of the rows yet.
+    check_all(&store, &format!("{keys:?}, before ANALYZE")).await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "VACUUM ANALYZE {}",
+        store.messages_table()
+    )))
+    .execute(store.pool())
+    .await
+    .expect("analyze");
+    check_all(&store, &format!("{keys:?}")).await;
+
+    // Lapsed claims to take first: claims whose lease lapsed at once.
+    let lapsing = ClaimRequest::new("l", "sink", LIMIT / 2, Duration::ZERO, "lapsing");
+    let lapsed = store.claim(&lapsing).await.expect("claim");
+    assert!(!lapsed.messages.is_empty(), "{keys:?}: nothing claimed");
+    check_all(&store, &format!("{keys:?}, with lapsed claims")).await;
+    let retaken = store
+        .claim(&claim_request(OrderingPolicy::Skip))
+        .await
+        .expect("claim");
+    let first: Vec<_> = retaken
+        .messages
+        .iter()
+        .take(lapsed.messages.len())
+        .collect();
+    for (old, new) in lapsed.messages.iter().zip(&first) {
+        assert_eq!(
+            old.outbox_id, new.outbox_id,
+            "{keys:?}: lapsed claims come first"
+        );
+    }
+
+    if let Keys::Hot = keys {
+        // Only the hot key left: the claim must not step over its 99,999 queued rows.
+        let acks: Vec<ClaimRef> = retaken
+            .messages
+            .iter()
+            .map(|m| ClaimRef {
+                outbox_id: m.outbox_id,
+                claim_token: m.claim_token.expect("token"),
+            })
+            .collect();
+        store.ack(&acks).await.expect("ack");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {} SET status = 'delivered', delivered_at = now()
+             WHERE ordering_key <> 'hot' AND status = 'pending'",
+            store.messages_table()
+        )))
+        .execute(store.pool())
+        .await
+        .expect("cold keys delivered");
+        check_all(&store, "hot key alone").await;
+        let batch = store
+            .claim(&claim_request(OrderingPolicy::Skip))
+            .await
+            .expect("claim");
+        assert_eq!(
+            batch.messages.len(),
+            1,
+            "one message of the hot key at a time"
+        );
+        assert_eq!(batch.messages[0].ordering_key.as_deref(), Some("hot"));
+    }
+    schema.drop().await;
+}
+
+#[tokio::test]
+async fn claim_plan_is_flat_without_keys() {
+    guard(Keys::None).await;
+}
+
+#[tokio::test]
+async fn claim_plan_is_flat_with_a_thousand_keys() {
+    guard(Keys::Thousand).await;
+}
+
+#[tokio::test]
+async fn claim_plan_is_flat_with_a_hot_key() {
+    guard(Keys::Hot).await;
+}

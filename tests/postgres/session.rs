@@ -1,0 +1,109 @@
+//! The relay's connections (`jit = off`, the statement timeout) and migration 2 on a table
+//! that already holds messages.
+
+use std::time::Duration;
+
+use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
+use outbox_relay::store::{ClaimRequest, OrderingPolicy};
+use outbox_relay::{OutboxMessageDraft, OutboxStore};
+use serde_json::json;
+
+use crate::{database_url, SchemaGuard};
+
+#[tokio::test]
+async fn connections_run_without_jit_and_with_the_statement_timeout() {
+    let schema = SchemaGuard::new();
+    let store = PostgresOutboxStore::connect_with(
+        &database_url(),
+        schema
+            .config()
+            .with_statement_timeout(Duration::from_millis(1_500)),
+    )
+    .await
+    .expect("connect");
+    // Several connections of the pool at once: each has the settings.
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        conns.push(store.pool().acquire().await.expect("acquire"));
+    }
+    for conn in &mut conns {
+        let jit: String = sqlx::query_scalar("SHOW jit")
+            .fetch_one(&mut **conn)
+            .await
+            .expect("jit");
+        assert_eq!(jit, "off");
+        let timeout: String = sqlx::query_scalar("SHOW statement_timeout")
+            .fetch_one(&mut **conn)
+            .await
+            .expect("statement_timeout");
+        assert_eq!(timeout, "1500ms");
+    }
+    // A statement running past it is cancelled, not left to commit later.
+    let slow = sqlx::query("SELECT pg_sleep(5)")
+        .execute(&mut *conns[0])
+        .await
+        .expect_err("cancelled");
+    assert!(slow.to_string().contains("statement timeout"), "{slow}");
+    drop(conns);
+    schema.drop().await;
+}
+
+#[test]
+fn the_statement_timeout_is_validated() {
+    for bad in [
+        Duration::ZERO,
+        Duration::from_micros(500),
+        Duration::from_secs(1 << 32),
+    ] {
+        let error = PostgresConfig::default()
+            .with_statement_timeout(bad)
+            .validate()
+            .expect_err("invalid");
+        assert_eq!(error.field, "statement_timeout", "{bad:?}");
+    }
+    PostgresConfig::default()
+        .validate()
+        .expect("the default is valid");
+}
+
+/// Migration 2 on a table written before it: every row then had the column's default
+/// (marked), and the backfill unmarks the rows queued behind their key's head.
+#[tokio::test]
+async fn migration_2_backfills_the_head_marker() {
+    let schema = SchemaGuard::new();
+    let store = crate::open(schema.config()).await;
+    let t = store.messages_table().to_owned();
+    for i in 0..3 {
+        store
+            .enqueue(
+                OutboxMessageDraft::new("l", "sink", json!({ "i": i }))
+                    .expect("draft")
+                    .with_ordering_key("k"),
+            )
+            .await
+            .expect("enqueue");
+    }
+    // Back to what a version-1 table holds, then migrate again.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "UPDATE {t} SET key_head = true;
+         DELETE FROM \"{}\".outbox_migrations WHERE version = 2;",
+        schema.0
+    )))
+    .execute(store.pool())
+    .await
+    .expect("version 1");
+    store.migrate().await.expect("migrate");
+    let marks: Vec<bool> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT key_head FROM {t} ORDER BY seq"
+    )))
+    .fetch_all(store.pool())
+    .await
+    .expect("marks");
+    assert_eq!(marks, vec![true, false, false]);
+    let request = ClaimRequest::new("l", "sink", 10, Duration::from_secs(60), "r")
+        .with_ordering(OrderingPolicy::Skip);
+    let batch = store.claim(&request).await.expect("claim");
+    assert_eq!(batch.messages.len(), 1);
+    assert_eq!(batch.messages[0].payload, json!({ "i": 0 }));
+    schema.drop().await;
+}
