@@ -499,7 +499,9 @@ impl Results {
             return Ok(());
         }
         let (x0, x1) = (x0 / 1.5, x1 * 1.5);
-        let (y0, y1) = ((y0 / 2.0).max(0.1), y1 * 2.0);
+        // Headroom above the fastest line (the axis is logarithmic), where the legend goes
+        // without covering a line.
+        let (y0, y1) = ((y0 / 2.0).max(0.1), y1 * 40.0);
         let err = |e: DrawingAreaErrorKind<_>| format!("plot {}: {e}", path.display());
         let root = SVGBackend::new(path, (1000, 640)).into_drawing_area();
         root.fill(&WHITE).map_err(err)?;
@@ -551,7 +553,7 @@ impl Results {
             .configure_series_labels()
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerLeft)
+            .position(SeriesLabelPosition::UpperRight)
             .draw()
             .map_err(err)?;
         root.present().map_err(err)?;
