@@ -41,10 +41,34 @@ pub async fn postgres(
         .execute(&mut *conn)
         .await
         .map_err(err("set jit"))?;
+    // Read due pending rows through the narrowest index the table has for them: with the
+    // key-head marker (migration 2), `head_idx` holds only pending rows, so a scan does not
+    // step over the dead entries of rows this loop already claimed and acked, which PostgreSQL
+    // cannot prune while other sessions hold older snapshots. Without it, `claimable_idx`.
+    let schema = table
+        .split('.')
+        .next()
+        .unwrap_or_default()
+        .trim_matches('"');
+    let relation = table
+        .split('.')
+        .nth(1)
+        .unwrap_or_default()
+        .trim_matches('"');
+    let has_key_head: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+             WHERE table_schema = $1 AND table_name = $2 AND column_name = 'key_head')",
+    )
+    .bind(schema)
+    .bind(relation)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(err("look for key_head"))?;
+    let head = if has_key_head { " AND key_head" } else { "" };
     let claim = format!(
         "WITH picked AS (
              SELECT outbox_id FROM {table}
-             WHERE lane = $1 AND target = $2 AND status = 'pending' AND available_at <= now()
+             WHERE lane = $1 AND target = $2 AND status = 'pending'{head} AND available_at <= now()
              ORDER BY available_at, seq
              LIMIT $3
              FOR UPDATE SKIP LOCKED)
@@ -118,6 +142,20 @@ pub async fn sqlite(
     let mut conn = sqlx::SqliteConnection::connect_with(&options)
         .await
         .map_err(err("connect"))?;
+    // The narrowest index for due pending rows in order, with its WHERE term word for word
+    // (SQLite's condition for using a partial index): `_ready` once the table has the
+    // key-head marker (migration 2 dropped `_claimable`), `_claimable` before.
+    let has_key_head: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('{table}') WHERE name = 'key_head')"
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .map_err(err("look for key_head"))?;
+    let due = if has_key_head {
+        "status = 'pending' AND key_head = 1"
+    } else {
+        "status IN ('pending', 'claimed') AND status = 'pending'"
+    };
     // One statement is one write transaction: the claim picks and marks in one go.
     let claim = format!(
         "UPDATE {table}
@@ -126,8 +164,7 @@ pub async fn sqlite(
              updated_at = ?3
          WHERE seq IN (
              SELECT seq FROM {table}
-             WHERE lane = ?1 AND target = ?2 AND status IN ('pending', 'claimed')
-                 AND status = 'pending' AND available_at <= ?3
+             WHERE lane = ?1 AND target = ?2 AND {due} AND available_at <= ?3
              ORDER BY available_at, seq
              LIMIT ?4)
          RETURNING outbox_id, seq, payload, headers, ordering_key, attempt_count, claim_token"
