@@ -35,7 +35,17 @@ impl Progress {
         self.count.load(Ordering::Relaxed)
     }
 
-    fn record(&self, message: &OutboxMessage) {
+    pub fn is_done(&self) -> bool {
+        self.count() >= self.seen.len()
+    }
+
+    /// Resolves once every measured message has been seen.
+    pub async fn done(&self) {
+        self.done.notified().await;
+    }
+
+    /// Notes that `message` was delivered (messages outside the measured range are ignored).
+    pub fn record(&self, message: &OutboxMessage) {
         #[derive(serde::Deserialize)]
         struct Numbered {
             n: u64,

@@ -20,6 +20,8 @@
 //! - `pickup`: one message at a time on an idle PostgreSQL lane: commit-to-handler latency
 //!   and the store calls each pickup costs.
 //! - `slow`: a 10 ms handler at concurrency 64, against the 6,400 msg/s ceiling.
+//! - `webhook`: the relay at concurrency 64 with the webhook sink posting to a local HTTP
+//!   receiver, against the log sink, alternating per round: msg/s of each and the ratio.
 //!
 //! Every scenario gets a fresh store (its own PostgreSQL schema, dropped at the end, or a
 //! temporary SQLite file). Writes `<out>/results.md` and `<out>/throughput.svg` and prints
@@ -33,6 +35,7 @@ mod pickup;
 mod raw;
 mod report;
 mod stores;
+mod webhook;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -158,6 +161,29 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
             results
                 .errors
                 .push(format!("{label} slow handler: {error}"));
+        }
+    }
+    if options.runs(Section::Webhook) {
+        let (messages, rounds) = (options.webhook_messages, options.webhook_rounds);
+        match webhook::run(
+            kind,
+            &options.pg_url,
+            messages,
+            rounds,
+            options.drain_timeout,
+        )
+        .await
+        {
+            Ok(row) => {
+                println!(
+                    "{label} webhook row: log {:.0} msg/s, webhook {:.0} msg/s, median ratio {:.2}×",
+                    row.median_log(),
+                    row.median_webhook(),
+                    row.median_ratio()
+                );
+                results.webhooks.push(row);
+            }
+            Err(error) => results.errors.push(format!("{label} webhook row: {error}")),
         }
     }
 }

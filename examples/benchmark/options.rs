@@ -66,16 +66,19 @@ pub enum Section {
     Pickup,
     /// A 10 ms handler at concurrency 64.
     Slow,
+    /// The webhook sink to a local HTTP receiver against the log sink, c=64.
+    Webhook,
 }
 
 impl Section {
-    const ALL: [Section; 6] = [
+    const ALL: [Section; 7] = [
         Section::Single,
         Section::Ceiling,
         Section::Drain,
         Section::Crash,
         Section::Pickup,
         Section::Slow,
+        Section::Webhook,
     ];
 
     fn parse(name: &str) -> Result<Self, String> {
@@ -86,9 +89,10 @@ impl Section {
             "crash" => Section::Crash,
             "pickup" => Section::Pickup,
             "slow" => Section::Slow,
+            "webhook" => Section::Webhook,
             other => {
                 return Err(format!(
-                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow)"
+                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook)"
                 ))
             }
         })
@@ -115,6 +119,8 @@ pub struct Options {
     pub single_messages: usize,
     pub single_latency: Duration,
     pub single_concurrency: usize,
+    pub webhook_messages: usize,
+    pub webhook_rounds: usize,
 }
 
 impl Default for Options {
@@ -137,6 +143,8 @@ impl Default for Options {
             single_messages: 2_000,
             single_latency: Duration::from_millis(2),
             single_concurrency: 16,
+            webhook_messages: 5_000,
+            webhook_rounds: 3,
         }
     }
 }
@@ -216,6 +224,8 @@ impl Options {
                     options.single_latency = Duration::from_millis(number(&value)? as u64)
                 }
                 "--single-concurrency" => options.single_concurrency = number(&value)?.max(1),
+                "--webhook-messages" => options.webhook_messages = number(&value)?.max(1),
+                "--webhook-rounds" => options.webhook_rounds = number(&value)?.max(1),
                 other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
             }
         }
@@ -244,7 +254,7 @@ usage: benchmark [flags]
   --concurrency 16,64      relay concurrencies of the no-op drains
   --keys none,1000,hot     key distributions: none, a key count, or hot (one hot key
                            among 1,000 cold keys)
-  --sections LIST          single,ceiling,drain,crash,pickup,slow (default all)
+  --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook (default all)
   --out DIR                results.md and throughput.svg go here (default bench-results)
   --drain-timeout-s N      a drain still running after N s reports what it did (default 120)
   --crash-backlog N        backlog pending during the crash (default 100000)
@@ -255,4 +265,6 @@ usage: benchmark [flags]
   --slow-concurrency N     its concurrency (default 64)
   --single-messages N      messages of the single-loop comparison (default 2000)
   --single-latency-ms N    its simulated target latency (default 2)
-  --single-concurrency N   the relay's concurrency in it (default 16)";
+  --single-concurrency N   the relay's concurrency in it (default 16)
+  --webhook-messages N     messages per sink and round of the webhook row (default 5000)
+  --webhook-rounds N       its rounds; the report gives the medians (default 3)";

@@ -10,6 +10,7 @@ use crate::drain::Drained;
 use crate::options::{Keys, StoreKind};
 use crate::pickup::Pickup;
 use crate::raw::Ceiling;
+use crate::webhook::WebhookRow;
 
 #[derive(Debug, Clone)]
 pub struct CeilingRow {
@@ -91,6 +92,7 @@ pub struct Results {
     pub crashes: Vec<(StoreKind, Redelivery)>,
     pub pickup: Option<Pickup>,
     pub slow: Vec<SlowRow>,
+    pub webhooks: Vec<WebhookRow>,
     pub errors: Vec<String>,
 }
 
@@ -148,6 +150,7 @@ impl Results {
         self.crash_table(w);
         self.pickup_section(w);
         self.slow_table(w);
+        self.webhook_table(w);
         self.checks(w);
         if !self.errors.is_empty() {
             let _ = writeln!(w, "## Errors\n");
@@ -374,6 +377,41 @@ impl Results {
                 s.ceiling(),
                 s.drained.rate() / s.ceiling(),
                 if s.drained.timed_out { "timed out" } else { "" },
+            );
+        }
+        let _ = writeln!(w);
+    }
+
+    fn webhook_table(&self, w: &mut String) {
+        if self.webhooks.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            w,
+            "## Webhook sink against the log sink (local HTTP receiver, medians)\n"
+        );
+        let _ = writeln!(
+            w,
+            "| store | messages | c | rounds | log msg/s | webhook msg/s | webhook / log | per round |"
+        );
+        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---|");
+        for r in &self.webhooks {
+            let rounds: Vec<String> = r
+                .rounds
+                .iter()
+                .map(|round| format!("{:.2}×", round.ratio()))
+                .collect();
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2}× | {} |",
+                r.store.label(),
+                r.messages,
+                r.concurrency,
+                r.rounds.len(),
+                r.median_log(),
+                r.median_webhook(),
+                r.median_ratio(),
+                rounds.join(", "),
             );
         }
         let _ = writeln!(w);
