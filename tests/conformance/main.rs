@@ -114,6 +114,9 @@ macro_rules! conformance {
             lapsed_claims_come_before_older_pending_rows,
             a_hot_key_among_cold_keys_yields_one_head_per_key,
             a_lapsed_head_is_reclaimed_before_its_pending_successors,
+            // cases/idle.rs
+            a_short_claim_answers_next_due_as_of_its_end,
+            a_short_claims_next_due_skips_rows_held_behind_their_key,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {
