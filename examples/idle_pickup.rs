@@ -221,7 +221,9 @@ async fn main() {
     let mut store_kind = "memory".to_owned();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        let value = args
+            .next()
+            .unwrap_or_else(|| panic!("{flag} needs a value"));
         match flag.as_str() {
             "--messages" => messages = value.parse().expect("--messages: a number"),
             "--store" => store_kind = value,
@@ -236,7 +238,10 @@ async fn main() {
     });
     let (started_tx, mut started) = mpsc::unbounded_channel();
     let relay = OutboxRelay::builder(store)
-        .lane(LaneConfig::new("idle", "target").concurrency(8), StartClock(started_tx))
+        .lane(
+            LaneConfig::new("idle", "target").concurrency(8),
+            StartClock(started_tx),
+        )
         .event_capacity(messages * 16 + 1024)
         .start()
         .await
@@ -296,9 +301,7 @@ async fn main() {
 
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    println!(
-        "store {store_kind}, {messages} messages picked up one at a time by an idle lane"
-    );
+    println!("store {store_kind}, {messages} messages picked up one at a time by an idle lane");
     println!(
         "pickup latency (enqueue returned -> handler started): p50 {:.3} ms, p90 {:.3} ms, \
          p99 {:.3} ms, max {:.3} ms ({early} started before the enqueue call returned)",

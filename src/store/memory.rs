@@ -23,7 +23,8 @@ use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatu
 use crate::store::{
     duration_millis, millis_until, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
     Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
-    OrderingPolicy, OutboxStore, Page, PageRequest, StoreError, SystemClock, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    OrderingPolicy, OutboxStore, Page, PageRequest, StoreError, SystemClock, WakeUp,
+    WAKEUP_CHANNEL_CAPACITY,
 };
 
 /// The error a claim writes when it dead-letters a message whose lease lapsed on its last

@@ -110,9 +110,10 @@ impl PostgresOutboxStore {
         if batch.messages.len() < request.limit {
             // After the claim, in its transaction: the leases it handed out count, and a
             // relay that sleeps on this answer needs no `next_due` call of its own.
-            batch.next_due = NextDue::Known(self
-                .next_due_on(&mut *conn, &request.lane, &request.target, request.ordering)
-                .await?);
+            batch.next_due = NextDue::Known(
+                self.next_due_on(&mut *conn, &request.lane, &request.target, request.ordering)
+                    .await?,
+            );
         }
         Ok(batch)
     }

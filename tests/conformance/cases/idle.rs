@@ -21,14 +21,22 @@ pub async fn a_short_claim_answers_next_due_as_of_its_end(h: Harness) {
 
     put(&h, draft(1).with_delay(ms(3_000))).await;
     let empty = h.store.claim(&claim_req(10, "r")).await.unwrap();
-    assert_eq!(empty.next_due, NextDue::Known(Some(ms(3_000))), "the delayed one");
+    assert_eq!(
+        empty.next_due,
+        NextDue::Known(Some(ms(3_000))),
+        "the delayed one"
+    );
 
     // The lease it just handed out counts, as running leases do in `next_due`.
     put(&h, draft(2)).await;
     let short = h.store.claim(&claim_req(10, "r")).await.unwrap();
     assert_eq!(short.messages.len(), 1, "{short:?}");
     assert_eq!(short.next_due, NextDue::Known(Some(LEASE)));
-    assert_eq!(short.next_due, asked(&h).await, "what next_due says after it");
+    assert_eq!(
+        short.next_due,
+        asked(&h).await,
+        "what next_due says after it"
+    );
     ack_all(&h, &short).await;
 
     // A claim that filled its limit may leave more claimable now: it does not say.
@@ -56,7 +64,11 @@ pub async fn a_short_claims_next_due_skips_rows_held_behind_their_key(h: Harness
     let request = ClaimRequest::new(LANE, TARGET, 10, lease, "r");
     let short = h.store.claim(&request).await.unwrap();
     assert_eq!(ids(&short), [head.outbox_id], "{short:?}");
-    assert_eq!(short.next_due, NextDue::Known(Some(lease)), "the head's lapse");
+    assert_eq!(
+        short.next_due,
+        NextDue::Known(Some(lease)),
+        "the head's lapse"
+    );
 
     // `ack_and_claim` answers it too: the acked head's successor is claimed at once.
     let answer = h
@@ -69,7 +81,10 @@ pub async fn a_short_claims_next_due_skips_rows_held_behind_their_key(h: Harness
     assert_eq!(claimed.next_due, NextDue::Known(Some(lease)));
 
     // Its lapse, then nothing held: the delayed one.
-    h.store.ack(&[claim_of(&claimed.messages[0])]).await.unwrap();
+    h.store
+        .ack(&[claim_of(&claimed.messages[0])])
+        .await
+        .unwrap();
     let empty = h.store.claim(&request).await.unwrap();
     assert_eq!(empty.next_due, NextDue::Known(Some(ms(5_000))));
     assert_eq!(empty.next_due, asked(&h).await);
