@@ -143,8 +143,10 @@ fn after_an_abort_at_most_concurrency_plus_prefetch_messages_are_delivered_again
     });
 }
 
-/// An idle lane picks up messages enqueued one at a time: a wake-up makes one claim, and
-/// `next_due` is asked once the lane holds nothing again.
+/// An idle lane picks up messages enqueued one at a time: a wake-up makes one claim, which
+/// comes back short and so also says when the next message is due; after the ack the lane
+/// sleeps on that answer. At most two store calls per message, counting claims, `next_due`
+/// calls and acks.
 #[tokio::test(start_paused = true)]
 async fn an_idle_lane_picks_up_each_message_with_few_store_calls() {
     const MESSAGES: u32 = 100;
