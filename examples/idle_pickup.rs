@@ -51,6 +51,8 @@ struct Calls {
     acks_and_claims: AtomicU64,
     next_dues: AtomicU64,
     other: AtomicU64,
+    /// How long each claim call took, to tell the store's share of the pickup.
+    claim_times: std::sync::Mutex<Vec<Duration>>,
 }
 
 /// A store that counts the calls made to it, and otherwise is `inner`.
@@ -79,7 +81,12 @@ impl OutboxStore for Counted {
     }
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         bump(&self.calls.claims);
-        self.inner.claim(request).await
+        let started = Instant::now();
+        let answer = self.inner.claim(request).await;
+        if let Ok(mut times) = self.calls.claim_times.lock() {
+            times.push(started.elapsed());
+        }
+        answer
     }
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         bump(&self.calls.acks);
@@ -257,6 +264,9 @@ async fn main() {
         &calls.other,
     ]
     .map(|c| c.load(Ordering::Relaxed));
+    if let Ok(mut times) = calls.claim_times.lock() {
+        times.clear();
+    }
 
     let mut latencies = Vec::with_capacity(messages);
     let mut early = 0;
@@ -310,6 +320,19 @@ async fn main() {
         ms(percentile(&latencies, 0.99)),
         ms(percentile(&latencies, 1.0)),
     );
+    let mut claim_times = calls
+        .claim_times
+        .lock()
+        .map(|times| times.clone())
+        .unwrap_or_default();
+    claim_times.sort();
+    if !claim_times.is_empty() {
+        println!(
+            "claim call (inside the pickup): p50 {:.3} ms, p99 {:.3} ms",
+            ms(percentile(&claim_times, 0.50)),
+            ms(percentile(&claim_times, 0.99)),
+        );
+    }
     let total = claims + acks + acks_and_claims + next_dues + other;
     println!(
         "store calls: {claims} claims, {acks} acks, {acks_and_claims} ack_and_claims, \
