@@ -49,10 +49,22 @@ struct Target {
     panicked: Arc<Mutex<bool>>,
 }
 
+/// The payload's `order` field: the payload is raw JSON text, parsed only where read.
+fn order_of(message: &OutboxMessage) -> u64 {
+    #[derive(serde::Deserialize)]
+    struct Order {
+        order: u64,
+    }
+    message
+        .payload
+        .deserialize::<Order>()
+        .map_or(0, |parsed| parsed.order)
+}
+
 #[async_trait]
 impl DeliveryHandler for Target {
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
-        let order = message.payload["order"].as_u64().unwrap_or_default();
+        let order = order_of(message);
         // 2–12 ms, like a broker or webhook round trip.
         tokio::time::sleep(Duration::from_millis(2 + order * 7 % 11)).await;
         if self.name == "billing" && order == POISON_ORDER {
@@ -280,7 +292,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
         .map(|m| {
             (
                 format!("{}/{}", m.lane, m.target),
-                m.payload["order"].as_u64().unwrap_or_default(),
+                order_of(m),
                 m.last_error.clone().unwrap_or_default(),
             )
         })

@@ -6,7 +6,8 @@
 //!
 //! ## Layout
 //!
-//! - [`message`]: the draft a service writes, the stored message, its status, validation.
+//! - [`message`]: the draft a service writes, the stored message, its status, validation;
+//!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
 //! - [`store`]: the `OutboxStore` contract and the state machine of a row;
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
@@ -14,7 +15,11 @@
 //!   it; [`store::slow_log`] wraps any of them to log a slow call by its name and duration.
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
-//! - [`sinks`]: ready-made handlers (`LogSink`) and `SinkConfig`, a lane's `sink` table.
+//! - [`sinks`]: ready-made handlers and `SinkConfig`, a lane's `sink` table, built async
+//!   and fallibly: `sinks::log` (always), `sinks::webhook`, `sinks::nats`,
+//!   `sinks::rabbitmq`, `sinks::redis` (one feature each: `webhook-sink`, `nats-sink`,
+//!   `rabbitmq-sink`, `redis-sink`), and `sinks::template` (destinations over lane, target
+//!   and headers).
 //! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`;
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
@@ -24,7 +29,11 @@
 //!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks),
 //!   `relay::handler` (one delivery at a time under a timeout).
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
-//!   relay's recording helpers) and, with feature `prometheus`, the exporter install.
+//!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
+//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`).
+//! - [`retention`]: automatic retention: `RetentionConfig` (per-lane ages of delivered
+//!   messages and dead letters, defaults as consts) and `RetentionTask`, which purges
+//!   them in bounded batches apart from the lanes.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
 //!   opens the store a URL names; `database/redact.rs` keeps passwords out of every
 //!   printed URL.
@@ -44,6 +53,7 @@ pub mod delivery;
 pub mod message;
 pub mod metrics;
 pub mod relay;
+pub mod retention;
 pub mod retry;
 pub mod sinks;
 pub mod store;

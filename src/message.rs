@@ -9,12 +9,16 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+mod payload;
+
+pub use payload::Payload;
+
 /// Milliseconds since the Unix epoch, as the store's clock tells them.
 pub type UnixMillis = i64;
 
 /// How many attempts a draft gets when it does not say.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
-/// The largest payload a store accepts unless configured otherwise (1 MiB, serialised JSON).
+/// The largest payload a store accepts unless configured otherwise (1 MiB of JSON text).
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 /// The longest lane or target name. They become metric labels, so they stay short.
 pub const MAX_NAME_LEN: usize = 64;
@@ -50,7 +54,7 @@ impl ValidationError {
 /// Limits a store applies to every draft it is asked to enqueue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DraftLimits {
-    /// The largest message, in bytes: the serialised JSON payload plus every header's name
+    /// The largest message, in bytes: the payload's JSON text plus every header's name
     /// and value.
     pub max_payload_bytes: usize,
 }
@@ -74,8 +78,8 @@ pub struct OutboxMessageDraft {
     pub lane: String,
     /// Who hears about it (e.g. `billing`). A lane's messages are relayed per (lane, target).
     pub target: String,
-    /// The message body.
-    pub payload: serde_json::Value,
+    /// The message body, as the exact JSON text that is stored and delivered.
+    pub payload: Payload,
     /// Headers handed to the target with the payload.
     pub headers: BTreeMap<String, String>,
     /// Messages with the same key (within a lane and target) are delivered one at a time,
@@ -91,7 +95,9 @@ pub struct OutboxMessageDraft {
 }
 
 impl OutboxMessageDraft {
-    /// A draft for `lane` and `target`, with default attempts and no keys.
+    /// A draft for `lane` and `target` with a `serde_json::Value` payload (stored in its
+    /// compact form), default attempts and no keys. To keep bytes exactly as they are (big
+    /// integers, key order, duplicate keys), use [`OutboxMessageDraft::from_json`].
     ///
     /// ```
     /// use outbox_relay::OutboxMessageDraft;
@@ -105,6 +111,41 @@ impl OutboxMessageDraft {
         lane: impl Into<String>,
         target: impl Into<String>,
         payload: serde_json::Value,
+    ) -> Result<Self, ValidationError> {
+        Self::from_payload(lane, target, Payload::from_value(&payload)?)
+    }
+
+    /// A draft whose payload is the JSON text `json`, delivered byte for byte. The text must
+    /// be one well-formed JSON value; if not, the error names `payload`.
+    ///
+    /// ```
+    /// use outbox_relay::OutboxMessageDraft;
+    /// let draft = OutboxMessageDraft::from_json("orders", "billing", r#"{"id":18446744073709551616}"#)?;
+    /// assert_eq!(draft.payload.as_str(), r#"{"id":18446744073709551616}"#);
+    /// # Ok::<(), outbox_relay::message::ValidationError>(())
+    /// ```
+    pub fn from_json(
+        lane: impl Into<String>,
+        target: impl Into<String>,
+        json: impl Into<String>,
+    ) -> Result<Self, ValidationError> {
+        Self::from_payload(lane, target, Payload::from_json(json)?)
+    }
+
+    /// A draft whose payload is `value` serialised with `serde_json`.
+    pub fn from_serialize<T: Serialize + ?Sized>(
+        lane: impl Into<String>,
+        target: impl Into<String>,
+        value: &T,
+    ) -> Result<Self, ValidationError> {
+        Self::from_payload(lane, target, Payload::from_serialize(value)?)
+    }
+
+    /// A draft carrying `payload` as it is.
+    pub fn from_payload(
+        lane: impl Into<String>,
+        target: impl Into<String>,
+        payload: Payload,
     ) -> Result<Self, ValidationError> {
         let draft = Self {
             lane: lane.into(),
@@ -182,15 +223,13 @@ impl OutboxMessageDraft {
         for (name, value) in &self.headers {
             validate_header(name, value)?;
         }
-        if let Some(at) = nul_in(&self.payload, &mut String::from("$")) {
+        if let Some(at) = self.payload.nul_at() {
             return Err(ValidationError::new(
                 "payload",
                 format!("contains a NUL character (\\u0000) at {at}, which PostgreSQL cannot store; no store accepts it"),
             ));
         }
-        let size = serde_json::to_vec(&self.payload)
-            .map_err(|error| ValidationError::new("payload", error.to_string()))?
-            .len();
+        let size = self.payload.as_bytes().len();
         if size > limits.max_payload_bytes {
             return Err(ValidationError::new(
                 "payload",
@@ -216,7 +255,8 @@ impl OutboxMessageDraft {
     }
 
     /// Whether `message` was written from a draft with the same content: the test dedupe
-    /// uses to tell a harmless retry of an enqueue from a conflicting reuse of a key.
+    /// uses to tell a harmless retry of an enqueue from a conflicting reuse of a key. The
+    /// payloads must match byte for byte, since those bytes are what gets delivered.
     pub fn matches(&self, message: &OutboxMessage) -> bool {
         self.lane == message.lane
             && self.target == message.target
@@ -225,33 +265,6 @@ impl OutboxMessageDraft {
             && self.ordering_key == message.ordering_key
             && self.dedupe_key == message.dedupe_key
             && self.max_attempts == message.max_attempts
-    }
-}
-
-/// Where in `value` a string or an object key holds a NUL (`$.a[2]`), if anywhere: every
-/// store must refuse what one of them (PostgreSQL's `jsonb`) cannot keep.
-fn nul_in(value: &serde_json::Value, path: &mut String) -> Option<String> {
-    use serde_json::Value;
-    match value {
-        Value::String(text) if text.contains('\0') => Some(path.clone()),
-        Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| {
-            let len = path.len();
-            path.push_str(&format!("[{i}]"));
-            let found = nul_in(item, path);
-            path.truncate(len);
-            found
-        }),
-        Value::Object(fields) => fields.iter().find_map(|(key, item)| {
-            if key.contains('\0') {
-                return Some(format!("{path} (a key)"));
-            }
-            let len = path.len();
-            path.push_str(&format!(".{key}"));
-            let found = nul_in(item, path);
-            path.truncate(len);
-            found
-        }),
-        _ => None,
     }
 }
 
@@ -405,8 +418,8 @@ pub struct OutboxMessage {
     pub lane: String,
     /// The target.
     pub target: String,
-    /// The message body.
-    pub payload: serde_json::Value,
+    /// The message body, as the exact JSON text that is stored and delivered.
+    pub payload: Payload,
     /// Headers handed to the target.
     pub headers: BTreeMap<String, String>,
     /// The ordering key, if any.

@@ -27,13 +27,17 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use metrics::Unit;
 
+#[cfg(feature = "prometheus")]
+pub mod health;
 mod lane;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 
 pub use lane::LaneMetrics;
 #[cfg(feature = "prometheus")]
-pub use prometheus::{install_prometheus_exporter, MetricsError};
+pub use prometheus::{
+    install_prometheus_exporter, install_prometheus_exporter_with_readiness, MetricsError,
+};
 
 // ---- Counters -------------------------------------------------------------------------
 
@@ -63,6 +67,8 @@ pub const REDELIVERIES_TOTAL: &str = "outbox_redeliveries_total";
 pub const RELAY_RESTARTS_TOTAL: &str = "outbox_relay_restarts_total";
 /// Counter: store calls that returned an error, by [`LABEL_OP`].
 pub const STORE_ERRORS_TOTAL: &str = "outbox_store_errors_total";
+/// Counter: delivered and dead-lettered messages deleted by automatic retention.
+pub const PURGED_TOTAL: &str = "outbox_purged_total";
 
 // ---- Histograms -----------------------------------------------------------------------
 
@@ -193,6 +199,7 @@ pub const ALL: &[MetricInfo] = &[
     info(REDELIVERIES_TOTAL, Counter, Unit::Count, "Claims of a message that had been claimed before.", LANE_TARGET),
     info(RELAY_RESTARTS_TOTAL, Counter, Unit::Count, "Restarts of a lane relay by its supervisor.", LANE_TARGET),
     info(STORE_ERRORS_TOTAL, Counter, Unit::Count, "Store calls that returned an error, by operation.", &[LABEL_LANE, LABEL_TARGET, LABEL_OP]),
+    info(PURGED_TOTAL, Counter, Unit::Count, "Delivered and dead-lettered messages deleted by automatic retention.", LANE_TARGET),
     info(DELIVERY_DURATION_SECONDS, Histogram, Unit::Seconds, "Time one delivery handler call took, success or failure.", LANE_TARGET),
     info(END_TO_END_LATENCY_SECONDS, Histogram, Unit::Seconds, "Time from enqueue to delivered, retries included.", LANE_TARGET),
     info(CLAIM_BATCH_SIZE, Histogram, Unit::Count, "Messages returned by one claim, empty claims included.", LANE_TARGET),
@@ -351,6 +358,17 @@ pub fn record_requeued<'a>(requeued: impl IntoIterator<Item = (&'a str, &'a str)
     count_per_lane(REQUEUED_TOTAL, requeued);
 }
 
+/// Adds `purged` to `outbox_purged_total` of one lane. Automatic retention calls it after
+/// each lane's purge.
+pub fn record_purged(lane: &str, target: &str, purged: u64) {
+    metrics::counter!(
+        PURGED_TOTAL,
+        LABEL_LANE => lane.to_owned(),
+        LABEL_TARGET => target.to_owned()
+    )
+    .increment(purged);
+}
+
 /// Adds one to counter `name` of each `(lane, target)` given, one update per lane.
 fn count_per_lane<'a>(name: &'static str, lanes: impl IntoIterator<Item = (&'a str, &'a str)>) {
     let mut counts: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
@@ -395,7 +413,7 @@ mod tests {
             assert_eq!(&metric.labels[..2], LANE_TARGET, "{}", metric.name);
             assert!(!metric.help.is_empty());
         }
-        assert_eq!(ALL.len(), 21);
+        assert_eq!(ALL.len(), 22);
     }
 
     #[test]

@@ -2,31 +2,67 @@
 //! lane in the config file.
 //!
 //! Every sink lives in its own module with the same shape, in the same order: its config
-//! struct (what the file says), its handler (what delivers), its errors. Adding a sink
-//! (webhook, NATS, RabbitMQ) is a module of that shape and one variant of [`SinkConfig`].
+//! struct (what the file says, validated), its build (async and fallible: it reads secrets
+//! from the environment and connects), its handler (what delivers), its error mapping (the
+//! target's answer as retryable, permanent or retry-after). Adding a sink is a module of that
+//! shape, a cargo feature and one variant of [`SinkConfig`].
 //!
 //! - [`log`]: one JSON line per message on stdout (or any writer). The default sink of the
 //!   binary, and a way to watch a lane without a broker.
+//! - `webhook` (feature `webhook-sink`): an HTTP request per message, signed the Standard
+//!   Webhooks way.
+//! - `nats` (feature `nats-sink`): a JetStream publish per message, deduplicated by
+//!   `Nats-Msg-Id`.
+//! - `rabbitmq` (feature `rabbitmq-sink`): an AMQP publish per message, with publisher
+//!   confirms.
+//! - `redis` (feature `redis-sink`): an `XADD` to a Redis stream per message.
+//!
+//! Every sink hands the message's `outbox_id` to its target as the idempotency key, in the
+//! target's own idiom, sends the payload's JSON bytes unchanged, forwards the message's
+//! headers, and acks only once the target confirmed.
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigError;
-use crate::delivery::DeliveryHandler;
+use crate::delivery::{BoxError, DeliveryHandler};
 
 pub mod log;
+#[cfg(feature = "nats-sink")]
+pub mod nats;
+#[cfg(feature = "rabbitmq-sink")]
+pub mod rabbitmq;
+#[cfg(feature = "redis-sink")]
+pub mod redis;
+pub mod template;
+#[cfg(feature = "webhook-sink")]
+pub mod webhook;
 
 pub use self::log::{LogSink, LogSinkConfig};
+pub use self::template::Template;
 
 /// Which sink delivers a lane, as the config file names it:
-/// `sink = { kind = "log" }`.
+/// `sink = { kind = "log" }`, `sink = { kind = "webhook", url = "…" }`, …
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum SinkConfig {
     /// [`LogSink`]: a JSON line per message.
     Log(LogSinkConfig),
+    /// `webhook::WebhookSink`: an HTTP request per message.
+    #[cfg(feature = "webhook-sink")]
+    Webhook(webhook::WebhookSinkConfig),
+    /// `nats::NatsSink`: a JetStream publish per message.
+    #[cfg(feature = "nats-sink")]
+    Nats(nats::NatsSinkConfig),
+    /// `rabbitmq::RabbitMqSink`: an AMQP publish per message, confirmed.
+    #[cfg(feature = "rabbitmq-sink")]
+    #[serde(rename = "rabbitmq")]
+    RabbitMq(rabbitmq::RabbitMqSinkConfig),
+    /// `redis::RedisSink`: an `XADD` per message.
+    #[cfg(feature = "redis-sink")]
+    Redis(redis::RedisSinkConfig),
 }
 
 impl SinkConfig {
@@ -34,21 +70,221 @@ impl SinkConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             SinkConfig::Log(_) => "log",
+            #[cfg(feature = "webhook-sink")]
+            SinkConfig::Webhook(_) => "webhook",
+            #[cfg(feature = "nats-sink")]
+            SinkConfig::Nats(_) => "nats",
+            #[cfg(feature = "rabbitmq-sink")]
+            SinkConfig::RabbitMq(_) => "rabbitmq",
+            #[cfg(feature = "redis-sink")]
+            SinkConfig::Redis(_) => "redis",
         }
     }
 
-    /// Checks the sink's settings; `field` is where the sink sits in the config
-    /// (e.g. `lanes[orders/billing].sink`), so the error can name it.
+    /// Checks the sink's settings without touching the network or the environment; `field`
+    /// is where the sink sits in the config (e.g. `lanes[orders/billing].sink`), so the error
+    /// can name it.
     pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
         match self {
             SinkConfig::Log(config) => config.validate(field),
+            #[cfg(feature = "webhook-sink")]
+            SinkConfig::Webhook(config) => config.validate(field),
+            #[cfg(feature = "nats-sink")]
+            SinkConfig::Nats(config) => config.validate(field),
+            #[cfg(feature = "rabbitmq-sink")]
+            SinkConfig::RabbitMq(config) => config.validate(field),
+            #[cfg(feature = "redis-sink")]
+            SinkConfig::Redis(config) => config.validate(field),
         }
     }
 
-    /// Builds the handler.
-    pub fn build(&self) -> Arc<dyn DeliveryHandler> {
-        match self {
+    /// Builds the handler: reads the secrets the config names from the environment and
+    /// connects to the target. `field` is where the sink sits in the config (e.g.
+    /// `lanes[orders/billing].sink`); errors name it and the key at fault.
+    pub async fn build(&self, field: &str) -> Result<Arc<dyn DeliveryHandler>, SinkBuildError> {
+        self.validate(field).map_err(SinkBuildError::from)?;
+        Ok(match self {
             SinkConfig::Log(config) => Arc::new(LogSink::from_config(config)),
+            #[cfg(feature = "webhook-sink")]
+            SinkConfig::Webhook(config) => Arc::new(webhook::WebhookSink::build(config, field)?),
+            #[cfg(feature = "nats-sink")]
+            SinkConfig::Nats(config) => Arc::new(nats::NatsSink::build(config, field).await?),
+            #[cfg(feature = "rabbitmq-sink")]
+            SinkConfig::RabbitMq(config) => {
+                Arc::new(rabbitmq::RabbitMqSink::build(config, field).await?)
+            }
+            #[cfg(feature = "redis-sink")]
+            SinkConfig::Redis(config) => Arc::new(redis::RedisSink::build(config, field).await?),
+        })
+    }
+}
+
+/// A sink that could not be built: a bad setting, a secret missing from the environment, a
+/// target that cannot be reached or lacks what the config expects (a JetStream stream).
+/// It names the field at fault, e.g. `lanes[orders/billing].sink.secret_env`.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct SinkBuildError {
+    field: String,
+    reason: String,
+    missing_variable: Option<String>,
+    #[source]
+    source: Option<BoxError>,
+}
+
+impl SinkBuildError {
+    /// An error about `field`.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            reason: reason.into(),
+            missing_variable: None,
+            source: None,
         }
+    }
+
+    /// The same, keeping the underlying error as its source.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// `field` names the environment variable `variable`, which is not set.
+    pub fn missing_variable(field: impl Into<String>, variable: &str) -> Self {
+        let mut error = Self::new(
+            field,
+            format!("the environment variable {variable} is not set"),
+        );
+        error.missing_variable = Some(variable.to_owned());
+        error
+    }
+
+    /// The field at fault.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// What is wrong.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// The environment variable that is not set, when that is the problem.
+    pub fn missing_variable_name(&self) -> Option<&str> {
+        self.missing_variable.as_deref()
+    }
+}
+
+impl From<ConfigError> for SinkBuildError {
+    fn from(error: ConfigError) -> Self {
+        Self::new(error.field, error.reason)
+    }
+}
+
+/// Reads the secret that `secret_env = "NAME"` names. Secrets never sit in the config file;
+/// a variable that is not set (or is empty) is an error naming it.
+#[cfg_attr(
+    not(any(
+        feature = "webhook-sink",
+        feature = "nats-sink",
+        feature = "rabbitmq-sink",
+        feature = "redis-sink"
+    )),
+    allow(dead_code)
+)]
+pub(crate) fn read_secret(field: &str, variable: &str) -> Result<String, SinkBuildError> {
+    let field = format!("{field}.secret_env");
+    if variable.trim().is_empty() {
+        return Err(SinkBuildError::new(
+            field,
+            "must name an environment variable",
+        ));
+    }
+    match std::env::var(variable) {
+        Ok(value) if !value.is_empty() => Ok(value),
+        Ok(_) => Err(SinkBuildError::new(
+            field,
+            format!("the environment variable {variable} is empty"),
+        )),
+        Err(std::env::VarError::NotPresent) => {
+            Err(SinkBuildError::missing_variable(field, variable))
+        }
+        Err(std::env::VarError::NotUnicode(_)) => Err(SinkBuildError::new(
+            field,
+            format!("the environment variable {variable} is not valid UTF-8"),
+        )),
+    }
+}
+
+/// The payload as the bytes every sink sends: its JSON text, exactly as `serde_json` writes it.
+#[cfg_attr(
+    not(any(
+        feature = "webhook-sink",
+        feature = "nats-sink",
+        feature = "rabbitmq-sink",
+        feature = "redis-sink"
+    )),
+    allow(dead_code)
+)]
+pub(crate) fn payload_bytes(message: &crate::message::OutboxMessage) -> Vec<u8> {
+    // The exact bytes the service enqueued: a relay never re-encodes a payload.
+    message.payload.as_bytes().to_vec()
+}
+
+/// `url` with `password` put in its user-info (`scheme://user:password@host…`), percent-
+/// encoded; for the AMQP and Redis URLs, whose clients take the password there.
+#[cfg_attr(
+    not(any(feature = "rabbitmq-sink", feature = "redis-sink")),
+    allow(dead_code)
+)]
+pub(crate) fn url_with_password(url: &str, default_user: &str, password: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            (user, host)
+        }
+        None => (default_user, authority),
+    };
+    let password = template::percent_encode(password);
+    Some(format!("{scheme}://{user}:{password}@{host}{tail}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_goes_into_the_url_user_info() {
+        assert_eq!(
+            url_with_password("amqp://guest@127.0.0.1:5672/%2f", "", "p@ss/w").as_deref(),
+            Some("amqp://guest:p%40ss%2Fw@127.0.0.1:5672/%2f")
+        );
+        assert_eq!(
+            url_with_password("redis://old:secret@host:6379/0", "", "new").as_deref(),
+            Some("redis://old:new@host:6379/0")
+        );
+        assert_eq!(
+            url_with_password("redis://host", "", "pw").as_deref(),
+            Some("redis://:pw@host")
+        );
+        assert_eq!(url_with_password("no scheme", "", "pw"), None);
+    }
+
+    #[test]
+    fn a_missing_secret_names_the_variable_and_the_field() {
+        let error =
+            read_secret("lanes[a/b].sink", "OUTBOX_TEST_SURELY_UNSET_VARIABLE").unwrap_err();
+        assert_eq!(error.field(), "lanes[a/b].sink.secret_env");
+        assert_eq!(
+            error.missing_variable_name(),
+            Some("OUTBOX_TEST_SURELY_UNSET_VARIABLE")
+        );
+        assert_eq!(
+            error.to_string(),
+            "lanes[a/b].sink.secret_env: the environment variable OUTBOX_TEST_SURELY_UNSET_VARIABLE is not set"
+        );
     }
 }

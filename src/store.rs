@@ -305,6 +305,74 @@ pub struct MessageFilter {
     pub ids: Vec<Uuid>,
 }
 
+/// What [`OutboxStore::purge`] deletes: finished messages older than their status's age.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeRequest {
+    /// Delivered messages last changed longer ago than this go; `None` keeps them all.
+    pub delivered_older_than: Option<Duration>,
+    /// Dead letters last changed longer ago than this go; `None` keeps them all.
+    pub dead_letter_older_than: Option<Duration>,
+    /// Only this lane and target; `None`: every lane.
+    pub lane: Option<(String, String)>,
+    /// Rows per delete statement (at least 1).
+    pub batch_size: usize,
+    /// Count what would be deleted, delete nothing.
+    pub dry_run: bool,
+}
+
+impl PurgeRequest {
+    /// Delivered and dead-lettered messages older than `older_than`, every lane.
+    pub fn older_than(older_than: Duration, batch_size: usize) -> Self {
+        Self {
+            delivered_older_than: Some(older_than),
+            dead_letter_older_than: Some(older_than),
+            lane: None,
+            batch_size,
+            dry_run: false,
+        }
+    }
+
+    /// Delivered messages older than `delivered`, dead letters older than `dead_letter`.
+    pub fn per_status(delivered: Duration, dead_letter: Duration, batch_size: usize) -> Self {
+        Self {
+            delivered_older_than: Some(delivered),
+            dead_letter_older_than: Some(dead_letter),
+            lane: None,
+            batch_size,
+            dry_run: false,
+        }
+    }
+
+    /// Counts instead of deleting: [`OutboxStore::purge`] returns how many would go.
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
+    /// Narrows to one lane and target.
+    pub fn in_lane(mut self, lane: impl Into<String>, target: impl Into<String>) -> Self {
+        self.lane = Some((lane.into(), target.into()));
+        self
+    }
+
+    /// Each finished status with its age, in the order the stores purge them.
+    pub(crate) fn ages(&self) -> impl Iterator<Item = (OutboxStatus, Duration)> {
+        [
+            (OutboxStatus::Delivered, self.delivered_older_than),
+            (OutboxStatus::DeadLetter, self.dead_letter_older_than),
+        ]
+        .into_iter()
+        .filter_map(|(status, age)| age.map(|age| (status, age)))
+    }
+
+    /// Whether `message`'s lane is the one asked for (any, without one).
+    pub(crate) fn covers(&self, lane: &str, target: &str) -> bool {
+        self.lane
+            .as_ref()
+            .is_none_or(|(l, t)| l == lane && t == target)
+    }
+}
+
 impl MessageFilter {
     /// Matches every message.
     pub fn all() -> Self {
@@ -537,10 +605,12 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// Deletes the dead letters the filter selects. Returns how many.
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError>;
 
-    /// Deletes delivered and dead-lettered messages last changed more than `older_than` ago,
-    /// in statements of at most `batch_size` rows, so no statement holds locks for long.
-    /// Returns how many.
-    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError>;
+    /// Deletes the delivered and dead-lettered messages the request selects (each status
+    /// by its own age, since last changed; optionally one lane), in statements of at most
+    /// `batch_size` rows, so no statement holds locks for long. Pending and claimed
+    /// messages are never purged, however old. Returns how many (with
+    /// [`dry_run`](PurgeRequest::dry_run), how many would go; nothing is deleted).
+    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError>;
 
     /// Subscribes to wake-ups: enqueues and requeues of this store, from any process for
     /// PostgreSQL. A lagging receiver should treat the lag as [`WakeUp::All`].

@@ -10,6 +10,8 @@
 
 #[path = "cli/migrate.rs"]
 mod migrate;
+#[path = "cli/payload.rs"]
+mod payload;
 #[path = "cli/refusal.rs"]
 mod refusal;
 #[path = "cli/secrets.rs"]
@@ -177,9 +179,14 @@ impl Daemon {
 
     /// The next line the log sink wrote, as JSON.
     fn delivery(&mut self) -> Value {
+        let line = self.delivery_line();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a log-sink line ({e}): {line}"))
+    }
+
+    /// The next line the log sink wrote, as written.
+    fn delivery_line(&mut self) -> String {
         match self.lines.recv_timeout(WAIT) {
-            Ok(line) => serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("not a log-sink line ({e}): {line}")),
+            Ok(line) => line,
             Err(_) => panic!(
                 "no delivery within {WAIT:?}; exit {:?}; stderr:\n{}",
                 self.child.try_wait(),
@@ -279,6 +286,26 @@ fn scrape(port: u16) -> String {
     let mut page = String::new();
     stream.read_to_string(&mut page).unwrap();
     page
+}
+
+/// GETs `path` from the metrics listener: the status code and the body.
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to metrics");
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }
 
 fn lane_status<'a>(status: &'a [Value], lane: &str, target: &str) -> &'a Value {
@@ -461,9 +488,49 @@ fn sqlite_run_enqueue_deliver_dead_letter_requeue_and_sigterm() {
         "nothing lost: {row}"
     );
 
-    // Purge leaves young rows alone.
+    // A dry run counts and deletes nothing; purge leaves young rows alone.
+    let dry = sandbox.ok(&[
+        "--config",
+        "relay.toml",
+        "purge",
+        "--older-than",
+        "1ms",
+        "--dry-run",
+    ]);
+    assert!(
+        dry.contains(&format!("would purge {delivered} ")),
+        "every delivered row counted: {dry}"
+    );
+    assert_eq!(
+        lane_status(&sandbox.status(&cfg), "orders", "audit")["delivered"],
+        delivered,
+        "a dry run deletes nothing"
+    );
     let purged = sandbox.ok(&["--config", "relay.toml", "purge", "--older-than", "1h"]);
     assert!(purged.contains("purged 0"), "{purged}");
+}
+
+#[test]
+fn the_metrics_listener_answers_liveness_readiness_and_404() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    sandbox.write("relay.toml", &test_config("sqlite:relay.db", "", port));
+    let mut relay = sandbox.start(&["--config", "relay.toml", "run"]);
+    relay.wait_for_log("relay running");
+
+    assert_eq!(http_get(port, "/healthz"), (200, "ok\n".to_owned()));
+    let (status, body) = http_get(port, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    let ready: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ready, serde_json::json!({ "ready": true }));
+    let (status, body) = http_get(port, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("# TYPE outbox_pending gauge"), "{body}");
+    assert_eq!(http_get(port, "/").0, 404);
+    assert_eq!(http_get(port, "/anything").0, 404);
+
+    let (status, log) = relay.terminate();
+    assert!(status.success(), "exit {status}:\n{log}");
 }
 
 #[test]
@@ -841,4 +908,23 @@ fn requeue_and_discard_take_ids_a_lane_or_all_and_never_nothing() {
     let mut args = db.to_vec();
     args.extend(["dead-letters", "requeue", "--all"]);
     assert!(sandbox.ok(&args).contains("requeued 0 dead letters"));
+}
+
+#[test]
+fn a_sink_secret_missing_from_the_environment_exits_2_naming_it() {
+    let sandbox = Sandbox::new();
+    let config = test_config("sqlite:relay.db", "", free_port()).replace(
+        r#"sink = { kind = "log" }"#,
+        r#"sink = { kind = "webhook", url = "http://127.0.0.1:9/{lane}", secret_env = "OUTBOX_CLI_TEST_WEBHOOK_SECRET" }"#,
+    );
+    sandbox.write("relay.toml", &config);
+    let stderr = sandbox.fails(2, &["--config", "relay.toml", "run"]);
+    for needle in [
+        "lanes[orders/audit].sink.secret_env",
+        "OUTBOX_CLI_TEST_WEBHOOK_SECRET is not set",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} not in: {stderr}");
+    }
+    // Sinks are built before the store is opened: no database file appeared.
+    assert_eq!(sandbox.files(), vec!["relay.toml"]);
 }

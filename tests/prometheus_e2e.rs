@@ -26,7 +26,8 @@ use outbox_relay::metrics::{
     install_prometheus_exporter, FailureKind, MetricKind, StoreOp, ALL, LABEL_LANE, LABEL_TARGET,
     REQUEUED_TOTAL,
 };
-use outbox_relay::relay::RelayEvent;
+use outbox_relay::relay::{LaneKey, RelayEvent};
+use outbox_relay::retention::{RetentionConfig, RetentionTask};
 use outbox_relay::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, MessageFilter, NackOutcome, OrderingPolicy,
 };
@@ -349,6 +350,22 @@ async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     )
     .await;
 
+    // 6. Automatic retention, with no delay for delivered messages (the validated config
+    //    would refuse that; the task takes what it is given), purges both lanes'
+    //    delivered messages and keeps their dead letters.
+    let retention = RetentionConfig {
+        delivered: Some(Duration::ZERO),
+        dead_letter: None,
+    };
+    let lanes = [WEBHOOK, LEDGER].map(|(lane, target)| (LaneKey::new(lane, target), retention));
+    let purged = RetentionTask::new(inner.clone(), lanes.into())
+        .purge_once()
+        .await;
+    for (lane, result) in &purged {
+        let count = result.as_ref().expect("purge");
+        assert!(*count > 0, "{lane}: retention purged nothing");
+    }
+
     // The relay keeps running, its gauges sampled, while Prometheus is queried.
     relay
 }
@@ -632,7 +649,8 @@ impl ScenarioHandler {
 impl DeliveryHandler for ScenarioHandler {
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
         let first_call = self.called.lock().unwrap().insert(message.outbox_id);
-        let action = message.payload["do"].as_str().unwrap_or("ok");
+        let body = message.payload.to_value().unwrap();
+        let action = body["do"].as_str().unwrap_or("ok");
         match action {
             "retry_once" if first_call => Err(DeliveryError::retryable("busy, try later")),
             "permanent_once" if first_call => Err(DeliveryError::permanent("bad request")),

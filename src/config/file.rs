@@ -33,6 +33,8 @@ use serde::{Deserialize, Serialize};
 use super::duration::HumanDuration;
 use super::{default_consumer_id, ConfigError, LaneConfig, SupervisorConfig};
 use crate::database::{DatabaseUrl, StoreOptions, DEFAULT_CONNECT_TIMEOUT};
+use crate::relay::LaneKey;
+use crate::retention::RetentionConfig;
 use crate::retry::RetryPolicy;
 use crate::sinks::SinkConfig;
 use crate::store::OrderingPolicy;
@@ -292,8 +294,34 @@ pub struct LaneSection {
     pub store_backoff: Option<HumanDuration>,
     /// The longest wait after repeated store errors.
     pub store_backoff_max: Option<HumanDuration>,
+    /// How long finished messages are kept, e.g. `{ delivered = "7d", dead_letter = "30d" }`.
+    /// Absent ages take [`DEFAULT_DELIVERED_RETENTION`](crate::retention::DEFAULT_DELIVERED_RETENTION)
+    /// and [`DEFAULT_DEAD_LETTER_RETENTION`](crate::retention::DEFAULT_DEAD_LETTER_RETENTION).
+    #[serde(default)]
+    pub retention: Option<RetentionSection>,
     /// What delivers the lane's messages.
     pub sink: SinkConfig,
+}
+
+/// A lane's `retention` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSection {
+    /// How long delivered messages are kept.
+    pub delivered: Option<HumanDuration>,
+    /// How long dead letters are kept.
+    pub dead_letter: Option<HumanDuration>,
+}
+
+impl RetentionSection {
+    /// The retention, defaults filled in (not yet validated).
+    pub fn to_config(&self) -> RetentionConfig {
+        let defaults = RetentionConfig::default();
+        RetentionConfig {
+            delivered: self.delivered.map(|age| age.0).or(defaults.delivered),
+            dead_letter: self.dead_letter.map(|age| age.0).or(defaults.dead_letter),
+        }
+    }
 }
 
 impl LaneSection {
@@ -518,6 +546,26 @@ impl FileConfig {
             lanes.push((config, section.sink.clone()));
         }
         Ok(lanes)
+    }
+
+    /// Each lane's retention, defaults filled in, validated (the field named with its lane).
+    pub fn retention(&self) -> Result<Vec<(LaneKey, RetentionConfig)>, ConfigError> {
+        self.lanes
+            .iter()
+            .map(|section| {
+                let retention = section
+                    .retention
+                    .map(|table| table.to_config())
+                    .unwrap_or_default();
+                retention.validate().map_err(|error| {
+                    ConfigError::new(
+                        format!("lanes[{}/{}].{}", section.lane, section.target, error.field),
+                        error.reason,
+                    )
+                })?;
+                Ok((LaneKey::new(&section.lane, &section.target), retention))
+            })
+            .collect()
     }
 
     /// The ordering policy of a configured (lane, target), if configured.

@@ -73,6 +73,9 @@ impl LaneMetrics {
         let counter = |name: &'static str| metrics::counter!(name, labels.clone());
         let gauge = |name: &'static str| metrics::gauge!(name, labels.clone());
         let histogram = |name: &'static str| metrics::histogram!(name, labels.clone());
+        // Retention records through `record_purged`; registered here so every lane has its
+        // series, at 0, from its start (a rate over a missing series is no data, not 0).
+        let _ = counter(PURGED_TOTAL);
         LaneMetrics {
             lane: lane.to_owned(),
             target: target.to_owned(),

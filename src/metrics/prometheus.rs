@@ -5,15 +5,21 @@ use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::thread;
 
-use metrics_exporter_prometheus::{
-    BuildError, ExporterFuture, Matcher, PrometheusBuilder, PrometheusHandle,
-};
+use std::time::Duration;
 
+use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+
+use super::health::{self, Readiness, Routes};
 use super::*;
 
 /// Installs the Prometheus exporter as the process's global metrics recorder, serving the
-/// text exposition format over HTTP on `addr` (any path answers), and [describes](describe)
-/// every metric. [`DEFAULT_EXPORTER_ADDR`] is the usual `addr`.
+/// text exposition format over HTTP on `addr`, and [describes](describe) every metric.
+/// [`DEFAULT_EXPORTER_ADDR`] is the usual `addr`.
+///
+/// The listener serves `/metrics` (the metrics), `/healthz` (200 while the process is
+/// alive) and `/readyz` (here always 503 "starting": use
+/// [`install_prometheus_exporter_with_readiness`] to give it a check); any other path is
+/// 404.
 ///
 /// The three histograms are exported as Prometheus histograms with the bucket bounds
 /// [`DELIVERY_DURATION_BUCKETS`], [`END_TO_END_LATENCY_BUCKETS`] and
@@ -27,7 +33,6 @@ use super::*;
 /// share the fate of the caller's runtime: it keeps answering scrapes while the
 /// application's workers are saturated or its runtime shuts down, and a runtime created
 /// just for setup (or a `#[tokio::test]`) cannot take it down when dropped.
-/// (`PrometheusBuilder::install` would instead spawn onto the caller's runtime, if any.)
 /// The thread lives as long as the process.
 ///
 /// # Errors
@@ -36,19 +41,47 @@ use super::*;
 /// an address of this host, a privileged port) or a global recorder is already installed
 /// (only one per process: call this once, early).
 pub fn install_prometheus_exporter(addr: SocketAddr) -> Result<PrometheusHandle, MetricsError> {
+    install_prometheus_exporter_with_readiness(addr, Readiness::new())
+}
+
+/// [`install_prometheus_exporter`], with `/readyz` answering what `readiness` says once
+/// its check is [set](Readiness::set) (the store is usually opened after the endpoint is
+/// up, so the check comes later).
+///
+/// # Errors
+///
+/// As [`install_prometheus_exporter`].
+pub fn install_prometheus_exporter_with_readiness(
+    addr: SocketAddr,
+    readiness: Readiness,
+) -> Result<PrometheusHandle, MetricsError> {
     let fail = |failure| MetricsError { addr, failure };
-    let builder = prometheus_builder()
+    let recorder = prometheus_builder()
         .map_err(Failure::Build)
         .map_err(fail)?
-        .with_http_listener(addr);
+        .build_recorder();
+    // Bound here, so that a taken address is reported before the recorder is installed
+    // (the caller may then retry on another address).
+    let listener = std::net::TcpListener::bind(addr)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .map_err(Failure::Bind)
+        .map_err(fail)?;
+    let routes = Routes {
+        metrics: recorder.handle(),
+        readiness,
+    };
+    metrics::set_global_recorder(recorder)
+        .map_err(|e| Failure::Build(BuildError::from(e)))
+        .map_err(fail)?;
     let (report, outcome) = mpsc::sync_channel(1);
+    let handle = routes.metrics.clone();
     thread::Builder::new()
         .name("outbox-metrics-exporter".to_owned())
-        .spawn(move || serve(builder, report))
+        .spawn(move || serve(listener, routes, report))
         .map_err(Failure::Runtime)
         .map_err(fail)?;
-    // The thread reports once the socket is bound and the recorder installed (or not).
-    let handle = outcome
+    // The thread reports once its runtime runs the listener (or could not).
+    outcome
         .recv()
         .unwrap_or(Err(Failure::ThreadEnded))
         .map_err(fail)?;
@@ -56,43 +89,50 @@ pub fn install_prometheus_exporter(addr: SocketAddr) -> Result<PrometheusHandle,
     Ok(handle)
 }
 
-/// The exporter thread: builds the runtime, binds, installs the recorder, reports, serves.
-/// Every failure before serving is reported back, and the runtime is dropped here, on a
-/// plain thread, where dropping it is allowed.
-fn serve(builder: PrometheusBuilder, report: mpsc::SyncSender<Result<PrometheusHandle, Failure>>) {
+/// How often the recorder's upkeep runs (what the exporter's own listener would do): it
+/// drains histogram samples into buckets, so memory stays bounded between scrapes.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The exporter thread: builds the runtime, reports, serves. A failure before serving is
+/// reported back, and the runtime is dropped here, on a plain thread, where dropping it is
+/// allowed.
+fn serve(
+    listener: std::net::TcpListener,
+    routes: Routes,
+    report: mpsc::SyncSender<Result<(), Failure>>,
+) {
     let started = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(Failure::Runtime)
         .and_then(|runtime| {
-            // `build` binds the socket and spawns the recorder's upkeep task: both need the
-            // runtime entered.
-            let built = {
+            // Registering the socket with the reactor needs the runtime entered.
+            let listener = {
                 let _entered = runtime.enter();
-                builder.build().map_err(Failure::Build)?
+                tokio::net::TcpListener::from_std(listener).map_err(Failure::Bind)?
             };
-            Ok((runtime, built))
-        })
-        .and_then(|(runtime, (recorder, exporter))| {
-            let handle = recorder.handle();
-            metrics::set_global_recorder(recorder)
-                .map_err(|e| Failure::Build(BuildError::from(e)))?;
-            Ok((runtime, handle, exporter))
+            Ok((runtime, listener))
         });
-    let (runtime, exporter): (tokio::runtime::Runtime, ExporterFuture) = match started {
-        Ok((runtime, handle, exporter)) => {
+    let (runtime, listener) = match started {
+        Ok(started) => {
             // The caller may have given up waiting only by panicking; serve regardless.
-            let _ = report.send(Ok(handle));
-            (runtime, exporter)
+            let _ = report.send(Ok(()));
+            started
         }
         Err(failure) => {
             let _ = report.send(Err(failure));
             return;
         }
     };
-    if let Err(error) = runtime.block_on(exporter) {
-        tracing::error!(?error, "the Prometheus exporter stopped serving");
-    }
+    let metrics = routes.metrics.clone();
+    runtime.spawn(async move {
+        let mut upkeep = tokio::time::interval(UPKEEP_INTERVAL);
+        loop {
+            upkeep.tick().await;
+            metrics.run_upkeep();
+        }
+    });
+    runtime.block_on(health::serve(listener, routes));
 }
 
 /// The exporter's configuration, without an address: histogram buckets per metric.
@@ -114,6 +154,7 @@ pub struct MetricsError {
 #[derive(Debug)]
 enum Failure {
     Build(BuildError),
+    Bind(std::io::Error),
     Runtime(std::io::Error),
     ThreadEnded,
 }
@@ -141,6 +182,7 @@ impl fmt::Display for MetricsError {
                 f.write_str("a metrics recorder is already installed in this process")
             }
             Failure::Build(error) => write!(f, "{error}"),
+            Failure::Bind(error) => write!(f, "cannot listen: {error}"),
             Failure::Runtime(error) => write!(f, "cannot start its thread: {error}"),
             Failure::ThreadEnded => f.write_str("its thread ended before reporting"),
         }

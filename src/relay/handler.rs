@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, DerivedActorRef};
 use uuid::Uuid;
@@ -64,6 +65,31 @@ pub(crate) struct DeliveryReport {
     pub(crate) elapsed: Duration,
 }
 
+/// One span per delivery attempt, the handler's own spans and events inside it. Named and
+/// attributed after OpenTelemetry's messaging conventions (a `process` operation of a
+/// consumer: `messaging.*`, `error.type`), with the relay's own `lane`, `target`,
+/// `outbox_id`, `attempt` and `outcome` (`delivered`, or the failure kind) beside them, so
+/// a plain log subscriber shows them too. At INFO level, so `RUST_LOG=info` keeps it
+/// for a trace exporter while the fmt subscriber prints nothing for it unless asked to
+/// log span events.
+fn delivery_span(message: &OutboxMessage) -> tracing::Span {
+    tracing::info_span!(
+        "outbox.deliver",
+        otel.name = %format_args!("process {}/{}", message.lane, message.target),
+        otel.kind = "consumer",
+        messaging.system = "outbox",
+        messaging.operation.type = "process",
+        messaging.destination.name = %format_args!("{}/{}", message.lane, message.target),
+        messaging.message.id = %message.outbox_id,
+        lane = %message.lane,
+        target = %message.target,
+        outbox_id = %message.outbox_id,
+        attempt = message.attempt_count,
+        outcome = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+}
+
 pub(crate) enum HandlerMsg {
     Deliver(Box<OutboxMessage>),
 }
@@ -96,13 +122,29 @@ impl Actor for HandlerActor {
         state: &mut HandlerArgs,
     ) -> Result<(), ActorProcessingErr> {
         let HandlerMsg::Deliver(message) = message;
+        let span = delivery_span(&message);
         let started = Instant::now();
-        let result =
-            match tokio::time::timeout(state.timeout, state.handler.deliver(&message)).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(error)) => Err(DeliveryFailure::from_error(&error)),
-                Err(_) => Err(DeliveryFailure::timeout(state.timeout)),
-            };
+        let result = match tokio::time::timeout(
+            state.timeout,
+            state.handler.deliver(&message).instrument(span.clone()),
+        )
+        .await
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(DeliveryFailure::from_error(&error)),
+            Err(_) => Err(DeliveryFailure::timeout(state.timeout)),
+        };
+        span.record(
+            "outcome",
+            match &result {
+                Ok(()) => "delivered",
+                Err(failure) => failure.kind.as_str(),
+            },
+        );
+        if let Err(failure) = &result {
+            span.record("error.type", failure.kind.as_str());
+        }
+        drop(span);
         // The lane may have stopped meanwhile (shutdown, crash); then the claim lapses or
         // was released, and there is nobody left to tell.
         let _ = state.lane.send_message(DeliveryReport {
@@ -112,5 +154,130 @@ impl Actor for HandlerActor {
             elapsed: started.elapsed(),
         });
         Ok(())
+    }
+}
+
+#[cfg(all(test, feature = "cli"))]
+mod tests {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    use serde_json::json;
+
+    use crate::relay::RelayEvent;
+    use crate::{InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore};
+
+    use super::*;
+
+    /// What the subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct Refuses;
+
+    #[async_trait::async_trait]
+    impl DeliveryHandler for Refuses {
+        async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
+            tracing::info!("inside the handler");
+            if message.payload.to_value().is_ok_and(|v| v["ok"] == true) {
+                Ok(())
+            } else {
+                Err(DeliveryError::permanent(std::io::Error::other("refused")))
+            }
+        }
+    }
+
+    /// Current-thread: the actors run on this thread, under this thread's subscriber.
+    #[tokio::test(flavor = "current_thread")]
+    async fn each_delivery_runs_in_a_span_with_lane_target_id_attempt_and_outcome() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+
+        let store = Arc::new(InMemoryOutboxStore::new());
+        let relay = OutboxRelay::builder(store.clone())
+            .lane(LaneConfig::new("orders", "audit"), Refuses)
+            .start()
+            .await
+            .expect("start");
+        let mut events = relay.subscribe();
+        let ok = store
+            .enqueue(OutboxMessageDraft::new("orders", "audit", json!({ "ok": true })).unwrap())
+            .await
+            .unwrap()
+            .message
+            .outbox_id;
+        let refused = store
+            .enqueue(
+                OutboxMessageDraft::new("orders", "audit", json!({ "ok": false }))
+                    .unwrap()
+                    .with_max_attempts(1),
+            )
+            .await
+            .unwrap()
+            .message
+            .outbox_id;
+        let mut settled = 0;
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while settled < 2 {
+                match events.recv().await {
+                    Ok(RelayEvent::Delivered { .. } | RelayEvent::Failed { .. }) => settled += 1,
+                    Ok(_) => {}
+                    Err(error) => panic!("events: {error}"),
+                }
+            }
+        })
+        .await
+        .expect("both deliveries settle");
+        relay
+            .shutdown(Duration::from_secs(10))
+            .await
+            .expect("shutdown");
+
+        let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+        let closed = |id: uuid::Uuid| {
+            text.lines()
+                .find(|line| line.contains(&format!("outbox_id={id}")) && line.contains("close"))
+                .unwrap_or_else(|| panic!("no closed span for {id} in\n{text}"))
+                .to_owned()
+        };
+        let line = closed(ok);
+        for field in [
+            "outbox.deliver{",
+            "lane=orders",
+            "target=audit",
+            "attempt=1",
+            "messaging.system=\"outbox\"",
+            "outcome=\"delivered\"",
+        ] {
+            assert!(line.contains(field), "{field} missing from {line}");
+        }
+        let line = closed(refused);
+        assert!(line.contains("outcome=\"permanent\""), "{line}");
+        assert!(line.contains("error.type=\"permanent\""), "{line}");
+        assert!(
+            text.lines()
+                .any(|l| l.contains("outbox.deliver{") && l.contains("inside the handler")),
+            "the handler's events are inside the span:\n{text}"
+        );
     }
 }

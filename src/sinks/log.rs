@@ -29,7 +29,7 @@ use uuid::Uuid;
 use crate::config::duration::HumanDuration;
 use crate::config::ConfigError;
 use crate::delivery::{DeliveryError, DeliveryHandler};
-use crate::message::OutboxMessage;
+use crate::message::{OutboxMessage, Payload};
 
 // ---- config ----------------------------------------------------------------------------
 
@@ -68,8 +68,9 @@ pub struct LogLine {
     pub attempt: u32,
     /// The message's headers.
     pub headers: BTreeMap<String, String>,
-    /// The message body.
-    pub payload: serde_json::Value,
+    /// The message body, embedded as the JSON text that was enqueued; only line breaks
+    /// between its tokens become spaces, so the line stays one line.
+    pub payload: Payload,
 }
 
 impl LogLine {
@@ -82,9 +83,22 @@ impl LogLine {
             ordering_key: message.ordering_key.clone(),
             attempt: message.attempt_count,
             headers: message.headers.clone(),
-            payload: message.payload.clone(),
+            payload: on_one_line(&message.payload),
         }
     }
+}
+
+/// `payload` with each CR or LF turned into a space. In JSON text a raw line break can only
+/// be whitespace between tokens (inside a string it must be escaped), so the value and every
+/// other byte stay the same.
+fn on_one_line(payload: &Payload) -> Payload {
+    let text = payload.as_str();
+    if !text.contains(['\n', '\r']) {
+        return payload.clone();
+    }
+    // Swapping whitespace for whitespace keeps the text JSON; should that ever fail, the
+    // payload as it is beats no line at all.
+    Payload::from_json(text.replace(['\n', '\r'], " ")).unwrap_or_else(|_| payload.clone())
 }
 
 /// Delivers a message by writing it as one JSON line.
@@ -221,6 +235,19 @@ mod tests {
             "t",
         );
         store.claim(&request).await.unwrap().messages.remove(0)
+    }
+
+    #[test]
+    fn a_payload_keeps_its_bytes_but_not_its_line_breaks() {
+        let payload =
+            Payload::from_json("{\"b\":1,\r\n \"a\":\"x\\ny\",\n\"a\":18446744073709551616}")
+                .unwrap();
+        assert_eq!(
+            on_one_line(&payload).as_str(),
+            "{\"b\":1,   \"a\":\"x\\ny\", \"a\":18446744073709551616}"
+        );
+        let flat = Payload::from_json("{ \"b\" : 1,\t\"a\":2 }").unwrap();
+        assert_eq!(on_one_line(&flat), flat);
     }
 
     #[tokio::test]

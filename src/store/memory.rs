@@ -23,7 +23,7 @@ use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatu
 use crate::store::{
     duration_millis, millis_until, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
     Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
-    OrderingPolicy, OutboxStore, Page, PageRequest, StoreError, SystemClock, WakeUp,
+    OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
     WAKEUP_CHANNEL_CAPACITY,
 };
 
@@ -530,33 +530,49 @@ impl OutboxStore for InMemoryOutboxStore {
         Ok(doomed.len() as u64)
     }
 
-    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError> {
-        let cutoff = self
-            .clock
-            .now_millis()
-            .saturating_sub(duration_millis(older_than));
-        let batch_size = batch_size.max(1);
+    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        let batch_size = request.batch_size.max(1);
         let mut purged = 0u64;
-        loop {
-            // One lock per batch, as the SQL stores use one statement per batch.
-            let mut rows = self.rows();
-            let doomed: Vec<i64> = rows
-                .all()
-                .filter(|m| {
-                    matches!(m.status, OutboxStatus::Delivered | OutboxStatus::DeadLetter)
-                        && m.updated_at < cutoff
-                })
-                .take(batch_size)
-                .map(|m| m.seq)
-                .collect();
-            for seq in &doomed {
-                rows.remove(*seq);
+        for (status, older_than) in request.ages() {
+            let cutoff = self
+                .clock
+                .now_millis()
+                .saturating_sub(duration_millis(older_than));
+            if request.dry_run {
+                purged += self
+                    .rows()
+                    .all()
+                    .filter(|m| {
+                        m.status == status
+                            && m.updated_at < cutoff
+                            && request.covers(&m.lane, &m.target)
+                    })
+                    .count() as u64;
+                continue;
             }
-            purged += doomed.len() as u64;
-            if doomed.len() < batch_size {
-                return Ok(purged);
+            loop {
+                // One lock per batch, as the SQL stores use one statement per batch.
+                let mut rows = self.rows();
+                let doomed: Vec<i64> = rows
+                    .all()
+                    .filter(|m| {
+                        m.status == status
+                            && m.updated_at < cutoff
+                            && request.covers(&m.lane, &m.target)
+                    })
+                    .take(batch_size)
+                    .map(|m| m.seq)
+                    .collect();
+                for seq in &doomed {
+                    rows.remove(*seq);
+                }
+                purged += doomed.len() as u64;
+                if doomed.len() < batch_size {
+                    break;
+                }
             }
         }
+        Ok(purged)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {

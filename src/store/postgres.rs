@@ -66,7 +66,7 @@ use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
     Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
-    OutboxStore, Page, PageRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT};
 use decode::{db_error, unsigned};
@@ -159,6 +159,24 @@ impl PostgresOutboxStore {
     /// The messages table, schema-qualified and quoted, for operators' queries.
     pub fn messages_table(&self) -> &str {
         &self.names.messages
+    }
+
+    /// The key of the session-level advisory lock a purge holds while it runs, so that of
+    /// several relays sharing this outbox only one purges at a time (the others skip their
+    /// pass and purge nothing). Derived from [`messages_table`](Self::messages_table), so
+    /// outboxes in other schemas or with other prefixes never contend. It shows in
+    /// `pg_locks` as `locktype = 'advisory'`, `classid`/`objid` its high and low halves.
+    pub fn purge_lock_key(&self) -> i64 {
+        // FNV-1a, 64 bits: stable across builds and platforms, unlike std's hashers.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in "outbox-relay purge "
+            .bytes()
+            .chain(self.names.messages.bytes())
+        {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        i64::from_ne_bytes(hash.to_ne_bytes())
     }
 
     /// The LISTEN/NOTIFY channel of this outbox.
@@ -521,26 +539,87 @@ impl OutboxStore for PostgresOutboxStore {
         Ok(done.rows_affected())
     }
 
-    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError> {
-        let batch_size = batch_size.max(1);
-        let mut purged = 0u64;
-        loop {
-            // One statement per batch, each its own transaction: no lock outlives a batch.
-            let done = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
-                .bind(self.now())
-                .bind(interval(older_than))
-                .bind(to_i64(batch_size))
-                .execute(&self.pool)
-                .await
-                .map_err(|e| db_error("purge", e))?;
-            purged += done.rows_affected();
-            if done.rows_affected() < batch_size as u64 {
-                return Ok(purged);
-            }
+    /// Holds the [purge lock](Self::purge_lock_key) on a connection of its own: when
+    /// another relay holds it, purges nothing and returns 0. A dry run takes no lock.
+    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        if request.dry_run {
+            // Counting deletes nothing: it needs no turn, and must not report 0 because
+            // another relay happens to be purging.
+            return self.purge_batches(request).await;
         }
+        // Detached from the pool: if this purge is dropped half-way (a shutdown), the
+        // connection closes with it and PostgreSQL releases the lock; a pooled connection
+        // would go back to the pool still holding it.
+        let mut lock = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("purge", e))?
+            .detach();
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(self.purge_lock_key())
+            .fetch_one(&mut lock)
+            .await
+            .map_err(|e| db_error("purge", e))?;
+        if !locked {
+            tracing::debug!(
+                table = %self.names.messages,
+                "another relay is purging this outbox; skipping this purge"
+            );
+            return Ok(0);
+        }
+        let purged = self.purge_batches(request).await;
+        // Closing the session releases the lock, also when the purge failed.
+        let _ = sqlx::Connection::close(lock).await;
+        purged
     }
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         self.wakeups.subscribe()
+    }
+}
+
+impl PostgresOutboxStore {
+    async fn purge_batches(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        let batch_size = request.batch_size.max(1);
+        let (lane, target) = match &request.lane {
+            Some((lane, target)) => (Some(lane.as_str()), Some(target.as_str())),
+            None => (None, None),
+        };
+        let mut purged = 0u64;
+        for (status, older_than) in request.ages() {
+            if request.dry_run {
+                let count: i64 = sqlx::query_scalar(AssertSqlSafe(self.sql.purge_count.clone()))
+                    .bind(self.now())
+                    .bind(interval(older_than))
+                    .bind(status.as_str())
+                    .bind(lane)
+                    .bind(target)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| db_error("purge", e))?;
+                purged += u64::try_from(count).unwrap_or(0);
+                continue;
+            }
+            loop {
+                // One statement per batch, each its own transaction: no lock outlives a
+                // batch.
+                let done = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
+                    .bind(self.now())
+                    .bind(interval(older_than))
+                    .bind(to_i64(batch_size))
+                    .bind(status.as_str())
+                    .bind(lane)
+                    .bind(target)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| db_error("purge", e))?;
+                purged += done.rows_affected();
+                if done.rows_affected() < batch_size as u64 {
+                    break;
+                }
+            }
+        }
+        Ok(purged)
     }
 }

@@ -14,8 +14,8 @@ use uuid::Uuid;
 use crate::message::{OutboxMessage, OutboxMessageDraft};
 use crate::store::{
     AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, LaneStats,
-    MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page, PageRequest, StoreError,
-    WakeUp,
+    MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest,
+    StoreError, WakeUp,
 };
 
 /// A store call slower than this is logged, unless configured otherwise (sqlx's own
@@ -131,9 +131,8 @@ impl OutboxStore for SlowCallLog {
         )
         .await
     }
-    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError> {
-        self.timed("purge", self.inner.purge(older_than, batch_size))
-            .await
+    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        self.timed("purge", self.inner.purge(request)).await
     }
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
         self.inner.subscribe()

@@ -41,7 +41,7 @@ use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, ValidationE
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
     Enqueued, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page,
-    PageRequest, StoreError, SystemClock, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
 
 mod explain;
@@ -462,25 +462,47 @@ impl OutboxStore for SqliteOutboxStore {
         finish(tx, result, OP).await
     }
 
-    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError> {
+    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
         const OP: &str = "purge";
-        let cutoff = self
-            .clock
-            .now_millis()
-            .saturating_sub(duration_millis(older_than));
-        let batch_size = batch_size.max(1);
+        let batch_size = request.batch_size.max(1);
         let mut purged = 0u64;
-        loop {
-            // One transaction per batch, giving up the turn in between, so claims and acks
-            // are never held up for longer than one batch.
-            let (_turn, mut tx) = self.begin_write(OP).await?;
-            let result = write::purge_batch(&self.sql, &mut tx, cutoff, batch_size).await;
-            let deleted = finish(tx, result, OP).await?;
-            purged += deleted;
-            if deleted < batch_size as u64 {
-                return Ok(purged);
+        for (status, older_than) in request.ages() {
+            let cutoff = self
+                .clock
+                .now_millis()
+                .saturating_sub(duration_millis(older_than));
+            if request.dry_run {
+                purged += read::purge_count(
+                    &self.sql,
+                    &self.reader,
+                    status,
+                    cutoff,
+                    request.lane.as_ref(),
+                )
+                .await?;
+                continue;
+            }
+            loop {
+                // One transaction per batch, giving up the turn in between, so claims and
+                // acks are never held up for longer than one batch.
+                let (_turn, mut tx) = self.begin_write(OP).await?;
+                let result = write::purge_batch(
+                    &self.sql,
+                    &mut tx,
+                    status,
+                    cutoff,
+                    request.lane.as_ref(),
+                    batch_size,
+                )
+                .await;
+                let deleted = finish(tx, result, OP).await?;
+                purged += deleted;
+                if deleted < batch_size as u64 {
+                    break;
+                }
             }
         }
+        Ok(purged)
     }
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {

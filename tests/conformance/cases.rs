@@ -12,6 +12,7 @@
 //! - [`admin`]: list, stats, requeue, discard, purge, next_due, wake-ups.
 //! - [`backlog`]: the claim at a backlog: lapsed claims first, hot keys, lapsed heads.
 //! - [`idle`]: what a short claim tells an idle relay (its `next_due` answer).
+//! - [`payload`]: the bytes of a payload are delivered unchanged, or refused alike.
 
 use std::time::Duration;
 
@@ -28,6 +29,7 @@ mod enqueue;
 mod idle;
 mod lifecycle;
 mod ordering;
+mod payload;
 
 pub use admin::*;
 pub use backlog::*;
@@ -35,6 +37,7 @@ pub use enqueue::*;
 pub use idle::*;
 pub use lifecycle::*;
 pub use ordering::*;
+pub use payload::*;
 
 /// The lane most cases use.
 pub const LANE: &str = "canonical";

@@ -108,6 +108,7 @@ macro_rules! conformance {
             requeue_dead_letters_by_ids_and_by_lane,
             discard_deletes_only_dead_letters,
             purge_deletes_old_finished_rows_in_batches,
+            purge_ages_each_status_apart_and_narrows_to_a_lane,
             next_due_tracks_the_next_claimable_moment,
             enqueue_and_requeue_wake_subscribers,
             // cases/backlog.rs
@@ -117,6 +118,10 @@ macro_rules! conformance {
             // cases/idle.rs
             a_short_claim_answers_next_due_as_of_its_end,
             a_short_claims_next_due_skips_rows_held_behind_their_key,
+            // cases/payload.rs
+            payload_bytes_are_kept_through_enqueue_claim_and_list,
+            a_raw_payload_retried_with_its_dedupe_key_is_a_duplicate,
+            an_escaped_nul_in_raw_json_is_refused_by_every_store,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use outbox_relay::store::{
     ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, OrderingPolicy,
-    PageRequest, StoreError,
+    PageRequest, PurgeRequest, StoreError,
 };
 use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft, OutboxStore};
 use rand::rngs::StdRng;
@@ -31,7 +31,7 @@ struct Seen {
     last_error: Option<String>,
     updated_at: i64,
     delivered_at: Option<i64>,
-    payload: serde_json::Value,
+    payload: outbox_relay::message::Payload,
 }
 
 /// One store under the differential run, with its own ids mapped to enqueue indexes.
@@ -255,7 +255,11 @@ async fn differential_run(seed: u64, steps: usize) {
             for side in &sides {
                 answers.push(
                     side.store
-                        .purge(Duration::from_millis(1_000), 2)
+                        .purge(&PurgeRequest::per_status(
+                            Duration::from_millis(1_000),
+                            Duration::from_millis(2_000),
+                            2,
+                        ))
                         .await
                         .unwrap(),
                 );

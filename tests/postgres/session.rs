@@ -1,5 +1,5 @@
-//! The relay's connections (`jit = off`, the statement timeout) and migration 2 on a table
-//! that already holds messages.
+//! The relay's connections (`jit = off`, the statement timeout) and migrations 2 and 3 on a
+//! table that already holds messages.
 
 use std::time::Duration;
 
@@ -105,5 +105,49 @@ async fn migration_2_backfills_the_head_marker() {
     let batch = store.claim(&request).await.expect("claim");
     assert_eq!(batch.messages.len(), 1);
     assert_eq!(batch.messages[0].payload, json!({ "i": 0 }));
+    schema.drop().await;
+}
+
+/// Migration 3 on a table written before it: `jsonb` payloads become `json`, the rows stay
+/// readable (with the normalised text `jsonb` gave them), and payloads enqueued from then
+/// on keep their bytes.
+#[tokio::test]
+async fn migration_3_turns_jsonb_payloads_into_json_text() {
+    let schema = SchemaGuard::new();
+    let store = crate::open(schema.config()).await;
+    let t = store.messages_table().to_owned();
+    let sent = r#"{"b":1,  "a":18446744073709551616}"#;
+    let draft = || OutboxMessageDraft::from_json("l", "sink", sent).expect("draft");
+    store.enqueue(draft()).await.expect("enqueue");
+    // Back to what a version-2 table holds, then migrate again.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE {t} ALTER COLUMN payload TYPE jsonb USING payload::jsonb;
+         DELETE FROM \"{}\".outbox_migrations WHERE version = 3;",
+        schema.0
+    )))
+    .execute(store.pool())
+    .await
+    .expect("version 2");
+    store.migrate().await.expect("migrate");
+    let column_type: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+         WHERE attrelid = '{t}'::regclass AND attname = 'payload'"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .expect("column type");
+    assert_eq!(column_type, "json");
+    store
+        .enqueue(draft())
+        .await
+        .expect("enqueue after migration 3");
+    let request = ClaimRequest::new("l", "sink", 10, Duration::from_secs(60), "r");
+    let batch = store.claim(&request).await.expect("claim");
+    let payloads: Vec<&str> = batch.messages.iter().map(|m| m.payload.as_str()).collect();
+    assert_eq!(
+        payloads,
+        [r#"{"a": 18446744073709551616, "b": 1}"#, sent],
+        "the old row as jsonb stored it, the new one as sent"
+    );
     schema.drop().await;
 }

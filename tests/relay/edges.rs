@@ -190,7 +190,7 @@ async fn handler_that_always_panics_dead_letters_the_message_and_the_lane_runs_o
     let store = memory_store();
     let poison = enqueue(&*store, draft(1).with_max_attempts(3)).await;
     let handler = TestHandler::new(|m| async move {
-        if m.payload["value"] == 1 {
+        if m.payload.to_value().unwrap()["value"] == 1 {
             panic!("poison pill");
         }
         Ok(())
@@ -247,7 +247,8 @@ async fn block_lane_holds_a_dead_heads_key_lets_others_flow_and_requeue_resumes_
     let handler = {
         let rejected = rejected.clone();
         TestHandler::new(move |m| {
-            let first_a1 = m.payload["value"] == 1 && !rejected.swap(true, Ordering::SeqCst);
+            let first_a1 = m.payload.to_value().unwrap()["value"] == 1
+                && !rejected.swap(true, Ordering::SeqCst);
             async move {
                 if first_a1 {
                     return Err(DeliveryError::permanent("schema rejected"));
@@ -354,7 +355,8 @@ async fn a_retrying_head_does_not_starve_another_key_at_concurrency_one() {
     let handler = {
         let failures = failures.clone();
         TestHandler::new(move |m| {
-            let fail = m.payload["value"] == 1 && failures.fetch_add(1, Ordering::SeqCst) < 3;
+            let fail = m.payload.to_value().unwrap()["value"] == 1
+                && failures.fetch_add(1, Ordering::SeqCst) < 3;
             async move {
                 if fail {
                     return Err(DeliveryError::retryable("target busy"));
@@ -598,7 +600,8 @@ async fn crash_with_a_delivery_running(
     let handler = {
         let dropped = dropped.clone();
         TestHandler::new(move |m| {
-            let guard = (m.payload["value"] == 2).then(|| OnDrop(dropped.clone()));
+            let guard =
+                (m.payload.to_value().unwrap()["value"] == 2).then(|| OnDrop(dropped.clone()));
             async move {
                 if let Some(guard) = guard {
                     tokio::time::sleep(Duration::from_secs(3600)).await;

@@ -149,7 +149,7 @@ async fn shutdown_finishes_in_flight_and_releases_the_rest_for_another_relay() {
             let started = started.clone();
             async move {
                 started.notify_one();
-                if m.payload["value"] == 2 {
+                if m.payload.to_value().unwrap()["value"] == 2 {
                     // A delivery that will not finish within the shutdown timeout.
                     tokio::time::sleep(Duration::from_secs(3600)).await;
                 } else {
@@ -212,7 +212,7 @@ async fn pause_stops_claiming_while_in_flight_finish_and_resume_continues() {
         TestHandler::new(move |m| {
             let release = release.clone();
             async move {
-                if m.payload["value"] == 1 {
+                if m.payload.to_value().unwrap()["value"] == 1 {
                     release.notified().await;
                 }
                 Ok(())

@@ -29,7 +29,7 @@ pub async fn delivers_acks_and_dead_letters(store: Arc<dyn OutboxStore>) {
     let ok = enqueue(&*store, draft(1)).await;
     let poison = enqueue(&*store, draft(666).with_max_attempts(2)).await;
     let handler = TestHandler::new(|m| async move {
-        if m.payload["value"] == 666 {
+        if m.payload.to_value().unwrap()["value"] == 666 {
             Err(outbox_relay::DeliveryError::retryable("publish failed"))
         } else {
             Ok(())

@@ -13,7 +13,7 @@ use std::time::Duration;
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{
     ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, OrderingPolicy,
-    PageRequest, WakeUp,
+    PageRequest, PurgeRequest, WakeUp,
 };
 use outbox_relay::{
     InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft, OutboxStatus, OutboxStore, StoreError,
@@ -246,7 +246,17 @@ async fn agree(seed: u64, steps: usize) {
                 74..=78 => format!("{:?}", store.release(&claims).await.unwrap()),
                 79..=83 => format!("{:?}", store.requeue_dead_letters(&filter).await.unwrap()),
                 84..=85 => format!("{:?}", store.discard_dead_letters(&filter).await.unwrap()),
-                86..=88 => format!("{:?}", store.purge(older_than, batch_size).await.unwrap()),
+                86..=88 => format!(
+                    "{:?}",
+                    store
+                        .purge(&PurgeRequest::per_status(
+                            older_than,
+                            older_than * 2,
+                            batch_size
+                        ))
+                        .await
+                        .unwrap()
+                ),
                 _ => String::new(), // the clock moves below
             };
             answers.push(answer);

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use outbox_relay::message::OutboxMessageDraft;
 use outbox_relay::store::{
     ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, LaneStats, MessageFilter, Nack,
-    NackOutcome, OrderingPolicy, Page, PageRequest, StoreError, WakeUp,
+    NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
 };
 use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxStore};
 use uuid::Uuid;
@@ -154,8 +154,8 @@ impl OutboxStore for FaultyStore {
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         self.inner.discard_dead_letters(filter).await
     }
-    async fn purge(&self, older_than: Duration, batch_size: usize) -> Result<u64, StoreError> {
-        self.inner.purge(older_than, batch_size).await
+    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        self.inner.purge(request).await
     }
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
         self.inner.subscribe()

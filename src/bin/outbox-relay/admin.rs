@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::database::CreateMode;
-use outbox_relay::store::{LaneStats, MessageFilter, PageRequest};
+use outbox_relay::message::Payload;
+use outbox_relay::store::{LaneStats, MessageFilter, PageRequest, PurgeRequest};
 use outbox_relay::{OrderingPolicy, OutboxMessage, OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 
@@ -131,7 +132,7 @@ fn age(duration: Duration) -> String {
 async fn enqueue(setup: &Setup, args: EnqueueArgs) -> Result<(), Failure> {
     // Everything the user typed is checked before the database is opened (or created).
     let payload = read_payload(args.payload.as_deref())?;
-    let mut draft = OutboxMessageDraft::new(&args.lane, &args.target, payload)
+    let mut draft = OutboxMessageDraft::from_payload(&args.lane, &args.target, payload)
         .map_err(|error| Failure::input(error.to_string()))?
         .with_max_attempts(args.max_attempts);
     for (name, value) in args.headers {
@@ -180,8 +181,8 @@ async fn enqueue(setup: &Setup, args: EnqueueArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The `--payload` JSON, or JSON piped on stdin.
-fn read_payload(arg: Option<&str>) -> Result<serde_json::Value, Failure> {
+/// The `--payload` JSON, or JSON piped on stdin, kept as typed: the relay delivers these bytes.
+fn read_payload(arg: Option<&str>) -> Result<Payload, Failure> {
     let (text, source) = match arg {
         Some(text) => (text.to_owned(), "--payload"),
         None => {
@@ -197,8 +198,8 @@ fn read_payload(arg: Option<&str>) -> Result<serde_json::Value, Failure> {
             (text, "stdin")
         }
     };
-    serde_json::from_str(&text)
-        .map_err(|error| Failure::input(format!("{source} is not valid JSON: {error}")))
+    // The reason reads "is not valid JSON: …", so the line names what the user typed.
+    Payload::from_json(text).map_err(|error| Failure::input(format!("{source} {}", error.reason)))
 }
 
 async fn list(setup: &Setup, args: ListArgs) -> Result<(), Failure> {
@@ -311,9 +312,16 @@ async fn purge(setup: &Setup, args: PurgeArgs) -> Result<(), Failure> {
         return Err(Failure::input("--batch-size must be greater than zero"));
     }
     let store = setup.open(CreateMode::MustExist).await?;
-    let count = store.purge(args.older_than, args.batch_size).await?;
+    let mut request = PurgeRequest::older_than(args.older_than, args.batch_size);
+    request.dry_run = args.dry_run;
+    let count = store.purge(&request).await?;
     println!(
-        "purged {count} delivered or dead-lettered message{} older than {}",
+        "{} {count} delivered or dead-lettered message{} older than {}",
+        if args.dry_run {
+            "would purge"
+        } else {
+            "purged"
+        },
         plural(count),
         format_duration(args.older_than)
     );

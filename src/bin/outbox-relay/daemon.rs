@@ -2,11 +2,14 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::config::file::MetricsListen;
 use outbox_relay::database::CreateMode;
+use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
 use outbox_relay::relay::{RelayEvent, ShutdownReport};
+use outbox_relay::retention::RetentionTask;
 use outbox_relay::store::NackOutcome;
 use outbox_relay::OutboxRelay;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -26,14 +29,32 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         .config
         .supervisor()
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
+    let retention = setup
+        .config
+        .retention()
+        .map_err(|error| Failure::input(format!("config error: {error}")))?;
     // Signals are hooked before anything starts, so a SIGTERM during start-up is not lost
     // (nor does it kill the process with claims held).
     let mut signals = Signals::install()?;
 
     let metrics_listen = args.metrics_listen.unwrap_or(setup.config.metrics_listen);
+    // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
+    let readiness = Readiness::new();
     if let MetricsListen::Listen(addr) = metrics_listen {
-        install_metrics_exporter(addr)?;
-        tracing::info!(%addr, "serving Prometheus metrics");
+        install_metrics_exporter(addr, readiness.clone())?;
+        tracing::info!(%addr, "serving Prometheus metrics, /healthz and /readyz");
+    }
+
+    // Sinks are built before the store is opened: a sink that cannot be built (a secret
+    // missing from the environment, a broker that cannot be reached, a missing JetStream
+    // stream) stops the start with exit 2, naming the lane's field (and the variable).
+    let mut handlers = Vec::with_capacity(lanes.len());
+    for (lane, sink) in &lanes {
+        let handler = sink
+            .build(&format!("lanes[{}].sink", lane.name()))
+            .await
+            .map_err(|error| Failure::input(format!("config error: {error}")))?;
+        handlers.push(handler);
     }
 
     // Reaching the database can take up to connect_timeout; a signal meanwhile stops the
@@ -47,8 +68,8 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     };
     tracing::info!(database = %setup.url, "store open");
 
-    let mut builder = OutboxRelay::builder(store).supervisor(supervisor);
-    for (lane, sink) in &lanes {
+    let mut builder = OutboxRelay::builder(store.clone()).supervisor(supervisor);
+    for ((lane, sink), handler) in lanes.iter().zip(handlers) {
         tracing::info!(
             lane = %lane.lane,
             target = %lane.target,
@@ -57,12 +78,23 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
             lease = %format_duration(lane.lease),
             "lane configured"
         );
-        builder = builder.lane_shared(lane.clone(), sink.build());
+        builder = builder.lane_shared(lane.clone(), handler);
     }
     let relay = builder
         .start()
         .await
         .map_err(|error| Failure::failed(format!("cannot start the relay: {error}")))?;
+    let relay = Arc::new(relay);
+    // Retention runs beside the lanes, never on their paths; it stops before the relay.
+    let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
+    let retention = tokio::spawn(RetentionTask::new(store.clone(), retention).run(async {
+        let _ = retention_stopped.await;
+    }));
+    readiness.set(
+        RelayReadiness::new(store, relay.clone()),
+        tokio::runtime::Handle::current(),
+        DEFAULT_READINESS_TIMEOUT,
+    );
     tokio::spawn(log_events(relay.subscribe()));
     tracing::info!(
         lanes = lanes.len(),
@@ -91,6 +123,10 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         timeout = %format_duration(timeout),
         "shutting down: finishing deliveries in flight, releasing the rest"
     );
+    let _ = stop_retention.send(());
+    if let Err(error) = retention.await {
+        tracing::warn!(%error, "the retention task ended abnormally");
+    }
     let report = tokio::select! {
         report = relay.shutdown(timeout) => report,
         signal = signals.next() => {
@@ -327,9 +363,9 @@ fn init_logging(format: LogFormat) {
     };
 }
 
-/// Serves Prometheus metrics on `addr`, on the exporter's own thread.
-fn install_metrics_exporter(addr: SocketAddr) -> Result<(), Failure> {
-    outbox_relay::metrics::install_prometheus_exporter(addr)
+/// Serves Prometheus metrics and the health probes on `addr`, on the exporter's own thread.
+fn install_metrics_exporter(addr: SocketAddr, readiness: Readiness) -> Result<(), Failure> {
+    outbox_relay::metrics::install_prometheus_exporter_with_readiness(addr, readiness)
         .map(drop)
         .map_err(|error| {
             Failure::input(format!(

@@ -132,7 +132,7 @@ struct EnqueueArgs {
     /// The target.
     #[arg(long)]
     target: String,
-    /// The payload, as JSON. Without it, JSON is read from stdin.
+    /// The payload, as JSON text, delivered byte for byte. Without it, it is read from stdin.
     #[arg(long, value_name = "JSON")]
     payload: Option<String>,
     /// Messages with the same key are delivered one at a time, in enqueue order.
@@ -212,6 +212,9 @@ struct PurgeArgs {
     /// Rows per delete statement, so no statement holds locks for long.
     #[arg(long, default_value_t = 1000)]
     batch_size: usize,
+    /// Count what would be deleted; delete nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 fn parse_header(s: &str) -> Result<(String, String), String> {

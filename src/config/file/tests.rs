@@ -331,3 +331,116 @@ fn the_prefetch_follows_the_concurrency_unless_set() {
     let (lane, _) = &config.lanes().unwrap()[0];
     assert_eq!((lane.concurrency, lane.prefetch), (12, 0));
 }
+
+/// The example file's commented "Sinks" blocks, uncommented: each parses as a lane with
+/// that sink, and shows every key the sink's config has.
+#[cfg(all(
+    feature = "webhook-sink",
+    feature = "nats-sink",
+    feature = "rabbitmq-sink",
+    feature = "redis-sink"
+))]
+#[test]
+fn the_example_files_sink_blocks_parse_and_show_every_key() {
+    let text = include_str!("../../../examples/relay.toml");
+    let mut kinds = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("# -- sink: ") {
+        let after = &rest[start + "# -- sink: ".len()..];
+        let kind = &after[..after.find(" --").unwrap()];
+        let end = after.find("# -- end --").expect("every block ends");
+        let block: String = after[..end]
+            .lines()
+            .skip(1)
+            .map(|line| {
+                let line = line.strip_prefix('#').unwrap_or(line);
+                format!("{}\n", line.strip_prefix(' ').unwrap_or(line))
+            })
+            .collect();
+        let config = parse(&format!("database_url = \"sqlite:x.db\"\n{block}"))
+            .unwrap_or_else(|error| panic!("the {kind} block does not parse: {error}\n{block}"));
+        let lanes = config.lanes().unwrap();
+        assert_eq!(lanes[0].1.kind(), kind, "{block}");
+        let keys = serde_json::to_value(&lanes[0].1).unwrap();
+        for key in keys.as_object().unwrap().keys() {
+            assert!(
+                block.contains(&format!("\n{key} =")),
+                "the {kind} block does not show `{key}`"
+            );
+        }
+        kinds.push(kind.to_owned());
+        rest = &after[end..];
+    }
+    assert_eq!(kinds, ["webhook", "nats", "rabbitmq", "redis"]);
+}
+
+#[test]
+fn retention_per_lane_takes_defaults_and_refuses_an_age_under_a_minute_naming_the_lane() {
+    use crate::retention::{
+        RetentionConfig, DEFAULT_DEAD_LETTER_RETENTION, DEFAULT_DELIVERED_RETENTION,
+    };
+    let config = parse(
+        r#"
+[[lanes]]
+lane = "orders"
+target = "billing"
+retention = { delivered = "2d", dead_letter = "90d" }
+sink = { kind = "log" }
+
+[[lanes]]
+lane = "orders"
+target = "audit"
+retention = { delivered = "12h" }
+sink = { kind = "log" }
+
+[[lanes]]
+lane = "quiet"
+target = "audit"
+sink = { kind = "log" }
+"#,
+    )
+    .unwrap();
+    let day = Duration::from_secs(24 * 3600);
+    let retention: Vec<(String, RetentionConfig)> = config
+        .retention()
+        .unwrap()
+        .into_iter()
+        .map(|(lane, retention)| (lane.to_string(), retention))
+        .collect();
+    assert_eq!(
+        retention,
+        [
+            (
+                "orders/billing".to_owned(),
+                RetentionConfig {
+                    delivered: Some(2 * day),
+                    dead_letter: Some(90 * day)
+                }
+            ),
+            (
+                "orders/audit".to_owned(),
+                RetentionConfig {
+                    delivered: Some(day / 2),
+                    dead_letter: Some(DEFAULT_DEAD_LETTER_RETENTION)
+                }
+            ),
+            (
+                "quiet/audit".to_owned(),
+                RetentionConfig {
+                    delivered: Some(DEFAULT_DELIVERED_RETENTION),
+                    dead_letter: Some(DEFAULT_DEAD_LETTER_RETENTION)
+                }
+            ),
+        ]
+    );
+
+    let short = MINIMAL.replace("sink = ", "retention = { dead_letter = \"30s\" }\nsink = ");
+    let error = parse(&short).unwrap().retention().unwrap_err();
+    assert_eq!(error.field, "lanes[orders/billing].retention.dead_letter");
+    let unknown = MINIMAL.replace("sink = ", "retention = { delivred = \"7d\" }\nsink = ");
+    assert!(error_text(&unknown).contains("delivred"));
+}
+
+fn error_text(text: &str) -> String {
+    error(text).to_string()
+}

@@ -7,7 +7,7 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::message::{OutboxMessage, OutboxStatus};
+use crate::message::{OutboxMessage, OutboxStatus, Payload};
 use crate::store::StoreError;
 
 /// Maps a sqlx error of operation `op`. Lost or unreachable connections are
@@ -76,7 +76,10 @@ pub(crate) fn message(row: &PgRow) -> Result<OutboxMessage, StoreError> {
         seq: row.try_get("seq").map_err(get)?,
         lane: row.try_get("lane").map_err(get)?,
         target: row.try_get("target").map_err(get)?,
-        payload: row.try_get("payload").map_err(get)?,
+        payload: row
+            .try_get::<Box<serde_json::value::RawValue>, _>("payload")
+            .map(Payload::from)
+            .map_err(get)?,
         headers,
         ordering_key: row.try_get("ordering_key").map_err(get)?,
         dedupe_key: row.try_get("dedupe_key").map_err(get)?,

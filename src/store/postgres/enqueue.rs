@@ -177,7 +177,7 @@ impl PostgresOutboxStore {
             .bind(
                 drafts
                     .clone()
-                    .map(|d| d.payload.clone())
+                    .map(|d| d.payload.as_str().to_owned())
                     .collect::<Vec<_>>(),
             )
             .bind(headers)

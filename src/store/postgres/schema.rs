@@ -130,7 +130,22 @@ const MIGRATIONS: &[Migration] = &[
         name: "key heads: a claim reads only heads, in index order",
         sql: heads::migration,
     },
+    Migration {
+        version: 3,
+        name: "payload as json text: delivered byte for byte",
+        sql: payload_as_json,
+    },
 ];
+
+/// `jsonb` rewrites what it stores (keys are re-sorted, duplicate keys collapse, whitespace
+/// and number spelling are normalised), and a relay delivers the bytes it was given. `json` keeps the
+/// text exactly and still refuses what is not JSON, for rows written by hand. Rows already
+/// stored keep the normalised text `jsonb` gave them. This rewrites the table under an
+/// exclusive lock, once.
+fn payload_as_json(n: &Names) -> String {
+    let t = &n.messages;
+    format!("ALTER TABLE {t} ALTER COLUMN payload TYPE json USING payload::text::json;")
+}
 
 fn messages_table(n: &Names) -> String {
     let (t, p) = (&n.messages, &n.prefix);

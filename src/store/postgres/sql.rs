@@ -92,6 +92,7 @@ pub(crate) struct Statements {
     pub(crate) requeue: Arc<str>,
     pub(crate) discard: Arc<str>,
     pub(crate) purge: Arc<str>,
+    pub(crate) purge_count: Arc<str>,
 }
 
 impl Statements {
@@ -107,7 +108,7 @@ impl Statements {
             // inserter of the same key to finish first, so racing enqueues never error.
             enqueue: format!(
                 "WITH draft AS (
-                    SELECT * FROM unnest($3::uuid[], $4::text[], $5::text[], $6::jsonb[],
+                    SELECT * FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[],
                                          $7::jsonb[], $8::text[], $9::text[], $10::int8[],
                                          $11::int8[])
                     WITH ORDINALITY AS d(outbox_id, lane, target, payload, headers,
@@ -122,7 +123,7 @@ impl Statements {
                     INSERT INTO {t} AS m (outbox_id, lane, target, payload, headers,
                         ordering_key, dedupe_key, status, attempt_count, max_attempts,
                         available_at, created_at, updated_at, key_head)
-                    SELECT d.outbox_id, d.lane, d.target, d.payload, d.headers, d.ordering_key,
+                    SELECT d.outbox_id, d.lane, d.target, d.payload::json, d.headers, d.ordering_key,
                            d.dedupe_key, 'pending', 0, d.max_attempts,
                            {NOW} + d.delay_ms * interval '1 millisecond', {NOW}, {NOW},
                            d.ordering_key IS NULL OR (d.nth = 1 AND NOT EXISTS (
@@ -326,15 +327,26 @@ impl Statements {
                 filter = filter("m", 1),
             )
             .into(),
-            // $1 now, $2 age in ms, $3 batch size. SKIP LOCKED: a row someone is touching
-            // is left for the next purge rather than waited for.
+            // $1 now, $2 age in ms, $3 batch size, $4 status, $5/$6 lane and target or
+            // NULL for every lane. SKIP LOCKED: a row someone is touching is left for the
+            // next purge rather than waited for.
             purge: format!(
                 "DELETE FROM {t} WHERE outbox_id IN (
                     SELECT outbox_id FROM {t}
-                    WHERE status IN ('delivered', 'dead_letter')
+                    WHERE status IN ('delivered', 'dead_letter') AND status = $4
                       AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
+                      AND ($5::text IS NULL OR (lane = $5 AND target = $6))
                     LIMIT $3
                     FOR UPDATE SKIP LOCKED)"
+            )
+            .into(),
+            // What purge would delete, all batches together (a dry run). $1 now, $2 age in
+            // ms, $3 status, $4/$5 lane and target or NULL.
+            purge_count: format!(
+                "SELECT count(*) FROM {t}
+                 WHERE status IN ('delivered', 'dead_letter') AND status = $3
+                   AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
+                   AND ($4::text IS NULL OR (lane = $4 AND target = $5))"
             )
             .into(),
         }

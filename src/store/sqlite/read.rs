@@ -212,3 +212,25 @@ pub(super) fn blocked_keys_sql(sql: &Statements, dead: &str, live: &str) -> Stri
         t = sql.table,
     )
 }
+
+/// How many `status` rows last changed before `cutoff` (of one lane, or any) a purge
+/// would delete.
+pub(super) async fn purge_count(
+    sql: &Statements,
+    pool: &SqlitePool,
+    status: OutboxStatus,
+    cutoff: UnixMillis,
+    lane: Option<&(String, String)>,
+) -> Result<u64, StoreError> {
+    let count: i64 = query(&sql.purge_count)
+        .bind(cutoff)
+        .bind(status.as_str())
+        .bind(lane.map(|(lane, _)| lane.as_str()))
+        .bind(lane.map(|(_, target)| target.as_str()))
+        .fetch_one(pool)
+        .await
+        .map_err(db("purge"))?
+        .try_get(0)
+        .map_err(db("purge"))?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}

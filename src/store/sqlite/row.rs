@@ -7,7 +7,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 use uuid::Uuid;
 
-use crate::message::{OutboxMessage, OutboxStatus};
+use crate::message::{OutboxMessage, OutboxStatus, Payload};
 use crate::store::StoreError;
 
 /// Reads a message from a row selected with `schema::COLUMNS`.
@@ -25,7 +25,7 @@ pub(super) fn decode(row: &SqliteRow) -> Result<OutboxMessage, StoreError> {
         seq: column(row, "seq", id)?,
         lane: column(row, "lane", id)?,
         target: column(row, "target", id)?,
-        payload: serde_json::from_str(&payload).map_err(|e| corrupt(id, "payload", e))?,
+        payload: Payload::from_json(payload).map_err(|e| corrupt(id, "payload", e))?,
         headers: serde_json::from_str::<BTreeMap<String, String>>(&headers)
             .map_err(|e| corrupt(id, "headers", e))?,
         ordering_key: column(row, "ordering_key", id)?,
@@ -77,9 +77,9 @@ pub(super) fn uuid_text(id: Uuid) -> String {
     id.hyphenated().to_string()
 }
 
-/// The JSON text a payload or header map is stored as.
+/// The JSON text a header map is stored as.
 pub(super) fn json_text(value: &impl serde::Serialize, field: &str) -> Result<String, StoreError> {
-    // Validation already serialised the payload once, so this cannot fail in practice; if it
+    // A header map of strings always serialises, so this cannot fail in practice; if it
     // ever did, nothing has been written yet.
     serde_json::to_string(value).map_err(|e| StoreError::Database(format!("encoding {field}: {e}")))
 }

@@ -75,7 +75,7 @@ async fn insert(
         .bind(uuid_text(outbox_id))
         .bind(&draft.lane)
         .bind(&draft.target)
-        .bind(json_text(&draft.payload, "payload")?)
+        .bind(draft.payload.as_str())
         .bind(json_text(&draft.headers, "headers")?)
         .bind(&draft.ordering_key)
         .bind(&draft.dedupe_key)
@@ -445,12 +445,17 @@ pub(super) async fn discard_dead_letters(
 pub(super) async fn purge_batch(
     sql: &Statements,
     conn: &mut SqliteConnection,
+    status: OutboxStatus,
     cutoff: UnixMillis,
+    lane: Option<&(String, String)>,
     batch_size: usize,
 ) -> Result<u64, StoreError> {
     let done = query(&sql.purge_batch)
         .bind(cutoff)
         .bind(int(batch_size))
+        .bind(status.as_str())
+        .bind(lane.map(|(lane, _)| lane.as_str()))
+        .bind(lane.map(|(_, target)| target.as_str()))
         .execute(&mut *conn)
         .await
         .map_err(db("purge"))?;

@@ -5,7 +5,7 @@ use outbox_relay::store::{
     ClaimOutcome, ClaimRequest, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
     PageRequest, WakeUp,
 };
-use outbox_relay::store::{Clock, OrderingPolicy};
+use outbox_relay::store::{Clock, OrderingPolicy, PurgeRequest};
 use outbox_relay::OutboxStatus;
 use tokio::sync::broadcast;
 
@@ -356,7 +356,11 @@ pub async fn purge_deletes_old_finished_rows_in_batches(h: Harness) {
 
     let before = all_messages(&h).await;
     assert_eq!(before.len(), 9);
-    let purged = h.store.purge(ms(3_600_000), 2).await.unwrap();
+    let purged = h
+        .store
+        .purge(&PurgeRequest::older_than(ms(3_600_000), 2))
+        .await
+        .unwrap();
     assert_eq!(purged, 5, "all five old finished rows, two at a time");
     let left = all_messages(&h).await;
     let expected: Vec<_> = before
@@ -375,13 +379,107 @@ pub async fn purge_deletes_old_finished_rows_in_batches(h: Harness) {
             OutboxStatus::DeadLetter
         ]
     );
-    assert_eq!(h.store.purge(ms(3_600_000), 2).await.unwrap(), 0);
+    assert_eq!(
+        h.store
+            .purge(&PurgeRequest::older_than(ms(3_600_000), 2))
+            .await
+            .unwrap(),
+        0
+    );
 
     // An hour on, the young rows are old too; live rows never go, however old.
     h.clock.advance(ms(3_600_000));
-    assert_eq!(h.store.purge(ms(3_600_000), 100).await.unwrap(), 2);
+    assert_eq!(
+        h.store
+            .purge(&PurgeRequest::older_than(ms(3_600_000), 100))
+            .await
+            .unwrap(),
+        2
+    );
     let left: Vec<_> = all_messages(&h).await.iter().map(|m| m.status).collect();
     assert_eq!(left, [OutboxStatus::Claimed, OutboxStatus::Pending]);
+}
+
+pub async fn purge_ages_each_status_apart_and_narrows_to_a_lane(h: Harness) {
+    // At 0: in each of two lanes, one delivered and one dead letter.
+    let mut finished = Vec::new();
+    for lane in [LANE, "other"] {
+        h.store
+            .enqueue_many(vec![draft_in(lane, TARGET, 1), draft_in(lane, TARGET, 2)])
+            .await
+            .unwrap();
+        let batch = h
+            .store
+            .claim(&ClaimRequest::new(lane, TARGET, 2, LEASE, "relay-a"))
+            .await
+            .unwrap();
+        assert_eq!(batch.messages.len(), 2);
+        h.store.ack(&[claim_of(&batch.messages[0])]).await.unwrap();
+        h.store
+            .nack(&[Nack {
+                claim: claim_of(&batch.messages[1]),
+                error: "poison".into(),
+                disposition: NackDisposition::Permanent,
+            }])
+            .await
+            .unwrap();
+        finished.push((
+            lane,
+            batch.messages[0].outbox_id,
+            batch.messages[1].outbox_id,
+        ));
+    }
+    let hour = ms(3_600_000);
+    let status_of = |id| {
+        let h = &h;
+        async move { h.store.get(id).await.unwrap().map(|m| m.status) }
+    };
+
+    // Two hours on: delivered rows are past a 1h retention, dead letters within a 3h one.
+    h.clock.advance(hour * 2);
+    let request = PurgeRequest::per_status(hour, hour * 3, 1);
+    let dry = request.clone().dry_run();
+    assert_eq!(
+        h.store.purge(&dry).await.unwrap(),
+        2,
+        "a dry run counts both lanes"
+    );
+    assert_eq!(all_messages(&h).await.len(), 4, "and deletes nothing");
+    let purged = h
+        .store
+        .purge(&request.clone().in_lane(LANE, TARGET))
+        .await
+        .unwrap();
+    assert_eq!(purged, 1, "only this lane's delivered row");
+    let (_, delivered, dead) = finished[0];
+    assert_eq!(status_of(delivered).await, None);
+    assert_eq!(status_of(dead).await, Some(OutboxStatus::DeadLetter));
+    let (_, other_delivered, other_dead) = finished[1];
+    assert_eq!(
+        status_of(other_delivered).await,
+        Some(OutboxStatus::Delivered)
+    );
+
+    // Every lane: the other lane's delivered row goes; dead letters are still young.
+    assert_eq!(h.store.purge(&request).await.unwrap(), 1);
+    assert_eq!(status_of(other_delivered).await, None);
+    assert_eq!(status_of(other_dead).await, Some(OutboxStatus::DeadLetter));
+
+    // A status without an age is kept, however old.
+    h.clock.advance(hour * 2);
+    let keep_dead = PurgeRequest {
+        dead_letter_older_than: None,
+        ..request.clone()
+    };
+    assert_eq!(h.store.purge(&keep_dead).await.unwrap(), 0);
+    // Four hours on, past the dead letters' 3h: both go, one statement at a time.
+    assert_eq!(
+        h.store.purge(&dry.in_lane("other", TARGET)).await.unwrap(),
+        1
+    );
+    assert_eq!(h.store.purge(&request).await.unwrap(), 2);
+    assert_eq!(status_of(dead).await, None);
+    assert_eq!(status_of(other_dead).await, None);
 }
 
 pub async fn next_due_tracks_the_next_claimable_moment(h: Harness) {

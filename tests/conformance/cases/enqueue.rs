@@ -134,7 +134,7 @@ pub async fn enqueue_many_answers_in_order_with_duplicates(h: Harness) {
     let payloads: Vec<_> = all_messages(&h)
         .await
         .into_iter()
-        .map(|m| m.payload["value"].as_i64().unwrap())
+        .map(|m| m.payload.to_value().unwrap()["value"].as_i64().unwrap())
         .collect();
     assert_eq!(payloads, [0, 1, 2, 3]);
     assert!(h.store.enqueue_many(Vec::new()).await.unwrap().is_empty());

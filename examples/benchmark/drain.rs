@@ -1,0 +1,172 @@
+//! Draining a backlog through the real relay, and the seed's single loop it is compared
+//! with.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use outbox_relay::store::ClaimRequest;
+use outbox_relay::{
+    DeliveryError, DeliveryHandler, LaneConfig, OutboxMessage, OutboxRelay, OutboxStore,
+};
+
+use crate::stores::TARGET;
+
+/// Which measured messages a handler has seen. Payload `n` below `measured` is measured;
+/// a message seen twice (a redelivery) counts once.
+#[derive(Debug)]
+pub struct Progress {
+    seen: Vec<AtomicBool>,
+    count: AtomicUsize,
+    done: tokio::sync::Notify,
+}
+
+impl Progress {
+    pub fn new(measured: usize) -> Arc<Self> {
+        Arc::new(Self {
+            seen: (0..measured).map(|_| AtomicBool::new(false)).collect(),
+            count: AtomicUsize::new(0),
+            done: tokio::sync::Notify::new(),
+        })
+    }
+
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, message: &OutboxMessage) {
+        #[derive(serde::Deserialize)]
+        struct Numbered {
+            n: u64,
+        }
+        let Ok(Numbered { n }) = message.payload.deserialize::<Numbered>() else {
+            return;
+        };
+        let Some(seen) = self.seen.get(n as usize) else {
+            return;
+        };
+        if !seen.swap(true, Ordering::Relaxed)
+            && self.count.fetch_add(1, Ordering::Relaxed) + 1 == self.seen.len()
+        {
+            // notify_one keeps a permit if nobody waits yet.
+            self.done.notify_one();
+        }
+    }
+}
+
+/// A handler that notes the message and, after `latency` (zero: returns at once), succeeds.
+#[derive(Debug)]
+pub struct CountingHandler {
+    pub progress: Arc<Progress>,
+    pub latency: Duration,
+}
+
+#[async_trait]
+impl DeliveryHandler for CountingHandler {
+    async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
+        self.progress.record(message);
+        Ok(())
+    }
+}
+
+/// What one drain did.
+#[derive(Debug, Clone, Copy)]
+pub struct Drained {
+    pub delivered: usize,
+    pub took: Duration,
+    pub timed_out: bool,
+}
+
+impl Drained {
+    pub fn rate(&self) -> f64 {
+        self.delivered as f64 / self.took.as_secs_f64().max(1e-9)
+    }
+}
+
+/// A lane relaying `lane` at `concurrency`, with every other setting at its default.
+pub fn lane_config(lane: &str, concurrency: usize) -> LaneConfig {
+    LaneConfig::new(lane, TARGET)
+        .concurrency(concurrency)
+        .batch_size(concurrency.max(outbox_relay::config::DEFAULT_BATCH_SIZE))
+}
+
+/// Starts a relay with one lane and waits until its handler has seen every measured
+/// message (or `timeout`). Timed from before the relay starts to the last handler call: the
+/// ack of the last few messages is not waited for, which is at most one store round trip.
+pub async fn drain(
+    store: Arc<dyn OutboxStore>,
+    config: LaneConfig,
+    measured: usize,
+    latency: Duration,
+    timeout: Duration,
+) -> Result<Drained, String> {
+    let progress = Progress::new(measured);
+    let handler = CountingHandler {
+        progress: progress.clone(),
+        latency,
+    };
+    let started = Instant::now();
+    let relay = OutboxRelay::builder(store)
+        .lane(config, handler)
+        .start()
+        .await
+        .map_err(|e| format!("start relay: {e}"))?;
+    let timed_out = tokio::time::timeout(timeout, progress.done.notified())
+        .await
+        .is_err();
+    let took = started.elapsed();
+    if let Err(error) = relay.shutdown(Duration::from_secs(10)).await {
+        eprintln!("benchmark: relay shutdown: {error}");
+    }
+    Ok(Drained {
+        delivered: progress.count(),
+        took,
+        timed_out,
+    })
+}
+
+/// The seed relay's loop: claim a batch of 64, deliver each in turn, ack each on its own.
+pub async fn single_loop(
+    store: &dyn OutboxStore,
+    lane: &str,
+    latency: Duration,
+    n: usize,
+    timeout: Duration,
+) -> Result<Drained, String> {
+    let request = ClaimRequest::new(lane, TARGET, 64, Duration::from_secs(30), "single-loop");
+    let started = Instant::now();
+    let mut delivered = 0;
+    while delivered < n {
+        if started.elapsed() > timeout {
+            return Ok(Drained {
+                delivered,
+                took: started.elapsed(),
+                timed_out: true,
+            });
+        }
+        let batch = store
+            .claim(&request)
+            .await
+            .map_err(|e| format!("single loop claim: {e}"))?;
+        for message in batch.messages {
+            let Some(claim) = message.claim() else {
+                continue;
+            };
+            tokio::time::sleep(latency).await;
+            store
+                .ack(&[claim])
+                .await
+                .map_err(|e| format!("single loop ack: {e}"))?;
+            delivered += 1;
+        }
+    }
+    Ok(Drained {
+        delivered,
+        took: started.elapsed(),
+        timed_out: false,
+    })
+}

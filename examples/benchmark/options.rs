@@ -1,0 +1,258 @@
+//! The benchmark's flags. Every section and size can be chosen, so a quick proof run and the
+//! official run are the same program.
+
+use std::time::Duration;
+
+/// The PostgreSQL URL used unless `--pg` says otherwise.
+pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+/// Which store a scenario runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Postgres,
+    Sqlite,
+}
+
+impl StoreKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            StoreKind::Postgres => "PostgreSQL",
+            StoreKind::Sqlite => "SQLite",
+        }
+    }
+}
+
+/// How a backlog's messages are spread over ordering keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// No ordering key.
+    None,
+    /// Round-robin over this many keys.
+    Many(usize),
+    /// One hot key holding `min(backlog, HOT_KEY_CAP)` messages, enqueued first, then the
+    /// measured backlog round-robin over 1,000 cold keys. Enqueued first because a claim
+    /// that walks the due rows in order meets every hot row before the first cold one: the
+    /// worst case for a claim that checks per-key order by scanning.
+    Hot,
+}
+
+/// The most messages the hot key holds (issue 8: 100 k at the 100 k and 1 M backlogs).
+pub const HOT_KEY_CAP: usize = 100_000;
+/// Cold keys beside the hot one, and the key count of the "many keys" case.
+pub const COLD_KEYS: usize = 1_000;
+
+impl Keys {
+    pub fn label(self) -> String {
+        match self {
+            Keys::None => "no keys".to_owned(),
+            Keys::Many(n) => format!("{n} keys"),
+            Keys::Hot => format!("hot + {COLD_KEYS}"),
+        }
+    }
+}
+
+/// The parts of the benchmark; all run unless `--sections` picks some.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// The seed's single loop against the relay, with a simulated target latency.
+    Single,
+    /// The raw-SQL claim + ack loop on one connection, per backlog size.
+    Ceiling,
+    /// No-op drains through the relay.
+    Drain,
+    /// A relay aborted while holding claims, a second one redelivering.
+    Crash,
+    /// One message at a time on an idle PostgreSQL lane.
+    Pickup,
+    /// A 10 ms handler at concurrency 64.
+    Slow,
+}
+
+impl Section {
+    const ALL: [Section; 6] = [
+        Section::Single,
+        Section::Ceiling,
+        Section::Drain,
+        Section::Crash,
+        Section::Pickup,
+        Section::Slow,
+    ];
+
+    fn parse(name: &str) -> Result<Self, String> {
+        Ok(match name {
+            "single" => Section::Single,
+            "ceiling" => Section::Ceiling,
+            "drain" => Section::Drain,
+            "crash" => Section::Crash,
+            "pickup" => Section::Pickup,
+            "slow" => Section::Slow,
+            other => {
+                return Err(format!(
+                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow)"
+                ))
+            }
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub pg_url: String,
+    pub stores: Vec<StoreKind>,
+    pub sizes: Vec<usize>,
+    pub concurrency: Vec<usize>,
+    pub keys: Vec<Keys>,
+    pub sections: Vec<Section>,
+    pub out: std::path::PathBuf,
+    /// The longest one drain may run; past it the drain reports what it managed.
+    pub drain_timeout: Duration,
+    pub crash_backlog: usize,
+    pub crash_lease: Duration,
+    pub pickup_messages: usize,
+    pub slow_messages: usize,
+    pub slow_latency: Duration,
+    pub slow_concurrency: usize,
+    pub single_messages: usize,
+    pub single_latency: Duration,
+    pub single_concurrency: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            pg_url: DEFAULT_PG_URL.to_owned(),
+            stores: vec![StoreKind::Postgres, StoreKind::Sqlite],
+            sizes: vec![10_000, 100_000],
+            concurrency: vec![16, 64],
+            keys: vec![Keys::None, Keys::Many(COLD_KEYS), Keys::Hot],
+            sections: Section::ALL.to_vec(),
+            out: "bench-results".into(),
+            drain_timeout: Duration::from_secs(120),
+            crash_backlog: 100_000,
+            crash_lease: Duration::from_secs(2),
+            pickup_messages: 200,
+            slow_messages: 20_000,
+            slow_latency: Duration::from_millis(10),
+            slow_concurrency: 64,
+            single_messages: 2_000,
+            single_latency: Duration::from_millis(2),
+            single_concurrency: 16,
+        }
+    }
+}
+
+impl Options {
+    pub fn runs(&self, section: Section) -> bool {
+        self.sections.contains(&section)
+    }
+
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Self, String> {
+        let mut options = Options::default();
+        let mut million = false;
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            if flag == "--million" {
+                million = true;
+                continue;
+            }
+            if flag == "--help" || flag == "-h" {
+                return Err(USAGE.to_owned());
+            }
+            let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let number = |v: &str| {
+                v.trim()
+                    .replace('_', "")
+                    .parse::<usize>()
+                    .map_err(|e| format!("{flag} {v:?}: {e}"))
+            };
+            let list =
+                |v: &str| -> Result<Vec<usize>, String> { v.split(',').map(number).collect() };
+            match flag.as_str() {
+                "--pg" => options.pg_url = value,
+                "--stores" => {
+                    options.stores = value
+                        .split(',')
+                        .map(|s| match s {
+                            "pg" | "postgres" => Ok(StoreKind::Postgres),
+                            "sqlite" => Ok(StoreKind::Sqlite),
+                            other => Err(format!("--stores: unknown store {other:?} (pg, sqlite)")),
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                "--sizes" => options.sizes = list(&value)?,
+                "--concurrency" => options.concurrency = list(&value)?,
+                "--keys" => {
+                    options.keys = value
+                        .split(',')
+                        .map(|s| match s {
+                            "none" => Ok(Keys::None),
+                            "hot" => Ok(Keys::Hot),
+                            n => number(n).map(Keys::Many),
+                        })
+                        .collect::<Result<_, _>>()?
+                }
+                "--sections" => {
+                    options.sections = value
+                        .split(',')
+                        .map(Section::parse)
+                        .collect::<Result<_, _>>()?
+                }
+                "--out" => options.out = value.into(),
+                "--drain-timeout-s" => {
+                    options.drain_timeout = Duration::from_secs(number(&value)? as u64)
+                }
+                "--crash-backlog" => options.crash_backlog = number(&value)?,
+                "--crash-lease-ms" => {
+                    options.crash_lease = Duration::from_millis(number(&value)? as u64)
+                }
+                "--pickup-messages" => options.pickup_messages = number(&value)?.max(1),
+                "--slow-messages" => options.slow_messages = number(&value)?,
+                "--slow-latency-ms" => {
+                    options.slow_latency = Duration::from_millis(number(&value)? as u64)
+                }
+                "--slow-concurrency" => options.slow_concurrency = number(&value)?.max(1),
+                "--single-messages" => options.single_messages = number(&value)?,
+                "--single-latency-ms" => {
+                    options.single_latency = Duration::from_millis(number(&value)? as u64)
+                }
+                "--single-concurrency" => options.single_concurrency = number(&value)?.max(1),
+                other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
+            }
+        }
+        if options.concurrency.contains(&0) {
+            return Err("--concurrency: every value must be at least 1".to_owned());
+        }
+        if options.sizes.contains(&0) {
+            return Err("--sizes: every size must be at least 1".to_owned());
+        }
+        if million {
+            options.sizes.push(1_000_000);
+        }
+        options.sizes.sort_unstable();
+        options.sizes.dedup();
+        Ok(options)
+    }
+}
+
+pub const USAGE: &str = "\
+usage: benchmark [flags]
+  --pg URL                 PostgreSQL (default postgres://postgres@127.0.0.1:5432/test);
+                           every store gets a fresh schema, dropped at the end
+  --stores pg,sqlite       which stores (default both)
+  --sizes 10000,100000     backlog sizes of the no-op drains and raw ceilings
+  --million                adds the 1,000,000 backlog to --sizes
+  --concurrency 16,64      relay concurrencies of the no-op drains
+  --keys none,1000,hot     key distributions: none, a key count, or hot (one hot key
+                           among 1,000 cold keys)
+  --sections LIST          single,ceiling,drain,crash,pickup,slow (default all)
+  --out DIR                results.md and throughput.svg go here (default bench-results)
+  --drain-timeout-s N      a drain still running after N s reports what it did (default 120)
+  --crash-backlog N        backlog pending during the crash (default 100000)
+  --crash-lease-ms N       lease of the aborted relay (default 2000)
+  --pickup-messages N      idle pickups on PostgreSQL (default 200)
+  --slow-messages N        messages of the 10 ms handler run (default 20000)
+  --slow-latency-ms N      its handler latency (default 10)
+  --slow-concurrency N     its concurrency (default 64)
+  --single-messages N      messages of the single-loop comparison (default 2000)
+  --single-latency-ms N    its simulated target latency (default 2)
+  --single-concurrency N   the relay's concurrency in it (default 16)";

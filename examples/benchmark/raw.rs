@@ -1,0 +1,226 @@
+//! The raw ceiling: the least a relay could do per message, on one connection. Claim 100
+//! rows (`FOR UPDATE SKIP LOCKED` on PostgreSQL; one write transaction on SQLite), then ack
+//! them with one statement, until the lane is empty. It runs on a table the store's own
+//! migration made, so columns and indexes are the store's, in the same process and moments
+//! before the relay drains the same backlog.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sqlx::{AssertSqlSafe, Connection, Row};
+
+use crate::stores::TARGET;
+
+/// Rows per claim of the raw loop.
+pub const RAW_BATCH: i64 = 100;
+
+/// What a raw loop did.
+#[derive(Debug, Clone, Copy)]
+pub struct Ceiling {
+    pub rows: usize,
+    pub took: Duration,
+    pub timed_out: bool,
+}
+
+impl Ceiling {
+    pub fn rate(&self) -> f64 {
+        self.rows as f64 / self.took.as_secs_f64().max(1e-9)
+    }
+}
+
+pub async fn postgres(
+    pool: &sqlx::PgPool,
+    table: &str,
+    lane: &str,
+    timeout: Duration,
+) -> Result<Ceiling, String> {
+    let err = |what: &'static str| move |e: sqlx::Error| format!("raw ceiling {what}: {e}");
+    let mut conn = pool.acquire().await.map_err(err("connect"))?;
+    // The relay's own statements run without JIT (issue 8), so the ceiling does too.
+    sqlx::raw_sql("SET jit = off")
+        .execute(&mut *conn)
+        .await
+        .map_err(err("set jit"))?;
+    // Read due pending rows through the narrowest index the table has for them: with the
+    // key-head marker (migration 2), `head_idx` holds only pending rows, so a scan does not
+    // step over the dead entries of rows this loop already claimed and acked, which PostgreSQL
+    // cannot prune while other sessions hold older snapshots. Without it, `claimable_idx`.
+    let schema = table
+        .split('.')
+        .next()
+        .unwrap_or_default()
+        .trim_matches('"');
+    let relation = table
+        .split('.')
+        .nth(1)
+        .unwrap_or_default()
+        .trim_matches('"');
+    let has_key_head: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+             WHERE table_schema = $1 AND table_name = $2 AND column_name = 'key_head')",
+    )
+    .bind(schema)
+    .bind(relation)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(err("look for key_head"))?;
+    let head = if has_key_head { " AND key_head" } else { "" };
+    let claim = format!(
+        "WITH picked AS (
+             SELECT outbox_id FROM {table}
+             WHERE lane = $1 AND target = $2 AND status = 'pending'{head} AND available_at <= now()
+             ORDER BY available_at, seq
+             LIMIT $3
+             FOR UPDATE SKIP LOCKED)
+         UPDATE {table} AS m
+         SET status = 'claimed', attempt_count = m.attempt_count + 1, claimed_by = 'raw',
+             claim_token = gen_random_uuid(), lease_expires_at = now() + interval '30 seconds',
+             updated_at = now()
+         FROM picked WHERE m.outbox_id = picked.outbox_id
+         RETURNING m.outbox_id, m.seq, m.payload, m.headers, m.ordering_key, m.attempt_count,
+             m.claim_token"
+    );
+    let ack = format!(
+        "UPDATE {table}
+         SET status = 'delivered', delivered_at = now(), updated_at = now(),
+             claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL
+         WHERE outbox_id = ANY($1) AND status = 'claimed'"
+    );
+    let started = Instant::now();
+    let mut rows = 0;
+    loop {
+        if started.elapsed() > timeout {
+            return Ok(Ceiling {
+                rows,
+                took: started.elapsed(),
+                timed_out: true,
+            });
+        }
+        let claimed = sqlx::query(AssertSqlSafe(claim.clone()))
+            .bind(lane)
+            .bind(TARGET)
+            .bind(RAW_BATCH)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(err("claim"))?;
+        if claimed.is_empty() {
+            break;
+        }
+        let ids = claimed
+            .iter()
+            .map(|row| row.try_get::<uuid::Uuid, _>(0))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err("decode"))?;
+        sqlx::query(AssertSqlSafe(ack.clone()))
+            .bind(&ids)
+            .execute(&mut *conn)
+            .await
+            .map_err(err("ack"))?;
+        rows += ids.len();
+    }
+    Ok(Ceiling {
+        rows,
+        took: started.elapsed(),
+        timed_out: false,
+    })
+}
+
+pub async fn sqlite(
+    path: &Path,
+    table: &str,
+    lane: &str,
+    timeout: Duration,
+) -> Result<Ceiling, String> {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+    let err = |what: &'static str| move |e: sqlx::Error| format!("raw ceiling {what}: {e}");
+    // The store's own settings: WAL, and a durable commit.
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(5));
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .map_err(err("connect"))?;
+    // The narrowest index for due pending rows in order, with its WHERE term word for word
+    // (SQLite's condition for using a partial index): `_ready` once the table has the
+    // key-head marker (migration 2 dropped `_claimable`), `_claimable` before.
+    let has_key_head: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('{table}') WHERE name = 'key_head')"
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .map_err(err("look for key_head"))?;
+    let due = if has_key_head {
+        "status = 'pending' AND key_head = 1"
+    } else {
+        "status IN ('pending', 'claimed') AND status = 'pending'"
+    };
+    // One statement is one write transaction: the claim picks and marks in one go.
+    let claim = format!(
+        "UPDATE {table}
+         SET status = 'claimed', attempt_count = attempt_count + 1, claimed_by = 'raw',
+             claim_token = lower(hex(randomblob(16))), lease_expires_at = ?3 + 30000,
+             updated_at = ?3
+         WHERE seq IN (
+             SELECT seq FROM {table}
+             WHERE lane = ?1 AND target = ?2 AND {due} AND available_at <= ?3
+             ORDER BY available_at, seq
+             LIMIT ?4)
+         RETURNING outbox_id, seq, payload, headers, ordering_key, attempt_count, claim_token"
+    );
+    let ack = format!(
+        "UPDATE {table}
+         SET status = 'delivered', delivered_at = ?2, updated_at = ?2,
+             claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL
+         WHERE seq IN (SELECT value FROM json_each(?1)) AND status = 'claimed'"
+    );
+    let started = Instant::now();
+    let mut rows = 0;
+    loop {
+        if started.elapsed() > timeout {
+            return Ok(Ceiling {
+                rows,
+                took: started.elapsed(),
+                timed_out: true,
+            });
+        }
+        let now = now_millis();
+        let claimed = sqlx::query(AssertSqlSafe(claim.clone()))
+            .bind(lane)
+            .bind(TARGET)
+            .bind(now)
+            .bind(RAW_BATCH)
+            .fetch_all(&mut conn)
+            .await
+            .map_err(err("claim"))?;
+        if claimed.is_empty() {
+            break;
+        }
+        let seqs = claimed
+            .iter()
+            .map(|row| row.try_get::<i64, _>(1))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err("decode"))?;
+        sqlx::query(AssertSqlSafe(ack.clone()))
+            .bind(serde_json::json!(seqs).to_string())
+            .bind(now_millis())
+            .execute(&mut conn)
+            .await
+            .map_err(err("ack"))?;
+        rows += seqs.len();
+    }
+    let took = started.elapsed();
+    conn.close().await.map_err(err("close"))?;
+    Ok(Ceiling {
+        rows,
+        took,
+        timed_out: false,
+    })
+}
+
+pub fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,562 @@
+//! The results: a markdown report (printed and written to `<out>/results.md`) and a plot of
+//! throughput against backlog size (`<out>/throughput.svg`).
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::crash::Redelivery;
+use crate::drain::Drained;
+use crate::options::{Keys, StoreKind};
+use crate::pickup::Pickup;
+use crate::raw::Ceiling;
+
+#[derive(Debug, Clone)]
+pub struct CeilingRow {
+    pub store: StoreKind,
+    pub backlog: usize,
+    pub fill: Duration,
+    pub ceiling: Ceiling,
+}
+
+#[derive(Debug, Clone)]
+pub struct DrainRow {
+    pub store: StoreKind,
+    pub backlog: usize,
+    /// Rows in the table (the hot key's rows come on top of the backlog).
+    pub rows: usize,
+    pub keys: Keys,
+    pub concurrency: usize,
+    pub fill: Duration,
+    pub drained: Drained,
+    /// Claim p50, p99 in ms, and the number of claim calls.
+    pub claim: Option<(f64, f64, usize)>,
+    pub claimed_rows: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct SingleRow {
+    pub store: StoreKind,
+    pub messages: usize,
+    pub latency: Duration,
+    pub concurrency: usize,
+    pub single: Drained,
+    pub relay: Drained,
+}
+
+#[derive(Debug, Clone)]
+pub struct SlowRow {
+    pub store: StoreKind,
+    pub latency: Duration,
+    pub concurrency: usize,
+    pub drained: Drained,
+}
+
+impl SlowRow {
+    pub fn ceiling(&self) -> f64 {
+        self.concurrency as f64 / self.latency.as_secs_f64()
+    }
+}
+
+/// Dark, distinct line colours (Tableau 10 and a few more), readable on white.
+const PALETTE: [plotters::style::RGBColor; 14] = [
+    plotters::style::RGBColor(31, 119, 180),
+    plotters::style::RGBColor(255, 127, 14),
+    plotters::style::RGBColor(44, 160, 44),
+    plotters::style::RGBColor(214, 39, 40),
+    plotters::style::RGBColor(148, 103, 189),
+    plotters::style::RGBColor(140, 86, 75),
+    plotters::style::RGBColor(227, 119, 194),
+    plotters::style::RGBColor(127, 127, 127),
+    plotters::style::RGBColor(188, 189, 34),
+    plotters::style::RGBColor(23, 190, 207),
+    plotters::style::RGBColor(0, 0, 0),
+    plotters::style::RGBColor(0, 0, 128),
+    plotters::style::RGBColor(128, 0, 0),
+    plotters::style::RGBColor(0, 100, 0),
+];
+
+/// One line of the plot: its name, its (backlog, msg/s) points, and whether it is a ceiling.
+type Series = (String, Vec<(f64, f64)>, bool);
+
+#[derive(Debug, Default)]
+pub struct Results {
+    pub command: String,
+    pub load_start: String,
+    pub load_end: String,
+    pub total: Duration,
+    pub ceilings: Vec<CeilingRow>,
+    pub drains: Vec<DrainRow>,
+    pub singles: Vec<SingleRow>,
+    pub crashes: Vec<(StoreKind, Redelivery)>,
+    pub pickup: Option<Pickup>,
+    pub slow: Vec<SlowRow>,
+    pub errors: Vec<String>,
+}
+
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|e| format!("unknown ({e})"))
+}
+
+fn size(n: usize) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{} M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{} k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or("–".to_owned(), |v| format!("{v:.2}"))
+}
+
+impl Results {
+    fn ceiling(&self, store: StoreKind, backlog: usize) -> Option<f64> {
+        self.ceilings
+            .iter()
+            .find(|c| c.store == store && c.backlog == backlog)
+            .map(|c| c.ceiling.rate())
+    }
+
+    fn smallest(&self) -> Option<usize> {
+        self.drains.iter().map(|d| d.backlog).min()
+    }
+
+    fn drain(&self, store: StoreKind, backlog: usize, keys: Keys, c: usize) -> Option<&DrainRow> {
+        self.drains.iter().find(|d| {
+            d.store == store && d.backlog == backlog && d.keys == keys && d.concurrency == c
+        })
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let w = &mut out;
+        let _ = writeln!(w, "# outbox-relay benchmark\n");
+        let _ = writeln!(w, "- command: `{}`", self.command);
+        let _ = writeln!(w, "- load average at start: `{}`", self.load_start);
+        let _ = writeln!(w, "- load average at end: `{}`", self.load_end);
+        let _ = writeln!(
+            w,
+            "- cores: {}",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        let _ = writeln!(w, "- total time: {:.0} s\n", self.total.as_secs_f64());
+        self.throughput_table(w);
+        self.single_table(w);
+        self.crash_table(w);
+        self.pickup_section(w);
+        self.slow_table(w);
+        self.checks(w);
+        if !self.errors.is_empty() {
+            let _ = writeln!(w, "## Errors\n");
+            for error in &self.errors {
+                let _ = writeln!(w, "- {error}");
+            }
+            let _ = writeln!(w);
+        }
+        out
+    }
+
+    fn throughput_table(&self, w: &mut String) {
+        if self.ceilings.is_empty() && self.drains.is_empty() {
+            return;
+        }
+        let base = self.smallest().map_or("smallest".to_owned(), size);
+        let _ = writeln!(w, "## No-op drain and raw ceiling\n");
+        let _ = writeln!(
+            w,
+            "| store | backlog | keys | c | msg/s | × raw | × {base} | claim p50 ms | claim p99 ms | rows/claim | fill s | run s | note |"
+        );
+        let _ = writeln!(
+            w,
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        );
+        let mut stores: Vec<StoreKind> = Vec::new();
+        for store in self
+            .ceilings
+            .iter()
+            .map(|c| c.store)
+            .chain(self.drains.iter().map(|d| d.store))
+        {
+            if !stores.contains(&store) {
+                stores.push(store);
+            }
+        }
+        let mut sizes: Vec<usize> = self
+            .ceilings
+            .iter()
+            .map(|c| c.backlog)
+            .chain(self.drains.iter().map(|d| d.backlog))
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        for &store in &stores {
+            for &backlog in &sizes {
+                if let Some(c) = self
+                    .ceilings
+                    .iter()
+                    .find(|c| c.store == store && c.backlog == backlog)
+                {
+                    let note = if c.ceiling.timed_out { "timed out" } else { "" };
+                    let _ = writeln!(
+                        w,
+                        "| {} | {} | raw SQL, claim {} + ack | 1 | {:.0} | 1.00 | | | | {} | {:.1} | {:.1} | {note} |",
+                        store.label(),
+                        size(backlog),
+                        crate::raw::RAW_BATCH,
+                        c.ceiling.rate(),
+                        crate::raw::RAW_BATCH,
+                        c.fill.as_secs_f64(),
+                        c.ceiling.took.as_secs_f64(),
+                    );
+                }
+                for d in self
+                    .drains
+                    .iter()
+                    .filter(|d| d.store == store && d.backlog == backlog)
+                {
+                    let rate = d.drained.rate();
+                    let raw = self
+                        .ceiling(store, backlog)
+                        .map_or(String::new(), |r| format!("{:.2}", rate / r));
+                    let vs_base = self
+                        .smallest()
+                        .and_then(|b| self.drain(store, b, d.keys, d.concurrency))
+                        .map_or(String::new(), |b| format!("{:.2}", rate / b.drained.rate()));
+                    let (p50, p99, claims) = d
+                        .claim
+                        .map_or((None, None, 0), |(a, b, n)| (Some(a), Some(b), n));
+                    let per_claim = if claims > 0 {
+                        format!("{:.1}", d.claimed_rows as f64 / claims as f64)
+                    } else {
+                        "–".to_owned()
+                    };
+                    let mut note = String::new();
+                    if d.drained.timed_out {
+                        let _ = write!(
+                            note,
+                            "timed out after {} of {}",
+                            d.drained.delivered, d.backlog
+                        );
+                    }
+                    if d.rows != d.backlog {
+                        let _ = write!(
+                            note,
+                            "{}{} rows in the lane",
+                            if note.is_empty() { "" } else { "; " },
+                            d.rows
+                        );
+                    }
+                    let _ = writeln!(
+                        w,
+                        "| {} | {} | {} | {} | {rate:.0} | {raw} | {vs_base} | {} | {} | {per_claim} | {:.1} | {:.1} | {note} |",
+                        store.label(),
+                        size(backlog),
+                        d.keys.label(),
+                        d.concurrency,
+                        ms(p50),
+                        ms(p99),
+                        d.fill.as_secs_f64(),
+                        d.drained.took.as_secs_f64(),
+                    );
+                }
+            }
+        }
+        let _ = writeln!(w);
+    }
+
+    fn single_table(&self, w: &mut String) {
+        if self.singles.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            w,
+            "## Seed single loop against the relay (simulated target latency)\n"
+        );
+        let _ = writeln!(
+            w,
+            "| store | messages | latency | relay c | single loop msg/s | relay msg/s | ratio |"
+        );
+        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|");
+        for s in &self.singles {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} ms | {} | {:.0} | {:.0} | {:.2}× |",
+                s.store.label(),
+                s.messages,
+                s.latency.as_millis(),
+                s.concurrency,
+                s.single.rate(),
+                s.relay.rate(),
+                s.relay.rate() / s.single.rate().max(1e-9),
+            );
+        }
+        let _ = writeln!(w);
+    }
+
+    fn crash_table(&self, w: &mut String) {
+        if self.crashes.is_empty() {
+            return;
+        }
+        let _ = writeln!(w, "## Crash redelivery (lapse of the aborted relay's lease → redelivery by a second relay)\n");
+        let _ = writeln!(w, "| store | backlog | lease | stranded | redelivered | pending at B's start | p50 ms | max ms | B's other deliveries before the last | note |");
+        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+        for (store, r) in &self.crashes {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} ms | {} | {} | {} | {} | {} | {} | {} |",
+                store.label(),
+                size(r.backlog),
+                r.lease.as_millis(),
+                r.stranded,
+                r.redelivered,
+                r.pending_at_start,
+                ms(r.percentile(0.5)),
+                ms(r.percentile(1.0)),
+                r.others_before,
+                if r.timed_out { "timed out" } else { "" },
+            );
+        }
+        let _ = writeln!(w);
+    }
+
+    fn pickup_section(&self, w: &mut String) {
+        let Some(p) = &self.pickup else {
+            return;
+        };
+        let _ = writeln!(
+            w,
+            "## Idle pickup on PostgreSQL (enqueue commit returned → handler started)\n"
+        );
+        let _ = writeln!(
+            w,
+            "| messages | p50 ms | p99 ms | max ms | store calls per message | of which |"
+        );
+        let _ = writeln!(w, "|---:|---:|---:|---:|---:|---|");
+        let detail: Vec<String> = p
+            .calls_per_message
+            .iter()
+            .map(|(op, n)| format!("{} {n:.2}", op.label()))
+            .collect();
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} | {} | {:.2} | {} |\n",
+            p.latencies_ms.len(),
+            ms(p.percentile(0.5)),
+            ms(p.percentile(0.99)),
+            ms(p.percentile(1.0)),
+            p.statements_per_message(),
+            detail.join(", "),
+        );
+    }
+
+    fn slow_table(&self, w: &mut String) {
+        if self.slow.is_empty() {
+            return;
+        }
+        let _ = writeln!(w, "## Slow handler (concurrency ceiling = c / latency)\n");
+        let _ = writeln!(
+            w,
+            "| store | messages | latency | c | msg/s | ceiling msg/s | × ceiling | note |"
+        );
+        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---|");
+        for s in &self.slow {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} ms | {} | {:.0} | {:.0} | {:.2} | {} |",
+                s.store.label(),
+                s.drained.delivered,
+                s.latency.as_millis(),
+                s.concurrency,
+                s.drained.rate(),
+                s.ceiling(),
+                s.drained.rate() / s.ceiling(),
+                if s.drained.timed_out { "timed out" } else { "" },
+            );
+        }
+        let _ = writeln!(w);
+    }
+
+    /// The "done when" targets of issues 8 and 9, against what this run measured.
+    fn checks(&self, w: &mut String) {
+        let mut lines = Vec::new();
+        let mark = |ok: bool| if ok { "meets" } else { "misses" };
+        let pg = StoreKind::Postgres;
+        let largest = self.drains.iter().map(|d| d.backlog).max();
+        for (c, target) in [(64, 0.6), (16, 0.4)] {
+            for d in self
+                .drains
+                .iter()
+                .filter(|d| d.store == pg && d.concurrency == c && d.keys == Keys::None)
+            {
+                if let Some(raw) = self.ceiling(pg, d.backlog) {
+                    let r = d.drained.rate() / raw;
+                    lines.push(format!("PostgreSQL no-op drain c={c} at {}: {r:.2}× raw ceiling ({} at ≥ {target}×; issue 8 wants ≥ 0.3× at c=64)", size(d.backlog), mark(r >= target)));
+                }
+            }
+        }
+        if let (Some(small), Some(large)) = (self.smallest(), largest) {
+            if large > small {
+                for d in self.drains.iter().filter(|d| d.backlog == large) {
+                    if let Some(b) = self.drain(d.store, small, d.keys, d.concurrency) {
+                        let r = d.drained.rate() / b.drained.rate();
+                        lines.push(format!(
+                            "{} {} c={}: {} against {}: {r:.2}× ({} ≥ 0.8×)",
+                            d.store.label(),
+                            d.keys.label(),
+                            d.concurrency,
+                            size(large),
+                            size(small),
+                            mark(r >= 0.8)
+                        ));
+                    }
+                }
+            }
+        }
+        for d in self.drains.iter().filter(|d| d.keys != Keys::None) {
+            if let Some(none) = self.drain(d.store, d.backlog, Keys::None, d.concurrency) {
+                let r = d.drained.rate() / none.drained.rate();
+                lines.push(format!(
+                    "{} {} c={} at {}: {r:.2}× no keys ({} ≥ 0.8×)",
+                    d.store.label(),
+                    d.keys.label(),
+                    d.concurrency,
+                    size(d.backlog),
+                    mark(r >= 0.8)
+                ));
+            }
+        }
+        for (store, r) in &self.crashes {
+            if let Some(max) = r.percentile(1.0) {
+                let all = r.redelivered == r.stranded;
+                lines.push(format!("{} crash redelivery: every stranded claim within {max:.1} ms of its lapse{} ({} ≤ 50 ms)", store.label(), if all { "" } else { " (not all redelivered)" }, mark(all && max <= 50.0)));
+            }
+        }
+        if let Some(p) = &self.pickup {
+            if let Some(p50) = p.percentile(0.5) {
+                lines.push(format!("PostgreSQL idle pickup p50 {p50:.2} ms ({} ≤ 0.30 ms), {:.2} store calls per message ({} ≤ 2)", mark(p50 <= 0.30), p.statements_per_message(), mark(p.statements_per_message() <= 2.0)));
+            }
+        }
+        for s in &self.slow {
+            let r = s.drained.rate() / s.ceiling();
+            lines.push(format!(
+                "{} {} ms handler c={}: {r:.2}× the concurrency ceiling ({} ≥ 0.95×)",
+                s.store.label(),
+                s.latency.as_millis(),
+                s.concurrency,
+                mark(r >= 0.95)
+            ));
+        }
+        if lines.is_empty() {
+            return;
+        }
+        let _ = writeln!(w, "## Against the targets of issues 8 and 9\n");
+        for line in lines {
+            let _ = writeln!(w, "- {line}");
+        }
+        let _ = writeln!(w);
+    }
+
+    /// Throughput against backlog size: one line per (store, keys, concurrency) and one per
+    /// store's raw ceiling, both axes logarithmic (the rates span orders of magnitude).
+    pub fn plot(&self, path: &Path) -> Result<(), String> {
+        use plotters::prelude::*;
+        let mut series: Vec<Series> = Vec::new();
+        let mut push = |name: String, point: (f64, f64), raw: bool| match series
+            .iter_mut()
+            .find(|(n, _, _)| *n == name)
+        {
+            Some((_, points, _)) => points.push(point),
+            None => series.push((name, vec![point], raw)),
+        };
+        for c in &self.ceilings {
+            push(
+                format!("{} raw SQL ceiling", c.store.label()),
+                (c.backlog as f64, c.ceiling.rate()),
+                true,
+            );
+        }
+        for d in &self.drains {
+            push(
+                format!(
+                    "{} relay, {}, c={}",
+                    d.store.label(),
+                    d.keys.label(),
+                    d.concurrency
+                ),
+                (d.backlog as f64, d.drained.rate()),
+                false,
+            );
+        }
+        let points = series.iter().flat_map(|(_, p, _)| p.iter().copied());
+        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, 0f64, f64::MAX, 0f64);
+        for (x, y) in points {
+            (x0, x1, y0, y1) = (x0.min(x), x1.max(x), y0.min(y), y1.max(y));
+        }
+        if series.is_empty() {
+            return Ok(());
+        }
+        let (x0, x1) = (x0 / 1.5, x1 * 1.5);
+        // Headroom above the fastest line (the axis is logarithmic), where the legend goes
+        // without covering a line.
+        let (y0, y1) = ((y0 / 2.0).max(0.1), y1 * 40.0);
+        let err = |e: DrawingAreaErrorKind<_>| format!("plot {}: {e}", path.display());
+        let root = SVGBackend::new(path, (1000, 640)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "No-op drain msg/s against backlog size (load average at start: {})",
+                    self.load_start
+                        .split(' ')
+                        .take(3)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ),
+                ("sans-serif", 20),
+            )
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(72)
+            .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("backlog (messages)")
+            .y_desc("msg/s")
+            .x_label_formatter(&|x| size(*x as usize))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()
+            .map_err(err)?;
+        for (i, (name, mut points, raw)) in series.into_iter().enumerate() {
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let color = PALETTE[i % PALETTE.len()].to_rgba();
+            let width = if raw { 4 } else { 2 };
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
+                .map_err(err)?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width))
+                });
+            chart
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 3, color.filled())),
+                )
+                .map_err(err)?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(err)?;
+        root.present().map_err(err)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,212 @@
+//! Fresh stores for each scenario, and the bulk fill of their backlogs.
+//!
+//! Every scenario gets an empty store (a PostgreSQL schema of its own, or a new SQLite file),
+//! so the table holds exactly the backlog being measured. The fill goes through
+//! `enqueue_many` in batches of [`FILL_BATCH`] (several at once on PostgreSQL): slower than
+//! `COPY`, but it is the store's own write path, so whatever bookkeeping the store keeps
+//! beside its rows (indexes, per-key heads) is exactly as a service would leave it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
+use outbox_relay::{OutboxMessageDraft, OutboxStore, SqliteOutboxStore};
+
+use crate::options::{Keys, StoreKind, COLD_KEYS, HOT_KEY_CAP};
+
+/// Drafts per `enqueue_many`.
+pub const FILL_BATCH: usize = 5_000;
+/// `enqueue_many` calls in flight at once on PostgreSQL (SQLite has one writer).
+const PG_FILL_WRITERS: usize = 3;
+/// The target every benchmark message is for.
+pub const TARGET: &str = "target";
+
+static NEXT_STORE: AtomicUsize = AtomicUsize::new(0);
+
+/// Where a benchmark store lives, so a second relay "process" can open the same outbox.
+#[derive(Debug, Clone)]
+pub enum Location {
+    Postgres { url: String, schema: String },
+    Sqlite { path: PathBuf },
+}
+
+/// An empty store of its own, removed on [`BenchStore::remove`].
+pub struct BenchStore {
+    pub kind: StoreKind,
+    pub store: Arc<dyn OutboxStore>,
+    pub location: Location,
+    /// PostgreSQL's pool, for the raw-SQL ceiling and the cleanup.
+    pub pg_pool: Option<sqlx::PgPool>,
+    /// The messages table, as SQL text (schema-qualified on PostgreSQL), for raw SQL.
+    pub table: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl BenchStore {
+    /// A fresh store: a new schema `bench_<pid>_<n>` or a new temporary SQLite file.
+    pub async fn create(kind: StoreKind, pg_url: &str) -> Result<Self, String> {
+        let n = NEXT_STORE.fetch_add(1, Ordering::Relaxed);
+        match kind {
+            StoreKind::Postgres => {
+                let schema = format!("bench_{}_{n}", std::process::id());
+                let store = open_postgres(pg_url, &schema).await?;
+                Ok(Self {
+                    kind,
+                    pg_pool: Some(store.pool().clone()),
+                    table: store.messages_table().to_owned(),
+                    store: Arc::new(store),
+                    location: Location::Postgres {
+                        url: pg_url.to_owned(),
+                        schema,
+                    },
+                    _dir: None,
+                })
+            }
+            StoreKind::Sqlite => {
+                let dir = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
+                let path = dir.path().join(format!("bench_{n}.db"));
+                let store = SqliteOutboxStore::open(&path)
+                    .await
+                    .map_err(|e| format!("SQLite {}: {e}", path.display()))?;
+                Ok(Self {
+                    kind,
+                    pg_pool: None,
+                    table: store.table_name().to_owned(),
+                    store: Arc::new(store),
+                    location: Location::Sqlite { path },
+                    _dir: Some(dir),
+                })
+            }
+        }
+    }
+
+    /// Drops the PostgreSQL schema and closes the pool (the SQLite file goes with its
+    /// temporary directory when this is dropped).
+    pub async fn remove(&self) {
+        if let (Some(pool), Location::Postgres { schema, .. }) = (&self.pg_pool, &self.location) {
+            let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
+            if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop)).execute(pool).await {
+                eprintln!("benchmark: could not drop schema {schema}: {error}");
+            }
+            pool.close().await;
+        }
+    }
+}
+
+async fn open_postgres(url: &str, schema: &str) -> Result<PostgresOutboxStore, String> {
+    PostgresOutboxStore::connect_with(url, PostgresConfig::default().with_schema(schema))
+        .await
+        .map_err(|e| format!("PostgreSQL {url} schema {schema}: {e}"))
+}
+
+/// Another handle on the same outbox, as a second relay process would open it.
+pub async fn reopen(location: &Location) -> Result<Arc<dyn OutboxStore>, String> {
+    Ok(match location {
+        Location::Postgres { url, schema } => Arc::new(open_postgres(url, schema).await?),
+        Location::Sqlite { path } => Arc::new(
+            SqliteOutboxStore::open(path)
+                .await
+                .map_err(|e| format!("SQLite {}: {e}", path.display()))?,
+        ),
+    })
+}
+
+/// What a fill wrote.
+#[derive(Debug, Clone, Copy)]
+pub struct Filled {
+    /// The messages a drain must deliver: payload `n` in `0..measured`.
+    pub measured: usize,
+    /// Every row written (the hot key's rows come on top of the measured ones).
+    pub total: usize,
+    pub took: Duration,
+}
+
+/// Writes `backlog` measured messages to `lane` with the given key distribution. Payloads
+/// are `{"n": i}`; the hot key's rows get `n >= backlog`, so a drain can tell them apart.
+pub async fn fill(
+    store: &Arc<dyn OutboxStore>,
+    kind: StoreKind,
+    lane: &str,
+    keys: Keys,
+    backlog: usize,
+) -> Result<Filled, String> {
+    let started = Instant::now();
+    let hot = match keys {
+        Keys::Hot => backlog.min(HOT_KEY_CAP),
+        _ => 0,
+    };
+    // The hot rows first, finished before the cold ones start, so all of them come earlier
+    // in enqueue order.
+    if hot > 0 {
+        write(store, kind, lane, backlog..backlog + hot, |_| {
+            Some("hot".to_owned())
+        })
+        .await?;
+    }
+    let key = move |i: usize| match keys {
+        Keys::None => None,
+        Keys::Many(n) => Some(format!("k{}", i % n.max(1))),
+        Keys::Hot => Some(format!("cold{}", i % COLD_KEYS)),
+    };
+    write(store, kind, lane, 0..backlog, key).await?;
+    Ok(Filled {
+        measured: backlog,
+        total: backlog + hot,
+        took: started.elapsed(),
+    })
+}
+
+async fn write(
+    store: &Arc<dyn OutboxStore>,
+    kind: StoreKind,
+    lane: &str,
+    range: std::ops::Range<usize>,
+    key: impl Fn(usize) -> Option<String> + Copy + Send + Sync + 'static,
+) -> Result<(), String> {
+    let writers = match kind {
+        StoreKind::Postgres => PG_FILL_WRITERS,
+        StoreKind::Sqlite => 1,
+    };
+    let chunks: Vec<std::ops::Range<usize>> = range
+        .clone()
+        .step_by(FILL_BATCH)
+        .map(|start| start..(start + FILL_BATCH).min(range.end))
+        .collect();
+    let chunks = Arc::new(chunks);
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks: tokio::task::JoinSet<Result<(), String>> = tokio::task::JoinSet::new();
+    for _ in 0..writers {
+        let (store, chunks, next, lane) =
+            (store.clone(), chunks.clone(), next.clone(), lane.to_owned());
+        tasks.spawn(async move {
+            loop {
+                let Some(chunk) = chunks.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    return Ok(());
+                };
+                let drafts = chunk
+                    .clone()
+                    .map(|i| draft(&lane, i, key(i)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                store
+                    .enqueue_many(drafts)
+                    .await
+                    .map_err(|e| format!("fill {lane}: {e}"))?;
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.map_err(|e| format!("fill task: {e}"))??;
+    }
+    Ok(())
+}
+
+pub fn draft(lane: &str, n: usize, key: Option<String>) -> Result<OutboxMessageDraft, String> {
+    let draft = OutboxMessageDraft::new(lane, TARGET, serde_json::json!({ "n": n }))
+        .map_err(|e| format!("draft {n}: {e}"))?;
+    Ok(match key {
+        Some(key) => draft.with_ordering_key(key),
+        None => draft,
+    })
+}

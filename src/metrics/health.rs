@@ -1,0 +1,411 @@
+//! The metrics listener's routes (feature `prometheus`): `/metrics`, `/healthz`, `/readyz`,
+//! and 404 for anything else.
+//!
+//! `/healthz` answers 200 as long as the listener's thread runs: it says the process is
+//! alive, nothing more, so a liveness probe never restarts a relay because its database is
+//! down (a restart would not bring the database back). `/readyz` asks a [`ReadinessCheck`]
+//! each time it is probed, within a timeout, and answers 200 or 503 with a JSON reason.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::CONTENT_TYPE;
+use hyper::{Request, Response, StatusCode};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::metrics::LaneState;
+use crate::relay::RelayHandle;
+use crate::store::OutboxStore;
+
+/// How long `/readyz` waits for its check before answering 503. Kubernetes' default probe
+/// timeout is 1 s and its usual setting a few seconds: the check must answer well inside it.
+pub const DEFAULT_READINESS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What `/readyz` asks: `Ok` when the process should receive work, otherwise the reason.
+#[async_trait]
+pub trait ReadinessCheck: Send + Sync + 'static {
+    /// Whether the process is ready; the `Err` is the reason shown in the 503's JSON body.
+    async fn ready(&self) -> Result<(), String>;
+}
+
+/// The check `/readyz` asks, set once the relay runs. Until [`Readiness::set`] is called,
+/// `/readyz` answers 503 ("starting"). Cloning shares the same slot.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    probe: Arc<RwLock<Option<Probe>>>,
+}
+
+#[derive(Clone)]
+struct Probe {
+    check: Arc<dyn ReadinessCheck>,
+    runtime: tokio::runtime::Handle,
+    timeout: Duration,
+}
+
+impl fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let probe = self.current();
+        f.debug_struct("Readiness")
+            .field("set", &probe.is_some())
+            .field("timeout", &probe.map(|probe| probe.timeout))
+            .finish()
+    }
+}
+
+impl Readiness {
+    /// A readiness that answers "starting" until [`set`](Self::set).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// From now on `/readyz` runs `check` on `runtime` and waits at most `timeout` for it.
+    ///
+    /// The check runs on the application's runtime, not on the listener's own thread,
+    /// because a store's connections belong to the runtime that opened them. A runtime too
+    /// busy to answer within `timeout` makes the process not ready, which is the truth.
+    pub fn set(
+        &self,
+        check: impl ReadinessCheck,
+        runtime: tokio::runtime::Handle,
+        timeout: Duration,
+    ) {
+        let probe = Probe {
+            check: Arc::new(check),
+            runtime,
+            timeout,
+        };
+        *self
+            .probe
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(probe);
+    }
+
+    fn current(&self) -> Option<Probe> {
+        self.probe
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Asks the check: `Ok` when ready, otherwise the reason.
+    pub async fn ask(&self) -> Result<(), String> {
+        let Some(probe) = self.current() else {
+            return Err("starting: the relay is not running yet".to_owned());
+        };
+        let check = probe.check.clone();
+        let running = probe.runtime.spawn(async move { check.ready().await });
+        let abort = running.abort_handle();
+        match tokio::time::timeout(probe.timeout, running).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(error)) => Err(format!("the readiness check failed: {error}")),
+            Err(_) => {
+                abort.abort();
+                Err(format!(
+                    "the readiness check did not answer within {:?}",
+                    probe.timeout
+                ))
+            }
+        }
+    }
+}
+
+/// Ready when the store answers a lookup and no lane has [failed](LaneState::Failed) (a
+/// lane that restarted too often stays down until an operator acts).
+#[derive(Debug, Clone)]
+pub struct RelayReadiness {
+    store: Arc<dyn OutboxStore>,
+    relay: Arc<RelayHandle>,
+}
+
+impl RelayReadiness {
+    /// Checks `store` and the lanes of `relay`.
+    pub fn new(store: Arc<dyn OutboxStore>, relay: Arc<RelayHandle>) -> Self {
+        Self { store, relay }
+    }
+}
+
+#[async_trait]
+impl ReadinessCheck for RelayReadiness {
+    async fn ready(&self) -> Result<(), String> {
+        // A lookup by primary key of an id no message has: one index probe on every
+        // store, cheap at any backlog, yet a full round trip to the database.
+        self.store
+            .get(Uuid::nil())
+            .await
+            .map_err(|error| format!("the store is unreachable: {error}"))?;
+        let lanes = self
+            .relay
+            .status()
+            .await
+            .map_err(|error| format!("the relay does not answer: {error}"))?;
+        let failed: Vec<String> = lanes
+            .iter()
+            .filter(|status| status.state == LaneState::Failed)
+            .map(|status| format!("{}/{}", status.lane.lane, status.lane.target))
+            .collect();
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("lanes failed: {}", failed.join(", ")))
+        }
+    }
+}
+
+/// What the listener serves: the scrape and the probes.
+#[derive(Debug, Clone)]
+pub(super) struct Routes {
+    pub(super) metrics: PrometheusHandle,
+    pub(super) readiness: Readiness,
+}
+
+type Answer = Response<Full<Bytes>>;
+
+impl Routes {
+    pub(super) async fn answer(&self, request: Request<Incoming>) -> Result<Answer, Infallible> {
+        Ok(match request.uri().path() {
+            "/metrics" => respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                self.metrics.render(),
+            ),
+            "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".to_owned()),
+            "/readyz" => match self.readiness.ask().await {
+                Ok(()) => respond(
+                    StatusCode::OK,
+                    "application/json",
+                    json!({ "ready": true }).to_string(),
+                ),
+                Err(reason) => respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "application/json",
+                    json!({ "ready": false, "reason": reason }).to_string(),
+                ),
+            },
+            _ => respond(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "not found: this listener serves /metrics, /healthz and /readyz\n".to_owned(),
+            ),
+        })
+    }
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Answer {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}
+
+/// Serves `routes` on `listener` until the runtime stops, one task per connection.
+pub(super) async fn serve(listener: tokio::net::TcpListener, routes: Routes) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of file descriptors, typically: back off rather than spin.
+                tracing::warn!(%error, "the metrics listener cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let routes = routes.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let routes = routes.clone();
+                async move { routes.answer(request).await }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "a metrics listener connection ended with an error");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{InMemoryOutboxStore, LaneConfig, OutboxRelay};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Generous: other builds share the machine.
+    const WAIT: Duration = Duration::from_secs(60);
+
+    /// Serves `readiness` (and an empty local recorder's metrics) on a port of its own.
+    async fn listen(readiness: Readiness) -> std::net::SocketAddr {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            metrics::counter!("probe_test_total").increment(3);
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a port");
+        let addr = listener.local_addr().expect("its address");
+        tokio::spawn(serve(
+            listener,
+            Routes {
+                metrics: handle,
+                readiness,
+            },
+        ));
+        addr
+    }
+
+    /// GETs `path`: the status code and the body.
+    async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+        let exchange = async {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            let request =
+                format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.expect("send");
+            let mut response = String::new();
+            stream.read_to_string(&mut response).await.expect("read");
+            response
+        };
+        let response = tokio::time::timeout(WAIT, exchange)
+            .await
+            .expect("an answer");
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("no status line in {response:?}"));
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    fn json(body: &str) -> serde_json::Value {
+        serde_json::from_str(body).unwrap_or_else(|error| panic!("{error}: {body:?}"))
+    }
+
+    struct Answers(Result<(), String>);
+
+    #[async_trait]
+    impl ReadinessCheck for Answers {
+        async fn ready(&self) -> Result<(), String> {
+            self.0.clone()
+        }
+    }
+
+    struct NeverAnswers;
+
+    #[async_trait]
+    impl ReadinessCheck for NeverAnswers {
+        async fn ready(&self) -> Result<(), String> {
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_liveness_and_404_for_other_paths() {
+        let addr = listen(Readiness::new()).await;
+        let (status, body) = get(addr, "/metrics").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("probe_test_total 3"), "{body}");
+        assert_eq!(get(addr, "/healthz").await, (200, "ok\n".to_owned()));
+        for path in ["/", "/metricsx", "/healthz/extra", "/favicon.ico"] {
+            let (status, body) = get(addr, path).await;
+            assert_eq!(status, 404, "{path}: {body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn readyz_is_503_until_a_check_is_set_then_answers_what_it_says() {
+        let readiness = Readiness::new();
+        let addr = listen(readiness.clone()).await;
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(json(&body)["ready"], false, "{body}");
+        assert!(
+            json(&body)["reason"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("starting"),
+            "{body}"
+        );
+
+        readiness.set(
+            Answers(Ok(())),
+            tokio::runtime::Handle::current(),
+            DEFAULT_READINESS_TIMEOUT,
+        );
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!((status, json(&body)), (200, json!({ "ready": true })));
+
+        readiness.set(
+            Answers(Err("lanes failed: orders/audit".to_owned())),
+            tokio::runtime::Handle::current(),
+            DEFAULT_READINESS_TIMEOUT,
+        );
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!(
+            (status, json(&body)),
+            (
+                503,
+                json!({ "ready": false, "reason": "lanes failed: orders/audit" })
+            )
+        );
+        // Liveness does not depend on readiness.
+        assert_eq!(get(addr, "/healthz").await.0, 200);
+    }
+
+    #[tokio::test]
+    async fn readyz_is_503_when_the_check_does_not_answer_within_its_timeout() {
+        let readiness = Readiness::new();
+        let addr = listen(readiness.clone()).await;
+        readiness.set(
+            NeverAnswers,
+            tokio::runtime::Handle::current(),
+            Duration::from_millis(50),
+        );
+        let (status, body) = get(addr, "/readyz").await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(
+            json(&body)["reason"],
+            "the readiness check did not answer within 50ms",
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn relay_readiness_is_ready_while_the_relay_runs_and_not_once_it_stopped() {
+        let store: Arc<dyn OutboxStore> = Arc::new(InMemoryOutboxStore::new());
+        let relay = OutboxRelay::builder(store.clone())
+            .lane(
+                LaneConfig::new("orders", "audit"),
+                crate::sinks::LogSink::new(std::io::sink()),
+            )
+            .start()
+            .await
+            .expect("start the relay");
+        let relay = Arc::new(relay);
+        let check = RelayReadiness::new(store, relay.clone());
+        assert_eq!(check.ready().await, Ok(()));
+
+        relay.shutdown(WAIT).await.expect("shutdown");
+        let reason = check
+            .ready()
+            .await
+            .expect_err("a stopped relay is not ready");
+        assert!(
+            reason.starts_with("the relay does not answer: "),
+            "{reason}"
+        );
+    }
+}

@@ -1,0 +1,333 @@
+//! Automatic retention: delivered and dead-lettered messages are deleted once older than
+//! their lane's [`RetentionConfig`], in bounded batches, by a task of its own.
+//!
+//! The task runs apart from the lanes: a lane's claims and acks never wait on a purge
+//! beyond one batch statement (each store purges one batch per statement or transaction).
+//! Every lane is purged with its own ages, one lane after another, every
+//! [`RetentionTask::interval`]; each pass adds what it deleted to
+//! [`outbox_purged_total`](crate::metrics::PURGED_TOTAL).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::ConfigError;
+use crate::relay::LaneKey;
+use crate::store::{OutboxStore, PurgeRequest, StoreError};
+
+/// How long delivered messages are kept by default: a week, time to answer "was it sent?".
+pub const DEFAULT_DELIVERED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long dead letters are kept by default: 30 days, time for an operator to act.
+pub const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How often the retention task purges by default.
+pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(10 * 60);
+/// Rows per purge statement by default: small enough that no statement holds locks long.
+pub const DEFAULT_PURGE_BATCH_SIZE: usize = 1000;
+/// The shortest retention accepted: shorter would purge rows an operator has not yet had
+/// time to look at, and usually means a unit was forgotten (`1` for `1d`).
+pub const MIN_RETENTION: Duration = Duration::from_secs(60);
+
+/// How long one lane keeps its finished messages. `None` keeps that status forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// Delivered messages older than this (since delivered) are deleted.
+    pub delivered: Option<Duration>,
+    /// Dead letters older than this (since dead-lettered) are deleted.
+    pub dead_letter: Option<Duration>,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            delivered: Some(DEFAULT_DELIVERED_RETENTION),
+            dead_letter: Some(DEFAULT_DEAD_LETTER_RETENTION),
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// Keeps everything: automatic retention does nothing for the lane.
+    pub fn keep_all() -> Self {
+        Self {
+            delivered: None,
+            dead_letter: None,
+        }
+    }
+
+    /// Fails on an age under [`MIN_RETENTION`], naming the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (field, age) in [
+            ("retention.delivered", self.delivered),
+            ("retention.dead_letter", self.dead_letter),
+        ] {
+            if age.is_some_and(|age| age < MIN_RETENTION) {
+                return Err(ConfigError::new(
+                    field,
+                    format!("must be at least {MIN_RETENTION:?} (or absent to keep forever)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The purge request for `lane` with these ages.
+    pub fn request(&self, lane: &LaneKey, batch_size: usize) -> PurgeRequest {
+        PurgeRequest {
+            delivered_older_than: self.delivered,
+            dead_letter_older_than: self.dead_letter,
+            lane: Some((lane.lane.clone(), lane.target.clone())),
+            batch_size,
+            dry_run: false,
+        }
+    }
+}
+
+/// Purges every lane by its retention, on an interval.
+pub struct RetentionTask {
+    store: Arc<dyn OutboxStore>,
+    lanes: Vec<(LaneKey, RetentionConfig)>,
+    /// Time between passes.
+    pub interval: Duration,
+    /// Rows per purge statement.
+    pub batch_size: usize,
+}
+
+impl fmt::Debug for RetentionTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetentionTask")
+            .field("lanes", &self.lanes)
+            .field("interval", &self.interval)
+            .field("batch_size", &self.batch_size)
+            .finish()
+    }
+}
+
+impl RetentionTask {
+    /// Purges `lanes` of `store`, every [`DEFAULT_PURGE_INTERVAL`] in batches of
+    /// [`DEFAULT_PURGE_BATCH_SIZE`].
+    pub fn new(store: Arc<dyn OutboxStore>, lanes: Vec<(LaneKey, RetentionConfig)>) -> Self {
+        Self {
+            store,
+            lanes,
+            interval: DEFAULT_PURGE_INTERVAL,
+            batch_size: DEFAULT_PURGE_BATCH_SIZE,
+        }
+    }
+
+    /// One pass over every lane: how many rows each lost. A lane whose purge fails is
+    /// logged and skipped; the others are still purged.
+    pub async fn purge_once(&self) -> Vec<(LaneKey, Result<u64, StoreError>)> {
+        let mut purged = Vec::with_capacity(self.lanes.len());
+        for (lane, retention) in &self.lanes {
+            let request = retention.request(lane, self.batch_size);
+            if request.delivered_older_than.is_none() && request.dead_letter_older_than.is_none() {
+                continue;
+            }
+            let result = self.store.purge(&request).await;
+            match &result {
+                Ok(count) => {
+                    crate::metrics::record_purged(&lane.lane, &lane.target, *count);
+                    if *count > 0 {
+                        tracing::info!(lane = %lane, purged = count, "retention purged finished messages");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(lane = %lane, %error, "retention could not purge; will retry next pass");
+                }
+            }
+            purged.push((lane.clone(), result));
+        }
+        purged
+    }
+
+    /// Purges now and then every `interval`, until `shutdown` completes. A pass under way
+    /// when `shutdown` completes is abandoned between statements: every batch is its own
+    /// transaction, so nothing is left half done.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        let mut ticks = tokio::time::interval(self.interval);
+        // A slow pass must not be followed by a burst of catch-up passes.
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = ticks.tick() => {
+                    tokio::select! {
+                        _ = &mut shutdown => return,
+                        _ = self.purge_once() => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ClaimRequest, ManualClock, MessageFilter, PageRequest};
+    use crate::{InMemoryOutboxStore, OutboxMessageDraft, OutboxStatus};
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    use serde_json::json;
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    /// One delivered message in each of `lanes`, at the clock's time.
+    async fn deliver_one_in(store: &InMemoryOutboxStore, lanes: &[&str]) {
+        for lane in lanes {
+            store
+                .enqueue(OutboxMessageDraft::new(*lane, "audit", json!({})).unwrap())
+                .await
+                .unwrap();
+            let batch = store
+                .claim(&ClaimRequest::new(*lane, "audit", 1, DAY, "test"))
+                .await
+                .unwrap();
+            let claim = batch.messages[0].claim().unwrap();
+            store.ack(&[claim]).await.unwrap();
+        }
+    }
+
+    async fn count(store: &InMemoryOutboxStore, lane: &str) -> usize {
+        store
+            .list(
+                &MessageFilter::lane(lane, "audit").with_status(OutboxStatus::Delivered),
+                PageRequest {
+                    after: None,
+                    limit: 100,
+                },
+            )
+            .await
+            .unwrap()
+            .messages
+            .len()
+    }
+
+    #[tokio::test]
+    async fn each_lane_is_purged_by_its_own_retention_and_counted() {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = Arc::new(InMemoryOutboxStore::with_clock(clock.clone()));
+        deliver_one_in(&store, &["orders", "billing", "forever"]).await;
+        let lanes = vec![
+            (LaneKey::new("orders", "audit"), RetentionConfig::default()),
+            (
+                LaneKey::new("billing", "audit"),
+                RetentionConfig {
+                    delivered: Some(DAY),
+                    dead_letter: None,
+                },
+            ),
+            (
+                LaneKey::new("forever", "audit"),
+                RetentionConfig::keep_all(),
+            ),
+        ];
+        let task = RetentionTask::new(store.clone(), lanes);
+
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        clock.advance(2 * DAY);
+        // A current-thread runtime: the pass runs on this thread, where the recorder is.
+        let passes = {
+            let _local = metrics::set_default_local_recorder(&recorder);
+            task.purge_once().await
+        };
+        let counts: Vec<(String, u64)> = passes
+            .into_iter()
+            .map(|(lane, result)| (lane.to_string(), result.unwrap()))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                ("orders/audit".to_owned(), 0),
+                ("billing/audit".to_owned(), 1)
+            ],
+            "the 7-day default keeps a 2-day-old row; the lane that keeps all is not asked"
+        );
+        assert_eq!(
+            (
+                count(&store, "orders").await,
+                count(&store, "billing").await,
+                count(&store, "forever").await
+            ),
+            (1, 0, 1)
+        );
+        let purged: Vec<_> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name() == crate::metrics::PURGED_TOTAL)
+            .map(|(key, _, _, value)| {
+                let lane = key
+                    .key()
+                    .labels()
+                    .find(|l| l.key() == "lane")
+                    .map(|l| l.value().to_owned());
+                (lane, value)
+            })
+            .collect();
+        assert!(
+            purged.contains(&(Some("billing".to_owned()), DebugValue::Counter(1))),
+            "{purged:?}"
+        );
+
+        clock.advance(6 * DAY);
+        let again = task.purge_once().await;
+        assert_eq!(
+            again[0].1.as_ref().ok(),
+            Some(&1),
+            "8 days: past the 7-day default"
+        );
+        assert_eq!(count(&store, "forever").await, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runs_at_start_then_every_interval_until_shutdown() {
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = Arc::new(InMemoryOutboxStore::with_clock(clock.clone()));
+        let retention = RetentionConfig {
+            delivered: Some(DAY),
+            dead_letter: None,
+        };
+        let mut task = RetentionTask::new(
+            store.clone(),
+            vec![(LaneKey::new("orders", "audit"), retention)],
+        );
+        task.interval = Duration::from_secs(60);
+        deliver_one_in(&store, &["orders"]).await;
+        clock.advance(2 * DAY);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(task.run(async {
+            let _ = stopped.await;
+        }));
+        // The first pass runs at once.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(count(&store, "orders").await, 0);
+
+        deliver_one_in(&store, &["orders"]).await;
+        clock.advance(2 * DAY);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(count(&store, "orders").await, 1, "not before the interval");
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        assert_eq!(count(&store, "orders").await, 0, "purged at the next pass");
+
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), running)
+            .await
+            .expect("stops on shutdown")
+            .unwrap();
+    }
+
+    #[test]
+    fn a_retention_under_a_minute_is_refused_naming_the_field() {
+        assert_eq!(RetentionConfig::default().validate(), Ok(()));
+        assert_eq!(RetentionConfig::keep_all().validate(), Ok(()));
+        let error = RetentionConfig {
+            delivered: Some(DAY),
+            dead_letter: Some(Duration::from_secs(1)),
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(error.field, "retention.dead_letter");
+    }
+}

@@ -1,0 +1,252 @@
+//! `Template`: a sink's destination (a URL, a subject, an exchange, a stream key) written
+//! over the message: `{lane}`, `{target}` and `{header.NAME}` are replaced by the message's
+//! lane, target and the value of its header `NAME`; `{{` and `}}` are literal braces.
+//!
+//! ```
+//! use outbox_relay::sinks::Template;
+//! let template: Template = "orders.{lane}.{header.tenant}".parse().unwrap();
+//! assert!(!template.is_literal());
+//! assert!("orders.{nope}".parse::<Template>().is_err());
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::OutboxMessage;
+
+/// A string with `{lane}`, `{target}` and `{header.NAME}` placeholders, parsed once. The
+/// default is the empty string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Template {
+    text: String,
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    Lane,
+    Target,
+    Header(String),
+}
+
+/// A template that does not parse: an unknown or unclosed placeholder.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0} (placeholders: {{lane}}, {{target}}, {{header.NAME}}; write {{{{ and }}}} for braces)"
+)]
+pub struct TemplateError(String);
+
+/// A message lacks a header its template names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the template {template:?} needs the header {header:?}, which the message lacks")]
+pub struct MissingHeader {
+    /// The template.
+    pub template: String,
+    /// The header it names.
+    pub header: String,
+}
+
+impl Template {
+    /// Whether the template has no placeholders (it renders the same for every message).
+    pub fn is_literal(&self) -> bool {
+        self.parts
+            .iter()
+            .all(|part| matches!(part, Part::Literal(_)))
+    }
+
+    /// What the template renders to for every message, when it has no placeholders.
+    pub fn as_literal(&self) -> Option<String> {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => out.push_str(text),
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+
+    /// The template as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The template filled in for `message`, each substituted value passed through `encode`
+    /// (a URL percent-encodes it; a subject takes it as it is).
+    pub fn render_with(
+        &self,
+        message: &OutboxMessage,
+        encode: impl Fn(&str) -> String,
+    ) -> Result<String, MissingHeader> {
+        let mut out = String::with_capacity(self.text.len() + 16);
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => out.push_str(text),
+                Part::Lane => out.push_str(&encode(&message.lane)),
+                Part::Target => out.push_str(&encode(&message.target)),
+                Part::Header(name) => {
+                    let value = message.headers.get(name).ok_or_else(|| MissingHeader {
+                        template: self.text.clone(),
+                        header: name.clone(),
+                    })?;
+                    out.push_str(&encode(value));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The template filled in for `message`, values as they are.
+    pub fn render(&self, message: &OutboxMessage) -> Result<String, MissingHeader> {
+        self.render_with(message, str::to_owned)
+    }
+}
+
+impl FromStr for Template {
+    type Err = TemplateError;
+
+    fn from_str(text: &str) -> Result<Self, TemplateError> {
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut chars = text.char_indices().peekable();
+        while let Some((at, c)) = chars.next() {
+            match c {
+                '{' if chars.peek().map(|&(_, c)| c) == Some('{') => {
+                    chars.next();
+                    literal.push('{');
+                }
+                '}' if chars.peek().map(|&(_, c)| c) == Some('}') => {
+                    chars.next();
+                    literal.push('}');
+                }
+                '}' => {
+                    return Err(TemplateError(format!(
+                        "a lone '}}' at byte {at} of {text:?}"
+                    )))
+                }
+                '{' => {
+                    let rest = &text[at + 1..];
+                    let end = rest.find('}').ok_or_else(|| {
+                        TemplateError(format!("an unclosed '{{' at byte {at} of {text:?}"))
+                    })?;
+                    let name = &rest[..end];
+                    let part = match name {
+                        "lane" => Part::Lane,
+                        "target" => Part::Target,
+                        _ => match name.strip_prefix("header.") {
+                            Some(header) if !header.is_empty() => Part::Header(header.to_owned()),
+                            _ => {
+                                return Err(TemplateError(format!(
+                                    "unknown placeholder {{{name}}} in {text:?}"
+                                )))
+                            }
+                        },
+                    };
+                    if !literal.is_empty() {
+                        parts.push(Part::Literal(std::mem::take(&mut literal)));
+                    }
+                    parts.push(part);
+                    // Skip the name and its closing brace.
+                    for _ in 0..name.chars().count() + 1 {
+                        chars.next();
+                    }
+                }
+                c => literal.push(c),
+            }
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Literal(literal));
+        }
+        Ok(Self {
+            text: text.to_owned(),
+            parts,
+        })
+    }
+}
+
+impl TryFrom<String> for Template {
+    type Error = TemplateError;
+
+    fn try_from(text: String) -> Result<Self, TemplateError> {
+        text.parse()
+    }
+}
+
+impl From<Template> for String {
+    fn from(template: Template) -> String {
+        template.text
+    }
+}
+
+impl fmt::Display for Template {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// `value` with every byte outside RFC 3986's unreserved set percent-encoded, so a header
+/// value put in a URL cannot change its path, query or host.
+pub(crate) fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> OutboxMessage {
+        let draft = crate::OutboxMessageDraft::new("orders", "billing", serde_json::json!({}))
+            .unwrap()
+            .with_header("tenant", "acme/eu 1");
+        crate::message::OutboxMessage::pending(draft, uuid::Uuid::now_v7(), 1, 0)
+    }
+
+    #[test]
+    fn placeholders_are_filled_from_the_message() {
+        let template: Template = "a.{lane}.{target}.{header.tenant}.{{x}}".parse().unwrap();
+        assert_eq!(
+            template.render(&message()).unwrap(),
+            "a.orders.billing.acme/eu 1.{x}"
+        );
+        assert_eq!(
+            template.render_with(&message(), percent_encode).unwrap(),
+            "a.orders.billing.acme%2Feu%201.{x}"
+        );
+        assert!(!template.is_literal());
+        let literal: Template = "plain.{{subject}}".parse().unwrap();
+        assert_eq!(literal.as_literal().as_deref(), Some("plain.{subject}"));
+        assert_eq!(template.as_literal(), None);
+    }
+
+    #[test]
+    fn a_missing_header_is_named() {
+        let template: Template = "x.{header.region}".parse().unwrap();
+        let error = template.render(&message()).unwrap_err();
+        assert_eq!(error.header, "region");
+    }
+
+    #[test]
+    fn bad_templates_are_refused_naming_the_problem() {
+        for (text, needle) in [
+            ("x.{lane", "unclosed"),
+            ("x.}", "lone"),
+            ("x.{laen}", "unknown placeholder {laen}"),
+            ("x.{header.}", "unknown placeholder {header.}"),
+        ] {
+            let error = text.parse::<Template>().unwrap_err().to_string();
+            assert!(error.contains(needle), "{text}: {error}");
+        }
+    }
+}
