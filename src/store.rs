@@ -220,6 +220,24 @@ pub struct ClaimBatch {
     /// Messages whose lapsed lease had used their last attempt: dead-lettered by this claim
     /// instead of being handed out again.
     pub dead_lettered: Vec<Uuid>,
+    /// When the claim returned fewer messages than its limit: what [`OutboxStore::next_due`]
+    /// answers right after it (the leases it just handed out count, as running leases do),
+    /// read in the same call. An idle lane that then acks what it got can sleep on this
+    /// answer instead of asking `next_due` again, so a picked-up message costs one claim and
+    /// one ack.
+    pub next_due: NextDue,
+}
+
+/// What a claim that came back short knows about the lane's next claimable message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NextDue {
+    /// The store did not say: the claim filled its limit (more may be claimable now), or
+    /// the store does not compute it. A caller that needs it asks [`OutboxStore::next_due`].
+    #[default]
+    Unknown,
+    /// The [`OutboxStore::next_due`] answer as of the end of the claim: `Some(ZERO)` when a
+    /// message is claimable now, `None` when there is nothing to wait for.
+    Known(Option<Duration>),
 }
 
 /// One claim: the message and the fencing token that proves the claim is still held.
@@ -512,6 +530,10 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     ) -> Result<Vec<Enqueued>, StoreError>;
 
     /// Claims up to `limit` claimable messages of one (lane, target). See the module docs.
+    ///
+    /// A claim that returns fewer than `limit` messages should also answer
+    /// [`ClaimBatch::next_due`] (the built-in stores do, in the same transaction); one that
+    /// leaves it [`NextDue::Unknown`] only costs an idle relay a `next_due` call.
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError>;
 
     /// Marks claims delivered. One answer per claim, in order.

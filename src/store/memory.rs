@@ -22,8 +22,8 @@ use uuid::Uuid;
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::store::{
     duration_millis, millis_until, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
-    OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
+    Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
+    OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
     WAKEUP_CHANNEL_CAPACITY,
 };
 
@@ -281,6 +281,15 @@ impl OutboxStore for InMemoryOutboxStore {
             });
             batch.messages.extend(claimed);
         }
+        if batch.messages.len() < request.limit {
+            batch.next_due = NextDue::Known(next_due_in(
+                &rows,
+                &request.lane,
+                &request.target,
+                ordering,
+                now,
+            ));
+        }
         Ok(batch)
     }
 
@@ -400,30 +409,7 @@ impl OutboxStore for InMemoryOutboxStore {
         ordering: OrderingPolicy,
     ) -> Result<Option<Duration>, StoreError> {
         let now = self.clock.now_millis();
-        let rows = self.rows();
-        let Some(index) = rows.lane(lane, target) else {
-            return Ok(None);
-        };
-        let allows = |seq: &i64| {
-            rows.get(*seq)
-                .is_some_and(|m| rows.key_allows(index, m, ordering, now))
-        };
-        // A running lease always counts: its lapse frees the message or its key. A message
-        // its key holds back does not (its key's head is counted instead), or an idle relay
-        // would spin on empty claims while the head is in flight (or dead, under Block).
-        let candidates = [
-            index.next_lapse(now),
-            index.lapsed(now).find(allows).map(|_| now),
-            index
-                .ready()
-                .find(|(_, seq)| allows(seq))
-                .map(|(due, _)| due),
-        ];
-        Ok(candidates
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|at| millis_until(now, at)))
+        Ok(next_due_in(&self.rows(), lane, target, ordering, now))
     }
 
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
@@ -592,4 +578,35 @@ impl OutboxStore for InMemoryOutboxStore {
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         self.wakeups.subscribe()
     }
+}
+
+/// `next_due` over `rows` at `now`: the claim answers it too, under the same lock.
+fn next_due_in(
+    rows: &Rows,
+    lane: &str,
+    target: &str,
+    ordering: OrderingPolicy,
+    now: UnixMillis,
+) -> Option<Duration> {
+    let index = rows.lane(lane, target)?;
+    let allows = |seq: &i64| {
+        rows.get(*seq)
+            .is_some_and(|m| rows.key_allows(index, m, ordering, now))
+    };
+    // A running lease always counts: its lapse frees the message or its key. A message
+    // its key holds back does not (its key's head is counted instead), or an idle relay
+    // would spin on empty claims while the head is in flight (or dead, under Block).
+    let candidates = [
+        index.next_lapse(now),
+        index.lapsed(now).find(allows).map(|_| now),
+        index
+            .ready()
+            .find(|(_, seq)| allows(seq))
+            .map(|(due, _)| due),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|at| millis_until(now, at))
 }

@@ -413,18 +413,7 @@ impl OutboxStore for PostgresOutboxStore {
         target: &str,
         ordering: OrderingPolicy,
     ) -> Result<Option<Duration>, StoreError> {
-        let sql = match ordering {
-            OrderingPolicy::Skip => &self.sql.next_due_skip,
-            OrderingPolicy::Block => &self.sql.next_due_block,
-        };
-        let wait: Option<i64> = sqlx::query_scalar(AssertSqlSafe(sql.clone()))
-            .bind(self.now())
-            .bind(lane)
-            .bind(target)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| db_error("next_due", e))?;
-        Ok(wait.map(|ms| Duration::from_millis(unsigned(ms))))
+        self.next_due_on(&self.pool, lane, target, ordering).await
     }
 
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {

@@ -11,6 +11,7 @@
 //! - [`enqueue`]: dedupe, validation, atomic batches.
 //! - [`admin`]: list, stats, requeue, discard, purge, next_due, wake-ups.
 //! - [`backlog`]: the claim at a backlog: lapsed claims first, hot keys, lapsed heads.
+//! - [`idle`]: what a short claim tells an idle relay (its `next_due` answer).
 //! - [`payload`]: the bytes of a payload are delivered unchanged, or refused alike.
 
 use std::time::Duration;
@@ -25,6 +26,7 @@ use crate::Harness;
 mod admin;
 mod backlog;
 mod enqueue;
+mod idle;
 mod lifecycle;
 mod ordering;
 mod payload;
@@ -32,6 +34,7 @@ mod payload;
 pub use admin::*;
 pub use backlog::*;
 pub use enqueue::*;
+pub use idle::*;
 pub use lifecycle::*;
 pub use ordering::*;
 pub use payload::*;
@@ -100,6 +103,18 @@ pub async fn claim_one(h: &Harness, request: &ClaimRequest) -> OutboxMessage {
     let batch = h.store.claim(request).await.expect("claim");
     assert_eq!(batch.messages.len(), 1, "expected one message: {batch:?}");
     batch.messages.into_iter().next().expect("one message")
+}
+
+/// Acks every message of a batch; each ack must apply.
+pub async fn ack_all(h: &Harness, batch: &ClaimBatch) {
+    let claims: Vec<_> = batch.messages.iter().map(claim_of).collect();
+    let outcomes = h.store.ack(&claims).await.expect("ack");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| *o == outbox_relay::store::ClaimOutcome::Applied),
+        "{outcomes:?}"
+    );
 }
 
 /// Claims with `request` and expects nothing.

@@ -115,6 +115,9 @@ macro_rules! conformance {
             lapsed_claims_come_before_older_pending_rows,
             a_hot_key_among_cold_keys_yields_one_head_per_key,
             a_lapsed_head_is_reclaimed_before_its_pending_successors,
+            // cases/idle.rs
+            a_short_claim_answers_next_due_as_of_its_end,
+            a_short_claims_next_due_skips_rows_held_behind_their_key,
             // cases/payload.rs
             payload_bytes_are_kept_through_enqueue_claim_and_list,
             a_raw_payload_retried_with_its_dedupe_key_is_a_duplicate,

@@ -13,9 +13,14 @@
 //! delivery's ack goes out with the next flush (at once if none is in flight), and rides
 //! along with the claim when one is due anyway: a busy cycle costs one round trip.
 //!
-//! The quiet idle path: a wake-up makes one claim. `next_due` is asked only when the lane
-//! holds nothing (no delivery running, nothing buffered, no ack waiting), since while it
-//! holds claims their own leases would be the answer; the poll ceiling still applies.
+//! The quiet idle path: a wake-up makes one claim. A claim that comes back short also
+//! answers `next_due` ([`ClaimBatch::next_due`]), so when the lane then holds nothing (no
+//! delivery running, nothing buffered, no ack waiting) it sleeps on that answer: an idle
+//! lane pays one claim and one ack per message. Anything since the claim that may make a
+//! message claimable sooner (a wake-up, a nack's retry, a lease lapse, a lost or released
+//! claim, an acked head that frees its key's next message) forgets that answer, and the
+//! lane claims or asks `next_due` as before. `next_due` is never asked while the lane holds
+//! claims, since their own leases would be the answer; the poll ceiling still applies.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -26,7 +31,7 @@ use crate::config::LaneConfig;
 use crate::message::OutboxMessage;
 use crate::metrics::StoreOp;
 use crate::relay::{LaneKey, RelayEvent};
-use crate::store::{ClaimBatch, ClaimRef, StoreError};
+use crate::store::{ClaimBatch, ClaimRef, NextDue, StoreError};
 
 mod book;
 mod drain;
@@ -92,6 +97,9 @@ pub(crate) struct LaneCore {
     store_has_more: bool,
     /// Whether an idle sleep from `next_due` is scheduled and still meaningful.
     idle_timer_set: bool,
+    /// The last short claim's `next_due` answer, as an instant (`Some(None)`: nothing to
+    /// wait for), while nothing since may have made a message claimable sooner.
+    known_due: Option<Option<Instant>>,
     tick_generation: u64,
     backoff: Backoff,
     /// Release calls in flight (a drain waits for their count).
@@ -112,6 +120,7 @@ impl LaneCore {
             claim: ClaimCall::Idle,
             store_has_more: false,
             idle_timer_set: false,
+            known_due: None,
             tick_generation: 0,
             backoff: Backoff::default(),
             releasing: 0,
@@ -241,8 +250,17 @@ impl LaneCore {
                 self.claim_sent(now, limit);
                 out.push(Command::Claim { limit });
             } else if !self.store_has_more && !self.idle_timer_set && self.held() == 0 {
-                self.claim = ClaimCall::AskingDue;
-                out.push(Command::NextDue);
+                match self.known_due.take() {
+                    // The short claim already said: no store call to sleep on it.
+                    Some(due) => {
+                        let wait = due.map(|at| at.saturating_duration_since(now));
+                        self.sleep_until_due(now, wait, out);
+                    }
+                    None => {
+                        self.claim = ClaimCall::AskingDue;
+                        out.push(Command::NextDue);
+                    }
+                }
             }
         }
         self.finish_drain_if_done(out);
@@ -255,6 +273,14 @@ impl LaneCore {
             limit,
         };
         self.idle_timer_set = false;
+        self.known_due = None;
+    }
+
+    /// Something may have become claimable sooner than the last `next_due` answer said: an
+    /// idle lane asks again instead of sleeping on it.
+    fn forget_due(&mut self) {
+        self.idle_timer_set = false;
+        self.known_due = None;
     }
 
     fn store_failed(
@@ -313,6 +339,10 @@ impl LaneCore {
         let got = batch.messages.len();
         if got < limit {
             self.store_has_more = false;
+            self.known_due = match batch.next_due {
+                NextDue::Known(due) => Some(due.map(|wait| now + wait)),
+                NextDue::Unknown => None,
+            };
         }
         if got == 0 {
             out.push(Command::EmptyClaim);
@@ -388,6 +418,12 @@ impl LaneCore {
             Err(error) => return self.store_failed(now, StoreOp::NextDue, &error, out),
         };
         self.store_ok();
+        self.sleep_until_due(now, due, out);
+    }
+
+    /// Sleeps until the next message is due (`None`: nothing to wait for), within the poll
+    /// ceiling.
+    fn sleep_until_due(&mut self, now: Instant, due: Option<Duration>, out: &mut Vec<Command>) {
         if self.mode != Mode::Running {
             return; // paused or draining since it was asked: no sleep to plan
         }

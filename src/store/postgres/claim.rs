@@ -2,16 +2,20 @@
 //! each in one transaction with the `promote_heads` call that keeps every key's head marked
 //! (see `schema/heads.rs` for why it must be a statement of its own, after the UPDATE).
 
+use std::time::Duration;
+
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 use crate::store::memory::LEASE_LAPSED_ERROR;
-use crate::store::{ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, OrderingPolicy, StoreError};
+use crate::store::{
+    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy, StoreError,
+};
 
 use super::decode::{self, db_error};
 use super::fenced::FencedBatch;
-use super::{interval, to_i64, PostgresOutboxStore};
+use super::{interval, to_i64, unsigned, PostgresOutboxStore};
 
 /// Keys whose live rows changed, for `promote_heads`: (lane, target, key) as three arrays.
 #[derive(Debug, Default)]
@@ -103,7 +107,37 @@ impl PostgresOutboxStore {
             }
         }
         self.promote_heads(conn, &left, op).await?;
+        if batch.messages.len() < request.limit {
+            // After the claim, in its transaction: the leases it handed out count, and a
+            // relay that sleeps on this answer needs no `next_due` call of its own.
+            batch.next_due = NextDue::Known(
+                self.next_due_on(&mut *conn, &request.lane, &request.target, request.ordering)
+                    .await?,
+            );
+        }
         Ok(batch)
+    }
+
+    /// `next_due` on `executor`: the pool, or a claim's transaction.
+    pub(super) async fn next_due_on<'c>(
+        &self,
+        executor: impl sqlx::PgExecutor<'c>,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError> {
+        let sql = match ordering {
+            OrderingPolicy::Skip => &self.sql.next_due_skip,
+            OrderingPolicy::Block => &self.sql.next_due_block,
+        };
+        let wait: Option<i64> = sqlx::query_scalar(AssertSqlSafe(sql.clone()))
+            .bind(self.now())
+            .bind(lane)
+            .bind(target)
+            .fetch_one(executor)
+            .await
+            .map_err(|e| db_error("next_due", e))?;
+        Ok(wait.map(|ms| Duration::from_millis(unsigned(ms))))
     }
 
     /// The ack, on `conn` inside a transaction the caller commits.

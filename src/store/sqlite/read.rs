@@ -18,10 +18,11 @@ use super::row::{db, decode, int, uuid_text};
 use super::schema::{Statements, COLUMNS};
 use super::write::{dynamic, query};
 
-/// How long until the next row of a lane may be claimable (see the trait's `next_due`).
-pub(super) async fn next_due(
+/// How long until the next row of a lane may be claimable (see the trait's `next_due`). On
+/// the read pool, or on the writer inside a claim's transaction (which answers it too).
+pub(super) async fn next_due<'c>(
     sql: &Statements,
-    pool: &SqlitePool,
+    executor: impl sqlx::SqliteExecutor<'c>,
     lane: &str,
     target: &str,
     ordering: OrderingPolicy,
@@ -32,7 +33,7 @@ pub(super) async fn next_due(
         .bind(now)
         .bind(lane)
         .bind(target)
-        .fetch_one(pool)
+        .fetch_one(executor)
         .await
         .map_err(db(OP))?;
     let earliest: Option<i64> = row.try_get(0).map_err(db(OP))?;

@@ -17,7 +17,7 @@ use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis
 use crate::store::memory::LEASE_LAPSED_ERROR;
 use crate::store::{
     duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, MessageFilter,
-    Nack, NackDisposition, NackOutcome, StoreError,
+    Nack, NackDisposition, NackOutcome, NextDue, StoreError,
 };
 
 use super::filter::FilterSql;
@@ -206,6 +206,18 @@ pub(super) async fn claim(
             .await
             .map_err(db(OP))?;
         batch.messages.push(decode(&row)?);
+    }
+    if batch.messages.len() < request.limit {
+        let due = super::read::next_due(
+            sql,
+            &mut *conn,
+            &request.lane,
+            &request.target,
+            request.ordering,
+            now,
+        )
+        .await?;
+        batch.next_due = NextDue::Known(due);
     }
     Ok(batch)
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use outbox_relay::store::{ClaimOutcome, ClaimRequest, OrderingPolicy};
+use outbox_relay::store::{ClaimRequest, OrderingPolicy};
 
 use super::*;
 
@@ -21,15 +21,6 @@ fn in_lane(policy: OrderingPolicy, value: i64) -> OutboxMessageDraft {
 
 fn request(policy: OrderingPolicy, limit: usize, consumer: &str) -> ClaimRequest {
     ClaimRequest::new(lane_of(policy), TARGET, limit, LEASE, consumer).with_ordering(policy)
-}
-
-async fn ack_all(h: &Harness, batch: &ClaimBatch) {
-    let claims: Vec<_> = batch.messages.iter().map(claim_of).collect();
-    let outcomes = h.store.ack(&claims).await.expect("ack");
-    assert!(
-        outcomes.iter().all(|o| *o == ClaimOutcome::Applied),
-        "{outcomes:?}"
-    );
 }
 
 pub async fn lapsed_claims_come_before_older_pending_rows(h: Harness) {
@@ -194,7 +185,7 @@ pub async fn a_lapsed_head_is_reclaimed_before_its_pending_successors(h: Harness
             &h,
             &ClaimBatch {
                 messages: batch.messages[1..].to_vec(),
-                dead_lettered: Vec::new(),
+                ..ClaimBatch::default()
             },
         )
         .await;
@@ -212,7 +203,7 @@ pub async fn a_lapsed_head_is_reclaimed_before_its_pending_successors(h: Harness
             &h,
             &ClaimBatch {
                 messages: vec![again],
-                dead_lettered: Vec::new(),
+                ..ClaimBatch::default()
             },
         )
         .await;
@@ -227,7 +218,7 @@ pub async fn a_lapsed_head_is_reclaimed_before_its_pending_successors(h: Harness
             &h,
             &ClaimBatch {
                 messages: vec![next],
-                dead_lettered: Vec::new(),
+                ..ClaimBatch::default()
             },
         )
         .await;

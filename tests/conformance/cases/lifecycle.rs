@@ -4,7 +4,7 @@
 use outbox_relay::store::memory::LEASE_LAPSED_ERROR;
 use outbox_relay::store::{
     duration_millis, ClaimOutcome, ClaimRequest, Clock, MessageFilter, Nack, NackDisposition,
-    NackOutcome, PageRequest,
+    NackOutcome, NextDue, PageRequest,
 };
 use outbox_relay::OutboxStatus;
 
@@ -313,7 +313,14 @@ pub async fn lease_lapsing_max_attempts_times_dead_letters(h: Harness) {
         [ClaimOutcome::LostClaim]
     );
     let batch = h.store.claim(&claim_req(10, "relay-c")).await.unwrap();
-    assert_eq!(batch, Default::default());
+    assert_eq!(
+        batch,
+        ClaimBatch {
+            next_due: NextDue::Known(Some(ms(8_000))),
+            ..ClaimBatch::default()
+        },
+        "nothing claimed, nothing dead-lettered; the delayed bystander is due in 8 s"
+    );
     assert_eq!(get(&h, message.outbox_id).await, dead);
     assert_eq!(get(&h, bystander.outbox_id).await, bystander);
 }

@@ -62,6 +62,8 @@ impl LaneCore {
 
     pub(super) fn released(&mut self, sent: usize, result: Result<Vec<ClaimOutcome>, StoreError>) {
         self.releasing = self.releasing.saturating_sub(1);
+        // Released rows are due now.
+        self.forget_due();
         let (applied, failed) = match result {
             Ok(outcomes) => (
                 outcomes

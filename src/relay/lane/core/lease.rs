@@ -59,7 +59,7 @@ impl LaneCore {
             self.book.close(message.outbox_id);
         }
         // Lapsed rows are claimable again, by anyone.
-        self.idle_timer_set = false;
+        self.forget_due();
     }
 
     pub(super) fn extended(

@@ -270,6 +270,8 @@ impl LaneCore {
                     );
                 }
                 ClaimOutcome::LostClaim => {
+                    // Its lease lapsed: the row may be claimable again, or be someone else's.
+                    self.forget_due();
                     tracing::info!(lane = %self.key, %outbox_id, "ack found the claim lost");
                     self.emit(
                         out,
@@ -296,7 +298,7 @@ impl LaneCore {
         };
         self.store_ok();
         // A retry is now due at some later time: the idle sleep must be asked again.
-        self.idle_timer_set = false;
+        self.forget_due();
         for (failed, outcome) in nacking.into_iter().zip(outcomes) {
             let outbox_id = failed.running.message.outbox_id;
             tracing::info!(lane = %self.key, %outbox_id, kind = %failed.failure.kind, ?outcome, error = %failed.failure.error, "delivery failed");

@@ -14,6 +14,8 @@ use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
 use crate::store::{ClaimOutcome, NackDisposition, NackOutcome};
 
+mod idle;
+
 fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
     LaneConfig::new("orders", "billing")
         .concurrency(concurrency)
@@ -49,6 +51,7 @@ fn batch(messages: &[OutboxMessage]) -> Input {
     Input::Claimed(Ok(ClaimBatch {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
+        next_due: NextDue::Unknown,
     }))
 }
 
@@ -176,6 +179,7 @@ fn one_flush_at_a_time_and_what_finishes_meanwhile_goes_out_together() {
         Input::Claimed(Ok(ClaimBatch {
             messages: messages.clone(),
             dead_lettered: Vec::new(),
+            next_due: NextDue::Unknown,
         })),
     );
     let slots: Vec<Slot> = delivered(&out).into_iter().map(|(s, _)| s).collect();

@@ -1,0 +1,144 @@
+//! The quiet idle path: a short claim's `next_due` answer lets an idle lane sleep after its
+//! ack without another store call, unless something since may have made work claimable.
+
+use super::*;
+
+/// A short claim of `messages` that also says when the next message is due.
+fn short_batch(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
+    Input::Claimed(Ok(ClaimBatch {
+        messages: messages.to_vec(),
+        dead_lettered: Vec::new(),
+        next_due: NextDue::Known(due),
+    }))
+}
+
+fn wake_at(commands: &[Command]) -> Option<Instant> {
+    commands.iter().find_map(|c| match c {
+        Command::WakeAt { at, .. } => Some(*at),
+        _ => None,
+    })
+}
+
+fn asks_next_due(commands: &[Command]) -> bool {
+    has(commands, |c| matches!(c, Command::NextDue))
+}
+
+/// An idle lane with one message of `key` delivered from a short claim that said the next
+/// message is due in `due`; returns the slot and the message.
+fn delivering(
+    core: &mut LaneCore,
+    now: Instant,
+    key: Option<&str>,
+    due: Option<Duration>,
+) -> (Slot, OutboxMessage) {
+    let first = message(key);
+    core.handle(now, Input::Start);
+    let out = core.handle(now, short_batch(std::slice::from_ref(&first), due));
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    (slot, first)
+}
+
+#[test]
+fn after_the_ack_an_idle_lane_sleeps_on_the_short_claims_answer_without_next_due() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 2), false);
+    let (slot, first) = delivering(&mut core, now, None, Some(Duration::from_secs(3)));
+    let out = core.handle(now, done(slot, &first));
+    assert_eq!(acks(&out), vec![first.claim().unwrap()]);
+    assert!(claims(&out).is_empty(), "{out:?}");
+    let later = now + Duration::from_millis(2);
+    let out = core.handle(later, acked_all(1));
+    assert!(!asks_next_due(&out), "{out:?}");
+    assert!(claims(&out).is_empty(), "{out:?}");
+    // The due time is an instant from the claim's answer, not from the ack's.
+    assert_eq!(wake_at(&out), Some(now + Duration::from_secs(3)), "{out:?}");
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::Idle { .. })
+    )));
+    // A wake-up then makes one claim, as always.
+    assert_eq!(claims(&core.handle(later, Input::Wake)), vec![4]);
+}
+
+#[test]
+fn an_empty_claim_with_an_answer_sleeps_at_once_and_nothing_due_sleeps_the_poll_ceiling() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), false);
+    core.handle(now, Input::Start);
+    let out = core.handle(now, short_batch(&[], None));
+    assert!(!asks_next_due(&out), "{out:?}");
+    assert_eq!(wake_at(&out), Some(now + DEFAULT_MAX_POLL), "{out:?}");
+}
+
+#[test]
+fn a_wake_up_between_the_claim_and_the_ack_is_claimed_at_once() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let (slot, first) = delivering(&mut core, now, None, None);
+    // An enqueue while the delivery runs: the answer "nothing to wait for" is stale.
+    assert_eq!(claims(&core.handle(now, Input::Wake)), vec![1]);
+    let out = core.handle(now, done(slot, &first));
+    assert_eq!(acks(&out), vec![first.claim().unwrap()]);
+    let out = core.handle(now, acked_all(1));
+    assert!(wake_at(&out).is_none(), "the claim is still out: {out:?}");
+    let second = message(None);
+    let out = core.handle(now, short_batch(std::slice::from_ref(&second), None));
+    assert_eq!(delivered(&out).len(), 1, "{out:?}");
+}
+
+#[test]
+fn a_nack_forgets_the_answer_and_the_lane_asks_next_due() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let (slot, first) = delivering(&mut core, now, None, None);
+    let out = core.handle(
+        now,
+        Input::DeliveryDone {
+            slot,
+            outbox_id: first.outbox_id,
+            result: Err(DeliveryFailure::timeout(Duration::from_secs(1))),
+            elapsed: Duration::from_millis(5),
+        },
+    );
+    assert!(has(&out, |c| matches!(c, Command::Nack(_))), "{out:?}");
+    let out = core.handle(now, Input::Nacked(Ok(vec![NackOutcome::Requeued])));
+    assert!(asks_next_due(&out), "the retry may be due sooner: {out:?}");
+}
+
+#[test]
+fn a_lost_ack_forgets_the_answer_and_the_lane_asks_next_due() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let (slot, first) = delivering(&mut core, now, None, None);
+    core.handle(now, done(slot, &first));
+    let out = core.handle(
+        now,
+        Input::Acked {
+            result: Ok(vec![ClaimOutcome::LostClaim]),
+            wall_ms: 0,
+        },
+    );
+    assert!(asks_next_due(&out), "{out:?}");
+}
+
+#[test]
+fn an_acked_ordering_key_head_claims_its_successor_instead_of_sleeping() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let (slot, first) = delivering(&mut core, now, Some("k"), None);
+    core.handle(now, done(slot, &first));
+    let out = core.handle(now, acked_all(1));
+    assert_eq!(claims(&out), vec![2], "{out:?}");
+    assert!(wake_at(&out).is_none(), "{out:?}");
+}
+
+#[test]
+fn a_store_that_does_not_answer_next_due_in_its_claim_is_asked() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), false);
+    core.handle(now, Input::Start);
+    let out = core.handle(now, batch(&[]));
+    assert!(asks_next_due(&out), "{out:?}");
+}
