@@ -155,6 +155,10 @@ async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         .lane(
             LaneConfig::new(LEDGER.0, LEDGER.1)
                 .concurrency(1)
+                // No claims ahead of the one handler: while it holds the lapsing delivery
+                // the lane claims nothing, so the rival (step 4) is the one that takes the
+                // lapsed message, not the lane itself (which would adopt it).
+                .prefetch(0)
                 .lease(Duration::from_secs(1))
                 .lease_extend_margin(None)
                 .ordering(OrderingPolicy::Block)

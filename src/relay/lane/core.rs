@@ -372,11 +372,19 @@ impl LaneCore {
             self.buffer.push_back(message);
         }
         if let Some(batch) = self.book.open(claims) {
-            // The lease began no later than the claim was sent, so time the check from there.
+            // The store started the lease between sending the claim and its answer. An
+            // extension must come before the earliest possible lapse, so it is timed from
+            // the send; a lapse (no extension) must not be declared before the latest
+            // possible one, so it is timed from the answer.
+            let started = if self.config.lease_extend_margin.is_some() {
+                issued_at
+            } else {
+                now
+            };
             out.push(Command::LeaseCheckAt {
                 batch,
                 generation: 0,
-                at: issued_at + self.lease_check_delay(),
+                at: started + self.lease_check_delay(),
             });
         }
         self.emit(

@@ -681,3 +681,34 @@ fn while_deliveries_run_the_poll_ceiling_still_claims_without_next_due() {
         "{out:?}"
     );
 }
+
+#[test]
+fn without_extension_a_lapse_is_timed_from_the_claims_answer_with_it_from_the_send() {
+    // The store starts a lease somewhere between the claim's send and its answer. An
+    // extension must not come late (timed from the send); a lapse must not be declared
+    // early, while the store still holds the claim for us (timed from the answer).
+    let sent = Instant::now();
+    let answered = sent + Duration::from_millis(700);
+    let lease_check = |config: LaneConfig| {
+        let mut core = LaneCore::new(config, false);
+        let out = core.handle(sent, Input::Start);
+        assert_eq!(claims(&out).len(), 1, "{out:?}");
+        let out = core.handle(answered, batch(&[message(None)]));
+        out.into_iter()
+            .find_map(|c| match c {
+                Command::LeaseCheckAt { at, .. } => Some(at),
+                _ => None,
+            })
+            .expect("a lease check")
+    };
+    let lease = Duration::from_secs(30);
+    assert_eq!(
+        lease_check(config(1, 0).lease_extend_margin(None)),
+        answered + lease
+    );
+    let margin = Duration::from_secs(10);
+    assert_eq!(
+        lease_check(config(1, 0).lease_extend_margin(Some(margin))),
+        sent + lease - margin
+    );
+}
