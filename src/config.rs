@@ -16,8 +16,10 @@ pub mod file;
 
 /// Deliveries a lane keeps in flight unless configured otherwise.
 pub const DEFAULT_CONCURRENCY: usize = 8;
-/// The most messages one claim statement takes unless configured otherwise.
-pub const DEFAULT_BATCH_SIZE: usize = 64;
+/// The most messages one claim statement takes unless configured otherwise. A claim asks
+/// for no more than the lane has room for (free handlers plus the prefetch); this only caps
+/// it. At 64 it capped a lane at concurrency 64 to half the room it had.
+pub const DEFAULT_BATCH_SIZE: usize = 256;
 /// How long a claim holds unless configured otherwise.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// How long one delivery may run before it counts as a retryable failure.

@@ -224,7 +224,9 @@ pub struct ClaimBatch {
     /// answers right after it (the leases it just handed out count, as running leases do),
     /// read in the same call. An idle lane that then acks what it got can sleep on this
     /// answer instead of asking `next_due` again, so a picked-up message costs one claim and
-    /// one ack.
+    /// one ack. A claim that came back empty should always answer it; one that got messages
+    /// may leave it [`NextDue::Unknown`] (PostgreSQL does, so its claim stays one
+    /// statement), and the relay then rides a claim on the ack of its last message.
     pub next_due: NextDue,
 }
 
@@ -531,8 +533,9 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
 
     /// Claims up to `limit` claimable messages of one (lane, target). See the module docs.
     ///
-    /// A claim that returns fewer than `limit` messages should also answer
-    /// [`ClaimBatch::next_due`] (the built-in stores do, in the same transaction); one that
+    /// A claim that returns no message should also answer [`ClaimBatch::next_due`] (the
+    /// built-in stores do, in the same call), and one that returns fewer than `limit` may
+    /// (memory and SQLite do; PostgreSQL does not: its claim is one statement). A store that
     /// leaves it [`NextDue::Unknown`] only costs an idle relay a `next_due` call.
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError>;
 

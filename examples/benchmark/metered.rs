@@ -61,6 +61,8 @@ pub struct Meter {
     calls: [AtomicU64; 9],
     /// Microseconds of every claim and ack_and_claim call.
     claim_micros: Mutex<Vec<u64>>,
+    /// Microseconds of the plain claim calls alone (an idle lane's pickup claim).
+    plain_claim_micros: Mutex<Vec<u64>>,
     /// Rows handed out by claims (either kind).
     claimed_rows: AtomicU64,
 }
@@ -88,6 +90,13 @@ impl Meter {
             samples.push(micros);
         }
         self.claimed_rows.fetch_add(rows as u64, Ordering::Relaxed);
+    }
+
+    /// p50 of the plain claim calls (not `ack_and_claim`), in milliseconds.
+    pub fn plain_claim_p50(&self) -> Option<f64> {
+        let mut samples = self.plain_claim_micros.lock().ok()?.clone();
+        samples.sort_unstable();
+        samples.get(samples.len() / 2).map(|&us| us as f64 / 1e3)
     }
 
     /// p50 and p99 of the claim calls, in milliseconds, and how many there were.
@@ -157,6 +166,9 @@ impl OutboxStore for MeteredStore {
         self.meter.count(Op::Claim);
         let started = Instant::now();
         let batch = self.inner.claim(request).await?;
+        if let Ok(mut samples) = self.meter.plain_claim_micros.lock() {
+            samples.push(started.elapsed().as_micros() as u64);
+        }
         self.meter.time_claim(started, batch.messages.len());
         Ok(batch)
     }

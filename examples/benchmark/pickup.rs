@@ -25,6 +25,9 @@ pub struct Pickup {
     pub latencies_ms: Vec<f64>,
     /// Store calls per picked-up message, by operation (only those made).
     pub calls_per_message: Vec<(Op, f64)>,
+    /// The p50 of the relay's plain claim calls (as the store decorator timed them), so the
+    /// rest of the pickup (wake-up, actor hops) can be told apart from the claim.
+    pub claim_p50_ms: Option<f64>,
 }
 
 impl Pickup {
@@ -119,6 +122,7 @@ async fn measure(
     Ok(Pickup {
         latencies_ms,
         calls_per_message,
+        claim_p50_ms: metered.meter.plain_claim_p50(),
     })
 }
 

@@ -37,7 +37,9 @@ pub async fn postgres(
     let err = |what: &'static str| move |e: sqlx::Error| format!("raw ceiling {what}: {e}");
     let mut conn = pool.acquire().await.map_err(err("connect"))?;
     // The relay's own statements run without JIT (issue 8), so the ceiling does too.
-    sqlx::raw_sql("SET jit = off")
+    // ...and its claims and acks commit without waiting for the disk
+    // (`PostgresConfig::synchronous_commit`, false by default), so the ceiling's do too.
+    sqlx::raw_sql("SET jit = off; SET synchronous_commit = off")
         .execute(&mut *conn)
         .await
         .map_err(err("set jit"))?;

@@ -65,8 +65,9 @@ pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
-    OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
+    OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
+    WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT};
 use decode::{db_error, unsigned};
@@ -92,6 +93,8 @@ pub struct PostgresOutboxStore {
     sql: Statements,
     limits: DraftLimits,
     clock: Option<Arc<dyn Clock>>,
+    /// How the relay's own transactions begin: [`PostgresConfig::synchronous_commit`].
+    relay_begin_sql: &'static str,
     wakeups: broadcast::Sender<WakeUp>,
     _listener: listener::ListenerGuard,
 }
@@ -124,9 +127,10 @@ impl PostgresOutboxStore {
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
         let listener = listener::start(&pool, names.channel.clone(), wakeups.clone()).await?;
         Ok(Self {
-            sql: Statements::new(&names),
+            sql: Statements::new(&names, !config.synchronous_commit),
             pool,
             names,
+            relay_begin_sql: config.relay_begin(),
             limits: config.limits,
             clock: config.clock,
             wakeups,
@@ -227,6 +231,15 @@ impl PostgresOutboxStore {
         self.pool.begin().await.map_err(|e| db_error(op, e))
     }
 
+    /// A transaction of the relay's own (claim, ack, nack): see
+    /// [`PostgresConfig::synchronous_commit`].
+    async fn relay_begin(&self, op: &str) -> Result<Transaction<'static, Postgres>, StoreError> {
+        self.pool
+            .begin_with(self.relay_begin_sql)
+            .await
+            .map_err(|e| db_error(op, e))
+    }
+
     async fn conn(&self, op: &str) -> Result<PoolConnection<Postgres>, StoreError> {
         self.pool.acquire().await.map_err(|e| db_error(op, e))
     }
@@ -279,14 +292,25 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        let mut tx = self.begin("claim").await?;
-        let batch = self.claim_in(&mut tx, request).await?;
-        tx.commit().await.map_err(|e| db_error("claim", e))?;
+        // The common case is one statement, one round trip (`claim_fast`); only a lane with
+        // a lapsed last attempt to dead-letter pays for the transaction that does it.
+        let (mut batch, lapsed_last) = self.claim_fast(request).await?;
+        if lapsed_last {
+            // The one-statement claim claimed nothing: it leaves the lane to this one.
+            let mut tx = self.relay_begin("claim").await?;
+            batch = self.claim_in(&mut tx, request).await?;
+            tx.commit().await.map_err(|e| db_error("claim", e))?;
+        } else if batch.messages.is_empty() {
+            batch.next_due = NextDue::Known(
+                self.next_due_on(&self.pool, &request.lane, &request.target, request.ordering)
+                    .await?,
+            );
+        }
         Ok(batch)
     }
 
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let mut tx = self.begin("ack").await?;
+        let mut tx = self.relay_begin("ack").await?;
         let outcomes = self.ack_in(&mut tx, claims).await?;
         tx.commit().await.map_err(|e| db_error("ack", e))?;
         Ok(outcomes)
@@ -302,7 +326,7 @@ impl OutboxStore for PostgresOutboxStore {
         // and the acks are made alone: the answer then carries them with the claim's error,
         // as the contract says. Only an error of the acks themselves is an `Err`.
         let op = "ack_and_claim";
-        let mut tx = self.begin(op).await?;
+        let mut tx = self.relay_begin(op).await?;
         let acked = if acks.is_empty() {
             Vec::new()
         } else {
@@ -348,7 +372,7 @@ impl OutboxStore for PostgresOutboxStore {
                 NackDisposition::Permanent => None,
             })
             .collect();
-        let mut tx = self.begin(op).await?;
+        let mut tx = self.relay_begin(op).await?;
         let rows = self
             .fenced(&mut tx, op, &self.sql.nack, &batch, |q| {
                 q.bind(errors).bind(retries)

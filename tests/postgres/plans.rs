@@ -161,6 +161,11 @@ async fn check_all(store: &PostgresOutboxStore, label: &str) {
             .expect("explain claim");
         check(&format!("{label}: claim {ordering:?}"), &plan, true);
         let plan = store
+            .explain(&Explained::FastClaim(claim_request(ordering)))
+            .await
+            .expect("explain the one-statement claim");
+        check(&format!("{label}: fast claim {ordering:?}"), &plan, true);
+        let plan = store
             .explain(&Explained::NextDue {
                 lane: "l".into(),
                 target: "sink".into(),

@@ -213,6 +213,11 @@ impl LaneCore {
     }
 
     /// How many messages a claim may take now: free slots plus prefetch room.
+    ///
+    /// So the lane never holds more than `concurrency + prefetch` claims (running, buffered
+    /// or being acked: what a crash would have delivered again). A claim that also asked
+    /// for what running handlers will finish while it is out would keep fast handlers
+    /// busier, but would break that bound.
     fn claim_limit(&self) -> usize {
         (self.pool.idle() + self.config.prefetch)
             .saturating_sub(self.buffer.len())
@@ -239,9 +244,16 @@ impl LaneCore {
         }
         let store_open = !self.backoff.waiting;
         let claiming = self.mode == Mode::Running && self.store_has_more;
+        // The lane's last claims are being recorded and it does not know when the next
+        // message is due (its short claim did not say): the flush asks by claiming, which
+        // answers `next_due` when it comes back empty, instead of a `next_due` call after.
+        let going_idle = self.mode == Mode::Running
+            && self.book.len() == 0
+            && self.known_due.is_none()
+            && !self.idle_timer_set;
         if store_open {
             let limit = self.claim_limit();
-            let ride = claiming && self.claim == ClaimCall::Idle && limit > 0;
+            let ride = (claiming || going_idle) && self.claim == ClaimCall::Idle && limit > 0;
             self.flush(now, ride.then_some(limit), out);
         }
         if store_open && self.claim == ClaimCall::Idle && self.mode == Mode::Running {

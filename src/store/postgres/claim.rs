@@ -107,15 +107,51 @@ impl PostgresOutboxStore {
             }
         }
         self.promote_heads(conn, &left, op).await?;
-        if batch.messages.len() < request.limit {
-            // After the claim, in its transaction: the leases it handed out count, and a
-            // relay that sleeps on this answer needs no `next_due` call of its own.
+        if batch.messages.is_empty() {
+            // After the claim, in its transaction, so a relay that sleeps on this answer
+            // needs no `next_due` call of its own. Only for an empty claim: a relay that got
+            // messages holds claims, and asks nothing until they are recorded (it rides a
+            // claim on that ack instead), so a busy claim pays no extra round trip.
             batch.next_due = NextDue::Known(
                 self.next_due_on(&mut *conn, &request.lane, &request.target, request.ordering)
                     .await?,
             );
         }
         Ok(batch)
+    }
+
+    /// The one-statement claim (`sql/claim.rs`, `claim_fast`), on the pool: the batch, and
+    /// whether the lane has a lapsed last attempt that only [`Self::claim_in`] dead-letters.
+    /// Its `next_due` is left `Unknown`.
+    pub(super) async fn claim_fast(
+        &self,
+        request: &ClaimRequest,
+    ) -> Result<(ClaimBatch, bool), StoreError> {
+        let op = "claim";
+        let sql = match request.ordering {
+            OrderingPolicy::Skip => &self.sql.claim_fast_skip,
+            OrderingPolicy::Block => &self.sql.claim_fast_block,
+        };
+        let rows = sqlx::query(AssertSqlSafe(sql.clone()))
+            .bind(self.now())
+            .bind(&request.lane)
+            .bind(&request.target)
+            .bind(to_i64(request.limit))
+            .bind(interval(request.lease))
+            .bind(&request.consumer_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        let mut batch = ClaimBatch::default();
+        let mut lapsed_last = false;
+        for row in &rows {
+            lapsed_last = row.try_get("lapsed_last").map_err(|e| db_error(op, e))?;
+            let id: Option<Uuid> = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
+            if id.is_some() {
+                batch.messages.push(decode::message(row)?);
+            }
+        }
+        Ok((batch, lapsed_last))
     }
 
     /// `next_due` on `executor`: the pool, or a claim's transaction.

@@ -15,8 +15,11 @@ use super::{interval, to_i64, PostgresOutboxStore};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Explained {
-    /// The claim statement for this request.
+    /// The claim statement for this request: the one that also dead-letters lapsed last
+    /// attempts, run in a transaction when the lane has one.
     Claim(ClaimRequest),
+    /// The one-statement claim the relay makes in the common case (no lapsed last attempt).
+    FastClaim(ClaimRequest),
     /// `next_due` of a lane under an ordering policy.
     NextDue {
         /// The lane.
@@ -60,6 +63,19 @@ impl PostgresOutboxStore {
                     .bind(interval(request.lease))
                     .bind(&request.consumer_id)
                     .bind(LEASE_LAPSED_ERROR)
+            }
+            Explained::FastClaim(request) => {
+                let sql = match request.ordering {
+                    OrderingPolicy::Skip => &self.sql.claim_fast_skip,
+                    OrderingPolicy::Block => &self.sql.claim_fast_block,
+                };
+                sqlx::query_scalar(AssertSqlSafe(explain(sql)))
+                    .bind(self.now())
+                    .bind(&request.lane)
+                    .bind(&request.target)
+                    .bind(to_i64(request.limit))
+                    .bind(interval(request.lease))
+                    .bind(&request.consumer_id)
             }
             Explained::NextDue {
                 lane,

@@ -77,6 +77,9 @@ pub(crate) struct Statements {
     /// One claim statement per ordering policy (see `claim.rs`).
     pub(crate) claim_skip: Arc<str>,
     pub(crate) claim_block: Arc<str>,
+    /// The one-statement claim per ordering policy, without dead-lettering (`claim.rs`).
+    pub(crate) claim_fast_skip: Arc<str>,
+    pub(crate) claim_fast_block: Arc<str>,
     pub(crate) ack: Arc<str>,
     pub(crate) nack: Arc<str>,
     pub(crate) extend_lease: Arc<str>,
@@ -96,7 +99,9 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    pub(crate) fn new(names: &Names) -> Self {
+    /// `async_commit`: the one-statement claim commits asynchronously
+    /// ([`super::PostgresConfig::synchronous_commit`] false).
+    pub(crate) fn new(names: &Names, async_commit: bool) -> Self {
         let t = &names.messages;
         let cols_m = columns("m");
         Self {
@@ -152,6 +157,10 @@ impl Statements {
             delete_ids: format!("DELETE FROM {t} WHERE outbox_id = ANY($1::uuid[])").into(),
             claim_skip: claim::claim(t, &cols_m, OrderingPolicy::Skip).into(),
             claim_block: claim::claim(t, &cols_m, OrderingPolicy::Block).into(),
+            claim_fast_skip: claim::claim_fast(t, &cols_m, OrderingPolicy::Skip, async_commit)
+                .into(),
+            claim_fast_block: claim::claim_fast(t, &cols_m, OrderingPolicy::Block, async_commit)
+                .into(),
             // $1 now, $2 ids, $3 tokens. Answers the ordinals of the claims applied, and the
             // keys they leave for `promote_heads`.
             ack: format!(

@@ -15,6 +15,16 @@ async fn asked(h: &Harness) -> NextDue {
     )
 }
 
+/// What a short claim that got messages says of `next_due`: memory and SQLite answer it as
+/// of the claim's end; PostgreSQL's one-statement claim leaves it unknown (the relay rides a
+/// claim on the last ack instead). An empty claim answers it on every store.
+fn short_due(h: &Harness, answer: NextDue) -> NextDue {
+    match h.backend {
+        crate::Backend::Postgres => NextDue::Unknown,
+        crate::Backend::Memory | crate::Backend::Sqlite => answer,
+    }
+}
+
 pub async fn a_short_claim_answers_next_due_as_of_its_end(h: Harness) {
     let empty = h.store.claim(&claim_req(10, "r")).await.unwrap();
     assert_eq!(empty.next_due, NextDue::Known(None), "an empty lane");
@@ -31,9 +41,9 @@ pub async fn a_short_claim_answers_next_due_as_of_its_end(h: Harness) {
     put(&h, draft(2)).await;
     let short = h.store.claim(&claim_req(10, "r")).await.unwrap();
     assert_eq!(short.messages.len(), 1, "{short:?}");
-    assert_eq!(short.next_due, NextDue::Known(Some(LEASE)));
+    assert_eq!(short.next_due, short_due(&h, NextDue::Known(Some(LEASE))));
     assert_eq!(
-        short.next_due,
+        NextDue::Known(Some(LEASE)),
         asked(&h).await,
         "what next_due says after it"
     );
@@ -48,7 +58,7 @@ pub async fn a_short_claim_answers_next_due_as_of_its_end(h: Harness) {
     ack_all(&h, &full).await;
     let rest = h.store.claim(&claim_req(10, "r")).await.unwrap();
     assert_eq!(rest.messages.len(), 1, "the delayed one, due now: {rest:?}");
-    assert_eq!(rest.next_due, NextDue::Known(Some(LEASE)));
+    assert_eq!(rest.next_due, short_due(&h, NextDue::Known(Some(LEASE))));
     ack_all(&h, &rest).await;
     let drained = h.store.claim(&claim_req(10, "r")).await.unwrap();
     assert_eq!(drained.next_due, NextDue::Known(None), "all delivered");
@@ -66,7 +76,7 @@ pub async fn a_short_claims_next_due_skips_rows_held_behind_their_key(h: Harness
     assert_eq!(ids(&short), [head.outbox_id], "{short:?}");
     assert_eq!(
         short.next_due,
-        NextDue::Known(Some(lease)),
+        short_due(&h, NextDue::Known(Some(lease))),
         "the head's lapse"
     );
 
@@ -78,7 +88,7 @@ pub async fn a_short_claims_next_due_skips_rows_held_behind_their_key(h: Harness
         .unwrap();
     let claimed = answer.claimed.unwrap();
     assert_eq!(ids(&claimed), [successor.outbox_id], "{claimed:?}");
-    assert_eq!(claimed.next_due, NextDue::Known(Some(lease)));
+    assert_eq!(claimed.next_due, short_due(&h, NextDue::Known(Some(lease))));
 
     // Its lapse, then nothing held: the delayed one.
     h.store

@@ -12,7 +12,7 @@ use crate::message::{OutboxMessageDraft, OutboxStatus};
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
-use crate::store::{ClaimOutcome, NackDisposition, NackOutcome};
+use crate::store::{AckAndClaim, ClaimOutcome, NackDisposition, NackOutcome};
 
 mod idle;
 
@@ -52,6 +52,15 @@ fn batch(messages: &[OutboxMessage]) -> Input {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
         next_due: NextDue::Unknown,
+    }))
+}
+
+/// A short claim that also said when the next message is due (as memory and SQLite do).
+fn batch_saying(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
+    Input::Claimed(Ok(ClaimBatch {
+        messages: messages.to_vec(),
+        dead_lettered: Vec::new(),
+        next_due: NextDue::Known(due),
     }))
 }
 
@@ -200,7 +209,10 @@ fn one_flush_at_a_time_and_what_finishes_meanwhile_goes_out_together() {
 }
 
 #[test]
-fn the_idle_path_claims_once_per_wake_and_asks_next_due_only_when_nothing_is_held() {
+fn the_idle_path_claims_once_per_wake_and_rides_a_claim_on_the_last_ack() {
+    // A short claim that did not say when the next message is due (PostgreSQL's
+    // one-statement claim): the lane asks nothing while it holds the claim, then asks by
+    // riding a claim on the last ack, and sleeps on that claim's empty answer.
     let now = Instant::now();
     let mut core = LaneCore::new(config(2, 2), false);
     let first = message(None);
@@ -210,17 +222,32 @@ fn the_idle_path_claims_once_per_wake_and_asks_next_due_only_when_nothing_is_hel
     };
     let out = core.handle(now, done(slot, &first));
     assert!(
-        claims(&out).is_empty(),
-        "the store said it was drained: {out:?}"
+        !has(&out, |c| matches!(c, Command::NextDue | Command::Ack(_))),
+        "{out:?}"
     );
     assert!(
-        !has(&out, |c| matches!(c, Command::NextDue)),
-        "an ack is in flight"
+        has(&out, |c| matches!(
+            c,
+            Command::AckAndClaim { acks, limit: 4 } if acks == &[first.claim().unwrap()]
+        )),
+        "the last ack carries the claim that answers next_due: {out:?}"
     );
-    let out = core.handle(now, acked_all(1));
-    assert!(has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
     let later = now + Duration::from_millis(3);
-    let out = core.handle(later, Input::NextDue(Ok(Some(Duration::from_secs(3)))));
+    let empty = ClaimBatch {
+        next_due: NextDue::Known(Some(Duration::from_secs(3))),
+        ..ClaimBatch::default()
+    };
+    let out = core.handle(
+        later,
+        Input::AckedAndClaimed {
+            result: Ok(AckAndClaim {
+                acked: vec![ClaimOutcome::Applied],
+                claimed: Ok(empty),
+            }),
+            wall_ms: 0,
+        },
+    );
+    assert!(!has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
     assert!(has(&out, |c| matches!(
         c,
         Command::WakeAt { at, .. } if *at == later + Duration::from_secs(3)
@@ -232,6 +259,30 @@ fn the_idle_path_claims_once_per_wake_and_asks_next_due_only_when_nothing_is_hel
     // A burst of wakes while the claim is out: still one claim.
     assert_eq!(claims(&core.handle(later, Input::Wake)), vec![4]);
     assert!(claims(&core.handle(later, Input::Wake)).is_empty());
+}
+
+#[test]
+fn a_short_claim_that_said_when_next_is_due_is_slept_on_after_a_plain_ack() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 2), false);
+    core.handle(now, Input::Start);
+    let first = message(None);
+    let out = core.handle(
+        now,
+        batch_saying(std::slice::from_ref(&first), Some(Duration::from_secs(3))),
+    );
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(now, done(slot, &first));
+    assert!(claims(&out).is_empty(), "the store said: {out:?}");
+    assert_eq!(acks(&out), vec![first.claim().unwrap()]);
+    let out = core.handle(now, acked_all(1));
+    assert!(!has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::WakeAt { at, .. } if *at == now + Duration::from_secs(3)
+    )));
 }
 
 #[test]
@@ -508,9 +559,12 @@ fn an_ack_that_frees_an_ordering_key_claims_again() {
     let now = Instant::now();
     let mut core = LaneCore::new(config(2, 0), false);
     let head = message(Some("customer-7"));
-    let out = running_with(&mut core, now, std::slice::from_ref(&head));
+    core.handle(now, Input::Start);
+    // The store said nothing else is due: only the ack freeing the key makes the lane claim.
+    let out = core.handle(now, batch_saying(std::slice::from_ref(&head), None));
     let slot = delivered(&out)[0].0;
-    core.handle(now, done(slot, &head));
+    let out = core.handle(now, done(slot, &head));
+    assert!(claims(&out).is_empty(), "{out:?}");
     let out = core.handle(now, acked_all(1));
     assert_eq!(claims(&out), vec![2], "{out:?}");
 }

@@ -184,6 +184,73 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
     )
 }
 
+/// The claim's common case: `lapsed` and `due` as in [`claim`], without dead-lettering, as
+/// one statement that commits on its own, so a claim is one round trip. `$1` now, `$2` lane,
+/// `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer.
+///
+/// A claim that dead-letters a lapsed last attempt must call `promote_heads` after it, in
+/// its transaction (schema/heads.rs), so this one does not run when the lane has such a
+/// row (`lapsed_last`, one descent of `last_attempt_idx`): it claims nothing and says so in
+/// its first column, and the store runs [`claim`] in a transaction instead, which claims
+/// exactly what it always did.
+///
+/// `async_commit`: the statement sets `synchronous_commit = off` for its own implicit
+/// transaction (`set_config(.., true)`, read at the commit that follows the statement),
+/// as `BEGIN; SET LOCAL ..` does for the relay's other transactions.
+pub(super) fn claim_fast(
+    t: &str,
+    cols_m: &str,
+    policy: OrderingPolicy,
+    async_commit: bool,
+) -> String {
+    let free = key_free(t, "m", policy, false);
+    let rest = "greatest($4 - (SELECT count(*) FROM lapsed), 0)";
+    let commit = if async_commit {
+        "set_config('synchronous_commit', 'off', true) AS async_commit, "
+    } else {
+        ""
+    };
+    format!(
+        "WITH lapsed_last AS MATERIALIZED (
+            SELECT EXISTS (
+                SELECT 1 FROM {t} l
+                WHERE l.lane = $2 AND l.target = $3 AND l.status = 'claimed'
+                  AND l.attempt_count >= l.max_attempts AND l.lease_expires_at <= {NOW}
+            ) AS yes
+         ),
+         lapsed AS MATERIALIZED (
+            SELECT m.outbox_id, 0 AS src, m.lease_expires_at AS due_at, m.seq FROM {t} m
+            WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
+              AND m.lease_expires_at <= {NOW} AND m.attempt_count < m.max_attempts
+              AND NOT (SELECT yes FROM lapsed_last) AND {free}
+            ORDER BY m.lease_expires_at, m.seq
+            LIMIT $4
+            FOR UPDATE OF m SKIP LOCKED
+         ),
+         due AS MATERIALIZED (
+            SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq FROM {t} m
+            WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
+              AND m.available_at <= {NOW} AND NOT (SELECT yes FROM lapsed_last) AND {free}
+            ORDER BY m.available_at, m.seq
+            LIMIT {rest}
+            FOR UPDATE OF m SKIP LOCKED
+         ),
+         to_claim AS (SELECT * FROM lapsed UNION ALL SELECT * FROM due),
+         claimed AS (
+            UPDATE {t} m SET status = 'claimed', attempt_count = m.attempt_count + 1,
+                   claimed_by = $6, claim_token = gen_random_uuid(),
+                   lease_expires_at = {NOW} + $5::int8 * interval '1 millisecond',
+                   updated_at = {NOW}, key_head = true
+            WHERE m.outbox_id = ANY (ARRAY(SELECT outbox_id FROM to_claim))
+            RETURNING {cols_m}
+         )
+         SELECT (SELECT yes FROM lapsed_last) AS lapsed_last, {commit}c.*
+         FROM (SELECT 1) one
+         LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
+         ORDER BY o.src, o.due_at, o.seq"
+    )
+}
+
 /// `next_due` under `policy`: $1 now, $2 lane, $3 target.
 /// Milliseconds to wait, rounded up so a relay that sleeps that long finds the message
 /// due; negative when overdue (the caller clamps: GREATEST would turn "nothing to wait
@@ -213,4 +280,21 @@ pub(super) fn next_due(t: &str, policy: OrderingPolicy) -> String {
              ORDER BY m.lease_expires_at, m.seq LIMIT 1)
          ) d"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_one_statement_claim_sets_asynchronous_commit_only_when_asked() {
+        for policy in [OrderingPolicy::Skip, OrderingPolicy::Block] {
+            let on = claim_fast("t", "m.outbox_id", policy, true);
+            let off = claim_fast("t", "m.outbox_id", policy, false);
+            assert!(on.contains("set_config('synchronous_commit', 'off', true)"));
+            assert!(!off.contains("synchronous_commit"), "{off}");
+            // It never dead-letters: that needs `promote_heads` in a transaction.
+            assert!(!on.contains("SET status = 'dead_letter'"), "{on}");
+        }
+    }
 }
