@@ -10,7 +10,6 @@ use outbox_relay::database::CreateMode;
 use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
 use outbox_relay::relay::{RelayEvent, ShutdownReport};
 use outbox_relay::retention::RetentionTask;
-use outbox_relay::store::NackOutcome;
 use outbox_relay::OutboxRelay;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
@@ -282,10 +281,10 @@ fn log_report(report: &ShutdownReport) {
     }
 }
 
-/// Logs deliveries and failures with `lane`, `target` and `outbox_id` as separate fields,
-/// so a log pipeline can filter on them (the library's own logs name the lane as
-/// `lane/target`). Each delivery is logged at debug: at volume, one info line per message
-/// would drown everything else.
+/// Logs what only the daemon knows to say: a lane (re)started. Deliveries, failures and
+/// dead letters are logged once, by the library, where they happen (a dead letter at WARN,
+/// a delivery at DEBUG, with `lane`, `target` and `outbox_id` as separate fields): logging
+/// them here too printed each twice.
 async fn log_events(mut events: tokio::sync::broadcast::Receiver<RelayEvent>) {
     loop {
         let event = match events.recv().await {
@@ -296,71 +295,47 @@ async fn log_events(mut events: tokio::sync::broadcast::Receiver<RelayEvent>) {
             }
             Err(RecvError::Closed) => return,
         };
-        match event {
-            RelayEvent::Delivered {
-                lane,
-                outbox_id,
-                attempt,
-                duration,
-                ..
-            } => tracing::debug!(
-                lane = %lane.lane,
-                target = %lane.target,
-                %outbox_id,
-                attempt,
-                duration_ms = duration.as_millis() as u64,
-                "delivered"
-            ),
-            RelayEvent::Failed {
-                lane,
-                outbox_id,
-                kind,
-                outcome: NackOutcome::DeadLettered,
-                error,
-                ..
-            } => tracing::warn!(
-                lane = %lane.lane,
-                target = %lane.target,
-                %outbox_id,
-                kind = kind.as_str(),
-                %error,
-                "delivery failed; message dead-lettered"
-            ),
-            RelayEvent::LeaseLapsedDeadLettered { lane, outbox_ids } => {
-                for outbox_id in outbox_ids {
-                    tracing::warn!(
-                        lane = %lane.lane,
-                        target = %lane.target,
-                        %outbox_id,
-                        "lease lapsed on the last attempt; message dead-lettered"
-                    );
-                }
-            }
-            RelayEvent::LaneStarted { lane, incarnation } => tracing::info!(
+        if let RelayEvent::LaneStarted { lane, incarnation } = event {
+            tracing::info!(
                 lane = %lane.lane,
                 target = %lane.target,
                 incarnation,
                 "lane started"
-            ),
-            _ => {}
+            );
         }
     }
 }
 
 /// Logs to stderr (stdout belongs to the log sink), filtered by `RUST_LOG` (default
 /// `info`).
+///
+/// Without ractor's `Actor{id=… name=…}` span: ractor opens it (at INFO) around every
+/// actor's loop, so every line of the library would carry an actor id that tells an
+/// operator nothing; the lines name their lane and target themselves. Only that span is
+/// dropped (by name and target), not ractor's own events.
 fn init_logging(format: LogFormat) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    // A second subscriber cannot be installed; there is only ever one here.
-    let _ = match format {
-        LogFormat::Compact => builder.compact().try_init(),
-        LogFormat::Json => builder.json().try_init(),
+    let fmt = match format {
+        LogFormat::Compact => fmt.compact().boxed(),
+        LogFormat::Json => fmt.json().boxed(),
     };
+    let no_actor_span = tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.is_span() && meta.name() == "Actor" && meta.target().starts_with("ractor"))
+    });
+    // A second subscriber cannot be installed; there is only ever one here.
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(no_actor_span)
+        .with(fmt)
+        .try_init();
 }
 
 /// Serves Prometheus metrics and the health probes on `addr`, on the exporter's own thread.
