@@ -460,6 +460,7 @@ impl Actor for LaneRelay {
         // A new incarnation after a crash finds the old one's claims still leased: the first
         // claim takes what else is due, and its `next_due` sleep ends when those leases lapse.
         let _ = myself.send_message(LaneMsg::Core(Input::Start));
+        // The backlog gauges' first sample is taken now, not one `stats_interval` later.
         let _ = myself.send_message(LaneMsg::StatsTick);
         Ok(state)
     }
