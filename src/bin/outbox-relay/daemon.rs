@@ -1,12 +1,15 @@
-//! `outbox-relay run`: the relay as a daemon, until SIGINT or SIGTERM.
+//! `outbox-relay run`: the relay as a daemon, until SIGINT or SIGTERM; SIGHUP reloads its
+//! lanes ([`crate::reload`]).
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::config::file::MetricsListen;
 use outbox_relay::database::CreateMode;
+use outbox_relay::metrics::control::LaneControl;
 use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
 use outbox_relay::relay::{RelayEvent, ShutdownReport};
 use outbox_relay::retention::RetentionTask;
@@ -14,11 +17,16 @@ use outbox_relay::OutboxRelay;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::reload::RunningLanes;
 use crate::{Failure, LogFormat, RunArgs, Setup};
 
 /// Runs the relay: config checked, metrics endpoint up, store open, lanes started; then
 /// waits for a signal and shuts down gracefully.
-pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
+pub(crate) async fn run(
+    setup: Setup,
+    config_path: Option<PathBuf>,
+    args: RunArgs,
+) -> Result<(), Failure> {
     init_logging(args.log_format);
     let lanes = setup
         .config
@@ -35,13 +43,21 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     // Signals are hooked before anything starts, so a SIGTERM during start-up is not lost
     // (nor does it kill the process with claims held).
     let mut signals = Signals::install()?;
+    // SIGHUP (reload) is hooked as early: its default action would end the process.
+    let mut hangup = signal(SignalKind::hangup())
+        .map_err(|error| Failure::failed(format!("cannot install a signal handler: {error}")))?;
 
     let metrics_listen = args.metrics_listen.unwrap_or(setup.config.metrics_listen);
     // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
     let readiness = Readiness::new();
+    // `outbox-relay pause|resume` reach the relay here once it runs.
+    let control = LaneControl::new();
     if let MetricsListen::Listen(addr) = metrics_listen {
-        install_metrics_exporter(addr, readiness.clone())?;
-        tracing::info!(%addr, "serving Prometheus metrics, /healthz and /readyz");
+        install_metrics_exporter(addr, readiness.clone(), control.clone())?;
+        tracing::info!(
+            %addr,
+            "serving Prometheus metrics, /healthz, /readyz and (to loopback) POST /lanes/…/pause|resume"
+        );
     }
 
     // Sinks are built before the store is opened: a sink that cannot be built (a secret
@@ -94,20 +110,29 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         tokio::runtime::Handle::current(),
         DEFAULT_READINESS_TIMEOUT,
     );
+    control.set(relay.clone(), tokio::runtime::Handle::current());
     tokio::spawn(log_events(relay.subscribe()));
     tracing::info!(
         lanes = lanes.len(),
-        "relay running; SIGINT or SIGTERM stops it"
+        "relay running; SIGINT or SIGTERM stops it, SIGHUP reloads the lanes"
     );
 
-    let refused = tokio::spawn(watch_for_refusal(relay.subscribe()));
-    let cause = tokio::select! {
-        signal = signals.next() => Stop::Signal(signal),
-        refusal = refused => match refusal {
-            Ok(refusal) => Stop::Refused(refusal),
-            // The watcher only ends with a refusal, or with the relay; either way, stop.
-            Err(_) => Stop::Refused("the store-error watcher ended".to_owned()),
-        },
+    let mut running = RunningLanes::new(lanes);
+    let mut refused = tokio::spawn(watch_for_refusal(relay.subscribe()));
+    let cause = loop {
+        tokio::select! {
+            signal = signals.next() => break Stop::Signal(signal),
+            _ = hangup.recv() => {
+                running
+                    .reload(config_path.as_deref(), &relay, setup.config.shutdown_timeout())
+                    .await;
+            }
+            refusal = &mut refused => break match refusal {
+                Ok(refusal) => Stop::Refused(refusal),
+                // The watcher only ends with a refusal, or with the relay; either way, stop.
+                Err(_) => Stop::Refused("the store-error watcher ended".to_owned()),
+            },
+        }
     };
     let signal = match &cause {
         Stop::Signal(signal) => *signal,
@@ -339,8 +364,12 @@ fn init_logging(format: LogFormat) {
 }
 
 /// Serves Prometheus metrics and the health probes on `addr`, on the exporter's own thread.
-fn install_metrics_exporter(addr: SocketAddr, readiness: Readiness) -> Result<(), Failure> {
-    outbox_relay::metrics::install_prometheus_exporter_with_readiness(addr, readiness)
+fn install_metrics_exporter(
+    addr: SocketAddr,
+    readiness: Readiness,
+    control: LaneControl,
+) -> Result<(), Failure> {
+    outbox_relay::metrics::install_prometheus_exporter_with_control(addr, readiness, control)
         .map(drop)
         .map_err(|error| {
             Failure::input(format!(
