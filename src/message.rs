@@ -257,15 +257,29 @@ impl OutboxMessageDraft {
     /// Whether `message` was written from a draft with the same content: the test dedupe
     /// uses to tell a harmless retry of an enqueue from a conflicting reuse of a key. The
     /// payloads must match byte for byte, since those bytes are what gets delivered.
+    /// The trace context headers (`traceparent`, `tracestate`) are not compared: the same
+    /// draft enqueued again from another trace is still the same message.
     pub fn matches(&self, message: &OutboxMessage) -> bool {
         self.lane == message.lane
             && self.target == message.target
             && self.payload == message.payload
-            && self.headers == message.headers
+            && same_headers(&self.headers, &message.headers)
             && self.ordering_key == message.ordering_key
             && self.dedupe_key == message.dedupe_key
             && self.max_attempts == message.max_attempts
     }
+}
+
+/// Headers equal but for the trace context ones.
+fn same_headers(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
+    let outside = |headers: &'_ BTreeMap<String, String>| {
+        headers
+            .iter()
+            .filter(|(name, _)| !crate::trace_context::is_trace_header(name))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect::<Vec<_>>()
+    };
+    outside(a) == outside(b)
 }
 
 /// Lane and target names: 1..=64 characters of `A-Z a-z 0-9 _ - . :`.
