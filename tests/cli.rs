@@ -14,6 +14,8 @@ mod control;
 mod logging;
 #[path = "cli/migrate.rs"]
 mod migrate;
+#[path = "cli/otlp.rs"]
+mod otlp;
 #[path = "cli/payload.rs"]
 mod payload;
 #[path = "cli/refusal.rs"]

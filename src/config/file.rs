@@ -66,6 +66,20 @@ max_poll_interval = "1s"
 sink = { kind = "log" }
 "#;
 
+/// Checks an OTLP/HTTP endpoint: an `http` URL with a host. Plain HTTP only: the binary's
+/// exporter has no TLS (a collector beside the relay, or an agent on the host, is the
+/// usual endpoint).
+pub fn validate_otlp_endpoint(endpoint: &str) -> Result<(), String> {
+    let url = url::Url::parse(endpoint)
+        .map_err(|error| format!("is not a URL ({error}): {endpoint:?}"))?;
+    if url.scheme() != "http" || url.host_str().is_none() {
+        return Err(format!(
+            "must be an http:// URL with a host, like http://127.0.0.1:4318 (no TLS), not {endpoint:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// A relay config file, as written. Every field but `lanes` has a default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,6 +111,12 @@ pub struct FileConfig {
     /// The lanes: at least one.
     #[serde(default)]
     pub lanes: Vec<LaneSection>,
+    /// Where the binary exports its spans over OTLP/HTTP (protobuf, plain HTTP), e.g.
+    /// `http://127.0.0.1:4318` (`/v1/traces` is appended). Default: none, unless the
+    /// environment names one (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`); without either, nothing is exported.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Where the Prometheus endpoint listens: an address, or `false` for no endpoint.
@@ -483,6 +503,10 @@ impl FileConfig {
         if let Some(id) = &self.consumer_id {
             super::validate_consumer_id(id)
                 .map_err(|reason| ConfigError::new("consumer_id", reason))?;
+        }
+        if let Some(endpoint) = &self.otlp_endpoint {
+            validate_otlp_endpoint(endpoint)
+                .map_err(|reason| ConfigError::new("otlp_endpoint", reason))?;
         }
         self.supervisor()?;
         self.lanes()?;

@@ -17,6 +17,7 @@ use outbox_relay::OutboxRelay;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::otlp::OtlpExport;
 use crate::reload::RunningLanes;
 use crate::{Failure, LogFormat, RunArgs, Setup};
 
@@ -27,7 +28,25 @@ pub(crate) async fn run(
     config_path: Option<PathBuf>,
     args: RunArgs,
 ) -> Result<(), Failure> {
-    init_logging(args.log_format);
+    // Before the logging, which exports through it.
+    let otlp = OtlpExport::from_config(setup.config.otlp_endpoint.as_deref())?;
+    init_logging(args.log_format, otlp.as_ref());
+    match &otlp {
+        Some(export) => tracing::info!(endpoint = %export.endpoint, "exporting spans over OTLP"),
+        None => {
+            tracing::info!("OTLP export off (no otlp_endpoint, no OTEL_EXPORTER_OTLP_*ENDPOINT)")
+        }
+    }
+    let outcome = serve(setup, config_path, args).await;
+    // Whatever the outcome, the spans of the last moments are sent.
+    if let Some(export) = otlp {
+        export.shutdown().await;
+    }
+    outcome
+}
+
+/// The daemon's life, from the config check to the shutdown report.
+async fn serve(setup: Setup, config_path: Option<PathBuf>, args: RunArgs) -> Result<(), Failure> {
     let lanes = setup
         .config
         .lanes()
@@ -338,7 +357,7 @@ async fn log_events(mut events: tokio::sync::broadcast::Receiver<RelayEvent>) {
 /// actor's loop, so every line of the library would carry an actor id that tells an
 /// operator nothing; the lines name their lane and target themselves. Only that span is
 /// dropped (by name and target), not ractor's own events.
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, otlp: Option<&OtlpExport>) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
@@ -355,11 +374,13 @@ fn init_logging(format: LogFormat) {
     let no_actor_span = tracing_subscriber::filter::filter_fn(|meta| {
         !(meta.is_span() && meta.name() == "Actor" && meta.target().starts_with("ractor"))
     });
+    let otel = otlp.map(|export| tracing_opentelemetry::layer().with_tracer(export.tracer()));
     // A second subscriber cannot be installed; there is only ever one here.
     let _ = tracing_subscriber::registry()
         .with(filter)
         .with(no_actor_span)
         .with(fmt)
+        .with(otel)
         .try_init();
 }
 

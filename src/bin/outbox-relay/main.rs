@@ -38,6 +38,7 @@ use uuid::Uuid;
 mod admin;
 mod control;
 mod daemon;
+mod otlp;
 mod reload;
 
 /// The environment variable that overrides the config file's `database_url`, so a
