@@ -127,3 +127,57 @@ mod otel {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{InMemoryOutboxStore, OutboxStore};
+
+    fn draft() -> OutboxMessageDraft {
+        OutboxMessageDraft::new("orders", "audit", json!({ "id": 1 }))
+            .unwrap()
+            .with_dedupe_key("order-1")
+            .with_header("x-tenant", "acme")
+    }
+
+    /// The same draft enqueued again from another trace is a duplicate, not a conflict;
+    /// another header still makes it a conflict.
+    #[tokio::test]
+    async fn dedupe_ignores_the_trace_context_headers_only() {
+        let store = InMemoryOutboxStore::new();
+        let first = store
+            .enqueue(draft().with_header(
+                TRACEPARENT,
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ))
+            .await
+            .expect("first");
+        let again = store
+            .enqueue(
+                draft()
+                    .with_header(
+                        TRACEPARENT,
+                        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                    )
+                    .with_header(TRACESTATE, "vendor=1"),
+            )
+            .await
+            .expect("a duplicate");
+        assert!(again.duplicate);
+        assert_eq!(again.message.outbox_id, first.message.outbox_id);
+        let conflict = store
+            .enqueue(draft().with_header("x-tenant", "other"))
+            .await;
+        assert!(conflict.is_err(), "{conflict:?}");
+    }
+
+    /// Without an OpenTelemetry layer there is no context: no header is written.
+    #[tokio::test]
+    async fn without_a_trace_no_header_is_written() {
+        let store = InMemoryOutboxStore::new();
+        let enqueued = store.enqueue(draft()).await.expect("enqueue");
+        assert!(!enqueued.message.headers.contains_key(TRACEPARENT));
+    }
+}
