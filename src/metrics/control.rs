@@ -192,7 +192,79 @@ async fn act(
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+    use std::time::Duration;
+
     use super::*;
+    use crate::{InMemoryOutboxStore, LaneConfig, OutboxRelay};
+
+    struct Idle;
+
+    #[async_trait::async_trait]
+    impl crate::DeliveryHandler for Idle {
+        async fn deliver(
+            &self,
+            _message: &crate::OutboxMessage,
+        ) -> Result<(), crate::DeliveryError> {
+            Ok(())
+        }
+    }
+
+    const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+    #[tokio::test]
+    async fn only_loopback_peers_may_pause_and_only_once_the_relay_runs() {
+        let control = LaneControl::new();
+        let (status, body) = control
+            .answer(&Method::POST, "/lanes/orders/pause", LOOPBACK)
+            .await;
+        assert_eq!(status, 503, "{body}");
+
+        let relay = OutboxRelay::builder(std::sync::Arc::new(InMemoryOutboxStore::new()))
+            .lane(LaneConfig::new("orders", "audit"), Idle)
+            .start()
+            .await
+            .expect("start");
+        let relay = Arc::new(relay);
+        control.set(relay.clone(), tokio::runtime::Handle::current());
+
+        let remote = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3));
+        let (status, body) = control
+            .answer(&Method::POST, "/lanes/orders/pause", remote)
+            .await;
+        assert_eq!(status, 403, "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("10.1.2.3"),
+            "{body}"
+        );
+        let (status, _) = control
+            .answer(&Method::GET, "/lanes/orders/pause", LOOPBACK)
+            .await;
+        assert_eq!(status, 405);
+
+        let (status, body) = control
+            .answer(&Method::POST, "/lanes/orders/pause", LOOPBACK)
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body,
+            serde_json::json!({ "action": "pause", "lanes": ["orders/audit"] })
+        );
+        let lanes = relay.status().await.expect("status");
+        assert_eq!(lanes[0].state, crate::metrics::LaneState::Paused);
+
+        let (status, body) = control
+            .answer(&Method::POST, "/lanes/orders/nosuch/resume", LOOPBACK)
+            .await;
+        assert_eq!(status, 404, "{body}");
+        relay
+            .shutdown(Duration::from_secs(10))
+            .await
+            .expect("shutdown");
+    }
 
     #[test]
     fn paths_name_a_lane_an_optional_target_and_the_action() {
