@@ -263,23 +263,11 @@ impl OutboxMessageDraft {
         self.lane == message.lane
             && self.target == message.target
             && self.payload == message.payload
-            && same_headers(&self.headers, &message.headers)
+            && crate::trace_context::same_headers(&self.headers, &message.headers)
             && self.ordering_key == message.ordering_key
             && self.dedupe_key == message.dedupe_key
             && self.max_attempts == message.max_attempts
     }
-}
-
-/// Headers equal but for the trace context ones.
-fn same_headers(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
-    let outside = |headers: &'_ BTreeMap<String, String>| {
-        headers
-            .iter()
-            .filter(|(name, _)| !crate::trace_context::is_trace_header(name))
-            .map(|(name, value)| (name.clone(), value.clone()))
-            .collect::<Vec<_>>()
-    };
-    outside(a) == outside(b)
 }
 
 /// Lane and target names: 1..=64 characters of `A-Z a-z 0-9 _ - . :`.

@@ -20,8 +20,9 @@
 //! Dedupe ignores both headers ([`OutboxMessageDraft::matches`]): enqueuing the same draft
 //! again from another trace is the harmless retry it always was, not a conflict.
 
-use crate::message::OutboxMessage;
-use crate::message::OutboxMessageDraft;
+use std::collections::BTreeMap;
+
+use crate::message::{OutboxMessage, OutboxMessageDraft};
 
 /// The W3C `traceparent` header.
 pub const TRACEPARENT: &str = "traceparent";
@@ -31,6 +32,18 @@ pub const TRACESTATE: &str = "tracestate";
 /// Whether `name` is one of the trace context headers.
 pub(crate) fn is_trace_header(name: &str) -> bool {
     name.eq_ignore_ascii_case(TRACEPARENT) || name.eq_ignore_ascii_case(TRACESTATE)
+}
+
+/// Headers equal but for the trace context ones.
+pub(crate) fn same_headers(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
+    let outside = |headers: &'_ BTreeMap<String, String>| {
+        headers
+            .iter()
+            .filter(|(name, _)| !is_trace_header(name))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect::<Vec<_>>()
+    };
+    outside(a) == outside(b)
 }
 
 /// Writes the current trace context, through an `outbox.create` span, into each draft's

@@ -66,20 +66,6 @@ max_poll_interval = "1s"
 sink = { kind = "log" }
 "#;
 
-/// Checks an OTLP/HTTP endpoint: an `http` URL with a host. Plain HTTP only: the binary's
-/// exporter has no TLS (a collector beside the relay, or an agent on the host, is the
-/// usual endpoint).
-pub fn validate_otlp_endpoint(endpoint: &str) -> Result<(), String> {
-    let url = url::Url::parse(endpoint)
-        .map_err(|error| format!("is not a URL ({error}): {endpoint:?}"))?;
-    if url.scheme() != "http" || url.host_str().is_none() {
-        return Err(format!(
-            "must be an http:// URL with a host, like http://127.0.0.1:4318 (no TLS), not {endpoint:?}"
-        ));
-    }
-    Ok(())
-}
-
 /// A relay config file, as written. Every field but `lanes` has a default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -505,7 +491,7 @@ impl FileConfig {
                 .map_err(|reason| ConfigError::new("consumer_id", reason))?;
         }
         if let Some(endpoint) = &self.otlp_endpoint {
-            validate_otlp_endpoint(endpoint)
+            super::validate_otlp_endpoint(endpoint)
                 .map_err(|reason| ConfigError::new("otlp_endpoint", reason))?;
         }
         self.supervisor()?;
