@@ -122,24 +122,36 @@ impl RunningLanes {
             .filter(|(_, _, replacing)| *replacing)
             .map(|(config, _, _)| key(config))
             .collect();
-        for lane_key in running.keys() {
-            let gone = !wanted_keys.contains(lane_key);
-            if gone || replaced.contains(lane_key) {
-                relay
-                    .remove_lane(&lane_key.lane, &lane_key.target, drain)
-                    .await
-                    .map_err(|error| format!("removing {lane_key}: {error}"))?;
-                if gone {
-                    changes.removed.push(lane_key.to_string());
-                }
+        let leaving: Vec<LaneKey> = running
+            .keys()
+            .filter(|lane_key| !wanted_keys.contains(lane_key) || replaced.contains(lane_key))
+            .cloned()
+            .collect();
+        let sinks: HashMap<LaneKey, SinkConfig> = wanted
+            .iter()
+            .map(|(config, sink)| (key(config), sink.clone()))
+            .collect();
+        // From here on `self.lanes` follows each step, so a step that fails leaves it true
+        // to what runs, and the next SIGHUP starts from there.
+        for lane_key in leaving {
+            relay
+                .remove_lane(&lane_key.lane, &lane_key.target, drain)
+                .await
+                .map_err(|error| format!("removing {lane_key}: {error}"))?;
+            self.lanes.retain(|(config, _)| key(config) != lane_key);
+            if !wanted_keys.contains(&lane_key) {
+                changes.removed.push(lane_key.to_string());
             }
         }
         for (config, handler, replacing) in starting {
             let lane_key = key(&config);
             relay
-                .add_lane(config, handler)
+                .add_lane(config.clone(), handler)
                 .await
                 .map_err(|error| format!("adding {lane_key}: {error}"))?;
+            if let Some(sink) = sinks.get(&lane_key) {
+                self.lanes.push((config, sink.clone()));
+            }
             if replacing && paused.contains(&lane_key) {
                 relay
                     .pause(&lane_key.lane, &lane_key.target)
@@ -153,7 +165,6 @@ impl RunningLanes {
             }
         }
         changes.removed.sort();
-        self.lanes = wanted;
         Ok(changes)
     }
 }
