@@ -141,6 +141,8 @@ async fn serve(setup: Setup, config_path: Option<PathBuf>, args: RunArgs) -> Res
     let cause = loop {
         tokio::select! {
             signal = signals.next() => break Stop::Signal(signal),
+            // A reload runs to its end (a drain takes at most shutdown_timeout): a SIGTERM
+            // meanwhile waits for it rather than cut a lane change in half.
             _ = hangup.recv() => {
                 running
                     .reload(config_path.as_deref(), &relay, setup.config.shutdown_timeout())
