@@ -1,6 +1,8 @@
 //! Quickstart: a small order service and its outbox relay, on an embedded SQLite file.
 //!
 //! Run: `cargo run --release --example quickstart` (no database to set up).
+//! With `-- --serve` it keeps its metrics endpoint up after the run, until Enter or
+//! Ctrl-C, so that you can `curl` it.
 //!
 //! What it shows, in a few seconds:
 //! - each business transaction writes an order row and its outbox messages together
@@ -108,6 +110,9 @@ struct Tally {
 
 /// What the run found; `ok()` says whether it went as designed.
 struct Outcome {
+    /// Where the metrics are served, if they are (a second run in one process finds the
+    /// exporter already installed).
+    metrics: Option<SocketAddr>,
     tallies: BTreeMap<String, Tally>,
     order_kept: bool,
     dead_letters: Vec<(String, u64, String)>,
@@ -143,11 +148,17 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
 
     // Metrics on a loopback port for as long as the relay runs.
     let metrics_addr = free_loopback_port()?;
-    match outbox_relay::metrics::install_prometheus_exporter(metrics_addr) {
-        Ok(_) => println!("metrics: http://{metrics_addr}/metrics"),
+    let metrics = match outbox_relay::metrics::install_prometheus_exporter(metrics_addr) {
+        Ok(_) => {
+            println!("metrics: http://{metrics_addr}/metrics");
+            Some(metrics_addr)
+        }
         // A second run in one process (the example's own test) finds one installed.
-        Err(error) => println!("metrics: not served ({error})"),
-    }
+        Err(error) => {
+            println!("metrics: not served ({error})");
+            None
+        }
+    };
 
     // The service: each order row and its messages, in one transaction.
     let mut tx = store.begin().await?;
@@ -308,6 +319,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
         report.released()
     );
     Ok(Outcome {
+        metrics,
         tallies,
         order_kept,
         dead_letters,
@@ -339,11 +351,32 @@ fn print_summary(outcome: &Outcome) {
     );
 }
 
+/// Waits for a line on `input` (Enter on a terminal; its end counts too) or for Ctrl-C.
+async fn until_enter_or_ctrl_c(input: impl tokio::io::AsyncRead + Unpin) {
+    use tokio::io::AsyncBufReadExt;
+    let mut line = String::new();
+    let mut input = tokio::io::BufReader::new(input);
+    tokio::select! {
+        _ = input.read_line(&mut line) => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
 #[tokio::main]
 async fn main() {
+    let serve = std::env::args().skip(1).any(|arg| arg == "--serve");
     match run().await {
         Ok(outcome) => {
             print_summary(&outcome);
+            // The exporter runs on a thread of its own for the life of the process: it
+            // keeps answering (with the run's final numbers) until we exit.
+            if let (true, Some(addr)) = (serve, outcome.metrics) {
+                println!();
+                println!(
+                    "serving http://{addr}/metrics (also /healthz); press Enter or Ctrl-C to stop"
+                );
+                until_enter_or_ctrl_c(tokio::io::stdin()).await;
+            }
             if outcome.ok() {
                 println!("quickstart: every message was delivered or dead-lettered as designed");
             } else {
@@ -366,5 +399,30 @@ mod tests {
         let outcome = super::run().await.expect("the quickstart runs");
         super::print_summary(&outcome);
         assert!(outcome.ok(), "the quickstart did not go as designed");
+
+        // What `--serve` relies on: the endpoint outlives the run, with its numbers.
+        let addr = outcome.metrics.expect("the only exporter in this process");
+        let page = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            stream
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .await
+                .expect("send");
+            let mut page = String::new();
+            stream.read_to_string(&mut page).await.expect("read");
+            page
+        })
+        .await
+        .expect("the metrics endpoint answers after the run");
+        assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+        assert!(page.contains("outbox_delivered_total{"), "{page}");
+        // And `--serve` stops at Enter.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            super::until_enter_or_ctrl_c(&b"\n"[..]),
+        )
+        .await
+        .expect("Enter stops the serving");
     }
 }

@@ -30,7 +30,10 @@
 //!   `relay::handler` (one delivery at a time under a timeout).
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
-//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`).
+//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`) and
+//!   `metrics::control` (its `/lanes/…/pause|resume`).
+//! - [`trace_context`]: W3C trace context in message headers (feature `otel`): captured
+//!   at enqueue, the delivery span's parent.
 //! - [`retention`]: automatic retention: `RetentionConfig` (per-lane ages of delivered
 //!   messages and dead letters, defaults as consts) and `RetentionTask`, which purges
 //!   them in bounded batches apart from the lanes.
@@ -38,7 +41,8 @@
 //!   opens the store a URL names; `database/redact.rs` keeps passwords out of every
 //!   printed URL.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`) and the admin
-//!   commands (`status`, `enqueue`, `dead-letters`, `purge`, `migrate`).
+//!   commands (`status`, `enqueue`, `dead-letters`, `purge`, `migrate`), `pause` and
+//!   `resume` of a running daemon, and the SIGHUP reload (`reload.rs`).
 #![deny(
     missing_docs,
     missing_debug_implementations,
@@ -57,6 +61,7 @@ pub mod retention;
 pub mod retry;
 pub mod sinks;
 pub mod store;
+pub mod trace_context;
 
 pub use config::{LaneConfig, SupervisorConfig};
 pub use delivery::{DeliveryError, DeliveryHandler};

@@ -257,11 +257,13 @@ impl OutboxMessageDraft {
     /// Whether `message` was written from a draft with the same content: the test dedupe
     /// uses to tell a harmless retry of an enqueue from a conflicting reuse of a key. The
     /// payloads must match byte for byte, since those bytes are what gets delivered.
+    /// The trace context headers (`traceparent`, `tracestate`) are not compared: the same
+    /// draft enqueued again from another trace is still the same message.
     pub fn matches(&self, message: &OutboxMessage) -> bool {
         self.lane == message.lane
             && self.target == message.target
             && self.payload == message.payload
-            && self.headers == message.headers
+            && crate::trace_context::same_headers(&self.headers, &message.headers)
             && self.ordering_key == message.ordering_key
             && self.dedupe_key == message.dedupe_key
             && self.max_attempts == message.max_attempts

@@ -28,6 +28,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use metrics::Unit;
 
 #[cfg(feature = "prometheus")]
+pub mod control;
+#[cfg(feature = "prometheus")]
 pub mod health;
 mod lane;
 #[cfg(feature = "prometheus")]
@@ -36,7 +38,8 @@ mod prometheus;
 pub use lane::LaneMetrics;
 #[cfg(feature = "prometheus")]
 pub use prometheus::{
-    install_prometheus_exporter, install_prometheus_exporter_with_readiness, MetricsError,
+    install_prometheus_exporter, install_prometheus_exporter_with_control,
+    install_prometheus_exporter_with_readiness, MetricsError,
 };
 
 // ---- Counters -------------------------------------------------------------------------

@@ -8,8 +8,14 @@
 //! PostgreSQL: `OUTBOX_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`.
 //! An unreachable server fails the test; nothing is skipped.
 
+#[path = "cli/control.rs"]
+mod control;
+#[path = "cli/logging.rs"]
+mod logging;
 #[path = "cli/migrate.rs"]
 mod migrate;
+#[path = "cli/otlp.rs"]
+mod otlp;
 #[path = "cli/payload.rs"]
 mod payload;
 #[path = "cli/refusal.rs"]

@@ -336,4 +336,53 @@ async fn each_happening_moves_exactly_its_metrics() {
             ("outbox_end_to_end_latency_seconds", 1),
         ])
     );
+
+    // The backlog gauges are sampled when the lane starts, not one `stats_interval` later:
+    // two messages due in a day are pending, and the gauge says so long before the lane's
+    // hour-long interval (on the paused clock, time only moves while this test waits).
+    let store = memory();
+    for _ in 0..2 {
+        store
+            .enqueue(draft("sampled").with_delay(Duration::from_secs(86_400)))
+            .await
+            .unwrap();
+    }
+    let started = tokio::time::Instant::now();
+    let (relay, _events) = start(
+        OutboxRelay::builder(store.clone())
+            .lane(lane("sampled"), Scripted::new(|| async { Ok(()) })),
+    )
+    .await;
+    let mut seen = None;
+    while started.elapsed() < Duration::from_secs(60) {
+        seen = gauge(&snapshotter, "outbox_pending", "sampled");
+        if seen == Some(2.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        seen,
+        Some(2.0),
+        "outbox_pending of lane `sampled` after {:?} (its stats_interval is 1 h)",
+        started.elapsed()
+    );
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+/// The value of gauge `name` of `lane`, if it was set.
+fn gauge(snapshotter: &Snapshotter, name: &str, lane: &str) -> Option<f64> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .find_map(|(key, _, _, value)| {
+            let key = key.key();
+            let ours =
+                key.name() == name && key.labels().any(|l| l.key() == "lane" && l.value() == lane);
+            match value {
+                DebugValue::Gauge(value) if ours => Some(value.into_inner()),
+                _ => None,
+            }
+        })
 }

@@ -97,6 +97,12 @@ pub struct FileConfig {
     /// The lanes: at least one.
     #[serde(default)]
     pub lanes: Vec<LaneSection>,
+    /// Where the binary exports its spans over OTLP/HTTP (protobuf, plain HTTP), e.g.
+    /// `http://127.0.0.1:4318` (`/v1/traces` is appended). Default: none, unless the
+    /// environment names one (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`); without either, nothing is exported.
+    #[serde(default)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Where the Prometheus endpoint listens: an address, or `false` for no endpoint.
@@ -483,6 +489,10 @@ impl FileConfig {
         if let Some(id) = &self.consumer_id {
             super::validate_consumer_id(id)
                 .map_err(|reason| ConfigError::new("consumer_id", reason))?;
+        }
+        if let Some(endpoint) = &self.otlp_endpoint {
+            super::validate_otlp_endpoint(endpoint)
+                .map_err(|reason| ConfigError::new("otlp_endpoint", reason))?;
         }
         self.supervisor()?;
         self.lanes()?;

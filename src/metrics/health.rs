@@ -1,5 +1,5 @@
 //! The metrics listener's routes (feature `prometheus`): `/metrics`, `/healthz`, `/readyz`,
-//! and 404 for anything else.
+//! the lane control routes under `/lanes/` ([`super::control`]), and 404 for anything else.
 //!
 //! `/healthz` answers 200 as long as the listener's thread runs: it says the process is
 //! alive, nothing more, so a liveness probe never restarts a relay because its database is
@@ -8,6 +8,7 @@
 
 use std::convert::Infallible;
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::metrics::control::LaneControl;
 use crate::metrics::LaneState;
 use crate::relay::RelayHandle;
 use crate::store::OutboxStore;
@@ -158,18 +160,31 @@ impl ReadinessCheck for RelayReadiness {
     }
 }
 
-/// What the listener serves: the scrape and the probes.
+/// What the listener serves: the scrape, the probes and the lane control.
 #[derive(Debug, Clone)]
 pub(super) struct Routes {
     pub(super) metrics: PrometheusHandle,
     pub(super) readiness: Readiness,
+    pub(super) control: LaneControl,
 }
 
 type Answer = Response<Full<Bytes>>;
 
 impl Routes {
-    pub(super) async fn answer(&self, request: Request<Incoming>) -> Result<Answer, Infallible> {
+    pub(super) async fn answer(
+        &self,
+        request: Request<Incoming>,
+        peer: IpAddr,
+    ) -> Result<Answer, Infallible> {
         Ok(match request.uri().path() {
+            path if path.starts_with("/lanes/") => {
+                let (status, body) = self.control.answer(request.method(), path, peer).await;
+                respond(
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    "application/json",
+                    body.to_string(),
+                )
+            }
             "/metrics" => respond(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
@@ -191,7 +206,8 @@ impl Routes {
             _ => respond(
                 StatusCode::NOT_FOUND,
                 "text/plain",
-                "not found: this listener serves /metrics, /healthz and /readyz\n".to_owned(),
+                "not found: this listener serves /metrics, /healthz, /readyz and /lanes/…\n"
+                    .to_owned(),
             ),
         })
     }
@@ -210,8 +226,8 @@ fn respond(status: StatusCode, content_type: &'static str, body: String) -> Answ
 /// Serves `routes` on `listener` until the runtime stops, one task per connection.
 pub(super) async fn serve(listener: tokio::net::TcpListener, routes: Routes) {
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept().await {
+            Ok((stream, peer)) => (stream, peer.ip()),
             Err(error) => {
                 // Out of file descriptors, typically: back off rather than spin.
                 tracing::warn!(%error, "the metrics listener cannot accept a connection");
@@ -223,7 +239,7 @@ pub(super) async fn serve(listener: tokio::net::TcpListener, routes: Routes) {
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let routes = routes.clone();
-                async move { routes.answer(request).await }
+                async move { routes.answer(request, peer).await }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
@@ -259,6 +275,7 @@ mod tests {
             Routes {
                 metrics: handle,
                 readiness,
+                control: LaneControl::new(),
             },
         ));
         addr

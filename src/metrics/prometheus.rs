@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
+use super::control::LaneControl;
 use super::health::{self, Readiness, Routes};
 use super::*;
 
@@ -55,6 +56,22 @@ pub fn install_prometheus_exporter_with_readiness(
     addr: SocketAddr,
     readiness: Readiness,
 ) -> Result<PrometheusHandle, MetricsError> {
+    install_prometheus_exporter_with_control(addr, readiness, LaneControl::new())
+}
+
+/// [`install_prometheus_exporter_with_readiness`], with the lane control routes
+/// (`POST /lanes/{lane}[/{target}]/pause|resume`, loopback peers only; see
+/// [`control`](super::control)) acting on the relay once `control` is
+/// [set](LaneControl::set).
+///
+/// # Errors
+///
+/// As [`install_prometheus_exporter`].
+pub fn install_prometheus_exporter_with_control(
+    addr: SocketAddr,
+    readiness: Readiness,
+    control: LaneControl,
+) -> Result<PrometheusHandle, MetricsError> {
     let fail = |failure| MetricsError { addr, failure };
     let recorder = prometheus_builder()
         .map_err(Failure::Build)
@@ -69,6 +86,7 @@ pub fn install_prometheus_exporter_with_readiness(
     let routes = Routes {
         metrics: recorder.handle(),
         readiness,
+        control,
     };
     metrics::set_global_recorder(recorder)
         .map_err(|e| Failure::Build(BuildError::from(e)))

@@ -73,7 +73,10 @@ pub(crate) struct DeliveryReport {
 /// for a trace exporter while the fmt subscriber prints nothing for it unless asked to
 /// log span events.
 fn delivery_span(message: &OutboxMessage) -> tracing::Span {
+    // A root unless the message's trace context makes it a child (`trace_context::adopt`):
+    // never a child of ractor's `Actor{…}` span, which lasts as long as the actor.
     tracing::info_span!(
+        parent: None,
         "outbox.deliver",
         otel.name = %format_args!("process {}/{}", message.lane, message.target),
         otel.kind = "consumer",
@@ -123,6 +126,8 @@ impl Actor for HandlerActor {
     ) -> Result<(), ActorProcessingErr> {
         let HandlerMsg::Deliver(message) = message;
         let span = delivery_span(&message);
+        // With feature `otel`: a child of the context the enqueue wrote into the headers.
+        crate::trace_context::adopt(&span, &message);
         let started = Instant::now();
         let result = match tokio::time::timeout(
             state.timeout,

@@ -23,6 +23,7 @@ use std::time::Duration;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::config::LaneConfig;
 use crate::delivery::DeliveryHandler;
@@ -36,6 +37,7 @@ use crate::store::{
 };
 
 pub(crate) mod core;
+mod spans;
 
 use self::core::{Command, Input, LaneCore, Slot};
 
@@ -222,24 +224,40 @@ impl LaneRelayState {
         match command {
             Command::Claim { limit } => {
                 let request = self.claim_request(limit);
+                let span = spans::claim(&request.lane, &request.target, limit, false);
                 spawn_call(myself, async move {
-                    LaneMsg::Core(Input::Claimed(store.claim(&request).await))
+                    let started = std::time::Instant::now();
+                    let result = store.claim(&request).instrument(span.clone()).await;
+                    spans::claimed(&span, started, &result);
+                    LaneMsg::Core(Input::Claimed(result))
                 });
             }
             Command::AckAndClaim { acks, limit } => {
                 let request = self.claim_request(limit);
+                let ack_span = spans::ack(&request.lane, &request.target, acks.len(), true);
+                let claim_span = spans::claim(&request.lane, &request.target, limit, true);
                 spawn_call(myself, async move {
-                    let result = store.ack_and_claim(&acks, &request).await;
+                    let started = std::time::Instant::now();
+                    let result = store
+                        .ack_and_claim(&acks, &request)
+                        .instrument(claim_span.clone())
+                        .await;
+                    spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
                     // This machine's wall clock against the store's `created_at`.
                     let wall_ms = SystemClock.now_millis();
                     LaneMsg::Core(Input::AckedAndClaimed { result, wall_ms })
                 });
             }
-            Command::Ack(acks) => spawn_call(myself, async move {
-                let result = store.ack(&acks).await;
-                let wall_ms = SystemClock.now_millis();
-                LaneMsg::Core(Input::Acked { result, wall_ms })
-            }),
+            Command::Ack(acks) => {
+                let span = spans::ack(&self.config.lane, &self.config.target, acks.len(), false);
+                spawn_call(myself, async move {
+                    let started = std::time::Instant::now();
+                    let result = store.ack(&acks).instrument(span.clone()).await;
+                    spans::acked(&span, started, &result);
+                    let wall_ms = SystemClock.now_millis();
+                    LaneMsg::Core(Input::Acked { result, wall_ms })
+                })
+            }
             Command::Nack(nacks) => spawn_call(myself, async move {
                 LaneMsg::Core(Input::Nacked(store.nack(&nacks).await))
             }),
@@ -442,6 +460,7 @@ impl Actor for LaneRelay {
         // A new incarnation after a crash finds the old one's claims still leased: the first
         // claim takes what else is due, and its `next_due` sleep ends when those leases lapse.
         let _ = myself.send_message(LaneMsg::Core(Input::Start));
+        // The backlog gauges' first sample is taken now, not one `stats_interval` later.
         let _ = myself.send_message(LaneMsg::StatsTick);
         Ok(state)
     }

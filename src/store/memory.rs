@@ -188,6 +188,8 @@ impl OutboxStore for InMemoryOutboxStore {
         for draft in &drafts {
             draft.validate(&self.limits)?;
         }
+        let mut drafts = drafts;
+        crate::trace_context::capture(&mut drafts);
         let now = self.clock.now_millis();
         let mut woken = HashSet::new();
         let answers = {

@@ -335,6 +335,8 @@ impl OutboxStore for SqliteOutboxStore {
         for draft in &drafts {
             draft.validate(&self.limits)?;
         }
+        let mut drafts = drafts;
+        crate::trace_context::capture(&mut drafts);
         let mut woken = Woken::new();
         let (_turn, mut tx) = self.begin_write(OP).await?;
         let now = self.clock.now_millis();

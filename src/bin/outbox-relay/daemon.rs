@@ -1,26 +1,52 @@
-//! `outbox-relay run`: the relay as a daemon, until SIGINT or SIGTERM.
+//! `outbox-relay run`: the relay as a daemon, until SIGINT or SIGTERM; SIGHUP reloads its
+//! lanes ([`crate::reload`]).
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::config::file::MetricsListen;
 use outbox_relay::database::CreateMode;
+use outbox_relay::metrics::control::LaneControl;
 use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
 use outbox_relay::relay::{RelayEvent, ShutdownReport};
 use outbox_relay::retention::RetentionTask;
-use outbox_relay::store::NackOutcome;
 use outbox_relay::OutboxRelay;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::otlp::OtlpExport;
+use crate::reload::RunningLanes;
 use crate::{Failure, LogFormat, RunArgs, Setup};
 
 /// Runs the relay: config checked, metrics endpoint up, store open, lanes started; then
 /// waits for a signal and shuts down gracefully.
-pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
-    init_logging(args.log_format);
+pub(crate) async fn run(
+    setup: Setup,
+    config_path: Option<PathBuf>,
+    args: RunArgs,
+) -> Result<(), Failure> {
+    // Before the logging, which exports through it.
+    let otlp = OtlpExport::from_config(setup.config.otlp_endpoint.as_deref())?;
+    init_logging(args.log_format, otlp.as_ref());
+    match &otlp {
+        Some(export) => tracing::info!(endpoint = %export.endpoint, "exporting spans over OTLP"),
+        None => {
+            tracing::info!("OTLP export off (no otlp_endpoint, no OTEL_EXPORTER_OTLP_*ENDPOINT)")
+        }
+    }
+    let outcome = serve(setup, config_path, args).await;
+    // Whatever the outcome, the spans of the last moments are sent.
+    if let Some(export) = otlp {
+        export.shutdown().await;
+    }
+    outcome
+}
+
+/// The daemon's life, from the config check to the shutdown report.
+async fn serve(setup: Setup, config_path: Option<PathBuf>, args: RunArgs) -> Result<(), Failure> {
     let lanes = setup
         .config
         .lanes()
@@ -36,13 +62,21 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
     // Signals are hooked before anything starts, so a SIGTERM during start-up is not lost
     // (nor does it kill the process with claims held).
     let mut signals = Signals::install()?;
+    // SIGHUP (reload) is hooked as early: its default action would end the process.
+    let mut hangup = signal(SignalKind::hangup())
+        .map_err(|error| Failure::failed(format!("cannot install a signal handler: {error}")))?;
 
     let metrics_listen = args.metrics_listen.unwrap_or(setup.config.metrics_listen);
     // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
     let readiness = Readiness::new();
+    // `outbox-relay pause|resume` reach the relay here once it runs.
+    let control = LaneControl::new();
     if let MetricsListen::Listen(addr) = metrics_listen {
-        install_metrics_exporter(addr, readiness.clone())?;
-        tracing::info!(%addr, "serving Prometheus metrics, /healthz and /readyz");
+        install_metrics_exporter(addr, readiness.clone(), control.clone())?;
+        tracing::info!(
+            %addr,
+            "serving Prometheus metrics, /healthz, /readyz and (to loopback) POST /lanes/…/pause|resume"
+        );
     }
 
     // Sinks are built before the store is opened: a sink that cannot be built (a secret
@@ -95,20 +129,31 @@ pub(crate) async fn run(setup: Setup, args: RunArgs) -> Result<(), Failure> {
         tokio::runtime::Handle::current(),
         DEFAULT_READINESS_TIMEOUT,
     );
+    control.set(relay.clone(), tokio::runtime::Handle::current());
     tokio::spawn(log_events(relay.subscribe()));
     tracing::info!(
         lanes = lanes.len(),
-        "relay running; SIGINT or SIGTERM stops it"
+        "relay running; SIGINT or SIGTERM stops it, SIGHUP reloads the lanes"
     );
 
-    let refused = tokio::spawn(watch_for_refusal(relay.subscribe()));
-    let cause = tokio::select! {
-        signal = signals.next() => Stop::Signal(signal),
-        refusal = refused => match refusal {
-            Ok(refusal) => Stop::Refused(refusal),
-            // The watcher only ends with a refusal, or with the relay; either way, stop.
-            Err(_) => Stop::Refused("the store-error watcher ended".to_owned()),
-        },
+    let mut running = RunningLanes::new(lanes);
+    let mut refused = tokio::spawn(watch_for_refusal(relay.subscribe()));
+    let cause = loop {
+        tokio::select! {
+            signal = signals.next() => break Stop::Signal(signal),
+            // A reload runs to its end (a drain takes at most shutdown_timeout): a SIGTERM
+            // meanwhile waits for it rather than cut a lane change in half.
+            _ = hangup.recv() => {
+                running
+                    .reload(config_path.as_deref(), &relay, setup.config.shutdown_timeout())
+                    .await;
+            }
+            refusal = &mut refused => break match refusal {
+                Ok(refusal) => Stop::Refused(refusal),
+                // The watcher only ends with a refusal, or with the relay; either way, stop.
+                Err(_) => Stop::Refused("the store-error watcher ended".to_owned()),
+            },
+        }
     };
     let signal = match &cause {
         Stop::Signal(signal) => *signal,
@@ -282,10 +327,10 @@ fn log_report(report: &ShutdownReport) {
     }
 }
 
-/// Logs deliveries and failures with `lane`, `target` and `outbox_id` as separate fields,
-/// so a log pipeline can filter on them (the library's own logs name the lane as
-/// `lane/target`). Each delivery is logged at debug: at volume, one info line per message
-/// would drown everything else.
+/// Logs what only the daemon knows to say: a lane (re)started. Deliveries, failures and
+/// dead letters are logged once, by the library, where they happen (a dead letter at WARN,
+/// a delivery at DEBUG, with `lane`, `target` and `outbox_id` as separate fields): logging
+/// them here too printed each twice.
 async fn log_events(mut events: tokio::sync::broadcast::Receiver<RelayEvent>) {
     loop {
         let event = match events.recv().await {
@@ -296,76 +341,58 @@ async fn log_events(mut events: tokio::sync::broadcast::Receiver<RelayEvent>) {
             }
             Err(RecvError::Closed) => return,
         };
-        match event {
-            RelayEvent::Delivered {
-                lane,
-                outbox_id,
-                attempt,
-                duration,
-                ..
-            } => tracing::debug!(
-                lane = %lane.lane,
-                target = %lane.target,
-                %outbox_id,
-                attempt,
-                duration_ms = duration.as_millis() as u64,
-                "delivered"
-            ),
-            RelayEvent::Failed {
-                lane,
-                outbox_id,
-                kind,
-                outcome: NackOutcome::DeadLettered,
-                error,
-                ..
-            } => tracing::warn!(
-                lane = %lane.lane,
-                target = %lane.target,
-                %outbox_id,
-                kind = kind.as_str(),
-                %error,
-                "delivery failed; message dead-lettered"
-            ),
-            RelayEvent::LeaseLapsedDeadLettered { lane, outbox_ids } => {
-                for outbox_id in outbox_ids {
-                    tracing::warn!(
-                        lane = %lane.lane,
-                        target = %lane.target,
-                        %outbox_id,
-                        "lease lapsed on the last attempt; message dead-lettered"
-                    );
-                }
-            }
-            RelayEvent::LaneStarted { lane, incarnation } => tracing::info!(
+        if let RelayEvent::LaneStarted { lane, incarnation } = event {
+            tracing::info!(
                 lane = %lane.lane,
                 target = %lane.target,
                 incarnation,
                 "lane started"
-            ),
-            _ => {}
+            );
         }
     }
 }
 
 /// Logs to stderr (stdout belongs to the log sink), filtered by `RUST_LOG` (default
 /// `info`).
-fn init_logging(format: LogFormat) {
+///
+/// Without ractor's `Actor{id=… name=…}` span: ractor opens it (at INFO) around every
+/// actor's loop, so every line of the library would carry an actor id that tells an
+/// operator nothing; the lines name their lane and target themselves. Only that span is
+/// dropped (by name and target), not ractor's own events.
+fn init_logging(format: LogFormat, otlp: Option<&OtlpExport>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    // A second subscriber cannot be installed; there is only ever one here.
-    let _ = match format {
-        LogFormat::Compact => builder.compact().try_init(),
-        LogFormat::Json => builder.json().try_init(),
+    let fmt = match format {
+        LogFormat::Compact => fmt.compact().boxed(),
+        LogFormat::Json => fmt.json().boxed(),
     };
+    let no_actor_span = tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.is_span() && meta.name() == "Actor" && meta.target().starts_with("ractor"))
+    });
+    let otel = otlp.map(|export| tracing_opentelemetry::layer().with_tracer(export.tracer()));
+    // A second subscriber cannot be installed; there is only ever one here.
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(no_actor_span)
+        .with(fmt)
+        .with(otel)
+        .try_init();
 }
 
 /// Serves Prometheus metrics and the health probes on `addr`, on the exporter's own thread.
-fn install_metrics_exporter(addr: SocketAddr, readiness: Readiness) -> Result<(), Failure> {
-    outbox_relay::metrics::install_prometheus_exporter_with_readiness(addr, readiness)
+fn install_metrics_exporter(
+    addr: SocketAddr,
+    readiness: Readiness,
+    control: LaneControl,
+) -> Result<(), Failure> {
+    outbox_relay::metrics::install_prometheus_exporter_with_control(addr, readiness, control)
         .map(drop)
         .map_err(|error| {
             Failure::input(format!(

@@ -9,6 +9,9 @@
 //! outbox-relay dead-letters requeue 0190a1b2-…
 //! outbox-relay purge --older-than 7d
 //! outbox-relay migrate                   # create or upgrade the schema, nothing else
+//! outbox-relay pause orders              # a running daemon's lane stops claiming
+//! outbox-relay resume orders/audit
+//! kill -HUP <pid>                        # the daemon reloads its lanes from --config
 //! ```
 //!
 //! Exit codes: 0 done; 1 the command failed (for `run`: also a shutdown that could not
@@ -17,7 +20,8 @@
 //! sink's lines too), logs go to stderr.
 //!
 //! Layout: this file holds the command line and the error type; [`daemon`] is `run`;
-//! [`admin`] holds the admin commands.
+//! [`admin`] holds the admin commands; [`control`] is `pause` and `resume`; [`reload`] is
+//! what SIGHUP does.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,7 +36,10 @@ use outbox_relay::{OutboxStore, StoreError};
 use uuid::Uuid;
 
 mod admin;
+mod control;
 mod daemon;
+mod otlp;
+mod reload;
 
 /// The environment variable that overrides the config file's `database_url`, so a
 /// password can stay out of the file.
@@ -65,8 +72,14 @@ struct GlobalArgs {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the relay until SIGINT or SIGTERM, then shut down gracefully.
+    /// Run the relay until SIGINT or SIGTERM, then shut down gracefully. SIGHUP reloads
+    /// the config file's lanes.
     Run(RunArgs),
+    /// Pause a lane of the running daemon (through its metrics listener): it stops
+    /// claiming; deliveries in flight finish.
+    Pause(ControlArgs),
+    /// Resume a lane of the running daemon that was paused.
+    Resume(ControlArgs),
     #[command(flatten)]
     Admin(AdminCommand),
 }
@@ -101,6 +114,16 @@ struct RunArgs {
     /// `outbox-relay migrate` first). For database roles without DDL rights.
     #[arg(long)]
     no_migrate: bool,
+}
+
+#[derive(Debug, Args)]
+struct ControlArgs {
+    /// The lane (every target of it), or one lane relay as LANE/TARGET.
+    #[arg(value_name = "LANE[/TARGET]")]
+    lane: String,
+    /// Where the daemon's metrics listener is, overriding the config file.
+    #[arg(long, env = "OUTBOX_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<MetricsListen>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -353,7 +376,9 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> Result<(), Failure> {
     let setup = Setup::resolve(&cli.global)?;
     match cli.command {
-        Command::Run(args) => daemon::run(setup, args).await,
+        Command::Run(args) => daemon::run(setup, cli.global.config, args).await,
+        Command::Pause(args) => control::run(setup, "pause", args).await,
+        Command::Resume(args) => control::run(setup, "resume", args).await,
         Command::Admin(command) => {
             admin::init_logging();
             admin::run(setup, command).await

@@ -340,6 +340,10 @@ impl LaneCore {
         };
         self.store_ok();
         if !batch.dead_lettered.is_empty() {
+            for outbox_id in &batch.dead_lettered {
+                tracing::warn!(lane = %self.key.lane, target = %self.key.target, %outbox_id,
+                    "lease lapsed on the last attempt; message dead-lettered");
+            }
             self.emit(
                 out,
                 RelayEvent::LeaseLapsedDeadLettered {

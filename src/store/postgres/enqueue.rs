@@ -35,6 +35,8 @@ impl PostgresOutboxStore {
         for draft in &drafts {
             draft.validate(&self.limits)?;
         }
+        let mut drafts = drafts;
+        crate::trace_context::capture(&mut drafts);
         let mut first = Vec::with_capacity(drafts.len());
         let mut seen: HashMap<(&str, &str, &str), usize> = HashMap::new();
         for (i, draft) in drafts.iter().enumerate() {

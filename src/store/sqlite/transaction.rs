@@ -89,6 +89,8 @@ impl SqliteOutboxTx<'_> {
         for draft in &drafts {
             draft.validate(&self.store.limits)?;
         }
+        let mut drafts = drafts;
+        crate::trace_context::capture(&mut drafts);
         let now = self.store.clock.now_millis();
         let answers =
             write::enqueue(&self.store.sql, &mut self.tx, drafts, now, &mut self.woken).await?;

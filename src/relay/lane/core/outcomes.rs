@@ -12,7 +12,7 @@ use super::{Command, LaneCore, Mode};
 use crate::message::UnixMillis;
 use crate::metrics::StoreOp;
 use crate::relay::handler::DeliveryFailure;
-use crate::relay::RelayEvent;
+use crate::relay::{LaneKey, RelayEvent};
 use crate::store::{ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError};
 
 /// A finished delivery waiting for its ack to be recorded.
@@ -257,7 +257,14 @@ impl LaneCore {
                     let end_to_end = Duration::from_millis(
                         u64::try_from(wall_ms.saturating_sub(message.created_at)).unwrap_or(0),
                     );
-                    tracing::debug!(lane = %self.key, %outbox_id, "delivered");
+                    tracing::debug!(
+                        lane = %self.key.lane,
+                        target = %self.key.target,
+                        %outbox_id,
+                        attempt = message.attempt_count,
+                        duration_ms = delivered.elapsed.as_millis() as u64,
+                        "delivered"
+                    );
                     self.emit(
                         out,
                         RelayEvent::Delivered {
@@ -272,7 +279,7 @@ impl LaneCore {
                 ClaimOutcome::LostClaim => {
                     // Its lease lapsed: the row may be claimable again, or be someone else's.
                     self.forget_due();
-                    tracing::info!(lane = %self.key, %outbox_id, "ack found the claim lost");
+                    tracing::info!(lane = %self.key.lane, target = %self.key.target, %outbox_id, "ack found the claim lost");
                     self.emit(
                         out,
                         RelayEvent::LostClaim {
@@ -301,7 +308,7 @@ impl LaneCore {
         self.forget_due();
         for (failed, outcome) in nacking.into_iter().zip(outcomes) {
             let outbox_id = failed.running.message.outbox_id;
-            tracing::info!(lane = %self.key, %outbox_id, kind = %failed.failure.kind, ?outcome, error = %failed.failure.error, "delivery failed");
+            log_failure(&self.key, outbox_id, &failed, outcome);
             self.emit(
                 out,
                 RelayEvent::Failed {
@@ -314,5 +321,27 @@ impl LaneCore {
                 },
             );
         }
+    }
+}
+
+/// One line per failed delivery, at the level its outcome deserves: a dead letter needs an
+/// operator (WARN), a scheduled retry or a lost claim is the relay doing its job (INFO).
+/// This is the only place a failure is logged; the binary adds no line of its own.
+fn log_failure(key: &LaneKey, outbox_id: Uuid, failed: &Failed, outcome: NackOutcome) {
+    let (lane, target) = (&key.lane, &key.target);
+    let (kind, error) = (failed.failure.kind.as_str(), &failed.failure.error);
+    match outcome {
+        NackOutcome::DeadLettered => tracing::warn!(
+            %lane, %target, %outbox_id, kind, %error,
+            "delivery failed; message dead-lettered"
+        ),
+        NackOutcome::Requeued => tracing::info!(
+            %lane, %target, %outbox_id, kind, %error,
+            "delivery failed; will retry"
+        ),
+        NackOutcome::LostClaim => tracing::info!(
+            %lane, %target, %outbox_id, kind, %error,
+            "delivery failed; the nack found the claim lost"
+        ),
     }
 }

@@ -1,0 +1,170 @@
+//! SIGHUP: the daemon reads its config file again and brings the running lanes in line with
+//! its `[[lanes]]`, through the relay's runtime commands: a lane no longer in the file is
+//! removed (drained first), a new one added, a changed one (any lane setting or its sink)
+//! removed and added again, paused again if it was paused.
+//!
+//! All or nothing up front: a file that does not parse or validate, or a new sink that
+//! cannot be built, changes nothing (the error is logged and the running lanes go on).
+//! Only `[[lanes]]` are reloaded; the database, the metrics listener, the supervisor,
+//! retention and the shutdown timeout need a restart, which the log says.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_relay::config::file::FileConfig;
+use outbox_relay::metrics::LaneState;
+use outbox_relay::relay::{LaneKey, RelayHandle};
+use outbox_relay::sinks::SinkConfig;
+use outbox_relay::{DeliveryHandler, LaneConfig};
+
+/// The lanes the daemon runs, as the config file last described them.
+pub(crate) struct RunningLanes {
+    lanes: Vec<(LaneConfig, SinkConfig)>,
+}
+
+/// What a reload changed, by lane name.
+#[derive(Debug, Default)]
+struct Changes {
+    added: Vec<String>,
+    removed: Vec<String>,
+    changed: Vec<String>,
+}
+
+fn key(config: &LaneConfig) -> LaneKey {
+    LaneKey::new(&config.lane, &config.target)
+}
+
+impl RunningLanes {
+    /// The lanes the daemon started with.
+    pub(crate) fn new(lanes: Vec<(LaneConfig, SinkConfig)>) -> Self {
+        Self { lanes }
+    }
+
+    /// Reloads the lanes from `path` (None: the daemon runs the embedded default, which
+    /// cannot change). Lanes being removed are given `drain` to finish their deliveries.
+    /// Logs what it did or why it did nothing; never stops the daemon.
+    pub(crate) async fn reload(
+        &mut self,
+        path: Option<&Path>,
+        relay: &RelayHandle,
+        drain: Duration,
+    ) {
+        let Some(path) = path else {
+            tracing::warn!("SIGHUP: no --config file to reload (the embedded default cannot change); lanes unchanged");
+            return;
+        };
+        let wanted = match FileConfig::load(path)
+            .map_err(|e| e.to_string())
+            .and_then(|config| {
+                config
+                    .lanes()
+                    .map_err(|error| format!("{}: {error}", path.display()))
+            }) {
+            Ok(lanes) => lanes,
+            Err(error) => {
+                tracing::error!(%error, "SIGHUP: the config file was refused; lanes unchanged");
+                return;
+            }
+        };
+        match self.apply(wanted, relay, drain).await {
+            Ok(changes) => tracing::info!(
+                added = ?changes.added,
+                removed = ?changes.removed,
+                changed = ?changes.changed,
+                "SIGHUP: lanes reloaded from {} (other settings take effect at a restart)",
+                path.display()
+            ),
+            Err(error) => {
+                tracing::error!(%error, "SIGHUP: reload failed");
+            }
+        }
+    }
+
+    async fn apply(
+        &mut self,
+        wanted: Vec<(LaneConfig, SinkConfig)>,
+        relay: &RelayHandle,
+        drain: Duration,
+    ) -> Result<Changes, String> {
+        let running: HashMap<LaneKey, &(LaneConfig, SinkConfig)> =
+            self.lanes.iter().map(|lane| (key(&lane.0), lane)).collect();
+        let wanted_keys: Vec<LaneKey> = wanted.iter().map(|(config, _)| key(config)).collect();
+        let mut changes = Changes::default();
+        // The sinks of new and changed lanes are built before anything is touched: one that
+        // cannot be built refuses the whole reload.
+        let mut starting: Vec<(LaneConfig, Arc<dyn DeliveryHandler>, bool)> = Vec::new();
+        for (config, sink) in &wanted {
+            let replacing = match running.get(&key(config)) {
+                Some((old_config, old_sink)) if old_config == config && old_sink == sink => {
+                    continue
+                }
+                Some(_) => true,
+                None => false,
+            };
+            let handler = sink
+                .build(&format!("lanes[{}].sink", config.name()))
+                .await
+                .map_err(|error| format!("lanes unchanged: {error}"))?;
+            starting.push((config.clone(), handler, replacing));
+        }
+        let paused: Vec<LaneKey> = relay
+            .status()
+            .await
+            .map_err(|error| format!("the relay does not answer: {error}"))?
+            .into_iter()
+            .filter(|status| status.state == LaneState::Paused)
+            .map(|status| status.lane)
+            .collect();
+        let replaced: Vec<LaneKey> = starting
+            .iter()
+            .filter(|(_, _, replacing)| *replacing)
+            .map(|(config, _, _)| key(config))
+            .collect();
+        let leaving: Vec<LaneKey> = running
+            .keys()
+            .filter(|lane_key| !wanted_keys.contains(lane_key) || replaced.contains(lane_key))
+            .cloned()
+            .collect();
+        let sinks: HashMap<LaneKey, SinkConfig> = wanted
+            .iter()
+            .map(|(config, sink)| (key(config), sink.clone()))
+            .collect();
+        // From here on `self.lanes` follows each step, so a step that fails leaves it true
+        // to what runs, and the next SIGHUP starts from there.
+        for lane_key in leaving {
+            relay
+                .remove_lane(&lane_key.lane, &lane_key.target, drain)
+                .await
+                .map_err(|error| format!("removing {lane_key}: {error}"))?;
+            self.lanes.retain(|(config, _)| key(config) != lane_key);
+            if !wanted_keys.contains(&lane_key) {
+                changes.removed.push(lane_key.to_string());
+            }
+        }
+        for (config, handler, replacing) in starting {
+            let lane_key = key(&config);
+            relay
+                .add_lane(config.clone(), handler)
+                .await
+                .map_err(|error| format!("adding {lane_key}: {error}"))?;
+            if let Some(sink) = sinks.get(&lane_key) {
+                self.lanes.push((config, sink.clone()));
+            }
+            if replacing && paused.contains(&lane_key) {
+                relay
+                    .pause(&lane_key.lane, &lane_key.target)
+                    .await
+                    .map_err(|error| format!("pausing {lane_key} again: {error}"))?;
+            }
+            if replacing {
+                changes.changed.push(lane_key.to_string());
+            } else {
+                changes.added.push(lane_key.to_string());
+            }
+        }
+        changes.removed.sort();
+        Ok(changes)
+    }
+}

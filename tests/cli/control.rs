@@ -1,0 +1,137 @@
+//! Controlling a running daemon: `outbox-relay pause|resume` through its metrics
+//! listener, and SIGHUP reloading its lanes from the config file.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::{free_port, http_get, test_config, Daemon, Sandbox, WAIT};
+
+/// Sends SIGHUP to the daemon, which keeps running.
+fn hangup(daemon: &Daemon) {
+    let status = Command::new("kill")
+        .args(["-HUP", &daemon.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -HUP failed");
+}
+
+/// Waits until the daemon's log contains `text` `times` times.
+fn wait_for_log_count(daemon: &mut Daemon, text: &str, times: usize) {
+    let deadline = Instant::now() + WAIT;
+    while daemon.stderr().matches(text).count() < times {
+        if let Ok(Some(status)) = daemon.child.try_wait() {
+            panic!("the relay exited ({status}):\n{}", daemon.stderr());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{text:?} not {times} times in the log:\n{}",
+            daemon.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `outbox_lane_state` gauge of `orders/{target}` in `state`.
+fn lane_state(port: u16, target: &str, state: &str) -> Option<f64> {
+    let (_, page) = http_get(port, "/metrics");
+    page.lines()
+        .find(|line| {
+            line.starts_with("outbox_lane_state{")
+                && line.contains("lane=\"orders\"")
+                && line.contains(&format!("target=\"{target}\""))
+                && line.contains(&format!("state=\"{state}\""))
+        })
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.parse().ok())
+}
+
+fn second_lane() -> &'static str {
+    r#"
+[[lanes]]
+lane = "orders"
+target = "second"
+max_poll_interval = "200ms"
+sink = { kind = "log" }
+"#
+}
+
+#[test]
+fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    let config = test_config("sqlite:relay.db", "", port);
+    sandbox.write("relay.toml", &config);
+    let cfg = ["--config", "relay.toml"];
+    let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);
+    daemon.wait_for_log("relay running");
+
+    // Pause every target of `orders`: the lane stops claiming.
+    let out = sandbox.ok(&["--config", "relay.toml", "pause", "orders"]);
+    assert_eq!(out.trim(), "paused orders/audit");
+    assert_eq!(lane_state(port, "audit", "paused"), Some(1.0));
+    let held = sandbox.enqueue(&cfg, "orders", "audit", &["--payload", "1"]);
+    // A paused lane delivers nothing; the lane polls every 200 ms, so 2 s would show it.
+    // (Under heavy load this check can only pass wrongly, never fail wrongly.)
+    assert!(
+        daemon.lines.recv_timeout(Duration::from_secs(2)).is_err(),
+        "a paused lane delivered:\n{}",
+        daemon.stderr()
+    );
+    let out = sandbox.ok(&["--config", "relay.toml", "resume", "orders/audit"]);
+    assert_eq!(out.trim(), "resumed orders/audit");
+    assert_eq!(daemon.delivery()["outbox_id"], held.as_str());
+    assert_eq!(lane_state(port, "audit", "paused"), Some(0.0));
+
+    // A lane the daemon does not run, and a name that is no lane name.
+    let refused = sandbox.fails(2, &["--config", "relay.toml", "pause", "nosuch"]);
+    assert!(refused.contains("no lane `nosuch`"), "{refused}");
+    let refused = sandbox.fails(2, &["--config", "relay.toml", "pause", "a b"]);
+    assert!(refused.contains("LANE"), "{refused}");
+    // The control routes take POST only.
+    assert_eq!(http_get(port, "/lanes/orders/pause").0, 405);
+
+    // SIGHUP with a lane added.
+    sandbox.write("relay.toml", &(config.clone() + second_lane()));
+    hangup(&daemon);
+    wait_for_log_count(&mut daemon, "lanes reloaded", 1);
+    assert!(
+        daemon.stderr().contains(r#"added=["orders/second"]"#),
+        "{}",
+        daemon.stderr()
+    );
+    let second = sandbox.enqueue(&cfg, "orders", "second", &["--payload", "2"]);
+    assert_eq!(daemon.delivery()["outbox_id"], second.as_str());
+
+    // SIGHUP with that lane removed and the other one changed, while paused: it stays
+    // paused.
+    sandbox.ok(&["--config", "relay.toml", "pause", "orders/audit"]);
+    sandbox.write(
+        "relay.toml",
+        &config.replace(
+            r#"max_poll_interval = "200ms""#,
+            r#"max_poll_interval = "300ms""#,
+        ),
+    );
+    hangup(&daemon);
+    wait_for_log_count(&mut daemon, "lanes reloaded", 2);
+    let log = daemon.stderr();
+    assert!(log.contains(r#"removed=["orders/second"]"#), "{log}");
+    assert!(log.contains(r#"changed=["orders/audit"]"#), "{log}");
+    let refused = sandbox.fails(2, &["--config", "relay.toml", "pause", "orders/second"]);
+    assert!(refused.contains("no lane `orders/second`"), "{refused}");
+    assert_eq!(lane_state(port, "audit", "paused"), Some(1.0));
+    sandbox.ok(&["--config", "relay.toml", "resume", "orders"]);
+    let after = sandbox.enqueue(&cfg, "orders", "audit", &["--payload", "3"]);
+    assert_eq!(daemon.delivery()["outbox_id"], after.as_str());
+
+    // SIGHUP with a broken file: refused, nothing changes.
+    sandbox.write("relay.toml", "[[lanes]\nnot toml");
+    hangup(&daemon);
+    wait_for_log_count(&mut daemon, "config file was refused", 1);
+    sandbox.write("relay.toml", &config);
+    let last = sandbox.enqueue(&cfg, "orders", "audit", &["--payload", "4"]);
+    assert_eq!(daemon.delivery()["outbox_id"], last.as_str());
+
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "exit {status}:\n{log}");
+}
