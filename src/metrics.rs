@@ -69,6 +69,9 @@ pub const RELAY_RESTARTS_TOTAL: &str = "outbox_relay_restarts_total";
 pub const STORE_ERRORS_TOTAL: &str = "outbox_store_errors_total";
 /// Counter: delivered and dead-lettered messages deleted by automatic retention.
 pub const PURGED_TOTAL: &str = "outbox_purged_total";
+/// Counter, seconds: time a lane wanted to claim but a claim gate held it back, by
+/// [`LABEL_GATE`].
+pub const THROTTLED_SECONDS_TOTAL: &str = "outbox_throttled_seconds_total";
 
 // ---- Histograms -----------------------------------------------------------------------
 
@@ -94,6 +97,9 @@ pub const BLOCKED_KEYS: &str = "outbox_blocked_keys";
 /// Gauge: 1 for the lane relay's current [`LaneState`], 0 for every other, by
 /// [`LABEL_STATE`].
 pub const LANE_STATE: &str = "outbox_lane_state";
+/// Gauge: 1 for the lane's circuit breaker's current [`BreakerState`], 0 for every other,
+/// by [`LABEL_STATE`] (a lane without a breaker stays `closed`).
+pub const BREAKER_STATE: &str = "outbox_breaker_state";
 
 // ---- Labels ---------------------------------------------------------------------------
 
@@ -105,8 +111,10 @@ pub const LABEL_TARGET: &str = "target";
 pub const LABEL_KIND: &str = "kind";
 /// Label of [`STORE_ERRORS_TOTAL`]: a [`StoreOp`].
 pub const LABEL_OP: &str = "op";
-/// Label of [`LANE_STATE`]: a [`LaneState`].
+/// Label of [`LANE_STATE`] (a [`LaneState`]) and [`BREAKER_STATE`] (a [`BreakerState`]).
 pub const LABEL_STATE: &str = "state";
+/// Label of [`THROTTLED_SECONDS_TOTAL`]: a [`GateKind`].
+pub const LABEL_GATE: &str = "gate";
 
 const LANE_TARGET: &[&str] = &[LABEL_LANE, LABEL_TARGET];
 
@@ -209,6 +217,8 @@ pub const ALL: &[MetricInfo] = &[
     info(OLDEST_PENDING_AGE_SECONDS, Gauge, Unit::Seconds, "How long the oldest pending message has waited; 0 when none (store-wide: aggregate with max).", LANE_TARGET),
     info(BLOCKED_KEYS, Gauge, Unit::Count, "Ordering keys held back behind a dead-lettered message (store-wide: aggregate with max).", LANE_TARGET),
     info(LANE_STATE, Gauge, Unit::Count, "1 for the lane relay's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
+    info(THROTTLED_SECONDS_TOTAL, Counter, Unit::Seconds, "Time a lane wanted to claim but a claim gate held it back, by gate.", &[LABEL_LANE, LABEL_TARGET, LABEL_GATE]),
+    info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 
 /// Registers the description and unit of every metric in [`ALL`] with the current
@@ -335,6 +345,34 @@ label_values! {
         Failed => "failed",
         /// Stopped on purpose (shutdown or removal).
         Stopped => "stopped",
+    }
+}
+
+label_values! {
+    /// A circuit breaker's state: the value of [`LABEL_STATE`] on [`BREAKER_STATE`].
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum BreakerState {
+        /// The target answers: claims go on.
+        Closed => "closed",
+        /// The target kept failing: no claims until the cool-down ends.
+        Open => "open",
+        /// The cool-down ended: one probe message is out; its outcome closes or re-opens.
+        HalfOpen => "half_open",
+    }
+}
+
+label_values! {
+    /// The claim gate that held a lane back: the value of [`LABEL_GATE`].
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum GateKind {
+        /// The rate limit's tokens ran out.
+        RateLimit => "rate_limit",
+        /// The circuit breaker is open or waits for its probe.
+        Breaker => "breaker",
+        /// A target's Retry-After holds the lane.
+        RetryAfter => "retry_after",
     }
 }
 

@@ -55,6 +55,10 @@ pub struct LaneMetrics {
     oldest_pending_age: Gauge,
     blocked_keys: Gauge,
     lane_state: [Gauge; LaneState::ALL.len()],
+    breaker_state: [Gauge; BreakerState::ALL.len()],
+    throttled: [Counter; GateKind::ALL.len()],
+    /// Time throttled so far, by gate, in microseconds (the counter shows whole seconds).
+    throttled_micros: std::sync::Arc<[std::sync::atomic::AtomicU64; GateKind::ALL.len()]>,
 }
 
 impl LaneMetrics {
@@ -109,6 +113,15 @@ impl LaneMetrics {
                 let state = LaneState::ALL[i].as_str();
                 metrics::gauge!(LANE_STATE, with(LABEL_STATE, state))
             }),
+            breaker_state: std::array::from_fn(|i| {
+                let state = BreakerState::ALL[i].as_str();
+                metrics::gauge!(BREAKER_STATE, with(LABEL_STATE, state))
+            }),
+            throttled: std::array::from_fn(|i| {
+                let gate = GateKind::ALL[i].as_str();
+                metrics::counter!(THROTTLED_SECONDS_TOTAL, with(LABEL_GATE, gate))
+            }),
+            throttled_micros: std::sync::Arc::default(),
         }
     }
 
@@ -187,6 +200,28 @@ impl LaneMetrics {
     /// A store call failed.
     pub fn store_error(&self, op: StoreOp) {
         self.store_errors[op.index()].increment(1);
+    }
+
+    /// The lane's circuit breaker is now in `state` (1 for it, 0 for the others).
+    pub fn breaker_state(&self, state: BreakerState) {
+        for (i, gauge) in self.breaker_state.iter().enumerate() {
+            gauge.set(if i == state.index() { 1.0 } else { 0.0 });
+        }
+    }
+
+    /// `gate` held the lane back from claiming for `duration`.
+    pub fn throttled(&self, gate: GateKind, duration: Duration) {
+        // Counters take whole numbers and a rate limit holds a lane for milliseconds at a
+        // time: the microseconds add up here, and the counter moves by the whole seconds
+        // the sum crosses, so no wait is lost to rounding.
+        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        let sum = &self.throttled_micros[gate.index()];
+        let before = sum.fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
+        let after = before.saturating_add(micros);
+        let whole = after / 1_000_000 - before / 1_000_000;
+        if whole > 0 {
+            self.throttled[gate.index()].increment(whole);
+        }
     }
 
     /// `n` deliveries are running now in this process.

@@ -298,6 +298,11 @@ impl LaneRelayState {
             } => send_at(myself, at, Input::LeaseDue { batch, generation }),
             Command::WakeAt { generation, at } => send_at(myself, at, Input::Tick(generation)),
             Command::RetryAt(at) => send_at(myself, at, Input::RetryDue),
+            Command::GateAt { generation, at } => send_at(myself, at, Input::GateDue(generation)),
+            Command::Throttled { gate, duration } => {
+                self.metrics.throttled(gate, duration);
+                LaneCounters::add_duration(&self.counters.throttled_micros, duration);
+            }
             Command::DrainDeadlineAt(at) => send_at(myself, at, Input::DrainDeadline),
             Command::EmptyClaim => self.metrics.claimed(0),
             Command::Emit(event) => self.emit(event),
@@ -435,6 +440,11 @@ impl Actor for LaneRelay {
             }
         })));
         state.publish_in_flight();
+        // A new incarnation starts with its breaker closed.
+        if let Some(breaker) = state.core.breaker_state() {
+            state.metrics.breaker_state(breaker);
+            state.counters.set_breaker(Some(breaker));
+        }
         state.emit(RelayEvent::LaneStarted {
             lane: key,
             incarnation: args.incarnation,

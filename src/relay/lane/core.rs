@@ -21,20 +21,28 @@
 //! claim, an acked head that frees its key's next message) forgets that answer, and the
 //! lane claims or asks `next_due` as before. `next_due` is never asked while the lane holds
 //! claims, since their own leases would be the answer; the poll ceiling still applies.
+//!
+//! Claim gates ([`gate`]): before each claim the core asks the lane's gates (rate limit,
+//! circuit breaker, Retry-After hold) how much it may take, and sleeps until the time they
+//! name when they say wait. A claim takes only what the rate allows, so claimed messages
+//! never wait for tokens; an open breaker stops claims (no attempts spent) and hands the
+//! buffered claims back unused.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use uuid::Uuid;
 
 use crate::config::LaneConfig;
 use crate::message::OutboxMessage;
-use crate::metrics::StoreOp;
+use crate::metrics::{BreakerState, GateKind, StoreOp};
 use crate::relay::{LaneKey, RelayEvent};
 use crate::store::{ClaimBatch, ClaimRef, NextDue, StoreError};
 
 mod book;
 mod drain;
+mod gate;
 mod io;
 mod lease;
 mod outcomes;
@@ -43,6 +51,7 @@ mod pool;
 mod tests;
 
 use book::LeaseBook;
+use gate::{Admit, Gates};
 pub(crate) use io::{Command, Input};
 use outcomes::Outcomes;
 use pool::HandlerPool;
@@ -104,11 +113,18 @@ pub(crate) struct LaneCore {
     backoff: Backoff,
     /// Release calls in flight (a drain waits for their count).
     releasing: usize,
+    gates: Gates,
+    /// The gate timer scheduled, if any: its generation and when it fires.
+    gate_timer: Option<(u64, Instant)>,
+    gate_generation: u64,
+    /// Since when, and by which gate, the lane has wanted to claim and been held back.
+    throttled: Option<(Instant, GateKind)>,
 }
 
 impl LaneCore {
     /// A lane with `config.concurrency` idle slots; paused lanes claim nothing until resumed.
     pub(crate) fn new(config: LaneConfig, paused: bool) -> Self {
+        let gates = Gates::new(&config);
         Self {
             key: LaneKey::new(&config.lane, &config.target),
             pool: HandlerPool::new(config.concurrency),
@@ -124,6 +140,10 @@ impl LaneCore {
             tick_generation: 0,
             backoff: Backoff::default(),
             releasing: 0,
+            gates,
+            gate_timer: None,
+            gate_generation: 0,
+            throttled: None,
         }
     }
 
@@ -136,6 +156,11 @@ impl LaneCore {
     #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {
         self.buffer.len()
+    }
+
+    /// The circuit breaker's state, if the lane has one.
+    pub(crate) fn breaker_state(&self) -> Option<BreakerState> {
+        self.gates.breaker_state()
     }
 
     /// Claims the lane holds (running, buffered, or finished and not yet recorded).
@@ -155,6 +180,14 @@ impl LaneCore {
                 if generation == self.tick_generation {
                     self.store_has_more = true;
                     self.idle_timer_set = false;
+                }
+            }
+            Input::GateDue(generation) => {
+                if self
+                    .gate_timer
+                    .is_some_and(|(current, _)| current == generation)
+                {
+                    self.gate_timer = None;
                 }
             }
             Input::RetryDue => {
@@ -179,7 +212,7 @@ impl LaneCore {
                 outbox_id,
                 result,
                 elapsed,
-            } => self.delivery_done(slot, outbox_id, result, elapsed),
+            } => self.delivery_done(now, slot, outbox_id, result, elapsed),
             Input::HandlerDied { slot, reason } => self.handler_died(now, slot, reason, &mut out),
             Input::LeaseDue { batch, generation } => self.lease_due(batch, generation, &mut out),
             Input::Claimed(result) => {
@@ -194,7 +227,12 @@ impl LaneCore {
                         self.claimed(now, call, answer.claimed, &mut out);
                     }
                     // Neither happened: the acks go out again, the claim is made again.
-                    Err(error) => self.acked(now, Err(error), wall_ms, &mut out),
+                    Err(error) => {
+                        if let ClaimCall::Claiming { limit, .. } = call {
+                            self.gates.claim_answered(limit, &[]);
+                        }
+                        self.acked(now, Err(error), wall_ms, &mut out)
+                    }
                 }
             }
             Input::Acked { result, wall_ms } => self.acked(now, result, wall_ms, &mut out),
@@ -208,7 +246,9 @@ impl LaneCore {
             } => self.extended(now, batch, generation, claims, result, &mut out),
             Input::Released { sent, result } => self.released(sent, result),
         }
+        self.gate_changes(&mut out);
         self.pump(now, &mut out);
+        self.gate_changes(&mut out);
         out
     }
 
@@ -239,13 +279,16 @@ impl LaneCore {
         }
         let store_open = !self.backoff.waiting;
         let claiming = self.mode == Mode::Running && self.store_has_more;
+        let limit = if store_open && claiming && self.claim == ClaimCall::Idle {
+            self.admitted(now, out)
+        } else {
+            self.throttle_end(now, out);
+            0
+        };
         if store_open {
-            let limit = self.claim_limit();
-            let ride = claiming && self.claim == ClaimCall::Idle && limit > 0;
-            self.flush(now, ride.then_some(limit), out);
+            self.flush(now, (limit > 0).then_some(limit), out);
         }
         if store_open && self.claim == ClaimCall::Idle && self.mode == Mode::Running {
-            let limit = self.claim_limit();
             if claiming && limit > 0 {
                 self.claim_sent(now, limit);
                 out.push(Command::Claim { limit });
@@ -266,8 +309,87 @@ impl LaneCore {
         self.finish_drain_if_done(out);
     }
 
+    /// How many messages a claim may take now, by the free room and the gates; when a gate
+    /// holds the lane back, counts the throttled time and sets a timer for when it lets go.
+    fn admitted(&mut self, now: Instant, out: &mut Vec<Command>) -> usize {
+        let want = self.claim_limit();
+        if want == 0 {
+            self.throttle_end(now, out);
+            return 0;
+        }
+        match self.gates.admit(now, want) {
+            Admit::UpTo(limit) => limit,
+            Admit::Wait { gate, until } => {
+                match self.throttled {
+                    Some((_, held_by)) if held_by == gate => {}
+                    _ => {
+                        self.throttle_end(now, out);
+                        self.throttled = Some((now, gate));
+                    }
+                }
+                if let Some(at) = until {
+                    self.gate_timer_at(at, out);
+                }
+                0
+            }
+        }
+    }
+
+    /// A gate lets go at `at`: be woken then (unless an earlier timer is set, which asks
+    /// the gates again when it fires).
+    fn gate_timer_at(&mut self, at: Instant, out: &mut Vec<Command>) {
+        if self.gate_timer.is_some_and(|(_, set)| set <= at) {
+            return;
+        }
+        self.gate_generation += 1;
+        self.gate_timer = Some((self.gate_generation, at));
+        out.push(Command::GateAt {
+            generation: self.gate_generation,
+            at,
+        });
+    }
+
+    /// The lane no longer waits on a gate: the throttled time is counted.
+    fn throttle_end(&mut self, now: Instant, out: &mut Vec<Command>) {
+        if let Some((since, gate)) = self.throttled.take() {
+            let duration = now.saturating_duration_since(since);
+            if !duration.is_zero() {
+                out.push(Command::Throttled { gate, duration });
+            }
+        }
+    }
+
+    /// Turns the breaker's changes into events; an opening hands the buffered claims back
+    /// unused (their attempts not counted), since delivering them now would only fail.
+    fn gate_changes(&mut self, out: &mut Vec<Command>) {
+        for change in self.gates.take_changes() {
+            if change.state == BreakerState::Open
+                && matches!(self.mode, Mode::Running | Mode::Paused)
+            {
+                let claims: Vec<ClaimRef> = std::mem::take(&mut self.buffer)
+                    .into_iter()
+                    .filter_map(|m| self.book.close(m.outbox_id))
+                    .collect();
+                if !claims.is_empty() {
+                    self.releasing += 1;
+                    out.push(Command::Release(claims));
+                }
+            }
+            tracing::warn!(lane = %self.key, state = %change.state, reason = %change.reason, "circuit breaker");
+            self.emit(
+                out,
+                RelayEvent::BreakerChanged {
+                    lane: self.key.clone(),
+                    state: change.state,
+                    reason: change.reason,
+                },
+            );
+        }
+    }
+
     /// A claim of up to `limit` goes out now.
     fn claim_sent(&mut self, now: Instant, limit: usize) {
+        self.gates.claim_sent(now, limit);
         self.claim = ClaimCall::Claiming {
             issued_at: now,
             limit,
@@ -324,9 +446,14 @@ impl LaneCore {
         };
         let batch = match result {
             Ok(batch) => batch,
-            Err(error) => return self.store_failed(now, StoreOp::Claim, &error, out),
+            Err(error) => {
+                self.gates.claim_answered(limit, &[]);
+                return self.store_failed(now, StoreOp::Claim, &error, out);
+            }
         };
         self.store_ok();
+        let claimed: Vec<Uuid> = batch.messages.iter().map(|m| m.outbox_id).collect();
+        self.gates.claim_answered(limit, &claimed);
         if !batch.dead_lettered.is_empty() {
             self.emit(
                 out,

@@ -168,6 +168,7 @@ impl LaneCore {
 
     pub(super) fn delivery_done(
         &mut self,
+        now: Instant,
         slot: Slot,
         outbox_id: Uuid,
         result: Result<(), DeliveryFailure>,
@@ -176,6 +177,14 @@ impl LaneCore {
         let Some(running) = self.pool.finish(slot, outbox_id) else {
             return;
         };
+        match &result {
+            // A permanent rejection is the target answering: not an outage.
+            Ok(()) => self.gates.observe(now, outbox_id, false, None),
+            Err(failure) => {
+                self.gates
+                    .observe(now, outbox_id, !failure.permanent, failure.retry_after)
+            }
+        }
         self.count_completed();
         let Some(claim) = self.book.close(outbox_id) else {
             return;
@@ -220,6 +229,7 @@ impl LaneCore {
         };
         let outbox_id = running.message.outbox_id;
         tracing::warn!(lane = %self.key, %outbox_id, %reason, "handler panicked");
+        self.gates.observe(now, outbox_id, true, None);
         self.count_completed();
         if let Some(claim) = self.book.close(outbox_id) {
             let ran = running.ran(now);
