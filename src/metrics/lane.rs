@@ -291,6 +291,8 @@ mod tests {
                         DELIVERY_FAILURES_TOTAL => FailureKind::ALL.len(),
                         STORE_ERRORS_TOTAL => StoreOp::ALL.len(),
                         LANE_STATE => LaneState::ALL.len(),
+                        BREAKER_STATE => BreakerState::ALL.len(),
+                        THROTTLED_SECONDS_TOTAL => GateKind::ALL.len(),
                         _ => 1,
                     })
                     .sum::<usize>(),
@@ -372,6 +374,28 @@ mod tests {
         for (helper, name, n) in cases {
             assert_eq!(moved_by(helper), one(name, Moved::Counter(n)), "{name}");
         }
+    }
+
+    #[test]
+    fn throttled_time_adds_up_across_short_waits_into_whole_seconds_by_gate() {
+        let moved = moved_by(|m| {
+            // 300 waits of 5 ms: 1.5 s, of which the counter shows the whole second.
+            for _ in 0..300 {
+                m.throttled(GateKind::RateLimit, Duration::from_millis(5));
+            }
+            m.throttled(GateKind::Breaker, Duration::from_millis(2_500));
+        });
+        assert_eq!(
+            moved,
+            labelled(&[
+                (
+                    THROTTLED_SECONDS_TOTAL,
+                    "gate=rate_limit",
+                    Moved::Counter(1)
+                ),
+                (THROTTLED_SECONDS_TOTAL, "gate=breaker", Moved::Counter(2)),
+            ])
+        );
     }
 
     #[test]

@@ -290,7 +290,7 @@ impl LaneCore {
         }
         if store_open && self.claim == ClaimCall::Idle && self.mode == Mode::Running {
             if claiming && limit > 0 {
-                self.claim_sent(now, limit);
+                self.claim_sent(now, limit, out);
                 out.push(Command::Claim { limit });
             } else if !self.store_has_more && !self.idle_timer_set && self.held() == 0 {
                 match self.known_due.take() {
@@ -388,7 +388,8 @@ impl LaneCore {
     }
 
     /// A claim of up to `limit` goes out now.
-    fn claim_sent(&mut self, now: Instant, limit: usize) {
+    fn claim_sent(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) {
+        self.throttle_end(now, out);
         self.gates.claim_sent(now, limit);
         self.claim = ClaimCall::Claiming {
             issued_at: now,

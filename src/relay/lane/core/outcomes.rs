@@ -134,7 +134,7 @@ impl LaneCore {
             None => {}
             Some(Flush::Acks(acks)) => match claim_limit {
                 Some(limit) => {
-                    self.claim_sent(now, limit);
+                    self.claim_sent(now, limit, out);
                     out.push(Command::AckAndClaim { acks, limit });
                 }
                 None => out.push(Command::Ack(acks)),

@@ -106,7 +106,9 @@ mod tests {
     #[test]
     fn thirty_seconds_at_200_per_second_yield_exactly_6000_tokens_after_the_burst() {
         let start = Instant::now();
-        let mut bucket = TokenBucket::new(RateLimit::new(200, Duration::from_secs(1)).burst(1));
+        // A burst of 2 holds what accrues between two looks (1.7 ms < one token), so no
+        // refill is lost to the cap.
+        let mut bucket = TokenBucket::new(RateLimit::new(200, Duration::from_secs(1)).burst(2));
         let mut taken = 0;
         let mut now = start;
         while now <= start + Duration::from_secs(30) {
@@ -115,6 +117,6 @@ mod tests {
             taken += n;
             now += Duration::from_micros(1_700); // not a divisor of the token period
         }
-        assert!((6000..=6001).contains(&taken), "{taken}");
+        assert!((6000..=6002).contains(&taken), "{taken}");
     }
 }
