@@ -31,7 +31,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::duration::HumanDuration;
-use super::{default_consumer_id, ConfigError, LaneConfig, SupervisorConfig};
+use super::{
+    default_consumer_id, CircuitBreakerConfig, ConfigError, FailureRatio, LaneConfig, RateLimit,
+    SupervisorConfig, DEFAULT_BREAKER_MIN_REQUESTS, DEFAULT_BREAKER_WINDOW,
+};
 use crate::database::{DatabaseUrl, StoreOptions, DEFAULT_CONNECT_TIMEOUT};
 use crate::relay::LaneKey;
 use crate::retention::RetentionConfig;
@@ -294,6 +297,15 @@ pub struct LaneSection {
     pub store_backoff: Option<HumanDuration>,
     /// The longest wait after repeated store errors.
     pub store_backoff_max: Option<HumanDuration>,
+    /// Claim at most this fast, e.g. `"200/s"`, `"30/m"`, `"5/10s"`. Default: no limit.
+    pub rate_limit: Option<RateSpec>,
+    /// The rate limit's burst (the bucket's size). Default: the rate's count.
+    pub rate_burst: Option<u32>,
+    /// A circuit breaker: `{ consecutive_failures = 5, cool_down = "30s", … }`. Default:
+    /// none.
+    pub breaker: Option<BreakerSection>,
+    /// A target's Retry-After holds the whole lane (capped at `retry_max`). Default false.
+    pub retry_after_holds_lane: Option<bool>,
     /// How long finished messages are kept, e.g. `{ delivered = "7d", dead_letter = "30d" }`.
     /// Absent ages take [`DEFAULT_DELIVERED_RETENTION`](crate::retention::DEFAULT_DELIVERED_RETENTION)
     /// and [`DEFAULT_DEAD_LETTER_RETENTION`](crate::retention::DEFAULT_DEAD_LETTER_RETENTION).
@@ -301,6 +313,69 @@ pub struct LaneSection {
     pub retention: Option<RetentionSection>,
     /// What delivers the lane's messages.
     pub sink: SinkConfig,
+}
+
+/// A rate as written in the file, such as `"200/s"` (see [`RateLimit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateSpec(pub RateLimit);
+
+impl Serialize for RateSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let per = super::duration::format_duration(self.0.per);
+        serializer.collect_str(&format_args!("{}/{per}", self.0.count))
+    }
+}
+
+impl<'de> Deserialize<'de> for RateSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map(RateSpec).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A lane's `breaker` table. Absent keys take the defaults of [`CircuitBreakerConfig`];
+/// with `failure_ratio` given and `consecutive_failures` absent, only the ratio opens it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerSection {
+    /// Open after this many retryable failures in a row. Default 5.
+    pub consecutive_failures: Option<u32>,
+    /// Open when this share of the outcomes within `window` failed (0 < ratio ≤ 1).
+    pub failure_ratio: Option<f64>,
+    /// How far back the ratio looks. Default 60s.
+    pub window: Option<HumanDuration>,
+    /// Outcomes the window needs before the ratio counts. Default 20.
+    pub min_requests: Option<u32>,
+    /// How long an opening holds claims back before the probe. Default 30s.
+    pub cool_down: Option<HumanDuration>,
+    /// The longest cool-down (it doubles with each failed probe). Default 5m.
+    pub max_cool_down: Option<HumanDuration>,
+}
+
+impl BreakerSection {
+    /// The breaker config, defaults filled in (not yet validated).
+    pub fn to_config(&self) -> CircuitBreakerConfig {
+        let mut config = CircuitBreakerConfig::default();
+        let ratio = self.failure_ratio.map(|ratio| FailureRatio {
+            // Out-of-range ratios land outside 1..=1000, which validation refuses.
+            permille: (ratio * 1000.0).round().clamp(0.0, f64::from(u16::MAX)) as u16,
+            window: self.window.map_or(DEFAULT_BREAKER_WINDOW, |w| w.0),
+            min_requests: self.min_requests.unwrap_or(DEFAULT_BREAKER_MIN_REQUESTS),
+        });
+        config.failure_ratio = ratio;
+        config.consecutive_failures = match (self.consecutive_failures, ratio) {
+            (Some(n), _) => Some(n),
+            (None, Some(_)) => None,
+            (None, None) => config.consecutive_failures,
+        };
+        if let Some(cool_down) = self.cool_down {
+            config = config.cool_down(cool_down.0);
+        }
+        if let Some(max) = self.max_cool_down {
+            config.max_cool_down = max.0;
+        }
+        config
+    }
 }
 
 /// A lane's `retention` table.
@@ -369,6 +444,14 @@ impl LaneSection {
         }
         if let Some(ordering) = self.ordering {
             config.ordering = ordering;
+        }
+        config.rate_limit = self.rate_limit.map(|spec| match self.rate_burst {
+            Some(burst) => spec.0.burst(burst),
+            None => spec.0,
+        });
+        config.circuit_breaker = self.breaker.map(|section| section.to_config());
+        if let Some(hold) = self.retry_after_holds_lane {
+            config.retry_after_holds_lane = hold;
         }
         config
     }
@@ -533,6 +616,12 @@ impl FileConfig {
         let mut lanes = Vec::with_capacity(self.lanes.len());
         for section in &self.lanes {
             let config = section.to_config(&consumer_id);
+            if section.rate_burst.is_some() && section.rate_limit.is_none() {
+                return Err(ConfigError::new(
+                    format!("lanes[{}].rate_burst", config.name()),
+                    "is set without a rate_limit",
+                ));
+            }
             config.validate()?;
             section
                 .sink
