@@ -69,9 +69,6 @@ pub const RELAY_RESTARTS_TOTAL: &str = "outbox_relay_restarts_total";
 pub const STORE_ERRORS_TOTAL: &str = "outbox_store_errors_total";
 /// Counter: delivered and dead-lettered messages deleted by automatic retention.
 pub const PURGED_TOTAL: &str = "outbox_purged_total";
-/// Counter, seconds: time a lane wanted to claim but a claim gate held it back, by
-/// [`LABEL_GATE`].
-pub const THROTTLED_SECONDS_TOTAL: &str = "outbox_throttled_seconds_total";
 
 // ---- Histograms -----------------------------------------------------------------------
 
@@ -81,6 +78,11 @@ pub const DELIVERY_DURATION_SECONDS: &str = "outbox_delivery_duration_seconds";
 pub const END_TO_END_LATENCY_SECONDS: &str = "outbox_end_to_end_latency_seconds";
 /// Histogram, messages: how many messages one claim returned (empty claims included).
 pub const CLAIM_BATCH_SIZE: &str = "outbox_claim_batch_size";
+/// Histogram, seconds: each spell a lane wanted to claim but a claim gate held it back, by
+/// [`LABEL_GATE`]. Its `_sum` is the time throttled (a counter of seconds, exact to the
+/// microsecond, where an integer counter would round a rate limit's millisecond waits
+/// away); its `_count` the number of waits.
+pub const THROTTLED_SECONDS: &str = "outbox_throttled_seconds";
 
 // ---- Gauges ---------------------------------------------------------------------------
 
@@ -113,7 +115,7 @@ pub const LABEL_KIND: &str = "kind";
 pub const LABEL_OP: &str = "op";
 /// Label of [`LANE_STATE`] (a [`LaneState`]) and [`BREAKER_STATE`] (a [`BreakerState`]).
 pub const LABEL_STATE: &str = "state";
-/// Label of [`THROTTLED_SECONDS_TOTAL`]: a [`GateKind`].
+/// Label of [`THROTTLED_SECONDS`]: a [`GateKind`].
 pub const LABEL_GATE: &str = "gate";
 
 const LANE_TARGET: &[&str] = &[LABEL_LANE, LABEL_TARGET];
@@ -144,6 +146,12 @@ pub const END_TO_END_LATENCY_BUCKETS: &[f64] = &[
 /// of two up to 1024.
 pub const CLAIM_BATCH_SIZE_BUCKETS: &[f64] = &[
     0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+
+/// Bucket bounds, in seconds, for [`THROTTLED_SECONDS`]: from a rate limit's millisecond
+/// waits to a breaker's longest cool-downs.
+pub const THROTTLED_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0,
 ];
 
 // ---- The catalogue --------------------------------------------------------------------
@@ -217,7 +225,7 @@ pub const ALL: &[MetricInfo] = &[
     info(OLDEST_PENDING_AGE_SECONDS, Gauge, Unit::Seconds, "How long the oldest pending message has waited; 0 when none (store-wide: aggregate with max).", LANE_TARGET),
     info(BLOCKED_KEYS, Gauge, Unit::Count, "Ordering keys held back behind a dead-lettered message (store-wide: aggregate with max).", LANE_TARGET),
     info(LANE_STATE, Gauge, Unit::Count, "1 for the lane relay's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
-    info(THROTTLED_SECONDS_TOTAL, Counter, Unit::Seconds, "Time a lane wanted to claim but a claim gate held it back, by gate.", &[LABEL_LANE, LABEL_TARGET, LABEL_GATE]),
+    info(THROTTLED_SECONDS, Histogram, Unit::Seconds, "Spells a lane wanted to claim but a claim gate held it back, by gate; the sum is the time throttled.", &[LABEL_LANE, LABEL_TARGET, LABEL_GATE]),
     info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 

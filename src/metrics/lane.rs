@@ -56,9 +56,7 @@ pub struct LaneMetrics {
     blocked_keys: Gauge,
     lane_state: [Gauge; LaneState::ALL.len()],
     breaker_state: [Gauge; BreakerState::ALL.len()],
-    throttled: [Counter; GateKind::ALL.len()],
-    /// Time throttled so far, by gate, in microseconds (the counter shows whole seconds).
-    throttled_micros: std::sync::Arc<[std::sync::atomic::AtomicU64; GateKind::ALL.len()]>,
+    throttled: [Histogram; GateKind::ALL.len()],
 }
 
 impl LaneMetrics {
@@ -119,9 +117,8 @@ impl LaneMetrics {
             }),
             throttled: std::array::from_fn(|i| {
                 let gate = GateKind::ALL[i].as_str();
-                metrics::counter!(THROTTLED_SECONDS_TOTAL, with(LABEL_GATE, gate))
+                metrics::histogram!(THROTTLED_SECONDS, with(LABEL_GATE, gate))
             }),
-            throttled_micros: std::sync::Arc::default(),
         }
     }
 
@@ -211,17 +208,7 @@ impl LaneMetrics {
 
     /// `gate` held the lane back from claiming for `duration`.
     pub fn throttled(&self, gate: GateKind, duration: Duration) {
-        // Counters take whole numbers and a rate limit holds a lane for milliseconds at a
-        // time: the microseconds add up here, and the counter moves by the whole seconds
-        // the sum crosses, so no wait is lost to rounding.
-        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-        let sum = &self.throttled_micros[gate.index()];
-        let before = sum.fetch_add(micros, std::sync::atomic::Ordering::Relaxed);
-        let after = before.saturating_add(micros);
-        let whole = after / 1_000_000 - before / 1_000_000;
-        if whole > 0 {
-            self.throttled[gate.index()].increment(whole);
-        }
+        self.throttled[gate.index()].record(duration);
     }
 
     /// `n` deliveries are running now in this process.
@@ -292,7 +279,7 @@ mod tests {
                         STORE_ERRORS_TOTAL => StoreOp::ALL.len(),
                         LANE_STATE => LaneState::ALL.len(),
                         BREAKER_STATE => BreakerState::ALL.len(),
-                        THROTTLED_SECONDS_TOTAL => GateKind::ALL.len(),
+                        THROTTLED_SECONDS => GateKind::ALL.len(),
                         _ => 1,
                     })
                     .sum::<usize>(),
@@ -377,23 +364,21 @@ mod tests {
     }
 
     #[test]
-    fn throttled_time_adds_up_across_short_waits_into_whole_seconds_by_gate() {
+    fn throttled_spells_are_recorded_by_gate_to_the_millisecond() {
         let moved = moved_by(|m| {
-            // 300 waits of 5 ms: 1.5 s, of which the counter shows the whole second.
-            for _ in 0..300 {
-                m.throttled(GateKind::RateLimit, Duration::from_millis(5));
-            }
+            m.throttled(GateKind::RateLimit, Duration::from_millis(5));
+            m.throttled(GateKind::RateLimit, Duration::from_millis(3));
             m.throttled(GateKind::Breaker, Duration::from_millis(2_500));
         });
         assert_eq!(
             moved,
             labelled(&[
                 (
-                    THROTTLED_SECONDS_TOTAL,
+                    THROTTLED_SECONDS,
                     "gate=rate_limit",
-                    Moved::Counter(1)
+                    Moved::Histogram(vec![0.005, 0.003])
                 ),
-                (THROTTLED_SECONDS_TOTAL, "gate=breaker", Moved::Counter(2)),
+                (THROTTLED_SECONDS, "gate=breaker", Moved::Histogram(vec![2.5])),
             ])
         );
     }

@@ -440,11 +440,12 @@ impl Actor for LaneRelay {
             }
         })));
         state.publish_in_flight();
-        // A new incarnation starts with its breaker closed.
-        if let Some(breaker) = state.core.breaker_state() {
-            state.metrics.breaker_state(breaker);
-            state.counters.set_breaker(Some(breaker));
-        }
+        // A new incarnation starts with its breaker closed; a lane without one shows closed.
+        let breaker = state.core.breaker_state();
+        state
+            .metrics
+            .breaker_state(breaker.unwrap_or(crate::metrics::BreakerState::Closed));
+        state.counters.set_breaker(breaker);
         state.emit(RelayEvent::LaneStarted {
             lane: key,
             incarnation: args.incarnation,
