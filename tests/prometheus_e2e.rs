@@ -31,6 +31,7 @@ use outbox_relay::retention::{RetentionConfig, RetentionTask};
 use outbox_relay::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, MessageFilter, NackOutcome, OrderingPolicy,
 };
+use outbox_relay::config::RateLimit;
 use outbox_relay::{
     DeliveryError, DeliveryHandler, InMemoryOutboxStore, LaneConfig, OutboxMessage,
     OutboxMessageDraft, OutboxRelay, OutboxStore, RelayHandle, RetryPolicy,
@@ -142,6 +143,9 @@ async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         .lane(
             LaneConfig::new(WEBHOOK.0, WEBHOOK.1)
                 .concurrency(4)
+                // Two claims at once, 50 a second: step 1's backlog waits for tokens, so the
+                // throttled-time histogram moves.
+                .rate_limit(Some(RateLimit::new(50, Duration::from_secs(1)).burst(2)))
                 // Extended a third of the lease before it lapses, so about every 1.3 s.
                 .lease(Duration::from_secs(2))
                 .retry(RetryPolicy::new(

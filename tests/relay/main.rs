@@ -23,6 +23,7 @@ use uuid::Uuid;
 mod core;
 mod edges;
 mod faults;
+mod gates;
 #[path = "../support/faulty_store.rs"]
 mod faulty_store;
 mod lifecycle;
