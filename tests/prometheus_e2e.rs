@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use outbox_relay::config::RateLimit;
 use outbox_relay::metrics::{
     install_prometheus_exporter, FailureKind, MetricKind, StoreOp, ALL, LABEL_LANE, LABEL_TARGET,
     REQUEUED_TOTAL,
@@ -31,7 +32,6 @@ use outbox_relay::retention::{RetentionConfig, RetentionTask};
 use outbox_relay::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, MessageFilter, NackOutcome, OrderingPolicy,
 };
-use outbox_relay::config::RateLimit;
 use outbox_relay::{
     DeliveryError, DeliveryHandler, InMemoryOutboxStore, LaneConfig, OutboxMessage,
     OutboxMessageDraft, OutboxRelay, OutboxStore, RelayHandle, RetryPolicy,

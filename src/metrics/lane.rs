@@ -378,7 +378,11 @@ mod tests {
                     "gate=rate_limit",
                     Moved::Histogram(vec![0.005, 0.003])
                 ),
-                (THROTTLED_SECONDS, "gate=breaker", Moved::Histogram(vec![2.5])),
+                (
+                    THROTTLED_SECONDS,
+                    "gate=breaker",
+                    Moved::Histogram(vec![2.5])
+                ),
             ])
         );
     }

@@ -62,7 +62,10 @@ async fn a_five_minute_outage_spends_no_attempts_while_open_and_ends_with_everyt
     let config = lane()
         .concurrency(4)
         .circuit_breaker(Some(breaker))
-        .retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(60)));
+        .retry(RetryPolicy::new(
+            Duration::from_secs(1),
+            Duration::from_secs(60),
+        ));
     let builder = OutboxRelay::builder(store.clone())
         .event_capacity(100_000)
         .lane(config, handler);
@@ -113,9 +116,7 @@ async fn a_five_minute_outage_spends_no_attempts_while_open_and_ends_with_everyt
         "{attempts_during_outage} attempts during the outage ({changes:?})"
     );
     assert!(
-        changes
-            .iter()
-            .any(|(_, s)| *s == BreakerState::Open),
+        changes.iter().any(|(_, s)| *s == BreakerState::Open),
         "{changes:?}"
     );
     let stats = store
@@ -125,7 +126,11 @@ async fn a_five_minute_outage_spends_no_attempts_while_open_and_ends_with_everyt
     assert_eq!((stats[0].delivered, stats[0].dead_letter), (100, 0));
     let status = relay.status().await.unwrap();
     assert_eq!(status[0].gates.breaker, Some(BreakerState::Closed));
-    assert!(status[0].gates.throttled_ms > 200_000, "{:?}", status[0].gates);
+    assert!(
+        status[0].gates.throttled_ms > 200_000,
+        "{:?}",
+        status[0].gates
+    );
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
 
@@ -143,7 +148,7 @@ async fn a_rate_limited_lane_delivers_at_its_rate_within_5_percent_over_30_virtu
     let start = Instant::now();
     let relay = builder.start().await.expect("relay starts");
     let end = start + Duration::from_secs(30);
-    let mut delivered = 0;
+    let mut delivered: usize = 0;
     loop {
         let event = next(&mut events, Duration::from_secs(60)).await;
         if Instant::now() > end {

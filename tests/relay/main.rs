@@ -23,9 +23,9 @@ use uuid::Uuid;
 mod core;
 mod edges;
 mod faults;
-mod gates;
 #[path = "../support/faulty_store.rs"]
 mod faulty_store;
+mod gates;
 mod lifecycle;
 mod pipeline;
 mod shutdown;

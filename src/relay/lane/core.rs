@@ -453,7 +453,15 @@ impl LaneCore {
             }
         };
         self.store_ok();
-        let claimed: Vec<Uuid> = batch.messages.iter().map(|m| m.outbox_id).collect();
+        // Claimed just as the drain began, or sent before the breaker opened: hand them
+        // straight back (a release does not count the attempt).
+        let hand_back = matches!(self.mode, Mode::Draining { .. } | Mode::Stopped)
+            || self.gates.breaker_state() == Some(BreakerState::Open);
+        let claimed: Vec<Uuid> = if hand_back {
+            Vec::new()
+        } else {
+            batch.messages.iter().map(|m| m.outbox_id).collect()
+        };
         self.gates.claim_answered(limit, &claimed);
         if !batch.dead_lettered.is_empty() {
             self.emit(
@@ -478,8 +486,7 @@ impl LaneCore {
             return;
         }
         let claims: Vec<ClaimRef> = batch.messages.iter().filter_map(|m| m.claim()).collect();
-        if matches!(self.mode, Mode::Draining { .. } | Mode::Stopped) {
-            // Claimed just as the drain began: hand them straight back.
+        if hand_back {
             self.releasing += 1;
             out.push(Command::Release(claims));
             return;

@@ -6,7 +6,7 @@ use super::sim::{RowState, Sim};
 use super::*;
 use crate::config::{CircuitBreakerConfig, RateLimit};
 use crate::delivery::DeliveryError;
-use crate::metrics::BreakerState;
+use crate::metrics::{BreakerState, GateKind};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -195,4 +195,96 @@ fn retry_after_holds_the_whole_lane_when_configured() {
     assert_eq!(sim.count(RowState::Delivered), 1, "{:?}", sim.claims);
     sim.run_until(sim.start + secs(31));
     assert_eq!(sim.count(RowState::Delivered), 10);
+}
+
+fn failed(slot: Slot, message: &OutboxMessage) -> Input {
+    Input::DeliveryDone {
+        slot,
+        outbox_id: message.outbox_id,
+        result: Err(DeliveryFailure::from_error(&DeliveryError::retryable(
+            "503 (test)",
+        ))),
+        elapsed: Duration::from_millis(5),
+    }
+}
+
+fn released(commands: &[Command]) -> Vec<Uuid> {
+    commands
+        .iter()
+        .flat_map(|c| match c {
+            Command::Release(claims) => claims.iter().map(|c| c.outbox_id).collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+#[test]
+fn an_opening_hands_back_the_buffer_and_a_claim_answered_after_it_unused() {
+    let now = Instant::now();
+    let breaker = CircuitBreakerConfig::default().consecutive_failures(Some(2));
+    let mut core = LaneCore::new(config(2, 2).circuit_breaker(Some(breaker)), false);
+    let messages: Vec<_> = (0..5).map(|_| message(None)).collect();
+    let out = running_with(&mut core, now, &messages[..4]);
+    let slots: Vec<Slot> = delivered(&out).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(slots.len(), 2);
+    // The first failure frees a slot for a buffered message, and a claim goes out.
+    let out = core.handle(now, failed(slots[0], &messages[0]));
+    assert_eq!(claims(&out), vec![1], "{out:?}");
+    // The second opens the breaker while that claim is in flight: the buffered message
+    // goes back unused.
+    let out = core.handle(now, failed(slots[1], &messages[1]));
+    assert_eq!(core.breaker_state(), Some(BreakerState::Open));
+    assert_eq!(released(&out), vec![messages[3].outbox_id], "{out:?}");
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::BreakerChanged {
+            state: BreakerState::Open,
+            ..
+        })
+    )));
+    // The claim's answer comes after the opening: handed back, not delivered.
+    let out = core.handle(now, batch(&messages[4..]));
+    assert_eq!(released(&out), vec![messages[4].outbox_id], "{out:?}");
+    assert!(delivered(&out).is_empty(), "{out:?}");
+    assert!(claims(&out).is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_breaker_lane_claims_nothing_during_the_cool_down_and_asks_again_when_it_ends() {
+    let now = Instant::now();
+    let breaker = CircuitBreakerConfig::default()
+        .consecutive_failures(Some(1))
+        .cool_down(secs(10));
+    let mut core = LaneCore::new(config(1, 0).circuit_breaker(Some(breaker)), false);
+    let messages = [message(None), message(None)];
+    let out = running_with(&mut core, now, &messages[..1]);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    // The failure opens the breaker; the lane still wants to claim, so a timer is set
+    // for the cool-down's end.
+    let out = core.handle(now, failed(slot, &messages[0]));
+    let gate_at = out.iter().find_map(|c| match c {
+        Command::GateAt { generation, at } => Some((*generation, *at)),
+        _ => None,
+    });
+    let Some((generation, at)) = gate_at else {
+        panic!("no gate timer: {out:?}")
+    };
+    assert_eq!(at, now + secs(10));
+    // A wake-up during the cool-down claims nothing (and needs no second timer).
+    let out = core.handle(now + secs(1), Input::Wake);
+    assert!(claims(&out).is_empty(), "{out:?}");
+    assert!(
+        !has(&out, |c| matches!(c, Command::GateAt { .. })),
+        "{out:?}"
+    );
+    let out = core.handle(at, Input::GateDue(generation));
+    assert_eq!(claims(&out), vec![1], "the probe: {out:?}");
+    assert_eq!(core.breaker_state(), Some(BreakerState::HalfOpen));
+    // The throttled time counted is the wait for the gate.
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Throttled { gate: GateKind::Breaker, duration } if *duration == secs(10)
+    )));
 }
