@@ -8,6 +8,8 @@
 //! PostgreSQL: `OUTBOX_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`.
 //! An unreachable server fails the test; nothing is skipped.
 
+#[path = "cli/gates.rs"]
+mod gates;
 #[path = "cli/migrate.rs"]
 mod migrate;
 #[path = "cli/payload.rs"]

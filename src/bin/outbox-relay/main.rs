@@ -33,6 +33,7 @@ use uuid::Uuid;
 
 mod admin;
 mod daemon;
+mod gates;
 
 /// The environment variable that overrides the config file's `database_url`, so a
 /// password can stay out of the file.
