@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::config::{CircuitBreakerConfig, FailureRatio, RateLimit};
 use crate::database::DatabaseUrl;
 use crate::sinks::LogSinkConfig;
 
