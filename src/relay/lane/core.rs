@@ -359,21 +359,16 @@ impl LaneCore {
         }
     }
 
-    /// Turns the breaker's changes into events; an opening hands the buffered claims back
-    /// unused (their attempts not counted), since delivering them now would only fail.
+    /// Turns the breaker's changes into events. An opening, or a Retry-After hold, hands
+    /// the buffered claims back unused (their attempts not counted): delivering them now
+    /// would only fail, or go against what the target asked.
     fn gate_changes(&mut self, out: &mut Vec<Command>) {
+        if self.gates.take_hold_began() {
+            self.release_buffer(out);
+        }
         for change in self.gates.take_changes() {
-            if change.state == BreakerState::Open
-                && matches!(self.mode, Mode::Running | Mode::Paused)
-            {
-                let claims: Vec<ClaimRef> = std::mem::take(&mut self.buffer)
-                    .into_iter()
-                    .filter_map(|m| self.book.close(m.outbox_id))
-                    .collect();
-                if !claims.is_empty() {
-                    self.releasing += 1;
-                    out.push(Command::Release(claims));
-                }
+            if change.state == BreakerState::Open {
+                self.release_buffer(out);
             }
             tracing::warn!(lane = %self.key, state = %change.state, reason = %change.reason, "circuit breaker");
             self.emit(
@@ -384,6 +379,22 @@ impl LaneCore {
                     reason: change.reason,
                 },
             );
+        }
+    }
+
+    /// Hands the buffered claims back unused, while running or paused (a drain has
+    /// already).
+    fn release_buffer(&mut self, out: &mut Vec<Command>) {
+        if !matches!(self.mode, Mode::Running | Mode::Paused) {
+            return;
+        }
+        let claims: Vec<ClaimRef> = std::mem::take(&mut self.buffer)
+            .into_iter()
+            .filter_map(|m| self.book.close(m.outbox_id))
+            .collect();
+        if !claims.is_empty() {
+            self.releasing += 1;
+            out.push(Command::Release(claims));
         }
     }
 

@@ -46,6 +46,8 @@ pub(crate) struct Gates {
     hold_until: Option<Instant>,
     /// Breaker changes not yet turned into events.
     changes: Vec<Transition>,
+    /// A Retry-After hold began (or grew) since the last look.
+    hold_began: bool,
 }
 
 impl Gates {
@@ -56,6 +58,7 @@ impl Gates {
             hold_cap: config.retry_after_holds_lane.then_some(config.retry.max),
             hold_until: None,
             changes: Vec::new(),
+            hold_began: false,
         }
     }
 
@@ -131,7 +134,10 @@ impl Gates {
     ) {
         if let (Some(cap), Some(after), true) = (self.hold_cap, retry_after, failed) {
             let until = now + after.min(cap);
-            self.hold_until = Some(self.hold_until.map_or(until, |held| held.max(until)));
+            if self.hold_until.is_none_or(|held| held < until) {
+                self.hold_until = Some(until);
+                self.hold_began = true;
+            }
         }
         if let Some(breaker) = &mut self.breaker {
             let verdict = if failed {
@@ -142,6 +148,11 @@ impl Gates {
             self.changes
                 .extend(breaker.observe(now, outbox_id, verdict));
         }
+    }
+
+    /// Whether a Retry-After hold began or grew since the last call.
+    pub(crate) fn take_hold_began(&mut self) -> bool {
+        std::mem::take(&mut self.hold_began)
     }
 
     /// The breaker changes since the last call, oldest first.
