@@ -288,3 +288,36 @@ fn a_breaker_lane_claims_nothing_during_the_cool_down_and_asks_again_when_it_end
         Command::Throttled { gate: GateKind::Breaker, duration } if *duration == secs(10)
     )));
 }
+
+#[test]
+fn a_retry_after_hold_hands_back_the_buffer_and_claims_nothing_until_it_ends() {
+    let now = Instant::now();
+    let lane = config(1, 1)
+        .retry_after_holds_lane(true)
+        .retry(RetryPolicy::new(secs(1), secs(60)));
+    let mut core = LaneCore::new(lane, false);
+    let messages = [message(None), message(None)];
+    let out = running_with(&mut core, now, &messages);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(
+        now,
+        Input::DeliveryDone {
+            slot,
+            outbox_id: messages[0].outbox_id,
+            result: Err(DeliveryFailure::from_error(&DeliveryError::retry_after(
+                secs(30),
+                "429 (test)",
+            ))),
+            elapsed: Duration::from_millis(5),
+        },
+    );
+    assert_eq!(released(&out), vec![messages[1].outbox_id], "{out:?}");
+    assert!(delivered(&out).is_empty(), "{out:?}");
+    assert!(claims(&out).is_empty(), "{out:?}");
+    let out = core.handle(now + secs(29), Input::Wake);
+    assert!(claims(&out).is_empty(), "{out:?}");
+    let out = core.handle(now + secs(30), Input::Wake);
+    assert_eq!(claims(&out).len(), 1, "{out:?}");
+}
