@@ -111,6 +111,11 @@ async fn a_five_minute_outage_spends_no_attempts_while_open_and_ends_with_everyt
         first.saturating_duration_since(back)
     );
     let attempts_during_outage = calls.lock().unwrap().iter().filter(|t| **t < back).count();
+    eprintln!(
+        "outage: {attempts_during_outage} attempts during 300 s, first delivery {:?} after \
+         the return, breaker {changes:?}",
+        first.saturating_duration_since(back)
+    );
     assert!(
         attempts_during_outage <= 20,
         "{attempts_during_outage} attempts during the outage ({changes:?})"
@@ -158,6 +163,7 @@ async fn a_rate_limited_lane_delivers_at_its_rate_within_5_percent_over_30_virtu
             delivered += 1;
         }
     }
+    eprintln!("delivered {delivered} in 30 virtual s at 100/s (burst 10)");
     // 100/s for 30 s, plus the burst of 10 the bucket starts with.
     assert!(
         delivered.abs_diff(3_000) <= 150,

@@ -88,8 +88,10 @@ impl Gates {
         }
         if let Some(rate) = &mut self.rate {
             let tokens = rate.available(now);
-            if tokens == 0 {
-                return wait(GateKind::RateLimit, Some(rate.next_token_at(now)));
+            let batch = rate.batch(limit);
+            if tokens < batch {
+                // Run low: wait for a batch's worth rather than claim a token at a time.
+                return wait(GateKind::RateLimit, Some(rate.ready_at(now, batch)));
             }
             limit = limit.min(tokens);
         }

@@ -21,12 +21,23 @@ fn throughput_is_capped_at_the_rate_within_5_percent_over_30_virtual_seconds() {
     let end = sim.start + secs(30);
     sim.run_until(end);
     let delivered = sim.delivered_at.len();
+    eprintln!(
+        "delivered {delivered} in 30 virtual s at 200/s (burst 20), {} claims, throttled {:?}",
+        sim.claims.len(),
+        sim.throttled
+    );
     // 200/s for 30 s, plus the burst the bucket starts with.
     assert!(
         delivered.abs_diff(6_000) <= 300,
         "delivered {delivered} in 30 virtual seconds at 200/s"
     );
     assert!(delivered <= 6_000 + 20, "over the budget: {delivered}");
+    // It claims in batches (50 ms' worth, 10 tokens), not one statement per token.
+    assert!(
+        sim.claims.len() <= 6_000 / 8,
+        "{} claims for {delivered} messages",
+        sim.claims.len()
+    );
     // No claim goes beyond the budget: within any one second, at most 200 + the burst.
     let mut window = std::collections::VecDeque::new();
     for &(at, _, got, _) in &sim.claims {
@@ -119,6 +130,15 @@ fn a_five_minute_outage_ends_with_no_dead_letters_and_everything_delivered() {
     assert!(during <= 20, "{during} attempts spent during the outage");
     // Recovery within one cool-down (at most the longest, 60 s) of the target's return.
     let first = sim.delivered_at.first().copied().expect("a delivery");
+    eprintln!(
+        "outage: {during} attempts during 300 s, first delivery {:?} after the return, \
+         breaker {:?}",
+        first.saturating_duration_since(back),
+        sim.breaker_changes
+            .iter()
+            .map(|(at, s)| (at.duration_since(sim.start).as_secs(), *s))
+            .collect::<Vec<_>>()
+    );
     assert!(
         first >= back && first <= back + secs(60),
         "first delivery {:?} after the return",
