@@ -388,10 +388,12 @@ impl LaneCore {
         if !matches!(self.mode, Mode::Running | Mode::Paused) {
             return;
         }
-        let claims: Vec<ClaimRef> = std::mem::take(&mut self.buffer)
-            .into_iter()
-            .filter_map(|m| self.book.close(m.outbox_id))
-            .collect();
+        let mut claims = Vec::with_capacity(self.buffer.len());
+        for message in std::mem::take(&mut self.buffer) {
+            // A buffered probe that goes back is no probe: the next claim is.
+            self.gates.forget(message.outbox_id);
+            claims.extend(self.book.close(message.outbox_id));
+        }
         if !claims.is_empty() {
             self.releasing += 1;
             out.push(Command::Release(claims));
@@ -464,10 +466,11 @@ impl LaneCore {
             }
         };
         self.store_ok();
-        // Claimed just as the drain began, or sent before the breaker opened: hand them
-        // straight back (a release does not count the attempt).
+        // Claimed just as the drain began, or sent before the breaker opened or a
+        // Retry-After hold began: hand them straight back (a release does not count the
+        // attempt).
         let hand_back = matches!(self.mode, Mode::Draining { .. } | Mode::Stopped)
-            || self.gates.breaker_state() == Some(BreakerState::Open);
+            || self.gates.holds_claims(now);
         let claimed: Vec<Uuid> = if hand_back {
             Vec::new()
         } else {

@@ -67,6 +67,13 @@ impl Gates {
         self.breaker.as_ref().map(CircuitBreaker::state)
     }
 
+    /// Whether an open breaker or a Retry-After hold stops claims at `now` (a claim
+    /// answered now is handed back).
+    pub(crate) fn holds_claims(&self, now: Instant) -> bool {
+        self.breaker_state() == Some(BreakerState::Open)
+            || self.hold_until.is_some_and(|until| now < until)
+    }
+
     /// How many of `want` (> 0) messages the lane may claim at `now`.
     pub(crate) fn admit(&mut self, now: Instant, want: usize) -> Admit {
         let mut limit = want;

@@ -341,3 +341,49 @@ fn a_retry_after_hold_hands_back_the_buffer_and_claims_nothing_until_it_ends() {
     let out = core.handle(now + secs(30), Input::Wake);
     assert_eq!(claims(&out).len(), 1, "{out:?}");
 }
+
+#[test]
+fn a_probe_answered_with_a_429_reopens_for_twice_the_cool_down_then_probes_again() {
+    let now = Instant::now();
+    let breaker = CircuitBreakerConfig::default()
+        .consecutive_failures(Some(1))
+        .cool_down(secs(10));
+    let lane = config(1, 1)
+        .circuit_breaker(Some(breaker))
+        .retry_after_holds_lane(true)
+        .retry(RetryPolicy::new(secs(1), secs(60)));
+    let mut core = LaneCore::new(lane, false);
+    let messages: Vec<_> = (0..3).map(|_| message(None)).collect();
+    let out = running_with(&mut core, now, &messages[..1]);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    core.handle(now, failed(slot, &messages[0]));
+    assert_eq!(core.breaker_state(), Some(BreakerState::Open));
+    // After the cool-down the probe is claimed; its 429 re-opens the breaker and holds the
+    // lane (5 s, within the 20 s re-opening).
+    let out = core.handle(now + secs(10), Input::Wake);
+    assert_eq!(claims(&out), vec![1], "{out:?}");
+    let out = core.handle(now + secs(10), batch(&messages[1..2]));
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(
+        now + secs(10),
+        Input::DeliveryDone {
+            slot,
+            outbox_id: messages[1].outbox_id,
+            result: Err(DeliveryFailure::from_error(&DeliveryError::retry_after(
+                secs(5),
+                "429 (test)",
+            ))),
+            elapsed: Duration::from_millis(5),
+        },
+    );
+    assert_eq!(core.breaker_state(), Some(BreakerState::Open), "{out:?}");
+    // The re-opening doubled the cool-down: nothing until 30 s.
+    let out = core.handle(now + secs(29), Input::Wake);
+    assert!(claims(&out).is_empty(), "{out:?}");
+    let out = core.handle(now + secs(30), Input::Wake);
+    assert_eq!(claims(&out), vec![1], "the next probe: {out:?}");
+}
