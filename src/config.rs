@@ -13,6 +13,13 @@ use crate::store::OrderingPolicy;
 pub mod duration;
 #[cfg(feature = "file-config")]
 pub mod file;
+mod gates;
+
+pub use gates::{
+    CircuitBreakerConfig, FailureRatio, RateLimit, DEFAULT_BREAKER_CONSECUTIVE_FAILURES,
+    DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_MAX_COOL_DOWN, DEFAULT_BREAKER_MIN_REQUESTS,
+    DEFAULT_BREAKER_WINDOW, MAX_RATE_COUNT,
+};
 
 /// Deliveries a lane keeps in flight unless configured otherwise.
 pub const DEFAULT_CONCURRENCY: usize = 8;
@@ -106,6 +113,14 @@ pub struct LaneConfig {
     /// Backoff after store errors (claims, acks, nacks, `next_due`, lease extension); no
     /// jitter unless turned on.
     pub store_backoff: RetryPolicy,
+    /// Claims at most this fast (`None`: no limit). A claim takes only what the budget
+    /// allows, so claimed messages never wait for tokens.
+    pub rate_limit: Option<RateLimit>,
+    /// Stops claiming while the target keeps failing (`None`: no breaker).
+    pub circuit_breaker: Option<CircuitBreakerConfig>,
+    /// A target's Retry-After (`DeliveryError::RetryAfter`) holds the whole lane's claims
+    /// until then (capped at `retry.max`), not only that message's retry.
+    pub retry_after_holds_lane: bool,
 }
 
 impl LaneConfig {
@@ -137,7 +152,35 @@ impl LaneConfig {
             max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
             stats_interval: DEFAULT_STATS_INTERVAL,
             store_backoff: RetryPolicy::new(DEFAULT_STORE_BACKOFF, DEFAULT_STORE_BACKOFF_MAX),
+            rate_limit: None,
+            circuit_breaker: None,
+            retry_after_holds_lane: false,
         }
+    }
+
+    /// Sets (or with `None` removes) the rate limit.
+    ///
+    /// ```
+    /// use outbox_relay::LaneConfig;
+    /// let lane = LaneConfig::new("orders", "billing").rate_limit(Some("200/s".parse()?));
+    /// assert!(lane.validate().is_ok());
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn rate_limit(mut self, limit: Option<RateLimit>) -> Self {
+        self.rate_limit = limit;
+        self
+    }
+
+    /// Sets (or with `None` removes) the circuit breaker.
+    pub fn circuit_breaker(mut self, breaker: Option<CircuitBreakerConfig>) -> Self {
+        self.circuit_breaker = breaker;
+        self
+    }
+
+    /// Whether a target's Retry-After holds the whole lane.
+    pub fn retry_after_holds_lane(mut self, hold: bool) -> Self {
+        self.retry_after_holds_lane = hold;
+        self
     }
 
     /// Sets the consumer id written to `claimed_by`.
@@ -292,6 +335,12 @@ impl LaneConfig {
                     format!("must be above zero and below the lease ({:?})", self.lease),
                 ));
             }
+        }
+        if let Some(problem) = self.rate_limit.and_then(|limit| limit.problem()) {
+            return Err(ConfigError::new(field("rate_limit"), problem));
+        }
+        if let Some((name, problem)) = self.circuit_breaker.and_then(|b| b.problem()) {
+            return Err(ConfigError::new(field(name), problem));
         }
         Ok(())
     }

@@ -20,13 +20,15 @@
 //!   `sinks::rabbitmq`, `sinks::redis` (one feature each: `webhook-sink`, `nats-sink`,
 //!   `rabbitmq-sink`, `redis-sink`), and `sinks::template` (destinations over lane, target
 //!   and headers).
-//! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`;
+//! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`,
+//!   the gates' `RateLimit` and `CircuitBreakerConfig`;
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system:
 //!   `relay::supervisor` (restarts lanes), `relay::lane` (the lane actor: glue that runs
 //!   store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
-//!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks),
+//!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks, and
+//!   its claim gates: rate limit, circuit breaker, Retry-After hold),
 //!   `relay::handler` (one delivery at a time under a timeout).
 //! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install and

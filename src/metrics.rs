@@ -81,6 +81,11 @@ pub const DELIVERY_DURATION_SECONDS: &str = "outbox_delivery_duration_seconds";
 pub const END_TO_END_LATENCY_SECONDS: &str = "outbox_end_to_end_latency_seconds";
 /// Histogram, messages: how many messages one claim returned (empty claims included).
 pub const CLAIM_BATCH_SIZE: &str = "outbox_claim_batch_size";
+/// Histogram, seconds: each spell a lane wanted to claim but a claim gate held it back, by
+/// [`LABEL_GATE`]. Its `_sum` is the time throttled (a counter of seconds, exact to the
+/// microsecond, where an integer counter would round a rate limit's millisecond waits
+/// away); its `_count` the number of waits.
+pub const THROTTLED_SECONDS: &str = "outbox_throttled_seconds";
 
 // ---- Gauges ---------------------------------------------------------------------------
 
@@ -97,6 +102,9 @@ pub const BLOCKED_KEYS: &str = "outbox_blocked_keys";
 /// Gauge: 1 for the lane relay's current [`LaneState`], 0 for every other, by
 /// [`LABEL_STATE`].
 pub const LANE_STATE: &str = "outbox_lane_state";
+/// Gauge: 1 for the lane's circuit breaker's current [`BreakerState`], 0 for every other,
+/// by [`LABEL_STATE`] (a lane without a breaker stays `closed`).
+pub const BREAKER_STATE: &str = "outbox_breaker_state";
 
 // ---- Labels ---------------------------------------------------------------------------
 
@@ -108,8 +116,10 @@ pub const LABEL_TARGET: &str = "target";
 pub const LABEL_KIND: &str = "kind";
 /// Label of [`STORE_ERRORS_TOTAL`]: a [`StoreOp`].
 pub const LABEL_OP: &str = "op";
-/// Label of [`LANE_STATE`]: a [`LaneState`].
+/// Label of [`LANE_STATE`] (a [`LaneState`]) and [`BREAKER_STATE`] (a [`BreakerState`]).
 pub const LABEL_STATE: &str = "state";
+/// Label of [`THROTTLED_SECONDS`]: a [`GateKind`].
+pub const LABEL_GATE: &str = "gate";
 
 const LANE_TARGET: &[&str] = &[LABEL_LANE, LABEL_TARGET];
 
@@ -139,6 +149,12 @@ pub const END_TO_END_LATENCY_BUCKETS: &[f64] = &[
 /// of two up to 1024.
 pub const CLAIM_BATCH_SIZE_BUCKETS: &[f64] = &[
     0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+
+/// Bucket bounds, in seconds, for [`THROTTLED_SECONDS`]: from a rate limit's millisecond
+/// waits to a breaker's longest cool-downs.
+pub const THROTTLED_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0,
 ];
 
 // ---- The catalogue --------------------------------------------------------------------
@@ -212,6 +228,8 @@ pub const ALL: &[MetricInfo] = &[
     info(OLDEST_PENDING_AGE_SECONDS, Gauge, Unit::Seconds, "How long the oldest pending message has waited; 0 when none (store-wide: aggregate with max).", LANE_TARGET),
     info(BLOCKED_KEYS, Gauge, Unit::Count, "Ordering keys held back behind a dead-lettered message (store-wide: aggregate with max).", LANE_TARGET),
     info(LANE_STATE, Gauge, Unit::Count, "1 for the lane relay's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
+    info(THROTTLED_SECONDS, Histogram, Unit::Seconds, "Spells a lane wanted to claim but a claim gate held it back, by gate; the sum is the time throttled.", &[LABEL_LANE, LABEL_TARGET, LABEL_GATE]),
+    info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 
 /// Registers the description and unit of every metric in [`ALL`] with the current
@@ -341,6 +359,34 @@ label_values! {
     }
 }
 
+label_values! {
+    /// A circuit breaker's state: the value of [`LABEL_STATE`] on [`BREAKER_STATE`].
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum BreakerState {
+        /// The target answers: claims go on.
+        Closed => "closed",
+        /// The target kept failing: no claims until the cool-down ends.
+        Open => "open",
+        /// The cool-down ended: one probe message is out; its outcome closes or re-opens.
+        HalfOpen => "half_open",
+    }
+}
+
+label_values! {
+    /// The claim gate that held a lane back: the value of [`LABEL_GATE`].
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum GateKind {
+        /// The rate limit's tokens ran out.
+        RateLimit => "rate_limit",
+        /// The circuit breaker is open or waits for its probe.
+        Breaker => "breaker",
+        /// A target's Retry-After holds the lane.
+        RetryAfter => "retry_after",
+    }
+}
+
 /// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
 /// and target. Every store calls it once its write has committed.
 pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
@@ -416,7 +462,7 @@ mod tests {
             assert_eq!(&metric.labels[..2], LANE_TARGET, "{}", metric.name);
             assert!(!metric.help.is_empty());
         }
-        assert_eq!(ALL.len(), 22);
+        assert_eq!(ALL.len(), 24);
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::message::OutboxMessage;
 use crate::metrics::{FailureKind, StoreOp};
 use crate::store::{NackOutcome, OutboxStore};
 
-pub use crate::metrics::LaneState;
+pub use crate::metrics::{BreakerState, LaneState};
 
 pub(crate) mod handler;
 pub(crate) mod lane;
@@ -191,6 +191,16 @@ pub enum RelayEvent {
         /// Its new state.
         state: LaneState,
     },
+    /// A lane's circuit breaker changed state: it opened (no claims for a cool-down),
+    /// went half-open (one probe message), or closed (the probe was delivered).
+    BreakerChanged {
+        /// The lane.
+        lane: LaneKey,
+        /// Its new state.
+        state: BreakerState,
+        /// Why, for operators.
+        reason: String,
+    },
     /// A lane finished draining and stopped.
     LaneStopped {
         /// The lane.
@@ -298,6 +308,21 @@ pub struct LaneStatus {
     pub dead_lettered: u64,
     /// Acks and nacks that found their claim lost.
     pub lost_claims: u64,
+    /// The lane's claim gates.
+    pub gates: GateStatus,
+}
+
+/// A lane's claim gates, as [`LaneStatus`] reports them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GateStatus {
+    /// The rate limit, e.g. `200/1s (burst 200)`; `None` without one.
+    pub rate_limit: Option<String>,
+    /// The circuit breaker's state; `None` without a breaker.
+    pub breaker: Option<BreakerState>,
+    /// Whether a target's Retry-After holds the whole lane.
+    pub retry_after_holds_lane: bool,
+    /// How long the gates held claims back since the relay started, in milliseconds.
+    pub throttled_ms: u64,
 }
 
 /// Counters that outlive a lane's incarnations, shared by the supervisor and the lane.
@@ -310,11 +335,33 @@ pub(crate) struct LaneCounters {
     pub(crate) dead_lettered: AtomicU64,
     pub(crate) lost_claims: AtomicU64,
     pub(crate) last_error: Mutex<Option<String>>,
+    /// Time the claim gates held the lane back, in microseconds.
+    pub(crate) throttled_micros: AtomicU64,
+    pub(crate) breaker: Mutex<Option<BreakerState>>,
 }
 
 impl LaneCounters {
     pub(crate) fn add(counter: &AtomicU64, n: usize) {
         counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_duration(counter: &AtomicU64, duration: Duration) {
+        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
+        counter.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_breaker(&self, state: Option<BreakerState>) {
+        *self
+            .breaker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = state;
+    }
+
+    pub(crate) fn breaker(&self) -> Option<BreakerState> {
+        *self
+            .breaker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn set_last_error(&self, error: String) {

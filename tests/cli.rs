@@ -10,6 +10,8 @@
 
 #[path = "cli/control.rs"]
 mod control;
+#[path = "cli/gates.rs"]
+mod gates;
 #[path = "cli/logging.rs"]
 mod logging;
 #[path = "cli/migrate.rs"]

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use outbox_relay::metrics::{LaneState, MetricKind, ALL};
+use outbox_relay::metrics::{BreakerState, LaneState, MetricKind, ALL};
 use serde_json::Value;
 
 #[path = "support/dashboard.rs"]
@@ -178,37 +178,59 @@ fn dashboard_has_its_variables_unique_panel_ids_and_a_sane_layout() {
     }
 }
 
+/// The `state="…"` values a state-timeline panel over `metric` encodes, and the texts its
+/// value mappings show.
+fn states_shown(dashboard: &Value, metric: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut shown = BTreeSet::new();
+    let mut mapped = BTreeSet::new();
+    for panel in panels(dashboard)
+        .into_iter()
+        .filter(|p| p["type"] == "state-timeline")
+        .filter(|p| p["targets"].to_string().contains(metric))
+    {
+        let promql = panel["targets"].to_string().replace("\\\"", "\"");
+        let mut rest = promql.as_str();
+        while let Some(at) = rest.find("state=\"") {
+            rest = &rest[at + "state=\"".len()..];
+            let end = rest.find('"').expect("closing quote");
+            shown.insert(rest[..end].to_owned());
+        }
+        mapped.extend(
+            panel["fieldConfig"]["defaults"]["mappings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|m| m["options"].as_object().cloned())
+                .flat_map(|options| options.into_iter().map(|(_, v)| v["text"].to_string()))
+                .map(|text| text.trim_matches('"').to_owned()),
+        );
+    }
+    (shown, mapped)
+}
+
 #[test]
 fn the_lane_state_panel_knows_every_lane_state() {
-    let dashboard = dashboard();
-    let promql: String = panel_queries(&dashboard)
-        .into_iter()
-        .map(|q| q.expr)
-        .collect();
-    let mut shown = BTreeSet::new();
-    let mut rest = promql.as_str();
-    while let Some(at) = rest.find("state=\"") {
-        rest = &rest[at + "state=\"".len()..];
-        let end = rest.find('"').expect("closing quote");
-        shown.insert(&rest[..end]);
-    }
-    let declared: BTreeSet<&str> = LaneState::ALL.iter().map(|s| s.as_str()).collect();
+    let (shown, mapped) = states_shown(&dashboard(), "outbox_lane_state");
+    let declared: BTreeSet<String> = LaneState::ALL.iter().map(|s| s.to_string()).collect();
     assert_eq!(
         shown, declared,
         "the lane state panel must encode every LaneState"
     );
-
-    let mapped: BTreeSet<String> = panels(&dashboard)
-        .into_iter()
-        .filter(|p| p["type"] == "state-timeline")
-        .flat_map(|p| p["fieldConfig"]["defaults"]["mappings"].as_array().cloned())
-        .flatten()
-        .flat_map(|m| m["options"].as_object().cloned())
-        .flat_map(|options| options.into_iter().map(|(_, v)| v["text"].to_string()))
-        .map(|text| text.trim_matches('"').to_owned())
-        .collect();
     for state in declared {
-        assert!(mapped.contains(state), "no value mapping shows {state}");
+        assert!(mapped.contains(&state), "no value mapping shows {state}");
+    }
+}
+
+#[test]
+fn the_breaker_panel_knows_every_breaker_state() {
+    let (shown, mapped) = states_shown(&dashboard(), "outbox_breaker_state");
+    let declared: BTreeSet<String> = BreakerState::ALL.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        shown, declared,
+        "the breaker panel must encode every BreakerState"
+    );
+    for state in declared {
+        assert!(mapped.contains(&state), "no value mapping shows {state}");
     }
 }
 

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use outbox_relay::config::RateLimit;
 use outbox_relay::metrics::{
     install_prometheus_exporter, FailureKind, MetricKind, StoreOp, ALL, LABEL_LANE, LABEL_TARGET,
     REQUEUED_TOTAL,
@@ -142,6 +143,9 @@ async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         .lane(
             LaneConfig::new(WEBHOOK.0, WEBHOOK.1)
                 .concurrency(4)
+                // Two claims at once, 50 a second: step 1's backlog waits for tokens, so the
+                // throttled-time histogram moves.
+                .rate_limit(Some(RateLimit::new(50, Duration::from_secs(1)).burst(2)))
                 // Extended a third of the lease before it lapses, so about every 1.3 s.
                 .lease(Duration::from_secs(2))
                 .retry(RetryPolicy::new(

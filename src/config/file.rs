@@ -300,6 +300,15 @@ pub struct LaneSection {
     pub store_backoff: Option<HumanDuration>,
     /// The longest wait after repeated store errors.
     pub store_backoff_max: Option<HumanDuration>,
+    /// Claim at most this fast, e.g. `"200/s"`, `"30/m"`, `"5/10s"`. Default: no limit.
+    pub rate_limit: Option<RateSpec>,
+    /// The rate limit's burst (the bucket's size). Default: the rate's count.
+    pub rate_burst: Option<u32>,
+    /// A circuit breaker: `{ consecutive_failures = 5, cool_down = "30s", … }`. Default:
+    /// none.
+    pub breaker: Option<BreakerSection>,
+    /// A target's Retry-After holds the whole lane (capped at `retry_max`). Default false.
+    pub retry_after_holds_lane: Option<bool>,
     /// How long finished messages are kept, e.g. `{ delivered = "7d", dead_letter = "30d" }`.
     /// Absent ages take [`DEFAULT_DELIVERED_RETENTION`](crate::retention::DEFAULT_DELIVERED_RETENTION)
     /// and [`DEFAULT_DEAD_LETTER_RETENTION`](crate::retention::DEFAULT_DEAD_LETTER_RETENTION).
@@ -375,6 +384,14 @@ impl LaneSection {
         }
         if let Some(ordering) = self.ordering {
             config.ordering = ordering;
+        }
+        config.rate_limit = self.rate_limit.map(|spec| match self.rate_burst {
+            Some(burst) => spec.0.burst(burst),
+            None => spec.0,
+        });
+        config.circuit_breaker = self.breaker.map(|section| section.to_config());
+        if let Some(hold) = self.retry_after_holds_lane {
+            config.retry_after_holds_lane = hold;
         }
         config
     }
@@ -543,6 +560,12 @@ impl FileConfig {
         let mut lanes = Vec::with_capacity(self.lanes.len());
         for section in &self.lanes {
             let config = section.to_config(&consumer_id);
+            if section.rate_burst.is_some() && section.rate_limit.is_none() {
+                return Err(ConfigError::new(
+                    format!("lanes[{}].rate_burst", config.name()),
+                    "is set without a rate_limit",
+                ));
+            }
             config.validate()?;
             section
                 .sink
@@ -615,5 +638,8 @@ fn parse_error(origin: &str, text: &str, error: &toml::de::Error) -> FileConfigE
     out
 }
 
+mod gates;
 #[cfg(test)]
 mod tests;
+
+pub use gates::{BreakerSection, RateSpec};

@@ -55,6 +55,8 @@ pub struct LaneMetrics {
     oldest_pending_age: Gauge,
     blocked_keys: Gauge,
     lane_state: [Gauge; LaneState::ALL.len()],
+    breaker_state: [Gauge; BreakerState::ALL.len()],
+    throttled: [Histogram; GateKind::ALL.len()],
 }
 
 impl LaneMetrics {
@@ -108,6 +110,14 @@ impl LaneMetrics {
             lane_state: std::array::from_fn(|i| {
                 let state = LaneState::ALL[i].as_str();
                 metrics::gauge!(LANE_STATE, with(LABEL_STATE, state))
+            }),
+            breaker_state: std::array::from_fn(|i| {
+                let state = BreakerState::ALL[i].as_str();
+                metrics::gauge!(BREAKER_STATE, with(LABEL_STATE, state))
+            }),
+            throttled: std::array::from_fn(|i| {
+                let gate = GateKind::ALL[i].as_str();
+                metrics::histogram!(THROTTLED_SECONDS, with(LABEL_GATE, gate))
             }),
         }
     }
@@ -189,6 +199,18 @@ impl LaneMetrics {
         self.store_errors[op.index()].increment(1);
     }
 
+    /// The lane's circuit breaker is now in `state` (1 for it, 0 for the others).
+    pub fn breaker_state(&self, state: BreakerState) {
+        for (i, gauge) in self.breaker_state.iter().enumerate() {
+            gauge.set(if i == state.index() { 1.0 } else { 0.0 });
+        }
+    }
+
+    /// `gate` held the lane back from claiming for `duration`.
+    pub fn throttled(&self, gate: GateKind, duration: Duration) {
+        self.throttled[gate.index()].record(duration);
+    }
+
     /// `n` deliveries are running now in this process.
     pub fn in_flight(&self, n: u64) {
         self.in_flight.set(n as f64);
@@ -256,6 +278,8 @@ mod tests {
                         DELIVERY_FAILURES_TOTAL => FailureKind::ALL.len(),
                         STORE_ERRORS_TOTAL => StoreOp::ALL.len(),
                         LANE_STATE => LaneState::ALL.len(),
+                        BREAKER_STATE => BreakerState::ALL.len(),
+                        THROTTLED_SECONDS => GateKind::ALL.len(),
                         _ => 1,
                     })
                     .sum::<usize>(),
@@ -337,6 +361,30 @@ mod tests {
         for (helper, name, n) in cases {
             assert_eq!(moved_by(helper), one(name, Moved::Counter(n)), "{name}");
         }
+    }
+
+    #[test]
+    fn throttled_spells_are_recorded_by_gate_to_the_millisecond() {
+        let moved = moved_by(|m| {
+            m.throttled(GateKind::RateLimit, Duration::from_millis(5));
+            m.throttled(GateKind::RateLimit, Duration::from_millis(3));
+            m.throttled(GateKind::Breaker, Duration::from_millis(2_500));
+        });
+        assert_eq!(
+            moved,
+            labelled(&[
+                (
+                    THROTTLED_SECONDS,
+                    "gate=rate_limit",
+                    Moved::Histogram(vec![0.005, 0.003])
+                ),
+                (
+                    THROTTLED_SECONDS,
+                    "gate=breaker",
+                    Moved::Histogram(vec![2.5])
+                ),
+            ])
+        );
     }
 
     #[test]

@@ -22,9 +22,9 @@ use super::*;
 /// [`install_prometheus_exporter_with_readiness`] to give it a check); any other path is
 /// 404.
 ///
-/// The three histograms are exported as Prometheus histograms with the bucket bounds
-/// [`DELIVERY_DURATION_BUCKETS`], [`END_TO_END_LATENCY_BUCKETS`] and
-/// [`CLAIM_BATCH_SIZE_BUCKETS`].
+/// The histograms are exported as Prometheus histograms with the bucket bounds
+/// [`DELIVERY_DURATION_BUCKETS`], [`END_TO_END_LATENCY_BUCKETS`],
+/// [`CLAIM_BATCH_SIZE_BUCKETS`] and [`THROTTLED_BUCKETS`].
 ///
 /// # Where the endpoint runs
 ///
@@ -159,7 +159,8 @@ pub(super) fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
     PrometheusBuilder::new()
         .set_buckets_for_metric(full(DELIVERY_DURATION_SECONDS), DELIVERY_DURATION_BUCKETS)?
         .set_buckets_for_metric(full(END_TO_END_LATENCY_SECONDS), END_TO_END_LATENCY_BUCKETS)?
-        .set_buckets_for_metric(full(CLAIM_BATCH_SIZE), CLAIM_BATCH_SIZE_BUCKETS)
+        .set_buckets_for_metric(full(CLAIM_BATCH_SIZE), CLAIM_BATCH_SIZE_BUCKETS)?
+        .set_buckets_for_metric(full(THROTTLED_SECONDS), THROTTLED_BUCKETS)
 }
 
 /// The Prometheus exporter could not be started on its address.

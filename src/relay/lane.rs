@@ -316,6 +316,11 @@ impl LaneRelayState {
             } => send_at(myself, at, Input::LeaseDue { batch, generation }),
             Command::WakeAt { generation, at } => send_at(myself, at, Input::Tick(generation)),
             Command::RetryAt(at) => send_at(myself, at, Input::RetryDue),
+            Command::GateAt { generation, at } => send_at(myself, at, Input::GateDue(generation)),
+            Command::Throttled { gate, duration } => {
+                self.metrics.throttled(gate, duration);
+                LaneCounters::add_duration(&self.counters.throttled_micros, duration);
+            }
             Command::DrainDeadlineAt(at) => send_at(myself, at, Input::DrainDeadline),
             Command::EmptyClaim => self.metrics.claimed(0),
             Command::Emit(event) => self.emit(event),
@@ -453,6 +458,12 @@ impl Actor for LaneRelay {
             }
         })));
         state.publish_in_flight();
+        // A new incarnation starts with its breaker closed; a lane without one shows closed.
+        let breaker = state.core.breaker_state();
+        state
+            .metrics
+            .breaker_state(breaker.unwrap_or(crate::metrics::BreakerState::Closed));
+        state.counters.set_breaker(breaker);
         state.emit(RelayEvent::LaneStarted {
             lane: key,
             incarnation: args.incarnation,

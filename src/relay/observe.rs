@@ -48,6 +48,7 @@ pub(crate) fn record(metrics: &LaneMetrics, event: &RelayEvent) {
         RelayEvent::StoreError { op, .. } => metrics.store_error(*op),
         RelayEvent::LaneRestarting { .. } => metrics.restart(),
         RelayEvent::LaneStateChanged { state, .. } => metrics.lane_state(*state),
+        RelayEvent::BreakerChanged { state, .. } => metrics.breaker_state(*state),
         _ => {}
     }
 }
@@ -74,6 +75,7 @@ pub(crate) fn count(counters: &LaneCounters, event: &RelayEvent) {
         RelayEvent::StoreError { op, error, .. } => {
             counters.set_last_error(format!("{op}: {error}"))
         }
+        RelayEvent::BreakerChanged { state, .. } => counters.set_breaker(Some(*state)),
         _ => {}
     }
 }

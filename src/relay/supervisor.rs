@@ -19,7 +19,7 @@ use crate::metrics::LaneMetrics;
 use crate::relay::lane::{LaneArgs, LaneMsg, LaneRelay};
 use crate::relay::observe;
 use crate::relay::{
-    DrainReport, LaneCounters, LaneKey, LaneState, LaneStatus, RelayError, RelayEvent,
+    DrainReport, GateStatus, LaneCounters, LaneKey, LaneState, LaneStatus, RelayError, RelayEvent,
     ShutdownReport,
 };
 use crate::store::OutboxStore;
@@ -212,6 +212,12 @@ impl SupervisorState {
                 failed: entry.counters.failed.load(Relaxed),
                 dead_lettered: entry.counters.dead_lettered.load(Relaxed),
                 lost_claims: entry.counters.lost_claims.load(Relaxed),
+                gates: GateStatus {
+                    rate_limit: entry.config.rate_limit.map(|limit| limit.to_string()),
+                    breaker: entry.counters.breaker(),
+                    retry_after_holds_lane: entry.config.retry_after_holds_lane,
+                    throttled_ms: entry.counters.throttled_micros.load(Relaxed) / 1000,
+                },
             })
             .collect()
     }

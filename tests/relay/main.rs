@@ -25,6 +25,7 @@ mod edges;
 mod faults;
 #[path = "../support/faulty_store.rs"]
 mod faulty_store;
+mod gates;
 mod lifecycle;
 mod pipeline;
 mod shutdown;

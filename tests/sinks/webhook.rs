@@ -447,3 +447,5 @@ async fn a_missing_secret_names_the_variable() {
     assert_eq!(error.missing_variable_name(), Some(variable.as_str()));
     assert!(error.to_string().contains(&variable), "{error}");
 }
+
+mod gates;

@@ -77,8 +77,22 @@ async fn status(setup: &Setup, args: StatusArgs) -> Result<(), Failure> {
             lane.blocked_keys = 0;
         }
     }
+    let gates = crate::gates::lane_gates(&setup.config).await;
+    let gates_of = |lane: &LaneStats| {
+        gates
+            .get(&(lane.lane.clone(), lane.target.clone()))
+            .cloned()
+            .unwrap_or_default()
+    };
     if args.json {
-        let rows: Vec<_> = stats.iter().map(status_json).collect();
+        let rows: Vec<_> = stats
+            .iter()
+            .map(|lane| {
+                let mut row = status_json(lane);
+                row["gates"] = gates_of(lane).json();
+                row
+            })
+            .collect();
         return print_json(&rows);
     }
     if stats.is_empty() {
@@ -94,6 +108,7 @@ async fn status(setup: &Setup, args: StatusArgs) -> Result<(), Failure> {
         "DEAD_LETTER",
         "OLDEST_PENDING",
         "BLOCKED_KEYS",
+        "GATES",
     ]);
     for lane in &stats {
         table.row([
@@ -105,6 +120,7 @@ async fn status(setup: &Setup, args: StatusArgs) -> Result<(), Failure> {
             lane.dead_letter.to_string(),
             lane.oldest_pending_age.map_or("-".to_owned(), age),
             lane.blocked_keys.to_string(),
+            gates_of(lane).cell(),
         ]);
     }
     table.print();

@@ -38,6 +38,7 @@ use uuid::Uuid;
 mod admin;
 mod control;
 mod daemon;
+mod gates;
 mod otlp;
 mod reload;
 

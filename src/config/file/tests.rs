@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::config::{CircuitBreakerConfig, FailureRatio, RateLimit};
 use crate::database::DatabaseUrl;
 use crate::sinks::LogSinkConfig;
 
@@ -51,14 +52,15 @@ fn the_example_file_parses_and_sets_every_field() {
             "{key} is not in the example"
         );
     }
-    for key in serde_json::to_value(&config.lanes[0])
+    for (key, value) in serde_json::to_value(&config.lanes[0])
         .unwrap()
         .as_object()
         .unwrap()
-        .keys()
     {
+        // A field that is off unless set (a rate limit, a breaker) is shown commented out.
         assert!(
-            text.contains(&format!("\n{key} =")),
+            text.contains(&format!("\n{key} ="))
+                || (value.is_null() && text.contains(&format!("\n# {key} ="))),
             "lanes.{key} is not in the example"
         );
     }
@@ -124,6 +126,10 @@ fn every_field_is_read() {
         stats_interval = "1s"
         store_backoff = "20ms"
         store_backoff_max = "2s"
+        rate_limit = "30/m"
+        rate_burst = 4
+        breaker = { consecutive_failures = 3, cool_down = "10s", max_cool_down = "2m" }
+        retry_after_holds_lane = true
         sink = { kind = "log" }
         "#,
     )
@@ -158,7 +164,15 @@ fn every_field_is_read() {
         .store_backoff(RetryPolicy::new(
             Duration::from_millis(20),
             Duration::from_secs(2),
-        ));
+        ))
+        .rate_limit(Some(RateLimit::new(30, Duration::from_secs(60)).burst(4)))
+        .circuit_breaker(Some(
+            CircuitBreakerConfig::default()
+                .consecutive_failures(Some(3))
+                .cool_down(Duration::from_secs(10))
+                .max_cool_down(Duration::from_secs(120)),
+        ))
+        .retry_after_holds_lane(true);
     assert_eq!(lane, &want);
     assert_eq!(
         config.ordering_of("orders", "billing"),
@@ -443,4 +457,76 @@ sink = { kind = "log" }
 
 fn error_text(text: &str) -> String {
     error(text).to_string()
+}
+
+#[test]
+fn gates_read_a_rate_a_burst_and_a_breaker_on_a_ratio_alone() {
+    let config = parse(&MINIMAL.replace(
+        "sink =",
+        "rate_limit = \"5/10s\"\nbreaker = { failure_ratio = 0.5, window = \"30s\", min_requests = 8 }\nsink =",
+    ))
+    .unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!(
+        lane.rate_limit,
+        Some(RateLimit::new(5, Duration::from_secs(10)).burst(5))
+    );
+    let breaker = lane.circuit_breaker.unwrap();
+    assert_eq!(breaker.consecutive_failures, None);
+    assert_eq!(
+        breaker.failure_ratio,
+        Some(FailureRatio {
+            permille: 500,
+            window: Duration::from_secs(30),
+            min_requests: 8
+        })
+    );
+    assert_eq!(breaker.cool_down, crate::config::DEFAULT_BREAKER_COOL_DOWN);
+    assert!(!lane.retry_after_holds_lane);
+}
+
+#[test]
+fn bad_gate_values_name_their_field() {
+    let with = |line: &str| error(&MINIMAL.replace("sink =", &format!("{line}\nsink =")));
+    for (line, field, reason) in [
+        ("rate_limit = \"200\"", "rate_limit", "not a rate"),
+        ("rate_limit = \"0/s\"", "rate_limit", "between 1 and"),
+        ("rate_limit = \"200/fortnight\"", "rate_limit", "not a rate"),
+        (
+            "rate_burst = 3",
+            "lanes[orders/billing].rate_burst",
+            "without a rate_limit",
+        ),
+        (
+            "rate_limit = \"200/s\"\nrate_burst = 0",
+            "lanes[orders/billing].rate_limit",
+            "burst 0",
+        ),
+        (
+            "breaker = { consecutive_failures = 0 }",
+            "lanes[orders/billing].breaker.consecutive_failures",
+            "at least 1",
+        ),
+        (
+            "breaker = { failure_ratio = 1.5 }",
+            "lanes[orders/billing].breaker.failure_ratio",
+            "at most 1",
+        ),
+        (
+            "breaker = { cool_down = \"1m\", max_cool_down = \"10s\" }",
+            "lanes[orders/billing].breaker.max_cool_down",
+            "below the cool-down",
+        ),
+        (
+            "breaker = { cooldown = \"1m\" }",
+            "",
+            "unknown field `cooldown`",
+        ),
+    ] {
+        let error = with(line);
+        if !field.is_empty() {
+            assert_eq!(error.field(), Some(field), "{line}: {error}");
+        }
+        assert!(error.message().contains(reason), "{line}: {error}");
+    }
 }

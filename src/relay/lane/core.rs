@@ -21,20 +21,28 @@
 //! claim, an acked head that frees its key's next message) forgets that answer, and the
 //! lane claims or asks `next_due` as before. `next_due` is never asked while the lane holds
 //! claims, since their own leases would be the answer; the poll ceiling still applies.
+//!
+//! Claim gates ([`gate`]): before each claim the core asks the lane's gates (rate limit,
+//! circuit breaker, Retry-After hold) how much it may take, and sleeps until the time they
+//! name when they say wait. A claim takes only what the rate allows, so claimed messages
+//! never wait for tokens; an open breaker stops claims (no attempts spent) and hands the
+//! buffered claims back unused.
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use uuid::Uuid;
 
 use crate::config::LaneConfig;
 use crate::message::OutboxMessage;
-use crate::metrics::StoreOp;
+use crate::metrics::{BreakerState, GateKind, StoreOp};
 use crate::relay::{LaneKey, RelayEvent};
 use crate::store::{ClaimBatch, ClaimRef, NextDue, StoreError};
 
 mod book;
 mod drain;
+mod gate;
 mod io;
 mod lease;
 mod outcomes;
@@ -43,6 +51,7 @@ mod pool;
 mod tests;
 
 use book::LeaseBook;
+use gate::{Admit, Gates};
 pub(crate) use io::{Command, Input};
 use outcomes::Outcomes;
 use pool::HandlerPool;
@@ -104,11 +113,18 @@ pub(crate) struct LaneCore {
     backoff: Backoff,
     /// Release calls in flight (a drain waits for their count).
     releasing: usize,
+    gates: Gates,
+    /// The gate timer scheduled, if any: its generation and when it fires.
+    gate_timer: Option<(u64, Instant)>,
+    gate_generation: u64,
+    /// Since when, and by which gate, the lane has wanted to claim and been held back.
+    throttled: Option<(Instant, GateKind)>,
 }
 
 impl LaneCore {
     /// A lane with `config.concurrency` idle slots; paused lanes claim nothing until resumed.
     pub(crate) fn new(config: LaneConfig, paused: bool) -> Self {
+        let gates = Gates::new(&config);
         Self {
             key: LaneKey::new(&config.lane, &config.target),
             pool: HandlerPool::new(config.concurrency),
@@ -124,6 +140,10 @@ impl LaneCore {
             tick_generation: 0,
             backoff: Backoff::default(),
             releasing: 0,
+            gates,
+            gate_timer: None,
+            gate_generation: 0,
+            throttled: None,
         }
     }
 
@@ -136,6 +156,11 @@ impl LaneCore {
     #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {
         self.buffer.len()
+    }
+
+    /// The circuit breaker's state, if the lane has one.
+    pub(crate) fn breaker_state(&self) -> Option<BreakerState> {
+        self.gates.breaker_state()
     }
 
     /// Claims the lane holds (running, buffered, or finished and not yet recorded).
@@ -155,6 +180,14 @@ impl LaneCore {
                 if generation == self.tick_generation {
                     self.store_has_more = true;
                     self.idle_timer_set = false;
+                }
+            }
+            Input::GateDue(generation) => {
+                if self
+                    .gate_timer
+                    .is_some_and(|(current, _)| current == generation)
+                {
+                    self.gate_timer = None;
                 }
             }
             Input::RetryDue => {
@@ -179,7 +212,7 @@ impl LaneCore {
                 outbox_id,
                 result,
                 elapsed,
-            } => self.delivery_done(slot, outbox_id, result, elapsed),
+            } => self.delivery_done(now, slot, outbox_id, result, elapsed),
             Input::HandlerDied { slot, reason } => self.handler_died(now, slot, reason, &mut out),
             Input::LeaseDue { batch, generation } => self.lease_due(batch, generation, &mut out),
             Input::Claimed(result) => {
@@ -194,7 +227,12 @@ impl LaneCore {
                         self.claimed(now, call, answer.claimed, &mut out);
                     }
                     // Neither happened: the acks go out again, the claim is made again.
-                    Err(error) => self.acked(now, Err(error), wall_ms, &mut out),
+                    Err(error) => {
+                        if let ClaimCall::Claiming { limit, .. } = call {
+                            self.gates.claim_answered(limit, &[]);
+                        }
+                        self.acked(now, Err(error), wall_ms, &mut out)
+                    }
                 }
             }
             Input::Acked { result, wall_ms } => self.acked(now, result, wall_ms, &mut out),
@@ -208,7 +246,9 @@ impl LaneCore {
             } => self.extended(now, batch, generation, claims, result, &mut out),
             Input::Released { sent, result } => self.released(sent, result),
         }
+        self.gate_changes(&mut out);
         self.pump(now, &mut out);
+        self.gate_changes(&mut out);
         out
     }
 
@@ -250,16 +290,20 @@ impl LaneCore {
         let going_idle = self.mode == Mode::Running
             && self.book.len() == 0
             && self.known_due.is_none()
-            && !self.idle_timer_set;
+            && !self.idle_timer_set
+            && self.outcomes.acks_ready();
+        let limit = if store_open && (claiming || going_idle) && self.claim == ClaimCall::Idle {
+            self.admitted(now, out)
+        } else {
+            self.throttle_end(now, out);
+            0
+        };
         if store_open {
-            let limit = self.claim_limit();
-            let ride = (claiming || going_idle) && self.claim == ClaimCall::Idle && limit > 0;
-            self.flush(now, ride.then_some(limit), out);
+            self.flush(now, (limit > 0).then_some(limit), out);
         }
         if store_open && self.claim == ClaimCall::Idle && self.mode == Mode::Running {
-            let limit = self.claim_limit();
             if claiming && limit > 0 {
-                self.claim_sent(now, limit);
+                self.claim_sent(now, limit, out);
                 out.push(Command::Claim { limit });
             } else if !self.store_has_more && !self.idle_timer_set && self.held() == 0 {
                 match self.known_due.take() {
@@ -278,8 +322,101 @@ impl LaneCore {
         self.finish_drain_if_done(out);
     }
 
+    /// How many messages a claim may take now, by the free room and the gates; when a gate
+    /// holds the lane back, counts the throttled time and sets a timer for when it lets go.
+    fn admitted(&mut self, now: Instant, out: &mut Vec<Command>) -> usize {
+        let want = self.claim_limit();
+        if want == 0 {
+            self.throttle_end(now, out);
+            return 0;
+        }
+        match self.gates.admit(now, want) {
+            Admit::UpTo(limit) => limit,
+            Admit::Wait { gate, until } => {
+                match self.throttled {
+                    Some((_, held_by)) if held_by == gate => {}
+                    _ => {
+                        self.throttle_end(now, out);
+                        self.throttled = Some((now, gate));
+                    }
+                }
+                if let Some(at) = until {
+                    self.gate_timer_at(at, out);
+                }
+                0
+            }
+        }
+    }
+
+    /// A gate lets go at `at`: be woken then (unless an earlier timer is set, which asks
+    /// the gates again when it fires).
+    fn gate_timer_at(&mut self, at: Instant, out: &mut Vec<Command>) {
+        if self.gate_timer.is_some_and(|(_, set)| set <= at) {
+            return;
+        }
+        self.gate_generation += 1;
+        self.gate_timer = Some((self.gate_generation, at));
+        out.push(Command::GateAt {
+            generation: self.gate_generation,
+            at,
+        });
+    }
+
+    /// The lane no longer waits on a gate: the throttled time is counted.
+    fn throttle_end(&mut self, now: Instant, out: &mut Vec<Command>) {
+        if let Some((since, gate)) = self.throttled.take() {
+            let duration = now.saturating_duration_since(since);
+            if !duration.is_zero() {
+                out.push(Command::Throttled { gate, duration });
+            }
+        }
+    }
+
+    /// Turns the breaker's changes into events. An opening, or a Retry-After hold, hands
+    /// the buffered claims back unused (their attempts not counted): delivering them now
+    /// would only fail, or go against what the target asked.
+    fn gate_changes(&mut self, out: &mut Vec<Command>) {
+        if self.gates.take_hold_began() {
+            self.release_buffer(out);
+        }
+        for change in self.gates.take_changes() {
+            if change.state == BreakerState::Open {
+                self.release_buffer(out);
+            }
+            tracing::warn!(lane = %self.key, state = %change.state, reason = %change.reason, "circuit breaker");
+            self.emit(
+                out,
+                RelayEvent::BreakerChanged {
+                    lane: self.key.clone(),
+                    state: change.state,
+                    reason: change.reason,
+                },
+            );
+        }
+    }
+
+    /// Hands the buffered claims back unused, while running or paused (a drain has
+    /// already).
+    fn release_buffer(&mut self, out: &mut Vec<Command>) {
+        if !matches!(self.mode, Mode::Running | Mode::Paused) {
+            return;
+        }
+        let mut claims = Vec::with_capacity(self.buffer.len());
+        for message in std::mem::take(&mut self.buffer) {
+            // A buffered probe that goes back is no probe: the next claim is.
+            self.gates.forget(message.outbox_id);
+            claims.extend(self.book.close(message.outbox_id));
+        }
+        if !claims.is_empty() {
+            self.releasing += 1;
+            out.push(Command::Release(claims));
+        }
+    }
+
     /// A claim of up to `limit` goes out now.
-    fn claim_sent(&mut self, now: Instant, limit: usize) {
+    fn claim_sent(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) {
+        self.throttle_end(now, out);
+        self.gates.claim_sent(now, limit);
         self.claim = ClaimCall::Claiming {
             issued_at: now,
             limit,
@@ -336,9 +473,23 @@ impl LaneCore {
         };
         let batch = match result {
             Ok(batch) => batch,
-            Err(error) => return self.store_failed(now, StoreOp::Claim, &error, out),
+            Err(error) => {
+                self.gates.claim_answered(limit, &[]);
+                return self.store_failed(now, StoreOp::Claim, &error, out);
+            }
         };
         self.store_ok();
+        // Claimed just as the drain began, or sent before the breaker opened or a
+        // Retry-After hold began: hand them straight back (a release does not count the
+        // attempt).
+        let hand_back = matches!(self.mode, Mode::Draining { .. } | Mode::Stopped)
+            || self.gates.holds_claims(now);
+        let claimed: Vec<Uuid> = if hand_back {
+            Vec::new()
+        } else {
+            batch.messages.iter().map(|m| m.outbox_id).collect()
+        };
+        self.gates.claim_answered(limit, &claimed);
         if !batch.dead_lettered.is_empty() {
             for outbox_id in &batch.dead_lettered {
                 tracing::warn!(lane = %self.key.lane, target = %self.key.target, %outbox_id,
@@ -366,8 +517,7 @@ impl LaneCore {
             return;
         }
         let claims: Vec<ClaimRef> = batch.messages.iter().filter_map(|m| m.claim()).collect();
-        if matches!(self.mode, Mode::Draining { .. } | Mode::Stopped) {
-            // Claimed just as the drain began: hand them straight back.
+        if hand_back {
             self.releasing += 1;
             out.push(Command::Release(claims));
             return;

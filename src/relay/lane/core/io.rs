@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use super::Slot;
 use crate::message::{OutboxMessage, UnixMillis};
+use crate::metrics::GateKind;
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::{DrainReport, RelayEvent};
 use crate::store::{
@@ -24,6 +25,8 @@ pub(crate) enum Input {
     Tick(u64),
     /// A store-error backoff is over.
     RetryDue,
+    /// A gate timer fired; honoured only if it is the latest one scheduled.
+    GateDue(u64),
     /// Stop claiming; deliveries running and buffered go on.
     Pause,
     /// Claim again.
@@ -116,6 +119,10 @@ pub(crate) enum Command {
     },
     /// Send [`Input::Tick`] at `at`.
     WakeAt { generation: u64, at: Instant },
+    /// Send [`Input::GateDue`] at `at`.
+    GateAt { generation: u64, at: Instant },
+    /// A claim gate held the lane back for `duration` (the throttled-time counter).
+    Throttled { gate: GateKind, duration: Duration },
     /// Send [`Input::RetryDue`] at `at`.
     RetryAt(Instant),
     /// Send [`Input::DrainDeadline`] at `at`.

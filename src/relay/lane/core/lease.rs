@@ -57,6 +57,7 @@ impl LaneCore {
         self.buffer = kept.into();
         for message in dropped {
             self.book.close(message.outbox_id);
+            self.gates.forget(message.outbox_id);
         }
         // Lapsed rows are claimable again, by anyone.
         self.forget_due();

@@ -71,6 +71,11 @@ impl Outcomes {
         !self.acking.is_empty() || !self.nacking.is_empty()
     }
 
+    /// Whether a flush would send acks now (none in flight, some waiting).
+    pub(super) fn acks_ready(&self) -> bool {
+        !self.flushing() && !self.acks.is_empty()
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -134,7 +139,7 @@ impl LaneCore {
             None => {}
             Some(Flush::Acks(acks)) => match claim_limit {
                 Some(limit) => {
-                    self.claim_sent(now, limit);
+                    self.claim_sent(now, limit, out);
                     out.push(Command::AckAndClaim { acks, limit });
                 }
                 None => out.push(Command::Ack(acks)),
@@ -168,6 +173,7 @@ impl LaneCore {
 
     pub(super) fn delivery_done(
         &mut self,
+        now: Instant,
         slot: Slot,
         outbox_id: Uuid,
         result: Result<(), DeliveryFailure>,
@@ -176,6 +182,14 @@ impl LaneCore {
         let Some(running) = self.pool.finish(slot, outbox_id) else {
             return;
         };
+        match &result {
+            // A permanent rejection is the target answering: not an outage.
+            Ok(()) => self.gates.observe(now, outbox_id, false, None),
+            Err(failure) => {
+                self.gates
+                    .observe(now, outbox_id, !failure.permanent, failure.retry_after)
+            }
+        }
         self.count_completed();
         let Some(claim) = self.book.close(outbox_id) else {
             return;
@@ -220,6 +234,7 @@ impl LaneCore {
         };
         let outbox_id = running.message.outbox_id;
         tracing::warn!(lane = %self.key, %outbox_id, %reason, "handler panicked");
+        self.gates.observe(now, outbox_id, true, None);
         self.count_completed();
         if let Some(claim) = self.book.close(outbox_id) {
             let ran = running.ran(now);

@@ -14,7 +14,9 @@ use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
 use crate::store::{AckAndClaim, ClaimOutcome, NackDisposition, NackOutcome};
 
+mod gates;
 mod idle;
+mod sim;
 
 fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
     LaneConfig::new("orders", "billing")
