@@ -1,7 +1,7 @@
 //! Draining a backlog through the real relay, and the seed's single loop it is compared
 //! with.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,10 @@ pub struct Progress {
     seen: Vec<AtomicBool>,
     count: AtomicUsize,
     done: tokio::sync::Notify,
+    /// Handler sleeps as timed around them (tokio's timer rounds up to its millisecond
+    /// tick), in microseconds, and how many.
+    slept_micros: AtomicU64,
+    sleeps: AtomicU64,
 }
 
 impl Progress {
@@ -28,6 +32,8 @@ impl Progress {
             seen: (0..measured).map(|_| AtomicBool::new(false)).collect(),
             count: AtomicUsize::new(0),
             done: tokio::sync::Notify::new(),
+            slept_micros: AtomicU64::new(0),
+            sleeps: AtomicU64::new(0),
         })
     }
 
@@ -37,6 +43,14 @@ impl Progress {
 
     pub fn is_done(&self) -> bool {
         self.count() >= self.seen.len()
+    }
+
+    /// The mean handler sleep as measured, if the handler slept.
+    pub fn mean_sleep(&self) -> Option<Duration> {
+        let sleeps = self.sleeps.load(Ordering::Relaxed);
+        (sleeps > 0).then(|| {
+            Duration::from_micros(self.slept_micros.load(Ordering::Relaxed) / sleeps)
+        })
     }
 
     /// Resolves once every measured message has been seen.
@@ -76,7 +90,13 @@ pub struct CountingHandler {
 impl DeliveryHandler for CountingHandler {
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
         if !self.latency.is_zero() {
+            let slept = Instant::now();
             tokio::time::sleep(self.latency).await;
+            let micros = slept.elapsed().as_micros() as u64;
+            self.progress
+                .slept_micros
+                .fetch_add(micros, Ordering::Relaxed);
+            self.progress.sleeps.fetch_add(1, Ordering::Relaxed);
         }
         self.progress.record(message);
         Ok(())
@@ -89,6 +109,8 @@ pub struct Drained {
     pub delivered: usize,
     pub took: Duration,
     pub timed_out: bool,
+    /// The handler's mean sleep as measured (a slow handler's true latency).
+    pub mean_sleep: Option<Duration>,
 }
 
 impl Drained {
@@ -136,6 +158,7 @@ pub async fn drain(
         delivered: progress.count(),
         took,
         timed_out,
+        mean_sleep: progress.mean_sleep(),
     })
 }
 
@@ -156,6 +179,7 @@ pub async fn single_loop(
                 delivered,
                 took: started.elapsed(),
                 timed_out: true,
+                mean_sleep: None,
             });
         }
         let batch = store
@@ -178,5 +202,6 @@ pub async fn single_loop(
         delivered,
         took: started.elapsed(),
         timed_out: false,
+        mean_sleep: None,
     })
 }
