@@ -34,6 +34,10 @@ mod lane;
 mod prometheus;
 
 pub use lane::LaneMetrics;
+/// What [`install_prometheus_exporter`] returns: renders the metrics on demand
+/// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
+#[cfg(feature = "prometheus")]
+pub use metrics_exporter_prometheus::PrometheusHandle;
 #[cfg(feature = "prometheus")]
 pub use prometheus::{
     install_prometheus_exporter, install_prometheus_exporter_with_readiness, MetricsError,
