@@ -134,7 +134,7 @@ pub use async_trait::async_trait;
 pub use sqlx;
 
 pub use config::{LaneConfig, SupervisorConfig};
-pub use delivery::{DeliveryError, DeliveryHandler};
+pub use delivery::{handler_fn, DeliveryError, DeliveryHandler, DeliveryResultExt};
 pub use message::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
 pub use relay::{OutboxRelay, RelayEvent, RelayHandle};
 pub use retry::RetryPolicy;
