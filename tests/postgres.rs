@@ -194,6 +194,32 @@ async fn enqueue_in_tx_takes_any_connection() {
     schema.drop().await;
 }
 
+/// A database error keeps its operation, the sqlx error as its source, and the SQLSTATE.
+#[tokio::test]
+async fn a_database_error_keeps_its_op_source_and_sqlstate() {
+    use std::error::Error as _;
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query("SELECT 1 / 0")
+        .execute(&mut *tx)
+        .await
+        .expect_err("division by zero");
+    // The transaction is aborted now: PostgreSQL refuses every statement with 25P02.
+    let err = store
+        .enqueue_in_tx(&mut tx, draft("l", 1))
+        .await
+        .expect_err("an aborted transaction refuses the enqueue");
+    assert!(matches!(err, StoreError::Database { .. }), "{err:?}");
+    assert_eq!(err.op(), Some("enqueue"), "{err:?}");
+    assert_eq!(err.sqlstate().as_deref(), Some("25P02"), "{err:?}");
+    assert!(!err.is_retryable(), "{err:?}");
+    let source = err.source().expect("the sqlx error is the source");
+    assert!(source.downcast_ref::<sqlx::Error>().is_some(), "{source:?}");
+    tx.rollback().await.unwrap();
+    schema.drop().await;
+}
+
 #[tokio::test]
 async fn migrations_are_idempotent_and_safe_concurrently() {
     let schema = SchemaGuard::new();

@@ -56,7 +56,7 @@ fn batch(messages: &[OutboxMessage]) -> Input {
 }
 
 fn unavailable() -> StoreError {
-    StoreError::Unavailable("connection refused (test)".into())
+    StoreError::unavailable("claim", "connection refused (test)")
 }
 
 fn claims(commands: &[Command]) -> Vec<usize> {
