@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::message::validate_name;
+use crate::message::ValidationError;
 use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY};
 use crate::store::OrderingPolicy;
 
@@ -48,25 +49,9 @@ pub const DEFAULT_PREFETCH: usize = DEFAULT_CONCURRENCY;
 /// its lease (and lease extension covers buffered claims too).
 pub const MAX_PREFETCH_PER_HANDLER: usize = 4;
 
-/// A configuration problem, naming the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid relay config: {field}: {reason}")]
-pub struct ConfigError {
-    /// The field at fault, e.g. `lanes[orders/billing].concurrency`.
-    pub field: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl ConfigError {
-    /// A config error for `field`.
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
+/// A configuration problem, naming the field: the crate's one "field + reason" error,
+/// [`ValidationError`], under the name the config API has always used.
+pub type ConfigError = ValidationError;
 
 /// How one (lane, target) is relayed.
 #[derive(Debug, Clone, PartialEq, Eq)]

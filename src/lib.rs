@@ -135,7 +135,7 @@ pub use sqlx;
 
 pub use config::{LaneConfig, SupervisorConfig};
 pub use delivery::{handler_fn, DeliveryError, DeliveryHandler, DeliveryResultExt};
-pub use message::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
+pub use message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, ValidationError};
 pub use relay::{OutboxRelay, RelayEvent, RelayHandle};
 pub use retry::RetryPolicy;
 pub use store::memory::InMemoryOutboxStore;
