@@ -298,16 +298,12 @@ pub(crate) fn validate_consumer_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `<host>-<pid>`: who holds a claim, readable by an operator.
+/// `<host>-<pid>`: who holds a claim, readable by an operator. The host is the machine's
+/// (the container's) host name; `relay` if it has none that reads as UTF-8.
 pub fn default_consumer_id() -> String {
-    let host = std::env::var("HOSTNAME")
+    let host = gethostname::gethostname()
+        .into_string()
         .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-        })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "relay".to_owned());
     format!("{host}-{}", std::process::id())
