@@ -80,6 +80,9 @@
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
 //!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
 //!   it; [`store::slow_log`] wraps any of them to log a slow call by its name and duration.
+//! - [`time`]: `UnixMillis` (the stores' timestamps), the clocks a store reads (`Clock`,
+//!   `SystemClock`, `ManualClock`, `TokioClock`; also at their old `store::` paths),
+//!   conversions to `SystemTime`, and RFC 3339 (the JSON form of every timestamp).
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
 //! - [`sinks`]: ready-made handlers and `SinkConfig`, a lane's `sink` table, built async
@@ -124,6 +127,7 @@ pub mod retention;
 pub mod retry;
 pub mod sinks;
 pub mod store;
+pub mod time;
 
 /// The attribute that implements [`DeliveryHandler`] (and [`OutboxStore`]), re-exported so a
 /// service needs no `async-trait` line of its own.

@@ -13,8 +13,7 @@ mod payload;
 
 pub use payload::Payload;
 
-/// Milliseconds since the Unix epoch, as the store's clock tells them.
-pub type UnixMillis = i64;
+pub use crate::time::UnixMillis;
 
 /// How many attempts a draft gets when it does not say.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
@@ -432,21 +431,27 @@ pub struct OutboxMessage {
     pub attempt_count: u32,
     /// After this many attempts it is dead-lettered.
     pub max_attempts: u32,
-    /// When it is (or was) due for its next claim.
+    /// When it is (or was) due for its next claim. In JSON, RFC 3339 (as every timestamp
+    /// here: [`crate::time::rfc3339`]).
+    #[serde(with = "crate::time::rfc3339")]
     pub available_at: UnixMillis,
     /// The consumer holding the claim, while claimed.
     pub claimed_by: Option<String>,
     /// The fencing token of the current claim, while claimed.
     pub claim_token: Option<Uuid>,
     /// When the current claim's lease lapses, while claimed.
+    #[serde(default, with = "crate::time::rfc3339::option")]
     pub lease_expires_at: Option<UnixMillis>,
     /// The last failure, kept after retries and in the dead letter.
     pub last_error: Option<String>,
     /// When it was enqueued.
+    #[serde(with = "crate::time::rfc3339")]
     pub created_at: UnixMillis,
     /// When it last changed.
+    #[serde(with = "crate::time::rfc3339")]
     pub updated_at: UnixMillis,
     /// When it was acked.
+    #[serde(default, with = "crate::time::rfc3339::option")]
     pub delivered_at: Option<UnixMillis>,
 }
 

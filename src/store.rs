@@ -76,17 +76,15 @@
 //! store reads its own clock, so relays on machines with skewed clocks agree.
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::delivery::BoxError;
-use crate::message::{
-    OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis, ValidationError,
-};
+// The clocks and millisecond helpers live in `time`; their old paths stay.
+use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, ValidationError};
+pub use crate::time::{duration_millis, millis_until, Clock, ManualClock, SystemClock, TokioClock};
 
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -700,96 +698,6 @@ pub(crate) fn single(mut answers: Vec<Enqueued>) -> Result<Enqueued, StoreError>
     answers
         .pop()
         .ok_or_else(|| StoreError::database("enqueue", "wrote nothing"))
-}
-
-/// The store's source of "now". Every backend takes one, so tests can move time by hand.
-pub trait Clock: Send + Sync + fmt::Debug {
-    /// Milliseconds since the Unix epoch.
-    fn now_millis(&self) -> UnixMillis;
-}
-
-/// The machine's wall clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_millis(&self) -> UnixMillis {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0)
-    }
-}
-
-/// A clock that moves only when told to: for store tests.
-#[derive(Debug, Clone)]
-pub struct ManualClock {
-    now: Arc<AtomicI64>,
-}
-
-impl ManualClock {
-    /// A clock reading `start`.
-    pub fn new(start: UnixMillis) -> Self {
-        Self {
-            now: Arc::new(AtomicI64::new(start)),
-        }
-    }
-
-    /// Moves the clock forward.
-    pub fn advance(&self, by: Duration) {
-        self.now.fetch_add(duration_millis(by), Ordering::SeqCst);
-    }
-
-    /// Sets the clock.
-    pub fn set(&self, now: UnixMillis) {
-        self.now.store(now, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_millis(&self) -> UnixMillis {
-        self.now.load(Ordering::SeqCst)
-    }
-}
-
-/// A clock that follows tokio's clock, so a store moves with `tokio::time::pause()` and
-/// `advance()` in relay tests. Outside paused time it tracks the wall clock.
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    start: tokio::time::Instant,
-    start_millis: UnixMillis,
-}
-
-impl TokioClock {
-    /// A clock reading the wall clock now, then moving with tokio's clock.
-    pub fn new() -> Self {
-        Self {
-            start: tokio::time::Instant::now(),
-            start_millis: SystemClock.now_millis(),
-        }
-    }
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for TokioClock {
-    fn now_millis(&self) -> UnixMillis {
-        self.start_millis + duration_millis(self.start.elapsed())
-    }
-}
-
-/// A duration in whole milliseconds, saturating.
-pub fn duration_millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// The duration from `now` until `at` (zero when `at` is past).
-pub fn millis_until(now: UnixMillis, at: UnixMillis) -> Duration {
-    Duration::from_millis(u64::try_from(at.saturating_sub(now)).unwrap_or(0))
 }
 
 #[cfg(test)]
