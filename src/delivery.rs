@@ -76,6 +76,32 @@ impl DeliveryError {
     }
 }
 
+crate::named::label_values! {
+    /// Why a delivery attempt failed: the value of [`crate::metrics::LABEL_KIND`].
+    pub enum FailureKind {
+        /// The handler returned `DeliveryError::Retryable`.
+        Retryable => "retryable",
+        /// The handler returned `DeliveryError::Permanent`.
+        Permanent => "permanent",
+        /// The handler returned `DeliveryError::RetryAfter`.
+        RetryAfter => "retry_after",
+        /// The handler did not finish within the delivery timeout.
+        Timeout => "timeout",
+        /// The handler panicked.
+        Panic => "panic",
+    }
+}
+
+impl From<&DeliveryError> for FailureKind {
+    fn from(error: &DeliveryError) -> Self {
+        match error {
+            DeliveryError::Retryable(_) => FailureKind::Retryable,
+            DeliveryError::Permanent(_) => FailureKind::Permanent,
+            DeliveryError::RetryAfter { .. } => FailureKind::RetryAfter,
+        }
+    }
+}
+
 /// A boxed error is a retryable failure, so `?` works on `Result<_, BoxError>` in a handler.
 impl From<BoxError> for DeliveryError {
     fn from(error: BoxError) -> Self {

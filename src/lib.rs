@@ -73,7 +73,9 @@
 //!
 //! ## Layout
 //!
-//! - [`message`]: the draft a service writes, the stored message, its status, validation;
+//! - [`message`]: the draft a service writes, the stored message, its status, `ClaimRef`
+//!   (a claim's message and fencing token), validation (`ValidationError`, the crate's one
+//!   "field + reason" error);
 //!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
 //! - [`store`]: the `OutboxStore` contract and the state machine of a row;
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
@@ -84,7 +86,8 @@
 //!   `SystemClock`, `ManualClock`, `TokioClock`; also at their old `store::` paths),
 //!   conversions to `SystemTime`, and RFC 3339 (the JSON form of every timestamp).
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
-//! - [`delivery`]: the `DeliveryHandler` extension point and `DeliveryError`.
+//! - [`delivery`]: the `DeliveryHandler` extension point, `DeliveryError` and its
+//!   `FailureKind`, `handler_fn` (a handler from a closure) and `DeliveryResultExt`.
 //! - [`sinks`]: ready-made handlers and `SinkConfig`, a lane's `sink` table, built async
 //!   and fallibly: `sinks::log` (always), `sinks::webhook`, `sinks::nats`,
 //!   `sinks::rabbitmq`, `sinks::redis` (one feature each: `webhook-sink`, `nats-sink`,
@@ -93,14 +96,17 @@
 //! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`;
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
-//! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system:
+//! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
+//!   `LaneState`:
 //!   `relay::supervisor` (restarts lanes), `relay::lane` (the lane actor: glue that runs
 //!   store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
 //!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks),
 //!   `relay::handler` (one delivery at a time under a timeout).
-//! - [`metrics`]: metric names and labels as consts, `describe()`, `LaneMetrics` (the
+//! - [`metrics`]: metric names and labels as consts (label values are the domain's
+//!   `FailureKind` and `LaneState`, and `StoreOp`), `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
 //!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`).
+//!   `src/named.rs` (private) holds `label_values!`, the macro that makes those fixed sets.
 //! - [`retention`]: automatic retention: `RetentionConfig` (per-lane ages of delivered
 //!   messages and dead letters, defaults as consts) and `RetentionTask`, which purges
 //!   them in bounded batches apart from the lanes.
@@ -122,6 +128,7 @@ pub mod database;
 pub mod delivery;
 pub mod message;
 pub mod metrics;
+mod named;
 pub mod relay;
 pub mod retention;
 pub mod retry;

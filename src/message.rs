@@ -406,6 +406,15 @@ impl FromStr for OutboxStatus {
     }
 }
 
+/// One claim: the message and the fencing token that proves the claim is still held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClaimRef {
+    /// The message.
+    pub outbox_id: Uuid,
+    /// The token handed out by the claim.
+    pub claim_token: Uuid,
+}
+
 /// A message as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutboxMessage {
@@ -461,7 +470,7 @@ impl OutboxMessage {
         Self {
             outbox_id,
             seq,
-            available_at: now.saturating_add(crate::store::duration_millis(draft.delay)),
+            available_at: now.saturating_add(crate::time::duration_millis(draft.delay)),
             lane: draft.lane,
             target: draft.target,
             payload: draft.payload,
@@ -482,8 +491,8 @@ impl OutboxMessage {
     }
 
     /// The (id, token) pair that acks, nacks, extends or releases this claim, if claimed.
-    pub fn claim(&self) -> Option<crate::store::ClaimRef> {
-        self.claim_token.map(|token| crate::store::ClaimRef {
+    pub fn claim(&self) -> Option<ClaimRef> {
+        self.claim_token.map(|token| ClaimRef {
             outbox_id: self.outbox_id,
             claim_token: token,
         })

@@ -82,7 +82,9 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::delivery::BoxError;
-// The clocks and millisecond helpers live in `time`; their old paths stay.
+// A claim's reference lives with the message, the clocks and millisecond helpers in `time`;
+// their old paths stay.
+pub use crate::message::ClaimRef;
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, ValidationError};
 pub use crate::time::{duration_millis, millis_until, Clock, ManualClock, SystemClock, TokioClock};
 
@@ -314,15 +316,6 @@ pub enum NextDue {
     /// The [`OutboxStore::next_due`] answer as of the end of the claim: `Some(ZERO)` when a
     /// message is claimable now, `None` when there is nothing to wait for.
     Known(Option<Duration>),
-}
-
-/// One claim: the message and the fencing token that proves the claim is still held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ClaimRef {
-    /// The message.
-    pub outbox_id: Uuid,
-    /// The token handed out by the claim.
-    pub claim_token: Uuid,
 }
 
 /// What became of an ack, extend_lease or release of one claim.

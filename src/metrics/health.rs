@@ -20,7 +20,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::metrics::LaneState;
+use crate::relay::LaneState;
 use crate::relay::RelayHandle;
 use crate::store::OutboxStore;
 
