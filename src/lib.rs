@@ -59,6 +59,7 @@
 //! | `nats-sink` | no | `sinks::nats`: NATS JetStream (adds `async-nats`) |
 //! | `rabbitmq-sink` | no | `sinks::rabbitmq`: AMQP 0.9.1 with publisher confirms (adds `lapin`) |
 //! | `redis-sink` | no | `sinks::redis`: Redis Streams (adds `redis`) |
+//! | `testing` | no | `testing`: the store conformance suite for your own `OutboxStore` |
 //! | `cli` | no | the `outbox-relay` binary (all of the above, plus `clap` and `tracing-subscriber`) |
 //!
 //! The library needs a tokio runtime (any flavour) and records metrics with the `metrics`
@@ -85,6 +86,9 @@
 //! - [`time`]: `UnixMillis` (the stores' timestamps), the clocks a store reads (`Clock`,
 //!   `SystemClock`, `ManualClock`, `TokioClock`; also at their old `store::` paths),
 //!   conversions to `SystemTime`, and RFC 3339 (the JSON form of every timestamp).
+//! - `testing` (feature `testing`): the store conformance suite, `Harness` and the
+//!   `conformance!` macro, so a backend outside the crate runs the same cases
+//!   (`testing/cases/`).
 //! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
 //! - [`delivery`]: the `DeliveryHandler` extension point, `DeliveryError` and its
 //!   `FailureKind`, `handler_fn` (a handler from a closure) and `DeliveryResultExt`.
@@ -134,6 +138,8 @@ pub mod retention;
 pub mod retry;
 pub mod sinks;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod time;
 
 /// The attribute that implements [`DeliveryHandler`] (and [`OutboxStore`]), re-exported so a

@@ -1,7 +1,7 @@
 //! What a short claim tells an idle relay: `ClaimBatch::next_due`, the `next_due` answer as
 //! of the end of the claim, so a relay that then acks what it got sleeps without asking.
 
-use outbox_relay::store::{ClaimRequest, NextDue, OrderingPolicy};
+use crate::store::{ClaimRequest, NextDue, OrderingPolicy};
 
 use super::*;
 

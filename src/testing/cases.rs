@@ -16,12 +16,12 @@
 
 use std::time::Duration;
 
-use outbox_relay::store::{ClaimBatch, ClaimRef, ClaimRequest, MessageFilter, PageRequest};
-use outbox_relay::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
+use crate::store::{ClaimBatch, ClaimRef, ClaimRequest, MessageFilter, PageRequest};
+use crate::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::Harness;
+use crate::testing::Harness;
 
 mod admin;
 mod backlog;
@@ -112,7 +112,7 @@ pub async fn ack_all(h: &Harness, batch: &ClaimBatch) {
     assert!(
         outcomes
             .iter()
-            .all(|o| *o == outbox_relay::store::ClaimOutcome::Applied),
+            .all(|o| *o == crate::store::ClaimOutcome::Applied),
         "{outcomes:?}"
     );
 }
