@@ -686,6 +686,10 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
 }
 
+/// The error a claim writes when it dead-letters a message whose lease lapsed on its last
+/// attempt. Part of the contract: every backend uses the same words.
+pub const LEASE_LAPSED_ERROR: &str = "lease lapsed on the last attempt";
+
 /// The one answer of a one-draft `enqueue_many`.
 pub(crate) fn single(mut answers: Vec<Enqueued>) -> Result<Enqueued, StoreError> {
     answers

@@ -1,7 +1,7 @@
 //! Claim, ack, nack, leases, release and fencing: the life of one message. The first cases
 //! are the seed relay's store scenarios.
 
-use crate::store::memory::LEASE_LAPSED_ERROR;
+use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
     duration_millis, ClaimOutcome, ClaimRequest, Clock, MessageFilter, Nack, NackDisposition,
     NackOutcome, NextDue, PageRequest,
