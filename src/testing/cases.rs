@@ -6,13 +6,13 @@
 //! the same list holds for memory, SQLite and PostgreSQL.
 //!
 //! The cases are grouped by concern:
-//! - [`lifecycle`]: claim, ack, nack, leases, release, fencing (the seed relay's scenarios).
-//! - [`ordering`]: claim order, per-key order, ordering policies, concurrent claimers.
-//! - [`enqueue`]: dedupe, validation, atomic batches.
-//! - [`admin`]: list, stats, requeue, discard, purge, next_due, wake-ups.
-//! - [`backlog`]: the claim at a backlog: lapsed claims first, hot keys, lapsed heads.
-//! - [`idle`]: what a short claim tells an idle relay (its `next_due` answer).
-//! - [`payload`]: the bytes of a payload are delivered unchanged, or refused alike.
+//! - `lifecycle`: claim, ack, nack, leases, release, fencing (the seed relay's scenarios).
+//! - `ordering`: claim order, per-key order, ordering policies, concurrent claimers.
+//! - `enqueue`: dedupe, validation, atomic batches.
+//! - `admin`: list, stats, requeue, discard, purge, next_due, wake-ups.
+//! - `backlog`: the claim at a backlog: lapsed claims first, hot keys, lapsed heads.
+//! - `idle`: what a short claim tells an idle relay (its `next_due` answer).
+//! - `payload`: the bytes of a payload are delivered unchanged, or refused alike.
 
 use std::time::Duration;
 
