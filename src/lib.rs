@@ -78,7 +78,8 @@
 //!   (a claim's message and fencing token), validation (`ValidationError`, the crate's one
 //!   "field + reason" error);
 //!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
-//! - [`store`]: the `OutboxStore` contract and the state machine of a row;
+//! - [`store`]: the `OutboxStore` contract and the state machine of a row; `store/error.rs`:
+//!   `StoreError` (the operation and the driver's error as its source, `sqlstate()`);
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
 //!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
