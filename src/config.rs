@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::message::validate_name;
+use crate::message::ValidationError;
 use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY};
 use crate::store::OrderingPolicy;
 
@@ -57,25 +58,9 @@ pub const DEFAULT_PREFETCH: usize = DEFAULT_CONCURRENCY;
 /// its lease (and lease extension covers buffered claims too).
 pub const MAX_PREFETCH_PER_HANDLER: usize = 4;
 
-/// A configuration problem, naming the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid relay config: {field}: {reason}")]
-pub struct ConfigError {
-    /// The field at fault, e.g. `lanes[orders/billing].concurrency`.
-    pub field: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl ConfigError {
-    /// A config error for `field`.
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
+/// A configuration problem, naming the field: the crate's one "field + reason" error,
+/// [`ValidationError`], under the name the config API has always used.
+pub type ConfigError = ValidationError;
 
 /// How one (lane, target) is relayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -364,16 +349,12 @@ pub(crate) fn validate_consumer_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `<host>-<pid>`: who holds a claim, readable by an operator.
+/// `<host>-<pid>`: who holds a claim, readable by an operator. The host is the machine's
+/// (the container's) host name; `relay` if it has none that reads as UTF-8.
 pub fn default_consumer_id() -> String {
-    let host = std::env::var("HOSTNAME")
+    let host = gethostname::gethostname()
+        .into_string()
         .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-        })
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "relay".to_owned());
     format!("{host}-{}", std::process::id())

@@ -24,6 +24,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::message::ValidationError;
 use crate::store::slow_log::{SlowCallLog, DEFAULT_SLOW_CALL_THRESHOLD};
 use crate::store::{OutboxStore, StoreError};
 
@@ -206,13 +207,9 @@ impl Default for StoreOptions {
 #[non_exhaustive]
 pub enum OpenError {
     /// An option is invalid for this database; nothing was created or changed.
-    #[error("{field}: {reason}")]
-    Invalid {
-        /// The option at fault (`table_prefix`, `schema`).
-        field: String,
-        /// What is wrong.
-        reason: String,
-    },
+    /// Its `field` is the option at fault (`table_prefix`, `schema`).
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
     /// The SQLite file does not exist and [`CreateMode::MustExist`] was asked.
     #[error("no SQLite database at {path} (start `outbox-relay run` once, or check the URL)")]
     Missing {
@@ -271,11 +268,10 @@ async fn open_sqlite(
     options: &StoreOptions,
 ) -> Result<Arc<dyn OutboxStore>, OpenError> {
     if options.schema.is_some() {
-        return Err(OpenError::Invalid {
-            field: "schema".to_owned(),
-            reason: "SQLite has no schemas; use table_prefix to keep several outboxes apart"
-                .to_owned(),
-        });
+        return Err(OpenError::Invalid(ValidationError::new(
+            "schema",
+            "SQLite has no schemas; use table_prefix to keep several outboxes apart",
+        )));
     }
     #[cfg(feature = "sqlite")]
     {
@@ -286,10 +282,7 @@ async fn open_sqlite(
             builder = builder.table_prefix(prefix);
         }
         // Everything is checked before the file is touched: a bad option creates nothing.
-        builder.validate().map_err(|error| OpenError::Invalid {
-            field: error.field,
-            reason: error.reason,
-        })?;
+        builder.validate()?;
         if options.create == CreateMode::MustExist && !path.exists() {
             return Err(OpenError::Missing {
                 path: path.to_owned(),
@@ -352,10 +345,7 @@ async fn open_postgres(
         if let Some(prefix) = &options.table_prefix {
             config = config.with_table_prefix(prefix);
         }
-        config.validate().map_err(|error| OpenError::Invalid {
-            field: error.field,
-            reason: error.reason,
-        })?;
+        config.validate()?;
         let unreachable = |reason: String| OpenError::Connect {
             database: "PostgreSQL",
             address: url.address(),

@@ -13,8 +13,7 @@ mod payload;
 
 pub use payload::Payload;
 
-/// Milliseconds since the Unix epoch, as the store's clock tells them.
-pub type UnixMillis = i64;
+pub use crate::time::UnixMillis;
 
 /// How many attempts a draft gets when it does not say.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
@@ -409,6 +408,15 @@ impl FromStr for OutboxStatus {
     }
 }
 
+/// One claim: the message and the fencing token that proves the claim is still held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClaimRef {
+    /// The message.
+    pub outbox_id: Uuid,
+    /// The token handed out by the claim.
+    pub claim_token: Uuid,
+}
+
 /// A message as the store keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OutboxMessage {
@@ -434,21 +442,27 @@ pub struct OutboxMessage {
     pub attempt_count: u32,
     /// After this many attempts it is dead-lettered.
     pub max_attempts: u32,
-    /// When it is (or was) due for its next claim.
+    /// When it is (or was) due for its next claim. In JSON, RFC 3339 (as every timestamp
+    /// here: [`crate::time::rfc3339`]).
+    #[serde(with = "crate::time::rfc3339")]
     pub available_at: UnixMillis,
     /// The consumer holding the claim, while claimed.
     pub claimed_by: Option<String>,
     /// The fencing token of the current claim, while claimed.
     pub claim_token: Option<Uuid>,
     /// When the current claim's lease lapses, while claimed.
+    #[serde(default, with = "crate::time::rfc3339::option")]
     pub lease_expires_at: Option<UnixMillis>,
     /// The last failure, kept after retries and in the dead letter.
     pub last_error: Option<String>,
     /// When it was enqueued.
+    #[serde(with = "crate::time::rfc3339")]
     pub created_at: UnixMillis,
     /// When it last changed.
+    #[serde(with = "crate::time::rfc3339")]
     pub updated_at: UnixMillis,
     /// When it was acked.
+    #[serde(default, with = "crate::time::rfc3339::option")]
     pub delivered_at: Option<UnixMillis>,
 }
 
@@ -458,7 +472,7 @@ impl OutboxMessage {
         Self {
             outbox_id,
             seq,
-            available_at: now.saturating_add(crate::store::duration_millis(draft.delay)),
+            available_at: now.saturating_add(crate::time::duration_millis(draft.delay)),
             lane: draft.lane,
             target: draft.target,
             payload: draft.payload,
@@ -479,8 +493,8 @@ impl OutboxMessage {
     }
 
     /// The (id, token) pair that acks, nacks, extends or releases this claim, if claimed.
-    pub fn claim(&self) -> Option<crate::store::ClaimRef> {
-        self.claim_token.map(|token| crate::store::ClaimRef {
+    pub fn claim(&self) -> Option<ClaimRef> {
+        self.claim_token.map(|token| ClaimRef {
             outbox_id: self.outbox_id,
             claim_token: token,
         })

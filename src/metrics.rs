@@ -36,6 +36,13 @@ mod lane;
 mod prometheus;
 
 pub use lane::LaneMetrics;
+// The label values that are domain types live with their domain; their old paths stay.
+pub use crate::delivery::FailureKind;
+pub use crate::relay::LaneState;
+/// What [`install_prometheus_exporter`] returns: renders the metrics on demand
+/// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
+#[cfg(feature = "prometheus")]
+pub use metrics_exporter_prometheus::PrometheusHandle;
 #[cfg(feature = "prometheus")]
 pub use prometheus::{
     install_prometheus_exporter, install_prometheus_exporter_with_control,
@@ -258,66 +265,7 @@ pub fn describe() {
 
 // ---- Label values ---------------------------------------------------------------------
 
-macro_rules! label_values {
-    (
-        $(#[$meta:meta])*
-        pub enum $name:ident { $( $(#[$vmeta:meta])* $variant:ident => $text:literal, )+ }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
-        pub enum $name { $( $(#[$vmeta])* $variant, )+ }
-
-        impl $name {
-            /// Every value, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            /// The label value, as exported.
-            pub const fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text,)+ }
-            }
-
-            /// Its position in [`Self::ALL`].
-            const fn index(self) -> usize {
-                self as usize
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-
-label_values! {
-    /// Why a delivery attempt failed: the value of [`LABEL_KIND`].
-    pub enum FailureKind {
-        /// The handler returned `DeliveryError::Retryable`.
-        Retryable => "retryable",
-        /// The handler returned `DeliveryError::Permanent`.
-        Permanent => "permanent",
-        /// The handler returned `DeliveryError::RetryAfter`.
-        RetryAfter => "retry_after",
-        /// The handler did not finish within the delivery timeout.
-        Timeout => "timeout",
-        /// The handler panicked.
-        Panic => "panic",
-    }
-}
-
-impl From<&crate::DeliveryError> for FailureKind {
-    fn from(error: &crate::DeliveryError) -> Self {
-        match error {
-            crate::DeliveryError::Retryable(_) => FailureKind::Retryable,
-            crate::DeliveryError::Permanent(_) => FailureKind::Permanent,
-            crate::DeliveryError::RetryAfter { .. } => FailureKind::RetryAfter,
-        }
-    }
-}
-
-label_values! {
+crate::named::label_values! {
     /// The store call that failed: the value of [`LABEL_OP`].
     pub enum StoreOp {
         /// `enqueue` or `enqueue_many`.
@@ -339,27 +287,7 @@ label_values! {
     }
 }
 
-label_values! {
-    /// What a lane relay is doing: the value of [`LABEL_STATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum LaneState {
-        /// Claiming and delivering.
-        Running => "running",
-        /// Paused by a command: claims nothing, keeps its configuration.
-        Paused => "paused",
-        /// Being removed: claims nothing new, finishes what it holds.
-        Draining => "draining",
-        /// Crashed; the supervisor restarts it after a backoff.
-        Restarting => "restarting",
-        /// Restarted too often within the window: stays down until an operator acts.
-        Failed => "failed",
-        /// Stopped on purpose (shutdown or removal).
-        Stopped => "stopped",
-    }
-}
-
-label_values! {
+crate::named::label_values! {
     /// A circuit breaker's state: the value of [`LABEL_STATE`] on [`BREAKER_STATE`].
     #[derive(serde::Serialize)]
     #[serde(rename_all = "snake_case")]
@@ -373,7 +301,7 @@ label_values! {
     }
 }
 
-label_values! {
+crate::named::label_values! {
     /// The claim gate that held a lane back: the value of [`LABEL_GATE`].
     #[derive(serde::Serialize)]
     #[serde(rename_all = "snake_case")]

@@ -76,76 +76,25 @@
 //! store reads its own clock, so relays on machines with skewed clocks agree.
 
 use std::fmt;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::message::{
-    OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis, ValidationError,
-};
+pub use error::StoreError;
+// A claim's reference lives with the message, the clocks and millisecond helpers in `time`;
+// their old paths stay.
+pub use crate::message::ClaimRef;
+use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
+pub use crate::time::{duration_millis, millis_until, Clock, ManualClock, SystemClock, TokioClock};
 
+mod error;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod slow_log;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
-
-/// What can go wrong in a store call.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The draft or request is invalid; nothing was written.
-    #[error(transparent)]
-    Validation(#[from] ValidationError),
-    /// The dedupe key is already used in this (lane, target) by a message with other content.
-    #[error("conflict: dedupe_key {dedupe_key:?} in lane {lane:?}, target {target:?} is already used by message {existing} with different content")]
-    Conflict {
-        /// The lane.
-        lane: String,
-        /// The target.
-        target: String,
-        /// The reused key.
-        dedupe_key: String,
-        /// The message that holds it.
-        existing: Uuid,
-    },
-    /// The database cannot be reached right now (connection refused, lost, pool timed
-    /// out). Retryable: nothing was half written.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// The database refuses this relay for good: no permission, a read-only database, a
-    /// missing schema or table. Not retryable: nothing changes until an operator acts.
-    #[error("store refused: {0} (permissions, a read-only database or a missing schema: retrying cannot help)")]
-    Denied(String),
-    /// The database refused the operation for another reason.
-    #[error("store error: {0}")]
-    Database(String),
-    /// A stored row could not be read back into a message.
-    #[error("corrupt row {id}: {reason}")]
-    Corrupt {
-        /// The row's id, or `?` when it could not be read either.
-        id: String,
-        /// What could not be decoded.
-        reason: String,
-    },
-}
-
-impl StoreError {
-    /// Whether trying the same call again later may succeed.
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
-    }
-
-    /// Whether the database refuses this call for good ([`StoreError::Denied`]): a relay
-    /// should give up after a few attempts and say why, not back off forever.
-    pub fn is_permanent(&self) -> bool {
-        matches!(self, StoreError::Denied(_))
-    }
-}
 
 /// What a dead-lettered head does to the rest of its ordering key.
 #[derive(
@@ -240,15 +189,6 @@ pub enum NextDue {
     /// The [`OutboxStore::next_due`] answer as of the end of the claim: `Some(ZERO)` when a
     /// message is claimable now, `None` when there is nothing to wait for.
     Known(Option<Duration>),
-}
-
-/// One claim: the message and the fencing token that proves the claim is still held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ClaimRef {
-    /// The message.
-    pub outbox_id: Uuid,
-    /// The token handed out by the claim.
-    pub claim_token: Uuid,
 }
 
 /// What became of an ack, extend_lease or release of one claim.
@@ -620,99 +560,13 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
 }
 
+/// The error a claim writes when it dead-letters a message whose lease lapsed on its last
+/// attempt. Part of the contract: every backend uses the same words.
+pub const LEASE_LAPSED_ERROR: &str = "lease lapsed on the last attempt";
+
 /// The one answer of a one-draft `enqueue_many`.
 pub(crate) fn single(mut answers: Vec<Enqueued>) -> Result<Enqueued, StoreError> {
     answers
         .pop()
-        .ok_or_else(|| StoreError::Database("enqueue wrote nothing".into()))
-}
-
-/// The store's source of "now". Every backend takes one, so tests can move time by hand.
-pub trait Clock: Send + Sync + fmt::Debug {
-    /// Milliseconds since the Unix epoch.
-    fn now_millis(&self) -> UnixMillis;
-}
-
-/// The machine's wall clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_millis(&self) -> UnixMillis {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0)
-    }
-}
-
-/// A clock that moves only when told to: for store tests.
-#[derive(Debug, Clone)]
-pub struct ManualClock {
-    now: Arc<AtomicI64>,
-}
-
-impl ManualClock {
-    /// A clock reading `start`.
-    pub fn new(start: UnixMillis) -> Self {
-        Self {
-            now: Arc::new(AtomicI64::new(start)),
-        }
-    }
-
-    /// Moves the clock forward.
-    pub fn advance(&self, by: Duration) {
-        self.now.fetch_add(duration_millis(by), Ordering::SeqCst);
-    }
-
-    /// Sets the clock.
-    pub fn set(&self, now: UnixMillis) {
-        self.now.store(now, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_millis(&self) -> UnixMillis {
-        self.now.load(Ordering::SeqCst)
-    }
-}
-
-/// A clock that follows tokio's clock, so a store moves with `tokio::time::pause()` and
-/// `advance()` in relay tests. Outside paused time it tracks the wall clock.
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    start: tokio::time::Instant,
-    start_millis: UnixMillis,
-}
-
-impl TokioClock {
-    /// A clock reading the wall clock now, then moving with tokio's clock.
-    pub fn new() -> Self {
-        Self {
-            start: tokio::time::Instant::now(),
-            start_millis: SystemClock.now_millis(),
-        }
-    }
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for TokioClock {
-    fn now_millis(&self) -> UnixMillis {
-        self.start_millis + duration_millis(self.start.elapsed())
-    }
-}
-
-/// A duration in whole milliseconds, saturating.
-pub fn duration_millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// The duration from `now` until `at` (zero when `at` is past).
-pub fn millis_until(now: UnixMillis, at: UnixMillis) -> Duration {
-    Duration::from_millis(u64::try_from(at.saturating_sub(now)).unwrap_or(0))
+        .ok_or_else(|| StoreError::database("enqueue", "wrote nothing"))
 }

@@ -456,6 +456,17 @@ fn sqlite_run_enqueue_deliver_dead_letter_requeue_and_sigterm() {
         shown["last_error"].as_str().unwrap().contains("poison"),
         "{shown}"
     );
+    // Timestamps in JSON are RFC 3339, UTC, to the millisecond.
+    let at = |field: &str| {
+        let text = shown[field]
+            .as_str()
+            .unwrap_or_else(|| panic!("{field}: {shown}"));
+        assert!(text.ends_with('Z') && text.len() == 24, "{field}: {text}");
+        outbox_relay::time::parse_rfc3339(text).unwrap_or_else(|e| panic!("{field}: {text}: {e}"))
+    };
+    assert!(at("created_at") <= at("updated_at"), "{shown}");
+    at("available_at");
+    assert!(shown["delivered_at"].is_null(), "{shown}");
 
     // No selector is never "all".
     let refused = sandbox.fails(2, &["--config", "relay.toml", "dead-letters", "requeue"]);

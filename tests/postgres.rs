@@ -150,6 +150,76 @@ async fn the_callers_transaction_decides() {
     schema.drop().await;
 }
 
+/// `enqueue_in_tx` takes any `&mut PgConnection`: a connection of the caller's own (not
+/// from the store's pool), in a transaction begun on it with plain SQL, and a pooled
+/// connection outside any transaction, whose row commits at once.
+#[tokio::test]
+async fn enqueue_in_tx_takes_any_connection() {
+    use sqlx::Connection;
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+
+    let mut own = sqlx::PgConnection::connect(&database_url())
+        .await
+        .expect("a connection of the caller's own");
+    sqlx::raw_sql("BEGIN").execute(&mut own).await.unwrap();
+    let in_tx = store.enqueue_in_tx(&mut own, draft("l", 1)).await.unwrap();
+    assert_eq!(store.get(in_tx.message.outbox_id).await.unwrap(), None);
+    sqlx::raw_sql("COMMIT").execute(&mut own).await.unwrap();
+    assert!(store.get(in_tx.message.outbox_id).await.unwrap().is_some());
+
+    let mut pooled = store.pool().acquire().await.unwrap();
+    let at_once = store
+        .enqueue_in_tx(&mut pooled, draft("l", 2))
+        .await
+        .unwrap();
+    drop(pooled);
+    assert!(store
+        .get(at_once.message.outbox_id)
+        .await
+        .unwrap()
+        .is_some());
+
+    // A nested transaction (a savepoint) derefs to the connection too.
+    let mut tx = own.begin().await.unwrap();
+    let mut savepoint = tx.begin().await.unwrap();
+    let undone = store
+        .enqueue_in_tx(&mut savepoint, draft("l", 3))
+        .await
+        .unwrap();
+    savepoint.rollback().await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(store.get(undone.message.outbox_id).await.unwrap(), None);
+    assert_eq!(count_rows(&store).await, 2);
+    schema.drop().await;
+}
+
+/// A database error keeps its operation, the sqlx error as its source, and the SQLSTATE.
+#[tokio::test]
+async fn a_database_error_keeps_its_op_source_and_sqlstate() {
+    use std::error::Error as _;
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query("SELECT 1 / 0")
+        .execute(&mut *tx)
+        .await
+        .expect_err("division by zero");
+    // The transaction is aborted now: PostgreSQL refuses every statement with 25P02.
+    let err = store
+        .enqueue_in_tx(&mut tx, draft("l", 1))
+        .await
+        .expect_err("an aborted transaction refuses the enqueue");
+    assert!(matches!(err, StoreError::Database { .. }), "{err:?}");
+    assert_eq!(err.op(), Some("enqueue"), "{err:?}");
+    assert_eq!(err.sqlstate().as_deref(), Some("25P02"), "{err:?}");
+    assert!(!err.is_retryable(), "{err:?}");
+    let source = err.source().expect("the sqlx error is the source");
+    assert!(source.downcast_ref::<sqlx::Error>().is_some(), "{source:?}");
+    tx.rollback().await.unwrap();
+    schema.drop().await;
+}
+
 #[tokio::test]
 async fn migrations_are_idempotent_and_safe_concurrently() {
     let schema = SchemaGuard::new();

@@ -48,9 +48,8 @@ impl Progress {
     /// The mean handler sleep as measured, if the handler slept.
     pub fn mean_sleep(&self) -> Option<Duration> {
         let sleeps = self.sleeps.load(Ordering::Relaxed);
-        (sleeps > 0).then(|| {
-            Duration::from_micros(self.slept_micros.load(Ordering::Relaxed) / sleeps)
-        })
+        (sleeps > 0)
+            .then(|| Duration::from_micros(self.slept_micros.load(Ordering::Relaxed) / sleeps))
     }
 
     /// Resolves once every measured message has been seen.

@@ -22,7 +22,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::metrics::control::LaneControl;
-use crate::metrics::LaneState;
+use crate::relay::LaneState;
 use crate::relay::RelayHandle;
 use crate::store::OutboxStore;
 

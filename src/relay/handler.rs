@@ -13,9 +13,9 @@ use tracing::Instrument;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, DerivedActorRef};
 use uuid::Uuid;
 
+use crate::delivery::FailureKind;
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
-use crate::metrics::FailureKind;
 
 /// Why a delivery did not succeed, reduced to what the lane needs to nack it.
 #[derive(Debug, Clone, PartialEq, Eq)]

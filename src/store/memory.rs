@@ -27,9 +27,8 @@ use crate::store::{
     WAKEUP_CHANNEL_CAPACITY,
 };
 
-/// The error a claim writes when it dead-letters a message whose lease lapsed on its last
-/// attempt. Every backend uses the same words.
-pub const LEASE_LAPSED_ERROR: &str = "lease lapsed on the last attempt";
+/// The contract's words for a lease that lapsed on the last attempt; defined in `store`.
+pub use crate::store::LEASE_LAPSED_ERROR;
 
 /// An outbox held in memory: nothing survives the process.
 #[derive(Debug)]

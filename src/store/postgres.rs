@@ -55,7 +55,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Postgres, Row, Transaction};
 use tokio::sync::broadcast;
 use uuid::Uuid;
@@ -188,24 +188,29 @@ impl PostgresOutboxStore {
         &self.names.channel
     }
 
-    /// Writes one message in the caller's transaction: it becomes visible, and wakes relays,
-    /// only when `tx` commits. A dedupe key taken by a message another transaction has not
-    /// committed yet makes this wait for that transaction to end.
+    /// Writes one message on the caller's connection, normally inside the caller's
+    /// transaction: it becomes visible, and wakes relays, only when that transaction
+    /// commits. Takes any `&mut PgConnection`: `&mut tx` for a
+    /// [`sqlx::Transaction`] (it derefs to one), `&mut *conn` for a pooled connection
+    /// (then the row commits at once, outside any transaction of yours). A dedupe key taken
+    /// by a message another transaction has not committed yet makes this wait for that
+    /// transaction to end.
     pub async fn enqueue_in_tx(
         &self,
-        tx: &mut Transaction<'_, Postgres>,
+        tx: &mut PgConnection,
         draft: OutboxMessageDraft,
     ) -> Result<Enqueued, StoreError> {
         crate::store::single(self.enqueue_many_in_tx(tx, vec![draft]).await?)
     }
 
-    /// Writes many messages in the caller's transaction. On an error nothing of this call
-    /// is left in `tx` (a conflict undoes the rows already written); on a database error
-    /// PostgreSQL has aborted `tx` anyway. `outbox_enqueued_total` counts the messages
-    /// when they are written, before the caller commits (or rolls back).
+    /// Writes many messages on the caller's connection (see [`Self::enqueue_in_tx`]). On an
+    /// error nothing of this call is left in the caller's transaction (a conflict undoes the
+    /// rows already written); on a database error PostgreSQL has aborted that transaction
+    /// anyway. `outbox_enqueued_total` counts the messages when they are written, before
+    /// the caller commits (or rolls back).
     pub async fn enqueue_many_in_tx(
         &self,
-        tx: &mut Transaction<'_, Postgres>,
+        tx: &mut PgConnection,
         drafts: Vec<OutboxMessageDraft>,
     ) -> Result<Vec<Enqueued>, StoreError> {
         let plan = self.plan(drafts)?;
@@ -218,7 +223,7 @@ impl PostgresOutboxStore {
                 if !failure.inserted.is_empty() {
                     sqlx::query(AssertSqlSafe(self.sql.delete_ids.clone()))
                         .bind(&failure.inserted)
-                        .execute(&mut **tx)
+                        .execute(&mut *tx)
                         .await
                         .map_err(|e| db_error("enqueue (undo)", e))?;
                 }

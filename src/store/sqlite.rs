@@ -197,11 +197,14 @@ async fn migrate(writer: &SqlitePool, sql: &Statements) -> Result<(), StoreError
     .and_then(|row| row.try_get(0))
     .map_err(db(OP))?;
     if applied > schema::latest_version() {
-        return Err(StoreError::Database(format!(
-            "{OP}: table {} is at schema version {applied}, newer than this build's {}",
-            sql.table,
-            schema::latest_version()
-        )));
+        return Err(StoreError::database(
+            OP,
+            format!(
+                "table {} is at schema version {applied}, newer than this build's {}",
+                sql.table,
+                schema::latest_version()
+            ),
+        ));
     }
     for (version, statements) in schema::pending_migrations(&sql.table, applied) {
         for statement in statements {

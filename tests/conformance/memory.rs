@@ -5,7 +5,7 @@ use std::sync::Arc;
 use outbox_relay::store::ManualClock;
 use outbox_relay::{InMemoryOutboxStore, OutboxStore};
 
-use crate::{Backend, Harness};
+use outbox_relay::testing::Harness;
 
 /// A fresh in-memory store on a manual clock.
 pub async fn harness() -> Harness {
@@ -17,7 +17,6 @@ pub async fn harness() -> Harness {
         cleanup: None,
         store,
         clock,
-        backend: Backend::Memory,
         reopen: Arc::new(move || {
             let same = same.clone();
             Box::pin(async move { same })
@@ -25,4 +24,4 @@ pub async fn harness() -> Harness {
     }
 }
 
-crate::conformance!(harness);
+outbox_relay::conformance!(harness);

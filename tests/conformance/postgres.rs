@@ -13,7 +13,7 @@ use outbox_relay::OutboxStore;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;
 
-use crate::{Backend, Harness};
+use outbox_relay::testing::Harness;
 
 /// The default test database.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -75,7 +75,6 @@ pub async fn harness() -> Harness {
     Harness {
         store,
         clock,
-        backend: Backend::Postgres,
         cleanup: Some(Box::pin(async move { drop_schema(&schema).await })),
         reopen: Arc::new(move || {
             let config = config.clone();
@@ -84,4 +83,4 @@ pub async fn harness() -> Harness {
     }
 }
 
-crate::conformance!(harness);
+outbox_relay::conformance!(harness);

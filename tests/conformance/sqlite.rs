@@ -7,7 +7,7 @@ use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{Clock, ManualClock};
 use outbox_relay::OutboxStore;
 
-use crate::{Backend, Harness};
+use outbox_relay::testing::Harness;
 
 /// A fresh SQLite store on a manual clock. `reopen` opens a second store over the same file
 /// and clock.
@@ -38,7 +38,6 @@ pub async fn harness() -> Harness {
         cleanup: None,
         store,
         clock,
-        backend: Backend::Sqlite,
         reopen: Arc::new(move || {
             let _keep = &dir;
             Box::pin(open())
@@ -46,4 +45,4 @@ pub async fn harness() -> Harness {
     }
 }
 
-crate::conformance!(harness);
+outbox_relay::conformance!(harness);

@@ -240,6 +240,7 @@ pub async fn memory() -> (Arc<dyn OutboxStore>, ()) {
 }
 
 /// A SQLite store in its own temporary directory (kept alive by the guard).
+#[cfg(feature = "sqlite")]
 pub async fn sqlite() -> (Arc<dyn OutboxStore>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = outbox_relay::SqliteOutboxStore::open(dir.path().join("outbox.db"))
@@ -263,8 +264,10 @@ impl Cleanup for tempfile::TempDir {
 }
 
 /// A PostgreSQL schema of one test.
+#[cfg(feature = "postgres")]
 pub struct PgSchema(String);
 
+#[cfg(feature = "postgres")]
 impl Cleanup for PgSchema {
     async fn cleanup(self) {
         let pool = sqlx::PgPool::connect(&pg_url()).await.unwrap();
@@ -278,6 +281,7 @@ impl Cleanup for PgSchema {
     }
 }
 
+#[cfg(feature = "postgres")]
 fn pg_url() -> String {
     std::env::var("OUTBOX_TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
@@ -285,6 +289,7 @@ fn pg_url() -> String {
 
 /// A PostgreSQL store in a schema of its own, on the database's clock. PostgreSQL must be
 /// reachable: the test fails, never skips, when it is not.
+#[cfg(feature = "postgres")]
 pub async fn postgres() -> (Arc<dyn OutboxStore>, PgSchema) {
     use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
     let schema = format!("r_{}", Uuid::new_v4().simple());
@@ -299,5 +304,7 @@ pub async fn postgres() -> (Arc<dyn OutboxStore>, PgSchema) {
 }
 
 relay_on_store!(memory_store, crate::stores::memory);
+#[cfg(feature = "sqlite")]
 relay_on_store!(sqlite_store, crate::stores::sqlite);
+#[cfg(feature = "postgres")]
 relay_on_store!(postgres_store, crate::stores::postgres);

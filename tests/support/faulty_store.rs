@@ -70,8 +70,9 @@ impl FaultyStore {
         let left = self.unavailable.load(Ordering::SeqCst);
         if left > 0 {
             self.unavailable.store(left - 1, Ordering::SeqCst);
-            return Err(StoreError::Unavailable(
-                "connection refused (injected)".into(),
+            return Err(StoreError::unavailable(
+                "store call",
+                "connection refused (injected)",
             ));
         }
         Ok(())

@@ -66,8 +66,15 @@ struct GlobalArgs {
     #[arg(long, short = 'c', global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// The database, overriding the config file: sqlite:PATH, sqlite://PATH or
-    /// postgres://USER@HOST:PORT/DB. Also read from OUTBOX_DATABASE_URL.
-    #[arg(long, global = true, value_name = "URL")]
+    /// postgres://USER@HOST:PORT/DB. Also read from OUTBOX_DATABASE_URL (empty counts as
+    /// unset; its value is never printed, not even by --help).
+    #[arg(
+        long,
+        global = true,
+        env = DATABASE_URL_ENV,
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     database_url: Option<String>,
 }
 
@@ -309,27 +316,24 @@ impl Setup {
             None => FileConfig::embedded_default(),
         }
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
-        let env_url = std::env::var(DATABASE_URL_ENV)
-            .ok()
-            .filter(|url| !url.trim().is_empty());
-        let (url, source) = match (&global.database_url, env_url) {
-            (Some(url), _) => (url.clone(), "--database-url".to_owned()),
-            (None, Some(url)) => (url, DATABASE_URL_ENV.to_owned()),
-            (None, None) => {
-                let origin = global
-                    .config
-                    .as_ref()
-                    .map_or("embedded default config".to_owned(), |p| {
-                        p.display().to_string()
-                    });
-                let url = config.database_url().map_err(|error| {
-                    Failure::input(format!(
-                        "config error: {origin}, field `database_url`: {error}"
-                    ))
-                })?;
-                return Ok(Self { config, url });
-            }
+        // clap reads `--database-url`, else `OUTBOX_DATABASE_URL`; an empty one (an unset
+        // variable in a compose file) leaves the config's database.
+        let given = global.database_url.as_deref().map(str::trim);
+        let Some(url) = given.filter(|url| !url.is_empty()) else {
+            let origin = global
+                .config
+                .as_ref()
+                .map_or("embedded default config".to_owned(), |p| {
+                    p.display().to_string()
+                });
+            let url = config.database_url().map_err(|error| {
+                Failure::input(format!(
+                    "config error: {origin}, field `database_url`: {error}"
+                ))
+            })?;
+            return Ok(Self { config, url });
         };
+        let source = format!("--database-url (or {DATABASE_URL_ENV})");
         let url = url
             .parse()
             .map_err(|error| Failure::input(format!("{source}: {error}")))?;

@@ -264,12 +264,12 @@ fn a_lane_without_its_name_or_sink_is_refused() {
 
 #[test]
 fn a_bad_duration_names_its_field_and_line() {
-    let bad = error(&MINIMAL.replace("sink =", "lease = \"30 seconds\"\nsink ="));
+    let bad = error(&MINIMAL.replace("sink =", "lease = \"30 parsecs\"\nsink ="));
     assert_eq!(bad.field(), Some("lease"));
     assert_eq!(bad.position().map(|p| p.0), Some(5));
     let text = bad.to_string();
     assert!(text.contains("field `lease`"), "{text}");
-    assert!(text.contains("invalid duration \"30 seconds\""), "{text}");
+    assert!(text.contains("invalid duration \"30 parsecs\""), "{text}");
 
     let number = error(&format!("shutdown_timeout = 30\n{MINIMAL}"));
     assert_eq!(number.field(), Some("shutdown_timeout"));

@@ -19,12 +19,12 @@ pub(crate) fn db_error(op: &str, error: sqlx::Error) -> StoreError {
         | sqlx::Error::Tls(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(format!("{op}: {error}")),
+        | sqlx::Error::WorkerCrashed => StoreError::unavailable(op, error),
         sqlx::Error::Database(db) if db.code().is_some_and(|code| is_unavailable(&code)) => {
-            StoreError::Unavailable(format!("{op}: {error}"))
+            StoreError::unavailable(op, error)
         }
         sqlx::Error::Database(db) if db.code().is_some_and(|code| is_denied(&code)) => {
-            StoreError::Denied(format!("{op}: {error}"))
+            StoreError::denied(op, error)
         }
         sqlx::Error::ColumnDecode { .. }
         | sqlx::Error::Decode(_)
@@ -34,7 +34,7 @@ pub(crate) fn db_error(op: &str, error: sqlx::Error) -> StoreError {
             id: "?".into(),
             reason: format!("{op}: {error}"),
         },
-        _ => StoreError::Database(format!("{op}: {error}")),
+        _ => StoreError::database(op, error),
     }
 }
 

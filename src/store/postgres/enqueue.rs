@@ -136,8 +136,9 @@ impl PostgresOutboxStore {
             }
         }
         if !todo.is_empty() {
-            let error = StoreError::Database(
-                "enqueue: a dedupe key's holder kept vanishing before it could be read".into(),
+            let error = StoreError::database(
+                "enqueue",
+                "a dedupe key's holder kept vanishing before it could be read",
             );
             return Err(fail(error, &inserted));
         }
@@ -152,7 +153,7 @@ impl PostgresOutboxStore {
         }
         answers
             .into_iter()
-            .map(|answer| answer.ok_or_else(|| StoreError::Database("enqueue: no answer".into())))
+            .map(|answer| answer.ok_or_else(|| StoreError::database("enqueue", "no answer")))
             .collect::<Result<_, _>>()
             .map_err(|e| fail(e, &inserted))
     }
@@ -169,7 +170,7 @@ impl PostgresOutboxStore {
             .clone()
             .map(|d| serde_json::to_value(&d.headers))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::Database(format!("enqueue: headers: {e}")))?;
+            .map_err(|e| StoreError::database("enqueue: headers", e))?;
         let rows = sqlx::query(AssertSqlSafe(self.sql.enqueue.clone()))
             .bind(self.now())
             .bind(&self.names.channel)

@@ -81,7 +81,7 @@ pub(super) fn uuid_text(id: Uuid) -> String {
 pub(super) fn json_text(value: &impl serde::Serialize, field: &str) -> Result<String, StoreError> {
     // A header map of strings always serialises, so this cannot fail in practice; if it
     // ever did, nothing has been written yet.
-    serde_json::to_string(value).map_err(|e| StoreError::Database(format!("encoding {field}: {e}")))
+    serde_json::to_string(value).map_err(|e| StoreError::database(format!("encoding {field}"), e))
 }
 
 /// A count or limit as SQLite's integer, saturating.
@@ -107,7 +107,7 @@ pub(super) fn store_error(op: &str, error: sqlx::Error) -> StoreError {
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(format!("{op}: {error}")),
+        | sqlx::Error::WorkerCrashed => StoreError::unavailable(op, error),
         sqlx::Error::Database(ref db) => {
             let primary = db
                 .code()
@@ -116,11 +116,9 @@ pub(super) fn store_error(op: &str, error: sqlx::Error) -> StoreError {
             match primary {
                 Some(
                     SQLITE_BUSY | SQLITE_LOCKED | SQLITE_IOERR | SQLITE_FULL | SQLITE_CANTOPEN,
-                ) => StoreError::Unavailable(format!("{op}: {error}")),
-                Some(SQLITE_READONLY | SQLITE_PERM | SQLITE_AUTH) => {
-                    StoreError::Denied(format!("{op}: {error}"))
-                }
-                _ => StoreError::Database(format!("{op}: {error}")),
+                ) => StoreError::unavailable(op, error),
+                Some(SQLITE_READONLY | SQLITE_PERM | SQLITE_AUTH) => StoreError::denied(op, error),
+                _ => StoreError::database(op, error),
             }
         }
         sqlx::Error::ColumnDecode { .. }
@@ -130,7 +128,7 @@ pub(super) fn store_error(op: &str, error: sqlx::Error) -> StoreError {
             id: "?".into(),
             reason: format!("{op}: {error}"),
         },
-        other => StoreError::Database(format!("{op}: {other}")),
+        other => StoreError::database(op, other),
     }
 }
 

@@ -14,7 +14,7 @@ use sqlx::{AssertSqlSafe, Row, Sqlite};
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
-use crate::store::memory::LEASE_LAPSED_ERROR;
+use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
     duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, MessageFilter,
     Nack, NackDisposition, NackOutcome, NextDue, StoreError,

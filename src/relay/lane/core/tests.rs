@@ -67,7 +67,7 @@ fn batch_saying(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
 }
 
 fn unavailable() -> StoreError {
-    StoreError::Unavailable("connection refused (test)".into())
+    StoreError::unavailable("claim", "connection refused (test)")
 }
 
 fn claims(commands: &[Command]) -> Vec<usize> {

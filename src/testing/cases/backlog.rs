@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use outbox_relay::store::{ClaimRequest, OrderingPolicy};
+use crate::store::{ClaimRequest, OrderingPolicy};
 
 use super::*;
 

@@ -4,10 +4,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use outbox_relay::store::{
+use crate::store::{
     ClaimOutcome, ClaimRequest, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
 };
-use outbox_relay::{OutboxStatus, OutboxStore};
+use crate::{OutboxStatus, OutboxStore};
 
 use super::*;
 

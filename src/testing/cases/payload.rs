@@ -1,8 +1,8 @@
 //! Payload fidelity: a store hands out the bytes it was given, or refuses them with the
 //! same validation error as every other store.
 
-use outbox_relay::message::Payload;
-use outbox_relay::StoreError;
+use crate::message::Payload;
+use crate::StoreError;
 
 use super::*;
 

@@ -6,22 +6,22 @@
 //! the same list holds for memory, SQLite and PostgreSQL.
 //!
 //! The cases are grouped by concern:
-//! - [`lifecycle`]: claim, ack, nack, leases, release, fencing (the seed relay's scenarios).
-//! - [`ordering`]: claim order, per-key order, ordering policies, concurrent claimers.
-//! - [`enqueue`]: dedupe, validation, atomic batches.
-//! - [`admin`]: list, stats, requeue, discard, purge, next_due, wake-ups.
-//! - [`backlog`]: the claim at a backlog: lapsed claims first, hot keys, lapsed heads.
-//! - [`idle`]: what a short claim tells an idle relay (its `next_due` answer).
-//! - [`payload`]: the bytes of a payload are delivered unchanged, or refused alike.
+//! - `lifecycle`: claim, ack, nack, leases, release, fencing (the seed relay's scenarios).
+//! - `ordering`: claim order, per-key order, ordering policies, concurrent claimers.
+//! - `enqueue`: dedupe, validation, atomic batches.
+//! - `admin`: list, stats, requeue, discard, purge, next_due, wake-ups.
+//! - `backlog`: the claim at a backlog: lapsed claims first, hot keys, lapsed heads.
+//! - `idle`: what a short claim tells an idle relay (its `next_due` answer).
+//! - `payload`: the bytes of a payload are delivered unchanged, or refused alike.
 
 use std::time::Duration;
 
-use outbox_relay::store::{ClaimBatch, ClaimRef, ClaimRequest, MessageFilter, PageRequest};
-use outbox_relay::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
+use crate::store::{ClaimBatch, ClaimRef, ClaimRequest, MessageFilter, PageRequest};
+use crate::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::Harness;
+use crate::testing::Harness;
 
 mod admin;
 mod backlog;
@@ -112,7 +112,7 @@ pub async fn ack_all(h: &Harness, batch: &ClaimBatch) {
     assert!(
         outcomes
             .iter()
-            .all(|o| *o == outbox_relay::store::ClaimOutcome::Applied),
+            .all(|o| *o == crate::store::ClaimOutcome::Applied),
         "{outcomes:?}"
     );
 }

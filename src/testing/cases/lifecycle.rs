@@ -1,12 +1,12 @@
 //! Claim, ack, nack, leases, release and fencing: the life of one message. The first cases
 //! are the seed relay's store scenarios.
 
-use outbox_relay::store::memory::LEASE_LAPSED_ERROR;
-use outbox_relay::store::{
+use crate::store::LEASE_LAPSED_ERROR;
+use crate::store::{
     duration_millis, ClaimOutcome, ClaimRequest, Clock, MessageFilter, Nack, NackDisposition,
     NackOutcome, NextDue, PageRequest,
 };
-use outbox_relay::OutboxStatus;
+use crate::OutboxStatus;
 
 use super::*;
 

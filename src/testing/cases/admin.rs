@@ -1,12 +1,12 @@
 //! What operators and idle relays ask: list, stats, requeue, discard, purge, next_due and
 //! wake-ups.
 
-use outbox_relay::store::{
+use crate::store::{
     ClaimOutcome, ClaimRequest, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
     PageRequest, WakeUp,
 };
-use outbox_relay::store::{Clock, OrderingPolicy, PurgeRequest};
-use outbox_relay::OutboxStatus;
+use crate::store::{Clock, OrderingPolicy, PurgeRequest};
+use crate::OutboxStatus;
 use tokio::sync::broadcast;
 
 use super::*;

@@ -2,9 +2,9 @@
 
 use std::collections::HashSet;
 
-use outbox_relay::message::DEFAULT_MAX_PAYLOAD_BYTES;
-use outbox_relay::store::{ClaimOutcome, ClaimRequest};
-use outbox_relay::{OutboxStatus, StoreError};
+use crate::message::DEFAULT_MAX_PAYLOAD_BYTES;
+use crate::store::{ClaimOutcome, ClaimRequest};
+use crate::{OutboxStatus, StoreError};
 
 use super::*;
 
