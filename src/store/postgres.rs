@@ -48,6 +48,7 @@ mod fenced;
 mod listener;
 mod schema;
 mod sql;
+mod vacuum;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -69,7 +70,9 @@ use crate::store::{
     OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
     WAKEUP_CHANNEL_CAPACITY,
 };
-pub use config::{PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT};
+pub use config::{
+    PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
+};
 use decode::{db_error, unsigned};
 pub use explain::Explained;
 use fenced::FencedBatch;
@@ -95,6 +98,8 @@ pub struct PostgresOutboxStore {
     clock: Option<Arc<dyn Clock>>,
     /// How the relay's own transactions begin: [`PostgresConfig::synchronous_commit`].
     relay_begin_sql: &'static str,
+    /// Vacuums the table as rows leave live ([`PostgresConfig::vacuum_every`]).
+    vacuum: vacuum::Vacuum,
     wakeups: broadcast::Sender<WakeUp>,
     _listener: listener::ListenerGuard,
 }
@@ -131,6 +136,7 @@ impl PostgresOutboxStore {
             pool,
             names,
             relay_begin_sql: config.relay_begin(),
+            vacuum: vacuum::Vacuum::new(config.vacuum_every),
             limits: config.limits,
             clock: config.clock,
             wakeups,
@@ -245,6 +251,15 @@ impl PostgresOutboxStore {
             .map_err(|e| db_error(op, e))
     }
 
+    /// Counts the rows an ack took out of live, for the vacuum that follows them.
+    fn retired_acks(&self, outcomes: &[ClaimOutcome]) {
+        let acked = outcomes
+            .iter()
+            .filter(|o| **o == ClaimOutcome::Applied)
+            .count();
+        self.vacuum.retired(acked, &self.pool, &self.names.messages);
+    }
+
     async fn conn(&self, op: &str) -> Result<PoolConnection<Postgres>, StoreError> {
         self.pool.acquire().await.map_err(|e| db_error(op, e))
     }
@@ -318,6 +333,7 @@ impl OutboxStore for PostgresOutboxStore {
         let mut tx = self.relay_begin("ack").await?;
         let outcomes = self.ack_in(&mut tx, claims).await?;
         tx.commit().await.map_err(|e| db_error("ack", e))?;
+        self.retired_acks(&outcomes);
         Ok(outcomes)
     }
 
@@ -353,6 +369,7 @@ impl OutboxStore for PostgresOutboxStore {
             }
         };
         tx.commit().await.map_err(|e| db_error(op, e))?;
+        self.retired_acks(&acked);
         Ok(AckAndClaim {
             acked,
             claimed: Ok(claimed),
@@ -398,6 +415,11 @@ impl OutboxStore for PostgresOutboxStore {
         }
         self.promote_heads(&mut tx, &left, op).await?;
         tx.commit().await.map_err(|e| db_error(op, e))?;
+        let dead = outcomes
+            .values()
+            .filter(|o| **o == NackOutcome::DeadLettered)
+            .count();
+        self.vacuum.retired(dead, &self.pool, &self.names.messages);
         Ok(batch
             .slots
             .iter()

@@ -8,7 +8,7 @@ use outbox_relay::store::{ClaimRequest, OrderingPolicy};
 use outbox_relay::{OutboxMessageDraft, OutboxStore};
 use serde_json::json;
 
-use crate::{database_url, SchemaGuard};
+use crate::{database_url, open, SchemaGuard};
 
 #[tokio::test]
 async fn connections_run_without_jit_and_with_the_statement_timeout() {
@@ -150,4 +150,65 @@ async fn migration_3_turns_jsonb_payloads_into_json_text() {
         "the old row as jsonb stored it, the new one as sent"
     );
     schema.drop().await;
+}
+
+/// The number of vacuums PostgreSQL counted for the store's messages table.
+async fn vacuums(store: &PostgresOutboxStore) -> i64 {
+    let table = store.messages_table().to_owned();
+    sqlx::query_scalar(
+        "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::text::regclass",
+    )
+    .bind(table)
+    .fetch_one(store.pool())
+    .await
+    .expect("vacuum_count")
+}
+
+/// After `vacuum_every` acked rows the store vacuums its table in the background (so a long
+/// drain's claims do not step over the index entries of every row already drained), and
+/// with `None` it leaves the table to autovacuum (which the test table never reaches).
+#[tokio::test]
+async fn acked_rows_bring_a_vacuum_of_the_table_after_every_n() {
+    for (every, expect) in [(Some(5), true), (None, false)] {
+        let schema = SchemaGuard::new();
+        let store = open(schema.config().with_vacuum_every(every)).await;
+        for i in 0..6 {
+            store
+                .enqueue(OutboxMessageDraft::new("l", "sink", json!({ "i": i })).expect("draft"))
+                .await
+                .expect("enqueue");
+        }
+        let batch = store
+            .claim(&ClaimRequest::new(
+                "l",
+                "sink",
+                10,
+                Duration::from_secs(30),
+                "r",
+            ))
+            .await
+            .expect("claim");
+        assert_eq!(batch.messages.len(), 6);
+        // Four acks: under the threshold, no vacuum.
+        let claims: Vec<_> = batch.messages.iter().filter_map(|m| m.claim()).collect();
+        store.ack(&claims[..4]).await.expect("ack");
+        let before = vacuums(&store).await;
+        store.ack(&claims[4..]).await.expect("ack");
+        if expect {
+            let started = std::time::Instant::now();
+            while vacuums(&store).await == before {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "no vacuum after 6 acked rows with vacuum_every 5 (count {before})"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else {
+            // Nothing was started; a vacuum would have been counted by the time the acks
+            // returned plus a moment, which the positive case above shows it is.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert_eq!(vacuums(&store).await, 0, "vacuum_every None vacuumed");
+        }
+        schema.drop().await;
+    }
 }
