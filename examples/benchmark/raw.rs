@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::{AssertSqlSafe, Connection, Row};
 
+use outbox_relay::store::postgres::DEFAULT_VACUUM_EVERY;
+
 use crate::stores::TARGET;
 
 /// Rows per claim of the raw loop.
@@ -90,6 +92,8 @@ pub async fn postgres(
     );
     let started = Instant::now();
     let mut rows = 0;
+    let mut since_vacuum = 0u64;
+    let mut vacuum: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         if started.elapsed() > timeout {
             return Ok(Ceiling {
@@ -119,6 +123,22 @@ pub async fn postgres(
             .await
             .map_err(err("ack"))?;
         rows += ids.len();
+        since_vacuum += ids.len() as u64;
+        // As the store does (`PostgresConfig::vacuum_every`): a background VACUUM after every
+        // so many acked rows, so this loop's claims do not step over the dead index entries
+        // of everything it already drained either.
+        if since_vacuum >= DEFAULT_VACUUM_EVERY && vacuum.as_ref().is_none_or(|v| v.is_finished()) {
+            since_vacuum = 0;
+            let (pool, sql) = (
+                pool.clone(),
+                format!("VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) {table}"),
+            );
+            vacuum = Some(tokio::spawn(async move {
+                if let Err(error) = sqlx::raw_sql(AssertSqlSafe(sql)).execute(&pool).await {
+                    eprintln!("benchmark: raw ceiling vacuum: {error}");
+                }
+            }));
+        }
     }
     Ok(Ceiling {
         rows,
