@@ -134,6 +134,8 @@
 )]
 #![forbid(unsafe_code)]
 
+#[cfg(test)]
+mod captured_log;
 pub mod config;
 pub mod database;
 pub mod delivery;

@@ -164,8 +164,6 @@ impl Actor for HandlerActor {
 
 #[cfg(all(test, feature = "cli"))]
 mod tests {
-    use std::io::Write;
-    use std::sync::Mutex;
 
     use serde_json::json;
 
@@ -174,22 +172,7 @@ mod tests {
 
     use super::*;
 
-    /// What the subscriber wrote.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::captured_log::Captured;
 
     struct Refuses;
 

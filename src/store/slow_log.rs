@@ -141,28 +141,12 @@ impl OutboxStore for SlowCallLog {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::Mutex;
 
     use super::*;
     use crate::store::memory::InMemoryOutboxStore;
 
     /// Collects what the fmt subscriber writes.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::captured_log::Captured;
 
     async fn claim_logged(threshold: Duration) -> String {
         let captured = Captured::default();

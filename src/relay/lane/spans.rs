@@ -145,8 +145,7 @@ pub(crate) fn acked_and_claimed(
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::Duration;
 
     use serde_json::json;
@@ -156,22 +155,7 @@ mod tests {
     use crate::OutboxStore;
     use crate::{InMemoryOutboxStore, LaneConfig, OutboxMessage, OutboxMessageDraft, OutboxRelay};
 
-    /// What the subscriber wrote.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::captured_log::Captured;
 
     struct Accepts;
 

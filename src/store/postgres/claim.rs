@@ -76,17 +76,8 @@ impl PostgresOutboxStore {
         request: &ClaimRequest,
     ) -> Result<ClaimBatch, StoreError> {
         let op = "claim";
-        let sql = match request.ordering {
-            OrderingPolicy::Skip => &self.sql.claim_skip,
-            OrderingPolicy::Block => &self.sql.claim_block,
-        };
-        let rows = sqlx::query(AssertSqlSafe(sql.clone()))
-            .bind(self.now())
-            .bind(&request.lane)
-            .bind(&request.target)
-            .bind(to_i64(request.limit))
-            .bind(interval(request.lease))
-            .bind(&request.consumer_id)
+        let rows = self
+            .claim_query(String::new(), request, false)
             .bind(LEASE_LAPSED_ERROR)
             .fetch_all(&mut *conn)
             .await
@@ -120,6 +111,31 @@ impl PostgresOutboxStore {
         Ok(batch)
     }
 
+    /// A claim statement under `request`'s ordering policy, `prefix` before its text
+    /// (`EXPLAIN ..`, or nothing), with `$1`..`$6` bound: now, lane, target, limit, lease,
+    /// consumer. `fast`: the one-statement claim; else the full one, which binds `$7` (the
+    /// lapsed-lease error) after.
+    pub(super) fn claim_query<'q>(
+        &self,
+        prefix: String,
+        request: &'q ClaimRequest,
+        fast: bool,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        let sql = match (request.ordering, fast) {
+            (OrderingPolicy::Skip, false) => &self.sql.claim_skip,
+            (OrderingPolicy::Block, false) => &self.sql.claim_block,
+            (OrderingPolicy::Skip, true) => &self.sql.claim_fast_skip,
+            (OrderingPolicy::Block, true) => &self.sql.claim_fast_block,
+        };
+        sqlx::query(AssertSqlSafe(prefix + sql))
+            .bind(self.now())
+            .bind(&request.lane)
+            .bind(&request.target)
+            .bind(to_i64(request.limit))
+            .bind(interval(request.lease))
+            .bind(&request.consumer_id)
+    }
+
     /// The one-statement claim (`sql/claim.rs`, `claim_fast`), on the pool: the batch, and
     /// whether the lane has a lapsed last attempt that only [`Self::claim_in`] dead-letters.
     /// Its `next_due` is left `Unknown`.
@@ -128,17 +144,8 @@ impl PostgresOutboxStore {
         request: &ClaimRequest,
     ) -> Result<(ClaimBatch, bool), StoreError> {
         let op = "claim";
-        let sql = match request.ordering {
-            OrderingPolicy::Skip => &self.sql.claim_fast_skip,
-            OrderingPolicy::Block => &self.sql.claim_fast_block,
-        };
-        let rows = sqlx::query(AssertSqlSafe(sql.clone()))
-            .bind(self.now())
-            .bind(&request.lane)
-            .bind(&request.target)
-            .bind(to_i64(request.limit))
-            .bind(interval(request.lease))
-            .bind(&request.consumer_id)
+        let rows = self
+            .claim_query(String::new(), request, true)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(op, e))?;

@@ -3,13 +3,13 @@
 //! tests that pin those plans. The statement really runs (ANALYZE), inside a transaction
 //! that is rolled back, so nothing it would change is kept.
 
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, Row};
 
 use crate::store::memory::LEASE_LAPSED_ERROR;
 use crate::store::{ClaimRequest, OrderingPolicy, StoreError};
 
 use super::decode::db_error;
-use super::{interval, to_i64, PostgresOutboxStore};
+use super::PostgresOutboxStore;
 
 /// A statement to explain with [`PostgresOutboxStore::explain`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,35 +48,12 @@ impl PostgresOutboxStore {
             .execute(&mut *tx)
             .await
             .map_err(|e| db_error(op, e))?;
-        let explain = |sql: &str| format!("EXPLAIN (ANALYZE, FORMAT JSON) {sql}");
+        const EXPLAIN: &str = "EXPLAIN (ANALYZE, FORMAT JSON) ";
         let query = match statement {
-            Explained::Claim(request) => {
-                let sql = match request.ordering {
-                    OrderingPolicy::Skip => &self.sql.claim_skip,
-                    OrderingPolicy::Block => &self.sql.claim_block,
-                };
-                sqlx::query_scalar(AssertSqlSafe(explain(sql)))
-                    .bind(self.now())
-                    .bind(&request.lane)
-                    .bind(&request.target)
-                    .bind(to_i64(request.limit))
-                    .bind(interval(request.lease))
-                    .bind(&request.consumer_id)
-                    .bind(LEASE_LAPSED_ERROR)
-            }
-            Explained::FastClaim(request) => {
-                let sql = match request.ordering {
-                    OrderingPolicy::Skip => &self.sql.claim_fast_skip,
-                    OrderingPolicy::Block => &self.sql.claim_fast_block,
-                };
-                sqlx::query_scalar(AssertSqlSafe(explain(sql)))
-                    .bind(self.now())
-                    .bind(&request.lane)
-                    .bind(&request.target)
-                    .bind(to_i64(request.limit))
-                    .bind(interval(request.lease))
-                    .bind(&request.consumer_id)
-            }
+            Explained::Claim(request) => self
+                .claim_query(EXPLAIN.to_owned(), request, false)
+                .bind(LEASE_LAPSED_ERROR),
+            Explained::FastClaim(request) => self.claim_query(EXPLAIN.to_owned(), request, true),
             Explained::NextDue {
                 lane,
                 target,
@@ -86,22 +63,23 @@ impl PostgresOutboxStore {
                     OrderingPolicy::Skip => &self.sql.next_due_skip,
                     OrderingPolicy::Block => &self.sql.next_due_block,
                 };
-                sqlx::query_scalar(AssertSqlSafe(explain(sql)))
+                sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{sql}")))
                     .bind(self.now())
                     .bind(lane)
                     .bind(target)
             }
             Explained::LaneStats { lane, target } => {
-                sqlx::query_scalar(AssertSqlSafe(explain(&self.sql.lane_stats)))
+                sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.lane_stats)))
                     .bind(self.now())
                     .bind(lane)
                     .bind(target)
             }
         };
-        let plan: serde_json::Value = query
+        let row = query
             .fetch_one(&mut *tx)
             .await
             .map_err(|e| db_error(op, e))?;
+        let plan: serde_json::Value = row.try_get(0).map_err(|e| db_error(op, e))?;
         tx.rollback().await.map_err(|e| db_error(op, e))?;
         Ok(plan)
     }
