@@ -65,6 +65,15 @@ struct Receiver {
 }
 
 impl Receiver {
+    /// The webhook sink posting to this receiver's `/in`, built from a config line.
+    async fn sink(&self) -> Arc<dyn outbox_relay::DeliveryHandler> {
+        build(&format!(
+            r#"sink = {{ kind = "webhook", url = "{}/in" }}"#,
+            self.url()
+        ))
+        .await
+    }
+
     async fn start(script: Vec<Answer>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let receiver = Self {
@@ -284,11 +293,7 @@ async fn a_500_is_retried_then_delivered() {
         Answer::status(503),
     ])
     .await;
-    let sink = build(&format!(
-        r#"sink = {{ kind = "webhook", url = "{}/in" }}"#,
-        receiver.url()
-    ))
-    .await;
+    let sink = receiver.sink().await;
     let (store, relay, mut events) = start_relay(sink).await;
     let id = enqueue(&*store, draft()).await;
     let story = wait_for(&mut events, id, "delivery", |e| {
@@ -335,11 +340,7 @@ async fn a_429_with_retry_after_holds_the_next_attempt_back() {
         ..Answer::status(429)
     }])
     .await;
-    let sink = build(&format!(
-        r#"sink = {{ kind = "webhook", url = "{}/in" }}"#,
-        receiver.url()
-    ))
-    .await;
+    let sink = receiver.sink().await;
     let (store, relay, mut events) = start_relay(sink).await;
     let id = enqueue(&*store, draft()).await;
     wait_for(&mut events, id, "delivery", |e| {
@@ -367,11 +368,7 @@ async fn a_410_dead_letters_on_the_first_attempt() {
         ..Answer::status(410)
     }])
     .await;
-    let sink = build(&format!(
-        r#"sink = {{ kind = "webhook", url = "{}/in" }}"#,
-        receiver.url()
-    ))
-    .await;
+    let sink = receiver.sink().await;
     let (store, relay, mut events) = start_relay(sink).await;
     let id = enqueue(&*store, draft()).await;
     let story = wait_for(&mut events, id, "dead letter", |e| {
@@ -416,11 +413,7 @@ async fn a_closed_port_is_retryable_and_redirects_are_not_followed() {
         ..Answer::status(302)
     }])
     .await;
-    let sink = build(&format!(
-        r#"sink = {{ kind = "webhook", url = "{}/in" }}"#,
-        receiver.url()
-    ))
-    .await;
+    let sink = receiver.sink().await;
     let error = tokio::time::timeout(EVENT_TIMEOUT, sink.deliver(&message))
         .await
         .unwrap()

@@ -14,7 +14,7 @@ use outbox_relay::{InMemoryOutboxStore, OutboxRelay, OutboxStore, RetryPolicy};
 use tokio::sync::broadcast;
 
 use super::{Answer, Receiver};
-use crate::{build, draft, fast_lane, EVENT_TIMEOUT};
+use crate::{draft, fast_lane, EVENT_TIMEOUT};
 
 async fn next(events: &mut broadcast::Receiver<RelayEvent>, seen: &[String]) -> RelayEvent {
     match tokio::time::timeout(EVENT_TIMEOUT, events.recv()).await {
@@ -28,11 +28,7 @@ async fn next(events: &mut broadcast::Receiver<RelayEvent>, seen: &[String]) -> 
 async fn a_failing_target_opens_the_breaker_then_one_probe_at_a_time_until_it_recovers() {
     // Three 503s open the breaker; the first probe gets a 503 too; then 200s.
     let receiver = Receiver::start(vec![Answer::status(503); 4]).await;
-    let sink = build(&format!(
-        r#"sink = {{ kind = "webhook", url = "{}/in" }}"#,
-        receiver.url()
-    ))
-    .await;
+    let sink = receiver.sink().await;
     let cool_down = Duration::from_millis(300);
     let lane = fast_lane().concurrency(1).circuit_breaker(Some(
         CircuitBreakerConfig::default()
@@ -96,11 +92,7 @@ async fn a_429s_retry_after_holds_the_whole_lane_when_configured() {
         ..Answer::status(429)
     }])
     .await;
-    let sink = build(&format!(
-        r#"sink = {{ kind = "webhook", url = "{}/in" }}"#,
-        receiver.url()
-    ))
-    .await;
+    let sink = receiver.sink().await;
     // The hold is capped at the retry policy's max: 5 s here, above the 1 s asked for.
     let lane = fast_lane()
         .concurrency(1)
