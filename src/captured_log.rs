@@ -16,6 +16,21 @@ impl Captured {
     }
 }
 
+/// Installs, for this thread, a plain-text subscriber at INFO that logs span closes too,
+/// writing into the returned buffer until the guard is dropped.
+#[allow(dead_code)] // not every test build has a module that reads spans
+pub(crate) fn capture_spans() -> (Captured, tracing::subscriber::DefaultGuard) {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    (captured, tracing::subscriber::set_default(subscriber))
+}
+
 impl Write for Captured {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         self.0

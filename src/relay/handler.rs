@@ -172,7 +172,6 @@ mod tests {
 
     use super::*;
 
-    use crate::captured_log::Captured;
 
     struct Refuses;
 
@@ -191,15 +190,7 @@ mod tests {
     /// Current-thread: the actors run on this thread, under this thread's subscriber.
     #[tokio::test(flavor = "current_thread")]
     async fn each_delivery_runs_in_a_span_with_lane_target_id_attempt_and_outcome() {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .finish();
-        let _default = tracing::subscriber::set_default(subscriber);
+        let (captured, _default) = crate::captured_log::capture_spans();
 
         let store = Arc::new(InMemoryOutboxStore::new());
         let relay = OutboxRelay::builder(store.clone())

@@ -155,7 +155,6 @@ mod tests {
     use crate::OutboxStore;
     use crate::{InMemoryOutboxStore, LaneConfig, OutboxMessage, OutboxMessageDraft, OutboxRelay};
 
-    use crate::captured_log::Captured;
 
     struct Accepts;
 
@@ -170,15 +169,7 @@ mod tests {
     /// this thread's subscriber.
     #[tokio::test(flavor = "current_thread")]
     async fn each_claim_and_each_ack_has_a_span_with_its_rows_and_duration() {
-        let captured = Captured::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .finish();
-        let _default = tracing::subscriber::set_default(subscriber);
+        let (captured, _default) = crate::captured_log::capture_spans();
 
         let store = Arc::new(InMemoryOutboxStore::new());
         for n in 0..3 {
