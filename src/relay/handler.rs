@@ -172,7 +172,6 @@ mod tests {
 
     use super::*;
 
-
     struct Refuses;
 
     #[async_trait::async_trait]

@@ -32,11 +32,12 @@ fn held(release: &Arc<Notify>) -> TestHandler {
     })
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_shutdown_whose_acks_fail_reports_them_unrecorded() {
+/// A relay on a faulty store holding `n` claimed messages whose deliveries finish when the
+/// returned `Notify` is told to; answers once the claim is made.
+async fn holding(n: i64) -> (Arc<FaultyStore>, outbox_relay::RelayHandle, Arc<Notify>) {
     let inner = memory_store();
     let store = Arc::new(FaultyStore::new(inner.clone()));
-    for value in 0..3 {
+    for value in 0..n {
         enqueue(&*inner, draft(value)).await;
     }
     let release = Arc::new(Notify::new());
@@ -46,6 +47,12 @@ async fn a_shutdown_whose_acks_fail_reports_them_unrecorded() {
         matches!(e, RelayEvent::Claimed { .. })
     })
     .await;
+    (store, relay, release)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_whose_acks_fail_reports_them_unrecorded() {
+    let (store, relay, release) = holding(3).await;
     // The database goes away with three deliveries running; they finish, and no ack can
     // be recorded.
     store.unavailable.store(u32::MAX, Ordering::SeqCst);
@@ -69,18 +76,7 @@ async fn a_clean_shutdown_says_so() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_honours_its_timeout_when_the_store_goes_silent() {
-    let inner = memory_store();
-    let store = Arc::new(FaultyStore::new(inner.clone()));
-    for value in 0..8 {
-        enqueue(&*inner, draft(value)).await;
-    }
-    let release = Arc::new(Notify::new());
-    let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), held(&release))).await;
-    wait_for(&mut events, "the claim", |e| {
-        matches!(e, RelayEvent::Claimed { .. })
-    })
-    .await;
+    let (store, relay, release) = holding(8).await;
     // The connection stops answering: the acks of the finished deliveries hang forever.
     store.silent.store(true, Ordering::SeqCst);
     release.notify_waiters();

@@ -155,7 +155,6 @@ mod tests {
     use crate::OutboxStore;
     use crate::{InMemoryOutboxStore, LaneConfig, OutboxMessage, OutboxMessageDraft, OutboxRelay};
 
-
     struct Accepts;
 
     #[async_trait::async_trait]
