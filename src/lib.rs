@@ -60,7 +60,9 @@
 //! | `rabbitmq-sink` | no | `sinks::rabbitmq`: AMQP 0.9.1 with publisher confirms (adds `lapin`) |
 //! | `redis-sink` | no | `sinks::redis`: Redis Streams (adds `redis`) |
 //! | `testing` | no | `testing`: the store conformance suite for your own `OutboxStore` |
-//! | `cli` | no | the `outbox-relay` binary (all of the above, plus `clap` and `tracing-subscriber`) |
+//! | `otel` | no | W3C trace context: `enqueue` writes the caller's into the headers, the delivery span takes it as parent (adds `opentelemetry`) |
+//! | `otlp` | no | `otel`, plus the binary's OTLP/HTTP export when an endpoint is configured |
+//! | `cli` | no | the `outbox-relay` binary (every feature above but `testing`, plus `clap` and `tracing-subscriber`) |
 //!
 //! The library needs a tokio runtime (any flavour) and records metrics with the `metrics`
 //! crate; it installs no exporter and no tracing subscriber of its own.
