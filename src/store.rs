@@ -81,13 +81,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+pub use enqueue::DraftBatch;
 pub use error::StoreError;
 // A claim's reference lives with the message, the clocks and millisecond helpers in `time`;
 // their old paths stay.
 pub use crate::message::ClaimRef;
-use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
+use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatus};
 pub use crate::time::{duration_millis, millis_until, Clock, ManualClock, SystemClock, TokioClock};
 
+pub(crate) mod enqueue;
 mod error;
 pub mod memory;
 #[cfg(feature = "postgres")]
@@ -460,16 +462,51 @@ pub const WAKEUP_CHANNEL_CAPACITY: usize = 1024;
 pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// Writes one message (validated first). A repeated dedupe key returns the first message
     /// with `duplicate: true`, or [`StoreError::Conflict`] if the content differs.
+    ///
+    /// Provided: a backend implements [`write_drafts`](Self::write_drafts) instead.
     async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
         single(self.enqueue_many(vec![draft]).await?)
     }
 
     /// Writes many messages atomically: all are validated first, and either all are
-    /// written (or found as duplicates) or none is.
+    /// written (or found as duplicates) or none is. Counts the messages written in
+    /// `outbox_enqueued_total`.
+    ///
+    /// Provided, and a backend should not override it: it validates the drafts against
+    /// [`draft_limits`](Self::draft_limits), resolves repeats of a dedupe key within the
+    /// batch, hands the rest to [`write_drafts`](Self::write_drafts), and records the
+    /// metrics, so every backend does these the same way and exactly once. (A wrapper that
+    /// overrides it to add something of its own delegates to the inner store's
+    /// `enqueue_many`, which records.)
     async fn enqueue_many(
         &self,
         drafts: Vec<OutboxMessageDraft>,
-    ) -> Result<Vec<Enqueued>, StoreError>;
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        let (batch, plan) = enqueue::plan(drafts, &self.draft_limits())?;
+        let written = if batch.is_empty() {
+            Vec::new()
+        } else {
+            self.write_drafts(batch).await?
+        };
+        let answers = plan.answers(written)?;
+        crate::metrics::record_enqueued(&answers);
+        Ok(answers)
+    }
+
+    /// The limits [`enqueue_many`](Self::enqueue_many) validates drafts against before
+    /// they reach [`write_drafts`](Self::write_drafts). A wrapper answers its inner store's.
+    fn draft_limits(&self) -> DraftLimits;
+
+    /// The backend's half of [`enqueue_many`](Self::enqueue_many): writes the batch
+    /// atomically, answering one [`Enqueued`] per draft, in order. The drafts are valid and
+    /// no two share a dedupe key in one (lane, target); what is left to the backend is a
+    /// key already held by a stored message: answer that message with `duplicate: true`
+    /// when [`OutboxMessageDraft::matches`] it, else fail the whole batch with
+    /// [`StoreError::Conflict`].
+    ///
+    /// Records no metrics: `enqueue_many` does, after this returns. Callers use
+    /// `enqueue`/`enqueue_many`; only they can make a [`DraftBatch`].
+    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError>;
 
     /// Claims up to `limit` claimable messages of one (lane, target). See the module docs.
     ///
@@ -542,8 +579,29 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError>;
 
     /// Moves the dead letters the filter selects back to pending, due now, with attempts
-    /// reset to zero (`last_error` is kept). Returns how many.
-    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError>;
+    /// reset to zero (`last_error` is kept). Returns how many, and counts them in
+    /// `outbox_requeued_total`.
+    ///
+    /// Provided, and a backend should not override it: it implements
+    /// [`requeue_dead_letters_per_lane`](Self::requeue_dead_letters_per_lane), and this
+    /// records the metrics once it returned.
+    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        let requeued = self.requeue_dead_letters_per_lane(filter).await?;
+        crate::metrics::record_requeued(requeued.iter().flat_map(|lane| {
+            let n = usize::try_from(lane.count).unwrap_or(usize::MAX);
+            std::iter::repeat_n((lane.lane.as_str(), lane.target.as_str()), n)
+        }));
+        Ok(requeued.iter().map(|lane| lane.count).sum())
+    }
+
+    /// The backend's half of [`requeue_dead_letters`](Self::requeue_dead_letters): moves
+    /// the dead letters back (committed when it returns) and answers how many per
+    /// (lane, target), lanes with none left out. Records no metrics; callers use
+    /// `requeue_dead_letters`.
+    async fn requeue_dead_letters_per_lane(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError>;
 
     /// Deletes the dead letters the filter selects. Returns how many.
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError>;
@@ -563,6 +621,35 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
 /// The error a claim writes when it dead-letters a message whose lease lapsed on its last
 /// attempt. Part of the contract: every backend uses the same words.
 pub const LEASE_LAPSED_ERROR: &str = "lease lapsed on the last attempt";
+
+/// How many messages an operation touched in one (lane, target).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneCount {
+    /// The lane.
+    pub lane: String,
+    /// The target.
+    pub target: String,
+    /// How many messages.
+    pub count: u64,
+}
+
+impl LaneCount {
+    /// Counts per (lane, target) from one (lane, target) per message, sorted by lane.
+    pub fn tally(lanes: impl IntoIterator<Item = (String, String)>) -> Vec<LaneCount> {
+        let mut counts: std::collections::BTreeMap<(String, String), u64> = Default::default();
+        for lane in lanes {
+            *counts.entry(lane).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .map(|((lane, target), count)| LaneCount {
+                lane,
+                target,
+                count,
+            })
+            .collect()
+    }
+}
 
 /// The one answer of a one-draft `enqueue_many`.
 pub(crate) fn single(mut answers: Vec<Enqueued>) -> Result<Enqueued, StoreError> {

@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use outbox_relay::message::DraftLimits;
 use outbox_relay::store::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, LaneStats,
-    MessageFilter, Nack, NackOutcome, Page, PageRequest, PurgeRequest, WakeUp,
+    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount,
+    LaneStats, MessageFilter, Nack, NackOutcome, Page, PageRequest, PurgeRequest, WakeUp,
 };
 use outbox_relay::{OrderingPolicy, OutboxMessage, OutboxMessageDraft, OutboxStore, StoreError};
 use uuid::Uuid;
@@ -162,6 +163,14 @@ impl OutboxStore for MeteredStore {
         self.inner.enqueue_many(drafts).await
     }
 
+    fn draft_limits(&self) -> DraftLimits {
+        self.inner.draft_limits()
+    }
+
+    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
+        self.inner.write_drafts(drafts).await
+    }
+
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         self.meter.count(Op::Claim);
         let started = Instant::now();
@@ -242,6 +251,13 @@ impl OutboxStore for MeteredStore {
     async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         self.meter.count(Op::Other);
         self.inner.requeue_dead_letters(filter).await
+    }
+
+    async fn requeue_dead_letters_per_lane(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError> {
+        self.inner.requeue_dead_letters_per_lane(filter).await
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {

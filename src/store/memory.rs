@@ -7,7 +7,7 @@
 //! reads only what it hands out, as the SQL stores do with their indexes, and a backlog of
 //! a million messages costs a claim a few tree descents, not a walk.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use rows::Rows;
 
@@ -22,9 +22,9 @@ use uuid::Uuid;
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::store::{
     duration_millis, millis_until, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
-    OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
-    WAKEUP_CHANNEL_CAPACITY,
+    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
+    NextDue, OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock,
+    WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
 
 /// The contract's words for a lease that lapsed on the last attempt; defined in `store`.
@@ -180,54 +180,37 @@ fn clear_claim(message: &mut OutboxMessage, now: UnixMillis) {
 
 #[async_trait]
 impl OutboxStore for InMemoryOutboxStore {
-    async fn enqueue_many(
-        &self,
-        drafts: Vec<OutboxMessageDraft>,
-    ) -> Result<Vec<Enqueued>, StoreError> {
-        for draft in &drafts {
-            draft.validate(&self.limits)?;
-        }
-        let mut drafts = drafts;
-        crate::trace_context::capture(&mut drafts);
+    fn draft_limits(&self) -> DraftLimits {
+        self.limits
+    }
+
+    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
         let now = self.clock.now_millis();
         let mut woken = HashSet::new();
         let answers = {
             let mut rows = self.rows();
             // Check every dedupe key before writing anything, so a conflict leaves no row.
-            let mut seen: HashMap<(String, String, String), &OutboxMessageDraft> = HashMap::new();
-            for draft in &drafts {
-                Self::find_duplicate(&rows, draft)?;
-                if let Some(key) = &draft.dedupe_key {
-                    let slot = (draft.lane.clone(), draft.target.clone(), key.clone());
-                    if let Some(first) = seen.get(&slot) {
-                        if first != &draft {
-                            return Err(StoreError::Conflict {
-                                lane: draft.lane.clone(),
-                                target: draft.target.clone(),
-                                dedupe_key: key.clone(),
-                                existing: Uuid::nil(),
-                            });
-                        }
-                    }
-                    seen.insert(slot, draft);
-                }
-            }
-            let mut answers = Vec::with_capacity(drafts.len());
-            for draft in drafts {
-                match Self::find_duplicate(&rows, &draft)? {
-                    Some(duplicate) => answers.push(duplicate),
-                    None => {
+            // (No two drafts of a batch share a key: a repeat never reaches the store.)
+            let found = drafts
+                .drafts()
+                .iter()
+                .map(|draft| Self::find_duplicate(&rows, draft))
+                .collect::<Result<Vec<_>, _>>()?;
+            drafts
+                .into_drafts()
+                .into_iter()
+                .zip(found)
+                .map(|(draft, duplicate)| {
+                    duplicate.unwrap_or_else(|| {
                         woken.insert((draft.lane.clone(), draft.target.clone()));
-                        answers.push(Self::insert(&mut rows, draft, now));
-                    }
-                }
-            }
-            answers
+                        Self::insert(&mut rows, draft, now)
+                    })
+                })
+                .collect::<Vec<_>>()
         };
         for (lane, target) in woken {
             self.wake(&lane, &target);
         }
-        crate::metrics::record_enqueued(&answers);
         Ok(answers)
     }
 
@@ -485,7 +468,10 @@ impl OutboxStore for InMemoryOutboxStore {
         Ok(self.rows().by_id(outbox_id).cloned())
     }
 
-    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+    async fn requeue_dead_letters_per_lane(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError> {
         let now = self.clock.now_millis();
         let filter = filter.clone().with_status(OutboxStatus::DeadLetter);
         // The (lane, target) of each requeued message.
@@ -513,8 +499,7 @@ impl OutboxStore for InMemoryOutboxStore {
         for (lane, target) in woken {
             self.wake(lane, target);
         }
-        crate::metrics::record_requeued(requeued.iter().map(|(l, t)| (l.as_str(), t.as_str())));
-        Ok(requeued.len() as u64)
+        Ok(LaneCount::tally(requeued))
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {

@@ -66,8 +66,8 @@ pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    Enqueued, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
-    OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
+    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
+    NextDue, OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
     WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{
@@ -219,9 +219,14 @@ impl PostgresOutboxStore {
         tx: &mut PgConnection,
         drafts: Vec<OutboxMessageDraft>,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        let plan = self.plan(drafts)?;
-        match self.write(tx, &plan).await {
-            Ok(answers) => {
+        let (batch, plan) = crate::store::enqueue::plan(drafts, &self.limits)?;
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.write(tx, &batch).await {
+            Ok(written) => {
+                let answers = plan.answers(written)?;
+                // The other way in besides the trait's `enqueue_many`, which counts its own.
                 crate::metrics::record_enqueued(&answers);
                 Ok(answers)
             }
@@ -280,24 +285,19 @@ fn to_i64(n: usize) -> i64 {
 
 #[async_trait]
 impl OutboxStore for PostgresOutboxStore {
-    async fn enqueue_many(
-        &self,
-        drafts: Vec<OutboxMessageDraft>,
-    ) -> Result<Vec<Enqueued>, StoreError> {
-        let plan = self.plan(drafts)?;
-        if plan.drafts.is_empty() {
-            return Ok(Vec::new());
-        }
-        if plan.drafts.iter().all(|d| d.dedupe_key.is_none()) {
+    fn draft_limits(&self) -> DraftLimits {
+        self.limits
+    }
+
+    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
+        if drafts.drafts().iter().all(|d| d.dedupe_key.is_none()) {
             // One INSERT statement: atomic on its own, no transaction round trips.
             let mut conn = self
                 .pool
                 .acquire()
                 .await
                 .map_err(|e| db_error("enqueue", e))?;
-            let answers = self.write(&mut conn, &plan).await.map_err(|f| f.error)?;
-            crate::metrics::record_enqueued(&answers);
-            return Ok(answers);
+            return self.write(&mut conn, &drafts).await.map_err(|f| f.error);
         }
         // A conflict found after some rows went in must take them back out: roll back.
         let mut tx = self
@@ -305,9 +305,8 @@ impl OutboxStore for PostgresOutboxStore {
             .begin()
             .await
             .map_err(|e| db_error("enqueue", e))?;
-        let answers = self.write(&mut tx, &plan).await.map_err(|f| f.error)?;
+        let answers = self.write(&mut tx, &drafts).await.map_err(|f| f.error)?;
         tx.commit().await.map_err(|e| db_error("enqueue", e))?;
-        crate::metrics::record_enqueued(&answers);
         Ok(answers)
     }
 
@@ -552,7 +551,10 @@ impl OutboxStore for PostgresOutboxStore {
         row.as_ref().map(decode::message).transpose()
     }
 
-    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+    async fn requeue_dead_letters_per_lane(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError> {
         let op = "requeue_dead_letters";
         let rows = sqlx::query(AssertSqlSafe(self.sql.requeue.clone()))
             .bind(self.now())
@@ -570,12 +572,13 @@ impl OutboxStore for PostgresOutboxStore {
             let lane: String = row.try_get("lane").map_err(|e| db_error(op, e))?;
             let target: String = row.try_get("target").map_err(|e| db_error(op, e))?;
             let requeued: i64 = row.try_get("requeued").map_err(|e| db_error(op, e))?;
-            per_lane.push((lane, target, unsigned(requeued)));
+            per_lane.push(LaneCount {
+                lane,
+                target,
+                count: unsigned(requeued),
+            });
         }
-        crate::metrics::record_requeued(per_lane.iter().flat_map(|(lane, target, n)| {
-            std::iter::repeat_n((lane.as_str(), target.as_str()), *n as usize)
-        }));
-        Ok(per_lane.iter().map(|(_, _, n)| n).sum())
+        Ok(per_lane)
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {

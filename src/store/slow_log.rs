@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::message::{OutboxMessage, OutboxMessageDraft};
+use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
 use crate::store::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, LaneStats,
-    MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest,
-    StoreError, WakeUp,
+    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount,
+    LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page, PageRequest,
+    PurgeRequest, StoreError, WakeUp,
 };
 
 /// A store call slower than this is logged, unless configured otherwise (sqlx's own
@@ -71,6 +71,13 @@ impl OutboxStore for SlowCallLog {
         self.timed("enqueue_many", self.inner.enqueue_many(drafts))
             .await
     }
+    fn draft_limits(&self) -> DraftLimits {
+        self.inner.draft_limits()
+    }
+    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
+        self.timed("write_drafts", self.inner.write_drafts(drafts))
+            .await
+    }
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         self.timed("claim", self.inner.claim(request)).await
     }
@@ -121,6 +128,16 @@ impl OutboxStore for SlowCallLog {
         self.timed(
             "requeue_dead_letters",
             self.inner.requeue_dead_letters(filter),
+        )
+        .await
+    }
+    async fn requeue_dead_letters_per_lane(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError> {
+        self.timed(
+            "requeue_dead_letters",
+            self.inner.requeue_dead_letters_per_lane(filter),
         )
         .await
     }

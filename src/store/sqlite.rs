@@ -37,11 +37,12 @@ use sqlx::{AssertSqlSafe, ConnectOptions, Row, Sqlite, Transaction};
 use tokio::sync::{broadcast, Mutex, MutexGuard};
 use uuid::Uuid;
 
-use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, ValidationError};
+use crate::message::{DraftLimits, OutboxMessage, ValidationError};
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    Enqueued, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page,
-    PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
+    OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
+    WAKEUP_CHANNEL_CAPACITY,
 };
 
 mod explain;
@@ -330,23 +331,18 @@ async fn finish<T>(
 
 #[async_trait]
 impl OutboxStore for SqliteOutboxStore {
-    async fn enqueue_many(
-        &self,
-        drafts: Vec<OutboxMessageDraft>,
-    ) -> Result<Vec<Enqueued>, StoreError> {
+    fn draft_limits(&self) -> DraftLimits {
+        self.limits
+    }
+
+    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
         const OP: &str = "enqueue";
-        for draft in &drafts {
-            draft.validate(&self.limits)?;
-        }
-        let mut drafts = drafts;
-        crate::trace_context::capture(&mut drafts);
         let mut woken = Woken::new();
         let (_turn, mut tx) = self.begin_write(OP).await?;
         let now = self.clock.now_millis();
         let result = write::enqueue(&self.sql, &mut tx, drafts, now, &mut woken).await;
         let answers = finish(tx, result, OP).await?;
         self.wake(woken);
-        crate::metrics::record_enqueued(&answers);
         Ok(answers)
     }
 
@@ -449,15 +445,17 @@ impl OutboxStore for SqliteOutboxStore {
         read::get(&self.sql, &self.reader, outbox_id).await
     }
 
-    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+    async fn requeue_dead_letters_per_lane(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError> {
         const OP: &str = "requeue_dead_letters";
         let (_turn, mut tx) = self.begin_write(OP).await?;
         let now = self.clock.now_millis();
         let result = write::requeue_dead_letters(&self.sql, &mut tx, filter, now).await;
         let requeued = finish(tx, result, OP).await?;
         self.wake(requeued.iter().cloned().collect());
-        crate::metrics::record_requeued(requeued.iter().map(|(l, t)| (l.as_str(), t.as_str())));
-        Ok(requeued.len() as u64)
+        Ok(LaneCount::tally(requeued))
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {

@@ -6,10 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_relay::message::OutboxMessageDraft;
+use outbox_relay::message::{DraftLimits, OutboxMessageDraft};
 use outbox_relay::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, LaneStats, MessageFilter, Nack,
-    NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
+    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount, LaneStats,
+    MessageFilter, Nack, NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest, StoreError,
+    WakeUp,
 };
 use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxStore};
 use uuid::Uuid;
@@ -90,6 +91,12 @@ impl OutboxStore for FaultyStore {
     ) -> Result<Vec<Enqueued>, StoreError> {
         self.inner.enqueue_many(drafts).await
     }
+    fn draft_limits(&self) -> DraftLimits {
+        self.inner.draft_limits()
+    }
+    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
+        self.inner.write_drafts(drafts).await
+    }
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         if self.panic_claims_of.as_deref() == Some(request.lane.as_str()) {
             panic!("injected claim panic in lane {}", request.lane);
@@ -151,6 +158,12 @@ impl OutboxStore for FaultyStore {
     }
     async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         self.inner.requeue_dead_letters(filter).await
+    }
+    async fn requeue_dead_letters_per_lane(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError> {
+        self.inner.requeue_dead_letters_per_lane(filter).await
     }
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         self.inner.discard_dead_letters(filter).await

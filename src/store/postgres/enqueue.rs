@@ -1,5 +1,6 @@
-//! Writing drafts: validation and in-batch dedupe first, then one INSERT for the batch,
-//! then a read of the messages holding dedupe keys the INSERT found taken.
+//! Writing a planned batch of drafts (validated, repeats resolved: `store::enqueue`): one
+//! INSERT for the batch, then a read of the messages holding dedupe keys the INSERT found
+//! taken.
 
 use std::collections::HashMap;
 
@@ -8,17 +9,15 @@ use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxMessageDraft};
-use crate::store::{Enqueued, StoreError};
+use crate::store::{DraftBatch, Enqueued, StoreError};
 
 use super::decode::{self, db_error};
 use super::{interval, PostgresOutboxStore};
 
-/// Drafts checked and ready to write: each with its id, and for a repeat of an earlier
-/// draft of the batch with the same dedupe key, the index of that first one.
-pub(super) struct Plan {
-    pub(super) drafts: Vec<OutboxMessageDraft>,
-    pub(super) ids: Vec<Uuid>,
-    pub(super) first: Vec<usize>,
+/// A batch being written: its drafts, each with the id it is inserted under.
+struct Plan<'a> {
+    drafts: &'a [OutboxMessageDraft],
+    ids: Vec<Uuid>,
 }
 
 /// A write that failed, with the rows it had already inserted (to undo inside a caller's
@@ -29,57 +28,24 @@ pub(super) struct WriteFailure {
 }
 
 impl PostgresOutboxStore {
-    /// Validates every draft and resolves repeats within the batch, before anything is
-    /// written, as the reference store does.
-    pub(super) fn plan(&self, drafts: Vec<OutboxMessageDraft>) -> Result<Plan, StoreError> {
-        for draft in &drafts {
-            draft.validate(&self.limits)?;
-        }
-        let mut drafts = drafts;
-        crate::trace_context::capture(&mut drafts);
-        let mut first = Vec::with_capacity(drafts.len());
-        let mut seen: HashMap<(&str, &str, &str), usize> = HashMap::new();
-        for (i, draft) in drafts.iter().enumerate() {
-            let Some(key) = &draft.dedupe_key else {
-                first.push(i);
-                continue;
-            };
-            let slot = (draft.lane.as_str(), draft.target.as_str(), key.as_str());
-            match seen.get(&slot) {
-                Some(&j) if drafts[j] != *draft => {
-                    return Err(StoreError::Conflict {
-                        lane: draft.lane.clone(),
-                        target: draft.target.clone(),
-                        dedupe_key: key.clone(),
-                        existing: Uuid::nil(),
-                    })
-                }
-                Some(&j) => first.push(j),
-                None => {
-                    seen.insert(slot, i);
-                    first.push(i);
-                }
-            }
-        }
-        let ids = drafts.iter().map(|_| Uuid::now_v7()).collect();
-        Ok(Plan { drafts, ids, first })
-    }
-
-    /// Inserts the plan's drafts, reading back the holders of dedupe keys already taken.
+    /// Inserts a planned batch (valid drafts, no two with one dedupe key: see
+    /// `store::enqueue`), reading back the holders of dedupe keys already taken.
     pub(super) async fn write(
         &self,
         conn: &mut PgConnection,
-        plan: &Plan,
+        drafts: &DraftBatch,
     ) -> Result<Vec<Enqueued>, WriteFailure> {
+        let plan = Plan {
+            drafts: drafts.drafts(),
+            ids: drafts.drafts().iter().map(|_| Uuid::now_v7()).collect(),
+        };
         let mut answers: Vec<Option<Enqueued>> = vec![None; plan.drafts.len()];
         let mut inserted = Vec::new();
         let fail = |error, inserted: &Vec<Uuid>| WriteFailure {
             error,
             inserted: inserted.clone(),
         };
-        let mut todo: Vec<usize> = (0..plan.drafts.len())
-            .filter(|&i| plan.first[i] == i)
-            .collect();
+        let mut todo: Vec<usize> = (0..plan.drafts.len()).collect();
         // A holder found taken by the insert may be purged or discarded before we read it;
         // then the key is free again and the insert is retried. Twice more is plenty.
         for _ in 0..3 {
@@ -87,7 +53,7 @@ impl PostgresOutboxStore {
                 break;
             }
             let mut rows = self
-                .insert(conn, plan, &todo)
+                .insert(conn, &plan, &todo)
                 .await
                 .map_err(|e| fail(e, &inserted))?;
             let mut taken = Vec::new();
@@ -107,7 +73,7 @@ impl PostgresOutboxStore {
                 break;
             }
             let holders = self
-                .find_dedupe(conn, plan, &taken)
+                .find_dedupe(conn, &plan, &taken)
                 .await
                 .map_err(|e| fail(e, &inserted))?;
             for i in taken {
@@ -142,15 +108,6 @@ impl PostgresOutboxStore {
             );
             return Err(fail(error, &inserted));
         }
-        for i in 0..plan.drafts.len() {
-            let j = plan.first[i];
-            if j != i {
-                answers[i] = answers[j].as_ref().map(|first| Enqueued {
-                    message: first.message.clone(),
-                    duplicate: true,
-                });
-            }
-        }
         answers
             .into_iter()
             .map(|answer| answer.ok_or_else(|| StoreError::database("enqueue", "no answer")))
@@ -162,7 +119,7 @@ impl PostgresOutboxStore {
     async fn insert(
         &self,
         conn: &mut PgConnection,
-        plan: &Plan,
+        plan: &Plan<'_>,
         which: &[usize],
     ) -> Result<HashMap<Uuid, OutboxMessage>, StoreError> {
         let drafts = which.iter().map(|&i| &plan.drafts[i]);
@@ -219,7 +176,7 @@ impl PostgresOutboxStore {
     async fn find_dedupe(
         &self,
         conn: &mut PgConnection,
-        plan: &Plan,
+        plan: &Plan<'_>,
         which: &[usize],
     ) -> Result<HashMap<(String, String, String), OutboxMessage>, StoreError> {
         let drafts = which.iter().map(|&i| &plan.drafts[i]);

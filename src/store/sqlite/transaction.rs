@@ -12,7 +12,7 @@ use sqlx::{Sqlite, Transaction};
 use tokio::sync::MutexGuard;
 
 use crate::message::OutboxMessageDraft;
-use crate::store::{Enqueued, StoreError};
+use crate::store::{enqueue, Enqueued, StoreError};
 
 use super::row::db;
 use super::write::{self, Woken};
@@ -86,14 +86,11 @@ impl SqliteOutboxTx<'_> {
         &mut self,
         drafts: Vec<OutboxMessageDraft>,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        for draft in &drafts {
-            draft.validate(&self.store.limits)?;
-        }
-        let mut drafts = drafts;
-        crate::trace_context::capture(&mut drafts);
+        let (batch, plan) = enqueue::plan(drafts, &self.store.limits)?;
         let now = self.store.clock.now_millis();
-        let answers =
-            write::enqueue(&self.store.sql, &mut self.tx, drafts, now, &mut self.woken).await?;
+        let written =
+            write::enqueue(&self.store.sql, &mut self.tx, batch, now, &mut self.woken).await?;
+        let answers = plan.answers(written)?;
         self.enqueued.extend(answers.iter().cloned());
         Ok(answers)
     }
@@ -110,6 +107,8 @@ impl SqliteOutboxTx<'_> {
         finish(tx, Ok(()), "commit").await?;
         drop(_turn);
         store.wake(woken);
+        // Counted once committed: a rolled-back enqueue wrote nothing. (`enqueue_many` of
+        // the trait counts the store's own writes; this is the other way in.)
         crate::metrics::record_enqueued(&enqueued);
         Ok(enqueued)
     }

@@ -5,7 +5,7 @@
 //! this process, the statements are prepared once and cached, and the whole batch shares one
 //! transaction and so one commit, which is the real cost.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +16,8 @@ use uuid::Uuid;
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
-    duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Enqueued, MessageFilter,
-    Nack, NackDisposition, NackOutcome, NextDue, StoreError,
+    duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued,
+    MessageFilter, Nack, NackDisposition, NackOutcome, NextDue, StoreError,
 };
 
 use super::filter::FilterSql;
@@ -89,60 +89,47 @@ async fn insert(
     Ok(OutboxMessage::pending(draft, outbox_id, seq, now))
 }
 
-/// Writes already validated drafts. Every dedupe key is checked before anything is
-/// written, so a conflict leaves no row (the caller rolls back anyway).
+/// Writes a planned batch. Every dedupe key is checked before anything is written, so a
+/// conflict leaves no row (the caller rolls back anyway). No two drafts of the batch share a
+/// key (the plan answered the repeats), so a key is looked up once.
 pub(super) async fn enqueue(
     sql: &Statements,
     conn: &mut SqliteConnection,
-    drafts: Vec<OutboxMessageDraft>,
+    drafts: DraftBatch,
     now: UnixMillis,
     woken: &mut Woken,
 ) -> Result<Vec<Enqueued>, StoreError> {
-    let mut existing: HashMap<DedupeSlot, OutboxMessage> = HashMap::new();
-    let mut seen: HashMap<DedupeSlot, &OutboxMessageDraft> = HashMap::new();
-    for draft in &drafts {
+    let mut existing: Vec<Option<OutboxMessage>> = Vec::with_capacity(drafts.len());
+    for draft in drafts.drafts() {
         let Some(slot) = dedupe_slot(draft) else {
+            existing.push(None);
             continue;
         };
-        if !existing.contains_key(&slot) {
-            if let Some(found) = find_dedupe(sql, conn, &slot).await? {
-                existing.insert(slot.clone(), found);
-            }
-        }
-        let conflict = |existing: Uuid| StoreError::Conflict {
-            lane: slot.0.clone(),
-            target: slot.1.clone(),
-            dedupe_key: slot.2.clone(),
-            existing,
-        };
-        if let Some(found) = existing.get(&slot) {
+        let found = find_dedupe(sql, conn, &slot).await?;
+        if let Some(found) = &found {
             if !draft.matches(found) {
-                return Err(conflict(found.outbox_id));
+                return Err(StoreError::Conflict {
+                    lane: slot.0,
+                    target: slot.1,
+                    dedupe_key: slot.2,
+                    existing: found.outbox_id,
+                });
             }
         }
-        // Two drafts of one batch with the same key must be the very same draft.
-        if seen.get(&slot).is_some_and(|first| *first != draft) {
-            return Err(conflict(Uuid::nil()));
-        }
-        seen.insert(slot, draft);
+        existing.push(found);
     }
-    let mut answers = Vec::with_capacity(drafts.len());
-    for draft in drafts {
-        let slot = dedupe_slot(&draft);
-        if let Some(found) = slot.as_ref().and_then(|slot| existing.get(slot)) {
+    let mut answers = Vec::with_capacity(existing.len());
+    for (draft, found) in drafts.into_drafts().into_iter().zip(existing) {
+        if let Some(message) = found {
             answers.push(Enqueued {
-                message: found.clone(),
+                message,
                 duplicate: true,
             });
             continue;
         }
         woken.insert((draft.lane.clone(), draft.target.clone()));
-        let message = insert(sql, conn, draft, now).await?;
-        if let Some(slot) = slot {
-            existing.insert(slot, message.clone());
-        }
         answers.push(Enqueued {
-            message,
+            message: insert(sql, conn, draft, now).await?,
             duplicate: false,
         });
     }
