@@ -24,11 +24,8 @@ use crate::store::{
     duration_millis, millis_until, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
     DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
     NextDue, OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock,
-    WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    WakeUp, LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
 };
-
-/// The contract's words for a lease that lapsed on the last attempt; defined in `store`.
-pub use crate::store::LEASE_LAPSED_ERROR;
 
 /// An outbox held in memory: nothing survives the process.
 #[derive(Debug)]

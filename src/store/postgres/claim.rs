@@ -8,7 +8,7 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
-use crate::store::memory::LEASE_LAPSED_ERROR;
+use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
     ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy, StoreError,
 };

@@ -5,7 +5,7 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
-use crate::store::memory::LEASE_LAPSED_ERROR;
+use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{ClaimRequest, OrderingPolicy, StoreError};
 
 use super::decode::db_error;
