@@ -80,7 +80,9 @@
 //!   (a claim's message and fencing token), validation (`ValidationError`, the crate's one
 //!   "field + reason" error);
 //!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
-//! - [`store`]: the `OutboxStore` contract and the state machine of a row; `store/error.rs`:
+//! - [`store`]: the `OutboxStore` contract and the state machine of a row (its provided
+//!   methods validate, plan dedupe within a batch (`store/enqueue.rs`) and record the store
+//!   metrics, so no backend does); `store/error.rs`:
 //!   `StoreError` (the operation and the driver's error as its source, `sqlstate()`);
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how

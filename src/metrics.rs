@@ -316,7 +316,9 @@ crate::named::label_values! {
 }
 
 /// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
-/// and target. Every store calls it once its write has committed.
+/// and target. The `OutboxStore` trait's provided `enqueue_many` calls it once the
+/// backend's write returned, and so do the stores' transaction APIs (`SqliteOutboxTx` at
+/// commit, PostgreSQL's `enqueue_in_tx` after the write): a backend never does.
 pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
     count_per_lane(
         ENQUEUED_TOTAL,
@@ -328,9 +330,9 @@ pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
 }
 
 /// Counts dead letters an operator moved back to pending into `outbox_requeued_total`,
-/// one `(lane, target)` per requeued message. Every store calls it from
-/// `requeue_dead_letters` once its write has committed. (A retry after a failed delivery
-/// is not a requeue: `outbox_delivery_failures_total` counts those.)
+/// one `(lane, target)` per requeued message. The `OutboxStore` trait's provided
+/// `requeue_dead_letters` calls it once the backend's requeue committed. (A retry after a
+/// failed delivery is not a requeue: `outbox_delivery_failures_total` counts those.)
 pub fn record_requeued<'a>(requeued: impl IntoIterator<Item = (&'a str, &'a str)>) {
     count_per_lane(REQUEUED_TOTAL, requeued);
 }

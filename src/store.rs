@@ -458,6 +458,17 @@ pub const WAKEUP_CHANNEL_CAPACITY: usize = 1024;
 
 /// The outbox table, as every backend offers it. Object-safe: relays hold an
 /// `Arc<dyn OutboxStore>`. Every batch operation is one round trip to the database.
+///
+/// **What a backend implements, and what the trait does for it.** A backend implements
+/// the required methods. The provided ones carry the duties every backend shares, so one
+/// written outside the crate gets them too: [`enqueue_many`](Self::enqueue_many)
+/// validates the drafts, resolves repeats of a dedupe key within the batch and captures the
+/// trace context before calling [`write_drafts`](Self::write_drafts), and records
+/// `outbox_enqueued_total` after it; [`requeue_dead_letters`](Self::requeue_dead_letters)
+/// records `outbox_requeued_total` after
+/// [`requeue_dead_letters_per_lane`](Self::requeue_dead_letters_per_lane). A backend
+/// records no metrics itself and should not override those two; a wrapper that does (to
+/// time or count calls) delegates them to the inner store's, which then records once.
 #[async_trait]
 pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// Writes one message (validated first). A repeated dedupe key returns the first message
