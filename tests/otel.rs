@@ -172,4 +172,19 @@ async fn enqueue_and_delivery_are_one_trace_and_the_target_gets_traceparent() {
         "the target received the traceparent: {:?}",
         received[0]
     );
+
+    // A batch that repeats a draft, enqueued inside a trace: each draft written gets a
+    // create span (and so a traceparent) of its own, which must not turn the repeat into a
+    // conflict with its first. One message is written; the repeat is its duplicate.
+    let repeated = OutboxMessageDraft::new("orders", "hook", serde_json::json!({"id": 2}))
+        .unwrap()
+        .with_dedupe_key("order-2");
+    let answers = store
+        .enqueue_many(vec![repeated.clone(), repeated])
+        .instrument(tracing::info_span!("place another order"))
+        .await
+        .expect("a repeat within one batch is no conflict");
+    assert!(!answers[0].duplicate && answers[1].duplicate);
+    assert_eq!(answers[0].message.outbox_id, answers[1].message.outbox_id);
+    assert!(answers[0].message.headers.contains_key(TRACEPARENT));
 }
