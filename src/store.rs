@@ -593,9 +593,9 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// reset to zero (`last_error` is kept). Returns how many, and counts them in
     /// `outbox_requeued_total`.
     ///
-    /// Provided, and a backend should not override it: it implements
+    /// Provided, and a backend should not override it: the backend implements
     /// [`requeue_dead_letters_per_lane`](Self::requeue_dead_letters_per_lane), and this
-    /// records the metrics once it returned.
+    /// records the metrics once that returned.
     async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         let requeued = self.requeue_dead_letters_per_lane(filter).await?;
         crate::metrics::record_requeued(requeued.iter().flat_map(|lane| {
