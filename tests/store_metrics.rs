@@ -108,10 +108,14 @@ async fn exercise(store: &dyn OutboxStore) {
         Err(StoreError::Conflict { .. })
     ));
 
-    // Dead-letter the three messages of `orders`, then requeue them.
-    let request = ClaimRequest::new("orders", TARGET, 10, Duration::from_secs(30), "relay");
-    let claimed = store.claim(&request).await.unwrap().messages;
-    assert_eq!(claimed.len(), 3);
+    // Dead-letter every message (three of `orders`, one of `billing`), then requeue them
+    // all in one call: counted per lane.
+    let mut claimed = Vec::new();
+    for lane in ["orders", "billing"] {
+        let request = ClaimRequest::new(lane, TARGET, 10, Duration::from_secs(30), "relay");
+        claimed.extend(store.claim(&request).await.unwrap().messages);
+    }
+    assert_eq!(claimed.len(), 4);
     let nacks: Vec<Nack> = claimed
         .iter()
         .map(|m| Nack {
@@ -125,7 +129,7 @@ async fn exercise(store: &dyn OutboxStore) {
         .requeue_dead_letters(&MessageFilter::all())
         .await
         .unwrap();
-    assert_eq!(requeued, 3);
+    assert_eq!(requeued, 4);
     // Nothing left to requeue: nothing counted.
     assert_eq!(
         store
@@ -142,6 +146,7 @@ fn exercised() -> BTreeMap<String, u64> {
         ("outbox_enqueued_total{orders}", 3),
         ("outbox_enqueued_total{billing}", 1),
         ("outbox_requeued_total{orders}", 3),
+        ("outbox_requeued_total{billing}", 1),
     ])
 }
 
