@@ -86,7 +86,7 @@ pub use error::StoreError;
 // their old paths stay.
 pub use crate::message::ClaimRef;
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
-pub use crate::time::{duration_millis, millis_until, Clock, ManualClock, SystemClock, TokioClock};
+pub use crate::time::{duration_millis, Clock, ManualClock, SystemClock, TokioClock};
 
 mod error;
 pub mod memory;
