@@ -305,6 +305,15 @@ impl Clock for TokioClock {
     }
 }
 
+/// `#[serde(serialize_with = ...)]` for a [`Duration`] in a JSON field named `…_ms`:
+/// whole milliseconds, saturating.
+pub(crate) fn serialize_duration_millis<S: Serializer>(
+    duration: &Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// A duration in whole milliseconds, saturating.
 pub fn duration_millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
@@ -369,6 +378,16 @@ mod tests {
             Duration::from_millis(i64::MAX.unsigned_abs())
         );
         assert!(at < at + Duration::from_millis(1));
+    }
+
+    #[test]
+    fn a_duration_in_a_field_named_ms_is_whole_milliseconds_in_json() {
+        let gates = crate::relay::GateStatus {
+            throttled: Duration::from_micros(1_234_567),
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&gates).expect("serialises");
+        assert_eq!(json["throttled_ms"], 1_234, "{json}");
     }
 
     #[test]
