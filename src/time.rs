@@ -381,6 +381,30 @@ mod tests {
     }
 
     #[test]
+    fn a_messages_timestamps_are_rfc3339_in_json_and_read_back_from_milliseconds() {
+        let draft =
+            crate::OutboxMessageDraft::from_json("orders", "billing", "{}").expect("a valid draft");
+        let now = UnixMillis::from_millis(1_796_059_200_123);
+        let message = crate::OutboxMessage::pending(draft, uuid::Uuid::nil(), 1, now);
+        let mut json = serde_json::to_value(&message).expect("serialises");
+        assert_eq!(json["created_at"], "2026-11-30T17:20:00.123Z", "{json}");
+        assert_eq!(json["available_at"], json["created_at"], "{json}");
+        assert!(json["delivered_at"].is_null(), "{json}");
+        assert_eq!(
+            serde_json::from_value(json.clone()).ok(),
+            Some(message.clone())
+        );
+        // What older versions wrote: numbers of milliseconds, and no null fields.
+        for field in ["available_at", "created_at", "updated_at"] {
+            json[field] = serde_json::json!(now.as_millis());
+        }
+        let fields = json.as_object_mut().expect("an object");
+        fields.remove("lease_expires_at");
+        fields.remove("delivered_at");
+        assert_eq!(serde_json::from_value(json).ok(), Some(message));
+    }
+
+    #[test]
     fn a_duration_in_a_field_named_ms_is_whole_milliseconds_in_json() {
         let gates = crate::relay::GateStatus {
             throttled: Duration::from_micros(1_234_567),
