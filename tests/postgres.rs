@@ -24,6 +24,8 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::Row;
 use uuid::Uuid;
 
+#[path = "postgres/cycle.rs"]
+mod cycle;
 #[path = "postgres/differential.rs"]
 mod differential;
 #[path = "postgres/heads.rs"]

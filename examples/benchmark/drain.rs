@@ -20,8 +20,7 @@ pub struct Progress {
     seen: Vec<AtomicBool>,
     count: AtomicUsize,
     done: tokio::sync::Notify,
-    /// Handler sleeps as timed around them (tokio's timer rounds up to its millisecond
-    /// tick), in microseconds, and how many.
+    /// Handler waits as timed around them ([`wait`]), in microseconds, and how many.
     slept_micros: AtomicU64,
     sleeps: AtomicU64,
 }
@@ -78,6 +77,16 @@ impl Progress {
     }
 }
 
+/// Waits `latency` the way a call to a target that answers in `latency` would: on a thread
+/// of tokio's blocking pool, whose `std::thread::sleep` lasts `latency` plus tens of
+/// microseconds. `tokio::time::sleep` would not do: its timer fires on a millisecond tick
+/// after rounding the deadline up, so a 10 ms sleep lasts about 11 ms, and the run would
+/// measure the timer rather than the relay.
+async fn wait(latency: Duration) {
+    // A JoinError (the runtime shutting down) only ends the wait early.
+    let _ = tokio::task::spawn_blocking(move || std::thread::sleep(latency)).await;
+}
+
 /// A handler that notes the message and, after `latency` (zero: returns at once), succeeds.
 #[derive(Debug)]
 pub struct CountingHandler {
@@ -90,7 +99,7 @@ impl DeliveryHandler for CountingHandler {
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
         if !self.latency.is_zero() {
             let slept = Instant::now();
-            tokio::time::sleep(self.latency).await;
+            wait(self.latency).await;
             let micros = slept.elapsed().as_micros() as u64;
             self.progress
                 .slept_micros
@@ -189,7 +198,7 @@ pub async fn single_loop(
             let Some(claim) = message.claim() else {
                 continue;
             };
-            tokio::time::sleep(latency).await;
+            wait(latency).await;
             store
                 .ack(&[claim])
                 .await

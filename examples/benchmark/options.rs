@@ -267,4 +267,8 @@ usage: benchmark [flags]
   --single-latency-ms N    its simulated target latency (default 2)
   --single-concurrency N   the relay's concurrency in it (default 16)
   --webhook-messages N     messages per sink and round of the webhook row (default 5000)
-  --webhook-rounds N       its rounds; the report gives the medians (default 3)";
+  --webhook-rounds N       its rounds; the report gives the medians (default 3)
+environment:
+  OUTBOX_BENCH_CYCLE_FUNCTION=off   PostgreSQL relays run the cycle's statements instead
+                           of the cycle function (PostgresConfig::cycle_function), to
+                           compare the two";

@@ -58,8 +58,8 @@ impl SlowRow {
         self.concurrency as f64 / self.latency.as_secs_f64()
     }
 
-    /// The ceiling at the handler's measured sleep (tokio's timer sleeps to its next
-    /// millisecond tick, so a 10 ms sleep takes about 10.5–11 ms).
+    /// The ceiling at the handler's wait as measured around it (a thread's sleep lasts a
+    /// little longer than asked).
     pub fn measured_ceiling(&self) -> Option<f64> {
         self.drained
             .mean_sleep
@@ -145,6 +145,12 @@ impl Results {
         let w = &mut out;
         let _ = writeln!(w, "# outbox-relay benchmark\n");
         let _ = writeln!(w, "- command: `{}`", self.command);
+        if !crate::stores::cycle_function() {
+            let _ = writeln!(
+                w,
+                "- PostgreSQL relays without the cycle function (`OUTBOX_BENCH_CYCLE_FUNCTION=off`)"
+            );
+        }
         let _ = writeln!(w, "- load average at start: `{}`", self.load_start);
         let _ = writeln!(w, "- load average at end: `{}`", self.load_end);
         let _ = writeln!(

@@ -95,8 +95,17 @@ impl BenchStore {
     }
 }
 
+/// PostgreSQL relays run the cycle function unless `OUTBOX_BENCH_CYCLE_FUNCTION=off`
+/// (`PostgresConfig::cycle_function`: the statements, for a comparison).
+pub fn cycle_function() -> bool {
+    std::env::var("OUTBOX_BENCH_CYCLE_FUNCTION").map_or(true, |v| v != "off")
+}
+
 async fn open_postgres(url: &str, schema: &str) -> Result<PostgresOutboxStore, String> {
-    PostgresOutboxStore::connect_with(url, PostgresConfig::default().with_schema(schema))
+    let config = PostgresConfig::default()
+        .with_schema(schema)
+        .with_cycle_function(cycle_function());
+    PostgresOutboxStore::connect_with(url, config)
         .await
         .map_err(|e| format!("PostgreSQL {url} schema {schema}: {e}"))
 }

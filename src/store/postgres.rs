@@ -41,6 +41,7 @@
 
 mod claim;
 mod config;
+mod cycle;
 mod decode;
 mod enqueue;
 mod explain;
@@ -51,6 +52,7 @@ mod sql;
 mod vacuum;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,6 +102,12 @@ pub struct PostgresOutboxStore {
     relay_begin_sql: &'static str,
     /// Vacuums the table as rows leave live ([`PostgresConfig::vacuum_every`]).
     vacuum: vacuum::Vacuum,
+    /// Whether the relay's statements commit asynchronously (`synchronous_commit` false).
+    async_commit: bool,
+    /// [`PostgresConfig::cycle_function`].
+    cycle_function: bool,
+    /// Whether the database has this build's cycle function (`cycle.rs`).
+    cycle_ready: AtomicBool,
     wakeups: broadcast::Sender<WakeUp>,
     _listener: listener::ListenerGuard,
 }
@@ -131,8 +139,13 @@ impl PostgresOutboxStore {
         let names = Names::new(&config.schema, &config.table_prefix)?;
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
         let listener = listener::start(&pool, names.channel.clone(), wakeups.clone()).await?;
+        let sql = Statements::new(&names, !config.synchronous_commit);
+        let cycle_ready = schema::function_exists(&pool, &sql.cycle_name).await?;
         Ok(Self {
-            sql: Statements::new(&names, !config.synchronous_commit),
+            sql,
+            async_commit: !config.synchronous_commit,
+            cycle_function: config.cycle_function,
+            cycle_ready: AtomicBool::new(cycle_ready),
             pool,
             names,
             relay_begin_sql: config.relay_begin(),
@@ -146,7 +159,10 @@ impl PostgresOutboxStore {
 
     /// Creates or upgrades the schema. Idempotent; several processes may run it at once.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        schema::migrate(&self.pool, &self.names).await
+        let cycle = (self.sql.cycle_name.as_str(), self.sql.cycle_create.as_str());
+        schema::migrate(&self.pool, &self.names, &[cycle]).await?;
+        self.cycle_ready.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The schema version applied in the database, read without any DDL (for roles
@@ -260,6 +276,22 @@ impl PostgresOutboxStore {
         self.vacuum.retired(acked, &self.pool, &self.names.messages);
     }
 
+    /// The full claim, which dead-letters lapsed last attempts, in a transaction of its own.
+    async fn claim_dead_lettering(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        let mut tx = self.relay_begin("claim").await?;
+        let batch = self.claim_in(&mut tx, request).await?;
+        tx.commit().await.map_err(|e| db_error("claim", e))?;
+        Ok(batch)
+    }
+
+    /// The acks of a cycle whose claim failed, made on their own.
+    async fn ack_alone(&self, acks: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        if acks.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.ack(acks).await
+    }
+
     async fn conn(&self, op: &str) -> Result<PoolConnection<Postgres>, StoreError> {
         self.pool.acquire().await.map_err(|e| db_error(op, e))
     }
@@ -312,14 +344,20 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        if self.has_cycle() {
+            // One round trip, `next_due` included when the claim is empty.
+            let cycle = self.cycle(&[], request).await?;
+            if !cycle.lapsed_last {
+                return Ok(cycle.batch);
+            }
+            return self.claim_dead_lettering(request).await;
+        }
         // The common case is one statement, one round trip (`claim_fast`); only a lane with
         // a lapsed last attempt to dead-letter pays for the transaction that does it.
         let (mut batch, lapsed_last) = self.claim_fast(request).await?;
         if lapsed_last {
             // The one-statement claim claimed nothing: it leaves the lane to this one.
-            let mut tx = self.relay_begin("claim").await?;
-            batch = self.claim_in(&mut tx, request).await?;
-            tx.commit().await.map_err(|e| db_error("claim", e))?;
+            batch = self.claim_dead_lettering(request).await?;
         } else if batch.messages.is_empty() {
             batch.next_due = NextDue::Known(
                 self.next_due_on(&self.pool, &request.lane, &request.target, request.ordering)
@@ -342,10 +380,32 @@ impl OutboxStore for PostgresOutboxStore {
         acks: &[ClaimRef],
         request: &ClaimRequest,
     ) -> Result<AckAndClaim, StoreError> {
+        if self.has_cycle() {
+            // One call: if it fails, it changed nothing, and the acks are made alone; the
+            // answer then carries them with the claim's error, as the contract says. Only
+            // an error of the acks themselves is an `Err`.
+            return match self.cycle(acks, request).await {
+                Ok(cycle) => {
+                    self.retired_acks(&cycle.acked);
+                    let claimed = if cycle.lapsed_last {
+                        self.claim_dead_lettering(request).await
+                    } else {
+                        Ok(cycle.batch)
+                    };
+                    Ok(AckAndClaim {
+                        acked: cycle.acked,
+                        claimed,
+                    })
+                }
+                Err(error) => Ok(AckAndClaim {
+                    acked: self.ack_alone(acks).await?,
+                    claimed: Err(error),
+                }),
+            };
+        }
         // One transaction, so one commit, and the claim sees the acks (an acked head's
         // successor is claimable at once). If the claim fails, the transaction rolls back
-        // and the acks are made alone: the answer then carries them with the claim's error,
-        // as the contract says. Only an error of the acks themselves is an `Err`.
+        // and the acks are made alone.
         let op = "ack_and_claim";
         let mut tx = self.relay_begin(op).await?;
         let acked = if acks.is_empty() {
@@ -357,13 +417,8 @@ impl OutboxStore for PostgresOutboxStore {
             Ok(claimed) => claimed,
             Err(error) => {
                 drop(tx);
-                let acked = if acks.is_empty() {
-                    Vec::new()
-                } else {
-                    self.ack(acks).await?
-                };
                 return Ok(AckAndClaim {
-                    acked,
+                    acked: self.ack_alone(acks).await?,
                     claimed: Err(error),
                 });
             }

@@ -62,6 +62,17 @@ pub struct PostgresConfig {
     /// of the 10 k rate). Each vacuum reads the table's indexes whole, so on a very large
     /// table raise it. Default [`DEFAULT_VACUUM_EVERY`].
     pub vacuum_every: Option<u64>,
+    /// Whether the relay's cycle (ack what finished, claim the next batch, and answer
+    /// `next_due` when it is empty) runs as one call of a server-side function: one round
+    /// trip instead of a transaction of up to five statements. [`migrate`] creates the
+    /// function; its name carries a hash of its text, so each build of the crate has its
+    /// own and two builds on one database never replace each other's. A store over a
+    /// database without it (migrated by another build, by a role that may not create
+    /// functions) runs the statements instead, as it does when this is `false`.
+    /// Default true.
+    ///
+    /// [`migrate`]: super::PostgresOutboxStore::migrate
+    pub cycle_function: bool,
 }
 
 impl Default for PostgresConfig {
@@ -75,6 +86,7 @@ impl Default for PostgresConfig {
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
             synchronous_commit: false,
             vacuum_every: Some(DEFAULT_VACUUM_EVERY),
+            cycle_function: true,
         }
     }
 }
@@ -126,6 +138,12 @@ impl PostgresConfig {
     /// Sets after how many retired rows the relay vacuums the table (`None`: never).
     pub fn with_vacuum_every(mut self, rows: Option<u64>) -> Self {
         self.vacuum_every = rows;
+        self
+    }
+
+    /// Sets [`Self::cycle_function`].
+    pub fn with_cycle_function(mut self, on: bool) -> Self {
+        self.cycle_function = on;
         self
     }
 

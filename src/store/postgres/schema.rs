@@ -105,7 +105,7 @@ impl Names {
     }
 }
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -232,7 +232,15 @@ pub(crate) async fn applied_version(
     Ok(Some(version.unwrap_or(0)))
 }
 
-pub(crate) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreError> {
+/// `functions`: (name, `CREATE FUNCTION`) pairs of functions derived from this build's
+/// statements (the cycle function, `sql/cycle.rs`), each created when the database lacks
+/// it. Their names carry a hash of their text, so a function is never replaced under a
+/// relay of another build: each build adds its own.
+pub(crate) async fn migrate(
+    pool: &PgPool,
+    names: &Names,
+    functions: &[(&str, &str)],
+) -> Result<(), StoreError> {
     let op = "migrate";
     let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
     // Building indexes and backfilling a large existing table may take longer than the
@@ -301,7 +309,27 @@ pub(crate) async fn migrate(pool: &PgPool, names: &Names) -> Result<(), StoreErr
         .await
         .map_err(|e| db_error(op, e))?;
     }
+    for (name, create) in functions {
+        if !function_exists(&mut *tx, name).await? {
+            sqlx::raw_sql(AssertSqlSafe(create.to_string()))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db_error(op, e))?;
+        }
+    }
     tx.commit().await.map_err(|e| db_error(op, e))
+}
+
+/// Whether the function `name` (schema-qualified, quoted) exists.
+pub(crate) async fn function_exists<'c>(
+    executor: impl sqlx::PgExecutor<'c>,
+    name: &str,
+) -> Result<bool, StoreError> {
+    sqlx::query_scalar("SELECT to_regproc($1) IS NOT NULL")
+        .bind(name)
+        .fetch_one(executor)
+        .await
+        .map_err(|e| db_error("migrate", e))
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use super::schema::Names;
 use crate::store::OrderingPolicy;
 
 mod claim;
+mod cycle;
 
 /// The statement's now: the injected clock's reading, else the database's.
 ///
@@ -29,19 +30,44 @@ fn millis(expr: &str) -> String {
     format!("floor(extract(epoch FROM {expr}) * 1000)::int8")
 }
 
+/// The columns [`super::decode::message`] reads, with their SQL types as selected:
+/// timestamps leave as Unix milliseconds (`int8`). One list for the select list
+/// ([`columns`]) and for the result type of the cycle function (`sql/cycle.rs`).
+pub(crate) const MESSAGE_COLUMNS: [(&str, &str); 19] = [
+    ("outbox_id", "uuid"),
+    ("seq", "int8"),
+    ("lane", "text"),
+    ("target", "text"),
+    ("payload", "json"),
+    ("headers", "jsonb"),
+    ("ordering_key", "text"),
+    ("dedupe_key", "text"),
+    ("status", "text"),
+    ("attempt_count", "int8"),
+    ("max_attempts", "int8"),
+    ("available_at", "int8"),
+    ("claimed_by", "text"),
+    ("claim_token", "uuid"),
+    ("lease_expires_at", "int8"),
+    ("last_error", "text"),
+    ("created_at", "int8"),
+    ("updated_at", "int8"),
+    ("delivered_at", "int8"),
+];
+
 /// The select list [`super::decode::message`] reads, for table alias `a`.
 pub(crate) fn columns(a: &str) -> String {
-    format!(
-        "{a}.outbox_id, {a}.seq, {a}.lane, {a}.target, {a}.payload, {a}.headers, \
-         {a}.ordering_key, {a}.dedupe_key, {a}.status, {a}.attempt_count, {a}.max_attempts, \
-         {} AS available_at, {a}.claimed_by, {a}.claim_token, {} AS lease_expires_at, \
-         {a}.last_error, {} AS created_at, {} AS updated_at, {} AS delivered_at",
-        millis(&format!("{a}.available_at")),
-        millis(&format!("{a}.lease_expires_at")),
-        millis(&format!("{a}.created_at")),
-        millis(&format!("{a}.updated_at")),
-        millis(&format!("{a}.delivered_at")),
-    )
+    MESSAGE_COLUMNS
+        .iter()
+        .map(|(name, _)| {
+            if name.ends_with("_at") {
+                format!("{} AS {name}", millis(&format!("{a}.{name}")))
+            } else {
+                format!("{a}.{name}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The [`crate::store::MessageFilter`] fields other than status, for alias `a`, bound at
@@ -65,6 +91,25 @@ fn wake(rows: &str, ch: usize) -> String {
     format!(
         "wake AS (SELECT pg_notify(${ch}, w.lane || E'\\t' || w.target) \
                   FROM (SELECT DISTINCT lane, target FROM {rows}) w)"
+    )
+}
+
+/// The ack of the claims whose ids and tokens are bound at `ids` and `tokens`: one
+/// statement that answers the ordinals of the claims applied, and the keys they leave for
+/// `promote_heads`. Also the first step of the cycle function (`sql/cycle.rs`).
+pub(crate) fn ack(t: &str, ids: &str, tokens: &str) -> String {
+    format!(
+        "WITH input AS (
+            SELECT * FROM unnest({ids}::uuid[], {tokens}::uuid[])
+            WITH ORDINALITY AS i(outbox_id, claim_token, ord)
+         )
+         UPDATE {t} m SET status = 'delivered', delivered_at = {NOW},
+                claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
+                updated_at = {NOW}
+         FROM input i
+         WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
+           AND m.claim_token = i.claim_token
+         RETURNING i.ord, m.lane, m.target, m.ordering_key"
     )
 }
 
@@ -96,6 +141,11 @@ pub(crate) struct Statements {
     pub(crate) discard: Arc<str>,
     pub(crate) purge: Arc<str>,
     pub(crate) purge_count: Arc<str>,
+    /// The cycle function (`cycle.rs`): its name, which carries a hash of its text, the
+    /// `CREATE FUNCTION` that `migrate` runs when the database lacks it, and its call.
+    pub(crate) cycle_name: String,
+    pub(crate) cycle_create: String,
+    pub(crate) cycle: Arc<str>,
 }
 
 impl Statements {
@@ -104,7 +154,17 @@ impl Statements {
     pub(crate) fn new(names: &Names, async_commit: bool) -> Self {
         let t = &names.messages;
         let cols_m = columns("m");
+        let cycle_body = cycle::body(t, &names.promote_heads, &cols_m);
+        let cycle_name = format!(
+            "\"{}\".\"{}_cycle_{:08x}\"",
+            names.schema,
+            names.prefix,
+            super::schema::fnv1a64(cycle_body.as_bytes()) as u32
+        );
         Self {
+            cycle_create: cycle::create(&cycle_name, &cycle_body),
+            cycle: cycle::call(&cycle_name).into(),
+            cycle_name,
             // $1 now, $2 channel, $3.. one array per draft field. Rows are inserted in
             // draft order, so `seq` follows it. `key_head`: the first row of a key that has
             // no live row is its head; the deferred `check_head` trigger looks again at
@@ -161,22 +221,8 @@ impl Statements {
                 .into(),
             claim_fast_block: claim::claim_fast(t, &cols_m, OrderingPolicy::Block, async_commit)
                 .into(),
-            // $1 now, $2 ids, $3 tokens. Answers the ordinals of the claims applied, and the
-            // keys they leave for `promote_heads`.
-            ack: format!(
-                "WITH input AS (
-                    SELECT * FROM unnest($2::uuid[], $3::uuid[])
-                    WITH ORDINALITY AS i(outbox_id, claim_token, ord)
-                 )
-                 UPDATE {t} m SET status = 'delivered', delivered_at = {NOW},
-                        claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
-                        updated_at = {NOW}
-                 FROM input i
-                 WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
-                   AND m.claim_token = i.claim_token
-                 RETURNING i.ord, m.lane, m.target, m.ordering_key"
-            )
-            .into(),
+            // $1 now, $2 ids, $3 tokens.
+            ack: ack(t, "$2", "$3").into(),
             // $1 now, $2 ids, $3 tokens, $4 errors, $5 retry delays (NULL: permanent).
             // The CASEs read the row before the update: attempts left decide the outcome.
             nack: format!(

@@ -203,26 +203,46 @@ pub(super) fn claim_fast(
     policy: OrderingPolicy,
     async_commit: bool,
 ) -> String {
-    let free = key_free(t, "m", policy, false);
-    let rest = "greatest($4 - (SELECT count(*) FROM lapsed), 0)";
     let commit = if async_commit {
         "set_config('synchronous_commit', 'off', true) AS async_commit, "
     } else {
         ""
     };
     format!(
-        "WITH lapsed_last AS MATERIALIZED (
-            SELECT EXISTS (
-                SELECT 1 FROM {t} l
-                WHERE l.lane = $2 AND l.target = $3 AND l.status = 'claimed'
-                  AND l.attempt_count >= l.max_attempts AND l.lease_expires_at <= {NOW}
-            ) AS yes
-         ),
-         lapsed AS MATERIALIZED (
+        "WITH lapsed_last AS MATERIALIZED (SELECT {lapsed_last} AS yes),
+         {ctes}
+         SELECT (SELECT yes FROM lapsed_last) AS lapsed_last, {commit}c.*
+         FROM (SELECT 1) one
+         LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
+         ORDER BY o.src, o.due_at, o.seq",
+        lapsed_last = lapsed_last(t),
+        ctes = fast_ctes(t, cols_m, policy, " AND NOT (SELECT yes FROM lapsed_last)"),
+    )
+}
+
+/// Whether the lane `$2`/`$3` has a claim on its last attempt whose lease lapsed (one
+/// descent of `last_attempt_idx`): such a row only the full [`claim`] dead-letters.
+pub(super) fn lapsed_last(t: &str) -> String {
+    format!(
+        "EXISTS (
+            SELECT 1 FROM {t} l
+            WHERE l.lane = $2 AND l.target = $3 AND l.status = 'claimed'
+              AND l.attempt_count >= l.max_attempts AND l.lease_expires_at <= {NOW})"
+    )
+}
+
+/// The CTEs of the one-statement claim, ending in `claimed` (the claimed rows, `cols_m`)
+/// and `to_claim` (their order: `src`, `due_at`, `seq`). `gate` is appended to the
+/// conditions of both scans (empty, or a condition that stops the claim).
+pub(super) fn fast_ctes(t: &str, cols_m: &str, policy: OrderingPolicy, gate: &str) -> String {
+    let free = key_free(t, "m", policy, false);
+    let rest = "greatest($4 - (SELECT count(*) FROM lapsed), 0)";
+    format!(
+        "lapsed AS MATERIALIZED (
             SELECT m.outbox_id, 0 AS src, m.lease_expires_at AS due_at, m.seq FROM {t} m
             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
               AND m.lease_expires_at <= {NOW} AND m.attempt_count < m.max_attempts
-              AND NOT (SELECT yes FROM lapsed_last) AND {free}
+              {gate} AND {free}
             ORDER BY m.lease_expires_at, m.seq
             LIMIT $4
             FOR UPDATE OF m SKIP LOCKED
@@ -230,7 +250,7 @@ pub(super) fn claim_fast(
          due AS MATERIALIZED (
             SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq FROM {t} m
             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
-              AND m.available_at <= {NOW} AND NOT (SELECT yes FROM lapsed_last) AND {free}
+              AND m.available_at <= {NOW} {gate} AND {free}
             ORDER BY m.available_at, m.seq
             LIMIT {rest}
             FOR UPDATE OF m SKIP LOCKED
@@ -243,11 +263,7 @@ pub(super) fn claim_fast(
                    updated_at = {NOW}, key_head = true
             WHERE m.outbox_id = ANY (ARRAY(SELECT outbox_id FROM to_claim))
             RETURNING {cols_m}
-         )
-         SELECT (SELECT yes FROM lapsed_last) AS lapsed_last, {commit}c.*
-         FROM (SELECT 1) one
-         LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
-         ORDER BY o.src, o.due_at, o.seq"
+         )"
     )
 }
 

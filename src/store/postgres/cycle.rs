@@ -1,0 +1,93 @@
+//! The relay's cycle in one round trip: the cycle function (`sql/cycle.rs`) acks, promotes
+//! the heads the acks left, claims, and answers `next_due` for an empty claim.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use sqlx::{AssertSqlSafe, Row};
+use uuid::Uuid;
+
+use crate::store::StoreError;
+use crate::store::{ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy};
+
+use super::decode::{self, db_error, unsigned};
+use super::fenced::FencedBatch;
+use super::{interval, to_i64, PostgresOutboxStore};
+
+/// What one call of the cycle function did.
+pub(super) struct Cycle {
+    /// One answer per ack, in order.
+    pub(super) acked: Vec<ClaimOutcome>,
+    /// The claim; empty when `lapsed_last`.
+    pub(super) batch: ClaimBatch,
+    /// The lane has a lapsed last attempt: the cycle claimed nothing, and the full claim
+    /// (which dead-letters it) must run instead.
+    pub(super) lapsed_last: bool,
+}
+
+impl PostgresOutboxStore {
+    /// Whether to run the cycle function: [`super::PostgresConfig::cycle_function`], and the
+    /// database has this build's (`migrate` creates it; a store over a database migrated by
+    /// another build, by a role that may not create functions, runs the cycle's steps as
+    /// separate statements instead).
+    pub(super) fn has_cycle(&self) -> bool {
+        self.cycle_function && self.cycle_ready.load(Ordering::Relaxed)
+    }
+
+    /// Acks `acks` and claims under `request`, in one call of the cycle function, which
+    /// commits on its own (asynchronously unless [`super::PostgresConfig::synchronous_commit`]).
+    /// All or nothing: an error leaves every row as it was.
+    pub(super) async fn cycle(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+    ) -> Result<Cycle, StoreError> {
+        let op = if acks.is_empty() {
+            "claim"
+        } else {
+            "ack_and_claim"
+        };
+        let fenced = FencedBatch::new(acks);
+        let rows = sqlx::query(AssertSqlSafe(self.sql.cycle.clone()))
+            .bind(self.now())
+            .bind(&request.lane)
+            .bind(&request.target)
+            .bind(to_i64(request.limit))
+            .bind(interval(request.lease))
+            .bind(&request.consumer_id)
+            .bind(&fenced.ids)
+            .bind(&fenced.tokens)
+            .bind(request.ordering == OrderingPolicy::Block)
+            .bind(self.async_commit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        let mut batch = ClaimBatch::default();
+        let mut applied = Vec::new();
+        let mut lapsed_last = false;
+        for row in &rows {
+            let id: Option<Uuid> = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
+            if id.is_some() {
+                batch.messages.push(decode::message(row)?);
+                continue;
+            }
+            // The last row: what the cycle did besides claiming.
+            let acked: Vec<i64> = row.try_get("acked").map_err(|e| db_error(op, e))?;
+            applied = acked;
+            lapsed_last = row.try_get("lapsed_last").map_err(|e| db_error(op, e))?;
+            if batch.messages.is_empty() && !lapsed_last {
+                let due: Option<i64> = row.try_get("next_due_ms").map_err(|e| db_error(op, e))?;
+                batch.next_due = NextDue::Known(due.map(|ms| Duration::from_millis(unsigned(ms))));
+            }
+        }
+        let applied = applied
+            .into_iter()
+            .map(|ord| usize::try_from(ord - 1).unwrap_or(usize::MAX))
+            .collect();
+        Ok(Cycle {
+            acked: fenced.outcomes(&applied, false),
+            batch,
+            lapsed_last,
+        })
+    }
+}
