@@ -352,12 +352,19 @@ fn print_summary(outcome: &Outcome) {
 }
 
 /// Waits for a line on `input` (Enter on a terminal; its end counts too) or for Ctrl-C.
-async fn until_enter_or_ctrl_c(input: impl tokio::io::AsyncRead + Unpin) {
-    use tokio::io::AsyncBufReadExt;
-    let mut line = String::new();
-    let mut input = tokio::io::BufReader::new(input);
+/// The line is read on a thread of its own: a blocked read cannot be cancelled, and a
+/// plain thread, unlike `tokio::io::stdin` (a read on the runtime's blocking pool), does
+/// not hold up the runtime's shutdown after Ctrl-C. It also keeps tokio's `io-std`
+/// feature out of the build (see the tokio line in Cargo.toml's dev-dependencies).
+async fn until_enter_or_ctrl_c(input: impl std::io::Read + Send + 'static) {
+    use std::io::BufRead;
+    let (line_read, enter) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = std::io::BufReader::new(input).read_line(&mut String::new());
+        let _ = line_read.send(());
+    });
     tokio::select! {
-        _ = input.read_line(&mut line) => {}
+        _ = enter => {}
         _ = tokio::signal::ctrl_c() => {}
     }
 }
@@ -375,7 +382,7 @@ async fn main() {
                 println!(
                     "serving http://{addr}/metrics (also /healthz); press Enter or Ctrl-C to stop"
                 );
-                until_enter_or_ctrl_c(tokio::io::stdin()).await;
+                until_enter_or_ctrl_c(std::io::stdin()).await;
             }
             if outcome.ok() {
                 println!("quickstart: every message was delivered or dead-lettered as designed");

@@ -304,12 +304,19 @@ impl LaneConfig {
                 ),
             ));
         }
-        if self.store_backoff.base.is_zero() || self.store_backoff.max < self.store_backoff.base {
+        // A zero base would retry a failing store in a hot loop.
+        if self.store_backoff.base.is_zero() {
             return Err(ConfigError::new(
                 field("store_backoff"),
+                "must be greater than zero",
+            ));
+        }
+        if self.store_backoff.max < self.store_backoff.base {
+            return Err(ConfigError::new(
+                field("store_backoff.max"),
                 format!(
-                    "base {:?} must be above zero and at most max {:?}",
-                    self.store_backoff.base, self.store_backoff.max
+                    "max store backoff {:?} is below the base delay {:?}",
+                    self.store_backoff.max, self.store_backoff.base
                 ),
             ));
         }

@@ -204,12 +204,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::UnixMillis;
     use crate::OutboxMessageDraft;
 
     fn message() -> OutboxMessage {
         let draft = OutboxMessageDraft::from_json("orders", "billing", r#"{"order":42}"#)
             .expect("a valid draft");
-        OutboxMessage::pending(draft, uuid::Uuid::now_v7(), 1, 0)
+        OutboxMessage::pending(draft, uuid::Uuid::now_v7(), 1, UnixMillis::EPOCH)
     }
 
     #[tokio::test]

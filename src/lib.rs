@@ -88,9 +88,10 @@
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
 //!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
 //!   it; [`store::slow_log`] wraps any of them to log a slow call by its name and duration.
-//! - [`time`]: `UnixMillis` (the stores' timestamps), the clocks a store reads (`Clock`,
-//!   `SystemClock`, `ManualClock`, `TokioClock`; also at their old `store::` paths),
-//!   conversions to `SystemTime`, and RFC 3339 (the JSON form of every timestamp).
+//! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
+//!   millisecond: `SystemTime` both ways, RFC 3339 in `Display` and JSON, saturating
+//!   arithmetic with `Duration`), and the clocks a store reads (`Clock`, `SystemClock`,
+//!   `ManualClock`, `TokioClock`; also at their old `store::` paths).
 //! - `testing` (feature `testing`): the store conformance suite, `Harness` and the
 //!   `conformance!` macro, so a backend outside the crate runs the same cases
 //!   (`testing/cases/`).

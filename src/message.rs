@@ -443,26 +443,23 @@ pub struct OutboxMessage {
     /// After this many attempts it is dead-lettered.
     pub max_attempts: u32,
     /// When it is (or was) due for its next claim. In JSON, RFC 3339 (as every timestamp
-    /// here: [`crate::time::rfc3339`]).
-    #[serde(with = "crate::time::rfc3339")]
+    /// here: see [`UnixMillis`]).
     pub available_at: UnixMillis,
     /// The consumer holding the claim, while claimed.
     pub claimed_by: Option<String>,
     /// The fencing token of the current claim, while claimed.
     pub claim_token: Option<Uuid>,
     /// When the current claim's lease lapses, while claimed.
-    #[serde(default, with = "crate::time::rfc3339::option")]
+    #[serde(default)]
     pub lease_expires_at: Option<UnixMillis>,
     /// The last failure, kept after retries and in the dead letter.
     pub last_error: Option<String>,
     /// When it was enqueued.
-    #[serde(with = "crate::time::rfc3339")]
     pub created_at: UnixMillis,
     /// When it last changed.
-    #[serde(with = "crate::time::rfc3339")]
     pub updated_at: UnixMillis,
     /// When it was acked.
-    #[serde(default, with = "crate::time::rfc3339::option")]
+    #[serde(default)]
     pub delivered_at: Option<UnixMillis>,
 }
 
@@ -472,7 +469,7 @@ impl OutboxMessage {
         Self {
             outbox_id,
             seq,
-            available_at: now.saturating_add(crate::time::duration_millis(draft.delay)),
+            available_at: now.saturating_add(draft.delay),
             lane: draft.lane,
             target: draft.target,
             payload: draft.payload,

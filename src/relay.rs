@@ -342,8 +342,13 @@ pub struct GateStatus {
     pub breaker: Option<BreakerState>,
     /// Whether a target's Retry-After holds the whole lane.
     pub retry_after_holds_lane: bool,
-    /// How long the gates held claims back since the relay started, in milliseconds.
-    pub throttled_ms: u64,
+    /// How long the gates held claims back since the relay started (in JSON,
+    /// `throttled_ms`: whole milliseconds).
+    #[serde(
+        rename = "throttled_ms",
+        serialize_with = "crate::time::serialize_duration_millis"
+    )]
+    pub throttled: Duration,
 }
 
 /// Counters that outlive a lane's incarnations, shared by the supervisor and the lane.

@@ -166,6 +166,7 @@ impl RetentionTask {
 mod tests {
     use super::*;
     use crate::store::{ClaimRequest, ManualClock, MessageFilter, PageRequest};
+    use crate::time::UnixMillis;
     use crate::{InMemoryOutboxStore, OutboxMessageDraft, OutboxStatus};
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use serde_json::json;
@@ -205,7 +206,7 @@ mod tests {
 
     #[tokio::test]
     async fn each_lane_is_purged_by_its_own_retention_and_counted() {
-        let clock = Arc::new(ManualClock::new(1_000_000));
+        let clock = Arc::new(ManualClock::new(UnixMillis::from_millis(1_000_000)));
         let store = Arc::new(InMemoryOutboxStore::with_clock(clock.clone()));
         deliver_one_in(&store, &["orders", "billing", "forever"]).await;
         let lanes = vec![
@@ -283,7 +284,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn runs_at_start_then_every_interval_until_shutdown() {
-        let clock = Arc::new(ManualClock::new(1_000_000));
+        let clock = Arc::new(ManualClock::new(UnixMillis::from_millis(1_000_000)));
         let store = Arc::new(InMemoryOutboxStore::with_clock(clock.clone()));
         let retention = RetentionConfig {
             delivered: Some(DAY),

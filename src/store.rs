@@ -87,7 +87,7 @@ pub use error::StoreError;
 // their old paths stay.
 pub use crate::message::ClaimRef;
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatus};
-pub use crate::time::{duration_millis, millis_until, Clock, ManualClock, SystemClock, TokioClock};
+pub use crate::time::{duration_millis, Clock, ManualClock, SystemClock, TokioClock};
 
 pub(crate) mod enqueue;
 mod error;

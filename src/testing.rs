@@ -10,10 +10,11 @@
 //! use std::sync::Arc;
 //! use outbox_relay::store::ManualClock;
 //! use outbox_relay::testing::Harness;
+//! use outbox_relay::time::UnixMillis;
 //! use outbox_relay::{InMemoryOutboxStore, OutboxStore};
 //!
 //! async fn harness() -> Harness {
-//!     let clock = ManualClock::new(1_700_000_000_000);
+//!     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
 //!     let store: Arc<dyn OutboxStore> =
 //!         Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
 //!     let same = store.clone();

@@ -1,115 +1,236 @@
-//! Time as the stores keep it: [`UnixMillis`] (milliseconds since the Unix epoch, on the
-//! store's clock), the [`Clock`]s a store reads "now" from ([`SystemClock`], and
-//! [`ManualClock`] and [`TokioClock`] for tests), conversions to [`SystemTime`], and
-//! [`rfc3339`], the serde form of a timestamp in JSON (`2026-11-30T17:20:00.123Z`).
+//! Time as the stores keep it: [`UnixMillis`] (an instant to the millisecond, on the
+//! store's clock; RFC 3339 in text and JSON, `2026-11-30T17:20:00.123Z`), and the
+//! [`Clock`]s a store reads "now" from ([`SystemClock`], and [`ManualClock`] and
+//! [`TokioClock`] for tests).
+//!
+//! Spans of time (a lease, a delay, the age of the oldest pending message) are
+//! [`Duration`]s everywhere in the API; instants are [`UnixMillis`].
 
 use std::fmt;
+use std::ops::{Add, Sub};
+use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Milliseconds since the Unix epoch, as the store's clock tells them.
-pub type UnixMillis = i64;
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
-/// The latest instant RFC 3339 can write (9999-12-31T23:59:59.999Z), in milliseconds.
-const MAX_RFC3339_MILLIS: UnixMillis = 253_402_300_799_999;
+/// An instant as the stores keep it: whole milliseconds since the Unix epoch, on the
+/// store's clock (the database's, for PostgreSQL).
+///
+/// Every timestamp in the public API is one ([`OutboxMessage`](crate::OutboxMessage)'s
+/// `available_at`, `created_at`, ...). It converts to and from [`SystemTime`], displays
+/// and serialises as RFC 3339 in UTC to the millisecond (`2026-11-30T17:20:00.123Z`), and
+/// deserialises from that or from a number of milliseconds (the older JSON form). The
+/// stores keep the milliseconds as they are (SQLite `INTEGER`, PostgreSQL `timestamptz`
+/// read as milliseconds); the conversion happens where a row is decoded or a value bound.
+///
+/// Arithmetic with a [`Duration`] saturates instead of overflowing: a lease or a delay
+/// of `Duration::MAX` means "never", not a panic.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_relay::time::UnixMillis;
+///
+/// let at = UnixMillis::from_millis(1_796_059_200_123);
+/// assert_eq!(at.to_string(), "2026-11-30T17:20:00.123Z");
+/// assert_eq!("2026-11-30T17:20:00.123Z".parse::<UnixMillis>().ok(), Some(at));
+/// let later = at + Duration::from_secs(2);
+/// assert_eq!(later.saturating_duration_since(at), Duration::from_secs(2));
+/// assert_eq!(at.saturating_duration_since(later), Duration::ZERO);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UnixMillis(i64);
 
-/// `millis` as a [`SystemTime`]; instants before the epoch read as the epoch.
-pub fn to_system_time(millis: UnixMillis) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0))
-}
+/// The latest instant RFC 3339 can write (9999-12-31T23:59:59.999Z).
+const MAX_RFC3339: UnixMillis = UnixMillis(253_402_300_799_999);
 
-/// `time` in milliseconds since the epoch (saturating; before the epoch reads 0).
-pub fn from_system_time(time: SystemTime) -> UnixMillis {
-    time.duration_since(UNIX_EPOCH)
-        .map(duration_millis)
-        .unwrap_or(0)
-}
+impl UnixMillis {
+    /// 1970-01-01T00:00:00.000Z.
+    pub const EPOCH: Self = Self(0);
 
-/// `millis` in RFC 3339, UTC, to the millisecond: `2026-11-30T17:20:00.123Z`. Instants
-/// outside what RFC 3339 can write are clamped to its first and last.
-pub fn format_rfc3339(millis: UnixMillis) -> String {
-    let clamped = millis.clamp(0, MAX_RFC3339_MILLIS);
-    humantime::format_rfc3339_millis(to_system_time(clamped)).to_string()
-}
-
-/// Reads an RFC 3339 timestamp (any offset is accepted only as `Z`, i.e. UTC).
-pub fn parse_rfc3339(text: &str) -> Result<UnixMillis, humantime::TimestampError> {
-    humantime::parse_rfc3339_weak(text).map(from_system_time)
-}
-
-/// `#[serde(with = "outbox_relay::time::rfc3339")]` for a [`UnixMillis`] field: written as
-/// an RFC 3339 string; read from one, or from a number of milliseconds (the older form).
-pub mod rfc3339 {
-    use std::fmt;
-
-    use serde::{de, Deserializer, Serializer};
-
-    use super::{format_rfc3339, parse_rfc3339, UnixMillis};
-
-    /// Writes `millis` as RFC 3339.
-    pub fn serialize<S: Serializer>(millis: &UnixMillis, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&format_rfc3339(*millis))
+    /// The instant `millis` milliseconds after the epoch (before it, when negative).
+    pub const fn from_millis(millis: i64) -> Self {
+        Self(millis)
     }
 
-    /// Reads RFC 3339, or milliseconds since the epoch.
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<UnixMillis, D::Error> {
-        deserializer.deserialize_any(Timestamp)
+    /// Milliseconds since the epoch (negative before it).
+    pub const fn as_millis(self) -> i64 {
+        self.0
     }
 
-    struct Timestamp;
-
-    impl de::Visitor<'_> for Timestamp {
-        type Value = UnixMillis;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an RFC 3339 timestamp or milliseconds since the Unix epoch")
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<UnixMillis, E> {
-            parse_rfc3339(v).map_err(|e| E::custom(format!("timestamp {v:?}: {e}")))
-        }
-
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<UnixMillis, E> {
-            Ok(v)
-        }
-
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<UnixMillis, E> {
-            Ok(i64::try_from(v).unwrap_or(i64::MAX))
-        }
+    /// `self + duration`, or the last representable instant.
+    pub fn saturating_add(self, duration: Duration) -> Self {
+        Self(self.0.saturating_add(duration_millis(duration)))
     }
 
-    /// The same for an `Option<UnixMillis>` field (`null` when absent).
-    pub mod option {
-        use serde::{Deserialize, Deserializer, Serializer};
+    /// `self - duration`, or the first representable instant.
+    pub fn saturating_sub(self, duration: Duration) -> Self {
+        Self(self.0.saturating_sub(duration_millis(duration)))
+    }
 
-        use super::UnixMillis;
+    /// How long after `earlier` this is; zero when `earlier` is not earlier (as
+    /// [`Instant::saturating_duration_since`](std::time::Instant::saturating_duration_since)).
+    pub fn saturating_duration_since(self, earlier: Self) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+    }
+}
 
-        /// Writes `Some` as RFC 3339, `None` as `null`.
-        pub fn serialize<S: Serializer>(
-            millis: &Option<UnixMillis>,
-            serializer: S,
-        ) -> Result<S::Ok, S::Error> {
-            match millis {
-                Some(millis) => super::serialize(millis, serializer),
-                None => serializer.serialize_none(),
+impl Add<Duration> for UnixMillis {
+    type Output = Self;
+
+    /// Saturating: see [`UnixMillis::saturating_add`].
+    fn add(self, duration: Duration) -> Self {
+        self.saturating_add(duration)
+    }
+}
+
+impl Sub<Duration> for UnixMillis {
+    type Output = Self;
+
+    /// Saturating: see [`UnixMillis::saturating_sub`].
+    fn sub(self, duration: Duration) -> Self {
+        self.saturating_sub(duration)
+    }
+}
+
+impl From<SystemTime> for UnixMillis {
+    /// Truncated to the millisecond (toward the past), saturating at `i64`'s range.
+    fn from(time: SystemTime) -> Self {
+        match time.duration_since(UNIX_EPOCH) {
+            Ok(after) => Self(duration_millis(after)),
+            // Before the epoch: round away from it, so truncation is always toward the past.
+            Err(before) => {
+                let before = before.duration();
+                let millis = duration_millis(before);
+                let partial = before > Duration::from_millis(millis.unsigned_abs());
+                Self(millis.saturating_neg().saturating_sub(i64::from(partial)))
             }
         }
+    }
+}
 
-        /// Reads `null`, RFC 3339, or milliseconds.
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            deserializer: D,
-        ) -> Result<Option<UnixMillis>, D::Error> {
-            #[derive(Deserialize)]
-            struct Wrapped(#[serde(with = "super")] UnixMillis);
-            Ok(Option::<Wrapped>::deserialize(deserializer)?.map(|Wrapped(millis)| millis))
+impl From<UnixMillis> for SystemTime {
+    /// Exact; an instant the platform's `SystemTime` cannot hold reads as the epoch.
+    fn from(at: UnixMillis) -> Self {
+        let offset = Duration::from_millis(at.0.unsigned_abs());
+        let time = if at.0 >= 0 {
+            UNIX_EPOCH.checked_add(offset)
+        } else {
+            UNIX_EPOCH.checked_sub(offset)
+        };
+        time.unwrap_or(UNIX_EPOCH)
+    }
+}
+
+impl fmt::Display for UnixMillis {
+    /// RFC 3339, UTC, to the millisecond: `2026-11-30T17:20:00.123Z`. Instants outside what
+    /// RFC 3339 can write are clamped to its first and last.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let clamped = (*self).clamp(Self::EPOCH, MAX_RFC3339);
+        fmt::Display::fmt(
+            &humantime::format_rfc3339_millis(SystemTime::from(clamped)),
+            f,
+        )
+    }
+}
+
+impl FromStr for UnixMillis {
+    type Err = humantime::TimestampError;
+
+    /// Reads RFC 3339 in UTC (`Z` or `+00:00`), to any precision; other offsets are
+    /// refused rather than misread (humantime's "weak" parser would ignore them).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        humantime::parse_rfc3339(text).map(Self::from)
+    }
+}
+
+impl Serialize for UnixMillis {
+    /// As its [`Display`](fmt::Display): an RFC 3339 string.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for UnixMillis {
+    /// From an RFC 3339 string, or from a number of milliseconds (the older form).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TimestampVisitor)
+    }
+}
+
+struct TimestampVisitor;
+
+impl de::Visitor<'_> for TimestampVisitor {
+    type Value = UnixMillis;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an RFC 3339 timestamp or milliseconds since the Unix epoch")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<UnixMillis, E> {
+        v.parse()
+            .map_err(|e| E::custom(format!("timestamp {v:?}: {e}")))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<UnixMillis, E> {
+        Ok(UnixMillis(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<UnixMillis, E> {
+        Ok(UnixMillis(i64::try_from(v).unwrap_or(i64::MAX)))
+    }
+}
+
+/// The stores bind and decode a [`UnixMillis`] as the `i64` they keep (SQLite `INTEGER`;
+/// PostgreSQL `int8`, which the statements turn into `timestamptz` and back).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql {
+    use sqlx::decode::Decode;
+    use sqlx::encode::{Encode, IsNull};
+    use sqlx::error::BoxDynError;
+    use sqlx::{Database, Type};
+
+    use super::UnixMillis;
+
+    impl<DB: Database> Type<DB> for UnixMillis
+    where
+        i64: Type<DB>,
+    {
+        fn type_info() -> DB::TypeInfo {
+            <i64 as Type<DB>>::type_info()
+        }
+
+        fn compatible(ty: &DB::TypeInfo) -> bool {
+            <i64 as Type<DB>>::compatible(ty)
+        }
+    }
+
+    impl<'q, DB: Database> Encode<'q, DB> for UnixMillis
+    where
+        i64: Encode<'q, DB>,
+    {
+        fn encode_by_ref(
+            &self,
+            buf: &mut <DB as Database>::ArgumentBuffer,
+        ) -> Result<IsNull, BoxDynError> {
+            self.0.encode_by_ref(buf)
+        }
+    }
+
+    impl<'r, DB: Database> Decode<'r, DB> for UnixMillis
+    where
+        i64: Decode<'r, DB>,
+    {
+        fn decode(value: <DB as Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
+            i64::decode(value).map(UnixMillis)
         }
     }
 }
 
 /// The store's source of "now". Every backend takes one, so tests can move time by hand.
 pub trait Clock: Send + Sync + fmt::Debug {
-    /// Milliseconds since the Unix epoch.
+    /// Now, to the millisecond.
     fn now_millis(&self) -> UnixMillis;
 }
 
@@ -119,10 +240,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_millis(&self) -> UnixMillis {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0)
+        UnixMillis::from(SystemTime::now())
     }
 }
 
@@ -136,7 +254,7 @@ impl ManualClock {
     /// A clock reading `start`.
     pub fn new(start: UnixMillis) -> Self {
         Self {
-            now: Arc::new(AtomicI64::new(start)),
+            now: Arc::new(AtomicI64::new(start.as_millis())),
         }
     }
 
@@ -147,13 +265,13 @@ impl ManualClock {
 
     /// Sets the clock.
     pub fn set(&self, now: UnixMillis) {
-        self.now.store(now, Ordering::SeqCst);
+        self.now.store(now.as_millis(), Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
     fn now_millis(&self) -> UnixMillis {
-        self.now.load(Ordering::SeqCst)
+        UnixMillis(self.now.load(Ordering::SeqCst))
     }
 }
 
@@ -162,7 +280,7 @@ impl Clock for ManualClock {
 #[derive(Debug, Clone, Copy)]
 pub struct TokioClock {
     start: tokio::time::Instant,
-    start_millis: UnixMillis,
+    started_at: UnixMillis,
 }
 
 impl TokioClock {
@@ -170,7 +288,7 @@ impl TokioClock {
     pub fn new() -> Self {
         Self {
             start: tokio::time::Instant::now(),
-            start_millis: SystemClock.now_millis(),
+            started_at: SystemClock.now_millis(),
         }
     }
 }
@@ -183,18 +301,22 @@ impl Default for TokioClock {
 
 impl Clock for TokioClock {
     fn now_millis(&self) -> UnixMillis {
-        self.start_millis + duration_millis(self.start.elapsed())
+        self.started_at + self.start.elapsed()
     }
+}
+
+/// `#[serde(serialize_with = ...)]` for a [`Duration`] in a JSON field named `…_ms`:
+/// whole milliseconds, saturating.
+pub(crate) fn serialize_duration_millis<S: Serializer>(
+    duration: &Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A duration in whole milliseconds, saturating.
 pub fn duration_millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// The duration from `now` until `at` (zero when `at` is past).
-pub fn millis_until(now: UnixMillis, at: UnixMillis) -> Duration {
-    Duration::from_millis(u64::try_from(at.saturating_sub(now)).unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -203,33 +325,114 @@ mod tests {
 
     #[test]
     fn timestamps_read_and_write_as_rfc3339_to_the_millisecond() {
-        let millis = 1_796_059_200_123; // 2026-11-30T17:20:00.123Z
-        assert_eq!(format_rfc3339(millis), "2026-11-30T17:20:00.123Z");
-        assert_eq!(parse_rfc3339("2026-11-30T17:20:00.123Z").ok(), Some(millis));
-        assert_eq!(from_system_time(to_system_time(millis)), millis);
+        let at = UnixMillis::from_millis(1_796_059_200_123);
+        assert_eq!(at.to_string(), "2026-11-30T17:20:00.123Z");
+        assert_eq!(
+            "2026-11-30T17:20:00.123Z".parse::<UnixMillis>().ok(),
+            Some(at)
+        );
+        assert!("2026-11-30T17:20:00.123+01:00"
+            .parse::<UnixMillis>()
+            .is_err());
+        assert!("yesterday".parse::<UnixMillis>().is_err());
         // Out of RFC 3339's range: clamped, never a panic.
-        assert_eq!(format_rfc3339(-5), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_rfc3339(i64::MAX), "9999-12-31T23:59:59.999Z");
+        assert_eq!(
+            UnixMillis::from_millis(-5).to_string(),
+            "1970-01-01T00:00:00.000Z"
+        );
+        assert_eq!(
+            UnixMillis::from_millis(i64::MAX).to_string(),
+            "9999-12-31T23:59:59.999Z"
+        );
+    }
+
+    #[test]
+    fn system_time_converts_both_ways_truncating_toward_the_past() {
+        for millis in [0, 1, 1_796_059_200_123, -1, -1_500] {
+            let at = UnixMillis::from_millis(millis);
+            assert_eq!(UnixMillis::from(SystemTime::from(at)), at, "{millis}");
+        }
+        let after = UNIX_EPOCH + Duration::from_micros(1_500);
+        assert_eq!(UnixMillis::from(after).as_millis(), 1);
+        let before = UNIX_EPOCH - Duration::from_micros(1_500);
+        assert_eq!(UnixMillis::from(before).as_millis(), -2);
+    }
+
+    #[test]
+    fn arithmetic_with_durations_saturates() {
+        let at = UnixMillis::from_millis(1_000);
+        assert_eq!(
+            at + Duration::from_millis(500),
+            UnixMillis::from_millis(1_500)
+        );
+        assert_eq!(
+            at - Duration::from_millis(1_500),
+            UnixMillis::from_millis(-500)
+        );
+        assert_eq!((at + Duration::MAX).as_millis(), i64::MAX);
+        let first = UnixMillis::from_millis(i64::MIN + 5);
+        assert_eq!((first - Duration::from_millis(10)).as_millis(), i64::MIN);
+        assert_eq!(
+            UnixMillis::from_millis(i64::MAX)
+                .saturating_duration_since(UnixMillis::from_millis(i64::MIN)),
+            Duration::from_millis(i64::MAX.unsigned_abs())
+        );
+        assert!(at < at + Duration::from_millis(1));
+    }
+
+    #[test]
+    fn a_messages_timestamps_are_rfc3339_in_json_and_read_back_from_milliseconds() {
+        let draft =
+            crate::OutboxMessageDraft::from_json("orders", "billing", "{}").expect("a valid draft");
+        let now = UnixMillis::from_millis(1_796_059_200_123);
+        let message = crate::OutboxMessage::pending(draft, uuid::Uuid::nil(), 1, now);
+        let mut json = serde_json::to_value(&message).expect("serialises");
+        assert_eq!(json["created_at"], "2026-11-30T17:20:00.123Z", "{json}");
+        assert_eq!(json["available_at"], json["created_at"], "{json}");
+        assert!(json["delivered_at"].is_null(), "{json}");
+        assert_eq!(
+            serde_json::from_value(json.clone()).ok(),
+            Some(message.clone())
+        );
+        // What older versions wrote: numbers of milliseconds, and no null fields.
+        for field in ["available_at", "created_at", "updated_at"] {
+            json[field] = serde_json::json!(now.as_millis());
+        }
+        let fields = json.as_object_mut().expect("an object");
+        fields.remove("lease_expires_at");
+        fields.remove("delivered_at");
+        assert_eq!(serde_json::from_value(json).ok(), Some(message));
+    }
+
+    #[test]
+    fn a_duration_in_a_field_named_ms_is_whole_milliseconds_in_json() {
+        let gates = crate::relay::GateStatus {
+            throttled: Duration::from_micros(1_234_567),
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&gates).expect("serialises");
+        assert_eq!(json["throttled_ms"], 1_234, "{json}");
     }
 
     #[test]
     fn the_serde_form_is_rfc3339_and_reads_the_older_milliseconds() {
         #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
         struct Row {
-            #[serde(with = "rfc3339")]
             at: UnixMillis,
-            #[serde(with = "rfc3339::option")]
             until: Option<UnixMillis>,
         }
         let row = Row {
-            at: 1_796_059_200_123,
+            at: UnixMillis::from_millis(1_796_059_200_123),
             until: None,
         };
         let json = serde_json::to_string(&row).expect("serialises");
         assert_eq!(json, r#"{"at":"2026-11-30T17:20:00.123Z","until":null}"#);
         assert_eq!(serde_json::from_str::<Row>(&json).ok(), Some(row));
         let old: Row = serde_json::from_str(r#"{"at":5,"until":7}"#).expect("milliseconds");
-        assert_eq!((old.at, old.until), (5, Some(7)));
+        assert_eq!(
+            (old.at, old.until),
+            (UnixMillis::from_millis(5), Some(UnixMillis::from_millis(7)))
+        );
         let bad = serde_json::from_str::<Row>(r#"{"at":"yesterday","until":null}"#);
         assert!(bad.is_err_and(|e| e.to_string().contains("yesterday")));
     }

@@ -17,6 +17,7 @@ use outbox_relay::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition,
     StoreError, WakeUp,
 };
+use outbox_relay::time::UnixMillis;
 use outbox_relay::{InMemoryOutboxStore, OutboxMessageDraft, OutboxStore};
 use serde_json::json;
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -512,7 +513,7 @@ async fn an_unreachable_database_is_retryable() {
 #[tokio::test]
 async fn a_requeued_dead_letter_waits_for_its_in_flight_successor() {
     let schema = SchemaGuard::new();
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let stores: [Arc<dyn OutboxStore>; 2] = [
         Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone()))),
         Arc::new(open(schema.config().with_clock(Arc::new(clock.clone()))).await),

@@ -22,6 +22,7 @@ use outbox_relay::store::{
     ClaimOutcome, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, NackOutcome,
     PageRequest,
 };
+use outbox_relay::time::UnixMillis;
 use outbox_relay::{OutboxMessage, OutboxMessageDraft, OutboxStatus, OutboxStore, StoreError};
 use serde_json::json;
 use sqlx::{Connection, Row};
@@ -70,7 +71,7 @@ async fn raw(path: &Path) -> sqlx::SqliteConnection {
 #[tokio::test]
 async fn every_row_and_state_survives_close_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let store = open(&dir, &clock).await;
 
     let rich = draft(1)
@@ -133,7 +134,7 @@ async fn every_row_and_state_survives_close_and_reopen() {
 #[tokio::test]
 async fn the_file_is_in_wal_mode_and_migrations_run_once() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(0);
+    let clock = ManualClock::new(UnixMillis::from_millis(0));
     let store = open(&dir, &clock).await;
     store.enqueue(draft(1)).await.unwrap();
     let again = open(&dir, &clock).await;
@@ -301,7 +302,7 @@ async fn a_bad_table_prefix_is_refused_naming_the_field() {
 #[tokio::test]
 async fn an_invalid_draft_in_a_batch_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir, &ManualClock::new(0)).await;
+    let store = open(&dir, &ManualClock::new(UnixMillis::from_millis(0))).await;
     let err = store
         .enqueue_many(vec![draft(1), draft(2).with_max_attempts(0), draft(3)])
         .await
@@ -328,7 +329,7 @@ async fn an_invalid_draft_in_a_batch_writes_nothing() {
 #[tokio::test]
 async fn a_closed_store_is_unavailable_not_broken() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir, &ManualClock::new(0)).await;
+    let store = open(&dir, &ManualClock::new(UnixMillis::from_millis(0))).await;
     store.close().await;
     let err = store.enqueue(draft(1)).await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
@@ -427,7 +428,7 @@ async fn business_rows_and_messages_commit_or_roll_back_together() {
 #[tokio::test]
 async fn ack_and_claim_frees_a_key_and_claims_its_next_message_in_one_call() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let store = open(&dir, &clock).await;
     let k1 = store
         .enqueue(draft(1).with_ordering_key("k"))

@@ -34,7 +34,9 @@ fn deduped(lane: &str, value: i64, key: &str) -> OutboxMessageDraft {
 }
 
 fn clock() -> ManualClock {
-    ManualClock::new(1_700_000_000_000)
+    ManualClock::new(outbox_relay::time::UnixMillis::from_millis(
+        1_700_000_000_000,
+    ))
 }
 
 /// The store counters that moved since the last look, as `name{lane}` → count.

@@ -81,7 +81,7 @@ pub async fn run(
     let stranded: HashMap<Uuid, i64> = page
         .messages
         .iter()
-        .filter_map(|m| Some((m.outbox_id, m.lease_expires_at?)))
+        .filter_map(|m| Some((m.outbox_id, m.lease_expires_at?.as_millis())))
         .collect();
     let Some(&first_lapse) = stranded.values().min() else {
         return Err("the aborted relay left no claims behind".to_owned());

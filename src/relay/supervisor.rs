@@ -216,7 +216,7 @@ impl SupervisorState {
                     rate_limit: entry.config.rate_limit.map(|limit| limit.to_string()),
                     breaker: entry.counters.breaker(),
                     retry_after_holds_lane: entry.config.retry_after_holds_lane,
-                    throttled_ms: entry.counters.throttled_micros.load(Relaxed) / 1000,
+                    throttled: Duration::from_micros(entry.counters.throttled_micros.load(Relaxed)),
                 },
             })
             .collect()

@@ -210,7 +210,12 @@ mod tests {
         let draft = crate::OutboxMessageDraft::new("orders", "billing", serde_json::json!({}))
             .unwrap()
             .with_header("tenant", "acme/eu 1");
-        crate::message::OutboxMessage::pending(draft, uuid::Uuid::now_v7(), 1, 0)
+        crate::message::OutboxMessage::pending(
+            draft,
+            uuid::Uuid::now_v7(),
+            1,
+            crate::time::UnixMillis::EPOCH,
+        )
     }
 
     #[test]

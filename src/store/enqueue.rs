@@ -127,6 +127,7 @@ mod tests {
 
     use super::*;
     use crate::message::OutboxMessage;
+    use crate::time::UnixMillis;
 
     fn draft(value: i64) -> OutboxMessageDraft {
         OutboxMessageDraft::new("orders", "billing", json!({ "value": value })).unwrap()
@@ -143,7 +144,12 @@ mod tests {
             .iter()
             .zip(1..)
             .map(|(draft, seq)| Enqueued {
-                message: OutboxMessage::pending(draft.clone(), Uuid::now_v7(), seq, 0),
+                message: OutboxMessage::pending(
+                    draft.clone(),
+                    Uuid::now_v7(),
+                    seq,
+                    UnixMillis::EPOCH,
+                ),
                 duplicate: false,
             })
             .collect()

@@ -21,10 +21,10 @@ use uuid::Uuid;
 
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::store::{
-    duration_millis, millis_until, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
-    NextDue, OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock,
-    WakeUp, LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
+    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued, LaneCount,
+    LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue, OrderingPolicy,
+    OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
+    LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
 };
 
 /// An outbox held in memory: nothing survives the process.
@@ -140,7 +140,7 @@ fn lane_stats(rows: &Rows, filter: &MessageFilter, now: UnixMillis) -> Vec<LaneS
             // Enqueue order stands for enqueue time (the clock only moves forward).
             oldest_pending_age: index
                 .first_due(rows, now)
-                .map(|m| millis_until(m.created_at, now)),
+                .map(|m| now.saturating_duration_since(m.created_at)),
             blocked_keys: index.blocked_keys(),
         })
         .filter(|s| s.pending + s.claimed + s.delivered + s.dead_letter > 0)
@@ -249,7 +249,7 @@ impl OutboxStore for InMemoryOutboxStore {
                     .collect::<Vec<_>>(),
             );
         }
-        let lease_until = now.saturating_add(duration_millis(request.lease));
+        let lease_until = now.saturating_add(request.lease);
         for seq in chosen {
             let claimed = rows.update(seq, |message| {
                 message.status = OutboxStatus::Claimed;
@@ -312,7 +312,7 @@ impl OutboxStore for InMemoryOutboxStore {
                             if message.attempt_count < message.max_attempts =>
                         {
                             message.status = OutboxStatus::Pending;
-                            message.available_at = now.saturating_add(duration_millis(delay));
+                            message.available_at = now.saturating_add(delay);
                             NackOutcome::Requeued
                         }
                         _ => {
@@ -338,7 +338,7 @@ impl OutboxStore for InMemoryOutboxStore {
             .map(|claim| {
                 let extended = rows.claimed_with(claim).and_then(|seq| {
                     rows.update(seq, |message| {
-                        message.lease_expires_at = Some(now.saturating_add(duration_millis(lease)));
+                        message.lease_expires_at = Some(now.saturating_add(lease));
                         message.updated_at = now;
                     })
                 });
@@ -421,7 +421,7 @@ impl OutboxStore for InMemoryOutboxStore {
                 OutboxStatus::Pending => {
                     stats.pending += 1;
                     // Only a due message is old: one delayed by an hour is not waiting.
-                    let age = millis_until(m.created_at, now);
+                    let age = now.saturating_duration_since(m.created_at);
                     let due = m.available_at <= now;
                     if due && stats.oldest_pending_age.is_none_or(|oldest| age > oldest) {
                         stats.oldest_pending_age = Some(age);
@@ -517,10 +517,7 @@ impl OutboxStore for InMemoryOutboxStore {
         let batch_size = request.batch_size.max(1);
         let mut purged = 0u64;
         for (status, older_than) in request.ages() {
-            let cutoff = self
-                .clock
-                .now_millis()
-                .saturating_sub(duration_millis(older_than));
+            let cutoff = self.clock.now_millis().saturating_sub(older_than);
             if request.dry_run {
                 purged += self
                     .rows()
@@ -591,5 +588,5 @@ fn next_due_in(
         .into_iter()
         .flatten()
         .min()
-        .map(|at| millis_until(now, at))
+        .map(|at| at.saturating_duration_since(now))
 }

@@ -65,7 +65,7 @@ use uuid::Uuid;
 
 pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
-use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
+use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, UnixMillis};
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
     DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
@@ -301,7 +301,7 @@ impl PostgresOutboxStore {
         self.pool.acquire().await.map_err(|e| db_error(op, e))
     }
 
-    fn now(&self) -> Option<i64> {
+    fn now(&self) -> Option<UnixMillis> {
         self.clock.as_ref().map(|clock| clock.now_millis())
     }
 }

@@ -39,10 +39,9 @@ use uuid::Uuid;
 
 use crate::message::{DraftLimits, OutboxMessage, ValidationError};
 use crate::store::{
-    duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
-    OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
-    WAKEUP_CHANNEL_CAPACITY,
+    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued,
+    LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page,
+    PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
 
 mod explain;
@@ -470,10 +469,7 @@ impl OutboxStore for SqliteOutboxStore {
         let batch_size = request.batch_size.max(1);
         let mut purged = 0u64;
         for (status, older_than) in request.ages() {
-            let cutoff = self
-                .clock
-                .now_millis()
-                .saturating_sub(duration_millis(older_than));
+            let cutoff = self.clock.now_millis().saturating_sub(older_than);
             if request.dry_run {
                 purged += read::purge_count(
                     &self.sql,

@@ -15,7 +15,9 @@ use external_store::ExternalStore;
 
 /// A fresh out-of-tree store on a manual clock.
 pub async fn harness() -> Harness {
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(outbox_relay::time::UnixMillis::from_millis(
+        1_700_000_000_000,
+    ));
     let store: Arc<dyn OutboxStore> = Arc::new(ExternalStore::with_clock(Arc::new(clock.clone())));
     let same = store.clone();
     Harness {

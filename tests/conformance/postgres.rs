@@ -14,6 +14,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;
 
 use outbox_relay::testing::Harness;
+use outbox_relay::time::UnixMillis;
 
 /// The default test database.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -66,7 +67,7 @@ pub async fn drop_schema(schema: &str) {
 
 /// A fresh store in a schema of its own, on a manual clock.
 pub async fn harness() -> Harness {
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let schema = unique_schema();
     let config = PostgresConfig::default()
         .with_schema(schema.clone())

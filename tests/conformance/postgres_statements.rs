@@ -7,13 +7,14 @@ use std::sync::Arc;
 use outbox_relay::store::postgres::PostgresConfig;
 use outbox_relay::store::ManualClock;
 use outbox_relay::testing::Harness;
+use outbox_relay::time::UnixMillis;
 use outbox_relay::OutboxStore;
 
 use crate::postgres::{drop_schema, open, unique_schema};
 
 /// A fresh store in a schema of its own, on a manual clock, without the cycle function.
 pub async fn harness() -> Harness {
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let schema = unique_schema();
     let config = PostgresConfig::default()
         .with_schema(schema.clone())

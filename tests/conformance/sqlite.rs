@@ -8,6 +8,7 @@ use outbox_relay::store::{Clock, ManualClock};
 use outbox_relay::OutboxStore;
 
 use outbox_relay::testing::Harness;
+use outbox_relay::time::UnixMillis;
 
 /// A fresh SQLite store on a manual clock. `reopen` opens a second store over the same file
 /// and clock.
@@ -17,7 +18,7 @@ pub async fn harness() -> Harness {
     // when the case ends.
     let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
     let path = dir.path().join("outbox.db");
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let open = {
         let clock: Arc<dyn Clock> = Arc::new(clock.clone());
         move || {

@@ -10,6 +10,7 @@ use outbox_relay::store::{
     ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, OrderingPolicy,
     PageRequest, PurgeRequest, StoreError,
 };
+use outbox_relay::time::UnixMillis;
 use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft, OutboxStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -25,12 +26,12 @@ struct Seen {
     index: usize,
     status: String,
     attempts: u32,
-    available_at: i64,
-    lease_expires_at: Option<i64>,
+    available_at: UnixMillis,
+    lease_expires_at: Option<UnixMillis>,
     claimed: bool,
     last_error: Option<String>,
-    updated_at: i64,
-    delivered_at: Option<i64>,
+    updated_at: UnixMillis,
+    delivered_at: Option<UnixMillis>,
     payload: outbox_relay::message::Payload,
 }
 
@@ -89,9 +90,9 @@ async fn agrees_with_the_reference_store() {
 async fn differential_run(seed: u64, steps: usize) {
     let start = 1_700_000_000_000;
     let schema = SchemaGuard::new();
-    let pg_clock = ManualClock::new(start);
+    let pg_clock = ManualClock::new(UnixMillis::from_millis(start));
     let pg = open(schema.config().with_clock(Arc::new(pg_clock.clone()))).await;
-    let mem_clock = ManualClock::new(start);
+    let mem_clock = ManualClock::new(UnixMillis::from_millis(start));
     let mem = InMemoryOutboxStore::with_clock(Arc::new(mem_clock.clone()));
     let mut sides = [
         Side {

@@ -15,6 +15,7 @@ use outbox_relay::store::{
     ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, OrderingPolicy,
     PageRequest, PurgeRequest, WakeUp,
 };
+use outbox_relay::time::UnixMillis;
 use outbox_relay::{
     InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft, OutboxStatus, OutboxStore, StoreError,
 };
@@ -157,7 +158,7 @@ fn pick_claims(rng: &mut StdRng, handed_out: usize) -> Vec<usize> {
 /// Runs `steps` random calls against both stores and fails at the first disagreement.
 async fn agree(seed: u64, steps: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let memory: Arc<dyn OutboxStore> =
         Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
     let sqlite = SqliteOutboxStore::builder(dir.path().join("outbox.db"))

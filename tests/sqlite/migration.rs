@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{ClaimRequest, ManualClock, MessageFilter, OrderingPolicy};
+use outbox_relay::time::UnixMillis;
 use outbox_relay::OutboxStore;
 use sqlx::Connection;
 
@@ -89,7 +90,7 @@ async fn a_version_1_file_migrates_with_heads_and_counts_backfilled() {
     }
     conn.close().await.unwrap();
 
-    let clock = ManualClock::new(NOW);
+    let clock = ManualClock::new(UnixMillis::from_millis(NOW));
     let store = SqliteOutboxStore::builder(&path)
         .clock(Arc::new(clock.clone()))
         .open()

@@ -11,6 +11,7 @@ use outbox_relay::store::sqlite::{QueryPlan, SqliteOutboxStore};
 use outbox_relay::store::{
     ClaimRequest, ManualClock, Nack, NackDisposition, OrderingPolicy, OutboxStore,
 };
+use outbox_relay::time::UnixMillis;
 use outbox_relay::OutboxMessageDraft;
 use serde_json::json;
 use sqlx::Connection;
@@ -111,7 +112,7 @@ fn check(plans: &[QueryPlan], table: &str, when: &str) {
 async fn hot_statements_read_indexes_in_order_before_and_after_analyze() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("outbox.db");
-    let clock = ManualClock::new(1_700_000_000_000);
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let open = || {
         SqliteOutboxStore::builder(&path)
             .clock(Arc::new(clock.clone()))

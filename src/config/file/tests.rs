@@ -315,6 +315,13 @@ fn bad_values_name_their_field() {
             "lanes[orders/billing].store_backoff",
         ),
         (
+            MINIMAL.replace(
+                "sink =",
+                "store_backoff = \"5s\"\nstore_backoff_max = \"1s\"\nsink =",
+            ),
+            "lanes[orders/billing].store_backoff.max",
+        ),
+        (
             MINIMAL.replace("\"orders\"", "\"a b\""),
             "lanes[a b/billing].lane",
         ),
@@ -326,6 +333,12 @@ fn bad_values_name_their_field() {
         (
             format!("[supervisor]\nrestart_window = \"0s\"\n{MINIMAL}"),
             "supervisor.restart_window",
+        ),
+        (
+            format!(
+                "[supervisor]\nrestart_backoff = \"2s\"\nrestart_backoff_max = \"1s\"\n{MINIMAL}"
+            ),
+            "supervisor.restart_backoff.max",
         ),
     ];
     for (text, field) in cases {

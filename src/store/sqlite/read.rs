@@ -9,9 +9,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
-use crate::store::{
-    millis_until, LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError,
-};
+use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError};
 
 use super::filter::FilterSql;
 use super::row::{db, decode, int, uuid_text};
@@ -36,8 +34,8 @@ pub(super) async fn next_due<'c>(
         .fetch_one(executor)
         .await
         .map_err(db(OP))?;
-    let earliest: Option<i64> = row.try_get(0).map_err(db(OP))?;
-    Ok(earliest.map(|at| millis_until(now, at)))
+    let earliest: Option<UnixMillis> = row.try_get(0).map_err(db(OP))?;
+    Ok(earliest.map(|at| at.saturating_duration_since(now)))
 }
 
 /// One message by id.
@@ -120,7 +118,7 @@ pub(super) async fn stats(
         let target: String = row.try_get(1).map_err(db(OP))?;
         let status: String = row.try_get(2).map_err(db(OP))?;
         let count: i64 = row.try_get(3).map_err(db(OP))?;
-        let mut oldest_due_created: Option<i64> = row.try_get(4).map_err(db(OP))?;
+        let mut oldest_due_created: Option<UnixMillis> = row.try_get(4).map_err(db(OP))?;
         let status = status
             .parse::<OutboxStatus>()
             .map_err(|e| StoreError::Corrupt {
@@ -148,7 +146,8 @@ pub(super) async fn stats(
         match status {
             OutboxStatus::Pending => {
                 stats.pending = count;
-                stats.oldest_pending_age = oldest_due_created.map(|at| millis_until(at, now));
+                stats.oldest_pending_age =
+                    oldest_due_created.map(|at| now.saturating_duration_since(at));
             }
             OutboxStatus::Claimed => stats.claimed = count,
             OutboxStatus::Delivered => stats.delivered = count,

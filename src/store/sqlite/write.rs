@@ -16,8 +16,8 @@ use uuid::Uuid;
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
-    duration_millis, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued,
-    MessageFilter, Nack, NackDisposition, NackOutcome, NextDue, StoreError,
+    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, MessageFilter, Nack,
+    NackDisposition, NackOutcome, NextDue, StoreError,
 };
 
 use super::filter::FilterSql;
@@ -70,7 +70,7 @@ async fn insert(
     now: UnixMillis,
 ) -> Result<OutboxMessage, StoreError> {
     let outbox_id = Uuid::now_v7();
-    let available_at = now.saturating_add(duration_millis(draft.delay));
+    let available_at = now.saturating_add(draft.delay);
     let seq: i64 = query(&sql.insert)
         .bind(uuid_text(outbox_id))
         .bind(&draft.lane)
@@ -181,7 +181,7 @@ pub(super) async fn claim(
                 .map_err(db(OP))?,
         );
     }
-    let lease_until = now.saturating_add(duration_millis(request.lease));
+    let lease_until = now.saturating_add(request.lease);
     for seq in chosen {
         let row = query(&sql.mark_claimed)
             .bind(seq)
@@ -295,7 +295,7 @@ pub(super) async fn nack(
     let mut outcomes = Vec::with_capacity(nacks.len());
     for nack in nacks {
         let (retry, due) = match nack.disposition {
-            NackDisposition::Retry(delay) => (true, now.saturating_add(duration_millis(delay))),
+            NackDisposition::Retry(delay) => (true, now.saturating_add(delay)),
             NackDisposition::Permanent => (false, now),
         };
         let row = query(&sql.nack)
@@ -332,7 +332,7 @@ pub(super) async fn extend_lease(
     lease: Duration,
     now: UnixMillis,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let until = now.saturating_add(duration_millis(lease));
+    let until = now.saturating_add(lease);
     let mut outcomes = Vec::with_capacity(claims.len());
     for claim in claims {
         let done = query(&sql.extend)

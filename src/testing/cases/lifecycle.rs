@@ -3,8 +3,8 @@
 
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
-    duration_millis, ClaimOutcome, ClaimRequest, Clock, MessageFilter, Nack, NackDisposition,
-    NackOutcome, NextDue, PageRequest,
+    ClaimOutcome, ClaimRequest, Clock, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
+    PageRequest,
 };
 use crate::OutboxStatus;
 
@@ -43,7 +43,7 @@ pub async fn enqueue_then_claim_and_ack(h: Harness) {
         assert_eq!(message.attempt_count, 1);
         assert_eq!(message.claimed_by.as_deref(), Some("relay-a"));
         assert!(message.claim_token.is_some());
-        assert_eq!(message.lease_expires_at, Some(now + duration_millis(LEASE)));
+        assert_eq!(message.lease_expires_at, Some(now + LEASE));
         assert_eq!(&get(&h, message.outbox_id).await, message);
     }
     assert_ne!(
@@ -455,7 +455,7 @@ pub async fn extend_lease_moves_the_lapse(h: Harness) {
     assert_eq!(extended.attempt_count, 1, "extending is not an attempt");
     assert_eq!(
         extended.lease_expires_at,
-        Some(h.clock.now_millis() + 1_000)
+        Some(h.clock.now_millis() + Duration::from_secs(1))
     );
 
     h.clock.advance(ms(500)); // the old lapse

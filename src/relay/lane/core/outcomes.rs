@@ -269,9 +269,7 @@ impl LaneCore {
             }
             match outcome {
                 ClaimOutcome::Applied => {
-                    let end_to_end = Duration::from_millis(
-                        u64::try_from(wall_ms.saturating_sub(message.created_at)).unwrap_or(0),
-                    );
+                    let end_to_end = wall_ms.saturating_duration_since(message.created_at);
                     tracing::debug!(
                         lane = %self.key.lane,
                         target = %self.key.target,

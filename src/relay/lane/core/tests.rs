@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::*;
-use crate::message::{OutboxMessageDraft, OutboxStatus};
+use crate::message::{OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
@@ -34,7 +34,7 @@ fn message(ordering_key: Option<&str>) -> OutboxMessage {
     if let Some(key) = ordering_key {
         draft = draft.with_ordering_key(key);
     }
-    let mut message = OutboxMessage::pending(draft, Uuid::new_v4(), 1, 0);
+    let mut message = OutboxMessage::pending(draft, Uuid::new_v4(), 1, UnixMillis::EPOCH);
     message.status = OutboxStatus::Claimed;
     message.attempt_count = 1;
     message.claim_token = Some(Uuid::new_v4());
@@ -116,7 +116,7 @@ fn done(slot: Slot, message: &OutboxMessage) -> Input {
 fn acked_all(n: usize) -> Input {
     Input::Acked {
         result: Ok(vec![ClaimOutcome::Applied; n]),
-        wall_ms: 0,
+        wall_ms: UnixMillis::EPOCH,
     }
 }
 
@@ -246,7 +246,7 @@ fn the_idle_path_claims_once_per_wake_and_rides_a_claim_on_the_last_ack() {
                 acked: vec![ClaimOutcome::Applied],
                 claimed: Ok(empty),
             }),
-            wall_ms: 0,
+            wall_ms: UnixMillis::EPOCH,
         },
     );
     assert!(!has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
@@ -363,7 +363,7 @@ fn a_failed_ack_is_kept_and_sent_again_after_the_backoff() {
         now,
         Input::Acked {
             result: Err(unavailable()),
-            wall_ms: 0,
+            wall_ms: UnixMillis::EPOCH,
         },
     );
     assert!(acks(&out).is_empty());
@@ -691,7 +691,7 @@ fn a_drain_deadline_does_not_wait_for_acks_the_store_will_not_take() {
         now,
         Input::Acked {
             result: Err(unavailable()),
-            wall_ms: 0,
+            wall_ms: UnixMillis::EPOCH,
         },
     );
     core.handle(

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use crate::config::CircuitBreakerConfig;
 use crate::metrics::BreakerState;
+use crate::retry::RetryPolicy;
 
 /// How a delivery went, as the breaker counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,12 +229,12 @@ impl CircuitBreaker {
         }
     }
 
+    /// The crate's one exponential backoff, [`RetryPolicy`], without jitter: the probe
+    /// comes when the operator expects it. After `openings` openings this is the
+    /// backoff before attempt `openings + 1`.
     fn cool_down(&self, openings: u32) -> Duration {
-        let factor = 2u32.saturating_pow(openings.min(20));
-        self.config
-            .cool_down
-            .saturating_mul(factor)
-            .min(self.config.max_cool_down)
+        RetryPolicy::new(self.config.cool_down, self.config.max_cool_down)
+            .backoff(openings.saturating_add(1))
     }
 }
 

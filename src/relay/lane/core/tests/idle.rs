@@ -117,7 +117,7 @@ fn a_lost_ack_forgets_the_answer_and_the_lane_asks_next_due() {
         now,
         Input::Acked {
             result: Ok(vec![ClaimOutcome::LostClaim]),
-            wall_ms: 0,
+            wall_ms: UnixMillis::EPOCH,
         },
     );
     assert!(asks_next_due(&out), "{out:?}");

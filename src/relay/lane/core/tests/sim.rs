@@ -204,12 +204,12 @@ impl Sim {
                         acked,
                         claimed: Ok(claimed),
                     }),
-                    wall_ms: 0,
+                    wall_ms: UnixMillis::EPOCH,
                 })
             }
             Command::Ack(acks) => Some(Input::Acked {
                 result: Ok(self.ack(&acks)),
-                wall_ms: 0,
+                wall_ms: UnixMillis::EPOCH,
             }),
             Command::Nack(nacks) => {
                 let max_attempts = self.max_attempts;
