@@ -53,6 +53,11 @@ pub const DEFAULT_STORE_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Claimed messages a lane keeps waiting for a free handler, per handler, unless
 /// configured otherwise: the default prefetch equals the concurrency.
 pub const DEFAULT_PREFETCH: usize = DEFAULT_CONCURRENCY;
+/// How long a claim waits for running handlers to finish, unless configured otherwise
+/// (see [`LaneConfig::claim_linger`]).
+pub const DEFAULT_CLAIM_LINGER: Duration = Duration::from_micros(500);
+/// The longest claim linger: the wait delays acks too.
+pub const MAX_CLAIM_LINGER: Duration = Duration::from_millis(100);
 /// The largest prefetch, in multiples of the concurrency. A buffered message's lease is
 /// already running; with at most this many handler turns ahead of it, it starts well within
 /// its lease (and lease extension covers buffered claims too).
@@ -80,6 +85,14 @@ pub struct LaneConfig {
     /// claim round trip. 0 claims only for free handlers. At most
     /// [`MAX_PREFETCH_PER_HANDLER`] × `concurrency`. Drain and shutdown release them.
     pub prefetch: usize,
+    /// How long a claim (and the acks riding on it) may wait for running handlers to
+    /// finish, when they hold room it could take. The lane holds at most `concurrency +
+    /// prefetch` claims, a running handler's until it is acked, so a claim sent the moment
+    /// a batch is handed out takes only the prefetch; a moment later, quick handlers have
+    /// finished, and one round trip acks them and takes the whole window. Only claims under
+    /// 64 messages wait (bigger ones already spread their round trip thin). Zero sends
+    /// every claim at once. Default [`DEFAULT_CLAIM_LINGER`], at most [`MAX_CLAIM_LINGER`].
+    pub claim_linger: Duration,
     /// How long a claim holds.
     pub lease: Duration,
     /// Extend a running delivery's lease when this little of it is left; `None` turns
@@ -125,6 +138,7 @@ impl LaneConfig {
             concurrency: DEFAULT_CONCURRENCY,
             batch_size: DEFAULT_BATCH_SIZE,
             prefetch: DEFAULT_PREFETCH,
+            claim_linger: DEFAULT_CLAIM_LINGER,
             lease: DEFAULT_LEASE,
             lease_extend_margin: Some(DEFAULT_LEASE / 3),
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
@@ -185,6 +199,12 @@ impl LaneConfig {
     /// Sets how many claimed messages may wait for a free handler.
     pub fn prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// Sets how long a claim may wait for running handlers ([`LaneConfig::claim_linger`]).
+    pub fn claim_linger(mut self, linger: Duration) -> Self {
+        self.claim_linger = linger;
         self
     }
 
@@ -285,6 +305,15 @@ impl LaneConfig {
                 format!(
                     "max retry delay {:?} is below the base delay {:?}",
                     self.retry.max, self.retry.base
+                ),
+            ));
+        }
+        if self.claim_linger > MAX_CLAIM_LINGER {
+            return Err(ConfigError::new(
+                field("claim_linger"),
+                format!(
+                    "{:?} is over the limit of {MAX_CLAIM_LINGER:?}",
+                    self.claim_linger
                 ),
             ));
         }

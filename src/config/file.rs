@@ -277,6 +277,8 @@ pub struct LaneSection {
     pub batch_size: Option<usize>,
     /// Claimed messages kept waiting for a free handler. Default: the concurrency.
     pub prefetch: Option<usize>,
+    /// How long a claim may wait for running handlers to finish. Default 500µs.
+    pub claim_linger: Option<HumanDuration>,
     /// How long a claim holds.
     pub lease: Option<HumanDuration>,
     /// Extend a running delivery's lease when this little is left, or `false`. Default a
@@ -367,6 +369,7 @@ impl LaneSection {
             (self.retry_base, &mut config.retry.base),
             (self.retry_max, &mut config.retry.max),
             (self.max_poll_interval, &mut config.max_poll_interval),
+            (self.claim_linger, &mut config.claim_linger),
             (self.stats_interval, &mut config.stats_interval),
             (self.store_backoff, &mut config.store_backoff.base),
             (self.store_backoff_max, &mut config.store_backoff.max),

@@ -119,7 +119,14 @@ pub(crate) struct LaneCore {
     gate_generation: u64,
     /// Since when, and by which gate, the lane has wanted to claim and been held back.
     throttled: Option<(Instant, GateKind)>,
+    /// Until when the next claim waits for running handlers ([`LaneConfig::claim_linger`]).
+    linger_until: Option<Instant>,
 }
+
+/// A claim of this many messages already spreads its round trip thin: it never lingers.
+/// (Measured on PostgreSQL: lingering doubled the rows per round trip at concurrency 16,
+/// 1.35 × the drain rate; at 64 the bigger cycles only cost more per row.)
+pub(crate) const LINGER_ENOUGH: usize = 64;
 
 impl LaneCore {
     /// A lane with `config.concurrency` idle slots; paused lanes claim nothing until resumed.
@@ -144,6 +151,7 @@ impl LaneCore {
             gate_timer: None,
             gate_generation: 0,
             throttled: None,
+            linger_until: None,
         }
     }
 
@@ -298,6 +306,7 @@ impl LaneCore {
             self.throttle_end(now, out);
             0
         };
+        let store_open = store_open && !(limit > 0 && self.linger(now, limit, out));
         if store_open {
             self.flush(now, (limit > 0).then_some(limit), out);
         }
@@ -320,6 +329,31 @@ impl LaneCore {
             }
         }
         self.finish_drain_if_done(out);
+    }
+
+    /// Whether a claim of `limit`, and the flush it would ride on, waits a moment for the
+    /// running handlers to finish ([`LaneConfig::claim_linger`]): only while they hold room it could
+    /// take, for a claim under [`LINGER_ENOUGH`], and at most that long.
+    fn linger(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) -> bool {
+        let room = (self.pool.idle() + self.pool.running() + self.config.prefetch)
+            .saturating_sub(self.buffer.len())
+            .min(self.config.batch_size);
+        if limit >= room || limit >= LINGER_ENOUGH || self.config.claim_linger.is_zero() {
+            self.linger_until = None;
+            return false;
+        }
+        let at = match self.linger_until {
+            Some(at) if now >= at => {
+                self.linger_until = None;
+                return false;
+            }
+            Some(at) => at,
+            None => now + self.config.claim_linger,
+        };
+        self.linger_until = Some(at);
+        // Set again after any other timer fired, so the wait always ends.
+        self.gate_timer_at(at, out);
+        true
     }
 
     /// How many messages a claim may take now, by the free room and the gates; when a gate

@@ -16,12 +16,14 @@ use crate::store::{AckAndClaim, ClaimOutcome, NackDisposition, NackOutcome};
 
 mod gates;
 mod idle;
+mod linger;
 mod sim;
 
 fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
     LaneConfig::new("orders", "billing")
         .concurrency(concurrency)
         .prefetch(prefetch)
+        .claim_linger(Duration::ZERO)
         .lease(Duration::from_secs(30))
         .retry(RetryPolicy::new(
             Duration::from_secs(1),
