@@ -129,9 +129,13 @@ impl Drained {
 
 /// A lane relaying `lane` at `concurrency`, with every other setting at its default.
 pub fn lane_config(lane: &str, concurrency: usize) -> LaneConfig {
-    LaneConfig::new(lane, TARGET)
+    let config = LaneConfig::new(lane, TARGET)
         .concurrency(concurrency)
-        .batch_size(concurrency.max(outbox_relay::config::DEFAULT_BATCH_SIZE))
+        .batch_size(concurrency.max(outbox_relay::config::DEFAULT_BATCH_SIZE));
+    match std::env::var("OUTBOX_BENCH_CLAIM_LINGER_US") {
+        Ok(us) => config.claim_linger(Duration::from_micros(us.parse().unwrap_or(0))),
+        Err(_) => config,
+    }
 }
 
 /// Starts a relay with one lane and waits until its handler has seen every measured

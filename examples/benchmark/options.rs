@@ -271,4 +271,6 @@ usage: benchmark [flags]
 environment:
   OUTBOX_BENCH_CYCLE_FUNCTION=off   PostgreSQL relays run the cycle's statements instead
                            of the cycle function (PostgresConfig::cycle_function), to
-                           compare the two";
+                           compare the two
+  OUTBOX_BENCH_CLAIM_LINGER_US=N    the relays' LaneConfig::claim_linger in µs (default
+                           500; 0 claims at once)";

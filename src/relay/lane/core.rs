@@ -121,6 +121,9 @@ pub(crate) struct LaneCore {
     throttled: Option<(Instant, GateKind)>,
     /// Until when the next claim waits for running handlers ([`LaneConfig::claim_linger`]).
     linger_until: Option<Instant>,
+    /// How long deliveries take, as a moving average (an eighth of each new one): a claim
+    /// waits only for handlers that usually finish within the linger.
+    delivery_time: Option<Duration>,
 }
 
 /// A claim of this many messages already spreads its round trip thin: it never lingers.
@@ -152,6 +155,7 @@ impl LaneCore {
             gate_generation: 0,
             throttled: None,
             linger_until: None,
+            delivery_time: None,
         }
     }
 
@@ -333,12 +337,17 @@ impl LaneCore {
 
     /// Whether a claim of `limit`, and the flush it would ride on, waits a moment for the
     /// running handlers to finish ([`LaneConfig::claim_linger`]): only while they hold room it could
-    /// take, for a claim under [`LINGER_ENOUGH`], and at most that long.
+    /// take, for a claim under [`LINGER_ENOUGH`], while deliveries usually take no longer
+    /// than the linger (slow ones would not finish within it: their buffer is what keeps
+    /// them busy), and at most that long.
     fn linger(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) -> bool {
         let room = (self.pool.idle() + self.pool.running() + self.config.prefetch)
             .saturating_sub(self.buffer.len())
             .min(self.config.batch_size);
-        if limit >= room || limit >= LINGER_ENOUGH || self.config.claim_linger.is_zero() {
+        let quick = self
+            .delivery_time
+            .is_some_and(|took| took <= self.config.claim_linger);
+        if limit >= room || limit >= LINGER_ENOUGH || !quick {
             self.linger_until = None;
             return false;
         }
@@ -354,6 +363,14 @@ impl LaneCore {
         // Set again after any other timer fired, so the wait always ends.
         self.gate_timer_at(at, out);
         true
+    }
+
+    /// Adds a finished delivery's run time to the moving average.
+    pub(super) fn note_delivery_time(&mut self, took: Duration) {
+        self.delivery_time = Some(match self.delivery_time {
+            Some(average) => average - average / 8 + took / 8,
+            None => took,
+        });
     }
 
     /// How many messages a claim may take now, by the free room and the gates; when a gate

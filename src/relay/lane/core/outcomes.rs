@@ -182,6 +182,7 @@ impl LaneCore {
         let Some(running) = self.pool.finish(slot, outbox_id) else {
             return;
         };
+        self.note_delivery_time(elapsed);
         match &result {
             // A permanent rejection is the target answering: not an outage.
             Ok(()) => self.gates.observe(now, outbox_id, false, None),
