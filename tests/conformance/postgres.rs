@@ -67,11 +67,19 @@ pub async fn drop_schema(schema: &str) {
 
 /// A fresh store in a schema of its own, on a manual clock.
 pub async fn harness() -> Harness {
+    harness_with(|config| config).await
+}
+
+/// A fresh store in a schema of its own, on a manual clock, with `configure` applied to its
+/// config.
+pub async fn harness_with(configure: fn(PostgresConfig) -> PostgresConfig) -> Harness {
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let schema = unique_schema();
-    let config = PostgresConfig::default()
-        .with_schema(schema.clone())
-        .with_clock(Arc::new(clock.clone()));
+    let config = configure(
+        PostgresConfig::default()
+            .with_schema(schema.clone())
+            .with_clock(Arc::new(clock.clone())),
+    );
     let store: Arc<dyn OutboxStore> = Arc::new(open(config.clone()).await);
     Harness {
         store,

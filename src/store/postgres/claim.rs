@@ -127,7 +127,17 @@ impl PostgresOutboxStore {
             (OrderingPolicy::Skip, true) => &self.sql.claim_fast_skip,
             (OrderingPolicy::Block, true) => &self.sql.claim_fast_block,
         };
-        sqlx::query(AssertSqlSafe(prefix + sql))
+        self.bind_request(prefix + sql, request)
+    }
+
+    /// `sql` with a claim request's parameters bound as `$1`..`$6`: now, lane, target,
+    /// limit, lease, consumer (the claim statements and the cycle function alike).
+    pub(super) fn bind_request<'q>(
+        &self,
+        sql: String,
+        request: &'q ClaimRequest,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        sqlx::query(AssertSqlSafe(sql))
             .bind(self.now())
             .bind(&request.lane)
             .bind(&request.target)

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::Row;
 use uuid::Uuid;
 
 use crate::store::StoreError;
@@ -12,7 +12,7 @@ use crate::store::{ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, Or
 
 use super::decode::{self, db_error, unsigned};
 use super::fenced::FencedBatch;
-use super::{interval, to_i64, PostgresOutboxStore};
+use super::PostgresOutboxStore;
 
 /// What one call of the cycle function did.
 pub(super) struct Cycle {
@@ -48,13 +48,8 @@ impl PostgresOutboxStore {
             "ack_and_claim"
         };
         let fenced = FencedBatch::new(acks);
-        let rows = sqlx::query(AssertSqlSafe(self.sql.cycle.clone()))
-            .bind(self.now())
-            .bind(&request.lane)
-            .bind(&request.target)
-            .bind(to_i64(request.limit))
-            .bind(interval(request.lease))
-            .bind(&request.consumer_id)
+        let rows = self
+            .bind_request(self.sql.cycle.to_string(), request)
             .bind(&fenced.ids)
             .bind(&fenced.tokens)
             .bind(request.ordering == OrderingPolicy::Block)
