@@ -326,7 +326,7 @@ async fn open_postgres(
     #[cfg(feature = "postgres")]
     {
         use crate::store::postgres::{PostgresConfig, PostgresOutboxStore};
-        use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+        use sqlx::postgres::{PgConnectOptions, PgConnection};
         use sqlx::{ConnectOptions, Connection};
 
         let mut config = PostgresConfig::default();
@@ -369,8 +369,7 @@ async fn open_postgres(
         // Closing politely is a courtesy to the server; the probe did its job either way.
         let _ = probe.close().await;
         // jit = off and the statement timeout on every pooled connection of the relay.
-        let pool = PgPoolOptions::new()
-            .acquire_timeout(options.connect_timeout)
+        let pool = crate::store::postgres::pool_options(options.connect_timeout)
             .connect_with(config.session_options(connect))
             .await
             .map_err(|error| unreachable(error.to_string()))?;

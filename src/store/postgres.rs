@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::{AssertSqlSafe, Postgres, Row, Transaction};
 use tokio::sync::broadcast;
 use uuid::Uuid;
@@ -73,7 +73,8 @@ use crate::store::{
     WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{
-    PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
+    pool_options, PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT,
+    DEFAULT_VACUUM_EVERY, PING_IF_IDLE_FOR,
 };
 use decode::{db_error, unsigned};
 pub use explain::Explained;
@@ -122,8 +123,7 @@ impl PostgresOutboxStore {
     /// Connects with `config` and runs the migrations.
     pub async fn connect_with(url: &str, config: PostgresConfig) -> Result<Self, StoreError> {
         config.validate()?;
-        let pool = PgPoolOptions::new()
-            .acquire_timeout(config.acquire_timeout)
+        let pool = config::pool_options(config.acquire_timeout)
             .connect_with(config.connect_options(url)?)
             .await
             .map_err(|e| db_error("connect", e))?;

@@ -212,3 +212,58 @@ async fn acked_rows_bring_a_vacuum_of_the_table_after_every_n() {
         schema.drop().await;
     }
 }
+
+/// The pool pings a connection only after it sat idle for `PING_IF_IDLE_FOR` (sqlx's
+/// default pings on every acquire, a round trip per claim): a connection the server closed
+/// while it was in use fails one statement and is dropped, and one that sat idle longer is
+/// found dead by the ping and replaced before any statement fails.
+#[tokio::test]
+async fn a_dead_pooled_connection_costs_at_most_one_failed_call() {
+    use outbox_relay::store::postgres::PING_IF_IDLE_FOR;
+
+    let schema = SchemaGuard::new();
+    let store = PostgresOutboxStore::connect_with(&database_url(), schema.config())
+        .await
+        .expect("connect");
+    let request = ClaimRequest::new("l", "sink", 10, Duration::from_secs(30), "r");
+    let admin = crate::pool().await;
+    // Every connection the pool holds now, ended by the server.
+    let kill_pool = || async {
+        let mut conns = Vec::new();
+        while let Some(conn) = store.pool().try_acquire() {
+            conns.push(conn);
+        }
+        let mut pids = Vec::new();
+        for conn in &mut conns {
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut **conn)
+                .await
+                .expect("pid");
+            pids.push(pid);
+        }
+        drop(conns);
+        for pid in &pids {
+            let _: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .fetch_one(&admin)
+                .await
+                .expect("terminate");
+        }
+        pids.len()
+    };
+    store.claim(&request).await.expect("claim");
+    assert!(kill_pool().await > 0, "the pool held no connection");
+    // Used at once: no ping, so at most one call fails, and the next one works.
+    let first = store.claim(&request).await;
+    let second = store.claim(&request).await;
+    assert!(second.is_ok(), "first {first:?}, second {second:?}");
+
+    assert!(kill_pool().await > 0, "the pool held no connection");
+    tokio::time::sleep(PING_IF_IDLE_FOR + Duration::from_millis(200)).await;
+    // Idle long enough: the ping finds it dead, and the call gets a fresh connection.
+    store
+        .claim(&request)
+        .await
+        .expect("a claim after the pool's connections died while idle");
+    schema.drop().await;
+}

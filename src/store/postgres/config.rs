@@ -5,7 +5,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::PgConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::Connection;
 
 use crate::message::{DraftLimits, ValidationError};
 use crate::store::{duration_millis, Clock, StoreError};
@@ -73,6 +74,28 @@ pub struct PostgresConfig {
     ///
     /// [`migrate`]: super::PostgresOutboxStore::migrate
     pub cycle_function: bool,
+}
+
+/// A pooled connection idle at least this long is pinged before use; a busier one is not.
+pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
+/// The options of a pool for the relay: acquire within `acquire_timeout`, and ping a
+/// connection before handing it out only when it sat idle for [`PING_IF_IDLE_FOR`].
+/// sqlx's default pings on every acquire, which adds a round trip to each claim and ack
+/// of a busy relay; a connection that broke while in use fails its statement instead, the
+/// relay backs off and retries, and sqlx drops the broken connection.
+pub fn pool_options(acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IF_IDLE_FOR {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 impl Default for PostgresConfig {
