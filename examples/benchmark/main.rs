@@ -275,13 +275,6 @@ async fn no_op_drain(
             },
             filled.took.as_secs_f64()
         );
-        if std::env::var("OUTBOX_BENCH_CALLS").is_ok() {
-            eprintln!(
-                "calls {:?} rows {}",
-                metered.meter.snapshot(),
-                metered.meter.claimed_rows()
-            );
-        }
         results.drains.push(DrainRow {
             store: kind,
             backlog,

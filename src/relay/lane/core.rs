@@ -271,7 +271,12 @@ impl LaneCore {
     /// for what running handlers will finish while it is out would keep fast handlers
     /// busier, but would break that bound.
     fn claim_limit(&self) -> usize {
-        (self.pool.idle() + self.config.prefetch)
+        self.room_with(self.pool.idle())
+    }
+
+    /// What a claim may take with `free` handler slots: those plus the prefetch room.
+    fn room_with(&self, free: usize) -> usize {
+        (free + self.config.prefetch)
             .saturating_sub(self.buffer.len())
             .min(self.config.batch_size)
     }
@@ -341,9 +346,8 @@ impl LaneCore {
     /// than the linger (slow ones would not finish within it: their buffer is what keeps
     /// them busy), and at most that long.
     fn linger(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) -> bool {
-        let room = (self.pool.idle() + self.pool.running() + self.config.prefetch)
-            .saturating_sub(self.buffer.len())
-            .min(self.config.batch_size);
+        // What it could take once every running handler has finished.
+        let room = self.room_with(self.pool.idle() + self.pool.running());
         let quick = self
             .delivery_time
             .is_some_and(|took| took <= self.config.claim_linger);
