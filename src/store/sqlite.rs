@@ -532,6 +532,11 @@ mod tests {
             (&sql.purge_batch, "outbox_finished"),
             (&sql.find_dedupe, "outbox_dedupe"),
             (&sql.ack, "sqlite_autoindex_outbox_1"),
+            (&sql.nack, "sqlite_autoindex_outbox_1"),
+            (&sql.extend, "sqlite_autoindex_outbox_1"),
+            (&sql.release, "sqlite_autoindex_outbox_1"),
+            (&sql.mark_claimed, "INTEGER PRIMARY KEY"),
+            (&sql.dead_letter_lapsed, "INTEGER PRIMARY KEY"),
         ] {
             let plan: Vec<String> =
                 sqlx::query(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {statement}")))
