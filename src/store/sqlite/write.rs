@@ -289,7 +289,7 @@ pub(super) async fn end_savepoint(
 /// second holds a message named under a second token (a stale claim beside its successor).
 /// At most one of a message's tokens can match its row, and no batch statement hands a row a
 /// token another pair names, so the rounds' order changes nothing.
-fn rounds<'c, T>(items: &'c [T], claim: impl Fn(&T) -> &ClaimRef) -> Vec<Vec<&'c T>> {
+fn rounds<T>(items: &[T], claim: impl Fn(&T) -> &ClaimRef) -> Vec<Vec<&T>> {
     let mut tokens: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
     let mut rounds: Vec<Vec<&T>> = Vec::new();
     for item in items {
