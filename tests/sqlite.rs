@@ -3,6 +3,8 @@
 //! table prefixes, and all-or-nothing batches.
 #![cfg(feature = "sqlite")]
 
+#[path = "sqlite/batch.rs"]
+mod batch;
 #[path = "sqlite/differential.rs"]
 mod differential;
 #[path = "sqlite/full_disk.rs"]

@@ -63,6 +63,10 @@ use write::Woken;
 /// How long a write waits for another process's write lock before giving up with
 /// [`StoreError::Unavailable`], unless configured otherwise.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many rows a statement may hand over from the connection's worker thread before it
+/// waits for them to be read: room for a whole claim batch of the usual sizes.
+const ROW_BUFFER: usize = 1024;
+
 /// How many connections serve reads, unless configured otherwise.
 pub const DEFAULT_READ_CONNECTIONS: u32 = 4;
 
@@ -146,7 +150,11 @@ impl SqliteStoreBuilder {
             .foreign_keys(false)
             // sqlx's slow-statement warning prints the whole statement: wrap the store in
             // `SlowCallLog` for a line with the operation's name and duration instead.
-            .disable_statement_logging();
+            .disable_statement_logging()
+            // Rows come back from the connection's worker thread through a bounded channel
+            // (50 by default): a claim's `RETURNING` of more rows than that would stall the
+            // worker until this task reads, a thread hand-off per few rows.
+            .row_buffer_size(ROW_BUFFER);
         // One connection: writes are serialised anyway (see the module docs), and one
         // connection keeps its prepared statements warm.
         let writer = SqlitePoolOptions::new()
@@ -532,6 +540,11 @@ mod tests {
             (&sql.purge_batch, "outbox_finished"),
             (&sql.find_dedupe, "outbox_dedupe"),
             (&sql.ack, "sqlite_autoindex_outbox_1"),
+            (&sql.nack, "sqlite_autoindex_outbox_1"),
+            (&sql.extend, "sqlite_autoindex_outbox_1"),
+            (&sql.release, "sqlite_autoindex_outbox_1"),
+            (&sql.mark_claimed, "INTEGER PRIMARY KEY"),
+            (&sql.dead_letter_lapsed, "INTEGER PRIMARY KEY"),
         ] {
             let plan: Vec<String> =
                 sqlx::query(AssertSqlSafe(format!("EXPLAIN QUERY PLAN {statement}")))

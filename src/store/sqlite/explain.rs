@@ -1,5 +1,6 @@
 //! The query plans of the statements whose cost must not grow with a lane's backlog: a
-//! claim (both ordering policies), `next_due` and a lane's stats. Guard tests read them, and
+//! claim (both ordering policies, its selections and its batch writes), the acks, nacks,
+//! lease extensions and releases, `next_due` and a lane's stats. Guard tests read them, and
 //! so can an operator wondering why a file got slow.
 
 use sqlx::Row;
@@ -24,7 +25,8 @@ pub struct QueryPlan {
 impl SqliteOutboxStore {
     /// The plans SQLite chooses, on this file and its statistics as they stand, for the
     /// statements a relay runs every cycle: each claim selection under both ordering
-    /// policies, `next_due` under both, and the stats of one lane.
+    /// policies, `next_due` under both, the batch writes (the claim's marking and
+    /// dead-lettering, ack, nack, extend_lease, release), and the stats of one lane.
     pub async fn hot_query_plans(&self) -> Result<Vec<QueryPlan>, StoreError> {
         let sql = &self.sql;
         let mut statements: Vec<(String, String)> = Vec::new();
@@ -38,6 +40,16 @@ impl SqliteOutboxStore {
             ] {
                 statements.push((format!("{name} ({ordering:?})"), text.to_string()));
             }
+        }
+        for (name, text) in [
+            ("mark_claimed", &sql.mark_claimed),
+            ("dead_letter_lapsed", &sql.dead_letter_lapsed),
+            ("ack", &sql.ack),
+            ("nack", &sql.nack),
+            ("extend_lease", &sql.extend),
+            ("release", &sql.release),
+        ] {
+            statements.push((name.into(), text.to_string()));
         }
         let lane = MessageFilter::lane("lane", "target");
         let counted = FilterSql::new(&lane, "");

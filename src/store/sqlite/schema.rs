@@ -268,6 +268,12 @@ const HELD_BY_DEAD: &str = "
             AND e.ordering_key = c.ordering_key AND e.status = 'dead_letter'
             AND e.seq < c.seq)";
 
+/// The (outbox_id, claim_token) pairs of a batch statement, from `json_each(?1)` over
+/// `[[outbox_id, claim_token], ...]`.
+const GIVEN_CLAIMS: &str = "(SELECT json_extract(value, '$[0]') AS id,
+            json_extract(value, '$[1]') AS token
+        FROM json_each(?1)) AS given";
+
 /// The statements whose plan depends on the ordering policy: one text per policy, never a
 /// bind parameter, so each gets the plan made for it. Binds: now, lane, target, limit.
 #[derive(Debug)]
@@ -311,7 +317,10 @@ impl Statements {
     pub(super) fn new(prefix: &str) -> Self {
         let table = format!("{prefix}outbox");
         let t = |sql: &str| -> Arc<str> {
-            sql.replace("{cols}", COLUMNS).replace("{t}", &table).into()
+            sql.replace("{given_claims}", GIVEN_CLAIMS)
+                .replace("{cols}", COLUMNS)
+                .replace("{t}", &table)
+                .into()
         };
         let policy = |block: &str| {
             let held = KEY_HELD.replace("{block}", block);
@@ -366,37 +375,69 @@ impl Statements {
                 RETURNING seq"),
             skip: policy(""),
             block: policy(HELD_BY_DEAD),
+            // The batch statements below read their rows from `json_each(?1)`, a JSON
+            // array built by `write.rs`: one statement per call, whatever its size. Each
+            // drives its loop from the array and finds the row by a key (the rowid or the
+            // `outbox_id` index), so its cost is the rows it names. The unary `+` on
+            // `status = 'claimed'` keeps the planner off the partial index `_leases`: with
+            // statistics that show few claimed rows it would otherwise read every claim of
+            // every lane and probe the array for each.
+            //
+            // ?1 `[seq, ...]`, ?2 error, ?3 now.
             dead_letter_lapsed: t("UPDATE {t} SET status = 'dead_letter', last_error = ?2,
                     claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
                     updated_at = ?3
-                WHERE seq = ?1"),
+                WHERE seq IN (SELECT value FROM json_each(?1))"),
+            // ?1 `[[seq, claim_token], ...]`, ?2 consumer, ?3 lease end, ?4 now.
             mark_claimed: t("UPDATE {t} SET status = 'claimed',
-                    attempt_count = attempt_count + 1, claimed_by = ?2, claim_token = ?3,
-                    lease_expires_at = ?4, updated_at = ?5
-                WHERE seq = ?1
+                    attempt_count = attempt_count + 1, claimed_by = ?2,
+                    claim_token = given.token, lease_expires_at = ?3, updated_at = ?4
+                FROM (SELECT json_extract(value, '$[0]') AS pick,
+                        json_extract(value, '$[1]') AS token
+                    FROM json_each(?1)) AS given
+                WHERE {t}.seq = given.pick
                 RETURNING {cols}"),
-            ack: t("UPDATE {t} SET status = 'delivered', delivered_at = ?3,
+            // ?1 `[[outbox_id, claim_token], ...]`, ?2 now.
+            ack: t("UPDATE {t} SET status = 'delivered', delivered_at = ?2,
                     claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
-                    updated_at = ?3
-                WHERE outbox_id = ?1 AND status = 'claimed' AND claim_token = ?2"),
-            // ?4 is 1 for a retry, 0 for permanent; ?5 is when a retry is due.
-            nack: t("UPDATE {t} SET last_error = ?3,
+                    updated_at = ?2
+                FROM {given_claims}
+                WHERE {t}.outbox_id = given.id AND +{t}.status = 'claimed'
+                    AND {t}.claim_token = given.token
+                RETURNING outbox_id"),
+            // ?1 `[[outbox_id, claim_token, error, retry, due], ...]`, where retry is 1 for
+            // a retry and 0 for permanent, and due is when a retry is due; ?2 now.
+            nack: t("UPDATE {t} SET last_error = given.error,
                     claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
-                    updated_at = ?6,
-                    available_at = CASE WHEN ?4 AND attempt_count < max_attempts
-                        THEN ?5 ELSE available_at END,
-                    status = CASE WHEN ?4 AND attempt_count < max_attempts
+                    updated_at = ?2,
+                    available_at = CASE WHEN given.retry AND attempt_count < max_attempts
+                        THEN given.due ELSE available_at END,
+                    status = CASE WHEN given.retry AND attempt_count < max_attempts
                         THEN 'pending' ELSE 'dead_letter' END
-                WHERE outbox_id = ?1 AND status = 'claimed' AND claim_token = ?2
-                RETURNING status"),
-            extend: t("UPDATE {t} SET lease_expires_at = ?3, updated_at = ?4
-                WHERE outbox_id = ?1 AND status = 'claimed' AND claim_token = ?2"),
-            release: t("UPDATE {t} SET status = 'pending', available_at = ?3,
+                FROM (SELECT json_extract(value, '$[0]') AS id,
+                        json_extract(value, '$[1]') AS token,
+                        json_extract(value, '$[2]') AS error,
+                        json_extract(value, '$[3]') AS retry,
+                        json_extract(value, '$[4]') AS due
+                    FROM json_each(?1)) AS given
+                WHERE {t}.outbox_id = given.id AND +{t}.status = 'claimed'
+                    AND {t}.claim_token = given.token
+                RETURNING outbox_id, status"),
+            // ?1 claims as for ack, ?2 lease end, ?3 now.
+            extend: t("UPDATE {t} SET lease_expires_at = ?2, updated_at = ?3
+                FROM {given_claims}
+                WHERE {t}.outbox_id = given.id AND +{t}.status = 'claimed'
+                    AND {t}.claim_token = given.token
+                RETURNING outbox_id"),
+            // ?1 claims as for ack, ?2 now.
+            release: t("UPDATE {t} SET status = 'pending', available_at = ?2,
                     attempt_count = MAX(attempt_count - 1, 0),
                     claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
-                    updated_at = ?3
-                WHERE outbox_id = ?1 AND status = 'claimed' AND claim_token = ?2
-                RETURNING lane, target"),
+                    updated_at = ?2
+                FROM {given_claims}
+                WHERE {t}.outbox_id = given.id AND +{t}.status = 'claimed'
+                    AND {t}.claim_token = given.token
+                RETURNING outbox_id, lane, target"),
             // Enqueue order stands for enqueue time (the clock only moves forward), so the
             // first due row in seq order is the oldest; the rows before it are delayed ones.
             oldest_due: t("SELECT created_at FROM {t}

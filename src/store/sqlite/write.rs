@@ -1,15 +1,18 @@
 //! The bodies of the write operations, each run inside the caller's `BEGIN IMMEDIATE`
 //! transaction on the single write connection. They mirror the memory store step by step.
 //!
-//! A batch issues one small statement per item. That is not N round trips: SQLite runs in
-//! this process, the statements are prepared once and cached, and the whole batch shares one
-//! transaction and so one commit, which is the real cost.
+//! A batch is one statement, not one per item: the claims, nacks or chosen rows go in as one
+//! JSON array that the statement reads with `json_each`. SQLite runs in this process, but
+//! each sqlx statement is still a round trip to the connection's worker thread (a channel
+//! send, a wake-up and a reply), and a relay's cycle of 64 acks and 64 claims used to be 130
+//! of them. The answers come back per row (`RETURNING`) and are put back in the caller's
+//! order here, with the outcomes the memory store gives item by item.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::sqlite::SqliteConnection;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{AssertSqlSafe, Row, Sqlite};
 use uuid::Uuid;
 
@@ -156,17 +159,20 @@ pub(super) async fn claim(
         .fetch_all(&mut *conn)
         .await
         .map_err(db(OP))?;
-    for row in doomed {
-        let seq: i64 = row.try_get(0).map_err(db(OP))?;
+    let mut doomed_seqs = Vec::with_capacity(doomed.len());
+    for row in &doomed {
+        doomed_seqs.push(row.try_get::<i64, _>(0).map_err(db(OP))?);
         let id: String = row.try_get(1).map_err(db(OP))?;
+        batch.dead_lettered.push(parse_uuid(&id, "outbox_id", &id)?);
+    }
+    if !doomed_seqs.is_empty() {
         query(&sql.dead_letter_lapsed)
-            .bind(seq)
+            .bind(json_text(&doomed_seqs, "lapsed claims")?)
             .bind(LEASE_LAPSED_ERROR)
             .bind(now)
             .execute(&mut *conn)
             .await
             .map_err(db(OP))?;
-        batch.dead_lettered.push(parse_uuid(&id, "outbox_id", &id)?);
     }
     // Both selections are made before either is claimed, as in the memory store: they never
     // share a key (a key has one head), so claiming in between would change neither.
@@ -181,18 +187,8 @@ pub(super) async fn claim(
                 .map_err(db(OP))?,
         );
     }
-    let lease_until = now.saturating_add(request.lease);
-    for seq in chosen {
-        let row = query(&sql.mark_claimed)
-            .bind(seq)
-            .bind(&request.consumer_id)
-            .bind(uuid_text(Uuid::new_v4()))
-            .bind(lease_until)
-            .bind(now)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(db(OP))?;
-        batch.messages.push(decode(&row)?);
+    if !chosen.is_empty() {
+        batch.messages = mark_claimed(sql, conn, &chosen, request, now).await?;
     }
     if batch.messages.len() < request.limit {
         let due = super::read::next_due(
@@ -227,6 +223,38 @@ async fn select_seqs(
     rows.iter().map(|row| row.try_get(0)).collect()
 }
 
+/// Claims the chosen rows in one statement, each under a fresh token, and returns them in
+/// the order chosen (lapsed claims first, then by due time), as the memory store does:
+/// `RETURNING` promises no order.
+async fn mark_claimed(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    chosen: &[i64],
+    request: &ClaimRequest,
+    now: UnixMillis,
+) -> Result<Vec<OutboxMessage>, StoreError> {
+    let picks: Vec<(i64, String)> = chosen
+        .iter()
+        .map(|seq| (*seq, uuid_text(Uuid::new_v4())))
+        .collect();
+    let rows = query(&sql.mark_claimed)
+        .bind(json_text(&picks, "claims")?)
+        .bind(&request.consumer_id)
+        .bind(now.saturating_add(request.lease))
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("claim"))?;
+    let mut messages = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+    let position: HashMap<i64, usize> = chosen
+        .iter()
+        .enumerate()
+        .map(|(i, seq)| (*seq, i))
+        .collect();
+    messages.sort_by_key(|message| position.get(&message.seq).copied());
+    Ok(messages)
+}
+
 /// Opens a savepoint: a part of the transaction that can be undone alone.
 pub(super) async fn savepoint(conn: &mut SqliteConnection, name: &str) -> Result<(), StoreError> {
     dynamic(format!("SAVEPOINT {name}"))
@@ -255,12 +283,101 @@ pub(super) async fn end_savepoint(
     Ok(())
 }
 
-fn applied(rows_affected: u64) -> ClaimOutcome {
-    if rows_affected == 1 {
-        ClaimOutcome::Applied
-    } else {
-        ClaimOutcome::LostClaim
+/// The claims of one call split into rounds for the batch statements: each
+/// (outbox_id, claim_token) pair once, and each message at most once per round, so a row
+/// that `RETURNING` names tells which pair it matched. Nearly every call is one round; a
+/// second holds a message named under a second token (a stale claim beside its successor).
+/// At most one of a message's tokens can match its row, and no batch statement hands a row a
+/// token another pair names, so the rounds' order changes nothing.
+fn rounds<T>(items: &[T], claim: impl Fn(&T) -> &ClaimRef) -> Vec<Vec<&T>> {
+    let mut tokens: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+    let mut rounds: Vec<Vec<&T>> = Vec::new();
+    for item in items {
+        let ClaimRef {
+            outbox_id,
+            claim_token,
+        } = *claim(item);
+        let seen = tokens.entry(outbox_id).or_default();
+        if seen.contains(&claim_token) {
+            continue;
+        }
+        if rounds.len() <= seen.len() {
+            rounds.push(Vec::new());
+        }
+        rounds[seen.len()].push(item);
+        seen.push(claim_token);
     }
+    rounds
+}
+
+/// `[[outbox_id, claim_token], ...]`, as `GIVEN_CLAIMS` reads it.
+fn claims_json(claims: &[&ClaimRef]) -> Result<String, StoreError> {
+    let pairs: Vec<(String, String)> = claims
+        .iter()
+        .map(|claim| (uuid_text(claim.outbox_id), uuid_text(claim.claim_token)))
+        .collect();
+    json_text(&pairs, "claims")
+}
+
+/// The outcome of each claim in the caller's order, from what the batch statements did to
+/// each pair. A pair named again after it was applied is a lost claim, as the memory store,
+/// going item by item, finds the row no longer held; unless `repeats_apply` (an extended
+/// lease is still held under the same token).
+fn in_order<T: Copy>(
+    claims: impl IntoIterator<Item = ClaimRef>,
+    applied: &HashMap<ClaimRef, T>,
+    lost: T,
+    repeats_apply: bool,
+) -> Vec<T> {
+    let mut seen = HashSet::new();
+    claims
+        .into_iter()
+        .map(|claim| match applied.get(&claim) {
+            Some(outcome) if seen.insert(claim) || repeats_apply => *outcome,
+            _ => lost,
+        })
+        .collect()
+}
+
+/// Reads the `outbox_id` of each row a batch statement returned (column 0) and pairs it
+/// with the round's claim of that message.
+fn returned_claim(
+    row: &SqliteRow,
+    round: &HashMap<Uuid, ClaimRef>,
+    op: &'static str,
+) -> Result<ClaimRef, StoreError> {
+    let id: String = row.try_get(0).map_err(db(op))?;
+    let outbox_id = parse_uuid(&id, "outbox_id", &id)?;
+    round.get(&outbox_id).copied().ok_or_else(|| {
+        StoreError::database(
+            op,
+            format!("changed message {id}, which the call did not name"),
+        )
+    })
+}
+
+/// Runs a claims statement (?1 the claims, then `binds`) once per round and returns, per
+/// pair it changed, what the row it returned says.
+async fn claims_statement<T>(
+    statement: &Arc<str>,
+    conn: &mut SqliteConnection,
+    claims: &[ClaimRef],
+    op: &'static str,
+    bind: impl Fn(Query<'_>) -> Query<'_>,
+    mut outcome: impl FnMut(&SqliteRow) -> Result<T, StoreError>,
+) -> Result<HashMap<ClaimRef, T>, StoreError> {
+    let mut applied = HashMap::new();
+    for round in rounds(claims, |claim| claim) {
+        let rows = bind(query(statement).bind(claims_json(&round)?))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db(op))?;
+        let named: HashMap<Uuid, ClaimRef> = round.iter().map(|c| (c.outbox_id, **c)).collect();
+        for row in &rows {
+            applied.insert(returned_claim(row, &named, op)?, outcome(row)?);
+        }
+    }
+    Ok(applied)
 }
 
 /// Marks claims delivered. A claim that is no longer held matches no row: lost.
@@ -270,18 +387,21 @@ pub(super) async fn ack(
     claims: &[ClaimRef],
     now: UnixMillis,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let mut outcomes = Vec::with_capacity(claims.len());
-    for claim in claims {
-        let done = query(&sql.ack)
-            .bind(uuid_text(claim.outbox_id))
-            .bind(uuid_text(claim.claim_token))
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(db("ack"))?;
-        outcomes.push(applied(done.rows_affected()));
-    }
-    Ok(outcomes)
+    let applied = claims_statement(
+        &sql.ack,
+        conn,
+        claims,
+        "ack",
+        |q| q.bind(now),
+        |_| Ok(ClaimOutcome::Applied),
+    )
+    .await?;
+    Ok(in_order(
+        claims.iter().copied(),
+        &applied,
+        ClaimOutcome::LostClaim,
+        false,
+    ))
 }
 
 /// Records failed deliveries: back to pending after the delay while attempts remain,
@@ -292,36 +412,51 @@ pub(super) async fn nack(
     nacks: &[Nack],
     now: UnixMillis,
 ) -> Result<Vec<NackOutcome>, StoreError> {
-    let mut outcomes = Vec::with_capacity(nacks.len());
-    for nack in nacks {
-        let (retry, due) = match nack.disposition {
-            NackDisposition::Retry(delay) => (true, now.saturating_add(delay)),
-            NackDisposition::Permanent => (false, now),
-        };
-        let row = query(&sql.nack)
-            .bind(uuid_text(nack.claim.outbox_id))
-            .bind(uuid_text(nack.claim.claim_token))
-            .bind(&nack.error)
-            .bind(retry)
-            .bind(due)
+    const OP: &str = "nack";
+    let mut applied = HashMap::new();
+    for round in rounds(nacks, |nack| &nack.claim) {
+        let given: Vec<(String, String, &str, u8, i64)> = round
+            .iter()
+            .map(|nack| {
+                let (retry, due) = match nack.disposition {
+                    NackDisposition::Retry(delay) => (1, now.saturating_add(delay)),
+                    NackDisposition::Permanent => (0, now),
+                };
+                (
+                    uuid_text(nack.claim.outbox_id),
+                    uuid_text(nack.claim.claim_token),
+                    nack.error.as_str(),
+                    retry,
+                    due.as_millis(),
+                )
+            })
+            .collect();
+        let rows = query(&sql.nack)
+            .bind(json_text(&given, "nacks")?)
             .bind(now)
-            .fetch_optional(&mut *conn)
+            .fetch_all(&mut *conn)
             .await
-            .map_err(db("nack"))?;
-        let outcome = match row {
-            None => NackOutcome::LostClaim,
-            Some(row) => {
-                let status: String = row.try_get(0).map_err(db("nack"))?;
-                if status == OutboxStatus::Pending.as_str() {
-                    NackOutcome::Requeued
-                } else {
-                    NackOutcome::DeadLettered
-                }
-            }
-        };
-        outcomes.push(outcome);
+            .map_err(db(OP))?;
+        let named: HashMap<Uuid, ClaimRef> = round
+            .iter()
+            .map(|nack| (nack.claim.outbox_id, nack.claim))
+            .collect();
+        for row in &rows {
+            let status: String = row.try_get(1).map_err(db(OP))?;
+            let outcome = if status == OutboxStatus::Pending.as_str() {
+                NackOutcome::Requeued
+            } else {
+                NackOutcome::DeadLettered
+            };
+            applied.insert(returned_claim(row, &named, OP)?, outcome);
+        }
     }
-    Ok(outcomes)
+    Ok(in_order(
+        nacks.iter().map(|nack| nack.claim),
+        &applied,
+        NackOutcome::LostClaim,
+        false,
+    ))
 }
 
 /// Moves the lease of each claim still held to `lease` from now.
@@ -333,19 +468,21 @@ pub(super) async fn extend_lease(
     now: UnixMillis,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let until = now.saturating_add(lease);
-    let mut outcomes = Vec::with_capacity(claims.len());
-    for claim in claims {
-        let done = query(&sql.extend)
-            .bind(uuid_text(claim.outbox_id))
-            .bind(uuid_text(claim.claim_token))
-            .bind(until)
-            .bind(now)
-            .execute(&mut *conn)
-            .await
-            .map_err(db("extend_lease"))?;
-        outcomes.push(applied(done.rows_affected()));
-    }
-    Ok(outcomes)
+    let applied = claims_statement(
+        &sql.extend,
+        conn,
+        claims,
+        "extend_lease",
+        |q| q.bind(until).bind(now),
+        |_| Ok(ClaimOutcome::Applied),
+    )
+    .await?;
+    Ok(in_order(
+        claims.iter().copied(),
+        &applied,
+        ClaimOutcome::LostClaim,
+        true,
+    ))
 }
 
 /// Returns claims unused: pending, due now, the attempt not counted.
@@ -356,26 +493,27 @@ pub(super) async fn release(
     now: UnixMillis,
     woken: &mut Woken,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let mut outcomes = Vec::with_capacity(claims.len());
-    for claim in claims {
-        let row = query(&sql.release)
-            .bind(uuid_text(claim.outbox_id))
-            .bind(uuid_text(claim.claim_token))
-            .bind(now)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(db("release"))?;
-        outcomes.push(match row {
-            None => ClaimOutcome::LostClaim,
-            Some(row) => {
-                let lane: String = row.try_get(0).map_err(db("release"))?;
-                let target: String = row.try_get(1).map_err(db("release"))?;
-                woken.insert((lane, target));
-                ClaimOutcome::Applied
-            }
-        });
-    }
-    Ok(outcomes)
+    const OP: &str = "release";
+    let applied = claims_statement(
+        &sql.release,
+        conn,
+        claims,
+        OP,
+        |q| q.bind(now),
+        |row| {
+            let lane: String = row.try_get(1).map_err(db(OP))?;
+            let target: String = row.try_get(2).map_err(db(OP))?;
+            woken.insert((lane, target));
+            Ok(ClaimOutcome::Applied)
+        },
+    )
+    .await?;
+    Ok(in_order(
+        claims.iter().copied(),
+        &applied,
+        ClaimOutcome::LostClaim,
+        false,
+    ))
 }
 
 /// Moves the selected dead letters back to pending, due now, attempts reset, `last_error`

@@ -1,0 +1,242 @@
+//! The batch writes (one statement per call, `json_each`) answer item by item exactly as
+//! the memory store, the reference, does: in the caller's order, a claim named twice applied
+//! once (an extended lease twice), a message named under a stale token beside its current
+//! one, and two claimed rows of one key acked in one statement, which the key-head triggers
+//! must hand on row by row.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_relay::store::sqlite::SqliteOutboxStore;
+use outbox_relay::store::{
+    ClaimOutcome, ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition,
+    NackOutcome, OrderingPolicy, OutboxStore,
+};
+use outbox_relay::time::UnixMillis;
+use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft};
+use serde_json::json;
+use uuid::Uuid;
+
+const LEASE: Duration = Duration::from_secs(5);
+
+fn request(limit: usize) -> ClaimRequest {
+    ClaimRequest::new("orders", "billing", limit, LEASE, "relay-a")
+        .with_ordering(OrderingPolicy::Skip)
+}
+
+fn keyed(value: i64, key: &str) -> OutboxMessageDraft {
+    OutboxMessageDraft::new("orders", "billing", json!({ "value": value }))
+        .unwrap()
+        .with_ordering_key(key)
+}
+
+/// A message as both stores must agree on it: ids and tokens are each store's own.
+fn normal(message: &OutboxMessage) -> String {
+    let mut m = message.clone();
+    m.outbox_id = Uuid::nil();
+    m.claim_token = m.claim_token.map(|_| Uuid::nil());
+    format!("{m:?}")
+}
+
+async fn claim(store: &dyn OutboxStore, limit: usize) -> Vec<OutboxMessage> {
+    store.claim(&request(limit)).await.unwrap().messages
+}
+
+fn refs(messages: &[&OutboxMessage]) -> Vec<ClaimRef> {
+    messages.iter().map(|m| m.claim().unwrap()).collect()
+}
+
+/// Both stores on one manual clock each, at the same instant.
+async fn both(dir: &tempfile::TempDir) -> Vec<(Arc<dyn OutboxStore>, ManualClock)> {
+    let start = UnixMillis::from_millis(1_700_000_000_000);
+    let memory_clock = ManualClock::new(start);
+    let sqlite_clock = ManualClock::new(start);
+    let sqlite = SqliteOutboxStore::builder(dir.path().join("outbox.db"))
+        .clock(Arc::new(sqlite_clock.clone()))
+        .open()
+        .await
+        .unwrap();
+    vec![
+        (
+            Arc::new(InMemoryOutboxStore::with_clock(Arc::new(
+                memory_clock.clone(),
+            ))),
+            memory_clock,
+        ),
+        (Arc::new(sqlite), sqlite_clock),
+    ]
+}
+
+/// Claims four messages, the first under a stale token beside its current one, and names
+/// them in every batch call with repeats, stale tokens and an unknown message.
+async fn repeats_and_stale_tokens(store: &dyn OutboxStore, clock: &ManualClock) -> Vec<String> {
+    let drafts = (0..6)
+        .map(|v| OutboxMessageDraft::new("orders", "billing", json!({ "v": v })).unwrap())
+        .collect();
+    store.enqueue_many(drafts).await.unwrap();
+    let first = claim(store, 1).await.remove(0);
+    clock.advance(LEASE * 2); // lapses: the next claim takes it again under a new token
+    let batch = claim(store, 6).await;
+    let again = &batch[0];
+    assert_eq!(again.seq, first.seq);
+    let stale = first.claim().unwrap();
+    let [a, b, c, d, e, f] = &refs(&batch.iter().collect::<Vec<_>>())[..] else {
+        panic!("six claims: {batch:?}");
+    };
+    let unknown = ClaimRef {
+        outbox_id: Uuid::now_v7(),
+        claim_token: Uuid::new_v4(),
+    };
+    let mut transcript = Vec::new();
+    clock.advance(Duration::from_millis(10));
+    let extended = store
+        .extend_lease(&[*b, stale, *a, *b, unknown, *a], LEASE)
+        .await
+        .unwrap();
+    assert_eq!(
+        extended,
+        [
+            ClaimOutcome::Applied,
+            ClaimOutcome::LostClaim,
+            ClaimOutcome::Applied,
+            ClaimOutcome::Applied,
+            ClaimOutcome::LostClaim,
+            ClaimOutcome::Applied
+        ]
+    );
+    transcript.push(format!("extend {extended:?}"));
+    let acked = store.ack(&[stale, *b, *a, *b, unknown, *a]).await.unwrap();
+    assert_eq!(
+        acked,
+        [
+            ClaimOutcome::LostClaim,
+            ClaimOutcome::Applied,
+            ClaimOutcome::Applied,
+            ClaimOutcome::LostClaim,
+            ClaimOutcome::LostClaim,
+            ClaimOutcome::LostClaim
+        ]
+    );
+    transcript.push(format!("ack {acked:?}"));
+    let nack = |claim: ClaimRef, error: &str, disposition| Nack {
+        claim,
+        error: error.into(),
+        disposition,
+    };
+    let retry = NackDisposition::Retry(Duration::from_secs(3));
+    let nacked = store
+        .nack(&[
+            nack(*d, "first \"quoted\" ünïcode", retry),
+            nack(*c, "permanent", NackDisposition::Permanent),
+            nack(*d, "second, lost", NackDisposition::Permanent),
+            nack(*a, "acked already", retry),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        nacked,
+        [
+            NackOutcome::Requeued,
+            NackOutcome::DeadLettered,
+            NackOutcome::LostClaim,
+            NackOutcome::LostClaim
+        ]
+    );
+    transcript.push(format!("nack {nacked:?}"));
+    let released = store.release(&[*f, *e, *f, *d]).await.unwrap();
+    assert_eq!(
+        released,
+        [
+            ClaimOutcome::Applied,
+            ClaimOutcome::Applied,
+            ClaimOutcome::LostClaim,
+            ClaimOutcome::LostClaim
+        ]
+    );
+    transcript.push(format!("release {released:?}"));
+    let all = store
+        .list(
+            &MessageFilter::all(),
+            outbox_relay::store::PageRequest {
+                after: None,
+                limit: 100,
+            },
+        )
+        .await
+        .unwrap();
+    transcript.extend(all.messages.iter().map(normal));
+    transcript
+}
+
+#[tokio::test]
+async fn batch_writes_answer_item_by_item_as_the_memory_store_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut transcripts = Vec::new();
+    for (store, clock) in both(&dir).await {
+        transcripts.push(repeats_and_stale_tokens(store.as_ref(), &clock).await);
+    }
+    assert_eq!(transcripts[0], transcripts[1], "memory, then SQLite");
+}
+
+/// Key k: k1 (dead, then requeued while k2 is claimed), k2, k3. Once k2's lease lapses,
+/// k1 is claimed again beside k2, still claimed: one ack names both. Whichever row the
+/// statement reaches first, k3 must end up its key's head and claimable.
+async fn two_claimed_rows_of_one_key(
+    store: &dyn OutboxStore,
+    clock: &ManualClock,
+    k1_first: bool,
+) -> Vec<String> {
+    let k1 = store
+        .enqueue(keyed(1, "k").with_max_attempts(1))
+        .await
+        .unwrap()
+        .message;
+    store.enqueue(keyed(2, "k")).await.unwrap();
+    let k3 = store.enqueue(keyed(3, "k")).await.unwrap().message;
+    let head = claim(store, 10).await.remove(0);
+    let failed = Nack {
+        claim: head.claim().unwrap(),
+        error: "boom".into(),
+        disposition: NackDisposition::Permanent,
+    };
+    assert_eq!(
+        store.nack(&[failed]).await.unwrap(),
+        [NackOutcome::DeadLettered]
+    );
+    let k2c = claim(store, 10).await.remove(0);
+    let requeue = MessageFilter::all().with_ids([k1.outbox_id]);
+    assert_eq!(store.requeue_dead_letters(&requeue).await.unwrap(), 1);
+    clock.advance(LEASE * 2);
+    let k1c = claim(store, 10).await;
+    assert_eq!(
+        k1c.iter().map(|m| m.outbox_id).collect::<Vec<_>>(),
+        [k1.outbox_id],
+        "k1 heads its key again; k2 (lapsed, not a head) stays claimed"
+    );
+    let pair = if k1_first {
+        [&k1c[0], &k2c]
+    } else {
+        [&k2c, &k1c[0]]
+    };
+    let acked = store.ack(&refs(&pair)).await.unwrap();
+    assert_eq!(acked, [ClaimOutcome::Applied; 2]);
+    let next = claim(store, 10).await;
+    assert_eq!(
+        next.iter().map(|m| m.outbox_id).collect::<Vec<_>>(),
+        [k3.outbox_id],
+        "k3 is its key's head (k1 first: {k1_first})"
+    );
+    next.iter().map(normal).collect()
+}
+
+#[tokio::test]
+async fn one_ack_of_two_claimed_rows_of_a_key_hands_the_head_on() {
+    for k1_first in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut transcripts = Vec::new();
+        for (store, clock) in both(&dir).await {
+            transcripts.push(two_claimed_rows_of_one_key(store.as_ref(), &clock, k1_first).await);
+        }
+        assert_eq!(transcripts[0], transcripts[1], "memory, then SQLite");
+    }
+}
