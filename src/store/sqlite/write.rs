@@ -380,6 +380,28 @@ async fn claims_statement<T>(
     Ok(applied)
 }
 
+/// Runs a claims statement whose rows only say "changed": Applied per pair it changed,
+/// LostClaim for the rest, in input order (see [`in_order`] for `repeats_apply`).
+async fn applied_or_lost(
+    statement: &Arc<str>,
+    conn: &mut SqliteConnection,
+    claims: &[ClaimRef],
+    op: &'static str,
+    bind: impl Fn(Query<'_>) -> Query<'_>,
+    repeats_apply: bool,
+) -> Result<Vec<ClaimOutcome>, StoreError> {
+    let applied = claims_statement(statement, conn, claims, op, bind, |_| {
+        Ok(ClaimOutcome::Applied)
+    })
+    .await?;
+    Ok(in_order(
+        claims.iter().copied(),
+        &applied,
+        ClaimOutcome::LostClaim,
+        repeats_apply,
+    ))
+}
+
 /// Marks claims delivered. A claim that is no longer held matches no row: lost.
 pub(super) async fn ack(
     sql: &Statements,
@@ -387,21 +409,7 @@ pub(super) async fn ack(
     claims: &[ClaimRef],
     now: UnixMillis,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let applied = claims_statement(
-        &sql.ack,
-        conn,
-        claims,
-        "ack",
-        |q| q.bind(now),
-        |_| Ok(ClaimOutcome::Applied),
-    )
-    .await?;
-    Ok(in_order(
-        claims.iter().copied(),
-        &applied,
-        ClaimOutcome::LostClaim,
-        false,
-    ))
+    applied_or_lost(&sql.ack, conn, claims, "ack", |q| q.bind(now), false).await
 }
 
 /// Records failed deliveries: back to pending after the delay while attempts remain,
@@ -468,21 +476,15 @@ pub(super) async fn extend_lease(
     now: UnixMillis,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     let until = now.saturating_add(lease);
-    let applied = claims_statement(
+    applied_or_lost(
         &sql.extend,
         conn,
         claims,
         "extend_lease",
         |q| q.bind(until).bind(now),
-        |_| Ok(ClaimOutcome::Applied),
-    )
-    .await?;
-    Ok(in_order(
-        claims.iter().copied(),
-        &applied,
-        ClaimOutcome::LostClaim,
         true,
-    ))
+    )
+    .await
 }
 
 /// Returns claims unused: pending, due now, the attempt not counted.
