@@ -380,8 +380,9 @@ async fn claims_statement<T>(
     Ok(applied)
 }
 
-/// Runs a claims statement whose rows only say "changed": Applied per pair it changed,
-/// LostClaim for the rest, in input order (see [`in_order`] for `repeats_apply`).
+/// Runs a claims statement whose rows say "changed" (each shown to `on_row`): Applied per
+/// pair it changed, LostClaim for the rest, in input order (see [`in_order`] for
+/// `repeats_apply`).
 async fn applied_or_lost(
     statement: &Arc<str>,
     conn: &mut SqliteConnection,
@@ -389,9 +390,10 @@ async fn applied_or_lost(
     op: &'static str,
     bind: impl Fn(Query<'_>) -> Query<'_>,
     repeats_apply: bool,
+    mut on_row: impl FnMut(&SqliteRow) -> Result<(), StoreError>,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let applied = claims_statement(statement, conn, claims, op, bind, |_| {
-        Ok(ClaimOutcome::Applied)
+    let applied = claims_statement(statement, conn, claims, op, bind, |row| {
+        on_row(row).map(|()| ClaimOutcome::Applied)
     })
     .await?;
     Ok(in_order(
@@ -409,7 +411,16 @@ pub(super) async fn ack(
     claims: &[ClaimRef],
     now: UnixMillis,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    applied_or_lost(&sql.ack, conn, claims, "ack", |q| q.bind(now), false).await
+    applied_or_lost(
+        &sql.ack,
+        conn,
+        claims,
+        "ack",
+        |q| q.bind(now),
+        false,
+        |_| Ok(()),
+    )
+    .await
 }
 
 /// Records failed deliveries: back to pending after the delay while attempts remain,
@@ -483,6 +494,7 @@ pub(super) async fn extend_lease(
         "extend_lease",
         |q| q.bind(until).bind(now),
         true,
+        |_| Ok(()),
     )
     .await
 }
@@ -496,26 +508,21 @@ pub(super) async fn release(
     woken: &mut Woken,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     const OP: &str = "release";
-    let applied = claims_statement(
+    applied_or_lost(
         &sql.release,
         conn,
         claims,
         OP,
         |q| q.bind(now),
+        false,
         |row| {
             let lane: String = row.try_get(1).map_err(db(OP))?;
             let target: String = row.try_get(2).map_err(db(OP))?;
             woken.insert((lane, target));
-            Ok(ClaimOutcome::Applied)
+            Ok(())
         },
     )
-    .await?;
-    Ok(in_order(
-        claims.iter().copied(),
-        &applied,
-        ClaimOutcome::LostClaim,
-        false,
-    ))
+    .await
 }
 
 /// Moves the selected dead letters back to pending, due now, attempts reset, `last_error`
