@@ -41,10 +41,23 @@
 //! **Per-key order.** Within one (lane, target), a row with an ordering key is claimable only
 //! while no earlier row (by enqueue sequence) of the same key is pending or claimed, and no
 //! other row of the key is claimed under a lease that has not lapsed. So a key has at most
-//! one message in flight (even when an operator requeues an earlier dead letter while a later
+//! one claim in flight (even when an operator requeues an earlier dead letter while a later
 //! message of its key is being delivered), and a retry of its head holds back only that key.
 //! Under [`OrderingPolicy::Block`] an earlier dead-lettered row of the key also holds it back,
 //! until an operator requeues or discards it; under [`OrderingPolicy::Skip`] it does not.
+//!
+//! **Key runs.** A claim with [`ClaimRequest::key_run`] `= n > 1` may hand out, with a due
+//! pending head, up to `n - 1` of the messages queued right behind it: the key's next live
+//! messages by sequence, each pending and already due, stopping at the first that is not
+//! (or, under `Block`, at a dead letter in between). They follow their head in the answer,
+//! in sequence order, share its lease and count towards the limit. The claimer must deliver
+//! a run in order, each only after the one before it succeeded, and release what is left of
+//! it when one fails. A lapsed claim comes alone. A store may hand out shorter runs, down
+//! to none (heads only, as a store that ignores `key_run` does); the crate's stores hand
+//! out exactly these, and the conformance cases (`testing/cases/runs.rs`) check it. Why runs: a key's message then costs what
+//! a keyless one does (one claim write, one ack write), instead of waiting for its own claim
+//! round trip behind each predecessor's ack, and of having the key's next head found and
+//! marked after every ack: with many keys or a hot key that doubled a message's cost.
 //!
 //! **Claim order and cost.** A claim first dead-letters lapsed claims that used their last
 //! attempt, then hands out lapsed claims (earliest lapse first: they became claimable before
@@ -137,6 +150,10 @@ pub struct ClaimRequest {
     pub consumer_id: String,
     /// What a dead-lettered head does to its key.
     pub ordering: OrderingPolicy,
+    /// The longest key run to hand out: a due pending head and up to `key_run - 1` of the
+    /// messages queued right behind it (see "Key runs" in the [module docs](self)). `1`
+    /// (the default) claims heads only; `0` is taken as `1`.
+    pub key_run: usize,
 }
 
 impl ClaimRequest {
@@ -155,6 +172,7 @@ impl ClaimRequest {
             lease,
             consumer_id: consumer_id.into(),
             ordering: OrderingPolicy::Skip,
+            key_run: 1,
         }
     }
 
@@ -162,6 +180,17 @@ impl ClaimRequest {
     pub fn with_ordering(mut self, ordering: OrderingPolicy) -> Self {
         self.ordering = ordering;
         self
+    }
+
+    /// Sets the longest key run (see [`ClaimRequest::key_run`]).
+    pub fn with_key_run(mut self, key_run: usize) -> Self {
+        self.key_run = key_run;
+        self
+    }
+
+    /// How many messages a key may bring in this claim: `key_run`, at least 1.
+    pub fn run_len(&self) -> usize {
+        self.key_run.max(1)
     }
 }
 

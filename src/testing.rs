@@ -141,6 +141,14 @@ macro_rules! conformance {
             // cases/idle.rs
             a_short_claim_answers_next_due_as_of_its_end,
             a_short_claims_next_due_skips_rows_held_behind_their_key,
+            // cases/runs.rs
+            key_run_follows_its_head_in_order,
+            key_run_counts_towards_the_limit,
+            key_run_stops_at_a_message_not_yet_due,
+            key_run_under_block_stops_at_a_dead_letter,
+            a_lapsed_run_comes_back_one_message_at_a_time,
+            a_failed_run_head_releases_the_rest,
+            concurrent_claimers_with_key_runs_keep_per_key_order,
             // cases/payload.rs
             payload_bytes_are_kept_through_enqueue_claim_and_list,
             a_raw_payload_retried_with_its_dedupe_key_is_a_duplicate,

@@ -235,19 +235,24 @@ impl OutboxStore for InMemoryOutboxStore {
         // before claiming either gives what claiming in between would.
         let mut chosen = lapsed_heads(&rows, request, now, |m| m.attempt_count < m.max_attempts);
         chosen.truncate(request.limit);
+        // Each due head brings its key run (up to `key_run - 1` more of its key), right
+        // behind it; the limit counts them all.
         if let Some(lane) = rows.lane(&request.lane, &request.target) {
-            let room = request.limit - chosen.len();
-            chosen.extend(
-                lane.ready()
-                    .take_while(|(due, _)| *due <= now)
-                    .filter(|(_, seq)| {
-                        rows.get(*seq)
-                            .is_some_and(|m| rows.key_allows(lane, m, ordering, now))
-                    })
-                    .map(|(_, seq)| seq)
-                    .take(room)
-                    .collect::<Vec<_>>(),
-            );
+            let heads = lane
+                .ready()
+                .take_while(|(due, _)| *due <= now)
+                .filter_map(|(_, seq)| rows.get(seq))
+                .filter(|m| rows.key_allows(lane, m, ordering, now));
+            for head in heads {
+                if chosen.len() >= request.limit {
+                    break;
+                }
+                chosen.push(head.seq);
+                if let Some(key) = &head.ordering_key {
+                    let room = (request.limit - chosen.len()).min(request.run_len() - 1);
+                    chosen.extend(lane.run_after(&rows, key, head.seq, room, ordering, now));
+                }
+            }
         }
         let lease_until = now.saturating_add(request.lease);
         for seq in chosen {

@@ -12,6 +12,7 @@
 //! - `admin`: list, stats, requeue, discard, purge, next_due, wake-ups.
 //! - `backlog`: the claim at a backlog: lapsed claims first, hot keys, lapsed heads.
 //! - `idle`: what a short claim tells an idle relay (its `next_due` answer).
+//! - `runs`: key runs, a head handed out with the messages queued behind it.
 //! - `payload`: the bytes of a payload are delivered unchanged, or refused alike.
 
 use std::time::Duration;
@@ -30,6 +31,7 @@ mod idle;
 mod lifecycle;
 mod ordering;
 mod payload;
+mod runs;
 
 pub use admin::*;
 pub use backlog::*;
@@ -38,6 +40,7 @@ pub use idle::*;
 pub use lifecycle::*;
 pub use ordering::*;
 pub use payload::*;
+pub use runs::*;
 
 /// The lane most cases use.
 pub const LANE: &str = "canonical";

@@ -261,6 +261,39 @@ impl Rows {
 }
 
 impl LaneIndex {
+    /// The key run behind head `head` (of key `key`): up to `max` of the key's next live
+    /// messages by seq, each pending and due by `now`, stopping at the first that is not,
+    /// and under `Block` at a dead letter in between. Reads only the messages it returns
+    /// (plus the one it stops at).
+    pub(super) fn run_after(
+        &self,
+        rows: &Rows,
+        key: &str,
+        head: i64,
+        max: usize,
+        ordering: OrderingPolicy,
+        now: UnixMillis,
+    ) -> Vec<i64> {
+        let Some(queue) = self.keys.get(key) else {
+            return Vec::new();
+        };
+        let next_dead = match ordering {
+            OrderingPolicy::Block => queue.dead.range(head + 1..).next().copied(),
+            OrderingPolicy::Skip => None,
+        };
+        queue
+            .live
+            .range(head + 1..)
+            .copied()
+            .take(max)
+            .take_while(|seq| next_dead.is_none_or(|dead| *seq < dead))
+            .take_while(|seq| {
+                rows.get(*seq)
+                    .is_some_and(|m| m.status == OutboxStatus::Pending && m.available_at <= now)
+            })
+            .collect()
+    }
+
     /// Claimed messages whose lease lapsed by `now`, earliest lapse first.
     pub(super) fn lapsed(&self, now: UnixMillis) -> impl Iterator<Item = i64> + '_ {
         self.leases.range(..=(now, i64::MAX)).map(|(_, seq)| *seq)
