@@ -58,6 +58,12 @@ pub const DEFAULT_PREFETCH: usize = DEFAULT_CONCURRENCY;
 pub const DEFAULT_CLAIM_LINGER: Duration = Duration::from_micros(500);
 /// The longest claim linger: the wait delays acks too.
 pub const MAX_CLAIM_LINGER: Duration = Duration::from_millis(100);
+/// The longest key run a claim asks for unless configured otherwise (see
+/// [`LaneConfig::key_run`]).
+pub const DEFAULT_KEY_RUN: usize = 16;
+/// The longest key run a lane may be configured with: a run is delivered one message after
+/// another, each after the one before it, so its last message waits for all of them.
+pub const MAX_KEY_RUN: usize = 256;
 /// The largest prefetch, in multiples of the concurrency. A buffered message's lease is
 /// already running; with at most this many handler turns ahead of it, it starts well within
 /// its lease (and lease extension covers buffered claims too).
@@ -93,6 +99,16 @@ pub struct LaneConfig {
     /// 64 messages wait (bigger ones already spread their round trip thin). Zero sends
     /// every claim at once. Default [`DEFAULT_CLAIM_LINGER`], at most [`MAX_CLAIM_LINGER`].
     pub claim_linger: Duration,
+    /// The most messages of one ordering key a claim takes at once: the key's head and the
+    /// messages queued right behind it (a key run, see the store docs). The lane still
+    /// delivers them one after another, each once the one before it succeeded, and hands
+    /// the rest back when one fails, so per-key order is as with 1; what changes is the
+    /// cost, since a key's next message need not wait for its own claim round trip. The
+    /// lane asks for shorter runs while deliveries are slow against a claim round trip
+    /// (a run then waits in the buffer longer than a claim would take), and for heads only
+    /// until it has timed both. 1 turns runs off. Default [`DEFAULT_KEY_RUN`], at most
+    /// [`MAX_KEY_RUN`].
+    pub key_run: usize,
     /// How long a claim holds.
     pub lease: Duration,
     /// Extend a running delivery's lease when this little of it is left; `None` turns
@@ -139,6 +155,7 @@ impl LaneConfig {
             batch_size: DEFAULT_BATCH_SIZE,
             prefetch: DEFAULT_PREFETCH,
             claim_linger: DEFAULT_CLAIM_LINGER,
+            key_run: DEFAULT_KEY_RUN,
             lease: DEFAULT_LEASE,
             lease_extend_margin: Some(DEFAULT_LEASE / 3),
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
@@ -205,6 +222,12 @@ impl LaneConfig {
     /// Sets how long a claim may wait for running handlers ([`LaneConfig::claim_linger`]).
     pub fn claim_linger(mut self, linger: Duration) -> Self {
         self.claim_linger = linger;
+        self
+    }
+
+    /// Sets the longest key run a claim asks for ([`LaneConfig::key_run`]).
+    pub fn key_run(mut self, key_run: usize) -> Self {
+        self.key_run = key_run;
         self
     }
 
@@ -315,6 +338,12 @@ impl LaneConfig {
                     "{:?} is over the limit of {MAX_CLAIM_LINGER:?}",
                     self.claim_linger
                 ),
+            ));
+        }
+        if !(1..=MAX_KEY_RUN).contains(&self.key_run) {
+            return Err(ConfigError::new(
+                field("key_run"),
+                format!("{} is not between 1 and {MAX_KEY_RUN}", self.key_run),
             ));
         }
         if self.prefetch > MAX_PREFETCH {

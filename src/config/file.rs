@@ -279,6 +279,9 @@ pub struct LaneSection {
     pub prefetch: Option<usize>,
     /// How long a claim may wait for running handlers to finish. Default 500µs.
     pub claim_linger: Option<HumanDuration>,
+    /// The most messages of one ordering key a claim takes at once (1: heads only).
+    /// Default 16.
+    pub key_run: Option<usize>,
     /// How long a claim holds.
     pub lease: Option<HumanDuration>,
     /// Extend a running delivery's lease when this little is left, or `false`. Default a
@@ -356,6 +359,7 @@ impl LaneSection {
         }
         set(self.batch_size, &mut config.batch_size);
         set(self.prefetch, &mut config.prefetch);
+        set(self.key_run, &mut config.key_run);
         if let Some(lease) = self.lease {
             config = config.lease(lease.0);
         }

@@ -190,7 +190,7 @@ impl LaneRelayState {
         }
     }
 
-    fn claim_request(&self, limit: usize) -> ClaimRequest {
+    fn claim_request(&self, limit: usize, key_run: usize) -> ClaimRequest {
         ClaimRequest::new(
             &self.config.lane,
             &self.config.target,
@@ -199,6 +199,7 @@ impl LaneRelayState {
             &self.config.consumer_id,
         )
         .with_ordering(self.config.ordering)
+        .with_key_run(key_run)
     }
 
     /// Feeds the core one input and carries out what it says.
@@ -222,8 +223,8 @@ impl LaneRelayState {
     ) -> Result<(), ActorProcessingErr> {
         let store = self.store.clone();
         match command {
-            Command::Claim { limit } => {
-                let request = self.claim_request(limit);
+            Command::Claim { limit, key_run } => {
+                let request = self.claim_request(limit, key_run);
                 let span = spans::claim(&request.lane, &request.target, limit, false);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
@@ -232,8 +233,12 @@ impl LaneRelayState {
                     LaneMsg::Core(Input::Claimed(result))
                 });
             }
-            Command::AckAndClaim { acks, limit } => {
-                let request = self.claim_request(limit);
+            Command::AckAndClaim {
+                acks,
+                limit,
+                key_run,
+            } => {
+                let request = self.claim_request(limit, key_run);
                 let ack_span = spans::ack(&request.lane, &request.target, acks.len(), true);
                 let claim_span = spans::claim(&request.lane, &request.target, limit, true);
                 spawn_call(myself, async move {

@@ -28,6 +28,7 @@ mod faulty_store;
 mod gates;
 mod lifecycle;
 mod pipeline;
+mod runs;
 mod shutdown;
 mod stores;
 

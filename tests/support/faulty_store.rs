@@ -32,6 +32,8 @@ pub struct FaultyStore {
     /// While set, every claim waits for `claim_gate` (a store call that hangs).
     pub stall_claims: std::sync::atomic::AtomicBool,
     pub claim_gate: tokio::sync::Notify,
+    /// Every claim takes this many milliseconds (tokio's clock): a store far away.
+    pub claim_delay_ms: std::sync::atomic::AtomicU64,
     /// Calls made, by kind (an `ack_and_claim` counts as an ack and a claim: this wrapper
     /// keeps the trait's provided two-call version).
     pub calls: Calls,
@@ -56,6 +58,7 @@ impl FaultyStore {
             silent: AtomicBool::new(false),
             stall_claims: Default::default(),
             claim_gate: Default::default(),
+            claim_delay_ms: Default::default(),
             calls: Calls::default(),
         }
     }
@@ -104,6 +107,10 @@ impl OutboxStore for FaultyStore {
         self.calls.claims.fetch_add(1, Ordering::SeqCst);
         if self.stall_claims.load(Ordering::SeqCst) {
             self.claim_gate.notified().await;
+        }
+        let delay = self.claim_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         self.outage()?;
         self.inner.claim(request).await

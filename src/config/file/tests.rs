@@ -311,6 +311,14 @@ fn bad_values_name_their_field() {
             "lanes[orders/billing].prefetch",
         ),
         (
+            MINIMAL.replace("sink =", "key_run = 0\nsink ="),
+            "lanes[orders/billing].key_run",
+        ),
+        (
+            MINIMAL.replace("sink =", "key_run = 257\nsink ="),
+            "lanes[orders/billing].key_run",
+        ),
+        (
             MINIMAL.replace("sink =", "store_backoff = \"0s\"\nsink ="),
             "lanes[orders/billing].store_backoff",
         ),
@@ -346,6 +354,16 @@ fn bad_values_name_their_field() {
         assert_eq!(error.field(), Some(field), "{error}");
         assert!(error.to_string().contains(field), "{error}");
     }
+}
+
+#[test]
+fn key_run_defaults_to_16_and_is_read_per_lane() {
+    let config = parse(MINIMAL).unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!(lane.key_run, crate::config::DEFAULT_KEY_RUN);
+    let config = parse(&MINIMAL.replace("sink =", "key_run = 1\nsink =")).unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!(lane.key_run, 1);
 }
 
 #[test]

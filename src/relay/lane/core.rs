@@ -124,6 +124,9 @@ pub(crate) struct LaneCore {
     /// How long deliveries take, as a moving average (an eighth of each new one): a claim
     /// waits only for handlers that usually finish within the linger.
     delivery_time: Option<Duration>,
+    /// How long a claim takes from send to answer, as a moving average: with
+    /// `delivery_time`, how long a key run may be ([`LaneCore::key_run`]).
+    claim_time: Option<Duration>,
 }
 
 /// A claim of this many messages already spreads its round trip thin: it never lingers.
@@ -156,6 +159,7 @@ impl LaneCore {
             throttled: None,
             linger_until: None,
             delivery_time: None,
+            claim_time: None,
         }
     }
 
@@ -224,7 +228,7 @@ impl LaneCore {
                 outbox_id,
                 result,
                 elapsed,
-            } => self.delivery_done(now, slot, outbox_id, result, elapsed),
+            } => self.delivery_done(now, slot, outbox_id, result, elapsed, &mut out),
             Input::HandlerDied { slot, reason } => self.handler_died(now, slot, reason, &mut out),
             Input::LeaseDue { batch, generation } => self.lease_due(batch, generation, &mut out),
             Input::Claimed(result) => {
@@ -288,8 +292,19 @@ impl LaneCore {
     /// Moves the lane along after every input: start buffered work, flush outcomes, claim,
     /// or go to sleep; and end a drain that has nothing left to wait for.
     fn pump(&mut self, now: Instant, out: &mut Vec<Command>) {
-        while self.pool.idle() > 0 {
-            let Some(message) = self.buffer.pop_front() else {
+        // In claim order, skipping a message whose key has a delivery running: the rest of
+        // a key run waits for the message before it (which is running, or ahead of it here).
+        let mut at = 0;
+        while self.pool.idle() > 0 && at < self.buffer.len() {
+            let waits = self.buffer[at]
+                .ordering_key
+                .as_deref()
+                .is_some_and(|key| self.pool.key_running(key));
+            if waits {
+                at += 1;
+                continue;
+            }
+            let Some(message) = self.buffer.remove(at) else {
                 break;
             };
             if let Some(slot) = self.pool.start(&message, now) {
@@ -322,7 +337,10 @@ impl LaneCore {
         if store_open && self.claim == ClaimCall::Idle && self.mode == Mode::Running {
             if claiming && limit > 0 {
                 self.claim_sent(now, limit, out);
-                out.push(Command::Claim { limit });
+                out.push(Command::Claim {
+                    limit,
+                    key_run: self.key_run(),
+                });
             } else if !self.store_has_more && !self.idle_timer_set && self.held() == 0 {
                 match self.known_due.take() {
                     // The short claim already said: no store call to sleep on it.
@@ -367,6 +385,20 @@ impl LaneCore {
         // Set again after any other timer fired, so the wait always ends.
         self.gate_timer_at(at, out);
         true
+    }
+
+    /// The longest key run the next claim asks for ([`LaneConfig::key_run`]): as many
+    /// deliveries as fit, one after another, in one claim round trip, so a run's last
+    /// message waits in the buffer no longer than a claim would take, and slow deliveries
+    /// keep the parallelism of heads only. 1 until both have been timed.
+    pub(crate) fn key_run(&self) -> usize {
+        let (Some(claim), Some(delivery)) = (self.claim_time, self.delivery_time) else {
+            return 1;
+        };
+        let fits = claim.as_nanos() / delivery.as_nanos().max(1);
+        usize::try_from(fits)
+            .unwrap_or(usize::MAX)
+            .clamp(1, self.config.key_run.max(1))
     }
 
     /// Adds a finished delivery's run time to the moving average.
@@ -456,8 +488,24 @@ impl LaneCore {
         if !matches!(self.mode, Mode::Running | Mode::Paused) {
             return;
         }
-        let mut claims = Vec::with_capacity(self.buffer.len());
-        for message in std::mem::take(&mut self.buffer) {
+        self.release_buffered(|_| true, out);
+    }
+
+    /// A delivery of `key` failed: the rest of its key run goes back unused (each message
+    /// of a run goes out only after the one before it succeeded; the store hands the key
+    /// out again once the failed one is retried or dead).
+    pub(super) fn release_key(&mut self, key: &str, out: &mut Vec<Command>) {
+        self.release_buffered(|m| m.ordering_key.as_deref() == Some(key), out);
+    }
+
+    /// Hands back the buffered claims `which` picks, in one release.
+    fn release_buffered(&mut self, which: impl Fn(&OutboxMessage) -> bool, out: &mut Vec<Command>) {
+        let (back, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.buffer)
+            .into_iter()
+            .partition(which);
+        self.buffer = kept.into();
+        let mut claims = Vec::with_capacity(back.len());
+        for message in back {
             // A buffered probe that goes back is no probe: the next claim is.
             self.gates.forget(message.outbox_id);
             claims.extend(self.book.close(message.outbox_id));
@@ -534,6 +582,11 @@ impl LaneCore {
             }
         };
         self.store_ok();
+        let took = now.saturating_duration_since(issued_at);
+        self.claim_time = Some(match self.claim_time {
+            Some(average) => average - average / 8 + took / 8,
+            None => took,
+        });
         // Claimed just as the drain began, or sent before the breaker opened or a
         // Retry-After hold began: hand them straight back (a release does not count the
         // attempt).

@@ -84,10 +84,16 @@ pub(crate) enum Input {
 /// What the lane actor must do. Store calls answer with the matching [`Input`].
 #[derive(Debug)]
 pub(crate) enum Command {
-    /// Claim up to `limit` messages.
-    Claim { limit: usize },
-    /// Ack these claims, then claim up to `limit`, in one round trip where the store can.
-    AckAndClaim { acks: Vec<ClaimRef>, limit: usize },
+    /// Claim up to `limit` messages, with key runs of up to `key_run`
+    /// ([`crate::store::ClaimRequest::key_run`]).
+    Claim { limit: usize, key_run: usize },
+    /// Ack these claims, then claim up to `limit` (key runs up to `key_run`), in one round
+    /// trip where the store can.
+    AckAndClaim {
+        acks: Vec<ClaimRef>,
+        limit: usize,
+        key_run: usize,
+    },
     /// Ack these claims.
     Ack(Vec<ClaimRef>),
     /// Record these failed deliveries.

@@ -140,7 +140,11 @@ impl LaneCore {
             Some(Flush::Acks(acks)) => match claim_limit {
                 Some(limit) => {
                     self.claim_sent(now, limit, out);
-                    out.push(Command::AckAndClaim { acks, limit });
+                    out.push(Command::AckAndClaim {
+                        acks,
+                        limit,
+                        key_run: self.key_run(),
+                    });
                 }
                 None => out.push(Command::Ack(acks)),
             },
@@ -178,10 +182,14 @@ impl LaneCore {
         outbox_id: Uuid,
         result: Result<(), DeliveryFailure>,
         elapsed: Duration,
+        out: &mut Vec<Command>,
     ) {
         let Some(running) = self.pool.finish(slot, outbox_id) else {
             return;
         };
+        if let (Err(_), Some(key)) = (&result, &running.message.ordering_key) {
+            self.release_key(key, out);
+        }
         self.note_delivery_time(elapsed);
         match &result {
             // A permanent rejection is the target answering: not an outage.
@@ -235,6 +243,9 @@ impl LaneCore {
         };
         let outbox_id = running.message.outbox_id;
         tracing::warn!(lane = %self.key, %outbox_id, %reason, "handler panicked");
+        if let Some(key) = &running.message.ordering_key {
+            self.release_key(key, out);
+        }
         self.gates.observe(now, outbox_id, true, None);
         self.count_completed();
         if let Some(claim) = self.book.close(outbox_id) {

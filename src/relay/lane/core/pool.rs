@@ -1,7 +1,8 @@
 //! `HandlerPool`: the lane's delivery slots, each idle, busy with one message, or retired.
 //!
 //! Invariant, kept by these methods alone: a slot is busy exactly when a running delivery
-//! names it, and the idle list holds exactly the idle slots. A slot is an index the actor
+//! names it, the idle list holds exactly the idle slots, and `keys` counts the running
+//! deliveries of each ordering key. A slot is an index the actor
 //! maps to its current handler actor; a handler that dies is replaced in the same slot.
 
 use std::collections::HashMap;
@@ -45,6 +46,8 @@ pub(crate) struct HandlerPool {
     /// Last in, first out: a handler that just finished is warm.
     idle: Vec<Slot>,
     running: HashMap<Uuid, Running>,
+    /// Running deliveries per ordering key: a key's next message waits while it has one.
+    keys: HashMap<String, usize>,
 }
 
 impl HandlerPool {
@@ -54,6 +57,7 @@ impl HandlerPool {
             slots: vec![SlotState::Idle; size],
             idle: (0..size).rev().collect(),
             running: HashMap::new(),
+            keys: HashMap::new(),
         }
     }
 
@@ -67,10 +71,18 @@ impl HandlerPool {
         self.running.len()
     }
 
+    /// Whether a delivery of ordering key `key` is running.
+    pub(crate) fn key_running(&self, key: &str) -> bool {
+        self.keys.contains_key(key)
+    }
+
     /// Hands `message` to an idle slot; `None` when none is idle.
     pub(crate) fn start(&mut self, message: &OutboxMessage, now: Instant) -> Option<Slot> {
         let slot = self.idle.pop()?;
         self.slots[slot] = SlotState::Busy(message.outbox_id);
+        if let Some(key) = &message.ordering_key {
+            *self.keys.entry(key.clone()).or_default() += 1;
+        }
         self.running.insert(
             message.outbox_id,
             Running {
@@ -90,7 +102,21 @@ impl HandlerPool {
         }
         self.slots[slot] = SlotState::Idle;
         self.idle.push(slot);
-        self.running.remove(&outbox_id)
+        self.take(outbox_id)
+    }
+
+    /// Takes a delivery out of `running`, and its key's count with it.
+    fn take(&mut self, outbox_id: Uuid) -> Option<Running> {
+        let running = self.running.remove(&outbox_id)?;
+        if let Some(key) = &running.message.ordering_key {
+            if let Some(count) = self.keys.get_mut(key) {
+                *count -= 1;
+                if *count == 0 {
+                    self.keys.remove(key);
+                }
+            }
+        }
+        Some(running)
     }
 
     /// The slot's handler died: `None` if the slot was already retired, else what it was
@@ -102,7 +128,7 @@ impl HandlerPool {
             return None;
         }
         let running = match state {
-            SlotState::Busy(outbox_id) => self.running.remove(&outbox_id),
+            SlotState::Busy(outbox_id) => self.take(outbox_id),
             _ => None,
         };
         self.idle.retain(|idle| *idle != slot);
@@ -123,6 +149,7 @@ impl HandlerPool {
                 *state = SlotState::Retired;
             }
         }
+        self.keys.clear();
         self.running.drain().map(|(_, running)| running).collect()
     }
 }

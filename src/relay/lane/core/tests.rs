@@ -17,6 +17,7 @@ use crate::store::{AckAndClaim, ClaimOutcome, NackDisposition, NackOutcome};
 mod gates;
 mod idle;
 mod linger;
+mod runs;
 mod sim;
 
 fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
@@ -76,7 +77,7 @@ fn claims(commands: &[Command]) -> Vec<usize> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Claim { limit } | Command::AckAndClaim { limit, .. } => Some(*limit),
+            Command::Claim { limit, .. } | Command::AckAndClaim { limit, .. } => Some(*limit),
             _ => None,
         })
         .collect()
@@ -232,7 +233,7 @@ fn the_idle_path_claims_once_per_wake_and_rides_a_claim_on_the_last_ack() {
     assert!(
         has(&out, |c| matches!(
             c,
-            Command::AckAndClaim { acks, limit: 4 } if acks == &[first.claim().unwrap()]
+            Command::AckAndClaim { acks, limit: 4, .. } if acks == &[first.claim().unwrap()]
         )),
         "the last ack carries the claim that answers next_due: {out:?}"
     );

@@ -195,8 +195,8 @@ impl Sim {
     fn carry_out(&mut self, command: Command) -> Option<Input> {
         let now = self.now;
         match command {
-            Command::Claim { limit } => Some(Input::Claimed(Ok(self.claim(limit)))),
-            Command::AckAndClaim { acks, limit } => {
+            Command::Claim { limit, .. } => Some(Input::Claimed(Ok(self.claim(limit)))),
+            Command::AckAndClaim { acks, limit, .. } => {
                 let acked = self.ack(&acks);
                 let claimed = self.claim(limit);
                 Some(Input::AckedAndClaimed {
