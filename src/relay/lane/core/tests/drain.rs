@@ -1,0 +1,146 @@
+//! Pause, resume and drain: what a drain releases, waits for and abandons.
+
+use super::*;
+
+#[test]
+fn pause_holds_claims_and_resume_claims() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), true);
+    assert!(claims(&core.handle(now, Input::Start)).is_empty());
+    assert!(claims(&core.handle(now, Input::Wake)).is_empty());
+    assert_eq!(claims(&core.handle(now, Input::Resume)), vec![1]);
+    core.handle(now, Input::Pause);
+    core.handle(now, batch(&[]));
+    assert!(claims(&core.handle(now, Input::Wake)).is_empty());
+}
+
+#[test]
+fn a_drain_releases_the_buffer_and_stops_once_deliveries_are_recorded() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 2), false);
+    let messages = [message(None), message(None), message(None)];
+    let out = running_with(&mut core, now, &messages);
+    let slot = delivered(&out)[0].0;
+    let out = core.handle(
+        now,
+        Input::Drain {
+            timeout: Duration::from_secs(10),
+        },
+    );
+    assert!(has(
+        &out,
+        |c| matches!(c, Command::DrainDeadlineAt(at) if *at == now + Duration::from_secs(10))
+    ));
+    let Some(Command::Release(released)) = out.iter().find(|c| matches!(c, Command::Release(_)))
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(released.len(), 2);
+    core.handle(
+        now,
+        Input::Released {
+            sent: 2,
+            result: Ok(vec![ClaimOutcome::Applied; 2]),
+        },
+    );
+    let out = core.handle(now, done(slot, &messages[0]));
+    assert!(claims(&out).is_empty(), "no claims while draining");
+    assert!(
+        !has(&out, |c| matches!(c, Command::Stop(_))),
+        "its ack is still out"
+    );
+    let out = core.handle(now, acked_all(1));
+    assert!(
+        has(&out, |c| matches!(
+            c,
+            Command::Stop(DrainReport {
+                completed: 1,
+                released: 2,
+                ..
+            })
+        )),
+        "{out:?}"
+    );
+    assert!(core.handle(now, Input::Wake).is_empty(), "stopped");
+}
+
+#[test]
+fn a_drain_deadline_abandons_running_deliveries_and_releases_their_claims() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let messages = [message(None), message(None)];
+    let out = running_with(&mut core, now, &messages);
+    let slots: Vec<Slot> = delivered(&out).into_iter().map(|(s, _)| s).collect();
+    core.handle(
+        now,
+        Input::Drain {
+            timeout: Duration::from_secs(1),
+        },
+    );
+    let out = core.handle(now, Input::DrainDeadline);
+    let killed: Vec<Slot> = out
+        .iter()
+        .filter_map(|c| match c {
+            Command::KillHandler(slot) => Some(*slot),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(killed.len(), 2);
+    assert!(slots.iter().all(|s| killed.contains(s)));
+    assert!(has(
+        &out,
+        |c| matches!(c, Command::Release(r) if r.len() == 2)
+    ));
+    let out = core.handle(
+        now,
+        Input::Released {
+            sent: 2,
+            result: Ok(vec![ClaimOutcome::Applied; 2]),
+        },
+    );
+    assert!(
+        has(&out, |c| matches!(
+            c,
+            Command::Stop(DrainReport {
+                completed: 0,
+                released: 2,
+                ..
+            })
+        )),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_drain_deadline_does_not_wait_for_acks_the_store_will_not_take() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    core.handle(now, done(delivered(&out)[0].0, &first));
+    core.handle(
+        now,
+        Input::Acked {
+            result: Err(unavailable()),
+            wall_ms: UnixMillis::EPOCH,
+        },
+    );
+    core.handle(
+        now,
+        Input::Drain {
+            timeout: Duration::from_secs(1),
+        },
+    );
+    let out = core.handle(now, Input::DrainDeadline);
+    assert!(
+        has(&out, |c| matches!(
+            c,
+            Command::Stop(DrainReport {
+                completed: 0,
+                released: 0,
+                ..
+            })
+        )),
+        "{out:?}"
+    );
+}

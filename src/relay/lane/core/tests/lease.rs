@@ -1,0 +1,152 @@
+//! Lease timers: extension of running and buffered claims, lapses, and our own claim
+//! adopted when we claim it again.
+
+use super::*;
+
+#[test]
+fn a_lease_check_extends_running_and_buffered_claims_and_reports_a_lost_one_once() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 1), false);
+    let messages = [message(None), message(None)];
+    let out = running_with(&mut core, now, &messages);
+    let Some((batch_id, generation)) = out.iter().find_map(|c| match c {
+        Command::LeaseCheckAt {
+            batch, generation, ..
+        } => Some((*batch, *generation)),
+        _ => None,
+    }) else {
+        panic!("{out:?}")
+    };
+    let at = now + Duration::from_secs(20);
+    let out = core.handle(
+        at,
+        Input::LeaseDue {
+            batch: batch_id,
+            generation,
+        },
+    );
+    let Some(Command::Extend {
+        claims: extending,
+        generation: next,
+        ..
+    }) = out
+        .into_iter()
+        .find(|c| matches!(c, Command::Extend { .. }))
+    else {
+        panic!("no extension")
+    };
+    assert_eq!(extending.len(), 2, "running and buffered");
+    // The old timer is stale now.
+    assert!(core
+        .handle(
+            at,
+            Input::LeaseDue {
+                batch: batch_id,
+                generation
+            }
+        )
+        .is_empty());
+    let outcomes = extending
+        .iter()
+        .map(|c| {
+            if c.outbox_id == messages[1].outbox_id {
+                ClaimOutcome::LostClaim
+            } else {
+                ClaimOutcome::Applied
+            }
+        })
+        .collect();
+    let out = core.handle(
+        at,
+        Input::Extended {
+            batch: batch_id,
+            generation: next,
+            claims: extending,
+            result: Ok(outcomes),
+        },
+    );
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::LeaseExtended { count: 1, .. })
+    )));
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::LeaseExpired { outbox_ids, .. }) if outbox_ids == &vec![messages[1].outbox_id]
+    )));
+    assert_eq!(
+        core.buffered(),
+        0,
+        "a buffered message whose lease lapsed is dropped"
+    );
+    let Some(Command::LeaseCheckAt {
+        generation: again, ..
+    }) = out
+        .iter()
+        .find(|c| matches!(c, Command::LeaseCheckAt { .. }))
+    else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(
+        at,
+        Input::LeaseDue {
+            batch: batch_id,
+            generation: *again,
+        },
+    );
+    let Some(Command::Extend { claims: left, .. }) =
+        out.iter().find(|c| matches!(c, Command::Extend { .. }))
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        left,
+        &vec![messages[0].claim().unwrap()],
+        "the lost one is not extended again"
+    );
+}
+
+#[test]
+fn our_own_running_message_claimed_again_is_adopted_with_its_fresh_token() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    let first = message(None);
+    let out = running_with(&mut core, now, std::slice::from_ref(&first));
+    let slot = delivered(&out)[0].0;
+    core.handle(now, Input::Wake);
+    let again = reclaimed(&first);
+    let out = core.handle(now, batch(std::slice::from_ref(&again)));
+    assert!(delivered(&out).is_empty(), "one delivery is enough");
+    let out = core.handle(now, done(slot, &first));
+    assert_eq!(acks(&out), vec![again.claim().unwrap()]);
+}
+
+#[test]
+fn without_extension_a_lapse_is_timed_from_the_claims_answer_with_it_from_the_send() {
+    // The store starts a lease somewhere between the claim's send and its answer. An
+    // extension must not come late (timed from the send); a lapse must not be declared
+    // early, while the store still holds the claim for us (timed from the answer).
+    let sent = Instant::now();
+    let answered = sent + Duration::from_millis(700);
+    let lease_check = |config: LaneConfig| {
+        let mut core = LaneCore::new(config, false);
+        let out = core.handle(sent, Input::Start);
+        assert_eq!(claims(&out).len(), 1, "{out:?}");
+        let out = core.handle(answered, batch(&[message(None)]));
+        out.into_iter()
+            .find_map(|c| match c {
+                Command::LeaseCheckAt { at, .. } => Some(at),
+                _ => None,
+            })
+            .expect("a lease check")
+    };
+    let lease = Duration::from_secs(30);
+    assert_eq!(
+        lease_check(config(1, 0).lease_extend_margin(None)),
+        answered + lease
+    );
+    let margin = Duration::from_secs(10);
+    assert_eq!(
+        lease_check(config(1, 0).lease_extend_margin(Some(margin))),
+        sent + lease - margin
+    );
+}
