@@ -253,7 +253,7 @@ pub async fn block_policy_holds_key_behind_a_head_dead_lettered_by_lapse(h: Harn
     assert_eq!((stats[0].dead_letter, stats[0].blocked_keys), (1, 1));
 }
 
-/// What the concurrent per-key case saw, shared by its claimers.
+/// What the concurrent per-key cases saw, shared by their claimers.
 #[derive(Default)]
 struct KeyTracker {
     in_flight: HashSet<String>,
@@ -261,6 +261,14 @@ struct KeyTracker {
 }
 
 pub async fn concurrent_claimers_keep_per_key_order(h: Harness) {
+    claimers_keep_per_key_order(h, |_| 1).await;
+}
+
+/// 16 claimers (over three store handles) drain 10 interleaved keys of 20 messages, claimer
+/// `i` asking for key runs of `key_run(i)`: no key is ever held by two claims at once, a
+/// claim holds at most one run per key (consecutive, no longer than asked), and each key is
+/// delivered in enqueue order.
+pub(super) async fn claimers_keep_per_key_order(h: Harness, key_run: fn(usize) -> usize) {
     const KEYS: usize = 10;
     const PER_KEY: usize = 20;
     const TOTAL: usize = KEYS * PER_KEY;
@@ -286,31 +294,46 @@ pub async fn concurrent_claimers_keep_per_key_order(h: Harness) {
     for i in 0..16 {
         let store = stores[i % stores.len()].clone();
         let (tracker, done) = (tracker.clone(), done.clone());
+        let run = key_run(i);
         claimers.push(tokio::spawn(async move {
-            let request = ClaimRequest::new(LANE, TARGET, 3, LONG_LEASE, format!("claimer-{i}"));
+            let request = ClaimRequest::new(LANE, TARGET, 3, LONG_LEASE, format!("claimer-{i}"))
+                .with_key_run(run);
             while done.load(Ordering::SeqCst) < TOTAL {
                 let batch = store.claim(&request).await.expect("claim");
                 if batch.messages.is_empty() {
                     tokio::task::yield_now().await;
                     continue;
                 }
+                let keys: Vec<String> = batch
+                    .messages
+                    .iter()
+                    .map(|m| m.ordering_key.clone().expect("keyed"))
+                    .collect();
                 {
                     let mut seen = tracker.lock().unwrap();
-                    for m in &batch.messages {
-                        let key = m.ordering_key.clone().expect("keyed");
-                        assert!(
-                            seen.in_flight.insert(key.clone()),
-                            "two messages of {key} in flight at once"
-                        );
-                        seen.delivered.entry(key).or_default().push(m.outbox_id);
+                    let mut run_len = 0;
+                    for (at, key) in keys.iter().enumerate() {
+                        if at > 0 && keys[at - 1] == *key {
+                            run_len += 1;
+                            assert!(run_len <= run, "a run over {run}: {keys:?}");
+                        } else {
+                            run_len = 1;
+                            assert!(
+                                seen.in_flight.insert(key.clone()),
+                                "{key} held by two claims at once, or in two runs: {keys:?}"
+                            );
+                        }
+                        seen.delivered
+                            .entry(key.clone())
+                            .or_default()
+                            .push(batch.messages[at].outbox_id);
                     }
                 }
                 tokio::task::yield_now().await; // let the others try while these are held
                 {
                     let mut seen = tracker.lock().unwrap();
-                    for m in &batch.messages {
-                        seen.in_flight
-                            .remove(m.ordering_key.as_deref().expect("keyed"));
+                    for key in &keys {
+                        seen.in_flight.remove(key);
                     }
                 }
                 let claims: Vec<_> = batch.messages.iter().map(claim_of).collect();

@@ -1,21 +1,13 @@
 //! Key runs: a due head handed out with the messages queued right behind it
 //! ([`ClaimRequest::key_run`]).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
 
 use crate::store::{
     ClaimOutcome, ClaimRequest, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
 };
-use crate::OutboxStore;
 
 use super::*;
-
-/// A lease no case outlives: the clock does not move in the concurrent case.
-const LONG_LEASE: Duration = Duration::from_secs(600);
-/// How long the concurrent case may take before it is called hung (wall time: a guard only).
-const HANG_GUARD: Duration = Duration::from_secs(120);
 
 fn run_req(limit: usize, run: usize, consumer: &str) -> ClaimRequest {
     claim_req(limit, consumer).with_key_run(run)
@@ -196,92 +188,6 @@ pub async fn a_failed_run_head_releases_the_rest(h: Harness) {
     assert_eq!(attempts, [2, 1, 1], "a released message spent no attempt");
 }
 
-#[derive(Default)]
-struct RunTracker {
-    in_flight: HashSet<String>,
-    delivered: HashMap<String, Vec<Uuid>>,
-}
-
 pub async fn concurrent_claimers_with_key_runs_keep_per_key_order(h: Harness) {
-    const KEYS: usize = 10;
-    const PER_KEY: usize = 20;
-    const TOTAL: usize = KEYS * PER_KEY;
-    let drafts: Vec<_> = (0..PER_KEY)
-        .flat_map(|i| (0..KEYS).map(move |k| keyed((i * KEYS + k) as i64, &format!("key-{k}"))))
-        .collect();
-    let mut expected: HashMap<String, Vec<Uuid>> = HashMap::new();
-    for chunk in drafts.chunks(50) {
-        for enqueued in h.store.enqueue_many(chunk.to_vec()).await.unwrap() {
-            let key = enqueued.message.ordering_key.clone().expect("keyed");
-            expected
-                .entry(key)
-                .or_default()
-                .push(enqueued.message.outbox_id);
-        }
-    }
-
-    let tracker = Arc::new(Mutex::new(RunTracker::default()));
-    let done = Arc::new(AtomicUsize::new(0));
-    let stores: Vec<Arc<dyn OutboxStore>> =
-        vec![h.store.clone(), (h.reopen)().await, (h.reopen)().await];
-    let mut claimers = Vec::new();
-    for i in 0..12 {
-        let store = stores[i % stores.len()].clone();
-        let (tracker, done) = (tracker.clone(), done.clone());
-        claimers.push(tokio::spawn(async move {
-            let request = ClaimRequest::new(LANE, TARGET, 7, LONG_LEASE, format!("claimer-{i}"))
-                .with_key_run(1 + i % 4);
-            while done.load(Ordering::SeqCst) < TOTAL {
-                let batch = store.claim(&request).await.expect("claim");
-                if batch.messages.is_empty() {
-                    tokio::task::yield_now().await;
-                    continue;
-                }
-                let keys: Vec<String> = batch
-                    .messages
-                    .iter()
-                    .map(|m| m.ordering_key.clone().expect("keyed"))
-                    .collect();
-                {
-                    let mut seen = tracker.lock().unwrap();
-                    for (i, key) in keys.iter().enumerate() {
-                        let continues_run = i > 0 && keys[i - 1] == *key;
-                        if !continues_run {
-                            assert!(
-                                seen.in_flight.insert(key.clone()),
-                                "two claims of {key} in flight at once, or a run split up: \
-                                 {keys:?}"
-                            );
-                        }
-                        seen.delivered
-                            .entry(key.clone())
-                            .or_default()
-                            .push(batch.messages[i].outbox_id);
-                    }
-                }
-                tokio::task::yield_now().await; // let the others try while these are held
-                {
-                    let mut seen = tracker.lock().unwrap();
-                    for key in &keys {
-                        seen.in_flight.remove(key);
-                    }
-                }
-                let claims: Vec<_> = batch.messages.iter().map(claim_of).collect();
-                let outcomes = store.ack(&claims).await.expect("ack");
-                assert!(outcomes.iter().all(|o| *o == ClaimOutcome::Applied));
-                done.fetch_add(claims.len(), Ordering::SeqCst);
-            }
-        }));
-    }
-    tokio::time::timeout(HANG_GUARD, async {
-        for claimer in claimers {
-            claimer.await.expect("claimer panicked");
-        }
-    })
-    .await
-    .expect("claimers finished");
-
-    assert_eq!(done.load(Ordering::SeqCst), TOTAL);
-    let delivered = std::mem::take(&mut tracker.lock().unwrap().delivered);
-    assert_eq!(delivered, expected, "each key in enqueue order");
+    super::ordering::claimers_keep_per_key_order(h, |i| 1 + i % 4).await;
 }

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::*;
+use crate::delivery::DeliveryError;
 use crate::message::{OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::DrainReport;
@@ -116,6 +117,29 @@ fn done(slot: Slot, message: &OutboxMessage) -> Input {
         result: Ok(()),
         elapsed: Duration::from_millis(5),
     }
+}
+
+/// A delivery that failed with a retryable error.
+fn failed(slot: Slot, message: &OutboxMessage) -> Input {
+    Input::DeliveryDone {
+        slot,
+        outbox_id: message.outbox_id,
+        result: Err(DeliveryFailure::from_error(&DeliveryError::retryable(
+            "503 (test)",
+        ))),
+        elapsed: Duration::from_millis(5),
+    }
+}
+
+/// The claims released, in order.
+fn released(commands: &[Command]) -> Vec<Uuid> {
+    commands
+        .iter()
+        .flat_map(|c| match c {
+            Command::Release(claims) => claims.iter().map(|c| c.outbox_id).collect(),
+            _ => Vec::new(),
+        })
+        .collect()
 }
 
 fn acked_all(n: usize) -> Input {

@@ -5,7 +5,6 @@
 use super::sim::{RowState, Sim};
 use super::*;
 use crate::config::{CircuitBreakerConfig, RateLimit};
-use crate::delivery::DeliveryError;
 use crate::metrics::{BreakerState, GateKind};
 
 fn secs(s: u64) -> Duration {
@@ -215,27 +214,6 @@ fn retry_after_holds_the_whole_lane_when_configured() {
     assert_eq!(sim.count(RowState::Delivered), 1, "{:?}", sim.claims);
     sim.run_until(sim.start + secs(31));
     assert_eq!(sim.count(RowState::Delivered), 10);
-}
-
-fn failed(slot: Slot, message: &OutboxMessage) -> Input {
-    Input::DeliveryDone {
-        slot,
-        outbox_id: message.outbox_id,
-        result: Err(DeliveryFailure::from_error(&DeliveryError::retryable(
-            "503 (test)",
-        ))),
-        elapsed: Duration::from_millis(5),
-    }
-}
-
-fn released(commands: &[Command]) -> Vec<Uuid> {
-    commands
-        .iter()
-        .flat_map(|c| match c {
-            Command::Release(claims) => claims.iter().map(|c| c.outbox_id).collect(),
-            _ => Vec::new(),
-        })
-        .collect()
 }
 
 #[test]

@@ -25,25 +25,6 @@ fn slot_of(commands: &[Command], message: &OutboxMessage) -> Slot {
         .unwrap_or_else(|| panic!("{} not delivered: {commands:?}", message.outbox_id))
 }
 
-fn failed(slot: Slot, message: &OutboxMessage) -> Input {
-    Input::DeliveryDone {
-        slot,
-        outbox_id: message.outbox_id,
-        result: Err(DeliveryFailure::timeout(Duration::from_secs(1))),
-        elapsed: Duration::from_secs(1),
-    }
-}
-
-fn released(commands: &[Command]) -> Vec<Uuid> {
-    commands
-        .iter()
-        .flat_map(|c| match c {
-            Command::Release(claims) => claims.iter().map(|c| c.outbox_id).collect(),
-            _ => Vec::new(),
-        })
-        .collect()
-}
-
 fn key_runs(commands: &[Command]) -> Vec<usize> {
     commands
         .iter()
