@@ -178,6 +178,12 @@ async fn agree(seed: u64, steps: usize) {
             .collect();
         let (lane, target) = LANES[rng.random_range(0..LANES.len())];
         let limit = rng.random_range(0..5);
+        // Mostly heads only (the relay's default), often runs (0 is taken as 1).
+        let key_run = if rng.random_bool(0.5) {
+            1
+        } else {
+            rng.random_range(0..5)
+        };
         let lease = Duration::from_millis(rng.random_range(200..2_000));
         let ordering = if rng.random_bool(0.5) {
             OrderingPolicy::Skip
@@ -220,7 +226,8 @@ async fn agree(seed: u64, steps: usize) {
                 },
                 25..=49 => {
                     let request = ClaimRequest::new(lane, target, limit, lease, "relay")
-                        .with_ordering(ordering);
+                        .with_ordering(ordering)
+                        .with_key_run(key_run);
                     let batch = store.claim(&request).await.unwrap();
                     side.claims
                         .extend(batch.messages.iter().filter_map(|m| m.claim()));
