@@ -1,8 +1,8 @@
 //! The batch writes (one statement per call, `json_each`) answer item by item exactly as
 //! the memory store, the reference, does: in the caller's order, a claim named twice applied
 //! once (an extended lease twice), a message named under a stale token beside its current
-//! one, and two claimed rows of one key acked in one statement, which the key-head triggers
-//! must hand on row by row.
+//! one, and two claimed rows of one key (or a whole key run) acked in one statement, which
+//! the key-head triggers must hand on row by row.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -236,6 +236,75 @@ async fn one_ack_of_two_claimed_rows_of_a_key_hands_the_head_on() {
         let mut transcripts = Vec::new();
         for (store, clock) in both(&dir).await {
             transcripts.push(two_claimed_rows_of_one_key(store.as_ref(), &clock, k1_first).await);
+        }
+        assert_eq!(transcripts[0], transcripts[1], "memory, then SQLite");
+    }
+}
+
+/// Key k: k1..k6, and a key run k1..k4 claimed at once. `acked` (indexes into the run, in
+/// the order the call names them) are acked in one statement, the rest of the run is
+/// released in another; then the key's first message left must head it, with the rest as
+/// its run. The key-head triggers see the run's rows change in whatever order the statement
+/// reaches them.
+async fn a_run_acked_in_one_statement(
+    store: &dyn OutboxStore,
+    acked: &[usize],
+) -> (Vec<String>, Vec<usize>) {
+    let mut k = Vec::new();
+    for value in 0..6 {
+        k.push(store.enqueue(keyed(value, "k")).await.unwrap().message);
+    }
+    let run = store
+        .claim(&request(10).with_key_run(4))
+        .await
+        .unwrap()
+        .messages;
+    let index_of = |m: &OutboxMessage| k.iter().position(|x| x.outbox_id == m.outbox_id);
+    let claimed: Vec<_> = run.iter().filter_map(index_of).collect();
+    assert_eq!(claimed, [0, 1, 2, 3], "the head and its run of 3");
+    let names: Vec<_> = acked.iter().map(|i| &run[*i]).collect();
+    let outcomes = store.ack(&refs(&names)).await.unwrap();
+    assert_eq!(outcomes, vec![ClaimOutcome::Applied; acked.len()]);
+    let rest: Vec<_> = (0..run.len())
+        .filter(|i| !acked.contains(i))
+        .map(|i| &run[i])
+        .collect();
+    let released = store.release(&refs(&rest)).await.unwrap();
+    assert_eq!(released, vec![ClaimOutcome::Applied; rest.len()]);
+    let next = store
+        .claim(&request(10).with_key_run(10))
+        .await
+        .unwrap()
+        .messages;
+    (
+        next.iter().map(normal).collect(),
+        next.iter().filter_map(index_of).collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_run_acked_in_one_statement_hands_the_head_on_in_any_order() {
+    let orders: &[&[usize]] = &[
+        &[0, 1, 2, 3],
+        &[3, 2, 1, 0],
+        &[1, 3, 0, 2],
+        &[2, 0, 3, 1],
+        &[0, 1],
+        &[1, 0],
+        &[0],
+    ];
+    for acked in orders {
+        let dir = tempfile::tempdir().unwrap();
+        let mut transcripts = Vec::new();
+        for (store, _clock) in both(&dir).await {
+            let (transcript, next) = a_run_acked_in_one_statement(store.as_ref(), acked).await;
+            let first_left = acked.len();
+            assert_eq!(
+                next,
+                (first_left..6).collect::<Vec<_>>(),
+                "after acking {acked:?}: the first message left heads k, the rest its run"
+            );
+            transcripts.push(transcript);
         }
         assert_eq!(transcripts[0], transcripts[1], "memory, then SQLite");
     }
