@@ -179,12 +179,14 @@ async fn batch_writes_answer_item_by_item_as_the_memory_store_does() {
 }
 
 /// Key k: k1 (dead, then requeued while k2 is claimed), k2, k3. Once k2's lease lapses,
-/// k1 is claimed again beside k2, still claimed: one ack names both. Whichever row the
-/// statement reaches first, k3 must end up its key's head and claimable.
+/// k1 is claimed again beside k2, still claimed (asked with a key run of `run`, it comes
+/// alone: its run stops at k2): one ack names both. Whichever row the statement reaches
+/// first, k3 must end up its key's head and claimable.
 async fn two_claimed_rows_of_one_key(
     store: &dyn OutboxStore,
     clock: &ManualClock,
     k1_first: bool,
+    run: usize,
 ) -> Vec<String> {
     let k1 = store
         .enqueue(keyed(1, "k").with_max_attempts(1))
@@ -207,11 +209,15 @@ async fn two_claimed_rows_of_one_key(
     let requeue = MessageFilter::all().with_ids([k1.outbox_id]);
     assert_eq!(store.requeue_dead_letters(&requeue).await.unwrap(), 1);
     clock.advance(LEASE * 2);
-    let k1c = claim(store, 10).await;
+    let k1c = store
+        .claim(&request(10).with_key_run(run))
+        .await
+        .unwrap()
+        .messages;
     assert_eq!(
         k1c.iter().map(|m| m.outbox_id).collect::<Vec<_>>(),
         [k1.outbox_id],
-        "k1 heads its key again; k2 (lapsed, not a head) stays claimed"
+        "k1 heads its key again, its run ends at k2 (lapsed, not a head, still claimed)"
     );
     let pair = if k1_first {
         [&k1c[0], &k2c]
@@ -231,11 +237,12 @@ async fn two_claimed_rows_of_one_key(
 
 #[tokio::test]
 async fn one_ack_of_two_claimed_rows_of_a_key_hands_the_head_on() {
-    for k1_first in [true, false] {
+    for (k1_first, run) in [(true, 1), (false, 1), (true, 3), (false, 3)] {
         let dir = tempfile::tempdir().unwrap();
         let mut transcripts = Vec::new();
         for (store, clock) in both(&dir).await {
-            transcripts.push(two_claimed_rows_of_one_key(store.as_ref(), &clock, k1_first).await);
+            let transcript = two_claimed_rows_of_one_key(store.as_ref(), &clock, k1_first, run);
+            transcripts.push(transcript.await);
         }
         assert_eq!(transcripts[0], transcripts[1], "memory, then SQLite");
     }
