@@ -251,8 +251,10 @@ async fn one_ack_of_two_claimed_rows_of_a_key_hands_the_head_on() {
 /// Key k: k1..k6, and a key run k1..k4 claimed at once. `acked` (indexes into the run, in
 /// the order the call names them) are acked in one statement, the rest of the run is
 /// released in another; then the key's first message left must head it, with the rest as
-/// its run. The key-head triggers see the run's rows change in whatever order the statement
-/// reaches them.
+/// its run. The call names them in various orders; the statement (as SQLite plans an
+/// `UPDATE … FROM` with triggers today) collects the rows first and changes them by rowid,
+/// so the head leaves first and its trigger marks the next row of the run, which leaves
+/// next: the mark is handed down the run one row at a time and must end past it.
 async fn a_run_acked_in_one_statement(
     store: &dyn OutboxStore,
     acked: &[usize],
