@@ -13,6 +13,8 @@ mod full_disk;
 mod migration;
 #[path = "sqlite/plans.rs"]
 mod plans;
+#[path = "sqlite/run_cycle.rs"]
+mod run_cycle;
 
 use std::collections::HashSet;
 use std::path::Path;

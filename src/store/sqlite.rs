@@ -535,6 +535,8 @@ mod tests {
             (&sql.block.claim_lapsed, "outbox_leases"),
             (&sql.skip.claim_ready, "outbox_ready"),
             (&sql.block.claim_ready, "outbox_ready"),
+            (&sql.skip.claim_runs, "outbox_ready"),
+            (&sql.block.claim_runs, "outbox_ready"),
             (&sql.block.next_due, "outbox_ready"),
             (&sql.oldest_due, "outbox_pending"),
             (&sql.purge_batch, "outbox_finished"),

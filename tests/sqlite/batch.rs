@@ -1,8 +1,8 @@
 //! The batch writes (one statement per call, `json_each`) answer item by item exactly as
 //! the memory store, the reference, does: in the caller's order, a claim named twice applied
 //! once (an extended lease twice), a message named under a stale token beside its current
-//! one, and two claimed rows of one key acked in one statement, which the key-head triggers
-//! must hand on row by row.
+//! one, and two claimed rows of one key (or a whole key run) acked in one statement, which
+//! the key-head triggers must hand on row by row.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,12 +179,14 @@ async fn batch_writes_answer_item_by_item_as_the_memory_store_does() {
 }
 
 /// Key k: k1 (dead, then requeued while k2 is claimed), k2, k3. Once k2's lease lapses,
-/// k1 is claimed again beside k2, still claimed: one ack names both. Whichever row the
-/// statement reaches first, k3 must end up its key's head and claimable.
+/// k1 is claimed again beside k2, still claimed (asked with a key run of `run`, it comes
+/// alone: its run stops at k2): one ack names both. Whichever row the statement reaches
+/// first, k3 must end up its key's head and claimable.
 async fn two_claimed_rows_of_one_key(
     store: &dyn OutboxStore,
     clock: &ManualClock,
     k1_first: bool,
+    run: usize,
 ) -> Vec<String> {
     let k1 = store
         .enqueue(keyed(1, "k").with_max_attempts(1))
@@ -207,11 +209,15 @@ async fn two_claimed_rows_of_one_key(
     let requeue = MessageFilter::all().with_ids([k1.outbox_id]);
     assert_eq!(store.requeue_dead_letters(&requeue).await.unwrap(), 1);
     clock.advance(LEASE * 2);
-    let k1c = claim(store, 10).await;
+    let k1c = store
+        .claim(&request(10).with_key_run(run))
+        .await
+        .unwrap()
+        .messages;
     assert_eq!(
         k1c.iter().map(|m| m.outbox_id).collect::<Vec<_>>(),
         [k1.outbox_id],
-        "k1 heads its key again; k2 (lapsed, not a head) stays claimed"
+        "k1 heads its key again, its run ends at k2 (lapsed, not a head, still claimed)"
     );
     let pair = if k1_first {
         [&k1c[0], &k2c]
@@ -231,11 +237,83 @@ async fn two_claimed_rows_of_one_key(
 
 #[tokio::test]
 async fn one_ack_of_two_claimed_rows_of_a_key_hands_the_head_on() {
-    for k1_first in [true, false] {
+    for (k1_first, run) in [(true, 1), (false, 1), (true, 3), (false, 3)] {
         let dir = tempfile::tempdir().unwrap();
         let mut transcripts = Vec::new();
         for (store, clock) in both(&dir).await {
-            transcripts.push(two_claimed_rows_of_one_key(store.as_ref(), &clock, k1_first).await);
+            let transcript = two_claimed_rows_of_one_key(store.as_ref(), &clock, k1_first, run);
+            transcripts.push(transcript.await);
+        }
+        assert_eq!(transcripts[0], transcripts[1], "memory, then SQLite");
+    }
+}
+
+/// Key k: k1..k6, and a key run k1..k4 claimed at once. `acked` (indexes into the run, in
+/// the order the call names them) are acked in one statement, the rest of the run is
+/// released in another; then the key's first message left must head it, with the rest as
+/// its run. The call names them in various orders; the statement (as SQLite plans an
+/// `UPDATE … FROM` with triggers today) collects the rows first and changes them by rowid,
+/// so the head leaves first and its trigger marks the next row of the run, which leaves
+/// next: the mark is handed down the run one row at a time and must end past it.
+async fn a_run_acked_in_one_statement(
+    store: &dyn OutboxStore,
+    acked: &[usize],
+) -> (Vec<String>, Vec<usize>) {
+    let mut k = Vec::new();
+    for value in 0..6 {
+        k.push(store.enqueue(keyed(value, "k")).await.unwrap().message);
+    }
+    let run = store
+        .claim(&request(10).with_key_run(4))
+        .await
+        .unwrap()
+        .messages;
+    let index_of = |m: &OutboxMessage| k.iter().position(|x| x.outbox_id == m.outbox_id);
+    let claimed: Vec<_> = run.iter().filter_map(index_of).collect();
+    assert_eq!(claimed, [0, 1, 2, 3], "the head and its run of 3");
+    let names: Vec<_> = acked.iter().map(|i| &run[*i]).collect();
+    let outcomes = store.ack(&refs(&names)).await.unwrap();
+    assert_eq!(outcomes, vec![ClaimOutcome::Applied; acked.len()]);
+    let rest: Vec<_> = (0..run.len())
+        .filter(|i| !acked.contains(i))
+        .map(|i| &run[i])
+        .collect();
+    let released = store.release(&refs(&rest)).await.unwrap();
+    assert_eq!(released, vec![ClaimOutcome::Applied; rest.len()]);
+    let next = store
+        .claim(&request(10).with_key_run(10))
+        .await
+        .unwrap()
+        .messages;
+    (
+        next.iter().map(normal).collect(),
+        next.iter().filter_map(index_of).collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_run_acked_in_one_statement_hands_the_head_on_in_any_order() {
+    let orders: &[&[usize]] = &[
+        &[0, 1, 2, 3],
+        &[3, 2, 1, 0],
+        &[1, 3, 0, 2],
+        &[2, 0, 3, 1],
+        &[0, 1],
+        &[1, 0],
+        &[0],
+    ];
+    for acked in orders {
+        let dir = tempfile::tempdir().unwrap();
+        let mut transcripts = Vec::new();
+        for (store, _clock) in both(&dir).await {
+            let (transcript, next) = a_run_acked_in_one_statement(store.as_ref(), acked).await;
+            let first_left = acked.len();
+            assert_eq!(
+                next,
+                (first_left..6).collect::<Vec<_>>(),
+                "after acking {acked:?}: the first message left heads k, the rest its run"
+            );
+            transcripts.push(transcript);
         }
         assert_eq!(transcripts[0], transcripts[1], "memory, then SQLite");
     }

@@ -168,6 +168,8 @@ async fn agree(seed: u64, steps: usize) {
         .unwrap();
     let mut sides = [Side::new(memory), Side::new(Arc::new(sqlite))];
     let mut rng = StdRng::seed_from_u64(seed);
+    // Messages handed out behind their head in a key run, counted on both sides.
+    let mut runs_handed_out = 0;
 
     for step in 0..steps {
         let op = rng.random_range(0..100);
@@ -178,6 +180,12 @@ async fn agree(seed: u64, steps: usize) {
             .collect();
         let (lane, target) = LANES[rng.random_range(0..LANES.len())];
         let limit = rng.random_range(0..5);
+        // Mostly heads only (the relay's default), often runs (0 is taken as 1).
+        let key_run = if rng.random_bool(0.5) {
+            1
+        } else {
+            rng.random_range(0..5)
+        };
         let lease = Duration::from_millis(rng.random_range(200..2_000));
         let ordering = if rng.random_bool(0.5) {
             OrderingPolicy::Skip
@@ -220,8 +228,14 @@ async fn agree(seed: u64, steps: usize) {
                 },
                 25..=49 => {
                     let request = ClaimRequest::new(lane, target, limit, lease, "relay")
-                        .with_ordering(ordering);
+                        .with_ordering(ordering)
+                        .with_key_run(key_run);
                     let batch = store.claim(&request).await.unwrap();
+                    let keys: Vec<_> = batch.messages.iter().map(|m| &m.ordering_key).collect();
+                    runs_handed_out += keys
+                        .windows(2)
+                        .filter(|pair| pair[0].is_some() && pair[0] == pair[1])
+                        .count();
                     side.claims
                         .extend(batch.messages.iter().filter_map(|m| m.claim()));
                     let mut dead = Vec::new();
@@ -305,6 +319,7 @@ async fn agree(seed: u64, steps: usize) {
     // The run must have exercised the interesting states, or it proves little.
     let statuses: HashSet<OutboxStatus> = sides[0].all().await.iter().map(|m| m.status).collect();
     assert!(statuses.len() >= 3, "seed {seed} reached only {statuses:?}");
+    assert!(runs_handed_out > 0, "seed {seed} handed out no key run");
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
-//! `EXPLAIN QUERY PLAN` guards: a claim (both ordering policies), `next_due` and a lane's
-//! stats read indexes in order and stop; the batch writes (the claim's marking, ack, nack,
+//! `EXPLAIN QUERY PLAN` guards: a claim (both ordering policies, heads alone and with their
+//! key runs), `next_due` and a lane's stats read indexes in order and stop, a key run within
+//! its bounds; the batch writes (the claim's marking, ack, nack,
 //! extend, release) find each row they name by its key; none scans the table or sorts the
 //! lane in a temporary B-tree. Checked on a file with a backlog of every kind (no key, a hot key, many
 //! cold keys, claims, dead letters), before and after `ANALYZE`, since statistics can
@@ -22,6 +23,7 @@ const EXPECTED_INDEX: &[(&str, &str)] = &[
     ("claim_doomed", "outbox_leases"),
     ("claim_lapsed", "outbox_leases"),
     ("claim_ready", "outbox_ready"),
+    ("claim_runs", "outbox_ready"),
     ("next_due", "outbox_ready"),
     ("stats oldest_due", "outbox_pending"),
     ("stats blocked_keys", "outbox_dead_keys"),
@@ -80,23 +82,40 @@ async fn fill(store: &SqliteOutboxStore, clock: &ManualClock) {
     store.ack(&acks).await.unwrap();
     clock.advance(Duration::from_secs(10)); // the other 50 claims lapse
     store.claim(&claim(20)).await.unwrap();
+    // Key runs in flight: the hot key's and some cold keys' next messages.
+    store.claim(&claim(40).with_key_run(8)).await.unwrap();
 }
 
 fn check(plans: &[QueryPlan], table: &str, when: &str) {
-    assert!(plans.len() >= 17, "{when}: {plans:#?}");
+    assert!(plans.len() >= 19, "{when}: {plans:#?}");
+    let runs = plans
+        .iter()
+        .filter(|plan| plan.statement.starts_with("claim_runs"))
+        .count();
+    assert_eq!(runs, 2, "{when}: the key-run claim under both policies");
     for plan in plans {
         let shown = format!("{when}, {}:\n  {}", plan.statement, plan.steps.join("\n  "));
         for step in &plan.steps {
             // The aliases the statements give the outbox table.
-            let scans_table = [table, "c", "e", "l"].iter().any(|name| {
+            let scans_table = [table, "c", "e", "l", "r"].iter().any(|name| {
                 step == &format!("SCAN {name}") || step.starts_with(&format!("SCAN {name} "))
             });
             assert!(!scans_table, "a full scan of the lane: {shown}");
             // A key probe reads its key's few rows, never a lane-wide index.
-            if step.starts_with("SEARCH e ") || step.starts_with("SEARCH l ") {
+            if ["SEARCH e ", "SEARCH l ", "SEARCH r "]
+                .iter()
+                .any(|alias| step.starts_with(alias))
+            {
                 assert!(
                     step.contains("outbox_key_order"),
                     "a key probe off its index: {shown}"
+                );
+            }
+            // A key run is read from its head to its end, a range of its key's index.
+            if step.starts_with("SEARCH r ") {
+                assert!(
+                    step.contains("rowid>") && step.contains("rowid<"),
+                    "a key run read without its bounds: {shown}"
                 );
             }
             assert!(

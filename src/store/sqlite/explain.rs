@@ -36,6 +36,7 @@ impl SqliteOutboxStore {
                 ("claim_doomed", &policy.claim_doomed),
                 ("claim_lapsed", &policy.claim_lapsed),
                 ("claim_ready", &policy.claim_ready),
+                ("claim_runs", &policy.claim_runs),
                 ("next_due", &policy.next_due),
             ] {
                 statements.push((format!("{name} ({ordering:?})"), text.to_string()));

@@ -268,6 +268,31 @@ const HELD_BY_DEAD: &str = "
             AND e.ordering_key = c.ordering_key AND e.status = 'dead_letter'
             AND e.seq < c.seq)";
 
+/// The last seq of the key run behind head `c` (`?5` the run's length, at least 2; `?1`
+/// now): the key's next pending rows by seq, at most `?5 - 1` of them, cut before the first
+/// that is not due, before the key's next claimed row and, under `Block` only
+/// (`{run_block}`), before its next dead letter. `c.seq` itself when nothing follows. Each
+/// term is an index range on `{t}_key_order` that stops within the run's length (or one
+/// probe), so a hot key's backlog behind the run is never read.
+const RUN_END: &str = "MIN(
+        COALESCE((SELECT COALESCE(MIN(CASE WHEN w.available_at > ?1 THEN w.seq END) - 1,
+                MAX(w.seq))
+            FROM (SELECT e.seq, e.available_at FROM {t} e INDEXED BY {t}_key_order
+                WHERE e.lane = c.lane AND e.target = c.target
+                AND e.ordering_key = c.ordering_key AND e.status = 'pending'
+                AND e.seq > c.seq ORDER BY e.seq LIMIT ?5 - 1) AS w), c.seq),
+        COALESCE((SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = c.lane AND e.target = c.target
+            AND e.ordering_key = c.ordering_key AND e.status = 'claimed'
+            AND e.seq > c.seq ORDER BY e.seq LIMIT 1) - 1, 9223372036854775807){run_block})";
+
+/// The `Block` addition to [`RUN_END`]: a dead letter behind the head ends the run.
+const RUN_STOPS_AT_DEAD: &str = ",
+        COALESCE((SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
+            WHERE e.lane = c.lane AND e.target = c.target
+            AND e.ordering_key = c.ordering_key AND e.status = 'dead_letter'
+            AND e.seq > c.seq ORDER BY e.seq LIMIT 1) - 1, 9223372036854775807)";
+
 /// The (outbox_id, claim_token) pairs of a batch statement, from `json_each(?1)` over
 /// `[[outbox_id, claim_token], ...]`.
 const GIVEN_CLAIMS: &str = "(SELECT json_extract(value, '$[0]') AS id,
@@ -284,6 +309,10 @@ pub(super) struct PolicyStatements {
     pub(super) claim_lapsed: Arc<str>,
     /// Due pending key heads, in (available_at, seq) order.
     pub(super) claim_ready: Arc<str>,
+    /// Due pending key heads as `claim_ready` picks them, each followed by its key run
+    /// (see [`RUN_END`]) in seq order; the limit counts every row. One more bind: ?5 the
+    /// run's length, at least 2 (a run of 1 is `claim_ready`).
+    pub(super) claim_runs: Arc<str>,
     /// The earliest of: the next lapse, a lapsed head, the first pending head.
     pub(super) next_due: Arc<str>,
 }
@@ -322,9 +351,14 @@ impl Statements {
                 .replace("{t}", &table)
                 .into()
         };
-        let policy = |block: &str| {
+        let policy = |block: &str, run_block: &str| {
             let held = KEY_HELD.replace("{block}", block);
-            let p = |sql: &str| t(&sql.replace("{key_held}", &held));
+            let run_end = RUN_END.replace("{run_block}", run_block);
+            let p = |sql: &str| {
+                t(&sql
+                    .replace("{key_held}", &held)
+                    .replace("{run_end}", &run_end))
+            };
             PolicyStatements {
                 claim_doomed: p("SELECT c.seq, c.outbox_id FROM {t} c
                     WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'claimed'
@@ -341,6 +375,20 @@ impl Statements {
                     WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'pending'
                         AND c.key_head = 1 AND c.available_at <= ?1 AND NOT {key_held}
                     ORDER BY c.available_at, c.seq
+                    LIMIT ?4"),
+                // The heads of `claim_ready`, each joined to itself and its run: a row
+                // without a key joins nothing and stands alone (`r.seq` NULL); a keyed head
+                // is the first row of its own run range. The order is the heads' index
+                // order, then each run's key-index order, so no sort: the statement stops
+                // reading heads once the limit is reached, runs included.
+                claim_runs: p("SELECT COALESCE(r.seq, c.seq) FROM {t} c
+                    LEFT JOIN {t} r INDEXED BY {t}_key_order
+                        ON r.lane = c.lane AND r.target = c.target
+                        AND r.ordering_key = c.ordering_key AND r.status = 'pending'
+                        AND r.seq >= c.seq AND r.seq <= {run_end}
+                    WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'pending'
+                        AND c.key_head = 1 AND c.available_at <= ?1 AND NOT {key_held}
+                    ORDER BY c.available_at, c.seq, r.seq
                     LIMIT ?4"),
                 // A running lease always counts (its lapse frees the row or its key); a row
                 // its key holds back does not (its key's head is counted instead). Each
@@ -373,8 +421,8 @@ impl Statements {
                     available_at, created_at, updated_at)
                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', 0, ?8, ?9, ?10, ?10)
                 RETURNING seq"),
-            skip: policy(""),
-            block: policy(HELD_BY_DEAD),
+            skip: policy("", ""),
+            block: policy(HELD_BY_DEAD, RUN_STOPS_AT_DEAD),
             // The batch statements below read their rows from `json_each(?1)`, a JSON
             // array built by `write.rs`: one statement per call, whatever its size. Each
             // drives its loop from the array and finds the row by a key (the rowid or the

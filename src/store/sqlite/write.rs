@@ -141,8 +141,10 @@ pub(super) async fn enqueue(
 
 /// Dead-letters lapsed claims that used their last attempt, then claims up to `limit` rows:
 /// lapsed claims first (they became claimable earliest, and their keys are blocked), then
-/// due pending rows. Every selection reads an index in order, takes only key heads (the
-/// `key_head` mark) and stops at its limit, as the memory store does with its own indexes.
+/// due pending rows, each due head with its key run when the request asks for runs. Every
+/// selection reads an index in order, takes only key heads (the `key_head` mark) and stops
+/// at its limit, as the memory store does with its own indexes; a run is read from its
+/// key's index, from the head on, and stops at its length.
 pub(super) async fn claim(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -181,11 +183,13 @@ pub(super) async fn claim(
         .map_err(db(OP))?;
     let room = request.limit - chosen.len();
     if room > 0 {
-        chosen.extend(
-            select_seqs(&statements.claim_ready, conn, room, now, request)
-                .await
-                .map_err(db(OP))?,
-        );
+        // A lapsed claim comes alone; a due head brings its key run (when asked for one),
+        // right behind it, counted in the room.
+        let ready = match request.run_len() {
+            1 => select_seqs(&statements.claim_ready, conn, room, now, request).await,
+            run => select_runs(&statements.claim_runs, conn, room, run, now, request).await,
+        };
+        chosen.extend(ready.map_err(db(OP))?);
     }
     if !chosen.is_empty() {
         batch.messages = mark_claimed(sql, conn, &chosen, request, now).await?;
@@ -223,8 +227,30 @@ async fn select_seqs(
     rows.iter().map(|row| row.try_get(0)).collect()
 }
 
+/// The seqs of due heads and their key runs, in claim order (binds: now, lane, target,
+/// limit, run length).
+async fn select_runs(
+    statement: &Arc<str>,
+    conn: &mut SqliteConnection,
+    limit: usize,
+    run: usize,
+    now: UnixMillis,
+    request: &ClaimRequest,
+) -> Result<Vec<i64>, sqlx::Error> {
+    let rows = query(statement)
+        .bind(now)
+        .bind(&request.lane)
+        .bind(&request.target)
+        .bind(int(limit))
+        .bind(int(run))
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter().map(|row| row.try_get(0)).collect()
+}
+
 /// Claims the chosen rows in one statement, each under a fresh token, and returns them in
-/// the order chosen (lapsed claims first, then by due time), as the memory store does:
+/// the order chosen (lapsed claims first, then by due time, each run behind its head), as
+/// the memory store does:
 /// `RETURNING` promises no order.
 async fn mark_claimed(
     sql: &Statements,
