@@ -4,7 +4,8 @@
 //! - lapsed claims by `lease_idx` (lane, target, lease_expires_at, seq) over claimed rows;
 //! - due pending rows by `head_idx` (lane, target, available_at, seq) over pending heads
 //!   only, so the rows queued behind a key's head are never read (schema/heads.rs);
-//! - lapsed last attempts by `last_attempt_idx`.
+//! - lapsed last attempts by `last_attempt_idx`;
+//! - each due head's key run (`key_runs`) by `key_live_idx`, right after the head's seq.
 //!
 //! Per-key order is checked on the rows met, by index probes (`key_free`), never by reading
 //! a key's queue. The ordering policy changes those probes, so it is statement text: one
@@ -46,11 +47,81 @@ fn key_free(t: &str, m: &str, policy: OrderingPolicy, skip_to_dead: bool) -> Str
     )
 }
 
+/// The CTE `pending`: the heads of CTE or subquery `heads` (`outbox_id`, `due_at`, `seq`,
+/// `ordering_key`, in claim order, locked), each followed by its key run, up to `rest` rows
+/// in all; columns `outbox_id`, `src` (1), `due_at` and `seq` (the head's), `pos` (0 for the
+/// head, then 1, 2.. along its run). `run` is the bind parameter of the longest run
+/// ([`crate::store::ClaimRequest::run_len`]).
+///
+/// A run is the key's next live rows after the head by seq (`key_live_idx`, read from the
+/// head's seq on, at most `run - 1` rows), cut before the first that is not pending and due,
+/// and under Block before the first dead letter after the head (one probe of `dead_idx`,
+/// which bounds the index range). As the memory store's `run_after`.
+///
+/// Cost: `LIMIT rest` without ORDER BY is what keeps it lazy. The plan can only be a nested
+/// loop over `heads` in their order (the LATERAL refers to the head), whose inner side is an
+/// Append, head first, then its run in seq order; no parallel plan runs a statement that
+/// writes. So the limit keeps exactly "heads in due order, each with its run, truncated",
+/// and stops pulling there: heads past it are neither read (a CTE is evaluated as far as it
+/// is read) nor locked, and with `run = 1` the run's `LIMIT 0` never starts its scan. An
+/// ORDER BY here would sort, so read and lock every head and run first.
+///
+/// Locks: the run's rows are locked `FOR UPDATE` as read, without SKIP LOCKED. A skipped
+/// row would leave a hole in the middle of a run (the limit reads on past it), handing out
+/// a message before its predecessor. No claimer can hold them: they are behind a live head
+/// this claim holds locked, and a row of a key is taken only after its earlier live rows
+/// (`key_free`). Another writer (an ack of a row handed out oddly, a relay that nacks a
+/// run's head and acks the next) holds one only for its own statement, so at worst this
+/// claim waits that long; then PostgreSQL re-reads the row: if it left live it drops out
+/// (the next live row follows the head, rightly), if it is claimed or not due the run ends
+/// there.
+fn key_runs(t: &str, heads: &str, policy: OrderingPolicy, run: &str, rest: &str) -> String {
+    let dead_cut = match policy {
+        OrderingPolicy::Skip => String::new(),
+        OrderingPolicy::Block => format!(
+            " AND e.seq < coalesce((
+                SELECT x.seq FROM {t} x
+                WHERE x.lane = $2 AND x.target = $3 AND x.ordering_key = h.ordering_key
+                  AND x.status = 'dead_letter' AND x.seq > h.seq
+                ORDER BY x.seq LIMIT 1), {max})",
+            max = i64::MAX
+        ),
+    };
+    format!(
+        "pending AS (
+            SELECT r.outbox_id, 1 AS src, h.due_at, h.seq, r.pos
+            FROM {heads} h
+            CROSS JOIN LATERAL (
+                SELECT h.outbox_id, 0::int8 AS pos
+                UNION ALL
+                SELECT n.outbox_id, n.pos FROM (
+                    SELECT e.outbox_id, row_number() OVER w AS pos,
+                           bool_and(e.status = 'pending' AND e.available_at <= {NOW})
+                               OVER w AS ok
+                    FROM (
+                        SELECT e.outbox_id, e.seq, e.status, e.available_at FROM {t} e
+                        WHERE h.ordering_key IS NOT NULL
+                          AND e.lane = $2 AND e.target = $3
+                          AND e.ordering_key = h.ordering_key
+                          AND e.status IN ('pending', 'claimed') AND e.seq > h.seq{dead_cut}
+                        ORDER BY e.seq
+                        LIMIT {run}::int8 - 1
+                        FOR UPDATE OF e
+                    ) e
+                    WINDOW w AS (ORDER BY e.seq)
+                ) n
+                WHERE n.ok
+            ) r
+            LIMIT {rest}
+         )"
+    )
+}
+
 /// The claim under `policy`: one statement. Run in a transaction with
 /// `promote_heads` for the keys in `dead_keys` (schema/heads.rs).
 ///
 /// `$1` now, `$2` lane, `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer,
-/// `$7` the lapsed-lease error text.
+/// `$7` the longest key run, `$8` the lapsed-lease error text.
 ///
 /// - `to_dead` locks claimed rows whose lease lapsed on their last attempt and whose key is
 ///   free; the statement dead-letters them. Under Skip such a row no longer holds its key
@@ -61,7 +132,10 @@ fn key_free(t: &str, m: &str, policy: OrderingPolicy, skip_to_dead: bool) -> Str
 ///   of the limit.
 /// - `successors` (Skip): the next row of a key whose head `to_dead` dead-letters is not
 ///   marked a head yet (`promote_heads` runs after this statement), so it is found from
-///   `to_dead` by one probe per dead row, and merged into `due`'s order.
+///   `to_dead` by one probe per dead row, and merged into `due`'s order (which reads and
+///   locks all of `due`: this claim runs only when the lane has a lapsed last attempt).
+/// - `pending` (`key_runs`): each of those heads followed by its key run, up to what
+///   `lapsed` left of the limit.
 ///
 /// The UPDATEs find their rows by `outbox_id = ANY (ARRAY(...))`: a join with the CTE let
 /// the planner guess a thousand rows and hash-join them against a scan of the whole table.
@@ -105,11 +179,11 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
     );
     let free = key_free(t, "m", policy, true);
     let rest = "greatest($4 - (SELECT count(*) FROM lapsed), 0)";
-    let (successors, pending) = if skip {
+    let (successors, heads) = if skip {
         (
             format!(
                 "successors AS MATERIALIZED (
-                    SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq
+                    SELECT m.outbox_id, m.available_at AS due_at, m.seq, m.ordering_key
                     FROM to_dead d
                     CROSS JOIN LATERAL (
                         SELECT n.outbox_id FROM {t} n
@@ -124,11 +198,15 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
                     FOR UPDATE OF m SKIP LOCKED
                  ),"
             ),
-            "SELECT * FROM due UNION ALL SELECT * FROM successors",
+            format!(
+                "(SELECT * FROM (SELECT * FROM due UNION ALL SELECT * FROM successors) p
+                  ORDER BY p.due_at, p.seq LIMIT {rest})"
+            ),
         )
     } else {
-        (String::new(), "SELECT * FROM due")
+        (String::new(), "due".to_owned())
     };
+    let pending = key_runs(t, &heads, policy, "$7", rest);
     format!(
         "WITH to_dead AS MATERIALIZED (
             SELECT m.outbox_id, m.seq, m.ordering_key FROM {t} m
@@ -147,7 +225,7 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
             FOR UPDATE OF m SKIP LOCKED
          ),
          due AS MATERIALIZED (
-            SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq FROM {t} m
+            SELECT m.outbox_id, m.available_at AS due_at, m.seq, m.ordering_key FROM {t} m
             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
               AND m.available_at <= {NOW} AND {free}
             ORDER BY m.available_at, m.seq
@@ -155,13 +233,14 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
             FOR UPDATE OF m SKIP LOCKED
          ),
          {successors}
+         {pending},
          to_claim AS (
-            SELECT * FROM lapsed
+            SELECT l.outbox_id, l.src, l.due_at, l.seq, 0::int8 AS pos FROM lapsed l
             UNION ALL
-            (SELECT * FROM ({pending}) p ORDER BY p.due_at, p.seq LIMIT {rest})
+            SELECT * FROM pending
          ),
          dead AS (
-            UPDATE {t} m SET status = 'dead_letter', last_error = $7, claimed_by = NULL,
+            UPDATE {t} m SET status = 'dead_letter', last_error = $8, claimed_by = NULL,
                    claim_token = NULL, lease_expires_at = NULL, updated_at = {NOW}
             WHERE m.outbox_id = ANY (ARRAY(SELECT outbox_id FROM to_dead))
             RETURNING m.outbox_id, m.seq, m.ordering_key
@@ -180,13 +259,13 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
                                FILTER (WHERE ordering_key IS NOT NULL), '{{}}') AS dead_keys
                FROM dead) dl
          LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
-         ORDER BY o.src, o.due_at, o.seq"
+         ORDER BY o.src, o.due_at, o.seq, o.pos"
     )
 }
 
 /// The claim's common case: `lapsed` and `due` as in [`claim`], without dead-lettering, as
 /// one statement that commits on its own, so a claim is one round trip. `$1` now, `$2` lane,
-/// `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer.
+/// `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer, `$7` the longest key run.
 ///
 /// A claim that dead-letters a lapsed last attempt must call `promote_heads` after it, in
 /// its transaction (schema/heads.rs), so this one does not run when the lane has such a
@@ -214,9 +293,15 @@ pub(super) fn claim_fast(
          SELECT (SELECT yes FROM lapsed_last) AS lapsed_last, {commit}c.*
          FROM (SELECT 1) one
          LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
-         ORDER BY o.src, o.due_at, o.seq",
+         ORDER BY o.src, o.due_at, o.seq, o.pos",
         lapsed_last = lapsed_last(t),
-        ctes = fast_ctes(t, cols_m, policy, " AND NOT (SELECT yes FROM lapsed_last)"),
+        ctes = fast_ctes(
+            t,
+            cols_m,
+            policy,
+            " AND NOT (SELECT yes FROM lapsed_last)",
+            "$7"
+        ),
     )
 }
 
@@ -232,11 +317,19 @@ pub(super) fn lapsed_last(t: &str) -> String {
 }
 
 /// The CTEs of the one-statement claim, ending in `claimed` (the claimed rows, `cols_m`)
-/// and `to_claim` (their order: `src`, `due_at`, `seq`). `gate` is appended to the
-/// conditions of both scans (empty, or a condition that stops the claim).
-pub(super) fn fast_ctes(t: &str, cols_m: &str, policy: OrderingPolicy, gate: &str) -> String {
+/// and `to_claim` (their order: `src`, `due_at`, `seq`, `pos`). `gate` is appended to the
+/// conditions of both scans (empty, or a condition that stops the claim); `run` is the bind
+/// parameter of the longest key run.
+pub(super) fn fast_ctes(
+    t: &str,
+    cols_m: &str,
+    policy: OrderingPolicy,
+    gate: &str,
+    run: &str,
+) -> String {
     let free = key_free(t, "m", policy, false);
     let rest = "greatest($4 - (SELECT count(*) FROM lapsed), 0)";
+    let pending = key_runs(t, "due", policy, run, rest);
     format!(
         "lapsed AS MATERIALIZED (
             SELECT m.outbox_id, 0 AS src, m.lease_expires_at AS due_at, m.seq FROM {t} m
@@ -248,14 +341,19 @@ pub(super) fn fast_ctes(t: &str, cols_m: &str, policy: OrderingPolicy, gate: &st
             FOR UPDATE OF m SKIP LOCKED
          ),
          due AS MATERIALIZED (
-            SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq FROM {t} m
+            SELECT m.outbox_id, m.available_at AS due_at, m.seq, m.ordering_key FROM {t} m
             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
               AND m.available_at <= {NOW} {gate} AND {free}
             ORDER BY m.available_at, m.seq
             LIMIT {rest}
             FOR UPDATE OF m SKIP LOCKED
          ),
-         to_claim AS (SELECT * FROM lapsed UNION ALL SELECT * FROM due),
+         {pending},
+         to_claim AS (
+            SELECT l.outbox_id, l.src, l.due_at, l.seq, 0::int8 AS pos FROM lapsed l
+            UNION ALL
+            SELECT * FROM pending
+         ),
          claimed AS (
             UPDATE {t} m SET status = 'claimed', attempt_count = m.attempt_count + 1,
                    claimed_by = $6, claim_token = gen_random_uuid(),
