@@ -123,9 +123,10 @@ fn key_runs(t: &str, heads: &str, policy: OrderingPolicy, run: &str, rest: &str)
 /// `$1` now, `$2` lane, `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer,
 /// `$7` the longest key run, `$8` the lapsed-lease error text.
 ///
-/// - `to_dead` locks claimed rows whose lease lapsed on their last attempt and whose key is
-///   free; the statement dead-letters them. Under Skip such a row no longer holds its key
-///   (as in the reference store), so an earlier one does not stop a later one.
+/// - `to_dead` locks claimed rows whose lease lapsed on their last attempt and that head
+///   their key (`key_free`, as the reference store's `lapsed_heads`); the statement
+///   dead-letters them and answers their ids in lapse order, as the reference store does. Of a lapsed run on its last attempts, one claim dead-letters the
+///   head; under Skip the next claim finds the next one at the head, and so on.
 /// - `lapsed` locks lapsed claims with attempts left, in lapse order: they come first,
 ///   because they became claimable earliest and their keys are blocked behind them.
 /// - `due` locks due pending heads in (available_at, seq) order, up to what `lapsed` left
@@ -151,32 +152,7 @@ fn key_runs(t: &str, heads: &str, policy: OrderingPolicy, run: &str, rest: &str)
 /// last attempt counts as gone only while this statement holds its lock and dead-letters it.
 pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
     let skip = policy == OrderingPolicy::Skip;
-    let key = "e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key";
-    // An earlier row that holds the key of a lapsed last attempt.
-    // (The live statuses are spelled out so the planner matches `key_live_idx`.)
-    let holds = if skip {
-        format!(
-            "e.status = 'pending' OR e.lease_expires_at > {NOW} \
-             OR e.attempt_count < e.max_attempts"
-        )
-    } else {
-        "true".to_owned()
-    };
-    let dead_holds = if skip {
-        String::new()
-    } else {
-        format!(
-            " AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} \
-                AND e.status = 'dead_letter' AND e.seq < m.seq)"
-        )
-    };
-    let dead_free = format!(
-        "(m.ordering_key IS NULL OR (
-            NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} AND e.seq < m.seq
-                AND e.status IN ('pending', 'claimed') AND ({holds})){dead_holds}
-            AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
-                AND e.status = 'claimed' AND e.lease_expires_at > {NOW})))"
-    );
+    let dead_free = key_free(t, "m", policy, false);
     let free = key_free(t, "m", policy, true);
     let rest = "greatest($4 - (SELECT count(*) FROM lapsed), 0)";
     let (successors, heads) = if skip {
@@ -209,7 +185,8 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
     let pending = key_runs(t, &heads, policy, "$7", rest);
     format!(
         "WITH to_dead AS MATERIALIZED (
-            SELECT m.outbox_id, m.seq, m.ordering_key FROM {t} m
+            SELECT m.outbox_id, m.seq, m.ordering_key, m.lease_expires_at AS lapsed_at
+            FROM {t} m
             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
               AND m.attempt_count >= m.max_attempts AND m.lease_expires_at <= {NOW}
               AND {dead_free}
@@ -254,10 +231,11 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
             RETURNING {cols_m}
          )
          SELECT dl.dead_ids, dl.dead_keys, c.*
-         FROM (SELECT coalesce(array_agg(outbox_id ORDER BY seq), '{{}}') AS dead_ids,
-                      coalesce(array_agg(DISTINCT ordering_key)
-                               FILTER (WHERE ordering_key IS NOT NULL), '{{}}') AS dead_keys
-               FROM dead) dl
+         FROM (SELECT coalesce(array_agg(d.outbox_id ORDER BY x.lapsed_at, x.seq), '{{}}')
+                          AS dead_ids,
+                      coalesce(array_agg(DISTINCT d.ordering_key)
+                               FILTER (WHERE d.ordering_key IS NOT NULL), '{{}}') AS dead_keys
+               FROM dead d JOIN to_dead x ON x.outbox_id = d.outbox_id) dl
          LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
          ORDER BY o.src, o.due_at, o.seq, o.pos"
     )
