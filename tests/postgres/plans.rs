@@ -2,7 +2,9 @@
 //! node of `EXPLAIN (ANALYZE, FORMAT JSON)` reads a small multiple of the claim's limit, for
 //! every key distribution (no keys; 1,000 keys with a retrying head and a dead head; one hot
 //! key of 100,000 messages among 1,000 cold keys, and that hot key alone), under both
-//! ordering policies, before and after ANALYZE, and with lapsed claims to take first.
+//! ordering policies, before and after ANALYZE, and with lapsed claims to take first. The
+//! claims are pinned with heads only and with key runs of [`RUN`]: a run's rows count
+//! towards the limit, so a claim with runs reads no more than one without.
 
 use std::time::Duration;
 
@@ -19,6 +21,8 @@ const LIMIT: usize = 100;
 /// claim steps over (a blocked head, a key in flight), and for the dead versions of rows
 /// updated in the test that an index still points to (a bitmap scan counts them).
 const MAX_READ: f64 = (3 * LIMIT + 20) as f64;
+/// The key run of the claims pinned with runs, as the relay asks for it with a fast handler.
+const RUN: usize = 16;
 
 /// How the 100,000 rows are keyed.
 #[derive(Debug, Clone, Copy)]
@@ -155,16 +159,27 @@ fn claim_request(ordering: OrderingPolicy) -> ClaimRequest {
 
 async fn check_all(store: &PostgresOutboxStore, label: &str) {
     for ordering in [OrderingPolicy::Skip, OrderingPolicy::Block] {
-        let plan = store
-            .explain(&Explained::Claim(claim_request(ordering)))
-            .await
-            .expect("explain claim");
-        check(&format!("{label}: claim {ordering:?}"), &plan, true);
-        let plan = store
-            .explain(&Explained::FastClaim(claim_request(ordering)))
-            .await
-            .expect("explain the one-statement claim");
-        check(&format!("{label}: fast claim {ordering:?}"), &plan, true);
+        for run in [1, RUN] {
+            let request = claim_request(ordering).with_key_run(run);
+            let plan = store
+                .explain(&Explained::Claim(request.clone()))
+                .await
+                .expect("explain claim");
+            check(
+                &format!("{label}: claim {ordering:?}, run {run}"),
+                &plan,
+                true,
+            );
+            let plan = store
+                .explain(&Explained::FastClaim(request))
+                .await
+                .expect("explain the one-statement claim");
+            check(
+                &format!("{label}: fast claim {ordering:?}, run {run}"),
+                &plan,
+                true,
+            );
+        }
         let plan = store
             .explain(&Explained::NextDue {
                 lane: "l".into(),
@@ -255,6 +270,21 @@ async fn guard(keys: Keys) {
             "one message of the hot key at a time"
         );
         assert_eq!(batch.messages[0].ordering_key.as_deref(), Some("hot"));
+        // With a run, the messages queued right behind it, in order.
+        store
+            .ack(&[batch.messages[0].claim().expect("claimed")])
+            .await
+            .expect("ack");
+        let run = store
+            .claim(&claim_request(OrderingPolicy::Skip).with_key_run(RUN))
+            .await
+            .expect("claim a run");
+        let seqs: Vec<i64> = run.messages.iter().map(|m| m.seq).collect();
+        assert_eq!(seqs.len(), RUN, "a run of the hot key: {seqs:?}");
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]) && seqs[0] > batch.messages[0].seq,
+            "the hot key's next messages, in order: {seqs:?}"
+        );
     }
     schema.drop().await;
 }
