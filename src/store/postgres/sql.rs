@@ -292,8 +292,9 @@ impl Statements {
             // partial index (index-only counts), none from a scan of the table. Blocked
             // keys: a key is blocked when a dead letter has a live row after it and none
             // before it (then its first dead letter comes before its head); two probes per
-            // dead letter (LATERAL ... LIMIT 1 keeps it a probe even before ANALYZE, when
-            // the planner once read the whole live index instead). The oldest
+            // dead letter (LATERAL ... LIMIT 1 and OFFSET 0 keep each a probe even before
+            // ANALYZE, when the planner once read the whole live index instead: OFFSET 0 stops
+            // PostgreSQL from making the NOT EXISTS an anti-join or a hashed subplan). The oldest
             // pending age counts only due rows (a message delayed by an hour is not old):
             // read in created_at order, stopping at the first due one.
             lane_stats: format!(
@@ -322,7 +323,8 @@ impl Statements {
                          SELECT 1 FROM {t} f
                          WHERE f.lane = d.lane AND f.target = d.target
                            AND f.ordering_key = d.ordering_key
-                           AND f.status IN ('pending', 'claimed') AND f.seq < d.seq))
+                           AND f.status IN ('pending', 'claimed') AND f.seq < d.seq
+                         OFFSET 0))
                     AS blocked_keys",
                 age = millis(&format!("({NOW} - m.created_at)")),
             )
@@ -351,7 +353,7 @@ impl Statements {
                              WHERE f.lane = d.lane AND f.target = d.target
                                AND f.ordering_key = d.ordering_key
                                AND f.status IN ('pending', 'claimed') AND f.seq < d.seq
-                               AND {filter_f}))) AS blocked_keys
+                               AND {filter_f} OFFSET 0))) AS blocked_keys
                  FROM {t} m WHERE {filter_m}
                  GROUP BY m.lane, m.target",
                 oldest = millis(&format!(
