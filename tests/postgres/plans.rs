@@ -95,6 +95,26 @@ pub(super) async fn fill(store: &PostgresOutboxStore, rows: i64, keys: Keys) {
     tx.commit().await.expect("commit fill");
 }
 
+/// Claims in flight in another lane: 1,000 keyed rows of lane `busy` claimed under a lease of
+/// an hour. A claim of lane `l` must not read them: its check "is a row of this key in
+/// flight?" is one probe per head, not a hash of every live lease in the table (which the
+/// planner picks unless told otherwise, see `key_free`).
+async fn claims_elsewhere(store: &PostgresOutboxStore) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {} (outbox_id, lane, target, payload, headers, ordering_key, status,
+                         attempt_count, max_attempts, available_at, claimed_by, claim_token,
+                         lease_expires_at, created_at, updated_at, key_head)
+         SELECT gen_random_uuid(), 'busy', 'sink', '{{}}', '{{}}', 'b' || i, 'claimed', 1, 5,
+                now(), 'elsewhere', gen_random_uuid(), now() + interval '1 hour', now(), now(),
+                true
+         FROM generate_series(1, 1000) AS i",
+        store.messages_table()
+    )))
+    .execute(store.pool())
+    .await
+    .expect("claims in flight elsewhere");
+}
+
 /// Every node that reads the messages table: (what, rows read over all its loops).
 /// `counts`: also the scans an aggregate reads whole (stats' counts); else they are left out.
 fn scans(node: &Value, out: &mut Vec<(String, f64)>, counts: bool) {
@@ -208,6 +228,7 @@ async fn guard(keys: Keys) {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
     fill(&store, ROWS, keys).await;
+    claims_elsewhere(&store).await;
     // A fresh table, before ANALYZE: the planner knows nothing of the rows yet.
     check_all(&store, &format!("{keys:?}, before ANALYZE")).await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(

@@ -20,6 +20,14 @@ use crate::store::OrderingPolicy;
 /// that has not lapsed. Each clause is one descent of `key_live_idx`, `dead_idx` or
 /// `key_claimed_idx` and stops at its first row.
 ///
+/// The lease clause ends in `OFFSET 0` to keep it a probe. Its only correlation is equality
+/// on (lane, target, key), so PostgreSQL may otherwise turn it into a hashed subplan: once
+/// per statement, read every claimed row whose lease has not lapsed, in every lane (the
+/// lease index has no better prefix for that), and hash them. Every row a relay acked
+/// within the last lease length is still in that index range until vacuum, so a busy lane
+/// paid for its own throughput on each claim (keyed claims cost about twice the keyless
+/// ones). `OFFSET 0` stops the rewrite of an EXISTS into a hashable ANY.
+///
 /// `skip_to_dead`: under Skip, rows this very claim dead-letters (CTE `to_dead`) do not
 /// hold their key.
 fn key_free(t: &str, m: &str, policy: OrderingPolicy, skip_to_dead: bool) -> String {
@@ -43,7 +51,7 @@ fn key_free(t: &str, m: &str, policy: OrderingPolicy, skip_to_dead: bool) -> Str
             NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
                 AND e.status IN ('pending', 'claimed') AND e.seq < {m}.seq{not_to_dead}){dead}
             AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
-                AND e.status = 'claimed' AND e.lease_expires_at > {NOW})))"
+                AND e.status = 'claimed' AND e.lease_expires_at > {NOW} OFFSET 0)))"
     )
 }
 
