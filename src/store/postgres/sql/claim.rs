@@ -397,4 +397,23 @@ mod tests {
             assert!(!on.contains("SET status = 'dead_letter'"), "{on}");
         }
     }
+
+    #[test]
+    fn the_key_run_is_a_bind_parameter_and_the_answer_keeps_each_run_behind_its_head() {
+        for policy in [OrderingPolicy::Skip, OrderingPolicy::Block] {
+            let fast = claim_fast("t", "m.outbox_id", policy, false);
+            let full = claim("t", "m.outbox_id", policy);
+            for sql in [&fast, &full] {
+                assert!(sql.contains("LIMIT $7::int8 - 1"), "{sql}");
+                assert!(
+                    sql.ends_with("ORDER BY o.src, o.due_at, o.seq, o.pos"),
+                    "{sql}"
+                );
+            }
+            assert!(full.contains("last_error = $8"), "{full}");
+            // Only Block cuts a run at a dead letter.
+            let cut = full.contains("x.status = 'dead_letter' AND x.seq > h.seq");
+            assert_eq!(cut, policy == OrderingPolicy::Block, "{full}");
+        }
+    }
 }

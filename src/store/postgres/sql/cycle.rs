@@ -143,5 +143,9 @@ mod tests {
         // The claim's text as the store runs it: its parameters keep their numbers.
         assert!(body.contains("claimed_by = $6"), "{body}");
         assert!(body.contains("unnest($7::uuid[], $8::uuid[])"), "{body}");
+        // The key run is the function's last parameter.
+        assert_eq!(body.matches("LIMIT $11::int8 - 1").count(), 2, "{body}");
+        assert!(PARAMS.ends_with("p_run int8"), "{PARAMS}");
+        assert!(call("f").ends_with("$10, $11)"));
     }
 }
