@@ -95,7 +95,7 @@ async fn differential_run(seed: u64, steps: usize) {
     let config = schema
         .config()
         .with_clock(Arc::new(pg_clock.clone()))
-        .with_cycle_function(seed % 2 == 0);
+        .with_cycle_function(seed.is_multiple_of(2));
     let pg = open(config).await;
     let mem_clock = ManualClock::new(UnixMillis::from_millis(start));
     let mem = InMemoryOutboxStore::with_clock(Arc::new(mem_clock.clone()));
