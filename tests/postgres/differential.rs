@@ -91,7 +91,12 @@ async fn differential_run(seed: u64, steps: usize) {
     let start = 1_700_000_000_000;
     let schema = SchemaGuard::new();
     let pg_clock = ManualClock::new(UnixMillis::from_millis(start));
-    let pg = open(schema.config().with_clock(Arc::new(pg_clock.clone()))).await;
+    // Odd seeds without the cycle function: the claim statements on their own.
+    let config = schema
+        .config()
+        .with_clock(Arc::new(pg_clock.clone()))
+        .with_cycle_function(seed.is_multiple_of(2));
+    let pg = open(config).await;
     let mem_clock = ManualClock::new(UnixMillis::from_millis(start));
     let mem = InMemoryOutboxStore::with_clock(Arc::new(mem_clock.clone()));
     let mut sides = [
@@ -169,7 +174,8 @@ async fn differential_run(seed: u64, steps: usize) {
                 OrderingPolicy::Block
             };
             let request = ClaimRequest::new(lane, "sink", limit, Duration::from_secs(1), "r")
-                .with_ordering(ordering);
+                .with_ordering(ordering)
+                .with_key_run(rng.random_range(0..=4));
             let mut answers = Vec::new();
             for side in &mut sides {
                 let batch = side.store.claim(&request).await.unwrap();

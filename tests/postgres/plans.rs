@@ -2,7 +2,9 @@
 //! node of `EXPLAIN (ANALYZE, FORMAT JSON)` reads a small multiple of the claim's limit, for
 //! every key distribution (no keys; 1,000 keys with a retrying head and a dead head; one hot
 //! key of 100,000 messages among 1,000 cold keys, and that hot key alone), under both
-//! ordering policies, before and after ANALYZE, and with lapsed claims to take first.
+//! ordering policies, before and after ANALYZE, and with lapsed claims to take first. The
+//! claims are pinned with heads only and with key runs of [`RUN`]: a run's rows count
+//! towards the limit, so a claim with runs reads no more than one without.
 
 use std::time::Duration;
 
@@ -19,6 +21,8 @@ const LIMIT: usize = 100;
 /// claim steps over (a blocked head, a key in flight), and for the dead versions of rows
 /// updated in the test that an index still points to (a bitmap scan counts them).
 const MAX_READ: f64 = (3 * LIMIT + 20) as f64;
+/// The key run of the claims pinned with runs, as the relay asks for it with a fast handler.
+const RUN: usize = 16;
 
 /// How the 100,000 rows are keyed.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +95,26 @@ pub(super) async fn fill(store: &PostgresOutboxStore, rows: i64, keys: Keys) {
     tx.commit().await.expect("commit fill");
 }
 
+/// Claims in flight in another lane: 1,000 keyed rows of lane `busy` claimed under a lease of
+/// an hour. A claim of lane `l` must not read them: its check "is a row of this key in
+/// flight?" is one probe per head, not a hash of every live lease in the table (which the
+/// planner picks unless told otherwise, see `key_free`).
+async fn claims_elsewhere(store: &PostgresOutboxStore) {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {} (outbox_id, lane, target, payload, headers, ordering_key, status,
+                         attempt_count, max_attempts, available_at, claimed_by, claim_token,
+                         lease_expires_at, created_at, updated_at, key_head)
+         SELECT gen_random_uuid(), 'busy', 'sink', '{{}}', '{{}}', 'b' || i, 'claimed', 1, 5,
+                now(), 'elsewhere', gen_random_uuid(), now() + interval '1 hour', now(), now(),
+                true
+         FROM generate_series(1, 1000) AS i",
+        store.messages_table()
+    )))
+    .execute(store.pool())
+    .await
+    .expect("claims in flight elsewhere");
+}
+
 /// Every node that reads the messages table: (what, rows read over all its loops).
 /// `counts`: also the scans an aggregate reads whole (stats' counts); else they are left out.
 fn scans(node: &Value, out: &mut Vec<(String, f64)>, counts: bool) {
@@ -155,16 +179,27 @@ fn claim_request(ordering: OrderingPolicy) -> ClaimRequest {
 
 async fn check_all(store: &PostgresOutboxStore, label: &str) {
     for ordering in [OrderingPolicy::Skip, OrderingPolicy::Block] {
-        let plan = store
-            .explain(&Explained::Claim(claim_request(ordering)))
-            .await
-            .expect("explain claim");
-        check(&format!("{label}: claim {ordering:?}"), &plan, true);
-        let plan = store
-            .explain(&Explained::FastClaim(claim_request(ordering)))
-            .await
-            .expect("explain the one-statement claim");
-        check(&format!("{label}: fast claim {ordering:?}"), &plan, true);
+        for run in [1, RUN] {
+            let request = claim_request(ordering).with_key_run(run);
+            let plan = store
+                .explain(&Explained::Claim(request.clone()))
+                .await
+                .expect("explain claim");
+            check(
+                &format!("{label}: claim {ordering:?}, run {run}"),
+                &plan,
+                true,
+            );
+            let plan = store
+                .explain(&Explained::FastClaim(request))
+                .await
+                .expect("explain the one-statement claim");
+            check(
+                &format!("{label}: fast claim {ordering:?}, run {run}"),
+                &plan,
+                true,
+            );
+        }
         let plan = store
             .explain(&Explained::NextDue {
                 lane: "l".into(),
@@ -193,6 +228,7 @@ async fn guard(keys: Keys) {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
     fill(&store, ROWS, keys).await;
+    claims_elsewhere(&store).await;
     // A fresh table, before ANALYZE: the planner knows nothing of the rows yet.
     check_all(&store, &format!("{keys:?}, before ANALYZE")).await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -255,6 +291,21 @@ async fn guard(keys: Keys) {
             "one message of the hot key at a time"
         );
         assert_eq!(batch.messages[0].ordering_key.as_deref(), Some("hot"));
+        // With a run, the messages queued right behind it, in order.
+        store
+            .ack(&[batch.messages[0].claim().expect("claimed")])
+            .await
+            .expect("ack");
+        let run = store
+            .claim(&claim_request(OrderingPolicy::Skip).with_key_run(RUN))
+            .await
+            .expect("claim a run");
+        let seqs: Vec<i64> = run.messages.iter().map(|m| m.seq).collect();
+        assert_eq!(seqs.len(), RUN, "a run of the hot key: {seqs:?}");
+        assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]) && seqs[0] > batch.messages[0].seq,
+            "the hot key's next messages, in order: {seqs:?}"
+        );
     }
     schema.drop().await;
 }

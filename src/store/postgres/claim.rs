@@ -112,9 +112,9 @@ impl PostgresOutboxStore {
     }
 
     /// A claim statement under `request`'s ordering policy, `prefix` before its text
-    /// (`EXPLAIN ..`, or nothing), with `$1`..`$6` bound: now, lane, target, limit, lease,
-    /// consumer. `fast`: the one-statement claim; else the full one, which binds `$7` (the
-    /// lapsed-lease error) after.
+    /// (`EXPLAIN ..`, or nothing), with `$1`..`$7` bound: now, lane, target, limit, lease,
+    /// consumer, longest key run. `fast`: the one-statement claim; else the full one, which
+    /// binds `$8` (the lapsed-lease error) after.
     pub(super) fn claim_query<'q>(
         &self,
         prefix: String,
@@ -128,6 +128,7 @@ impl PostgresOutboxStore {
             (OrderingPolicy::Block, true) => &self.sql.claim_fast_block,
         };
         self.bind_request(prefix + sql, request)
+            .bind(to_i64(request.run_len()))
     }
 
     /// `sql` with a claim request's parameters bound as `$1`..`$6`: now, lane, target,

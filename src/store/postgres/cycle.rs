@@ -12,7 +12,7 @@ use crate::store::{ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, Or
 
 use super::decode::{self, db_error, unsigned};
 use super::fenced::FencedBatch;
-use super::PostgresOutboxStore;
+use super::{to_i64, PostgresOutboxStore};
 
 /// What one call of the cycle function did.
 pub(super) struct Cycle {
@@ -54,6 +54,7 @@ impl PostgresOutboxStore {
             .bind(&fenced.tokens)
             .bind(request.ordering == OrderingPolicy::Block)
             .bind(self.async_commit)
+            .bind(to_i64(request.run_len()))
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(op, e))?;

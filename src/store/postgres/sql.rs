@@ -290,8 +290,11 @@ impl Statements {
             .into(),
             // $1 now, $2 lane, $3 target: the stats of one lane, each figure from one
             // partial index (index-only counts), none from a scan of the table. Blocked
-            // keys: one probe per dead letter (LATERAL ... LIMIT 1 keeps it a probe even
-            // before ANALYZE, when the planner once read the whole live index instead). The oldest
+            // keys: a key is blocked when a dead letter has a live row after it and none
+            // before it (then its first dead letter comes before its head); two probes per
+            // dead letter (LATERAL ... LIMIT 1 and OFFSET 0 keep each a probe even before
+            // ANALYZE, when the planner once read the whole live index instead: OFFSET 0 stops
+            // PostgreSQL from making the NOT EXISTS an anti-join or a hashed subplan). The oldest
             // pending age counts only due rows (a message delayed by an hour is not old):
             // read in created_at order, stopping at the first due one.
             lane_stats: format!(
@@ -315,13 +318,21 @@ impl Statements {
                            AND l.status IN ('pending', 'claimed') AND l.seq > d.seq
                          LIMIT 1) behind
                      WHERE d.lane = $2 AND d.target = $3 AND d.status = 'dead_letter'
-                       AND d.ordering_key IS NOT NULL) AS blocked_keys",
+                       AND d.ordering_key IS NOT NULL
+                       AND NOT EXISTS (
+                         SELECT 1 FROM {t} f
+                         WHERE f.lane = d.lane AND f.target = d.target
+                           AND f.ordering_key = d.ordering_key
+                           AND f.status IN ('pending', 'claimed') AND f.seq < d.seq
+                         OFFSET 0))
+                    AS blocked_keys",
                 age = millis(&format!("({NOW} - m.created_at)")),
             )
             .into(),
             // $1 now, $2..$5 filter: any filter, for admin tools (one lane's stats use
             // `lane_stats`). A blocked key: a live row with a dead-lettered earlier row of its
-            // key, both among the rows the filter selects.
+            // key that no live row comes before (so before the key's head), all among the rows
+            // the filter selects.
             stats: format!(
                 "SELECT m.lane, m.target,
                     count(*) FILTER (WHERE m.status = 'pending') AS pending,
@@ -336,7 +347,13 @@ impl Statements {
                          SELECT 1 FROM {t} d
                          WHERE d.lane = l.lane AND d.target = l.target
                            AND d.ordering_key = l.ordering_key AND d.status = 'dead_letter'
-                           AND d.seq < l.seq AND {filter_d})) AS blocked_keys
+                           AND d.seq < l.seq AND {filter_d}
+                           AND NOT EXISTS (
+                             SELECT 1 FROM {t} f
+                             WHERE f.lane = d.lane AND f.target = d.target
+                               AND f.ordering_key = d.ordering_key
+                               AND f.status IN ('pending', 'claimed') AND f.seq < d.seq
+                               AND {filter_f} OFFSET 0))) AS blocked_keys
                  FROM {t} m WHERE {filter_m}
                  GROUP BY m.lane, m.target",
                 oldest = millis(&format!(
@@ -345,6 +362,7 @@ impl Statements {
                 )),
                 filter_l = filter("l", 2),
                 filter_d = filter("d", 2),
+                filter_f = filter("f", 2),
                 filter_m = filter("m", 2),
             )
             .into(),

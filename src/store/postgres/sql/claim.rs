@@ -4,7 +4,8 @@
 //! - lapsed claims by `lease_idx` (lane, target, lease_expires_at, seq) over claimed rows;
 //! - due pending rows by `head_idx` (lane, target, available_at, seq) over pending heads
 //!   only, so the rows queued behind a key's head are never read (schema/heads.rs);
-//! - lapsed last attempts by `last_attempt_idx`.
+//! - lapsed last attempts by `last_attempt_idx`;
+//! - each due head's key run (`key_runs`) by `key_live_idx`, right after the head's seq.
 //!
 //! Per-key order is checked on the rows met, by index probes (`key_free`), never by reading
 //! a key's queue. The ordering policy changes those probes, so it is statement text: one
@@ -18,6 +19,14 @@ use crate::store::OrderingPolicy;
 /// claimed, or dead-lettered under Block), and no row of the key is claimed under a lease
 /// that has not lapsed. Each clause is one descent of `key_live_idx`, `dead_idx` or
 /// `key_claimed_idx` and stops at its first row.
+///
+/// The lease clause ends in `OFFSET 0` to keep it a probe. Its only correlation is equality
+/// on (lane, target, key), so PostgreSQL may otherwise turn it into a hashed subplan: once
+/// per statement, read every claimed row whose lease has not lapsed, in every lane (the
+/// lease index has no better prefix for that), and hash them. Every row a relay acked
+/// within the last lease length is still in that index range until vacuum, so a busy lane
+/// paid for its own throughput on each claim (keyed claims cost about twice the keyless
+/// ones). `OFFSET 0` stops the rewrite of an EXISTS into a hashable ANY.
 ///
 /// `skip_to_dead`: under Skip, rows this very claim dead-letters (CTE `to_dead`) do not
 /// hold their key.
@@ -42,7 +51,77 @@ fn key_free(t: &str, m: &str, policy: OrderingPolicy, skip_to_dead: bool) -> Str
             NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
                 AND e.status IN ('pending', 'claimed') AND e.seq < {m}.seq{not_to_dead}){dead}
             AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
-                AND e.status = 'claimed' AND e.lease_expires_at > {NOW})))"
+                AND e.status = 'claimed' AND e.lease_expires_at > {NOW} OFFSET 0)))"
+    )
+}
+
+/// The CTE `pending`: the heads of CTE or subquery `heads` (`outbox_id`, `due_at`, `seq`,
+/// `ordering_key`, in claim order, locked), each followed by its key run, up to `rest` rows
+/// in all; columns `outbox_id`, `src` (1), `due_at` and `seq` (the head's), `pos` (0 for the
+/// head, then 1, 2.. along its run). `run` is the bind parameter of the longest run
+/// ([`crate::store::ClaimRequest::run_len`]).
+///
+/// A run is the key's next live rows after the head by seq (`key_live_idx`, read from the
+/// head's seq on, at most `run - 1` rows), cut before the first that is not pending and due,
+/// and under Block before the first dead letter after the head (one probe of `dead_idx`,
+/// which bounds the index range). As the memory store's `run_after`.
+///
+/// Cost: `LIMIT rest` without ORDER BY is what keeps it lazy. The plan can only be a nested
+/// loop over `heads` in their order (the LATERAL refers to the head), whose inner side is an
+/// Append, head first, then its run in seq order; no parallel plan runs a statement that
+/// writes. So the limit keeps exactly "heads in due order, each with its run, truncated",
+/// and stops pulling there: heads past it are neither read (a CTE is evaluated as far as it
+/// is read) nor locked, and with `run = 1` the run's `LIMIT 0` never starts its scan. An
+/// ORDER BY here would sort, so read and lock every head and run first.
+///
+/// Locks: the run's rows are locked `FOR UPDATE` as read, without SKIP LOCKED. A skipped
+/// row would leave a hole in the middle of a run (the limit reads on past it), handing out
+/// a message before its predecessor. No claimer can hold them: they are behind a live head
+/// this claim holds locked, and a row of a key is taken only after its earlier live rows
+/// (`key_free`). Another writer (an ack of a row handed out oddly, a relay that nacks a
+/// run's head and acks the next) holds one only for its own statement, so at worst this
+/// claim waits that long; then PostgreSQL re-reads the row: if it left live it drops out
+/// (the next live row follows the head, rightly), if it is claimed or not due the run ends
+/// there.
+fn key_runs(t: &str, heads: &str, policy: OrderingPolicy, run: &str, rest: &str) -> String {
+    let dead_cut = match policy {
+        OrderingPolicy::Skip => String::new(),
+        OrderingPolicy::Block => format!(
+            " AND e.seq < coalesce((
+                SELECT x.seq FROM {t} x
+                WHERE x.lane = $2 AND x.target = $3 AND x.ordering_key = h.ordering_key
+                  AND x.status = 'dead_letter' AND x.seq > h.seq
+                ORDER BY x.seq LIMIT 1), {max})",
+            max = i64::MAX
+        ),
+    };
+    format!(
+        "pending AS (
+            SELECT r.outbox_id, 1 AS src, h.due_at, h.seq, r.pos
+            FROM {heads} h
+            CROSS JOIN LATERAL (
+                SELECT h.outbox_id, 0::int8 AS pos
+                UNION ALL
+                SELECT n.outbox_id, n.pos FROM (
+                    SELECT e.outbox_id, row_number() OVER w AS pos,
+                           bool_and(e.status = 'pending' AND e.available_at <= {NOW})
+                               OVER w AS ok
+                    FROM (
+                        SELECT e.outbox_id, e.seq, e.status, e.available_at FROM {t} e
+                        WHERE h.ordering_key IS NOT NULL
+                          AND e.lane = $2 AND e.target = $3
+                          AND e.ordering_key = h.ordering_key
+                          AND e.status IN ('pending', 'claimed') AND e.seq > h.seq{dead_cut}
+                        ORDER BY e.seq
+                        LIMIT {run}::int8 - 1
+                        FOR UPDATE OF e
+                    ) e
+                    WINDOW w AS (ORDER BY e.seq)
+                ) n
+                WHERE n.ok
+            ) r
+            LIMIT {rest}
+         )"
     )
 }
 
@@ -50,18 +129,22 @@ fn key_free(t: &str, m: &str, policy: OrderingPolicy, skip_to_dead: bool) -> Str
 /// `promote_heads` for the keys in `dead_keys` (schema/heads.rs).
 ///
 /// `$1` now, `$2` lane, `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer,
-/// `$7` the lapsed-lease error text.
+/// `$7` the longest key run, `$8` the lapsed-lease error text.
 ///
-/// - `to_dead` locks claimed rows whose lease lapsed on their last attempt and whose key is
-///   free; the statement dead-letters them. Under Skip such a row no longer holds its key
-///   (as in the reference store), so an earlier one does not stop a later one.
+/// - `to_dead` locks claimed rows whose lease lapsed on their last attempt and that head
+///   their key (`key_free`, as the reference store's `lapsed_heads`); the statement
+///   dead-letters them and answers their ids in lapse order, as the reference store does. Of a lapsed run on its last attempts, one claim dead-letters the
+///   head; under Skip the next claim finds the next one at the head, and so on.
 /// - `lapsed` locks lapsed claims with attempts left, in lapse order: they come first,
 ///   because they became claimable earliest and their keys are blocked behind them.
 /// - `due` locks due pending heads in (available_at, seq) order, up to what `lapsed` left
 ///   of the limit.
 /// - `successors` (Skip): the next row of a key whose head `to_dead` dead-letters is not
 ///   marked a head yet (`promote_heads` runs after this statement), so it is found from
-///   `to_dead` by one probe per dead row, and merged into `due`'s order.
+///   `to_dead` by one probe per dead row, and merged into `due`'s order (which reads and
+///   locks all of `due`: this claim runs only when the lane has a lapsed last attempt).
+/// - `pending` (`key_runs`): each of those heads followed by its key run, up to what
+///   `lapsed` left of the limit.
 ///
 /// The UPDATEs find their rows by `outbox_id = ANY (ARRAY(...))`: a join with the CTE let
 /// the planner guess a thousand rows and hash-join them against a scan of the whole table.
@@ -77,39 +160,14 @@ fn key_free(t: &str, m: &str, policy: OrderingPolicy, skip_to_dead: bool) -> Str
 /// last attempt counts as gone only while this statement holds its lock and dead-letters it.
 pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
     let skip = policy == OrderingPolicy::Skip;
-    let key = "e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key";
-    // An earlier row that holds the key of a lapsed last attempt.
-    // (The live statuses are spelled out so the planner matches `key_live_idx`.)
-    let holds = if skip {
-        format!(
-            "e.status = 'pending' OR e.lease_expires_at > {NOW} \
-             OR e.attempt_count < e.max_attempts"
-        )
-    } else {
-        "true".to_owned()
-    };
-    let dead_holds = if skip {
-        String::new()
-    } else {
-        format!(
-            " AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} \
-                AND e.status = 'dead_letter' AND e.seq < m.seq)"
-        )
-    };
-    let dead_free = format!(
-        "(m.ordering_key IS NULL OR (
-            NOT EXISTS (SELECT 1 FROM {t} e WHERE {key} AND e.seq < m.seq
-                AND e.status IN ('pending', 'claimed') AND ({holds})){dead_holds}
-            AND NOT EXISTS (SELECT 1 FROM {t} e WHERE {key}
-                AND e.status = 'claimed' AND e.lease_expires_at > {NOW})))"
-    );
+    let dead_free = key_free(t, "m", policy, false);
     let free = key_free(t, "m", policy, true);
     let rest = "greatest($4 - (SELECT count(*) FROM lapsed), 0)";
-    let (successors, pending) = if skip {
+    let (successors, heads) = if skip {
         (
             format!(
                 "successors AS MATERIALIZED (
-                    SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq
+                    SELECT m.outbox_id, m.available_at AS due_at, m.seq, m.ordering_key
                     FROM to_dead d
                     CROSS JOIN LATERAL (
                         SELECT n.outbox_id FROM {t} n
@@ -124,14 +182,19 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
                     FOR UPDATE OF m SKIP LOCKED
                  ),"
             ),
-            "SELECT * FROM due UNION ALL SELECT * FROM successors",
+            format!(
+                "(SELECT * FROM (SELECT * FROM due UNION ALL SELECT * FROM successors) p
+                  ORDER BY p.due_at, p.seq LIMIT {rest})"
+            ),
         )
     } else {
-        (String::new(), "SELECT * FROM due")
+        (String::new(), "due".to_owned())
     };
+    let pending = key_runs(t, &heads, policy, "$7", rest);
     format!(
         "WITH to_dead AS MATERIALIZED (
-            SELECT m.outbox_id, m.seq, m.ordering_key FROM {t} m
+            SELECT m.outbox_id, m.seq, m.ordering_key, m.lease_expires_at AS lapsed_at
+            FROM {t} m
             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
               AND m.attempt_count >= m.max_attempts AND m.lease_expires_at <= {NOW}
               AND {dead_free}
@@ -147,7 +210,7 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
             FOR UPDATE OF m SKIP LOCKED
          ),
          due AS MATERIALIZED (
-            SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq FROM {t} m
+            SELECT m.outbox_id, m.available_at AS due_at, m.seq, m.ordering_key FROM {t} m
             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
               AND m.available_at <= {NOW} AND {free}
             ORDER BY m.available_at, m.seq
@@ -155,13 +218,14 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
             FOR UPDATE OF m SKIP LOCKED
          ),
          {successors}
+         {pending},
          to_claim AS (
-            SELECT * FROM lapsed
+            SELECT l.outbox_id, l.src, l.due_at, l.seq, 0::int8 AS pos FROM lapsed l
             UNION ALL
-            (SELECT * FROM ({pending}) p ORDER BY p.due_at, p.seq LIMIT {rest})
+            SELECT * FROM pending
          ),
          dead AS (
-            UPDATE {t} m SET status = 'dead_letter', last_error = $7, claimed_by = NULL,
+            UPDATE {t} m SET status = 'dead_letter', last_error = $8, claimed_by = NULL,
                    claim_token = NULL, lease_expires_at = NULL, updated_at = {NOW}
             WHERE m.outbox_id = ANY (ARRAY(SELECT outbox_id FROM to_dead))
             RETURNING m.outbox_id, m.seq, m.ordering_key
@@ -175,18 +239,19 @@ pub(super) fn claim(t: &str, cols_m: &str, policy: OrderingPolicy) -> String {
             RETURNING {cols_m}
          )
          SELECT dl.dead_ids, dl.dead_keys, c.*
-         FROM (SELECT coalesce(array_agg(outbox_id ORDER BY seq), '{{}}') AS dead_ids,
-                      coalesce(array_agg(DISTINCT ordering_key)
-                               FILTER (WHERE ordering_key IS NOT NULL), '{{}}') AS dead_keys
-               FROM dead) dl
+         FROM (SELECT coalesce(array_agg(d.outbox_id ORDER BY x.lapsed_at, x.seq), '{{}}')
+                          AS dead_ids,
+                      coalesce(array_agg(DISTINCT d.ordering_key)
+                               FILTER (WHERE d.ordering_key IS NOT NULL), '{{}}') AS dead_keys
+               FROM dead d JOIN to_dead x ON x.outbox_id = d.outbox_id) dl
          LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
-         ORDER BY o.src, o.due_at, o.seq"
+         ORDER BY o.src, o.due_at, o.seq, o.pos"
     )
 }
 
 /// The claim's common case: `lapsed` and `due` as in [`claim`], without dead-lettering, as
 /// one statement that commits on its own, so a claim is one round trip. `$1` now, `$2` lane,
-/// `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer.
+/// `$3` target, `$4` limit, `$5` lease in ms, `$6` consumer, `$7` the longest key run.
 ///
 /// A claim that dead-letters a lapsed last attempt must call `promote_heads` after it, in
 /// its transaction (schema/heads.rs), so this one does not run when the lane has such a
@@ -214,9 +279,15 @@ pub(super) fn claim_fast(
          SELECT (SELECT yes FROM lapsed_last) AS lapsed_last, {commit}c.*
          FROM (SELECT 1) one
          LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
-         ORDER BY o.src, o.due_at, o.seq",
+         ORDER BY o.src, o.due_at, o.seq, o.pos",
         lapsed_last = lapsed_last(t),
-        ctes = fast_ctes(t, cols_m, policy, " AND NOT (SELECT yes FROM lapsed_last)"),
+        ctes = fast_ctes(
+            t,
+            cols_m,
+            policy,
+            " AND NOT (SELECT yes FROM lapsed_last)",
+            "$7"
+        ),
     )
 }
 
@@ -232,11 +303,19 @@ pub(super) fn lapsed_last(t: &str) -> String {
 }
 
 /// The CTEs of the one-statement claim, ending in `claimed` (the claimed rows, `cols_m`)
-/// and `to_claim` (their order: `src`, `due_at`, `seq`). `gate` is appended to the
-/// conditions of both scans (empty, or a condition that stops the claim).
-pub(super) fn fast_ctes(t: &str, cols_m: &str, policy: OrderingPolicy, gate: &str) -> String {
+/// and `to_claim` (their order: `src`, `due_at`, `seq`, `pos`). `gate` is appended to the
+/// conditions of both scans (empty, or a condition that stops the claim); `run` is the bind
+/// parameter of the longest key run.
+pub(super) fn fast_ctes(
+    t: &str,
+    cols_m: &str,
+    policy: OrderingPolicy,
+    gate: &str,
+    run: &str,
+) -> String {
     let free = key_free(t, "m", policy, false);
     let rest = "greatest($4 - (SELECT count(*) FROM lapsed), 0)";
+    let pending = key_runs(t, "due", policy, run, rest);
     format!(
         "lapsed AS MATERIALIZED (
             SELECT m.outbox_id, 0 AS src, m.lease_expires_at AS due_at, m.seq FROM {t} m
@@ -248,14 +327,19 @@ pub(super) fn fast_ctes(t: &str, cols_m: &str, policy: OrderingPolicy, gate: &st
             FOR UPDATE OF m SKIP LOCKED
          ),
          due AS MATERIALIZED (
-            SELECT m.outbox_id, 1 AS src, m.available_at AS due_at, m.seq FROM {t} m
+            SELECT m.outbox_id, m.available_at AS due_at, m.seq, m.ordering_key FROM {t} m
             WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
               AND m.available_at <= {NOW} {gate} AND {free}
             ORDER BY m.available_at, m.seq
             LIMIT {rest}
             FOR UPDATE OF m SKIP LOCKED
          ),
-         to_claim AS (SELECT * FROM lapsed UNION ALL SELECT * FROM due),
+         {pending},
+         to_claim AS (
+            SELECT l.outbox_id, l.src, l.due_at, l.seq, 0::int8 AS pos FROM lapsed l
+            UNION ALL
+            SELECT * FROM pending
+         ),
          claimed AS (
             UPDATE {t} m SET status = 'claimed', attempt_count = m.attempt_count + 1,
                    claimed_by = $6, claim_token = gen_random_uuid(),
@@ -311,6 +395,25 @@ mod tests {
             assert!(!off.contains("synchronous_commit"), "{off}");
             // It never dead-letters: that needs `promote_heads` in a transaction.
             assert!(!on.contains("SET status = 'dead_letter'"), "{on}");
+        }
+    }
+
+    #[test]
+    fn the_key_run_is_a_bind_parameter_and_the_answer_keeps_each_run_behind_its_head() {
+        for policy in [OrderingPolicy::Skip, OrderingPolicy::Block] {
+            let fast = claim_fast("t", "m.outbox_id", policy, false);
+            let full = claim("t", "m.outbox_id", policy);
+            for sql in [&fast, &full] {
+                assert!(sql.contains("LIMIT $7::int8 - 1"), "{sql}");
+                assert!(
+                    sql.ends_with("ORDER BY o.src, o.due_at, o.seq, o.pos"),
+                    "{sql}"
+                );
+            }
+            assert!(full.contains("last_error = $8"), "{full}");
+            // Only Block cuts a run at a dead letter.
+            let cut = full.contains("x.status = 'dead_letter' AND x.seq > h.seq");
+            assert_eq!(cut, policy == OrderingPolicy::Block, "{full}");
         }
     }
 }

@@ -10,8 +10,10 @@
 //!
 //! The steps are the statements the store runs on their own (`ack`, [`super::claim`]'s
 //! CTEs, `next_due`), with the same parameter numbers: PL/pgSQL names a function's
-//! parameters `$1`, `$2`... too, so the claim's text is used as it is. The ordering policy
-//! stays statement text: one static claim per policy, each with its own cached plan.
+//! parameters `$1`, `$2`... too, so the claim's text is used as it is (but for the key
+//! run: `$7` in the claim statements, `$11` here). The ordering policy stays statement
+//! text: one static claim per policy, each with its own cached plan; the key run is a
+//! parameter (its `LIMIT`), which changes no plan.
 //!
 //! The function's name carries a hash of its text, so a build that changes any of these
 //! statements creates a function of its own, and relays of two builds on one database
@@ -23,9 +25,10 @@ use crate::store::OrderingPolicy;
 
 /// Parameters, in order: `$1` now, `$2` lane, `$3` target, `$4` limit, `$5` lease in ms,
 /// `$6` consumer (as the claim), `$7` ids and `$8` tokens to ack, `$9` Block (else Skip),
-/// `$10` commit asynchronously.
+/// `$10` commit asynchronously, `$11` the longest key run.
 const PARAMS: &str = "p_now int8, p_lane text, p_target text, p_limit int8, p_lease int8, \
-    p_consumer text, p_ids uuid[], p_tokens uuid[], p_block boolean, p_async boolean";
+    p_consumer text, p_ids uuid[], p_tokens uuid[], p_block boolean, p_async boolean, \
+    p_run int8";
 
 /// The result: the claimed rows in claim order (the message columns, the first three
 /// NULL), then one last row with the message columns NULL: `acked`, the ordinals (1-based)
@@ -50,8 +53,8 @@ pub(crate) fn body(t: &str, promote: &str, cols_m: &str) -> String {
             "WITH {ctes}
              SELECT NULL::int8[], NULL::boolean, NULL::int8, c.*
              FROM claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id
-             ORDER BY o.src, o.due_at, o.seq",
-            ctes = fast_ctes(t, cols_m, policy, ""),
+             ORDER BY o.src, o.due_at, o.seq, o.pos",
+            ctes = fast_ctes(t, cols_m, policy, "", "$11"),
         )
     };
     let nulls: Vec<String> = MESSAGE_COLUMNS
@@ -125,7 +128,7 @@ pub(crate) fn create(name: &str, body: &str) -> String {
 
 /// The call: parameters as [`PARAMS`] lists them.
 pub(crate) fn call(name: &str) -> String {
-    format!("SELECT * FROM {name}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+    format!("SELECT * FROM {name}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
 }
 
 #[cfg(test)]
@@ -140,5 +143,9 @@ mod tests {
         // The claim's text as the store runs it: its parameters keep their numbers.
         assert!(body.contains("claimed_by = $6"), "{body}");
         assert!(body.contains("unnest($7::uuid[], $8::uuid[])"), "{body}");
+        // The key run is the function's last parameter.
+        assert_eq!(body.matches("LIMIT $11::int8 - 1").count(), 2, "{body}");
+        assert!(PARAMS.ends_with("p_run int8"), "{PARAMS}");
+        assert!(call("f").ends_with("$10, $11)"));
     }
 }
