@@ -132,8 +132,13 @@ pub fn lane_config(lane: &str, concurrency: usize) -> LaneConfig {
     let config = LaneConfig::new(lane, TARGET)
         .concurrency(concurrency)
         .batch_size(concurrency.max(outbox_relay::config::DEFAULT_BATCH_SIZE));
-    match std::env::var("OUTBOX_BENCH_CLAIM_LINGER_US") {
+    let config = match std::env::var("OUTBOX_BENCH_CLAIM_LINGER_US") {
         Ok(us) => config.claim_linger(Duration::from_micros(us.parse().unwrap_or(0))),
+        Err(_) => config,
+    };
+    // For side-by-side runs with and without key runs (1 = heads only).
+    match std::env::var("OUTBOX_BENCH_KEY_RUN") {
+        Ok(run) => config.key_run(run.parse().unwrap_or(1)),
         Err(_) => config,
     }
 }

@@ -273,4 +273,6 @@ environment:
                            of the cycle function (PostgresConfig::cycle_function), to
                            compare the two
   OUTBOX_BENCH_CLAIM_LINGER_US=N    the relays' LaneConfig::claim_linger in µs (default
-                           500; 0 claims at once)";
+                           500; 0 claims at once)
+  OUTBOX_BENCH_KEY_RUN=N            the relays' LaneConfig::key_run (default 16; 1 claims
+                           heads only), to compare key runs with heads only";
