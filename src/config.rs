@@ -105,8 +105,9 @@ pub struct LaneConfig {
     /// the rest back when one fails, so per-key order is as with 1; what changes is the
     /// cost, since a key's next message need not wait for its own claim round trip. The
     /// lane asks for shorter runs while deliveries are slow against a claim round trip
-    /// (a run then waits in the buffer longer than a claim would take), and for heads only
-    /// until it has timed both. 1 turns runs off. Default [`DEFAULT_KEY_RUN`], at most
+    /// (a run then waits in the buffer longer than a claim would take), at most an eighth
+    /// of the claim's limit (so a hot key leaves room for the other keys due), and for heads
+    /// only until it has timed both. 1 turns runs off. Default [`DEFAULT_KEY_RUN`], at most
     /// [`MAX_KEY_RUN`].
     pub key_run: usize,
     /// How long a claim holds.

@@ -31,7 +31,8 @@ struct Attempt {
 #[tokio::test(start_paused = true)]
 async fn key_runs_keep_each_key_in_order_through_failures() {
     let store = Arc::new(FaultyStore::new(memory_store()));
-    // A store 3 ms away and instant deliveries: a run of 16 fits in one claim round trip.
+    // A store 3 ms away and instant deliveries: a run of 16 fits in one claim round trip,
+    // and claims of up to 32 (8 slots + 24 prefetch) leave each key an eighth: runs of 4.
     store.claim_delay_ms.store(3, Ordering::SeqCst);
     let mut index_of: HashMap<Uuid, (String, usize)> = HashMap::new();
     let drafts: Vec<_> = (0..PER_KEY)
@@ -65,7 +66,8 @@ async fn key_runs_keep_each_key_in_order_through_failures() {
         })
     };
     let lane = LaneConfig::new("canonical", "projector")
-        .concurrency(4)
+        .concurrency(8)
+        .prefetch(24)
         .lease(Duration::from_secs(30))
         .retry(RetryPolicy::new(
             Duration::from_millis(10),

@@ -143,7 +143,7 @@ impl LaneCore {
                     out.push(Command::AckAndClaim {
                         acks,
                         limit,
-                        key_run: self.key_run(),
+                        key_run: self.key_run(limit),
                     });
                 }
                 None => out.push(Command::Ack(acks)),

@@ -127,24 +127,23 @@ fn runs_are_asked_for_once_deliveries_are_quick_against_a_claim_round_trip() {
     let slot = slot_of(&out, &a);
     let out = core.handle(later, quick(slot, &a));
     assert_eq!(acks(&out), [a.claim().unwrap()]);
-    assert_eq!(
-        key_runs(&out),
-        [crate::config::DEFAULT_KEY_RUN],
-        "the ack rides on a claim with runs: {out:?}"
-    );
-    assert_eq!(core.key_run(), 16);
+    // The ack rides on a claim of 1, which a run would fill alone: heads only.
+    assert_eq!(claims(&out), [1], "{out:?}");
+    assert_eq!(key_runs(&out), [1], "{out:?}");
+    // A claim of 128 asks for runs of 16 (20 fit; the configured cap).
+    assert_eq!(core.key_run(128), crate::config::DEFAULT_KEY_RUN);
 
     // Slow deliveries (the average moves an eighth at a time): heads only again.
     let mut slow = LaneCore::new(config(2, 0).key_run(4), false);
     slow.claim_time = Some(Duration::from_millis(2));
     slow.delivery_time = Some(Duration::from_micros(100));
-    assert_eq!(slow.key_run(), 4, "the configured cap");
+    assert_eq!(slow.key_run(128), 4, "the configured cap");
     slow.delivery_time = Some(Duration::from_millis(10));
     assert_eq!(
-        slow.key_run(),
+        slow.key_run(128),
         1,
         "a 10 ms delivery does not fit in a 2 ms claim"
     );
     slow.delivery_time = Some(Duration::from_micros(700));
-    assert_eq!(slow.key_run(), 2);
+    assert_eq!(slow.key_run(128), 2);
 }
