@@ -245,7 +245,10 @@ mod tests {
         let (sink, returned) = sink();
         let registration =
             registry.register("orders", "billing", "me", Duration::from_secs(30), sink);
-        assert!(registry.take("orders", "billing").is_none(), "no credits yet");
+        assert!(
+            registry.take("orders", "billing").is_none(),
+            "no credits yet"
+        );
         registration.taker().grant(2);
         let a = registry.take("orders", "billing").expect("a credit");
         let _b = registry.take("orders", "billing").expect("a second credit");
@@ -276,7 +279,13 @@ mod tests {
     fn an_old_registration_dropped_late_leaves_the_new_one() {
         let registry = Arc::new(HandOff::new());
         let (sink, _) = sink();
-        let old = registry.register("orders", "billing", "a", Duration::from_secs(1), sink.clone());
+        let old = registry.register(
+            "orders",
+            "billing",
+            "a",
+            Duration::from_secs(1),
+            sink.clone(),
+        );
         let new = registry.register("orders", "billing", "b", Duration::from_secs(1), sink);
         drop(old);
         new.taker().grant(1);

@@ -66,6 +66,7 @@ use uuid::Uuid;
 pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, UnixMillis};
+use crate::store::hand_off::{HandOff, Taken};
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
     DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
@@ -76,7 +77,6 @@ pub use config::{
     pool_options, PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT,
     DEFAULT_VACUUM_EVERY, PING_IF_IDLE_FOR,
 };
-use crate::store::hand_off::{HandOff, Taken};
 use decode::{db_error, unsigned};
 use enqueue::HandClaim;
 pub use explain::Explained;

@@ -15,6 +15,7 @@ use crate::retry::RetryPolicy;
 use crate::store::{AckAndClaim, ClaimOutcome, NackDisposition, NackOutcome};
 
 mod gates;
+mod hand_off;
 mod idle;
 mod linger;
 mod runs;
