@@ -147,6 +147,15 @@ impl HandOff {
         })
     }
 
+    /// The credits the taker of (`lane`, `target`) has now (0 when none is registered):
+    /// for tests and diagnostics.
+    pub fn credits(&self, lane: &str, target: &str) -> usize {
+        let takers = self.takers.lock().unwrap_or_else(PoisonError::into_inner);
+        takers
+            .get(&(lane.to_owned(), target.to_owned()))
+            .map_or(0, |taker| taker.credits())
+    }
+
     fn unregister(&self, key: &(String, String), id: u64) {
         let mut takers = self.takers.lock().unwrap_or_else(PoisonError::into_inner);
         if takers.get(key).is_some_and(|t| t.id == id) {
