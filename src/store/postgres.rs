@@ -24,6 +24,12 @@
 //! - **Wake-ups.** Enqueue, release and requeue notify on a channel named after the schema
 //!   and prefix; PostgreSQL coalesces them to one per transaction and lane. Each store
 //!   listens on a connection of its own and forwards them to [`OutboxStore::subscribe`].
+//! - **Local hand-off.** [`OutboxStore::hand_off`] answers this store object's registry
+//!   ([`crate::store::hand_off`]): an enqueue through it (`enqueue`, `enqueue_many`, not
+//!   [`PostgresOutboxStore::enqueue_in_tx`], whose commit is the caller's) writes a draft
+//!   without ordering key or delay claimed by an idle lane of a relay running on this same
+//!   object, when that lane has a credit, and hands it over after the commit, without a
+//!   NOTIFY. Its [`Enqueued`] answer then shows the message `claimed`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
