@@ -136,6 +136,14 @@ pub struct LaneConfig {
     /// A target's Retry-After (`DeliveryError::RetryAfter`) holds the whole lane's claims
     /// until then (capped at `retry.max`), not only that message's retry.
     pub retry_after_holds_lane: bool,
+    /// Take what this process enqueues for the lane through the store object the relay runs
+    /// on, without a claim: while the lane is idle, an enqueue of a message without an
+    /// ordering key or delay writes it claimed by the lane and hands it over after its
+    /// commit (no NOTIFY, no claim statement; see [`crate::store::hand_off`]). Only stores
+    /// that offer it ([`OutboxStore::hand_off`](crate::store::OutboxStore::hand_off):
+    /// PostgreSQL); not on a lane with a rate limit, nor while its breaker is not closed.
+    /// Default false.
+    pub hand_off: bool,
 }
 
 impl LaneConfig {
@@ -172,6 +180,7 @@ impl LaneConfig {
             rate_limit: None,
             circuit_breaker: None,
             retry_after_holds_lane: false,
+            hand_off: false,
         }
     }
 
@@ -197,6 +206,13 @@ impl LaneConfig {
     /// Whether a target's Retry-After holds the whole lane.
     pub fn retry_after_holds_lane(mut self, hold: bool) -> Self {
         self.retry_after_holds_lane = hold;
+        self
+    }
+
+    /// Whether the lane takes what this process enqueues without a claim
+    /// ([`LaneConfig::hand_off`]).
+    pub fn hand_off(mut self, hand_off: bool) -> Self {
+        self.hand_off = hand_off;
         self
     }
 

@@ -106,6 +106,7 @@ pub use crate::time::{duration_millis, Clock, ManualClock, SystemClock, TokioClo
 mod admin;
 pub(crate) mod enqueue;
 mod error;
+pub mod hand_off;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -474,6 +475,14 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// Subscribes to wake-ups: enqueues and requeues of this store, from any process for
     /// PostgreSQL. A lagging receiver should treat the lag as [`WakeUp::All`].
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
+
+    /// The registry through which a relay's lanes take what this store object enqueues,
+    /// without a claim ([`hand_off`] module docs), if the backend supports it (PostgreSQL
+    /// does). The default, `None`, leaves every message to claims. A wrapper forwards its
+    /// inner store's.
+    fn hand_off(&self) -> Option<std::sync::Arc<hand_off::HandOff>> {
+        None
+    }
 }
 
 /// The error a claim writes when it dead-letters a message whose lease lapsed on its last

@@ -28,6 +28,8 @@ use uuid::Uuid;
 mod cycle;
 #[path = "postgres/differential.rs"]
 mod differential;
+#[path = "postgres/hand_off.rs"]
+mod hand_off;
 #[path = "postgres/heads.rs"]
 mod heads;
 #[path = "postgres/plans.rs"]

@@ -273,4 +273,8 @@ impl OutboxStore for MeteredStore {
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
         self.inner.subscribe()
     }
+
+    fn hand_off(&self) -> Option<Arc<outbox_relay::store::hand_off::HandOff>> {
+        self.inner.hand_off()
+    }
 }

@@ -1,16 +1,24 @@
 //! Idle pickup: one message at a time on an idle lane, timed from the enqueue's commit
 //! returning to the handler starting, with every store call the relay makes counted.
+//!
+//! Two paths, each on a lane with `hand_off` on: the hand-off (the enqueue goes through the
+//! store object the relay runs on, as a service with an embedded relay enqueues), and the
+//! classic path (through a second store on its own pool, as another process would: NOTIFY,
+//! then a claim).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use outbox_relay::{DeliveryError, DeliveryHandler, OutboxMessage, OutboxRelay, RelayEvent};
+use outbox_relay::{
+    DeliveryError, DeliveryHandler, OutboxMessage, OutboxRelay, OutboxStore, RelayEvent,
+};
 use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
 use crate::drain::lane_config;
 use crate::metered::{MeteredStore, Op};
-use crate::stores::{draft, BenchStore};
+use crate::stores::{draft, reopen, BenchStore};
 
 const LANE: &str = "pickup";
 const CONCURRENCY: usize = 16;
@@ -19,9 +27,32 @@ const CONCURRENCY: usize = 16;
 const SETTLE: Duration = Duration::from_millis(20);
 const WAIT: Duration = Duration::from_secs(30);
 
+/// Which way the enqueue reaches the relay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Through the relay's own store object: handed off.
+    HandOff,
+    /// Through a second store on its own pool: NOTIFY and a claim.
+    Classic,
+}
+
+impl Path {
+    pub const ALL: [Path; 2] = [Path::HandOff, Path::Classic];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Path::HandOff => "hand-off (same store object)",
+            Path::Classic => "classic (another store, NOTIFY + claim)",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Pickup {
-    /// Commit-to-handler latencies in ms, sorted.
+    /// How the messages were enqueued.
+    pub path: Path,
+    /// Commit-to-handler latencies in ms, sorted; negative when the handler started before
+    /// the enqueue call returned.
     pub latencies_ms: Vec<f64>,
     /// Store calls per picked-up message, by operation (only those made).
     pub calls_per_message: Vec<(Op, f64)>,
@@ -52,17 +83,28 @@ impl DeliveryHandler for Started {
     }
 }
 
-pub async fn run(bench: &BenchStore, messages: usize) -> Result<Pickup, String> {
+pub async fn run(bench: &BenchStore, messages: usize, path: Path) -> Result<Pickup, String> {
     let metered = MeteredStore::new(bench.store.clone());
+    let enqueuer: Arc<dyn OutboxStore> = match path {
+        Path::HandOff => bench.store.clone(),
+        Path::Classic => reopen(&bench.location).await?,
+    };
     let (started_tx, mut started_rx) = mpsc::unbounded_channel();
-    let builder = OutboxRelay::builder(metered.clone())
-        .lane(lane_config(LANE, CONCURRENCY), Started(started_tx));
+    let builder = OutboxRelay::builder(metered.clone()).lane(
+        lane_config(LANE, CONCURRENCY).hand_off(true),
+        Started(started_tx),
+    );
     let mut events = builder.subscribe();
     let relay = builder
         .start()
         .await
         .map_err(|e| format!("start relay: {e}"))?;
-    let outcome = measure(bench, &metered, &mut events, &mut started_rx, messages).await;
+    let outcome = measure(&*enqueuer, &metered, &mut events, &mut started_rx, messages)
+        .await
+        .map(|mut p| {
+            p.path = path;
+            p
+        });
     if let Err(error) = relay.shutdown(Duration::from_secs(10)).await {
         eprintln!("benchmark: relay shutdown: {error}");
     }
@@ -70,7 +112,7 @@ pub async fn run(bench: &BenchStore, messages: usize) -> Result<Pickup, String> 
 }
 
 async fn measure(
-    bench: &BenchStore,
+    enqueuer: &dyn OutboxStore,
     metered: &MeteredStore,
     events: &mut broadcast::Receiver<RelayEvent>,
     started_rx: &mut mpsc::UnboundedReceiver<(Uuid, Instant)>,
@@ -88,9 +130,8 @@ async fn measure(
     let before = metered.meter.snapshot();
     let mut latencies_ms = Vec::with_capacity(messages);
     for n in 0..messages {
-        // Enqueued through the store itself, so only the relay's calls are counted.
-        let enqueued = bench
-            .store
+        // Enqueued around the meter, so only the relay's calls are counted.
+        let enqueued = enqueuer
             .enqueue(draft(LANE, n, None)?)
             .await
             .map_err(|e| format!("enqueue: {e}"))?;
@@ -103,7 +144,14 @@ async fn measure(
         if started_id != id {
             return Err(format!("picked up {started_id}, expected {id}"));
         }
-        latencies_ms.push(started.saturating_duration_since(committed).as_secs_f64() * 1e3);
+        // Signed: a handed-off message may start before the enqueue call has returned
+        // (the hand-off goes out right after the commit, inside the call).
+        let latency_ms = if started >= committed {
+            started.duration_since(committed).as_secs_f64() * 1e3
+        } else {
+            -(committed.duration_since(started).as_secs_f64() * 1e3)
+        };
+        latencies_ms.push(latency_ms);
         wait_for(
             events,
             |e| matches!(e, RelayEvent::Delivered { outbox_id, .. } if *outbox_id == id),
@@ -120,6 +168,7 @@ async fn measure(
         .map(|(op, (b, a))| (*op, (a - b) as f64 / messages as f64))
         .collect();
     Ok(Pickup {
+        path: Path::HandOff,
         latencies_ms,
         calls_per_message,
         claim_p50_ms: metered.meter.plain_claim_p50(),

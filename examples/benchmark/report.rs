@@ -98,7 +98,7 @@ pub struct Results {
     pub drains: Vec<DrainRow>,
     pub singles: Vec<SingleRow>,
     pub crashes: Vec<(StoreKind, Redelivery)>,
-    pub pickup: Option<Pickup>,
+    pub pickup: Vec<Pickup>,
     pub slow: Vec<SlowRow>,
     pub webhooks: Vec<WebhookRow>,
     pub errors: Vec<String>,
@@ -340,34 +340,38 @@ impl Results {
     }
 
     fn pickup_section(&self, w: &mut String) {
-        let Some(p) = &self.pickup else {
+        if self.pickup.is_empty() {
             return;
-        };
+        }
         let _ = writeln!(
             w,
             "## Idle pickup on PostgreSQL (enqueue commit returned → handler started)\n"
         );
         let _ = writeln!(
             w,
-            "| messages | p50 ms | p99 ms | max ms | claim call p50 ms | store calls per message | of which |"
+            "| path | messages | p50 ms | p99 ms | max ms | claim call p50 ms | store calls per message | of which |"
         );
-        let _ = writeln!(w, "|---:|---:|---:|---:|---:|---:|---|");
-        let detail: Vec<String> = p
-            .calls_per_message
-            .iter()
-            .map(|(op, n)| format!("{} {n:.2}", op.label()))
-            .collect();
-        let _ = writeln!(
-            w,
-            "| {} | {} | {} | {} | {} | {:.2} | {} |\n",
-            p.latencies_ms.len(),
-            ms(p.percentile(0.5)),
-            ms(p.percentile(0.99)),
-            ms(p.percentile(1.0)),
-            ms(p.claim_p50_ms),
-            p.statements_per_message(),
-            detail.join(", "),
-        );
+        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---|");
+        for p in &self.pickup {
+            let detail: Vec<String> = p
+                .calls_per_message
+                .iter()
+                .map(|(op, n)| format!("{} {n:.2}", op.label()))
+                .collect();
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {} | {} | {} | {:.2} | {} |",
+                p.path.label(),
+                p.latencies_ms.len(),
+                ms(p.percentile(0.5)),
+                ms(p.percentile(0.99)),
+                ms(p.percentile(1.0)),
+                ms(p.claim_p50_ms),
+                p.statements_per_message(),
+                detail.join(", "),
+            );
+        }
+        let _ = writeln!(w);
     }
 
     fn slow_table(&self, w: &mut String) {
@@ -490,9 +494,9 @@ impl Results {
                 lines.push(format!("{} crash redelivery: every stranded claim within {max:.1} ms of its lapse{} ({} ≤ 50 ms)", store.label(), if all { "" } else { " (not all redelivered)" }, mark(all && max <= 50.0)));
             }
         }
-        if let Some(p) = &self.pickup {
+        for p in &self.pickup {
             if let Some(p50) = p.percentile(0.5) {
-                lines.push(format!("PostgreSQL idle pickup p50 {p50:.2} ms ({} ≤ 0.30 ms), {:.2} store calls per message ({} ≤ 2)", mark(p50 <= 0.30), p.statements_per_message(), mark(p.statements_per_message() <= 2.0)));
+                lines.push(format!("PostgreSQL idle pickup, {}: p50 {p50:.2} ms ({} ≤ 0.30 ms), {:.2} store calls per message ({} ≤ 2)", p.path.label(), mark(p50 <= 0.30), p.statements_per_message(), mark(p.statements_per_message() <= 2.0)));
             }
         }
         for s in &self.slow {

@@ -314,6 +314,9 @@ pub struct LaneSection {
     pub breaker: Option<BreakerSection>,
     /// A target's Retry-After holds the whole lane (capped at `retry_max`). Default false.
     pub retry_after_holds_lane: Option<bool>,
+    /// Take what this process enqueues through the relay's store without a claim
+    /// (PostgreSQL; embedded relays). Default false.
+    pub hand_off: Option<bool>,
     /// How long finished messages are kept, e.g. `{ delivered = "7d", dead_letter = "30d" }`.
     /// Absent ages take [`DEFAULT_DELIVERED_RETENTION`](crate::retention::DEFAULT_DELIVERED_RETENTION)
     /// and [`DEFAULT_DEAD_LETTER_RETENTION`](crate::retention::DEFAULT_DEAD_LETTER_RETENTION).
@@ -399,6 +402,9 @@ impl LaneSection {
         config.circuit_breaker = self.breaker.map(|section| section.to_config());
         if let Some(hold) = self.retry_after_holds_lane {
             config.retry_after_holds_lane = hold;
+        }
+        if let Some(hand_off) = self.hand_off {
+            config.hand_off = hand_off;
         }
         config
     }

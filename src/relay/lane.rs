@@ -31,6 +31,7 @@ use crate::metrics::{LaneMetrics, StoreOp};
 use crate::relay::handler::{DeliveryReport, HandlerActor, HandlerArgs, HandlerMsg};
 use crate::relay::observe;
 use crate::relay::{DrainReport, LaneCounters, LaneKey, RelayEvent};
+use crate::store::hand_off::{HandOffEvent, HandOffSink, Registration};
 use crate::store::{
     ClaimRequest, Clock, LaneStats, MessageFilter, OrderingPolicy, OutboxStore, StoreError,
     SystemClock,
@@ -123,6 +124,9 @@ pub(crate) struct LaneRelayState {
     wake_task: Option<AbortOnDrop>,
     /// Set while a `Wake` waits in the mailbox.
     wake_queued: Arc<AtomicBool>,
+    /// The lane's taker in the store's hand-off registry ([`LaneConfig::hand_off`]);
+    /// dropping it (stop, crash) takes the taker out.
+    hand_off: Option<Registration>,
 }
 
 /// Runs a store call off the mailbox; its answer comes back as a message. A lane that
@@ -208,9 +212,20 @@ impl LaneRelayState {
         myself: &ActorRef<LaneMsg>,
         input: Input,
     ) -> Result<(), ActorProcessingErr> {
-        let commands = self.core.handle(Instant::now(), input);
-        for command in commands {
-            self.run(myself, command).await?;
+        // A revoke's answer goes back into the core before any other message: the claim it
+        // holds back waits for nothing else.
+        let mut inputs = vec![input];
+        while let Some(input) = inputs.pop() {
+            let commands = self.core.handle(Instant::now(), input);
+            for command in commands {
+                match command {
+                    Command::RevokeCredits => {
+                        let left = self.hand_off.as_ref().map_or(0, |r| r.taker().revoke());
+                        inputs.push(Input::CreditsRevoked(left));
+                    }
+                    command => self.run(myself, command).await?,
+                }
+            }
         }
         self.publish_in_flight();
         Ok(())
@@ -327,6 +342,13 @@ impl LaneRelayState {
                 LaneCounters::add_duration(&self.counters.throttled_micros, duration);
             }
             Command::DrainDeadlineAt(at) => send_at(myself, at, Input::DrainDeadline),
+            Command::GrantCredits(n) => {
+                if let Some(registration) = &self.hand_off {
+                    registration.taker().grant(n);
+                }
+            }
+            // Answered in `feed`.
+            Command::RevokeCredits => {}
             Command::EmptyClaim => self.metrics.claimed(0),
             Command::Emit(event) => self.emit(event),
             Command::Stop(report) => {
@@ -437,8 +459,32 @@ impl Actor for LaneRelay {
             published_in_flight: None,
             wake_task: None,
             wake_queued: Arc::default(),
+            hand_off: None,
             config: args.config,
         };
+        if state.config.hand_off {
+            if let Some(registry) = state.store.hand_off() {
+                let me = myself.clone();
+                let sink: HandOffSink = Arc::new(move |event| {
+                    let input = match event {
+                        HandOffEvent::Message { message, sent_at } => {
+                            Input::HandedOff { message, sent_at }
+                        }
+                        HandOffEvent::Returned(n) => Input::HandOffReturned(n),
+                    };
+                    // A lane gone meanwhile: the row's lease lapses and it is claimed again.
+                    let _ = me.send_message(LaneMsg::Core(input));
+                });
+                state.hand_off = Some(registry.register(
+                    &state.config.lane,
+                    &state.config.target,
+                    &state.config.consumer_id,
+                    state.config.lease,
+                    sink,
+                ));
+                state.core.enable_hand_off();
+            }
+        }
         for slot in 0..state.config.concurrency {
             state.spawn_handler(&myself, slot).await?;
         }
@@ -487,6 +533,7 @@ impl Actor for LaneRelay {
         state: &mut LaneRelayState,
     ) -> Result<(), ActorProcessingErr> {
         state.wake_task = None;
+        state.hand_off = None;
         myself.stop_children(None);
         Ok(())
     }

@@ -24,6 +24,12 @@
 //! - **Wake-ups.** Enqueue, release and requeue notify on a channel named after the schema
 //!   and prefix; PostgreSQL coalesces them to one per transaction and lane. Each store
 //!   listens on a connection of its own and forwards them to [`OutboxStore::subscribe`].
+//! - **Local hand-off.** [`OutboxStore::hand_off`] answers this store object's registry
+//!   ([`crate::store::hand_off`]): an enqueue through it (`enqueue`, `enqueue_many`, not
+//!   [`PostgresOutboxStore::enqueue_in_tx`], whose commit is the caller's) writes a draft
+//!   without ordering key or delay claimed by an idle lane of a relay running on this same
+//!   object, when that lane has a credit, and hands it over after the commit, without a
+//!   NOTIFY. Its [`Enqueued`] answer then shows the message `claimed`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -66,6 +72,7 @@ use uuid::Uuid;
 pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, UnixMillis};
+use crate::store::hand_off::{HandOff, Taken};
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
     DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
@@ -77,6 +84,7 @@ pub use config::{
     DEFAULT_VACUUM_EVERY, PING_IF_IDLE_FOR,
 };
 use decode::{db_error, unsigned};
+use enqueue::HandClaim;
 pub use explain::Explained;
 use fenced::FencedBatch;
 use schema::Names;
@@ -110,6 +118,8 @@ pub struct PostgresOutboxStore {
     /// Whether the database has this build's cycle function (`cycle.rs`).
     cycle_ready: AtomicBool,
     wakeups: broadcast::Sender<WakeUp>,
+    /// The lanes of this process that take what it enqueues (`store::hand_off`).
+    hand_off: Arc<HandOff>,
     _listener: listener::ListenerGuard,
 }
 
@@ -153,6 +163,7 @@ impl PostgresOutboxStore {
             limits: config.limits,
             clock: config.clock,
             wakeups,
+            hand_off: Arc::default(),
             _listener: listener,
         })
     }
@@ -239,7 +250,7 @@ impl PostgresOutboxStore {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        match self.write(tx, &batch).await {
+        match self.write(tx, &batch, Vec::new()).await {
             Ok(written) => {
                 let answers = plan.answers(written)?;
                 // The other way in besides the trait's `enqueue_many`, which counts its own.
@@ -322,23 +333,64 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        if drafts.drafts().iter().all(|d| d.dedupe_key.is_none()) {
+        // Drafts a lane of this process takes (`store::hand_off`): written claimed, handed
+        // to it after the commit. A credit not used goes back when its `Taken` drops.
+        let sent_at = tokio::time::Instant::now();
+        let taken: Vec<Option<Taken>> = drafts
+            .drafts()
+            .iter()
+            .map(|d| {
+                (d.ordering_key.is_none() && d.delay.is_zero())
+                    .then(|| self.hand_off.take(&d.lane, &d.target))
+                    .flatten()
+            })
+            .collect();
+        let claims: Vec<Option<HandClaim>> = taken
+            .iter()
+            .map(|t| {
+                t.as_ref().map(|t| HandClaim {
+                    claim_token: Uuid::new_v4(),
+                    consumer_id: t.consumer_id().to_owned(),
+                    lease_ms: interval(t.lease()),
+                })
+            })
+            .collect();
+        let answers = if drafts.drafts().iter().all(|d| d.dedupe_key.is_none()) {
             // One INSERT statement: atomic on its own, no transaction round trips.
             let mut conn = self
                 .pool
                 .acquire()
                 .await
                 .map_err(|e| db_error("enqueue", e))?;
-            return self.write(&mut conn, &drafts).await.map_err(|f| f.error);
+            self.write(&mut conn, &drafts, claims.clone())
+                .await
+                .map_err(|f| f.error)?
+        } else {
+            // A conflict found after some rows went in must take them back out: roll back.
+            let mut tx = self
+                .pool
+                .begin()
+                .await
+                .map_err(|e| db_error("enqueue", e))?;
+            let answers = self
+                .write(&mut tx, &drafts, claims.clone())
+                .await
+                .map_err(|f| f.error)?;
+            tx.commit().await.map_err(|e| db_error("enqueue", e))?;
+            answers
+        };
+        // Committed: each handed-off draft that went in fresh, claimed with its token, goes
+        // to its lane; the others' credits go back.
+        for ((taken, claim), answer) in taken.into_iter().zip(&claims).zip(&answers) {
+            let (Some(taken), Some(claim)) = (taken, claim) else {
+                continue;
+            };
+            if !answer.duplicate && answer.message.claim_token == Some(claim.claim_token) {
+                taken.deliver(answer.message.clone(), sent_at);
+            } else {
+                taken.give_back();
+            }
         }
-        // A conflict found after some rows went in must take them back out: roll back.
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(|e| db_error("enqueue", e))?;
-        let answers = self.write(&mut tx, &drafts).await.map_err(|f| f.error)?;
-        tx.commit().await.map_err(|e| db_error("enqueue", e))?;
         Ok(answers)
     }
 
@@ -685,6 +737,10 @@ impl OutboxStore for PostgresOutboxStore {
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         self.wakeups.subscribe()
+    }
+
+    fn hand_off(&self) -> Option<Arc<HandOff>> {
+        Some(self.hand_off.clone())
     }
 }
 

@@ -151,6 +151,10 @@ impl OutboxStore for SlowCallLog {
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
         self.timed("purge", self.inner.purge(request)).await
     }
+    fn hand_off(&self) -> Option<Arc<crate::store::hand_off::HandOff>> {
+        self.inner.hand_off()
+    }
+
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
         self.inner.subscribe()
     }

@@ -43,6 +43,7 @@ use crate::store::{ClaimBatch, ClaimRef, NextDue, StoreError};
 mod book;
 mod drain;
 mod gate;
+mod hand_off;
 mod io;
 mod lease;
 mod outcomes;
@@ -52,6 +53,7 @@ mod tests;
 
 use book::LeaseBook;
 use gate::{Admit, Gates};
+use hand_off::Credits;
 pub(crate) use io::{Command, Input};
 use outcomes::Outcomes;
 use pool::HandlerPool;
@@ -127,6 +129,11 @@ pub(crate) struct LaneCore {
     /// How long a claim takes from send to answer, as a moving average: with
     /// `delivery_time`, how long a key run may be ([`LaneCore::key_run`]).
     claim_time: Option<Duration>,
+    /// Whether this lane takes hand-offs ([`LaneConfig::hand_off`], and a store that
+    /// offers them): set by the actor once it registered its taker.
+    hand_off: bool,
+    /// The hand-off credits granted to the taker ([`hand_off`]).
+    credits: Credits,
 }
 
 /// A claim leaves room for at least this many keys: a key run takes at most this share of
@@ -166,7 +173,15 @@ impl LaneCore {
             linger_until: None,
             delivery_time: None,
             claim_time: None,
+            hand_off: false,
+            credits: Credits::default(),
         }
+    }
+
+    /// The actor registered a taker for this lane: grant it credits while idle, if the
+    /// lane's config asks for hand-offs.
+    pub(crate) fn enable_hand_off(&mut self) {
+        self.hand_off = self.config.hand_off;
     }
 
     /// Deliveries running now.
@@ -267,6 +282,11 @@ impl LaneCore {
                 result,
             } => self.extended(now, batch, generation, claims, result, &mut out),
             Input::Released { sent, result } => self.released(sent, result),
+            Input::HandedOff { message, sent_at } => {
+                self.handed_off(now, *message, sent_at, &mut out)
+            }
+            Input::HandOffReturned(n) => self.credits_returned(n),
+            Input::CreditsRevoked(left) => self.credits_revoked(left),
         }
         self.gate_changes(&mut out);
         self.pump(now, &mut out);
@@ -279,9 +299,11 @@ impl LaneCore {
     /// So the lane never holds more than `concurrency + prefetch` claims (running, buffered
     /// or being acked: what a crash would have delivered again). A claim that also asked
     /// for what running handlers will finish while it is out would keep fast handlers
-    /// busier, but would break that bound.
+    /// busier, but would break that bound. Hand-off credits outstanding (in the taker, or
+    /// taken by an enqueue and on their way) count as held.
     fn claim_limit(&self) -> usize {
         self.room_with(self.pool.idle())
+            .saturating_sub(self.credits_outstanding())
     }
 
     /// What a claim may take with `free` handler slots: those plus the prefetch room.
@@ -320,6 +342,8 @@ impl LaneCore {
                 });
             }
         }
+        // Hand-off credits go back before anything but sleep: a claim waits for the answer.
+        self.revoke_credits_if_busy(now, out);
         let store_open = !self.backoff.waiting;
         let claiming = self.mode == Mode::Running && self.store_has_more;
         // The lane's last claims are being recorded and it does not know when the next
@@ -330,7 +354,11 @@ impl LaneCore {
             && self.known_due.is_none()
             && !self.idle_timer_set
             && self.outcomes.acks_ready();
-        let limit = if store_open && (claiming || going_idle) && self.claim == ClaimCall::Idle {
+        let limit = if store_open
+            && (claiming || going_idle)
+            && self.claim == ClaimCall::Idle
+            && self.credits_settled()
+        {
             self.admitted(now, out)
         } else {
             self.throttle_end(now, out);
@@ -361,6 +389,7 @@ impl LaneCore {
                 }
             }
         }
+        self.grant_credits_if_idle(now, out);
         self.finish_drain_if_done(out);
     }
 

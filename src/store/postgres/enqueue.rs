@@ -14,10 +14,20 @@ use crate::store::{DraftBatch, Enqueued, StoreError};
 use super::decode::{self, db_error};
 use super::{interval, PostgresOutboxStore};
 
-/// A batch being written: its drafts, each with the id it is inserted under.
+/// A batch being written: its drafts, each with the id it is inserted under, and the claim
+/// it is written with when handed off to a lane of this process (`store::hand_off`).
 struct Plan<'a> {
     drafts: &'a [OutboxMessageDraft],
     ids: Vec<Uuid>,
+    claims: Vec<Option<HandClaim>>,
+}
+
+/// The claim a handed-off draft is inserted with.
+#[derive(Debug, Clone)]
+pub(super) struct HandClaim {
+    pub(super) claim_token: Uuid,
+    pub(super) consumer_id: String,
+    pub(super) lease_ms: i64,
 }
 
 /// A write that failed, with the rows it had already inserted (to undo inside a caller's
@@ -30,14 +40,24 @@ pub(super) struct WriteFailure {
 impl PostgresOutboxStore {
     /// Inserts a planned batch (valid drafts, no two with one dedupe key: see
     /// `store::enqueue`), reading back the holders of dedupe keys already taken.
+    ///
+    /// `claims`: per draft, the claim to insert it with (handed off), or `None` (pending);
+    /// empty for none. Only the first INSERT writes them: a draft inserted on a retry (its
+    /// dedupe key's holder vanished) goes in pending.
     pub(super) async fn write(
         &self,
         conn: &mut PgConnection,
         drafts: &DraftBatch,
+        claims: Vec<Option<HandClaim>>,
     ) -> Result<Vec<Enqueued>, WriteFailure> {
-        let plan = Plan {
+        let mut plan = Plan {
             drafts: drafts.drafts(),
             ids: drafts.drafts().iter().map(|_| Uuid::now_v7()).collect(),
+            claims: if claims.len() == drafts.len() {
+                claims
+            } else {
+                vec![None; drafts.len()]
+            },
         };
         let mut answers: Vec<Option<Enqueued>> = vec![None; plan.drafts.len()];
         let mut inserted = Vec::new();
@@ -56,6 +76,7 @@ impl PostgresOutboxStore {
                 .insert(conn, &plan, &todo)
                 .await
                 .map_err(|e| fail(e, &inserted))?;
+            plan.claims.iter_mut().for_each(|claim| *claim = None);
             let mut taken = Vec::new();
             for i in todo.drain(..) {
                 match rows.remove(&plan.ids[i]) {
@@ -123,6 +144,7 @@ impl PostgresOutboxStore {
         which: &[usize],
     ) -> Result<HashMap<Uuid, OutboxMessage>, StoreError> {
         let drafts = which.iter().map(|&i| &plan.drafts[i]);
+        let claims = which.iter().map(|&i| plan.claims[i].as_ref());
         let headers = drafts
             .clone()
             .map(|d| serde_json::to_value(&d.headers))
@@ -164,6 +186,19 @@ impl PostgresOutboxStore {
                     .map(|d| i64::from(d.max_attempts))
                     .collect::<Vec<_>>(),
             )
+            .bind(
+                claims
+                    .clone()
+                    .map(|c| c.map(|c| c.consumer_id.clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                claims
+                    .clone()
+                    .map(|c| c.map(|c| c.claim_token))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(claims.map(|c| c.map(|c| c.lease_ms)).collect::<Vec<_>>())
             .fetch_all(conn)
             .await
             .map_err(|e| db_error("enqueue", e))?;

@@ -171,13 +171,17 @@ impl Statements {
             // commit for the others (schema/heads.rs). A dedupe key already taken inserts nothing
             // (the caller then reads the holder); ON CONFLICT waits for a concurrent
             // inserter of the same key to finish first, so racing enqueues never error.
+            // $12 claimed_by, $13 claim_token, $14 lease in ms: NULL for a pending row; set
+            // for a draft handed off to a lane of this process (`store::hand_off`), written
+            // claimed at its first attempt, as a claim would, and not notified.
             enqueue: format!(
                 "WITH draft AS (
                     SELECT * FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[],
                                          $7::jsonb[], $8::text[], $9::text[], $10::int8[],
-                                         $11::int8[])
+                                         $11::int8[], $12::text[], $13::uuid[], $14::int8[])
                     WITH ORDINALITY AS d(outbox_id, lane, target, payload, headers,
-                                         ordering_key, dedupe_key, delay_ms, max_attempts, ord)
+                                         ordering_key, dedupe_key, delay_ms, max_attempts,
+                                         claimed_by, claim_token, lease_ms, ord)
                  ),
                  ranked AS (
                     SELECT d.*, row_number() OVER (
@@ -187,15 +191,20 @@ impl Statements {
                  ins AS (
                     INSERT INTO {t} AS m (outbox_id, lane, target, payload, headers,
                         ordering_key, dedupe_key, status, attempt_count, max_attempts,
-                        available_at, created_at, updated_at, key_head)
+                        available_at, created_at, updated_at, key_head,
+                        claimed_by, claim_token, lease_expires_at)
                     SELECT d.outbox_id, d.lane, d.target, d.payload::json, d.headers, d.ordering_key,
-                           d.dedupe_key, 'pending', 0, d.max_attempts,
+                           d.dedupe_key,
+                           CASE WHEN d.claim_token IS NULL THEN 'pending' ELSE 'claimed' END,
+                           CASE WHEN d.claim_token IS NULL THEN 0 ELSE 1 END, d.max_attempts,
                            {NOW} + d.delay_ms * interval '1 millisecond', {NOW}, {NOW},
                            d.ordering_key IS NULL OR (d.nth = 1 AND NOT EXISTS (
                                SELECT 1 FROM {t} e
                                WHERE e.lane = d.lane AND e.target = d.target
                                  AND e.ordering_key = d.ordering_key
-                                 AND e.status IN ('pending', 'claimed')))
+                                 AND e.status IN ('pending', 'claimed'))),
+                           d.claimed_by, d.claim_token,
+                           {NOW} + d.lease_ms * interval '1 millisecond'
                     FROM ranked d ORDER BY d.ord
                     ON CONFLICT (lane, target, dedupe_key) WHERE dedupe_key IS NOT NULL
                     DO NOTHING
@@ -203,7 +212,7 @@ impl Statements {
                  ),
                  {wake}
                  SELECT ins.*, (SELECT count(*) FROM wake) AS woken FROM ins",
-                wake = wake("ins", 2),
+                wake = wake("ins WHERE ins.status = 'pending'", 2),
             )
             .into(),
             // $1 lanes, $2 targets, $3 dedupe keys.

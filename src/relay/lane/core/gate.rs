@@ -74,6 +74,16 @@ impl Gates {
             || self.hold_until.is_some_and(|until| now < until)
     }
 
+    /// Whether hand-offs may come in at `now`: no rate limit (a hand-off takes no token),
+    /// no breaker unless closed, no Retry-After hold.
+    pub(crate) fn hand_off_open(&self, now: Instant) -> bool {
+        self.rate.is_none()
+            && self
+                .breaker_state()
+                .is_none_or(|state| state == BreakerState::Closed)
+            && self.hold_until.is_none_or(|until| now >= until)
+    }
+
     /// How many of `want` (> 0) messages the lane may claim at `now`.
     pub(crate) fn admit(&mut self, now: Instant, want: usize) -> Admit {
         let mut limit = want;

@@ -79,6 +79,16 @@ pub(crate) enum Input {
         /// The store's answer.
         result: Result<Vec<ClaimOutcome>, StoreError>,
     },
+    /// An enqueue of this process wrote a message claimed for this lane and committed it
+    /// (`store::hand_off`); `sent_at`: when its statement went out, before the lease began.
+    HandedOff {
+        message: Box<OutboxMessage>,
+        sent_at: Instant,
+    },
+    /// Hand-off credits taken and not used came back.
+    HandOffReturned(usize),
+    /// The answer to [`Command::RevokeCredits`]: the credits the taker had left.
+    CreditsRevoked(usize),
 }
 
 /// What the lane actor must do. Store calls answer with the matching [`Input`].
@@ -108,6 +118,11 @@ pub(crate) enum Command {
     },
     /// Hand these claims back unused.
     Release(Vec<ClaimRef>),
+    /// Add this many hand-off credits to the lane's taker.
+    GrantCredits(usize),
+    /// Take every credit the taker has left, answering [`Input::CreditsRevoked`] before
+    /// anything else.
+    RevokeCredits,
     /// Hand `message` to the handler in `slot`.
     Deliver {
         slot: Slot,

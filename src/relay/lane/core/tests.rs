@@ -17,6 +17,7 @@ use crate::store::{AckAndClaim, ClaimOutcome, NackDisposition, NackOutcome};
 
 mod drain;
 mod gates;
+mod hand_off;
 mod idle;
 mod lease;
 mod linger;

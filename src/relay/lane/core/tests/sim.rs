@@ -234,6 +234,9 @@ impl Sim {
                     .collect();
                 Some(Input::Nacked(Ok(outcomes)))
             }
+            // The sim's lanes take no hand-offs.
+            Command::GrantCredits(_) => None,
+            Command::RevokeCredits => Some(Input::CreditsRevoked(0)),
             Command::NextDue => {
                 let due = self
                     .rows
