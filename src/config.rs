@@ -59,8 +59,11 @@ pub const DEFAULT_CLAIM_LINGER: Duration = Duration::from_micros(500);
 /// The longest claim linger: the wait delays acks too.
 pub const MAX_CLAIM_LINGER: Duration = Duration::from_millis(100);
 /// The longest key run a claim asks for unless configured otherwise (see
-/// [`LaneConfig::key_run`]).
-pub const DEFAULT_KEY_RUN: usize = 16;
+/// [`LaneConfig::key_run`]): 1, heads only. Runs of up to 16 measured about a tenth faster
+/// on keyed PostgreSQL lanes at concurrency 64, no faster on SQLite, and slower beside a
+/// hot key at concurrency 16 (2026-12-01, `OUTBOX_BENCH_KEY_RUN` in the benchmark), so they
+/// are for a lane to turn on, not a default yet.
+pub const DEFAULT_KEY_RUN: usize = 1;
 /// The longest key run a lane may be configured with: a run is delivered one message after
 /// another, each after the one before it, so its last message waits for all of them.
 pub const MAX_KEY_RUN: usize = 256;

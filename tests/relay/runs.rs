@@ -68,6 +68,7 @@ async fn key_runs_keep_each_key_in_order_through_failures() {
     let lane = LaneConfig::new("canonical", "projector")
         .concurrency(8)
         .prefetch(24)
+        .key_run(16)
         .lease(Duration::from_secs(30))
         .retry(RetryPolicy::new(
             Duration::from_millis(10),

@@ -38,7 +38,7 @@ fn key_runs(commands: &[Command]) -> Vec<usize> {
 #[test]
 fn a_key_run_is_delivered_one_message_after_another() {
     let now = Instant::now();
-    let mut core = LaneCore::new(config(4, 4), false);
+    let mut core = LaneCore::new(config(4, 4).key_run(16), false);
     let (k1, k2, k3) = (keyed("k", 1), keyed("k", 2), keyed("k", 4));
     let (l1, free) = (keyed("l", 3), message(None));
     let batch_in = [k1.clone(), k2.clone(), k3.clone(), l1.clone(), free.clone()];
@@ -64,7 +64,7 @@ fn a_key_run_is_delivered_one_message_after_another() {
 #[test]
 fn a_failed_run_message_hands_the_rest_of_its_key_back() {
     let now = Instant::now();
-    let mut core = LaneCore::new(config(2, 4), false);
+    let mut core = LaneCore::new(config(2, 4).key_run(16), false);
     let (k1, k2, k3) = (keyed("k", 1), keyed("k", 2), keyed("k", 3));
     let (l1, l2) = (keyed("l", 4), keyed("l", 5));
     let out = running_with(
@@ -90,7 +90,7 @@ fn a_failed_run_message_hands_the_rest_of_its_key_back() {
 #[test]
 fn a_handler_that_dies_mid_run_hands_the_rest_of_its_key_back() {
     let now = Instant::now();
-    let mut core = LaneCore::new(config(1, 2), false);
+    let mut core = LaneCore::new(config(1, 2).key_run(16), false);
     let (k1, k2, k3) = (keyed("k", 1), keyed("k", 2), keyed("k", 3));
     let out = running_with(&mut core, now, &[k1.clone(), k2.clone(), k3.clone()]);
     let out = core.handle(now, done(slot_of(&out, &k1), &k1));
@@ -110,7 +110,7 @@ fn a_handler_that_dies_mid_run_hands_the_rest_of_its_key_back() {
 #[test]
 fn runs_are_asked_for_once_deliveries_are_quick_against_a_claim_round_trip() {
     let now = Instant::now();
-    let mut core = LaneCore::new(config(2, 0), false);
+    let mut core = LaneCore::new(config(2, 0).key_run(16), false);
     let out = core.handle(now, Input::Start);
     assert_eq!(key_runs(&out), [1], "heads only until both are timed");
     // The claim took 2 ms; a delivery takes 100 µs: 20 fit in a round trip, capped at 16.
@@ -131,9 +131,15 @@ fn runs_are_asked_for_once_deliveries_are_quick_against_a_claim_round_trip() {
     assert_eq!(claims(&out), [1], "{out:?}");
     assert_eq!(key_runs(&out), [1], "{out:?}");
     // A claim of 128 asks for runs of 16 (20 fit; the configured cap).
-    assert_eq!(core.key_run(128), crate::config::DEFAULT_KEY_RUN);
+    assert_eq!(core.key_run(128), 16);
 
     // Slow deliveries (the average moves an eighth at a time): heads only again.
+    // By default, heads only, however quick the deliveries.
+    let mut default = LaneCore::new(config(2, 0), false);
+    default.claim_time = Some(Duration::from_millis(2));
+    default.delivery_time = Some(Duration::from_micros(100));
+    assert_eq!(default.key_run(128), 1);
+
     let mut slow = LaneCore::new(config(2, 0).key_run(4), false);
     slow.claim_time = Some(Duration::from_millis(2));
     slow.delivery_time = Some(Duration::from_micros(100));
