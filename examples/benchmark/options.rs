@@ -274,5 +274,5 @@ environment:
                            compare the two
   OUTBOX_BENCH_CLAIM_LINGER_US=N    the relays' LaneConfig::claim_linger in µs (default
                            500; 0 claims at once)
-  OUTBOX_BENCH_KEY_RUN=N            the relays' LaneConfig::key_run (default 1: heads
-                           only; 16 claims key runs of up to 16), to compare key runs with heads only";
+  OUTBOX_BENCH_KEY_RUN=N            the relays' LaneConfig::key_run (default 16; 1
+                           claims heads only), to compare key runs with heads only";

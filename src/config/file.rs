@@ -280,7 +280,7 @@ pub struct LaneSection {
     /// How long a claim may wait for running handlers to finish. Default 500µs.
     pub claim_linger: Option<HumanDuration>,
     /// The most messages of one ordering key a claim takes at once (1: heads only).
-    /// Default 1.
+    /// Default 16.
     pub key_run: Option<usize>,
     /// How long a claim holds.
     pub lease: Option<HumanDuration>,

@@ -357,13 +357,13 @@ fn bad_values_name_their_field() {
 }
 
 #[test]
-fn key_run_defaults_to_heads_only_and_is_read_per_lane() {
+fn key_run_defaults_to_16_and_is_read_per_lane() {
     let config = parse(MINIMAL).unwrap();
     let (lane, _) = &config.lanes().unwrap()[0];
     assert_eq!(lane.key_run, crate::config::DEFAULT_KEY_RUN);
-    let config = parse(&MINIMAL.replace("sink =", "key_run = 16\nsink =")).unwrap();
+    let config = parse(&MINIMAL.replace("sink =", "key_run = 1\nsink =")).unwrap();
     let (lane, _) = &config.lanes().unwrap()[0];
-    assert_eq!(lane.key_run, 16);
+    assert_eq!(lane.key_run, 1);
 }
 
 #[test]

@@ -134,11 +134,11 @@ fn runs_are_asked_for_once_deliveries_are_quick_against_a_claim_round_trip() {
     assert_eq!(core.key_run(128), 16);
 
     // Slow deliveries (the average moves an eighth at a time): heads only again.
-    // By default, heads only, however quick the deliveries.
-    let mut default = LaneCore::new(config(2, 0), false);
-    default.claim_time = Some(Duration::from_millis(2));
-    default.delivery_time = Some(Duration::from_micros(100));
-    assert_eq!(default.key_run(128), 1);
+    // `key_run = 1`: heads only, however quick the deliveries.
+    let mut heads = LaneCore::new(config(2, 0).key_run(1), false);
+    heads.claim_time = Some(Duration::from_millis(2));
+    heads.delivery_time = Some(Duration::from_micros(100));
+    assert_eq!(heads.key_run(128), 1);
 
     let mut slow = LaneCore::new(config(2, 0).key_run(4), false);
     slow.claim_time = Some(Duration::from_millis(2));
