@@ -684,22 +684,7 @@ impl LaneCore {
             }
             self.buffer.push_back(message);
         }
-        if let Some(batch) = self.book.open(claims) {
-            // The store started the lease between sending the claim and its answer. An
-            // extension must come before the earliest possible lapse, so it is timed from
-            // the send; a lapse (no extension) must not be declared before the latest
-            // possible one, so it is timed from the answer.
-            let started = if self.config.lease_extend_margin.is_some() {
-                issued_at
-            } else {
-                now
-            };
-            out.push(Command::LeaseCheckAt {
-                batch,
-                generation: 0,
-                at: started + self.lease_check_delay(),
-            });
-        }
+        self.open_leases(claims, issued_at, now, out);
         self.emit(
             out,
             RelayEvent::Claimed {
@@ -711,6 +696,33 @@ impl LaneCore {
         if got < limit {
             self.poll_ceiling(now, out);
         }
+    }
+
+    /// Books `claims` as one batch and sets its lease timer. The store started the lease
+    /// between `sent_at` (the claim, or the enqueue that handed the message off) and its
+    /// answer at `now`. An extension must come before the earliest possible lapse, so it is
+    /// timed from the send; a lapse (no extension) must not be declared before the latest
+    /// possible one, so it is timed from the answer.
+    pub(super) fn open_leases(
+        &mut self,
+        claims: impl IntoIterator<Item = ClaimRef>,
+        sent_at: Instant,
+        now: Instant,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(batch) = self.book.open(claims) else {
+            return;
+        };
+        let started = if self.config.lease_extend_margin.is_some() {
+            sent_at
+        } else {
+            now
+        };
+        out.push(Command::LeaseCheckAt {
+            batch,
+            generation: 0,
+            at: started + self.lease_check_delay(),
+        });
     }
 
     /// After a short claim while the lane holds claims: no `next_due` (their own leases

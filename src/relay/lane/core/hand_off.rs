@@ -163,20 +163,8 @@ impl LaneCore {
         }
         let outbox_id = message.outbox_id;
         self.buffer.push_back(message);
-        if let Some(batch) = self.book.open([claim]) {
-            // As for a claim: an extension is timed from before the lease started (the
-            // enqueue's statement), a lapse from after (now).
-            let started = if self.config.lease_extend_margin.is_some() {
-                sent_at
-            } else {
-                now
-            };
-            out.push(Command::LeaseCheckAt {
-                batch,
-                generation: 0,
-                at: started + self.lease_check_delay(),
-            });
-        }
+        // As for a claim, from the enqueue's statement.
+        self.open_leases([claim], sent_at, now, out);
         self.emit(
             out,
             RelayEvent::Claimed {
