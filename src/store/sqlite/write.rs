@@ -178,16 +178,23 @@ pub(super) async fn claim(
     }
     // Both selections are made before either is claimed, as in the memory store: they never
     // share a key (a key has one head), so claiming in between would change neither.
-    let mut chosen = select_seqs(&statements.claim_lapsed, conn, request.limit, now, request)
-        .await
-        .map_err(db(OP))?;
+    let mut chosen = select_seqs(
+        &statements.claim_lapsed,
+        conn,
+        request.limit,
+        None,
+        now,
+        request,
+    )
+    .await
+    .map_err(db(OP))?;
     let room = request.limit - chosen.len();
     if room > 0 {
         // A lapsed claim comes alone; a due head brings its key run (when asked for one),
         // right behind it, counted in the room.
         let ready = match request.run_len() {
-            1 => select_seqs(&statements.claim_ready, conn, room, now, request).await,
-            run => select_runs(&statements.claim_runs, conn, room, run, now, request).await,
+            1 => select_seqs(&statements.claim_ready, conn, room, None, now, request).await,
+            run => select_seqs(&statements.claim_runs, conn, room, Some(run), now, request).await,
         };
         chosen.extend(ready.map_err(db(OP))?);
     }
@@ -209,42 +216,25 @@ pub(super) async fn claim(
     Ok(batch)
 }
 
-/// The seqs a claim selection returns (binds: now, lane, target, limit).
+/// The seqs a claim selection returns, in claim order (binds: now, lane, target, limit,
+/// and the run length when `run` is given: due heads with their key runs).
 async fn select_seqs(
     statement: &Arc<str>,
     conn: &mut SqliteConnection,
     limit: usize,
+    run: Option<usize>,
     now: UnixMillis,
     request: &ClaimRequest,
 ) -> Result<Vec<i64>, sqlx::Error> {
-    let rows = query(statement)
+    let mut select = query(statement)
         .bind(now)
         .bind(&request.lane)
         .bind(&request.target)
-        .bind(int(limit))
-        .fetch_all(&mut *conn)
-        .await?;
-    rows.iter().map(|row| row.try_get(0)).collect()
-}
-
-/// The seqs of due heads and their key runs, in claim order (binds: now, lane, target,
-/// limit, run length).
-async fn select_runs(
-    statement: &Arc<str>,
-    conn: &mut SqliteConnection,
-    limit: usize,
-    run: usize,
-    now: UnixMillis,
-    request: &ClaimRequest,
-) -> Result<Vec<i64>, sqlx::Error> {
-    let rows = query(statement)
-        .bind(now)
-        .bind(&request.lane)
-        .bind(&request.target)
-        .bind(int(limit))
-        .bind(int(run))
-        .fetch_all(&mut *conn)
-        .await?;
+        .bind(int(limit));
+    if let Some(run) = run {
+        select = select.bind(int(run));
+    }
+    let rows = select.fetch_all(&mut *conn).await?;
     rows.iter().map(|row| row.try_get(0)).collect()
 }
 
