@@ -1,0 +1,234 @@
+//! The operator's side of the store: stats, list, get, requeue, discard and purge. The
+//! relay's own path (claim, ack, nack, the cycle) is in `claim.rs` and `cycle.rs`.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, Row};
+use uuid::Uuid;
+
+use crate::message::OutboxMessage;
+use crate::store::{
+    LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, StoreError,
+};
+
+use super::decode::{self, db_error, unsigned};
+use super::{interval, to_i64, PostgresOutboxStore};
+
+impl PostgresOutboxStore {
+    pub(super) async fn stats_of(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneStats>, StoreError> {
+        let op = "stats";
+        let rows = match (&filter.lane, &filter.target) {
+            // One lane (what a relay asks for): every figure from an index.
+            (Some(lane), Some(target))
+                if filter.ordering_key.is_none() && filter.ids.is_empty() =>
+            {
+                sqlx::query(AssertSqlSafe(self.sql.lane_stats.clone()))
+                    .bind(self.now())
+                    .bind(lane)
+                    .bind(target)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+            _ => {
+                sqlx::query(AssertSqlSafe(self.sql.stats.clone()))
+                    .bind(self.now())
+                    .bind(&filter.lane)
+                    .bind(&filter.target)
+                    .bind(&filter.ordering_key)
+                    .bind(&filter.ids)
+                    .fetch_all(&self.pool)
+                    .await
+            }
+        }
+        .map_err(|e| db_error(op, e))?;
+        let get = |row: &PgRow, column: &str| -> Result<u64, StoreError> {
+            row.try_get::<i64, _>(column)
+                .map(unsigned)
+                .map_err(|e| db_error(op, e))
+        };
+        let mut lanes: Vec<LaneStats> = rows
+            .iter()
+            .map(|row| {
+                let oldest: Option<i64> = row
+                    .try_get("oldest_pending_ms")
+                    .map_err(|e| db_error(op, e))?;
+                Ok(LaneStats {
+                    lane: row.try_get("lane").map_err(|e| db_error(op, e))?,
+                    target: row.try_get("target").map_err(|e| db_error(op, e))?,
+                    pending: get(row, "pending")?,
+                    claimed: get(row, "claimed")?,
+                    delivered: get(row, "delivered")?,
+                    dead_letter: get(row, "dead_letter")?,
+                    oldest_pending_age: oldest.map(|ms| Duration::from_millis(unsigned(ms))),
+                    blocked_keys: get(row, "blocked_keys")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        // `lane_stats` answers for an empty lane too; a lane without messages is absent.
+        lanes.retain(|l| l.pending + l.claimed + l.delivered + l.dead_letter > 0);
+        // Sorted here, by bytes as the reference store does, not by the database collation.
+        lanes.sort_by(|a, b| (&a.lane, &a.target).cmp(&(&b.lane, &b.target)));
+        Ok(lanes)
+    }
+
+    pub(super) async fn list_page(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+    ) -> Result<Page, StoreError> {
+        // One row past the page tells whether another page exists.
+        let rows = sqlx::query(AssertSqlSafe(self.sql.list.clone()))
+            .bind(&filter.lane)
+            .bind(&filter.target)
+            .bind(&filter.ordering_key)
+            .bind(&filter.ids)
+            .bind(filter.status.map(|s| s.as_str()))
+            .bind(page.after)
+            .bind(to_i64(page.limit.saturating_add(1)))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error("list", e))?;
+        let messages = rows
+            .iter()
+            .map(decode::message)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Page::from_overfetch(messages, page.limit))
+    }
+
+    pub(super) async fn get_one(
+        &self,
+        outbox_id: Uuid,
+    ) -> Result<Option<OutboxMessage>, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(self.sql.get.clone()))
+            .bind(outbox_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| db_error("get", e))?;
+        row.as_ref().map(decode::message).transpose()
+    }
+
+    pub(super) async fn requeue_dead(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError> {
+        let op = "requeue_dead_letters";
+        let rows = sqlx::query(AssertSqlSafe(self.sql.requeue.clone()))
+            .bind(self.now())
+            .bind(&filter.lane)
+            .bind(&filter.target)
+            .bind(&filter.ordering_key)
+            .bind(&filter.ids)
+            .bind(&self.names.channel)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        // One row per (lane, target) requeued; none when nothing was.
+        let mut per_lane = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let lane: String = row.try_get("lane").map_err(|e| db_error(op, e))?;
+            let target: String = row.try_get("target").map_err(|e| db_error(op, e))?;
+            let requeued: i64 = row.try_get("requeued").map_err(|e| db_error(op, e))?;
+            per_lane.push(LaneCount {
+                lane,
+                target,
+                count: unsigned(requeued),
+            });
+        }
+        Ok(per_lane)
+    }
+
+    pub(super) async fn discard_dead(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.discard.clone()))
+            .bind(&filter.lane)
+            .bind(&filter.target)
+            .bind(&filter.ordering_key)
+            .bind(&filter.ids)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| db_error("discard_dead_letters", e))?;
+        Ok(done.rows_affected())
+    }
+
+    /// The purge under the [purge lock](Self::purge_lock_key), held on a connection of its
+    /// own: when another relay holds it, purges nothing and returns 0. A dry run takes no
+    /// lock.
+    pub(super) async fn purge_locked(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        if request.dry_run {
+            // Counting deletes nothing: it needs no turn, and must not report 0 because
+            // another relay happens to be purging.
+            return self.purge_batches(request).await;
+        }
+        // Detached from the pool: if this purge is dropped half-way (a shutdown), the
+        // connection closes with it and PostgreSQL releases the lock; a pooled connection
+        // would go back to the pool still holding it.
+        let mut lock = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("purge", e))?
+            .detach();
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(self.purge_lock_key())
+            .fetch_one(&mut lock)
+            .await
+            .map_err(|e| db_error("purge", e))?;
+        if !locked {
+            tracing::debug!(
+                table = %self.names.messages,
+                "another relay is purging this outbox; skipping this purge"
+            );
+            return Ok(0);
+        }
+        let purged = self.purge_batches(request).await;
+        // Closing the session releases the lock, also when the purge failed.
+        let _ = sqlx::Connection::close(lock).await;
+        purged
+    }
+
+    async fn purge_batches(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        let batch_size = request.batch_size.max(1);
+        let (lane, target) = match &request.lane {
+            Some((lane, target)) => (Some(lane.as_str()), Some(target.as_str())),
+            None => (None, None),
+        };
+        let mut purged = 0u64;
+        for (status, older_than) in request.ages() {
+            if request.dry_run {
+                let count: i64 = sqlx::query_scalar(AssertSqlSafe(self.sql.purge_count.clone()))
+                    .bind(self.now())
+                    .bind(interval(older_than))
+                    .bind(status.as_str())
+                    .bind(lane)
+                    .bind(target)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| db_error("purge", e))?;
+                purged += u64::try_from(count).unwrap_or(0);
+                continue;
+            }
+            loop {
+                // One statement per batch, each its own transaction: no lock outlives a
+                // batch.
+                let done = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
+                    .bind(self.now())
+                    .bind(interval(older_than))
+                    .bind(to_i64(batch_size))
+                    .bind(status.as_str())
+                    .bind(lane)
+                    .bind(target)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| db_error("purge", e))?;
+                purged += done.rows_affected();
+                if done.rows_affected() < batch_size as u64 {
+                    break;
+                }
+            }
+        }
+        Ok(purged)
+    }
+}
