@@ -14,11 +14,15 @@ use outbox_relay::{
 use crate::stores::TARGET;
 
 /// Which measured messages a handler has seen. Payload `n` below `measured` is measured;
-/// a message seen twice (a redelivery) counts once.
+/// a message seen twice (a redelivery) counts once. Payloads from `measured` up to
+/// `measured + others` (a hot key's rows) are delivered too but not waited for: they are
+/// counted apart ([`Progress::others`]).
 #[derive(Debug)]
 pub struct Progress {
     seen: Vec<AtomicBool>,
+    measured: usize,
     count: AtomicUsize,
+    others: AtomicUsize,
     done: tokio::sync::Notify,
     /// Handler waits as timed around them ([`wait`]), in microseconds, and how many.
     slept_micros: AtomicU64,
@@ -27,9 +31,18 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(measured: usize) -> Arc<Self> {
+        Self::with_others(measured, 0)
+    }
+
+    /// Progress over `measured` messages, beside `others` that are counted apart.
+    pub fn with_others(measured: usize, others: usize) -> Arc<Self> {
         Arc::new(Self {
-            seen: (0..measured).map(|_| AtomicBool::new(false)).collect(),
+            seen: (0..measured + others)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            measured,
             count: AtomicUsize::new(0),
+            others: AtomicUsize::new(0),
             done: tokio::sync::Notify::new(),
             slept_micros: AtomicU64::new(0),
             sleeps: AtomicU64::new(0),
@@ -41,7 +54,12 @@ impl Progress {
     }
 
     pub fn is_done(&self) -> bool {
-        self.count() >= self.seen.len()
+        self.count() >= self.measured
+    }
+
+    /// The distinct messages outside the measured range delivered so far.
+    pub fn others(&self) -> usize {
+        self.others.load(Ordering::Relaxed)
     }
 
     /// The mean handler sleep as measured, if the handler slept.
@@ -68,9 +86,12 @@ impl Progress {
         let Some(seen) = self.seen.get(n as usize) else {
             return;
         };
-        if !seen.swap(true, Ordering::Relaxed)
-            && self.count.fetch_add(1, Ordering::Relaxed) + 1 == self.seen.len()
-        {
+        if seen.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if n as usize >= self.measured {
+            self.others.fetch_add(1, Ordering::Relaxed);
+        } else if self.count.fetch_add(1, Ordering::Relaxed) + 1 == self.measured {
             // notify_one keeps a permit if nobody waits yet.
             self.done.notify_one();
         }
@@ -115,6 +136,8 @@ impl DeliveryHandler for CountingHandler {
 #[derive(Debug, Clone, Copy)]
 pub struct Drained {
     pub delivered: usize,
+    /// Messages outside the measured ones (a hot key's) delivered in the same time.
+    pub others: usize,
     pub took: Duration,
     pub timed_out: bool,
     /// The handler's mean sleep as measured (a slow handler's true latency).
@@ -124,6 +147,11 @@ pub struct Drained {
 impl Drained {
     pub fn rate(&self) -> f64 {
         self.delivered as f64 / self.took.as_secs_f64().max(1e-9)
+    }
+
+    /// Every message delivered in the time, the measured ones and the others.
+    pub fn rate_all(&self) -> f64 {
+        (self.delivered + self.others) as f64 / self.took.as_secs_f64().max(1e-9)
     }
 }
 
@@ -150,10 +178,11 @@ pub async fn drain(
     store: Arc<dyn OutboxStore>,
     config: LaneConfig,
     measured: usize,
+    others: usize,
     latency: Duration,
     timeout: Duration,
 ) -> Result<Drained, String> {
-    let progress = Progress::new(measured);
+    let progress = Progress::with_others(measured, others);
     let handler = CountingHandler {
         progress: progress.clone(),
         latency,
@@ -173,6 +202,7 @@ pub async fn drain(
     }
     Ok(Drained {
         delivered: progress.count(),
+        others: progress.others(),
         took,
         timed_out,
         mean_sleep: progress.mean_sleep(),
@@ -194,6 +224,7 @@ pub async fn single_loop(
         if started.elapsed() > timeout {
             return Ok(Drained {
                 delivered,
+                others: 0,
                 took: started.elapsed(),
                 timed_out: true,
                 mean_sleep: None,
@@ -217,6 +248,7 @@ pub async fn single_loop(
     }
     Ok(Drained {
         delivered,
+        others: 0,
         took: started.elapsed(),
         timed_out: false,
         mean_sleep: None,

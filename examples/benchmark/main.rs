@@ -266,6 +266,7 @@ async fn no_op_drain(
             metered.clone(),
             drain::lane_config(LANE, concurrency),
             filled.measured,
+            filled.total - filled.measured,
             Duration::ZERO,
             options.drain_timeout,
         )
@@ -321,6 +322,7 @@ async fn single(kind: StoreKind, options: &Options, results: &mut Results) -> Re
             bench.store.clone(),
             drain::lane_config(LANE, options.single_concurrency),
             n,
+            0,
             options.single_latency,
             options.drain_timeout,
         )
@@ -353,6 +355,7 @@ async fn slow(kind: StoreKind, options: &Options, results: &mut Results) -> Resu
             bench.store.clone(),
             drain::lane_config(LANE, options.slow_concurrency),
             n,
+            0,
             options.slow_latency,
             options.drain_timeout,
         )
