@@ -56,6 +56,7 @@ mod fenced;
 mod listener;
 mod schema;
 mod sql;
+mod sweep;
 mod vacuum;
 
 use std::collections::HashMap;
@@ -112,6 +113,9 @@ pub struct PostgresOutboxStore {
     relay_begin_sql: &'static str,
     /// Vacuums the table as rows leave live ([`PostgresConfig::vacuum_every`]).
     vacuum: vacuum::Vacuum,
+    /// Clears stray key-head marks in the background (`sweep.rs`).
+    sweep_sql: sweep::SweepSql,
+    sweeps: sweep::Sweeps,
     /// Whether the relay's statements commit asynchronously (`synchronous_commit` false).
     async_commit: bool,
     /// [`PostgresConfig::cycle_function`].
@@ -151,6 +155,7 @@ impl PostgresOutboxStore {
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
         let listener = listener::start(&pool, names.channel.clone(), wakeups.clone()).await?;
         let sql = Statements::new(&names, !config.synchronous_commit);
+        let sweep_sql = sweep::SweepSql::new(&names);
         let cycle_ready = schema::function_exists(&pool, &sql.cycle_name).await?;
         Ok(Self {
             sql,
@@ -161,6 +166,8 @@ impl PostgresOutboxStore {
             names,
             relay_begin_sql: config.relay_begin(),
             vacuum: vacuum::Vacuum::new(config.vacuum_every),
+            sweep_sql,
+            sweeps: sweep::Sweeps::default(),
             limits: config.limits,
             clock: config.clock,
             wakeups,
@@ -396,6 +403,7 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        self.sweep_soon(&request.lane, &request.target);
         if self.has_cycle() {
             // One round trip, `next_due` included when the claim is empty.
             let cycle = self.cycle(&[], request).await?;
@@ -432,6 +440,7 @@ impl OutboxStore for PostgresOutboxStore {
         acks: &[ClaimRef],
         request: &ClaimRequest,
     ) -> Result<AckAndClaim, StoreError> {
+        self.sweep_soon(&request.lane, &request.target);
         if self.has_cycle() {
             // One call: if it fails, it changed nothing, and the acks are made alone; the
             // answer then carries them with the claim's error, as the contract says. Only

@@ -263,3 +263,166 @@ async fn ack_and_claim_hands_out_the_successor_of_an_acked_head() {
     assert_eq!(headless_keys(&store).await, Vec::<String>::new());
     schema.drop().await;
 }
+
+/// Pending rows of key `key` marked a head, by value.
+async fn marked(store: &PostgresOutboxStore, key: &str) -> Vec<i64> {
+    let t = store.messages_table();
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT (payload->>'value')::int8 FROM {t}
+         WHERE ordering_key = $1 AND status = 'pending' AND key_head ORDER BY seq"
+    )))
+    .bind(key)
+    .fetch_all(store.pool())
+    .await
+    .expect("marked rows")
+}
+
+/// Two transactions write the first rows of a new key at once: neither sees the other, so
+/// both rows are marked heads. The sweep clears the later one's mark (a claim would step
+/// over it again and again) and the key still drains in order.
+#[tokio::test]
+async fn a_sweep_clears_the_stray_mark_of_racing_enqueues_and_the_key_drains_in_order() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    let mut first = store.pool().begin().await.expect("begin");
+    let mut second = store.pool().begin().await.expect("begin");
+    store
+        .enqueue_in_tx(&mut first, keyed("k", 1))
+        .await
+        .expect("enqueue 1");
+    store
+        .enqueue_in_tx(&mut second, keyed("k", 2))
+        .await
+        .expect("enqueue 2");
+    second.commit().await.expect("commit 2");
+    first.commit().await.expect("commit 1");
+    assert_eq!(marked(&store, "k").await, vec![1, 2], "the race marks both");
+
+    assert_eq!(store.sweep_heads("l", "sink").await.expect("sweep"), 1);
+    assert_eq!(marked(&store, "k").await, vec![1]);
+    assert_eq!(store.sweep_heads("l", "sink").await.expect("sweep"), 0);
+    assert_eq!(headless_keys(&store).await, Vec::<String>::new());
+
+    for value in [1, 2] {
+        let batch = store.claim(&request(10)).await.expect("claim");
+        assert_eq!(batch.messages.len(), 1, "one message of k at a time");
+        assert_eq!(batch.messages[0].payload, json!({ "value": value }));
+        store.ack(&refs(&batch.messages)).await.expect("ack");
+    }
+    schema.drop().await;
+}
+
+/// A sweep waits for no lock: a key whose lock another transaction holds keeps its stray
+/// mark until a later sweep.
+#[tokio::test]
+async fn a_sweep_leaves_a_key_whose_lock_is_held() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    let mut first = store.pool().begin().await.expect("begin");
+    let mut second = store.pool().begin().await.expect("begin");
+    store
+        .enqueue_in_tx(&mut first, keyed("k", 1))
+        .await
+        .expect("enqueue 1");
+    store
+        .enqueue_in_tx(&mut second, keyed("k", 2))
+        .await
+        .expect("enqueue 2");
+    first.commit().await.expect("commit 1");
+    second.commit().await.expect("commit 2");
+    let mut holder = store.pool().begin().await.expect("begin holder");
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock($1, hashtext('l' || chr(31) || 'sink' || chr(31) || 'k'))",
+    )
+    .bind(lock_class(&store))
+    .execute(&mut *holder)
+    .await
+    .expect("hold the key lock");
+    let swept = tokio::time::timeout(Duration::from_secs(60), store.sweep_heads("l", "sink"))
+        .await
+        .expect("the sweep must not wait for the lock")
+        .expect("sweep");
+    assert_eq!(swept, 0);
+    assert_eq!(marked(&store, "k").await, vec![1, 2]);
+    holder.commit().await.expect("release");
+    assert_eq!(store.sweep_heads("l", "sink").await.expect("sweep"), 1);
+    schema.drop().await;
+}
+
+/// Writers race on new keys (leaving stray marks), a consumer claims and acks, and a
+/// sweeper clears marks all the while: no key is ever left without its head, and
+/// everything drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sweeps_racing_enqueues_and_acks_never_lose_a_head() {
+    let schema = SchemaGuard::new();
+    let store = Arc::new(open(schema.config()).await);
+    const WRITERS: i64 = 4;
+    const PER_WRITER: i64 = 40;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..PER_WRITER {
+                    let mut tx = store.pool().begin().await.expect("begin");
+                    // Every writer writes key n{i/4} around the same time: new keys race.
+                    store
+                        .enqueue_in_tx(&mut tx, keyed(&format!("n{}", i / 4), w * 1000 + i))
+                        .await
+                        .expect("enqueue");
+                    tokio::task::yield_now().await;
+                    tx.commit().await.expect("commit");
+                }
+            })
+        })
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let (store, stop) = (store.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut cleared = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                cleared += store.sweep_heads("l", "sink").await.expect("sweep");
+                tokio::task::yield_now().await;
+            }
+            cleared
+        })
+    };
+    let consumer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let mut acked = 0usize;
+            for _ in 0..200 {
+                let batch = store.claim(&request(3)).await.expect("claim");
+                if !batch.messages.is_empty() {
+                    acked += batch.messages.len();
+                    store.ack(&refs(&batch.messages)).await.expect("ack");
+                }
+                tokio::task::yield_now().await;
+            }
+            acked
+        })
+    };
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let mut delivered = consumer.await.expect("consumer");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let cleared = sweeper.await.expect("sweeper");
+    assert_eq!(headless_keys(&store).await, Vec::<String>::new());
+    let total = usize::try_from(WRITERS * PER_WRITER).expect("total");
+    for _ in 0..total {
+        if delivered == total {
+            break;
+        }
+        let batch = store.claim(&request(10)).await.expect("claim");
+        assert!(
+            !batch.messages.is_empty(),
+            "stuck with {delivered} of {total} delivered ({cleared} marks swept): {:?}",
+            store.stats(&MessageFilter::lane("l", "sink")).await
+        );
+        delivered += batch.messages.len();
+        store.ack(&refs(&batch.messages)).await.expect("ack");
+    }
+    assert_eq!(delivered, total);
+    schema.drop().await;
+}

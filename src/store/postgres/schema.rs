@@ -9,7 +9,7 @@ use crate::store::StoreError;
 
 use super::decode::db_error;
 
-mod heads;
+pub(super) mod heads;
 
 /// The longest schema name: PostgreSQL truncates identifiers past 63 bytes.
 pub const MAX_SCHEMA_LEN: usize = 63;

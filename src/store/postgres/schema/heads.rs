@@ -18,8 +18,10 @@
 //! > **The live row of each key with the lowest `seq` has `key_head` set**, as seen by any
 //! > transaction that starts after the writers committed.
 //!
-//! The marker is only ever set, never cleared (a row that leaves pending leaves `head_idx`
-//! by its status), so a claimed row, and every row a claim may lock, carries it.
+//! The marker is set by writers, and cleared only by the stray sweep (`sweep.rs`), under
+//! the key's lock, from a pending row that has an earlier live row (a row that leaves
+//! pending leaves `head_idx` by its status), so a claimed row, and every row a claim may
+//! lock, carries it.
 //!
 //! # Who keeps the invariant
 //!
