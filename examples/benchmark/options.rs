@@ -277,6 +277,6 @@ environment:
   OUTBOX_BENCH_KEY_RUN=N            the relays' LaneConfig::key_run (default 16; 1
                            claims heads only), to compare key runs with heads only
   OUTBOX_BENCH_SQLITE_CACHE=BYTES   SQLite stores' page cache per connection
-                           (SqliteStoreBuilder::cache_size; default 64 MiB)
+                           (SqliteStoreBuilder::cache_size; default 2,000 KiB)
   OUTBOX_BENCH_SQLITE_MMAP=BYTES    SQLite stores' memory map (SqliteStoreBuilder::mmap_size;
                            default 0, none)";
