@@ -11,6 +11,8 @@ mod differential;
 mod full_disk;
 #[path = "sqlite/migration.rs"]
 mod migration;
+#[path = "sqlite/migration_v2.rs"]
+mod migration_v2;
 #[path = "sqlite/plans.rs"]
 mod plans;
 #[path = "sqlite/run_cycle.rs"]
@@ -156,7 +158,7 @@ async fn the_file_is_in_wal_mode_and_migrations_run_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 2, "each migration recorded once");
+    assert_eq!(versions, 3, "each migration recorded once");
 }
 
 #[tokio::test]

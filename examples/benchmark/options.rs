@@ -275,4 +275,8 @@ environment:
   OUTBOX_BENCH_CLAIM_LINGER_US=N    the relays' LaneConfig::claim_linger in µs (default
                            500; 0 claims at once)
   OUTBOX_BENCH_KEY_RUN=N            the relays' LaneConfig::key_run (default 16; 1
-                           claims heads only), to compare key runs with heads only";
+                           claims heads only), to compare key runs with heads only
+  OUTBOX_BENCH_SQLITE_CACHE=BYTES   SQLite stores' page cache per connection
+                           (SqliteStoreBuilder::cache_size; default 2,000 KiB)
+  OUTBOX_BENCH_SQLITE_MMAP=BYTES    SQLite stores' memory map (SqliteStoreBuilder::mmap_size;
+                           default 0, none)";

@@ -151,6 +151,11 @@ impl Results {
                 "- PostgreSQL relays without the cycle function (`OUTBOX_BENCH_CYCLE_FUNCTION=off`)"
             );
         }
+        for name in ["OUTBOX_BENCH_SQLITE_CACHE", "OUTBOX_BENCH_SQLITE_MMAP"] {
+            if let Ok(value) = std::env::var(name) {
+                let _ = writeln!(w, "- SQLite stores with `{name}={value}`");
+            }
+        }
         let _ = writeln!(w, "- load average at start: `{}`", self.load_start);
         let _ = writeln!(w, "- load average at end: `{}`", self.load_end);
         let _ = writeln!(

@@ -67,7 +67,7 @@ impl BenchStore {
             StoreKind::Sqlite => {
                 let dir = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
                 let path = dir.path().join(format!("bench_{n}.db"));
-                let store = SqliteOutboxStore::open(&path)
+                let store = open_sqlite(&path)
                     .await
                     .map_err(|e| format!("SQLite {}: {e}", path.display()))?;
                 Ok(Self {
@@ -101,6 +101,22 @@ pub fn cycle_function() -> bool {
     std::env::var("OUTBOX_BENCH_CYCLE_FUNCTION").map_or(true, |v| v != "off")
 }
 
+/// A SQLite store with the defaults, unless `OUTBOX_BENCH_SQLITE_CACHE` or
+/// `OUTBOX_BENCH_SQLITE_MMAP` (bytes) set its page cache or memory map, for a comparison.
+async fn open_sqlite(
+    path: &std::path::Path,
+) -> Result<SqliteOutboxStore, outbox_relay::StoreError> {
+    let bytes = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let mut builder = SqliteOutboxStore::builder(path);
+    if let Some(cache) = bytes("OUTBOX_BENCH_SQLITE_CACHE") {
+        builder = builder.cache_size(cache);
+    }
+    if let Some(mmap) = bytes("OUTBOX_BENCH_SQLITE_MMAP") {
+        builder = builder.mmap_size(mmap);
+    }
+    builder.open().await
+}
+
 async fn open_postgres(url: &str, schema: &str) -> Result<PostgresOutboxStore, String> {
     let config = PostgresConfig::default()
         .with_schema(schema)
@@ -115,7 +131,7 @@ pub async fn reopen(location: &Location) -> Result<Arc<dyn OutboxStore>, String>
     Ok(match location {
         Location::Postgres { url, schema } => Arc::new(open_postgres(url, schema).await?),
         Location::Sqlite { path } => Arc::new(
-            SqliteOutboxStore::open(path)
+            open_sqlite(path)
                 .await
                 .map_err(|e| format!("SQLite {}: {e}", path.display()))?,
         ),

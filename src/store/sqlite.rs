@@ -70,6 +70,18 @@ const ROW_BUFFER: usize = 1024;
 /// How many connections serve reads, unless configured otherwise.
 pub const DEFAULT_READ_CONNECTIONS: u32 = 4;
 
+/// Each connection's page cache, unless configured otherwise: SQLite's own default,
+/// 2,000 KiB. A larger cache was measured and did not pay: side by side on a 100 k
+/// backlog drained at concurrency 64, a 64 MiB cache drained unkeyed lanes 10–25 % slower
+/// and used more CPU (the table's hot pages stay in the OS's cache either way). Raise it
+/// for a lane whose working set outgrows the OS's cache, and measure.
+pub const DEFAULT_CACHE_SIZE: u64 = 2_000 * 1024;
+/// The smallest page cache accepted: 256 KiB.
+pub const MIN_CACHE_SIZE: u64 = 256 * 1024;
+/// The largest page cache or memory map accepted: 1 TiB, far beyond any real outbox, so a
+/// larger value is a mistaken unit rather than a wish.
+pub const MAX_MEMORY_SIZE: u64 = 1 << 40;
+
 /// Configures and opens a [`SqliteOutboxStore`].
 ///
 /// ```no_run
@@ -89,6 +101,8 @@ pub struct SqliteStoreBuilder {
     clock: Arc<dyn Clock>,
     busy_timeout: Duration,
     read_connections: u32,
+    cache_size: u64,
+    mmap_size: u64,
 }
 
 impl SqliteStoreBuilder {
@@ -124,6 +138,27 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Sets each connection's page cache (`PRAGMA cache_size`), in bytes, rounded up to
+    /// whole KiB: between [`MIN_CACHE_SIZE`] and [`MAX_MEMORY_SIZE`], by default
+    /// [`DEFAULT_CACHE_SIZE`] (SQLite's own). The write connection's cache is the one that
+    /// counts: every claim and ack walks the table's indexes through it. Each read
+    /// connection has one of the same size, filled only as far as it reads.
+    pub fn cache_size(mut self, bytes: u64) -> Self {
+        self.cache_size = bytes;
+        self
+    }
+
+    /// Sets how much of the file each connection reads through a memory map
+    /// (`PRAGMA mmap_size`), in bytes, at most [`MAX_MEMORY_SIZE`]; 0 (the default) reads
+    /// through SQLite's page cache only. SQLite caps it at its build's limit (2 GiB by
+    /// default). A map shares the OS's cache between connections instead of copying pages
+    /// into each, but an I/O error on a mapped page ends the process with a signal rather
+    /// than an error.
+    pub fn mmap_size(mut self, bytes: u64) -> Self {
+        self.mmap_size = bytes;
+        self
+    }
+
     /// Checks the configuration; the error names the field at fault.
     pub fn validate(&self) -> Result<(), ValidationError> {
         schema::validate_table_prefix(&self.table_prefix)?;
@@ -131,6 +166,25 @@ impl SqliteStoreBuilder {
             return Err(ValidationError::new(
                 "read_connections",
                 "must be at least 1",
+            ));
+        }
+        if !(MIN_CACHE_SIZE..=MAX_MEMORY_SIZE).contains(&self.cache_size) {
+            return Err(ValidationError::new(
+                "cache_size",
+                format!(
+                    "is {} bytes; it must be between {MIN_CACHE_SIZE} (256 KiB) and \
+                     {MAX_MEMORY_SIZE} (1 TiB)",
+                    self.cache_size
+                ),
+            ));
+        }
+        if self.mmap_size > MAX_MEMORY_SIZE {
+            return Err(ValidationError::new(
+                "mmap_size",
+                format!(
+                    "is {} bytes, over the limit of {MAX_MEMORY_SIZE} (1 TiB)",
+                    self.mmap_size
+                ),
             ));
         }
         Ok(())
@@ -154,7 +208,10 @@ impl SqliteStoreBuilder {
             // Rows come back from the connection's worker thread through a bounded channel
             // (50 by default): a claim's `RETURNING` of more rows than that would stall the
             // worker until this task reads, a thread hand-off per few rows.
-            .row_buffer_size(ROW_BUFFER);
+            .row_buffer_size(ROW_BUFFER)
+            // A negative cache_size is in KiB (a positive one would count pages).
+            .pragma("cache_size", format!("-{}", self.cache_size.div_ceil(1024)))
+            .pragma("mmap_size", self.mmap_size.to_string());
         // One connection: writes are serialised anyway (see the module docs), and one
         // connection keeps its prepared statements warm.
         let writer = SqlitePoolOptions::new()
@@ -264,6 +321,8 @@ impl SqliteOutboxStore {
             clock: Arc::new(SystemClock),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             read_connections: DEFAULT_READ_CONNECTIONS,
+            cache_size: DEFAULT_CACHE_SIZE,
+            mmap_size: 0,
         }
     }
 
@@ -520,6 +579,62 @@ impl OutboxStore for SqliteOutboxStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_cache_and_memory_map_sizes_are_checked() {
+        let builder = SqliteOutboxStore::builder("outbox.db");
+        assert!(builder.validate().is_ok());
+        for bad in [0, MIN_CACHE_SIZE - 1, MAX_MEMORY_SIZE + 1] {
+            let err = builder.clone().cache_size(bad).validate().unwrap_err();
+            assert_eq!(err.field, "cache_size", "{bad}");
+        }
+        let err = builder
+            .clone()
+            .mmap_size(MAX_MEMORY_SIZE + 1)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "mmap_size");
+        assert!(builder
+            .cache_size(MIN_CACHE_SIZE)
+            .mmap_size(0)
+            .validate()
+            .is_ok());
+    }
+
+    /// Every connection, the writer and each reader, runs with the configured sizes.
+    #[tokio::test]
+    async fn connections_get_the_page_cache_and_memory_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteOutboxStore::builder(dir.path().join("outbox.db"))
+            .cache_size(3 * 1024 * 1024 + 1)
+            .mmap_size(1 << 20)
+            .open()
+            .await
+            .unwrap();
+        for pool in [&store.writer, &store.reader] {
+            let cache: i64 = sqlx::query("PRAGMA cache_size")
+                .fetch_one(pool)
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(cache, -(3 * 1024 + 1), "KiB, rounded up");
+            let map: i64 = sqlx::query("PRAGMA mmap_size")
+                .fetch_one(pool)
+                .await
+                .unwrap()
+                .get(0);
+            assert_eq!(map, 1 << 20);
+        }
+        let default = SqliteOutboxStore::open(dir.path().join("default.db"))
+            .await
+            .unwrap();
+        let cache: i64 = sqlx::query("PRAGMA cache_size")
+            .fetch_one(&default.writer)
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(cache, -((DEFAULT_CACHE_SIZE / 1024) as i64));
+    }
 
     /// The hot statements must find their rows through an index: a full scan would make
     /// every claim slower as the delivered tail grows.

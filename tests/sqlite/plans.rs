@@ -1,10 +1,11 @@
 //! `EXPLAIN QUERY PLAN` guards: a claim (both ordering policies, heads alone and with their
 //! key runs), `next_due` and a lane's stats read indexes in order and stop, a key run within
-//! its bounds; the batch writes (the claim's marking, ack, nack,
-//! extend, release) find each row they name by its key; none scans the table or sorts the
-//! lane in a temporary B-tree. Checked on a file with a backlog of every kind (no key, a hot key, many
-//! cold keys, claims, dead letters), before and after `ANALYZE`, since statistics can
-//! change a plan.
+//! its bounds; the batch writes (the claim's marking, ack, nack, extend, release) find each
+//! row they name by its key; none scans the table or sorts the lane in a temporary B-tree;
+//! key probes read the live-only key index down to the status, or the dead-letter index,
+//! never the key index migration 3 dropped. Checked on a file with a backlog of every kind
+//! (no key, a hot key, many cold keys, claims, dead letters), before and after `ANALYZE`,
+//! since statistics can change a plan.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,14 +102,27 @@ fn check(plans: &[QueryPlan], table: &str, when: &str) {
                 step == &format!("SCAN {name}") || step.starts_with(&format!("SCAN {name} "))
             });
             assert!(!scans_table, "a full scan of the lane: {shown}");
-            // A key probe reads its key's few rows, never a lane-wide index.
+            // Migration 3 dropped it for `outbox_key_live`.
+            assert!(
+                !step.contains("key_order"),
+                "the dropped key index: {shown}"
+            );
+            // A key probe reads its key's few rows, never a lane-wide index: its live rows
+            // in the live-only key index (by status), or its dead letters.
             if ["SEARCH e ", "SEARCH l ", "SEARCH r "]
                 .iter()
                 .any(|alias| step.starts_with(alias))
             {
                 assert!(
-                    step.contains("outbox_key_order"),
+                    step.contains("outbox_key_live") || step.contains("outbox_dead_keys"),
                     "a key probe off its index: {shown}"
+                );
+            }
+            // Down to the status: a key's claimed rows apart from its pending backlog.
+            if step.contains("outbox_key_live") {
+                assert!(
+                    step.contains("ordering_key=? AND status=?"),
+                    "a live key probe that reads every live row of its key: {shown}"
                 );
             }
             // A key run is read from its head to its end, a range of its key's index.
@@ -121,6 +135,24 @@ fn check(plans: &[QueryPlan], table: &str, when: &str) {
             assert!(
                 !step.contains("USE TEMP B-TREE FOR ORDER BY"),
                 "the lane sorted in a temporary B-tree: {shown}"
+            );
+        }
+        // A key run is read in the live-only key index, and `Block` probes dead heads in
+        // the dead-letter index.
+        if plan.statement.starts_with("claim_runs") {
+            assert!(
+                plan.steps.iter().any(|step| step
+                    .starts_with("SEARCH r USING COVERING INDEX outbox_key_live")
+                    || step.starts_with("SEARCH r USING INDEX outbox_key_live")),
+                "a key run off the live key index: {shown}"
+            );
+        }
+        if plan.statement == "claim_ready (Block)" {
+            assert!(
+                plan.steps
+                    .iter()
+                    .any(|step| step.contains("outbox_dead_keys")),
+                "a dead head probed off the dead-letter index: {shown}"
             );
         }
         if let Some((_, index)) = EXPECTED_INDEX

@@ -199,11 +199,11 @@ pub(super) fn blocked_keys_sql(sql: &Statements, dead: &str, live: &str) -> Stri
              SELECT lane, target, ordering_key, MIN(seq) AS first_dead FROM {t}
              WHERE status = 'dead_letter' AND ordering_key IS NOT NULL AND {dead}
              GROUP BY lane, target, ordering_key) d
-         WHERE EXISTS (SELECT 1 FROM {t} l INDEXED BY {t}_key_order
+         WHERE EXISTS (SELECT 1 FROM {t} l INDEXED BY {t}_key_live
                  WHERE l.lane = d.lane AND l.target = d.target
                    AND l.ordering_key = d.ordering_key AND l.status IN ('pending', 'claimed')
                    AND l.seq > d.first_dead AND {live})
-           AND NOT EXISTS (SELECT 1 FROM {t} l INDEXED BY {t}_key_order
+           AND NOT EXISTS (SELECT 1 FROM {t} l INDEXED BY {t}_key_live
                  WHERE l.lane = d.lane AND l.target = d.target
                    AND l.ordering_key = d.ordering_key AND l.status IN ('pending', 'claimed')
                    AND l.seq < d.first_dead AND {live})

@@ -1,5 +1,5 @@
-//! The table, its indexes and the embedded migrations that create them, and the text of
-//! every fixed statement the store runs. The table prefix is a validated identifier, so it
+//! The text of every fixed statement the store runs, and the migrations that make the
+//! table and indexes they read (in `schema/migrations.rs`). The table prefix is a validated identifier, so it
 //! is spliced into the SQL once, at open; values are always bound.
 
 use std::sync::Arc;
@@ -51,219 +51,29 @@ pub(super) fn validate_table_prefix(prefix: &str) -> Result<(), ValidationError>
     Ok(())
 }
 
-/// One schema change: a version and the statements that make it. A migration runs in one
-/// transaction with the row that records it, so a crash leaves it wholly applied or not at
-/// all; most statements are idempotent (`IF NOT EXISTS`) besides.
-struct Migration {
-    version: i64,
-    statements: &'static [&'static str],
-}
+mod migrations;
 
-/// The schema, oldest change first. `{t}` is the table name. Append, never edit.
-const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        statements: &[
-            // seq is the strict total order of enqueues. AUTOINCREMENT keeps a purged tail's
-            // numbers from being reused, so list cursors and per-key order never go backwards.
-            // STRICT makes SQLite refuse a value of the wrong type instead of storing it.
-            "CREATE TABLE IF NOT EXISTS {t} (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            outbox_id TEXT NOT NULL UNIQUE,
-            lane TEXT NOT NULL,
-            target TEXT NOT NULL,
-            payload TEXT NOT NULL,
-            headers TEXT NOT NULL,
-            ordering_key TEXT,
-            dedupe_key TEXT,
-            status TEXT NOT NULL
-                CHECK (status IN ('pending', 'claimed', 'delivered', 'dead_letter')),
-            attempt_count INTEGER NOT NULL,
-            max_attempts INTEGER NOT NULL,
-            available_at INTEGER NOT NULL,
-            claimed_by TEXT,
-            claim_token TEXT,
-            lease_expires_at INTEGER,
-            last_error TEXT,
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL,
-            delivered_at INTEGER
-        ) STRICT",
-            "CREATE UNIQUE INDEX IF NOT EXISTS {t}_dedupe
-            ON {t} (lane, target, dedupe_key) WHERE dedupe_key IS NOT NULL",
-            // Claimable rows only, so a long delivered or dead tail never slows a claim. SQLite
-            // uses a partial index only when the query repeats its WHERE term word for word,
-            // which is why the claim statements below carry `status IN ('pending', 'claimed')`.
-            "CREATE INDEX IF NOT EXISTS {t}_claimable
-            ON {t} (lane, target, status, available_at) WHERE status IN ('pending', 'claimed')",
-            // The per-key head rule asks "is an earlier row of this key pending, claimed or
-            // dead?": one range probe per status here (the rowid, seq, ends every entry).
-            "CREATE INDEX IF NOT EXISTS {t}_key_order
-            ON {t} (lane, target, ordering_key, status) WHERE ordering_key IS NOT NULL",
-            // Purge finds finished rows by age without walking live ones.
-            "CREATE INDEX IF NOT EXISTS {t}_finished
-            ON {t} (updated_at) WHERE status IN ('delivered', 'dead_letter')",
-        ],
-    },
-    Migration {
-        version: 2,
-        statements: MIGRATION_2,
-    },
-];
+pub(super) use migrations::{latest_version, pending_migrations};
 
-/// Claims that cost what they return (issue 8). `key_head` marks the first live (pending
-/// or claimed) row of each ordering key, and every row without a key while live; triggers
-/// keep it true on every write, whoever makes it. The claim reads the two partial indexes
-/// below in order and stops at its limit: a key's later rows are in neither, so a hot key
-/// costs a claim one entry.
-const MIGRATION_2: &[&str] = &[
-    "ALTER TABLE {t} ADD COLUMN key_head INTEGER",
-    // Backfill: one probe per live row (an earlier live row of its key?).
-    "UPDATE {t} SET key_head = 1
-        WHERE status IN ('pending', 'claimed') AND (ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM {t} e INDEXED BY {t}_key_order
-            WHERE e.lane = {t}.lane AND e.target = {t}.target
-                AND e.ordering_key = {t}.ordering_key
-                AND e.status IN ('pending', 'claimed') AND e.seq < {t}.seq))",
-    // Due pending heads, in claim order (the rowid, seq, ends every entry).
-    "CREATE INDEX IF NOT EXISTS {t}_ready
-        ON {t} (lane, target, available_at) WHERE status = 'pending' AND key_head = 1",
-    // Claims by lapse: lapsed ones first in a claim, the next lapse for next_due.
-    "CREATE INDEX IF NOT EXISTS {t}_leases
-        ON {t} (lane, target, lease_expires_at) WHERE status = 'claimed'",
-    // Pending rows in enqueue order: the oldest due one for stats.
-    "CREATE INDEX IF NOT EXISTS {t}_pending ON {t} (lane, target) WHERE status = 'pending'",
-    // Keys with dead letters: the blocked keys for stats.
-    "CREATE INDEX IF NOT EXISTS {t}_dead_keys
-        ON {t} (lane, target, ordering_key)
-        WHERE status = 'dead_letter' AND ordering_key IS NOT NULL",
-    // The claim no longer reads it; one index fewer to write.
-    "DROP INDEX IF EXISTS {t}_claimable",
-    // A row becomes its key's head if no live row of the key came before it. Inserts and
-    // requeues (a dead letter back to pending) both arrive here.
-    "CREATE TRIGGER IF NOT EXISTS {t}_head_on_insert AFTER INSERT ON {t}
-    BEGIN
-        UPDATE {t} SET key_head = 1 WHERE seq = new.seq AND {no_live_before_new};
-    END",
-    "CREATE TRIGGER IF NOT EXISTS {t}_head_on_return AFTER UPDATE OF status ON {t}
-        WHEN old.status NOT IN ('pending', 'claimed') AND new.status IN ('pending', 'claimed')
-    BEGIN
-        UPDATE {t} SET key_head = NULL
-            WHERE new.ordering_key IS NOT NULL AND key_head = 1
-                AND seq = {first_live_after_new} AND {no_live_before_new};
-        UPDATE {t} SET key_head = 1 WHERE seq = new.seq AND {no_live_before_new};
-    END",
-    // A head that leaves (delivered, dead) hands the mark to its key's next live row.
-    "CREATE TRIGGER IF NOT EXISTS {t}_head_on_leave AFTER UPDATE OF status ON {t}
-        WHEN old.key_head = 1 AND new.status NOT IN ('pending', 'claimed')
-    BEGIN
-        UPDATE {t} SET key_head = NULL WHERE seq = new.seq;
-        UPDATE {t} SET key_head = 1
-            WHERE new.ordering_key IS NOT NULL AND seq = {first_live_after_new};
-    END",
-    "CREATE TRIGGER IF NOT EXISTS {t}_head_on_delete AFTER DELETE ON {t}
-        WHEN old.key_head = 1 AND old.ordering_key IS NOT NULL
-    BEGIN
-        UPDATE {t} SET key_head = 1 WHERE seq = {first_live_after_old};
-    END",
-    // Counts per (lane, target, status), so stats read a few rows, not the lane.
-    "CREATE TABLE IF NOT EXISTS {t}_counts (
-        lane TEXT NOT NULL,
-        target TEXT NOT NULL,
-        status TEXT NOT NULL,
-        n INTEGER NOT NULL,
-        PRIMARY KEY (lane, target, status)
-    ) WITHOUT ROWID, STRICT",
-    "INSERT INTO {t}_counts (lane, target, status, n)
-        SELECT lane, target, status, COUNT(*) FROM {t} WHERE true GROUP BY lane, target, status
-        ON CONFLICT (lane, target, status) DO UPDATE SET n = excluded.n",
-    "CREATE TRIGGER IF NOT EXISTS {t}_count_insert AFTER INSERT ON {t}
-    BEGIN
-        INSERT INTO {t}_counts (lane, target, status, n) VALUES (new.lane, new.target, new.status, 1)
-            ON CONFLICT (lane, target, status) DO UPDATE SET n = n + 1;
-    END",
-    "CREATE TRIGGER IF NOT EXISTS {t}_count_status AFTER UPDATE OF status ON {t}
-        WHEN old.status <> new.status
-    BEGIN
-        UPDATE {t}_counts SET n = n - 1
-            WHERE lane = old.lane AND target = old.target AND status = old.status;
-        INSERT INTO {t}_counts (lane, target, status, n) VALUES (new.lane, new.target, new.status, 1)
-            ON CONFLICT (lane, target, status) DO UPDATE SET n = n + 1;
-    END",
-    "CREATE TRIGGER IF NOT EXISTS {t}_count_delete AFTER DELETE ON {t}
-    BEGIN
-        UPDATE {t}_counts SET n = n - 1
-            WHERE lane = old.lane AND target = old.target AND status = old.status;
-    END",
-];
-
-/// The first live row of `{row}`'s key after it: two index probes, one per live status
-/// (a `MIN` over `status IN (...)` would read the key's whole queue).
-const FIRST_LIVE_AFTER: &str = "(SELECT MIN(s) FROM (
-        SELECT (SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
-            WHERE e.lane = {row}.lane AND e.target = {row}.target
-            AND e.ordering_key = {row}.ordering_key AND e.status = 'pending'
-            AND e.seq > {row}.seq ORDER BY e.seq LIMIT 1) AS s
-        UNION ALL
-        SELECT (SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
-            WHERE e.lane = {row}.lane AND e.target = {row}.target
-            AND e.ordering_key = {row}.ordering_key AND e.status = 'claimed'
-            AND e.seq > {row}.seq ORDER BY e.seq LIMIT 1)))";
-
-/// `new` has no key, or no live row of its key comes before it.
-const NO_LIVE_BEFORE_NEW: &str = "(new.ordering_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM {t} e INDEXED BY {t}_key_order
-            WHERE e.lane = new.lane AND e.target = new.target
-            AND e.ordering_key = new.ordering_key AND e.status IN ('pending', 'claimed')
-            AND e.seq < new.seq))";
-
-/// The statements to bring a table from `applied` (the highest version recorded, 0 for
-/// none) to the newest version, each with the version it belongs to.
-pub(super) fn pending_migrations(table: &str, applied: i64) -> Vec<(i64, Vec<String>)> {
-    MIGRATIONS
-        .iter()
-        .filter(|m| m.version > applied)
-        .map(|m| {
-            let statements = m
-                .statements
-                .iter()
-                .map(|s| {
-                    s.replace("{no_live_before_new}", NO_LIVE_BEFORE_NEW)
-                        .replace(
-                            "{first_live_after_new}",
-                            &FIRST_LIVE_AFTER.replace("{row}", "new"),
-                        )
-                        .replace(
-                            "{first_live_after_old}",
-                            &FIRST_LIVE_AFTER.replace("{row}", "old"),
-                        )
-                        .replace("{t}", table)
-                })
-                .collect();
-            (m.version, statements)
-        })
-        .collect()
-}
-
-/// The newest schema version this build knows.
-pub(super) fn latest_version() -> i64 {
-    MIGRATIONS.last().map_or(0, |m| m.version)
-}
+/// The term that lets a probe use the partial index `{t}_key_live`: SQLite proves a partial
+/// index usable only from a WHERE term that repeats the index's own, so a probe for
+/// `status = 'pending'` carries it too (the equality still bounds the search).
+pub(super) const LIVE: &str = "status IN ('pending', 'claimed')";
 
 /// "Does the per-key rule hold back head `c`?", with `?1` the clock's now. A head is held by
 /// another row of its key claimed under a lease that has not lapsed (a requeued dead head
 /// must not run beside its successor) and, under `Block` only (`{block}`), by an earlier
-/// dead letter. Each is an index probe on `{t}_key_order`; whether `c` heads its key at all
-/// is its `key_head` mark.
+/// dead letter. Each is an index probe, on `{t}_key_live` and `{t}_dead_keys`; whether `c`
+/// heads its key at all is its `key_head` mark.
 const KEY_HELD: &str = "(c.ordering_key IS NOT NULL AND (
-        EXISTS (SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+        EXISTS (SELECT 1 FROM {t} e INDEXED BY {t}_key_live
             WHERE e.lane = c.lane AND e.target = c.target
-            AND e.ordering_key = c.ordering_key AND e.status = 'claimed'
+            AND e.ordering_key = c.ordering_key AND e.status = 'claimed' AND e.{live}
             AND e.seq <> c.seq AND e.lease_expires_at > ?1){block}))";
 
 /// The `Block` addition to [`KEY_HELD`].
 const HELD_BY_DEAD: &str = "
-        OR EXISTS (SELECT 1 FROM {t} e INDEXED BY {t}_key_order
+        OR EXISTS (SELECT 1 FROM {t} e INDEXED BY {t}_dead_keys
             WHERE e.lane = c.lane AND e.target = c.target
             AND e.ordering_key = c.ordering_key AND e.status = 'dead_letter'
             AND e.seq < c.seq)";
@@ -272,23 +82,23 @@ const HELD_BY_DEAD: &str = "
 /// now): the key's next pending rows by seq, at most `?5 - 1` of them, cut before the first
 /// that is not due, before the key's next claimed row and, under `Block` only
 /// (`{run_block}`), before its next dead letter. `c.seq` itself when nothing follows. Each
-/// term is an index range on `{t}_key_order` that stops within the run's length (or one
+/// term is an index range on `{t}_key_live` (`{t}_dead_keys` for dead letters) that stops within the run's length (or one
 /// probe), so a hot key's backlog behind the run is never read.
 const RUN_END: &str = "MIN(
         COALESCE((SELECT COALESCE(MIN(CASE WHEN w.available_at > ?1 THEN w.seq END) - 1,
                 MAX(w.seq))
-            FROM (SELECT e.seq, e.available_at FROM {t} e INDEXED BY {t}_key_order
+            FROM (SELECT e.seq, e.available_at FROM {t} e INDEXED BY {t}_key_live
                 WHERE e.lane = c.lane AND e.target = c.target
-                AND e.ordering_key = c.ordering_key AND e.status = 'pending'
+                AND e.ordering_key = c.ordering_key AND e.status = 'pending' AND e.{live}
                 AND e.seq > c.seq ORDER BY e.seq LIMIT ?5 - 1) AS w), c.seq),
-        COALESCE((SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
+        COALESCE((SELECT e.seq FROM {t} e INDEXED BY {t}_key_live
             WHERE e.lane = c.lane AND e.target = c.target
-            AND e.ordering_key = c.ordering_key AND e.status = 'claimed'
+            AND e.ordering_key = c.ordering_key AND e.status = 'claimed' AND e.{live}
             AND e.seq > c.seq ORDER BY e.seq LIMIT 1) - 1, 9223372036854775807){run_block})";
 
 /// The `Block` addition to [`RUN_END`]: a dead letter behind the head ends the run.
 const RUN_STOPS_AT_DEAD: &str = ",
-        COALESCE((SELECT e.seq FROM {t} e INDEXED BY {t}_key_order
+        COALESCE((SELECT e.seq FROM {t} e INDEXED BY {t}_dead_keys
             WHERE e.lane = c.lane AND e.target = c.target
             AND e.ordering_key = c.ordering_key AND e.status = 'dead_letter'
             AND e.seq > c.seq ORDER BY e.seq LIMIT 1) - 1, 9223372036854775807)";
@@ -348,6 +158,7 @@ impl Statements {
         let t = |sql: &str| -> Arc<str> {
             sql.replace("{given_claims}", GIVEN_CLAIMS)
                 .replace("{cols}", COLUMNS)
+                .replace("{live}", LIVE)
                 .replace("{t}", &table)
                 .into()
         };
@@ -382,9 +193,10 @@ impl Statements {
                 // order, then each run's key-index order, so no sort: the statement stops
                 // reading heads once the limit is reached, runs included.
                 claim_runs: p("SELECT COALESCE(r.seq, c.seq) FROM {t} c
-                    LEFT JOIN {t} r INDEXED BY {t}_key_order
+                    LEFT JOIN {t} r INDEXED BY {t}_key_live
                         ON r.lane = c.lane AND r.target = c.target
                         AND r.ordering_key = c.ordering_key AND r.status = 'pending'
+                        AND r.{live}
                         AND r.seq >= c.seq AND r.seq <= {run_end}
                     WHERE c.lane = ?2 AND c.target = ?3 AND c.status = 'pending'
                         AND c.key_head = 1 AND c.available_at <= ?1 AND NOT {key_held}
