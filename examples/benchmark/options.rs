@@ -275,4 +275,6 @@ environment:
   OUTBOX_BENCH_CLAIM_LINGER_US=N    the relays' LaneConfig::claim_linger in µs (default
                            500; 0 claims at once)
   OUTBOX_BENCH_KEY_RUN=N            the relays' LaneConfig::key_run (default 16; 1
-                           claims heads only), to compare key runs with heads only";
+                           claims heads only), to compare key runs with heads only
+  OUTBOX_BENCH_PREFETCH=N           the relays' LaneConfig::prefetch (default: the
+                           concurrency), to compare prefetch depths";
