@@ -145,8 +145,11 @@ pub struct LaneConfig {
     /// ordering key or delay writes it claimed by the lane and hands it over after its
     /// commit (no NOTIFY, no claim statement; see [`crate::store::hand_off`]). Only stores
     /// that offer it ([`OutboxStore::hand_off`](crate::store::OutboxStore::hand_off):
-    /// PostgreSQL); not on a lane with a rate limit, nor while its breaker is not closed.
-    /// Default false.
+    /// PostgreSQL; elsewhere the lane claims as without it); not on a lane with a rate
+    /// limit, nor while its breaker is not closed. What changes for the caller: such an
+    /// enqueue answers the row as written, claimed by the lane (`status` claimed, first
+    /// attempt), and if the lane's process dies before the delivery, the message waits for
+    /// its lease to lapse, as any claimed one. Default true.
     pub hand_off: bool,
 }
 
@@ -184,7 +187,7 @@ impl LaneConfig {
             rate_limit: None,
             circuit_breaker: None,
             retry_after_holds_lane: false,
-            hand_off: false,
+            hand_off: true,
         }
     }
 

@@ -164,6 +164,11 @@ pub fn lane_config(lane: &str, concurrency: usize) -> LaneConfig {
         Ok(us) => config.claim_linger(Duration::from_micros(us.parse().unwrap_or(0))),
         Err(_) => config,
     };
+    // For side-by-side runs at other prefetch depths (default: the concurrency).
+    let config = match std::env::var("OUTBOX_BENCH_PREFETCH") {
+        Ok(n) => config.prefetch(n.parse().unwrap_or(concurrency)),
+        Err(_) => config,
+    };
     // For side-by-side runs with and without key runs (1 = heads only).
     match std::env::var("OUTBOX_BENCH_KEY_RUN") {
         Ok(run) => config.key_run(run.parse().unwrap_or(1)),

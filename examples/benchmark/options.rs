@@ -279,4 +279,6 @@ environment:
   OUTBOX_BENCH_SQLITE_CACHE=BYTES   SQLite stores' page cache per connection
                            (SqliteStoreBuilder::cache_size; default 2,000 KiB)
   OUTBOX_BENCH_SQLITE_MMAP=BYTES    SQLite stores' memory map (SqliteStoreBuilder::mmap_size;
-                           default 0, none)";
+                           default 0, none)
+  OUTBOX_BENCH_PREFETCH=N           the relays' LaneConfig::prefetch (default: the
+                           concurrency), to compare prefetch depths";

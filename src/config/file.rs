@@ -315,7 +315,7 @@ pub struct LaneSection {
     /// A target's Retry-After holds the whole lane (capped at `retry_max`). Default false.
     pub retry_after_holds_lane: Option<bool>,
     /// Take what this process enqueues through the relay's store without a claim
-    /// (PostgreSQL; embedded relays). Default false.
+    /// (PostgreSQL; embedded relays). Default true.
     pub hand_off: Option<bool>,
     /// How long finished messages are kept, e.g. `{ delivered = "7d", dead_letter = "30d" }`.
     /// Absent ages take [`DEFAULT_DELIVERED_RETENTION`](crate::retention::DEFAULT_DELIVERED_RETENTION)

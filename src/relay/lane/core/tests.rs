@@ -15,6 +15,7 @@ use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
 use crate::store::{AckAndClaim, ClaimOutcome, NackDisposition, NackOutcome};
 
+mod ahead;
 mod drain;
 mod gates;
 mod hand_off;
@@ -81,7 +82,9 @@ fn claims(commands: &[Command]) -> Vec<usize> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Claim { limit, .. } | Command::AckAndClaim { limit, .. } => Some(*limit),
+            Command::Claim { limit, .. }
+            | Command::ClaimAhead { limit, .. }
+            | Command::AckAndClaim { limit, .. } => Some(*limit),
             _ => None,
         })
         .collect()

@@ -47,7 +47,7 @@ fn an_idle_lane_grants_its_room_and_only_when_asked_to() {
     let mut core = LaneCore::new(config(4, 8).batch_size(6).hand_off(true), false);
     assert_eq!(idle(&mut core, now), vec![6], "capped by the batch size");
 
-    let mut core = LaneCore::new(config(2, 3), false);
+    let mut core = LaneCore::new(config(2, 3).hand_off(false), false);
     assert!(
         idle(&mut core, now).is_empty(),
         "hand_off off in the config"
