@@ -248,16 +248,6 @@ impl LaneRelayState {
                     LaneMsg::Core(Input::Claimed(result))
                 });
             }
-            Command::ClaimAhead { limit, key_run } => {
-                let request = self.claim_request(limit, key_run);
-                let span = spans::claim(&request.lane, &request.target, limit, false);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store.claim(&request).instrument(span.clone()).await;
-                    spans::claimed(&span, started, &result);
-                    LaneMsg::Core(Input::ClaimedAhead(result))
-                });
-            }
             Command::AckAndClaim {
                 acks,
                 limit,

@@ -22,17 +22,6 @@
 //! lane claims or asks `next_due` as before. `next_due` is never asked while the lane holds
 //! claims, since their own leases would be the answer; the poll ceiling still applies.
 //!
-//! Claim ahead: one claim in flight leaves the room that frees while it is out unused until
-//! it answers, so the buffer refills by what was used one round trip before, and it runs
-//! dry once a round trip's worth of deliveries is more than half the prefetch (measured: a
-//! 10 ms handler at c=64 on a loaded machine whose claims took 4-11 ms found the buffer
-//! empty at half its completions). So while a claim is out, deliveries run and the buffer
-//! has fallen to half the prefetch, a second claim (never a third) takes the room freed since, once that
-//! is at least [`AHEAD_SHARE`] of the prefetch. Every claim's limit counts the limits of
-//! those in flight, so the lane still holds at most `concurrency + prefetch`. A lane
-//! whose round trips are short against its deliveries never gets there and keeps one
-//! claim in flight; a lane with gates (rate limit, breaker, Retry-After hold) always does.
-//!
 //! Claim gates ([`gate`]): before each claim the core asks the lane's gates (rate limit,
 //! circuit breaker, Retry-After hold) how much it may take, and sleeps until the time they
 //! name when they say wait. A claim takes only what the rate allows, so claimed messages
@@ -69,10 +58,6 @@ pub(crate) use io::{Command, Input};
 use outcomes::Outcomes;
 use pool::HandlerPool;
 pub(crate) use pool::Slot;
-
-/// A claim ahead takes at least this share of the prefetch (a quarter): fewer, bigger
-/// claims rather than one statement per freed slot.
-pub(crate) const AHEAD_SHARE: usize = 4;
 
 /// The shortest idle sleep: a guard against a store whose `next_due` keeps saying "now".
 pub(crate) const MIN_IDLE_SLEEP: Duration = Duration::from_millis(1);
@@ -118,8 +103,6 @@ pub(crate) struct LaneCore {
     buffer: VecDeque<OutboxMessage>,
     outcomes: Outcomes,
     claim: ClaimCall,
-    /// The claim ahead in flight, if any: when it went out and its limit.
-    ahead: Option<(Instant, usize)>,
     /// Whether the store may hold claimable work: the last claim filled its limit, or a
     /// wake-up, tick, resume or retry came since. A short claim clears it.
     store_has_more: bool,
@@ -177,7 +160,6 @@ impl LaneCore {
             buffer: VecDeque::new(),
             outcomes: Outcomes::default(),
             claim: ClaimCall::Idle,
-            ahead: None,
             store_has_more: false,
             idle_timer_set: false,
             known_due: None,
@@ -272,26 +254,14 @@ impl LaneCore {
             Input::LeaseDue { batch, generation } => self.lease_due(batch, generation, &mut out),
             Input::Claimed(result) => {
                 let call = std::mem::replace(&mut self.claim, ClaimCall::Idle);
-                let full = self.ahead.is_some() && filled_call(&result, call);
                 self.claimed(now, call, result, &mut out);
-                self.two_claims_answered(full);
-            }
-            Input::ClaimedAhead(result) => {
-                if let Some((issued_at, limit)) = self.ahead.take() {
-                    let full = filled(&result, limit);
-                    let call = ClaimCall::Claiming { issued_at, limit };
-                    self.claimed(now, call, result, &mut out);
-                    self.two_claims_answered(full);
-                }
             }
             Input::AckedAndClaimed { result, wall_ms } => {
                 let call = std::mem::replace(&mut self.claim, ClaimCall::Idle);
                 match result {
                     Ok(answer) => {
                         self.acked(now, Ok(answer.acked), wall_ms, &mut out);
-                        let full = self.ahead.is_some() && filled_call(&answer.claimed, call);
                         self.claimed(now, call, answer.claimed, &mut out);
-                        self.two_claims_answered(full);
                     }
                     // Neither happened: the acks go out again, the claim is made again.
                     Err(error) => {
@@ -334,60 +304,6 @@ impl LaneCore {
     fn claim_limit(&self) -> usize {
         self.room_with(self.pool.idle())
             .saturating_sub(self.credits_outstanding())
-            .saturating_sub(self.claims_out())
-    }
-
-    /// The limits of the claims in flight: their messages may all come back.
-    fn claims_out(&self) -> usize {
-        let first = match self.claim {
-            ClaimCall::Claiming { limit, .. } => limit,
-            _ => 0,
-        };
-        first + self.ahead.map_or(0, |(_, limit)| limit)
-    }
-
-    /// With two claims out, the one sent later may run first in the store and come back
-    /// short while the other then fills its limit: a full answer says the store may hold
-    /// more again, so the lane does not wait for its poll ceiling.
-    fn two_claims_answered(&mut self, full: bool) {
-        if full {
-            self.store_has_more = true;
-        }
-    }
-
-    /// Whether a claim (or `next_due`) is in flight.
-    pub(super) fn store_busy(&self) -> bool {
-        self.claim != ClaimCall::Idle || self.ahead.is_some()
-    }
-
-    /// A second claim while the first is out, when deliveries run, the buffer has fallen to
-    /// half the prefetch and the room freed since is at least [`AHEAD_SHARE`] of it (module
-    /// docs).
-    fn claim_ahead(&mut self, now: Instant, out: &mut Vec<Command>) {
-        let prefetch = self.config.prefetch;
-        let first_out = matches!(self.claim, ClaimCall::Claiming { .. });
-        if !first_out
-            || self.ahead.is_some()
-            || self.mode != Mode::Running
-            || !self.store_has_more
-            || !self.gates.none()
-            || !self.credits_settled()
-            || self.pool.running() == 0
-            || self.buffer.len() * 2 > prefetch
-        {
-            return;
-        }
-        let limit = self.claim_limit();
-        if limit == 0 || limit * AHEAD_SHARE < prefetch {
-            return;
-        }
-        self.ahead = Some((now, limit));
-        self.idle_timer_set = false;
-        self.known_due = None;
-        out.push(Command::ClaimAhead {
-            limit,
-            key_run: self.key_run(limit),
-        });
     }
 
     /// What a claim may take with `free` handler slots: those plus the prefetch room.
@@ -459,11 +375,7 @@ impl LaneCore {
                     limit,
                     key_run: self.key_run(limit),
                 });
-            } else if !self.store_has_more
-                && !self.idle_timer_set
-                && self.held() == 0
-                && self.ahead.is_none()
-            {
+            } else if !self.store_has_more && !self.idle_timer_set && self.held() == 0 {
                 match self.known_due.take() {
                     // The short claim already said: no store call to sleep on it.
                     Some(due) => {
@@ -476,9 +388,6 @@ impl LaneCore {
                     }
                 }
             }
-        }
-        if store_open {
-            self.claim_ahead(now, out);
         }
         self.grant_credits_if_idle(now, out);
         self.finish_drain_if_done(out);
@@ -867,20 +776,5 @@ impl LaneCore {
                 sleep,
             },
         );
-    }
-}
-
-/// Whether a claim of `limit` came back full.
-fn filled(result: &Result<ClaimBatch, StoreError>, limit: usize) -> bool {
-    result
-        .as_ref()
-        .is_ok_and(|batch| batch.messages.len() >= limit)
-}
-
-/// Whether the claim `call` came back full.
-fn filled_call(result: &Result<ClaimBatch, StoreError>, call: ClaimCall) -> bool {
-    match call {
-        ClaimCall::Claiming { limit, .. } => filled(result, limit),
-        _ => false,
     }
 }

@@ -106,7 +106,6 @@ impl LaneCore {
                 && self.outcomes.is_empty()
                 && self.releasing == 0
                 && !matches!(self.claim, ClaimCall::Claiming { .. })
-                && self.ahead.is_none()
         };
         if !done {
             return;

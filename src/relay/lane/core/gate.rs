@@ -74,12 +74,6 @@ impl Gates {
             || self.hold_until.is_some_and(|until| now < until)
     }
 
-    /// Whether the lane has no gate at all (no rate limit, no breaker, no Retry-After
-    /// hold): only then may a claim go out while another is in flight.
-    pub(crate) fn none(&self) -> bool {
-        self.rate.is_none() && self.breaker.is_none() && self.hold_cap.is_none()
-    }
-
     /// Whether hand-offs may come in at `now`: no rate limit (a hand-off takes no token),
     /// no breaker unless closed, no Retry-After hold.
     pub(crate) fn hand_off_open(&self, now: Instant) -> bool {

@@ -11,7 +11,7 @@
 
 use tokio::time::Instant;
 
-use super::{Command, LaneCore, Mode};
+use super::{ClaimCall, Command, LaneCore, Mode};
 use crate::message::OutboxMessage;
 use crate::relay::RelayEvent;
 
@@ -89,7 +89,7 @@ impl LaneCore {
     fn stance(&self, now: Instant) -> Stance {
         let idle = self.hand_off
             && self.mode == Mode::Running
-            && !self.store_busy()
+            && self.claim == ClaimCall::Idle
             && !self.store_has_more
             && self.idle_timer_set
             && !self.backoff.waiting

@@ -51,8 +51,6 @@ pub(crate) enum Input {
     LeaseDue { batch: u64, generation: u64 },
     /// The answer to [`Command::Claim`].
     Claimed(Result<ClaimBatch, StoreError>),
-    /// The answer to [`Command::ClaimAhead`].
-    ClaimedAhead(Result<ClaimBatch, StoreError>),
     /// The answer to [`Command::AckAndClaim`]; `wall_ms` is this machine's clock after it.
     AckedAndClaimed {
         result: Result<AckAndClaim, StoreError>,
@@ -99,9 +97,6 @@ pub(crate) enum Command {
     /// Claim up to `limit` messages, with key runs of up to `key_run`
     /// ([`crate::store::ClaimRequest::key_run`]).
     Claim { limit: usize, key_run: usize },
-    /// Claim up to `limit` messages while the lane's other claim is in flight (answered
-    /// with [`Input::ClaimedAhead`]): see [`LaneCore`](super::LaneCore)'s claim ahead.
-    ClaimAhead { limit: usize, key_run: usize },
     /// Ack these claims, then claim up to `limit` (key runs up to `key_run`), in one round
     /// trip where the store can.
     AckAndClaim {

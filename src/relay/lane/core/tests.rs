@@ -15,7 +15,6 @@ use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
 use crate::store::{AckAndClaim, ClaimOutcome, NackDisposition, NackOutcome};
 
-mod ahead;
 mod drain;
 mod gates;
 mod hand_off;
@@ -82,9 +81,7 @@ fn claims(commands: &[Command]) -> Vec<usize> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Claim { limit, .. }
-            | Command::ClaimAhead { limit, .. }
-            | Command::AckAndClaim { limit, .. } => Some(*limit),
+            Command::Claim { limit, .. } | Command::AckAndClaim { limit, .. } => Some(*limit),
             _ => None,
         })
         .collect()

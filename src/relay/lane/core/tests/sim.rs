@@ -196,7 +196,6 @@ impl Sim {
         let now = self.now;
         match command {
             Command::Claim { limit, .. } => Some(Input::Claimed(Ok(self.claim(limit)))),
-            Command::ClaimAhead { limit, .. } => Some(Input::ClaimedAhead(Ok(self.claim(limit)))),
             Command::AckAndClaim { acks, limit, .. } => {
                 let acked = self.ack(&acks);
                 let claimed = self.claim(limit);
