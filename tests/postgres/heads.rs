@@ -32,6 +32,21 @@ fn refs(messages: &[outbox_relay::OutboxMessage]) -> Vec<ClaimRef> {
         .collect()
 }
 
+/// Claims (3 at a time) and acks `rounds` times, as a relay beside the writers; answers how
+/// many it acked.
+async fn consume(store: Arc<PostgresOutboxStore>, rounds: usize) -> usize {
+    let mut acked = 0;
+    for _ in 0..rounds {
+        let batch = store.claim(&request(3)).await.expect("claim");
+        if !batch.messages.is_empty() {
+            acked += batch.messages.len();
+            store.ack(&refs(&batch.messages)).await.expect("ack");
+        }
+        tokio::task::yield_now().await;
+    }
+    acked
+}
+
 /// Keys with live rows whose lowest live row is not marked: each one is stuck.
 async fn headless_keys(store: &PostgresOutboxStore) -> Vec<String> {
     let t = store.messages_table();
@@ -191,21 +206,7 @@ async fn concurrent_enqueues_and_acks_never_lose_a_head() {
             })
         })
         .collect();
-    let consumer = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let mut acked = 0usize;
-            for _ in 0..400 {
-                let batch = store.claim(&request(3)).await.expect("claim");
-                if !batch.messages.is_empty() {
-                    acked += batch.messages.len();
-                    store.ack(&refs(&batch.messages)).await.expect("ack");
-                }
-                tokio::task::yield_now().await;
-            }
-            acked
-        })
-    };
+    let consumer = tokio::spawn(consume(store.clone(), 400));
     for writer in writers {
         writer.await.expect("writer");
     }
@@ -387,21 +388,7 @@ async fn sweeps_racing_enqueues_and_acks_never_lose_a_head() {
             cleared
         })
     };
-    let consumer = {
-        let store = store.clone();
-        tokio::spawn(async move {
-            let mut acked = 0usize;
-            for _ in 0..200 {
-                let batch = store.claim(&request(3)).await.expect("claim");
-                if !batch.messages.is_empty() {
-                    acked += batch.messages.len();
-                    store.ack(&refs(&batch.messages)).await.expect("ack");
-                }
-                tokio::task::yield_now().await;
-            }
-            acked
-        })
-    };
+    let consumer = tokio::spawn(consume(store.clone(), 200));
     for writer in writers {
         writer.await.expect("writer");
     }
