@@ -98,14 +98,10 @@ impl Progress {
     }
 }
 
-/// Waits `latency` the way a call to a target that answers in `latency` would: on a thread
-/// of tokio's blocking pool, whose `std::thread::sleep` lasts `latency` plus tens of
-/// microseconds. `tokio::time::sleep` would not do: its timer fires on a millisecond tick
-/// after rounding the deadline up, so a 10 ms sleep lasts about 11 ms, and the run would
-/// measure the timer rather than the relay.
+/// Waits `latency` the way a call to a target that answers in `latency` would
+/// ([`crate::timer`]).
 async fn wait(latency: Duration) {
-    // A JoinError (the runtime shutting down) only ends the wait early.
-    let _ = tokio::task::spawn_blocking(move || std::thread::sleep(latency)).await;
+    crate::timer::sleep(latency).await;
 }
 
 /// A handler that notes the message and, after `latency` (zero: returns at once), succeeds.

@@ -36,6 +36,7 @@ mod pickup;
 mod raw;
 mod report;
 mod stores;
+mod timer;
 mod webhook;
 
 use std::sync::Arc;
