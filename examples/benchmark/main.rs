@@ -65,6 +65,7 @@ async fn main() {
     for &kind in &options.stores {
         run_store(kind, &options, &mut results).await;
     }
+    results.keep_medians();
     results.load_end = report::loadavg();
     results.total = started.elapsed();
     println!("load average at end: {}", results.load_end);
@@ -98,23 +99,27 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
             results.errors.push(format!("{label} single loop: {error}"));
         }
     }
-    for &backlog in &options.sizes {
-        if options.runs(Section::Ceiling) {
-            if let Err(error) = ceiling(kind, backlog, options, results).await {
-                results
-                    .errors
-                    .push(format!("{label} raw ceiling at {backlog}: {error}"));
+    // Round by round, so that a slow spell of the machine falls on every case alike.
+    for _round in 0..options.rounds {
+        for &backlog in &options.sizes {
+            if options.runs(Section::Ceiling) {
+                if let Err(error) = ceiling(kind, backlog, options, results).await {
+                    results
+                        .errors
+                        .push(format!("{label} raw ceiling at {backlog}: {error}"));
+                }
             }
-        }
-        if options.runs(Section::Drain) {
-            for &keys in &options.keys {
-                for &c in &options.concurrency {
-                    if let Err(error) = no_op_drain(kind, backlog, keys, c, options, results).await
-                    {
-                        results.errors.push(format!(
-                            "{label} drain of {backlog}, keys {}, c={c}: {error}",
-                            keys.label()
-                        ));
+            if options.runs(Section::Drain) {
+                for &keys in &options.keys {
+                    for &c in &options.concurrency {
+                        if let Err(error) =
+                            no_op_drain(kind, backlog, keys, c, options, results).await
+                        {
+                            results.errors.push(format!(
+                                "{label} drain of {backlog}, keys {}, c={c}: {error}",
+                                keys.label()
+                            ));
+                        }
                     }
                 }
             }
@@ -242,6 +247,7 @@ async fn ceiling(
             backlog,
             fill: filled.took,
             ceiling,
+            rounds: Vec::new(),
         });
         Ok(())
     }
@@ -294,6 +300,7 @@ async fn no_op_drain(
             drained,
             claim: metered.meter.claim_percentiles(),
             claimed_rows: metered.meter.claimed_rows(),
+            rounds: Vec::new(),
         });
         Ok(())
     }

@@ -121,6 +121,9 @@ pub struct Options {
     pub single_concurrency: usize,
     pub webhook_messages: usize,
     pub webhook_rounds: usize,
+    /// How many times each raw ceiling and no-op drain runs, rounds interleaved (every
+    /// case once, then every case again): the report gives each case's median.
+    pub rounds: usize,
 }
 
 impl Default for Options {
@@ -145,6 +148,7 @@ impl Default for Options {
             single_concurrency: 16,
             webhook_messages: 5_000,
             webhook_rounds: 3,
+            rounds: 1,
         }
     }
 }
@@ -226,6 +230,7 @@ impl Options {
                 "--single-concurrency" => options.single_concurrency = number(&value)?.max(1),
                 "--webhook-messages" => options.webhook_messages = number(&value)?.max(1),
                 "--webhook-rounds" => options.webhook_rounds = number(&value)?.max(1),
+                "--rounds" => options.rounds = number(&value)?.max(1),
                 other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
             }
         }
@@ -255,6 +260,8 @@ usage: benchmark [flags]
   --keys none,1000,hot     key distributions: none, a key count, or hot (one hot key
                            among 1,000 cold keys)
   --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook (default all)
+  --rounds N               runs every raw ceiling and no-op drain N times, rounds
+                           interleaved; the report gives each case's median (default 1)
   --out DIR                results.md and throughput.svg go here (default bench-results)
   --drain-timeout-s N      a drain still running after N s reports what it did (default 120)
   --crash-backlog N        backlog pending during the crash (default 100000)

@@ -18,6 +18,8 @@ pub struct CeilingRow {
     pub backlog: usize,
     pub fill: Duration,
     pub ceiling: Ceiling,
+    /// With `--rounds`: every round's rows/s, in run order (this row is their median).
+    pub rounds: Vec<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -33,6 +35,8 @@ pub struct DrainRow {
     /// Claim p50, p99 in ms, and the number of claim calls.
     pub claim: Option<(f64, f64, usize)>,
     pub claimed_rows: u64,
+    /// With `--rounds`: every round's msg/s, in run order (this row is their median).
+    pub rounds: Vec<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -104,10 +108,67 @@ pub struct Results {
     pub errors: Vec<String>,
 }
 
+impl Results {
+    /// With `--rounds`, one row per case: the median round, listing them all.
+    pub fn keep_medians(&mut self) {
+        self.ceilings = medians(
+            &self.ceilings,
+            |c| (c.store, c.backlog),
+            |c| c.ceiling.rate(),
+            |c, rounds| c.rounds = rounds,
+        );
+        self.drains = medians(
+            &self.drains,
+            |d| (d.store, d.backlog, d.keys, d.concurrency),
+            |d| d.drained.rate(),
+            |d, rounds| d.rounds = rounds,
+        );
+    }
+}
+
 pub fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|e| format!("unknown ({e})"))
+}
+
+/// Keeps, of the rows that share a key, the one with the median rate (the lower middle
+/// of an even count), noting every round's rate in it, in run order.
+fn medians<R: Clone, K: PartialEq>(
+    rows: &[R],
+    key: impl Fn(&R) -> K,
+    rate: impl Fn(&R) -> f64,
+    note: impl Fn(&mut R, Vec<f64>),
+) -> Vec<R> {
+    let mut kept: Vec<R> = Vec::new();
+    let mut seen: Vec<K> = Vec::new();
+    for row in rows {
+        let k = key(row);
+        if seen.contains(&k) {
+            continue;
+        }
+        let mut same: Vec<&R> = rows.iter().filter(|r| key(r) == k).collect();
+        let rounds: Vec<f64> = same.iter().map(|r| rate(r)).collect();
+        same.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
+        let mut median = same[(same.len() - 1) / 2].clone();
+        note(&mut median, rounds);
+        kept.push(median);
+        seen.push(k);
+    }
+    kept
+}
+
+/// ", median of 3 rounds: 9,812, 10,420, 11,003" for more than one round.
+fn rounds_note(rounds: &[f64], unit: &str) -> String {
+    if rounds.len() < 2 {
+        return String::new();
+    }
+    let each: Vec<String> = rounds.iter().map(|r| format!("{r:.0}")).collect();
+    format!(
+        "median of {} rounds ({unit}: {})",
+        rounds.len(),
+        each.join(", ")
+    )
 }
 
 fn size(n: usize) -> String {
@@ -221,7 +282,12 @@ impl Results {
                     .iter()
                     .find(|c| c.store == store && c.backlog == backlog)
                 {
-                    let note = if c.ceiling.timed_out { "timed out" } else { "" };
+                    let rounds = rounds_note(&c.rounds, "rows/s");
+                    let note = match (c.ceiling.timed_out, rounds.is_empty()) {
+                        (true, true) => "timed out".to_owned(),
+                        (true, false) => format!("timed out; {rounds}"),
+                        (false, _) => rounds,
+                    };
                     let _ = writeln!(
                         w,
                         "| {} | {} | raw SQL, claim {} + ack | 1 | {:.0} | 1.00 | | | | {} | {:.1} | {:.1} | {note} |",
@@ -272,6 +338,11 @@ impl Results {
                             d.drained.others,
                             d.drained.rate_all(),
                         );
+                    }
+                    let rounds = rounds_note(&d.rounds, "msg/s");
+                    if !rounds.is_empty() {
+                        let sep = if note.is_empty() { "" } else { "; " };
+                        let _ = write!(note, "{sep}{rounds}");
                     }
                     let _ = writeln!(
                         w,
