@@ -33,6 +33,7 @@ mod drain;
 mod metered;
 mod options;
 mod pickup;
+mod plot;
 mod raw;
 mod report;
 mod stores;

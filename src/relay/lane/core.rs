@@ -32,15 +32,16 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use uuid::Uuid;
 
 use crate::config::LaneConfig;
 use crate::message::OutboxMessage;
 use crate::metrics::{BreakerState, GateKind, StoreOp};
 use crate::relay::{LaneKey, RelayEvent};
-use crate::store::{ClaimBatch, ClaimRef, NextDue, StoreError};
+use crate::store::StoreError;
 
+mod answers;
 mod book;
+mod cadence;
 mod drain;
 mod gate;
 mod hand_off;
@@ -52,6 +53,7 @@ mod pool;
 mod tests;
 
 use book::LeaseBook;
+use cadence::Cadence;
 use gate::{Admit, Gates};
 use hand_off::Credits;
 pub(crate) use io::{Command, Input};
@@ -121,31 +123,14 @@ pub(crate) struct LaneCore {
     gate_generation: u64,
     /// Since when, and by which gate, the lane has wanted to claim and been held back.
     throttled: Option<(Instant, GateKind)>,
-    /// Until when the next claim waits for running handlers ([`LaneConfig::claim_linger`]).
-    linger_until: Option<Instant>,
-    /// How long deliveries take, as a moving average (an eighth of each new one): a claim
-    /// waits only for handlers that usually finish within the linger.
-    delivery_time: Option<Duration>,
-    /// How long a claim takes from send to answer, as a moving average: with
-    /// `delivery_time`, how long a key run may be ([`LaneCore::key_run`]).
-    claim_time: Option<Duration>,
+    /// When claims linger, and how long key runs are.
+    cadence: Cadence,
     /// Whether this lane takes hand-offs ([`LaneConfig::hand_off`], and a store that
     /// offers them): set by the actor once it registered its taker.
     hand_off: bool,
     /// The hand-off credits granted to the taker ([`hand_off`]).
     credits: Credits,
 }
-
-/// A claim leaves room for at least this many keys: a key run takes at most this share of
-/// its limit. (Measured with one hot key among 1,000 cold ones at concurrency 16: runs of
-/// 16 in claims of 32 halved the cold keys' rate, the hot key's earlier rows being due
-/// first.)
-pub(crate) const RUNS_PER_CLAIM: usize = 8;
-
-/// A claim of this many messages already spreads its round trip thin: it never lingers.
-/// (Measured on PostgreSQL: lingering doubled the rows per round trip at concurrency 16,
-/// 1.35 × the drain rate; at 64 the bigger cycles only cost more per row.)
-pub(crate) const LINGER_ENOUGH: usize = 64;
 
 impl LaneCore {
     /// A lane with `config.concurrency` idle slots; paused lanes claim nothing until resumed.
@@ -170,9 +155,7 @@ impl LaneCore {
             gate_timer: None,
             gate_generation: 0,
             throttled: None,
-            linger_until: None,
-            delivery_time: None,
-            claim_time: None,
+            cadence: Cadence::default(),
             hand_off: false,
             credits: Credits::default(),
         }
@@ -394,58 +377,30 @@ impl LaneCore {
     }
 
     /// Whether a claim of `limit`, and the flush it would ride on, waits a moment for the
-    /// running handlers to finish ([`LaneConfig::claim_linger`]): only while they hold room it could
-    /// take, for a claim under [`LINGER_ENOUGH`], while deliveries usually take no longer
-    /// than the linger (slow ones would not finish within it: their buffer is what keeps
-    /// them busy), and at most that long.
+    /// running handlers to finish ([`Cadence::linger`]); if so, a timer ends the wait.
     fn linger(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) -> bool {
-        // What it could take once every running handler has finished.
         let room = self.room_with(self.pool.idle() + self.pool.running());
-        let quick = self
-            .delivery_time
-            .is_some_and(|took| took <= self.config.claim_linger);
-        if limit >= room || limit >= LINGER_ENOUGH || !quick {
-            self.linger_until = None;
-            return false;
-        }
-        let at = match self.linger_until {
-            Some(at) if now >= at => {
-                self.linger_until = None;
-                return false;
+        match self
+            .cadence
+            .linger(now, limit, room, self.config.claim_linger)
+        {
+            Some(at) => {
+                // Set again after any other timer fired, so the wait always ends.
+                self.gate_timer_at(at, out);
+                true
             }
-            Some(at) => at,
-            None => now + self.config.claim_linger,
-        };
-        self.linger_until = Some(at);
-        // Set again after any other timer fired, so the wait always ends.
-        self.gate_timer_at(at, out);
-        true
+            None => false,
+        }
     }
 
-    /// The longest key run a claim of `limit` asks for ([`LaneConfig::key_run`]): as many
-    /// deliveries as fit, one after another, in one claim round trip, so a run's last
-    /// message waits in the buffer no longer than a claim would take, and slow deliveries
-    /// keep the parallelism of heads only; and at most an eighth of the claim
-    /// ([`RUNS_PER_CLAIM`]), so one hot key cannot fill a claim that other keys are due
-    /// in. 1 until both have been timed.
+    /// The longest key run a claim of `limit` asks for ([`Cadence::key_run`]).
     pub(crate) fn key_run(&self, limit: usize) -> usize {
-        let (Some(claim), Some(delivery)) = (self.claim_time, self.delivery_time) else {
-            return 1;
-        };
-        let fits = claim.as_nanos() / delivery.as_nanos().max(1);
-        let share = (limit / RUNS_PER_CLAIM).max(1);
-        usize::try_from(fits)
-            .unwrap_or(usize::MAX)
-            .min(share)
-            .clamp(1, self.config.key_run.max(1))
+        self.cadence.key_run(limit, self.config.key_run)
     }
 
     /// Adds a finished delivery's run time to the moving average.
     pub(super) fn note_delivery_time(&mut self, took: Duration) {
-        self.delivery_time = Some(match self.delivery_time {
-            Some(average) => average - average / 8 + took / 8,
-            None => took,
-        });
+        self.cadence.note_delivery(took);
     }
 
     /// How many messages a claim may take now, by the free room and the gates; when a gate
@@ -601,180 +556,5 @@ impl LaneCore {
 
     fn store_ok(&mut self) {
         self.backoff.failures = 0;
-    }
-
-    fn claimed(
-        &mut self,
-        now: Instant,
-        call: ClaimCall,
-        result: Result<ClaimBatch, StoreError>,
-        out: &mut Vec<Command>,
-    ) {
-        let ClaimCall::Claiming { issued_at, limit } = call else {
-            return;
-        };
-        let batch = match result {
-            Ok(batch) => batch,
-            Err(error) => {
-                self.gates.claim_answered(limit, &[]);
-                return self.store_failed(now, StoreOp::Claim, &error, out);
-            }
-        };
-        self.store_ok();
-        let took = now.saturating_duration_since(issued_at);
-        self.claim_time = Some(match self.claim_time {
-            Some(average) => average - average / 8 + took / 8,
-            None => took,
-        });
-        // Claimed just as the drain began, or sent before the breaker opened or a
-        // Retry-After hold began: hand them straight back (a release does not count the
-        // attempt).
-        let hand_back = matches!(self.mode, Mode::Draining { .. } | Mode::Stopped)
-            || self.gates.holds_claims(now);
-        let claimed: Vec<Uuid> = if hand_back {
-            Vec::new()
-        } else {
-            batch.messages.iter().map(|m| m.outbox_id).collect()
-        };
-        self.gates.claim_answered(limit, &claimed);
-        if !batch.dead_lettered.is_empty() {
-            for outbox_id in &batch.dead_lettered {
-                tracing::warn!(lane = %self.key.lane, target = %self.key.target, %outbox_id,
-                    "lease lapsed on the last attempt; message dead-lettered");
-            }
-            self.emit(
-                out,
-                RelayEvent::LeaseLapsedDeadLettered {
-                    lane: self.key.clone(),
-                    outbox_ids: batch.dead_lettered,
-                },
-            );
-        }
-        let got = batch.messages.len();
-        if got < limit {
-            self.store_has_more = false;
-            self.known_due = match batch.next_due {
-                NextDue::Known(due) => Some(due.map(|wait| now + wait)),
-                NextDue::Unknown => None,
-            };
-        }
-        if got == 0 {
-            out.push(Command::EmptyClaim);
-            self.poll_ceiling(now, out);
-            return;
-        }
-        let claims: Vec<ClaimRef> = batch.messages.iter().filter_map(|m| m.claim()).collect();
-        if hand_back {
-            self.releasing += 1;
-            out.push(Command::Release(claims));
-            return;
-        }
-        let mut ids = Vec::with_capacity(got);
-        let mut redeliveries = 0;
-        for message in batch.messages {
-            ids.push(message.outbox_id);
-            if self.book.holds(message.outbox_id) {
-                // Our own delivery (or buffered claim) outlived its lease and we claimed it
-                // again. One delivery is enough: it adopts the fresh claim (the book moves
-                // it to this batch), so its ack lands with the current token.
-                continue;
-            }
-            if message.attempt_count > 1 {
-                redeliveries += 1;
-            }
-            self.buffer.push_back(message);
-        }
-        self.open_leases(claims, issued_at, now, out);
-        self.emit(
-            out,
-            RelayEvent::Claimed {
-                lane: self.key.clone(),
-                outbox_ids: ids,
-                redeliveries,
-            },
-        );
-        if got < limit {
-            self.poll_ceiling(now, out);
-        }
-    }
-
-    /// Books `claims` as one batch and sets its lease timer. The store started the lease
-    /// between `sent_at` (the claim, or the enqueue that handed the message off) and its
-    /// answer at `now`. An extension must come before the earliest possible lapse, so it is
-    /// timed from the send; a lapse (no extension) must not be declared before the latest
-    /// possible one, so it is timed from the answer.
-    pub(super) fn open_leases(
-        &mut self,
-        claims: impl IntoIterator<Item = ClaimRef>,
-        sent_at: Instant,
-        now: Instant,
-        out: &mut Vec<Command>,
-    ) {
-        let Some(batch) = self.book.open(claims) else {
-            return;
-        };
-        let started = if self.config.lease_extend_margin.is_some() {
-            sent_at
-        } else {
-            now
-        };
-        out.push(Command::LeaseCheckAt {
-            batch,
-            generation: 0,
-            at: started + self.lease_check_delay(),
-        });
-    }
-
-    /// After a short claim while the lane holds claims: no `next_due` (their own leases
-    /// would answer it), but the poll ceiling still holds, so a retry that comes due while
-    /// long deliveries run is not left waiting for them.
-    fn poll_ceiling(&mut self, now: Instant, out: &mut Vec<Command>) {
-        if self.held() == 0 {
-            return; // `pump` asks `next_due`
-        }
-        self.tick_generation += 1;
-        out.push(Command::WakeAt {
-            generation: self.tick_generation,
-            at: now + self.config.max_poll_interval,
-        });
-    }
-
-    fn next_due(
-        &mut self,
-        now: Instant,
-        result: Result<Option<Duration>, StoreError>,
-        out: &mut Vec<Command>,
-    ) {
-        self.claim = ClaimCall::Idle;
-        let due = match result {
-            Ok(due) => due,
-            Err(error) => return self.store_failed(now, StoreOp::NextDue, &error, out),
-        };
-        self.store_ok();
-        self.sleep_until_due(now, due, out);
-    }
-
-    /// Sleeps until the next message is due (`None`: nothing to wait for), within the poll
-    /// ceiling.
-    fn sleep_until_due(&mut self, now: Instant, due: Option<Duration>, out: &mut Vec<Command>) {
-        if self.mode != Mode::Running {
-            return; // paused or draining since it was asked: no sleep to plan
-        }
-        let sleep = due
-            .unwrap_or(self.config.max_poll_interval)
-            .clamp(MIN_IDLE_SLEEP, self.config.max_poll_interval);
-        self.tick_generation += 1;
-        self.idle_timer_set = true;
-        out.push(Command::WakeAt {
-            generation: self.tick_generation,
-            at: now + sleep,
-        });
-        self.emit(
-            out,
-            RelayEvent::Idle {
-                lane: self.key.clone(),
-                sleep,
-            },
-        );
     }
 }

@@ -13,7 +13,9 @@ use crate::message::{OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
-use crate::store::{AckAndClaim, ClaimOutcome, NackDisposition, NackOutcome};
+use crate::store::{
+    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, NackDisposition, NackOutcome, NextDue,
+};
 
 mod drain;
 mod gates;

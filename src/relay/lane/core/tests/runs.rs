@@ -136,20 +136,20 @@ fn runs_are_asked_for_once_deliveries_are_quick_against_a_claim_round_trip() {
     // Slow deliveries (the average moves an eighth at a time): heads only again.
     // `key_run = 1`: heads only, however quick the deliveries.
     let mut heads = LaneCore::new(config(2, 0).key_run(1), false);
-    heads.claim_time = Some(Duration::from_millis(2));
-    heads.delivery_time = Some(Duration::from_micros(100));
+    heads.cadence.claim_time = Some(Duration::from_millis(2));
+    heads.cadence.delivery_time = Some(Duration::from_micros(100));
     assert_eq!(heads.key_run(128), 1);
 
     let mut slow = LaneCore::new(config(2, 0).key_run(4), false);
-    slow.claim_time = Some(Duration::from_millis(2));
-    slow.delivery_time = Some(Duration::from_micros(100));
+    slow.cadence.claim_time = Some(Duration::from_millis(2));
+    slow.cadence.delivery_time = Some(Duration::from_micros(100));
     assert_eq!(slow.key_run(128), 4, "the configured cap");
-    slow.delivery_time = Some(Duration::from_millis(10));
+    slow.cadence.delivery_time = Some(Duration::from_millis(10));
     assert_eq!(
         slow.key_run(128),
         1,
         "a 10 ms delivery does not fit in a 2 ms claim"
     );
-    slow.delivery_time = Some(Duration::from_micros(700));
+    slow.cadence.delivery_time = Some(Duration::from_micros(700));
     assert_eq!(slow.key_run(128), 2);
 }

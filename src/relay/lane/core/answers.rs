@@ -1,0 +1,191 @@
+//! What the lane does with the claim pipeline's answers: a claimed batch (into the buffer,
+//! its leases into the book, a short one's `next_due`), and `next_due` (the idle sleep).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::{ClaimCall, Command, LaneCore, Mode, MIN_IDLE_SLEEP};
+use crate::metrics::StoreOp;
+use crate::relay::RelayEvent;
+use crate::store::{ClaimBatch, ClaimRef, NextDue, StoreError};
+
+impl LaneCore {
+    pub(super) fn claimed(
+        &mut self,
+        now: Instant,
+        call: ClaimCall,
+        result: Result<ClaimBatch, StoreError>,
+        out: &mut Vec<Command>,
+    ) {
+        let ClaimCall::Claiming { issued_at, limit } = call else {
+            return;
+        };
+        let batch = match result {
+            Ok(batch) => batch,
+            Err(error) => {
+                self.gates.claim_answered(limit, &[]);
+                return self.store_failed(now, StoreOp::Claim, &error, out);
+            }
+        };
+        self.store_ok();
+        let took = now.saturating_duration_since(issued_at);
+        self.cadence.note_claim(took);
+        // Claimed just as the drain began, or sent before the breaker opened or a
+        // Retry-After hold began: hand them straight back (a release does not count the
+        // attempt).
+        let hand_back = matches!(self.mode, Mode::Draining { .. } | Mode::Stopped)
+            || self.gates.holds_claims(now);
+        let claimed: Vec<Uuid> = if hand_back {
+            Vec::new()
+        } else {
+            batch.messages.iter().map(|m| m.outbox_id).collect()
+        };
+        self.gates.claim_answered(limit, &claimed);
+        if !batch.dead_lettered.is_empty() {
+            for outbox_id in &batch.dead_lettered {
+                tracing::warn!(lane = %self.key.lane, target = %self.key.target, %outbox_id,
+                    "lease lapsed on the last attempt; message dead-lettered");
+            }
+            self.emit(
+                out,
+                RelayEvent::LeaseLapsedDeadLettered {
+                    lane: self.key.clone(),
+                    outbox_ids: batch.dead_lettered,
+                },
+            );
+        }
+        let got = batch.messages.len();
+        if got < limit {
+            self.store_has_more = false;
+            self.known_due = match batch.next_due {
+                NextDue::Known(due) => Some(due.map(|wait| now + wait)),
+                NextDue::Unknown => None,
+            };
+        }
+        if got == 0 {
+            out.push(Command::EmptyClaim);
+            self.poll_ceiling(now, out);
+            return;
+        }
+        let claims: Vec<ClaimRef> = batch.messages.iter().filter_map(|m| m.claim()).collect();
+        if hand_back {
+            self.releasing += 1;
+            out.push(Command::Release(claims));
+            return;
+        }
+        let mut ids = Vec::with_capacity(got);
+        let mut redeliveries = 0;
+        for message in batch.messages {
+            ids.push(message.outbox_id);
+            if self.book.holds(message.outbox_id) {
+                // Our own delivery (or buffered claim) outlived its lease and we claimed it
+                // again. One delivery is enough: it adopts the fresh claim (the book moves
+                // it to this batch), so its ack lands with the current token.
+                continue;
+            }
+            if message.attempt_count > 1 {
+                redeliveries += 1;
+            }
+            self.buffer.push_back(message);
+        }
+        self.open_leases(claims, issued_at, now, out);
+        self.emit(
+            out,
+            RelayEvent::Claimed {
+                lane: self.key.clone(),
+                outbox_ids: ids,
+                redeliveries,
+            },
+        );
+        if got < limit {
+            self.poll_ceiling(now, out);
+        }
+    }
+
+    /// Books `claims` as one batch and sets its lease timer. The store started the lease
+    /// between `sent_at` (the claim, or the enqueue that handed the message off) and its
+    /// answer at `now`. An extension must come before the earliest possible lapse, so it is
+    /// timed from the send; a lapse (no extension) must not be declared before the latest
+    /// possible one, so it is timed from the answer.
+    pub(super) fn open_leases(
+        &mut self,
+        claims: impl IntoIterator<Item = ClaimRef>,
+        sent_at: Instant,
+        now: Instant,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(batch) = self.book.open(claims) else {
+            return;
+        };
+        let started = if self.config.lease_extend_margin.is_some() {
+            sent_at
+        } else {
+            now
+        };
+        out.push(Command::LeaseCheckAt {
+            batch,
+            generation: 0,
+            at: started + self.lease_check_delay(),
+        });
+    }
+
+    /// After a short claim while the lane holds claims: no `next_due` (their own leases
+    /// would answer it), but the poll ceiling still holds, so a retry that comes due while
+    /// long deliveries run is not left waiting for them.
+    pub(super) fn poll_ceiling(&mut self, now: Instant, out: &mut Vec<Command>) {
+        if self.held() == 0 {
+            return; // `pump` asks `next_due`
+        }
+        self.tick_generation += 1;
+        out.push(Command::WakeAt {
+            generation: self.tick_generation,
+            at: now + self.config.max_poll_interval,
+        });
+    }
+
+    pub(super) fn next_due(
+        &mut self,
+        now: Instant,
+        result: Result<Option<Duration>, StoreError>,
+        out: &mut Vec<Command>,
+    ) {
+        self.claim = ClaimCall::Idle;
+        let due = match result {
+            Ok(due) => due,
+            Err(error) => return self.store_failed(now, StoreOp::NextDue, &error, out),
+        };
+        self.store_ok();
+        self.sleep_until_due(now, due, out);
+    }
+
+    /// Sleeps until the next message is due (`None`: nothing to wait for), within the poll
+    /// ceiling.
+    pub(super) fn sleep_until_due(
+        &mut self,
+        now: Instant,
+        due: Option<Duration>,
+        out: &mut Vec<Command>,
+    ) {
+        if self.mode != Mode::Running {
+            return; // paused or draining since it was asked: no sleep to plan
+        }
+        let sleep = due
+            .unwrap_or(self.config.max_poll_interval)
+            .clamp(MIN_IDLE_SLEEP, self.config.max_poll_interval);
+        self.tick_generation += 1;
+        self.idle_timer_set = true;
+        out.push(Command::WakeAt {
+            generation: self.tick_generation,
+            at: now + sleep,
+        });
+        self.emit(
+            out,
+            RelayEvent::Idle {
+                lane: self.key.clone(),
+                sleep,
+            },
+        );
+    }
+}
