@@ -62,8 +62,8 @@ impl SlowRow {
         self.concurrency as f64 / self.latency.as_secs_f64()
     }
 
-    /// The ceiling at the handler's wait as measured around it (a thread's sleep lasts a
-    /// little longer than asked).
+    /// The ceiling at the handler's wait as measured around it (a wait ends a little
+    /// later than asked: the timer thread's wake-up, then the task's).
     pub fn measured_ceiling(&self) -> Option<f64> {
         self.drained
             .mean_sleep
