@@ -47,6 +47,32 @@ async fn consume(store: Arc<PostgresOutboxStore>, rounds: usize) -> usize {
     acked
 }
 
+/// Claims (10 at a time) and acks until `total` messages are delivered, `delivered` of
+/// them already: each claim must hand out something, or a key has lost its head
+/// (`context` says what else to show then). At most one message per key per claim, so
+/// this ends within `total` rounds.
+async fn drain_rest(
+    store: &PostgresOutboxStore,
+    mut delivered: usize,
+    total: usize,
+    context: &str,
+) {
+    for _ in 0..total {
+        if delivered == total {
+            break;
+        }
+        let batch = store.claim(&request(10)).await.expect("claim");
+        assert!(
+            !batch.messages.is_empty(),
+            "stuck with {delivered} of {total} delivered{context}: {:?}",
+            store.stats(&MessageFilter::lane("l", "sink")).await
+        );
+        delivered += batch.messages.len();
+        store.ack(&refs(&batch.messages)).await.expect("ack");
+    }
+    assert_eq!(delivered, total);
+}
+
 /// Keys with live rows whose lowest live row is not marked: each one is stuck.
 async fn headless_keys(store: &PostgresOutboxStore) -> Vec<String> {
     let t = store.messages_table();
@@ -210,25 +236,10 @@ async fn concurrent_enqueues_and_acks_never_lose_a_head() {
     for writer in writers {
         writer.await.expect("writer");
     }
-    let mut delivered = consumer.await.expect("consumer");
+    let delivered = consumer.await.expect("consumer");
     assert_eq!(headless_keys(&store).await, Vec::<String>::new());
     let total = usize::try_from(WRITERS * PER_WRITER * 2).expect("total");
-    // Drain: at most one message per key per claim, so this ends in `total` rounds at most.
-    for _ in 0..total {
-        if delivered == total {
-            break;
-        }
-        let batch = store.claim(&request(10)).await.expect("claim");
-        assert!(
-            !batch.messages.is_empty(),
-            "stuck with {} of {total} delivered: {:?}",
-            delivered,
-            store.stats(&MessageFilter::lane("l", "sink")).await
-        );
-        delivered += batch.messages.len();
-        store.ack(&refs(&batch.messages)).await.expect("ack");
-    }
-    assert_eq!(delivered, total);
+    drain_rest(&store, delivered, total, "").await;
     schema.drop().await;
 }
 
@@ -392,24 +403,17 @@ async fn sweeps_racing_enqueues_and_acks_never_lose_a_head() {
     for writer in writers {
         writer.await.expect("writer");
     }
-    let mut delivered = consumer.await.expect("consumer");
+    let delivered = consumer.await.expect("consumer");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let cleared = sweeper.await.expect("sweeper");
     assert_eq!(headless_keys(&store).await, Vec::<String>::new());
     let total = usize::try_from(WRITERS * PER_WRITER).expect("total");
-    for _ in 0..total {
-        if delivered == total {
-            break;
-        }
-        let batch = store.claim(&request(10)).await.expect("claim");
-        assert!(
-            !batch.messages.is_empty(),
-            "stuck with {delivered} of {total} delivered ({cleared} marks swept): {:?}",
-            store.stats(&MessageFilter::lane("l", "sink")).await
-        );
-        delivered += batch.messages.len();
-        store.ack(&refs(&batch.messages)).await.expect("ack");
-    }
-    assert_eq!(delivered, total);
+    drain_rest(
+        &store,
+        delivered,
+        total,
+        &format!(" ({cleared} marks swept)"),
+    )
+    .await;
     schema.drop().await;
 }
