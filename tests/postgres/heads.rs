@@ -47,6 +47,34 @@ async fn consume(store: Arc<PostgresOutboxStore>, rounds: usize) -> usize {
     acked
 }
 
+/// `writers` tasks, each enqueuing `per_writer` transactions of its own: transaction `i`
+/// holds one message (value `w * 1000 + i`) per key of `keys(i)`, yielding after each.
+fn spawn_writers(
+    store: &Arc<PostgresOutboxStore>,
+    writers: i64,
+    per_writer: i64,
+    keys: fn(i64) -> Vec<String>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..writers)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..per_writer {
+                    let mut tx = store.pool().begin().await.expect("begin");
+                    for key in keys(i) {
+                        store
+                            .enqueue_in_tx(&mut tx, keyed(&key, w * 1000 + i))
+                            .await
+                            .expect("enqueue");
+                        tokio::task::yield_now().await;
+                    }
+                    tx.commit().await.expect("commit");
+                }
+            })
+        })
+        .collect()
+}
+
 /// Claims (10 at a time) and acks until `total` messages are delivered, `delivered` of
 /// them already: each claim must hand out something, or a key has lost its head
 /// (`context` says what else to show then). At most one message per key per claim, so
@@ -206,32 +234,15 @@ async fn concurrent_enqueues_and_acks_never_lose_a_head() {
     let store = Arc::new(open(schema.config()).await);
     const WRITERS: i64 = 4;
     const PER_WRITER: i64 = 60;
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                for i in 0..PER_WRITER {
-                    let mut tx = store.pool().begin().await.expect("begin");
-                    // Two keys per transaction, in an order that varies, as a service does.
-                    let (a, b) = if i % 2 == 0 {
-                        ("k0", "k1")
-                    } else {
-                        ("k1", "k2")
-                    };
-                    store
-                        .enqueue_in_tx(&mut tx, keyed(a, w * 1000 + i))
-                        .await
-                        .expect("enqueue");
-                    tokio::task::yield_now().await;
-                    store
-                        .enqueue_in_tx(&mut tx, keyed(b, w * 1000 + i))
-                        .await
-                        .expect("enqueue");
-                    tx.commit().await.expect("commit");
-                }
-            })
-        })
-        .collect();
+    // Two keys per transaction, in an order that varies, as a service does.
+    let writers = spawn_writers(&store, WRITERS, PER_WRITER, |i| {
+        let keys = if i % 2 == 0 {
+            ["k0", "k1"]
+        } else {
+            ["k1", "k2"]
+        };
+        keys.map(str::to_owned).to_vec()
+    });
     let consumer = tokio::spawn(consume(store.clone(), 400));
     for writer in writers {
         writer.await.expect("writer");
@@ -370,23 +381,8 @@ async fn sweeps_racing_enqueues_and_acks_never_lose_a_head() {
     let store = Arc::new(open(schema.config()).await);
     const WRITERS: i64 = 4;
     const PER_WRITER: i64 = 40;
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                for i in 0..PER_WRITER {
-                    let mut tx = store.pool().begin().await.expect("begin");
-                    // Every writer writes key n{i/4} around the same time: new keys race.
-                    store
-                        .enqueue_in_tx(&mut tx, keyed(&format!("n{}", i / 4), w * 1000 + i))
-                        .await
-                        .expect("enqueue");
-                    tokio::task::yield_now().await;
-                    tx.commit().await.expect("commit");
-                }
-            })
-        })
-        .collect();
+    // Every writer writes key n{i/4} around the same time: new keys race.
+    let writers = spawn_writers(&store, WRITERS, PER_WRITER, |i| vec![format!("n{}", i / 4)]);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sweeper = {
         let (store, stop) = (store.clone(), stop.clone());
