@@ -300,13 +300,10 @@ async fn marked(store: &PostgresOutboxStore, key: &str) -> Vec<i64> {
     .expect("marked rows")
 }
 
-/// Two transactions write the first rows of a new key at once: neither sees the other, so
-/// both rows are marked heads. The sweep clears the later one's mark (a claim would step
-/// over it again and again) and the key still drains in order.
-#[tokio::test]
-async fn a_sweep_clears_the_stray_mark_of_racing_enqueues_and_the_key_drains_in_order() {
-    let schema = SchemaGuard::new();
-    let store = open(schema.config()).await;
+/// Two transactions write the first rows (values 1 and 2) of the new key "k" at once,
+/// neither seeing the other, and commit (the first one first, if `in_order`): both rows are
+/// marked heads.
+async fn race_on_a_new_key(store: &PostgresOutboxStore, in_order: bool) {
     let mut first = store.pool().begin().await.expect("begin");
     let mut second = store.pool().begin().await.expect("begin");
     store
@@ -317,8 +314,23 @@ async fn a_sweep_clears_the_stray_mark_of_racing_enqueues_and_the_key_drains_in_
         .enqueue_in_tx(&mut second, keyed("k", 2))
         .await
         .expect("enqueue 2");
-    second.commit().await.expect("commit 2");
-    first.commit().await.expect("commit 1");
+    let (a, b) = if in_order {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    a.commit().await.expect("commit");
+    b.commit().await.expect("commit");
+}
+
+/// Two transactions write the first rows of a new key at once: neither sees the other, so
+/// both rows are marked heads. The sweep clears the later one's mark (a claim would step
+/// over it again and again) and the key still drains in order.
+#[tokio::test]
+async fn a_sweep_clears_the_stray_mark_of_racing_enqueues_and_the_key_drains_in_order() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    race_on_a_new_key(&store, false).await;
     assert_eq!(marked(&store, "k").await, vec![1, 2], "the race marks both");
 
     assert_eq!(store.sweep_heads("l", "sink").await.expect("sweep"), 1);
@@ -341,18 +353,7 @@ async fn a_sweep_clears_the_stray_mark_of_racing_enqueues_and_the_key_drains_in_
 async fn a_sweep_leaves_a_key_whose_lock_is_held() {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
-    let mut first = store.pool().begin().await.expect("begin");
-    let mut second = store.pool().begin().await.expect("begin");
-    store
-        .enqueue_in_tx(&mut first, keyed("k", 1))
-        .await
-        .expect("enqueue 1");
-    store
-        .enqueue_in_tx(&mut second, keyed("k", 2))
-        .await
-        .expect("enqueue 2");
-    first.commit().await.expect("commit 1");
-    second.commit().await.expect("commit 2");
+    race_on_a_new_key(&store, true).await;
     let mut holder = store.pool().begin().await.expect("begin holder");
     sqlx::query(
         "SELECT pg_advisory_xact_lock($1, hashtext('l' || chr(31) || 'sink' || chr(31) || 'k'))",
