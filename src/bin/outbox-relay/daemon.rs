@@ -28,6 +28,12 @@ pub(crate) async fn run(
     config_path: Option<PathBuf>,
     args: RunArgs,
 ) -> Result<(), Failure> {
+    // Signals are hooked before anything else, even the first log line, so a SIGTERM
+    // during start-up is not lost (nor does it kill the process with claims held).
+    let signals = Signals::install()?;
+    // SIGHUP (reload) is hooked as early: its default action would end the process.
+    let hangup = signal(SignalKind::hangup())
+        .map_err(|error| Failure::failed(format!("cannot install a signal handler: {error}")))?;
     // Before the logging, which exports through it.
     let otlp = OtlpExport::from_config(setup.config.otlp_endpoint.as_deref())?;
     init_logging(args.log_format, otlp.as_ref());
@@ -37,7 +43,7 @@ pub(crate) async fn run(
             tracing::info!("OTLP export off (no otlp_endpoint, no OTEL_EXPORTER_OTLP_*ENDPOINT)")
         }
     }
-    let outcome = serve(setup, config_path, args).await;
+    let outcome = serve(setup, config_path, args, signals, hangup).await;
     // Whatever the outcome, the spans of the last moments are sent.
     if let Some(export) = otlp {
         export.shutdown().await;
@@ -46,7 +52,13 @@ pub(crate) async fn run(
 }
 
 /// The daemon's life, from the config check to the shutdown report.
-async fn serve(setup: Setup, config_path: Option<PathBuf>, args: RunArgs) -> Result<(), Failure> {
+async fn serve(
+    setup: Setup,
+    config_path: Option<PathBuf>,
+    args: RunArgs,
+    mut signals: Signals,
+    mut hangup: Signal,
+) -> Result<(), Failure> {
     let lanes = setup
         .config
         .lanes()
@@ -59,12 +71,6 @@ async fn serve(setup: Setup, config_path: Option<PathBuf>, args: RunArgs) -> Res
         .config
         .retention()
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
-    // Signals are hooked before anything starts, so a SIGTERM during start-up is not lost
-    // (nor does it kill the process with claims held).
-    let mut signals = Signals::install()?;
-    // SIGHUP (reload) is hooked as early: its default action would end the process.
-    let mut hangup = signal(SignalKind::hangup())
-        .map_err(|error| Failure::failed(format!("cannot install a signal handler: {error}")))?;
 
     let metrics_listen = args.metrics_listen.unwrap_or(setup.config.metrics_listen);
     // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
