@@ -171,10 +171,12 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
         }
     }
     if options.runs(Section::Slow) {
-        if let Err(error) = slow(kind, options, results).await {
-            results
-                .errors
-                .push(format!("{label} slow handler: {error}"));
+        for _round in 0..options.rounds {
+            if let Err(error) = slow(kind, options, results).await {
+                results
+                    .errors
+                    .push(format!("{label} slow handler: {error}"));
+            }
         }
     }
     if options.runs(Section::Webhook) {
@@ -228,6 +230,7 @@ async fn ceiling(
     let bench = BenchStore::create(kind, &options.pg_url).await?;
     let outcome = async {
         let filled = fill(&bench.store, kind, LANE, Keys::None, backlog).await?;
+        bench.settle().await;
         let ceiling = match (&bench.pg_pool, &bench.location) {
             (Some(pool), _) => {
                 raw::postgres(pool, &bench.table, LANE, options.drain_timeout).await?
@@ -269,6 +272,7 @@ async fn no_op_drain(
     let bench = BenchStore::create(kind, &options.pg_url).await?;
     let outcome = async {
         let filled = fill(&bench.store, kind, LANE, keys, backlog).await?;
+        bench.settle().await;
         let metered = metered::MeteredStore::new(bench.store.clone());
         let drained = drain::drain(
             metered.clone(),
@@ -360,6 +364,7 @@ async fn slow(kind: StoreKind, options: &Options, results: &mut Results) -> Resu
     let n = options.slow_messages;
     let drained = in_fresh_store(kind, options, |bench| async move {
         fill(&bench.store, kind, LANE, Keys::None, n).await?;
+        bench.settle().await;
         drain::drain(
             bench.store.clone(),
             drain::lane_config(LANE, options.slow_concurrency),
@@ -383,6 +388,7 @@ async fn slow(kind: StoreKind, options: &Options, results: &mut Results) -> Resu
         latency: options.slow_latency,
         concurrency: options.slow_concurrency,
         drained,
+        rounds: Vec::new(),
     });
     Ok(())
 }

@@ -122,7 +122,8 @@ pub struct Options {
     pub webhook_messages: usize,
     pub webhook_rounds: usize,
     /// How many times each raw ceiling and no-op drain runs, rounds interleaved (every
-    /// case once, then every case again): the report gives each case's median.
+    /// case once, then every case again), and the slow handler after them: the report
+    /// gives each case's median.
     pub rounds: usize,
 }
 
@@ -261,7 +262,8 @@ usage: benchmark [flags]
                            among 1,000 cold keys)
   --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook (default all)
   --rounds N               runs every raw ceiling and no-op drain N times, rounds
-                           interleaved; the report gives each case's median (default 1)
+                           interleaved, then the slow handler N times; the report
+                           gives each case's median (default 1)
   --out DIR                results.md and throughput.svg go here (default bench-results)
   --drain-timeout-s N      a drain still running after N s reports what it did (default 120)
   --crash-backlog N        backlog pending during the crash (default 100000)

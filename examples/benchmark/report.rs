@@ -55,6 +55,8 @@ pub struct SlowRow {
     pub latency: Duration,
     pub concurrency: usize,
     pub drained: Drained,
+    /// With `--rounds`: every round's msg/s, in run order (this row is their median).
+    pub rounds: Vec<f64>,
 }
 
 impl SlowRow {
@@ -101,6 +103,12 @@ impl Results {
             |d| (d.store, d.backlog, d.keys, d.concurrency),
             |d| d.drained.rate(),
             |d, rounds| d.rounds = rounds,
+        );
+        self.slow = medians(
+            &self.slow,
+            |s| (s.store, s.latency, s.concurrency),
+            |s| s.drained.rate(),
+            |s, rounds| s.rounds = rounds,
         );
     }
 }
@@ -455,7 +463,15 @@ impl Results {
                 ms(s.drained.mean_sleep.map(|d| d.as_secs_f64() * 1e3)),
                 s.measured_ceiling()
                     .map_or("–".to_owned(), |c| format!("{:.2}", s.drained.rate() / c)),
-                if s.drained.timed_out { "timed out" } else { "" },
+                [
+                    if s.drained.timed_out { "timed out" } else { "" }.to_owned(),
+                    rounds_note(&s.rounds, "msg/s"),
+                ]
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; "),
             );
         }
         let _ = writeln!(w);

@@ -82,6 +82,21 @@ impl BenchStore {
         }
     }
 
+    /// Lets the fill's writes settle before a measurement: on PostgreSQL a `CHECKPOINT`, so
+    /// the fill's dirty pages and WAL are not written out during the measured drain (with
+    /// `checkpoint_timeout` at 5 min and `checkpoint_completion_target` at 0.9, a timed
+    /// checkpoint is spreading writes most of the time in a long run, and which case it
+    /// overlaps is chance), and every measured case, raw or relay, starts from the same
+    /// state. SQLite checkpoints its WAL as it goes (`wal_autocheckpoint`): nothing to do.
+    /// A role that may not checkpoint only loses that evenness: the run goes on.
+    pub async fn settle(&self) {
+        if let Some(pool) = &self.pg_pool {
+            if let Err(error) = sqlx::raw_sql("CHECKPOINT").execute(pool).await {
+                eprintln!("benchmark: CHECKPOINT before measuring failed: {error}");
+            }
+        }
+    }
+
     /// Drops the PostgreSQL schema and closes the pool (the SQLite file goes with its
     /// temporary directory when this is dropped).
     pub async fn remove(&self) {
