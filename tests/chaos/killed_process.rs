@@ -264,7 +264,23 @@ fn a_killed_relay_process_loses_nothing_and_keeps_per_key_order() {
             survivor.assert_alive();
             (stream.len() >= 30 && !victim_claims().is_empty()).then_some(())
         },
-        || format!("{}\n{}", victim.stderr(), survivor.stderr()),
+        || {
+            // Which half failed (no deliveries, or a victim holding nothing) and where every
+            // row is: a timeout here once showed both relays running and nothing else.
+            let rows = runtime.block_on(messages(&store, KILL_LANE, KILL_TARGET, None));
+            let mut by_state: HashMap<(String, Option<String>), usize> = HashMap::new();
+            for row in &rows {
+                *by_state
+                    .entry((format!("{:?}", row.status), row.claimed_by.clone()))
+                    .or_default() += 1;
+            }
+            format!(
+                "{} log-sink lines; rows by (status, claimed_by): {by_state:?}\n{}\n{}",
+                stream.len(),
+                victim.stderr(),
+                survivor.stderr()
+            )
+        },
     );
     victim.sigkill();
     let killed_at = Instant::now();
