@@ -27,6 +27,8 @@ pub struct Progress {
     /// Handler waits as timed around them ([`wait`]), in microseconds, and how many.
     slept_micros: AtomicU64,
     sleeps: AtomicU64,
+    /// When a handler first saw a message.
+    first: std::sync::OnceLock<Instant>,
 }
 
 impl Progress {
@@ -46,6 +48,7 @@ impl Progress {
             done: tokio::sync::Notify::new(),
             slept_micros: AtomicU64::new(0),
             sleeps: AtomicU64::new(0),
+            first: std::sync::OnceLock::new(),
         })
     }
 
@@ -83,6 +86,7 @@ impl Progress {
         let Ok(Numbered { n }) = message.payload.deserialize::<Numbered>() else {
             return;
         };
+        self.first.get_or_init(Instant::now);
         let Some(seen) = self.seen.get(n as usize) else {
             return;
         };
@@ -198,6 +202,12 @@ pub async fn drain(
         .await
         .is_err();
     let took = started.elapsed();
+    if let Some(first) = progress.first.get() {
+        println!(
+            "  first delivery {:.1} ms after the relay's start",
+            first.duration_since(started).as_secs_f64() * 1e3
+        );
+    }
     if let Err(error) = relay.shutdown(Duration::from_secs(10)).await {
         eprintln!("benchmark: relay shutdown: {error}");
     }
