@@ -106,8 +106,12 @@ pub(crate) struct LaneCore {
     outcomes: Outcomes,
     claim: ClaimCall,
     /// Whether the store may hold claimable work: the last claim filled its limit, or a
-    /// wake-up, tick, resume or retry came since. A short claim clears it.
+    /// wake-up, tick, resume or retry came since. A short claim clears it, unless one of
+    /// those came while it was out ([`LaneCore::store_may_have_more`]).
     store_has_more: bool,
+    /// Whether something that may make work claimable came while the claim in flight was
+    /// out: that claim's snapshot may predate it, so its short answer proves nothing.
+    more_since_claim: bool,
     /// Whether an idle sleep from `next_due` is scheduled and still meaningful.
     idle_timer_set: bool,
     /// The last short claim's `next_due` answer, as an instant (`Some(None)`: nothing to
@@ -146,6 +150,7 @@ impl LaneCore {
             outcomes: Outcomes::default(),
             claim: ClaimCall::Idle,
             store_has_more: false,
+            more_since_claim: false,
             idle_timer_set: false,
             known_due: None,
             tick_generation: 0,
@@ -195,10 +200,10 @@ impl LaneCore {
             return out;
         }
         match input {
-            Input::Start | Input::Wake => self.store_has_more = true,
+            Input::Start | Input::Wake => self.store_may_have_more(),
             Input::Tick(generation) => {
                 if generation == self.tick_generation {
-                    self.store_has_more = true;
+                    self.store_may_have_more();
                     self.idle_timer_set = false;
                 }
             }
@@ -212,7 +217,7 @@ impl LaneCore {
             }
             Input::RetryDue => {
                 self.backoff.waiting = false;
-                self.store_has_more = true;
+                self.store_may_have_more();
             }
             Input::Pause => {
                 if self.mode == Mode::Running {
@@ -222,7 +227,7 @@ impl LaneCore {
             Input::Resume => {
                 if self.mode == Mode::Paused {
                     self.mode = Mode::Running;
-                    self.store_has_more = true;
+                    self.store_may_have_more();
                 }
             }
             Input::Drain { timeout } => self.drain(now, timeout, &mut out),
@@ -518,8 +523,21 @@ impl LaneCore {
             issued_at: now,
             limit,
         };
+        self.more_since_claim = false;
         self.idle_timer_set = false;
         self.known_due = None;
+    }
+
+    /// The store may hold claimable work now (a wake-up, a tick, a resume, a retry, an
+    /// acked head). If a claim is out, its snapshot may have been taken before this, so its
+    /// answer, should it come back short, must not clear the flag: the lane claims again.
+    /// (Without this, an enqueue that committed while an idle lane's claim ran was left
+    /// until the poll ceiling: the claim came back empty, "nothing due".)
+    pub(super) fn store_may_have_more(&mut self) {
+        self.store_has_more = true;
+        if matches!(self.claim, ClaimCall::Claiming { .. }) {
+            self.more_since_claim = true;
+        }
     }
 
     /// Something may have become claimable sooner than the last `next_due` answer said: an

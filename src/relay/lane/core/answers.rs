@@ -57,7 +57,9 @@ impl LaneCore {
             );
         }
         let got = batch.messages.len();
-        if got < limit {
+        // A short answer means "nothing more" only if nothing came since it was asked.
+        let more_since = std::mem::take(&mut self.more_since_claim);
+        if got < limit && !more_since {
             self.store_has_more = false;
             self.known_due = match batch.next_due {
                 NextDue::Known(due) => Some(due.map(|wait| now + wait)),

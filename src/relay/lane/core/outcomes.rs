@@ -277,7 +277,7 @@ impl LaneCore {
             let outbox_id = message.outbox_id;
             if message.ordering_key.is_some() {
                 // The ack frees the key's next message: it is claimable now.
-                self.store_has_more = true;
+                self.store_may_have_more();
             }
             match outcome {
                 ClaimOutcome::Applied => {

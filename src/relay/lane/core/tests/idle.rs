@@ -142,3 +142,36 @@ fn a_store_that_does_not_answer_next_due_in_its_claim_is_asked() {
     let out = core.handle(now, batch(&[]));
     assert!(asks_next_due(&out), "{out:?}");
 }
+
+#[test]
+fn a_wake_up_while_the_claim_is_out_is_not_lost_when_the_answer_comes_back_short() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), false);
+    assert_eq!(claims(&core.handle(now, Input::Start)), vec![1]);
+    // An enqueue commits while the claim runs: the claim's snapshot may not see its row.
+    let out = core.handle(now, Input::Wake);
+    assert!(claims(&out).is_empty(), "one claim at a time: {out:?}");
+    // The claim comes back empty, "nothing to wait for": that answer predates the wake-up.
+    let out = core.handle(now, short_batch(&[], None));
+    assert_eq!(claims(&out), vec![1], "the wake-up is claimed: {out:?}");
+    assert!(
+        wake_at(&out).is_none(),
+        "no sleep on a stale answer: {out:?}"
+    );
+    // The second answer, with nothing since, is believed: the lane sleeps.
+    let out = core.handle(now, short_batch(&[], None));
+    assert!(claims(&out).is_empty(), "{out:?}");
+    assert_eq!(wake_at(&out), Some(now + DEFAULT_MAX_POLL), "{out:?}");
+}
+
+#[test]
+fn a_wake_up_while_a_short_batch_is_claimed_claims_again_instead_of_trusting_its_answer() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    assert_eq!(claims(&core.handle(now, Input::Start)), vec![2]);
+    core.handle(now, Input::Wake);
+    let first = message(None);
+    let out = core.handle(now, short_batch(std::slice::from_ref(&first), None));
+    assert_eq!(delivered(&out).len(), 1, "{out:?}");
+    assert_eq!(claims(&out), vec![1], "the wake-up is claimed: {out:?}");
+}
