@@ -1,0 +1,105 @@
+//! The "done when" targets of issues 8 and 9, set against what the run measured: one line
+//! per measured case, saying whether it meets or misses its target.
+
+use std::fmt::Write as _;
+
+use super::{size, Results};
+use crate::options::{Keys, StoreKind};
+
+impl Results {
+    /// The "done when" targets of issues 8 and 9, against what this run measured.
+    pub(super) fn checks(&self, w: &mut String) {
+        let mut lines = Vec::new();
+        let mark = |ok: bool| if ok { "meets" } else { "misses" };
+        let pg = StoreKind::Postgres;
+        let largest = self.drains.iter().map(|d| d.backlog).max();
+        for (c, target) in [(64, 0.6), (16, 0.4)] {
+            for d in self
+                .drains
+                .iter()
+                .filter(|d| d.store == pg && d.concurrency == c && d.keys == Keys::None)
+            {
+                if let Some(raw) = self.ceiling(pg, d.backlog) {
+                    let r = d.drained.rate() / raw;
+                    lines.push(format!("PostgreSQL no-op drain c={c} at {}: {r:.2}× raw ceiling ({} at ≥ {target}×; issue 8 wants ≥ 0.3× at c=64)", size(d.backlog), mark(r >= target)));
+                }
+            }
+        }
+        if let (Some(small), Some(large)) = (self.smallest(), largest) {
+            if large > small {
+                for d in self.drains.iter().filter(|d| d.backlog == large) {
+                    if let Some(b) = self.drain(d.store, small, d.keys, d.concurrency) {
+                        let r = d.drained.rate() / b.drained.rate();
+                        lines.push(format!(
+                            "{} {} c={}: {} against {}: {r:.2}× ({} ≥ 0.8×)",
+                            d.store.label(),
+                            d.keys.label(),
+                            d.concurrency,
+                            size(large),
+                            size(small),
+                            mark(r >= 0.8)
+                        ));
+                    }
+                }
+            }
+        }
+        for d in self.drains.iter().filter(|d| d.keys != Keys::None) {
+            if let Some(none) = self.drain(d.store, d.backlog, Keys::None, d.concurrency) {
+                let r = d.drained.rate() / none.drained.rate();
+                // Beside a hot key, the relay also delivers hot messages in the time it
+                // takes to deliver the cold (measured) ones: both rates are given.
+                let all = (d.drained.others > 0).then(|| {
+                    let r_all = d.drained.rate_all() / none.drained.rate();
+                    format!(
+                        "; counting the {} hot messages delivered meanwhile {r_all:.2}× ({} ≥ 0.8×)",
+                        d.drained.others,
+                        mark(r_all >= 0.8)
+                    )
+                });
+                lines.push(format!(
+                    "{} {} c={} at {}: {r:.2}× no keys{} ({} ≥ 0.8×){}",
+                    d.store.label(),
+                    d.keys.label(),
+                    d.concurrency,
+                    size(d.backlog),
+                    if all.is_some() {
+                        ", cold messages only"
+                    } else {
+                        ""
+                    },
+                    mark(r >= 0.8),
+                    all.unwrap_or_default()
+                ));
+            }
+        }
+        for (store, r) in &self.crashes {
+            if let Some(max) = r.percentile(1.0) {
+                let all = r.redelivered == r.stranded;
+                lines.push(format!("{} crash redelivery: every stranded claim within {max:.1} ms of its lapse{} ({} ≤ 50 ms)", store.label(), if all { "" } else { " (not all redelivered)" }, mark(all && max <= 50.0)));
+            }
+        }
+        for p in &self.pickup {
+            if let Some(p50) = p.percentile(0.5) {
+                lines.push(format!("PostgreSQL idle pickup, {}: p50 {p50:.2} ms ({} ≤ 0.30 ms), {:.2} store calls per message ({} ≤ 2)", p.path.label(), mark(p50 <= 0.30), p.statements_per_message(), mark(p.statements_per_message() <= 2.0)));
+            }
+        }
+        for s in &self.slow {
+            let r = s.drained.rate() / s.ceiling();
+            lines.push(format!(
+                "{} {} ms handler c={}: {r:.2}× the concurrency ceiling ({} ≥ 0.95×)",
+                s.store.label(),
+                s.latency.as_millis(),
+                s.concurrency,
+                mark(r >= 0.95)
+            ));
+        }
+        if lines.is_empty() {
+            return;
+        }
+        let _ = writeln!(w, "## Against the targets of issues 8 and 9\n");
+        for line in lines {
+            let _ = writeln!(w, "- {line}");
+        }
+        let _ = writeln!(w);
+    }
+}

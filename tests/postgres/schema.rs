@@ -1,0 +1,135 @@
+//! What `migrate` creates and where: migrations that are idempotent and safe to run from two
+//! processes at once, the claim's partial indexes, and the schema and table prefix, chosen
+//! and checked before any connection.
+
+use std::time::Duration;
+
+use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
+use outbox_relay::store::{ClaimRequest, StoreError};
+use outbox_relay::OutboxStore;
+use sqlx::Row;
+
+use crate::{count_rows, draft, open, pool, SchemaGuard};
+
+#[tokio::test]
+async fn migrations_are_idempotent_and_safe_concurrently() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+
+    // Two processes migrating a fresh schema at the same moment.
+    let fresh = SchemaGuard::new();
+    let a = PostgresOutboxStore::new(pool().await, fresh.config())
+        .await
+        .unwrap();
+    let b = PostgresOutboxStore::new(pool().await, fresh.config())
+        .await
+        .unwrap();
+    let (ra, rb) = tokio::join!(a.migrate(), b.migrate());
+    ra.unwrap();
+    rb.unwrap();
+    let versions: Vec<i32> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT version FROM \"{}\".outbox_migrations ORDER BY version",
+        fresh.0
+    )))
+    .fetch_all(a.pool())
+    .await
+    .unwrap();
+    assert_eq!(versions, vec![1, 2, 3]);
+    a.enqueue(draft("l", 1)).await.unwrap();
+    assert_eq!(count_rows(&b).await, 1);
+    schema.drop().await;
+    fresh.drop().await;
+}
+
+#[tokio::test]
+async fn claims_use_partial_indexes_over_heads_and_claims() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    let def = |name: &'static str| {
+        let pool = store.pool().clone();
+        let schema = schema.0.clone();
+        async move {
+            let row = sqlx::query(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND indexname = $2",
+            )
+            .bind(&schema)
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("index {name}: {e}"));
+            row.get::<String, _>("indexdef")
+        }
+    };
+    // Due pending heads only: the rows queued behind a key's head are not in it.
+    let head = def("outbox_head_idx").await;
+    assert!(head.contains("(lane, target, available_at, seq)"), "{head}");
+    assert!(
+        head.contains("'pending'") && head.contains("key_head") && !head.contains("'claimed'"),
+        "{head}"
+    );
+    // Lapsed claims in lapse order, over claimed rows only.
+    let lease = def("outbox_lease_idx").await;
+    assert!(
+        lease.contains("(lane, target, lease_expires_at, seq)"),
+        "{lease}"
+    );
+    assert!(
+        lease.contains("'claimed'") && !lease.contains("'pending'"),
+        "{lease}"
+    );
+    schema.drop().await;
+}
+
+#[tokio::test]
+async fn schema_and_prefix_are_chosen_and_checked() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config().with_table_prefix("relay_q")).await;
+    assert_eq!(
+        store.messages_table(),
+        format!("\"{}\".\"relay_q_messages\"", schema.0)
+    );
+    let sent = store.enqueue(draft("l", 1)).await.unwrap();
+    let batch = store
+        .claim(&ClaimRequest::new(
+            "l",
+            "sink",
+            1,
+            Duration::from_secs(5),
+            "r",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(batch.messages[0].outbox_id, sent.message.outbox_id);
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(format!("{}.relay_q_migrations", schema.0))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert!(exists);
+
+    for (config, field) in [
+        (PostgresConfig::default().with_schema("Public"), "schema"),
+        (PostgresConfig::default().with_schema("a;drop"), "schema"),
+        (
+            PostgresConfig::default().with_table_prefix("bad-prefix"),
+            "table_prefix",
+        ),
+        (
+            PostgresConfig::default().with_table_prefix(""),
+            "table_prefix",
+        ),
+    ] {
+        match PostgresOutboxStore::new(pool().await, config.clone()).await {
+            Err(StoreError::Validation(e)) => assert_eq!(e.field, field),
+            other => panic!("expected a validation error naming {field}, got {other:?}"),
+        }
+        // Checked before any connection is tried.
+        match PostgresOutboxStore::connect_with("postgres://nobody@127.0.0.1:1/x", config).await {
+            Err(StoreError::Validation(e)) => assert_eq!(e.field, field),
+            other => panic!("expected a validation error naming {field}, got {other:?}"),
+        }
+    }
+    schema.drop().await;
+}

@@ -1,0 +1,116 @@
+//! LISTEN/NOTIFY: an enqueue wakes relays in other processes once per transaction (never for
+//! a rollback or another schema), and a lost listener connection listens again and wakes
+//! every lane.
+
+use std::time::Duration;
+
+use outbox_relay::store::WakeUp;
+use outbox_relay::OutboxStore;
+
+use crate::{draft, open, SchemaGuard};
+
+/// Waits for the next wake-up, failing after a generous timeout.
+async fn next_wakeup(rx: &mut tokio::sync::broadcast::Receiver<WakeUp>) -> WakeUp {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("a wake-up within 10 s")
+        .expect("wake-up channel open")
+}
+
+/// Counts wake-ups of `lane` until the marker lane's arrives.
+async fn wakeups_before_marker(
+    rx: &mut tokio::sync::broadcast::Receiver<WakeUp>,
+    lane: &str,
+) -> usize {
+    let mut count = 0;
+    loop {
+        match next_wakeup(rx).await {
+            WakeUp::Lane { lane: l, .. } if l == "marker" => return count,
+            WakeUp::Lane { lane: l, .. } if l == lane => count += 1,
+            other => panic!("unexpected wake-up {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn wakeups_cross_processes_once_per_transaction() {
+    let schema = SchemaGuard::new();
+    let writer = open(schema.config()).await;
+    let relay = open(schema.config()).await;
+    let mut rx = relay.subscribe();
+
+    writer.enqueue(draft("orders", 1)).await.unwrap();
+    assert_eq!(
+        next_wakeup(&mut rx).await,
+        WakeUp::Lane {
+            lane: "orders".into(),
+            target: "sink".into()
+        }
+    );
+
+    // 100 enqueues in one transaction, each its own statement: one notification.
+    let mut tx = writer.pool().begin().await.unwrap();
+    for i in 0..100 {
+        writer
+            .enqueue_in_tx(&mut tx, draft("bulk", i))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    writer.enqueue(draft("marker", 0)).await.unwrap();
+    assert_eq!(wakeups_before_marker(&mut rx, "bulk").await, 1);
+
+    // 100 in one enqueue_many: one notification too.
+    let drafts = (0..100).map(|i| draft("many", i)).collect();
+    writer.enqueue_many(drafts).await.unwrap();
+    writer.enqueue(draft("marker", 1)).await.unwrap();
+    assert_eq!(wakeups_before_marker(&mut rx, "many").await, 1);
+
+    // A rolled-back enqueue wakes nobody.
+    let mut tx = writer.pool().begin().await.unwrap();
+    writer
+        .enqueue_in_tx(&mut tx, draft("ghost", 0))
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    writer.enqueue(draft("marker", 2)).await.unwrap();
+    assert_eq!(wakeups_before_marker(&mut rx, "ghost").await, 0);
+
+    // Another schema's outbox does not wake this one.
+    let other = SchemaGuard::new();
+    let stranger = open(other.config()).await;
+    stranger.enqueue(draft("elsewhere", 0)).await.unwrap();
+    writer.enqueue(draft("marker", 3)).await.unwrap();
+    assert_eq!(wakeups_before_marker(&mut rx, "elsewhere").await, 0);
+    schema.drop().await;
+    other.drop().await;
+}
+
+/// When the listening connection dies, the store listens again and says every lane should
+/// look (whatever was notified meanwhile is lost); wake-ups then flow as before.
+#[tokio::test]
+async fn a_lost_listener_connection_reconnects_and_wakes_everyone() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    let mut rx = store.subscribe();
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE query LIKE 'LISTEN%' AND strpos(query, $1) > 0",
+    )
+    .bind(store.notify_channel())
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![true], "exactly our listener was terminated");
+    assert_eq!(next_wakeup(&mut rx).await, WakeUp::All);
+
+    store.enqueue(draft("after", 1)).await.unwrap();
+    assert_eq!(
+        next_wakeup(&mut rx).await,
+        WakeUp::Lane {
+            lane: "after".into(),
+            target: "sink".into()
+        }
+    );
+    schema.drop().await;
+}
