@@ -108,7 +108,8 @@
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
-//!   `LaneState`:
+//!   `LaneState`; `relay/event.rs` (`RelayEvent`) and `relay/status.rs` (`LaneStatus` and
+//!   the counters behind it);
 //!   `relay::supervisor` (restarts lanes), `relay::lane` (the lane actor: glue that runs
 //!   store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
 //!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks, and
