@@ -77,8 +77,8 @@
 //! ## Layout
 //!
 //! - [`message`]: the draft a service writes, the stored message, its status, `ClaimRef`
-//!   (a claim's message and fencing token), validation (`ValidationError`, the crate's one
-//!   "field + reason" error);
+//!   (a claim's message and fencing token); `message/validation.rs`: the rules a draft
+//!   must pass, `DraftLimits` and `ValidationError` (the crate's one "field + reason" error);
 //!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
 //! - [`store`]: the `OutboxStore` contract and the state machine of a row (its provided
 //!   methods validate, plan dedupe within a batch (`store/enqueue.rs`) and record the store
