@@ -77,8 +77,8 @@
 //! ## Layout
 //!
 //! - [`message`]: the draft a service writes, the stored message, its status, `ClaimRef`
-//!   (a claim's message and fencing token), validation (`ValidationError`, the crate's one
-//!   "field + reason" error);
+//!   (a claim's message and fencing token); `message/validation.rs`: the rules a draft
+//!   must pass, `DraftLimits` and `ValidationError` (the crate's one "field + reason" error);
 //!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
 //! - [`store`]: the `OutboxStore` contract and the state machine of a row (its provided
 //!   methods validate, plan dedupe within a batch (`store/enqueue.rs`) and record the store
@@ -108,7 +108,8 @@
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
-//!   `LaneState`:
+//!   `LaneState`; `relay/event.rs` (`RelayEvent`) and `relay/status.rs` (`LaneStatus` and
+//!   the counters behind it);
 //!   `relay::supervisor` (restarts lanes), `relay::lane` (the lane actor: glue that runs
 //!   store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
 //!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks, and

@@ -1,5 +1,5 @@
 //! The outbox message: the draft a service writes, the row a store keeps, and the rules a
-//! draft must pass before anything is written.
+//! draft must pass before anything is written (those in `message/validation.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -10,8 +10,13 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 mod payload;
+#[cfg(test)]
+mod tests;
+mod validation;
 
 pub use payload::Payload;
+pub(crate) use validation::validate_name;
+pub use validation::{DraftLimits, ValidationError};
 
 pub use crate::time::UnixMillis;
 
@@ -29,42 +34,6 @@ pub const MAX_HEADER_NAME_LEN: usize = 128;
 pub const MAX_HEADER_VALUE_LEN: usize = 8 * 1024;
 /// The most headers a message may carry.
 pub const MAX_HEADERS: usize = 64;
-
-/// A draft failed validation. `field` names what is wrong; nothing was written.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {field}: {reason}")]
-pub struct ValidationError {
-    /// The field at fault, e.g. `lane`, `max_attempts`, `headers.X-Trace`.
-    pub field: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl ValidationError {
-    /// A validation error for `field`.
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
-/// Limits a store applies to every draft it is asked to enqueue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DraftLimits {
-    /// The largest message, in bytes: the payload's JSON text plus every header's name
-    /// and value.
-    pub max_payload_bytes: usize,
-}
-
-impl Default for DraftLimits {
-    fn default() -> Self {
-        Self {
-            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
-        }
-    }
-}
 
 /// A message a service wants delivered: written in the same transaction as its business rows.
 ///
@@ -191,68 +160,6 @@ impl OutboxMessageDraft {
         self
     }
 
-    /// Checks every field; the error names the first field at fault.
-    pub fn validate(&self, limits: &DraftLimits) -> Result<(), ValidationError> {
-        validate_name("lane", &self.lane)?;
-        validate_name("target", &self.target)?;
-        if let Some(key) = &self.ordering_key {
-            validate_key("ordering_key", key)?;
-        }
-        if let Some(key) = &self.dedupe_key {
-            validate_key("dedupe_key", key)?;
-        }
-        if self.max_attempts == 0 {
-            return Err(ValidationError::new(
-                "max_attempts",
-                "must be greater than zero",
-            ));
-        }
-        if i64::try_from(self.delay.as_millis()).is_err() {
-            return Err(ValidationError::new("delay", "is too large"));
-        }
-        if self.headers.len() > MAX_HEADERS {
-            return Err(ValidationError::new(
-                "headers",
-                format!(
-                    "are {}, over the limit of {MAX_HEADERS}",
-                    self.headers.len()
-                ),
-            ));
-        }
-        for (name, value) in &self.headers {
-            validate_header(name, value)?;
-        }
-        if let Some(at) = self.payload.nul_at() {
-            return Err(ValidationError::new(
-                "payload",
-                format!("contains a NUL character (\\u0000) at {at}, which PostgreSQL cannot store; no store accepts it"),
-            ));
-        }
-        let size = self.payload.as_bytes().len();
-        if size > limits.max_payload_bytes {
-            return Err(ValidationError::new(
-                "payload",
-                format!(
-                    "is {size} bytes, over the limit of {} bytes",
-                    limits.max_payload_bytes
-                ),
-            ));
-        }
-        // Headers travel and are stored with the payload: they count toward the same limit.
-        let header_bytes: usize = self.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
-        if size + header_bytes > limits.max_payload_bytes {
-            return Err(ValidationError::new(
-                "headers",
-                format!(
-                    "make the message {} bytes (payload {size}, headers {header_bytes}), over the limit of {} bytes",
-                    size + header_bytes,
-                    limits.max_payload_bytes
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     /// Whether `message` was written from a draft with the same content: the test dedupe
     /// uses to tell a harmless retry of an enqueue from a conflicting reuse of a key. The
     /// payloads must match byte for byte, since those bytes are what gets delivered.
@@ -267,89 +174,6 @@ impl OutboxMessageDraft {
             && self.dedupe_key == message.dedupe_key
             && self.max_attempts == message.max_attempts
     }
-}
-
-/// Lane and target names: 1..=64 characters of `A-Z a-z 0-9 _ - . :`.
-pub(crate) fn validate_name(field: &str, value: &str) -> Result<(), ValidationError> {
-    if value.trim().is_empty() {
-        return Err(ValidationError::new(field, "is required"));
-    }
-    if value.len() > MAX_NAME_LEN {
-        return Err(ValidationError::new(
-            field,
-            format!(
-                "is {} characters, over the limit of {MAX_NAME_LEN}",
-                value.len()
-            ),
-        ));
-    }
-    if let Some(bad) = value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
-    {
-        return Err(ValidationError::new(
-            field,
-            format!("contains {bad:?}; use only letters, digits, '_', '-', '.', ':'"),
-        ));
-    }
-    Ok(())
-}
-
-fn validate_key(field: &str, value: &str) -> Result<(), ValidationError> {
-    if value.trim().is_empty() {
-        return Err(ValidationError::new(field, "must not be blank"));
-    }
-    if value.len() > MAX_KEY_LEN {
-        return Err(ValidationError::new(
-            field,
-            format!("is {} bytes, over the limit of {MAX_KEY_LEN}", value.len()),
-        ));
-    }
-    // Keys are printed in logs and status: a line break in one could forge a log line.
-    if let Some(bad) = value.chars().find(|c| c.is_control()) {
-        return Err(ValidationError::new(
-            field,
-            format!("contains the control character {bad:?}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Header names are HTTP tokens (RFC 9110), so every sink can pass them on unchanged.
-fn validate_header(name: &str, value: &str) -> Result<(), ValidationError> {
-    let field = format!("headers.{name}");
-    if name.is_empty() {
-        return Err(ValidationError::new("headers", "a header name is empty"));
-    }
-    if name.len() > MAX_HEADER_NAME_LEN {
-        return Err(ValidationError::new(
-            field,
-            format!("name is over the limit of {MAX_HEADER_NAME_LEN} characters"),
-        ));
-    }
-    let is_token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-    if let Some(bad) = name.chars().find(|c| !is_token(*c)) {
-        return Err(ValidationError::new(
-            field,
-            format!("name contains {bad:?}, which a header name cannot hold"),
-        ));
-    }
-    if value.len() > MAX_HEADER_VALUE_LEN {
-        return Err(ValidationError::new(
-            field,
-            format!(
-                "value is {} bytes, over the limit of {MAX_HEADER_VALUE_LEN}",
-                value.len()
-            ),
-        ));
-    }
-    if value.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
-        return Err(ValidationError::new(
-            field,
-            "value contains a line break or NUL",
-        ));
-    }
-    Ok(())
 }
 
 /// Where a message is in its life. See [`crate::store`] for who moves it and when.
@@ -495,125 +319,5 @@ impl OutboxMessage {
             outbox_id: self.outbox_id,
             claim_token: token,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn draft() -> OutboxMessageDraft {
-        OutboxMessageDraft::new("orders", "billing", json!({"a": 1})).unwrap()
-    }
-
-    #[test]
-    fn each_invalid_field_is_named() {
-        let limits = DraftLimits::default();
-        let cases: Vec<(OutboxMessageDraft, &str)> = vec![
-            (draft().with_max_attempts(0), "max_attempts"),
-            (draft().with_ordering_key("  "), "ordering_key"),
-            (draft().with_dedupe_key(""), "dedupe_key"),
-            (draft().with_header("bad name", "x"), "headers.bad name"),
-            (draft().with_header("x-ok", "a\nb"), "headers.x-ok"),
-            (
-                draft().with_dedupe_key("k".repeat(MAX_KEY_LEN + 1)),
-                "dedupe_key",
-            ),
-        ];
-        for (draft, field) in cases {
-            assert_eq!(draft.validate(&limits).unwrap_err().field, field);
-        }
-        let mut blank_lane = draft();
-        blank_lane.lane = " ".into();
-        assert_eq!(blank_lane.validate(&limits).unwrap_err().field, "lane");
-        let big = OutboxMessageDraft::new("l", "t", json!("x".repeat(100))).unwrap();
-        let err = big
-            .validate(&DraftLimits {
-                max_payload_bytes: 50,
-            })
-            .unwrap_err();
-        assert_eq!(err.field, "payload");
-        assert!(err.to_string().contains("over the limit of 50 bytes"));
-    }
-
-    #[test]
-    fn headers_are_bounded_and_count_toward_the_size_limit() {
-        let limits = DraftLimits::default();
-        let long_value = draft().with_header("x-big", "v".repeat(MAX_HEADER_VALUE_LEN + 1));
-        let err = long_value.validate(&limits).unwrap_err();
-        assert_eq!(err.field, "headers.x-big", "{err}");
-        // A 2 MB message made of headers under the value limit each.
-        let mut many = draft();
-        for i in 0..MAX_HEADERS + 1 {
-            many = many.with_header(format!("x-{i}"), "v");
-        }
-        assert_eq!(many.validate(&limits).unwrap_err().field, "headers");
-        let mut heavy = OutboxMessageDraft::new("l", "t", json!("x".repeat(40))).unwrap();
-        for i in 0..4 {
-            heavy = heavy.with_header(format!("x-{i}"), "v".repeat(10));
-        }
-        let err = heavy
-            .validate(&DraftLimits {
-                max_payload_bytes: 60,
-            })
-            .unwrap_err();
-        assert_eq!(err.field, "headers");
-        assert!(err.reason.contains("over the limit of 60 bytes"), "{err}");
-    }
-
-    #[test]
-    fn a_nul_anywhere_in_the_payload_is_named() {
-        let limits = DraftLimits::default();
-        for (payload, at) in [
-            (json!("a\u{0}b"), "$"),
-            (json!({"a": [1, "x\u{0}"]}), "$.a[1]"),
-            (json!({"a\u{0}": 1}), "$ (a key)"),
-        ] {
-            let err = OutboxMessageDraft::new("l", "t", payload.clone())
-                .unwrap()
-                .validate(&limits)
-                .unwrap_err();
-            assert_eq!(err.field, "payload", "{payload}");
-            assert!(err.reason.contains(&format!("at {at}")), "{payload}: {err}");
-        }
-    }
-
-    #[test]
-    fn keys_hold_no_line_breaks() {
-        let limits = DraftLimits::default();
-        for key in ["a\r\nb", "a\nb", "a\u{0}b", "tab\there"] {
-            let err = draft()
-                .with_ordering_key(key)
-                .validate(&limits)
-                .unwrap_err();
-            assert_eq!(err.field, "ordering_key", "{key:?}");
-            let err = draft().with_dedupe_key(key).validate(&limits).unwrap_err();
-            assert_eq!(err.field, "dedupe_key", "{key:?}");
-        }
-        assert!(draft()
-            .with_ordering_key("customer:42/ü")
-            .validate(&limits)
-            .is_ok());
-    }
-
-    #[test]
-    fn names_are_label_safe() {
-        assert!(OutboxMessageDraft::new("", "t", json!(null)).is_err());
-        assert!(OutboxMessageDraft::new("l", "a b", json!(null)).is_err());
-        assert!(OutboxMessageDraft::new("x".repeat(65), "t", json!(null)).is_err());
-        assert!(OutboxMessageDraft::new("orders.v2", "billing:eu-1", json!(null)).is_ok());
-    }
-
-    #[test]
-    fn status_round_trips() {
-        for status in OutboxStatus::ALL {
-            assert_eq!(status.as_str().parse::<OutboxStatus>().unwrap(), status);
-            assert_eq!(
-                serde_json::to_value(status).unwrap(),
-                json!(status.as_str())
-            );
-        }
-        assert!("done".parse::<OutboxStatus>().is_err());
     }
 }

@@ -9,31 +9,37 @@
 //! `lane` is the lane actor, which feeds `lane::core::LaneCore` (claims, prefetch, lease
 //! timers, dispatch, acks: the logic, sans-IO) and carries out its commands; `handler` runs
 //! one delivery at a time under a timeout.
+//!
+//! `event` holds [`RelayEvent`], what the relay reports as it runs; `status` holds what
+//! [`RelayHandle::status`] answers ([`LaneStatus`], [`GateStatus`]) and the counters behind
+//! it.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use ractor::{Actor, ActorRef};
 use tokio::sync::broadcast;
-use uuid::Uuid;
 
 use crate::config::{ConfigError, LaneConfig, SupervisorConfig};
-use crate::delivery::FailureKind;
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
-use crate::metrics::StoreOp;
-use crate::store::{NackOutcome, OutboxStore};
+use crate::store::OutboxStore;
 
 pub use crate::metrics::BreakerState;
 
+mod event;
 pub(crate) mod handler;
 pub(crate) mod lane;
 mod observe;
+mod status;
 pub(crate) mod supervisor;
+
+pub use event::RelayEvent;
+pub(crate) use status::LaneCounters;
+pub use status::{GateStatus, LaneStatus};
 
 use supervisor::{RelaySupervisor, SupervisorArgs, SupervisorMsg};
 
@@ -83,152 +89,6 @@ crate::named::label_values! {
         /// Stopped on purpose (shutdown or removal).
         Stopped => "stopped",
     }
-}
-
-/// Something that happened in the relay. Subscribe with [`RelayHandle::subscribe`]: tests
-/// wait on these instead of sleeping, and services may log or count them.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum RelayEvent {
-    /// A lane relay incarnation started.
-    LaneStarted {
-        /// The lane.
-        lane: LaneKey,
-        /// 1 for the first start, +1 for each restart.
-        incarnation: u64,
-    },
-    /// A claim returned messages.
-    Claimed {
-        /// The lane.
-        lane: LaneKey,
-        /// The messages claimed.
-        outbox_ids: Vec<Uuid>,
-        /// How many of them had been claimed before (redeliveries).
-        redeliveries: usize,
-    },
-    /// A claim found lapsed leases with no attempts left and dead-lettered them.
-    LeaseLapsedDeadLettered {
-        /// The lane.
-        lane: LaneKey,
-        /// The dead-lettered messages.
-        outbox_ids: Vec<Uuid>,
-    },
-    /// A delivery succeeded and its ack was recorded.
-    Delivered {
-        /// The lane.
-        lane: LaneKey,
-        /// The message.
-        outbox_id: Uuid,
-        /// Which attempt delivered it.
-        attempt: u32,
-        /// How long the handler took.
-        duration: Duration,
-        /// From enqueue to ack, by the store's timestamps and this machine's clock.
-        end_to_end: Duration,
-    },
-    /// A delivery failed and its nack was recorded.
-    Failed {
-        /// The lane.
-        lane: LaneKey,
-        /// The message.
-        outbox_id: Uuid,
-        /// Why it failed.
-        kind: FailureKind,
-        /// How long the attempt ran.
-        duration: Duration,
-        /// Requeued or dead-lettered.
-        outcome: NackOutcome,
-        /// The error text stored as `last_error`.
-        error: String,
-    },
-    /// An ack or nack found the claim gone: another relay holds the message now.
-    LostClaim {
-        /// The lane.
-        lane: LaneKey,
-        /// The message.
-        outbox_id: Uuid,
-    },
-    /// Leases of deliveries still running were extended.
-    LeaseExtended {
-        /// The lane.
-        lane: LaneKey,
-        /// How many claims.
-        count: usize,
-    },
-    /// Leases of deliveries still running lapsed (extension off, or it failed).
-    LeaseExpired {
-        /// The lane.
-        lane: LaneKey,
-        /// The messages whose claims lapsed.
-        outbox_ids: Vec<Uuid>,
-    },
-    /// A store call failed; the lane backs off and retries.
-    StoreError {
-        /// The lane.
-        lane: LaneKey,
-        /// The operation.
-        op: StoreOp,
-        /// The error.
-        error: String,
-        /// The store refuses for good ([`StoreError::is_permanent`](crate::StoreError::is_permanent)):
-        /// permissions, a read-only database, a missing schema. Retrying cannot help.
-        permanent: bool,
-    },
-    /// The lane found nothing to claim and sleeps until the store's next due time, a
-    /// wake-up, or its poll ceiling.
-    Idle {
-        /// The lane.
-        lane: LaneKey,
-        /// How long it will sleep at most.
-        sleep: Duration,
-    },
-    /// A lane relay crashed.
-    LaneCrashed {
-        /// The lane.
-        lane: LaneKey,
-        /// Why.
-        error: String,
-    },
-    /// The supervisor will restart a crashed lane after a backoff.
-    LaneRestarting {
-        /// The lane.
-        lane: LaneKey,
-        /// Restarts within the current window, this one included.
-        restarts: u32,
-        /// The backoff before the restart.
-        after: Duration,
-    },
-    /// A lane crashed too often and stays down.
-    LaneFailed {
-        /// The lane.
-        lane: LaneKey,
-        /// The last crash.
-        error: String,
-    },
-    /// A lane changed state.
-    LaneStateChanged {
-        /// The lane.
-        lane: LaneKey,
-        /// Its new state.
-        state: LaneState,
-    },
-    /// A lane's circuit breaker changed state: it opened (no claims for a cool-down),
-    /// went half-open (one probe message), or closed (the probe was delivered).
-    BreakerChanged {
-        /// The lane.
-        lane: LaneKey,
-        /// Its new state.
-        state: BreakerState,
-        /// Why, for operators.
-        reason: String,
-    },
-    /// A lane finished draining and stopped.
-    LaneStopped {
-        /// The lane.
-        lane: LaneKey,
-        /// What draining did.
-        report: DrainReport,
-    },
 }
 
 /// What draining a lane did.
@@ -303,106 +163,6 @@ impl ShutdownReport {
     /// will be delivered again.
     pub fn is_clean(&self) -> bool {
         self.lanes.values().all(DrainReport::is_clean)
-    }
-}
-
-/// A lane's status, as [`RelayHandle::status`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct LaneStatus {
-    /// The lane.
-    pub lane: LaneKey,
-    /// Its state.
-    pub state: LaneState,
-    /// Deliveries running now.
-    pub in_flight: u64,
-    /// Restarts since the relay started.
-    pub restarts: u64,
-    /// The last crash or store error.
-    pub last_error: Option<String>,
-    /// Messages claimed.
-    pub claimed: u64,
-    /// Messages delivered.
-    pub delivered: u64,
-    /// Failed deliveries (retried or dead-lettered).
-    pub failed: u64,
-    /// Messages dead-lettered.
-    pub dead_lettered: u64,
-    /// Acks and nacks that found their claim lost.
-    pub lost_claims: u64,
-    /// The lane's claim gates.
-    pub gates: GateStatus,
-}
-
-/// A lane's claim gates, as [`LaneStatus`] reports them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct GateStatus {
-    /// The rate limit, e.g. `200/1s (burst 200)`; `None` without one.
-    pub rate_limit: Option<String>,
-    /// The circuit breaker's state; `None` without a breaker.
-    pub breaker: Option<BreakerState>,
-    /// Whether a target's Retry-After holds the whole lane.
-    pub retry_after_holds_lane: bool,
-    /// How long the gates held claims back since the relay started (in JSON,
-    /// `throttled_ms`: whole milliseconds).
-    #[serde(
-        rename = "throttled_ms",
-        serialize_with = "crate::time::serialize_duration_millis"
-    )]
-    pub throttled: Duration,
-}
-
-/// Counters that outlive a lane's incarnations, shared by the supervisor and the lane.
-#[derive(Debug, Default)]
-pub(crate) struct LaneCounters {
-    pub(crate) in_flight: AtomicU64,
-    pub(crate) claimed: AtomicU64,
-    pub(crate) delivered: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) dead_lettered: AtomicU64,
-    pub(crate) lost_claims: AtomicU64,
-    pub(crate) last_error: Mutex<Option<String>>,
-    /// Time the claim gates held the lane back, in microseconds.
-    pub(crate) throttled_micros: AtomicU64,
-    pub(crate) breaker: Mutex<Option<BreakerState>>,
-}
-
-impl LaneCounters {
-    pub(crate) fn add(counter: &AtomicU64, n: usize) {
-        counter.fetch_add(n as u64, Ordering::Relaxed);
-    }
-
-    pub(crate) fn add_duration(counter: &AtomicU64, duration: Duration) {
-        let micros = u64::try_from(duration.as_micros()).unwrap_or(u64::MAX);
-        counter.fetch_add(micros, Ordering::Relaxed);
-    }
-
-    pub(crate) fn set_breaker(&self, state: Option<BreakerState>) {
-        *self
-            .breaker
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = state;
-    }
-
-    pub(crate) fn breaker(&self) -> Option<BreakerState> {
-        *self
-            .breaker
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    pub(crate) fn set_last_error(&self, error: String) {
-        let mut slot = self
-            .last_error
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *slot = Some(error);
-    }
-
-    pub(crate) fn last_error(&self) -> Option<String> {
-        self.last_error
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone()
     }
 }
 

@@ -59,26 +59,25 @@ mod sql;
 mod sweep;
 mod vacuum;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnection, PgPool};
-use sqlx::{AssertSqlSafe, Postgres, Row, Transaction};
+use sqlx::postgres::PgPool;
+use sqlx::{Postgres, Transaction};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
 pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
-use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, UnixMillis};
-use crate::store::hand_off::{HandOff, Taken};
+use crate::message::{DraftLimits, OutboxMessage, UnixMillis};
+use crate::store::hand_off::HandOff;
 use crate::store::{
     duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
-    NextDue, OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
+    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, NextDue,
+    OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
     WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{
@@ -86,7 +85,6 @@ pub use config::{
     DEFAULT_VACUUM_EVERY, PING_IF_IDLE_FOR,
 };
 use decode::{db_error, unsigned};
-use enqueue::HandClaim;
 pub use explain::Explained;
 use fenced::FencedBatch;
 use schema::Names;
@@ -229,55 +227,6 @@ impl PostgresOutboxStore {
         &self.names.channel
     }
 
-    /// Writes one message on the caller's connection, normally inside the caller's
-    /// transaction: it becomes visible, and wakes relays, only when that transaction
-    /// commits. Takes any `&mut PgConnection`: `&mut tx` for a
-    /// [`sqlx::Transaction`] (it derefs to one), `&mut *conn` for a pooled connection
-    /// (then the row commits at once, outside any transaction of yours). A dedupe key taken
-    /// by a message another transaction has not committed yet makes this wait for that
-    /// transaction to end.
-    pub async fn enqueue_in_tx(
-        &self,
-        tx: &mut PgConnection,
-        draft: OutboxMessageDraft,
-    ) -> Result<Enqueued, StoreError> {
-        crate::store::single(self.enqueue_many_in_tx(tx, vec![draft]).await?)
-    }
-
-    /// Writes many messages on the caller's connection (see [`Self::enqueue_in_tx`]). On an
-    /// error nothing of this call is left in the caller's transaction (a conflict undoes the
-    /// rows already written); on a database error PostgreSQL has aborted that transaction
-    /// anyway. `outbox_enqueued_total` counts the messages when they are written, before
-    /// the caller commits (or rolls back).
-    pub async fn enqueue_many_in_tx(
-        &self,
-        tx: &mut PgConnection,
-        drafts: Vec<OutboxMessageDraft>,
-    ) -> Result<Vec<Enqueued>, StoreError> {
-        let (batch, plan) = crate::store::enqueue::plan(drafts, &self.limits)?;
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        match self.write(tx, &batch, Vec::new()).await {
-            Ok(written) => {
-                let answers = plan.answers(written)?;
-                // The other way in besides the trait's `enqueue_many`, which counts its own.
-                crate::metrics::record_enqueued(&answers);
-                Ok(answers)
-            }
-            Err(failure) => {
-                if !failure.inserted.is_empty() {
-                    sqlx::query(AssertSqlSafe(self.sql.delete_ids.clone()))
-                        .bind(&failure.inserted)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| db_error("enqueue (undo)", e))?;
-                }
-                Err(failure.error)
-            }
-        }
-    }
-
     async fn begin(&self, op: &str) -> Result<Transaction<'static, Postgres>, StoreError> {
         self.pool.begin().await.map_err(|e| db_error(op, e))
     }
@@ -341,65 +290,7 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        // Drafts a lane of this process takes (`store::hand_off`): written claimed, handed
-        // to it after the commit. A credit not used goes back when its `Taken` drops.
-        let sent_at = tokio::time::Instant::now();
-        let taken: Vec<Option<Taken>> = drafts
-            .drafts()
-            .iter()
-            .map(|d| {
-                (d.ordering_key.is_none() && d.delay.is_zero())
-                    .then(|| self.hand_off.take(&d.lane, &d.target))
-                    .flatten()
-            })
-            .collect();
-        let claims: Vec<Option<HandClaim>> = taken
-            .iter()
-            .map(|t| {
-                t.as_ref().map(|t| HandClaim {
-                    claim_token: Uuid::new_v4(),
-                    consumer_id: t.consumer_id().to_owned(),
-                    lease_ms: interval(t.lease()),
-                })
-            })
-            .collect();
-        let answers = if drafts.drafts().iter().all(|d| d.dedupe_key.is_none()) {
-            // One INSERT statement: atomic on its own, no transaction round trips.
-            let mut conn = self
-                .pool
-                .acquire()
-                .await
-                .map_err(|e| db_error("enqueue", e))?;
-            self.write(&mut conn, &drafts, claims.clone())
-                .await
-                .map_err(|f| f.error)?
-        } else {
-            // A conflict found after some rows went in must take them back out: roll back.
-            let mut tx = self
-                .pool
-                .begin()
-                .await
-                .map_err(|e| db_error("enqueue", e))?;
-            let answers = self
-                .write(&mut tx, &drafts, claims.clone())
-                .await
-                .map_err(|f| f.error)?;
-            tx.commit().await.map_err(|e| db_error("enqueue", e))?;
-            answers
-        };
-        // Committed: each handed-off draft that went in fresh, claimed with its token, goes
-        // to its lane; the others' credits go back.
-        for ((taken, claim), answer) in taken.into_iter().zip(&claims).zip(&answers) {
-            let (Some(taken), Some(claim)) = (taken, claim) else {
-                continue;
-            };
-            if !answer.duplicate && answer.message.claim_token == Some(claim.claim_token) {
-                taken.deliver(answer.message.clone(), sent_at);
-            } else {
-                taken.give_back();
-            }
-        }
-        Ok(answers)
+        self.write_handing_off(drafts).await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
@@ -493,57 +384,7 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
-        let op = "nack";
-        let batch = FencedBatch::new(nacks.iter().map(|n| &n.claim));
-        // The first nack of each claim is the one that counts, as in the reference store.
-        let mut firsts: Vec<&Nack> = Vec::with_capacity(batch.ids.len());
-        for (nack, &(_, first)) in nacks.iter().zip(&batch.slots) {
-            if first {
-                firsts.push(nack);
-            }
-        }
-        let errors: Vec<&str> = firsts.iter().map(|n| n.error.as_str()).collect();
-        let retries: Vec<Option<i64>> = firsts
-            .iter()
-            .map(|n| match n.disposition {
-                NackDisposition::Retry(delay) => Some(interval(delay)),
-                NackDisposition::Permanent => None,
-            })
-            .collect();
-        let mut tx = self.relay_begin(op).await?;
-        let rows = self
-            .fenced(&mut tx, op, &self.sql.nack, &batch, |q| {
-                q.bind(errors).bind(retries)
-            })
-            .await?;
-        let mut outcomes: HashMap<usize, NackOutcome> = HashMap::new();
-        let mut left = claim::LeftKeys::default();
-        for row in &rows {
-            let ord: i64 = row.try_get("ord").map_err(|e| db_error(op, e))?;
-            let status: String = row.try_get("status").map_err(|e| db_error(op, e))?;
-            let outcome = if status == "pending" {
-                NackOutcome::Requeued
-            } else {
-                left.push_row(row, op)?;
-                NackOutcome::DeadLettered
-            };
-            outcomes.insert(usize::try_from(ord - 1).unwrap_or(usize::MAX), outcome);
-        }
-        self.promote_heads(&mut tx, &left, op).await?;
-        tx.commit().await.map_err(|e| db_error(op, e))?;
-        let dead = outcomes
-            .values()
-            .filter(|o| **o == NackOutcome::DeadLettered)
-            .count();
-        self.vacuum.retired(dead, &self.pool, &self.names.messages);
-        Ok(batch
-            .slots
-            .iter()
-            .map(|&(slot, first)| match outcomes.get(&slot) {
-                Some(outcome) if first => *outcome,
-                _ => NackOutcome::LostClaim,
-            })
-            .collect())
+        self.record_nacks(nacks).await
     }
 
     async fn extend_lease(

@@ -3,6 +3,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::{CircuitBreakerConfig, FailureRatio, RateLimit};
 use crate::database::DatabaseUrl;
+use crate::retry::RetryPolicy;
 use crate::sinks::LogSinkConfig;
 
 const MINIMAL: &str = r#"

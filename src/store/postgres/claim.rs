@@ -2,6 +2,7 @@
 //! each in one transaction with the `promote_heads` call that keeps every key's head marked
 //! (see `schema/heads.rs` for why it must be a statement of its own, after the UPDATE).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgRow};
@@ -10,7 +11,8 @@ use uuid::Uuid;
 
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy, StoreError,
+    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Nack, NackDisposition, NackOutcome, NextDue,
+    OrderingPolicy, StoreError,
 };
 
 use super::decode::{self, db_error};
@@ -215,5 +217,65 @@ impl PostgresOutboxStore {
         }
         self.promote_heads(conn, &left, op).await?;
         Ok(batch.outcomes(&FencedBatch::applied(&rows, op)?, false))
+    }
+
+    /// The nacks, in one transaction: the fenced statement requeues or dead-letters each
+    /// claim still held, then `promote_heads` marks the new head of each key a dead letter
+    /// took out of live. Answers per nack, in input order.
+    pub(super) async fn record_nacks(
+        &self,
+        nacks: &[Nack],
+    ) -> Result<Vec<NackOutcome>, StoreError> {
+        let op = "nack";
+        let batch = FencedBatch::new(nacks.iter().map(|n| &n.claim));
+        // The first nack of each claim is the one that counts, as in the reference store.
+        let mut firsts: Vec<&Nack> = Vec::with_capacity(batch.ids.len());
+        for (nack, &(_, first)) in nacks.iter().zip(&batch.slots) {
+            if first {
+                firsts.push(nack);
+            }
+        }
+        let errors: Vec<&str> = firsts.iter().map(|n| n.error.as_str()).collect();
+        let retries: Vec<Option<i64>> = firsts
+            .iter()
+            .map(|n| match n.disposition {
+                NackDisposition::Retry(delay) => Some(interval(delay)),
+                NackDisposition::Permanent => None,
+            })
+            .collect();
+        let mut tx = self.relay_begin(op).await?;
+        let rows = self
+            .fenced(&mut tx, op, &self.sql.nack, &batch, |q| {
+                q.bind(errors).bind(retries)
+            })
+            .await?;
+        let mut outcomes: HashMap<usize, NackOutcome> = HashMap::new();
+        let mut left = LeftKeys::default();
+        for row in &rows {
+            let ord: i64 = row.try_get("ord").map_err(|e| db_error(op, e))?;
+            let status: String = row.try_get("status").map_err(|e| db_error(op, e))?;
+            let outcome = if status == "pending" {
+                NackOutcome::Requeued
+            } else {
+                left.push_row(row, op)?;
+                NackOutcome::DeadLettered
+            };
+            outcomes.insert(usize::try_from(ord - 1).unwrap_or(usize::MAX), outcome);
+        }
+        self.promote_heads(&mut tx, &left, op).await?;
+        tx.commit().await.map_err(|e| db_error(op, e))?;
+        let dead = outcomes
+            .values()
+            .filter(|o| **o == NackOutcome::DeadLettered)
+            .count();
+        self.vacuum.retired(dead, &self.pool, &self.names.messages);
+        Ok(batch
+            .slots
+            .iter()
+            .map(|&(slot, first)| match outcomes.get(&slot) {
+                Some(outcome) if first => *outcome,
+                _ => NackOutcome::LostClaim,
+            })
+            .collect())
     }
 }

@@ -1,6 +1,8 @@
-//! Writing a planned batch of drafts (validated, repeats resolved: `store::enqueue`): one
-//! INSERT for the batch, then a read of the messages holding dedupe keys the INSERT found
-//! taken.
+//! Enqueue: in the caller's transaction ([`PostgresOutboxStore::enqueue_in_tx`]) or
+//! through the pool (the trait's `write_drafts`, which hands drafts to idle lanes of this
+//! process: `store::hand_off`). Both write a planned batch of drafts (validated, repeats
+//! resolved: `store::enqueue`): one INSERT for the batch, then a read of the messages
+//! holding dedupe keys the INSERT found taken.
 
 use std::collections::HashMap;
 
@@ -9,6 +11,7 @@ use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxMessageDraft};
+use crate::store::hand_off::Taken;
 use crate::store::{DraftBatch, Enqueued, StoreError};
 
 use super::decode::{self, db_error};
@@ -38,6 +41,122 @@ pub(super) struct WriteFailure {
 }
 
 impl PostgresOutboxStore {
+    /// Writes one message on the caller's connection, normally inside the caller's
+    /// transaction: it becomes visible, and wakes relays, only when that transaction
+    /// commits. Takes any `&mut PgConnection`: `&mut tx` for a
+    /// [`sqlx::Transaction`] (it derefs to one), `&mut *conn` for a pooled connection
+    /// (then the row commits at once, outside any transaction of yours). A dedupe key taken
+    /// by a message another transaction has not committed yet makes this wait for that
+    /// transaction to end.
+    pub async fn enqueue_in_tx(
+        &self,
+        tx: &mut PgConnection,
+        draft: OutboxMessageDraft,
+    ) -> Result<Enqueued, StoreError> {
+        crate::store::single(self.enqueue_many_in_tx(tx, vec![draft]).await?)
+    }
+
+    /// Writes many messages on the caller's connection (see [`Self::enqueue_in_tx`]). On an
+    /// error nothing of this call is left in the caller's transaction (a conflict undoes the
+    /// rows already written); on a database error PostgreSQL has aborted that transaction
+    /// anyway. `outbox_enqueued_total` counts the messages when they are written, before
+    /// the caller commits (or rolls back).
+    pub async fn enqueue_many_in_tx(
+        &self,
+        tx: &mut PgConnection,
+        drafts: Vec<OutboxMessageDraft>,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        let (batch, plan) = crate::store::enqueue::plan(drafts, &self.limits)?;
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.write(tx, &batch, Vec::new()).await {
+            Ok(written) => {
+                let answers = plan.answers(written)?;
+                // The other way in besides the trait's `enqueue_many`, which counts its own.
+                crate::metrics::record_enqueued(&answers);
+                Ok(answers)
+            }
+            Err(failure) => {
+                if !failure.inserted.is_empty() {
+                    sqlx::query(AssertSqlSafe(self.sql.delete_ids.clone()))
+                        .bind(&failure.inserted)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| db_error("enqueue (undo)", e))?;
+                }
+                Err(failure.error)
+            }
+        }
+    }
+
+    /// The trait's `write_drafts`: through the pool, one INSERT statement on its own or, when
+    /// a draft has a dedupe key, in a transaction.
+    pub(super) async fn write_handing_off(
+        &self,
+        drafts: DraftBatch,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        // Drafts a lane of this process takes (`store::hand_off`): written claimed, handed
+        // to it after the commit. A credit not used goes back when its `Taken` drops.
+        let sent_at = tokio::time::Instant::now();
+        let taken: Vec<Option<Taken>> = drafts
+            .drafts()
+            .iter()
+            .map(|d| {
+                (d.ordering_key.is_none() && d.delay.is_zero())
+                    .then(|| self.hand_off.take(&d.lane, &d.target))
+                    .flatten()
+            })
+            .collect();
+        let claims: Vec<Option<HandClaim>> = taken
+            .iter()
+            .map(|t| {
+                t.as_ref().map(|t| HandClaim {
+                    claim_token: Uuid::new_v4(),
+                    consumer_id: t.consumer_id().to_owned(),
+                    lease_ms: interval(t.lease()),
+                })
+            })
+            .collect();
+        let answers = if drafts.drafts().iter().all(|d| d.dedupe_key.is_none()) {
+            // One INSERT statement: atomic on its own, no transaction round trips.
+            let mut conn = self
+                .pool
+                .acquire()
+                .await
+                .map_err(|e| db_error("enqueue", e))?;
+            self.write(&mut conn, &drafts, claims.clone())
+                .await
+                .map_err(|f| f.error)?
+        } else {
+            // A conflict found after some rows went in must take them back out: roll back.
+            let mut tx = self
+                .pool
+                .begin()
+                .await
+                .map_err(|e| db_error("enqueue", e))?;
+            let answers = self
+                .write(&mut tx, &drafts, claims.clone())
+                .await
+                .map_err(|f| f.error)?;
+            tx.commit().await.map_err(|e| db_error("enqueue", e))?;
+            answers
+        };
+        // Committed: each handed-off draft that went in fresh, claimed with its token, goes
+        // to its lane; the others' credits go back.
+        for ((taken, claim), answer) in taken.into_iter().zip(&claims).zip(&answers) {
+            let (Some(taken), Some(claim)) = (taken, claim) else {
+                continue;
+            };
+            if !answer.duplicate && answer.message.claim_token == Some(claim.claim_token) {
+                taken.deliver(answer.message.clone(), sent_at);
+            } else {
+                taken.give_back();
+            }
+        }
+        Ok(answers)
+    }
+
     /// Inserts a planned batch (valid drafts, no two with one dedupe key: see
     /// `store::enqueue`), reading back the holders of dedupe keys already taken.
     ///

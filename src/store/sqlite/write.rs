@@ -7,25 +7,30 @@
 //! send, a wake-up and a reply), and a relay's cycle of 64 acks and 64 claims used to be 130
 //! of them. The answers come back per row (`RETURNING`) and are put back in the caller's
 //! order here, with the outcomes the memory store gives item by item.
+//!
+//! The operations fenced on a claim token (ack, nack, extend_lease, release) are in
+//! `write/fenced.rs`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::sqlite::SqliteConnection;
 use sqlx::{AssertSqlSafe, Row, Sqlite};
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, MessageFilter, Nack,
-    NackDisposition, NackOutcome, NextDue, StoreError,
+    ClaimBatch, ClaimRequest, DraftBatch, Enqueued, MessageFilter, NextDue, StoreError,
 };
 
 use super::filter::FilterSql;
 use super::row::{db, decode, int, json_text, parse_uuid, uuid_text};
 use super::schema::Statements;
+
+mod fenced;
+
+pub(super) use fenced::{ack, extend_lease, nack, release};
 
 type Query<'q> = sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
 
@@ -297,248 +302,6 @@ pub(super) async fn end_savepoint(
         .await
         .map_err(db("savepoint"))?;
     Ok(())
-}
-
-/// The claims of one call split into rounds for the batch statements: each
-/// (outbox_id, claim_token) pair once, and each message at most once per round, so a row
-/// that `RETURNING` names tells which pair it matched. Nearly every call is one round; a
-/// second holds a message named under a second token (a stale claim beside its successor).
-/// At most one of a message's tokens can match its row, and no batch statement hands a row a
-/// token another pair names, so the rounds' order changes nothing.
-fn rounds<T>(items: &[T], claim: impl Fn(&T) -> &ClaimRef) -> Vec<Vec<&T>> {
-    let mut tokens: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
-    let mut rounds: Vec<Vec<&T>> = Vec::new();
-    for item in items {
-        let ClaimRef {
-            outbox_id,
-            claim_token,
-        } = *claim(item);
-        let seen = tokens.entry(outbox_id).or_default();
-        if seen.contains(&claim_token) {
-            continue;
-        }
-        if rounds.len() <= seen.len() {
-            rounds.push(Vec::new());
-        }
-        rounds[seen.len()].push(item);
-        seen.push(claim_token);
-    }
-    rounds
-}
-
-/// `[[outbox_id, claim_token], ...]`, as `GIVEN_CLAIMS` reads it.
-fn claims_json(claims: &[&ClaimRef]) -> Result<String, StoreError> {
-    let pairs: Vec<(String, String)> = claims
-        .iter()
-        .map(|claim| (uuid_text(claim.outbox_id), uuid_text(claim.claim_token)))
-        .collect();
-    json_text(&pairs, "claims")
-}
-
-/// The outcome of each claim in the caller's order, from what the batch statements did to
-/// each pair. A pair named again after it was applied is a lost claim, as the memory store,
-/// going item by item, finds the row no longer held; unless `repeats_apply` (an extended
-/// lease is still held under the same token).
-fn in_order<T: Copy>(
-    claims: impl IntoIterator<Item = ClaimRef>,
-    applied: &HashMap<ClaimRef, T>,
-    lost: T,
-    repeats_apply: bool,
-) -> Vec<T> {
-    let mut seen = HashSet::new();
-    claims
-        .into_iter()
-        .map(|claim| match applied.get(&claim) {
-            Some(outcome) if seen.insert(claim) || repeats_apply => *outcome,
-            _ => lost,
-        })
-        .collect()
-}
-
-/// Reads the `outbox_id` of each row a batch statement returned (column 0) and pairs it
-/// with the round's claim of that message.
-fn returned_claim(
-    row: &SqliteRow,
-    round: &HashMap<Uuid, ClaimRef>,
-    op: &'static str,
-) -> Result<ClaimRef, StoreError> {
-    let id: String = row.try_get(0).map_err(db(op))?;
-    let outbox_id = parse_uuid(&id, "outbox_id", &id)?;
-    round.get(&outbox_id).copied().ok_or_else(|| {
-        StoreError::database(
-            op,
-            format!("changed message {id}, which the call did not name"),
-        )
-    })
-}
-
-/// Runs a claims statement (?1 the claims, then `binds`) once per round and returns, per
-/// pair it changed, what the row it returned says.
-async fn claims_statement<T>(
-    statement: &Arc<str>,
-    conn: &mut SqliteConnection,
-    claims: &[ClaimRef],
-    op: &'static str,
-    bind: impl Fn(Query<'_>) -> Query<'_>,
-    mut outcome: impl FnMut(&SqliteRow) -> Result<T, StoreError>,
-) -> Result<HashMap<ClaimRef, T>, StoreError> {
-    let mut applied = HashMap::new();
-    for round in rounds(claims, |claim| claim) {
-        let rows = bind(query(statement).bind(claims_json(&round)?))
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(db(op))?;
-        let named: HashMap<Uuid, ClaimRef> = round.iter().map(|c| (c.outbox_id, **c)).collect();
-        for row in &rows {
-            applied.insert(returned_claim(row, &named, op)?, outcome(row)?);
-        }
-    }
-    Ok(applied)
-}
-
-/// Runs a claims statement whose rows say "changed" (each shown to `on_row`): Applied per
-/// pair it changed, LostClaim for the rest, in input order (see [`in_order`] for
-/// `repeats_apply`).
-async fn applied_or_lost(
-    statement: &Arc<str>,
-    conn: &mut SqliteConnection,
-    claims: &[ClaimRef],
-    op: &'static str,
-    bind: impl Fn(Query<'_>) -> Query<'_>,
-    repeats_apply: bool,
-    mut on_row: impl FnMut(&SqliteRow) -> Result<(), StoreError>,
-) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let applied = claims_statement(statement, conn, claims, op, bind, |row| {
-        on_row(row).map(|()| ClaimOutcome::Applied)
-    })
-    .await?;
-    Ok(in_order(
-        claims.iter().copied(),
-        &applied,
-        ClaimOutcome::LostClaim,
-        repeats_apply,
-    ))
-}
-
-/// Marks claims delivered. A claim that is no longer held matches no row: lost.
-pub(super) async fn ack(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    claims: &[ClaimRef],
-    now: UnixMillis,
-) -> Result<Vec<ClaimOutcome>, StoreError> {
-    applied_or_lost(
-        &sql.ack,
-        conn,
-        claims,
-        "ack",
-        |q| q.bind(now),
-        false,
-        |_| Ok(()),
-    )
-    .await
-}
-
-/// Records failed deliveries: back to pending after the delay while attempts remain,
-/// otherwise (or when permanent) into the dead letter.
-pub(super) async fn nack(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    nacks: &[Nack],
-    now: UnixMillis,
-) -> Result<Vec<NackOutcome>, StoreError> {
-    const OP: &str = "nack";
-    let mut applied = HashMap::new();
-    for round in rounds(nacks, |nack| &nack.claim) {
-        let given: Vec<(String, String, &str, u8, i64)> = round
-            .iter()
-            .map(|nack| {
-                let (retry, due) = match nack.disposition {
-                    NackDisposition::Retry(delay) => (1, now.saturating_add(delay)),
-                    NackDisposition::Permanent => (0, now),
-                };
-                (
-                    uuid_text(nack.claim.outbox_id),
-                    uuid_text(nack.claim.claim_token),
-                    nack.error.as_str(),
-                    retry,
-                    due.as_millis(),
-                )
-            })
-            .collect();
-        let rows = query(&sql.nack)
-            .bind(json_text(&given, "nacks")?)
-            .bind(now)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(db(OP))?;
-        let named: HashMap<Uuid, ClaimRef> = round
-            .iter()
-            .map(|nack| (nack.claim.outbox_id, nack.claim))
-            .collect();
-        for row in &rows {
-            let status: String = row.try_get(1).map_err(db(OP))?;
-            let outcome = if status == OutboxStatus::Pending.as_str() {
-                NackOutcome::Requeued
-            } else {
-                NackOutcome::DeadLettered
-            };
-            applied.insert(returned_claim(row, &named, OP)?, outcome);
-        }
-    }
-    Ok(in_order(
-        nacks.iter().map(|nack| nack.claim),
-        &applied,
-        NackOutcome::LostClaim,
-        false,
-    ))
-}
-
-/// Moves the lease of each claim still held to `lease` from now.
-pub(super) async fn extend_lease(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    claims: &[ClaimRef],
-    lease: Duration,
-    now: UnixMillis,
-) -> Result<Vec<ClaimOutcome>, StoreError> {
-    let until = now.saturating_add(lease);
-    applied_or_lost(
-        &sql.extend,
-        conn,
-        claims,
-        "extend_lease",
-        |q| q.bind(until).bind(now),
-        true,
-        |_| Ok(()),
-    )
-    .await
-}
-
-/// Returns claims unused: pending, due now, the attempt not counted.
-pub(super) async fn release(
-    sql: &Statements,
-    conn: &mut SqliteConnection,
-    claims: &[ClaimRef],
-    now: UnixMillis,
-    woken: &mut Woken,
-) -> Result<Vec<ClaimOutcome>, StoreError> {
-    const OP: &str = "release";
-    applied_or_lost(
-        &sql.release,
-        conn,
-        claims,
-        OP,
-        |q| q.bind(now),
-        false,
-        |row| {
-            let lane: String = row.try_get(1).map_err(db(OP))?;
-            let target: String = row.try_get(2).map_err(db(OP))?;
-            woken.insert((lane, target));
-            Ok(())
-        },
-    )
-    .await
 }
 
 /// Moves the selected dead letters back to pending, due now, attempts reset, `last_error`
