@@ -2,11 +2,15 @@
 //! outlive their state, crashes, deliveries in flight, and ordering keys under failure.
 //! The lane they share and the sleeping handler are here.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_relay::{LaneConfig, RetryPolicy};
+use outbox_relay::relay::RelayEvent;
+use outbox_relay::{InMemoryOutboxStore, LaneConfig, OutboxRelay, RelayHandle, RetryPolicy};
+use tokio::sync::broadcast;
+use uuid::Uuid;
 
-use crate::TestHandler;
+use crate::{draft, enqueue, memory_store, wait_for, TestHandler};
 
 mod crashes;
 mod drain;
@@ -34,4 +38,27 @@ fn sleeping(for_: Duration) -> TestHandler {
         tokio::time::sleep(for_).await;
         Ok(())
     })
+}
+
+/// One message on a fresh store, claimed by a relay running `lane` with a handler that
+/// sleeps `handler_sleep`: the store, the message's id, the relay, and its events (the
+/// claim already seen).
+async fn one_claimed(
+    lane: LaneConfig,
+    handler_sleep: Duration,
+) -> (
+    Arc<InMemoryOutboxStore>,
+    Uuid,
+    RelayHandle,
+    broadcast::Receiver<RelayEvent>,
+) {
+    let store = memory_store();
+    let id = enqueue(&*store, draft(1)).await;
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane, sleeping(handler_sleep))).await;
+    wait_for(&mut events, "the claim", |e| {
+        matches!(e, RelayEvent::Claimed { .. })
+    })
+    .await;
+    (store, id, relay, events)
 }

@@ -11,22 +11,13 @@ use outbox_relay::store::ClaimRequest;
 use outbox_relay::{OutboxRelay, OutboxStatus, OutboxStore};
 use tokio::time::Instant;
 
-use super::{lane, sleeping};
+use super::{lane, one_claimed};
 use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, memory_store, wait_for, TestHandler};
 
 #[tokio::test(start_paused = true)]
 async fn remove_lane_lets_an_in_flight_delivery_finish_and_acks_it() {
-    let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
-    let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(lane(), sleeping(Duration::from_secs(2))),
-    )
-    .await;
-    wait_for(&mut events, "the claim", |e| {
-        matches!(e, RelayEvent::Claimed { .. })
-    })
-    .await;
+    let (store, id, relay, _events) = one_claimed(lane(), Duration::from_secs(2)).await;
     let report = relay
         .remove_lane("canonical", "projector", Duration::from_secs(10))
         .await
@@ -42,16 +33,7 @@ async fn remove_lane_lets_an_in_flight_delivery_finish_and_acks_it() {
 
 #[tokio::test(start_paused = true)]
 async fn remove_lane_past_its_timeout_releases_the_claim_for_anyone_at_once() {
-    let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
-    let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(lane(), sleeping(Duration::from_secs(3600))),
-    )
-    .await;
-    wait_for(&mut events, "the claim", |e| {
-        matches!(e, RelayEvent::Claimed { .. })
-    })
-    .await;
+    let (store, id, relay, _events) = one_claimed(lane(), Duration::from_secs(3600)).await;
     let started = Instant::now();
     let report = relay
         .remove_lane("canonical", "projector", Duration::from_secs(1))
@@ -156,16 +138,7 @@ async fn shutdown_keeps_its_timeout_when_the_last_delivery_cannot_be_acked() {
 
 #[tokio::test(start_paused = true)]
 async fn remove_and_shutdown_at_once_both_report_the_drain() {
-    let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
-    let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(lane(), sleeping(Duration::from_secs(2))),
-    )
-    .await;
-    wait_for(&mut events, "the claim", |e| {
-        matches!(e, RelayEvent::Claimed { .. })
-    })
-    .await;
+    let (store, id, relay, _events) = one_claimed(lane(), Duration::from_secs(2)).await;
     // The second drain must not take the first one's answer away.
     let (removed, shut) = tokio::join!(
         relay.remove_lane("canonical", "projector", Duration::from_secs(10)),

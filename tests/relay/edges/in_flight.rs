@@ -10,7 +10,7 @@ use outbox_relay::store::ClaimRequest;
 use outbox_relay::{OutboxRelay, OutboxStore};
 use tokio::sync::Notify;
 
-use super::{lane, sleeping};
+use super::{lane, one_claimed, sleeping};
 use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
 
@@ -58,17 +58,11 @@ async fn status_reports_deliveries_in_flight_while_they_run() {
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_lost_while_delivering_is_reported_expired_once() {
-    let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
-    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
-        // Checked every 2 s (lease 3 s, margin 1 s), delivering for 20 s.
+    // Checked every 2 s (lease 3 s, margin 1 s), delivering for 20 s.
+    let (store, id, relay, mut events) = one_claimed(
         lane().concurrency(1).lease(Duration::from_secs(3)),
-        sleeping(Duration::from_secs(20)),
-    ))
-    .await;
-    wait_for(&mut events, "the claim", |e| {
-        matches!(e, RelayEvent::Claimed { .. })
-    })
+        Duration::from_secs(20),
+    )
     .await;
     // Another holder takes the message over mid-delivery.
     let ours = store.get(id).await.unwrap().unwrap().claim().unwrap();
