@@ -259,3 +259,43 @@ async fn shutdown_releases_the_prefetch_buffer() {
         );
     }
 }
+
+/// An enqueue that commits while an idle lane's claim is out: the claim read the store
+/// before the row existed and comes back empty ("nothing due"), but the wake-up the enqueue
+/// sent came meanwhile, so the lane claims again at once instead of sleeping on that stale
+/// answer until its poll ceiling (600 s here). Paused time: every ready task runs before the
+/// clock moves, so "at once" is exact.
+#[tokio::test(start_paused = true)]
+async fn an_enqueue_while_the_idle_lanes_claim_is_out_is_picked_up_at_once() {
+    let store = Arc::new(FaultyStore::new(memory_store()));
+    store.stall_answers.store(true, Ordering::SeqCst);
+    let lane = lane().max_poll_interval(Duration::from_secs(600));
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(lane, TestHandler::ok())).await;
+    wait_for(&mut events, "the lane to start", |e| {
+        matches!(e, RelayEvent::LaneStarted { .. })
+    })
+    .await;
+    // Every ready task runs first: the lane's first claim has read the empty store and
+    // waits to answer.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(store.calls.claims.load(Ordering::SeqCst), 1);
+    store.stall_answers.store(false, Ordering::SeqCst);
+    let id = enqueue(&*store, draft(1)).await;
+    // The wake-up reaches the lane while its claim is still out.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let answered = tokio::time::Instant::now();
+    store.claim_gate.notify_waiters();
+    assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
+    let took = answered.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "the message waited {took:?} for a poll: the wake-up was lost"
+    );
+    assert_eq!(
+        store.calls.claims.load(Ordering::SeqCst),
+        2,
+        "one claim more"
+    );
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}

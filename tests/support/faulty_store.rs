@@ -32,6 +32,9 @@ pub struct FaultyStore {
     /// While set, every claim waits for `claim_gate` (a store call that hangs).
     pub stall_claims: std::sync::atomic::AtomicBool,
     pub claim_gate: tokio::sync::Notify,
+    /// While set, every claim reads the store first and then waits for `claim_gate` before
+    /// it answers: a claim whose snapshot is taken and whose answer is on its way.
+    pub stall_answers: std::sync::atomic::AtomicBool,
     /// Every claim takes this many milliseconds (tokio's clock): a store far away.
     pub claim_delay_ms: std::sync::atomic::AtomicU64,
     /// Calls made, by kind (an `ack_and_claim` counts as an ack and a claim: this wrapper
@@ -58,6 +61,7 @@ impl FaultyStore {
             silent: AtomicBool::new(false),
             stall_claims: Default::default(),
             claim_gate: Default::default(),
+            stall_answers: Default::default(),
             claim_delay_ms: Default::default(),
             calls: Calls::default(),
         }
@@ -113,7 +117,11 @@ impl OutboxStore for FaultyStore {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         self.outage()?;
-        self.inner.claim(request).await
+        let answer = self.inner.claim(request).await;
+        if self.stall_answers.load(Ordering::SeqCst) {
+            self.claim_gate.notified().await;
+        }
+        answer
     }
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         if self
