@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_relay::relay::{LaneState, RelayEvent};
-use outbox_relay::store::{ClaimRequest, MessageFilter};
+use outbox_relay::store::MessageFilter;
 use outbox_relay::{
     DeliveryError, LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy,
 };
@@ -183,19 +183,7 @@ async fn shutdown_finishes_in_flight_and_releases_the_rest_for_another_relay() {
     );
     // Another relay claims the released message at once, not after the 600 s lease, and
     // the abandoned attempt is not counted.
-    let again = store
-        .claim(&ClaimRequest::new(
-            "canonical",
-            "projector",
-            10,
-            Duration::from_secs(5),
-            "relay-b",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(again.messages.len(), 1);
-    assert_eq!(again.messages[0].outbox_id, stuck);
-    assert_eq!(again.messages[0].attempt_count, 1);
+    crate::claimed_at_once_by_another(&*store, stuck).await;
     assert!(
         relay.status().await.is_err(),
         "the relay still answers after shutdown"

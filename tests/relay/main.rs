@@ -95,6 +95,24 @@ pub async fn enqueue(store: &dyn OutboxStore, draft: OutboxMessageDraft) -> Uuid
     store.enqueue(draft).await.unwrap().message.outbox_id
 }
 
+/// Asserts that another consumer ("relay-b") claims `id` at once, on its first attempt
+/// still: a claim handed back (released), not one left to wait out its lease.
+pub async fn claimed_at_once_by_another(store: &dyn OutboxStore, id: Uuid) {
+    let again = store
+        .claim(&outbox_relay::store::ClaimRequest::new(
+            "canonical",
+            "projector",
+            10,
+            Duration::from_secs(5),
+            "relay-b",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(again.messages.len(), 1);
+    assert_eq!(again.messages[0].outbox_id, id);
+    assert_eq!(again.messages[0].attempt_count, 1);
+}
+
 /// Waits for the first event that `pred` accepts.
 pub async fn wait_for(
     events: &mut broadcast::Receiver<RelayEvent>,

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
-use outbox_relay::store::ClaimRequest;
 use outbox_relay::{OutboxRelay, OutboxStatus, OutboxStore};
 use tokio::time::Instant;
 
@@ -46,19 +45,7 @@ async fn remove_lane_past_its_timeout_releases_the_claim_for_anyone_at_once() {
     );
     assert_eq!((report.completed, report.released), (0, 1));
     // Claimable by another consumer now, not after the 600 s lease, the attempt not spent.
-    let again = store
-        .claim(&ClaimRequest::new(
-            "canonical",
-            "projector",
-            10,
-            Duration::from_secs(5),
-            "relay-b",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(again.messages.len(), 1);
-    assert_eq!(again.messages[0].outbox_id, id);
-    assert_eq!(again.messages[0].attempt_count, 1);
+    crate::claimed_at_once_by_another(&*store, id).await;
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
 
