@@ -290,4 +290,7 @@ environment:
   OUTBOX_BENCH_SQLITE_MMAP=BYTES    SQLite stores' memory map (SqliteStoreBuilder::mmap_size;
                            default 0, none)
   OUTBOX_BENCH_PREFETCH=N           the relays' LaneConfig::prefetch (default: the
-                           concurrency), to compare prefetch depths";
+                           concurrency), to compare prefetch depths
+  OUTBOX_BENCH_VACUUM_EVERY=N       PostgreSQL stores vacuum after N retired rows
+                           (PostgresConfig::vacuum_every; default 50,000; 0 never), to
+                           compare vacuum cadences";
