@@ -73,11 +73,47 @@ pub(crate) fn head_lock_key(lane: &str, target: &str, key: &str) -> String {
     format!("hashtext({lane} || chr(31) || {target} || chr(31) || {key})")
 }
 
+/// The statements that mark the lowest live row of each key in the arrays `lanes`,
+/// `targets` and `keys` (PL/pgSQL expressions), after taking each key's lock in sorted
+/// order, as `promote_heads` does: the cycle function runs them inline. Two statements, so
+/// the UPDATE's snapshot is taken after the locks.
+pub(crate) fn promote_inline(n: &Names, lanes: &str, targets: &str, keys: &str) -> String {
+    let class = head_lock_class(n);
+    let key_u = head_lock_key("u.lane", "u.target", "u.ordering_key");
+    format!(
+        "PERFORM pg_advisory_xact_lock({class}, s.k)
+    FROM (SELECT DISTINCT {key_u} AS k
+          FROM unnest({lanes}, {targets}, {keys}) AS u(lane, target, ordering_key)
+          WHERE u.ordering_key IS NOT NULL
+          ORDER BY 1) s;
+    {update};",
+        update = promote_update(&n.messages, lanes, targets, keys),
+    )
+}
+
+/// The UPDATE that marks the lowest live row of each key given (`promote_heads`' second
+/// statement).
+fn promote_update(t: &str, lanes: &str, targets: &str, keys: &str) -> String {
+    format!(
+        "UPDATE {t} m SET key_head = true
+    FROM (SELECT DISTINCT u.lane, u.target, u.ordering_key
+          FROM unnest({lanes}, {targets}, {keys}) AS u(lane, target, ordering_key)
+          WHERE u.ordering_key IS NOT NULL) u
+    CROSS JOIN LATERAL (
+        SELECT e.outbox_id FROM {t} e
+        WHERE e.lane = u.lane AND e.target = u.target AND e.ordering_key = u.ordering_key
+          AND e.status IN ('pending', 'claimed')
+        ORDER BY e.seq LIMIT 1) h
+    WHERE m.outbox_id = h.outbox_id AND NOT m.key_head"
+    )
+}
+
 pub(super) fn migration(n: &Names) -> String {
     let (t, p, s) = (&n.messages, &n.prefix, &n.schema);
     let class = head_lock_class(n);
     let promote = &n.promote_heads;
     let check = format!("\"{s}\".\"{p}_check_head\"");
+    let update = promote_update(t, "p_lanes", "p_targets", "p_keys");
     let key_u = head_lock_key("u.lane", "u.target", "u.ordering_key");
     let key_new = head_lock_key("NEW.lane", "NEW.target", "NEW.ordering_key");
     format!(
@@ -141,16 +177,7 @@ BEGIN
         PERFORM pg_advisory_xact_lock({class}, v_key);
     END LOOP;
     -- A statement of its own: its snapshot is taken after the locks.
-    UPDATE {t} m SET key_head = true
-    FROM (SELECT DISTINCT u.lane, u.target, u.ordering_key
-          FROM unnest(p_lanes, p_targets, p_keys) AS u(lane, target, ordering_key)
-          WHERE u.ordering_key IS NOT NULL) u
-    CROSS JOIN LATERAL (
-        SELECT e.outbox_id FROM {t} e
-        WHERE e.lane = u.lane AND e.target = u.target AND e.ordering_key = u.ordering_key
-          AND e.status IN ('pending', 'claimed')
-        ORDER BY e.seq LIMIT 1) h
-    WHERE m.outbox_id = h.outbox_id AND NOT m.key_head;
+    {update};
 END
 $fn$;
 
