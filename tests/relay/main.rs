@@ -82,6 +82,18 @@ impl DeliveryHandler for TestHandler {
     }
 }
 
+/// A handler that finishes each delivery when `release` is notified.
+pub fn held(release: &Arc<tokio::sync::Notify>) -> TestHandler {
+    let release = release.clone();
+    TestHandler::new(move |_| {
+        let release = release.clone();
+        async move {
+            release.notified().await;
+            Ok(())
+        }
+    })
+}
+
 /// An in-memory store on tokio's clock.
 pub fn memory_store() -> Arc<InMemoryOutboxStore> {
     Arc::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))

@@ -12,24 +12,12 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::faulty_store::FaultyStore;
-use crate::{draft, enqueue, memory_store, wait_for, TestHandler};
+use crate::{draft, enqueue, held, memory_store, wait_for, TestHandler};
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
         .lease(Duration::from_secs(600))
         .max_poll_interval(Duration::from_secs(600))
-}
-
-/// A handler that finishes each delivery when `release` is notified.
-fn held(release: &Arc<Notify>) -> TestHandler {
-    let release = release.clone();
-    TestHandler::new(move |_| {
-        let release = release.clone();
-        async move {
-            release.notified().await;
-            Ok(())
-        }
-    })
 }
 
 /// A relay on a faulty store holding `n` claimed messages whose deliveries finish when the

@@ -11,7 +11,7 @@ use outbox_relay::{LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPoli
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::{draft, enqueue, wait_delivered, wait_for, TestHandler};
+use crate::{draft, enqueue, held, wait_delivered, wait_for, TestHandler};
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
@@ -95,16 +95,7 @@ pub async fn redelivers_after_a_crashed_claimers_lease(store: Arc<dyn OutboxStor
 pub async fn late_ack_of_a_slow_relay_is_fenced(store: Arc<dyn OutboxStore>) {
     let id = enqueue(&*store, draft(1)).await;
     let release = Arc::new(Notify::new());
-    let slow = {
-        let release = release.clone();
-        TestHandler::new(move |_| {
-            let release = release.clone();
-            async move {
-                release.notified().await;
-                Ok(())
-            }
-        })
-    };
+    let slow = held(&release);
     let (relay_a, mut events_a) = crate::start(
         OutboxRelay::builder(store.clone()).lane(
             lane()

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 
 use super::{lane, one_claimed, sleeping};
 use crate::faulty_store::FaultyStore;
-use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
+use crate::{draft, enqueue, held, memory_store, wait_delivered, wait_for};
 
 #[tokio::test(start_paused = true)]
 async fn status_reports_deliveries_in_flight_while_they_run() {
@@ -22,16 +22,7 @@ async fn status_reports_deliveries_in_flight_while_they_run() {
         enqueue(&*store, draft(2)).await,
     ];
     let release = Arc::new(Notify::new());
-    let handler = {
-        let release = release.clone();
-        TestHandler::new(move |_| {
-            let release = release.clone();
-            async move {
-                release.notified().await;
-                Ok(())
-            }
-        })
-    };
+    let handler = held(&release);
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(store.clone()).lane(lane().concurrency(3), handler.clone()),
     )
