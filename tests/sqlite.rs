@@ -5,6 +5,8 @@
 
 #[path = "sqlite/batch.rs"]
 mod batch;
+#[path = "sqlite/checkpoints.rs"]
+mod checkpoints;
 #[path = "sqlite/differential.rs"]
 mod differential;
 #[path = "sqlite/full_disk.rs"]

@@ -20,10 +20,27 @@
 //!
 //! # Durability
 //!
-//! `synchronous = FULL`: each commit syncs the WAL, so a message whose enqueue returned
-//! survives a power cut, not just a process crash. `NORMAL` would be faster but may lose the
-//! last commits on power loss, and a lost enqueue breaks at-least-once delivery. The cost is
-//! paid once per call, since every batch is one transaction.
+//! A message is as durable as its enqueue: enqueues (and a caller's own transaction,
+//! [`SqliteOutboxStore::begin`]) commit with `synchronous = FULL`, so a message whose
+//! enqueue returned survives a power cut, not just a process crash. Operators' requeue,
+//! discard and purge commit the same way.
+//!
+//! The relay's own bookkeeping (claim, ack, `ack_and_claim`, nack, lease extension,
+//! release) commits with `synchronous = NORMAL` unless
+//! [`SqliteStoreBuilder::synchronous_commit`] asks otherwise: the commit appends to the WAL
+//! without syncing it, as PostgreSQL's relay commits run with `synchronous_commit = off`.
+//! A process crash loses nothing (the WAL is written before the commit returns); a power
+//! cut or an OS crash can lose the relay's last commits, a suffix in commit order (the WAL
+//! is one sequence, and the next synced commit or checkpoint syncs all before it). A lost
+//! claim or ack leaves its message pending or claimed as before, so it is delivered again,
+//! which at-least-once delivery allows, and per-key order holds.
+//!
+//! # Checkpoints
+//!
+//! Copying the WAL back into the database file runs on a connection of its own, in the
+//! background (`checkpoint.rs`), not in the commit that crossed SQLite's threshold while
+//! every other write waited for it. [`SqliteStoreBuilder::background_checkpoints`] turns
+//! it off.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,6 +60,7 @@ use crate::store::{
 };
 
 mod builder;
+mod checkpoint;
 mod explain;
 mod filter;
 mod read;
@@ -72,7 +90,11 @@ pub struct SqliteOutboxStore {
     /// A pool of exactly one connection, used only while holding `write_turn`.
     writer: SqlitePool,
     /// Whose turn it is to write: FIFO, and with no timeout (unlike a pool acquire).
-    write_turn: Mutex<()>,
+    /// Shared with the background checkpoint, which takes it for its second pass.
+    write_turn: Arc<Mutex<()>>,
+    /// Whether the relay's own commits sync the WAL (see the module docs).
+    synchronous_commit: bool,
+    checkpoints: checkpoint::Checkpoints,
     reader: SqlitePool,
     sql: Statements,
     clock: Arc<dyn Clock>,
@@ -99,18 +121,23 @@ impl SqliteOutboxStore {
     /// Closes every connection, waiting for them to finish. Later calls fail with
     /// [`StoreError::Unavailable`].
     pub async fn close(&self) {
+        self.checkpoints.close().await;
         self.writer.close().await;
         self.reader.close().await;
     }
 
     /// Waits for the turn to write and opens a `BEGIN IMMEDIATE` transaction. The turn is
     /// held for as long as the returned guard lives: keep it alongside the transaction.
+    ///
+    /// `commit`: whose transaction it is, which decides whether its commit syncs the WAL.
     async fn begin_write(
         &self,
         op: &'static str,
+        commit: Commit,
     ) -> Result<(MutexGuard<'_, ()>, Transaction<'static, Sqlite>), StoreError> {
+        let begin = begin_statement(commit, self.synchronous_commit);
         let turn = self.write_turn.lock().await;
-        let tx = match self.writer.begin_with("BEGIN IMMEDIATE").await {
+        let tx = match self.writer.begin_with(begin).await {
             Err(sqlx::Error::InvalidSavePointStatement) => {
                 // A COMMIT that failed on a full disk ends SQLite's transaction but leaves
                 // sqlx's transaction depth on the connection at one: every later BEGIN
@@ -120,7 +147,7 @@ impl SqliteOutboxStore {
                 stale.close_on_drop();
                 drop(stale);
                 tracing::warn!(path = %self.path.display(), "replaced the SQLite write connection after a failed transaction");
-                self.writer.begin_with("BEGIN IMMEDIATE").await
+                self.writer.begin_with(begin).await
             }
             begun => begun,
         }
@@ -134,24 +161,49 @@ impl SqliteOutboxStore {
             let _ = self.wakeups.send(WakeUp::Lane { lane, target });
         }
     }
+
+    /// Commits on success, rolls back on failure (dropping the transaction would too, later).
+    /// A commit counts towards the next background checkpoint.
+    async fn finish<T>(
+        &self,
+        tx: Transaction<'static, Sqlite>,
+        result: Result<T, StoreError>,
+        op: &'static str,
+    ) -> Result<T, StoreError> {
+        match result {
+            Ok(value) => {
+                tx.commit().await.map_err(db(op))?;
+                self.checkpoints.committed(&self.write_turn);
+                Ok(value)
+            }
+            Err(error) => {
+                // The original error is the one worth reporting.
+                let _ = tx.rollback().await;
+                Err(error)
+            }
+        }
+    }
 }
 
-/// Commits on success, rolls back on failure (dropping the transaction would too, later).
-async fn finish<T>(
-    tx: Transaction<'static, Sqlite>,
-    result: Result<T, StoreError>,
-    op: &'static str,
-) -> Result<T, StoreError> {
-    match result {
-        Ok(value) => {
-            tx.commit().await.map_err(db(op))?;
-            Ok(value)
-        }
-        Err(error) => {
-            // The original error is the one worth reporting.
-            let _ = tx.rollback().await;
-            Err(error)
-        }
+/// Whose write transaction it is: it decides whether the commit syncs the WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// The relay's own bookkeeping (claim, ack, nack, lease extension, release): with
+    /// `synchronous_commit` off, `synchronous = NORMAL` (module docs).
+    Relay,
+    /// Everything else: enqueues, the caller's own transactions, operators' requeue,
+    /// discard and purge. Always `synchronous = FULL`.
+    Durable,
+}
+
+/// The statement that opens a write transaction: the connection's `synchronous` for this
+/// commit, then `BEGIN IMMEDIATE`, in one call. Set on every transaction, because the one
+/// write connection serves both kinds.
+fn begin_statement(commit: Commit, synchronous_commit: bool) -> &'static str {
+    if commit == Commit::Relay && !synchronous_commit {
+        "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE"
+    } else {
+        "PRAGMA synchronous = FULL; BEGIN IMMEDIATE"
     }
 }
 
@@ -164,28 +216,28 @@ impl OutboxStore for SqliteOutboxStore {
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
         const OP: &str = "enqueue";
         let mut woken = Woken::new();
-        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let now = self.clock.now_millis();
         let result = write::enqueue(&self.sql, &mut tx, drafts, now, &mut woken).await;
-        let answers = finish(tx, result, OP).await?;
+        let answers = self.finish(tx, result, OP).await?;
         self.wake(woken);
         Ok(answers)
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         const OP: &str = "claim";
-        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::claim(&self.sql, &mut tx, request, now).await;
-        finish(tx, result, OP).await
+        self.finish(tx, result, OP).await
     }
 
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         const OP: &str = "ack";
-        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::ack(&self.sql, &mut tx, claims, now).await;
-        finish(tx, result, OP).await
+        self.finish(tx, result, OP).await
     }
 
     /// One write transaction: the acks, then the claim, one commit. A failed claim rolls back
@@ -197,32 +249,32 @@ impl OutboxStore for SqliteOutboxStore {
         request: &ClaimRequest,
     ) -> Result<AckAndClaim, StoreError> {
         const OP: &str = "ack_and_claim";
-        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let acked = match write::ack(&self.sql, &mut tx, acks, now).await {
             Ok(acked) => acked,
-            Err(error) => return finish(tx, Err(error), OP).await,
+            Err(error) => return self.finish(tx, Err(error), OP).await,
         };
         let claimed = match write::savepoint(&mut tx, "claim").await {
             Ok(()) => {
                 let claimed = write::claim(&self.sql, &mut tx, request, now).await;
                 match write::end_savepoint(&mut tx, "claim", claimed.is_ok()).await {
                     Ok(()) => claimed,
-                    Err(error) => return finish(tx, Err(error), OP).await,
+                    Err(error) => return self.finish(tx, Err(error), OP).await,
                 }
             }
             Err(error) => Err(error),
         };
-        finish(tx, Ok(()), OP).await?;
+        self.finish(tx, Ok(()), OP).await?;
         Ok(AckAndClaim { acked, claimed })
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
         const OP: &str = "nack";
-        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::nack(&self.sql, &mut tx, nacks, now).await;
-        finish(tx, result, OP).await
+        self.finish(tx, result, OP).await
     }
 
     async fn extend_lease(
@@ -231,19 +283,19 @@ impl OutboxStore for SqliteOutboxStore {
         lease: Duration,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         const OP: &str = "extend_lease";
-        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::extend_lease(&self.sql, &mut tx, claims, lease, now).await;
-        finish(tx, result, OP).await
+        self.finish(tx, result, OP).await
     }
 
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         const OP: &str = "release";
         let mut woken = Woken::new();
-        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::release(&self.sql, &mut tx, claims, now, &mut woken).await;
-        let outcomes = finish(tx, result, OP).await?;
+        let outcomes = self.finish(tx, result, OP).await?;
         self.wake(woken);
         Ok(outcomes)
     }
@@ -276,19 +328,19 @@ impl OutboxStore for SqliteOutboxStore {
         filter: &MessageFilter,
     ) -> Result<Vec<LaneCount>, StoreError> {
         const OP: &str = "requeue_dead_letters";
-        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let now = self.clock.now_millis();
         let result = write::requeue_dead_letters(&self.sql, &mut tx, filter, now).await;
-        let requeued = finish(tx, result, OP).await?;
+        let requeued = self.finish(tx, result, OP).await?;
         self.wake(requeued.iter().cloned().collect());
         Ok(LaneCount::tally(requeued))
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         const OP: &str = "discard_dead_letters";
-        let (_turn, mut tx) = self.begin_write(OP).await?;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let result = write::discard_dead_letters(&self.sql, &mut tx, filter).await;
-        finish(tx, result, OP).await
+        self.finish(tx, result, OP).await
     }
 
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
@@ -311,7 +363,7 @@ impl OutboxStore for SqliteOutboxStore {
             loop {
                 // One transaction per batch, giving up the turn in between, so claims and
                 // acks are never held up for longer than one batch.
-                let (_turn, mut tx) = self.begin_write(OP).await?;
+                let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
                 let result = write::purge_batch(
                     &self.sql,
                     &mut tx,
@@ -321,7 +373,7 @@ impl OutboxStore for SqliteOutboxStore {
                     batch_size,
                 )
                 .await;
-                let deleted = finish(tx, result, OP).await?;
+                let deleted = self.finish(tx, result, OP).await?;
                 purged += deleted;
                 if deleted < batch_size as u64 {
                     break;

@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, Mutex};
 use crate::message::{DraftLimits, ValidationError};
 use crate::store::{Clock, StoreError, SystemClock, WAKEUP_CHANNEL_CAPACITY};
 
+use super::checkpoint::{Checkpoints, FALLBACK_AUTOCHECKPOINT, RESTART_PAGES};
 use super::row::db;
 use super::schema::{self, Statements};
 use super::SqliteOutboxStore;
@@ -62,6 +63,10 @@ pub struct SqliteStoreBuilder {
     read_connections: u32,
     cache_size: u64,
     mmap_size: u64,
+    synchronous_commit: bool,
+    background_checkpoints: bool,
+    /// `checkpoint::RESTART_PAGES`, lowered by unit tests.
+    restart_pages: i64,
 }
 
 impl SqliteStoreBuilder {
@@ -115,6 +120,34 @@ impl SqliteStoreBuilder {
     /// than an error.
     pub fn mmap_size(mut self, bytes: u64) -> Self {
         self.mmap_size = bytes;
+        self
+    }
+
+    /// Whether the relay's own commits (claim, ack, nack, lease extension, release) sync the
+    /// WAL. `false` (the default) commits them with `synchronous = NORMAL`: a power cut can
+    /// lose the relay's last state changes, and their messages are delivered again, which
+    /// at-least-once delivery allows; a process crash loses nothing. Enqueues and the
+    /// caller's own transactions always commit with `synchronous = FULL`. The counterpart
+    /// of PostgreSQL's `PostgresConfig::synchronous_commit`.
+    pub fn synchronous_commit(mut self, synchronous: bool) -> Self {
+        self.synchronous_commit = synchronous;
+        self
+    }
+
+    /// Whether the WAL is checkpointed by a connection of its own in the background (the
+    /// default) rather than by the write that crosses SQLite's threshold of 1,000 pages, which
+    /// holds up every write queued behind it. Off, the store leaves checkpoints to SQLite
+    /// (`wal_autocheckpoint` at its default). Needs a Tokio runtime at run time; without
+    /// one, the writer's own checkpoint at 10,000 pages still bounds the WAL.
+    pub fn background_checkpoints(mut self, on: bool) -> Self {
+        self.background_checkpoints = on;
+        self
+    }
+
+    /// The WAL's size (pages) from which a background checkpoint starts it over.
+    #[cfg(test)]
+    pub(super) fn restart_pages(mut self, pages: i64) -> Self {
+        self.restart_pages = pages;
         self
     }
 
@@ -180,6 +213,23 @@ impl SqliteStoreBuilder {
             .map_err(db("open"))?;
         let sql = Statements::new(&self.table_prefix);
         migrate(&writer, &sql).await?;
+        let checkpoints = if self.background_checkpoints {
+            // The writer checkpoints only past the fallback bound (checkpoint.rs).
+            sqlx::query(AssertSqlSafe(format!(
+                "PRAGMA wal_autocheckpoint = {FALLBACK_AUTOCHECKPOINT}"
+            )))
+            .execute(&writer)
+            .await
+            .map_err(db("open"))?;
+            let pool = SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(options.clone())
+                .await
+                .map_err(db("open"))?;
+            Checkpoints::new(Some(pool), self.restart_pages)
+        } else {
+            Checkpoints::new(None, self.restart_pages)
+        };
         // Connected after the writer, so the file exists and is already in WAL mode.
         let reader = SqlitePoolOptions::new()
             .max_connections(self.read_connections)
@@ -190,7 +240,9 @@ impl SqliteStoreBuilder {
         Ok(SqliteOutboxStore {
             path: self.path,
             writer,
-            write_turn: Mutex::new(()),
+            write_turn: Arc::new(Mutex::new(())),
+            synchronous_commit: self.synchronous_commit,
+            checkpoints,
             reader,
             sql,
             clock: self.clock,
@@ -212,6 +264,9 @@ impl SqliteOutboxStore {
             read_connections: DEFAULT_READ_CONNECTIONS,
             cache_size: DEFAULT_CACHE_SIZE,
             mmap_size: 0,
+            synchronous_commit: false,
+            background_checkpoints: true,
+            restart_pages: RESTART_PAGES,
         }
     }
 }

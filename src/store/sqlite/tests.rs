@@ -108,3 +108,144 @@ async fn hot_statements_use_their_indexes() {
         );
     }
 }
+
+/// The writer's `PRAGMA synchronous` as the last transaction left it: 1 NORMAL, 2 FULL.
+async fn writer_synchronous(store: &SqliteOutboxStore) -> i64 {
+    sqlx::query("PRAGMA synchronous")
+        .fetch_one(&store.writer)
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The relay's bookkeeping commits without syncing the WAL (as PostgreSQL's relay commits
+/// asynchronously); a message's enqueue, the caller's own transaction and operators'
+/// changes always sync, whatever ran on the write connection before them.
+#[tokio::test]
+async fn relay_commits_skip_the_wal_sync_and_enqueues_always_sync() {
+    use crate::store::{ClaimRequest, MessageFilter};
+    const NORMAL: i64 = 1;
+    const FULL: i64 = 2;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteOutboxStore::open(dir.path().join("outbox.db"))
+        .await
+        .unwrap();
+    let draft = || {
+        crate::OutboxMessageDraft::new("orders", "billing", serde_json::json!({"n": 1})).unwrap()
+    };
+    let request = ClaimRequest::new("orders", "billing", 1, Duration::from_secs(60), "relay");
+
+    store.enqueue(draft()).await.unwrap();
+    assert_eq!(writer_synchronous(&store).await, FULL, "enqueue");
+    let claimed = store.claim(&request).await.unwrap().messages;
+    assert_eq!(writer_synchronous(&store).await, NORMAL, "claim");
+    store.enqueue(draft()).await.unwrap();
+    assert_eq!(
+        writer_synchronous(&store).await,
+        FULL,
+        "enqueue after a claim"
+    );
+    store.ack(&[claimed[0].claim().unwrap()]).await.unwrap();
+    assert_eq!(writer_synchronous(&store).await, NORMAL, "ack");
+
+    let mut tx = store.begin().await.unwrap();
+    let in_tx: i64 = sqlx::query("PRAGMA synchronous")
+        .fetch_one(tx.connection())
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(in_tx, FULL, "the caller's own transaction");
+    tx.rollback().await.unwrap();
+    store.claim(&request).await.unwrap();
+    store
+        .requeue_dead_letters_per_lane(&MessageFilter::all())
+        .await
+        .unwrap();
+    assert_eq!(writer_synchronous(&store).await, FULL, "requeue");
+
+    let synced = SqliteOutboxStore::builder(dir.path().join("synced.db"))
+        .synchronous_commit(true)
+        .open()
+        .await
+        .unwrap();
+    synced.enqueue(draft()).await.unwrap();
+    synced.claim(&request).await.unwrap();
+    assert_eq!(
+        writer_synchronous(&synced).await,
+        FULL,
+        "synchronous_commit(true)"
+    );
+}
+
+/// The writer's automatic checkpoint: SQLite's default without background checkpoints,
+/// the fallback bound with them.
+#[tokio::test]
+async fn the_writer_checkpoints_only_past_the_fallback_bound_with_background_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let autocheckpoint = |store: SqliteOutboxStore| async move {
+        let pages: i64 = sqlx::query("PRAGMA wal_autocheckpoint")
+            .fetch_one(&store.writer)
+            .await
+            .unwrap()
+            .get(0);
+        pages
+    };
+    let background = SqliteOutboxStore::open(dir.path().join("a.db"))
+        .await
+        .unwrap();
+    assert_eq!(
+        autocheckpoint(background).await,
+        i64::from(checkpoint::FALLBACK_AUTOCHECKPOINT)
+    );
+    let own = SqliteOutboxStore::builder(dir.path().join("b.db"))
+        .background_checkpoints(false)
+        .open()
+        .await
+        .unwrap();
+    assert_eq!(autocheckpoint(own).await, 1000, "SQLite's default");
+}
+
+/// Under a steady stream of relay commits the background checkpoints start the WAL over
+/// once it holds `restart_pages`, so it stays small although the writer's own automatic
+/// checkpoint waits for 10,000 pages. Every write commit appends at least one page (4 KiB):
+/// 3,000 of them append at least 12 MiB, which the file would hold without restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_checkpoints_keep_the_wal_small_under_steady_relay_commits() {
+    use crate::store::ClaimRequest;
+    const COMMITS: usize = 3_000;
+    const WAL_BOUND: u64 = 6 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteOutboxStore::builder(dir.path().join("outbox.db"))
+        .restart_pages(64)
+        .open()
+        .await
+        .unwrap();
+    let drafts = (0..COMMITS)
+        .map(|n| {
+            crate::OutboxMessageDraft::new("orders", "billing", serde_json::json!({ "n": n }))
+                .unwrap()
+        })
+        .collect();
+    store.enqueue_many(drafts).await.unwrap();
+    let request = ClaimRequest::new("orders", "billing", 1, Duration::from_secs(60), "relay");
+    let started = std::time::Instant::now();
+    let mut held = store.claim(&request).await.unwrap().messages;
+    let mut cycles = 0;
+    while let Some(message) = held.pop() {
+        let next = store
+            .ack_and_claim(&[message.claim().unwrap()], &request)
+            .await
+            .unwrap();
+        held = next.claimed.unwrap().messages;
+        cycles += 1;
+    }
+    let wal = dir.path().join("outbox.db-wal");
+    let wal_size = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    assert_eq!(cycles, COMMITS, "one ack_and_claim per message");
+    assert!(
+        wal_size <= WAL_BOUND,
+        "the WAL grew to {wal_size} bytes over {COMMITS} relay commits in {:?}: \
+         the background checkpoints did not start it over",
+        started.elapsed()
+    );
+}

@@ -16,7 +16,7 @@ use crate::store::{enqueue, Enqueued, StoreError};
 
 use super::row::db;
 use super::write::{self, Woken};
-use super::{finish, SqliteOutboxStore};
+use super::{Commit, SqliteOutboxStore};
 
 /// An open write transaction on the outbox's database file. Run business statements on
 /// [`SqliteOutboxTx::connection`], enqueue with [`SqliteOutboxTx::enqueue`], then
@@ -57,7 +57,7 @@ impl SqliteOutboxStore {
     /// # Ok(()) }
     /// ```
     pub async fn begin(&self) -> Result<SqliteOutboxTx<'_>, StoreError> {
-        let (turn, tx) = self.begin_write("begin").await?;
+        let (turn, tx) = self.begin_write("begin", Commit::Durable).await?;
         Ok(SqliteOutboxTx {
             store: self,
             _turn: turn,
@@ -104,7 +104,7 @@ impl SqliteOutboxTx<'_> {
             woken,
             enqueued,
         } = self;
-        finish(tx, Ok(()), "commit").await?;
+        store.finish(tx, Ok(()), "commit").await?;
         drop(_turn);
         store.wake(woken);
         // Counted once committed: a rolled-back enqueue wrote nothing. (`enqueue_many` of
