@@ -289,6 +289,10 @@ environment:
                            (SqliteStoreBuilder::cache_size; default 2,000 KiB)
   OUTBOX_BENCH_SQLITE_MMAP=BYTES    SQLite stores' memory map (SqliteStoreBuilder::mmap_size;
                            default 0, none)
+  OUTBOX_BENCH_SQLITE_SYNC=full     SQLite relay commits sync the WAL
+                           (SqliteStoreBuilder::synchronous_commit; default NORMAL)
+  OUTBOX_BENCH_SQLITE_CHECKPOINTS=off  SQLite checkpoints in the writer, as SQLite's own
+                           (SqliteStoreBuilder::background_checkpoints; default on)
   OUTBOX_BENCH_PREFETCH=N           the relays' LaneConfig::prefetch (default: the
                            concurrency), to compare prefetch depths
   OUTBOX_BENCH_VACUUM_EVERY=N       PostgreSQL stores vacuum after N retired rows

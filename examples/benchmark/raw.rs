@@ -167,11 +167,17 @@ pub async fn sqlite(
 ) -> Result<Ceiling, String> {
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
     let err = |what: &'static str| move |e: sqlx::Error| format!("raw ceiling {what}: {e}");
-    // The store's own settings: WAL, and a durable commit.
+    // The store's own settings: WAL, and the relay's commits (`synchronous = NORMAL`
+    // unless `OUTBOX_BENCH_SQLITE_SYNC=full`, as `SqliteStoreBuilder::synchronous_commit`).
+    let synchronous = if std::env::var("OUTBOX_BENCH_SQLITE_SYNC").is_ok_and(|v| v == "full") {
+        SqliteSynchronous::Full
+    } else {
+        SqliteSynchronous::Normal
+    };
     let options = SqliteConnectOptions::new()
         .filename(path)
         .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
+        .synchronous(synchronous)
         .busy_timeout(Duration::from_secs(5));
     let mut conn = sqlx::SqliteConnection::connect_with(&options)
         .await

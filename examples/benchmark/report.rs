@@ -138,7 +138,12 @@ impl Results {
                 "- PostgreSQL relays without the cycle function (`OUTBOX_BENCH_CYCLE_FUNCTION=off`)"
             );
         }
-        for name in ["OUTBOX_BENCH_SQLITE_CACHE", "OUTBOX_BENCH_SQLITE_MMAP"] {
+        for name in [
+            "OUTBOX_BENCH_SQLITE_CACHE",
+            "OUTBOX_BENCH_SQLITE_MMAP",
+            "OUTBOX_BENCH_SQLITE_SYNC",
+            "OUTBOX_BENCH_SQLITE_CHECKPOINTS",
+        ] {
             if let Ok(value) = std::env::var(name) {
                 let _ = writeln!(w, "- SQLite stores with `{name}={value}`");
             }

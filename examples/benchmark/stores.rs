@@ -117,7 +117,9 @@ pub fn cycle_function() -> bool {
 }
 
 /// A SQLite store with the defaults, unless `OUTBOX_BENCH_SQLITE_CACHE` or
-/// `OUTBOX_BENCH_SQLITE_MMAP` (bytes) set its page cache or memory map, for a comparison.
+/// `OUTBOX_BENCH_SQLITE_MMAP` (bytes) set its page cache or memory map, or
+/// `OUTBOX_BENCH_SQLITE_SYNC=full` and `OUTBOX_BENCH_SQLITE_CHECKPOINTS=off` its relay
+/// commits and checkpoints, for a comparison.
 async fn open_sqlite(
     path: &std::path::Path,
 ) -> Result<SqliteOutboxStore, outbox_relay::StoreError> {
@@ -129,6 +131,10 @@ async fn open_sqlite(
     if let Some(mmap) = bytes("OUTBOX_BENCH_SQLITE_MMAP") {
         builder = builder.mmap_size(mmap);
     }
+    let is = |name: &str, value: &str| std::env::var(name).is_ok_and(|v| v == value);
+    builder = builder
+        .synchronous_commit(is("OUTBOX_BENCH_SQLITE_SYNC", "full"))
+        .background_checkpoints(!is("OUTBOX_BENCH_SQLITE_CHECKPOINTS", "off"));
     builder.open().await
 }
 
