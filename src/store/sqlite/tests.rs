@@ -207,13 +207,15 @@ async fn the_writer_checkpoints_only_past_the_fallback_bound_with_background_che
 
 /// Under a steady stream of relay commits the background checkpoints start the WAL over
 /// once it holds `restart_pages`, so it stays small although the writer's own automatic
-/// checkpoint waits for 10,000 pages. Every write commit appends at least one page (4 KiB):
-/// 3,000 of them append at least 12 MiB, which the file would hold without restarts.
+/// checkpoint waits for 10,000 pages (40 MiB). Without the checkpoints' second pass the WAL
+/// of these 3,000 commits grew to 41 MB (to that bound); with it, 1–2 MB on a quiet
+/// machine and 8 MB with CI and the test suite running beside it. The bound leaves room
+/// for a checkpoint task that a loaded machine runs late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_checkpoints_keep_the_wal_small_under_steady_relay_commits() {
     use crate::store::ClaimRequest;
     const COMMITS: usize = 3_000;
-    const WAL_BOUND: u64 = 6 << 20;
+    const WAL_BOUND: u64 = 20 << 20;
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteOutboxStore::builder(dir.path().join("outbox.db"))
         .restart_pages(64)
@@ -242,6 +244,10 @@ async fn background_checkpoints_keep_the_wal_small_under_steady_relay_commits() 
     let wal = dir.path().join("outbox.db-wal");
     let wal_size = std::fs::metadata(&wal).map_or(0, |m| m.len());
     assert_eq!(cycles, COMMITS, "one ack_and_claim per message");
+    println!(
+        "WAL {wal_size} bytes after {COMMITS} relay commits in {:?}",
+        started.elapsed()
+    );
     assert!(
         wal_size <= WAL_BOUND,
         "the WAL grew to {wal_size} bytes over {COMMITS} relay commits in {:?}: \
