@@ -108,6 +108,8 @@ pub(crate) mod enqueue;
 mod error;
 pub mod hand_off;
 pub mod memory;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod periodic;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod slow_log;

@@ -13,47 +13,34 @@
 //! otherwise skips it when few pages hold dead rows); `SKIP_LOCKED`, so a vacuum already
 //! running (another relay's, or autovacuum's) is not waited for.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use sqlx::postgres::PgPool;
 use sqlx::AssertSqlSafe;
 
+use crate::store::periodic::Periodic;
+
 /// Counts retired rows and starts a vacuum once enough have gone since the last.
 #[derive(Debug)]
 pub(super) struct Vacuum {
-    every: Option<u64>,
-    retired: AtomicU64,
-    running: Arc<AtomicBool>,
+    /// Rows retired since the last vacuum began, and whether one is running; `None`: never.
+    periodic: Option<Periodic>,
 }
 
 impl Vacuum {
     pub(super) fn new(every: Option<u64>) -> Self {
         Self {
-            every,
-            retired: AtomicU64::new(0),
-            running: Arc::new(AtomicBool::new(false)),
+            periodic: every.map(Periodic::new),
         }
     }
 
     /// `n` rows left live. Once `every` have since the last vacuum began, and none of this
     /// store's is running, starts one on a pool connection and returns at once.
     pub(super) fn retired(&self, n: usize, pool: &PgPool, table: &str) {
-        let Some(every) = self.every else {
+        let Some(running) = self.periodic.as_ref().and_then(|p| p.tick(n as u64)) else {
             return;
         };
-        let total = self.retired.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        if total < every
-            || self
-                .running
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            return;
-        }
-        self.retired.store(0, Ordering::Relaxed);
-        let (pool, running) = (pool.clone(), self.running.clone());
+        let pool = pool.clone();
         let sql = format!("VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) {table}");
         tokio::spawn(async move {
             let started = Instant::now();
@@ -64,7 +51,7 @@ impl Vacuum {
                 ),
                 Err(error) => tracing::warn!(%error, "outbox table vacuum failed"),
             }
-            running.store(false, Ordering::Release);
+            drop(running);
         });
     }
 }

@@ -22,13 +22,14 @@
 //! ten times SQLite's default: should the task not run (its runtime gone, its checkpoints
 //! failing), the WAL is still bounded, as it would be without it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use sqlx::sqlite::SqlitePool;
 use sqlx::Row;
 use tokio::sync::Mutex;
+
+use crate::store::periodic::Periodic;
 
 /// Write commits between two background checkpoints. A relay's claim or ack writes tens of
 /// pages, so this checkpoints around SQLite's own threshold of 1,000 pages at a busy
@@ -49,8 +50,8 @@ pub(super) struct Checkpoints {
     /// The checkpoints' own connection; `None` when they run in the writer (SQLite's
     /// automatic checkpoint), as configured.
     pool: Option<SqlitePool>,
-    commits: AtomicU64,
-    running: Arc<AtomicBool>,
+    /// Commits since the last checkpoint began, and whether one is running.
+    periodic: Periodic,
     /// [`RESTART_PAGES`], but for tests.
     restart_pages: i64,
 }
@@ -61,8 +62,7 @@ impl Checkpoints {
     pub(super) fn new(pool: Option<SqlitePool>, restart_pages: i64) -> Self {
         Self {
             pool,
-            commits: AtomicU64::new(0),
-            running: Arc::new(AtomicBool::new(false)),
+            periodic: Periodic::new(COMMITS_PER_CHECKPOINT),
             restart_pages,
         }
     }
@@ -74,22 +74,14 @@ impl Checkpoints {
         let Some(pool) = &self.pool else {
             return;
         };
-        let commits = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
-        if commits < COMMITS_PER_CHECKPOINT
-            || self
-                .running
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
+        let Some(running) = self.periodic.tick(1) else {
             return;
-        }
-        self.commits.store(0, Ordering::Relaxed);
-        let (pool, running, turn) = (pool.clone(), self.running.clone(), turn.clone());
+        };
+        let (pool, turn) = (pool.clone(), turn.clone());
         let restart_pages = self.restart_pages;
         // Outside a runtime (a store used from blocking code) there is nowhere to run it:
         // the writer's automatic checkpoint keeps the WAL bounded instead.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            running.store(false, Ordering::Release);
             return;
         };
         runtime.spawn(async move {
@@ -102,7 +94,7 @@ impl Checkpoints {
                 ),
                 Err(error) => tracing::warn!(%error, "SQLite WAL checkpoint failed"),
             }
-            running.store(false, Ordering::Release);
+            drop(running);
         });
     }
 
