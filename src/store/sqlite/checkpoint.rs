@@ -92,6 +92,8 @@ impl Checkpoints {
                     took_ms = started.elapsed().as_millis() as u64,
                     "SQLite WAL checkpointed"
                 ),
+                // `close()` ended it: nothing went wrong.
+                Err(_) if pool.is_closed() => {}
                 Err(error) => tracing::warn!(%error, "SQLite WAL checkpoint failed"),
             }
             drop(running);
@@ -122,7 +124,7 @@ async fn checkpoint(
 
 /// `PRAGMA wal_checkpoint(PASSIVE)`: copies what no reader still needs, waits for nobody.
 /// Answers its second column, the pages in the WAL.
-pub(super) async fn passive(pool: &SqlitePool) -> Result<i64, sqlx::Error> {
+async fn passive(pool: &SqlitePool) -> Result<i64, sqlx::Error> {
     let row = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
         .fetch_one(pool)
         .await?;
