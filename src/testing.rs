@@ -148,6 +148,7 @@ macro_rules! conformance {
             key_run_under_block_stops_at_a_dead_letter,
             a_lapsed_run_comes_back_one_message_at_a_time,
             a_failed_run_head_releases_the_rest,
+            a_run_acked_tail_first_holds_its_key_until_its_head_is_acked,
             concurrent_claimers_with_key_runs_keep_per_key_order,
             // cases/payload.rs
             payload_bytes_are_kept_through_enqueue_claim_and_list,

@@ -46,6 +46,7 @@ impl SqliteOutboxStore {
             ("mark_claimed", &sql.mark_claimed),
             ("dead_letter_lapsed", &sql.dead_letter_lapsed),
             ("ack", &sql.ack),
+            ("ack_first", &sql.ack_first),
             ("nack", &sql.nack),
             ("extend_lease", &sql.extend),
             ("release", &sql.release),

@@ -109,6 +109,16 @@ const GIVEN_CLAIMS: &str = "(SELECT json_extract(value, '$[0]') AS id,
             json_extract(value, '$[1]') AS token
         FROM json_each(?1)) AS given";
 
+/// The ack, for the rows named in ?1 (`[[outbox_id, claim_token], ...]`) still claimed
+/// under their token, and `{only}` (empty, or a further condition); ?2 now.
+const ACK: &str = "UPDATE {t} SET status = 'delivered', delivered_at = ?2,
+        claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
+        updated_at = ?2
+    FROM {given_claims}
+    WHERE {t}.outbox_id = given.id AND +{t}.status = 'claimed'
+        AND {t}.claim_token = given.token {only}
+    RETURNING outbox_id";
+
 /// The statements whose plan depends on the ordering policy: one text per policy, never a
 /// bind parameter, so each gets the plan made for it. Binds: now, lane, target, limit.
 #[derive(Debug)]
@@ -141,6 +151,9 @@ pub(super) struct Statements {
     pub(super) block: PolicyStatements,
     pub(super) dead_letter_lapsed: Arc<str>,
     pub(super) mark_claimed: Arc<str>,
+    /// `ack` for the rows an ack takes first: rows without a key, and keyed rows without
+    /// the head mark (queued behind their key's head). See `write/fenced.rs`, `ack`.
+    pub(super) ack_first: Arc<str>,
     pub(super) ack: Arc<str>,
     pub(super) nack: Arc<str>,
     pub(super) extend: Arc<str>,
@@ -258,13 +271,11 @@ impl Statements {
                 WHERE {t}.seq = given.pick
                 RETURNING {cols}"),
             // ?1 `[[outbox_id, claim_token], ...]`, ?2 now.
-            ack: t("UPDATE {t} SET status = 'delivered', delivered_at = ?2,
-                    claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL,
-                    updated_at = ?2
-                FROM {given_claims}
-                WHERE {t}.outbox_id = given.id AND +{t}.status = 'claimed'
-                    AND {t}.claim_token = given.token
-                RETURNING outbox_id"),
+            ack_first: t(&ACK.replace(
+                "{only}",
+                "AND ({t}.ordering_key IS NULL OR {t}.key_head IS NULL)",
+            )),
+            ack: t(&ACK.replace("{only}", "")),
             // ?1 `[[outbox_id, claim_token, error, retry, due], ...]`, where retry is 1 for
             // a retry and 0 for permanent, and due is when a retry is due; ?2 now.
             nack: t("UPDATE {t} SET last_error = given.error,

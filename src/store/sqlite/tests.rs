@@ -82,6 +82,7 @@ async fn hot_statements_use_their_indexes() {
         (&sql.purge_batch, "outbox_finished"),
         (&sql.find_dedupe, "outbox_dedupe"),
         (&sql.ack, "sqlite_autoindex_outbox_1"),
+        (&sql.ack_first, "sqlite_autoindex_outbox_1"),
         (&sql.nack, "sqlite_autoindex_outbox_1"),
         (&sql.extend, "sqlite_autoindex_outbox_1"),
         (&sql.release, "sqlite_autoindex_outbox_1"),
@@ -254,4 +255,68 @@ async fn background_checkpoints_keep_the_wal_small_under_steady_relay_commits() 
          the background checkpoints did not start it over",
         started.elapsed()
     );
+}
+
+/// Rows the write connection changed since it opened, the triggers' changes included.
+async fn writer_changes(store: &SqliteOutboxStore) -> i64 {
+    sqlx::query("SELECT total_changes()")
+        .fetch_one(&store.writer)
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Acking a key run hands the head mark on once, past the run, not along it row by row:
+/// the ack of 8 rows of one key changes fewer rows than the ack of 8 rows without a key
+/// (each of which clears its own mark), and the key's next row is its head and claimable
+/// after.
+#[tokio::test]
+async fn acking_a_key_run_hands_the_head_mark_on_once() {
+    use crate::store::{ClaimRequest, OutboxStore};
+    const RUN: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteOutboxStore::open(dir.path().join("outbox.db"))
+        .await
+        .unwrap();
+    let draft = |lane: &str, n: usize, key: Option<&str>| {
+        let draft =
+            crate::OutboxMessageDraft::new(lane, "billing", serde_json::json!({ "n": n })).unwrap();
+        match key {
+            Some(key) => draft.with_ordering_key(key),
+            None => draft,
+        }
+    };
+    for n in 0..=RUN {
+        store.enqueue(draft("keyed", n, Some("k"))).await.unwrap();
+        store.enqueue(draft("plain", n, None)).await.unwrap();
+    }
+    let mut changed = Vec::new();
+    for lane in ["keyed", "plain"] {
+        let request = ClaimRequest::new(lane, "billing", RUN, Duration::from_secs(60), "relay")
+            .with_key_run(RUN);
+        let claimed = store.claim(&request).await.unwrap().messages;
+        assert_eq!(claimed.len(), RUN, "{lane}: one claim takes the run");
+        let claims: Vec<_> = claimed.iter().map(|m| m.claim().unwrap()).collect();
+        let before = writer_changes(&store).await;
+        let outcomes = store.ack(&claims).await.unwrap();
+        changed.push(writer_changes(&store).await - before);
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| *o == crate::store::ClaimOutcome::Applied),
+            "{lane}: {outcomes:?}"
+        );
+    }
+    let (keyed, plain) = (changed[0], changed[1]);
+    // Without a key, each row's ack clears its own mark (a trigger write per row). Handed
+    // along the run, the mark cost a clear and a mark per keyed row (40 against 32); acked
+    // behind its head, only the head clears its mark and marks the key's next row.
+    assert!(
+        keyed < plain,
+        "rows changed by acking a run of {RUN}: {keyed} with a key, {plain} without"
+    );
+    let request = ClaimRequest::new("keyed", "billing", RUN, Duration::from_secs(60), "relay");
+    let next = store.claim(&request).await.unwrap().messages;
+    assert_eq!(next.len(), 1, "the key's last row is its head now");
+    assert_eq!(next[0].payload.as_str(), format!("{{\"n\":{RUN}}}"));
 }

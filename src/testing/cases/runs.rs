@@ -188,6 +188,44 @@ pub async fn a_failed_run_head_releases_the_rest(h: Harness) {
     assert_eq!(attempts, [2, 1, 1], "a released message spent no attempt");
 }
 
+pub async fn a_run_acked_tail_first_holds_its_key_until_its_head_is_acked(h: Harness) {
+    let k1 = put(&h, keyed(1, "k")).await;
+    let k2 = put(&h, keyed(2, "k")).await;
+    let k3 = put(&h, keyed(3, "k")).await;
+    let k4 = put(&h, keyed(4, "k")).await;
+    let free = put(&h, draft(5)).await;
+    let batch = h.store.claim(&run_req(10, 3, "relay-a")).await.unwrap();
+    assert_eq!(ids(&batch), id_list(&[&k1, &k2, &k3, &free]));
+    // The run's tail and a message without a key, the head left out.
+    let tail = [
+        claim_of(&batch.messages[2]),
+        claim_of(&batch.messages[3]),
+        claim_of(&batch.messages[1]),
+    ];
+    assert_eq!(
+        h.store.ack(&tail).await.unwrap(),
+        [ClaimOutcome::Applied; 3]
+    );
+    assert!(
+        claim_ids(&h, &run_req(10, 3, "relay-b")).await.is_empty(),
+        "k4 waits behind its head, still in flight"
+    );
+    // The head, named twice, beside a claim already acked: one applies.
+    let head = claim_of(&batch.messages[0]);
+    assert_eq!(
+        h.store.ack(&[tail[0], head, head]).await.unwrap(),
+        [
+            ClaimOutcome::LostClaim,
+            ClaimOutcome::Applied,
+            ClaimOutcome::LostClaim
+        ]
+    );
+    assert_eq!(
+        claim_ids(&h, &run_req(10, 3, "relay-b")).await,
+        [k4.outbox_id]
+    );
+}
+
 pub async fn concurrent_claimers_with_key_runs_keep_per_key_order(h: Harness) {
     super::ordering::claimers_keep_per_key_order(h, |i| 1 + i % 4).await;
 }

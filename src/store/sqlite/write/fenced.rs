@@ -140,22 +140,39 @@ async fn applied_or_lost(
 }
 
 /// Marks claims delivered. A claim that is no longer held matches no row: lost.
+///
+/// Keyed heads last. A head that leaves hands its mark to its key's next live row (the
+/// trigger `head_on_leave`), and SQLite updates a statement's rows in rowid order, so a key
+/// run of n rows acked in one statement handed the mark along the run n times, each
+/// hand-off two writes and two index probes. So the first statement takes the rows that
+/// hand nothing on to a row acked after them (rows without a key, and keyed rows queued
+/// behind their head), and a second one, only when some claims are left, takes the rest:
+/// each head then hands its mark once, past its run. A lane without keys runs one
+/// statement, as before.
 pub(in crate::store::sqlite) async fn ack(
     sql: &Statements,
     conn: &mut SqliteConnection,
     claims: &[ClaimRef],
     now: UnixMillis,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    applied_or_lost(
-        &sql.ack,
-        conn,
-        claims,
-        "ack",
-        |q| q.bind(now),
+    const OP: &str = "ack";
+    let applied = |_: &SqliteRow| Ok(ClaimOutcome::Applied);
+    let mut done =
+        claims_statement(&sql.ack_first, conn, claims, OP, |q| q.bind(now), applied).await?;
+    let rest: Vec<ClaimRef> = claims
+        .iter()
+        .filter(|claim| !done.contains_key(claim))
+        .copied()
+        .collect();
+    if !rest.is_empty() {
+        done.extend(claims_statement(&sql.ack, conn, &rest, OP, |q| q.bind(now), applied).await?);
+    }
+    Ok(in_order(
+        claims.iter().copied(),
+        &done,
+        ClaimOutcome::LostClaim,
         false,
-        |_| Ok(()),
-    )
-    .await
+    ))
 }
 
 /// Records failed deliveries: back to pending after the delay while attempts remain,
