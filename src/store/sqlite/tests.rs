@@ -110,13 +110,18 @@ async fn hot_statements_use_their_indexes() {
     }
 }
 
-/// The writer's `PRAGMA synchronous` as the last transaction left it: 1 NORMAL, 2 FULL.
-async fn writer_synchronous(store: &SqliteOutboxStore) -> i64 {
-    sqlx::query("PRAGMA synchronous")
+/// The number `sql` answers on the write connection (the store's only one).
+async fn on_writer(store: &SqliteOutboxStore, sql: &'static str) -> i64 {
+    sqlx::query(sql)
         .fetch_one(&store.writer)
         .await
         .unwrap()
         .get(0)
+}
+
+/// The writer's `PRAGMA synchronous` as the last transaction left it: 1 NORMAL, 2 FULL.
+async fn writer_synchronous(store: &SqliteOutboxStore) -> i64 {
+    on_writer(store, "PRAGMA synchronous").await
 }
 
 /// The relay's bookkeeping commits without syncing the WAL (as PostgreSQL's relay commits
@@ -259,11 +264,7 @@ async fn background_checkpoints_keep_the_wal_small_under_steady_relay_commits() 
 
 /// Rows the write connection changed since it opened, the triggers' changes included.
 async fn writer_changes(store: &SqliteOutboxStore) -> i64 {
-    sqlx::query("SELECT total_changes()")
-        .fetch_one(&store.writer)
-        .await
-        .unwrap()
-        .get(0)
+    on_writer(store, "SELECT total_changes()").await
 }
 
 /// Acking a key run hands the head mark on once, past the run, not along it row by row:
