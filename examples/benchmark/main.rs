@@ -303,7 +303,7 @@ async fn no_op_drain(
             concurrency,
             fill: filled.took,
             drained,
-            claim: metered.meter.claim_percentiles(),
+            claim: metered.meter.claim_times(),
             claimed_rows: metered.meter.claimed_rows(),
             rounds: Vec::new(),
         });

@@ -56,6 +56,17 @@ impl Op {
     }
 }
 
+/// The claim calls (`claim` and `ack_and_claim`) of one drain.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimTimes {
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub calls: usize,
+    /// Their time added up: the lane keeps at most one out, so this over the drain's time
+    /// is the share of it the lane spent waiting on a claim.
+    pub total: Duration,
+}
+
 /// What the decorator saw.
 #[derive(Debug, Default)]
 pub struct Meter {
@@ -100,15 +111,20 @@ impl Meter {
         samples.get(samples.len() / 2).map(|&us| us as f64 / 1e3)
     }
 
-    /// p50 and p99 of the claim calls, in milliseconds, and how many there were.
-    pub fn claim_percentiles(&self) -> Option<(f64, f64, usize)> {
+    /// p50 and p99 of the claim calls, how many there were and their total time.
+    pub fn claim_times(&self) -> Option<ClaimTimes> {
         let mut samples = self.claim_micros.lock().ok()?.clone();
         if samples.is_empty() {
             return None;
         }
         samples.sort_unstable();
         let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize] as f64 / 1e3;
-        Some((at(0.50), at(0.99), samples.len()))
+        Some(ClaimTimes {
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            calls: samples.len(),
+            total: Duration::from_micros(samples.iter().sum()),
+        })
     }
 }
 

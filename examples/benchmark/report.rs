@@ -38,8 +38,8 @@ pub struct DrainRow {
     pub concurrency: usize,
     pub fill: Duration,
     pub drained: Drained,
-    /// Claim p50, p99 in ms, and the number of claim calls.
-    pub claim: Option<(f64, f64, usize)>,
+    /// The claim calls' times.
+    pub claim: Option<crate::metered::ClaimTimes>,
     pub claimed_rows: u64,
     /// With `--rounds`: every round's msg/s, in run order (this row is their median).
     pub rounds: Vec<f64>,

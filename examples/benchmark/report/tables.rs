@@ -20,11 +20,11 @@ impl Results {
         let _ = writeln!(w, "## No-op drain and raw ceiling\n");
         let _ = writeln!(
             w,
-            "| store | backlog | keys | c | msg/s | × raw | × {base} | claim p50 ms | claim p99 ms | rows/claim | fill s | run s | note |"
+            "| store | backlog | keys | c | msg/s | × raw | × {base} | claim p50 ms | claim p99 ms | rows/claim | in claims | fill s | run s | note |"
         );
         let _ = writeln!(
             w,
-            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
         );
         let mut stores: Vec<StoreKind> = Vec::new();
         for store in self
@@ -60,7 +60,7 @@ impl Results {
                     };
                     let _ = writeln!(
                         w,
-                        "| {} | {} | raw SQL, claim {} + ack | 1 | {:.0} | 1.00 | | | | {} | {:.1} | {:.1} | {note} |",
+                        "| {} | {} | raw SQL, claim {} + ack | 1 | {:.0} | 1.00 | | | | {} | | {:.1} | {:.1} | {note} |",
                         store.label(),
                         size(backlog),
                         crate::raw::RAW_BATCH,
@@ -83,14 +83,18 @@ impl Results {
                         .smallest()
                         .and_then(|b| self.drain(store, b, d.keys, d.concurrency))
                         .map_or(String::new(), |b| format!("{:.2}", rate / b.drained.rate()));
-                    let (p50, p99, claims) = d
-                        .claim
-                        .map_or((None, None, 0), |(a, b, n)| (Some(a), Some(b), n));
+                    let (p50, p99, claims) = d.claim.map_or((None, None, 0), |c| {
+                        (Some(c.p50_ms), Some(c.p99_ms), c.calls)
+                    });
                     let per_claim = if claims > 0 {
                         format!("{:.1}", d.claimed_rows as f64 / claims as f64)
                     } else {
                         "–".to_owned()
                     };
+                    let in_claims = d.claim.map_or("–".to_owned(), |c| {
+                        let share = c.total.as_secs_f64() / d.drained.took.as_secs_f64().max(1e-9);
+                        format!("{:.0} %", share * 100.0)
+                    });
                     let mut note = String::new();
                     if d.drained.timed_out {
                         let _ = write!(
@@ -116,7 +120,7 @@ impl Results {
                     }
                     let _ = writeln!(
                         w,
-                        "| {} | {} | {} | {} | {rate:.0} | {raw} | {vs_base} | {} | {} | {per_claim} | {:.1} | {:.1} | {note} |",
+                        "| {} | {} | {} | {} | {rate:.0} | {raw} | {vs_base} | {} | {} | {per_claim} | {in_claims} | {:.1} | {:.1} | {note} |",
                         store.label(),
                         size(backlog),
                         d.keys.label(),
