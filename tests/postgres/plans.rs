@@ -171,6 +171,34 @@ fn check(what: &str, plan: &Value, counts: bool) {
         );
     }
     assert!(!nodes.is_empty(), "{what}: no scan found in\n{pretty}");
+    let mut lease_scans = Vec::new();
+    lease_index_conditions(root, &mut lease_scans);
+    for condition in &lease_scans {
+        assert!(
+            condition.contains("lease_expires_at"),
+            "{what}: lease_idx read without a lease bound ({condition}): every claimed row of \
+             the lane, dead versions included, instead of a key index\n{pretty}"
+        );
+    }
+}
+
+/// The index conditions of every scan of `lease_idx` in the plan.
+fn lease_index_conditions(node: &Value, out: &mut Vec<String>) {
+    if node
+        .get("Index Name")
+        .and_then(Value::as_str)
+        .is_some_and(|name| name.ends_with("_lease_idx"))
+    {
+        let condition = node.get("Index Cond").and_then(Value::as_str).unwrap_or("");
+        out.push(condition.to_owned());
+    }
+    for child in ["Plan", "Plans"] {
+        match node.get(child) {
+            Some(Value::Array(items)) => items.iter().for_each(|n| lease_index_conditions(n, out)),
+            Some(n @ Value::Object(_)) => lease_index_conditions(n, out),
+            _ => {}
+        }
+    }
 }
 
 fn claim_request(ordering: OrderingPolicy) -> ClaimRequest {

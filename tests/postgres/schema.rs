@@ -36,7 +36,7 @@ async fn migrations_are_idempotent_and_safe_concurrently() {
     .fetch_all(a.pool())
     .await
     .unwrap();
-    assert_eq!(versions, vec![1, 2, 3]);
+    assert_eq!(versions, vec![1, 2, 3, 4]);
     a.enqueue(draft("l", 1)).await.unwrap();
     assert_eq!(count_rows(&b).await, 1);
     schema.drop().await;

@@ -10,6 +10,7 @@ use crate::store::StoreError;
 use super::decode::db_error;
 
 pub(super) mod heads;
+pub(crate) mod key_queue;
 
 /// The longest schema name: PostgreSQL truncates identifiers past 63 bytes.
 pub const MAX_SCHEMA_LEN: usize = 63;
@@ -134,6 +135,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         name: "payload as json text: delivered byte for byte",
         sql: payload_as_json,
+    },
+    Migration {
+        version: 4,
+        name: "key indexes by status: a claimed keyed row gets one key index entry",
+        sql: key_queue::migration,
     },
 ];
 
@@ -368,6 +374,27 @@ mod tests {
             Names::new("public", "outbox").unwrap().channel,
             "public.outbox"
         );
+    }
+
+    /// A shipped migration runs once per database, so its text must never change: a
+    /// database migrated by an older build would differ from a new one. Append a migration
+    /// instead. (FNV-1a of each migration's SQL for `public.outbox`.)
+    #[test]
+    fn shipped_migrations_keep_their_text() {
+        let names = Names::new("public", "outbox").unwrap();
+        let shipped: [(i32, u64); 3] = [
+            (1, 0x67b8_1daa_4699_16a1),
+            (2, 0xed73_9205_d9c5_b178),
+            (3, 0x6f99_c341_65e3_d124),
+        ];
+        for (version, hash) in shipped {
+            let migration = MIGRATIONS.iter().find(|m| m.version == version).unwrap();
+            assert_eq!(
+                fnv1a64((migration.sql)(&names).as_bytes()),
+                hash,
+                "migration {version}'s text changed"
+            );
+        }
     }
 
     #[test]

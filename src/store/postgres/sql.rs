@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use super::schema::key_queue::{live_exists, KeyOf};
 use super::schema::Names;
 use crate::store::OrderingPolicy;
 
@@ -199,11 +200,7 @@ impl Statements {
                            CASE WHEN d.claim_token IS NULL THEN 'pending' ELSE 'claimed' END,
                            CASE WHEN d.claim_token IS NULL THEN 0 ELSE 1 END, d.max_attempts,
                            {NOW} + d.delay_ms * interval '1 millisecond', {NOW}, {NOW},
-                           d.ordering_key IS NULL OR (d.nth = 1 AND NOT EXISTS (
-                               SELECT 1 FROM {t} e
-                               WHERE e.lane = d.lane AND e.target = d.target
-                                 AND e.ordering_key = d.ordering_key
-                                 AND e.status IN ('pending', 'claimed'))),
+                           d.ordering_key IS NULL OR (d.nth = 1 AND NOT {live_key}),
                            d.claimed_by, d.claim_token,
                            {NOW} + d.lease_ms * interval '1 millisecond'
                     FROM ranked d ORDER BY d.ord
@@ -214,6 +211,7 @@ impl Statements {
                  {wake}
                  SELECT ins.*, (SELECT count(*) FROM wake) AS woken FROM ins",
                 wake = wake("ins WHERE ins.status = 'pending'", 2),
+                live_key = live_exists(t, "e", &KeyOf::of("d"), " OFFSET 0"),
             )
             .into(),
             // $1 lanes, $2 targets, $3 dedupe keys.
@@ -301,16 +299,18 @@ impl Statements {
             // $1 now, $2 lane, $3 target: the stats of one lane, each figure from one
             // partial index (index-only counts), none from a scan of the table. Blocked
             // keys: a key is blocked when a dead letter has a live row after it and none
-            // before it (then its first dead letter comes before its head); two probes per
-            // dead letter (LATERAL ... LIMIT 1 and OFFSET 0 keep each a probe even before
-            // ANALYZE, when the planner once read the whole live index instead: OFFSET 0 stops
-            // PostgreSQL from making the NOT EXISTS an anti-join or a hashed subplan). The oldest
+            // before it (then its first dead letter comes before its head); four probes per
+            // dead letter, two per key index (OFFSET 0 keeps each a probe even before
+            // ANALYZE, when the planner once read the whole live index instead: it stops
+            // PostgreSQL from making an EXISTS an anti-join or a hashed subplan). The oldest
             // pending age counts only due rows (a message delayed by an hour is not old):
-            // read in created_at order, stopping at the first due one.
+            // read in created_at order, stopping at the first due one. `created_at IS NOT
+            // NULL` (always true) names `pending_idx`'s predicate, which no key probe names
+            // (migration 4, schema/key_queue.rs).
             lane_stats: format!(
                 "SELECT $2::text AS lane, $3::text AS target,
                     (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
-                       AND m.status = 'pending') AS pending,
+                       AND m.status = 'pending' AND m.created_at IS NOT NULL) AS pending,
                     (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
                        AND m.status = 'claimed') AS claimed,
                     (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
@@ -318,25 +318,17 @@ impl Statements {
                     (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
                        AND m.status = 'dead_letter') AS dead_letter,
                     (SELECT {age} FROM {t} m WHERE m.lane = $2 AND m.target = $3
-                       AND m.status = 'pending' AND m.available_at <= {NOW}
+                       AND m.status = 'pending' AND m.created_at IS NOT NULL
+                       AND m.available_at <= {NOW}
                      ORDER BY m.created_at LIMIT 1) AS oldest_pending_ms,
                     (SELECT count(DISTINCT d.ordering_key) FROM {t} d
-                     CROSS JOIN LATERAL (
-                         SELECT 1 FROM {t} l
-                         WHERE l.lane = d.lane AND l.target = d.target
-                           AND l.ordering_key = d.ordering_key
-                           AND l.status IN ('pending', 'claimed') AND l.seq > d.seq
-                         LIMIT 1) behind
                      WHERE d.lane = $2 AND d.target = $3 AND d.status = 'dead_letter'
                        AND d.ordering_key IS NOT NULL
-                       AND NOT EXISTS (
-                         SELECT 1 FROM {t} f
-                         WHERE f.lane = d.lane AND f.target = d.target
-                           AND f.ordering_key = d.ordering_key
-                           AND f.status IN ('pending', 'claimed') AND f.seq < d.seq
-                         OFFSET 0))
+                       AND {behind} AND NOT {before})
                     AS blocked_keys",
                 age = millis(&format!("({NOW} - m.created_at)")),
+                behind = live_exists(t, "l", &KeyOf::of("d"), " AND l.seq > d.seq OFFSET 0"),
+                before = live_exists(t, "f", &KeyOf::of("d"), " AND f.seq < d.seq OFFSET 0"),
             )
             .into(),
             // $1 now, $2..$5 filter: any filter, for admin tools (one lane's stats use
@@ -358,12 +350,7 @@ impl Statements {
                          WHERE d.lane = l.lane AND d.target = l.target
                            AND d.ordering_key = l.ordering_key AND d.status = 'dead_letter'
                            AND d.seq < l.seq AND {filter_d}
-                           AND NOT EXISTS (
-                             SELECT 1 FROM {t} f
-                             WHERE f.lane = d.lane AND f.target = d.target
-                               AND f.ordering_key = d.ordering_key
-                               AND f.status IN ('pending', 'claimed') AND f.seq < d.seq
-                               AND {filter_f} OFFSET 0))) AS blocked_keys
+                           AND NOT {before})) AS blocked_keys
                  FROM {t} m WHERE {filter_m}
                  GROUP BY m.lane, m.target",
                 oldest = millis(&format!(
@@ -372,7 +359,12 @@ impl Statements {
                 )),
                 filter_l = filter("l", 2),
                 filter_d = filter("d", 2),
-                filter_f = filter("f", 2),
+                before = live_exists(
+                    t,
+                    "f",
+                    &KeyOf::of("d"),
+                    &format!(" AND f.seq < d.seq AND {} OFFSET 0", filter("f", 2)),
+                ),
                 filter_m = filter("m", 2),
             )
             .into(),

@@ -5,7 +5,7 @@
 //! Why: a stray mark is harmless to order (the claim checks per-key order on every head it
 //! meets) but not to cost. Its row sits in `head_idx` among the true heads, often at the
 //! front (it was enqueued early), and every claim steps over it again, with a heap visit and
-//! a probe of `key_live_idx`, until its key's earlier rows are gone. Measured on a 10 k
+//! a probe of the key indexes, until its key's earlier rows are gone. Measured on a 10 k
 //! backlog filled by three concurrent writers over 1,000 keys: the median claim stepped over
 //! 304 stray heads to find its 8, a quarter of its time.
 //!
@@ -40,6 +40,7 @@ use crate::store::StoreError;
 
 use super::decode::db_error;
 use super::schema::heads::{head_lock_class, head_lock_key};
+use super::schema::key_queue::{live_exists, KeyOf};
 use super::schema::Names;
 use super::sql::NOW;
 use super::{to_i64, PostgresOutboxStore};
@@ -59,14 +60,9 @@ pub(super) struct SweepSql {
     clear: Arc<str>,
 }
 
-/// "An earlier live row of `{r}`'s key exists": one probe of `key_live_idx`.
+/// "An earlier live row of `{r}`'s key exists": one probe of each key index.
 fn behind_a_live_row(t: &str, r: &str) -> String {
-    format!(
-        "EXISTS (SELECT 1 FROM {t} e
-                 WHERE e.lane = {r}.lane AND e.target = {r}.target
-                   AND e.ordering_key = {r}.ordering_key
-                   AND e.status IN ('pending', 'claimed') AND e.seq < {r}.seq)"
-    )
+    live_exists(t, "e", &KeyOf::of(r), &format!(" AND e.seq < {r}.seq"))
 }
 
 impl SweepSql {

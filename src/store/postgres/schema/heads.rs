@@ -10,7 +10,8 @@
 //! carries `key_head`: true for rows without a key and for the head of their key, false for
 //! the rows queued behind it, and the claim scans `head_idx`, which holds only due-ordered
 //! pending rows with the marker set. Per-key order is then checked on the few rows the scan
-//! meets, with O(log n) probes into `key_live_idx`, `key_dead_idx` and `key_claimed_idx`:
+//! meets, with O(log n) probes into the key indexes (`key_pending_idx`, `key_claimed_idx`,
+//! `dead_idx`; see `key_queue.rs`):
 //! the marker only decides what is read, never what is handed out. A stray `true` costs one
 //! skipped row; a missing `true` on a key's head would leave the key stuck forever, so that
 //! is the invariant every writer keeps:
@@ -87,35 +88,60 @@ pub(crate) fn promote_inline(n: &Names, lanes: &str, targets: &str, keys: &str) 
           WHERE u.ordering_key IS NOT NULL
           ORDER BY 1) s;
     {update};",
-        update = promote_update(&n.messages, lanes, targets, keys),
+        update = promote_update_of(n, lanes, targets, keys),
     )
 }
 
 /// The UPDATE that marks the lowest live row of each key given (`promote_heads`' second
-/// statement).
-fn promote_update(t: &str, lanes: &str, targets: &str, keys: &str) -> String {
+/// statement), over the key indexes of migration 4 (`key_queue.rs`).
+fn promote_update_of(n: &Names, lanes: &str, targets: &str, keys: &str) -> String {
+    let t = &n.messages;
+    promote_update_with(
+        t,
+        lanes,
+        targets,
+        keys,
+        &super::key_queue::lowest_live(t, "e", &super::key_queue::KeyOf::of("u"), ""),
+    )
+}
+
+/// `promote_heads`' UPDATE over the arrays `p_lanes`, `p_targets`, `p_keys` (migration 4).
+pub(super) fn promote_update(n: &Names) -> String {
+    promote_update_of(n, "p_lanes", "p_targets", "p_keys")
+}
+
+/// The UPDATE that marks the row `lowest` finds for each key `u` given.
+fn promote_update_with(t: &str, lanes: &str, targets: &str, keys: &str, lowest: &str) -> String {
     format!(
         "UPDATE {t} m SET key_head = true
     FROM (SELECT DISTINCT u.lane, u.target, u.ordering_key
           FROM unnest({lanes}, {targets}, {keys}) AS u(lane, target, ordering_key)
           WHERE u.ordering_key IS NOT NULL) u
     CROSS JOIN LATERAL (
-        SELECT e.outbox_id FROM {t} e
-        WHERE e.lane = u.lane AND e.target = u.target AND e.ordering_key = u.ordering_key
-          AND e.status IN ('pending', 'claimed')
-        ORDER BY e.seq LIMIT 1) h
+        {lowest}) h
     WHERE m.outbox_id = h.outbox_id AND NOT m.key_head"
     )
 }
 
+/// Migration 2's text for the lowest live row of key `u`, when one index held both
+/// statuses. A shipped migration's text never changes (`schema.rs` pins it).
+const LOWEST_LIVE_V2: &str = "SELECT e.outbox_id FROM {t} e
+        WHERE e.lane = u.lane AND e.target = u.target AND e.ordering_key = u.ordering_key
+          AND e.status IN ('pending', 'claimed')
+        ORDER BY e.seq LIMIT 1";
+
 pub(super) fn migration(n: &Names) -> String {
     let (t, p, s) = (&n.messages, &n.prefix, &n.schema);
-    let class = head_lock_class(n);
-    let promote = &n.promote_heads;
+    let update = promote_update_with(
+        t,
+        "p_lanes",
+        "p_targets",
+        "p_keys",
+        &LOWEST_LIVE_V2.replace("{t}", t),
+    );
+    let promote_fn = promote_heads_function(n, &update);
     let check = format!("\"{s}\".\"{p}_check_head\"");
-    let update = promote_update(t, "p_lanes", "p_targets", "p_keys");
-    let key_u = head_lock_key("u.lane", "u.target", "u.ordering_key");
-    let key_new = head_lock_key("NEW.lane", "NEW.target", "NEW.ordering_key");
+    let check_fn = check_head_function(n, &EARLIER_LIVE_V2.replace("{t}", t));
     format!(
         r#"
 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS key_head boolean NOT NULL DEFAULT true;
@@ -160,7 +186,26 @@ DROP INDEX IF EXISTS "{s}"."{p}_finished_idx";
 -- Replaced by head_idx and lease_idx: no claim orders by it any more.
 DROP INDEX IF EXISTS "{s}"."{p}_claimable_idx";
 
--- Marks the lowest live row of each key given, after taking each key's lock: see
+{promote_fn}
+
+{check_fn}
+DROP TRIGGER IF EXISTS "{p}_check_head" ON {t};
+CREATE CONSTRAINT TRIGGER "{p}_check_head" AFTER INSERT ON {t}
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.ordering_key IS NOT NULL AND NOT NEW.key_head)
+    EXECUTE FUNCTION {check}();
+"#
+    )
+}
+
+/// `CREATE FUNCTION promote_heads`: marks the lowest live row of each key given, by
+/// `update`, after taking each key's lock in sorted order.
+pub(super) fn promote_heads_function(n: &Names, update: &str) -> String {
+    let class = head_lock_class(n);
+    let promote = &n.promote_heads;
+    let key_u = head_lock_key("u.lane", "u.target", "u.ordering_key");
+    format!(
+        r#"-- Marks the lowest live row of each key given, after taking each key's lock: see
 -- schema/heads.rs. Called in the transaction that took rows of those keys out of live,
 -- after it did.
 CREATE OR REPLACE FUNCTION {promote}(p_lanes text[], p_targets text[], p_keys text[])
@@ -179,9 +224,27 @@ BEGIN
     -- A statement of its own: its snapshot is taken after the locks.
     {update};
 END
-$fn$;
+$fn$;"#
+    )
+}
 
--- At the commit of a transaction that enqueued a row behind a live row of its key: is it
+/// Migration 2's text for "an earlier live row of NEW's key exists", when one index held
+/// both statuses.
+const EARLIER_LIVE_V2: &str = "EXISTS (
+          SELECT 1 FROM {t} e
+          WHERE e.lane = NEW.lane AND e.target = NEW.target
+            AND e.ordering_key = NEW.ordering_key
+            AND e.status IN ('pending', 'claimed') AND e.seq < NEW.seq)";
+
+/// `CREATE FUNCTION check_head` (the deferred trigger's function): marks an enqueued row
+/// that `earlier_live` (a condition on `NEW`) finds no earlier live row of its key for.
+pub(super) fn check_head_function(n: &Names, earlier_live: &str) -> String {
+    let (t, p, s) = (&n.messages, &n.prefix, &n.schema);
+    let class = head_lock_class(n);
+    let check = format!("\"{s}\".\"{p}_check_head\"");
+    let key_new = head_lock_key("NEW.lane", "NEW.target", "NEW.ordering_key");
+    format!(
+        r#"-- At the commit of a transaction that enqueued a row behind a live row of its key: is it
 -- the head now? See schema/heads.rs.
 CREATE OR REPLACE FUNCTION {check}() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -201,19 +264,9 @@ BEGIN
     PERFORM set_config('outbox_relay.head_lock_held', 'yes', true);
     UPDATE {t} m SET key_head = true
     WHERE m.outbox_id = NEW.outbox_id AND NOT m.key_head
-      AND NOT EXISTS (
-          SELECT 1 FROM {t} e
-          WHERE e.lane = NEW.lane AND e.target = NEW.target
-            AND e.ordering_key = NEW.ordering_key
-            AND e.status IN ('pending', 'claimed') AND e.seq < NEW.seq);
+      AND NOT {earlier_live};
     RETURN NULL;
 END
-$fn$;
-DROP TRIGGER IF EXISTS "{p}_check_head" ON {t};
-CREATE CONSTRAINT TRIGGER "{p}_check_head" AFTER INSERT ON {t}
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-    WHEN (NEW.ordering_key IS NOT NULL AND NOT NEW.key_head)
-    EXECUTE FUNCTION {check}();
-"#
+$fn$;"#
     )
 }
