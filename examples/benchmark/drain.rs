@@ -176,6 +176,15 @@ pub fn lane_config(lane: &str, concurrency: usize) -> LaneConfig {
     }
 }
 
+/// Relays per drain (`OUTBOX_BENCH_RELAYS`, default 1).
+pub fn relays() -> usize {
+    std::env::var("OUTBOX_BENCH_RELAYS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// Starts a relay with one lane and waits until its handler has seen every measured
 /// message (or `timeout`). Timed from before the relay starts to the last handler call: the
 /// ack of the last few messages is not waited for, which is at most one store round trip.
@@ -193,6 +202,22 @@ pub async fn drain(
         latency,
     };
     let started = Instant::now();
+    // More relays on one lane, as more processes on one database would be
+    // (`OUTBOX_BENCH_RELAYS=N`, each at the lane's concurrency): the lane then has N claims
+    // out at once instead of one.
+    let mut more_relays = Vec::new();
+    for _ in 1..relays() {
+        let handler = CountingHandler {
+            progress: progress.clone(),
+            latency,
+        };
+        let relay = OutboxRelay::builder(store.clone())
+            .lane(config.clone(), handler)
+            .start()
+            .await
+            .map_err(|e| format!("start relay: {e}"))?;
+        more_relays.push(relay);
+    }
     let relay = OutboxRelay::builder(store)
         .lane(config, handler)
         .start()
@@ -207,6 +232,11 @@ pub async fn drain(
             "  first delivery {:.1} ms after the relay's start",
             first.duration_since(started).as_secs_f64() * 1e3
         );
+    }
+    for relay in more_relays {
+        if let Err(error) = relay.shutdown(Duration::from_secs(10)).await {
+            eprintln!("benchmark: relay shutdown: {error}");
+        }
     }
     if let Err(error) = relay.shutdown(Duration::from_secs(10)).await {
         eprintln!("benchmark: relay shutdown: {error}");

@@ -297,4 +297,7 @@ environment:
                            concurrency), to compare prefetch depths
   OUTBOX_BENCH_VACUUM_EVERY=N       PostgreSQL stores vacuum after N retired rows
                            (PostgresConfig::vacuum_every; default 50,000; 0 never), to
-                           compare vacuum cadences";
+                           compare vacuum cadences
+  OUTBOX_BENCH_RELAYS=N             each drain runs N relays on its lane, each at the
+                           drain's concurrency (default 1), as N processes on one
+                           database would: N claims out at once";

@@ -138,6 +138,13 @@ impl Results {
                 "- PostgreSQL relays without the cycle function (`OUTBOX_BENCH_CYCLE_FUNCTION=off`)"
             );
         }
+        if crate::drain::relays() > 1 {
+            let _ = writeln!(
+                w,
+                "- {} relays on each drain's lane (`OUTBOX_BENCH_RELAYS`), each at its concurrency",
+                crate::drain::relays()
+            );
+        }
         for name in [
             "OUTBOX_BENCH_SQLITE_CACHE",
             "OUTBOX_BENCH_SQLITE_MMAP",
