@@ -300,4 +300,7 @@ environment:
                            compare vacuum cadences
   OUTBOX_BENCH_RELAYS=N             each drain runs N relays on its lane, each at the
                            drain's concurrency (default 1), as N processes on one
-                           database would: N claims out at once";
+                           database would: N claims out at once
+  OUTBOX_BENCH_ANALYZE=1            PostgreSQL stores get ANALYZE after each fill (as
+                           autovacuum would give them), to compare plans with
+                           statistics against a fresh table's";

@@ -145,6 +145,12 @@ impl Results {
                 crate::drain::relays()
             );
         }
+        if std::env::var("OUTBOX_BENCH_ANALYZE").is_ok_and(|v| v == "1") {
+            let _ = writeln!(
+                w,
+                "- PostgreSQL tables analyzed after each fill (`OUTBOX_BENCH_ANALYZE=1`)"
+            );
+        }
         for name in [
             "OUTBOX_BENCH_SQLITE_CACHE",
             "OUTBOX_BENCH_SQLITE_MMAP",

@@ -88,9 +88,20 @@ impl BenchStore {
     /// checkpoint is spreading writes most of the time in a long run, and which case it
     /// overlaps is chance), and every measured case, raw or relay, starts from the same
     /// state. SQLite checkpoints its WAL as it goes (`wal_autocheckpoint`): nothing to do.
-    /// A role that may not checkpoint only loses that evenness: the run goes on.
+    /// A role that may not checkpoint only loses that evenness: the run goes on. With
+    /// `OUTBOX_BENCH_ANALYZE=1`, PostgreSQL's table gets `ANALYZE` first, the statistics
+    /// autovacuum would give it in a while (the relay's own vacuum does not analyze).
     pub async fn settle(&self) {
         if let Some(pool) = &self.pg_pool {
+            if std::env::var("OUTBOX_BENCH_ANALYZE").is_ok_and(|v| v == "1") {
+                let analyze = format!("ANALYZE {}", self.table);
+                if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(analyze))
+                    .execute(pool)
+                    .await
+                {
+                    eprintln!("benchmark: ANALYZE before measuring failed: {error}");
+                }
+            }
             if let Err(error) = sqlx::raw_sql("CHECKPOINT").execute(pool).await {
                 eprintln!("benchmark: CHECKPOINT before measuring failed: {error}");
             }
