@@ -8,10 +8,12 @@
 //! index names or filters on changes (no HOT update), so a claim, which changes `status`,
 //! writes a new version of the row and an entry for it into every index whose predicate the
 //! new version meets: a keyless row 3 entries (`outbox_id`, `seq`, `lease_idx`), a keyed row
-//! 5, both key indexes included. That was most of a keyed claim's extra cost: measured
-//! server-side (the cycle function called in a loop on 100 k pending rows, 1,000 keys, 64
-//! rows a cycle), the keyed cycle took 1.35 times the keyless one with both indexes, and
-//! 1.20 times with one index per status.
+//! 5, both key indexes included. Index inserts are a third of the server's time in a
+//! drain, keyed or not (`perf`), so this was a good part of a keyed claim's extra cost.
+//! Measured server-side (the cycle function called in a loop, one session, on 100 k pending
+//! rows over 1,000 keys, 64 rows a cycle, 3 alternating rounds), a keyed cycle took 1.36
+//! times a keyless one with both indexes (3.42 against 2.52 ms) and 1.24 times with one
+//! index per status (3.24 against 2.62 ms).
 //!
 //! So `key_pending_idx` holds pending rows and `key_claimed_idx` (now with `seq`) claimed
 //! ones, and a claimed keyed row gets one key index entry, not two. "The key has a live
