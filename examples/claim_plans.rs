@@ -12,6 +12,16 @@
 //! key-head markers included, as `tests/postgres/plans.rs` documents), runs VACUUM ANALYZE
 //! (what autovacuum does), measures each statement 5 times and prints the median, then
 //! drops the schema.
+//!
+//! Last, the no-keys and 1,000-key cases time the relay's busy cycle on the server alone:
+//! the store's cycle function (ack what the call before claimed, claim 64 rows in key runs
+//! of 8) called in a loop by a procedure in one session, committing after each call, until
+//! it has claimed half the backlog (at most 500 calls), so neither a client round trip nor
+//! the relay's own work is in the figure. "µs/msg" is the loop's time per message claimed;
+//! "× no keys" divides the no-keys case's by it (a throughput ratio at the same backlog):
+//! what the store costs a keyed drain, apart from the relay and the machine's noise. (The
+//! hot case here has one message per cold key, so after a few calls each claims one run of
+//! the hot key: its loop would time something else, and is left out.)
 
 use std::time::Duration;
 
@@ -20,6 +30,10 @@ use outbox_relay::store::{ClaimRequest, OrderingPolicy};
 
 const LIMIT: usize = 100;
 const RUNS: usize = 5;
+/// The cycle loop: at most this many calls, rows claimed per call, the longest key run.
+const CYCLES: i64 = 500;
+const CYCLE_ROWS: i64 = 64;
+const CYCLE_KEY_RUN: i64 = 8;
 
 #[derive(Debug, Clone, Copy)]
 enum Keys {
@@ -80,6 +94,56 @@ async fn median_ms(store: &PostgresOutboxStore, statement: &Explained) -> f64 {
     times[RUNS / 2]
 }
 
+/// Microseconds per message claimed by calls of the store's cycle function made by a
+/// procedure in one session, each acking the claims of the call before and committing, for
+/// half of `rows` (at most [`CYCLES`] calls).
+async fn cycle_micros(
+    store: &PostgresOutboxStore,
+    schema: &str,
+    rows: i64,
+) -> Result<f64, sqlx::Error> {
+    let function: String = sqlx::query_scalar(
+        "SELECT format('%I.%I', n.nspname, p.proname) FROM pg_proc p
+         JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = $1 AND p.proname LIKE '%\\_cycle\\_%'",
+    )
+    .bind(schema)
+    .fetch_one(store.pool())
+    .await?;
+    let procedure = format!("\"{schema}\".cycle_loop");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE PROCEDURE {procedure}(p_n int8, INOUT p_micros float8 DEFAULT NULL)
+         LANGUAGE plpgsql AS $$
+         DECLARE
+             ids uuid[] := '{{}}';
+             tokens uuid[] := '{{}}';
+             started timestamptz := clock_timestamp();
+             claimed int8 := 0;
+         BEGIN
+             FOR i IN 1..p_n LOOP
+                 SELECT coalesce(array_agg(c.outbox_id) FILTER (WHERE c.outbox_id IS NOT NULL), '{{}}'),
+                        coalesce(array_agg(c.claim_token) FILTER (WHERE c.outbox_id IS NOT NULL), '{{}}')
+                 INTO ids, tokens
+                 FROM {function}(NULL, 'l', 'sink', {CYCLE_ROWS}, 60000, 'plans', ids, tokens,
+                                 false, true, {CYCLE_KEY_RUN}) c;
+                 claimed := claimed + cardinality(ids);
+                 COMMIT;
+             END LOOP;
+             p_micros := extract(epoch FROM clock_timestamp() - started) * 1e6
+                 / greatest(claimed, 1);
+         END $$"
+    )))
+    .execute(store.pool())
+    .await?;
+    // The simple protocol: a procedure that commits must be called outside a transaction.
+    let mut conn = store.pool().acquire().await?;
+    let calls = (rows / 2 / CYCLE_ROWS).clamp(1, CYCLES);
+    let row = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CALL {procedure}({calls})")))
+        .fetch_one(&mut *conn)
+        .await?;
+    sqlx::Row::try_get::<f64, _>(&row, "p_micros")
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -88,13 +152,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let max_rows: i64 = args.next().map_or(Ok(1_000_000), |s| s.parse())?;
     println!(
-        "| rows | keys | claim Skip ms | claim Block ms | next_due Skip ms | next_due Block ms | stats ms |"
+        "| rows | keys | claim Skip ms | claim Block ms | next_due Skip ms | next_due Block ms | stats ms | cycle µs/msg | × no keys |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for rows in [10_000_i64, 100_000, 1_000_000] {
         if rows > max_rows {
             break;
         }
+        let mut keyless_micros = f64::NAN;
         for keys in [Keys::None, Keys::Thousand, Keys::Hot] {
             let schema = format!("plans_{}", uuid::Uuid::new_v4().simple());
             let store = PostgresOutboxStore::connect_with(
@@ -121,7 +186,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 lane: "l".into(),
                 target: "sink".into(),
             };
-            println!(
+            let explained = format!(
                 "| {rows} | {keys:?} | {:.2} | {:.2} | {:.3} | {:.3} | {:.1} |",
                 median_ms(&store, &claim(OrderingPolicy::Skip)).await,
                 median_ms(&store, &claim(OrderingPolicy::Block)).await,
@@ -129,6 +194,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 median_ms(&store, &next_due(OrderingPolicy::Block)).await,
                 median_ms(&store, &stats).await,
             );
+            // Last: the loop drains what the explains measured on.
+            let cycle = match keys {
+                Keys::Hot => None,
+                Keys::None | Keys::Thousand => match cycle_micros(&store, &schema, rows).await {
+                    Ok(micros) => Some(micros),
+                    Err(error) => {
+                        eprintln!("cycle loop: {error}");
+                        Some(f64::NAN)
+                    }
+                },
+            };
+            match cycle {
+                Some(micros) => {
+                    if matches!(keys, Keys::None) {
+                        keyless_micros = micros;
+                    }
+                    println!("{explained} {micros:.1} | {:.2} |", keyless_micros / micros);
+                }
+                None => println!("{explained} – | – |"),
+            }
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "DROP SCHEMA \"{schema}\" CASCADE"
             )))
