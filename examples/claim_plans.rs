@@ -197,13 +197,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // Last: the loop drains what the explains measured on.
             let cycle = match keys {
                 Keys::Hot => None,
-                Keys::None | Keys::Thousand => match cycle_micros(&store, &schema, rows).await {
-                    Ok(micros) => Some(micros),
-                    Err(error) => {
-                        eprintln!("cycle loop: {error}");
-                        Some(f64::NAN)
-                    }
-                },
+                Keys::None | Keys::Thousand => Some(
+                    cycle_micros(&store, &schema, rows)
+                        .await
+                        .unwrap_or_else(|error| {
+                            eprintln!("cycle loop: {error}");
+                            f64::NAN
+                        }),
+                ),
             };
             match cycle {
                 Some(micros) => {

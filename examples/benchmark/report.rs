@@ -145,7 +145,7 @@ impl Results {
                 crate::drain::relays()
             );
         }
-        if std::env::var("OUTBOX_BENCH_ANALYZE").is_ok_and(|v| v == "1") {
+        if crate::stores::analyze_after_fill() {
             let _ = writeln!(
                 w,
                 "- PostgreSQL tables analyzed after each fill (`OUTBOX_BENCH_ANALYZE=1`)"

@@ -44,6 +44,11 @@ pub struct BenchStore {
     _dir: Option<tempfile::TempDir>,
 }
 
+/// Whether PostgreSQL tables get `ANALYZE` after each fill (`OUTBOX_BENCH_ANALYZE=1`).
+pub fn analyze_after_fill() -> bool {
+    std::env::var("OUTBOX_BENCH_ANALYZE").is_ok_and(|v| v == "1")
+}
+
 impl BenchStore {
     /// A fresh store: a new schema `bench_<pid>_<n>` or a new temporary SQLite file.
     pub async fn create(kind: StoreKind, pg_url: &str) -> Result<Self, String> {
@@ -93,7 +98,7 @@ impl BenchStore {
     /// autovacuum would give it in a while (the relay's own vacuum does not analyze).
     pub async fn settle(&self) {
         if let Some(pool) = &self.pg_pool {
-            if std::env::var("OUTBOX_BENCH_ANALYZE").is_ok_and(|v| v == "1") {
+            if analyze_after_fill() {
                 let analyze = format!("ANALYZE {}", self.table);
                 if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(analyze))
                     .execute(pool)
