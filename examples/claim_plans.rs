@@ -19,7 +19,10 @@
 //! it has claimed half the backlog (at most 500 calls), so neither a client round trip nor
 //! the relay's own work is in the figure. "µs/msg" is the loop's time per message claimed;
 //! "× no keys" divides the no-keys case's by it (a throughput ratio at the same backlog):
-//! what the store costs a keyed drain, apart from the relay and the machine's noise. (The
+//! what the store costs a keyed drain, apart from the relay and the machine's noise. "WAL
+//! B/msg" is the write-ahead log the loop wrote per message claimed (the insert position
+//! before and after it): unlike the time, it repeats to about 1 % whatever else the machine
+//! is doing, so two builds' cycles can be compared by it on a noisy machine. (The
 //! hot case here has one message per cold key, so after a few calls each claims one run of
 //! the hot key: its loop would time something else, and is left out.)
 
@@ -94,14 +97,22 @@ async fn median_ms(store: &PostgresOutboxStore, statement: &Explained) -> f64 {
     times[RUNS / 2]
 }
 
-/// Microseconds per message claimed by calls of the store's cycle function made by a
-/// procedure in one session, each acking the claims of the call before and committing, for
-/// half of `rows` (at most [`CYCLES`] calls).
-async fn cycle_micros(
+/// What one message claimed costs calls of the store's cycle function made by a procedure in
+/// one session, each acking the claims of the call before and committing, for half of
+/// `rows` (at most [`CYCLES`] calls).
+#[derive(Debug, Clone, Copy)]
+struct CycleCost {
+    micros: f64,
+    /// Bytes of write-ahead log.
+    wal_bytes: f64,
+}
+
+/// The loop's [`CycleCost`] per message.
+async fn cycle_cost(
     store: &PostgresOutboxStore,
     schema: &str,
     rows: i64,
-) -> Result<f64, sqlx::Error> {
+) -> Result<CycleCost, sqlx::Error> {
     let function: String = sqlx::query_scalar(
         "SELECT format('%I.%I', n.nspname, p.proname) FROM pg_proc p
          JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -112,12 +123,14 @@ async fn cycle_micros(
     .await?;
     let procedure = format!("\"{schema}\".cycle_loop");
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE PROCEDURE {procedure}(p_n int8, INOUT p_micros float8 DEFAULT NULL)
+        "CREATE PROCEDURE {procedure}(p_n int8, INOUT p_micros float8 DEFAULT NULL,
+                                       INOUT p_wal float8 DEFAULT NULL)
          LANGUAGE plpgsql AS $$
          DECLARE
              ids uuid[] := '{{}}';
              tokens uuid[] := '{{}}';
              started timestamptz := clock_timestamp();
+             wal_at pg_lsn := pg_current_wal_insert_lsn();
              claimed int8 := 0;
          BEGIN
              FOR i IN 1..p_n LOOP
@@ -131,6 +144,8 @@ async fn cycle_micros(
              END LOOP;
              p_micros := extract(epoch FROM clock_timestamp() - started) * 1e6
                  / greatest(claimed, 1);
+             p_wal := pg_wal_lsn_diff(pg_current_wal_insert_lsn(), wal_at)
+                 / greatest(claimed, 1);
          END $$"
     )))
     .execute(store.pool())
@@ -141,7 +156,10 @@ async fn cycle_micros(
     let row = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CALL {procedure}({calls})")))
         .fetch_one(&mut *conn)
         .await?;
-    sqlx::Row::try_get::<f64, _>(&row, "p_micros")
+    Ok(CycleCost {
+        micros: sqlx::Row::try_get(&row, "p_micros")?,
+        wal_bytes: sqlx::Row::try_get(&row, "p_wal")?,
+    })
 }
 
 #[tokio::main]
@@ -152,9 +170,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let max_rows: i64 = args.next().map_or(Ok(1_000_000), |s| s.parse())?;
     println!(
-        "| rows | keys | claim Skip ms | claim Block ms | next_due Skip ms | next_due Block ms | stats ms | cycle µs/msg | × no keys |"
+        "| rows | keys | claim Skip ms | claim Block ms | next_due Skip ms | next_due Block ms | stats ms | cycle µs/msg | × no keys | cycle WAL B/msg |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for rows in [10_000_i64, 100_000, 1_000_000] {
         if rows > max_rows {
             break;
@@ -198,22 +216,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let cycle = match keys {
                 Keys::Hot => None,
                 Keys::None | Keys::Thousand => Some(
-                    cycle_micros(&store, &schema, rows)
+                    cycle_cost(&store, &schema, rows)
                         .await
                         .unwrap_or_else(|error| {
                             eprintln!("cycle loop: {error}");
-                            f64::NAN
+                            CycleCost {
+                                micros: f64::NAN,
+                                wal_bytes: f64::NAN,
+                            }
                         }),
                 ),
             };
             match cycle {
-                Some(micros) => {
+                Some(CycleCost { micros, wal_bytes }) => {
                     if matches!(keys, Keys::None) {
                         keyless_micros = micros;
                     }
-                    println!("{explained} {micros:.1} | {:.2} |", keyless_micros / micros);
+                    println!(
+                        "{explained} {micros:.1} | {:.2} | {wal_bytes:.0} |",
+                        keyless_micros / micros
+                    );
                 }
-                None => println!("{explained} – | – |"),
+                None => println!("{explained} – | – | – |"),
             }
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "DROP SCHEMA \"{schema}\" CASCADE"
