@@ -25,6 +25,14 @@
 //! is doing, so two builds' cycles can be compared by it on a noisy machine. (The
 //! hot case here has one message per cold key, so after a few calls each claims one run of
 //! the hot key: its loop would time something else, and is left out.)
+//!
+//! Beside each cycle, its layout floor on a fresh fill of its own (`floor_cost`): the same
+//! number of calls, each claiming 64 rows by `seq` and acking the call before's with the
+//! claim's and the ack's own SET lists, but no head looked up, no key probed or locked.
+//! Without keys the rows are consecutive; with 1,000 keys they are the ones a keyed cycle
+//! takes, 8 runs of 8 rows of one key each, a thousand seqs apart. The floor's "× no keys"
+//! is what the rows' places and the keyed indexes cost a keyed cycle by themselves; the
+//! cycle above the floor is the store's claim logic.
 
 use std::time::Duration;
 
@@ -162,6 +170,130 @@ async fn cycle_cost(
     })
 }
 
+/// The layout floor of a cycle: the loop's row writes without the store's claim logic. A
+/// procedure claims 64 rows a call by `seq` and acks the call before's, with the claim's and
+/// the ack's own SET lists, on a fresh fill of `rows`: without keys 64 consecutive rows; with
+/// 1,000 keys 8 runs of 8, each run one key's next 8 rows (a thousand seqs apart, as a keyed
+/// claim of the cycle's runs takes them: `seq = r * 1000 + k + 1` holds key `(k + 1) % 1000`).
+/// No head is looked up and no key is probed or locked, so the figure is what the rows'
+/// places and the indexes cost; the store's cycle above it is that plus its claim logic.
+async fn floor_cost(
+    store: &PostgresOutboxStore,
+    schema: &str,
+    rows: i64,
+    keys: Keys,
+) -> Result<CycleCost, sqlx::Error> {
+    let t = store.messages_table();
+    let seqs = match keys {
+        Keys::None => {
+            format!("SELECT generate_series(c * {CYCLE_ROWS} + 1, (c + 1) * {CYCLE_ROWS})")
+        }
+        Keys::Thousand | Keys::Hot => {
+            // Blocks of 8 keys × 8 rows: 125 blocks across the 1,000 keys, then the next 8
+            // rows of each key.
+            let width = 1_000 / CYCLE_KEY_RUN;
+            format!(
+                "SELECT r * 1000 + k + 1
+                 FROM generate_series((c / {width}) * {CYCLE_KEY_RUN},
+                                      (c / {width}) * {CYCLE_KEY_RUN} + {CYCLE_KEY_RUN} - 1) r,
+                      generate_series((c % {width}) * {CYCLE_KEY_RUN},
+                                      (c % {width}) * {CYCLE_KEY_RUN} + {CYCLE_KEY_RUN} - 1) k"
+            )
+        }
+    };
+    let procedure = format!("\"{schema}\".floor_loop");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE PROCEDURE {procedure}(p_n int8, INOUT p_micros float8 DEFAULT NULL,
+                                       INOUT p_wal float8 DEFAULT NULL)
+         LANGUAGE plpgsql AS $$
+         DECLARE
+             previous uuid[] := '{{}}';
+             current uuid[];
+             started timestamptz := clock_timestamp();
+             wal_at pg_lsn := pg_current_wal_insert_lsn();
+             claimed int8 := 0;
+         BEGIN
+             -- As the relay's statements run (the cycle function's callers set both).
+             PERFORM set_config('synchronous_commit', 'off', false);
+             PERFORM set_config('jit', 'off', false);
+             FOR c IN 0..p_n - 1 LOOP
+                 WITH u AS (
+                     UPDATE {t} m SET status = 'claimed', attempt_count = m.attempt_count + 1,
+                            claimed_by = 'floor', claim_token = gen_random_uuid(),
+                            lease_expires_at = now() + interval '60 s', updated_at = now(),
+                            key_head = true
+                     WHERE m.seq = ANY (ARRAY({seqs}))
+                     RETURNING m.outbox_id)
+                 SELECT coalesce(array_agg(u.outbox_id), '{{}}') INTO current FROM u;
+                 UPDATE {t} m SET status = 'delivered', claimed_by = NULL, claim_token = NULL,
+                        lease_expires_at = NULL, updated_at = now()
+                 WHERE m.outbox_id = ANY (previous);
+                 previous := current;
+                 claimed := claimed + cardinality(current);
+                 COMMIT;
+             END LOOP;
+             p_micros := extract(epoch FROM clock_timestamp() - started) * 1e6
+                 / greatest(claimed, 1);
+             p_wal := pg_wal_lsn_diff(pg_current_wal_insert_lsn(), wal_at)
+                 / greatest(claimed, 1);
+         END $$"
+    )))
+    .execute(store.pool())
+    .await?;
+    let mut conn = store.pool().acquire().await?;
+    let calls = (rows / 2 / CYCLE_ROWS).clamp(1, CYCLES);
+    let row = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CALL {procedure}({calls})")))
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(CycleCost {
+        micros: sqlx::Row::try_get(&row, "p_micros")?,
+        wal_bytes: sqlx::Row::try_get(&row, "p_wal")?,
+    })
+}
+
+/// [`floor_cost`] on a schema of its own, filled as the case's; NaN where it failed.
+async fn floor_case(url: &str, rows: i64, keys: Keys) -> CycleCost {
+    let failed = |error: sqlx::Error| {
+        eprintln!("floor loop: {error}");
+        CycleCost {
+            micros: f64::NAN,
+            wal_bytes: f64::NAN,
+        }
+    };
+    let schema = format!("floor_{}", uuid::Uuid::new_v4().simple());
+    let store = match PostgresOutboxStore::connect_with(
+        url,
+        PostgresConfig::default()
+            .with_schema(schema.clone())
+            .with_statement_timeout(Duration::from_secs(3_600)),
+    )
+    .await
+    {
+        Ok(store) => store,
+        Err(error) => {
+            eprintln!("floor loop: {error}");
+            return CycleCost {
+                micros: f64::NAN,
+                wal_bytes: f64::NAN,
+            };
+        }
+    };
+    let cost = match fill(&store, rows, keys).await {
+        Ok(()) => floor_cost(&store, &schema, rows, keys)
+            .await
+            .unwrap_or_else(failed),
+        Err(error) => failed(error),
+    };
+    let drop = format!("DROP SCHEMA \"{schema}\" CASCADE");
+    if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+        .execute(store.pool())
+        .await
+    {
+        eprintln!("floor loop: {error}");
+    }
+    cost
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -170,14 +302,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned());
     let max_rows: i64 = args.next().map_or(Ok(1_000_000), |s| s.parse())?;
     println!(
-        "| rows | keys | claim Skip ms | claim Block ms | next_due Skip ms | next_due Block ms | stats ms | cycle µs/msg | × no keys | cycle WAL B/msg |"
+        "| rows | keys | claim Skip ms | claim Block ms | next_due Skip ms | next_due Block ms | stats ms | cycle µs/msg | × no keys | cycle WAL B/msg | floor µs/msg | × no keys | floor WAL B/msg |"
     );
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for rows in [10_000_i64, 100_000, 1_000_000] {
         if rows > max_rows {
             break;
         }
         let mut keyless_micros = f64::NAN;
+        let mut keyless_floor = f64::NAN;
         for keys in [Keys::None, Keys::Thousand, Keys::Hot] {
             let schema = format!("plans_{}", uuid::Uuid::new_v4().simple());
             let store = PostgresOutboxStore::connect_with(
@@ -227,17 +360,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }),
                 ),
             };
-            match cycle {
-                Some(CycleCost { micros, wal_bytes }) => {
+            let floor = match cycle {
+                Some(_) => Some(floor_case(&url, rows, keys).await),
+                None => None,
+            };
+            match (cycle, floor) {
+                (Some(cycle), Some(floor)) => {
                     if matches!(keys, Keys::None) {
-                        keyless_micros = micros;
+                        keyless_micros = cycle.micros;
+                        keyless_floor = floor.micros;
                     }
                     println!(
-                        "{explained} {micros:.1} | {:.2} | {wal_bytes:.0} |",
-                        keyless_micros / micros
+                        "{explained} {:.1} | {:.2} | {:.0} | {:.1} | {:.2} | {:.0} |",
+                        cycle.micros,
+                        keyless_micros / cycle.micros,
+                        cycle.wal_bytes,
+                        floor.micros,
+                        keyless_floor / floor.micros,
+                        floor.wal_bytes,
                     );
                 }
-                None => println!("{explained} – | – | – |"),
+                _ => println!("{explained} – | – | – | – | – | – |"),
             }
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "DROP SCHEMA \"{schema}\" CASCADE"
