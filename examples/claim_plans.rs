@@ -129,25 +129,45 @@ async fn cycle_cost(
     .bind(schema)
     .fetch_one(store.pool())
     .await?;
-    let procedure = format!("\"{schema}\".cycle_loop");
+    let body = format!(
+        "SELECT coalesce(array_agg(c.outbox_id) FILTER (WHERE c.outbox_id IS NOT NULL), '{{}}'),
+                coalesce(array_agg(c.claim_token) FILTER (WHERE c.outbox_id IS NOT NULL), '{{}}')
+         INTO ids, tokens
+         FROM {function}(NULL, 'l', 'sink', {CYCLE_ROWS}, 60000, 'plans', ids, tokens,
+                         false, true, {CYCLE_KEY_RUN}) c;
+         claimed := claimed + cardinality(ids);"
+    );
+    let declarations = "ids uuid[] := '{}'; tokens uuid[] := '{}';";
+    timed_loop(store, schema, "cycle_loop", declarations, "", &body, rows).await
+}
+
+/// Creates procedure `name` in `schema`, which runs `body` (with `c` the call's number from
+/// 0, adding what it claimed to `claimed`) and commits, `p_n` times, after `prelude` and
+/// with `declarations` declared; calls it once for half of `rows` (at most [`CYCLES`]
+/// calls) and answers its [`CycleCost`] per message claimed.
+async fn timed_loop(
+    store: &PostgresOutboxStore,
+    schema: &str,
+    name: &str,
+    declarations: &str,
+    prelude: &str,
+    body: &str,
+    rows: i64,
+) -> Result<CycleCost, sqlx::Error> {
+    let procedure = format!("\"{schema}\".{name}");
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE PROCEDURE {procedure}(p_n int8, INOUT p_micros float8 DEFAULT NULL,
                                        INOUT p_wal float8 DEFAULT NULL)
          LANGUAGE plpgsql AS $$
          DECLARE
-             ids uuid[] := '{{}}';
-             tokens uuid[] := '{{}}';
+             {declarations}
              started timestamptz := clock_timestamp();
              wal_at pg_lsn := pg_current_wal_insert_lsn();
              claimed int8 := 0;
          BEGIN
-             FOR i IN 1..p_n LOOP
-                 SELECT coalesce(array_agg(c.outbox_id) FILTER (WHERE c.outbox_id IS NOT NULL), '{{}}'),
-                        coalesce(array_agg(c.claim_token) FILTER (WHERE c.outbox_id IS NOT NULL), '{{}}')
-                 INTO ids, tokens
-                 FROM {function}(NULL, 'l', 'sink', {CYCLE_ROWS}, 60000, 'plans', ids, tokens,
-                                 false, true, {CYCLE_KEY_RUN}) c;
-                 claimed := claimed + cardinality(ids);
+             {prelude}
+             FOR c IN 0..p_n - 1 LOOP
+                 {body}
                  COMMIT;
              END LOOP;
              p_micros := extract(epoch FROM clock_timestamp() - started) * 1e6
@@ -201,54 +221,35 @@ async fn floor_cost(
             )
         }
     };
-    let procedure = format!("\"{schema}\".floor_loop");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE PROCEDURE {procedure}(p_n int8, INOUT p_micros float8 DEFAULT NULL,
-                                       INOUT p_wal float8 DEFAULT NULL)
-         LANGUAGE plpgsql AS $$
-         DECLARE
-             previous uuid[] := '{{}}';
-             current uuid[];
-             started timestamptz := clock_timestamp();
-             wal_at pg_lsn := pg_current_wal_insert_lsn();
-             claimed int8 := 0;
-         BEGIN
-             -- As the relay's statements run (the cycle function's callers set both).
-             PERFORM set_config('synchronous_commit', 'off', false);
-             PERFORM set_config('jit', 'off', false);
-             FOR c IN 0..p_n - 1 LOOP
-                 WITH u AS (
-                     UPDATE {t} m SET status = 'claimed', attempt_count = m.attempt_count + 1,
-                            claimed_by = 'floor', claim_token = gen_random_uuid(),
-                            lease_expires_at = now() + interval '60 s', updated_at = now(),
-                            key_head = true
-                     WHERE m.seq = ANY (ARRAY({seqs}))
-                     RETURNING m.outbox_id)
-                 SELECT coalesce(array_agg(u.outbox_id), '{{}}') INTO current FROM u;
-                 UPDATE {t} m SET status = 'delivered', claimed_by = NULL, claim_token = NULL,
-                        lease_expires_at = NULL, updated_at = now()
-                 WHERE m.outbox_id = ANY (previous);
-                 previous := current;
-                 claimed := claimed + cardinality(current);
-                 COMMIT;
-             END LOOP;
-             p_micros := extract(epoch FROM clock_timestamp() - started) * 1e6
-                 / greatest(claimed, 1);
-             p_wal := pg_wal_lsn_diff(pg_current_wal_insert_lsn(), wal_at)
-                 / greatest(claimed, 1);
-         END $$"
-    )))
-    .execute(store.pool())
-    .await?;
-    let mut conn = store.pool().acquire().await?;
-    let calls = (rows / 2 / CYCLE_ROWS).clamp(1, CYCLES);
-    let row = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CALL {procedure}({calls})")))
-        .fetch_one(&mut *conn)
-        .await?;
-    Ok(CycleCost {
-        micros: sqlx::Row::try_get(&row, "p_micros")?,
-        wal_bytes: sqlx::Row::try_get(&row, "p_wal")?,
-    })
+    let body = format!(
+        "WITH u AS (
+             UPDATE {t} m SET status = 'claimed', attempt_count = m.attempt_count + 1,
+                    claimed_by = 'floor', claim_token = gen_random_uuid(),
+                    lease_expires_at = now() + interval '60 s', updated_at = now(),
+                    key_head = true
+             WHERE m.seq = ANY (ARRAY({seqs}))
+             RETURNING m.outbox_id)
+         SELECT coalesce(array_agg(u.outbox_id), '{{}}') INTO current FROM u;
+         UPDATE {t} m SET status = 'delivered', claimed_by = NULL, claim_token = NULL,
+                lease_expires_at = NULL, updated_at = now()
+         WHERE m.outbox_id = ANY (previous);
+         previous := current;
+         claimed := claimed + cardinality(current);"
+    );
+    // As the relay's statements run: the cycle function sets both for its own calls.
+    let prelude = "PERFORM set_config('synchronous_commit', 'off', false);
+                   PERFORM set_config('jit', 'off', false);";
+    let declarations = "previous uuid[] := '{}'; current uuid[];";
+    timed_loop(
+        store,
+        schema,
+        "floor_loop",
+        declarations,
+        prelude,
+        &body,
+        rows,
+    )
+    .await
 }
 
 /// [`floor_cost`] on a schema of its own, filled as the case's; NaN where it failed.
