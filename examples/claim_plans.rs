@@ -115,6 +115,41 @@ struct CycleCost {
     wal_bytes: f64,
 }
 
+impl CycleCost {
+    /// What a loop that failed reports (its row shows NaN), after printing why.
+    fn failed(what: &str, error: impl std::fmt::Display) -> Self {
+        eprintln!("{what}: {error}");
+        CycleCost {
+            micros: f64::NAN,
+            wal_bytes: f64::NAN,
+        }
+    }
+}
+
+/// A store on a schema of its own. The 1 M fill and its VACUUM take longer than the default
+/// 30 s statement timeout.
+async fn case_store(
+    url: &str,
+    schema: &str,
+) -> Result<PostgresOutboxStore, outbox_relay::StoreError> {
+    PostgresOutboxStore::connect_with(
+        url,
+        PostgresConfig::default()
+            .with_schema(schema.to_owned())
+            .with_statement_timeout(Duration::from_secs(3_600)),
+    )
+    .await
+}
+
+/// Drops the schema [`case_store`] made.
+async fn drop_schema(store: &PostgresOutboxStore, schema: &str) -> Result<(), sqlx::Error> {
+    let drop = format!("DROP SCHEMA \"{schema}\" CASCADE");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
+        .execute(store.pool())
+        .await
+        .map(|_| ())
+}
+
 /// The loop's [`CycleCost`] per message.
 async fn cycle_cost(
     store: &PostgresOutboxStore,
@@ -254,42 +289,17 @@ async fn floor_cost(
 
 /// [`floor_cost`] on a schema of its own, filled as the case's; NaN where it failed.
 async fn floor_case(url: &str, rows: i64, keys: Keys) -> CycleCost {
-    let failed = |error: sqlx::Error| {
-        eprintln!("floor loop: {error}");
-        CycleCost {
-            micros: f64::NAN,
-            wal_bytes: f64::NAN,
-        }
-    };
     let schema = format!("floor_{}", uuid::Uuid::new_v4().simple());
-    let store = match PostgresOutboxStore::connect_with(
-        url,
-        PostgresConfig::default()
-            .with_schema(schema.clone())
-            .with_statement_timeout(Duration::from_secs(3_600)),
-    )
-    .await
-    {
+    let store = match case_store(url, &schema).await {
         Ok(store) => store,
-        Err(error) => {
-            eprintln!("floor loop: {error}");
-            return CycleCost {
-                micros: f64::NAN,
-                wal_bytes: f64::NAN,
-            };
-        }
+        Err(error) => return CycleCost::failed("floor loop", error),
     };
     let cost = match fill(&store, rows, keys).await {
-        Ok(()) => floor_cost(&store, &schema, rows, keys)
-            .await
-            .unwrap_or_else(failed),
-        Err(error) => failed(error),
-    };
-    let drop = format!("DROP SCHEMA \"{schema}\" CASCADE");
-    if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-        .execute(store.pool())
-        .await
-    {
+        Ok(()) => floor_cost(&store, &schema, rows, keys).await,
+        Err(error) => Err(error),
+    }
+    .unwrap_or_else(|error| CycleCost::failed("floor loop", error));
+    if let Err(error) = drop_schema(&store, &schema).await {
         eprintln!("floor loop: {error}");
     }
     cost
@@ -314,14 +324,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut keyless_floor = f64::NAN;
         for keys in [Keys::None, Keys::Thousand, Keys::Hot] {
             let schema = format!("plans_{}", uuid::Uuid::new_v4().simple());
-            let store = PostgresOutboxStore::connect_with(
-                &url,
-                // The 1 M fill and its VACUUM take longer than the default 30 s.
-                PostgresConfig::default()
-                    .with_schema(schema.clone())
-                    .with_statement_timeout(Duration::from_secs(3_600)),
-            )
-            .await?;
+            let store = case_store(&url, &schema).await?;
             fill(&store, rows, keys).await?;
             let claim = |ordering| {
                 Explained::Claim(
@@ -346,48 +349,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 median_ms(&store, &next_due(OrderingPolicy::Block)).await,
                 median_ms(&store, &stats).await,
             );
-            // Last: the loop drains what the explains measured on.
-            let cycle = match keys {
-                Keys::Hot => None,
-                Keys::None | Keys::Thousand => Some(
-                    cycle_cost(&store, &schema, rows)
-                        .await
-                        .unwrap_or_else(|error| {
-                            eprintln!("cycle loop: {error}");
-                            CycleCost {
-                                micros: f64::NAN,
-                                wal_bytes: f64::NAN,
-                            }
-                        }),
-                ),
-            };
-            let floor = match cycle {
-                Some(_) => Some(floor_case(&url, rows, keys).await),
-                None => None,
-            };
-            match (cycle, floor) {
-                (Some(cycle), Some(floor)) => {
-                    if matches!(keys, Keys::None) {
-                        keyless_micros = cycle.micros;
-                        keyless_floor = floor.micros;
-                    }
-                    println!(
-                        "{explained} {:.1} | {:.2} | {:.0} | {:.1} | {:.2} | {:.0} |",
-                        cycle.micros,
-                        keyless_micros / cycle.micros,
-                        cycle.wal_bytes,
-                        floor.micros,
-                        keyless_floor / floor.micros,
-                        floor.wal_bytes,
-                    );
+            // Last: the loop drains what the explains measured on. Hot is left out (see the
+            // module docs).
+            if matches!(keys, Keys::Hot) {
+                println!("{explained} – | – | – | – | – | – |");
+            } else {
+                let cycle = cycle_cost(&store, &schema, rows)
+                    .await
+                    .unwrap_or_else(|error| CycleCost::failed("cycle loop", error));
+                let floor = floor_case(&url, rows, keys).await;
+                if matches!(keys, Keys::None) {
+                    keyless_micros = cycle.micros;
+                    keyless_floor = floor.micros;
                 }
-                _ => println!("{explained} – | – | – | – | – | – |"),
+                println!(
+                    "{explained} {:.1} | {:.2} | {:.0} | {:.1} | {:.2} | {:.0} |",
+                    cycle.micros,
+                    keyless_micros / cycle.micros,
+                    cycle.wal_bytes,
+                    floor.micros,
+                    keyless_floor / floor.micros,
+                    floor.wal_bytes,
+                );
             }
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "DROP SCHEMA \"{schema}\" CASCADE"
-            )))
-            .execute(store.pool())
-            .await?;
+            drop_schema(&store, &schema).await?;
         }
     }
     Ok(())
