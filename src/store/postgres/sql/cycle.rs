@@ -56,7 +56,7 @@ pub(crate) fn body(t: &str, promote: &str, cols_m: &str) -> String {
             "WITH {ctes}
              SELECT NULL::int8[], NULL::boolean, NULL::int8, c.*
              FROM claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id
-             ORDER BY o.src, o.due_at, o.seq, o.pos",
+             ORDER BY o.ord",
             ctes = fast_ctes(t, cols_m, policy, "", "$11"),
         )
     };
