@@ -36,7 +36,40 @@ async fn migrations_are_idempotent_and_safe_concurrently() {
     .fetch_all(a.pool())
     .await
     .unwrap();
-    assert_eq!(versions, vec![1, 2, 3, 4]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
+    // Migration 5: the compared columns in "C", and the head trigger made again over them.
+    let collations: Vec<(String, String)> = sqlx::query_as(
+        "SELECT a.attname::text, coalesce(c.collname::text, '') FROM pg_attribute a
+         LEFT JOIN pg_collation c ON c.oid = a.attcollation
+         WHERE a.attrelid = to_regclass($1) AND a.attname IN
+               ('lane', 'target', 'ordering_key', 'dedupe_key', 'status', 'claimed_by')
+         ORDER BY 1",
+    )
+    .bind(a.messages_table())
+    .fetch_all(a.pool())
+    .await
+    .unwrap();
+    let expected: Vec<(String, String)> = [
+        ("claimed_by", "default"),
+        ("dedupe_key", "C"),
+        ("lane", "C"),
+        ("ordering_key", "C"),
+        ("status", "C"),
+        ("target", "C"),
+    ]
+    .iter()
+    .map(|(a, c)| ((*a).to_owned(), (*c).to_owned()))
+    .collect();
+    assert_eq!(collations, expected);
+    let triggers: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass($1)
+         AND tgname::text LIKE '%check_head' AND tgdeferrable AND tginitdeferred",
+    )
+    .bind(a.messages_table())
+    .fetch_one(a.pool())
+    .await
+    .unwrap();
+    assert_eq!(triggers, 1, "the deferred check_head trigger");
     a.enqueue(draft("l", 1)).await.unwrap();
     assert_eq!(count_rows(&b).await, 1);
     schema.drop().await;

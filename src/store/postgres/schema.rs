@@ -9,6 +9,7 @@ use crate::store::StoreError;
 
 use super::decode::db_error;
 
+mod collation;
 pub(super) mod heads;
 pub(crate) mod key_queue;
 
@@ -140,6 +141,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 4,
         name: "key indexes by status: a claimed keyed row gets one key index entry",
         sql: key_queue::migration,
+    },
+    Migration {
+        version: 5,
+        name: "key columns in the C collation: index comparisons are memcmp",
+        sql: collation::migration,
     },
 ];
 
@@ -382,17 +388,19 @@ mod tests {
     #[test]
     fn shipped_migrations_keep_their_text() {
         let names = Names::new("public", "outbox").unwrap();
-        let shipped: [(i32, u64); 3] = [
+        let shipped: [(i32, u64); 5] = [
             (1, 0x67b8_1daa_4699_16a1),
             (2, 0xed73_9205_d9c5_b178),
             (3, 0x6f99_c341_65e3_d124),
+            (4, 0xd27c_721d_832b_3a2b),
+            (5, 0x1599_b8c3_754f_7f16),
         ];
         for (version, hash) in shipped {
             let migration = MIGRATIONS.iter().find(|m| m.version == version).unwrap();
+            let now = fnv1a64((migration.sql)(&names).as_bytes());
             assert_eq!(
-                fnv1a64((migration.sql)(&names).as_bytes()),
-                hash,
-                "migration {version}'s text changed"
+                now, hash,
+                "migration {version}'s text changed (now {now:#x})"
             );
         }
     }
