@@ -10,8 +10,10 @@
 //!
 //! Measured with callgrind on PostgreSQL 15 (a `C.UTF-8` database, 100 calls of the cycle
 //! function claiming 64 rows over 1,000 keys, `examples/benchmark/MEASUREMENTS.md`,
-//! fourteenth session): text comparison was 5.7 % of a keyed cycle's instructions and 2 %
-//! of a keyless one's.
+//! fourteenth session): text comparison (`bttextcmp`) was 5.7 % of a keyed cycle's
+//! instructions and 2 % of a keyless one's; this migration took 1.8 % off the keyed cycle
+//! and 1.2 % off the keyless one (`strcoll` is cheap in `C.UTF-8`: a database in a
+//! language's collation, such as `en_US.UTF-8`, should gain more; not measured).
 //!
 //! A query's comparison of such a column with a parameter or a literal takes the column's
 //! collation (the column's is implicit, theirs the default), so every statement, and
