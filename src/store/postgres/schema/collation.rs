@@ -29,7 +29,7 @@ const COLUMNS: [&str; 5] = ["lane", "target", "ordering_key", "dedupe_key", "sta
 
 /// Migration 5's SQL.
 pub(super) fn migration(n: &Names) -> String {
-    let (t, p, s) = (&n.messages, &n.prefix, &n.schema);
+    let (t, p) = (&n.messages, &n.prefix);
     let alter: Vec<String> = COLUMNS
         .iter()
         .map(|c| format!("ALTER COLUMN {c} TYPE text COLLATE \"C\""))
@@ -38,11 +38,9 @@ pub(super) fn migration(n: &Names) -> String {
         r#"
 DROP TRIGGER IF EXISTS "{p}_check_head" ON {t};
 ALTER TABLE {t} {alter};
-CREATE CONSTRAINT TRIGGER "{p}_check_head" AFTER INSERT ON {t}
-    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-    WHEN (NEW.ordering_key IS NOT NULL AND NOT NEW.key_head)
-    EXECUTE FUNCTION "{s}"."{p}_check_head"();
+{trigger}
 "#,
         alter = alter.join(",\n    "),
+        trigger = super::heads::check_head_trigger(n),
     )
 }

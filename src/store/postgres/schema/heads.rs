@@ -140,7 +140,6 @@ pub(super) fn migration(n: &Names) -> String {
         &LOWEST_LIVE_V2.replace("{t}", t),
     );
     let promote_fn = promote_heads_function(n, &update);
-    let check = format!("\"{s}\".\"{p}_check_head\"");
     let check_fn = check_head_function(n, &EARLIER_LIVE_V2.replace("{t}", t));
     format!(
         r#"
@@ -190,11 +189,21 @@ DROP INDEX IF EXISTS "{s}"."{p}_claimable_idx";
 
 {check_fn}
 DROP TRIGGER IF EXISTS "{p}_check_head" ON {t};
-CREATE CONSTRAINT TRIGGER "{p}_check_head" AFTER INSERT ON {t}
+{trigger}
+"#,
+        trigger = check_head_trigger(n),
+    )
+}
+
+/// `CREATE CONSTRAINT TRIGGER check_head`, deferred to commit, on rows enqueued behind a
+/// live row of their key (migration 2 makes it; migration 5 makes it again).
+pub(super) fn check_head_trigger(n: &Names) -> String {
+    let (t, p, s) = (&n.messages, &n.prefix, &n.schema);
+    format!(
+        r#"CREATE CONSTRAINT TRIGGER "{p}_check_head" AFTER INSERT ON {t}
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
     WHEN (NEW.ordering_key IS NOT NULL AND NOT NEW.key_head)
-    EXECUTE FUNCTION {check}();
-"#
+    EXECUTE FUNCTION "{s}"."{p}_check_head"();"#
     )
 }
 

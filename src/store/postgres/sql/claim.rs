@@ -156,8 +156,9 @@ fn key_runs(t: &str, heads: &str, policy: OrderingPolicy, run: &str, rest: &str)
 /// the order's columns come after them, so a sort on four columns extracted up to four
 /// columns from each wide row per comparison, past every variable-length column before
 /// them. A keyed claim's rows tie on the first three (a run shares its head's `due_at` and
-/// `seq`), so that was every comparison: 5 % of a keyed cycle's instructions, against one
-/// cheap sort of these narrow rows here.
+/// `seq`), so that was every comparison: 140 M of a keyed cycle's 3,014 M instructions
+/// (4.6 %, callgrind, 100 cycles of 64), against one cheap sort of these narrow rows here
+/// (109 M saved net; a keyless cycle pays 1.5 % more for it).
 const TO_CLAIM: &str = "to_claim AS (
             SELECT u.*, row_number() OVER (ORDER BY u.src, u.due_at, u.seq, u.pos) AS ord
             FROM (
