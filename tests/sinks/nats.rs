@@ -98,14 +98,18 @@ async fn a_message_delivered_twice_is_stored_once() {
     context.delete_stream(&name).await.unwrap();
 }
 
-/// The one test that makes a file stream on the shared server (the sink creates streams
-/// with the server's defaults); see `own_stream`.
+/// The sink creates streams with the server's defaults, so on file storage: on a server of
+/// its own (see `own_stream`). On the shared server another test run's copy of this test
+/// (two suites at once on one machine) deleted its file stream while this one created its
+/// own, and the create failed ("could not create storage directory", JetStream 10049).
 #[tokio::test]
 async fn a_missing_stream_is_an_error_at_start_unless_created() {
+    let server = PrivateServer::start();
+    let url = server.url();
     let name = unique("SINKTEST_MISSING").to_uppercase();
     let subject = unique("sinktest");
     let config = super::sink_from_toml(&format!(
-        r#"sink = {{ kind = "nats", url = "{SHARED}", subject = "{subject}.x", stream = "{name}" }}"#
+        r#"sink = {{ kind = "nats", url = "{url}", subject = "{subject}.x", stream = "{name}" }}"#
     ));
     let error = config
         .build("lanes[orders/billing].sink")
@@ -119,13 +123,13 @@ async fn a_missing_stream_is_an_error_at_start_unless_created() {
     );
 
     let sink = build(&format!(
-        r#"sink = {{ kind = "nats", url = "{SHARED}", subject = "{subject}.x", stream = "{name}", create_stream = true }}"#
+        r#"sink = {{ kind = "nats", url = "{url}", subject = "{subject}.x", stream = "{name}", create_stream = true }}"#
     ))
     .await;
     sink.deliver(&claimed(draft()).await)
         .await
         .expect("delivered");
-    let context = jetstream::new(async_nats::connect(SHARED).await.unwrap());
+    let context = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
     assert_eq!(stored_count(&context, &name).await, 1);
     context.delete_stream(&name).await.unwrap();
 }
