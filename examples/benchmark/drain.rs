@@ -201,6 +201,7 @@ pub async fn drain(
         progress: progress.clone(),
         latency,
     };
+    perf_ctl("enable");
     let started = Instant::now();
     // More relays on one lane, as more processes on one database would be
     // (`OUTBOX_BENCH_RELAYS=N`, each at the lane's concurrency): the lane then has N claims
@@ -227,6 +228,7 @@ pub async fn drain(
         .await
         .is_err();
     let took = started.elapsed();
+    perf_ctl("disable");
     if let Some(first) = progress.first.get() {
         println!(
             "  first delivery {:.1} ms after the relay's start",
@@ -294,4 +296,27 @@ pub async fn single_loop(
         timed_out: false,
         mean_sleep: None,
     })
+}
+
+/// Tells a waiting `perf record --control=fifo:CTL,ACK -D -1` to start (`enable`) or stop
+/// (`disable`) sampling, when `OUTBOX_BENCH_PERF_CTL=CTL,ACK` names its two fifos, and waits
+/// for its answer: so a profile holds the drains only, not the fills around them.
+fn perf_ctl(what: &str) {
+    let Ok(fifos) = std::env::var("OUTBOX_BENCH_PERF_CTL") else {
+        return;
+    };
+    let Some((ctl, ack)) = fifos.split_once(',') else {
+        eprintln!("benchmark: OUTBOX_BENCH_PERF_CTL must be CTL,ACK (two fifos)");
+        return;
+    };
+    use std::io::{Read, Write};
+    let told = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ctl)
+        .and_then(|mut f| writeln!(f, "{what}"));
+    // perf answers "ack\n\0".
+    let answered = told.and_then(|()| std::fs::File::open(ack)?.read(&mut [0u8; 5]));
+    if let Err(error) = answered {
+        eprintln!("benchmark: perf control {ctl},{ack}: {error}");
+    }
 }
