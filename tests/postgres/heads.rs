@@ -287,6 +287,59 @@ async fn ack_and_claim_hands_out_the_successor_of_an_acked_head() {
     schema.drop().await;
 }
 
+/// The cycle function marks the lowest *pending* row of each acked key (`promote_inline`),
+/// so acking part of a run marks the row behind the rest of the run while that rest is in
+/// flight: a stray mark, which must not hand that row out before the run is acked, nor
+/// leave the key without a head once it is.
+#[tokio::test]
+async fn acking_part_of_a_run_hands_out_its_successor_only_after_the_rest() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    for value in 1..=6 {
+        store.enqueue(keyed("k", value)).await.expect("enqueue");
+    }
+    let values = |messages: &[outbox_relay::OutboxMessage]| -> Vec<i64> {
+        messages
+            .iter()
+            .map(|m| {
+                m.payload.to_value().expect("json")["value"]
+                    .as_i64()
+                    .expect("value")
+            })
+            .collect()
+    };
+    let run = store
+        .claim(&request(10).with_key_run(4))
+        .await
+        .expect("claim a run");
+    assert_eq!(values(&run.messages), vec![1, 2, 3, 4]);
+    let acks = refs(&run.messages);
+
+    // Ack 1 and 2: 3 and 4 are still claimed, so 5 must wait, marked or not.
+    let answer = store
+        .ack_and_claim(&acks[..2], &request(10).with_key_run(4))
+        .await
+        .expect("ack part of the run");
+    let claimed = answer.claimed.expect("claimed");
+    assert_eq!(
+        values(&claimed.messages),
+        Vec::<i64>::new(),
+        "5 behind 3 and 4"
+    );
+    assert_eq!(marked(&store, "k").await, vec![5], "the stray mark on 5");
+    assert_eq!(headless_keys(&store).await, Vec::<String>::new());
+
+    // Ack 3 and 4: now 5 and 6 come, in order.
+    let answer = store
+        .ack_and_claim(&acks[2..], &request(10).with_key_run(4))
+        .await
+        .expect("ack the rest of the run");
+    let claimed = answer.claimed.expect("claimed");
+    assert_eq!(values(&claimed.messages), vec![5, 6]);
+    assert_eq!(headless_keys(&store).await, Vec::<String>::new());
+    schema.drop().await;
+}
+
 /// Pending rows of key `key` marked a head, by value.
 async fn marked(store: &PostgresOutboxStore, key: &str) -> Vec<i64> {
     let t = store.messages_table();

@@ -78,6 +78,15 @@ pub(crate) fn head_lock_key(lane: &str, target: &str, key: &str) -> String {
 /// `targets` and `keys` (PL/pgSQL expressions), after taking each key's lock in sorted
 /// order, as `promote_heads` does: the cycle function runs them inline. Two statements, so
 /// the UPDATE's snapshot is taken after the locks.
+///
+/// Unlike `promote_heads`, this marks the key's lowest *pending* row, one probe of
+/// `key_pending_idx` instead of two (the lowest of each key index). That keeps the
+/// invariant: if the lowest live row is pending, it is that row; if it is claimed, it
+/// carries the mark already (a claim marks what it claims, and only the sweep clears a
+/// mark, from pending rows). The pending row marked behind a claimed one is a stray mark,
+/// which costs a claim that meets it one refused head and which the ack of the claimed
+/// row would have written anyway. Measured by callgrind (`examples/benchmark/callgrind.sh`):
+/// 1.3 % fewer instructions a keyed cycle.
 pub(crate) fn promote_inline(n: &Names, lanes: &str, targets: &str, keys: &str) -> String {
     let class = head_lock_class(n);
     let key_u = head_lock_key("u.lane", "u.target", "u.ordering_key");
@@ -88,26 +97,28 @@ pub(crate) fn promote_inline(n: &Names, lanes: &str, targets: &str, keys: &str) 
           WHERE u.ordering_key IS NOT NULL
           ORDER BY 1) s;
     {update};",
-        update = promote_update_of(n, lanes, targets, keys),
+        update = promote_update_with(
+            &n.messages,
+            lanes,
+            targets,
+            keys,
+            &super::key_queue::lowest_pending(&n.messages, "e", &super::key_queue::KeyOf::of("u")),
+        ),
     )
 }
 
-/// The UPDATE that marks the lowest live row of each key given (`promote_heads`' second
-/// statement), over the key indexes of migration 4 (`key_queue.rs`).
-fn promote_update_of(n: &Names, lanes: &str, targets: &str, keys: &str) -> String {
+/// `promote_heads`' UPDATE over the arrays `p_lanes`, `p_targets`, `p_keys` (migration 4):
+/// it marks the lowest live row of each key given, over the key indexes of migration 4
+/// (`key_queue.rs`).
+pub(super) fn promote_update(n: &Names) -> String {
     let t = &n.messages;
     promote_update_with(
         t,
-        lanes,
-        targets,
-        keys,
+        "p_lanes",
+        "p_targets",
+        "p_keys",
         &super::key_queue::lowest_live(t, "e", &super::key_queue::KeyOf::of("u"), ""),
     )
-}
-
-/// `promote_heads`' UPDATE over the arrays `p_lanes`, `p_targets`, `p_keys` (migration 4).
-pub(super) fn promote_update(n: &Names) -> String {
-    promote_update_of(n, "p_lanes", "p_targets", "p_keys")
 }
 
 /// The UPDATE that marks the row `lowest` finds for each key `u` given.

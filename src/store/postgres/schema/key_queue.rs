@@ -76,24 +76,34 @@ pub(crate) fn live_exists(t: &str, e: &str, key: &KeyOf, cond: &str) -> String {
     format!("({})", arms.join(" OR "))
 }
 
+/// A query answering `outbox_id` and `seq` of the lowest row (by `seq`) of `key` in
+/// `status` with `cond` (on `e`), if any: one descent of that status's key index.
+fn lowest_in(t: &str, e: &str, key: &KeyOf, status: &str, cond: &str) -> String {
+    format!(
+        "SELECT {e}.outbox_id, {e}.seq FROM {t} {e}
+                  WHERE {matches} AND {e}.status = '{status}'{cond}
+                  ORDER BY {e}.seq LIMIT 1",
+        matches = key.matches(e),
+    )
+}
+
 /// A query answering `outbox_id` of the lowest live row (by `seq`) of `key` with `cond` (on
 /// `e`), if any: the first row of each key index in `seq` order, then the lower of the two.
 pub(crate) fn lowest_live(t: &str, e: &str, key: &KeyOf, cond: &str) -> String {
     let arms: Vec<String> = LIVE
         .iter()
-        .map(|status| {
-            format!(
-                "(SELECT {e}.outbox_id, {e}.seq FROM {t} {e}
-                  WHERE {matches} AND {e}.status = '{status}'{cond}
-                  ORDER BY {e}.seq LIMIT 1)",
-                matches = key.matches(e),
-            )
-        })
+        .map(|status| format!("({})", lowest_in(t, e, key, status, cond)))
         .collect();
     format!(
         "SELECT x.outbox_id FROM ({}) x ORDER BY x.seq LIMIT 1",
         arms.join(" UNION ALL ")
     )
+}
+
+/// A query answering `outbox_id` (and `seq`) of the lowest pending row of `key`, if any: one
+/// descent of `key_pending_idx`.
+pub(crate) fn lowest_pending(t: &str, e: &str, key: &KeyOf) -> String {
+    lowest_in(t, e, key, "pending", "")
 }
 
 /// The `seq` of the first claimed row of `key` after `after` (an expression), or the

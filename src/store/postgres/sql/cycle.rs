@@ -147,7 +147,11 @@ mod tests {
         assert!(body.contains("claimed_by = $6"), "{body}");
         assert!(body.contains("unnest($7::uuid[], $8::uuid[])"), "{body}");
         // The key run is the function's last parameter.
-        assert_eq!(body.matches("LIMIT $11::int8 - 1").count(), 2, "{body}");
+        assert_eq!(
+            body.matches("LIMIT $11::int8) AS seqs").count(),
+            2,
+            "{body}"
+        );
         assert!(PARAMS.ends_with("p_run int8"), "{PARAMS}");
         assert!(call("f").ends_with("$10, $11)"));
     }
