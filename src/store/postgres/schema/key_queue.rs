@@ -50,7 +50,7 @@ impl KeyOf {
     }
 
     /// `e` is a row of this key.
-    fn matches(&self, e: &str) -> String {
+    pub(crate) fn matches(&self, e: &str) -> String {
         format!(
             "{e}.lane = {} AND {e}.target = {} AND {e}.ordering_key = {}",
             self.lane, self.target, self.key

@@ -10,8 +10,8 @@
 //!
 //! Per-key order is checked on the rows met, by index probes (`key_free`), never by reading
 //! a key's queue. The one-statement claim, which runs on nearly every cycle, asks the same
-//! with one probe of each key index a head (`head_runs`). The ordering policy changes those probes, so it is statement text: one
-//! statement per policy. As a bind parameter, PostgreSQL's generic plan (after five
+//! with one probe of each key index a head (`head_runs`). The ordering policy changes those
+//! probes, so it is statement text: one statement per policy. As a bind parameter, PostgreSQL's generic plan (after five
 //! executions) could not use the key indexes at all.
 
 use super::NOW;
@@ -427,7 +427,8 @@ fn head_runs(
     run: &str,
     rest: &str,
 ) -> (String, String) {
-    let key = "e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key";
+    let head_key = KeyOf::of("m");
+    let key = head_key.matches("e");
     let max = i64::MAX;
     let (dead, dead_from, dead_free, dead_cut) = match policy {
         OrderingPolicy::Skip => (String::new(), String::new(), "", String::new()),
@@ -450,8 +451,7 @@ fn head_runs(
             LEFT JOIN LATERAL (
                 SELECT c.busy{dead}, ARRAY(
                     SELECT q.seq FROM {t} q
-                    WHERE q.lane = m.lane AND q.target = m.target
-                      AND q.ordering_key = m.ordering_key AND q.status = 'pending'
+                    WHERE {run_key} AND q.status = 'pending'
                       AND q.seq < coalesce(c.first, {max}){dead_cut}
                     ORDER BY q.seq
                     LIMIT {run}::int8) AS seqs
@@ -469,7 +469,8 @@ fn head_runs(
             ORDER BY m.available_at, m.seq
             LIMIT {rest}
             FOR UPDATE OF m SKIP LOCKED
-         )"
+         )",
+        run_key = head_key.matches("q"),
     );
     let pending = pending_runs(t, "due", "cardinality(h.seqs) > 1 AND ", "h.seqs[2:]", rest);
     (due, pending)
