@@ -41,6 +41,9 @@ pub(crate) enum SupervisorMsg {
     Shutdown(Duration, RpcReplyPort<ShutdownReport>),
     /// A restart backoff ran out; honoured only if the lane still waits for this token.
     Restart(LaneKey, u64),
+    /// A removed lane's relay (this actor) has drained and exited: forget the lane, then
+    /// say so, and the removal is answered, so the caller's next command finds it gone.
+    Removed(LaneKey, ActorId, oneshot::Sender<()>),
 }
 
 /// How long a removal waits for a drained lane relay to exit (it does so at once).
@@ -345,13 +348,22 @@ impl Actor for RelaySupervisor {
                 match state.drain(&key, timeout) {
                     Some((answer, actor)) => {
                         // Wait off the supervisor's mailbox: supervision events keep flowing.
+                        let me = myself.clone();
                         tokio::spawn(async move {
                             let report = answer.await.unwrap_or_default();
-                            // Answer only once the relay has exited: its exit event is then
-                            // queued here, and ractor takes supervision events before
-                            // messages, so the lane is forgotten before the caller's next
-                            // command (an add of the same lane would otherwise be refused).
+                            // Answer only once the relay has exited and the lane is forgotten
+                            // (`Removed`), so an add of the same lane right after the answer
+                            // is not refused. The relay's exit event may reach this mailbox
+                            // after the wait returns (it did, 1 removal in a few hundred),
+                            // so the supervisor forgets the lane on `Removed` itself.
                             let _ = actor.get_cell().wait(Some(LANE_EXIT_WAIT)).await;
+                            let (done, forgotten) = oneshot::channel();
+                            let removed = SupervisorMsg::Removed(key, actor.get_id(), done);
+                            if me.send_message(removed).is_ok() {
+                                // Forgotten, or the supervisor stopped (a shutdown) and the
+                                // lane with it.
+                                let _ = forgotten.await;
+                            }
                             let _ = reply.send(Ok(report));
                         });
                     }
@@ -438,6 +450,17 @@ impl Actor for RelaySupervisor {
                     let _ = reply.send(report);
                     me.stop(Some("shutdown".to_owned()));
                 });
+            }
+            SupervisorMsg::Removed(key, actor, done) => {
+                // Only the removed incarnation: its exit event may have forgotten it already,
+                // and a lane added again since is not stopping.
+                let same = state.lanes.get(&key).is_some_and(|entry| {
+                    entry.stopping && entry.actor.as_ref().is_some_and(|a| a.get_id() == actor)
+                });
+                if same {
+                    state.forget(&key);
+                }
+                let _ = done.send(());
             }
             SupervisorMsg::Restart(key, token) => {
                 let due = state.lanes.get_mut(&key).is_some_and(|entry| {
