@@ -28,7 +28,6 @@
 //! never wait for tokens; an open breaker stops claims (no attempts spent) and hands the
 //! buffered claims back unused.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -41,6 +40,7 @@ use crate::store::StoreError;
 
 mod answers;
 mod book;
+mod buffer;
 mod cadence;
 mod drain;
 mod gate;
@@ -53,6 +53,7 @@ mod pool;
 mod tests;
 
 use book::LeaseBook;
+use buffer::Buffer;
 use cadence::Cadence;
 use gate::{Admit, Gates};
 use hand_off::Credits;
@@ -102,7 +103,7 @@ pub(crate) struct LaneCore {
     pool: HandlerPool,
     book: LeaseBook,
     /// Claimed messages waiting for a free handler, in claim order.
-    buffer: VecDeque<OutboxMessage>,
+    buffer: Buffer,
     outcomes: Outcomes,
     claim: ClaimCall,
     /// Whether the store may hold claimable work: the last claim filled its limit, or a
@@ -146,7 +147,7 @@ impl LaneCore {
             config,
             mode: if paused { Mode::Paused } else { Mode::Running },
             book: LeaseBook::default(),
-            buffer: VecDeque::new(),
+            buffer: Buffer::default(),
             outcomes: Outcomes::default(),
             claim: ClaimCall::Idle,
             store_has_more: false,
@@ -308,19 +309,14 @@ impl LaneCore {
     /// Moves the lane along after every input: start buffered work, flush outcomes, claim,
     /// or go to sleep; and end a drain that has nothing left to wait for.
     fn pump(&mut self, now: Instant, out: &mut Vec<Command>) {
-        // In claim order, skipping a message whose key has a delivery running: the rest of
+        // In claim order, passing a message whose key has a delivery running: the rest of
         // a key run waits for the message before it (which is running, or ahead of it here).
-        let mut at = 0;
-        while self.pool.idle() > 0 && at < self.buffer.len() {
-            let waits = self.buffer[at]
-                .ordering_key
-                .as_deref()
-                .is_some_and(|key| self.pool.key_running(key));
-            if waits {
-                at += 1;
-                continue;
-            }
-            let Some(message) = self.buffer.remove(at) else {
+        for key in self.pool.freed_keys() {
+            self.buffer.key_freed(key);
+        }
+        while self.pool.idle() > 0 {
+            let pool = &self.pool;
+            let Some(message) = self.buffer.next(|key| pool.key_running(key)) else {
                 break;
             };
             if let Some(slot) = self.pool.start(&message, now) {
@@ -499,10 +495,7 @@ impl LaneCore {
 
     /// Hands back the buffered claims `which` picks, in one release.
     fn release_buffered(&mut self, which: impl Fn(&OutboxMessage) -> bool, out: &mut Vec<Command>) {
-        let (back, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.buffer)
-            .into_iter()
-            .partition(which);
-        self.buffer = kept.into();
+        let back = self.buffer.take_where(which);
         let mut claims = Vec::with_capacity(back.len());
         for message in back {
             // A buffered probe that goes back is no probe: the next claim is.

@@ -23,7 +23,9 @@ impl LaneCore {
             unreleased: 0,
             deadline_passed: false,
         };
-        let claims: Vec<ClaimRef> = std::mem::take(&mut self.buffer)
+        let claims: Vec<ClaimRef> = self
+            .buffer
+            .take_all()
             .into_iter()
             .filter_map(|m| self.book.close(m.outbox_id))
             .collect();

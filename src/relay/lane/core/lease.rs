@@ -51,10 +51,9 @@ impl LaneCore {
     /// These claims' leases lapsed for good: stop extending them, drop buffered ones.
     pub(super) fn lapse(&mut self, outbox_ids: &[Uuid]) {
         self.book.lapse(outbox_ids);
-        let (dropped, kept) = std::mem::take(&mut self.buffer)
-            .into_iter()
-            .partition::<Vec<_>, _>(|m| outbox_ids.contains(&m.outbox_id));
-        self.buffer = kept.into();
+        let dropped = self
+            .buffer
+            .take_where(|m| outbox_ids.contains(&m.outbox_id));
         for message in dropped {
             self.book.close(message.outbox_id);
             self.gates.forget(message.outbox_id);

@@ -2,7 +2,8 @@
 //!
 //! Invariant, kept by these methods alone: a slot is busy exactly when a running delivery
 //! names it, the idle list holds exactly the idle slots, and `keys` counts the running
-//! deliveries of each ordering key. A slot is an index the actor
+//! deliveries of each ordering key (`freed` the keys whose last one ended since the lane
+//! last asked, for its buffer). A slot is an index the actor
 //! maps to its current handler actor; a handler that dies is replaced in the same slot.
 
 use std::collections::HashMap;
@@ -48,6 +49,8 @@ pub(crate) struct HandlerPool {
     running: HashMap<Uuid, Running>,
     /// Running deliveries per ordering key: a key's next message waits while it has one.
     keys: HashMap<String, usize>,
+    /// Keys whose last running delivery ended, not yet taken by [`HandlerPool::freed_keys`].
+    freed: Vec<String>,
 }
 
 impl HandlerPool {
@@ -58,6 +61,7 @@ impl HandlerPool {
             idle: (0..size).rev().collect(),
             running: HashMap::new(),
             keys: HashMap::new(),
+            freed: Vec::new(),
         }
     }
 
@@ -74,6 +78,11 @@ impl HandlerPool {
     /// Whether a delivery of ordering key `key` is running.
     pub(crate) fn key_running(&self, key: &str) -> bool {
         self.keys.contains_key(key)
+    }
+
+    /// The keys whose last running delivery ended since the last call.
+    pub(crate) fn freed_keys(&mut self) -> std::vec::Drain<'_, String> {
+        self.freed.drain(..)
     }
 
     /// Hands `message` to an idle slot; `None` when none is idle.
@@ -112,7 +121,9 @@ impl HandlerPool {
             if let Some(count) = self.keys.get_mut(key) {
                 *count -= 1;
                 if *count == 0 {
-                    self.keys.remove(key);
+                    if let Some((key, _)) = self.keys.remove_entry(key) {
+                        self.freed.push(key);
+                    }
                 }
             }
         }
@@ -149,7 +160,7 @@ impl HandlerPool {
                 *state = SlotState::Retired;
             }
         }
-        self.keys.clear();
+        self.freed.extend(self.keys.drain().map(|(key, _)| key));
         self.running.drain().map(|(_, running)| running).collect()
     }
 }
