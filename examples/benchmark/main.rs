@@ -95,7 +95,9 @@ fn write(options: &Options, results: &Results, markdown: &str) -> Result<(), Str
 /// Every section of one store. A failing scenario is reported and the run goes on.
 async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
     let label = kind.label();
-    if options.runs(Section::Single) {
+    // The memory store has no SQL to race and no process to lose: drains only.
+    let sql = kind != StoreKind::Memory;
+    if options.runs(Section::Single) && sql {
         if let Err(error) = single(kind, options, results).await {
             results.errors.push(format!("{label} single loop: {error}"));
         }
@@ -103,7 +105,7 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
     // Round by round, so that a slow spell of the machine falls on every case alike.
     for _round in 0..options.rounds {
         for &backlog in &options.sizes {
-            if options.runs(Section::Ceiling) {
+            if options.runs(Section::Ceiling) && sql {
                 if let Err(error) = ceiling(kind, backlog, options, results).await {
                     results
                         .errors
@@ -126,7 +128,7 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
             }
         }
     }
-    if options.runs(Section::Crash) {
+    if options.runs(Section::Crash) && sql {
         let outcome = in_fresh_store(kind, options, |bench| async move {
             let (backlog, lease) = (options.crash_backlog, options.crash_lease);
             crash::run(&bench, backlog, lease, options.drain_timeout).await
@@ -170,7 +172,7 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
             }
         }
     }
-    if options.runs(Section::Slow) {
+    if options.runs(Section::Slow) && sql {
         for _round in 0..options.rounds {
             if let Err(error) = slow(kind, options, results).await {
                 results
@@ -179,7 +181,7 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
             }
         }
     }
-    if options.runs(Section::Webhook) {
+    if options.runs(Section::Webhook) && sql {
         let (messages, rounds) = (options.webhook_messages, options.webhook_rounds);
         match webhook::run(
             kind,
@@ -238,7 +240,9 @@ async fn ceiling(
             (None, stores::Location::Sqlite { path }) => {
                 raw::sqlite(path, &bench.table, LANE, options.drain_timeout).await?
             }
-            (None, stores::Location::Postgres { .. }) => return Err("no pool".to_owned()),
+            (None, stores::Location::Postgres { .. } | stores::Location::Memory(_)) => {
+                return Err("no raw ceiling for this store".to_owned())
+            }
         };
         println!(
             "{} raw ceiling at {backlog}: {:.0} rows/s (fill {:.1} s)",

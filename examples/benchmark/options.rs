@@ -11,6 +11,9 @@ pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 pub enum StoreKind {
     Postgres,
     Sqlite,
+    /// The in-memory reference store: what the relay itself costs, with next to no store
+    /// work behind it (no raw ceiling, no single loop, no crash or pickup case).
+    Memory,
 }
 
 impl StoreKind {
@@ -18,6 +21,7 @@ impl StoreKind {
         match self {
             StoreKind::Postgres => "PostgreSQL",
             StoreKind::Sqlite => "SQLite",
+            StoreKind::Memory => "memory",
         }
     }
 }
@@ -188,7 +192,10 @@ impl Options {
                         .map(|s| match s {
                             "pg" | "postgres" => Ok(StoreKind::Postgres),
                             "sqlite" => Ok(StoreKind::Sqlite),
-                            other => Err(format!("--stores: unknown store {other:?} (pg, sqlite)")),
+                            "memory" | "mem" => Ok(StoreKind::Memory),
+                            other => Err(format!(
+                                "--stores: unknown store {other:?} (pg, sqlite, memory)"
+                            )),
                         })
                         .collect::<Result<_, _>>()?
                 }
@@ -254,7 +261,8 @@ pub const USAGE: &str = "\
 usage: benchmark [flags]
   --pg URL                 PostgreSQL (default postgres://postgres@127.0.0.1:5432/test);
                            every store gets a fresh schema, dropped at the end
-  --stores pg,sqlite       which stores (default both)
+  --stores pg,sqlite       which stores (default both); `memory` adds the in-memory
+                           store's drains: the relay's own cost, keyed or not
   --sizes 10000,100000     backlog sizes of the no-op drains and raw ceilings
   --million                adds the 1,000,000 backlog to --sizes
   --concurrency 16,64      relay concurrencies of the no-op drains

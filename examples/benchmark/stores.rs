@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
-use outbox_relay::{OutboxMessageDraft, OutboxStore, SqliteOutboxStore};
+use outbox_relay::{InMemoryOutboxStore, OutboxMessageDraft, OutboxStore, SqliteOutboxStore};
 
 use crate::options::{Keys, StoreKind, COLD_KEYS, HOT_KEY_CAP};
 
@@ -28,8 +28,15 @@ static NEXT_STORE: AtomicUsize = AtomicUsize::new(0);
 /// Where a benchmark store lives, so a second relay "process" can open the same outbox.
 #[derive(Debug, Clone)]
 pub enum Location {
-    Postgres { url: String, schema: String },
-    Sqlite { path: PathBuf },
+    Postgres {
+        url: String,
+        schema: String,
+    },
+    Sqlite {
+        path: PathBuf,
+    },
+    /// The one in-memory outbox: a second relay shares it.
+    Memory(Arc<InMemoryOutboxStore>),
 }
 
 /// An empty store of its own, removed on [`BenchStore::remove`].
@@ -82,6 +89,17 @@ impl BenchStore {
                     store: Arc::new(store),
                     location: Location::Sqlite { path },
                     _dir: Some(dir),
+                })
+            }
+            StoreKind::Memory => {
+                let store = Arc::new(InMemoryOutboxStore::new());
+                Ok(Self {
+                    kind,
+                    pg_pool: None,
+                    table: String::new(),
+                    store: store.clone(),
+                    location: Location::Memory(store),
+                    _dir: None,
                 })
             }
         }
@@ -179,6 +197,7 @@ pub async fn reopen(location: &Location) -> Result<Arc<dyn OutboxStore>, String>
                 .await
                 .map_err(|e| format!("SQLite {}: {e}", path.display()))?,
         ),
+        Location::Memory(store) => store.clone(),
     })
 }
 
@@ -236,7 +255,7 @@ async fn write(
 ) -> Result<(), String> {
     let writers = match kind {
         StoreKind::Postgres => PG_FILL_WRITERS,
-        StoreKind::Sqlite => 1,
+        StoreKind::Sqlite | StoreKind::Memory => 1,
     };
     let chunks: Vec<std::ops::Range<usize>> = range
         .clone()
