@@ -209,6 +209,29 @@ fn bad_enqueue_input_exits_2() {
 }
 
 #[test]
+fn dead_letters_show_refuses_a_message_that_is_not_dead() {
+    let sandbox = Sandbox::new();
+    let db = ["--database-url", "sqlite:relay.db"];
+    let dead = sandbox.enqueue(&db, "orders", "audit", &["--payload", "{}"]);
+    dead_letter_through_the_store(&sandbox.path("relay.db"), "orders", 1);
+    let pending = sandbox.enqueue(&db, "orders", "audit", &["--payload", "{}"]);
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "show", &pending]);
+    let refused = sandbox.fails(2, &args);
+    assert!(
+        refused.contains(&pending) && refused.contains("is pending, not a dead letter"),
+        "{refused}"
+    );
+
+    let mut args = db.to_vec();
+    args.extend(["dead-letters", "show", &dead]);
+    let shown: serde_json::Value = serde_json::from_str(&sandbox.ok(&args)).unwrap();
+    assert_eq!(shown["outbox_id"], dead.as_str());
+    assert_eq!(shown["status"], "dead_letter");
+}
+
+#[test]
 fn requeue_and_discard_take_ids_a_lane_or_all_and_never_nothing() {
     let sandbox = Sandbox::new();
     let db = ["--database-url", "sqlite:relay.db"];

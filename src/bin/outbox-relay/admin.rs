@@ -270,12 +270,21 @@ async fn list(setup: &Setup, args: ListArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `dead-letters show`: one dead letter, every field. A message in any other status is
+/// refused (exit 2, naming its status), so the command never passes a pending or delivered
+/// message off as dead.
 async fn show(setup: &Setup, id: uuid::Uuid) -> Result<(), Failure> {
     let store = setup.open(CreateMode::MustExist).await?;
     let message: OutboxMessage = store
         .get(id)
         .await?
         .ok_or_else(|| Failure::failed(format!("no message {id}")))?;
+    if message.status != OutboxStatus::DeadLetter {
+        return Err(Failure::input(format!(
+            "message {id} is {}, not a dead letter: `dead-letters show` shows dead letters only",
+            message.status
+        )));
+    }
     print_json(&message)
 }
 

@@ -190,7 +190,8 @@ struct EnqueueArgs {
 enum DeadLettersCommand {
     /// List dead letters, oldest first.
     List(ListArgs),
-    /// Show one message, every field, as JSON.
+    /// Show one dead letter, every field, as JSON (a message in any other status is
+    /// refused).
     Show {
         /// The message id.
         id: Uuid,
