@@ -40,7 +40,8 @@ pub enum Keys {
     Hot,
 }
 
-/// The most messages the hot key holds (issue 8: 100 k at the 100 k and 1 M backlogs).
+/// The most messages the hot key holds: 100 k at the 100 k and 1 M backlogs, so that the
+/// hot key is as large as the whole 100 k backlog beside it.
 pub const HOT_KEY_CAP: usize = 100_000;
 /// Cold keys beside the hot one, and the key count of the "many keys" case.
 pub const COLD_KEYS: usize = 1_000;

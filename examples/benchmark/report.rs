@@ -1,6 +1,6 @@
 //! The results and their markdown report (printed and written to `<out>/results.md`): the
 //! rows each section measures, and the report's header. Each section's table is in
-//! `report/tables.rs`, the check against the issues' targets in `report/targets.rs`, the
+//! `report/tables.rs`, the check against the project's goals in `report/targets.rs`, the
 //! median of `--rounds` in `report/rounds.rs`; the plot is in `plot.rs`.
 
 use std::fmt::Write as _;

@@ -1,4 +1,4 @@
-//! The webhook row (issue 11): the real relay at concurrency 64 delivering with the webhook
+//! The webhook row: the real relay at concurrency 64 delivering with the webhook
 //! sink to a local HTTP receiver, against the same relay delivering with the log sink
 //! (lines written to nowhere), alternating on fresh stores per round. The ratio says what
 //! the HTTP round trip costs next to a sink that costs almost nothing.
@@ -16,7 +16,8 @@ use crate::drain::{self, Progress};
 use crate::options::{Keys, StoreKind};
 use crate::stores::{fill, BenchStore};
 
-/// The concurrency issue 11 asks for.
+/// The concurrency of the webhook row: the no-op drains' default larger one, so the two
+/// compare.
 pub const CONCURRENCY: usize = 64;
 
 /// How long a run may go without one more delivery before it is called stalled.

@@ -9,8 +9,8 @@
 //! byte equality, so "C" changes no answer; it only makes the comparison a `memcmp`.
 //!
 //! Measured with callgrind on PostgreSQL 15 (a `C.UTF-8` database, 100 calls of the cycle
-//! function claiming 64 rows over 1,000 keys, `examples/benchmark/MEASUREMENTS.md`,
-//! fourteenth session): text comparison (`bttextcmp`) was 5.7 % of a keyed cycle's
+//! function claiming 64 rows over 1,000 keys; `examples/benchmark/HISTORY.md`, "A keyed
+//! cycle counted in instructions"): text comparison (`bttextcmp`) was 5.7 % of a keyed cycle's
 //! instructions and 2 % of a keyless one's; this migration took 1.8 % off the keyed cycle
 //! and 1.2 % off the keyless one (`strcoll` is cheap in `C.UTF-8`: a database in a
 //! language's collation, such as `en_US.UTF-8`, should gain more; not measured).

@@ -13,8 +13,8 @@
 //! Measured server-side (`examples/claim_plans.rs`' cycle loop, 100 k pending rows over
 //! 1,000 keys, the build before against this one, alternating), a keyed message went from
 //! 0.65 to 0.66–0.68 of a keyless one's rate: a small part of the gap, which is the rest
-//! of the keyed row's writes (`examples/benchmark/MEASUREMENTS.md`, seventh session, has the
-//! numbers).
+//! of the keyed row's writes (`examples/benchmark/HISTORY.md`, "One key index per status",
+//! has the numbers).
 //!
 //! So `key_pending_idx` holds pending rows and `key_claimed_idx` (now with `seq`) claimed
 //! ones, and a claimed keyed row gets one key index entry, not two. "The key has a live

@@ -67,7 +67,7 @@ const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Claims that cost what they return (issue 8). `key_head` marks the first live (pending
+/// Claims that cost what they return, whatever the backlog. `key_head` marks the first live (pending
 /// or claimed) row of each ordering key, and every row without a key while live; triggers
 /// keep it true on every write, whoever makes it. The claim reads the two partial indexes
 /// below in order and stops at its limit: a key's later rows are in neither, so a hot key
@@ -173,7 +173,7 @@ const NO_LIVE_BEFORE_NEW: &str = "(new.ordering_key IS NULL OR NOT EXISTS (
             AND e.ordering_key = new.ordering_key AND e.status IN ('pending', 'claimed')
             AND e.seq < new.seq))";
 
-/// A key index of live rows only (issue 8). `{t}_key_order` held every keyed row, delivered
+/// A key index of live rows only, so that it stays the size of the backlog. `{t}_key_order` held every keyed row, delivered
 /// ones too: each ack moved an entry inside it and it grew with history. `{t}_key_live`
 /// holds only pending and claimed rows, so an ack removes its entry and the index stays
 /// the size of the backlog; the dead-letter probes read `{t}_dead_keys` instead. The
