@@ -13,6 +13,7 @@ use crate::store::OrderingPolicy;
 
 pub mod duration;
 #[cfg(feature = "file-config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "file-config")))]
 pub mod file;
 mod gates;
 

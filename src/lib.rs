@@ -161,6 +161,9 @@
     unreachable_pub
 )]
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: each feature-gated item then shows the
+// feature it needs (`doc(cfg)`, not yet stable).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(test)]
 mod captured_log;
@@ -176,6 +179,7 @@ pub mod retry;
 pub mod sinks;
 pub mod store;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod time;
 
@@ -185,6 +189,7 @@ pub use async_trait::async_trait;
 /// The sqlx this crate is built on (0.9), for the pools and transactions a service enqueues
 /// in; the crate docs (section "sqlx") state the version policy.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
 pub use sqlx;
 pub mod trace_context;
 
@@ -195,8 +200,10 @@ pub use relay::{OutboxRelay, RelayEvent, RelayHandle};
 pub use retry::RetryPolicy;
 pub use store::memory::InMemoryOutboxStore;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::postgres::PostgresOutboxStore;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use store::sqlite::SqliteOutboxStore;
 pub use store::{OrderingPolicy, OutboxStore, StoreError};
 

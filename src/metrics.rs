@@ -28,8 +28,10 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use metrics::Unit;
 
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub mod control;
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub mod health;
 mod lane;
 #[cfg(feature = "prometheus")]
@@ -42,8 +44,10 @@ pub use crate::relay::LaneState;
 /// What [`install_prometheus_exporter`] returns: renders the metrics on demand
 /// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use metrics_exporter_prometheus::PrometheusHandle;
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::{
     install_prometheus_exporter, install_prometheus_exporter_with_control,
     install_prometheus_exporter_with_readiness, MetricsError,

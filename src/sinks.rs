@@ -30,13 +30,17 @@ use crate::delivery::{BoxError, DeliveryHandler};
 
 pub mod log;
 #[cfg(feature = "nats-sink")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats-sink")))]
 pub mod nats;
 #[cfg(feature = "rabbitmq-sink")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq-sink")))]
 pub mod rabbitmq;
 #[cfg(feature = "redis-sink")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis-sink")))]
 pub mod redis;
 pub mod template;
 #[cfg(feature = "webhook-sink")]
+#[cfg_attr(docsrs, doc(cfg(feature = "webhook-sink")))]
 pub mod webhook;
 
 pub use self::log::{LogSink, LogSinkConfig};
@@ -52,16 +56,20 @@ pub enum SinkConfig {
     Log(LogSinkConfig),
     /// `webhook::WebhookSink`: an HTTP request per message.
     #[cfg(feature = "webhook-sink")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "webhook-sink")))]
     Webhook(webhook::WebhookSinkConfig),
     /// `nats::NatsSink`: a JetStream publish per message.
     #[cfg(feature = "nats-sink")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats-sink")))]
     Nats(nats::NatsSinkConfig),
     /// `rabbitmq::RabbitMqSink`: an AMQP publish per message, confirmed.
     #[cfg(feature = "rabbitmq-sink")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq-sink")))]
     #[serde(rename = "rabbitmq")]
     RabbitMq(rabbitmq::RabbitMqSinkConfig),
     /// `redis::RedisSink`: an `XADD` per message.
     #[cfg(feature = "redis-sink")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-sink")))]
     Redis(redis::RedisSinkConfig),
 }
 

@@ -111,9 +111,11 @@ pub mod memory;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod periodic;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
 pub mod slow_log;
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
 
 /// What a dead-lettered head does to the rest of its ordering key.
