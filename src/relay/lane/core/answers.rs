@@ -56,6 +56,21 @@ impl LaneCore {
                 },
             );
         }
+        if !batch.unreadable.is_empty() {
+            for row in &batch.unreadable {
+                let outbox_id = row.outbox_id.map(|id| id.to_string());
+                tracing::warn!(lane = %self.key.lane, target = %self.key.target,
+                    outbox_id = outbox_id.as_deref().unwrap_or("?"), seq = row.seq,
+                    error = %row.error, "claimed row cannot be read; message dead-lettered");
+            }
+            self.emit(
+                out,
+                RelayEvent::UnreadableDeadLettered {
+                    lane: self.key.clone(),
+                    rows: batch.unreadable,
+                },
+            );
+        }
         let got = batch.messages.len();
         // A short answer means "nothing more" only if nothing came since it was asked.
         let more_since = std::mem::take(&mut self.more_since_claim);

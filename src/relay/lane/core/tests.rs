@@ -62,6 +62,7 @@ fn batch(messages: &[OutboxMessage]) -> Input {
     Input::Claimed(Ok(ClaimBatch {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
+        unreadable: Vec::new(),
         next_due: NextDue::Unknown,
     }))
 }
@@ -71,6 +72,7 @@ fn batch_saying(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
     Input::Claimed(Ok(ClaimBatch {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
+        unreadable: Vec::new(),
         next_due: NextDue::Known(due),
     }))
 }
@@ -222,6 +224,7 @@ fn one_flush_at_a_time_and_what_finishes_meanwhile_goes_out_together() {
         Input::Claimed(Ok(ClaimBatch {
             messages: messages.clone(),
             dead_lettered: Vec::new(),
+            unreadable: Vec::new(),
             next_due: NextDue::Unknown,
         })),
     );
