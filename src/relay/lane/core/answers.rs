@@ -96,10 +96,11 @@ impl LaneCore {
         let mut redeliveries = 0;
         for message in batch.messages {
             ids.push(message.outbox_id);
-            if self.book.holds(message.outbox_id) {
+            if self.book.holds_unfinished(message.outbox_id) {
                 // Our own delivery (or buffered claim) outlived its lease and we claimed it
                 // again. One delivery is enough: it adopts the fresh claim (the book moves
-                // it to this batch), so its ack lands with the current token.
+                // it to this batch), so its ack lands with the current token. (A finished
+                // one's ack carries the old token, so it is delivered again.)
                 continue;
             }
             if message.attempt_count > 1 {
@@ -133,7 +134,8 @@ impl LaneCore {
         now: Instant,
         out: &mut Vec<Command>,
     ) {
-        let Some(batch) = self.book.open(claims) else {
+        // The store started the leases after the send: none lapses before this.
+        let Some(batch) = self.book.open(claims, sent_at + self.config.lease) else {
             return;
         };
         let started = if self.config.lease_extend_margin.is_some() {

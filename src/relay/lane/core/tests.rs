@@ -21,6 +21,7 @@ mod drain;
 mod gates;
 mod hand_off;
 mod idle;
+mod lapse;
 mod lease;
 mod linger;
 mod runs;
