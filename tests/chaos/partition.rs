@@ -314,7 +314,7 @@ impl Relay {
         }
     }
 
-    fn sigterm(&mut self) -> std::process::ExitStatus {
+    async fn sigterm(&mut self) -> std::process::ExitStatus {
         let sent = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -330,7 +330,7 @@ impl Relay {
                 "relay {} ignores SIGTERM",
                 self.name
             );
-            std::thread::sleep(crate::POLL);
+            tokio::time::sleep(crate::POLL).await;
         }
     }
 }
@@ -537,7 +537,7 @@ async fn a_relay_cut_off_from_the_database_keeps_per_key_order_and_loses_nothing
         (0, 0, total, 0),
         "(pending, claimed, delivered, dead)"
     );
-    let exits = [a.sigterm(), b.sigterm()];
+    let exits = [a.sigterm().await, b.sigterm().await];
     assert!(
         exits.iter().all(|e| e.success()),
         "{exits:?}\n{}\n{}",
