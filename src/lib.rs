@@ -84,6 +84,8 @@
 //!   methods validate, plan dedupe within a batch (`store/enqueue.rs`) and record the store
 //!   metrics, so no backend does); `store/error.rs`:
 //!   `StoreError` (the operation and the driver's error as its source, `sqlstate()`);
+//!   `store/unreadable.rs`: what a claim does with a row it cannot read back into a message
+//!   (dead-letters it alone, `ClaimBatch::unreadable`);
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
 //!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement

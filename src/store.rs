@@ -29,9 +29,11 @@
 //!   claim had already used `max_attempts`.
 //! - **delivered**: written by [`OutboxStore::ack`]; claim fields cleared, `delivered_at`
 //!   set. Left only by [`OutboxStore::purge`].
-//! - **dead_letter**: written by a permanent nack, a nack that used the last attempt, or a
+//! - **dead_letter**: written by a permanent nack, a nack that used the last attempt, a
 //!   claim that finds a lapsed lease with no attempts left (its `last_error` then says the
-//!   lease lapsed). Left by an operator's requeue or discard, or by purge.
+//!   lease lapsed), or a claim that took a row it cannot read back into a message (its
+//!   `last_error` then starts with [`UNREADABLE_ROW_ERROR`]; see [`ClaimBatch::unreadable`]).
+//!   Left by an operator's requeue or discard, or by purge.
 //!
 //! **Fencing.** ack, nack, extend_lease and release act only on a row that is `claimed` with
 //! the same `claim_token`. Anything else is a lost claim: the answer says
@@ -117,6 +119,9 @@ pub mod slow_log;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;
+mod unreadable;
+
+pub use unreadable::UNREADABLE_ROW_ERROR;
 
 /// What a dead-lettered head does to the rest of its ordering key.
 #[derive(
@@ -207,6 +212,14 @@ pub struct ClaimBatch {
     /// Messages whose lapsed lease had used their last attempt: dead-lettered by this claim
     /// instead of being handed out again.
     pub dead_lettered: Vec<Uuid>,
+    /// Rows this claim took but could not read back into a message (`headers` that are not
+    /// a JSON object of strings, a count past its type, in SQLite a payload that is not
+    /// JSON: rows written by hand or by a bug): each dead-lettered alone, fenced on the claim's own
+    /// token, with a `last_error` naming the column ([`UNREADABLE_ROW_ERROR`]), while the
+    /// rows read beside it are handed out. Under [`OrderingPolicy::Block`] the messages of
+    /// its key claimed behind it are released instead, as its dead letter holds the key.
+    /// Always empty for the in-memory store, whose rows are typed messages.
+    pub unreadable: Vec<UnreadableRow>,
     /// When the claim returned fewer messages than its limit: what [`OutboxStore::next_due`]
     /// answers right after it (the leases it just handed out count, as running leases do),
     /// read in the same call. An idle lane that then acks what it got can sleep on this
@@ -215,6 +228,20 @@ pub struct ClaimBatch {
     /// may leave it [`NextDue::Unknown`] (PostgreSQL does, so its claim stays one
     /// statement), and the relay then rides a claim on the ack of its last message.
     pub next_due: NextDue,
+}
+
+/// A claimed row that could not be read back into a message, and was dead-lettered by the
+/// claim that found it (see [`ClaimBatch::unreadable`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableRow {
+    /// Its id, when that much could be read (a hand-written SQLite row may hold an id that
+    /// is not a UUID).
+    pub outbox_id: Option<Uuid>,
+    /// Its enqueue sequence.
+    pub seq: i64,
+    /// Why it cannot be read, as written to its `last_error`: [`UNREADABLE_ROW_ERROR`], the
+    /// column, and what is wrong with it.
+    pub error: String,
 }
 
 /// What a claim that came back short knows about the lane's next claimable message.

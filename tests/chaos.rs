@@ -8,6 +8,11 @@
 //!   (`tests/support/tcp_proxy.rs`) that the test cuts and restores; the lane must ride the
 //!   outage out (store errors, backoff, no restart), and its pool and its LISTEN/NOTIFY
 //!   listener must recover.
+//! - [`partition`]: two `outbox-relay run` processes deliver keyed messages to an HTTP
+//!   receiver in the test; one reaches PostgreSQL through a proxy that blackholes, then
+//!   cuts, its connections for longer than the lease, three times. No two requests of a
+//!   key in flight at once, first arrivals in per-key order, nothing lost, duplicates
+//!   within the claims held at the cuts.
 //!
 //! Each test has its own schema (`chaos_<uuid>`, dropped when the test ends, pass or fail),
 //! its own temporary directory and its own ports. Every wait polls a condition under a
@@ -32,6 +37,8 @@ use uuid::Uuid;
 mod database_outage;
 #[path = "chaos/killed_process.rs"]
 mod killed_process;
+#[path = "chaos/partition.rs"]
+mod partition;
 #[path = "support/stderr.rs"]
 mod stderr;
 #[path = "support/tcp_proxy.rs"]

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::delivery::FailureKind;
 use crate::metrics::StoreOp;
-use crate::store::NackOutcome;
+use crate::store::{NackOutcome, UnreadableRow};
 
 use super::{BreakerState, DrainReport, LaneKey, LaneState};
 
@@ -39,6 +39,15 @@ pub enum RelayEvent {
         lane: LaneKey,
         /// The dead-lettered messages.
         outbox_ids: Vec<Uuid>,
+    },
+    /// A claim took rows it could not read back into messages and dead-lettered each alone
+    /// (see [`ClaimBatch::unreadable`](crate::store::ClaimBatch::unreadable)); the rows
+    /// read beside them were handed out as usual.
+    UnreadableDeadLettered {
+        /// The lane.
+        lane: LaneKey,
+        /// The dead-lettered rows, each with why it cannot be read.
+        rows: Vec<UnreadableRow>,
     },
     /// A delivery succeeded and its ack was recorded.
     Delivered {

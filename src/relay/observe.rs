@@ -19,6 +19,7 @@ pub(crate) fn record(metrics: &LaneMetrics, event: &RelayEvent) {
             metrics.dead_lettered(outbox_ids.len() as u64);
             metrics.lease_expired(outbox_ids.len() as u64);
         }
+        RelayEvent::UnreadableDeadLettered { rows, .. } => metrics.dead_lettered(rows.len() as u64),
         RelayEvent::Delivered {
             duration,
             end_to_end,
@@ -61,6 +62,9 @@ pub(crate) fn count(counters: &LaneCounters, event: &RelayEvent) {
         }
         RelayEvent::LeaseLapsedDeadLettered { outbox_ids, .. } => {
             LaneCounters::add(&counters.dead_lettered, outbox_ids.len())
+        }
+        RelayEvent::UnreadableDeadLettered { rows, .. } => {
+            LaneCounters::add(&counters.dead_lettered, rows.len())
         }
         RelayEvent::Delivered { .. } => LaneCounters::add(&counters.delivered, 1),
         RelayEvent::LostClaim { .. } => LaneCounters::add(&counters.lost_claims, 1),

@@ -57,6 +57,7 @@ mod listener;
 mod schema;
 mod sql;
 mod sweep;
+mod unreadable;
 mod vacuum;
 
 use std::sync::atomic::{AtomicBool, Ordering};

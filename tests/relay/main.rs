@@ -31,6 +31,7 @@ mod pipeline;
 mod runs;
 mod shutdown;
 mod stores;
+mod unreadable;
 
 /// How long a test waits for an event before failing. On the paused clock this is virtual
 /// time, so it only has to exceed the longest timer a scenario expects to fire.

@@ -259,6 +259,18 @@ impl Cleanup for tempfile::TempDir {
 pub struct PgSchema(String);
 
 #[cfg(feature = "postgres")]
+impl PgSchema {
+    /// A fresh schema name, dropped by [`Cleanup::cleanup`].
+    pub fn new() -> Self {
+        Self(format!("r_{}", Uuid::new_v4().simple()))
+    }
+
+    pub fn name(&self) -> String {
+        self.0.clone()
+    }
+}
+
+#[cfg(feature = "postgres")]
 impl Cleanup for PgSchema {
     async fn cleanup(self) {
         let pool = sqlx::PgPool::connect(&pg_url()).await.unwrap();
@@ -273,7 +285,7 @@ impl Cleanup for PgSchema {
 }
 
 #[cfg(feature = "postgres")]
-fn pg_url() -> String {
+pub fn pg_url() -> String {
     std::env::var("OUTBOX_TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }

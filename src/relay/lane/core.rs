@@ -240,7 +240,9 @@ impl LaneCore {
                 elapsed,
             } => self.delivery_done(now, slot, outbox_id, result, elapsed, &mut out),
             Input::HandlerDied { slot, reason } => self.handler_died(now, slot, reason, &mut out),
-            Input::LeaseDue { batch, generation } => self.lease_due(batch, generation, &mut out),
+            Input::LeaseDue { batch, generation } => {
+                self.lease_due(now, batch, generation, &mut out)
+            }
             Input::Claimed(result) => {
                 let call = std::mem::replace(&mut self.claim, ClaimCall::Idle);
                 self.claimed(now, call, result, &mut out);
@@ -319,6 +321,12 @@ impl LaneCore {
             let Some(message) = self.buffer.next(|key| pool.key_running(key)) else {
                 break;
             };
+            if self.book.may_have_lapsed(message.outbox_id, now) {
+                // Never started past its lease: another claimer may hold it by now, or be
+                // delivering its key's message before it again.
+                self.drop_lapsed(&message, out);
+                continue;
+            }
             if let Some(slot) = self.pool.start(&message, now) {
                 out.push(Command::Deliver {
                     slot,

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
-use uuid::Uuid;
 
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
@@ -15,8 +14,9 @@ use crate::store::{
     OrderingPolicy, StoreError,
 };
 
-use super::decode::{self, db_error};
+use super::decode::db_error;
 use super::fenced::FencedBatch;
+use super::unreadable::sort_rows;
 use super::{interval, to_i64, unsigned, PostgresOutboxStore};
 
 /// Keys whose live rows changed, for `promote_heads`: (lane, target, key) as three arrays.
@@ -86,20 +86,19 @@ impl PostgresOutboxStore {
             .map_err(|e| db_error(op, e))?;
         let mut batch = ClaimBatch::default();
         let mut left = LeftKeys::default();
-        for (i, row) in rows.iter().enumerate() {
-            if i == 0 {
-                batch.dead_lettered = row.try_get("dead_ids").map_err(|e| db_error(op, e))?;
-                let keys: Vec<String> = row.try_get("dead_keys").map_err(|e| db_error(op, e))?;
-                for key in keys {
-                    left.push(request.lane.clone(), request.target.clone(), key);
-                }
-            }
-            let id: Option<Uuid> = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
-            if id.is_some() {
-                batch.messages.push(decode::message(row)?);
+        if let Some(row) = rows.first() {
+            batch.dead_lettered = row.try_get("dead_ids").map_err(|e| db_error(op, e))?;
+            let keys: Vec<String> = row.try_get("dead_keys").map_err(|e| db_error(op, e))?;
+            for key in keys {
+                left.push(request.lane.clone(), request.target.clone(), key);
             }
         }
         self.promote_heads(conn, &left, op).await?;
+        // Each row read on its own; one that cannot be read is dead-lettered in this
+        // transaction, before `next_due` looks at its key.
+        let sorted = sort_rows(&rows, request.ordering, op)?;
+        batch.unreadable = self.settle_unreadable(conn, &sorted, op).await?;
+        batch.messages = sorted.messages;
         if batch.messages.is_empty() {
             // After the claim, in its transaction, so a relay that sleeps on this answer
             // needs no `next_due` call of its own. Only for an empty claim: a relay that got
@@ -162,16 +161,12 @@ impl PostgresOutboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(op, e))?;
-        let mut batch = ClaimBatch::default();
         let mut lapsed_last = false;
         for row in &rows {
             lapsed_last = row.try_get("lapsed_last").map_err(|e| db_error(op, e))?;
-            let id: Option<Uuid> = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
-            if id.is_some() {
-                batch.messages.push(decode::message(row)?);
-            }
         }
-        Ok((batch, lapsed_last))
+        let sorted = sort_rows(&rows, request.ordering, op)?;
+        Ok((self.answer_committed(sorted, op).await, lapsed_last))
     }
 
     /// `next_due` on `executor`: the pool, or a claim's transaction.

@@ -10,8 +10,9 @@ use uuid::Uuid;
 use crate::store::StoreError;
 use crate::store::{ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy};
 
-use super::decode::{self, db_error, unsigned};
+use super::decode::{db_error, unsigned};
 use super::fenced::FencedBatch;
+use super::unreadable::sort_rows;
 use super::{to_i64, PostgresOutboxStore};
 
 /// What one call of the cycle function did.
@@ -58,23 +59,41 @@ impl PostgresOutboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(op, e))?;
-        let mut batch = ClaimBatch::default();
-        let mut applied = Vec::new();
+        let mut applied: Vec<i64> = Vec::new();
         let mut lapsed_last = false;
+        let mut due_ms = None;
         for row in &rows {
             let id: Option<Uuid> = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
-            if id.is_some() {
-                batch.messages.push(decode::message(row)?);
-                continue;
+            if id.is_none() {
+                // The last row: what the cycle did besides claiming.
+                applied = row.try_get("acked").map_err(|e| db_error(op, e))?;
+                lapsed_last = row.try_get("lapsed_last").map_err(|e| db_error(op, e))?;
+                due_ms = Some(
+                    row.try_get::<Option<i64>, _>("next_due_ms")
+                        .map_err(|e| db_error(op, e))?,
+                );
             }
-            // The last row: what the cycle did besides claiming.
-            let acked: Vec<i64> = row.try_get("acked").map_err(|e| db_error(op, e))?;
-            applied = acked;
-            lapsed_last = row.try_get("lapsed_last").map_err(|e| db_error(op, e))?;
-            if batch.messages.is_empty() && !lapsed_last {
-                let due: Option<i64> = row.try_get("next_due_ms").map_err(|e| db_error(op, e))?;
-                batch.next_due = NextDue::Known(due.map(|ms| Duration::from_millis(unsigned(ms))));
-            }
+        }
+        // Each row read on its own: one that cannot be read is dead-lettered alone, and
+        // the acks, committed by the function, are answered as applied all the same.
+        let sorted = sort_rows(&rows, request.ordering, op)?;
+        let settled = !sorted.unreadable.is_empty() || !sorted.held_back.is_empty();
+        let mut batch = self.answer_committed(sorted, op).await;
+        if batch.messages.is_empty() && !lapsed_last {
+            batch.next_due = if settled {
+                // The function answers no `next_due` for a claim that took rows, and a dead
+                // letter may have made its key's next message claimable now. The acks are
+                // committed: a failure here must not fail the call, so the lane asks later.
+                self.next_due_on(&self.pool, &request.lane, &request.target, request.ordering)
+                    .await
+                    .map_or(NextDue::Unknown, NextDue::Known)
+            } else {
+                NextDue::Known(
+                    due_ms
+                        .flatten()
+                        .map(|ms| Duration::from_millis(unsigned(ms))),
+                )
+            };
         }
         let applied = applied
             .into_iter()

@@ -8,6 +8,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
+use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
 use crate::store::StoreError;
 
 /// Maps a sqlx error of operation `op`. Lost or unreachable connections are
@@ -57,65 +58,107 @@ fn is_denied(code: &str) -> bool {
 
 /// Reads one message from a row selected with [`super::sql::columns`].
 pub(crate) fn message(row: &PgRow) -> Result<OutboxMessage, StoreError> {
-    let outbox_id: Uuid = row.try_get("outbox_id").map_err(|e| corrupt("?", e))?;
-    let id = outbox_id.to_string();
-    let get = |e: sqlx::Error| corrupt(&id, e);
-    let status: String = row.try_get("status").map_err(get)?;
-    let status: OutboxStatus = status.parse().map_err(|e| StoreError::Corrupt {
-        id: id.clone(),
+    let outbox_id: Uuid = row.try_get("outbox_id").map_err(|e| StoreError::Corrupt {
+        id: "?".into(),
+        reason: format!("outbox_id: {}", reason(e)),
+    })?;
+    read(row, outbox_id).map_err(|bad| StoreError::Corrupt {
+        id: outbox_id.to_string(),
+        reason: format!("{}: {}", bad.column, bad.reason),
+    })
+}
+
+/// Reads one row a claim returned: the message, or, when a column of it cannot be read, what
+/// it takes to dead-letter it (`store/unreadable.rs`). Only the columns the store itself
+/// types and fills (id, sequence, token, key) failing is an error.
+pub(crate) fn claimed(row: &PgRow, op: &str) -> Result<ClaimedRow, StoreError> {
+    let outbox_id: Uuid = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
+    match read(row, outbox_id) {
+        Ok(message) => Ok(ClaimedRow::Read(message)),
+        Err(bad) => {
+            let claim_token: Option<Uuid> =
+                row.try_get("claim_token").map_err(|e| db_error(op, e))?;
+            let claim_token = claim_token.ok_or_else(|| StoreError::Corrupt {
+                id: outbox_id.to_string(),
+                reason: format!("{op}: a claimed row without a claim token"),
+            })?;
+            Ok(ClaimedRow::Unreadable(Unreadable {
+                seq: row.try_get("seq").map_err(|e| db_error(op, e))?,
+                outbox_id: Some(outbox_id),
+                claim_token,
+                ordering_key: row.try_get("ordering_key").map_err(|e| db_error(op, e))?,
+                error: unreadable_error(bad.column, bad.reason),
+            }))
+        }
+    }
+}
+
+/// A column of a row that does not decode, and why.
+struct BadColumn {
+    column: &'static str,
+    reason: String,
+}
+
+/// The message in `row`, or the first column that does not decode.
+fn read(row: &PgRow, outbox_id: Uuid) -> Result<OutboxMessage, BadColumn> {
+    let status: String = get(row, "status")?;
+    let status: OutboxStatus = status.parse().map_err(|e| BadColumn {
+        column: "status",
         reason: format!("{e}"),
     })?;
-    let headers: serde_json::Value = row.try_get("headers").map_err(get)?;
+    let headers: serde_json::Value = get(row, "headers")?;
     let headers: BTreeMap<String, String> =
-        serde_json::from_value(headers).map_err(|e| StoreError::Corrupt {
-            id: id.clone(),
-            reason: format!("headers: {e}"),
+        serde_json::from_value(headers).map_err(|e| BadColumn {
+            column: "headers",
+            reason: format!("is not a JSON object of strings: {e}"),
         })?;
     Ok(OutboxMessage {
         outbox_id,
-        seq: row.try_get("seq").map_err(get)?,
-        lane: row.try_get("lane").map_err(get)?,
-        target: row.try_get("target").map_err(get)?,
-        payload: row
-            .try_get::<Box<serde_json::value::RawValue>, _>("payload")
-            .map(Payload::from)
-            .map_err(get)?,
+        seq: get(row, "seq")?,
+        lane: get(row, "lane")?,
+        target: get(row, "target")?,
+        payload: get::<Box<serde_json::value::RawValue>>(row, "payload").map(Payload::from)?,
         headers,
-        ordering_key: row.try_get("ordering_key").map_err(get)?,
-        dedupe_key: row.try_get("dedupe_key").map_err(get)?,
+        ordering_key: get(row, "ordering_key")?,
+        dedupe_key: get(row, "dedupe_key")?,
         status,
-        attempt_count: count(
-            &id,
-            "attempt_count",
-            row.try_get("attempt_count").map_err(get)?,
-        )?,
-        max_attempts: count(
-            &id,
-            "max_attempts",
-            row.try_get("max_attempts").map_err(get)?,
-        )?,
-        available_at: row.try_get("available_at").map_err(get)?,
-        claimed_by: row.try_get("claimed_by").map_err(get)?,
-        claim_token: row.try_get("claim_token").map_err(get)?,
-        lease_expires_at: row.try_get("lease_expires_at").map_err(get)?,
-        last_error: row.try_get("last_error").map_err(get)?,
-        created_at: row.try_get("created_at").map_err(get)?,
-        updated_at: row.try_get("updated_at").map_err(get)?,
-        delivered_at: row.try_get("delivered_at").map_err(get)?,
+        attempt_count: count(row, "attempt_count")?,
+        max_attempts: count(row, "max_attempts")?,
+        available_at: get(row, "available_at")?,
+        claimed_by: get(row, "claimed_by")?,
+        claim_token: get(row, "claim_token")?,
+        lease_expires_at: get(row, "lease_expires_at")?,
+        last_error: get(row, "last_error")?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+        delivered_at: get(row, "delivered_at")?,
     })
 }
 
-fn count(id: &str, column: &str, value: i64) -> Result<u32, StoreError> {
-    u32::try_from(value).map_err(|_| StoreError::Corrupt {
-        id: id.to_owned(),
-        reason: format!("{column} {value} is out of range"),
+fn get<'r, T>(row: &'r PgRow, column: &'static str) -> Result<T, BadColumn>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(column).map_err(|e| BadColumn {
+        column,
+        reason: reason(e),
     })
 }
 
-fn corrupt(id: &str, error: sqlx::Error) -> StoreError {
-    StoreError::Corrupt {
-        id: id.to_owned(),
-        reason: error.to_string(),
+fn count(row: &PgRow, column: &'static str) -> Result<u32, BadColumn> {
+    let value: i64 = get(row, column)?;
+    u32::try_from(value).map_err(|_| BadColumn {
+        column,
+        reason: format!("{value} is out of range (0 to {})", u32::MAX),
+    })
+}
+
+/// What went wrong in a column's decoding, without sqlx's "error occurred while decoding
+/// column" around it (the column is named by the caller).
+fn reason(error: sqlx::Error) -> String {
+    match error {
+        sqlx::Error::ColumnDecode { source, .. } => source.to_string(),
+        other => other.to_string(),
     }
 }
 

@@ -8,56 +8,106 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
+use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
 use crate::store::StoreError;
 
 /// Reads a message from a row selected with `schema::COLUMNS`.
 pub(super) fn decode(row: &SqliteRow) -> Result<OutboxMessage, StoreError> {
-    // The id first, so every later complaint can name the row.
-    let id_text: String = column(row, "outbox_id", "?")?;
-    let outbox_id = parse_uuid(&id_text, "outbox_id", &id_text)?;
-    let id = id_text.as_str();
-    let status_text: String = column(row, "status", id)?;
-    let payload: String = column(row, "payload", id)?;
-    let headers: String = column(row, "headers", id)?;
-    let claim_token: Option<String> = column(row, "claim_token", id)?;
-    Ok(OutboxMessage {
-        outbox_id,
-        seq: column(row, "seq", id)?,
-        lane: column(row, "lane", id)?,
-        target: column(row, "target", id)?,
-        payload: Payload::from_json(payload).map_err(|e| corrupt(id, "payload", e))?,
-        headers: serde_json::from_str::<BTreeMap<String, String>>(&headers)
-            .map_err(|e| corrupt(id, "headers", e))?,
-        ordering_key: column(row, "ordering_key", id)?,
-        dedupe_key: column(row, "dedupe_key", id)?,
-        status: status_text
-            .parse::<OutboxStatus>()
-            .map_err(|e| corrupt(id, "status", e))?,
-        attempt_count: count(row, "attempt_count", id)?,
-        max_attempts: count(row, "max_attempts", id)?,
-        available_at: column(row, "available_at", id)?,
-        claimed_by: column(row, "claimed_by", id)?,
-        claim_token: claim_token
-            .map(|token| parse_uuid(&token, "claim_token", id))
-            .transpose()?,
-        lease_expires_at: column(row, "lease_expires_at", id)?,
-        last_error: column(row, "last_error", id)?,
-        created_at: column(row, "created_at", id)?,
-        updated_at: column(row, "updated_at", id)?,
-        delivered_at: column(row, "delivered_at", id)?,
+    read(row).map_err(|bad| {
+        // The id first, so every later complaint can name the row.
+        let id: String = row.try_get("outbox_id").unwrap_or_else(|_| "?".to_owned());
+        corrupt(&id, bad.column, bad.reason)
     })
 }
 
-fn column<'r, T>(row: &'r SqliteRow, name: &str, id: &str) -> Result<T, StoreError>
+/// Reads one row a claim returned under `claim_token`: the message, or, when a column of
+/// it cannot be read, what it takes to dead-letter it (`store/unreadable.rs`). Only the
+/// sequence (the table's integer key) failing is an error.
+pub(super) fn claimed(row: &SqliteRow, claim_token: Uuid) -> Result<ClaimedRow, StoreError> {
+    let bad = match read(row) {
+        Ok(message) => return Ok(ClaimedRow::Read(message)),
+        Err(bad) => bad,
+    };
+    let seq: i64 = row.try_get("seq").map_err(db("claim"))?;
+    let outbox_id = row
+        .try_get::<String, _>("outbox_id")
+        .ok()
+        .and_then(|id| Uuid::parse_str(&id).ok());
+    Ok(ClaimedRow::Unreadable(Unreadable {
+        seq,
+        outbox_id,
+        claim_token,
+        ordering_key: row.try_get("ordering_key").ok().flatten(),
+        error: unreadable_error(bad.column, bad.reason),
+    }))
+}
+
+/// A column of a row that does not decode, and why.
+struct BadColumn {
+    column: &'static str,
+    reason: String,
+}
+
+impl BadColumn {
+    fn new(column: &'static str, reason: impl std::fmt::Display) -> Self {
+        Self {
+            column,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// The message in `row`, or the first column that does not decode.
+fn read(row: &SqliteRow) -> Result<OutboxMessage, BadColumn> {
+    let id_text: String = column(row, "outbox_id")?;
+    let outbox_id = Uuid::parse_str(&id_text).map_err(|e| BadColumn::new("outbox_id", e))?;
+    let status_text: String = column(row, "status")?;
+    let payload: String = column(row, "payload")?;
+    let headers: String = column(row, "headers")?;
+    let claim_token: Option<String> = column(row, "claim_token")?;
+    Ok(OutboxMessage {
+        outbox_id,
+        seq: column(row, "seq")?,
+        lane: column(row, "lane")?,
+        target: column(row, "target")?,
+        payload: Payload::from_json(payload).map_err(|e| BadColumn::new("payload", e))?,
+        headers: serde_json::from_str::<BTreeMap<String, String>>(&headers).map_err(|e| {
+            BadColumn::new("headers", format!("is not a JSON object of strings: {e}"))
+        })?,
+        ordering_key: column(row, "ordering_key")?,
+        dedupe_key: column(row, "dedupe_key")?,
+        status: status_text
+            .parse::<OutboxStatus>()
+            .map_err(|e| BadColumn::new("status", e))?,
+        attempt_count: count(row, "attempt_count")?,
+        max_attempts: count(row, "max_attempts")?,
+        available_at: column(row, "available_at")?,
+        claimed_by: column(row, "claimed_by")?,
+        claim_token: claim_token
+            .map(|token| Uuid::parse_str(&token).map_err(|e| BadColumn::new("claim_token", e)))
+            .transpose()?,
+        lease_expires_at: column(row, "lease_expires_at")?,
+        last_error: column(row, "last_error")?,
+        created_at: column(row, "created_at")?,
+        updated_at: column(row, "updated_at")?,
+        delivered_at: column(row, "delivered_at")?,
+    })
+}
+
+fn column<'r, T>(row: &'r SqliteRow, name: &'static str) -> Result<T, BadColumn>
 where
     T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
 {
-    row.try_get(name).map_err(|e| corrupt(id, name, e))
+    row.try_get(name).map_err(|e| match e {
+        sqlx::Error::ColumnDecode { source, .. } => BadColumn::new(name, source),
+        other => BadColumn::new(name, other),
+    })
 }
 
-fn count(row: &SqliteRow, name: &str, id: &str) -> Result<u32, StoreError> {
-    let value: i64 = column(row, name, id)?;
-    u32::try_from(value).map_err(|e| corrupt(id, name, e))
+fn count(row: &SqliteRow, name: &'static str) -> Result<u32, BadColumn> {
+    let value: i64 = column(row, name)?;
+    u32::try_from(value)
+        .map_err(|_| BadColumn::new(name, format!("{value} is out of range (0 to {})", u32::MAX)))
 }
 
 pub(super) fn parse_uuid(text: &str, field: &str, id: &str) -> Result<Uuid, StoreError> {

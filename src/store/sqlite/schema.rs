@@ -151,6 +151,9 @@ pub(super) struct Statements {
     pub(super) block: PolicyStatements,
     pub(super) dead_letter_lapsed: Arc<str>,
     pub(super) mark_claimed: Arc<str>,
+    /// Dead-letters claimed rows that cannot be read (`store/unreadable.rs`), fenced on
+    /// their claim tokens.
+    pub(super) dead_letter_unreadable: Arc<str>,
     /// `ack` for the rows an ack takes first: rows without a key, and keyed rows without
     /// the head mark (queued behind their key's head). See `write/fenced.rs`, `ack`.
     pub(super) ack_first: Arc<str>,
@@ -270,6 +273,18 @@ impl Statements {
                     FROM json_each(?1)) AS given
                 WHERE {t}.seq = given.pick
                 RETURNING {cols}"),
+            // ?1 `[[seq, claim_token, error], ...]`, ?2 now. By seq, not id: the id of an
+            // unreadable row may be what cannot be read.
+            dead_letter_unreadable: t("UPDATE {t} SET status = 'dead_letter',
+                    last_error = given.error, claimed_by = NULL, claim_token = NULL,
+                    lease_expires_at = NULL, updated_at = ?2
+                FROM (SELECT json_extract(value, '$[0]') AS pick,
+                        json_extract(value, '$[1]') AS token,
+                        json_extract(value, '$[2]') AS error
+                    FROM json_each(?1)) AS given
+                WHERE {t}.seq = given.pick AND +{t}.status = 'claimed'
+                    AND {t}.claim_token = given.token
+                RETURNING seq"),
             // ?1 `[[outbox_id, claim_token], ...]`, ?2 now.
             ack_first: t(&ACK.replace(
                 "{only}",

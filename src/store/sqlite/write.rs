@@ -19,13 +19,15 @@ use sqlx::{AssertSqlSafe, Row, Sqlite};
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
+use crate::store::unreadable::{self, ClaimedRow, SortedClaim, Unreadable};
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
     ClaimBatch, ClaimRequest, DraftBatch, Enqueued, MessageFilter, NextDue, StoreError,
+    UnreadableRow,
 };
 
 use super::filter::FilterSql;
-use super::row::{db, decode, int, json_text, parse_uuid, uuid_text};
+use super::row::{self, db, decode, int, json_text, parse_uuid, uuid_text};
 use super::schema::Statements;
 
 mod fenced;
@@ -204,7 +206,13 @@ pub(super) async fn claim(
         chosen.extend(ready.map_err(db(OP))?);
     }
     if !chosen.is_empty() {
-        batch.messages = mark_claimed(sql, conn, &chosen, request, now).await?;
+        // Each row read on its own: one that cannot be read is dead-lettered here, in the
+        // claim's transaction and before `next_due` looks at its key, while the rows read
+        // beside it are handed out (`store/unreadable.rs`).
+        let rows = mark_claimed(sql, conn, &chosen, request, now).await?;
+        let sorted = unreadable::sort(rows, request.ordering);
+        batch.unreadable = settle_unreadable(sql, conn, &sorted, now).await?;
+        batch.messages = sorted.messages;
     }
     if batch.messages.len() < request.limit {
         let due = super::read::next_due(
@@ -253,27 +261,81 @@ async fn mark_claimed(
     chosen: &[i64],
     request: &ClaimRequest,
     now: UnixMillis,
-) -> Result<Vec<OutboxMessage>, StoreError> {
-    let picks: Vec<(i64, String)> = chosen
+) -> Result<Vec<ClaimedRow>, StoreError> {
+    let picks: Vec<(i64, Uuid)> = chosen.iter().map(|seq| (*seq, Uuid::new_v4())).collect();
+    let given: Vec<(i64, String)> = picks
         .iter()
-        .map(|seq| (*seq, uuid_text(Uuid::new_v4())))
+        .map(|(seq, token)| (*seq, uuid_text(*token)))
         .collect();
     let rows = query(&sql.mark_claimed)
-        .bind(json_text(&picks, "claims")?)
+        .bind(json_text(&given, "claims")?)
         .bind(&request.consumer_id)
         .bind(now.saturating_add(request.lease))
         .bind(now)
         .fetch_all(&mut *conn)
         .await
         .map_err(db("claim"))?;
-    let mut messages = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
-    let position: HashMap<i64, usize> = chosen
+    let position: HashMap<i64, (usize, Uuid)> = picks
         .iter()
         .enumerate()
-        .map(|(i, seq)| (*seq, i))
+        .map(|(i, (seq, token))| (*seq, (i, *token)))
         .collect();
-    messages.sort_by_key(|message| position.get(&message.seq).copied());
-    Ok(messages)
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let seq: i64 = row.try_get("seq").map_err(db("claim"))?;
+        let Some(&(at, token)) = position.get(&seq) else {
+            return Err(StoreError::database(
+                "claim",
+                format!("claimed row {seq}, which no pick names"),
+            ));
+        };
+        claimed.push((at, row::claimed(row, token)?));
+    }
+    claimed.sort_by_key(|(at, _)| *at);
+    Ok(claimed.into_iter().map(|(_, row)| row).collect())
+}
+
+/// Dead-letters the unreadable rows of a claim, fenced on the tokens it just gave them,
+/// and releases the messages held back behind them (`Block`), in the claim's transaction.
+/// Answers the rows dead-lettered.
+async fn settle_unreadable(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    sorted: &SortedClaim,
+    now: UnixMillis,
+) -> Result<Vec<UnreadableRow>, StoreError> {
+    const OP: &str = "claim";
+    let mut dead = Vec::new();
+    if !sorted.unreadable.is_empty() {
+        let given: Vec<(i64, String, &str)> = sorted
+            .unreadable
+            .iter()
+            .map(|row| (row.seq, uuid_text(row.claim_token), row.error.as_str()))
+            .collect();
+        let rows = query(&sql.dead_letter_unreadable)
+            .bind(json_text(&given, "unreadable rows")?)
+            .bind(now)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db(OP))?;
+        let mut applied = HashSet::new();
+        for row in &rows {
+            applied.insert(row.try_get::<i64, _>(0).map_err(db(OP))?);
+        }
+        dead.extend(
+            sorted
+                .unreadable
+                .iter()
+                .filter(|row| applied.contains(&row.seq))
+                .map(Unreadable::answer),
+        );
+    }
+    if !sorted.held_back.is_empty() {
+        // Their key is held by the dead letter now: no wake-up would find them claimable.
+        let mut woken = Woken::new();
+        fenced::release(sql, conn, &sorted.held_back, now, &mut woken).await?;
+    }
+    Ok(dead)
 }
 
 /// Opens a savepoint: a part of the transaction that can be undone alone.

@@ -56,6 +56,21 @@ impl LaneCore {
                 },
             );
         }
+        if !batch.unreadable.is_empty() {
+            for row in &batch.unreadable {
+                let outbox_id = row.outbox_id.map(|id| id.to_string());
+                tracing::warn!(lane = %self.key.lane, target = %self.key.target,
+                    outbox_id = outbox_id.as_deref().unwrap_or("?"), seq = row.seq,
+                    error = %row.error, "claimed row cannot be read; message dead-lettered");
+            }
+            self.emit(
+                out,
+                RelayEvent::UnreadableDeadLettered {
+                    lane: self.key.clone(),
+                    rows: batch.unreadable,
+                },
+            );
+        }
         let got = batch.messages.len();
         // A short answer means "nothing more" only if nothing came since it was asked.
         let more_since = std::mem::take(&mut self.more_since_claim);
@@ -81,10 +96,11 @@ impl LaneCore {
         let mut redeliveries = 0;
         for message in batch.messages {
             ids.push(message.outbox_id);
-            if self.book.holds(message.outbox_id) {
+            if self.book.holds_unfinished(message.outbox_id) {
                 // Our own delivery (or buffered claim) outlived its lease and we claimed it
                 // again. One delivery is enough: it adopts the fresh claim (the book moves
-                // it to this batch), so its ack lands with the current token.
+                // it to this batch), so its ack lands with the current token. (A finished
+                // one's ack carries the old token, so it is delivered again.)
                 continue;
             }
             if message.attempt_count > 1 {
@@ -118,7 +134,8 @@ impl LaneCore {
         now: Instant,
         out: &mut Vec<Command>,
     ) {
-        let Some(batch) = self.book.open(claims) else {
+        // The store started the leases after the send: none lapses before this.
+        let Some(batch) = self.book.open(claims, sent_at + self.config.lease) else {
             return;
         };
         let started = if self.config.lease_extend_margin.is_some() {

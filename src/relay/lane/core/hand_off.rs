@@ -158,7 +158,7 @@ impl LaneCore {
             out.push(Command::Release(vec![claim]));
             return;
         }
-        if self.book.holds(message.outbox_id) {
+        if self.book.holds_unfinished(message.outbox_id) {
             return;
         }
         let outbox_id = message.outbox_id;

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Command, LaneCore};
+use crate::message::OutboxMessage;
 use crate::metrics::StoreOp;
 use crate::relay::RelayEvent;
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
@@ -20,7 +21,13 @@ impl LaneCore {
         }
     }
 
-    pub(super) fn lease_due(&mut self, batch: u64, generation: u64, out: &mut Vec<Command>) {
+    pub(super) fn lease_due(
+        &mut self,
+        now: Instant,
+        batch: u64,
+        generation: u64,
+        out: &mut Vec<Command>,
+    ) {
         let Some(claims) = self.book.due(batch, generation) else {
             return; // every claim of the batch was settled: a stale timer
         };
@@ -29,17 +36,10 @@ impl LaneCore {
             // are fenced by the store if another claimer took them); buffered ones are
             // dropped, since starting them now would race the next claimer.
             let ids: Vec<Uuid> = claims.iter().map(|c| c.outbox_id).collect();
-            self.lapse(&ids);
-            self.emit(
-                out,
-                RelayEvent::LeaseExpired {
-                    lane: self.key.clone(),
-                    outbox_ids: ids,
-                },
-            );
+            self.lapse_and_report(&ids, out);
             return;
         }
-        if let Some(generation) = self.book.bump(batch) {
+        if let Some(generation) = self.book.bump(batch, now) {
             out.push(Command::Extend {
                 batch,
                 generation,
@@ -48,8 +48,17 @@ impl LaneCore {
         }
     }
 
-    /// These claims' leases lapsed for good: stop extending them, drop buffered ones.
-    pub(super) fn lapse(&mut self, outbox_ids: &[Uuid]) {
+    /// These claims' leases lapsed for good (or may have): stop extending them, drop the
+    /// buffered ones, and hand back the buffered messages of the keys of finished ones
+    /// whose ack or nack is unrecorded: another claimer may be delivering such a message
+    /// again, and the next of its key must not run beside it. Reports the lapse of all
+    /// but the finished ones, whose ack or nack answers for them.
+    pub(super) fn lapse_and_report(&mut self, outbox_ids: &[Uuid], out: &mut Vec<Command>) {
+        let finished: Vec<Uuid> = outbox_ids
+            .iter()
+            .copied()
+            .filter(|id| self.book.is_finished(*id))
+            .collect();
         self.book.lapse(outbox_ids);
         let dropped = self
             .buffer
@@ -58,8 +67,46 @@ impl LaneCore {
             self.book.close(message.outbox_id);
             self.gates.forget(message.outbox_id);
         }
+        for outbox_id in &finished {
+            if let Some(key) = self.outcomes.key_of(*outbox_id) {
+                self.release_key(&key, out);
+            }
+        }
         // Lapsed rows are claimable again, by anyone.
         self.forget_due();
+        let expired: Vec<Uuid> = outbox_ids
+            .iter()
+            .copied()
+            .filter(|id| !finished.contains(id))
+            .collect();
+        if !expired.is_empty() {
+            self.emit(
+                out,
+                RelayEvent::LeaseExpired {
+                    lane: self.key.clone(),
+                    outbox_ids: expired,
+                },
+            );
+        }
+    }
+
+    /// A buffered message taken to start whose lease may have lapsed: it is not started
+    /// (another claimer may hold it by now), and counts as lapsed.
+    pub(super) fn drop_lapsed(&mut self, message: &OutboxMessage, out: &mut Vec<Command>) {
+        let outbox_id = message.outbox_id;
+        tracing::info!(lane = %self.key, %outbox_id,
+            "lease may have lapsed before the delivery could start; not started");
+        self.book.lapse(&[outbox_id]);
+        self.book.close(outbox_id);
+        self.gates.forget(outbox_id);
+        self.forget_due();
+        self.emit(
+            out,
+            RelayEvent::LeaseExpired {
+                lane: self.key.clone(),
+                outbox_ids: vec![outbox_id],
+            },
+        );
     }
 
     pub(super) fn extended(
@@ -74,6 +121,7 @@ impl LaneCore {
         let next_check = match result {
             Ok(outcomes) => {
                 self.store_ok();
+                self.book.extended(batch, generation, self.config.lease);
                 let extended = outcomes
                     .iter()
                     .filter(|o| **o == ClaimOutcome::Applied)
@@ -96,19 +144,19 @@ impl LaneCore {
                 }
                 if !lapsed.is_empty() {
                     // Lost for good: each lapse is reported once, then no longer extended.
-                    self.lapse(&lapsed);
-                    self.emit(
-                        out,
-                        RelayEvent::LeaseExpired {
-                            lane: self.key.clone(),
-                            outbox_ids: lapsed,
-                        },
-                    );
+                    self.lapse_and_report(&lapsed, out);
                 }
                 self.lease_check_delay()
             }
             Err(error) => {
                 self.store_failed(now, StoreOp::ExtendLease, &error, out);
+                if self.book.batch_may_have_lapsed(batch, now) {
+                    // Past the earliest lapse with no extension applied: the store may
+                    // hand these claims to another claimer now. None of them starts here
+                    // again; running ones go on, their acks fenced by the store.
+                    let ids: Vec<Uuid> = claims.iter().map(|c| c.outbox_id).collect();
+                    self.lapse_and_report(&ids, out);
+                }
                 // Try again well before the margin is used up.
                 self.config.lease_extend_margin.unwrap_or(self.config.lease) / 4
             }

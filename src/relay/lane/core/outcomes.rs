@@ -80,6 +80,15 @@ impl Outcomes {
         self.len() == 0
     }
 
+    /// The ordering key of an unrecorded outcome's message, if it has one.
+    pub(super) fn key_of(&self, outbox_id: Uuid) -> Option<String> {
+        let acks = self.acks.iter().chain(&self.acking).map(|d| &d.running);
+        let nacks = self.nacks.iter().chain(&self.nacking).map(|f| &f.running);
+        acks.chain(nacks)
+            .find(|running| running.message.outbox_id == outbox_id)
+            .and_then(|running| running.message.ordering_key.clone())
+    }
+
     /// Begins a flush unless one is in flight: the acks first (they free rows and ordering
     /// keys), else the nacks.
     pub(super) fn start_flush(&mut self) -> Option<Flush> {
@@ -200,7 +209,8 @@ impl LaneCore {
             }
         }
         self.count_completed();
-        let Some(claim) = self.book.close(outbox_id) else {
+        // Held, and extended, until its ack or nack is recorded (`book.rs`).
+        let Some(claim) = self.book.finish(outbox_id) else {
             return;
         };
         match result {
@@ -248,7 +258,7 @@ impl LaneCore {
         }
         self.gates.observe(now, outbox_id, true, None);
         self.count_completed();
-        if let Some(claim) = self.book.close(outbox_id) {
+        if let Some(claim) = self.book.finish(outbox_id) {
             let ran = running.ran(now);
             self.outcomes.failed(Failed {
                 running,
@@ -273,6 +283,7 @@ impl LaneCore {
         };
         self.store_ok();
         for (delivered, outcome) in acking.into_iter().zip(outcomes) {
+            self.book.settle(delivered.claim);
             let message = &delivered.running.message;
             let outbox_id = message.outbox_id;
             if message.ordering_key.is_some() {
@@ -332,6 +343,7 @@ impl LaneCore {
         // A retry is now due at some later time: the idle sleep must be asked again.
         self.forget_due();
         for (failed, outcome) in nacking.into_iter().zip(outcomes) {
+            self.book.settle(failed.claim);
             let outbox_id = failed.running.message.outbox_id;
             log_failure(&self.key, outbox_id, &failed, outcome);
             self.emit(

@@ -21,6 +21,7 @@ mod drain;
 mod gates;
 mod hand_off;
 mod idle;
+mod lapse;
 mod lease;
 mod linger;
 mod runs;
@@ -62,6 +63,7 @@ fn batch(messages: &[OutboxMessage]) -> Input {
     Input::Claimed(Ok(ClaimBatch {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
+        unreadable: Vec::new(),
         next_due: NextDue::Unknown,
     }))
 }
@@ -71,6 +73,7 @@ fn batch_saying(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
     Input::Claimed(Ok(ClaimBatch {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
+        unreadable: Vec::new(),
         next_due: NextDue::Known(due),
     }))
 }
@@ -222,6 +225,7 @@ fn one_flush_at_a_time_and_what_finishes_meanwhile_goes_out_together() {
         Input::Claimed(Ok(ClaimBatch {
             messages: messages.clone(),
             dead_lettered: Vec::new(),
+            unreadable: Vec::new(),
             next_due: NextDue::Unknown,
         })),
     );

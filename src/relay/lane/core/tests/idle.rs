@@ -8,6 +8,7 @@ fn short_batch(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
     Input::Claimed(Ok(ClaimBatch {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
+        unreadable: Vec::new(),
         next_due: NextDue::Known(due),
     }))
 }

@@ -164,6 +164,7 @@ impl Sim {
         ClaimBatch {
             messages,
             dead_lettered: Vec::new(),
+            unreadable: Vec::new(),
             next_due: NextDue::Known(next_due),
         }
     }
