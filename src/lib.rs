@@ -127,8 +127,9 @@
 //!   messages and dead letters, defaults as consts) and `RetentionTask`, which purges
 //!   them in bounded batches apart from the lanes.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
-//!   opens the store a URL names; `database/redact.rs` keeps passwords out of every
-//!   printed URL.
+//!   opens the store a URL names.
+//! - `src/redact.rs` (private): `redact`, which keeps credentials (user info, query
+//!   values) out of every URL the crate prints: database and sink URLs alike.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`) and the admin
 //!   commands (`status`, `enqueue`, `dead-letters`, `purge`, `migrate`), `pause` and
 //!   `resume` of a running daemon, and the SIGHUP reload (`reload.rs`).
@@ -148,6 +149,7 @@ pub mod delivery;
 pub mod message;
 pub mod metrics;
 mod named;
+mod redact;
 pub mod relay;
 pub mod retention;
 pub mod retry;

@@ -23,8 +23,21 @@
 //! | 408, 425, 429, 5xx, connect errors, timeouts | retryable; `Retry-After` (seconds or an HTTP date) is the floor of the backoff |
 //! | 3xx (redirects are not followed unless `max_redirects` says so), 410 and every other 4xx | permanent: dead letter, with the status and the first bytes of the body |
 //!
+//! Credentials go in headers rather than in the URL: `headers_env` maps a header to the
+//! environment variable holding its value, read when the sink is built, and `headers` holds
+//! values that are not secret:
+//!
+//! ```toml
+//! sink = { kind = "webhook", url = "https://hooks.example.com/in", headers_env = { Authorization = "WEBHOOK_AUTH" }, headers = { X-Source = "outbox-relay" } }
+//! ```
+//!
+//! They are sent with every request, over the message's headers of the same name. A URL
+//! printed anywhere (errors, logs, dead letters) shows `***` for its user info and query
+//! values.
+//!
 //! All the lane's handlers share the sink, so they share one connection pool.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -38,11 +51,12 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use super::template::{percent_encode, Template};
-use super::{payload_bytes, read_secret, SinkBuildError};
+use super::{payload_bytes, read_secret, read_variable, SinkBuildError};
 use crate::config::duration::HumanDuration;
 use crate::config::ConfigError;
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
+use crate::redact::redact;
 
 /// How long one request may take, unless configured.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,6 +70,15 @@ const CLIENT_OWNED_HEADERS: [&str; 5] = [
     "connection",
     "host",
     "upgrade",
+];
+
+/// Headers the sink sets itself, which configured headers may not replace.
+const SINK_OWNED_HEADERS: [&str; 5] = [
+    "content-type",
+    "webhook-id",
+    "idempotency-key",
+    "webhook-timestamp",
+    "webhook-signature",
 ];
 
 // ---- config ----------------------------------------------------------------------------
@@ -80,6 +103,14 @@ pub struct WebhookSinkConfig {
     /// How many redirects to follow. Default 0: a redirect is a permanent failure.
     #[serde(default)]
     pub max_redirects: usize,
+    /// Headers sent with every request, values as written: for values that are not secret.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Headers sent with every request, each value read from the environment variable named
+    /// here when the sink is built: `{ Authorization = "WEBHOOK_AUTH" }`. For credentials,
+    /// which then sit neither in the file nor in the URL.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_env: BTreeMap<String, String>,
 }
 
 fn default_method() -> String {
@@ -99,6 +130,8 @@ impl WebhookSinkConfig {
             secret_env: None,
             timeout: default_timeout(),
             max_redirects: 0,
+            headers: BTreeMap::new(),
+            headers_env: BTreeMap::new(),
         }
     }
 
@@ -108,12 +141,15 @@ impl WebhookSinkConfig {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(ConfigError::new(
                 format!("{field}.url"),
-                format!("{url:?} is not an http:// or https:// URL"),
+                format!("{:?} is not an http:// or https:// URL", redact(url)),
             ));
         }
         if let Some(url) = self.url.as_literal() {
             reqwest::Url::parse(&url).map_err(|error| {
-                ConfigError::new(format!("{field}.url"), format!("{url:?}: {error}"))
+                ConfigError::new(
+                    format!("{field}.url"),
+                    format!("{:?}: {error}", redact(&url)),
+                )
             })?;
         }
         self.method()
@@ -132,13 +168,78 @@ impl WebhookSinkConfig {
                 ));
             }
         }
+        for (name, value) in &self.headers {
+            let at = format!("{field}.headers.{name}");
+            header_name(name).map_err(|reason| ConfigError::new(&at, reason))?;
+            if self.headers_env.contains_key(name) {
+                return Err(ConfigError::new(at, "is set in headers_env too"));
+            }
+            // Not the value in the message: it may be meant as a secret after all.
+            HeaderValue::from_str(value).map_err(|_| {
+                ConfigError::new(at, "is not a valid HTTP header value (visible ASCII)")
+            })?;
+        }
+        for (name, variable) in &self.headers_env {
+            let at = format!("{field}.headers_env.{name}");
+            header_name(name).map_err(|reason| ConfigError::new(&at, reason))?;
+            if variable.trim().is_empty() {
+                return Err(ConfigError::new(at, "must name an environment variable"));
+            }
+        }
         Ok(())
     }
 
+    /// The configured headers, `headers_env` values read from the environment; errors name
+    /// the field and the variable, never the value.
+    fn configured_headers(&self, field: &str) -> Result<HeaderMap, SinkBuildError> {
+        let mut headers = HeaderMap::with_capacity(self.headers.len() + self.headers_env.len());
+        for (name, value) in &self.headers {
+            let at = format!("{field}.headers.{name}");
+            let name = header_name(name).map_err(|reason| SinkBuildError::new(&at, reason))?;
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                SinkBuildError::new(at, "is not a valid HTTP header value (visible ASCII)")
+            })?;
+            headers.insert(name, value);
+        }
+        for (name, variable) in &self.headers_env {
+            let at = format!("{field}.headers_env.{name}");
+            let header = header_name(name).map_err(|reason| SinkBuildError::new(&at, reason))?;
+            let secret = read_variable(&at, variable)?;
+            let mut value = HeaderValue::from_str(&secret).map_err(|_| {
+                SinkBuildError::new(
+                    at,
+                    format!("the environment variable {variable} is not a valid HTTP header value (visible ASCII)"),
+                )
+            })?;
+            // Kept out of reqwest's and hyper's debug output.
+            value.set_sensitive(true);
+            headers.insert(header, value);
+        }
+        Ok(headers)
+    }
+
+    /// The HTTP method, parsed.
     fn method(&self) -> Result<Method, String> {
         Method::from_bytes(self.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| format!("{:?} is not an HTTP method", self.method))
     }
+}
+
+/// A configured header's name: valid in HTTP, and neither one the HTTP client sets nor one
+/// the sink sets itself.
+fn header_name(name: &str) -> Result<HeaderName, String> {
+    let header = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("{name:?} is not a valid HTTP header name"))?;
+    if CLIENT_OWNED_HEADERS
+        .iter()
+        .chain(&SINK_OWNED_HEADERS)
+        .any(|owned| header.as_str() == *owned)
+    {
+        return Err(format!(
+            "{name} is set by the sink itself and cannot be configured"
+        ));
+    }
+    Ok(header)
 }
 
 /// The signing keys of a webhook sink: one or more `whsec_<base64>` secrets.
@@ -199,12 +300,25 @@ impl WebhookSigner {
 // ---- build -----------------------------------------------------------------------------
 
 /// Delivers a message as an HTTP request.
-#[derive(Debug)]
 pub struct WebhookSink {
     client: reqwest::Client,
     url: Template,
     method: Method,
     signer: Option<WebhookSigner>,
+    /// `headers` and `headers_env`, values resolved.
+    configured: HeaderMap,
+}
+
+impl fmt::Debug for WebhookSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Neither credentials in the URL nor header values.
+        f.debug_struct("WebhookSink")
+            .field("url", &redact(self.url.as_str()))
+            .field("method", &self.method)
+            .field("signer", &self.signer)
+            .field("headers", &self.configured.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl WebhookSink {
@@ -225,13 +339,18 @@ impl WebhookSink {
             }
             None => None,
         };
-        Self::new(config, signer).map_err(|error| {
+        let configured = config.configured_headers(field)?;
+        let mut sink = Self::new(config, signer).map_err(|error| {
             SinkBuildError::new(field.to_owned(), "cannot build the HTTP client").with_source(error)
-        })
+        })?;
+        sink.configured = configured;
+        Ok(sink)
     }
 
     /// The sink `config` describes, signing with `signer` (a library user's own secret,
-    /// rather than one from the environment); `config.secret_env` is ignored.
+    /// rather than one from the environment); `config.secret_env` and `config.headers_env`
+    /// are ignored (`config.headers` are sent; an invalid one is left out, as `validate`
+    /// would have refused it).
     pub fn new(
         config: &WebhookSinkConfig,
         signer: Option<WebhookSigner>,
@@ -250,6 +369,13 @@ impl WebhookSink {
             // `validate` has checked it; POST is the documented default.
             method: config.method().unwrap_or(Method::POST),
             signer,
+            configured: config
+                .headers
+                .iter()
+                .filter_map(|(name, value)| {
+                    Some((header_name(name).ok()?, HeaderValue::from_str(value).ok()?))
+                })
+                .collect(),
         })
     }
 
@@ -276,6 +402,11 @@ impl WebhookSink {
                 DeliveryError::permanent(format!("the value of header {name} is not valid in HTTP"))
             })?;
             headers.insert(name, value);
+        }
+        // The configured ones replace a message's header of the same name: a producer
+        // cannot swap the credentials.
+        for (name, value) in &self.configured {
+            headers.insert(name, value.clone());
         }
         // Ours come last, so a message header cannot override the id or the signature.
         let id = message.outbox_id.to_string();
@@ -308,7 +439,7 @@ impl DeliveryHandler for WebhookSink {
             .render_with(message, percent_encode)
             .map_err(DeliveryError::permanent)?;
         let url = reqwest::Url::parse(&url).map_err(|error| {
-            DeliveryError::permanent(format!("the URL {url:?} is not valid: {error}"))
+            DeliveryError::permanent(format!("the URL {:?} is not valid: {error}", redact(&url)))
         })?;
         let body = payload_bytes(message);
         let timestamp = SystemTime::now()
@@ -336,7 +467,7 @@ impl DeliveryHandler for WebhookSink {
         let body = response.bytes().await.unwrap_or_default();
         let error = WebhookError::Status {
             method: self.method.clone(),
-            url: url.to_string(),
+            url: redact(url.as_str()),
             status,
             body: String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_PREFIX)]).into_owned(),
         };
@@ -355,7 +486,7 @@ pub enum WebhookError {
     Status {
         /// The request's method.
         method: Method,
-        /// The request's URL.
+        /// The request's URL, its user info and query values hidden.
         url: String,
         /// The status.
         status: StatusCode,
@@ -367,9 +498,9 @@ pub enum WebhookError {
     Request {
         /// The request's method.
         method: Method,
-        /// The request's URL.
+        /// The request's URL, its user info and query values hidden.
         url: String,
-        /// What reqwest said.
+        /// What reqwest said (without the URL, which may hold credentials).
         #[source]
         source: reqwest::Error,
     },
@@ -395,8 +526,9 @@ fn request_failed(method: &Method, url: &reqwest::Url, source: reqwest::Error) -
     let permanent = source.is_builder();
     let error = WebhookError::Request {
         method: method.clone(),
-        url: url.to_string(),
-        source,
+        url: redact(url.as_str()),
+        // reqwest's message names the URL as given, credentials and all.
+        source: source.without_url(),
     };
     if permanent {
         DeliveryError::permanent(error)
