@@ -88,14 +88,26 @@ async fn serve(
     // Sinks are built before the store is opened: a sink that cannot be built (a secret
     // missing from the environment, a broker that cannot be reached, a missing JetStream
     // stream) stops the start with exit 2, naming the lane's field (and the variable).
-    let mut handlers = Vec::with_capacity(lanes.len());
-    for (lane, sink) in &lanes {
-        let handler = sink
-            .build(&format!("lanes[{}].sink", lane.name()))
-            .await
-            .map_err(|error| Failure::input(format!("config error: {error}")))?;
-        handlers.push(handler);
-    }
+    // Connecting to a broker can take up to its connect_timeout; a signal meanwhile stops
+    // the relay at once (nothing is claimed yet).
+    let building = async {
+        let mut handlers = Vec::with_capacity(lanes.len());
+        for (lane, sink) in &lanes {
+            let handler = sink
+                .build(&format!("lanes[{}].sink", lane.name()))
+                .await
+                .map_err(|error| Failure::input(format!("config error: {error}")))?;
+            handlers.push(handler);
+        }
+        Ok::<_, Failure>(handlers)
+    };
+    let handlers = tokio::select! {
+        handlers = building => handlers?,
+        signal = signals.next() => {
+            tracing::info!(signal, "stopped during start-up, while the sinks were being built");
+            return Ok(());
+        }
+    };
 
     // Reaching the database can take up to connect_timeout; a signal meanwhile stops the
     // relay at once (nothing is claimed yet, so there is nothing to hand back).
@@ -147,12 +159,24 @@ async fn serve(
     let cause = loop {
         tokio::select! {
             signal = signals.next() => break Stop::Signal(signal),
-            // A reload runs to its end (a drain takes at most shutdown_timeout): a SIGTERM
-            // meanwhile waits for it rather than cut a lane change in half.
+            // A reload reads the file and builds the new sinks first, which a signal cuts
+            // short (a broker that does not answer must not keep the relay from stopping);
+            // the lane changes then run to their end (a drain takes at most
+            // shutdown_timeout): a SIGTERM meanwhile waits for them rather than cut a lane
+            // change in half.
             _ = hangup.recv() => {
-                running
-                    .reload(config_path.as_deref(), &relay, setup.config.shutdown_timeout())
-                    .await;
+                let prepared = tokio::select! {
+                    prepared = running.prepare(config_path.as_deref()) => prepared,
+                    signal = signals.next() => {
+                        tracing::info!(signal, "SIGHUP: reload abandoned while its sinks were being built; lanes unchanged");
+                        break Stop::Signal(signal);
+                    }
+                };
+                if let Some(prepared) = prepared {
+                    running
+                        .apply(prepared, &relay, setup.config.shutdown_timeout())
+                        .await;
+                }
             }
             refusal = &mut refused => break match refusal {
                 Ok(refusal) => Stop::Refused(refusal),
