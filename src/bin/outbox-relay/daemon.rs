@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::config::file::MetricsListen;
+use outbox_relay::config::ListenerConfig;
 use outbox_relay::database::CreateMode;
 use outbox_relay::metrics::control::LaneControl;
 use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
@@ -75,14 +76,31 @@ async fn serve(
     let metrics_listen = args.metrics_listen.unwrap_or(setup.config.metrics_listen);
     // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
     let readiness = Readiness::new();
-    // `outbox-relay pause|resume` reach the relay here once it runs.
-    let control = LaneControl::new();
+    // `outbox-relay pause|resume` reach the relay here once it runs, with the token; without
+    // one configured the control routes are off.
+    let token = setup.config.listener.control_token().map_err(|error| {
+        Failure::input(format!("config error: {}: {}", error.field, error.reason))
+    })?;
+    let control = match token {
+        Some(token) => LaneControl::with_token(token),
+        None => LaneControl::new(),
+    };
     if let MetricsListen::Listen(addr) = metrics_listen {
-        install_metrics_exporter(addr, readiness.clone(), control.clone())?;
-        tracing::info!(
-            %addr,
-            "serving Prometheus metrics, /healthz, /readyz and (to loopback) POST /lanes/…/pause|resume"
-        );
+        let limits = setup.config.listener.to_config();
+        install_metrics_exporter(addr, readiness.clone(), control.clone(), limits)?;
+        if control.is_on() {
+            tracing::info!(
+                %addr,
+                max_connections = limits.max_connections,
+                "serving Prometheus metrics, /healthz, /readyz and (to loopback, with the control token) POST /lanes/…/pause|resume"
+            );
+        } else {
+            tracing::info!(
+                %addr,
+                max_connections = limits.max_connections,
+                "serving Prometheus metrics, /healthz and /readyz; lane control is off (no listener.control_token_env or control_token_file)"
+            );
+        }
     }
 
     // Sinks are built before the store is opened: a sink that cannot be built (a secret
@@ -421,8 +439,9 @@ fn install_metrics_exporter(
     addr: SocketAddr,
     readiness: Readiness,
     control: LaneControl,
+    limits: ListenerConfig,
 ) -> Result<(), Failure> {
-    outbox_relay::metrics::install_prometheus_exporter_with_control(addr, readiness, control)
+    outbox_relay::metrics::install_prometheus_exporter_with_listener(addr, readiness, control, limits)
         .map(drop)
         .map_err(|error| {
             Failure::input(format!(
