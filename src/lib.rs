@@ -104,7 +104,8 @@
 //!   `rabbitmq-sink`, `redis-sink`), and `sinks::template` (destinations over lane, target
 //!   and headers).
 //! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`,
-//!   the gates' `RateLimit` and `CircuitBreakerConfig`;
+//!   the gates' `RateLimit` and `CircuitBreakerConfig`, the listener's `ListenerConfig` and
+//!   `ControlToken` (`config/listener.rs`);
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
@@ -118,8 +119,10 @@
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
 //!   `FailureKind` and `LaneState`, and `StoreOp`), `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
-//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`) and
-//!   `metrics::control` (its `/lanes/…/pause|resume`).
+//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`, the last from
+//!   a check run at most once a second), `metrics::control` (its `/lanes/…/pause|resume`,
+//!   behind the control token) and `metrics::listener` (its connections: header-read and
+//!   idle timeouts, a connection cap).
 //!   `src/named.rs` (private) holds `label_values!`, the macro that makes those fixed sets.
 //! - [`trace_context`]: W3C trace context in message headers (feature `otel`): captured
 //!   at enqueue, the delivery span's parent.
