@@ -51,35 +51,19 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use super::template::{percent_encode, Template};
-use super::{payload_bytes, read_secret, read_variable, SinkBuildError};
+use super::{payload_bytes, read_secret, SinkBuildError};
 use crate::config::duration::HumanDuration;
 use crate::config::ConfigError;
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
 use crate::redact::redact;
 
+mod headers;
+
 /// How long one request may take, unless configured.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many bytes of an error response's body a permanent error keeps.
 pub const ERROR_BODY_PREFIX: usize = 256;
-
-/// Message headers the sink does not forward: the HTTP client sets them.
-const CLIENT_OWNED_HEADERS: [&str; 5] = [
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "host",
-    "upgrade",
-];
-
-/// Headers the sink sets itself, which configured headers may not replace.
-const SINK_OWNED_HEADERS: [&str; 5] = [
-    "content-type",
-    "webhook-id",
-    "idempotency-key",
-    "webhook-timestamp",
-    "webhook-signature",
-];
 
 // ---- config ----------------------------------------------------------------------------
 
@@ -168,54 +152,8 @@ impl WebhookSinkConfig {
                 ));
             }
         }
-        for (name, value) in &self.headers {
-            let at = format!("{field}.headers.{name}");
-            header_name(name).map_err(|reason| ConfigError::new(&at, reason))?;
-            if self.headers_env.contains_key(name) {
-                return Err(ConfigError::new(at, "is set in headers_env too"));
-            }
-            // Not the value in the message: it may be meant as a secret after all.
-            HeaderValue::from_str(value).map_err(|_| {
-                ConfigError::new(at, "is not a valid HTTP header value (visible ASCII)")
-            })?;
-        }
-        for (name, variable) in &self.headers_env {
-            let at = format!("{field}.headers_env.{name}");
-            header_name(name).map_err(|reason| ConfigError::new(&at, reason))?;
-            if variable.trim().is_empty() {
-                return Err(ConfigError::new(at, "must name an environment variable"));
-            }
-        }
+        headers::validate(&self.headers, &self.headers_env, field)?;
         Ok(())
-    }
-
-    /// The configured headers, `headers_env` values read from the environment; errors name
-    /// the field and the variable, never the value.
-    fn configured_headers(&self, field: &str) -> Result<HeaderMap, SinkBuildError> {
-        let mut headers = HeaderMap::with_capacity(self.headers.len() + self.headers_env.len());
-        for (name, value) in &self.headers {
-            let at = format!("{field}.headers.{name}");
-            let name = header_name(name).map_err(|reason| SinkBuildError::new(&at, reason))?;
-            let value = HeaderValue::from_str(value).map_err(|_| {
-                SinkBuildError::new(at, "is not a valid HTTP header value (visible ASCII)")
-            })?;
-            headers.insert(name, value);
-        }
-        for (name, variable) in &self.headers_env {
-            let at = format!("{field}.headers_env.{name}");
-            let header = header_name(name).map_err(|reason| SinkBuildError::new(&at, reason))?;
-            let secret = read_variable(&at, variable)?;
-            let mut value = HeaderValue::from_str(&secret).map_err(|_| {
-                SinkBuildError::new(
-                    at,
-                    format!("the environment variable {variable} is not a valid HTTP header value (visible ASCII)"),
-                )
-            })?;
-            // Kept out of reqwest's and hyper's debug output.
-            value.set_sensitive(true);
-            headers.insert(header, value);
-        }
-        Ok(headers)
     }
 
     /// The HTTP method, parsed.
@@ -223,23 +161,6 @@ impl WebhookSinkConfig {
         Method::from_bytes(self.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| format!("{:?} is not an HTTP method", self.method))
     }
-}
-
-/// A configured header's name: valid in HTTP, and neither one the HTTP client sets nor one
-/// the sink sets itself.
-fn header_name(name: &str) -> Result<HeaderName, String> {
-    let header = HeaderName::from_bytes(name.as_bytes())
-        .map_err(|_| format!("{name:?} is not a valid HTTP header name"))?;
-    if CLIENT_OWNED_HEADERS
-        .iter()
-        .chain(&SINK_OWNED_HEADERS)
-        .any(|owned| header.as_str() == *owned)
-    {
-        return Err(format!(
-            "{name} is set by the sink itself and cannot be configured"
-        ));
-    }
-    Ok(header)
 }
 
 /// The signing keys of a webhook sink: one or more `whsec_<base64>` secrets.
@@ -339,7 +260,7 @@ impl WebhookSink {
             }
             None => None,
         };
-        let configured = config.configured_headers(field)?;
+        let configured = headers::resolve(&config.headers, &config.headers_env, field)?;
         let mut sink = Self::new(config, signer).map_err(|error| {
             SinkBuildError::new(field.to_owned(), "cannot build the HTTP client").with_source(error)
         })?;
@@ -369,13 +290,7 @@ impl WebhookSink {
             // `validate` has checked it; POST is the documented default.
             method: config.method().unwrap_or(Method::POST),
             signer,
-            configured: config
-                .headers
-                .iter()
-                .filter_map(|(name, value)| {
-                    Some((header_name(name).ok()?, HeaderValue::from_str(value).ok()?))
-                })
-                .collect(),
+            configured: headers::plain(&config.headers),
         })
     }
 
@@ -389,7 +304,7 @@ impl WebhookSink {
         for (name, value) in &message.headers {
             // Framing and connection headers belong to the HTTP client: a message's
             // `content-length` beside the real one would corrupt the request.
-            if CLIENT_OWNED_HEADERS
+            if headers::CLIENT_OWNED
                 .iter()
                 .any(|owned| name.eq_ignore_ascii_case(owned))
             {

@@ -92,3 +92,71 @@ impl ListenerSection {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::file::FileConfig;
+
+    #[test]
+    fn the_listener_section_names_its_bad_field_and_reads_the_token() {
+        let with = |table: &str| {
+            format!(
+                "{table}\n[[lanes]]\nlane = \"orders\"\ntarget = \"audit\"\nsink = {{ kind = \"log\" }}\n"
+            )
+        };
+        for (table, field) in [
+            (
+                "[listener]\nmax_connections = 0",
+                "listener.max_connections",
+            ),
+            (
+                "[listener]\nheader_read_timeout = \"0s\"",
+                "listener.header_read_timeout",
+            ),
+            ("[listener]\nidle_timeout = \"0s\"", "listener.idle_timeout"),
+            (
+                "[listener]\ncontrol_token_env = \"A\"\ncontrol_token_file = \"b\"",
+                "listener.control_token_file",
+            ),
+            (
+                "[listener]\ncontrol_token_env = \" \"",
+                "listener.control_token_env",
+            ),
+        ] {
+            let error = FileConfig::from_toml_str("test", &with(table)).expect_err(table);
+            assert_eq!(error.field(), Some(field), "{table}: {error}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "file-control-token-0123456789\n").unwrap();
+        let config = FileConfig::from_toml_str(
+            "test",
+            &with(&format!(
+                "[listener]\nmax_connections = 8\ncontrol_token_file = {:?}",
+                path.display().to_string()
+            )),
+        )
+        .unwrap();
+        assert_eq!(config.listener.to_config().max_connections, 8);
+        let token = config.listener.control_token().unwrap().expect("a token");
+        assert_eq!(token.as_str(), "file-control-token-0123456789");
+        std::fs::write(&path, "short").unwrap();
+        let refused = config.listener.control_token().unwrap_err();
+        assert_eq!(refused.field, "listener.control_token_file");
+        assert!(!refused.reason.contains("short"), "{}", refused.reason);
+        let unset = FileConfig::from_toml_str(
+            "test",
+            &with("[listener]\ncontrol_token_env = \"OUTBOX_TEST_SURELY_UNSET_CONTROL_TOKEN\""),
+        )
+        .unwrap();
+        let refused = unset.listener.control_token().unwrap_err();
+        assert_eq!(refused.field, "listener.control_token_env");
+        assert!(
+            refused
+                .reason
+                .contains("OUTBOX_TEST_SURELY_UNSET_CONTROL_TOKEN"),
+            "{}",
+            refused.reason
+        );
+    }
+}
