@@ -16,11 +16,16 @@ pub mod duration;
 #[cfg_attr(docsrs, doc(cfg(feature = "file-config")))]
 pub mod file;
 mod gates;
+mod listener;
 
 pub use gates::{
     CircuitBreakerConfig, FailureRatio, RateLimit, DEFAULT_BREAKER_CONSECUTIVE_FAILURES,
     DEFAULT_BREAKER_COOL_DOWN, DEFAULT_BREAKER_MAX_COOL_DOWN, DEFAULT_BREAKER_MIN_REQUESTS,
     DEFAULT_BREAKER_WINDOW, MAX_RATE_COUNT,
+};
+pub use listener::{
+    ControlToken, ListenerConfig, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, MAX_MAX_CONNECTIONS, MIN_CONTROL_TOKEN_LEN,
 };
 
 /// Deliveries a lane keeps in flight unless configured otherwise.

@@ -13,7 +13,7 @@
 //!
 //! let url: DatabaseUrl = "postgres://relay:secret@db.internal/app".parse()?;
 //! assert_eq!(url.address(), "db.internal:5432");
-//! assert_eq!(url.to_string(), "postgres://relay:***@db.internal/app"); // never the password
+//! assert_eq!(url.to_string(), "postgres://***:***@db.internal/app"); // never the credentials
 //! assert!("mysql://db/app".parse::<DatabaseUrl>().is_err());
 //! # Ok::<(), outbox_relay::database::DatabaseUrlError>(())
 //! ```
@@ -28,9 +28,7 @@ use crate::message::ValidationError;
 use crate::store::slow_log::{SlowCallLog, DEFAULT_SLOW_CALL_THRESHOLD};
 use crate::store::{OutboxStore, StoreError};
 
-mod redact;
-
-use redact::redact;
+use crate::redact::redact;
 
 /// How long [`open_store`] tries to reach the database unless told otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,7 +106,7 @@ impl FromStr for DatabaseUrl {
                 format!("unsupported scheme {scheme:?}: expected sqlite or postgres"),
             ));
         }
-        match redact::names_a_host(url) {
+        match names_a_host(url) {
             Some(true) => {}
             Some(false) => return Err(DatabaseUrlError::new(url, "the host is missing")),
             None => {
@@ -134,7 +132,7 @@ impl DatabaseUrl {
     pub fn address(&self) -> String {
         match self {
             DatabaseUrl::Sqlite { path } => path.display().to_string(),
-            DatabaseUrl::Postgres { url } => redact::host_and_port(url, POSTGRES_DEFAULT_PORT)
+            DatabaseUrl::Postgres { url } => host_and_port(url, POSTGRES_DEFAULT_PORT)
                 .unwrap_or_else(|| "(an address the URL does not make clear)".to_owned()),
         }
     }
@@ -148,7 +146,22 @@ impl DatabaseUrl {
     }
 }
 
-/// The URL with its password replaced by `***`.
+/// The host and port of a URL, for messages; `None` if the `url` crate cannot parse it.
+fn host_and_port(text: &str, default_port: u16) -> Option<String> {
+    let url = url::Url::parse(text.trim()).ok()?;
+    let host = url.host_str().filter(|h| !h.is_empty())?;
+    Some(format!("{host}:{}", url.port().unwrap_or(default_port)))
+}
+
+/// Whether a URL names its host: in the authority, or as a `host` parameter (a Unix
+/// socket directory). `None` if the `url` crate cannot parse it.
+fn names_a_host(text: &str) -> Option<bool> {
+    let url = url::Url::parse(text.trim()).ok()?;
+    let in_authority = url.host_str().is_some_and(|h| !h.is_empty());
+    Some(in_authority || url.query_pairs().any(|(name, _)| name == "host"))
+}
+
+/// The URL with its user info and query values replaced by `***`.
 impl fmt::Display for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -430,12 +443,12 @@ mod tests {
             (
                 "postgres://postgres@127.0.0.1:5432/test",
                 "127.0.0.1:5432",
-                "postgres://postgres@127.0.0.1:5432/test",
+                "postgres://***@127.0.0.1:5432/test",
             ),
             (
                 "postgresql://u:p%40ss@db:6543/app?sslmode=disable",
                 "db:6543",
-                "postgresql://u:***@db:6543/app?sslmode=disable",
+                "postgresql://***:***@db:6543/app?sslmode=***",
             ),
             (
                 "postgres://127.0.0.1:1/x",

@@ -106,7 +106,8 @@
 //!   `rabbitmq-sink`, `redis-sink`), and `sinks::template` (destinations over lane, target
 //!   and headers).
 //! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`,
-//!   the gates' `RateLimit` and `CircuitBreakerConfig`;
+//!   the gates' `RateLimit` and `CircuitBreakerConfig`, the listener's `ListenerConfig` and
+//!   `ControlToken` (`config/listener.rs`);
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
 //!   the relay as a TOML file, as the binary reads it).
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
@@ -120,8 +121,10 @@
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
 //!   `FailureKind` and `LaneState`, and `StoreOp`), `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
-//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`) and
-//!   `metrics::control` (its `/lanes/…/pause|resume`).
+//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`, the last from
+//!   a check run at most once a second), `metrics::control` (its `/lanes/…/pause|resume`,
+//!   behind the control token) and `metrics::listener` (its connections: header-read and
+//!   idle timeouts, a connection cap).
 //!   `src/named.rs` (private) holds `label_values!`, the macro that makes those fixed sets.
 //! - [`trace_context`]: W3C trace context in message headers (feature `otel`): captured
 //!   at enqueue, the delivery span's parent.
@@ -129,8 +132,9 @@
 //!   messages and dead letters, defaults as consts) and `RetentionTask`, which purges
 //!   them in bounded batches apart from the lanes.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
-//!   opens the store a URL names; `database/redact.rs` keeps passwords out of every
-//!   printed URL.
+//!   opens the store a URL names.
+//! - `src/redact.rs` (private): `redact`, which keeps credentials (user info, query
+//!   values) out of every URL the crate prints: database and sink URLs alike.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`,
 //!   `daemon.rs`) and the admin commands (`admin.rs`: `status`, `enqueue`, `dead-letters`,
 //!   `purge`, `migrate`), `pause` and `resume` of a running daemon (`control.rs`), the
@@ -175,6 +179,7 @@ pub mod delivery;
 pub mod message;
 pub mod metrics;
 mod named;
+mod redact;
 pub mod relay;
 pub mod retention;
 pub mod retry;

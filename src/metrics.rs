@@ -35,6 +35,8 @@ pub mod control;
 pub mod health;
 mod lane;
 #[cfg(feature = "prometheus")]
+pub mod listener;
+#[cfg(feature = "prometheus")]
 mod prometheus;
 
 pub use lane::LaneMetrics;
@@ -50,7 +52,8 @@ pub use metrics_exporter_prometheus::PrometheusHandle;
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::{
     install_prometheus_exporter, install_prometheus_exporter_with_control,
-    install_prometheus_exporter_with_readiness, MetricsError,
+    install_prometheus_exporter_with_listener, install_prometheus_exporter_with_readiness,
+    MetricsError,
 };
 
 // ---- Counters -------------------------------------------------------------------------

@@ -201,7 +201,21 @@ impl From<ConfigError> for SinkBuildError {
     allow(dead_code)
 )]
 pub(crate) fn read_secret(field: &str, variable: &str) -> Result<String, SinkBuildError> {
-    let field = format!("{field}.secret_env");
+    read_variable(&format!("{field}.secret_env"), variable)
+}
+
+/// Reads the environment variable `variable`, which the setting `field` names; a variable
+/// that is not set (or is empty, or not UTF-8) is an error naming both, never a value.
+#[cfg_attr(
+    not(any(
+        feature = "webhook-sink",
+        feature = "nats-sink",
+        feature = "rabbitmq-sink",
+        feature = "redis-sink"
+    )),
+    allow(dead_code)
+)]
+pub(crate) fn read_variable(field: &str, variable: &str) -> Result<String, SinkBuildError> {
     if variable.trim().is_empty() {
         return Err(SinkBuildError::new(
             field,

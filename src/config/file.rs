@@ -8,7 +8,7 @@
 //! (the binary gives it precedence), so a password need not sit in the file.
 //!
 //! This file holds the top level ([`FileConfig`], its defaults, loading and validation);
-//! `file/lane.rs` a `[[lanes]]` entry, `file/gates.rs` its claim gates' fields, and
+//! `file/listener.rs` the `[listener]` table, `file/lane.rs` a `[[lanes]]` entry, `file/gates.rs` its claim gates' fields, and
 //! `file/error.rs` the error that names the file, the position and the field.
 //!
 //! ```
@@ -88,6 +88,9 @@ pub struct FileConfig {
     /// Where the Prometheus endpoint listens, or `false` for none. Default 127.0.0.1:9464.
     #[serde(default)]
     pub metrics_listen: MetricsListen,
+    /// That listener's limits and its control token.
+    #[serde(default)]
+    pub listener: ListenerSection,
     /// How long a graceful shutdown lets deliveries finish. Default 30s.
     #[serde(default)]
     pub shutdown_timeout: Option<HumanDuration>,
@@ -273,6 +276,7 @@ impl FileConfig {
             super::validate_otlp_endpoint(endpoint)
                 .map_err(|reason| ConfigError::new("otlp_endpoint", reason))?;
         }
+        self.listener.validate()?;
         self.supervisor()?;
         self.lanes()?;
         Ok(())
@@ -375,6 +379,7 @@ impl FileConfig {
 mod error;
 mod gates;
 mod lane;
+mod listener;
 #[cfg(test)]
 mod tests;
 
@@ -382,3 +387,4 @@ use error::parse_error;
 pub use error::FileConfigError;
 pub use gates::{BreakerSection, RateSpec};
 pub use lane::{ExtendMargin, LaneSection, RetentionSection};
+pub use listener::ListenerSection;

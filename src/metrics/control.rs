@@ -7,14 +7,19 @@
 //! | `POST /lanes/{lane}/{target}/pause` | pauses that one lane relay |
 //! | `POST /lanes/{lane}/resume`, `POST /lanes/{lane}/{target}/resume` | resumes them |
 //!
+//! Every request needs `Authorization: Bearer <token>`, the [`ControlToken`] the control
+//! was made with ([`LaneControl::with_token`]); without one configured the routes are off.
 //! The answer is JSON: 200 `{"action":"pause","lanes":["orders/audit"]}`, 404 for a lane
-//! the relay does not run, 403 from any peer that is not loopback, 405 for another method,
-//! 503 until the relay runs.
+//! the relay does not run, 403 while no token is configured and from any peer that is not
+//! loopback, 401 without the right token (nothing changes), 405 for another method, 503
+//! until the relay runs.
 //!
-//! Why loopback only, and no token: the listener is often bound to all interfaces so that
-//! Prometheus can scrape it, and a scrape port must not be able to stop a relay. A process
-//! on the same host (the CLI, a sidecar sharing the pod's network) may; anyone else gets
-//! 403. An operator who needs it remotely runs the CLI on the host (`kubectl exec`).
+//! Why a token: a loopback check alone trusts every local process, and a browser on the
+//! host too (a page can send a no-cors POST to 127.0.0.1, and DNS rebinding gets around
+//! the same-origin policy); neither can know the token. Why loopback as well: the listener
+//! is often bound to all interfaces so that Prometheus can scrape it, and a scrape port
+//! must not be able to stop a relay. An operator who needs it remotely runs the CLI on
+//! the host (`kubectl exec`).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -22,6 +27,7 @@ use std::sync::{Arc, RwLock};
 
 use hyper::Method;
 
+use crate::config::ControlToken;
 use crate::relay::{LaneKey, RelayError, RelayHandle};
 
 /// What a control request asks of a lane.
@@ -43,11 +49,13 @@ impl LaneAction {
     }
 }
 
-/// The relay that the control routes act on, set once the relay runs. Until
-/// [`LaneControl::set`] is called they answer 503. Cloning shares the same slot.
+/// The relay that the control routes act on, set once the relay runs, and the token they
+/// require. Until [`LaneControl::set`] is called they answer 503; without a token
+/// ([`LaneControl::new`]) they are off (403). Cloning shares the same slot.
 #[derive(Clone, Default)]
 pub struct LaneControl {
     relay: Arc<RwLock<Option<Target>>>,
+    token: Option<ControlToken>,
 }
 
 #[derive(Clone)]
@@ -60,6 +68,7 @@ impl fmt::Debug for LaneControl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LaneControl")
             .field("set", &self.current().is_some())
+            .field("token", &self.token)
             .finish()
     }
 }
@@ -68,9 +77,24 @@ impl fmt::Debug for LaneControl {
 pub(super) type ControlAnswer = (u16, serde_json::Value);
 
 impl LaneControl {
-    /// Control routes that answer 503 until [`set`](Self::set).
+    /// Control routes that are off: every request is answered 403, saying that no token
+    /// is configured.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Control routes that require `Authorization: Bearer <token>`, and answer 503 until
+    /// [`set`](Self::set).
+    pub fn with_token(token: ControlToken) -> Self {
+        Self {
+            relay: Arc::default(),
+            token: Some(token),
+        }
+    }
+
+    /// Whether the routes are on (a token is configured).
+    pub fn is_on(&self) -> bool {
+        self.token.is_some()
     }
 
     /// From now on the control routes act on `relay`, running its commands on `runtime`
@@ -89,8 +113,15 @@ impl LaneControl {
             .clone()
     }
 
-    /// Answers a request for `path` (which starts with `/lanes/`) from `peer`.
-    pub(super) async fn answer(&self, method: &Method, path: &str, peer: IpAddr) -> ControlAnswer {
+    /// Answers a request for `path` (which starts with `/lanes/`) from `peer`, with the
+    /// `Authorization` header's value.
+    pub(super) async fn answer(
+        &self,
+        method: &Method,
+        path: &str,
+        peer: IpAddr,
+        authorization: Option<&str>,
+    ) -> ControlAnswer {
         let error =
             |status: u16, message: String| (status, serde_json::json!({ "error": message }));
         let Some((lane, target, action)) = parse(path) else {
@@ -103,6 +134,18 @@ impl LaneControl {
         };
         if method != Method::POST {
             return error(405, format!("{path} takes POST, not {method}"));
+        }
+        let Some(token) = &self.token else {
+            return error(
+                403,
+                "lane control is off: no control token is configured (listener.control_token_env or listener.control_token_file)".to_owned(),
+            );
+        };
+        if !token.authorizes(authorization) {
+            return error(
+                401,
+                "lane control needs the control token: Authorization: Bearer <token>".to_owned(),
+            );
         }
         if !peer.is_loopback() {
             return error(
@@ -212,11 +255,14 @@ mod tests {
 
     const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
+    const TOKEN: &str = "0123456789abcdef-control";
+    const BEARER: Option<&str> = Some("Bearer 0123456789abcdef-control");
+
     #[tokio::test]
-    async fn only_loopback_peers_may_pause_and_only_once_the_relay_runs() {
-        let control = LaneControl::new();
+    async fn only_loopback_peers_with_the_token_may_pause_and_only_once_the_relay_runs() {
+        let control = LaneControl::with_token(ControlToken::new(TOKEN).expect("a token"));
         let (status, body) = control
-            .answer(&Method::POST, "/lanes/orders/pause", LOOPBACK)
+            .answer(&Method::POST, "/lanes/orders/pause", LOOPBACK, BEARER)
             .await;
         assert_eq!(status, 503, "{body}");
 
@@ -230,7 +276,7 @@ mod tests {
 
         let remote = IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3));
         let (status, body) = control
-            .answer(&Method::POST, "/lanes/orders/pause", remote)
+            .answer(&Method::POST, "/lanes/orders/pause", remote, BEARER)
             .await;
         assert_eq!(status, 403, "{body}");
         assert!(
@@ -241,12 +287,27 @@ mod tests {
             "{body}"
         );
         let (status, _) = control
-            .answer(&Method::GET, "/lanes/orders/pause", LOOPBACK)
+            .answer(&Method::GET, "/lanes/orders/pause", LOOPBACK, BEARER)
             .await;
         assert_eq!(status, 405);
 
+        // Without the token, or with another one: 401, and the lane is not paused.
+        for authorization in [None, Some("Bearer 0123456789abcdef-guess"), Some(TOKEN)] {
+            let (status, body) = control
+                .answer(
+                    &Method::POST,
+                    "/lanes/orders/pause",
+                    LOOPBACK,
+                    authorization,
+                )
+                .await;
+            assert_eq!(status, 401, "{authorization:?}: {body}");
+        }
+        let lanes = relay.status().await.expect("status");
+        assert_eq!(lanes[0].state, crate::metrics::LaneState::Running);
+
         let (status, body) = control
-            .answer(&Method::POST, "/lanes/orders/pause", LOOPBACK)
+            .answer(&Method::POST, "/lanes/orders/pause", LOOPBACK, BEARER)
             .await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(
@@ -257,9 +318,43 @@ mod tests {
         assert_eq!(lanes[0].state, crate::metrics::LaneState::Paused);
 
         let (status, body) = control
-            .answer(&Method::POST, "/lanes/orders/nosuch/resume", LOOPBACK)
+            .answer(
+                &Method::POST,
+                "/lanes/orders/nosuch/resume",
+                LOOPBACK,
+                BEARER,
+            )
             .await;
         assert_eq!(status, 404, "{body}");
+        relay
+            .shutdown(Duration::from_secs(10))
+            .await
+            .expect("shutdown");
+    }
+
+    #[tokio::test]
+    async fn without_a_token_the_control_routes_are_off() {
+        let control = LaneControl::new();
+        let relay = OutboxRelay::builder(std::sync::Arc::new(InMemoryOutboxStore::new()))
+            .lane(LaneConfig::new("orders", "audit"), Idle)
+            .start()
+            .await
+            .expect("start");
+        let relay = Arc::new(relay);
+        control.set(relay.clone(), tokio::runtime::Handle::current());
+        let (status, body) = control
+            .answer(&Method::POST, "/lanes/orders/pause", LOOPBACK, BEARER)
+            .await;
+        assert_eq!(status, 403, "{body}");
+        assert!(
+            body["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("no control token is configured"),
+            "{body}"
+        );
+        let lanes = relay.status().await.expect("status");
+        assert_eq!(lanes[0].state, crate::metrics::LaneState::Running);
         relay
             .shutdown(Duration::from_secs(10))
             .await

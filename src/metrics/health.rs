@@ -4,18 +4,22 @@
 //! `/healthz` answers 200 as long as the listener's thread runs: it says the process is
 //! alive, nothing more, so a liveness probe never restarts a relay because its database is
 //! down (a restart would not bring the database back). `/readyz` asks a [`ReadinessCheck`]
-//! each time it is probed, within a timeout, and answers 200 or 503 with a JSON reason.
+//! within a timeout and answers 200 or 503 with a JSON reason; the check runs at most once
+//! per [`READINESS_PROBE_INTERVAL`] whatever the request rate (requests meanwhile get its
+//! last answer), so a `/readyz` flood cannot take the store's connections from the lanes'
+//! claims and lease extensions.
 
 use std::convert::Infallible;
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::CONTENT_TYPE;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Request, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
@@ -29,6 +33,10 @@ use crate::store::OutboxStore;
 /// How long `/readyz` waits for its check before answering 503. Kubernetes' default probe
 /// timeout is 1 s and its usual setting a few seconds: the check must answer well inside it.
 pub const DEFAULT_READINESS_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long an answer of the readiness check stands: `/readyz` asks the check (a store
+/// call) at most once per interval, whatever the request rate. Probes come every few
+/// seconds; a second is fresh enough for any of them.
+pub const READINESS_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What `/readyz` asks: `Ok` when the process should receive work, otherwise the reason.
 #[async_trait]
@@ -42,6 +50,11 @@ pub trait ReadinessCheck: Send + Sync + 'static {
 #[derive(Clone, Default)]
 pub struct Readiness {
     probe: Arc<RwLock<Option<Probe>>>,
+    /// How many checks were set, so an answer of a replaced check is not reused.
+    generations: Arc<AtomicU64>,
+    /// The last answer. The lock is held while the check runs: concurrent requests wait
+    /// for that one answer rather than each running the check.
+    last: Arc<tokio::sync::Mutex<Option<Answered>>>,
 }
 
 #[derive(Clone)]
@@ -49,6 +62,14 @@ struct Probe {
     check: Arc<dyn ReadinessCheck>,
     runtime: tokio::runtime::Handle,
     timeout: Duration,
+    generation: u64,
+}
+
+/// An answer of the check, and when it came.
+struct Answered {
+    at: Instant,
+    generation: u64,
+    answer: Result<(), String>,
 }
 
 impl fmt::Debug for Readiness {
@@ -82,6 +103,7 @@ impl Readiness {
             check: Arc::new(check),
             runtime,
             timeout,
+            generation: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
         };
         *self
             .probe
@@ -96,11 +118,33 @@ impl Readiness {
             .clone()
     }
 
-    /// Asks the check: `Ok` when ready, otherwise the reason.
+    /// Asks the check, or gives its answer of less than [`READINESS_PROBE_INTERVAL`] ago:
+    /// `Ok` when ready, otherwise the reason.
     pub async fn ask(&self) -> Result<(), String> {
         let Some(probe) = self.current() else {
             return Err("starting: the relay is not running yet".to_owned());
         };
+        let mut last = self.last.lock().await;
+        if let Some(answered) = last.as_ref() {
+            if answered.generation == probe.generation
+                && answered.at.elapsed() < READINESS_PROBE_INTERVAL
+            {
+                return answered.answer.clone();
+            }
+        }
+        let generation = probe.generation;
+        let answer = Self::run(probe).await;
+        // Timed from the answer: the next check starts a full interval after this one ended.
+        *last = Some(Answered {
+            at: Instant::now(),
+            generation,
+            answer: answer.clone(),
+        });
+        answer
+    }
+
+    /// Runs the check on its runtime, within its timeout.
+    async fn run(probe: Probe) -> Result<(), String> {
         let check = probe.check.clone();
         let running = probe.runtime.spawn(async move { check.ready().await });
         let abort = running.abort_handle();
@@ -178,12 +222,26 @@ impl Routes {
     ) -> Result<Answer, Infallible> {
         Ok(match request.uri().path() {
             path if path.starts_with("/lanes/") => {
-                let (status, body) = self.control.answer(request.method(), path, peer).await;
-                respond(
+                let authorization = request
+                    .headers()
+                    .get(AUTHORIZATION)
+                    .and_then(|value| value.to_str().ok());
+                let (status, body) = self
+                    .control
+                    .answer(request.method(), path, peer, authorization)
+                    .await;
+                let mut response = respond(
                     StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                     "application/json",
                     body.to_string(),
-                )
+                );
+                if status == 401 {
+                    response.headers_mut().insert(
+                        WWW_AUTHENTICATE,
+                        hyper::header::HeaderValue::from_static("Bearer"),
+                    );
+                }
+                response
             }
             "/metrics" => respond(
                 StatusCode::OK,
@@ -223,33 +281,6 @@ fn respond(status: StatusCode, content_type: &'static str, body: String) -> Answ
     response
 }
 
-/// Serves `routes` on `listener` until the runtime stops, one task per connection.
-pub(super) async fn serve(listener: tokio::net::TcpListener, routes: Routes) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok((stream, peer)) => (stream, peer.ip()),
-            Err(error) => {
-                // Out of file descriptors, typically: back off rather than spin.
-                tracing::warn!(%error, "the metrics listener cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let routes = routes.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let routes = routes.clone();
-                async move { routes.answer(request, peer).await }
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "a metrics listener connection ended with an error");
-            }
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,13 +301,14 @@ mod tests {
             .await
             .expect("bind a port");
         let addr = listener.local_addr().expect("its address");
-        tokio::spawn(serve(
+        tokio::spawn(crate::metrics::listener::serve_routes(
             listener,
             Routes {
                 metrics: handle,
                 readiness,
                 control: LaneControl::new(),
             },
+            crate::config::ListenerConfig::default(),
         ));
         addr
     }

@@ -10,8 +10,10 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 
 use super::control::LaneControl;
-use super::health::{self, Readiness, Routes};
+use super::health::{Readiness, Routes};
+use super::listener;
 use super::*;
+use crate::config::ListenerConfig;
 
 /// Installs the Prometheus exporter as the process's global metrics recorder, serving the
 /// text exposition format over HTTP on `addr`, and [describes](describe) every metric.
@@ -60,9 +62,9 @@ pub fn install_prometheus_exporter_with_readiness(
 }
 
 /// [`install_prometheus_exporter_with_readiness`], with the lane control routes
-/// (`POST /lanes/{lane}[/{target}]/pause|resume`, loopback peers only; see
-/// [`control`](super::control)) acting on the relay once `control` is
-/// [set](LaneControl::set).
+/// (`POST /lanes/{lane}[/{target}]/pause|resume`, with the control token, loopback peers
+/// only; see [`control`](super::control)) acting on the relay once `control` is
+/// [set](LaneControl::set), within the listener's default limits.
 ///
 /// # Errors
 ///
@@ -72,7 +74,25 @@ pub fn install_prometheus_exporter_with_control(
     readiness: Readiness,
     control: LaneControl,
 ) -> Result<PrometheusHandle, MetricsError> {
+    install_prometheus_exporter_with_listener(addr, readiness, control, ListenerConfig::default())
+}
+
+/// [`install_prometheus_exporter_with_control`], within the limits of `config` (header-read
+/// and idle timeouts, a connection cap; see [`listener`](super::listener)).
+///
+/// # Errors
+///
+/// As [`install_prometheus_exporter`], and when `config` does not validate.
+pub fn install_prometheus_exporter_with_listener(
+    addr: SocketAddr,
+    readiness: Readiness,
+    control: LaneControl,
+    config: ListenerConfig,
+) -> Result<PrometheusHandle, MetricsError> {
     let fail = |failure| MetricsError { addr, failure };
+    config
+        .validate()
+        .map_err(|error| fail(Failure::Config(error)))?;
     let recorder = prometheus_builder()
         .map_err(Failure::Build)
         .map_err(fail)?
@@ -95,7 +115,7 @@ pub fn install_prometheus_exporter_with_control(
     let handle = routes.metrics.clone();
     thread::Builder::new()
         .name("outbox-metrics-exporter".to_owned())
-        .spawn(move || serve(listener, routes, report))
+        .spawn(move || serve(listener, routes, config, report))
         .map_err(Failure::Runtime)
         .map_err(fail)?;
     // The thread reports once its runtime runs the listener (or could not).
@@ -117,6 +137,7 @@ const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 fn serve(
     listener: std::net::TcpListener,
     routes: Routes,
+    config: ListenerConfig,
     report: mpsc::SyncSender<Result<(), Failure>>,
 ) {
     let started = tokio::runtime::Builder::new_current_thread()
@@ -150,7 +171,7 @@ fn serve(
             metrics.run_upkeep();
         }
     });
-    runtime.block_on(health::serve(listener, routes));
+    runtime.block_on(listener::serve_routes(listener, routes, config));
 }
 
 /// The exporter's configuration, without an address: histogram buckets per metric.
@@ -172,6 +193,7 @@ pub struct MetricsError {
 
 #[derive(Debug)]
 enum Failure {
+    Config(crate::config::ConfigError),
     Build(BuildError),
     Bind(std::io::Error),
     Runtime(std::io::Error),
@@ -200,6 +222,7 @@ impl fmt::Display for MetricsError {
             Failure::Build(BuildError::FailedToSetGlobalRecorder(_)) => {
                 f.write_str("a metrics recorder is already installed in this process")
             }
+            Failure::Config(error) => write!(f, "{}: {}", error.field, error.reason),
             Failure::Build(error) => write!(f, "{error}"),
             Failure::Bind(error) => write!(f, "cannot listen: {error}"),
             Failure::Runtime(error) => write!(f, "cannot start its thread: {error}"),

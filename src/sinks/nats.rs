@@ -36,6 +36,7 @@ use crate::config::duration::HumanDuration;
 use crate::config::ConfigError;
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
+use crate::redact::redact;
 
 /// The server, unless configured.
 pub const DEFAULT_URL: &str = "nats://127.0.0.1:4222";
@@ -136,6 +137,72 @@ impl NatsSinkConfig {
     }
 }
 
+/// Credentials a NATS URL carries in its user info.
+#[derive(Debug, PartialEq, Eq)]
+enum UrlCredentials {
+    /// `nats://user:password@host`.
+    UserAndPassword(String, String),
+    /// `nats://token@host`.
+    Token(String),
+}
+
+/// `urls` (comma-separated) without user info, query or fragment, and the first
+/// credentials found in them (percent-decoded). A URL the `url` crate cannot parse (no
+/// scheme: `127.0.0.1:4222`) is kept as it is.
+fn split_credentials(urls: &str) -> (String, Option<UrlCredentials>) {
+    let mut credentials = None;
+    let servers: Vec<String> = urls
+        .split(',')
+        .map(|server| {
+            let server = server.trim();
+            let Ok(mut url) = url::Url::parse(server) else {
+                return server.to_owned();
+            };
+            if !url.has_host() {
+                return server.to_owned();
+            }
+            let user = percent_decode(url.username());
+            let password = url.password().map(percent_decode);
+            if credentials.is_none() && !user.is_empty() {
+                credentials = Some(match password {
+                    Some(password) => UrlCredentials::UserAndPassword(user, password),
+                    None => UrlCredentials::Token(user),
+                });
+            }
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.set_fragment(None);
+            url.to_string()
+        })
+        .collect();
+    (servers.join(","), credentials)
+}
+
+/// `%XX` sequences decoded (user info as the `url` crate keeps it); anything else as is.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|pair| std::str::from_utf8(pair).ok())
+            .and_then(|pair| u8::from_str_radix(pair, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A subject NATS accepts for a publish: dot-separated non-empty tokens, no whitespace, no
 /// wildcards.
 fn validate_subject(subject: &str) -> Result<(), String> {
@@ -167,19 +234,29 @@ impl NatsSink {
     pub async fn build(config: &NatsSinkConfig, field: &str) -> Result<Self, SinkBuildError> {
         config.validate(field)?;
         let mut options = async_nats::ConnectOptions::new().connection_timeout(CONNECT_TIMEOUT);
+        // Credentials in the URL go to the client as options, and the URL it gets holds
+        // none: the client logs its server addresses (at DEBUG) as given.
+        let (servers, credentials) = split_credentials(&config.url);
+        match credentials {
+            Some(UrlCredentials::UserAndPassword(user, password)) => {
+                options = options.user_and_password(user, password);
+            }
+            Some(UrlCredentials::Token(token)) => options = options.token(token),
+            None => {}
+        }
         if let Some(variable) = &config.secret_env {
             options = options.token(read_secret(field, variable)?);
         }
-        let client = options
-            .connect(config.url.as_str())
-            .await
-            .map_err(|error| {
-                SinkBuildError::new(
-                    format!("{field}.url"),
-                    format!("cannot connect to NATS at {}: {error}", config.url),
-                )
-                .with_source(error)
-            })?;
+        let client = options.connect(servers.as_str()).await.map_err(|error| {
+            SinkBuildError::new(
+                format!("{field}.url"),
+                format!(
+                    "cannot connect to NATS at {}: {}",
+                    redact(&config.url),
+                    redact(&error.to_string())
+                ),
+            )
+        })?;
         let mut jetstream = jetstream::new(client);
         jetstream.set_timeout(config.ack_timeout.0);
         ensure_stream(&jetstream, config, field).await?;
@@ -327,6 +404,28 @@ fn publish_failed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_leave_the_url_for_the_connect_options() {
+        assert_eq!(
+            split_credentials("nats://app:p%40ss@127.0.0.1:4222?token=x, nats://h2:4222"),
+            (
+                "nats://127.0.0.1:4222,nats://h2:4222".to_owned(),
+                Some(UrlCredentials::UserAndPassword(
+                    "app".to_owned(),
+                    "p@ss".to_owned()
+                ))
+            )
+        );
+        assert_eq!(
+            split_credentials("nats://s3cr3t@h:1").1,
+            Some(UrlCredentials::Token("s3cr3t".to_owned()))
+        );
+        assert_eq!(
+            split_credentials("127.0.0.1:4222"),
+            ("127.0.0.1:4222".to_owned(), None)
+        );
+    }
 
     #[test]
     fn subjects_are_checked() {

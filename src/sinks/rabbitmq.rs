@@ -10,6 +10,8 @@
 //!   `content_type` is `application/json`.
 //! - `mandatory` (default true) asks the broker to return a message no queue takes.
 //! - `secret_env` names the variable holding the password, put into the URL.
+//! - `connect_timeout` (default `5s`) bounds each connect, at build and at every reconnect:
+//!   a broker that accepts the TCP connection and never answers fails it instead of hanging.
 //!
 //! | answer | outcome |
 //! |---|---|
@@ -20,6 +22,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
@@ -31,12 +34,17 @@ use tokio::sync::Mutex;
 
 use super::template::Template;
 use super::{payload_bytes, read_secret, url_with_password, SinkBuildError};
+use crate::config::duration::{format_duration, HumanDuration};
 use crate::config::ConfigError;
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
+use crate::redact::redact;
 
 /// The broker, unless configured.
 pub const DEFAULT_URL: &str = "amqp://127.0.0.1:5672/%2f";
+/// How long one connect (TCP, AMQP handshake, channel, confirm mode) may take, unless
+/// configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// AMQP's persistent delivery mode: the broker writes the message to disk.
 const PERSISTENT: u8 = 2;
 
@@ -60,10 +68,17 @@ pub struct RabbitMqSinkConfig {
     /// The environment variable holding the password (put into the URL).
     #[serde(default)]
     pub secret_env: Option<String>,
+    /// How long one connect may take, at build and at every reconnect. Default `5s`.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: HumanDuration,
 }
 
 fn default_url() -> String {
     DEFAULT_URL.to_owned()
+}
+
+fn default_connect_timeout() -> HumanDuration {
+    HumanDuration(DEFAULT_CONNECT_TIMEOUT)
 }
 
 fn default_mandatory() -> bool {
@@ -79,6 +94,7 @@ impl RabbitMqSinkConfig {
             routing_key,
             mandatory: true,
             secret_env: None,
+            connect_timeout: default_connect_timeout(),
         }
     }
 
@@ -87,12 +103,21 @@ impl RabbitMqSinkConfig {
         if !(self.url.starts_with("amqp://") || self.url.starts_with("amqps://")) {
             return Err(ConfigError::new(
                 format!("{field}.url"),
-                format!("{:?} is not an amqp:// or amqps:// URL", self.url),
+                format!("{:?} is not an amqp:// or amqps:// URL", redact(&self.url)),
             ));
         }
-        self.url
-            .parse::<lapin::uri::AMQPUri>()
-            .map_err(|error| ConfigError::new(format!("{field}.url"), error))?;
+        self.url.parse::<lapin::uri::AMQPUri>().map_err(|error| {
+            ConfigError::new(
+                format!("{field}.url"),
+                format!("{:?}: {}", redact(&self.url), redact(&error)),
+            )
+        })?;
+        if self.connect_timeout.0.is_zero() {
+            return Err(ConfigError::new(
+                format!("{field}.connect_timeout"),
+                "must be greater than zero",
+            ));
+        }
         Ok(())
     }
 
@@ -111,6 +136,7 @@ impl RabbitMqSinkConfig {
 /// Delivers a message as a confirmed AMQP publish.
 pub struct RabbitMqSink {
     url: String,
+    connect_timeout: Duration,
     exchange: Template,
     routing_key: Template,
     mandatory: bool,
@@ -149,15 +175,20 @@ impl RabbitMqSink {
     pub async fn build(config: &RabbitMqSinkConfig, field: &str) -> Result<Self, SinkBuildError> {
         config.validate(field)?;
         let url = config.url_with_secret(field)?;
-        let link = connect(&url, 1).await.map_err(|error| {
+        let connect_timeout = config.connect_timeout.0;
+        let link = connect(&url, 1, connect_timeout).await.map_err(|error| {
             SinkBuildError::new(
                 format!("{field}.url"),
-                format!("cannot connect to RabbitMQ at {}: {error}", config.url),
+                format!(
+                    "cannot connect to RabbitMQ at {}: {}",
+                    redact(&config.url),
+                    redact(&error.to_string())
+                ),
             )
-            .with_source(error)
         })?;
         Ok(Self {
             url,
+            connect_timeout,
             exchange: config.exchange.clone(),
             routing_key: config.routing_key.clone(),
             mandatory: config.mandatory,
@@ -168,7 +199,7 @@ impl RabbitMqSink {
 
     /// The channel to publish on and its link's generation, reconnecting if the last one
     /// broke or was forgotten.
-    async fn channel(&self) -> Result<(Channel, u64), lapin::Error> {
+    async fn channel(&self) -> Result<(Channel, u64), ConnectFailure> {
         let mut link = self.link.lock().await;
         if let Some(current) = link.as_ref() {
             if current.channel.status().connected() {
@@ -177,7 +208,7 @@ impl RabbitMqSink {
         }
         *link = None;
         let generation = self.generations.fetch_add(1, Ordering::Relaxed) + 1;
-        let fresh = connect(&self.url, generation).await?;
+        let fresh = connect(&self.url, generation, self.connect_timeout).await?;
         let channel = fresh.channel.clone();
         *link = Some(fresh);
         Ok((channel, generation))
@@ -210,17 +241,35 @@ impl RabbitMqSink {
     }
 }
 
-async fn connect(url: &str, generation: u64) -> Result<Link, lapin::Error> {
-    let connection = Connection::connect(url, ConnectionProperties::default()).await?;
-    let channel = connection.create_channel().await?;
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await?;
-    Ok(Link {
-        _connection: connection,
-        channel,
-        generation,
-    })
+/// Why a connect failed: the broker's (or the network's) error, or no answer in time.
+#[derive(Debug, thiserror::Error)]
+enum ConnectFailure {
+    #[error(transparent)]
+    Broker(#[from] lapin::Error),
+    #[error("no answer within {}", format_duration(*.0))]
+    TimedOut(Duration),
+}
+
+/// Connects, opens a channel and puts it in confirm mode, all within `timeout`: a broker
+/// that accepts the TCP connection and never speaks AMQP would otherwise hold the caller
+/// (the start of the daemon, a delivery) for ever.
+async fn connect(url: &str, generation: u64, timeout: Duration) -> Result<Link, ConnectFailure> {
+    let connecting = async {
+        let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        Ok::<_, lapin::Error>(Link {
+            _connection: connection,
+            channel,
+            generation,
+        })
+    };
+    match tokio::time::timeout(timeout, connecting).await {
+        Ok(link) => Ok(link?),
+        Err(_) => Err(ConnectFailure::TimedOut(timeout)),
+    }
 }
 
 // ---- handler ---------------------------------------------------------------------------
@@ -244,7 +293,16 @@ impl DeliveryHandler for RabbitMqSink {
                 source,
             })
         };
-        let (channel, generation) = self.channel().await.map_err(failed)?;
+        let (channel, generation) = self.channel().await.map_err(|failure| match failure {
+            ConnectFailure::Broker(source) => failed(source),
+            ConnectFailure::TimedOut(after) => {
+                DeliveryError::retryable(RabbitMqError::ConnectTimedOut {
+                    exchange: exchange.clone(),
+                    routing_key: routing_key.clone(),
+                    after,
+                })
+            }
+        })?;
         let options = BasicPublishOptions {
             mandatory: self.mandatory,
             ..BasicPublishOptions::default()
@@ -328,6 +386,16 @@ pub enum RabbitMqError {
         exchange: String,
         /// The routing key.
         routing_key: String,
+    },
+    /// Reconnecting to the broker took longer than `connect_timeout`.
+    #[error("publish to exchange {exchange:?} with routing key {routing_key:?}: the broker did not answer the connect within {}", format_duration(*.after))]
+    ConnectTimedOut {
+        /// The exchange.
+        exchange: String,
+        /// The routing key.
+        routing_key: String,
+        /// The connect timeout.
+        after: Duration,
     },
     /// The connection or channel failed.
     #[error("publish to exchange {exchange:?} with routing key {routing_key:?}: {source}")]

@@ -8,6 +8,9 @@
 //! Each entry has three fields: `outbox_id`, `payload` (the payload's JSON bytes) and
 //! `headers` (the message's headers as a JSON object). `maxlen` trims the stream to about
 //! that many entries (`MAXLEN ~`). `secret_env` names the variable holding the password.
+//! `connect_timeout` (default `5s`) bounds each connection attempt and the whole first
+//! connect at build: a server that accepts the TCP connection and never answers fails the
+//! build instead of hanging it.
 //!
 //! **Redis Streams cannot dedupe**: a message the relay delivers twice (after a crash between
 //! the `XADD` and the ack) is two entries. Consumers must dedupe on `outbox_id`.
@@ -19,19 +22,24 @@
 //! | an error retrying cannot fix (`WRONGTYPE`: the key is not a stream) | permanent |
 
 use std::fmt;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde::{Deserialize, Serialize};
 
 use super::template::Template;
 use super::{payload_bytes, read_secret, url_with_password, SinkBuildError};
+use crate::config::duration::{format_duration, HumanDuration};
 use crate::config::ConfigError;
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
+use crate::redact::redact;
 
 /// The server, unless configured.
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+/// How long connecting to the server may take, unless configured.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 // ---- config ----------------------------------------------------------------------------
 
@@ -50,10 +58,18 @@ pub struct RedisSinkConfig {
     /// The environment variable holding the password (put into the URL).
     #[serde(default)]
     pub secret_env: Option<String>,
+    /// How long connecting may take: each attempt, and the first connect at build in all.
+    /// Default `5s`.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: HumanDuration,
 }
 
 fn default_url() -> String {
     DEFAULT_URL.to_owned()
+}
+
+fn default_connect_timeout() -> HumanDuration {
+    HumanDuration(DEFAULT_CONNECT_TIMEOUT)
 }
 
 impl RedisSinkConfig {
@@ -64,13 +80,24 @@ impl RedisSinkConfig {
             stream,
             maxlen: None,
             secret_env: None,
+            connect_timeout: default_connect_timeout(),
         }
     }
 
     /// Checks the settings; `field` is where the sink sits in the config.
     pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
-        redis::Client::open(self.url.as_str())
-            .map_err(|error| ConfigError::new(format!("{field}.url"), error.to_string()))?;
+        redis::Client::open(self.url.as_str()).map_err(|error| {
+            ConfigError::new(
+                format!("{field}.url"),
+                format!("{:?}: {}", redact(&self.url), redact(&error.to_string())),
+            )
+        })?;
+        if self.connect_timeout.0.is_zero() {
+            return Err(ConfigError::new(
+                format!("{field}.connect_timeout"),
+                "must be greater than zero",
+            ));
+        }
         if self.stream.as_str().is_empty() {
             return Err(ConfigError::new(
                 format!("{field}.stream"),
@@ -121,15 +148,25 @@ impl RedisSink {
             }
             None => config.url.clone(),
         };
-        let unreachable = |error: redis::RedisError| {
+        let unreachable = |reason: String| {
             SinkBuildError::new(
                 format!("{field}.url"),
-                format!("cannot connect to Redis at {}: {error}", config.url),
+                format!(
+                    "cannot connect to Redis at {}: {}",
+                    redact(&config.url),
+                    redact(&reason)
+                ),
             )
-            .with_source(error)
         };
-        let client = redis::Client::open(url).map_err(unreachable)?;
-        let connection = ConnectionManager::new(client).await.map_err(unreachable)?;
+        let client = redis::Client::open(url).map_err(|error| unreachable(error.to_string()))?;
+        let timeout = config.connect_timeout.0;
+        let manager = ConnectionManagerConfig::new().set_connection_timeout(Some(timeout));
+        // Each attempt is bounded by the manager; the whole connect, retries included, here.
+        let connection =
+            tokio::time::timeout(timeout, ConnectionManager::new_with_config(client, manager))
+                .await
+                .map_err(|_| unreachable(format!("no answer within {}", format_duration(timeout))))?
+                .map_err(|error| unreachable(error.to_string()))?;
         Ok(Self {
             connection,
             stream: config.stream.clone(),

@@ -23,8 +23,21 @@
 //! | 408, 425, 429, 5xx, connect errors, timeouts | retryable; `Retry-After` (seconds or an HTTP date) is the floor of the backoff |
 //! | 3xx (redirects are not followed unless `max_redirects` says so), 410 and every other 4xx | permanent: dead letter, with the status and the first bytes of the body |
 //!
+//! Credentials go in headers rather than in the URL: `headers_env` maps a header to the
+//! environment variable holding its value, read when the sink is built, and `headers` holds
+//! values that are not secret:
+//!
+//! ```toml
+//! sink = { kind = "webhook", url = "https://hooks.example.com/in", headers_env = { Authorization = "WEBHOOK_AUTH" }, headers = { X-Source = "outbox-relay" } }
+//! ```
+//!
+//! They are sent with every request, over the message's headers of the same name. A URL
+//! printed anywhere (errors, logs, dead letters) shows `***` for its user info and query
+//! values.
+//!
 //! All the lane's handlers share the sink, so they share one connection pool.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -43,20 +56,14 @@ use crate::config::duration::HumanDuration;
 use crate::config::ConfigError;
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
+use crate::redact::redact;
+
+mod headers;
 
 /// How long one request may take, unless configured.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many bytes of an error response's body a permanent error keeps.
 pub const ERROR_BODY_PREFIX: usize = 256;
-
-/// Message headers the sink does not forward: the HTTP client sets them.
-const CLIENT_OWNED_HEADERS: [&str; 5] = [
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "host",
-    "upgrade",
-];
 
 // ---- config ----------------------------------------------------------------------------
 
@@ -80,6 +87,14 @@ pub struct WebhookSinkConfig {
     /// How many redirects to follow. Default 0: a redirect is a permanent failure.
     #[serde(default)]
     pub max_redirects: usize,
+    /// Headers sent with every request, values as written: for values that are not secret.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Headers sent with every request, each value read from the environment variable named
+    /// here when the sink is built: `{ Authorization = "WEBHOOK_AUTH" }`. For credentials,
+    /// which then sit neither in the file nor in the URL.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_env: BTreeMap<String, String>,
 }
 
 fn default_method() -> String {
@@ -99,6 +114,8 @@ impl WebhookSinkConfig {
             secret_env: None,
             timeout: default_timeout(),
             max_redirects: 0,
+            headers: BTreeMap::new(),
+            headers_env: BTreeMap::new(),
         }
     }
 
@@ -108,12 +125,15 @@ impl WebhookSinkConfig {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(ConfigError::new(
                 format!("{field}.url"),
-                format!("{url:?} is not an http:// or https:// URL"),
+                format!("{:?} is not an http:// or https:// URL", redact(url)),
             ));
         }
         if let Some(url) = self.url.as_literal() {
             reqwest::Url::parse(&url).map_err(|error| {
-                ConfigError::new(format!("{field}.url"), format!("{url:?}: {error}"))
+                ConfigError::new(
+                    format!("{field}.url"),
+                    format!("{:?}: {error}", redact(&url)),
+                )
             })?;
         }
         self.method()
@@ -132,9 +152,11 @@ impl WebhookSinkConfig {
                 ));
             }
         }
+        headers::validate(&self.headers, &self.headers_env, field)?;
         Ok(())
     }
 
+    /// The HTTP method, parsed.
     fn method(&self) -> Result<Method, String> {
         Method::from_bytes(self.method.to_ascii_uppercase().as_bytes())
             .map_err(|_| format!("{:?} is not an HTTP method", self.method))
@@ -199,12 +221,25 @@ impl WebhookSigner {
 // ---- build -----------------------------------------------------------------------------
 
 /// Delivers a message as an HTTP request.
-#[derive(Debug)]
 pub struct WebhookSink {
     client: reqwest::Client,
     url: Template,
     method: Method,
     signer: Option<WebhookSigner>,
+    /// `headers` and `headers_env`, values resolved.
+    configured: HeaderMap,
+}
+
+impl fmt::Debug for WebhookSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Neither credentials in the URL nor header values.
+        f.debug_struct("WebhookSink")
+            .field("url", &redact(self.url.as_str()))
+            .field("method", &self.method)
+            .field("signer", &self.signer)
+            .field("headers", &self.configured.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 impl WebhookSink {
@@ -225,13 +260,18 @@ impl WebhookSink {
             }
             None => None,
         };
-        Self::new(config, signer).map_err(|error| {
+        let configured = headers::resolve(&config.headers, &config.headers_env, field)?;
+        let mut sink = Self::new(config, signer).map_err(|error| {
             SinkBuildError::new(field.to_owned(), "cannot build the HTTP client").with_source(error)
-        })
+        })?;
+        sink.configured = configured;
+        Ok(sink)
     }
 
     /// The sink `config` describes, signing with `signer` (a library user's own secret,
-    /// rather than one from the environment); `config.secret_env` is ignored.
+    /// rather than one from the environment); `config.secret_env` and `config.headers_env`
+    /// are ignored (`config.headers` are sent; an invalid one is left out, as `validate`
+    /// would have refused it).
     pub fn new(
         config: &WebhookSinkConfig,
         signer: Option<WebhookSigner>,
@@ -250,6 +290,7 @@ impl WebhookSink {
             // `validate` has checked it; POST is the documented default.
             method: config.method().unwrap_or(Method::POST),
             signer,
+            configured: headers::plain(&config.headers),
         })
     }
 
@@ -263,7 +304,7 @@ impl WebhookSink {
         for (name, value) in &message.headers {
             // Framing and connection headers belong to the HTTP client: a message's
             // `content-length` beside the real one would corrupt the request.
-            if CLIENT_OWNED_HEADERS
+            if headers::CLIENT_OWNED
                 .iter()
                 .any(|owned| name.eq_ignore_ascii_case(owned))
             {
@@ -276,6 +317,11 @@ impl WebhookSink {
                 DeliveryError::permanent(format!("the value of header {name} is not valid in HTTP"))
             })?;
             headers.insert(name, value);
+        }
+        // The configured ones replace a message's header of the same name: a producer
+        // cannot swap the credentials.
+        for (name, value) in &self.configured {
+            headers.insert(name, value.clone());
         }
         // Ours come last, so a message header cannot override the id or the signature.
         let id = message.outbox_id.to_string();
@@ -308,7 +354,7 @@ impl DeliveryHandler for WebhookSink {
             .render_with(message, percent_encode)
             .map_err(DeliveryError::permanent)?;
         let url = reqwest::Url::parse(&url).map_err(|error| {
-            DeliveryError::permanent(format!("the URL {url:?} is not valid: {error}"))
+            DeliveryError::permanent(format!("the URL {:?} is not valid: {error}", redact(&url)))
         })?;
         let body = payload_bytes(message);
         let timestamp = SystemTime::now()
@@ -336,7 +382,7 @@ impl DeliveryHandler for WebhookSink {
         let body = response.bytes().await.unwrap_or_default();
         let error = WebhookError::Status {
             method: self.method.clone(),
-            url: url.to_string(),
+            url: redact(url.as_str()),
             status,
             body: String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_PREFIX)]).into_owned(),
         };
@@ -355,7 +401,7 @@ pub enum WebhookError {
     Status {
         /// The request's method.
         method: Method,
-        /// The request's URL.
+        /// The request's URL, its user info and query values hidden.
         url: String,
         /// The status.
         status: StatusCode,
@@ -367,9 +413,9 @@ pub enum WebhookError {
     Request {
         /// The request's method.
         method: Method,
-        /// The request's URL.
+        /// The request's URL, its user info and query values hidden.
         url: String,
-        /// What reqwest said.
+        /// What reqwest said (without the URL, which may hold credentials).
         #[source]
         source: reqwest::Error,
     },
@@ -395,8 +441,9 @@ fn request_failed(method: &Method, url: &reqwest::Url, source: reqwest::Error) -
     let permanent = source.is_builder();
     let error = WebhookError::Request {
         method: method.clone(),
-        url: url.to_string(),
-        source,
+        url: redact(url.as_str()),
+        // reqwest's message names the URL as given, credentials and all.
+        source: source.without_url(),
     };
     if permanent {
         DeliveryError::permanent(error)

@@ -55,11 +55,91 @@ sink = { kind = "log" }
 "#
 }
 
+/// The control token, in a file the daemon and the CLI read from the sandbox.
+const TOKEN: &str = "cli-test-control-token-0123456789";
+const WITH_TOKEN: &str = "[listener]\ncontrol_token_file = \"control.token\"";
+
+/// POSTs `path` with `authorization` (a header value) to the listener: status and body.
+fn http_post(port: u16, path: &str, authorization: Option<&str>) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let authorization = authorization
+        .map(|value| format!("Authorization: {value}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn a_pause_without_the_control_token_is_refused_and_changes_nothing() {
+    let sandbox = Sandbox::new();
+    sandbox.write("control.token", &format!("{TOKEN}\n"));
+    let port = free_port();
+    sandbox.write(
+        "relay.toml",
+        &test_config("sqlite:relay.db", WITH_TOKEN, port),
+    );
+    let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);
+    daemon.wait_for_log("relay running");
+    for authorization in [None, Some("Bearer not-the-control-token-at-all")] {
+        let (status, body) = http_post(port, "/lanes/orders/pause", authorization);
+        assert_eq!(status, 401, "{authorization:?}: {body}");
+    }
+    assert_eq!(lane_state(port, "audit", "paused"), Some(0.0));
+    let (status, body) = http_post(
+        port,
+        "/lanes/orders/pause",
+        Some(&format!("Bearer {TOKEN}")),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(lane_state(port, "audit", "paused"), Some(1.0));
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "exit {status}:\n{log}");
+
+    // Without a token configured, the control routes are off, and the CLI says why.
+    let port = free_port();
+    sandbox.write("relay.toml", &test_config("sqlite:relay.db", "", port));
+    let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);
+    daemon.wait_for_log("relay running");
+    assert!(
+        daemon.stderr().contains("lane control is off"),
+        "{}",
+        daemon.stderr()
+    );
+    let (status, body) = http_post(
+        port,
+        "/lanes/orders/pause",
+        Some(&format!("Bearer {TOKEN}")),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(lane_state(port, "audit", "paused"), Some(0.0));
+    let refused = sandbox.fails(2, &["--config", "relay.toml", "pause", "orders"]);
+    assert!(refused.contains("control_token"), "{refused}");
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "exit {status}:\n{log}");
+}
+
 #[test]
 fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
     let sandbox = Sandbox::new();
+    sandbox.write("control.token", &format!("{TOKEN}\n"));
     let port = free_port();
-    let config = test_config("sqlite:relay.db", "", port);
+    let config = test_config("sqlite:relay.db", WITH_TOKEN, port);
     sandbox.write("relay.toml", &config);
     let cfg = ["--config", "relay.toml"];
     let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);

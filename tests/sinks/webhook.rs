@@ -445,3 +445,4 @@ async fn a_missing_secret_names_the_variable() {
 }
 
 mod gates;
+mod headers;

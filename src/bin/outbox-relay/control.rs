@@ -2,7 +2,9 @@
 //! routes of its metrics listener (`POST /lanes/…/pause`), to pause or resume lanes.
 //!
 //! The daemon's address is the config's `metrics_listen` (or `--metrics-listen`); a daemon
-//! listening on all interfaces is reached on loopback, the only peer it obeys.
+//! listening on all interfaces is reached on loopback, the only peer it obeys. The request
+//! carries the control token the config's `[listener]` names (`control_token_env` or
+//! `control_token_file`), read the same way the daemon reads it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -19,6 +21,16 @@ const ANSWER_WAIT: Duration = Duration::from_secs(60);
 /// Sends `action` (`pause` or `resume`) for the lane in `args` to the running daemon.
 pub(crate) async fn run(setup: Setup, action: &str, args: ControlArgs) -> Result<(), Failure> {
     let path = lane_path(&args.lane, action)?;
+    let token = setup
+        .config
+        .listener
+        .control_token()
+        .map_err(|error| Failure::input(format!("config error: {}: {}", error.field, error.reason)))?
+        .ok_or_else(|| {
+            Failure::input(
+                "no control token: set [listener] control_token_env or control_token_file in the config (the daemon's lane control is off without one)",
+            )
+        })?;
     let addr = match args.metrics_listen.unwrap_or(setup.config.metrics_listen) {
         MetricsListen::Listen(addr) => loopback(addr),
         MetricsListen::Off => {
@@ -27,7 +39,7 @@ pub(crate) async fn run(setup: Setup, action: &str, args: ControlArgs) -> Result
             ))
         }
     };
-    let (status, body) = tokio::time::timeout(ANSWER_WAIT, post(addr, &path))
+    let (status, body) = tokio::time::timeout(ANSWER_WAIT, post(addr, &path, token.as_str()))
         .await
         .map_err(|_| {
             Failure::failed(format!(
@@ -103,11 +115,11 @@ fn loopback(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-/// One HTTP/1.1 POST without a body: the status and the body.
-async fn post(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+/// One HTTP/1.1 POST without a body, with the bearer `token`: the status and the body.
+async fn post(addr: SocketAddr, path: &str, token: &str) -> std::io::Result<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await?;
     let mut response = String::new();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::config::file::MetricsListen;
+use outbox_relay::config::ListenerConfig;
 use outbox_relay::database::CreateMode;
 use outbox_relay::metrics::control::LaneControl;
 use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
@@ -75,27 +76,56 @@ async fn serve(
     let metrics_listen = args.metrics_listen.unwrap_or(setup.config.metrics_listen);
     // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
     let readiness = Readiness::new();
-    // `outbox-relay pause|resume` reach the relay here once it runs.
-    let control = LaneControl::new();
+    // `outbox-relay pause|resume` reach the relay here once it runs, with the token; without
+    // one configured the control routes are off.
+    let token = setup.config.listener.control_token().map_err(|error| {
+        Failure::input(format!("config error: {}: {}", error.field, error.reason))
+    })?;
+    let control = match token {
+        Some(token) => LaneControl::with_token(token),
+        None => LaneControl::new(),
+    };
     if let MetricsListen::Listen(addr) = metrics_listen {
-        install_metrics_exporter(addr, readiness.clone(), control.clone())?;
-        tracing::info!(
-            %addr,
-            "serving Prometheus metrics, /healthz, /readyz and (to loopback) POST /lanes/…/pause|resume"
-        );
+        let limits = setup.config.listener.to_config();
+        install_metrics_exporter(addr, readiness.clone(), control.clone(), limits)?;
+        if control.is_on() {
+            tracing::info!(
+                %addr,
+                max_connections = limits.max_connections,
+                "serving Prometheus metrics, /healthz, /readyz and (to loopback, with the control token) POST /lanes/…/pause|resume"
+            );
+        } else {
+            tracing::info!(
+                %addr,
+                max_connections = limits.max_connections,
+                "serving Prometheus metrics, /healthz and /readyz; lane control is off (no listener.control_token_env or control_token_file)"
+            );
+        }
     }
 
     // Sinks are built before the store is opened: a sink that cannot be built (a secret
     // missing from the environment, a broker that cannot be reached, a missing JetStream
     // stream) stops the start with exit 2, naming the lane's field (and the variable).
-    let mut handlers = Vec::with_capacity(lanes.len());
-    for (lane, sink) in &lanes {
-        let handler = sink
-            .build(&format!("lanes[{}].sink", lane.name()))
-            .await
-            .map_err(|error| Failure::input(format!("config error: {error}")))?;
-        handlers.push(handler);
-    }
+    // Connecting to a broker can take up to its connect_timeout; a signal meanwhile stops
+    // the relay at once (nothing is claimed yet).
+    let building = async {
+        let mut handlers = Vec::with_capacity(lanes.len());
+        for (lane, sink) in &lanes {
+            let handler = sink
+                .build(&format!("lanes[{}].sink", lane.name()))
+                .await
+                .map_err(|error| Failure::input(format!("config error: {error}")))?;
+            handlers.push(handler);
+        }
+        Ok::<_, Failure>(handlers)
+    };
+    let handlers = tokio::select! {
+        handlers = building => handlers?,
+        signal = signals.next() => {
+            tracing::info!(signal, "stopped during start-up, while the sinks were being built");
+            return Ok(());
+        }
+    };
 
     // Reaching the database can take up to connect_timeout; a signal meanwhile stops the
     // relay at once (nothing is claimed yet, so there is nothing to hand back).
@@ -147,12 +177,24 @@ async fn serve(
     let cause = loop {
         tokio::select! {
             signal = signals.next() => break Stop::Signal(signal),
-            // A reload runs to its end (a drain takes at most shutdown_timeout): a SIGTERM
-            // meanwhile waits for it rather than cut a lane change in half.
+            // A reload reads the file and builds the new sinks first, which a signal cuts
+            // short (a broker that does not answer must not keep the relay from stopping);
+            // the lane changes then run to their end (a drain takes at most
+            // shutdown_timeout): a SIGTERM meanwhile waits for them rather than cut a lane
+            // change in half.
             _ = hangup.recv() => {
-                running
-                    .reload(config_path.as_deref(), &relay, setup.config.shutdown_timeout())
-                    .await;
+                let prepared = tokio::select! {
+                    prepared = running.prepare(config_path.as_deref()) => prepared,
+                    signal = signals.next() => {
+                        tracing::info!(signal, "SIGHUP: reload abandoned while its sinks were being built; lanes unchanged");
+                        break Stop::Signal(signal);
+                    }
+                };
+                if let Some(prepared) = prepared {
+                    running
+                        .apply(prepared, &relay, setup.config.shutdown_timeout())
+                        .await;
+                }
             }
             refusal = &mut refused => break match refusal {
                 Ok(refusal) => Stop::Refused(refusal),
@@ -397,8 +439,9 @@ fn install_metrics_exporter(
     addr: SocketAddr,
     readiness: Readiness,
     control: LaneControl,
+    limits: ListenerConfig,
 ) -> Result<(), Failure> {
-    outbox_relay::metrics::install_prometheus_exporter_with_control(addr, readiness, control)
+    outbox_relay::metrics::install_prometheus_exporter_with_listener(addr, readiness, control, limits)
         .map(drop)
         .map_err(|error| {
             Failure::input(format!(

@@ -5,11 +5,14 @@
 //!
 //! All or nothing up front: a file that does not parse or validate, or a new sink that
 //! cannot be built, changes nothing (the error is logged and the running lanes go on).
+//! Reading the file and building the sinks ([`RunningLanes::prepare`]) touches nothing
+//! that runs, so a SIGTERM or SIGINT meanwhile abandons the reload and stops the daemon at
+//! once; the lane changes ([`RunningLanes::apply`]) then run to their end.
 //! Only `[[lanes]]` are reloaded; the database, the metrics listener, the supervisor,
 //! retention and the shutdown timeout need a restart, which the log says.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +25,14 @@ use outbox_relay::{DeliveryHandler, LaneConfig};
 /// The lanes the daemon runs, as the config file last described them.
 pub(crate) struct RunningLanes {
     lanes: Vec<(LaneConfig, SinkConfig)>,
+}
+
+/// A reload read and built, not yet applied: the lanes the file wants, and the handlers of
+/// the new (`false`) and changed (`true`) ones.
+pub(crate) struct Reload {
+    path: PathBuf,
+    wanted: Vec<(LaneConfig, SinkConfig)>,
+    starting: Vec<(LaneConfig, Arc<dyn DeliveryHandler>, bool)>,
 }
 
 /// What a reload changed, by lane name.
@@ -42,18 +53,14 @@ impl RunningLanes {
         Self { lanes }
     }
 
-    /// Reloads the lanes from `path` (None: the daemon runs the embedded default, which
-    /// cannot change). Lanes being removed are given `drain` to finish their deliveries.
-    /// Logs what it did or why it did nothing; never stops the daemon.
-    pub(crate) async fn reload(
-        &mut self,
-        path: Option<&Path>,
-        relay: &RelayHandle,
-        drain: Duration,
-    ) {
+    /// The first half of a reload from `path` (None: the daemon runs the embedded default,
+    /// which cannot change): reads and validates the file and builds the sinks of new and
+    /// changed lanes, touching nothing that runs, so it may be abandoned at any point (a
+    /// signal does). `None` when there is nothing to apply; the reason is logged.
+    pub(crate) async fn prepare(&self, path: Option<&Path>) -> Option<Reload> {
         let Some(path) = path else {
             tracing::warn!("SIGHUP: no --config file to reload (the embedded default cannot change); lanes unchanged");
-            return;
+            return None;
         };
         let wanted = match FileConfig::load(path)
             .map_err(|e| e.to_string())
@@ -65,10 +72,43 @@ impl RunningLanes {
             Ok(lanes) => lanes,
             Err(error) => {
                 tracing::error!(%error, "SIGHUP: the config file was refused; lanes unchanged");
-                return;
+                return None;
             }
         };
-        match self.apply(wanted, relay, drain).await {
+        let running: HashMap<LaneKey, &(LaneConfig, SinkConfig)> =
+            self.lanes.iter().map(|lane| (key(&lane.0), lane)).collect();
+        // The sinks of new and changed lanes are built before anything is touched: one that
+        // cannot be built refuses the whole reload.
+        let mut starting: Vec<(LaneConfig, Arc<dyn DeliveryHandler>, bool)> = Vec::new();
+        for (config, sink) in &wanted {
+            let replacing = match running.get(&key(config)) {
+                Some((old_config, old_sink)) if old_config == config && old_sink == sink => {
+                    continue
+                }
+                Some(_) => true,
+                None => false,
+            };
+            match sink.build(&format!("lanes[{}].sink", config.name())).await {
+                Ok(handler) => starting.push((config.clone(), handler, replacing)),
+                Err(error) => {
+                    tracing::error!(%error, "SIGHUP: reload failed; lanes unchanged");
+                    return None;
+                }
+            }
+        }
+        Some(Reload {
+            path: path.to_owned(),
+            wanted,
+            starting,
+        })
+    }
+
+    /// The second half of a reload: brings the running lanes in line with `reload`. Lanes
+    /// being removed are given `drain` to finish their deliveries. Logs what it did or why
+    /// it stopped; never stops the daemon.
+    pub(crate) async fn apply(&mut self, reload: Reload, relay: &RelayHandle, drain: Duration) {
+        let path = reload.path.clone();
+        match self.change(reload, relay, drain).await {
             Ok(changes) => tracing::info!(
                 added = ?changes.added,
                 removed = ?changes.removed,
@@ -82,33 +122,19 @@ impl RunningLanes {
         }
     }
 
-    async fn apply(
+    async fn change(
         &mut self,
-        wanted: Vec<(LaneConfig, SinkConfig)>,
+        reload: Reload,
         relay: &RelayHandle,
         drain: Duration,
     ) -> Result<Changes, String> {
+        let Reload {
+            wanted, starting, ..
+        } = reload;
         let running: HashMap<LaneKey, &(LaneConfig, SinkConfig)> =
             self.lanes.iter().map(|lane| (key(&lane.0), lane)).collect();
         let wanted_keys: Vec<LaneKey> = wanted.iter().map(|(config, _)| key(config)).collect();
         let mut changes = Changes::default();
-        // The sinks of new and changed lanes are built before anything is touched: one that
-        // cannot be built refuses the whole reload.
-        let mut starting: Vec<(LaneConfig, Arc<dyn DeliveryHandler>, bool)> = Vec::new();
-        for (config, sink) in &wanted {
-            let replacing = match running.get(&key(config)) {
-                Some((old_config, old_sink)) if old_config == config && old_sink == sink => {
-                    continue
-                }
-                Some(_) => true,
-                None => false,
-            };
-            let handler = sink
-                .build(&format!("lanes[{}].sink", config.name()))
-                .await
-                .map_err(|error| format!("lanes unchanged: {error}"))?;
-            starting.push((config.clone(), handler, replacing));
-        }
         let paused: Vec<LaneKey> = relay
             .status()
             .await

@@ -38,6 +38,22 @@ fn the_example_file_parses_and_sets_every_field() {
     assert_eq!(config.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
     assert_eq!(config.metrics_listen, MetricsListen::default());
     assert_eq!(
+        config.listener.to_config(),
+        crate::config::ListenerConfig::default()
+    );
+    assert_eq!(config.listener.control_token().unwrap(), None);
+    for key in serde_json::to_value(&config.listener)
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .keys()
+    {
+        assert!(
+            text.contains(&format!("{key} =")),
+            "listener.{key} is not in the example"
+        );
+    }
+    assert_eq!(
         config.database_url().unwrap(),
         DatabaseUrl::Sqlite {
             path: "outbox.db".into()

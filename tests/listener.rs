@@ -1,0 +1,283 @@
+#![cfg(all(feature = "prometheus", feature = "sqlite"))]
+//! The HTTP listener under a `/readyz` flood, with a real relay on a SQLite file: the
+//! readiness check reaches the store at most about once a second whatever the request
+//! rate, counted by a store wrapper, and the lane's claims go on. Claim latency with and
+//! without the flood is printed (a measurement, never asserted: the machine is shared).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use outbox_relay::config::ListenerConfig;
+use outbox_relay::message::{DraftLimits, OutboxMessageDraft};
+use outbox_relay::metrics::control::LaneControl;
+use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
+use outbox_relay::store::sqlite::SqliteOutboxStore;
+use outbox_relay::store::{
+    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount, LaneStats,
+    MessageFilter, Nack, NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest, StoreError,
+    WakeUp,
+};
+use outbox_relay::{handler_fn, LaneConfig, OutboxMessage, OutboxRelay, OutboxStore, RelayHandle};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+/// Generous: other builds share the machine.
+const WAIT: Duration = Duration::from_secs(120);
+/// Messages delivered in each phase.
+const MESSAGES: usize = 400;
+/// Concurrent `/readyz` clients during the flood.
+const FLOODERS: usize = 8;
+
+/// Forwards to a store; counts `get` (the readiness check's store call) and times claims.
+#[derive(Debug)]
+struct Counted {
+    inner: Arc<dyn OutboxStore>,
+    gets: AtomicU64,
+    claims: Mutex<Vec<Duration>>,
+}
+
+#[async_trait]
+impl OutboxStore for Counted {
+    fn draft_limits(&self) -> DraftLimits {
+        self.inner.draft_limits()
+    }
+    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
+        self.inner.write_drafts(drafts).await
+    }
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        let started = Instant::now();
+        let answer = self.inner.claim(request).await;
+        self.claims.lock().unwrap().push(started.elapsed());
+        answer
+    }
+    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.inner.ack(claims).await
+    }
+    async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
+        self.inner.nack(nacks).await
+    }
+    async fn extend_lease(
+        &self,
+        claims: &[ClaimRef],
+        lease: Duration,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.inner.extend_lease(claims, lease).await
+    }
+    async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.inner.release(claims).await
+    }
+    async fn next_due(
+        &self,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError> {
+        self.inner.next_due(lane, target, ordering).await
+    }
+    async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
+        self.inner.stats(filter).await
+    }
+    async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
+        self.inner.list(filter, page).await
+    }
+    async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(outbox_id).await
+    }
+    async fn requeue_dead_letters_per_lane(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError> {
+        self.inner.requeue_dead_letters_per_lane(filter).await
+    }
+    async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        self.inner.discard_dead_letters(filter).await
+    }
+    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        self.inner.purge(request).await
+    }
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
+        self.inner.subscribe()
+    }
+}
+
+/// One `/readyz` request on a connection of its own: the status code.
+async fn readyz(addr: std::net::SocketAddr) -> u16 {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("send");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .expect("read the answer");
+    response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {response:?}"))
+}
+
+/// Enqueues [`MESSAGES`] and waits until the handler has seen them all: how long it took.
+async fn deliver_all(store: &Counted, delivered: &mut mpsc::UnboundedReceiver<()>) -> Duration {
+    let started = Instant::now();
+    for n in 0..MESSAGES {
+        store
+            .enqueue(
+                OutboxMessageDraft::new("orders", "audit", serde_json::json!({ "n": n }))
+                    .expect("a draft"),
+            )
+            .await
+            .expect("enqueue");
+    }
+    for seen in 0..MESSAGES {
+        tokio::time::timeout(WAIT, delivered.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{seen} of {MESSAGES} delivered within {WAIT:?}"))
+            .expect("the handler is alive");
+    }
+    started.elapsed()
+}
+
+/// The claim latencies recorded since the last call: (count, p50, p99).
+fn take_claim_latencies(store: &Counted) -> (usize, Duration, Duration) {
+    let mut latencies = std::mem::take(&mut *store.claims.lock().unwrap());
+    latencies.sort();
+    let at = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    (latencies.len(), at(0.5), at(0.99))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let sqlite = SqliteOutboxStore::open(dir.path().join("outbox.db"))
+        .await
+        .expect("open SQLite");
+    let store = Arc::new(Counted {
+        inner: Arc::new(sqlite),
+        gets: AtomicU64::new(0),
+        claims: Mutex::default(),
+    });
+    let (seen, mut delivered) = mpsc::unbounded_channel();
+    let relay: RelayHandle = OutboxRelay::builder(store.clone())
+        .lane(
+            LaneConfig::new("orders", "audit"),
+            handler_fn(move |_message| {
+                let seen = seen.clone();
+                async move {
+                    let _ = seen.send(());
+                    Ok(())
+                }
+            }),
+        )
+        .start()
+        .await
+        .expect("start the relay");
+    let relay = Arc::new(relay);
+
+    let readiness = Readiness::new();
+    readiness.set(
+        RelayReadiness::new(store.clone(), relay.clone()),
+        tokio::runtime::Handle::current(),
+        DEFAULT_READINESS_TIMEOUT,
+    );
+    // The listener and the flood run on a runtime of their own, on a thread of their own,
+    // as the binary's exporter does: what is left between the two phases is the store.
+    let side = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the listener's runtime");
+    let side_handle = side.handle().clone();
+    let (stop_side, side_stopped) = tokio::sync::oneshot::channel::<()>();
+    let side_thread = std::thread::spawn(move || {
+        side.block_on(async {
+            let _ = side_stopped.await;
+        })
+    });
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    std_listener.set_nonblocking(true).expect("non-blocking");
+    let addr = std_listener.local_addr().expect("its address");
+    side_handle.spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(std_listener).expect("register");
+        outbox_relay::metrics::listener::serve(
+            listener,
+            recorder.handle(),
+            readiness,
+            LaneControl::new(),
+            ListenerConfig {
+                max_connections: FLOODERS + 8,
+                ..ListenerConfig::default()
+            },
+        )
+        .await;
+    });
+    assert_eq!(readyz(addr).await, 200, "the relay is ready");
+
+    // Without the flood.
+    take_claim_latencies(&store);
+    let quiet = deliver_all(&store, &mut delivered).await;
+    let (quiet_claims, quiet_p50, quiet_p99) = take_claim_latencies(&store);
+
+    // With it: FLOODERS clients asking /readyz back to back for as long as the phase runs.
+    let flooding = Arc::new(AtomicBool::new(true));
+    let requests = Arc::new(AtomicU64::new(0));
+    let flooders: Vec<_> = (0..FLOODERS)
+        .map(|_| {
+            let (flooding, requests) = (flooding.clone(), requests.clone());
+            side_handle.spawn(async move {
+                while flooding.load(Ordering::SeqCst) {
+                    assert_eq!(readyz(addr).await, 200);
+                    requests.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let gets_before = store.gets.load(Ordering::SeqCst);
+    let flooded = deliver_all(&store, &mut delivered).await;
+    // At least two whole intervals of flood, so the count below means something.
+    while started.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    flooding.store(false, Ordering::SeqCst);
+    for flooder in flooders {
+        flooder.await.expect("a flooder");
+    }
+    let span = started.elapsed();
+    let gets = store.gets.load(Ordering::SeqCst) - gets_before;
+    let requests = requests.load(Ordering::SeqCst);
+    let (flood_claims, flood_p50, flood_p99) = take_claim_latencies(&store);
+    println!(
+        "/readyz flood: {requests} requests over {span:?} reached the store {gets} times\n\
+         {MESSAGES} messages without the flood in {quiet:?}: {quiet_claims} claims, p50 {quiet_p50:?}, p99 {quiet_p99:?}\n\
+         {MESSAGES} messages during the flood in {flooded:?}: {flood_claims} claims, p50 {flood_p50:?}, p99 {flood_p99:?}"
+    );
+    assert!(
+        requests > gets * 10,
+        "the flood was too thin to show anything: {requests} requests, {gets} store calls over {span:?}"
+    );
+    // One check per interval, the interval counted from the end of the last check: over
+    // `span`, at most span/1s + 1 checks.
+    let allowed = span.as_secs() + 1;
+    assert!(
+        gets <= allowed,
+        "{gets} store calls for {requests} /readyz requests over {span:?} (at most {allowed})"
+    );
+    relay
+        .shutdown(Duration::from_secs(30))
+        .await
+        .expect("shutdown");
+    let _ = stop_side.send(());
+    side_thread.join().expect("the listener's thread");
+}
