@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::message::validate_name;
 use crate::message::ValidationError;
-use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY};
+use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_RETRY_AFTER_MAX};
 use crate::store::OrderingPolicy;
 
 pub mod duration;
@@ -123,6 +123,11 @@ pub struct LaneConfig {
     pub delivery_timeout: Duration,
     /// Backoff between attempts.
     pub retry: RetryPolicy,
+    /// The longest a target's `Retry-After` may hold a message back: a longer one is held
+    /// to this (logged, and counted in `outbox_retry_after_clamped_total`), so one answer
+    /// cannot park a message and its ordering key for a year. Default
+    /// [`DEFAULT_RETRY_AFTER_MAX`], the same as the default `retry.max`.
+    pub retry_after_max: Duration,
     /// What a dead-lettered head does to its key.
     pub ordering: OrderingPolicy,
     /// The longest an idle lane sleeps before looking at the store again.
@@ -180,6 +185,7 @@ impl LaneConfig {
                 max: DEFAULT_MAX_DELAY,
                 jitter: true,
             },
+            retry_after_max: DEFAULT_RETRY_AFTER_MAX,
             ordering: OrderingPolicy::Skip,
             max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
             stats_interval: DEFAULT_STATS_INTERVAL,
@@ -294,6 +300,13 @@ impl LaneConfig {
         self
     }
 
+    /// Sets the longest a target's `Retry-After` may hold a message back
+    /// ([`LaneConfig::retry_after_max`]).
+    pub fn retry_after_max(mut self, ceiling: Duration) -> Self {
+        self.retry_after_max = ceiling;
+        self
+    }
+
     /// Sets the ordering policy.
     pub fn ordering(mut self, ordering: OrderingPolicy) -> Self {
         self.ordering = ordering;
@@ -330,6 +343,7 @@ impl LaneConfig {
             ("batch_size", self.batch_size == 0),
             ("lease", self.lease.is_zero()),
             ("delivery_timeout", self.delivery_timeout.is_zero()),
+            ("retry_after_max", self.retry_after_max.is_zero()),
             ("max_poll_interval", self.max_poll_interval.is_zero()),
             ("stats_interval", self.stats_interval.is_zero()),
         ];
@@ -541,6 +555,14 @@ mod tests {
         );
         assert_eq!(error.field, "lanes[orders/billing].prefetch");
         assert!(error.reason.contains("limit of 1000"), "{error}");
+    }
+
+    #[test]
+    fn the_retry_after_ceiling_defaults_to_the_longest_backoff_and_must_be_positive() {
+        let lane = LaneConfig::new("orders", "billing");
+        assert_eq!(lane.retry_after_max, lane.retry.max);
+        let error = refused(lane.retry_after_max(Duration::ZERO));
+        assert_eq!(error.field, "lanes[orders/billing].retry_after_max");
     }
 
     #[test]

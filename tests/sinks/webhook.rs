@@ -444,4 +444,5 @@ async fn a_missing_secret_names_the_variable() {
     assert!(error.to_string().contains(&variable), "{error}");
 }
 
+mod answers;
 mod gates;
