@@ -256,7 +256,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     //    delivered messages and keeps their dead letters.
     let retention = RetentionConfig {
         delivered: Some(Duration::ZERO),
-        dead_letter: None,
+        ..RetentionConfig::keep_all()
     };
     let lanes = [WEBHOOK, LEDGER].map(|(lane, target)| (LaneKey::new(lane, target), retention));
     let purged = RetentionTask::new(inner.clone(), lanes.into())
