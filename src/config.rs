@@ -423,6 +423,19 @@ impl LaneConfig {
                     format!("must be above zero and below the lease ({:?})", self.lease),
                 ));
             }
+        } else if self.delivery_timeout >= self.lease {
+            // Without extension nothing renews a claim: a delivery allowed to run as long
+            // as the lease (or longer) outlives it whenever it is slow, and another relay
+            // takes the message while this one still delivers it.
+            return Err(ConfigError::new(
+                field("delivery_timeout"),
+                format!(
+                    "{:?} is not below the lease ({:?}) while lease extension is off \
+                     (lease_extend_margin = false): a slow delivery would outlive its claim; \
+                     shorten it, lengthen the lease, or turn extension on",
+                    self.delivery_timeout, self.lease
+                ),
+            ));
         }
         if let Some(problem) = self.rate_limit.and_then(|limit| limit.problem()) {
             return Err(ConfigError::new(field("rate_limit"), problem));
@@ -555,6 +568,33 @@ mod tests {
         );
         assert_eq!(error.field, "lanes[orders/billing].prefetch");
         assert!(error.reason.contains("limit of 1000"), "{error}");
+    }
+
+    #[test]
+    fn without_lease_extension_the_delivery_timeout_must_stay_below_the_lease() {
+        let lane = || {
+            LaneConfig::new("orders", "billing")
+                .lease(Duration::from_secs(10))
+                .lease_extend_margin(None)
+        };
+        for timeout in [10, 11, 3600] {
+            let error = refused(lane().delivery_timeout(Duration::from_secs(timeout)));
+            assert_eq!(error.field, "lanes[orders/billing].delivery_timeout");
+            assert!(
+                error.reason.contains("lease") && error.reason.contains("extension is off"),
+                "{error}"
+            );
+        }
+        assert!(lane()
+            .delivery_timeout(Duration::from_millis(9_999))
+            .validate()
+            .is_ok());
+        // With extension on, a long delivery renews its lease as it runs.
+        assert!(LaneConfig::new("orders", "billing")
+            .lease(Duration::from_secs(10))
+            .delivery_timeout(Duration::from_secs(3600))
+            .validate()
+            .is_ok());
     }
 
     #[test]

@@ -303,6 +303,14 @@ fn bad_values_name_their_field() {
             "lanes[orders/billing].retry_after_max",
         ),
         (
+            // The default delivery_timeout (20s) outlives a 10s lease nobody extends.
+            MINIMAL.replace(
+                "sink =",
+                "lease = \"10s\"\nlease_extend_margin = false\nsink =",
+            ),
+            "lanes[orders/billing].delivery_timeout",
+        ),
+        (
             MINIMAL.replace(
                 "sink =",
                 "lease = \"3s\"\nlease_extend_margin = \"3s\"\nsink =",
