@@ -20,7 +20,7 @@
 //! | response | outcome |
 //! |---|---|
 //! | 2xx | ack |
-//! | 408, 425, 429, 5xx, connect errors, timeouts | retryable; `Retry-After` (seconds or an HTTP date) is the floor of the backoff |
+//! | 408, 425, 429, 5xx, connect errors, timeouts | retryable; `Retry-After` (seconds or an HTTP date) is the floor of the backoff, up to the lane's `retry_after_max` |
 //! | 3xx (redirects are not followed unless `max_redirects` says so), 410 and every other 4xx | permanent: dead letter, with the status and the first bytes of the body |
 //!
 //! All the lane's handlers share the sink, so they share one connection pool.

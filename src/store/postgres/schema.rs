@@ -417,9 +417,10 @@ async fn apply(
 /// holding a lock on the outbox's tables, or "" when none does (or the query fails: the
 /// error it would decorate matters more).
 async fn lock_holders(pool: &PgPool, names: &Names) -> String {
-    let holders: Result<Vec<(i32, String, Option<f64>, Option<String>)>, sqlx::Error> =
-        sqlx::query_as(
-            "SELECT l.pid, string_agg(DISTINCT l.mode, ', '),
+    /// pid, its lock modes, seconds its transaction is open, its state.
+    type Holder = (i32, String, Option<f64>, Option<String>);
+    let holders: Result<Vec<Holder>, sqlx::Error> = sqlx::query_as(
+        "SELECT l.pid, string_agg(DISTINCT l.mode, ', '),
                     max(extract(epoch FROM now() - a.xact_start))::float8,
                     max(a.state)
                FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
@@ -427,11 +428,11 @@ async fn lock_holders(pool: &PgPool, names: &Names) -> String {
                 AND l.relation IN (to_regclass($1), to_regclass($2))
               GROUP BY l.pid
               ORDER BY l.pid",
-        )
-        .bind(&names.messages)
-        .bind(&names.migrations)
-        .fetch_all(pool)
-        .await;
+    )
+    .bind(&names.messages)
+    .bind(&names.migrations)
+    .fetch_all(pool)
+    .await;
     let holders = holders.unwrap_or_default();
     if holders.is_empty() {
         return String::new();
