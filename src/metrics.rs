@@ -397,7 +397,7 @@ mod tests {
             assert_eq!(&metric.labels[..2], LANE_TARGET, "{}", metric.name);
             assert!(!metric.help.is_empty());
         }
-        assert_eq!(ALL.len(), 24);
+        assert_eq!(ALL.len(), 25);
     }
 
     #[test]
