@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::message::validate_name;
 use crate::message::ValidationError;
-use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY};
+use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_RETRY_AFTER_MAX};
 use crate::store::OrderingPolicy;
 
 pub mod duration;
@@ -129,6 +129,11 @@ pub struct LaneConfig {
     pub delivery_timeout: Duration,
     /// Backoff between attempts.
     pub retry: RetryPolicy,
+    /// The longest a target's `Retry-After` may hold a message back: a longer one is held
+    /// to this (logged, and counted in `outbox_retry_after_clamped_total`), so one answer
+    /// cannot park a message and its ordering key for a year. Default
+    /// [`DEFAULT_RETRY_AFTER_MAX`], the same as the default `retry.max`.
+    pub retry_after_max: Duration,
     /// What a dead-lettered head does to its key.
     pub ordering: OrderingPolicy,
     /// The longest an idle lane sleeps before looking at the store again.
@@ -186,6 +191,7 @@ impl LaneConfig {
                 max: DEFAULT_MAX_DELAY,
                 jitter: true,
             },
+            retry_after_max: DEFAULT_RETRY_AFTER_MAX,
             ordering: OrderingPolicy::Skip,
             max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
             stats_interval: DEFAULT_STATS_INTERVAL,
@@ -300,6 +306,13 @@ impl LaneConfig {
         self
     }
 
+    /// Sets the longest a target's `Retry-After` may hold a message back
+    /// ([`LaneConfig::retry_after_max`]).
+    pub fn retry_after_max(mut self, ceiling: Duration) -> Self {
+        self.retry_after_max = ceiling;
+        self
+    }
+
     /// Sets the ordering policy.
     pub fn ordering(mut self, ordering: OrderingPolicy) -> Self {
         self.ordering = ordering;
@@ -336,6 +349,7 @@ impl LaneConfig {
             ("batch_size", self.batch_size == 0),
             ("lease", self.lease.is_zero()),
             ("delivery_timeout", self.delivery_timeout.is_zero()),
+            ("retry_after_max", self.retry_after_max.is_zero()),
             ("max_poll_interval", self.max_poll_interval.is_zero()),
             ("stats_interval", self.stats_interval.is_zero()),
         ];
@@ -415,6 +429,19 @@ impl LaneConfig {
                     format!("must be above zero and below the lease ({:?})", self.lease),
                 ));
             }
+        } else if self.delivery_timeout >= self.lease {
+            // Without extension nothing renews a claim: a delivery allowed to run as long
+            // as the lease (or longer) outlives it whenever it is slow, and another relay
+            // takes the message while this one still delivers it.
+            return Err(ConfigError::new(
+                field("delivery_timeout"),
+                format!(
+                    "{:?} is not below the lease ({:?}) while lease extension is off \
+                     (lease_extend_margin = false): a slow delivery would outlive its claim; \
+                     shorten it, lengthen the lease, or turn extension on",
+                    self.delivery_timeout, self.lease
+                ),
+            ));
         }
         if let Some(problem) = self.rate_limit.and_then(|limit| limit.problem()) {
             return Err(ConfigError::new(field("rate_limit"), problem));
@@ -547,6 +574,41 @@ mod tests {
         );
         assert_eq!(error.field, "lanes[orders/billing].prefetch");
         assert!(error.reason.contains("limit of 1000"), "{error}");
+    }
+
+    #[test]
+    fn without_lease_extension_the_delivery_timeout_must_stay_below_the_lease() {
+        let lane = || {
+            LaneConfig::new("orders", "billing")
+                .lease(Duration::from_secs(10))
+                .lease_extend_margin(None)
+        };
+        for timeout in [10, 11, 3600] {
+            let error = refused(lane().delivery_timeout(Duration::from_secs(timeout)));
+            assert_eq!(error.field, "lanes[orders/billing].delivery_timeout");
+            assert!(
+                error.reason.contains("lease") && error.reason.contains("extension is off"),
+                "{error}"
+            );
+        }
+        assert!(lane()
+            .delivery_timeout(Duration::from_millis(9_999))
+            .validate()
+            .is_ok());
+        // With extension on, a long delivery renews its lease as it runs.
+        assert!(LaneConfig::new("orders", "billing")
+            .lease(Duration::from_secs(10))
+            .delivery_timeout(Duration::from_secs(3600))
+            .validate()
+            .is_ok());
+    }
+
+    #[test]
+    fn the_retry_after_ceiling_defaults_to_the_longest_backoff_and_must_be_positive() {
+        let lane = LaneConfig::new("orders", "billing");
+        assert_eq!(lane.retry_after_max, lane.retry.max);
+        let error = refused(lane.retry_after_max(Duration::ZERO));
+        assert_eq!(error.field, "lanes[orders/billing].retry_after_max");
     }
 
     #[test]

@@ -97,7 +97,8 @@
 //! - `testing` (feature `testing`): the store conformance suite, `Harness` and the
 //!   `conformance!` macro, so a backend outside the crate runs the same cases
 //!   (`testing/cases/`).
-//! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor.
+//! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor
+//!   (held to the lane's `retry_after_max` by `LaneCore` before it asks).
 //! - [`delivery`]: the `DeliveryHandler` extension point, `DeliveryError` and its
 //!   `FailureKind`, `handler_fn` (a handler from a closure) and `DeliveryResultExt`.
 //! - [`sinks`]: ready-made handlers and `SinkConfig`, a lane's `sink` table, built async
@@ -129,7 +130,8 @@
 //! - [`trace_context`]: W3C trace context in message headers (feature `otel`): captured
 //!   at enqueue, the delivery span's parent.
 //! - [`retention`]: automatic retention: `RetentionConfig` (per-lane ages of delivered
-//!   messages and dead letters, defaults as consts) and `RetentionTask`, which purges
+//!   messages and dead letters, defaults as consts; a `Block` lane's keyed dead letters are
+//!   kept) and `RetentionTask`, which purges
 //!   them in bounded batches apart from the lanes.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
 //!   opens the store a URL names.

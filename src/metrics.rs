@@ -86,6 +86,10 @@ pub const RELAY_RESTARTS_TOTAL: &str = "outbox_relay_restarts_total";
 pub const STORE_ERRORS_TOTAL: &str = "outbox_store_errors_total";
 /// Counter: delivered and dead-lettered messages deleted by automatic retention.
 pub const PURGED_TOTAL: &str = "outbox_purged_total";
+/// Counter: failed deliveries whose target asked for a `Retry-After` longer than the
+/// lane's [`retry_after_max`](crate::LaneConfig::retry_after_max), retried at the ceiling
+/// instead.
+pub const RETRY_AFTER_CLAMPED_TOTAL: &str = "outbox_retry_after_clamped_total";
 
 // ---- Histograms -----------------------------------------------------------------------
 
@@ -233,6 +237,7 @@ pub const ALL: &[MetricInfo] = &[
     info(RELAY_RESTARTS_TOTAL, Counter, Unit::Count, "Restarts of a lane relay by its supervisor.", LANE_TARGET),
     info(STORE_ERRORS_TOTAL, Counter, Unit::Count, "Store calls that returned an error, by operation.", &[LABEL_LANE, LABEL_TARGET, LABEL_OP]),
     info(PURGED_TOTAL, Counter, Unit::Count, "Delivered and dead-lettered messages deleted by automatic retention.", LANE_TARGET),
+    info(RETRY_AFTER_CLAMPED_TOTAL, Counter, Unit::Count, "Failed deliveries whose target's Retry-After was longer than the lane's retry_after_max, retried at the ceiling instead.", LANE_TARGET),
     info(DELIVERY_DURATION_SECONDS, Histogram, Unit::Seconds, "Time one delivery handler call took, success or failure.", LANE_TARGET),
     info(END_TO_END_LATENCY_SECONDS, Histogram, Unit::Seconds, "Time from enqueue to delivered, retries included.", LANE_TARGET),
     info(CLAIM_BATCH_SIZE, Histogram, Unit::Count, "Messages returned by one claim, empty claims included.", LANE_TARGET),
@@ -399,7 +404,7 @@ mod tests {
             assert_eq!(&metric.labels[..2], LANE_TARGET, "{}", metric.name);
             assert!(!metric.help.is_empty());
         }
-        assert_eq!(ALL.len(), 24);
+        assert_eq!(ALL.len(), 25);
     }
 
     #[test]

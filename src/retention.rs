@@ -1,6 +1,12 @@
 //! Automatic retention: delivered and dead-lettered messages are deleted once older than
 //! their lane's [`RetentionConfig`], in bounded batches, by a task of its own.
 //!
+//! Retention never decides for an operator: on a lane under [`OrderingPolicy::Block`] a
+//! dead letter with an ordering key holds its key until an operator requeues or discards
+//! it, so retention keeps every such dead letter, however old (the key's waiting messages
+//! are pending, which no purge touches). Dead letters without a key, and every dead letter
+//! of a `Skip` lane, go at their age; `dead_letter: None` keeps them all.
+//!
 //! The task runs apart from the lanes: a lane's claims and acks never wait on a purge
 //! beyond one batch statement (each store purges one batch per statement or transaction).
 //! Every lane is purged with its own ages, one lane after another, every
@@ -13,7 +19,7 @@ use std::time::Duration;
 
 use crate::config::ConfigError;
 use crate::relay::LaneKey;
-use crate::store::{OutboxStore, PurgeRequest, StoreError};
+use crate::store::{OrderingPolicy, OutboxStore, PurgeRequest, StoreError};
 
 /// How long delivered messages are kept by default: a week, time to answer "was it sent?".
 pub const DEFAULT_DELIVERED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -32,8 +38,13 @@ pub const MIN_RETENTION: Duration = Duration::from_secs(60);
 pub struct RetentionConfig {
     /// Delivered messages older than this (since delivered) are deleted.
     pub delivered: Option<Duration>,
-    /// Dead letters older than this (since dead-lettered) are deleted.
+    /// Dead letters older than this (since dead-lettered) are deleted, except those that
+    /// hold their key (see `ordering`).
     pub dead_letter: Option<Duration>,
+    /// The lane's ordering policy. Under [`OrderingPolicy::Block`] a dead letter with an
+    /// ordering key holds its key until an operator acts, and is never deleted by
+    /// retention, whatever `dead_letter` says.
+    pub ordering: OrderingPolicy,
 }
 
 impl Default for RetentionConfig {
@@ -41,6 +52,7 @@ impl Default for RetentionConfig {
         Self {
             delivered: Some(DEFAULT_DELIVERED_RETENTION),
             dead_letter: Some(DEFAULT_DEAD_LETTER_RETENTION),
+            ordering: OrderingPolicy::Skip,
         }
     }
 }
@@ -51,7 +63,14 @@ impl RetentionConfig {
         Self {
             delivered: None,
             dead_letter: None,
+            ordering: OrderingPolicy::Skip,
         }
+    }
+
+    /// Sets the lane's ordering policy ([`RetentionConfig::ordering`]).
+    pub fn ordering(mut self, ordering: OrderingPolicy) -> Self {
+        self.ordering = ordering;
+        self
     }
 
     /// Fails on an age under [`MIN_RETENTION`], naming the field.
@@ -63,7 +82,7 @@ impl RetentionConfig {
             if age.is_some_and(|age| age < MIN_RETENTION) {
                 return Err(ConfigError::new(
                     field,
-                    format!("must be at least {MIN_RETENTION:?} (or absent to keep forever)"),
+                    format!("must be at least {MIN_RETENTION:?} (or \"forever\")"),
                 ));
             }
         }
@@ -78,6 +97,7 @@ impl RetentionConfig {
             lane: Some((lane.lane.clone(), lane.target.clone())),
             batch_size,
             dry_run: false,
+            keep_keyed_dead_letters: self.ordering == OrderingPolicy::Block,
         }
     }
 }
@@ -216,6 +236,7 @@ mod tests {
                 RetentionConfig {
                     delivered: Some(DAY),
                     dead_letter: None,
+                    ordering: OrderingPolicy::Skip,
                 },
             ),
             (
@@ -289,6 +310,7 @@ mod tests {
         let retention = RetentionConfig {
             delivered: Some(DAY),
             dead_letter: None,
+            ordering: OrderingPolicy::Skip,
         };
         let mut task = RetentionTask::new(
             store.clone(),
@@ -326,6 +348,7 @@ mod tests {
         let error = RetentionConfig {
             delivered: Some(DAY),
             dead_letter: Some(Duration::from_secs(1)),
+            ordering: OrderingPolicy::Skip,
         }
         .validate()
         .unwrap_err();

@@ -7,6 +7,12 @@ use std::time::Duration;
 pub const DEFAULT_BASE_DELAY: Duration = Duration::from_secs(1);
 /// The longest retry delay unless configured otherwise.
 pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(300);
+/// The longest a target's `Retry-After` may hold a message back unless configured
+/// otherwise (a lane's `retry_after_max`): the same five minutes as the longest backoff.
+/// A gateway answering `Retry-After: 31536000` would otherwise park the message, and every
+/// later message of its ordering key, for a year, never dead-lettered and never old by the
+/// oldest-pending-age gauge (it is not due).
+pub const DEFAULT_RETRY_AFTER_MAX: Duration = DEFAULT_MAX_DELAY;
 
 /// Exponential backoff from a base delay, capped, with optional full jitter.
 ///
@@ -14,7 +20,8 @@ pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(300);
 /// `base × 2^(attempt_count − 1)`, capped at `max`, saturating instead of overflowing.
 /// With jitter on, the delay is drawn uniformly from `[0, that]` ("full jitter"), which
 /// spreads out the retries of many messages that failed together. A `Retry-After` from the
-/// target is a floor: the delay is never shorter than what the target asked for.
+/// target is a floor: the delay is never shorter than what the target asked for (a lane
+/// first holds it to its `retry_after_max`, [`DEFAULT_RETRY_AFTER_MAX`] by default).
 ///
 /// ```
 /// use std::time::Duration;

@@ -132,6 +132,9 @@ macro_rules! conformance {
             discard_deletes_only_dead_letters,
             purge_deletes_old_finished_rows_in_batches,
             purge_ages_each_status_apart_and_narrows_to_a_lane,
+            // cases/retention.rs
+            retention_keeps_a_dead_head_that_blocks_its_key,
+            retention_deletes_an_old_dead_head_on_a_skip_lane,
             next_due_tracks_the_next_claimable_moment,
             enqueue_and_requeue_wake_subscribers,
             // cases/backlog.rs

@@ -15,6 +15,8 @@
 mod bad_input;
 #[path = "cli/control.rs"]
 mod control;
+#[path = "cli/database_file.rs"]
+mod database_file;
 #[path = "cli/gates.rs"]
 mod gates;
 #[path = "cli/listener.rs"]

@@ -214,8 +214,17 @@ async fn each_happening_moves_exactly_its_metrics() {
         expect(&[("outbox_requeued_total", 1)])
     );
 
-    // A lease expiry, and the lost claim of the late ack.
+    // A lease expiry, and the lost claim of the late ack. Without extension a delivery
+    // fits in its lease, but one buffered behind another starts late: two are claimed
+    // under a 3 s lease, the first takes 2 s, the second runs from 2 s until released and
+    // lapses at 3 s.
     let store = memory();
+    let first = store
+        .enqueue(draft("lapse"))
+        .await
+        .unwrap()
+        .message
+        .outbox_id;
     let id = store
         .enqueue(draft("lapse"))
         .await
@@ -225,10 +234,16 @@ async fn each_happening_moves_exactly_its_metrics() {
     let release = Arc::new(tokio::sync::Notify::new());
     let slow = {
         let release = release.clone();
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         Scripted::new(move || {
             let release = release.clone();
+            let call = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async move {
-                release.notified().await;
+                if call == 0 {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                } else {
+                    release.notified().await;
+                }
                 Ok(())
             }
         })
@@ -237,12 +252,20 @@ async fn each_happening_moves_exactly_its_metrics() {
         OutboxRelay::builder(store.clone()).lane(
             lane("lapse")
                 .concurrency(1)
+                .prefetch(1)
                 .lease_extend_margin(None)
-                .delivery_timeout(Duration::from_secs(600)),
+                .delivery_timeout(Duration::from_millis(2_900)),
             slow,
         ),
     )
     .await;
+    wait_for(
+        &mut events,
+        |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
+    )
+    .await;
+    // The lane claims nothing more: the rival below is the one to take the lapse.
+    relay.pause("lapse", "sink").await.unwrap();
     wait_for(&mut events, |e| {
         matches!(e, RelayEvent::LeaseExpired { .. })
     })
@@ -259,6 +282,7 @@ async fn each_happening_moves_exactly_its_metrics() {
         .await
         .unwrap();
     assert_eq!(rival.messages[0].outbox_id, id);
+    assert_ne!(id, first);
     store
         .ack(&[rival.messages[0].claim().unwrap()])
         .await
@@ -271,8 +295,12 @@ async fn each_happening_moves_exactly_its_metrics() {
     assert_eq!(
         got,
         expect(&[
-            ("outbox_enqueued_total", 1),
-            ("outbox_claimed_total", 1),
+            ("outbox_enqueued_total", 2),
+            ("outbox_claimed_total", 2),
+            // The first message, delivered within its lease.
+            ("outbox_delivered_total", 1),
+            ("outbox_delivery_duration_seconds", 1),
+            ("outbox_end_to_end_latency_seconds", 1),
             ("outbox_lease_expired_total", 1),
             ("outbox_lost_claims_total", 1),
         ])

@@ -149,9 +149,11 @@ async fn abort_holding_claims(bench: &BenchStore, lease: Duration) -> Result<(),
             .map_err(|e| format!("relay A runtime: {e}"))?;
         let outcome = runtime.block_on(async move {
             let store = MeteredStore::stalling_acks(reopen(&location).await?);
+            // Without extension a delivery must fit in its lease (the no-op takes nothing).
             let config = lane_config(LANE, CRASHED_CONCURRENCY)
                 .lease(lease)
-                .lease_extend_margin(None);
+                .lease_extend_margin(None)
+                .delivery_timeout(lease / 2);
             let _relay = OutboxRelay::builder(store.clone())
                 .lane(config, Noop)
                 .start()

@@ -355,7 +355,8 @@ impl FileConfig {
                 let retention = section
                     .retention
                     .map(|table| table.to_config())
-                    .unwrap_or_default();
+                    .unwrap_or_default()
+                    .ordering(section.ordering.unwrap_or_default());
                 retention.validate().map_err(|error| {
                     ConfigError::new(
                         format!("lanes[{}/{}].{}", section.lane, section.target, error.field),
@@ -386,5 +387,5 @@ mod tests;
 use error::parse_error;
 pub use error::FileConfigError;
 pub use gates::{BreakerSection, RateSpec};
-pub use lane::{ExtendMargin, LaneSection, RetentionSection};
+pub use lane::{ExtendMargin, LaneSection, RetentionAge, RetentionSection};
 pub use listener::ListenerSection;

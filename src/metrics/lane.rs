@@ -43,6 +43,7 @@ pub struct LaneMetrics {
     lost_claims: Counter,
     lease_expired: Counter,
     lease_extended: Counter,
+    retry_after_clamped: Counter,
     redeliveries: Counter,
     restarts: Counter,
     store_errors: [Counter; StoreOp::ALL.len()],
@@ -93,6 +94,7 @@ impl LaneMetrics {
             lost_claims: counter(LOST_CLAIMS_TOTAL),
             lease_expired: counter(LEASE_EXPIRED_TOTAL),
             lease_extended: counter(LEASE_EXTENDED_TOTAL),
+            retry_after_clamped: counter(RETRY_AFTER_CLAMPED_TOTAL),
             redeliveries: counter(REDELIVERIES_TOTAL),
             restarts: counter(RELAY_RESTARTS_TOTAL),
             store_errors: std::array::from_fn(|i| {
@@ -182,6 +184,11 @@ impl LaneMetrics {
     /// The leases of `n` claimed messages were extended.
     pub fn lease_extended(&self, n: u64) {
         self.lease_extended.increment(n);
+    }
+
+    /// A target's Retry-After was longer than the lane's ceiling and was held to it.
+    pub fn retry_after_clamped(&self) {
+        self.retry_after_clamped.increment(1);
     }
 
     /// `n` of the messages just claimed had been claimed before (attempt count above 1).
@@ -340,7 +347,7 @@ mod tests {
     #[test]
     fn each_counter_helper_moves_only_its_counter() {
         type Helper = fn(&LaneMetrics);
-        let cases: [(Helper, &str, u64); 9] = [
+        let cases: [(Helper, &str, u64); 10] = [
             (|m| m.enqueued(4), ENQUEUED_TOTAL, 4),
             (|m| m.requeued(2), REQUEUED_TOTAL, 2),
             (|m| m.dead_lettered(3), DEAD_LETTERED_TOTAL, 3),
@@ -348,6 +355,7 @@ mod tests {
             (|m| m.lease_expired(6), LEASE_EXPIRED_TOTAL, 6),
             (|m| m.lease_extended(7), LEASE_EXTENDED_TOTAL, 7),
             (|m| m.redeliveries(8), REDELIVERIES_TOTAL, 8),
+            (|m| m.retry_after_clamped(), RETRY_AFTER_CLAMPED_TOTAL, 1),
             (|m| m.restart(), RELAY_RESTARTS_TOTAL, 1),
             (
                 |m| {

@@ -77,6 +77,19 @@ pub enum RelayEvent {
         /// The error text stored as `last_error`.
         error: String,
     },
+    /// A target asked for a `Retry-After` longer than the lane's
+    /// [`retry_after_max`](crate::LaneConfig::retry_after_max): the message is retried at
+    /// the ceiling instead, so one answer cannot park it (and its ordering key) for longer.
+    RetryAfterClamped {
+        /// The lane.
+        lane: LaneKey,
+        /// The message.
+        outbox_id: Uuid,
+        /// What the target asked for.
+        asked: Duration,
+        /// What the lane honoured: its `retry_after_max`.
+        ceiling: Duration,
+    },
     /// An ack or nack found the claim gone: another relay holds the message now.
     LostClaim {
         /// The lane.

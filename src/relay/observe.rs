@@ -43,6 +43,7 @@ pub(crate) fn record(metrics: &LaneMetrics, event: &RelayEvent) {
         }
         RelayEvent::LostClaim { .. } => metrics.lost_claims(1),
         RelayEvent::LeaseExtended { count, .. } => metrics.lease_extended(*count as u64),
+        RelayEvent::RetryAfterClamped { .. } => metrics.retry_after_clamped(),
         RelayEvent::LeaseExpired { outbox_ids, .. } => {
             metrics.lease_expired(outbox_ids.len() as u64)
         }

@@ -20,7 +20,7 @@
 //! | response | outcome |
 //! |---|---|
 //! | 2xx | ack |
-//! | 408, 425, 429, 5xx, connect errors, timeouts | retryable; `Retry-After` (seconds or an HTTP date) is the floor of the backoff |
+//! | 408, 425, 429, 5xx, connect errors, timeouts | retryable; `Retry-After` (seconds or an HTTP date) is the floor of the backoff, up to the lane's `retry_after_max` |
 //! | 3xx (redirects are not followed unless `max_redirects` says so), 410 and every other 4xx | permanent: dead letter, with the status and the first bytes of the body |
 //!
 //! Credentials go in headers rather than in the URL: `headers_env` maps a header to the
@@ -378,16 +378,34 @@ impl DeliveryHandler for WebhookSink {
             .get(RETRY_AFTER)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| parse_retry_after(value, SystemTime::now()));
-        // The body is read only to explain the failure: a failure to read it changes nothing.
-        let body = response.bytes().await.unwrap_or_default();
+        let body = body_prefix(response).await;
         let error = WebhookError::Status {
             method: self.method.clone(),
             url: redact(url.as_str()),
             status,
-            body: String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_PREFIX)]).into_owned(),
+            body: String::from_utf8_lossy(&body).into_owned(),
         };
         Err(classify(status, retry_after, error))
     }
+}
+
+/// The first [`ERROR_BODY_PREFIX`] bytes of an error response's body, read chunk by chunk
+/// and no further: a target that answers an error with a huge or endless body must not
+/// hold the delivery (and the handler) until the request timeout, nor fill memory. The
+/// rest is never read; dropping the response closes its connection. The body is read only
+/// to explain the failure: a failure to read it changes nothing.
+async fn body_prefix(mut response: reqwest::Response) -> Vec<u8> {
+    let mut prefix = Vec::with_capacity(ERROR_BODY_PREFIX);
+    while prefix.len() < ERROR_BODY_PREFIX {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = ERROR_BODY_PREFIX - prefix.len();
+                prefix.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    prefix
 }
 
 // ---- errors ----------------------------------------------------------------------------

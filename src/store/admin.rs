@@ -37,6 +37,11 @@ pub struct PurgeRequest {
     pub batch_size: usize,
     /// Count what would be deleted, delete nothing.
     pub dry_run: bool,
+    /// Keep every dead letter that has an ordering key, however old. Automatic retention
+    /// sets it for a lane under [`OrderingPolicy::Block`](super::OrderingPolicy::Block),
+    /// where such a dead letter holds its key until an operator requeues or discards it:
+    /// deleting it would let the rest of the key flow on as if the operator had decided.
+    pub keep_keyed_dead_letters: bool,
 }
 
 impl PurgeRequest {
@@ -48,6 +53,7 @@ impl PurgeRequest {
             lane: None,
             batch_size,
             dry_run: false,
+            keep_keyed_dead_letters: false,
         }
     }
 
@@ -59,6 +65,7 @@ impl PurgeRequest {
             lane: None,
             batch_size,
             dry_run: false,
+            keep_keyed_dead_letters: false,
         }
     }
 
@@ -83,6 +90,12 @@ impl PurgeRequest {
         ]
         .into_iter()
         .filter_map(|(status, age)| age.map(|age| (status, age)))
+    }
+
+    /// Whether a purge of `status` rows must keep the keyed ones
+    /// ([`keep_keyed_dead_letters`](Self::keep_keyed_dead_letters)).
+    pub(crate) fn keeps_keyed(&self, status: OutboxStatus) -> bool {
+        self.keep_keyed_dead_letters && status == OutboxStatus::DeadLetter
     }
 
     /// Whether `message`'s lane is the one asked for (any, without one).

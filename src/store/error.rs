@@ -127,8 +127,18 @@ impl StoreError {
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 fn database_code(source: &(dyn std::error::Error + Send + Sync + 'static)) -> Option<String> {
-    let error = source.downcast_ref::<sqlx::Error>()?;
-    Some(error.as_database_error()?.code()?.into_owned())
+    // The driver's error may sit under one that explains it (a migration's lock wait).
+    let mut error: Option<&(dyn std::error::Error + 'static)> = Some(source);
+    while let Some(current) = error {
+        if let Some(sqlx) = current.downcast_ref::<sqlx::Error>() {
+            return Some(sqlx.as_database_error()?.code()?.into_owned());
+        }
+        if let Some(store) = current.downcast_ref::<StoreError>() {
+            return store.sqlstate();
+        }
+        error = current.source();
+    }
+    None
 }
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]

@@ -523,6 +523,7 @@ impl OutboxStore for InMemoryOutboxStore {
         let mut purged = 0u64;
         for (status, older_than) in request.ages() {
             let cutoff = self.clock.now_millis().saturating_sub(older_than);
+            let keep_keyed = request.keeps_keyed(status);
             if request.dry_run {
                 purged += self
                     .rows()
@@ -531,6 +532,7 @@ impl OutboxStore for InMemoryOutboxStore {
                         m.status == status
                             && m.updated_at < cutoff
                             && request.covers(&m.lane, &m.target)
+                            && !(keep_keyed && m.ordering_key.is_some())
                     })
                     .count() as u64;
                 continue;
@@ -544,6 +546,7 @@ impl OutboxStore for InMemoryOutboxStore {
                         m.status == status
                             && m.updated_at < cutoff
                             && request.covers(&m.lane, &m.target)
+                            && !(keep_keyed && m.ordering_key.is_some())
                     })
                     .take(batch_size)
                     .map(|m| m.seq)

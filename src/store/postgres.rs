@@ -82,8 +82,9 @@ use crate::store::{
     WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{
-    pool_options, PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT,
-    DEFAULT_VACUUM_EVERY, PING_IF_IDLE_FOR,
+    pool_options, PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
+    DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
+    PING_IF_IDLE_FOR,
 };
 use decode::{db_error, unsigned};
 pub use explain::Explained;
@@ -119,6 +120,8 @@ pub struct PostgresOutboxStore {
     async_commit: bool,
     /// [`PostgresConfig::cycle_function`].
     cycle_function: bool,
+    /// [`PostgresConfig::migration_lock_timeout`] and `migration_statement_timeout`.
+    migration_timeouts: schema::MigrationTimeouts,
     /// Whether the database has this build's cycle function (`cycle.rs`).
     cycle_ready: AtomicBool,
     wakeups: broadcast::Sender<WakeUp>,
@@ -160,6 +163,10 @@ impl PostgresOutboxStore {
             sql,
             async_commit: !config.synchronous_commit,
             cycle_function: config.cycle_function,
+            migration_timeouts: schema::MigrationTimeouts {
+                lock: config.migration_lock_timeout,
+                statement: config.migration_statement_timeout,
+            },
             cycle_ready: AtomicBool::new(cycle_ready),
             pool,
             names,
@@ -176,9 +183,12 @@ impl PostgresOutboxStore {
     }
 
     /// Creates or upgrades the schema. Idempotent; several processes may run it at once.
+    /// A step that waits longer than [`PostgresConfig::migration_lock_timeout`] for a lock
+    /// (a long transaction holding the outbox table) fails, naming the table and the
+    /// sessions holding it, with nothing applied.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let cycle = (self.sql.cycle_name.as_str(), self.sql.cycle_create.as_str());
-        schema::migrate(&self.pool, &self.names, &[cycle]).await?;
+        schema::migrate(&self.pool, &self.names, &[cycle], self.migration_timeouts).await?;
         self.cycle_ready.store(true, Ordering::Relaxed);
         Ok(())
     }

@@ -356,6 +356,7 @@ impl OutboxStore for SqliteOutboxStore {
                     status,
                     cutoff,
                     request.lane.as_ref(),
+                    request.keeps_keyed(status),
                 )
                 .await?;
                 continue;
@@ -371,6 +372,7 @@ impl OutboxStore for SqliteOutboxStore {
                     cutoff,
                     request.lane.as_ref(),
                     batch_size,
+                    request.keeps_keyed(status),
                 )
                 .await;
                 let deleted = self.finish(tx, result, OP).await?;

@@ -14,6 +14,7 @@
 //! - `idle`: what a short claim tells an idle relay (its `next_due` answer).
 //! - `runs`: key runs, a head handed out with the messages queued behind it.
 //! - `payload`: the bytes of a payload are delivered unchanged, or refused alike.
+//! - `retention`: automatic retention keeps a dead letter that holds its key.
 
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ mod idle;
 mod lifecycle;
 mod ordering;
 mod payload;
+mod retention;
 mod runs;
 
 pub use admin::*;
@@ -40,6 +42,7 @@ pub use idle::*;
 pub use lifecycle::*;
 pub use ordering::*;
 pub use payload::*;
+pub use retention::*;
 pub use runs::*;
 
 /// The lane most cases use.

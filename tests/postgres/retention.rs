@@ -91,7 +91,7 @@ async fn two_relays_sharing_an_outbox_purge_one_at_a_time() {
     deliver(&*a, 20).await;
     let retention = RetentionConfig {
         delivered: Some(Duration::ZERO),
-        dead_letter: None,
+        ..RetentionConfig::keep_all()
     };
     let lanes = vec![(LaneKey::new("l", "sink"), retention)];
     let mut task_a = RetentionTask::new(a.clone(), lanes.clone());

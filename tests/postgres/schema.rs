@@ -166,3 +166,81 @@ async fn schema_and_prefix_are_chosen_and_checked() {
     }
     schema.drop().await;
 }
+
+/// A migration that must wait for a lock on the outbox table (a service's transaction
+/// enqueued and has not committed) gives up after `migration_lock_timeout`, naming the
+/// table and the session that holds it, with nothing applied: waiting on, it would hold
+/// every later enqueue behind it in the table's lock queue. Once that transaction ends,
+/// the same migration goes through.
+#[tokio::test]
+async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_the_holder() {
+    let schema = SchemaGuard::new();
+    let lock_timeout = Duration::from_millis(500);
+    let store = open(schema.config().with_migration_lock_timeout(lock_timeout)).await;
+    // As if migrated by a build before migration 5 (re-runnable: it drops and remakes its
+    // trigger, and its ALTER TABLE needs a lock no enqueue can share).
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DELETE FROM \"{}\".outbox_migrations WHERE version = 5",
+        schema.0
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+
+    // A service's transaction that enqueued and is still open.
+    let mut service = store.pool().begin().await.unwrap();
+    store
+        .enqueue_in_tx(&mut service, draft("l", 1))
+        .await
+        .unwrap();
+    let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *service)
+        .await
+        .unwrap();
+
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(60), store.migrate())
+        .await
+        .expect("the migration still waits for the lock after 60 s");
+    let waited = started.elapsed();
+    let error = result.expect_err("the migration cannot take its lock");
+    let text = error.to_string();
+    println!("migrate failed after {waited:?} (lock_timeout {lock_timeout:?}): {text}");
+    assert_eq!(error.sqlstate().as_deref(), Some("55P03"), "{text}");
+    for part in [
+        "migration 5",
+        "lock_timeout (500ms)",
+        store.messages_table(),
+        &format!("held by pid {holder} ("),
+        "RowExclusiveLock",
+        "nothing was applied",
+    ] {
+        assert!(text.contains(part), "{part:?} missing from: {text}");
+    }
+    assert!(waited >= lock_timeout, "gave up after {waited:?}");
+    let versions = |store: &PostgresOutboxStore| {
+        let query = format!(
+            "SELECT version FROM \"{}\".outbox_migrations ORDER BY version",
+            schema.0
+        );
+        let pool = store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i32>(sqlx::AssertSqlSafe(query))
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(versions(&store).await, [1, 2, 3, 4], "nothing half applied");
+    // Enqueues go on meanwhile: nothing waits behind a migration that gave up.
+    tokio::time::timeout(Duration::from_secs(60), store.enqueue(draft("l", 2)))
+        .await
+        .expect("an enqueue is not held up")
+        .unwrap();
+
+    service.commit().await.unwrap();
+    store.migrate().await.expect("the lock is free now");
+    assert_eq!(versions(&store).await, [1, 2, 3, 4, 5]);
+    assert_eq!(count_rows(&store).await, 2);
+    schema.drop().await;
+}

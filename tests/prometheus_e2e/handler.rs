@@ -8,9 +8,10 @@ use outbox_relay::{DeliveryError, DeliveryHandler, OutboxMessage};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-/// Does what the payload's `do` says: `ok`; `retry_once`, `permanent_once`, `panic_once`
-/// (fail that way on the first call, succeed after); `permanent`; `hold:<gate>` (wait
-/// until the test opens the gate, then succeed).
+/// Does what the payload's `do` says: `ok`; `retry_once`, `permanent_once`, `panic_once`,
+/// `retry_after_once` (an hour's Retry-After) (fail that way on the first call, succeed
+/// after); `permanent`; `hold:<gate>` (wait until the test opens the gate, then succeed);
+/// `take:<ms>` (take that long, as a slow target does, then succeed).
 #[derive(Clone, Default)]
 pub(crate) struct ScenarioHandler {
     called: Arc<Mutex<HashSet<Uuid>>>,
@@ -39,9 +40,17 @@ impl DeliveryHandler for ScenarioHandler {
             "permanent_once" if first_call => Err(DeliveryError::permanent("bad request")),
             "permanent" => Err(DeliveryError::permanent("bad request")),
             "panic_once" if first_call => panic!("injected handler panic"),
+            "retry_after_once" if first_call => Err(DeliveryError::retry_after(
+                std::time::Duration::from_secs(3600),
+                "come back in an hour",
+            )),
             _ => {
                 if let Some(gate) = action.strip_prefix("hold:") {
                     self.gate(gate).notified().await;
+                }
+                if let Some(ms) = action.strip_prefix("take:") {
+                    let ms = ms.parse().expect("take:<milliseconds>");
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                 }
                 Ok(())
             }

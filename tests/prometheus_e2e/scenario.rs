@@ -45,6 +45,8 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
                     Duration::from_millis(50),
                     Duration::from_millis(200),
                 ))
+                // A target's hour-long Retry-After is honoured for 100 ms.
+                .retry_after_max(Duration::from_millis(100))
                 .max_poll_interval(Duration::from_millis(500))
                 .stats_interval(stats_interval),
             handler.clone(),
@@ -52,12 +54,12 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         .lane(
             LaneConfig::new(LEDGER.0, LEDGER.1)
                 .concurrency(1)
-                // No claims ahead of the one handler: while it holds the lapsing delivery
-                // the lane claims nothing, so the rival (step 4) is the one that takes the
-                // lapsed message, not the lane itself (which would adopt it).
-                .prefetch(0)
-                .lease(Duration::from_secs(1))
+                // One claim waits behind the one handler: without extension a delivery
+                // fits in its lease, but one that waited starts late and lapses (step 4).
+                .prefetch(1)
+                .lease(Duration::from_secs(4))
                 .lease_extend_margin(None)
+                .delivery_timeout(Duration::from_millis(3_900))
                 .ordering(OrderingPolicy::Block)
                 .retry(RetryPolicy::new(
                     Duration::from_millis(50),
@@ -99,6 +101,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     let rejected = send(&inner, WEBHOOK, "permanent_once").await;
     let panicked = send(&inner, WEBHOOK, "panic_once").await;
     let slow = send(&inner, WEBHOOK, "hold:extend").await;
+    let asked_an_hour = send(&inner, WEBHOOK, "retry_after_once").await;
     for _ in 0..2 {
         ok.push(send(&inner, LEDGER, "ok").await);
     }
@@ -123,6 +126,15 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         failed(retried, FailureKind::Retryable, NackOutcome::Requeued),
         failed(rejected, FailureKind::Permanent, NackOutcome::DeadLettered),
         failed(panicked, FailureKind::Panic, NackOutcome::Requeued),
+        failed(
+            asked_an_hour,
+            FailureKind::RetryAfter,
+            NackOutcome::Requeued,
+        ),
+        Expect::new(
+            "a Retry-After held to the ceiling",
+            move |e| matches!(e, RelayEvent::RetryAfterClamped { outbox_id, .. } if *outbox_id == asked_an_hour),
+        ),
         failed(dead_head, FailureKind::Permanent, NackOutcome::DeadLettered),
         Expect::new(
             "a lease extension on the webhook lane",
@@ -130,6 +142,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         ),
         delivered(retried),
         delivered(panicked),
+        delivered(asked_an_hour),
     ];
     expected.extend(ok.iter().map(|&id| delivered(id)));
     expect_events(
@@ -182,10 +195,35 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     )
     .await;
 
-    // 4. A ledger delivery outlives its lease (no extension there); a rival takes the
-    //    message and delivers it; the relay's late ack is a lost claim. The delivery is
-    //    held until Prometheus has scraped it in flight.
-    let lapsing = send(&inner, LEDGER, "hold:lapse").await;
+    // 4. A ledger delivery outlives its lease (no extension there): it waited behind a 2 s
+    //    one claimed with it, so it starts 2 s into its 4 s lease. The lane is paused once
+    //    both are claimed, so a rival takes the lapsed message and delivers it; the relay's
+    //    late ack is a lost claim. The delivery is held until Prometheus has scraped it in
+    //    flight.
+    let pair = inner
+        .enqueue_many(
+            ["take:2000", "hold:lapse"]
+                .map(|action| {
+                    OutboxMessageDraft::new(LEDGER.0, LEDGER.1, json!({ "do": action }))
+                        .expect("valid draft")
+                })
+                .into(),
+        )
+        .await
+        .expect("enqueue");
+    let lapsing = pair[1].message.outbox_id;
+    expect_events(
+        &mut events,
+        "the held message's claim",
+        vec![Expect::new("its claim", move |e| {
+            matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.contains(&lapsing))
+        })],
+    )
+    .await;
+    relay
+        .pause(LEDGER.0, LEDGER.1)
+        .await
+        .expect("pause the ledger");
     expect_events(
         &mut events,
         "the ledger lease to lapse",
@@ -238,6 +276,10 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         )],
     )
     .await;
+    relay
+        .resume(LEDGER.0, LEDGER.1)
+        .await
+        .expect("resume the ledger");
 
     // 5. Fresh deliveries on both lanes, so the latency histograms' rates are recent.
     let last = [
@@ -256,7 +298,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     //    delivered messages and keeps their dead letters.
     let retention = RetentionConfig {
         delivered: Some(Duration::ZERO),
-        dead_letter: None,
+        ..RetentionConfig::keep_all()
     };
     let lanes = [WEBHOOK, LEDGER].map(|(lane, target)| (LaneKey::new(lane, target), retention));
     let purged = RetentionTask::new(inner.clone(), lanes.into())

@@ -126,16 +126,24 @@ async fn redelivers_at_the_lapse_of_a_crashed_relays_lease() {
 #[tokio::test(start_paused = true)]
 async fn late_ack_after_network_jitter_is_a_lost_claim() {
     let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
+    let first = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&*store, draft(2)).await;
     let started = Arc::new(Notify::new());
     let release = Arc::new(Notify::new());
+    // Both claimed at once under a 3 s lease. The first takes 2 s; the second, buffered
+    // behind it, starts at 2 s and hangs until released: its lease lapses while it runs
+    // (its 2.9 s delivery timeout would end it at 4.9 s).
     let slow = {
         let (started, release) = (started.clone(), release.clone());
-        TestHandler::new(move |_| {
+        TestHandler::new(move |message| {
             let (started, release) = (started.clone(), release.clone());
             async move {
-                started.notify_one();
-                release.notified().await;
+                if message.outbox_id == first {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                } else {
+                    started.notify_one();
+                    release.notified().await;
+                }
                 Ok(())
             }
         })
@@ -144,15 +152,24 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
         OutboxRelay::builder(store.clone()).lane(
             lane()
                 .consumer_id("relay-a")
-                // One handler, busy with the slow delivery: relay a cannot claim again.
+                // One handler and one buffered claim: the second message starts late.
                 .concurrency(1)
-                .lease(Duration::from_millis(50))
+                .prefetch(1)
+                .lease(Duration::from_secs(3))
                 .lease_extend_margin(None)
-                .delivery_timeout(Duration::from_secs(3600)),
+                .delivery_timeout(Duration::from_millis(2_900)),
             slow.clone(),
         ),
     )
     .await;
+    wait_for(
+        &mut events_a,
+        "both claimed at once",
+        |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
+    )
+    .await;
+    // Relay a claims nothing more: relay b is the one to take the lapsed message.
+    relay_a.pause("canonical", "projector").await.unwrap();
     started.notified().await;
     wait_for(
         &mut events_a,
@@ -175,7 +192,7 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
         |e| matches!(e, RelayEvent::LostClaim { outbox_id, .. } if *outbox_id == id),
     )
     .await;
-    assert_eq!(slow.calls(), vec![id]);
+    assert_eq!(slow.calls(), vec![first, id]);
     assert_eq!(fast.calls(), vec![id]);
     let delivered = store.get(id).await.unwrap().unwrap();
     assert_eq!(delivered.status, OutboxStatus::Delivered);

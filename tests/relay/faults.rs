@@ -267,28 +267,51 @@ async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
     rival_relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
 
+/// Without extension a delivery must fit in its lease (the config refuses a
+/// `delivery_timeout` that does not), but one that waited in the prefetch buffer starts
+/// late: its claim's lease ran from the claim, and lapses while it runs.
 #[tokio::test(start_paused = true)]
-async fn without_extension_a_slow_delivery_lapses_and_its_late_ack_is_fenced() {
+async fn without_extension_a_buffered_delivery_that_starts_late_lapses_and_its_late_ack_is_fenced()
+{
     let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
-    let slow = TestHandler::new(|_| async {
-        tokio::time::sleep(Duration::from_secs(10)).await;
+    let first = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&*store, draft(2)).await;
+    // Both claimed together at 0 under a 3 s lease: the first runs 2 s, then the second,
+    // buffered, runs from 2 s to 4.8 s (each within the 2.9 s delivery timeout).
+    let slow = TestHandler::new(move |message| async move {
+        let takes = if message.outbox_id == first {
+            2_000
+        } else {
+            2_800
+        };
+        tokio::time::sleep(Duration::from_millis(takes)).await;
         Ok(())
     });
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(store.clone()).lane(
             lane()
                 .concurrency(1)
+                .prefetch(1)
                 .lease(Duration::from_secs(3))
                 .lease_extend_margin(None)
-                .delivery_timeout(Duration::from_secs(60)),
+                .delivery_timeout(Duration::from_millis(2_900)),
             slow.clone(),
         ),
     )
     .await;
-    wait_for(&mut events, "the lapse", |e| {
-        matches!(e, RelayEvent::LeaseExpired { .. })
-    })
+    wait_for(
+        &mut events,
+        "both claimed at once",
+        |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
+    )
+    .await;
+    // This relay claims nothing more, so the rival below is the one to take the lapse.
+    relay.pause("canonical", "projector").await.unwrap();
+    wait_for(
+        &mut events,
+        "the lapse",
+        |e| matches!(e, RelayEvent::LeaseExpired { outbox_ids, .. } if outbox_ids == &vec![id]),
+    )
     .await;
     // Another relay takes the lapsed message and delivers it.
     let rival = TestHandler::ok();
@@ -297,14 +320,21 @@ async fn without_extension_a_slow_delivery_lapses_and_its_late_ack_is_fenced() {
     )
     .await;
     assert_eq!(wait_delivered(&mut rival_events, 1).await, vec![id]);
-    wait_for(&mut events, "the fenced late ack", |e| {
-        matches!(e, RelayEvent::LostClaim { .. })
-    })
+    wait_for(
+        &mut events,
+        "the fenced late ack",
+        |e| matches!(e, RelayEvent::LostClaim { outbox_id, .. } if *outbox_id == id),
+    )
     .await;
     let message = store.get(id).await.unwrap().unwrap();
     assert_eq!(
         (message.status, message.attempt_count),
         (OutboxStatus::Delivered, 2)
+    );
+    assert_eq!(
+        slow.calls(),
+        [first, id],
+        "the slow relay delivered both once"
     );
     assert_eq!(relay.status().await.unwrap()[0].lost_claims, 1);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();

@@ -11,7 +11,7 @@ use outbox_relay::{LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPoli
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::{draft, enqueue, held, wait_delivered, wait_for, TestHandler};
+use crate::{draft, enqueue, wait_delivered, wait_for, TestHandler};
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
@@ -92,24 +92,54 @@ pub async fn redelivers_after_a_crashed_claimers_lease(store: Arc<dyn OutboxStor
     relay.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
+/// Relay a claims two messages under a 4 s lease without extension: the first takes 2 s,
+/// the second, buffered behind it, starts then and is held until relay b delivered it. Its
+/// lease lapses 2 s into it (its 3.9 s delivery timeout would end it at 5.9 s); relay a's
+/// late ack is fenced.
 pub async fn late_ack_of_a_slow_relay_is_fenced(store: Arc<dyn OutboxStore>) {
-    let id = enqueue(&*store, draft(1)).await;
+    let first = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&*store, draft(2)).await;
     let release = Arc::new(Notify::new());
-    let slow = held(&release);
+    let slow = {
+        let release = release.clone();
+        TestHandler::new(move |message| {
+            let release = release.clone();
+            async move {
+                if message.outbox_id == first {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                } else {
+                    release.notified().await;
+                }
+                Ok(())
+            }
+        })
+    };
     let (relay_a, mut events_a) = crate::start(
         OutboxRelay::builder(store.clone()).lane(
             lane()
                 .consumer_id("relay-a")
                 .concurrency(1)
-                .lease(Duration::from_millis(300))
-                .lease_extend_margin(None),
+                .prefetch(1)
+                .lease(Duration::from_secs(4))
+                .lease_extend_margin(None)
+                .delivery_timeout(Duration::from_millis(3_900)),
             slow,
         ),
     )
     .await;
-    wait_for(&mut events_a, "relay a's lapse", |e| {
-        matches!(e, RelayEvent::LeaseExpired { .. })
-    })
+    wait_for(
+        &mut events_a,
+        "both claimed at once",
+        |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
+    )
+    .await;
+    // Relay a claims nothing more: relay b is the one to take the lapsed message.
+    relay_a.pause("canonical", "projector").await.unwrap();
+    wait_for(
+        &mut events_a,
+        "relay a's lapse",
+        |e| matches!(e, RelayEvent::LeaseExpired { outbox_ids, .. } if outbox_ids == &vec![id]),
+    )
     .await;
     let (relay_b, mut events_b) = crate::start(
         OutboxRelay::builder(store.clone()).lane(lane().consumer_id("relay-b"), TestHandler::ok()),

@@ -152,9 +152,9 @@ pub async fn wait_for(
 
 fn about(event: &RelayEvent) -> Option<Uuid> {
     match event {
-        RelayEvent::Delivered { outbox_id, .. } | RelayEvent::Failed { outbox_id, .. } => {
-            Some(*outbox_id)
-        }
+        RelayEvent::Delivered { outbox_id, .. }
+        | RelayEvent::Failed { outbox_id, .. }
+        | RelayEvent::RetryAfterClamped { outbox_id, .. } => Some(*outbox_id),
         _ => None,
     }
 }

@@ -444,5 +444,6 @@ async fn a_missing_secret_names_the_variable() {
     assert!(error.to_string().contains(&variable), "{error}");
 }
 
+mod answers;
 mod gates;
 mod headers;

@@ -95,6 +95,8 @@ pub struct LaneSection {
     pub retry_max: Option<HumanDuration>,
     /// Draw each retry delay at random below the backoff. Default true.
     pub jitter: Option<bool>,
+    /// The longest a target's Retry-After may hold a message back. Default 5m.
+    pub retry_after_max: Option<HumanDuration>,
     /// `skip` or `block`: what a dead-lettered head does to its ordering key.
     pub ordering: Option<OrderingPolicy>,
     /// The longest an idle lane sleeps before looking at the store again.
@@ -117,7 +119,8 @@ pub struct LaneSection {
     /// Take what this process enqueues through the relay's store without a claim
     /// (PostgreSQL; embedded relays). Default true.
     pub hand_off: Option<bool>,
-    /// How long finished messages are kept, e.g. `{ delivered = "7d", dead_letter = "30d" }`.
+    /// How long finished messages are kept, e.g. `{ delivered = "7d", dead_letter = "30d" }`
+    /// (`"forever"` keeps a status; a `block` lane keeps its keyed dead letters anyway).
     /// Absent ages take [`DEFAULT_DELIVERED_RETENTION`](crate::retention::DEFAULT_DELIVERED_RETENTION)
     /// and [`DEFAULT_DEAD_LETTER_RETENTION`](crate::retention::DEFAULT_DEAD_LETTER_RETENTION).
     #[serde(default)]
@@ -131,18 +134,85 @@ pub struct LaneSection {
 #[serde(deny_unknown_fields)]
 pub struct RetentionSection {
     /// How long delivered messages are kept.
-    pub delivered: Option<HumanDuration>,
+    pub delivered: Option<RetentionAge>,
     /// How long dead letters are kept.
-    pub dead_letter: Option<HumanDuration>,
+    pub dead_letter: Option<RetentionAge>,
+}
+
+/// One age of a `retention` table: a duration, or `"forever"` (also `false`: no retention)
+/// to keep that status for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetentionAge {
+    /// Deleted once older than this.
+    Age(Duration),
+    /// Never deleted by automatic retention.
+    Forever,
+}
+
+impl RetentionAge {
+    fn to_config(self) -> Option<Duration> {
+        match self {
+            RetentionAge::Age(age) => Some(age),
+            RetentionAge::Forever => None,
+        }
+    }
+}
+
+impl Serialize for RetentionAge {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            RetentionAge::Age(age) => HumanDuration(*age).serialize(serializer),
+            RetentionAge::Forever => serializer.serialize_str("forever"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RetentionAge {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = RetentionAge;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"30d\", or \"forever\" (or false)")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<RetentionAge, E> {
+                if v {
+                    Err(E::custom(
+                        "write a duration such as \"30d\", or \"forever\" (or false) to keep them",
+                    ))
+                } else {
+                    Ok(RetentionAge::Forever)
+                }
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RetentionAge, E> {
+                if v == "forever" {
+                    return Ok(RetentionAge::Forever);
+                }
+                crate::config::duration::parse_duration(v)
+                    .map(RetentionAge::Age)
+                    .map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl RetentionSection {
-    /// The retention, defaults filled in (not yet validated).
+    /// The retention, defaults filled in (not yet validated). The lane's ordering policy is
+    /// the caller's to set ([`RetentionConfig::ordering`]).
     pub fn to_config(&self) -> RetentionConfig {
         let defaults = RetentionConfig::default();
         RetentionConfig {
-            delivered: self.delivered.map(|age| age.0).or(defaults.delivered),
-            dead_letter: self.dead_letter.map(|age| age.0).or(defaults.dead_letter),
+            delivered: self
+                .delivered
+                .map_or(defaults.delivered, RetentionAge::to_config),
+            dead_letter: self
+                .dead_letter
+                .map_or(defaults.dead_letter, RetentionAge::to_config),
+            ..defaults
         }
     }
 }
@@ -175,6 +245,7 @@ impl LaneSection {
             (self.delivery_timeout, &mut config.delivery_timeout),
             (self.retry_base, &mut config.retry.base),
             (self.retry_max, &mut config.retry.max),
+            (self.retry_after_max, &mut config.retry_after_max),
             (self.max_poll_interval, &mut config.max_poll_interval),
             (self.claim_linger, &mut config.claim_linger),
             (self.stats_interval, &mut config.stats_interval),

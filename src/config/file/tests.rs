@@ -137,6 +137,7 @@ fn every_field_is_read() {
         delivery_timeout = "4s"
         retry_base = "250ms"
         retry_max = "1h"
+        retry_after_max = "2m"
         jitter = false
         ordering = "block"
         max_poll_interval = "200ms"
@@ -189,7 +190,8 @@ fn every_field_is_read() {
                 .cool_down(Duration::from_secs(10))
                 .max_cool_down(Duration::from_secs(120)),
         ))
-        .retry_after_holds_lane(true);
+        .retry_after_holds_lane(true)
+        .retry_after_max(Duration::from_secs(120));
     assert_eq!(lane, &want);
     assert_eq!(
         config.ordering_of("orders", "billing"),
@@ -311,6 +313,18 @@ fn bad_values_name_their_field() {
         (
             MINIMAL.replace("sink =", "concurrency = 0\nsink ="),
             "lanes[orders/billing].concurrency",
+        ),
+        (
+            MINIMAL.replace("sink =", "retry_after_max = \"0s\"\nsink ="),
+            "lanes[orders/billing].retry_after_max",
+        ),
+        (
+            // The default delivery_timeout (20s) outlives a 10s lease nobody extends.
+            MINIMAL.replace(
+                "sink =",
+                "lease = \"10s\"\nlease_extend_margin = false\nsink =",
+            ),
+            "lanes[orders/billing].delivery_timeout",
         ),
         (
             MINIMAL.replace(
@@ -459,6 +473,13 @@ sink = { kind = "log" }
 lane = "quiet"
 target = "audit"
 sink = { kind = "log" }
+
+[[lanes]]
+lane = "ledger"
+target = "audit"
+ordering = "block"
+retention = { delivered = "forever", dead_letter = false }
+sink = { kind = "log" }
 "#,
     )
     .unwrap();
@@ -476,21 +497,32 @@ sink = { kind = "log" }
                 "orders/billing".to_owned(),
                 RetentionConfig {
                     delivered: Some(2 * day),
-                    dead_letter: Some(90 * day)
+                    dead_letter: Some(90 * day),
+                    ordering: OrderingPolicy::Skip,
                 }
             ),
             (
                 "orders/audit".to_owned(),
                 RetentionConfig {
                     delivered: Some(day / 2),
-                    dead_letter: Some(DEFAULT_DEAD_LETTER_RETENTION)
+                    dead_letter: Some(DEFAULT_DEAD_LETTER_RETENTION),
+                    ordering: OrderingPolicy::Skip,
                 }
             ),
             (
                 "quiet/audit".to_owned(),
                 RetentionConfig {
                     delivered: Some(DEFAULT_DELIVERED_RETENTION),
-                    dead_letter: Some(DEFAULT_DEAD_LETTER_RETENTION)
+                    dead_letter: Some(DEFAULT_DEAD_LETTER_RETENTION),
+                    ordering: OrderingPolicy::Skip,
+                }
+            ),
+            (
+                "ledger/audit".to_owned(),
+                RetentionConfig {
+                    delivered: None,
+                    dead_letter: None,
+                    ordering: OrderingPolicy::Block,
                 }
             ),
         ]
@@ -501,6 +533,12 @@ sink = { kind = "log" }
     assert_eq!(error.field, "lanes[orders/billing].retention.dead_letter");
     let unknown = MINIMAL.replace("sink = ", "retention = { delivred = \"7d\" }\nsink = ");
     assert!(error_text(&unknown).contains("delivred"));
+    let truthy = MINIMAL.replace("sink = ", "retention = { dead_letter = true }\nsink = ");
+    assert!(
+        error_text(&truthy).contains("forever"),
+        "{}",
+        error_text(&truthy)
+    );
 }
 
 fn error_text(text: &str) -> String {

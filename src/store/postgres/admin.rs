@@ -204,6 +204,7 @@ impl PostgresOutboxStore {
                     .bind(status.as_str())
                     .bind(lane)
                     .bind(target)
+                    .bind(request.keeps_keyed(status))
                     .fetch_one(&self.pool)
                     .await
                     .map_err(|e| db_error("purge", e))?;
@@ -220,6 +221,7 @@ impl PostgresOutboxStore {
                     .bind(status.as_str())
                     .bind(lane)
                     .bind(target)
+                    .bind(request.keeps_keyed(status))
                     .execute(&self.pool)
                     .await
                     .map_err(|e| db_error("purge", e))?;

@@ -74,6 +74,17 @@ pub struct PostgresConfig {
     ///
     /// [`migrate`]: super::PostgresOutboxStore::migrate
     pub cycle_function: bool,
+    /// How long a migration step waits for a lock (`lock_timeout`) before it gives up with
+    /// an error naming the table and who holds it, nothing applied. A schema change waiting
+    /// for a lock on the outbox table (behind a long transaction that enqueued) holds every
+    /// later enqueue behind it; a few seconds of that is the price of a migration, minutes
+    /// are an outage. Default [`DEFAULT_MIGRATION_LOCK_TIMEOUT`]; at most `i32::MAX` ms.
+    pub migration_lock_timeout: Duration,
+    /// The `statement_timeout` of the migrations (index builds on a large table outlast
+    /// [`Self::statement_timeout`], but must not run without bound). It also bounds the
+    /// wait for another process's migration. Default
+    /// [`DEFAULT_MIGRATION_STATEMENT_TIMEOUT`]; at most `i32::MAX` ms.
+    pub migration_statement_timeout: Duration,
 }
 
 /// A pooled connection idle at least this long is pinged before use; a busier one is not.
@@ -110,6 +121,8 @@ impl Default for PostgresConfig {
             synchronous_commit: false,
             vacuum_every: Some(DEFAULT_VACUUM_EVERY),
             cycle_function: true,
+            migration_lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
+            migration_statement_timeout: DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
         }
     }
 }
@@ -161,6 +174,18 @@ impl PostgresConfig {
     /// Sets after how many retired rows the relay vacuums the table (`None`: never).
     pub fn with_vacuum_every(mut self, rows: Option<u64>) -> Self {
         self.vacuum_every = rows;
+        self
+    }
+
+    /// Sets how long a migration step waits for a lock ([`Self::migration_lock_timeout`]).
+    pub fn with_migration_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.migration_lock_timeout = timeout;
+        self
+    }
+
+    /// Sets the migrations' statement timeout ([`Self::migration_statement_timeout`]).
+    pub fn with_migration_statement_timeout(mut self, timeout: Duration) -> Self {
+        self.migration_statement_timeout = timeout;
         self
     }
 
@@ -226,11 +251,24 @@ impl PostgresConfig {
                 "must be at least 1 (or None to leave the table to autovacuum)",
             ));
         }
-        if duration_millis(self.statement_timeout) > i64::from(i32::MAX) {
-            return Err(ValidationError::new(
-                "statement_timeout",
-                format!("must be at most {} ms", i32::MAX),
-            ));
+        for (field, timeout) in [
+            ("statement_timeout", self.statement_timeout),
+            ("migration_lock_timeout", self.migration_lock_timeout),
+            (
+                "migration_statement_timeout",
+                self.migration_statement_timeout,
+            ),
+        ] {
+            // Zero would mean "no timeout" to PostgreSQL; under a millisecond rounds to it.
+            if timeout < Duration::from_millis(1) {
+                return Err(ValidationError::new(field, "must be at least 1 ms"));
+            }
+            if duration_millis(timeout) > i64::from(i32::MAX) {
+                return Err(ValidationError::new(
+                    field,
+                    format!("must be at most {} ms", i32::MAX),
+                ));
+            }
         }
         Names::new(&self.schema, &self.table_prefix).map(|_| ())
     }
@@ -245,6 +283,15 @@ pub const DEFAULT_VACUUM_EVERY: u64 = 50_000;
 /// it fails with [`StoreError::Unavailable`]. Short, so a relay
 /// notices an outage (and backs off) in seconds rather than sqlx's default 30 s.
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a migration step waits for a lock unless configured otherwise
+/// ([`PostgresConfig::migration_lock_timeout`]).
+pub const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The migrations' statement timeout unless configured otherwise
+/// ([`PostgresConfig::migration_statement_timeout`]): room for index builds on a table of
+/// millions of rows.
+pub const DEFAULT_MIGRATION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// The statement timeout unless configured otherwise: far above any claim or ack (a few
 /// milliseconds), far below the 40 s a dead relay's claim once ran before committing.
@@ -263,6 +310,35 @@ mod tests {
             "BEGIN; SET LOCAL synchronous_commit = off"
         );
         assert_eq!(config.with_synchronous_commit(true).relay_begin(), "BEGIN");
+    }
+
+    #[test]
+    fn migration_timeouts_are_bounded_and_named() {
+        let config = PostgresConfig::default();
+        assert_eq!(
+            config.migration_lock_timeout,
+            DEFAULT_MIGRATION_LOCK_TIMEOUT
+        );
+        for (config, field) in [
+            (
+                config.clone().with_migration_lock_timeout(Duration::ZERO),
+                "migration_lock_timeout",
+            ),
+            (
+                config
+                    .clone()
+                    .with_migration_statement_timeout(Duration::from_micros(10)),
+                "migration_statement_timeout",
+            ),
+            (
+                config
+                    .clone()
+                    .with_migration_lock_timeout(Duration::from_secs(u64::from(u32::MAX))),
+                "migration_lock_timeout",
+            ),
+        ] {
+            assert_eq!(config.validate().unwrap_err().field, field);
+        }
     }
 
     #[test]

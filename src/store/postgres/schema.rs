@@ -207,13 +207,6 @@ CREATE INDEX IF NOT EXISTS "{p}_finished_idx" ON {t} (updated_at)
     )
 }
 
-/// Brings the schema up to date. Idempotent, and safe when several processes run it at
-/// once: they queue on a transaction-scoped advisory lock, and each applies only what the
-/// migrations table says is missing. The lock is keyed on the schema, not the prefix,
-/// because `CREATE SCHEMA` of two prefixes in one new schema would race as well.
-///
-/// DDL runs only when something is missing, so a process whose role may not create
-/// anything can still call this against an already migrated database.
 /// The newest schema version this build knows.
 pub(crate) fn latest_version() -> i32 {
     MIGRATIONS.iter().map(|m| m.version).max().unwrap_or(0)
@@ -244,28 +237,114 @@ pub(crate) async fn applied_version(
     Ok(Some(version.unwrap_or(0)))
 }
 
+/// How long a migration may wait and run ([`super::PostgresConfig`]'s
+/// `migration_lock_timeout` and `migration_statement_timeout`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MigrationTimeouts {
+    /// `lock_timeout` of every statement after the advisory lock.
+    pub(crate) lock: std::time::Duration,
+    /// `statement_timeout` of every statement, the advisory lock's wait included.
+    pub(crate) statement: std::time::Duration,
+}
+
+/// PostgreSQL's SQLSTATE for a lock wait that outlived `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// A migration step gave up waiting for a lock: what it was, and who held what.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{step} waited longer than its lock_timeout ({timeout:?}) for a lock on {table}{holders}; \
+     nothing was applied (enqueues queue behind a waiting schema change, so it gives up \
+     rather than stall them): run the migration again once that transaction has ended, \
+     or raise migration_lock_timeout"
+)]
+pub(crate) struct LockWaitExpired {
+    step: String,
+    timeout: std::time::Duration,
+    table: String,
+    /// ", held by …" from `pg_locks`, or empty when the holder has gone.
+    holders: String,
+    #[source]
+    source: StoreError,
+}
+
+/// Brings the schema up to date. Idempotent, and safe when several processes run it at
+/// once: they queue on a transaction-scoped advisory lock, and each applies only what the
+/// migrations table says is missing. The lock is keyed on the schema, not the prefix,
+/// because `CREATE SCHEMA` of two prefixes in one new schema would race as well.
+///
+/// DDL runs only when something is missing, so a process whose role may not create
+/// anything can still call this against an already migrated database.
+///
 /// `functions`: (name, `CREATE FUNCTION`) pairs of functions derived from this build's
 /// statements (the cycle function, `sql/cycle.rs`), each created when the database lacks
 /// it. Their names carry a hash of their text, so a function is never replaced under a
 /// relay of another build: each build adds its own.
+///
+/// Every statement runs under `timeouts.statement` (index builds on a large table take
+/// longer than the relay's own statement timeout, but never without bound), and after the
+/// advisory lock (which may wait for another process's migration) under `timeouts.lock`:
+/// a schema change waiting for a lock on the outbox table (behind a service's long
+/// transaction that enqueued) would hold every later enqueue behind it in the lock queue.
+/// It gives up after `timeouts.lock` instead, with an error naming the table and the
+/// sessions holding locks on it, and nothing applied.
 pub(crate) async fn migrate(
     pool: &PgPool,
     names: &Names,
     functions: &[(&str, &str)],
+    timeouts: MigrationTimeouts,
 ) -> Result<(), StoreError> {
     let op = "migrate";
     let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
-    // Building indexes and backfilling a large existing table may take longer than the
-    // relay's statement timeout, which is meant for claims, not for deploys.
-    sqlx::query("SET LOCAL statement_timeout = 0")
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| db_error(op, e))?;
+    sqlx::query(AssertSqlSafe(format!(
+        "SET LOCAL statement_timeout = {}",
+        crate::store::duration_millis(timeouts.statement)
+    )))
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| db_error(op, e))?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
         .bind(format!("outbox-relay migrate {}", names.schema))
         .execute(&mut *tx)
         .await
         .map_err(|e| db_error(op, e))?;
+    sqlx::query(AssertSqlSafe(format!(
+        "SET LOCAL lock_timeout = {}",
+        crate::store::duration_millis(timeouts.lock)
+    )))
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| db_error(op, e))?;
+    let mut step = "the migrations table".to_owned();
+    match apply(&mut tx, names, functions, &mut step).await {
+        Ok(()) => tx.commit().await.map_err(|e| db_error(op, e)),
+        Err(error) if error.sqlstate().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+            // Rolled back first: the lock query below takes a connection of its own.
+            let _ = tx.rollback().await;
+            let holders = lock_holders(pool, names).await;
+            Err(StoreError::database(
+                op,
+                LockWaitExpired {
+                    step,
+                    timeout: timeouts.lock,
+                    table: names.messages.clone(),
+                    holders,
+                    source: error,
+                },
+            ))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// The migrations and functions the database lacks, in `tx`; `step` says what runs.
+async fn apply(
+    tx: &mut sqlx::PgConnection,
+    names: &Names,
+    functions: &[(&str, &str)],
+    step: &mut String,
+) -> Result<(), StoreError> {
+    let op = "migrate";
     let row = sqlx::query(
         "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS has_schema,
                 to_regclass($2) IS NOT NULL AS has_migrations",
@@ -307,6 +386,7 @@ pub(crate) async fn migrate(
     .await
     .map_err(|e| db_error(op, e))?;
     for migration in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+        *step = format!("migration {} ({})", migration.version, migration.name);
         sqlx::raw_sql(AssertSqlSafe((migration.sql)(names)))
             .execute(&mut *tx)
             .await
@@ -322,6 +402,7 @@ pub(crate) async fn migrate(
         .map_err(|e| db_error(op, e))?;
     }
     for (name, create) in functions {
+        *step = format!("creating the function {name}");
         if !function_exists(&mut *tx, name).await? {
             sqlx::raw_sql(AssertSqlSafe(create.to_string()))
                 .execute(&mut *tx)
@@ -329,7 +410,44 @@ pub(crate) async fn migrate(
                 .map_err(|e| db_error(op, e))?;
         }
     }
-    tx.commit().await.map_err(|e| db_error(op, e))
+    Ok(())
+}
+
+/// ", held by pid N (its modes, transaction open for Ns, state)" for every other session
+/// holding a lock on the outbox's tables, or "" when none does (or the query fails: the
+/// error it would decorate matters more).
+async fn lock_holders(pool: &PgPool, names: &Names) -> String {
+    /// pid, its lock modes, seconds its transaction is open, its state.
+    type Holder = (i32, String, Option<f64>, Option<String>);
+    let holders: Result<Vec<Holder>, sqlx::Error> = sqlx::query_as(
+        "SELECT l.pid, string_agg(DISTINCT l.mode, ', '),
+                    max(extract(epoch FROM now() - a.xact_start))::float8,
+                    max(a.state)
+               FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+              WHERE l.granted AND l.pid <> pg_backend_pid()
+                AND l.relation IN (to_regclass($1), to_regclass($2))
+              GROUP BY l.pid
+              ORDER BY l.pid",
+    )
+    .bind(&names.messages)
+    .bind(&names.migrations)
+    .fetch_all(pool)
+    .await;
+    let holders = holders.unwrap_or_default();
+    if holders.is_empty() {
+        return String::new();
+    }
+    let described: Vec<String> = holders
+        .iter()
+        .map(|(pid, mode, open_for, state)| {
+            let open_for = open_for.map_or(String::new(), |s| {
+                format!(", transaction open for {:.0}s", s.max(0.0))
+            });
+            let state = state.as_deref().map_or(String::new(), |s| format!(", {s}"));
+            format!("pid {pid} ({mode}{open_for}{state})")
+        })
+        .collect();
+    format!(", held by {}", described.join(", "))
 }
 
 /// Whether the function `name` (schema-qualified, quoted) exists.

@@ -403,7 +403,8 @@ impl Statements {
             )
             .into(),
             // $1 now, $2 age in ms, $3 batch size, $4 status, $5/$6 lane and target or
-            // NULL for every lane. SKIP LOCKED: a row someone is touching is left for the
+            // NULL for every lane, $7 keep keyed rows (dead letters of a `Block` lane,
+            // each holding its key). SKIP LOCKED: a row someone is touching is left for the
             // next purge rather than waited for.
             purge: format!(
                 "DELETE FROM {t} WHERE outbox_id IN (
@@ -411,17 +412,19 @@ impl Statements {
                     WHERE status IN ('delivered', 'dead_letter') AND status = $4
                       AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
                       AND ($5::text IS NULL OR (lane = $5 AND target = $6))
+                      AND (NOT $7::bool OR ordering_key IS NULL)
                     LIMIT $3
                     FOR UPDATE SKIP LOCKED)"
             )
             .into(),
             // What purge would delete, all batches together (a dry run). $1 now, $2 age in
-            // ms, $3 status, $4/$5 lane and target or NULL.
+            // ms, $3 status, $4/$5 lane and target or NULL, $6 keep keyed rows.
             purge_count: format!(
                 "SELECT count(*) FROM {t}
                  WHERE status IN ('delivered', 'dead_letter') AND status = $3
                    AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
-                   AND ($4::text IS NULL OR (lane = $4 AND target = $5))"
+                   AND ($4::text IS NULL OR (lane = $4 AND target = $5))
+                   AND (NOT $6::bool OR ordering_key IS NULL)"
             )
             .into(),
         }

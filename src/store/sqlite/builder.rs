@@ -182,10 +182,12 @@ impl SqliteStoreBuilder {
         Ok(())
     }
 
-    /// Validates the configuration, opens the file (creating it if missing), switches it to
-    /// WAL mode and brings the schema up to date.
+    /// Validates the configuration, opens the file (creating it if missing, readable and
+    /// writable by its owner only: mode 0600 on Unix), switches it to WAL mode and brings
+    /// the schema up to date. An existing file keeps its mode.
     pub async fn open(self) -> Result<SqliteOutboxStore, StoreError> {
         self.validate()?;
+        create_private(&self.path);
         let options = SqliteConnectOptions::new()
             .filename(&self.path)
             .create_if_missing(true)
@@ -267,6 +269,30 @@ impl SqliteOutboxStore {
             synchronous_commit: false,
             background_checkpoints: true,
             restart_pages: RESTART_PAGES,
+        }
+    }
+}
+
+/// Creates the database file at `path`, empty and with mode 0600, unless it exists. SQLite
+/// would create it with 0644 (less the umask): every local user could read the outbox's
+/// payloads. Its `-wal` and `-shm` files take the database file's mode. Creating with
+/// `create_new` never changes a file another process made meanwhile. Any failure here
+/// (a missing directory, no permission) is left for SQLite's own open to report.
+fn create_private(path: &Path) {
+    // `:memory:` and an empty name are SQLite's in-memory and temporary databases.
+    if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+        return;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    if let Err(error) = options.open(path) {
+        if error.kind() != std::io::ErrorKind::AlreadyExists {
+            tracing::debug!(path = %path.display(), %error, "could not create the database file; SQLite will try");
         }
     }
 }

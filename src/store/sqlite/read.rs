@@ -212,20 +212,22 @@ pub(super) fn blocked_keys_sql(sql: &Statements, dead: &str, live: &str) -> Stri
     )
 }
 
-/// How many `status` rows last changed before `cutoff` (of one lane, or any) a purge
-/// would delete.
+/// How many `status` rows last changed before `cutoff` (of one lane, or any; keyed ones
+/// left out with `keep_keyed`) a purge would delete.
 pub(super) async fn purge_count(
     sql: &Statements,
     pool: &SqlitePool,
     status: OutboxStatus,
     cutoff: UnixMillis,
     lane: Option<&(String, String)>,
+    keep_keyed: bool,
 ) -> Result<u64, StoreError> {
     let count: i64 = query(&sql.purge_count)
         .bind(cutoff)
         .bind(status.as_str())
         .bind(lane.map(|(lane, _)| lane.as_str()))
         .bind(lane.map(|(_, target)| target.as_str()))
+        .bind(keep_keyed)
         .fetch_one(pool)
         .await
         .map_err(db("purge"))?

@@ -330,7 +330,8 @@ impl Statements {
                 WHERE lane = ?2 AND target = ?3 AND status = 'pending' AND available_at <= ?1
                 ORDER BY seq LIMIT 1"),
             get: t("SELECT {cols} FROM {t} WHERE outbox_id = ?1"),
-            // ?3 status, ?4/?5 lane and target or NULL for every lane. The literal IN
+            // ?3 status, ?4/?5 lane and target or NULL for every lane, ?6 whether rows
+            // with an ordering key are kept (dead letters of a `Block` lane). The literal IN
             // repeats what ?3 can be, so the planner may use the partial index
             // `_finished` (it cannot prove a bound status matches the index's WHERE).
             purge_batch: t("DELETE FROM {t} WHERE seq IN (
@@ -338,12 +339,14 @@ impl Statements {
                 WHERE status IN ('delivered', 'dead_letter') AND status = ?3
                   AND updated_at < ?1
                   AND (?4 IS NULL OR (lane = ?4 AND target = ?5))
+                  AND (?6 = 0 OR ordering_key IS NULL)
                 LIMIT ?2)"),
             // What purge_batch would delete, all batches together (a dry run).
             purge_count: t("SELECT count(*) FROM {t}
                 WHERE status IN ('delivered', 'dead_letter') AND status = ?2
                   AND updated_at < ?1
-                  AND (?3 IS NULL OR (lane = ?3 AND target = ?4))"),
+                  AND (?3 IS NULL OR (lane = ?3 AND target = ?4))
+                  AND (?5 = 0 OR ordering_key IS NULL)"),
             table,
         }
     }

@@ -321,3 +321,43 @@ async fn acking_a_key_run_hands_the_head_mark_on_once() {
     assert_eq!(next.len(), 1, "the key's last row is its head now");
     assert_eq!(next[0].payload.as_str(), format!("{{\"n\":{RUN}}}"));
 }
+
+/// The permission bits of `path`.
+#[cfg(unix)]
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// A new database file, and the WAL beside it, are readable by their owner only: the
+/// outbox holds the payloads. A file that already exists keeps the mode it was given.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_new_database_file_is_created_0600_and_an_existing_one_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox.db");
+    let store = SqliteOutboxStore::builder(&path).open().await.unwrap();
+    store
+        .enqueue(crate::OutboxMessageDraft::new("l", "t", serde_json::json!({})).unwrap())
+        .await
+        .unwrap();
+    let wal = dir.path().join("outbox.db-wal");
+    assert_eq!(
+        (mode_of(&path), mode_of(&wal)),
+        (0o600, 0o600),
+        "database file and WAL"
+    );
+    drop(store);
+
+    // An operator's own choice (a group that backs the file up) is left alone.
+    let shared = dir.path().join("shared.db");
+    std::fs::write(&shared, b"").unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).unwrap();
+    SqliteOutboxStore::builder(&shared).open().await.unwrap();
+    assert_eq!(mode_of(&shared), 0o640);
+}

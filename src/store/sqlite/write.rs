@@ -416,7 +416,8 @@ pub(super) async fn discard_dead_letters(
     Ok(done.rows_affected())
 }
 
-/// Deletes at most `batch_size` finished rows last changed before `cutoff`.
+/// Deletes at most `batch_size` finished rows last changed before `cutoff`, none with an
+/// ordering key when `keep_keyed`.
 pub(super) async fn purge_batch(
     sql: &Statements,
     conn: &mut SqliteConnection,
@@ -424,6 +425,7 @@ pub(super) async fn purge_batch(
     cutoff: UnixMillis,
     lane: Option<&(String, String)>,
     batch_size: usize,
+    keep_keyed: bool,
 ) -> Result<u64, StoreError> {
     let done = query(&sql.purge_batch)
         .bind(cutoff)
@@ -431,6 +433,7 @@ pub(super) async fn purge_batch(
         .bind(status.as_str())
         .bind(lane.map(|(lane, _)| lane.as_str()))
         .bind(lane.map(|(_, target)| target.as_str()))
+        .bind(keep_keyed)
         .execute(&mut *conn)
         .await
         .map_err(db("purge"))?;

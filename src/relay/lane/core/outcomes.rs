@@ -196,6 +196,7 @@ impl LaneCore {
         let Some(running) = self.pool.finish(slot, outbox_id) else {
             return;
         };
+        let result = result.map_err(|failure| self.hold_to_ceiling(outbox_id, failure, out));
         if let (Err(_), Some(key)) = (&result, &running.message.ordering_key) {
             self.release_key(key, out);
         }
@@ -226,6 +227,38 @@ impl LaneCore {
                 ran: elapsed,
             }),
         }
+    }
+
+    /// `failure` with its `Retry-After` held to the lane's `retry_after_max`, the clamp
+    /// logged and reported. Before the gates and the nack see it, so neither the message's
+    /// retry nor a lane hold waits longer than the ceiling.
+    fn hold_to_ceiling(
+        &self,
+        outbox_id: Uuid,
+        mut failure: DeliveryFailure,
+        out: &mut Vec<Command>,
+    ) -> DeliveryFailure {
+        let ceiling = self.config.retry_after_max;
+        if let Some(asked) = failure.retry_after.filter(|asked| *asked > ceiling) {
+            tracing::warn!(
+                lane = %self.key,
+                %outbox_id,
+                asked = ?asked,
+                ceiling = ?ceiling,
+                "the target's Retry-After is longer than the lane's retry_after_max; retrying at the ceiling"
+            );
+            failure.retry_after = Some(ceiling);
+            self.emit(
+                out,
+                RelayEvent::RetryAfterClamped {
+                    lane: self.key.clone(),
+                    outbox_id,
+                    asked,
+                    ceiling,
+                },
+            );
+        }
+        failure
     }
 
     pub(super) fn count_completed(&mut self) {

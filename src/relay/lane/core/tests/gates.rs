@@ -217,6 +217,33 @@ fn retry_after_holds_the_whole_lane_when_configured() {
 }
 
 #[test]
+fn a_retry_after_of_a_year_is_held_to_the_lanes_ceiling() {
+    let lane = config(1, 0)
+        .retry(RetryPolicy::new(secs(1), secs(120)))
+        .retry_after_max(secs(60));
+    let first = std::cell::Cell::new(true);
+    let mut sim = Sim::new(
+        lane,
+        1,
+        Box::new(move |_| {
+            if first.replace(false) {
+                Err(DeliveryError::retry_after(
+                    secs(365 * 24 * 3600),
+                    "503 Service Unavailable",
+                ))
+            } else {
+                Ok(())
+            }
+        }),
+    );
+    sim.run_until(sim.start + secs(59));
+    assert_eq!(sim.count(RowState::Delivered), 0, "{:?}", sim.claims);
+    // Retried at the ceiling, not in a year.
+    sim.run_until(sim.start + secs(61));
+    assert_eq!(sim.count(RowState::Delivered), 1, "{:?}", sim.claims);
+}
+
+#[test]
 fn an_opening_hands_back_the_buffer_and_a_claim_answered_after_it_unused() {
     let now = Instant::now();
     let breaker = CircuitBreakerConfig::default().consecutive_failures(Some(2));
