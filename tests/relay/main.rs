@@ -31,6 +31,8 @@ mod pipeline;
 mod runs;
 mod shutdown;
 mod stores;
+// Rows written by hand with SQL: only the SQL stores can hold one.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod unreadable;
 
 /// How long a test waits for an event before failing. On the paused clock this is virtual
