@@ -240,7 +240,9 @@ impl LaneCore {
                 elapsed,
             } => self.delivery_done(now, slot, outbox_id, result, elapsed, &mut out),
             Input::HandlerDied { slot, reason } => self.handler_died(now, slot, reason, &mut out),
-            Input::LeaseDue { batch, generation } => self.lease_due(batch, generation, &mut out),
+            Input::LeaseDue { batch, generation } => {
+                self.lease_due(now, batch, generation, &mut out)
+            }
             Input::Claimed(result) => {
                 let call = std::mem::replace(&mut self.claim, ClaimCall::Idle);
                 self.claimed(now, call, result, &mut out);
@@ -314,17 +316,37 @@ impl LaneCore {
         for key in self.pool.freed_keys() {
             self.buffer.key_freed(key);
         }
+        let mut lapsed = Vec::new();
         while self.pool.idle() > 0 {
             let pool = &self.pool;
             let Some(message) = self.buffer.next(|key| pool.key_running(key)) else {
                 break;
             };
+            if self.book.may_have_lapsed(message.outbox_id, now) {
+                // Its lease may be gone (a claim answered late, an extension not yet
+                // confirmed): another claimer may be delivering it or its key now.
+                self.book.close(message.outbox_id);
+                self.gates.forget(message.outbox_id);
+                lapsed.push(message.outbox_id);
+                continue;
+            }
             if let Some(slot) = self.pool.start(&message, now) {
                 out.push(Command::Deliver {
                     slot,
                     message: Box::new(message),
                 });
             }
+        }
+        if !lapsed.is_empty() {
+            self.forget_due();
+            self.store_may_have_more();
+            self.emit(
+                out,
+                RelayEvent::LeaseExpired {
+                    lane: self.key.clone(),
+                    outbox_ids: lapsed,
+                },
+            );
         }
         // Hand-off credits go back before anything but sleep: a claim waits for the answer.
         self.revoke_credits_if_busy(now, out);

@@ -118,7 +118,7 @@ impl LaneCore {
         now: Instant,
         out: &mut Vec<Command>,
     ) {
-        let Some(batch) = self.book.open(claims) else {
+        let Some(batch) = self.book.open(claims, sent_at + self.config.lease) else {
             return;
         };
         let started = if self.config.lease_extend_margin.is_some() {

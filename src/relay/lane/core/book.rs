@@ -7,7 +7,9 @@
 //! so its delivery can still ack with its token, which the store then fences.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::store::ClaimRef;
@@ -19,10 +21,15 @@ struct Held {
     batch: Option<u64>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Batch {
     members: HashSet<Uuid>,
     generation: u64,
+    /// Until when the lease surely holds: from the send of the claim (or of the last
+    /// extension the store applied), the earliest the store can have started it.
+    held_until: Instant,
+    /// When the extension in flight was sent.
+    extension_sent: Option<Instant>,
 }
 
 /// The lane's claims and their lease timers.
@@ -37,9 +44,19 @@ impl LeaseBook {
     /// Records the claims of one claim statement as a new batch, at generation 0. A claim
     /// already held (our own lapsed claim, taken again) moves to the new batch with its
     /// fresh token. `None` when there is nothing to record.
-    pub(crate) fn open(&mut self, claims: impl IntoIterator<Item = ClaimRef>) -> Option<u64> {
+    /// `held_until`: when the lease may lapse at the earliest.
+    pub(crate) fn open(
+        &mut self,
+        claims: impl IntoIterator<Item = ClaimRef>,
+        held_until: Instant,
+    ) -> Option<u64> {
         let id = self.next_batch + 1;
-        let mut batch = Batch::default();
+        let mut batch = Batch {
+            members: HashSet::new(),
+            generation: 0,
+            held_until,
+            extension_sent: None,
+        };
         for claim in claims {
             self.detach(claim.outbox_id);
             self.held.insert(
@@ -82,11 +99,36 @@ impl LeaseBook {
         })
     }
 
-    /// Moves a batch's timer on, so the one in flight is stale; the new generation.
-    pub(crate) fn bump(&mut self, batch: u64) -> Option<u64> {
+    /// Moves a batch's timer on, so the one in flight is stale, for an extension sent at
+    /// `now`; the new generation.
+    pub(crate) fn bump(&mut self, batch: u64, now: Instant) -> Option<u64> {
         let entry = self.batches.get_mut(&batch)?;
         entry.generation += 1;
+        entry.extension_sent = Some(now);
         Some(entry.generation)
+    }
+
+    /// The store applied the extension in flight: the lease holds for `lease` from its send.
+    pub(crate) fn extended(&mut self, batch: u64, lease: Duration) {
+        if let Some(entry) = self.batches.get_mut(&batch) {
+            if let Some(sent) = entry.extension_sent.take() {
+                entry.held_until = entry.held_until.max(sent + lease);
+            }
+        }
+    }
+
+    /// Whether this claim's lease may have lapsed by `now`, as far as the lane can know: its
+    /// batch's lease is not sure to hold, or it lapsed for good. A message in that state
+    /// must not start: another claimer may have it (and its key) already.
+    pub(crate) fn may_have_lapsed(&self, outbox_id: Uuid, now: Instant) -> bool {
+        match self.held.get(&outbox_id).map(|held| held.batch) {
+            Some(Some(batch)) => self
+                .batches
+                .get(&batch)
+                .is_none_or(|entry| entry.held_until <= now),
+            Some(None) => true,
+            None => false,
+        }
     }
 
     /// Whether a batch still has a timer to run (it may have emptied meanwhile).

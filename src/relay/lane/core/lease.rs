@@ -20,7 +20,13 @@ impl LaneCore {
         }
     }
 
-    pub(super) fn lease_due(&mut self, batch: u64, generation: u64, out: &mut Vec<Command>) {
+    pub(super) fn lease_due(
+        &mut self,
+        now: Instant,
+        batch: u64,
+        generation: u64,
+        out: &mut Vec<Command>,
+    ) {
         let Some(claims) = self.book.due(batch, generation) else {
             return; // every claim of the batch was settled: a stale timer
         };
@@ -39,7 +45,7 @@ impl LaneCore {
             );
             return;
         }
-        if let Some(generation) = self.book.bump(batch) {
+        if let Some(generation) = self.book.bump(batch, now) {
             out.push(Command::Extend {
                 batch,
                 generation,
@@ -74,6 +80,7 @@ impl LaneCore {
         let next_check = match result {
             Ok(outcomes) => {
                 self.store_ok();
+                self.book.extended(batch, self.config.lease);
                 let extended = outcomes
                     .iter()
                     .filter(|o| **o == ClaimOutcome::Applied)
