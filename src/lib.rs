@@ -151,6 +151,8 @@ mod named;
 pub mod relay;
 pub mod retention;
 pub mod retry;
+#[cfg(test)]
+mod sim;
 pub mod sinks;
 pub mod store;
 #[cfg(feature = "testing")]
