@@ -17,7 +17,7 @@
 //! - a lane starts no message whose lease it was told had lapsed;
 //! - the store's stats count what the rows say.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -39,6 +39,19 @@ pub(crate) enum Call<'a> {
     },
 }
 
+/// One ordering key's messages, and what the checks ask of them without a walk.
+#[derive(Debug, Default)]
+struct KeyState {
+    /// Its messages by enqueue sequence.
+    seqs: BTreeMap<i64, Uuid>,
+    /// Every message below this seq is delivered or dead (both final here).
+    settled_below: i64,
+    /// The seqs claimed now.
+    claimed: BTreeSet<i64>,
+    /// The first dead letter's seq.
+    first_dead: Option<i64>,
+}
+
 #[derive(Debug)]
 struct Running {
     outbox_id: Uuid,
@@ -51,8 +64,7 @@ struct Running {
 pub(crate) struct Checker {
     ordering: OrderingPolicy,
     rows: HashMap<Uuid, OutboxMessage>,
-    /// Per ordering key, its messages by enqueue sequence.
-    keys: HashMap<String, BTreeMap<i64, Uuid>>,
+    keys: HashMap<String, KeyState>,
     running: HashMap<u64, Running>,
     next_delivery: u64,
     started: HashSet<Uuid>,
@@ -65,6 +77,8 @@ pub(crate) struct Checker {
     claimed_at: HashMap<(Uuid, Uuid), Duration>,
     /// The last time the store's clock jumped forward, in virtual time.
     pub(crate) jumped_forward: Option<Duration>,
+    /// The rows claimed now.
+    claimed_ids: BTreeSet<Uuid>,
 }
 
 impl Checker {
@@ -82,10 +96,11 @@ impl Checker {
             now: Duration::ZERO,
             claimed_at: HashMap::new(),
             jumped_forward: None,
+            claimed_ids: BTreeSet::new(),
         }
     }
 
-    fn fail(&mut self, what: String) {
+    pub(crate) fn fail(&mut self, what: String) {
         if self.violation.is_none() {
             self.violation = Some(what);
         }
@@ -114,15 +129,17 @@ impl Checker {
         if message.status != OutboxStatus::Pending || message.attempt_count != 0 {
             self.fail(format!("new row {id} is {:?}", message.status));
         }
-        if self.rows.insert(id, message.clone()).is_some() {
+        if self.rows.contains_key(&id) {
             self.fail(format!("enqueue wrote {id} twice"));
         }
         if let Some(key) = &message.ordering_key {
             self.keys
                 .entry(key.clone())
                 .or_default()
+                .seqs
                 .insert(message.seq, id);
         }
+        self.put(message.clone());
     }
 
     /// A store call ran at `now` (the store's clock); `after` holds every row it touched,
@@ -243,7 +260,7 @@ impl Checker {
         if let Some(problem) = problem {
             return self.fail(format!("{op} of {id} at {now}: {problem}"));
         }
-        self.rows.insert(id, row.clone());
+        self.put(row.clone());
     }
 
     fn claimed(
@@ -266,13 +283,29 @@ impl Checker {
                 ));
             }
             match after.get(id) {
-                Some(row) if row.status == OutboxStatus::DeadLetter => {
-                    self.rows.insert(*id, row.clone());
-                }
+                Some(row) if row.status == OutboxStatus::DeadLetter => self.put(row.clone()),
                 _ => return self.fail(format!("claim said {id} was dead-lettered; it is not")),
             }
         }
         let taken: HashSet<Uuid> = claimed.iter().map(|m| m.outbox_id).collect();
+        // Lapsed claims go before pending rows: a claim that took a pending row left no
+        // claimable lapsed one behind.
+        let took_pending = claimed.iter().any(|m| {
+            self.rows
+                .get(&m.outbox_id)
+                .is_some_and(|r| r.status == OutboxStatus::Pending)
+        });
+        if took_pending {
+            if let Some(left) = self
+                .claimed_ids
+                .iter()
+                .find(|id| !taken.contains(id) && self.claimable_lapsed(id, now))
+            {
+                return self.fail(format!(
+                    "claim at {now} took pending rows and left lapsed claim {left} behind"
+                ));
+            }
+        }
         for message in claimed {
             let id = message.outbox_id;
             let Some(before) = self.rows.get(&id) else {
@@ -307,9 +340,68 @@ impl Checker {
                 }
             }
         }
-        for (id, row) in after {
-            self.rows.insert(*id, row.clone());
+        for row in after.values() {
+            self.put(row.clone());
         }
+    }
+
+    /// The shadow takes a row as the store now holds it.
+    fn put(&mut self, row: OutboxMessage) {
+        if row.status == OutboxStatus::Claimed {
+            self.claimed_ids.insert(row.outbox_id);
+        } else {
+            self.claimed_ids.remove(&row.outbox_id);
+        }
+        if let Some(state) = row.ordering_key.as_ref().and_then(|k| self.keys.get_mut(k)) {
+            if row.status == OutboxStatus::Claimed {
+                state.claimed.insert(row.seq);
+            } else {
+                state.claimed.remove(&row.seq);
+            }
+            if row.status == OutboxStatus::DeadLetter {
+                state.first_dead = Some(state.first_dead.map_or(row.seq, |d| d.min(row.seq)));
+            }
+        }
+        let key = row.ordering_key.clone();
+        self.rows.insert(row.outbox_id, row);
+        if let Some(state) = key.and_then(|k| self.keys.get_mut(&k)) {
+            while let Some((seq, id)) = state.seqs.range(state.settled_below..).next() {
+                let settled = self.rows.get(id).is_some_and(|r| {
+                    matches!(r.status, OutboxStatus::Delivered | OutboxStatus::DeadLetter)
+                });
+                if !settled {
+                    break;
+                }
+                state.settled_below = seq + 1;
+            }
+        }
+    }
+
+    /// Whether a claimed row's lease lapsed and a claim would take it again.
+    fn claimable_lapsed(&self, id: &Uuid, now: UnixMillis) -> bool {
+        let Some(row) = self.rows.get(id) else {
+            return false;
+        };
+        if row.lease_expires_at.is_none_or(|at| at > now) || row.attempt_count >= row.max_attempts {
+            return false;
+        }
+        let Some(state) = row.ordering_key.as_ref().and_then(|k| self.keys.get(k)) else {
+            return true;
+        };
+        let head = state
+            .seqs
+            .range(state.settled_below..)
+            .next()
+            .map(|(s, _)| *s);
+        let blocked =
+            self.ordering == OrderingPolicy::Block && state.first_dead.is_some_and(|d| d < row.seq);
+        let other_live = state.claimed.iter().any(|s| {
+            *s != row.seq
+                && self.rows[&state.seqs[s]]
+                    .lease_expires_at
+                    .is_some_and(|at| at > now)
+        });
+        head == Some(row.seq) && !blocked && !other_live
     }
 
     /// Why a claim of `seq` in `key` breaks the key's order, if it does.
@@ -320,29 +412,31 @@ impl Checker {
         now: UnixMillis,
         taken: &HashSet<Uuid>,
     ) -> Option<String> {
-        for (other_seq, other) in self.keys.get(key)? {
-            if *other_seq == seq || taken.contains(other) {
+        let state = self.keys.get(key)?;
+        for other_seq in &state.claimed {
+            let other = state.seqs[other_seq];
+            if *other_seq == seq || taken.contains(&other) {
                 continue;
             }
+            if self.rows[&other]
+                .lease_expires_at
+                .is_some_and(|at| at > now)
+            {
+                return Some(format!("{other} of the key holds a live claim"));
+            }
+        }
+        if self.ordering == OrderingPolicy::Block && state.first_dead.is_some_and(|d| d < seq) {
+            return Some("an earlier message is dead and the lane blocks".to_owned());
+        }
+        for other in state.seqs.range(state.settled_below..seq).map(|(_, id)| id) {
             let row = &self.rows[other];
-            match row.status {
-                OutboxStatus::Claimed if row.lease_expires_at.is_some_and(|at| at > now) => {
-                    return Some(format!("{other} of the key holds a live claim"));
-                }
-                OutboxStatus::Pending | OutboxStatus::Claimed if *other_seq < seq => {
-                    let this = self.keys[key][&seq];
-                    return Some(format!(
-                        "earlier {other} of the key is {:?} (lease until {:?}, by {:?}); this one was {:?} (lease until {:?}, by {:?})",
-                        row.status, row.lease_expires_at, row.claimed_by,
-                        self.rows[&this].status, self.rows[&this].lease_expires_at, self.rows[&this].claimed_by
-                    ));
-                }
-                OutboxStatus::DeadLetter
-                    if *other_seq < seq && self.ordering == OrderingPolicy::Block =>
-                {
-                    return Some(format!("earlier {other} is dead and the lane blocks"));
-                }
-                _ => {}
+            if !taken.contains(other)
+                && matches!(row.status, OutboxStatus::Pending | OutboxStatus::Claimed)
+            {
+                return Some(format!(
+                    "earlier {other} of the key is {:?} (lease until {:?}, by {:?})",
+                    row.status, row.lease_expires_at, row.claimed_by
+                ));
             }
         }
         None
@@ -400,17 +494,22 @@ impl Checker {
                 }
             }
             if self.started.insert(id) {
-                let earlier: Vec<Uuid> = self.keys[key]
-                    .range(..message.seq)
+                let state = &self.keys[key];
+                let past_dead = self.ordering == OrderingPolicy::Block
+                    && state.first_dead.is_some_and(|d| d < message.seq);
+                let earlier: Vec<Uuid> = state
+                    .seqs
+                    .range(state.settled_below..message.seq)
                     .map(|(_, other)| *other)
                     .collect();
+                if past_dead {
+                    self.fail(format!(
+                        "{id} started past a dead head of key {key} (Block)"
+                    ));
+                }
                 for other in earlier {
                     let dead = self.rows[&other].status == OutboxStatus::DeadLetter;
-                    if dead && self.ordering == OrderingPolicy::Block {
-                        self.fail(format!(
-                            "{id} started past dead head {other} of key {key} (Block)"
-                        ));
-                    } else if !dead && !self.succeeded.contains(&other) {
+                    if !dead && !self.succeeded.contains(&other) {
                         self.fail(format!(
                             "first delivery of {id} (key {key}) before earlier {other} succeeded"
                         ));
@@ -495,10 +594,9 @@ impl Checker {
 
     fn behind_dead_head(&self, row: &OutboxMessage) -> bool {
         self.ordering == OrderingPolicy::Block
-            && row.ordering_key.as_ref().is_some_and(|key| {
-                self.keys[key]
-                    .range(..row.seq)
-                    .any(|(_, other)| self.rows[other].status == OutboxStatus::DeadLetter)
-            })
+            && row
+                .ordering_key
+                .as_ref()
+                .is_some_and(|key| self.keys[key].first_dead.is_some_and(|d| d < row.seq))
     }
 }

@@ -153,7 +153,11 @@ impl Plan {
             retry_after: target.between(0, 5),
             panic: target.between(0, 3),
             hang: target.between(0, 3),
-            slowest: target.millis(1, 300),
+            slowest: if target.percent(30) {
+                target.millis(1, 5)
+            } else {
+                target.millis(1, 300)
+            },
             longest_retry_after: target.millis(10, 2_000),
         };
         let latency = rng.fork(5).millis(0, 20);
@@ -181,17 +185,21 @@ impl Plan {
     }
 }
 
+/// The poll ceiling of the runs that must not need one.
+pub(crate) const LONG_POLL: Duration = Duration::from_secs(600);
+
 /// A backward clock jump is at most this (a store's clock stepped back by NTP).
 pub(crate) const MAX_BACKWARD_JUMP_MS: u64 = 1_000;
 
 fn lane_config(rng: &mut Rng) -> LaneConfig {
     let lease = rng.millis(1_000, 8_000);
-    let concurrency = rng.between(1, 4) as usize;
+    let concurrency = rng.between(1, 8) as usize;
+    // Claims of 16 and more (with deliveries faster than a claim) take key runs.
     let mut config = LaneConfig::new(LANE, TARGET)
         .concurrency(concurrency)
-        .prefetch(rng.between(0, 4) as usize)
-        .batch_size(rng.between(1, 16) as usize)
-        .key_run(rng.between(1, 4) as usize)
+        .prefetch(rng.between(0, 4 * concurrency as u64) as usize)
+        .batch_size(rng.between(1, 64) as usize)
+        .key_run(rng.between(1, 8) as usize)
         .claim_linger(rng.millis(0, 5))
         .lease(lease)
         .lease_extend_margin(rng.percent(75).then(|| lease / rng.between(2, 4) as u32))
@@ -203,7 +211,13 @@ fn lane_config(rng: &mut Rng) -> LaneConfig {
         } else {
             OrderingPolicy::Skip
         })
-        .max_poll_interval(rng.millis(200, 5_000))
+        // A long poll ceiling in some runs: after the faults stop nothing may wait for it
+        // (the settle bound leaves it out), so a lost wake-up shows as a stuck message.
+        .max_poll_interval(if rng.percent(40) {
+            LONG_POLL
+        } else {
+            rng.millis(200, 5_000)
+        })
         .store_backoff(RetryPolicy::new(rng.millis(5, 100), rng.millis(100, 2_000)))
         .hand_off(false);
     if rng.percent(25) {

@@ -41,6 +41,10 @@ pub(crate) struct Relay {
     /// Claims whose lapse the lane announced (`LeaseExpired`).
     pub(crate) lapsed: HashSet<(Uuid, Uuid)>,
     pub(crate) paused: bool,
+    /// A wake-up came and no claim was sent since: the lane owes the store a look.
+    pub(crate) owes_claim: bool,
+    /// The lane went to sleep (`Idle`) while handling the current input.
+    pub(crate) went_idle: bool,
 }
 
 impl Relay {
@@ -57,6 +61,8 @@ impl Relay {
             tokens: HashMap::new(),
             lapsed: HashSet::new(),
             paused: false,
+            owes_claim: false,
+            went_idle: false,
         }
     }
 
@@ -73,6 +79,7 @@ impl Relay {
         self.tokens.clear();
         self.lapsed.clear();
         self.paused = false;
+        self.owes_claim = false;
         self.running
             .drain()
             .map(|(_, (delivery, _))| delivery)

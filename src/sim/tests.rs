@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::mutation::{self, Mutation};
 use super::*;
 
 /// Every seed of the CI budget runs this big a schedule.
@@ -17,30 +18,44 @@ fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-/// Runs seeds from `first` on a few threads until `count` ran or `until` passed; the failing
-/// seeds, smallest first.
-fn run_seeds(first: u64, count: u64, until: Option<Instant>) -> (u64, Vec<(u64, Failure)>) {
+/// Runs seeds from `first` on a few threads until `count` ran or `until` passed (or, with
+/// `first_failure`, one failed), with `mutation` switched on; the failing seeds, smallest
+/// first.
+fn run_seeds(
+    first: u64,
+    count: u64,
+    until: Option<Instant>,
+    mutation: Option<Mutation>,
+    first_failure: bool,
+) -> (u64, Vec<(u64, Failure)>) {
     let next = AtomicU64::new(first);
     let ran = AtomicU64::new(0);
     let failed = Mutex::new(Vec::new());
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
     std::thread::scope(|scope| {
         for _ in 0..threads {
-            scope.spawn(|| loop {
-                if until.is_some_and(|until| Instant::now() >= until) {
-                    return;
+            scope.spawn(|| {
+                mutation::set(mutation);
+                loop {
+                    if until.is_some_and(|until| Instant::now() >= until) {
+                        return;
+                    }
+                    if first_failure && !failed.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+                    {
+                        return;
+                    }
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= first.saturating_add(count) {
+                        return;
+                    }
+                    if let Err(failure) = run(&Plan::draw(seed, SIZE)) {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((seed, failure));
+                    }
+                    ran.fetch_add(1, Ordering::Relaxed);
                 }
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= first.saturating_add(count) {
-                    return;
-                }
-                if let Err(failure) = run(&Plan::draw(seed, SIZE)) {
-                    failed
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((seed, failure));
-                }
-                ran.fetch_add(1, Ordering::Relaxed);
             });
         }
     });
@@ -49,12 +64,24 @@ fn run_seeds(first: u64, count: u64, until: Option<Instant>) -> (u64, Vec<(u64, 
     (ran.into_inner(), failed)
 }
 
+/// The failures, the first one shrunk, each with the command that replays it.
 fn report(failed: &[(u64, Failure)]) -> String {
     let mut text = String::new();
-    for (seed, failure) in failed.iter().take(5) {
+    for (i, (seed, failure)) in failed.iter().take(5).enumerate() {
+        let plan = Plan::draw(*seed, SIZE);
+        let (cut, failure) = if i == 0 {
+            shrink(&plan, failure.clone(), 150)
+        } else {
+            (Cut::all(&plan), failure.clone())
+        };
         text.push_str(&format!(
-            "\nseed {seed} at {:?}: {}\n  replay: OUTBOX_SIM_SEED={seed} cargo test --all-features --lib sim::tests::replay -- --nocapture",
-            failure.at, failure.what
+            "\nseed {seed} ({} messages, {} faults) at {:?}: {}\n  replay: \
+             OUTBOX_SIM_SEED={seed} OUTBOX_SIM_CUT={cut} cargo test --all-features --lib \
+             sim::tests::replay -- --nocapture",
+            cut.messages.len(),
+            cut.faults.len(),
+            failure.at,
+            failure.what
         ));
     }
     text
@@ -67,7 +94,7 @@ fn seeds_hold_every_invariant() {
     let count = env("OUTBOX_SIM_SEEDS").unwrap_or(2_000);
     let first = env("OUTBOX_SIM_FIRST").unwrap_or(0);
     let started = Instant::now();
-    let (ran, failed) = run_seeds(first, count, None);
+    let (ran, failed) = run_seeds(first, count, None, None, false);
     println!(
         "simulation: {ran} seeds ({} messages, {} faults each) in {:.1?}",
         SIZE.messages,
@@ -94,6 +121,8 @@ fn seeds_for_a_while() {
         first,
         u64::MAX - first,
         Some(started + Duration::from_secs(seconds)),
+        None,
+        false,
     );
     println!(
         "simulation: {ran} seeds from {first} in {:.1?}",
@@ -107,27 +136,65 @@ fn seeds_for_a_while() {
     );
 }
 
-/// Replays one seed: `OUTBOX_SIM_SEED=n` (`OUTBOX_SIM_TRACE=1` prints every event).
+/// Replays one seed: `OUTBOX_SIM_SEED=n`, with `OUTBOX_SIM_CUT` (a shrunk schedule, as a
+/// failure prints it) and `OUTBOX_SIM_TRACE=1` (every event) if wanted.
 #[test]
 fn replay() {
     let Some(seed) = env::<u64>("OUTBOX_SIM_SEED") else {
         return;
     };
-    if let Err(failure) = run(&Plan::draw(seed, SIZE)) {
+    let plan = Plan::draw(seed, SIZE);
+    let cut = std::env::var("OUTBOX_SIM_CUT")
+        .ok()
+        .map(|text| Cut::parse(&text).expect("OUTBOX_SIM_CUT as a failure printed it"))
+        .unwrap_or_else(|| Cut::all(&plan));
+    if let Err(failure) = run(&cut.apply(&plan)) {
         panic!("seed {seed} at {:?}: {}", failure.at, failure.what);
     }
 }
 
-/// Seeds that found a bug in the relay, kept: each failed before its fix.
-/// - 9: a claim answered by a store that went silent after committing it came back after
-///   its lease had lapsed and another relay had claimed the message again; the lane
-///   started it anyway, two deliveries of one key at once (fixed: a lane starts a claim
-///   only while its lease surely holds, `LeaseBook::may_have_lapsed`).
+/// Every deliberate mutation is caught within the CI budget's seeds: the simulation's
+/// checks bite. Prints, for each, the seeds it took.
+#[test]
+fn every_mutation_is_caught() {
+    let budget = env("OUTBOX_SIM_SEEDS").unwrap_or(2_000);
+    let mut missed = Vec::new();
+    for mutation in Mutation::ALL {
+        let started = Instant::now();
+        let (ran, failed) = run_seeds(0, budget, None, Some(mutation), true);
+        match failed.first() {
+            Some((seed, failure)) => println!(
+                "mutation {mutation:?}: caught by seed {seed} ({ran} seeds run, {:.1?}): {}",
+                started.elapsed(),
+                failure.what
+            ),
+            None => missed.push(mutation),
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "not caught in {budget} seeds: {missed:?}"
+    );
+}
+
+/// Seeds that found a bug in the relay, kept as regression tests. Each passes, and fails
+/// with the bug put back (its mutation), so it still reaches the case.
+/// - A claim answered by a store that went silent after committing it came back after its
+///   lease could have lapsed, and another relay had claimed the message again; the lane
+///   started it anyway: two deliveries of one key at once. Fixed: a lane starts a claim
+///   only while its lease surely holds (`LeaseBook::may_have_lapsed`); putting the bug back
+///   is `Mutation::LapsedClaimStarts`.
 #[test]
 fn seeds_that_found_bugs_pass() {
-    for seed in [9] {
-        if let Err(failure) = run(&Plan::draw(seed, SIZE)) {
+    let regressions: &[(u64, Mutation)] = &[(5, Mutation::LapsedClaimStarts)];
+    for &(seed, bug) in regressions {
+        let plan = Plan::draw(seed, SIZE);
+        if let Err(failure) = run(&plan) {
             panic!("seed {seed} at {:?}: {}", failure.at, failure.what);
         }
+        mutation::set(Some(bug));
+        let with_bug = run(&plan);
+        mutation::set(None);
+        assert!(with_bug.is_err(), "seed {seed} no longer reaches {bug:?}");
     }
 }

@@ -378,6 +378,10 @@ impl<'p> World<'p> {
         let Some(mut core) = self.relays[relay].core.take() else {
             return;
         };
+        if matches!(input, Input::Wake) {
+            self.relays[relay].owes_claim = true;
+        }
+        self.relays[relay].went_idle = false;
         let mut inputs = vec![input];
         while let Some(input) = inputs.pop() {
             // The shell records the tokens it is handed, to know later which one lapsed.
@@ -402,6 +406,16 @@ impl<'p> World<'p> {
             }
         }
         self.relays[relay].core = Some(core);
+        // A wake-up is answered by a claim sent after it, before the lane sleeps: else a
+        // message enqueued while its claim was out waits for the poll ceiling.
+        let r = &self.relays[relay];
+        let held_back = r.core.as_ref().is_some_and(|core| core.claims_held_back());
+        if r.went_idle && r.owes_claim && !held_back {
+            self.check.fail(format!(
+                "relay {relay} went idle at {:?} without a claim after a wake-up",
+                self.now
+            ));
+        }
     }
 
     fn lane_at(&mut self, relay: usize, at: Instant, input: Input) {
@@ -418,6 +432,9 @@ impl<'p> World<'p> {
     }
 
     fn carry_out(&mut self, relay: usize, command: Command) {
+        if matches!(command, Command::Claim { .. } | Command::AckAndClaim { .. }) {
+            self.relays[relay].owes_claim = false;
+        }
         let call = match command {
             Command::Claim { limit, key_run } => StoreCall::Claim { limit, key_run },
             Command::AckAndClaim {
@@ -482,6 +499,10 @@ impl<'p> World<'p> {
                         r.lapsed.insert((id, *token));
                     }
                 }
+                return;
+            }
+            Command::Emit(RelayEvent::Idle { .. }) => {
+                self.relays[relay].went_idle = true;
                 return;
             }
             Command::Throttled { .. }

@@ -74,12 +74,9 @@ impl World<'_> {
 
     fn claim(&mut self, request: &ClaimRequest, now: UnixMillis) -> Result<ClaimBatch, StoreError> {
         let batch = ready(self.store.claim(request))?;
-        let ids = batch
-            .messages
-            .iter()
-            .map(|m| m.outbox_id)
-            .chain(batch.dead_lettered.iter().copied());
-        let after = self.rows_of(ids);
+        // The claimed rows are in the answer as the store holds them.
+        let mut after = self.rows_of(batch.dead_lettered.iter().copied());
+        after.extend(batch.messages.iter().map(|m| (m.outbox_id, m.clone())));
         self.check.observe(
             Call::Claim {
                 claimed: &batch.messages,
@@ -215,7 +212,7 @@ impl World<'_> {
                 Input::Released { sent, result }
             }
         };
-        if self.tally.store_calls % 64 == 0 {
+        if self.tally.store_calls.is_multiple_of(256) {
             self.check_stats();
         }
         self.look_for_wakeups();
