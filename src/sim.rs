@@ -11,10 +11,22 @@
 //! Why here, under `cfg(test)`: the simulation drives the crate's private core and store
 //! types directly (no actors, no tokio), and ships in no build.
 //!
-//! Layout: `plan.rs` (the schedule a seed draws), `world.rs` (the event loop, the store,
-//! the target and the faults; `world/calls.rs`: store calls), `relay.rs` (the shell of
-//! one relay process), `check.rs` (the invariants), `rng.rs` (the seeded stream),
-//! `shrink.rs` (fewer messages and faults that still fail), `tests.rs` (the seed runs).
+//! Layout: `plan.rs` (the schedule a seed draws), `world.rs` (the event loop and the
+//! shell's commands; `world/calls.rs`: store calls, `world/target.rs`: deliveries,
+//! `world/faults.rs`: faults and traces), `relay.rs` (the state of one relay process),
+//! `check.rs` (the invariants), `rng.rs` (the seeded stream), `shrink.rs` (fewer messages
+//! and faults that still fail), `mutation.rs` (deliberate bugs the checks must catch),
+//! `tests.rs` (the seed runs).
+//!
+//! Running it: `cargo test --all-features --lib sim::` runs the CI budget (2,000 seeds)
+//! and the mutations; a failure prints the command that replays it
+//! (`OUTBOX_SIM_SEED`, `OUTBOX_SIM_CUT`; `OUTBOX_SIM_TRACE=1` prints every event);
+//! `OUTBOX_SIM_SECONDS=1800 cargo test --all-features --lib sim::tests::seeds_for_a_while
+//! -- --ignored --nocapture` runs new seeds for half an hour.
+//!
+//! What it does not model: hand-offs (`LaneConfig::hand_off` is off), drains and lane
+//! add/remove, the supervisor's restart policy (a crash takes the whole process), retry
+//! jitter (off, so every draw comes from the seed), and one lane per run.
 
 use std::time::Duration;
 

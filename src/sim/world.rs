@@ -12,10 +12,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::check::Checker;
-use super::plan::{Fault, Plan, LANE, TARGET};
+use super::plan::{Plan, LANE, TARGET};
 use super::relay::Relay;
 use super::rng::Rng;
-use crate::delivery::DeliveryError;
 use crate::message::{OutboxMessageDraft, UnixMillis};
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::lane::core::{Command, Input, Slot};
@@ -24,8 +23,11 @@ use crate::store::memory::InMemoryOutboxStore;
 use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, OutboxStore};
 
 mod calls;
+mod faults;
+mod target;
 
 pub(crate) use calls::StoreCall;
+use faults::short;
 
 /// The store clock's reading at virtual time zero.
 const EPOCH_MS: i64 = 1_800_000_000_000;
@@ -331,41 +333,6 @@ impl<'p> World<'p> {
         self.look_for_wakeups();
     }
 
-    fn fault(&mut self, fault: Fault) {
-        self.tally.faults += 1;
-        match fault {
-            Fault::FailBeforeCommit(n) => self.faults.fail_before += n,
-            Fault::LoseAnswer(n) => self.faults.lose_answer += n,
-            Fault::Slow { for_, extra } => {
-                self.faults.slow_until = self.faults.slow_until.max(self.now + for_);
-                self.faults.slow_extra = self.faults.slow_extra.max(extra);
-            }
-            Fault::Crash { relay, down } => {
-                if self.relays[relay].alive() {
-                    for delivery in self.relays[relay].crash() {
-                        self.check.ended(delivery, false);
-                    }
-                    self.after(down, Event::Restart(relay));
-                }
-            }
-            Fault::ClockJump(ms) => {
-                self.offset_ms += ms;
-                if ms > 0 {
-                    self.check.jumped_forward = Some(self.now);
-                }
-            }
-            Fault::Pause { relay, for_ } => {
-                let r = &mut self.relays[relay];
-                if r.alive() && !r.paused {
-                    r.paused = true;
-                    let epoch = r.epoch;
-                    self.feed(relay, Input::Pause);
-                    self.after(for_, Event::Resume { relay, epoch });
-                }
-            }
-        }
-    }
-
     fn start(&mut self, relay: usize) {
         let receiver = self.store.subscribe();
         self.relays[relay].start(relay, receiver, &mut self.handler_generation);
@@ -534,79 +501,6 @@ impl<'p> World<'p> {
         );
     }
 
-    fn deliver(&mut self, relay: usize, slot: Slot, message: crate::message::OutboxMessage) {
-        let token = message.claim_token.unwrap_or_default();
-        let lapse_known = self.relays[relay]
-            .lapsed
-            .contains(&(message.outbox_id, token));
-        let now = self.store_now();
-        let delivery = self.check.started(&message, now, lapse_known);
-        if self.trace {
-            eprintln!(
-                "{:?} relay {relay} slot {slot} delivers {} #{} token {token}",
-                self.now, message.outbox_id, message.attempt_count
-            );
-        }
-        let target = self.plan.target;
-        let timeout = self.plan.config.delivery_timeout;
-        let mut took = Duration::from_micros(self.rng.below(target.slowest.as_micros() as u64 + 1));
-        let failure =
-            |error: DeliveryError| Ending::Result(Err(DeliveryFailure::from_error(&error)));
-        let ending = if self.target_recovered {
-            Ending::Result(Ok(()))
-        } else {
-            let draw = self.rng.below(100);
-            let mut cut = 0;
-            let mut next = |percent: u64| {
-                cut += percent;
-                draw < cut
-            };
-            if next(target.retryable) {
-                failure(DeliveryError::retryable(std::io::Error::other(
-                    "target busy",
-                )))
-            } else if next(target.permanent) {
-                failure(DeliveryError::permanent(std::io::Error::other(
-                    "target refused",
-                )))
-            } else if next(target.retry_after) {
-                let after = Duration::from_millis(
-                    self.rng
-                        .between(1, target.longest_retry_after.as_millis() as u64),
-                );
-                failure(DeliveryError::retry_after(
-                    after,
-                    std::io::Error::other("target throttled"),
-                ))
-            } else if next(target.panic) {
-                Ending::Panic
-            } else if next(target.hang) {
-                took = timeout;
-                Ending::Result(Err(DeliveryFailure::timeout(timeout)))
-            } else {
-                Ending::Result(Ok(()))
-            }
-        };
-        let r = &mut self.relays[relay];
-        let handler = r.handlers[slot];
-        r.running.insert(slot, (delivery, handler));
-        let epoch = r.epoch;
-        let outbox_id = message.outbox_id;
-        self.after(
-            took,
-            Event::Done {
-                relay,
-                epoch,
-                slot,
-                handler,
-                delivery,
-                outbox_id,
-                ending,
-                took,
-            },
-        );
-    }
-
     /// Forwards the store's wake-ups to every live relay's mailbox, one queued at a time.
     pub(crate) fn look_for_wakeups(&mut self) {
         for relay in 0..self.relays.len() {
@@ -646,45 +540,5 @@ impl<'p> World<'p> {
 
     pub(crate) fn nack_refs(nacks: &[Nack]) -> Vec<uuid::Uuid> {
         nacks.iter().map(|n| n.claim.outbox_id).collect()
-    }
-}
-
-/// An event in one line, for traces.
-fn short(event: &Event) -> String {
-    match event {
-        Event::Lane {
-            relay,
-            epoch,
-            input,
-        } => {
-            let text = format!("{input:?}");
-            format!("relay {relay}/{epoch} <- {}", &text[..text.len().min(300)])
-        }
-        Event::Store {
-            relay,
-            epoch,
-            call,
-            fate,
-        } => {
-            let text = format!("{call:?}");
-            format!(
-                "relay {relay}/{epoch} store {fate:?} {}",
-                &text[..text.len().min(300)]
-            )
-        }
-        Event::Done {
-            relay,
-            epoch,
-            slot,
-            handler,
-            outbox_id,
-            ending,
-            ..
-        } => {
-            format!(
-                "relay {relay}/{epoch} slot {slot} handler {handler} done {outbox_id} {ending:?}"
-            )
-        }
-        other => format!("{other:?}"),
     }
 }
