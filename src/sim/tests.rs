@@ -148,9 +148,38 @@ fn replay() {
         .ok()
         .map(|text| Cut::parse(&text).expect("OUTBOX_SIM_CUT as a failure printed it"))
         .unwrap_or_else(|| Cut::all(&plan));
-    if let Err(failure) = run(&cut.apply(&plan)) {
+    // `OUTBOX_SIM_MUTATION=LostWakeUp` (any of `Mutation::ALL`) replays with that bug in.
+    let mutation = std::env::var("OUTBOX_SIM_MUTATION").ok().map(|name| {
+        Mutation::ALL
+            .into_iter()
+            .find(|m| format!("{m:?}") == name)
+            .expect("OUTBOX_SIM_MUTATION names a mutation")
+    });
+    mutation::set(mutation);
+    let result = run(&cut.apply(&plan));
+    mutation::set(None);
+    if let Err(failure) = result {
         panic!("seed {seed} at {:?}: {}", failure.at, failure.what);
     }
+}
+
+/// A failing schedule shrinks to fewer messages and faults, and the printed cut replays
+/// the failure.
+#[test]
+fn a_failing_schedule_shrinks_and_its_cut_replays() {
+    mutation::set(Some(Mutation::LapsedClaimsBehindPending));
+    let plan = Plan::draw(1, SIZE);
+    let failure = run(&plan).expect_err("seed 1 catches the mutation");
+    let (cut, _) = shrink(&plan, failure, 150);
+    let replayed = run(&Cut::parse(&cut.to_string()).expect("parses").apply(&plan));
+    mutation::set(None);
+    println!(
+        "shrunk to {} messages, {} faults: {cut}",
+        cut.messages.len(),
+        cut.faults.len()
+    );
+    assert!(cut.messages.len() + cut.faults.len() < SIZE.messages + SIZE.faults);
+    assert!(replayed.is_err(), "the cut {cut} replays the failure");
 }
 
 /// Every deliberate mutation is caught within the CI budget's seeds: the simulation's
