@@ -495,8 +495,11 @@ impl Checker {
             }
             if self.started.insert(id) {
                 let state = &self.keys[key];
+                // A head dead-lettered after this claim, because a forward jump of the
+                // store's clock lapsed its lease early, is news the lane cannot have.
                 let past_dead = self.ordering == OrderingPolicy::Block
-                    && state.first_dead.is_some_and(|d| d < message.seq);
+                    && state.first_dead.is_some_and(|d| d < message.seq)
+                    && !jumped;
                 let earlier: Vec<Uuid> = state
                     .seqs
                     .range(state.settled_below..message.seq)

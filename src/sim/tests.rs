@@ -155,8 +155,15 @@ fn replay() {
             .find(|m| format!("{m:?}") == name)
             .expect("OUTBOX_SIM_MUTATION names a mutation")
     });
+    let plan = cut.apply(&plan);
+    if std::env::var_os("OUTBOX_SIM_TRACE").is_some() {
+        eprintln!(
+            "relays {}, latency {:?}, faults end {:?}\n{:?}\n{:?}\nfaults {:?}",
+            plan.relays, plan.latency, plan.faults_end, plan.config, plan.target, plan.faults
+        );
+    }
     mutation::set(mutation);
-    let result = run(&cut.apply(&plan));
+    let result = run(&plan);
     mutation::set(None);
     if let Err(failure) = result {
         panic!("seed {seed} at {:?}: {}", failure.at, failure.what);
@@ -225,5 +232,17 @@ fn seeds_that_found_bugs_pass() {
         let with_bug = run(&plan);
         mutation::set(None);
         assert!(with_bug.is_err(), "seed {seed} no longer reaches {bug:?}");
+    }
+}
+
+/// A forward jump of the store's clock past the lease (seed 1,029,148 of the long mode):
+/// a key's head lapsed early by the store's clock and was dead-lettered while a lane still
+/// held the key's next message on a lease it had every reason to trust. Under `Block` that
+/// start is no violation the lane could have avoided.
+#[test]
+fn a_forward_clock_jump_past_the_lease_is_no_violation() {
+    let seed = 1_029_148;
+    if let Err(failure) = run(&Plan::draw(seed, SIZE)) {
+        panic!("seed {seed} at {:?}: {}", failure.at, failure.what);
     }
 }
