@@ -119,6 +119,8 @@
 //!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks, and
 //!   its claim gates: rate limit, circuit breaker, Retry-After hold),
 //!   `relay::handler` (one delivery at a time under a timeout).
+//! - `sim` (tests only): the deterministic simulation of several relays on one store in
+//!   virtual time, its invariant checker, and the mutations it must catch.
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
 //!   `FailureKind` and `LaneState`, and `StoreOp`), `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
@@ -185,6 +187,8 @@ mod redact;
 pub mod relay;
 pub mod retention;
 pub mod retry;
+#[cfg(test)]
+mod sim;
 pub mod sinks;
 pub mod store;
 #[cfg(feature = "testing")]

@@ -235,6 +235,10 @@ impl OutboxStore for InMemoryOutboxStore {
         // before claiming either gives what claiming in between would.
         let mut chosen = lapsed_heads(&rows, request, now, |m| m.attempt_count < m.max_attempts);
         chosen.truncate(request.limit);
+        #[cfg(test)]
+        let lapsed_behind =
+            crate::sim::mutation::active(crate::sim::mutation::Mutation::LapsedClaimsBehindPending)
+                .then(|| std::mem::take(&mut chosen));
         // Each due head brings its key run (up to `key_run - 1` more of its key), right
         // behind it; the limit counts them all.
         if let Some(lane) = rows.lane(&request.lane, &request.target) {
@@ -253,6 +257,11 @@ impl OutboxStore for InMemoryOutboxStore {
                     chosen.extend(lane.run_after(&rows, key, head.seq, room, ordering, now));
                 }
             }
+        }
+        #[cfg(test)]
+        if let Some(lapsed) = lapsed_behind {
+            let room = request.limit.saturating_sub(chosen.len());
+            chosen.extend(lapsed.into_iter().take(room));
         }
         let lease_until = now.saturating_add(request.lease);
         for seq in chosen {
@@ -285,7 +294,17 @@ impl OutboxStore for InMemoryOutboxStore {
         Ok(claims
             .iter()
             .map(|claim| {
-                let acked = rows.claimed_with(claim).and_then(|seq| {
+                let current = rows.claimed_with(claim);
+                #[cfg(test)]
+                let current = current.or_else(|| {
+                    use crate::sim::mutation::{active, Mutation};
+                    let any = rows
+                        .by_id(claim.outbox_id)
+                        .filter(|m| m.status == OutboxStatus::Claimed);
+                    any.filter(|_| active(Mutation::AckSkipsToken))
+                        .map(|m| m.seq)
+                });
+                let acked = current.and_then(|seq| {
                     rows.update(seq, |message| {
                         message.status = OutboxStatus::Delivered;
                         message.delivered_at = Some(now);

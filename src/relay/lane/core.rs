@@ -184,6 +184,17 @@ impl LaneCore {
         self.buffer.len()
     }
 
+    /// Whether the lane holds its claims back now: paused or draining, a gate holding it,
+    /// a store backoff, a claim linger. (The simulation asks: a lane that goes idle after a
+    /// wake-up without claiming must have one of these reasons.)
+    #[cfg(test)]
+    pub(crate) fn claims_held_back(&self) -> bool {
+        self.mode != Mode::Running
+            || self.throttled.is_some()
+            || self.backoff.waiting
+            || self.gate_timer.is_some()
+    }
+
     /// The circuit breaker's state, if the lane has one.
     pub(crate) fn breaker_state(&self) -> Option<BreakerState> {
         self.gates.breaker_state()
@@ -318,10 +329,22 @@ impl LaneCore {
         }
         while self.pool.idle() > 0 {
             let pool = &self.pool;
-            let Some(message) = self.buffer.next(|key| pool.key_running(key)) else {
+            #[cfg(test)]
+            let pool_running = |key: &str| {
+                use crate::sim::mutation::{active, Mutation};
+                !active(Mutation::KeyNextBeforeOutcome) && pool.key_running(key)
+            };
+            #[cfg(not(test))]
+            let pool_running = |key: &str| pool.key_running(key);
+            let Some(message) = self.buffer.next(pool_running) else {
                 break;
             };
-            if self.book.may_have_lapsed(message.outbox_id, now) {
+            #[cfg(not(test))]
+            let lapsed_starts = false;
+            #[cfg(test)]
+            let lapsed_starts =
+                crate::sim::mutation::active(crate::sim::mutation::Mutation::LapsedClaimStarts);
+            if self.book.may_have_lapsed(message.outbox_id, now) && !lapsed_starts {
                 // Never started past its lease: another claimer may hold it by now, or be
                 // delivering its key's message before it again.
                 self.drop_lapsed(&message, out);
@@ -536,7 +559,11 @@ impl LaneCore {
     /// until the poll ceiling: the claim came back empty, "nothing due".)
     pub(super) fn store_may_have_more(&mut self) {
         self.store_has_more = true;
-        if matches!(self.claim, ClaimCall::Claiming { .. }) {
+        #[cfg(not(test))]
+        let lost_wake_up = false;
+        #[cfg(test)]
+        let lost_wake_up = crate::sim::mutation::active(crate::sim::mutation::Mutation::LostWakeUp);
+        if matches!(self.claim, ClaimCall::Claiming { .. }) && !lost_wake_up {
             self.more_since_claim = true;
         }
     }

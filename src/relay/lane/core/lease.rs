@@ -100,6 +100,8 @@ impl LaneCore {
         self.book.close(outbox_id);
         self.gates.forget(outbox_id);
         self.forget_due();
+        // The store holds it again once the lease lapses: a claim may find it there.
+        self.store_may_have_more();
         self.emit(
             out,
             RelayEvent::LeaseExpired {

@@ -150,3 +150,103 @@ fn without_extension_a_lapse_is_timed_from_the_claims_answer_with_it_from_the_se
         sent + lease - margin
     );
 }
+
+/// A claim whose answer comes back a lease after it was sent (a store that went silent
+/// after committing it) may have lapsed: another relay may hold it and its key by now. The
+/// lane starts none of it, and says the leases lapsed. (The whole-relay simulation found
+/// this: a message delivered by two relays at once, the stale one started on arrival.)
+#[test]
+fn a_claim_answered_after_its_lease_could_lapse_starts_nothing() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 0), false);
+    assert_eq!(claims(&core.handle(now, Input::Start)), vec![2]);
+    let messages = [message(Some("k")), message(None)];
+    let late = now + Duration::from_secs(30);
+    let out = core.handle(late, batch(&messages));
+    assert!(delivered(&out).is_empty(), "{out:?}");
+    let lapsed: usize = out
+        .iter()
+        .map(|c| match c {
+            Command::Emit(RelayEvent::LeaseExpired { outbox_ids, .. }) => outbox_ids.len(),
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(lapsed, 2, "{out:?}");
+    assert_eq!((core.in_flight(), core.buffered(), core.held()), (0, 0, 0));
+}
+
+/// A buffered message waits for a handler past its lease's earliest lapse while the
+/// extension is still out: it does not start until the store confirmed the extension.
+#[test]
+fn a_buffered_message_starts_only_while_its_lease_surely_holds() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 1), false);
+    let messages = [message(None), message(None)];
+    let out = running_with(&mut core, now, &messages);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let Some((batch_id, generation)) = out.iter().find_map(|c| match c {
+        Command::LeaseCheckAt {
+            batch, generation, ..
+        } => Some((*batch, *generation)),
+        _ => None,
+    }) else {
+        panic!("{out:?}")
+    };
+    // The extension goes out at 20 s; its answer has not come by 30 s, when the first
+    // delivery ends.
+    let out = core.handle(
+        now + Duration::from_secs(20),
+        Input::LeaseDue {
+            batch: batch_id,
+            generation,
+        },
+    );
+    let Some(Command::Extend {
+        claims: extending,
+        generation: next,
+        ..
+    }) = out
+        .into_iter()
+        .find(|c| matches!(c, Command::Extend { .. }))
+    else {
+        panic!("no extension")
+    };
+    let out = core.handle(now + Duration::from_secs(30), done(slot, &messages[0]));
+    assert!(delivered(&out).is_empty(), "{out:?}");
+    assert_eq!(core.buffered(), 0, "the unsure claim left the buffer");
+
+    // Confirmed in time, the same wait starts the buffered message.
+    let mut core = LaneCore::new(config(1, 1), false);
+    let out = running_with(&mut core, now, &messages);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(
+        now + Duration::from_secs(20),
+        Input::LeaseDue {
+            batch: batch_id,
+            generation,
+        },
+    );
+    assert!(has(&out, |c| matches!(c, Command::Extend { .. })));
+    let applied = vec![ClaimOutcome::Applied; extending.len()];
+    core.handle(
+        now + Duration::from_secs(21),
+        Input::Extended {
+            batch: batch_id,
+            generation: next,
+            claims: extending,
+            result: Ok(applied),
+        },
+    );
+    let out = core.handle(now + Duration::from_secs(30), done(slot, &messages[0]));
+    assert_eq!(
+        delivered(&out)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect::<Vec<_>>(),
+        vec![messages[1].outbox_id]
+    );
+}

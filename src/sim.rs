@@ -1,0 +1,166 @@
+//! Deterministic simulation of the whole relay: several relays, each a model of the lane
+//! actor's shell around a real [`LaneCore`](crate::relay::lane::core::LaneCore), compete for
+//! one lane of the reference store on one thread, in virtual time, with every source of
+//! chance drawn from one seed: the order of inputs that arrive together, store latency,
+//! handler durations and outcomes, the messages (keys, delays, dedupe keys), the lane's
+//! settings (gates included) and the faults (store calls that fail before they commit or
+//! commit and lose their answer, a slow or silent store, crashes and restarts with new
+//! consumer ids, store clock jumps, pauses). A checker watches every store change and every
+//! delivery ([`check`]); a failing seed replays exactly and its schedule is shrunk first.
+//!
+//! Why here, under `cfg(test)`: the simulation drives the crate's private core and store
+//! types directly (no actors, no tokio), and ships in no build.
+//!
+//! Layout: `plan.rs` (the schedule a seed draws), `world.rs` (the event loop and the
+//! shell's commands; `world/calls.rs`: store calls, `world/target.rs`: deliveries,
+//! `world/faults.rs`: faults and traces), `relay.rs` (the state of one relay process),
+//! `check.rs` (the invariants), `rng.rs` (the seeded stream), `shrink.rs` (fewer messages
+//! and faults that still fail), `mutation.rs` (deliberate bugs the checks must catch),
+//! `tests.rs` (the seed runs).
+//!
+//! Running it: `cargo test --all-features --lib sim::` runs the CI budget (2,000 seeds)
+//! and the mutations; a failure prints the command that replays it
+//! (`OUTBOX_SIM_SEED`, `OUTBOX_SIM_CUT`; `OUTBOX_SIM_TRACE=1` prints every event);
+//! `OUTBOX_SIM_SECONDS=1800 cargo test --all-features --lib sim::tests::seeds_for_a_while
+//! -- --ignored --nocapture` runs new seeds for half an hour.
+//!
+//! What it does not model: hand-offs (`LaneConfig::hand_off` is off), drains and lane
+//! add/remove, the supervisor's restart policy (a crash takes the whole process), retry
+//! jitter (off, so every draw comes from the seed), and one lane per run.
+
+use std::time::Duration;
+
+mod check;
+pub(crate) mod mutation;
+mod plan;
+mod relay;
+mod rng;
+mod shrink;
+mod world;
+
+mod tests;
+
+pub(crate) use plan::{Plan, Size};
+pub(crate) use shrink::{shrink, Cut};
+use world::{Tally, World};
+
+/// How long a run goes on after every message settled, so a late answer of a silent
+/// store or a zombie delivery's ack still meets the checker.
+fn tail(plan: &Plan) -> Duration {
+    plan.config.lease * 3
+}
+
+/// Once the faults stop (and the target recovers), by when every message must be settled.
+///
+/// Derivation: each wait a message can still be in after the last fault, taken one after
+/// another (the sum is an upper bound of any chain of them):
+/// - the store clock stepped back: leases and due times read later by that much;
+/// - a hung delivery runs to its `delivery_timeout`;
+/// - a store call sent into a silent store returns up to the slow fault's extra latency
+///   (at most 1.5 leases) plus two legs;
+/// - a crashed relay comes back within two leases, and its claims lapse within one;
+/// - a retry waits at most `retry.max`, or the target's longest `Retry-After` (also the
+///   longest Retry-After hold), a breaker at most `max_cool_down`, a store backoff at most
+///   `store_backoff.max`;
+/// - a delayed message comes due at most 3 s after it was enqueued (every enqueue is before
+///   the faults end);
+/// - the poll ceiling is not in the sum: after the faults stop, an idle lane sleeps until
+///   the store's `next_due` (which counts retries and lease lapses), a wake-up, or a gate's
+///   or backoff's timer, and a busy one claims again as its deliveries are recorded, so no
+///   message waits for a poll (the plans give 40 % of runs a ceiling of 10 minutes);
+/// - then each message, one after another in the worst case (one hot key), costs a claim
+///   and an ack round trip (two legs each), a delivery and a claim linger, plus one
+///   rate-limit interval when a rate limit is set.
+pub(crate) fn settle_bound(plan: &Plan) -> Duration {
+    let c = &plan.config;
+    let slow = plan
+        .faults
+        .iter()
+        .filter_map(|(_, f)| match f {
+            plan::Fault::Slow { extra, .. } => Some(*extra),
+            _ => None,
+        })
+        .max()
+        .unwrap_or_default();
+    let retry = c.retry.max.max(plan.target.longest_retry_after);
+    let breaker = c
+        .circuit_breaker
+        .map(|b| b.max_cool_down)
+        .unwrap_or_default();
+    let per_message = plan.latency * 4
+        + plan.target.slowest
+        + c.claim_linger
+        + Duration::from_millis(2)
+        + c.rate_limit
+            .map(|r| r.per / r.count.max(1))
+            .unwrap_or_default();
+    plan.faults_end
+        + Duration::from_millis(plan.backward_jumps())
+        + c.delivery_timeout
+        + slow
+        + plan.latency * 2
+        + c.lease * 3
+        + retry
+        + breaker
+        + c.store_backoff.max
+        + Duration::from_secs(3)
+        + per_message * plan.messages.len() as u32
+}
+
+/// A run that broke an invariant.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) what: String,
+    pub(crate) at: Duration,
+}
+
+/// Runs one schedule to the end.
+pub(crate) fn run(plan: &Plan) -> Result<Tally, Failure> {
+    let mut world = World::new(plan);
+    let bound = settle_bound(plan);
+    world.tally.bound = bound;
+    let fail = |world: &World<'_>, what: String| Failure {
+        what,
+        at: world.now,
+    };
+    loop {
+        if !world.step(bound) {
+            let left = world.check.unsettled();
+            if left.is_empty() {
+                break;
+            }
+            return Err(fail(
+                &world,
+                format!(
+                    "liveness: {} of {} messages neither delivered nor dead-lettered by {bound:?} \
+                     (faults ended at {:?}), e.g. {:?}",
+                    left.len(),
+                    world.check.messages(),
+                    plan.faults_end,
+                    left.first()
+                ),
+            ));
+        }
+        if let Some(what) = world.check.violation.take() {
+            return Err(fail(&world, what));
+        }
+        if world.now >= plan.faults_end
+            && world.tally.events.is_multiple_of(64)
+            && world.check.unsettled().is_empty()
+        {
+            break;
+        }
+    }
+    world.tally.settled_at = Some(world.now);
+    let end = world.now + tail(plan);
+    while world.step(end) {
+        if let Some(what) = world.check.violation.take() {
+            return Err(fail(&world, what));
+        }
+    }
+    world.check_all_rows();
+    match world.check.violation.take() {
+        Some(what) => Err(fail(&world, what)),
+        None => Ok(world.tally),
+    }
+}

@@ -1,0 +1,238 @@
+//! A run's schedule, drawn from its seed: the lane's settings (gates included), the
+//! messages and when they are enqueued, the faults and when they strike, and how the
+//! target behaves. The schedule is data, so a failing one can be shrunk (fewer messages,
+//! fewer faults) and run again with the same seed for everything else.
+
+use std::time::Duration;
+
+use super::rng::Rng;
+use crate::config::{CircuitBreakerConfig, LaneConfig, RateLimit};
+use crate::retry::RetryPolicy;
+use crate::store::OrderingPolicy;
+
+/// The one lane every relay of a run serves.
+pub(crate) const LANE: &str = "orders";
+/// Its target.
+pub(crate) const TARGET: &str = "billing";
+
+/// How big a run is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Size {
+    pub(crate) messages: usize,
+    pub(crate) faults: usize,
+}
+
+/// One message to enqueue.
+#[derive(Debug, Clone)]
+pub(crate) struct MessagePlan {
+    /// When (virtual time since the start) it is enqueued.
+    pub(crate) at: Duration,
+    pub(crate) key: Option<String>,
+    pub(crate) delay: Option<Duration>,
+    pub(crate) dedupe: Option<String>,
+    pub(crate) max_attempts: u32,
+}
+
+/// A fault and when it strikes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The next `n` store calls fail before they commit.
+    FailBeforeCommit(u32),
+    /// The next `n` store calls commit, and their answers are lost (the caller sees an
+    /// error).
+    LoseAnswer(u32),
+    /// Every store call issued in the next `for_` takes up to `extra` longer (past the
+    /// lease: a silent store).
+    Slow { for_: Duration, extra: Duration },
+    /// A relay's process dies (its state is gone, its claims lapse); it starts again after
+    /// `down`, with a new consumer id.
+    Crash { relay: usize, down: Duration },
+    /// The store's clock jumps (milliseconds; negative is backwards).
+    ClockJump(i64),
+    /// An operator pauses a relay's lane for `for_`.
+    Pause { relay: usize, for_: Duration },
+}
+
+/// How the target answers, as percentages of deliveries (the rest succeed), until the
+/// faults stop; then every delivery succeeds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TargetPlan {
+    pub(crate) retryable: u64,
+    pub(crate) permanent: u64,
+    pub(crate) retry_after: u64,
+    pub(crate) panic: u64,
+    pub(crate) hang: u64,
+    /// The longest ordinary delivery.
+    pub(crate) slowest: Duration,
+    /// The longest Retry-After the target asks for.
+    pub(crate) longest_retry_after: Duration,
+}
+
+/// A whole run.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub(crate) seed: u64,
+    pub(crate) relays: usize,
+    pub(crate) config: LaneConfig,
+    pub(crate) target: TargetPlan,
+    /// The longest store round trip leg (request or answer) without a fault.
+    pub(crate) latency: Duration,
+    pub(crate) messages: Vec<MessagePlan>,
+    pub(crate) faults: Vec<(Duration, Fault)>,
+    /// When the faults stop (every fault strikes before; the target recovers then).
+    pub(crate) faults_end: Duration,
+}
+
+impl Plan {
+    /// The schedule of `seed`.
+    pub(crate) fn draw(seed: u64, size: Size) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut lane = rng.fork(1);
+        let config = lane_config(&mut lane);
+        let mut traffic = rng.fork(2);
+        let span = Duration::from_millis(traffic.between(2_000, 20_000));
+        let key_space = traffic.weighted(&[(2, 0u64), (4, 3), (3, 30), (1, 1)]);
+        let hot = traffic.percent(30);
+        let messages = (0..size.messages)
+            .map(|i| {
+                let key = match key_space {
+                    0 => None,
+                    _ if hot && traffic.percent(60) => Some("k0".to_owned()),
+                    n if traffic.percent(85) => Some(format!("k{}", traffic.below(n))),
+                    _ => None,
+                };
+                MessagePlan {
+                    at: Duration::from_millis(traffic.below(span.as_millis() as u64)),
+                    key,
+                    delay: traffic.percent(10).then(|| traffic.millis(1, 3_000)),
+                    dedupe: traffic
+                        .percent(10)
+                        .then(|| format!("d{}", i.saturating_sub(traffic.below(2) as usize))),
+                    max_attempts: traffic.between(1, 6) as u32,
+                }
+            })
+            .collect();
+        let mut chaos = rng.fork(3);
+        let relays = chaos.between(2, 4) as usize;
+        let faults_end = span + Duration::from_millis(chaos.between(0, 5_000));
+        let lease = config.lease.as_millis() as u64;
+        let mut faults: Vec<(Duration, Fault)> = (0..size.faults)
+            .map(|_| {
+                let at = Duration::from_millis(chaos.below(faults_end.as_millis() as u64));
+                let relay = chaos.below(relays as u64) as usize;
+                let kind = chaos.weighted(&[(3, 0u8), (4, 1), (2, 2), (2, 3), (1, 4), (2, 5)]);
+                let fault = match kind {
+                    0 => Fault::FailBeforeCommit(chaos.between(1, 3) as u32),
+                    1 => Fault::LoseAnswer(chaos.between(1, 3) as u32),
+                    2 => Fault::Slow {
+                        for_: chaos.millis(50, 2_000),
+                        extra: chaos.millis(10, lease * 3 / 2),
+                    },
+                    3 => Fault::Crash {
+                        relay,
+                        down: chaos.millis(10, lease * 2),
+                    },
+                    4 => Fault::ClockJump(if chaos.percent(70) {
+                        chaos.between(1, lease * 2) as i64
+                    } else {
+                        -(chaos.between(1, MAX_BACKWARD_JUMP_MS) as i64)
+                    }),
+                    _ => Fault::Pause {
+                        relay,
+                        for_: chaos.millis(10, 3_000),
+                    },
+                };
+                (at, fault)
+            })
+            .collect();
+        faults.sort_by_key(|(at, _)| *at);
+        let mut target = rng.fork(4);
+        let target = TargetPlan {
+            retryable: target.between(0, 30),
+            permanent: target.between(0, 5),
+            retry_after: target.between(0, 5),
+            panic: target.between(0, 3),
+            hang: target.between(0, 3),
+            slowest: if target.percent(30) {
+                target.millis(1, 5)
+            } else {
+                target.millis(1, 300)
+            },
+            longest_retry_after: target.millis(10, 2_000),
+        };
+        let latency = rng.fork(5).millis(0, 20);
+        Self {
+            seed,
+            relays,
+            config,
+            target,
+            latency,
+            messages,
+            faults,
+            faults_end,
+        }
+    }
+
+    /// The sum of the backward clock jumps, in milliseconds.
+    pub(crate) fn backward_jumps(&self) -> u64 {
+        self.faults
+            .iter()
+            .map(|(_, f)| match f {
+                Fault::ClockJump(ms) if *ms < 0 => ms.unsigned_abs(),
+                _ => 0,
+            })
+            .sum()
+    }
+}
+
+/// The poll ceiling of the runs that must not need one.
+pub(crate) const LONG_POLL: Duration = Duration::from_secs(600);
+
+/// A backward clock jump is at most this (a store's clock stepped back by NTP).
+pub(crate) const MAX_BACKWARD_JUMP_MS: u64 = 1_000;
+
+fn lane_config(rng: &mut Rng) -> LaneConfig {
+    let lease = rng.millis(1_000, 8_000);
+    let concurrency = rng.between(1, 8) as usize;
+    // Claims of 16 and more (with deliveries faster than a claim) take key runs.
+    let mut config = LaneConfig::new(LANE, TARGET)
+        .concurrency(concurrency)
+        .prefetch(rng.between(0, 4 * concurrency as u64) as usize)
+        .batch_size(rng.between(1, 64) as usize)
+        .key_run(rng.between(1, 8) as usize)
+        .claim_linger(rng.millis(0, 5))
+        .lease(lease)
+        .lease_extend_margin(rng.percent(75).then(|| lease / rng.between(2, 4) as u32))
+        .delivery_timeout(lease * 2 / 3)
+        // No jitter: every draw comes from the seed.
+        .retry(RetryPolicy::new(rng.millis(5, 200), rng.millis(200, 3_000)))
+        .ordering(if rng.percent(30) {
+            OrderingPolicy::Block
+        } else {
+            OrderingPolicy::Skip
+        })
+        // A long poll ceiling in some runs: after the faults stop nothing may wait for it
+        // (the settle bound leaves it out), so a lost wake-up shows as a stuck message.
+        .max_poll_interval(if rng.percent(40) {
+            LONG_POLL
+        } else {
+            rng.millis(200, 5_000)
+        })
+        .store_backoff(RetryPolicy::new(rng.millis(5, 100), rng.millis(100, 2_000)))
+        .hand_off(false);
+    if rng.percent(25) {
+        let per = rng.millis(100, 1_000);
+        let count = rng.between(5, 50) as u32;
+        config = config.rate_limit(Some(RateLimit::new(count, per).burst(count)));
+    }
+    if rng.percent(25) {
+        let cool_down = rng.millis(50, 2_000);
+        config = config.circuit_breaker(Some(
+            CircuitBreakerConfig::default()
+                .consecutive_failures(Some(rng.between(2, 6) as u32))
+                .cool_down(cool_down)
+                .max_cool_down(cool_down * rng.between(1, 4) as u32),
+        ));
+    }
+    config.retry_after_holds_lane(rng.percent(30))
+}

@@ -1,0 +1,122 @@
+//! A relay as the simulation runs it: the lane actor's shell around a real [`LaneCore`]
+//! (`src/relay/lane.rs`), carrying out the same commands the same way, with the world's
+//! events where the actor has tokio tasks, timers and handler actors:
+//!
+//! - a store call is two legs of latency around its execution, its answer a mailbox input;
+//! - a handler slot holds one handler at a time, by generation: a report from a handler
+//!   since replaced or killed is dropped, as the actor drops a report from an unknown
+//!   `ActorId`; a panic reaches the core as `HandlerDied`, after which it asks for a fresh
+//!   handler (`ReplaceHandler`);
+//! - `KillHandler` ends the delivery, and its supervision event comes back as `HandlerDied`;
+//! - wake-ups are the store's broadcast, coalesced into one `Wake` in the mailbox;
+//! - a crash drops everything (the epoch moves on, so the dead incarnation's timers and
+//!   answers are ignored), and a restart is a new `LaneCore` with a new consumer id.
+
+use std::collections::{HashMap, HashSet};
+
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use crate::config::LaneConfig;
+use crate::relay::lane::core::{LaneCore, Slot};
+use crate::store::WakeUp;
+
+/// One relay process of the simulation.
+#[derive(Debug)]
+pub(crate) struct Relay {
+    /// Moves on at each crash: events of an older epoch are for a dead process.
+    pub(crate) epoch: u64,
+    pub(crate) incarnation: u32,
+    pub(crate) config: LaneConfig,
+    /// `None` while the process is down.
+    pub(crate) core: Option<LaneCore>,
+    /// The handler generation in each slot.
+    pub(crate) handlers: Vec<u64>,
+    /// Per slot, the delivery it runs (the checker's number) and its handler's generation.
+    pub(crate) running: HashMap<Slot, (u64, u64)>,
+    pub(crate) wakeups: Option<broadcast::Receiver<WakeUp>>,
+    pub(crate) wake_queued: bool,
+    /// The latest claim token the lane was handed for each message.
+    pub(crate) tokens: HashMap<Uuid, Uuid>,
+    /// Claims whose lapse the lane announced (`LeaseExpired`).
+    pub(crate) lapsed: HashSet<(Uuid, Uuid)>,
+    pub(crate) paused: bool,
+    /// A wake-up came and no claim was sent since: the lane owes the store a look.
+    pub(crate) owes_claim: bool,
+    /// The lane went to sleep (`Idle`) while handling the current input.
+    pub(crate) went_idle: bool,
+}
+
+impl Relay {
+    pub(crate) fn new(config: LaneConfig) -> Self {
+        Self {
+            epoch: 0,
+            incarnation: 0,
+            config,
+            core: None,
+            handlers: Vec::new(),
+            running: HashMap::new(),
+            wakeups: None,
+            wake_queued: false,
+            tokens: HashMap::new(),
+            lapsed: HashSet::new(),
+            paused: false,
+            owes_claim: false,
+            went_idle: false,
+        }
+    }
+
+    pub(crate) fn alive(&self) -> bool {
+        self.core.is_some()
+    }
+
+    /// The deliveries that die with the process.
+    pub(crate) fn crash(&mut self) -> Vec<u64> {
+        self.epoch += 1;
+        self.core = None;
+        self.wakeups = None;
+        self.wake_queued = false;
+        self.tokens.clear();
+        self.lapsed.clear();
+        self.paused = false;
+        self.owes_claim = false;
+        self.running
+            .drain()
+            .map(|(_, (delivery, _))| delivery)
+            .collect()
+    }
+
+    /// A fresh incarnation: new consumer id, new core, fresh handlers.
+    pub(crate) fn start(
+        &mut self,
+        index: usize,
+        receiver: broadcast::Receiver<WakeUp>,
+        generation: &mut u64,
+    ) {
+        self.incarnation += 1;
+        self.config.consumer_id = format!("relay{index}.{}", self.incarnation);
+        self.core = Some(LaneCore::new(self.config.clone(), false));
+        self.handlers = (0..self.config.concurrency)
+            .map(|_| {
+                *generation += 1;
+                *generation
+            })
+            .collect();
+        self.wakeups = Some(receiver);
+    }
+
+    /// Whether the store's broadcast since the last look has a wake-up for this lane.
+    pub(crate) fn woken(&mut self) -> bool {
+        let Some(receiver) = self.wakeups.as_mut() else {
+            return false;
+        };
+        let mut woken = false;
+        loop {
+            match receiver.try_recv() {
+                Ok(wake) => woken |= wake.concerns(&self.config.lane, &self.config.target),
+                Err(broadcast::error::TryRecvError::Lagged(_)) => woken = true,
+                Err(_) => return woken,
+            }
+        }
+    }
+}

@@ -1,0 +1,544 @@
+//! The simulated world: one thread, virtual time, one seed. An event queue ordered by
+//! virtual time (ties broken by a draw from the seed, so inputs that arrive at once come
+//! in a seeded order), the reference store on a manual clock, the relays, the target and
+//! the faults. Every store call and delivery goes through the checker.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::check::Checker;
+use super::plan::{Plan, LANE, TARGET};
+use super::relay::Relay;
+use super::rng::Rng;
+use crate::message::{OutboxMessageDraft, UnixMillis};
+use crate::relay::handler::DeliveryFailure;
+use crate::relay::lane::core::{Command, Input, Slot};
+use crate::relay::RelayEvent;
+use crate::store::memory::InMemoryOutboxStore;
+use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, OutboxStore};
+
+mod calls;
+mod faults;
+mod target;
+
+pub(crate) use calls::StoreCall;
+use faults::short;
+
+/// The store clock's reading at virtual time zero.
+const EPOCH_MS: i64 = 1_800_000_000_000;
+
+/// Runs a memory-store call to its end. The memory store never waits (its lock is a
+/// plain mutex and it awaits nothing), so one poll finishes it.
+pub(crate) fn ready<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("the memory store answered without waiting"),
+    }
+}
+
+/// What a store call meets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    Answered,
+    FailsBeforeCommit,
+    AnswerLost,
+}
+
+/// How a delivery ends.
+#[derive(Debug)]
+pub(crate) enum Ending {
+    Result(Result<(), DeliveryFailure>),
+    Panic,
+}
+
+#[derive(Debug)]
+pub(crate) enum Event {
+    Enqueue(usize),
+    Fault(usize),
+    FaultsEnd,
+    Restart(usize),
+    Resume {
+        relay: usize,
+        epoch: u64,
+    },
+    Lane {
+        relay: usize,
+        epoch: u64,
+        input: Input,
+    },
+    Wake {
+        relay: usize,
+        epoch: u64,
+    },
+    Store {
+        relay: usize,
+        epoch: u64,
+        call: StoreCall,
+        fate: Fate,
+    },
+    Done {
+        relay: usize,
+        epoch: u64,
+        slot: Slot,
+        handler: u64,
+        delivery: u64,
+        outbox_id: uuid::Uuid,
+        ending: Ending,
+        took: Duration,
+    },
+}
+
+/// Store faults in force.
+#[derive(Debug, Default)]
+struct StoreFaults {
+    fail_before: u32,
+    lose_answer: u32,
+    slow_until: Duration,
+    slow_extra: Duration,
+}
+
+/// What a run saw.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Tally {
+    pub(crate) events: u64,
+    pub(crate) store_calls: u64,
+    pub(crate) faults: usize,
+    pub(crate) settled_at: Option<Duration>,
+    pub(crate) bound: Duration,
+}
+
+pub(crate) struct World<'p> {
+    pub(crate) plan: &'p Plan,
+    rng: Rng,
+    pub(crate) now: Duration,
+    base: Instant,
+    clock: ManualClock,
+    offset_ms: i64,
+    pub(crate) store: Arc<InMemoryOutboxStore>,
+    queue: BTreeMap<(Duration, u64), Event>,
+    pub(crate) relays: Vec<Relay>,
+    pub(crate) check: Checker,
+    faults: StoreFaults,
+    target_recovered: bool,
+    handler_generation: u64,
+    pub(crate) tally: Tally,
+    /// Prints every event (`OUTBOX_SIM_TRACE=1`), to read a replayed seed.
+    trace: bool,
+}
+
+impl<'p> World<'p> {
+    pub(crate) fn new(plan: &'p Plan) -> Self {
+        let clock = ManualClock::new(UnixMillis::from_millis(EPOCH_MS));
+        let store = Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
+        let mut world = Self {
+            plan,
+            rng: Rng::new(plan.seed).fork(6),
+            now: Duration::ZERO,
+            base: Instant::now(),
+            clock,
+            offset_ms: 0,
+            store,
+            queue: BTreeMap::new(),
+            relays: (0..plan.relays)
+                .map(|_| Relay::new(plan.config.clone()))
+                .collect(),
+            check: Checker::new(plan.config.ordering),
+            faults: StoreFaults::default(),
+            target_recovered: false,
+            handler_generation: 0,
+            tally: Tally::default(),
+            trace: std::env::var_os("OUTBOX_SIM_TRACE").is_some(),
+        };
+        for (i, message) in plan.messages.iter().enumerate() {
+            world.at(message.at, Event::Enqueue(i));
+        }
+        for (i, (at, _)) in plan.faults.iter().enumerate() {
+            world.at(*at, Event::Fault(i));
+        }
+        world.at(plan.faults_end, Event::FaultsEnd);
+        for relay in 0..plan.relays {
+            world.start(relay);
+        }
+        world
+    }
+
+    pub(crate) fn at(&mut self, at: Duration, event: Event) {
+        let mut tie = self.rng.next_u64();
+        while self.queue.contains_key(&(at, tie)) {
+            tie = tie.wrapping_add(1);
+        }
+        self.queue.insert((at.max(self.now), tie), event);
+    }
+
+    fn after(&mut self, delay: Duration, event: Event) {
+        self.at(self.now + delay, event);
+    }
+
+    /// The store's clock now.
+    pub(crate) fn store_now(&self) -> UnixMillis {
+        UnixMillis::from_millis(EPOCH_MS + self.now.as_millis() as i64 + self.offset_ms)
+    }
+
+    fn instant(&self) -> Instant {
+        self.base + self.now
+    }
+
+    fn virtual_at(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.base)
+    }
+
+    /// One leg of a store round trip: the usual latency, and more while the store is slow.
+    fn leg(&mut self) -> Duration {
+        let mut leg =
+            Duration::from_micros(self.rng.below(self.plan.latency.as_micros() as u64 + 1));
+        if self.now < self.faults.slow_until {
+            leg += Duration::from_micros(
+                self.rng
+                    .below(self.faults.slow_extra.as_micros() as u64 + 1),
+            );
+        }
+        leg
+    }
+
+    /// Takes the next event, unless none is due by `until`.
+    pub(crate) fn step(&mut self, until: Duration) -> bool {
+        let Some(entry) = self.queue.first_entry() else {
+            return false;
+        };
+        if entry.key().0 > until {
+            return false;
+        }
+        let ((at, _), event) = entry.remove_entry();
+        self.now = at;
+        self.check.now = at;
+        self.tally.events += 1;
+        if self.trace {
+            eprintln!("{at:?} {}", short(&event));
+        }
+        self.handle(event);
+        true
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Enqueue(i) => self.enqueue(i),
+            Event::Fault(i) => self.fault(self.plan.faults[i].1),
+            Event::FaultsEnd => {
+                self.faults = StoreFaults::default();
+                self.target_recovered = true;
+                for relay in 0..self.relays.len() {
+                    if self.relays[relay].paused {
+                        self.relays[relay].paused = false;
+                        self.feed(relay, Input::Resume);
+                    }
+                }
+            }
+            Event::Restart(relay) => {
+                if !self.relays[relay].alive() {
+                    self.start(relay);
+                }
+            }
+            Event::Resume { relay, epoch } => {
+                if self.relays[relay].epoch == epoch && self.relays[relay].paused {
+                    self.relays[relay].paused = false;
+                    self.feed(relay, Input::Resume);
+                }
+            }
+            Event::Lane {
+                relay,
+                epoch,
+                input,
+            } => {
+                if self.relays[relay].epoch == epoch {
+                    self.feed(relay, input);
+                }
+            }
+            Event::Wake { relay, epoch } => {
+                if self.relays[relay].epoch == epoch {
+                    self.relays[relay].wake_queued = false;
+                    self.feed(relay, Input::Wake);
+                }
+            }
+            Event::Store {
+                relay,
+                epoch,
+                call,
+                fate,
+            } => self.execute(relay, epoch, call, fate),
+            Event::Done {
+                relay,
+                epoch,
+                slot,
+                handler,
+                delivery,
+                outbox_id,
+                ending,
+                took,
+            } => {
+                let r = &mut self.relays[relay];
+                if r.epoch != epoch || r.handlers.get(slot) != Some(&handler) {
+                    return; // the handler was killed or its process died: ended already
+                }
+                r.running.remove(&slot);
+                let ok = matches!(ending, Ending::Result(Ok(())));
+                self.check.ended(delivery, ok);
+                let input = match ending {
+                    Ending::Result(result) => Input::DeliveryDone {
+                        slot,
+                        outbox_id,
+                        result,
+                        elapsed: took,
+                    },
+                    Ending::Panic => Input::HandlerDied {
+                        slot,
+                        reason: "the target handler panicked".to_owned(),
+                    },
+                };
+                self.feed(relay, input);
+            }
+        }
+    }
+
+    fn enqueue(&mut self, i: usize) {
+        let planned = &self.plan.messages[i];
+        let payload = serde_json::json!({ "n": i, "dedupe": planned.dedupe });
+        let mut draft = match OutboxMessageDraft::new(LANE, TARGET, payload) {
+            Ok(draft) => draft.with_max_attempts(planned.max_attempts),
+            Err(error) => unreachable!("a planned draft is valid: {error}"),
+        };
+        if let Some(key) = &planned.key {
+            draft = draft.with_ordering_key(key.clone());
+        }
+        if let Some(delay) = planned.delay {
+            draft = draft.with_delay(delay);
+        }
+        if let Some(dedupe) = &planned.dedupe {
+            draft = draft.with_dedupe_key(dedupe.clone());
+        }
+        self.clock.set(self.store_now());
+        // A dedupe key reused with another payload is a conflict: nothing is written,
+        // which the checker's row count sees.
+        if let Ok(enqueued) = ready(self.store.enqueue(draft)) {
+            self.check.enqueued(&enqueued.message, enqueued.duplicate);
+        }
+        self.look_for_wakeups();
+    }
+
+    fn start(&mut self, relay: usize) {
+        let receiver = self.store.subscribe();
+        self.relays[relay].start(relay, receiver, &mut self.handler_generation);
+        self.feed(relay, Input::Start);
+    }
+
+    /// Feeds one input to a relay's core and carries out its commands, as the lane actor's
+    /// `feed` does.
+    pub(crate) fn feed(&mut self, relay: usize, input: Input) {
+        let Some(mut core) = self.relays[relay].core.take() else {
+            return;
+        };
+        if matches!(input, Input::Wake) {
+            self.relays[relay].owes_claim = true;
+        }
+        self.relays[relay].went_idle = false;
+        let mut inputs = vec![input];
+        while let Some(input) = inputs.pop() {
+            // The shell records the tokens it is handed, to know later which one lapsed.
+            let claimed = match &input {
+                Input::Claimed(Ok(batch)) => Some(&batch.messages),
+                Input::AckedAndClaimed {
+                    result: Ok(answer), ..
+                } => answer.claimed.as_ref().ok().map(|b| &b.messages),
+                _ => None,
+            };
+            for message in claimed.into_iter().flatten() {
+                if let Some(token) = message.claim_token {
+                    self.relays[relay].tokens.insert(message.outbox_id, token);
+                }
+            }
+            for command in core.handle(self.instant(), input) {
+                if let Command::RevokeCredits = command {
+                    inputs.push(Input::CreditsRevoked(0));
+                } else {
+                    self.carry_out(relay, command);
+                }
+            }
+        }
+        self.relays[relay].core = Some(core);
+        // A wake-up is answered by a claim sent after it, before the lane sleeps: else a
+        // message enqueued while its claim was out waits for the poll ceiling.
+        let r = &self.relays[relay];
+        let held_back = r.core.as_ref().is_some_and(|core| core.claims_held_back());
+        if r.went_idle && r.owes_claim && !held_back {
+            self.check.fail(format!(
+                "relay {relay} went idle at {:?} without a claim after a wake-up",
+                self.now
+            ));
+        }
+    }
+
+    fn lane_at(&mut self, relay: usize, at: Instant, input: Input) {
+        let epoch = self.relays[relay].epoch;
+        let at = self.virtual_at(at);
+        self.at(
+            at,
+            Event::Lane {
+                relay,
+                epoch,
+                input,
+            },
+        );
+    }
+
+    fn carry_out(&mut self, relay: usize, command: Command) {
+        if matches!(command, Command::Claim { .. } | Command::AckAndClaim { .. }) {
+            self.relays[relay].owes_claim = false;
+        }
+        let call = match command {
+            Command::Claim { limit, key_run } => StoreCall::Claim { limit, key_run },
+            Command::AckAndClaim {
+                acks,
+                limit,
+                key_run,
+            } => StoreCall::AckAndClaim {
+                acks,
+                limit,
+                key_run,
+            },
+            Command::Ack(acks) => StoreCall::Ack(acks),
+            Command::Nack(nacks) => StoreCall::Nack(nacks),
+            Command::NextDue => StoreCall::NextDue,
+            Command::Extend {
+                batch,
+                generation,
+                claims,
+            } => StoreCall::Extend {
+                batch,
+                generation,
+                claims,
+            },
+            Command::Release(claims) => StoreCall::Release(claims),
+            Command::Deliver { slot, message } => return self.deliver(relay, slot, *message),
+            Command::ReplaceHandler(slot) => {
+                self.handler_generation += 1;
+                self.relays[relay].handlers[slot] = self.handler_generation;
+                return;
+            }
+            Command::KillHandler(slot) => {
+                let r = &mut self.relays[relay];
+                if let Some((delivery, _)) = r.running.remove(&slot) {
+                    self.check.ended(delivery, false);
+                }
+                self.handler_generation += 1;
+                r.handlers[slot] = self.handler_generation;
+                let input = Input::HandlerDied {
+                    slot,
+                    reason: "handler stopped".to_owned(),
+                };
+                let at = self.instant();
+                return self.lane_at(relay, at, input);
+            }
+            Command::LeaseCheckAt {
+                batch,
+                generation,
+                at,
+            } => return self.lane_at(relay, at, Input::LeaseDue { batch, generation }),
+            Command::WakeAt { generation, at } => {
+                return self.lane_at(relay, at, Input::Tick(generation))
+            }
+            Command::GateAt { generation, at } => {
+                return self.lane_at(relay, at, Input::GateDue(generation))
+            }
+            Command::RetryAt(at) => return self.lane_at(relay, at, Input::RetryDue),
+            Command::DrainDeadlineAt(at) => return self.lane_at(relay, at, Input::DrainDeadline),
+            Command::Emit(RelayEvent::LeaseExpired { outbox_ids, .. }) => {
+                let r = &mut self.relays[relay];
+                for id in outbox_ids {
+                    if let Some(token) = r.tokens.get(&id) {
+                        r.lapsed.insert((id, *token));
+                    }
+                }
+                return;
+            }
+            Command::Emit(RelayEvent::Idle { .. }) => {
+                self.relays[relay].went_idle = true;
+                return;
+            }
+            Command::Throttled { .. }
+            | Command::GrantCredits(_)
+            | Command::RevokeCredits
+            | Command::EmptyClaim
+            | Command::Emit(_)
+            | Command::Stop(_) => return,
+        };
+        let fate = if self.faults.fail_before > 0 {
+            self.faults.fail_before -= 1;
+            Fate::FailsBeforeCommit
+        } else if self.faults.lose_answer > 0 {
+            self.faults.lose_answer -= 1;
+            Fate::AnswerLost
+        } else {
+            Fate::Answered
+        };
+        let epoch = self.relays[relay].epoch;
+        let leg = self.leg();
+        self.after(
+            leg,
+            Event::Store {
+                relay,
+                epoch,
+                call,
+                fate,
+            },
+        );
+    }
+
+    /// Forwards the store's wake-ups to every live relay's mailbox, one queued at a time.
+    pub(crate) fn look_for_wakeups(&mut self) {
+        for relay in 0..self.relays.len() {
+            if self.relays[relay].woken() && !self.relays[relay].wake_queued {
+                self.relays[relay].wake_queued = true;
+                let epoch = self.relays[relay].epoch;
+                let leg = self.leg();
+                self.after(leg, Event::Wake { relay, epoch });
+            }
+        }
+    }
+
+    /// The store's stats against the checker's rows.
+    pub(crate) fn check_stats(&mut self) {
+        self.clock.set(self.store_now());
+        let filter = MessageFilter::lane(LANE, TARGET);
+        if let Ok(stats) = ready(self.store.stats(&filter)) {
+            let stats = stats.into_iter().next().unwrap_or_default();
+            self.check.stats(&stats);
+        }
+    }
+
+    /// Every row in the store against the checker's.
+    pub(crate) fn check_all_rows(&mut self) {
+        let ids = self.check.ids();
+        let rows: Vec<_> = ids
+            .into_iter()
+            .filter_map(|id| ready(self.store.get(id)).ok().flatten())
+            .collect();
+        self.check.all_rows(&rows);
+        self.check_stats();
+    }
+
+    pub(crate) fn claim_refs(claims: &[ClaimRef]) -> Vec<uuid::Uuid> {
+        claims.iter().map(|c| c.outbox_id).collect()
+    }
+
+    pub(crate) fn nack_refs(nacks: &[Nack]) -> Vec<uuid::Uuid> {
+        nacks.iter().map(|n| n.claim.outbox_id).collect()
+    }
+}

@@ -1,0 +1,229 @@
+//! Store calls: what a lane's command asks of the store, run against the reference store
+//! when the request arrives, checked, and answered to the lane one latency leg later (or
+//! failed before it committed, or committed with its answer lost).
+
+use std::collections::HashMap;
+
+use uuid::Uuid;
+
+use super::{ready, Event, Fate, World};
+use crate::message::{OutboxMessage, UnixMillis};
+use crate::relay::lane::core::Input;
+use crate::sim::check::Call;
+use crate::sim::plan::{LANE, TARGET};
+use crate::store::{
+    AckAndClaim, ClaimBatch, ClaimRef, ClaimRequest, Nack, OutboxStore, StoreError,
+};
+
+/// A lane's store call in flight.
+#[derive(Debug)]
+pub(crate) enum StoreCall {
+    Claim {
+        limit: usize,
+        key_run: usize,
+    },
+    AckAndClaim {
+        acks: Vec<ClaimRef>,
+        limit: usize,
+        key_run: usize,
+    },
+    Ack(Vec<ClaimRef>),
+    Nack(Vec<Nack>),
+    NextDue,
+    Extend {
+        batch: u64,
+        generation: u64,
+        claims: Vec<ClaimRef>,
+    },
+    Release(Vec<ClaimRef>),
+}
+
+fn outage(op: &str) -> StoreError {
+    StoreError::unavailable(
+        op,
+        std::io::Error::other("the simulated connection dropped"),
+    )
+}
+
+impl World<'_> {
+    /// The rows these ids name, as the store holds them now.
+    fn rows_of(&self, ids: impl IntoIterator<Item = Uuid>) -> HashMap<Uuid, OutboxMessage> {
+        ids.into_iter()
+            .filter_map(|id| {
+                ready(self.store.get(id))
+                    .ok()
+                    .flatten()
+                    .map(|row| (id, row))
+            })
+            .collect()
+    }
+
+    fn claim_request(&self, relay: usize, limit: usize, key_run: usize) -> ClaimRequest {
+        let config = &self.relays[relay].config;
+        ClaimRequest::new(LANE, TARGET, limit, config.lease, &config.consumer_id)
+            .with_ordering(config.ordering)
+            .with_key_run(key_run)
+    }
+
+    fn ack(&mut self, acks: &[ClaimRef], now: UnixMillis) -> Vec<crate::store::ClaimOutcome> {
+        let outcomes = ready(self.store.ack(acks)).unwrap_or_default();
+        let after = self.rows_of(World::claim_refs(acks));
+        self.check.observe(Call::Ack(acks), now, &after);
+        outcomes
+    }
+
+    fn claim(&mut self, request: &ClaimRequest, now: UnixMillis) -> Result<ClaimBatch, StoreError> {
+        let batch = ready(self.store.claim(request))?;
+        // The claimed rows are in the answer as the store holds them.
+        let mut after = self.rows_of(batch.dead_lettered.iter().copied());
+        after.extend(batch.messages.iter().map(|m| (m.outbox_id, m.clone())));
+        self.check.observe(
+            Call::Claim {
+                claimed: &batch.messages,
+                dead: &batch.dead_lettered,
+            },
+            now,
+            &after,
+        );
+        Ok(batch)
+    }
+
+    /// The call's request reaches the store: it runs (unless it fails first), and its
+    /// answer sets off back to the lane.
+    pub(super) fn execute(&mut self, relay: usize, epoch: u64, call: StoreCall, fate: Fate) {
+        self.tally.store_calls += 1;
+        let now = self.store_now();
+        self.clock.set(now);
+        let lost = fate == Fate::AnswerLost;
+        let failed = fate == Fate::FailsBeforeCommit;
+        let input = match call {
+            StoreCall::Claim { limit, key_run } => {
+                let request = self.claim_request(relay, limit, key_run);
+                let result = if failed {
+                    Err(outage("claim"))
+                } else {
+                    self.claim(&request, now)
+                };
+                Input::Claimed(if lost { Err(outage("claim")) } else { result })
+            }
+            StoreCall::AckAndClaim {
+                acks,
+                limit,
+                key_run,
+            } => {
+                let request = self.claim_request(relay, limit, key_run);
+                let result = if failed {
+                    Err(outage("ack_and_claim"))
+                } else {
+                    let acked = self.ack(&acks, now);
+                    let claimed = self.claim(&request, now);
+                    if lost {
+                        Err(outage("ack_and_claim"))
+                    } else {
+                        Ok(AckAndClaim { acked, claimed })
+                    }
+                };
+                Input::AckedAndClaimed {
+                    result,
+                    wall_ms: now,
+                }
+            }
+            StoreCall::Ack(acks) => {
+                let result = if failed {
+                    Err(outage("ack"))
+                } else {
+                    let outcomes = self.ack(&acks, now);
+                    if lost {
+                        Err(outage("ack"))
+                    } else {
+                        Ok(outcomes)
+                    }
+                };
+                Input::Acked {
+                    result,
+                    wall_ms: now,
+                }
+            }
+            StoreCall::Nack(nacks) => {
+                let result = if failed {
+                    Err(outage("nack"))
+                } else {
+                    let outcomes = ready(self.store.nack(&nacks)).unwrap_or_default();
+                    let after = self.rows_of(World::nack_refs(&nacks));
+                    self.check.observe(Call::Nack(&nacks), now, &after);
+                    if lost {
+                        Err(outage("nack"))
+                    } else {
+                        Ok(outcomes)
+                    }
+                };
+                Input::Nacked(result)
+            }
+            StoreCall::NextDue => {
+                let ordering = self.relays[relay].config.ordering;
+                let result = ready(self.store.next_due(LANE, TARGET, ordering));
+                Input::NextDue(if failed || lost {
+                    Err(outage("next_due"))
+                } else {
+                    result
+                })
+            }
+            StoreCall::Extend {
+                batch,
+                generation,
+                claims,
+            } => {
+                let lease = self.relays[relay].config.lease;
+                let result = if failed {
+                    Err(outage("extend_lease"))
+                } else {
+                    let outcomes =
+                        ready(self.store.extend_lease(&claims, lease)).unwrap_or_default();
+                    let after = self.rows_of(World::claim_refs(&claims));
+                    self.check
+                        .observe(Call::Extend(&claims, lease), now, &after);
+                    if lost {
+                        Err(outage("extend_lease"))
+                    } else {
+                        Ok(outcomes)
+                    }
+                };
+                Input::Extended {
+                    batch,
+                    generation,
+                    claims,
+                    result,
+                }
+            }
+            StoreCall::Release(claims) => {
+                let sent = claims.len();
+                let result = if failed {
+                    Err(outage("release"))
+                } else {
+                    let outcomes = ready(self.store.release(&claims)).unwrap_or_default();
+                    let after = self.rows_of(World::claim_refs(&claims));
+                    self.check.observe(Call::Release(&claims), now, &after);
+                    if lost {
+                        Err(outage("release"))
+                    } else {
+                        Ok(outcomes)
+                    }
+                };
+                Input::Released { sent, result }
+            }
+        };
+        if self.tally.store_calls.is_multiple_of(256) {
+            self.check_stats();
+        }
+        self.look_for_wakeups();
+        let leg = self.leg();
+        self.after(
+            leg,
+            Event::Lane {
+                relay,
+                epoch,
+                input,
+            },
+        );
+    }
+}

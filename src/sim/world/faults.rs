@@ -1,0 +1,82 @@
+//! Faults as the world applies them, and events in one line for traces.
+
+use super::{Event, World};
+use crate::relay::lane::core::Input;
+use crate::sim::plan::Fault;
+
+impl World<'_> {
+    pub(super) fn fault(&mut self, fault: Fault) {
+        self.tally.faults += 1;
+        match fault {
+            Fault::FailBeforeCommit(n) => self.faults.fail_before += n,
+            Fault::LoseAnswer(n) => self.faults.lose_answer += n,
+            Fault::Slow { for_, extra } => {
+                self.faults.slow_until = self.faults.slow_until.max(self.now + for_);
+                self.faults.slow_extra = self.faults.slow_extra.max(extra);
+            }
+            Fault::Crash { relay, down } => {
+                if self.relays[relay].alive() {
+                    for delivery in self.relays[relay].crash() {
+                        self.check.ended(delivery, false);
+                    }
+                    self.after(down, Event::Restart(relay));
+                }
+            }
+            Fault::ClockJump(ms) => {
+                self.offset_ms += ms;
+                if ms > 0 {
+                    self.check.jumped_forward = Some(self.now);
+                }
+            }
+            Fault::Pause { relay, for_ } => {
+                let r = &mut self.relays[relay];
+                if r.alive() && !r.paused {
+                    r.paused = true;
+                    let epoch = r.epoch;
+                    self.feed(relay, Input::Pause);
+                    self.after(for_, Event::Resume { relay, epoch });
+                }
+            }
+        }
+    }
+}
+
+/// An event in one line, for traces.
+pub(super) fn short(event: &Event) -> String {
+    match event {
+        Event::Lane {
+            relay,
+            epoch,
+            input,
+        } => {
+            let text = format!("{input:?}");
+            format!("relay {relay}/{epoch} <- {}", &text[..text.len().min(300)])
+        }
+        Event::Store {
+            relay,
+            epoch,
+            call,
+            fate,
+        } => {
+            let text = format!("{call:?}");
+            format!(
+                "relay {relay}/{epoch} store {fate:?} {}",
+                &text[..text.len().min(300)]
+            )
+        }
+        Event::Done {
+            relay,
+            epoch,
+            slot,
+            handler,
+            outbox_id,
+            ending,
+            ..
+        } => {
+            format!(
+                "relay {relay}/{epoch} slot {slot} handler {handler} done {outbox_id} {ending:?}"
+            )
+        }
+        other => format!("{other:?}"),
+    }
+}
