@@ -187,8 +187,11 @@ mod redact;
 pub mod relay;
 pub mod retention;
 pub mod retry;
-#[cfg(test)]
+#[cfg(any(test, feature = "simulate"))]
 mod sim;
+#[cfg(feature = "simulate")]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulate")))]
+pub mod simulate;
 pub mod sinks;
 pub mod store;
 #[cfg(feature = "testing")]

@@ -8,8 +8,10 @@
 //! consumer ids, store clock jumps, pauses). A checker watches every store change and every
 //! delivery ([`check`]); a failing seed replays exactly and its schedule is shrunk first.
 //!
-//! Why here, under `cfg(test)`: the simulation drives the crate's private core and store
-//! types directly (no actors, no tokio), and ships in no build.
+//! Why here: the simulation drives the crate's private core and store types directly (no
+//! actors, no tokio). The seed runs, the shrinker and the mutations are `cfg(test)`; the
+//! world, the plan and the checker also build under the `simulate` feature, where
+//! [`crate::simulate`] plays an operator's stated load and target against one lane.
 //!
 //! Layout: `plan.rs` (the schedule a seed draws), `world.rs` (the event loop and the
 //! shell's commands; `world/calls.rs`: store calls, `world/target.rs`: deliveries,
@@ -28,21 +30,34 @@
 //! add/remove, the supervisor's restart policy (a crash takes the whole process), retry
 //! jitter (off, so every draw comes from the seed), and one lane per run.
 
+// The seed drawing (plans, faults, the Rng's helpers) serves the seed runs; under
+// `simulate` alone it is unused.
+#![cfg_attr(not(test), allow(dead_code))]
+
 use std::time::Duration;
 
 mod check;
+#[cfg(test)]
 pub(crate) mod mutation;
 mod plan;
 mod relay;
 mod rng;
+#[cfg(test)]
 mod shrink;
 mod world;
 
+#[cfg(test)]
 mod tests;
 
-pub(crate) use plan::{Plan, Size};
+#[cfg(test)]
+pub(crate) use plan::Size;
+pub(crate) use plan::{MessagePlan, Plan, Stated, TargetPlan, LANE, TARGET};
+pub(crate) use rng::Rng;
+#[cfg(test)]
 pub(crate) use shrink::{shrink, Cut};
-use world::{Tally, World};
+#[cfg(test)]
+use world::Tally;
+pub(crate) use world::{ready, World};
 
 /// How long a run goes on after every message settled, so a late answer of a silent
 /// store or a zombie delivery's ack still meets the checker.
@@ -115,7 +130,14 @@ pub(crate) struct Failure {
 }
 
 /// Runs one schedule to the end.
+#[cfg(test)]
 pub(crate) fn run(plan: &Plan) -> Result<Tally, Failure> {
+    run_world(plan).map(|world| world.tally)
+}
+
+/// Runs one schedule to the end, and hands back the world as it ended (its store holds
+/// every row).
+pub(crate) fn run_world(plan: &Plan) -> Result<World<'_>, Failure> {
     let mut world = World::new(plan);
     let bound = settle_bound(plan);
     world.tally.bound = bound;
@@ -161,6 +183,6 @@ pub(crate) fn run(plan: &Plan) -> Result<Tally, Failure> {
     world.check_all_rows();
     match world.check.violation.take() {
         Some(what) => Err(fail(&world, what)),
-        None => Ok(world.tally),
+        None => Ok(world),
     }
 }

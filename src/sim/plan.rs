@@ -68,6 +68,19 @@ pub(crate) struct TargetPlan {
     pub(crate) longest_retry_after: Duration,
 }
 
+/// A target behaviour an operator states (`outbox-relay simulate`), in place of the seed's
+/// drawn one: every delivery takes `latency`; during an outage it fails (retryable); else
+/// it fails with `failure_rate`, or asks for `retry_after` with `retry_after_rate`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stated {
+    pub(crate) failure_rate: f64,
+    pub(crate) latency: Duration,
+    pub(crate) retry_after: Duration,
+    pub(crate) retry_after_rate: f64,
+    /// (start, length) of each outage, since the start of the run.
+    pub(crate) outages: Vec<(Duration, Duration)>,
+}
+
 /// A whole run.
 #[derive(Debug, Clone)]
 pub(crate) struct Plan {
@@ -81,6 +94,8 @@ pub(crate) struct Plan {
     pub(crate) faults: Vec<(Duration, Fault)>,
     /// When the faults stop (every fault strikes before; the target recovers then).
     pub(crate) faults_end: Duration,
+    /// The target as stated, when not drawn from the seed.
+    pub(crate) stated: Option<Stated>,
 }
 
 impl Plan {
@@ -170,6 +185,7 @@ impl Plan {
             messages,
             faults,
             faults_end,
+            stated: None,
         }
     }
 

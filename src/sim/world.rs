@@ -114,6 +114,13 @@ pub(crate) struct Tally {
     pub(crate) faults: usize,
     pub(crate) settled_at: Option<Duration>,
     pub(crate) bound: Duration,
+    /// Time the lane waited on a gate (rate limit, breaker, Retry-After hold).
+    pub(crate) throttled: Duration,
+    /// Time the rate limit alone held the lane back.
+    pub(crate) rate_limited: Duration,
+    /// Time the circuit breaker was open or half-open, and since when it is now.
+    pub(crate) breaker_open: Duration,
+    pub(crate) breaker_open_since: Option<Duration>,
 }
 
 pub(crate) struct World<'p> {
@@ -468,12 +475,31 @@ impl<'p> World<'p> {
                 }
                 return;
             }
+            Command::Throttled { gate, duration } => {
+                self.tally.throttled += duration;
+                if matches!(gate, crate::metrics::GateKind::RateLimit) {
+                    self.tally.rate_limited += duration;
+                }
+                return;
+            }
+            Command::Emit(RelayEvent::BreakerChanged { state, .. }) => {
+                let since = self.tally.breaker_open_since;
+                match (state, since) {
+                    (crate::metrics::BreakerState::Closed, Some(since)) => {
+                        self.tally.breaker_open += self.now.saturating_sub(since);
+                        self.tally.breaker_open_since = None;
+                    }
+                    (crate::metrics::BreakerState::Closed, None) => {}
+                    (_, None) => self.tally.breaker_open_since = Some(self.now),
+                    (_, Some(_)) => {}
+                }
+                return;
+            }
             Command::Emit(RelayEvent::Idle { .. }) => {
                 self.relays[relay].went_idle = true;
                 return;
             }
-            Command::Throttled { .. }
-            | Command::GrantCredits(_)
+            Command::GrantCredits(_)
             | Command::RevokeCredits
             | Command::EmptyClaim
             | Command::Emit(_)

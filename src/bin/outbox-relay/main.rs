@@ -41,6 +41,7 @@ mod daemon;
 mod gates;
 mod otlp;
 mod reload;
+mod simulate;
 
 /// The environment variable that overrides the config file's `database_url`, so a
 /// password can stay out of the file.
@@ -88,6 +89,9 @@ enum Command {
     Pause(ControlArgs),
     /// Resume a lane of the running daemon that was paused.
     Resume(ControlArgs),
+    /// Play a stated load against a stated target behaviour through each lane's real
+    /// settings, for hours of virtual time in seconds; print per lane what it did.
+    Simulate(simulate::SimulateArgs),
     #[command(flatten)]
     Admin(AdminCommand),
 }
@@ -385,6 +389,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Run(args) => daemon::run(setup, cli.global.config, args).await,
         Command::Pause(args) => control::run(setup, "pause", args).await,
         Command::Resume(args) => control::run(setup, "resume", args).await,
+        Command::Simulate(args) => simulate::run(setup, args),
         Command::Admin(command) => {
             admin::init_logging();
             admin::run(setup, command).await

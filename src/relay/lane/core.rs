@@ -187,7 +187,7 @@ impl LaneCore {
     /// Whether the lane holds its claims back now: paused or draining, a gate holding it,
     /// a store backoff, a claim linger. (The simulation asks: a lane that goes idle after a
     /// wake-up without claiming must have one of these reasons.)
-    #[cfg(test)]
+    #[cfg(any(test, feature = "simulate"))]
     pub(crate) fn claims_held_back(&self) -> bool {
         self.mode != Mode::Running
             || self.throttled.is_some()

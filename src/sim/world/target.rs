@@ -29,7 +29,35 @@ impl World<'_> {
         let mut took = Duration::from_micros(self.rng.below(target.slowest.as_micros() as u64 + 1));
         let failure =
             |error: DeliveryError| Ending::Result(Err(DeliveryFailure::from_error(&error)));
-        let ending = if self.target_recovered {
+        let ending = if let Some(stated) = &self.plan.stated {
+            took = stated.latency;
+            let now = self.now;
+            let chance = |rng: &mut super::Rng, rate: f64| {
+                ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < rate
+            };
+            if self.target_recovered {
+                Ending::Result(Ok(()))
+            } else if stated
+                .outages
+                .iter()
+                .any(|(start, length)| now >= *start && now < *start + *length)
+            {
+                failure(DeliveryError::retryable(std::io::Error::other(
+                    "target down",
+                )))
+            } else if chance(&mut self.rng, stated.failure_rate) {
+                failure(DeliveryError::retryable(std::io::Error::other(
+                    "target busy",
+                )))
+            } else if chance(&mut self.rng, stated.retry_after_rate) {
+                failure(DeliveryError::retry_after(
+                    stated.retry_after,
+                    std::io::Error::other("target throttled"),
+                ))
+            } else {
+                Ending::Result(Ok(()))
+            }
+        } else if self.target_recovered {
             Ending::Result(Ok(()))
         } else {
             let draw = self.rng.below(100);
