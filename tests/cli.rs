@@ -35,6 +35,8 @@ mod refusal;
 mod round_trip;
 #[path = "cli/secrets.rs"]
 mod secrets;
+#[path = "cli/simulate.rs"]
+mod simulate;
 #[path = "cli/startup.rs"]
 mod startup;
 #[path = "support/stderr.rs"]
