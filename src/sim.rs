@@ -49,15 +49,20 @@ mod world;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use plan::Plan;
 #[cfg(test)]
 pub(crate) use plan::Size;
-pub(crate) use plan::{MessagePlan, Plan, Stated, TargetPlan, LANE, TARGET};
+#[cfg(feature = "simulate")]
+pub(crate) use plan::{MessagePlan, Stated, TargetPlan, LANE, TARGET};
+#[cfg(feature = "simulate")]
 pub(crate) use rng::Rng;
 #[cfg(test)]
 pub(crate) use shrink::{shrink, Cut};
+#[cfg(feature = "simulate")]
+pub(crate) use world::ready;
 #[cfg(test)]
 use world::Tally;
-pub(crate) use world::{ready, World};
+pub(crate) use world::World;
 
 /// How long a run goes on after every message settled, so a late answer of a silent
 /// store or a zombie delivery's ack still meets the checker.

@@ -142,12 +142,18 @@ sink = { kind = "log" }
         assert_eq!(count(&lane, "dead-lettered"), 0, "{stdout}");
         // Only the outage fails deliveries; a hot key waits through it.
         assert!(count(&lane, "retried") > 0, "{stdout}");
-        assert!(time(&lane, "longest key wait") >= Duration::from_secs(20), "{stdout}");
+        assert!(
+            time(&lane, "longest key wait") >= Duration::from_secs(20),
+            "{stdout}"
+        );
     }
     let orders = report(&stdout, "orders -> audit");
     assert_eq!(time(&orders, "breaker open"), Duration::ZERO, "{stdout}");
     let invoices = report(&stdout, "invoices -> audit");
-    assert!(time(&invoices, "breaker open") >= Duration::from_secs(5), "{stdout}");
+    assert!(
+        time(&invoices, "breaker open") >= Duration::from_secs(5),
+        "{stdout}"
+    );
     assert_eq!(time(&invoices, "rate limited"), Duration::ZERO, "{stdout}");
 
     // No outage, no failures: nothing retried, nothing dead-lettered; 50/s against a
@@ -165,9 +171,15 @@ sink = { kind = "log" }
     assert_eq!(count(&orders, "retried"), 0, "{stdout}");
     assert_eq!(count(&orders, "dead-lettered"), 0, "{stdout}");
     assert_eq!(count(&orders, "delivered"), 3_000, "{stdout}");
-    assert!(time(&orders, "rate limited") >= Duration::from_secs(60), "{stdout}");
+    assert!(
+        time(&orders, "rate limited") >= Duration::from_secs(60),
+        "{stdout}"
+    );
     // 3000 messages at 20/s take 150 s.
-    assert!(time(&orders, "all settled at") >= Duration::from_secs(149), "{stdout}");
+    assert!(
+        time(&orders, "all settled at") >= Duration::from_secs(149),
+        "{stdout}"
+    );
 }
 
 #[test]
