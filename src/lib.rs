@@ -119,8 +119,11 @@
 //!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks, and
 //!   its claim gates: rate limit, circuit breaker, Retry-After hold),
 //!   `relay::handler` (one delivery at a time under a timeout).
-//! - `sim` (tests only): the deterministic simulation of several relays on one store in
-//!   virtual time, its invariant checker, and the mutations it must catch.
+//! - `sim` (tests, and feature `simulate`): the deterministic simulation of several relays
+//!   on one store in virtual time, its invariant checker, and (tests only) the seed runs
+//!   and the mutations it must catch.
+//! - `simulate` (feature `simulate`, in `cli`): one lane's real settings against a stated
+//!   load and target on that simulation, for `outbox-relay simulate`.
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
 //!   `FailureKind` and `LaneState`, and `StoreOp`), `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install and

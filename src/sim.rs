@@ -11,7 +11,7 @@
 //! Why here: the simulation drives the crate's private core and store types directly (no
 //! actors, no tokio). The seed runs, the shrinker and the mutations are `cfg(test)`; the
 //! world, the plan and the checker also build under the `simulate` feature, where
-//! [`crate::simulate`] plays an operator's stated load and target against one lane.
+//! `crate::simulate` plays an operator's stated load and target against one lane.
 //!
 //! Layout: `plan.rs` (the schedule a seed draws), `world.rs` (the event loop and the
 //! shell's commands; `world/calls.rs`: store calls, `world/target.rs`: deliveries,
