@@ -465,26 +465,41 @@ async fn a_relay_cut_off_from_the_database_keeps_per_key_order_and_loses_nothing
     };
     let mut sent = Vec::new();
     let mut faults = Vec::new();
+    let mut next = 0;
     for cut in 0..CUTS {
-        let wave = enqueue_wave(&store, cut * WAVE..(cut + 1) * WAVE).await;
-        let wave_ids: HashSet<Uuid> = wave.iter().map(|s| s.id).collect();
-        sent.extend(wave);
-        // Both relays at work on this wave, and `a` holding claims.
-        wait_until_async(
-            &format!("fault {cut}: deliveries of the wave and claims held by a"),
-            DEADLINE,
-            async || {
-                a.assert_alive();
-                b.assert_alive();
-                let arrived = receiver
-                    .arrivals()
-                    .iter()
-                    .filter(|id| wave_ids.contains(id))
-                    .count();
-                (arrived >= WAVE / 8 && !held_by_a().await.is_empty()).then_some(())
-            },
-        )
-        .await;
+        // Both relays at work on a wave, and `a` holding claims. After a cut, `a` may still
+        // be backing off or reconnecting while `b` drains the whole wave: then another wave
+        // goes in, until `a` is seen holding claims.
+        let started = Instant::now();
+        loop {
+            let wave = enqueue_wave(&store, next..next + WAVE).await;
+            next += WAVE;
+            let wave_ids: HashSet<Uuid> = wave.iter().map(|s| s.id).collect();
+            sent.extend(wave);
+            let drained = wait_until_async(
+                &format!("fault {cut}: deliveries of the wave, and claims held by a or none left"),
+                DEADLINE.saturating_sub(started.elapsed()),
+                async || {
+                    a.assert_alive();
+                    b.assert_alive();
+                    let arrived = receiver
+                        .arrivals()
+                        .iter()
+                        .filter(|id| wave_ids.contains(id))
+                        .collect::<HashSet<_>>()
+                        .len();
+                    if arrived >= WAVE / 8 && !held_by_a().await.is_empty() {
+                        Some(false)
+                    } else {
+                        (arrived == WAVE).then_some(true)
+                    }
+                },
+            )
+            .await;
+            if !drained {
+                break;
+            }
+        }
 
         let fault_at = Instant::now();
         proxy.set(Fault::Blackhole);
