@@ -40,7 +40,7 @@ use crate::store::{
 pub(crate) mod core;
 mod spans;
 
-use self::core::{Command, Input, LaneCore, Slot};
+use self::core::{Command, Input, LaneCore, Slot, StoreAnswer, StoreCall};
 
 pub(crate) enum LaneMsg {
     /// An input for the core: a timer or a store call's answer.
@@ -171,6 +171,10 @@ fn panic_text(panic: &(dyn Any + Send)) -> String {
     format!("store call panicked: {text}")
 }
 
+fn answer(answer: StoreAnswer) -> LaneMsg {
+    LaneMsg::Core(Input::Store(answer))
+}
+
 fn send_at(myself: &ActorRef<LaneMsg>, at: Instant, input: Input) {
     myself.send_after(at.saturating_duration_since(Instant::now()), move || {
         LaneMsg::Core(input)
@@ -236,86 +240,8 @@ impl LaneRelayState {
         myself: &ActorRef<LaneMsg>,
         command: Command,
     ) -> Result<(), ActorProcessingErr> {
-        let store = self.store.clone();
         match command {
-            Command::Claim { limit, key_run } => {
-                let request = self.claim_request(limit, key_run);
-                let span = spans::claim(&request.lane, &request.target, limit, false);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store.claim(&request).instrument(span.clone()).await;
-                    spans::claimed(&span, started, &result);
-                    LaneMsg::Core(Input::Claimed(result))
-                });
-            }
-            Command::AckAndClaim {
-                acks,
-                limit,
-                key_run,
-            } => {
-                let request = self.claim_request(limit, key_run);
-                let ack_span = spans::ack(&request.lane, &request.target, acks.len(), true);
-                let claim_span = spans::claim(&request.lane, &request.target, limit, true);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store
-                        .ack_and_claim(&acks, &request)
-                        .instrument(claim_span.clone())
-                        .await;
-                    spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
-                    // This machine's wall clock against the store's `created_at`.
-                    let wall_ms = SystemClock.now_millis();
-                    LaneMsg::Core(Input::AckedAndClaimed { result, wall_ms })
-                });
-            }
-            Command::Ack(acks) => {
-                let span = spans::ack(&self.config.lane, &self.config.target, acks.len(), false);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store.ack(&acks).instrument(span.clone()).await;
-                    spans::acked(&span, started, &result);
-                    let wall_ms = SystemClock.now_millis();
-                    LaneMsg::Core(Input::Acked { result, wall_ms })
-                })
-            }
-            Command::Nack(nacks) => spawn_call(myself, async move {
-                LaneMsg::Core(Input::Nacked(store.nack(&nacks).await))
-            }),
-            Command::NextDue => {
-                let (lane, target, ordering) = (
-                    self.config.lane.clone(),
-                    self.config.target.clone(),
-                    self.config.ordering,
-                );
-                spawn_call(myself, async move {
-                    LaneMsg::Core(Input::NextDue(
-                        store.next_due(&lane, &target, ordering).await,
-                    ))
-                });
-            }
-            Command::Extend {
-                batch,
-                generation,
-                claims,
-            } => {
-                let lease = self.config.lease;
-                spawn_call(myself, async move {
-                    let result = store.extend_lease(&claims, lease).await;
-                    LaneMsg::Core(Input::Extended {
-                        batch,
-                        generation,
-                        claims,
-                        result,
-                    })
-                });
-            }
-            Command::Release(claims) => spawn_call(myself, async move {
-                let result = store.release(&claims).await;
-                LaneMsg::Core(Input::Released {
-                    sent: claims.len(),
-                    result,
-                })
-            }),
+            Command::Store(call) => self.call(myself, call),
             Command::Deliver { slot, message } => {
                 if let Some(Some(handler)) = self.handlers.get(slot) {
                     // A handler that died since is replaced by its supervision event, which
@@ -329,19 +255,15 @@ impl LaneRelayState {
                     handler.kill();
                 }
             }
-            Command::LeaseCheckAt {
-                batch,
-                generation,
+            Command::TimerAt {
+                kind,
                 at,
-            } => send_at(myself, at, Input::LeaseDue { batch, generation }),
-            Command::WakeAt { generation, at } => send_at(myself, at, Input::Tick(generation)),
-            Command::RetryAt(at) => send_at(myself, at, Input::RetryDue),
-            Command::GateAt { generation, at } => send_at(myself, at, Input::GateDue(generation)),
+                generation,
+            } => send_at(myself, at, Input::timer(kind, generation)),
             Command::Throttled { gate, duration } => {
                 self.metrics.throttled(gate, duration);
                 LaneCounters::add_duration(&self.counters.throttled_micros, duration);
             }
-            Command::DrainDeadlineAt(at) => send_at(myself, at, Input::DrainDeadline),
             Command::GrantCredits(n) => {
                 if let Some(registration) = &self.hand_off {
                     registration.taker().grant(n);
@@ -359,6 +281,91 @@ impl LaneRelayState {
             }
         }
         Ok(())
+    }
+
+    /// Runs a store call off the mailbox; its answer comes back as [`Input::Store`].
+    fn call(&self, myself: &ActorRef<LaneMsg>, call: StoreCall) {
+        let store = self.store.clone();
+        match call {
+            StoreCall::Claim { limit, key_run } => {
+                let request = self.claim_request(limit, key_run);
+                let span = spans::claim(&request.lane, &request.target, limit, false);
+                spawn_call(myself, async move {
+                    let started = std::time::Instant::now();
+                    let result = store.claim(&request).instrument(span.clone()).await;
+                    spans::claimed(&span, started, &result);
+                    answer(StoreAnswer::Claimed(result))
+                });
+            }
+            StoreCall::AckAndClaim {
+                acks,
+                limit,
+                key_run,
+            } => {
+                let request = self.claim_request(limit, key_run);
+                let ack_span = spans::ack(&request.lane, &request.target, acks.len(), true);
+                let claim_span = spans::claim(&request.lane, &request.target, limit, true);
+                spawn_call(myself, async move {
+                    let started = std::time::Instant::now();
+                    let result = store
+                        .ack_and_claim(&acks, &request)
+                        .instrument(claim_span.clone())
+                        .await;
+                    spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
+                    // This machine's wall clock against the store's `created_at`.
+                    let wall_ms = SystemClock.now_millis();
+                    answer(StoreAnswer::AckedAndClaimed { result, wall_ms })
+                });
+            }
+            StoreCall::Ack(acks) => {
+                let span = spans::ack(&self.config.lane, &self.config.target, acks.len(), false);
+                spawn_call(myself, async move {
+                    let started = std::time::Instant::now();
+                    let result = store.ack(&acks).instrument(span.clone()).await;
+                    spans::acked(&span, started, &result);
+                    let wall_ms = SystemClock.now_millis();
+                    answer(StoreAnswer::Acked { result, wall_ms })
+                })
+            }
+            StoreCall::Nack(nacks) => spawn_call(myself, async move {
+                answer(StoreAnswer::Nacked(store.nack(&nacks).await))
+            }),
+            StoreCall::NextDue => {
+                let (lane, target, ordering) = (
+                    self.config.lane.clone(),
+                    self.config.target.clone(),
+                    self.config.ordering,
+                );
+                spawn_call(myself, async move {
+                    answer(StoreAnswer::NextDue(
+                        store.next_due(&lane, &target, ordering).await,
+                    ))
+                });
+            }
+            StoreCall::Extend {
+                batch,
+                generation,
+                claims,
+            } => {
+                let lease = self.config.lease;
+                spawn_call(myself, async move {
+                    let result = store.extend_lease(&claims, lease).await;
+                    answer(StoreAnswer::Extended {
+                        batch,
+                        generation,
+                        claims,
+                        result,
+                    })
+                });
+            }
+            StoreCall::Release(claims) => spawn_call(myself, async move {
+                let result = store.release(&claims).await;
+                answer(StoreAnswer::Released {
+                    sent: claims.len(),
+                    result,
+                })
+            }),
+        }
     }
 
     fn sample_stats(&self, myself: &ActorRef<LaneMsg>) {

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::pool::{Running, Slot};
-use super::{Command, LaneCore, Mode};
+use super::{Command, LaneCore, Mode, StoreCall};
 use crate::message::UnixMillis;
 use crate::metrics::StoreOp;
 use crate::relay::handler::DeliveryFailure;
@@ -149,13 +149,13 @@ impl LaneCore {
             Some(Flush::Acks(acks)) => match claim_limit {
                 Some(limit) => {
                     self.claim_sent(now, limit, out);
-                    out.push(Command::AckAndClaim {
+                    out.push(Command::Store(StoreCall::AckAndClaim {
                         acks,
                         limit,
                         key_run: self.key_run(limit),
-                    });
+                    }));
                 }
-                None => out.push(Command::Ack(acks)),
+                None => out.push(Command::Store(StoreCall::Ack(acks))),
             },
             Some(Flush::Nacks) => {
                 let nacks = self
@@ -164,7 +164,7 @@ impl LaneCore {
                     .iter()
                     .map(|f| self.nack_of(f))
                     .collect();
-                out.push(Command::Nack(nacks));
+                out.push(Command::Store(StoreCall::Nack(nacks)));
             }
         }
     }

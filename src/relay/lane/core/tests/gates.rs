@@ -290,7 +290,11 @@ fn a_breaker_lane_claims_nothing_during_the_cool_down_and_asks_again_when_it_end
     // for the cool-down's end.
     let out = core.handle(now, failed(slot, &messages[0]));
     let gate_at = out.iter().find_map(|c| match c {
-        Command::GateAt { generation, at } => Some((*generation, *at)),
+        Command::TimerAt {
+            kind: TimerKind::Gate,
+            generation,
+            at,
+        } => Some((*generation, *at)),
         _ => None,
     });
     let Some((generation, at)) = gate_at else {
@@ -301,10 +305,16 @@ fn a_breaker_lane_claims_nothing_during_the_cool_down_and_asks_again_when_it_end
     let out = core.handle(now + secs(1), Input::Wake);
     assert!(claims(&out).is_empty(), "{out:?}");
     assert!(
-        !has(&out, |c| matches!(c, Command::GateAt { .. })),
+        !has(&out, |c| matches!(
+            c,
+            Command::TimerAt {
+                kind: TimerKind::Gate,
+                ..
+            }
+        )),
         "{out:?}"
     );
-    let out = core.handle(at, Input::GateDue(generation));
+    let out = core.handle(at, Input::timer(TimerKind::Gate, generation));
     assert_eq!(claims(&out), vec![1], "the probe: {out:?}");
     assert_eq!(core.breaker_state(), Some(BreakerState::HalfOpen));
     // The throttled time counted is the wait for the gate.
