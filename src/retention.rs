@@ -35,6 +35,7 @@ pub const MIN_RETENTION: Duration = Duration::from_secs(60);
 
 /// How long one lane keeps its finished messages. `None` keeps that status forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetentionConfig {
     /// Delivered messages older than this (since delivered) are deleted.
     pub delivered: Option<Duration>,
@@ -65,6 +66,18 @@ impl RetentionConfig {
             dead_letter: None,
             ordering: OrderingPolicy::Skip,
         }
+    }
+
+    /// Sets how long delivered messages are kept (`None`: forever).
+    pub fn delivered(mut self, age: Option<Duration>) -> Self {
+        self.delivered = age;
+        self
+    }
+
+    /// Sets how long dead letters are kept (`None`: forever).
+    pub fn dead_letter(mut self, age: Option<Duration>) -> Self {
+        self.dead_letter = age;
+        self
     }
 
     /// Sets the lane's ordering policy ([`RetentionConfig::ordering`]).

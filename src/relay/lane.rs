@@ -103,7 +103,10 @@ impl Drop for AbortOnDrop {
     }
 }
 
-pub(crate) struct LaneRelayState {
+/// The lane actor's state: the shell around [`LaneCore`] that owns the store, the handler
+/// actors and the metrics, and carries out the core's commands. (What an operator sees of a
+/// lane is [`LaneState`](crate::relay::LaneState), kept by the supervisor.)
+pub(crate) struct LaneShell {
     key: LaneKey,
     config: LaneConfig,
     core: LaneCore,
@@ -181,7 +184,7 @@ fn send_at(myself: &ActorRef<LaneMsg>, at: Instant, input: Input) {
     });
 }
 
-impl LaneRelayState {
+impl LaneShell {
     fn emit(&self, event: RelayEvent) {
         observe::record(&self.metrics, &event);
         observe::count(&self.counters, &event);
@@ -443,16 +446,16 @@ impl LaneRelayState {
 
 impl Actor for LaneRelay {
     type Msg = LaneMsg;
-    type State = LaneRelayState;
+    type State = LaneShell;
     type Arguments = LaneArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<LaneMsg>,
         args: LaneArgs,
-    ) -> Result<LaneRelayState, ActorProcessingErr> {
+    ) -> Result<LaneShell, ActorProcessingErr> {
         let key = LaneKey::new(&args.config.lane, &args.config.target);
-        let mut state = LaneRelayState {
+        let mut state = LaneShell {
             key: key.clone(),
             core: LaneCore::new(args.config.clone(), args.paused),
             store: args.store,
@@ -537,7 +540,7 @@ impl Actor for LaneRelay {
     async fn post_stop(
         &self,
         myself: ActorRef<LaneMsg>,
-        state: &mut LaneRelayState,
+        state: &mut LaneShell,
     ) -> Result<(), ActorProcessingErr> {
         state.wake_task = None;
         state.hand_off = None;
@@ -549,7 +552,7 @@ impl Actor for LaneRelay {
         &self,
         myself: ActorRef<LaneMsg>,
         message: LaneMsg,
-        state: &mut LaneRelayState,
+        state: &mut LaneShell,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             LaneMsg::Core(input) => state.feed(&myself, input).await?,
@@ -587,7 +590,7 @@ impl Actor for LaneRelay {
         &self,
         myself: ActorRef<LaneMsg>,
         event: SupervisionEvent,
-        state: &mut LaneRelayState,
+        state: &mut LaneShell,
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorFailed(cell, error) => {

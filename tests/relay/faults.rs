@@ -18,10 +18,9 @@ use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler}
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
-        .retry(RetryPolicy::new(
-            Duration::from_millis(10),
-            Duration::from_millis(100),
-        ))
+        .retry(
+            RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(100)).jitter(false),
+        )
         .lease(Duration::from_secs(2))
         .max_poll_interval(Duration::from_secs(600))
 }
@@ -136,14 +135,15 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
     let store = Arc::new(store);
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(store.clone())
-            .supervisor(SupervisorConfig {
-                max_restarts: 3,
-                restart_window: Duration::from_secs(60),
-                restart_backoff: RetryPolicy::new(
-                    Duration::from_millis(100),
-                    Duration::from_secs(1),
-                ),
-            })
+            .supervisor(
+                SupervisorConfig::default()
+                    .max_restarts(3)
+                    .restart_window(Duration::from_secs(60))
+                    .restart_backoff(
+                        RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1))
+                            .jitter(false),
+                    ),
+            )
             .lane(LaneConfig::new("doomed", "projector"), TestHandler::ok())
             .lane(lane(), TestHandler::ok())
             .event_capacity(10_000),

@@ -119,8 +119,8 @@ impl SqlStore {
         let store = PostgresOutboxStore::connect_with(
             &url,
             PostgresConfig::default()
-                .with_schema(schema.name())
-                .with_cycle_function(cycle_function),
+                .schema(schema.name())
+                .cycle_function(cycle_function),
         )
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL is required at {url}: {e}"));

@@ -171,18 +171,16 @@ fn every_field_is_read() {
         .lease(Duration::from_secs(9))
         .lease_extend_margin(None)
         .delivery_timeout(Duration::from_secs(4))
-        .retry(RetryPolicy::new(
-            Duration::from_millis(250),
-            Duration::from_secs(3600),
-        ))
+        .retry(
+            RetryPolicy::new(Duration::from_millis(250), Duration::from_secs(3600)).jitter(false),
+        )
         .ordering(OrderingPolicy::Block)
         .max_poll_interval(Duration::from_millis(200))
         .stats_interval(Duration::from_secs(1))
         .prefetch(5)
-        .store_backoff(RetryPolicy::new(
-            Duration::from_millis(20),
-            Duration::from_secs(2),
-        ))
+        .store_backoff(
+            RetryPolicy::new(Duration::from_millis(20), Duration::from_secs(2)).jitter(false),
+        )
         .rate_limit(Some(RateLimit::new(30, Duration::from_secs(60)).burst(4)))
         .circuit_breaker(Some(
             CircuitBreakerConfig::default()

@@ -33,10 +33,7 @@ fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
         .prefetch(prefetch)
         .claim_linger(Duration::ZERO)
         .lease(Duration::from_secs(30))
-        .retry(RetryPolicy::new(
-            Duration::from_secs(1),
-            Duration::from_secs(60),
-        ))
+        .retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(60)).jitter(false))
 }
 
 fn message(ordering_key: Option<&str>) -> OutboxMessage {
@@ -378,7 +375,8 @@ const DEFAULT_MAX_POLL: Duration = crate::config::DEFAULT_MAX_POLL_INTERVAL;
 #[test]
 fn store_errors_back_off_by_the_lanes_policy_and_hold_claims_until_the_retry() {
     let now = Instant::now();
-    let backoff = RetryPolicy::new(Duration::from_millis(100), Duration::from_millis(300));
+    let backoff =
+        RetryPolicy::new(Duration::from_millis(100), Duration::from_millis(300)).jitter(false);
     let mut core = LaneCore::new(config(1, 0).store_backoff(backoff), false);
     core.handle(now, Input::Start);
     let out = core.handle(now, Input::Store(StoreAnswer::Claimed(Err(unavailable()))));

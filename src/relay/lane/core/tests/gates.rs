@@ -87,7 +87,7 @@ fn outage(outage: Duration, messages: usize) -> Sim {
                 .cool_down(secs(10))
                 .max_cool_down(secs(60)),
         ))
-        .retry(RetryPolicy::new(secs(1), secs(60)));
+        .retry(RetryPolicy::new(secs(1), secs(60)).jitter(false));
     let target = move |at: Duration| {
         if at < outage {
             Err(DeliveryError::retryable("503 Service Unavailable"))
@@ -193,7 +193,7 @@ fn an_open_breaker_claims_nothing_then_sends_one_probe_per_cool_down() {
 fn retry_after_holds_the_whole_lane_when_configured() {
     let lane = config(2, 0)
         .retry_after_holds_lane(true)
-        .retry(RetryPolicy::new(secs(1), secs(120)));
+        .retry(RetryPolicy::new(secs(1), secs(120)).jitter(false));
     let first = std::cell::Cell::new(true);
     let mut sim = Sim::new(
         lane,
@@ -219,7 +219,7 @@ fn retry_after_holds_the_whole_lane_when_configured() {
 #[test]
 fn a_retry_after_of_a_year_is_held_to_the_lanes_ceiling() {
     let lane = config(1, 0)
-        .retry(RetryPolicy::new(secs(1), secs(120)))
+        .retry(RetryPolicy::new(secs(1), secs(120)).jitter(false))
         .retry_after_max(secs(60));
     let first = std::cell::Cell::new(true);
     let mut sim = Sim::new(
@@ -329,7 +329,7 @@ fn a_retry_after_hold_hands_back_the_buffer_and_claims_nothing_until_it_ends() {
     let now = Instant::now();
     let lane = config(1, 1)
         .retry_after_holds_lane(true)
-        .retry(RetryPolicy::new(secs(1), secs(60)));
+        .retry(RetryPolicy::new(secs(1), secs(60)).jitter(false));
     let mut core = LaneCore::new(lane, false);
     let messages = [message(None), message(None)];
     let out = running_with(&mut core, now, &messages);
@@ -366,7 +366,7 @@ fn a_probe_answered_with_a_429_reopens_for_twice_the_cool_down_then_probes_again
     let lane = config(1, 1)
         .circuit_breaker(Some(breaker))
         .retry_after_holds_lane(true)
-        .retry(RetryPolicy::new(secs(1), secs(60)));
+        .retry(RetryPolicy::new(secs(1), secs(60)).jitter(false));
     let mut core = LaneCore::new(lane, false);
     let messages: Vec<_> = (0..3).map(|_| message(None)).collect();
     let out = running_with(&mut core, now, &messages[..1]);
