@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::message::validate_name;
 use crate::message::ValidationError;
+use crate::relay::LaneKey;
 use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_RETRY_AFTER_MAX};
 use crate::store::OrderingPolicy;
 
@@ -83,12 +84,13 @@ pub const MAX_PREFETCH_PER_HANDLER: usize = 4;
 /// [`ValidationError`], under the name the config API has always used.
 pub type ConfigError = ValidationError;
 
-/// How one (lane, target) is relayed.
+/// How one lane (a lane name and its target, [`LaneKey`]) is relayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LaneConfig {
-    /// The lane.
-    pub lane: String,
+    /// The lane's name: the `lane` its messages are written with (`lane` in the config
+    /// file).
+    pub name: String,
     /// The target.
     pub target: String,
     /// Written to `claimed_by`; defaults to `<host>-<pid>`.
@@ -174,9 +176,9 @@ impl LaneConfig {
     /// assert!(lane.validate().is_ok());
     /// assert!(LaneConfig::new("orders", "billing").concurrency(0).validate().is_err());
     /// ```
-    pub fn new(lane: impl Into<String>, target: impl Into<String>) -> Self {
+    pub fn new(name: impl Into<String>, target: impl Into<String>) -> Self {
         Self {
-            lane: lane.into(),
+            name: name.into(),
             target: target.into(),
             consumer_id: default_consumer_id(),
             concurrency: DEFAULT_CONCURRENCY,
@@ -329,15 +331,15 @@ impl LaneConfig {
         self
     }
 
-    /// `lane/target`, how logs and errors name the lane.
-    pub fn name(&self) -> String {
-        format!("{}/{}", self.lane, self.target)
+    /// The lane this config relays; displayed `name/target`, as logs and errors name it.
+    pub fn key(&self) -> LaneKey {
+        LaneKey::new(&self.name, &self.target)
     }
 
     /// Checks every field; the error names the first at fault.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let field = |name: &str| format!("lanes[{}].{name}", self.name());
-        validate_name("lane", &self.lane).map_err(|e| ConfigError::new(field("lane"), e.reason))?;
+        let field = |name: &str| format!("lanes[{}].{name}", self.key());
+        validate_name("lane", &self.name).map_err(|e| ConfigError::new(field("lane"), e.reason))?;
         validate_name("target", &self.target)
             .map_err(|e| ConfigError::new(field("target"), e.reason))?;
         validate_consumer_id(&self.consumer_id)

@@ -107,7 +107,7 @@ impl RetentionConfig {
         PurgeRequest {
             delivered_older_than: self.delivered,
             dead_letter_older_than: self.dead_letter,
-            lane: Some((lane.lane.clone(), lane.target.clone())),
+            lane: Some((lane.name.clone(), lane.target.clone())),
             batch_size,
             dry_run: false,
             keep_keyed_dead_letters: self.ordering == OrderingPolicy::Block,
@@ -159,7 +159,7 @@ impl RetentionTask {
             let result = self.store.purge(&request).await;
             match &result {
                 Ok(count) => {
-                    crate::metrics::record_purged(&lane.lane, &lane.target, *count);
+                    crate::metrics::record_purged(&lane.name, &lane.target, *count);
                     if *count > 0 {
                         tracing::info!(lane = %lane, purged = count, "retention purged finished messages");
                     }

@@ -124,7 +124,8 @@ mod tests {
             (3, 0, 0),
         ];
         for (attempts, base, max) in cases {
-            let policy = RetryPolicy::new(Duration::from_millis(base), Duration::from_millis(max));
+            let policy = RetryPolicy::new(Duration::from_millis(base), Duration::from_millis(max))
+                .jitter(false);
             let ours = policy.delay(attempts, None);
             let seed = seed_retry_at_ms(0, attempts, base, max);
             assert_eq!(
@@ -136,9 +137,20 @@ mod tests {
     }
 
     #[test]
+    fn new_agrees_with_default_on_jitter() {
+        let default = RetryPolicy::default();
+        assert_eq!(RetryPolicy::new(default.base, default.max), default);
+        assert!(RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20)).jitter);
+        assert!(
+            !RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20))
+                .jitter(false)
+                .jitter
+        );
+    }
+
+    #[test]
     fn jitter_stays_within_the_backoff() {
-        let policy =
-            RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1)).jitter(true);
+        let policy = RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1));
         for attempts in 1..10 {
             let delay = policy.delay(attempts, None);
             assert!(delay <= policy.backoff(attempts));

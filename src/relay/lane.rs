@@ -203,7 +203,7 @@ impl LaneShell {
 
     fn claim_request(&self, limit: usize, key_run: usize) -> ClaimRequest {
         ClaimRequest::new(
-            &self.config.lane,
+            &self.config.name,
             &self.config.target,
             limit,
             self.config.lease,
@@ -321,7 +321,7 @@ impl LaneShell {
                 });
             }
             StoreCall::Ack(acks) => {
-                let span = spans::ack(&self.config.lane, &self.config.target, acks.len(), false);
+                let span = spans::ack(&self.config.name, &self.config.target, acks.len(), false);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
                     let result = store.ack(&acks).instrument(span.clone()).await;
@@ -335,7 +335,7 @@ impl LaneShell {
             }),
             StoreCall::NextDue => {
                 let (lane, target, ordering) = (
-                    self.config.lane.clone(),
+                    self.config.name.clone(),
                     self.config.target.clone(),
                     self.config.ordering,
                 );
@@ -373,7 +373,7 @@ impl LaneShell {
 
     fn sample_stats(&self, myself: &ActorRef<LaneMsg>) {
         let store = self.store.clone();
-        let filter = MessageFilter::lane(&self.config.lane, &self.config.target);
+        let filter = MessageFilter::lane(&self.config.name, &self.config.target);
         spawn_call(myself, async move {
             LaneMsg::StatsSampled(store.stats(&filter).await)
         });
@@ -454,7 +454,7 @@ impl Actor for LaneRelay {
         myself: ActorRef<LaneMsg>,
         args: LaneArgs,
     ) -> Result<LaneShell, ActorProcessingErr> {
-        let key = LaneKey::new(&args.config.lane, &args.config.target);
+        let key = LaneKey::new(&args.config.name, &args.config.target);
         let mut state = LaneShell {
             key: key.clone(),
             core: LaneCore::new(args.config.clone(), args.paused),
@@ -462,7 +462,7 @@ impl Actor for LaneRelay {
             handler: args.handler,
             counters: args.counters,
             events: args.events,
-            metrics: LaneMetrics::new(&args.config.lane, &args.config.target),
+            metrics: LaneMetrics::new(&args.config.name, &args.config.target),
             handlers: Vec::new(),
             slots: HashMap::new(),
             replies: Vec::new(),
@@ -486,7 +486,7 @@ impl Actor for LaneRelay {
                     let _ = me.send_message(LaneMsg::Core(input));
                 });
                 state.hand_off = Some(registry.register(
-                    &state.config.lane,
+                    &state.config.name,
                     &state.config.target,
                     &state.config.consumer_id,
                     state.config.lease,
@@ -499,7 +499,7 @@ impl Actor for LaneRelay {
             state.spawn_handler(&myself, slot).await?;
         }
         let mut wakeups = state.store.subscribe();
-        let (lane, target) = (state.config.lane.clone(), state.config.target.clone());
+        let (lane, target) = (state.config.name.clone(), state.config.target.clone());
         let me = myself.clone();
         let queued = state.wake_queued.clone();
         state.wake_task = Some(AbortOnDrop(tokio::spawn(async move {

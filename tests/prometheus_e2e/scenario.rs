@@ -138,7 +138,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         failed(dead_head, FailureKind::Permanent, NackOutcome::DeadLettered),
         Expect::new(
             "a lease extension on the webhook lane",
-            move |e| matches!(e, RelayEvent::LeaseExtended { lane, .. } if lane.lane == WEBHOOK.0),
+            move |e| matches!(e, RelayEvent::LeaseExtended { lane, .. } if lane.name == WEBHOOK.0),
         ),
         delivered(retried),
         delivered(panicked),
@@ -174,7 +174,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     let on_webhook = |e: &RelayEvent| match e {
         RelayEvent::LaneCrashed { lane, .. }
         | RelayEvent::LaneRestarting { lane, .. }
-        | RelayEvent::LaneStarted { lane, .. } => lane.lane == WEBHOOK.0,
+        | RelayEvent::LaneStarted { lane, .. } => lane.name == WEBHOOK.0,
         _ => false,
     };
     expect_events(

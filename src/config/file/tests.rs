@@ -100,7 +100,7 @@ fn the_embedded_default_is_one_log_lane_on_a_local_sqlite_file() {
     let lanes = config.lanes().unwrap();
     assert_eq!(lanes.len(), 1);
     assert_eq!(
-        (lanes[0].0.lane.as_str(), lanes[0].0.target.as_str()),
+        (lanes[0].0.name.as_str(), lanes[0].0.target.as_str()),
         ("default", "log")
     );
     assert_eq!(lanes[0].1.kind(), "log");

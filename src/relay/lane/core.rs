@@ -125,7 +125,7 @@ impl LaneCore {
     pub(crate) fn new(config: LaneConfig, paused: bool) -> Self {
         let gates = Gates::new(&config);
         Self {
-            key: LaneKey::new(&config.lane, &config.target),
+            key: LaneKey::new(&config.name, &config.target),
             pool: HandlerPool::new(config.concurrency),
             config,
             mode: if paused { Mode::Paused } else { Mode::Running },

@@ -47,7 +47,7 @@ impl LaneCore {
         self.gates.claim_answered(limit, &claimed);
         if !batch.dead_lettered.is_empty() {
             for outbox_id in &batch.dead_lettered {
-                tracing::warn!(lane = %self.key.lane, target = %self.key.target, %outbox_id,
+                tracing::warn!(lane = %self.key.name, target = %self.key.target, %outbox_id,
                     "lease lapsed on the last attempt; message dead-lettered");
             }
             self.emit(
@@ -61,7 +61,7 @@ impl LaneCore {
         if !batch.unreadable.is_empty() {
             for row in &batch.unreadable {
                 let outbox_id = row.outbox_id.map(|id| id.to_string());
-                tracing::warn!(lane = %self.key.lane, target = %self.key.target,
+                tracing::warn!(lane = %self.key.name, target = %self.key.target,
                     outbox_id = outbox_id.as_deref().unwrap_or("?"), seq = row.seq,
                     error = %row.error, "claimed row cannot be read; message dead-lettered");
             }

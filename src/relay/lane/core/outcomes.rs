@@ -327,7 +327,7 @@ impl LaneCore {
                 ClaimOutcome::Applied => {
                     let end_to_end = wall_ms.saturating_duration_since(message.created_at);
                     tracing::debug!(
-                        lane = %self.key.lane,
+                        lane = %self.key.name,
                         target = %self.key.target,
                         %outbox_id,
                         attempt = message.attempt_count,
@@ -348,7 +348,7 @@ impl LaneCore {
                 ClaimOutcome::LostClaim => {
                     // Its lease lapsed: the row may be claimable again, or be someone else's.
                     self.forget_due();
-                    tracing::info!(lane = %self.key.lane, target = %self.key.target, %outbox_id, "ack found the claim lost");
+                    tracing::info!(lane = %self.key.name, target = %self.key.target, %outbox_id, "ack found the claim lost");
                     self.emit(
                         out,
                         RelayEvent::LostClaim {
@@ -398,7 +398,7 @@ impl LaneCore {
 /// operator (WARN), a scheduled retry or a lost claim is the relay doing its job (INFO).
 /// This is the only place a failure is logged; the binary adds no line of its own.
 fn log_failure(key: &LaneKey, outbox_id: Uuid, failed: &Failed, outcome: NackOutcome) {
-    let (lane, target) = (&key.lane, &key.target);
+    let (lane, target) = (&key.name, &key.target);
     let (kind, error) = (failed.failure.kind.as_str(), &failed.failure.error);
     match outcome {
         NackOutcome::DeadLettered => tracing::warn!(
