@@ -21,6 +21,8 @@
 //! claim, an acked head that frees its key's next message) forgets that answer, and the
 //! lane claims or asks `next_due` as before. `next_due` is never asked while the lane holds
 //! claims, since their own leases would be the answer; the poll ceiling still applies.
+//! [`ClaimLoop`] holds these decisions' state (the call out, "the store may have more",
+//! the remembered `next_due`, the idle sleep) and checks their invariant in debug builds.
 //!
 //! Claim gates ([`gate`]): before each claim the core asks the lane's gates (rate limit,
 //! circuit breaker, Retry-After hold) how much it may take, and sleeps until the time they
