@@ -2,28 +2,22 @@
 //! logic, sans-IO) and the world. It feeds the core inputs (handler reports, timers, store
 //! answers, commands) and carries out the commands the core answers with.
 //!
-//! Why store calls run on spawned tasks: an await inside `handle` would hold up every other
-//! message of this actor, so a slow store would delay lease checks, drains and status
-//! answers. Each call's answer comes back as an actor message; the core bounds how many are
-//! in flight (one claim, one ack/nack flush).
+//! Why store calls run on spawned tasks ([`calls`]): an await inside `handle` would hold up
+//! every other message of this actor, so a slow store would delay lease checks, drains and
+//! status answers. Each call's answer comes back as an actor message; the core bounds how
+//! many are in flight (one claim, one ack/nack flush).
 //!
 //! Why the bound on work lives in the core: ractor mailboxes are unbounded, so the only
 //! place that can keep a lane from taking more work than it can run is the lane itself.
 
-use std::any::Any;
 use std::collections::HashMap;
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use crate::config::LaneConfig;
 use crate::delivery::DeliveryHandler;
@@ -32,15 +26,13 @@ use crate::relay::handler::{DeliveryReport, HandlerActor, HandlerArgs, HandlerMs
 use crate::relay::observe;
 use crate::relay::{DrainReport, LaneCounters, LaneKey, RelayEvent};
 use crate::store::hand_off::{HandOffEvent, HandOffSink, Registration};
-use crate::store::{
-    ClaimRequest, Clock, LaneStats, MessageFilter, OrderingPolicy, OutboxStore, StoreError,
-    SystemClock,
-};
+use crate::store::{LaneStats, OrderingPolicy, OutboxStore, StoreError};
 
+mod calls;
 pub(crate) mod core;
 mod spans;
 
-use self::core::{Command, Input, LaneCore, Slot, StoreAnswer, StoreCall};
+use self::core::{Command, Input, LaneCore, Slot};
 
 pub(crate) enum LaneMsg {
     /// An input for the core: a timer or a store call's answer.
@@ -132,52 +124,6 @@ pub(crate) struct LaneShell {
     hand_off: Option<Registration>,
 }
 
-/// Runs a store call off the mailbox; its answer comes back as a message. A lane that
-/// stopped meanwhile no longer hears it: its claims lapse or were released.
-fn spawn_call<F>(myself: &ActorRef<LaneMsg>, call: F)
-where
-    F: Future<Output = LaneMsg> + Send + 'static,
-{
-    let me = myself.clone();
-    tokio::spawn(async move {
-        let message = match (CatchUnwind(Box::pin(call))).await {
-            Ok(message) => message,
-            Err(panic) => LaneMsg::StoreCallPanicked(panic_text(panic.as_ref())),
-        };
-        let _ = me.send_message(message);
-    });
-}
-
-/// A future that turns a panic while polling into an error, so a store call's panic on its
-/// own task still reaches the lane.
-struct CatchUnwind<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let call = self.0.as_mut();
-        match std::panic::catch_unwind(AssertUnwindSafe(|| call.poll(cx))) {
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => Poll::Ready(Err(panic)),
-        }
-    }
-}
-
-fn panic_text(panic: &(dyn Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-text panic".to_owned());
-    format!("store call panicked: {text}")
-}
-
-fn answer(answer: StoreAnswer) -> LaneMsg {
-    LaneMsg::Core(Input::Store(answer))
-}
-
 fn send_at(myself: &ActorRef<LaneMsg>, at: Instant, input: Input) {
     myself.send_after(at.saturating_duration_since(Instant::now()), move || {
         LaneMsg::Core(input)
@@ -199,18 +145,6 @@ impl LaneShell {
             self.counters.in_flight.store(n as u64, Ordering::Relaxed);
             self.metrics.in_flight(n as u64);
         }
-    }
-
-    fn claim_request(&self, limit: usize, key_run: usize) -> ClaimRequest {
-        ClaimRequest::new(
-            &self.config.name,
-            &self.config.target,
-            limit,
-            self.config.lease,
-            &self.config.consumer_id,
-        )
-        .with_ordering(self.config.ordering)
-        .with_key_run(key_run)
     }
 
     /// Feeds the core one input and carries out what it says.
@@ -284,99 +218,6 @@ impl LaneShell {
             }
         }
         Ok(())
-    }
-
-    /// Runs a store call off the mailbox; its answer comes back as [`Input::Store`].
-    fn call(&self, myself: &ActorRef<LaneMsg>, call: StoreCall) {
-        let store = self.store.clone();
-        match call {
-            StoreCall::Claim { limit, key_run } => {
-                let request = self.claim_request(limit, key_run);
-                let span = spans::claim(&request.lane, &request.target, limit, false);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store.claim(&request).instrument(span.clone()).await;
-                    spans::claimed(&span, started, &result);
-                    answer(StoreAnswer::Claimed(result))
-                });
-            }
-            StoreCall::AckAndClaim {
-                acks,
-                limit,
-                key_run,
-            } => {
-                let request = self.claim_request(limit, key_run);
-                let ack_span = spans::ack(&request.lane, &request.target, acks.len(), true);
-                let claim_span = spans::claim(&request.lane, &request.target, limit, true);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store
-                        .ack_and_claim(&acks, &request)
-                        .instrument(claim_span.clone())
-                        .await;
-                    spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
-                    // This machine's wall clock against the store's `created_at`.
-                    let wall_ms = SystemClock.now_millis();
-                    answer(StoreAnswer::AckedAndClaimed { result, wall_ms })
-                });
-            }
-            StoreCall::Ack(acks) => {
-                let span = spans::ack(&self.config.name, &self.config.target, acks.len(), false);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store.ack(&acks).instrument(span.clone()).await;
-                    spans::acked(&span, started, &result);
-                    let wall_ms = SystemClock.now_millis();
-                    answer(StoreAnswer::Acked { result, wall_ms })
-                })
-            }
-            StoreCall::Nack(nacks) => spawn_call(myself, async move {
-                answer(StoreAnswer::Nacked(store.nack(&nacks).await))
-            }),
-            StoreCall::NextDue => {
-                let (lane, target, ordering) = (
-                    self.config.name.clone(),
-                    self.config.target.clone(),
-                    self.config.ordering,
-                );
-                spawn_call(myself, async move {
-                    answer(StoreAnswer::NextDue(
-                        store.next_due(&lane, &target, ordering).await,
-                    ))
-                });
-            }
-            StoreCall::Extend {
-                batch,
-                generation,
-                claims,
-            } => {
-                let lease = self.config.lease;
-                spawn_call(myself, async move {
-                    let result = store.extend_lease(&claims, lease).await;
-                    answer(StoreAnswer::Extended {
-                        batch,
-                        generation,
-                        claims,
-                        result,
-                    })
-                });
-            }
-            StoreCall::Release(claims) => spawn_call(myself, async move {
-                let result = store.release(&claims).await;
-                answer(StoreAnswer::Released {
-                    sent: claims.len(),
-                    result,
-                })
-            }),
-        }
-    }
-
-    fn sample_stats(&self, myself: &ActorRef<LaneMsg>) {
-        let store = self.store.clone();
-        let filter = MessageFilter::lane(&self.config.name, &self.config.target);
-        spawn_call(myself, async move {
-            LaneMsg::StatsSampled(store.stats(&filter).await)
-        });
     }
 
     fn stats_sampled(
