@@ -188,3 +188,35 @@ fn a_wake_up_while_a_short_batch_is_claimed_claims_again_instead_of_trusting_its
     assert_eq!(delivered(&out).len(), 1, "{out:?}");
     assert_eq!(claims(&out), vec![1], "the wake-up is claimed: {out:?}");
 }
+
+#[test]
+fn a_wake_up_while_next_due_is_asked_claims_instead_of_sleeping_on_the_answer() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), false);
+    core.handle(now, Input::Start);
+    // A short claim that could not say when the next message is due: the lane asks.
+    let out = core.handle(
+        now,
+        Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
+            messages: Vec::new(),
+            dead_lettered: Vec::new(),
+            unreadable: Vec::new(),
+            next_due: NextDue::Unknown,
+        }))),
+    );
+    assert!(asks_next_due(&out), "{out:?}");
+    // An enqueue commits while the question is out: one call at a time, so no claim yet.
+    let out = core.handle(now, Input::Wake);
+    assert!(claims(&out).is_empty(), "{out:?}");
+    // The answer predates the wake-up: the lane claims rather than sleep for three seconds.
+    let out = core.handle(
+        now,
+        Input::Store(StoreAnswer::NextDue(Ok(Some(Duration::from_secs(3))))),
+    );
+    assert_eq!(claims(&out), vec![1], "{out:?}");
+    assert_eq!(wake_at(&out), None, "{out:?}");
+    assert!(!has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::Idle { .. })
+    )));
+}
