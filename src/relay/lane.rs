@@ -237,13 +237,16 @@ impl LaneRelayState {
         command: Command,
     ) -> Result<(), ActorProcessingErr> {
         let store = self.store.clone();
+        // `outbox_store_call_duration_seconds{op}` of each store call below.
+        let timer = self.metrics.store_call_timer();
         match command {
             Command::Claim { limit, key_run } => {
                 let request = self.claim_request(limit, key_run);
                 let span = spans::claim(&request.lane, &request.target, limit, false);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let result = store.claim(&request).instrument(span.clone()).await;
+                    let call = timer.time(StoreOp::Claim, store.claim(&request));
+                    let result = call.instrument(span.clone()).await;
                     spans::claimed(&span, started, &result);
                     LaneMsg::Core(Input::Claimed(result))
                 });
@@ -258,10 +261,8 @@ impl LaneRelayState {
                 let claim_span = spans::claim(&request.lane, &request.target, limit, true);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let result = store
-                        .ack_and_claim(&acks, &request)
-                        .instrument(claim_span.clone())
-                        .await;
+                    let call = timer.time(StoreOp::Claim, store.ack_and_claim(&acks, &request));
+                    let result = call.instrument(claim_span.clone()).await;
                     spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
                     // This machine's wall clock against the store's `created_at`.
                     let wall_ms = SystemClock.now_millis();
@@ -272,14 +273,17 @@ impl LaneRelayState {
                 let span = spans::ack(&self.config.lane, &self.config.target, acks.len(), false);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let result = store.ack(&acks).instrument(span.clone()).await;
+                    let call = timer.time(StoreOp::Ack, store.ack(&acks));
+                    let result = call.instrument(span.clone()).await;
                     spans::acked(&span, started, &result);
                     let wall_ms = SystemClock.now_millis();
                     LaneMsg::Core(Input::Acked { result, wall_ms })
                 })
             }
             Command::Nack(nacks) => spawn_call(myself, async move {
-                LaneMsg::Core(Input::Nacked(store.nack(&nacks).await))
+                LaneMsg::Core(Input::Nacked(
+                    timer.time(StoreOp::Nack, store.nack(&nacks)).await,
+                ))
             }),
             Command::NextDue => {
                 let (lane, target, ordering) = (
@@ -288,9 +292,8 @@ impl LaneRelayState {
                     self.config.ordering,
                 );
                 spawn_call(myself, async move {
-                    LaneMsg::Core(Input::NextDue(
-                        store.next_due(&lane, &target, ordering).await,
-                    ))
+                    let call = store.next_due(&lane, &target, ordering);
+                    LaneMsg::Core(Input::NextDue(timer.time(StoreOp::NextDue, call).await))
                 });
             }
             Command::Extend {
@@ -300,7 +303,8 @@ impl LaneRelayState {
             } => {
                 let lease = self.config.lease;
                 spawn_call(myself, async move {
-                    let result = store.extend_lease(&claims, lease).await;
+                    let call = store.extend_lease(&claims, lease);
+                    let result = timer.time(StoreOp::ExtendLease, call).await;
                     LaneMsg::Core(Input::Extended {
                         batch,
                         generation,
@@ -310,7 +314,7 @@ impl LaneRelayState {
                 });
             }
             Command::Release(claims) => spawn_call(myself, async move {
-                let result = store.release(&claims).await;
+                let result = timer.time(StoreOp::Release, store.release(&claims)).await;
                 LaneMsg::Core(Input::Released {
                     sent: claims.len(),
                     result,
@@ -364,8 +368,9 @@ impl LaneRelayState {
     fn sample_stats(&self, myself: &ActorRef<LaneMsg>) {
         let store = self.store.clone();
         let filter = MessageFilter::lane(&self.config.lane, &self.config.target);
+        let timer = self.metrics.store_call_timer();
         spawn_call(myself, async move {
-            LaneMsg::StatsSampled(store.stats(&filter).await)
+            LaneMsg::StatsSampled(timer.time(StoreOp::Stats, store.stats(&filter)).await)
         });
     }
 
