@@ -17,8 +17,7 @@ use serde_json::Value;
 mod dashboard;
 
 use dashboard::{
-    dashboard, panel_queries, panels, read, repo_path, substitute_selected, substitute_variables,
-    PanelQuery, DASHBOARD,
+    dashboard, panel_queries, panels, read, repo_path, substitute_selected, PanelQuery, DASHBOARD,
 };
 
 const ALERTS: &str = "grafana/alerts.yml";
@@ -170,7 +169,14 @@ fn dashboard_has_its_variables_unique_panel_ids_and_a_sane_layout() {
         .collect();
     assert_eq!(
         order,
-        ["datasource", "job", "namespace", "instance", "lane", "target"],
+        [
+            "datasource",
+            "job",
+            "namespace",
+            "instance",
+            "lane",
+            "target"
+        ],
         "each variable's query may use only the variables before it"
     );
     for (name, scoped_by) in [
@@ -378,6 +384,11 @@ fn promtool_accepts_the_rules_their_unit_tests_and_every_dashboard_query() {
     run_promtool(&promtool, &["check", "rules", rules], scratch.path());
 }
 
+/// Every variable at "All".
+fn substitute_variables_at_all(expr: &str) -> String {
+    substitute_selected(expr, &[])
+}
+
 #[test]
 fn token_scan_and_variable_substitution() {
     let tokens = outbox_tokens(
@@ -403,11 +414,13 @@ fn token_scan_and_variable_substitution() {
         "a bare histogram name and a suffix on a gauge are both wrong"
     );
     assert_eq!(
-        substitute_variables(r#"rate(x{lane=~"$lane",target=~"${target}"}[$__rate_interval])"#),
+        substitute_variables_at_all(
+            r#"rate(x{lane=~"$lane",target=~"${target}"}[$__rate_interval])"#
+        ),
         r#"rate(x{lane=~".*",target=~".*"}[1m])"#
     );
     assert_eq!(
-        substitute_variables("increase(x[$__range]) / y[${__interval}]"),
+        substitute_variables_at_all("increase(x[$__range]) / y[${__interval}]"),
         "increase(x[5m]) / y[15s]"
     );
     assert_eq!(
@@ -452,7 +465,10 @@ fn every_alert_links_its_section_of_the_readme_runbook() {
         .map(|s| s.lines().next().unwrap_or_default())
         .collect();
     let names: Vec<&str> = alerts.iter().map(|(name, _)| name.as_str()).collect();
-    assert_eq!(titles, names, "one runbook section per alert, in alerts.yml's order");
+    assert_eq!(
+        titles, names,
+        "one runbook section per alert, in alerts.yml's order"
+    );
     for ((name, url), section) in alerts.iter().zip(&sections) {
         // GitHub's anchor of a heading that is one CamelCase word: the word, lowercased.
         let expected = format!(
@@ -460,8 +476,16 @@ fn every_alert_links_its_section_of_the_readme_runbook() {
             env!("CARGO_PKG_REPOSITORY"),
             name.to_lowercase()
         );
-        assert_eq!(url.as_deref(), Some(expected.as_str()), "{name}'s runbook_url");
-        for part in ["**What it means.**", "**How to confirm.**", "**What to do.**"] {
+        assert_eq!(
+            url.as_deref(),
+            Some(expected.as_str()),
+            "{name}'s runbook_url"
+        );
+        for part in [
+            "**What it means.**",
+            "**How to confirm.**",
+            "**What to do.**",
+        ] {
             assert!(section.contains(part), "the runbook of {name} lacks {part}");
         }
     }

@@ -95,7 +95,10 @@ fn the_prometheus_rule_is_generated_from_the_alert_rules() {
 #[test]
 fn the_generated_rule_keeps_every_line_of_the_groups() {
     let rule = prometheus_rule("# how to load\ngroups:\n  - name: g\n\n    rules: []\n");
-    assert!(rule.ends_with("spec:\n  groups:\n    - name: g\n\n      rules: []\n"), "{rule}");
+    assert!(
+        rule.ends_with("spec:\n  groups:\n    - name: g\n\n      rules: []\n"),
+        "{rule}"
+    );
     assert!(!rule.contains("how to load"));
 }
 
@@ -131,7 +134,12 @@ fn yamllint_accepts_the_manifests() {
     let config = "{extends: default, rules: {line-length: {max: 160}, document-start: disable}}";
     run(
         "yamllint",
-        &["--strict", "-d", config, deploy.to_str().expect("utf-8 path")],
+        &[
+            "--strict",
+            "-d",
+            config,
+            deploy.to_str().expect("utf-8 path"),
+        ],
         "pip install yamllint (.ci/run does)",
     );
 }
@@ -157,7 +165,11 @@ fn the_manifests_agree_with_each_other_the_alert_rules_and_the_relay() {
     // The PrometheusRule's rules, as Prometheus would load them: valid, and behaving as
     // alerts.yml's unit tests say (they load `alerts.yml` from their own directory).
     let install = "install Debian's prometheus package (.ci/run does), or set PROMTOOL";
-    run(&promtool(), &["check", "rules", &path(&out.join("alerts.yml"))], install);
+    run(
+        &promtool(),
+        &["check", "rules", &path(&out.join("alerts.yml"))],
+        install,
+    );
     let tests = out.join("alerts.test.yml");
     std::fs::write(&tests, read(ALERT_TESTS)).expect("copy the rule tests");
     run(&promtool(), &["test", "rules", &path(&tests)], install);

@@ -531,8 +531,10 @@ mod tests {
             })
             .await;
         assert_eq!(answer, 7);
-        let recorded = snapshot(&snapshotter, true)
-            .remove(&(STORE_CALL_DURATION_SECONDS.to_owned(), "op=claim".to_owned()));
+        let recorded = snapshot(&snapshotter, true).remove(&(
+            STORE_CALL_DURATION_SECONDS.to_owned(),
+            "op=claim".to_owned(),
+        ));
         let Some(Moved::Histogram(seconds)) = recorded else {
             panic!("no claim duration recorded: {recorded:?}")
         };

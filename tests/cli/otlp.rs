@@ -60,7 +60,10 @@ fn collector(tls: Option<Arc<rustls::ServerConfig>>) -> (u16, Shared) {
                         rustls::ServerConnection::new(config).expect("a TLS connection");
                     while connection.is_handshaking() {
                         if let Err(error) = connection.complete_io(&mut stream) {
-                            keep.lock().unwrap().handshake_errors.push(error.to_string());
+                            keep.lock()
+                                .unwrap()
+                                .handshake_errors
+                                .push(error.to_string());
                             return;
                         }
                     }
@@ -106,9 +109,14 @@ fn serve(stream: impl Read + Write, keep: &Shared) {
             headers,
             body,
         });
-        let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+        let answer =
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
         let writer = reader.get_mut();
-        if writer.write_all(answer).and_then(|()| writer.flush()).is_err() {
+        if writer
+            .write_all(answer)
+            .and_then(|()| writer.flush())
+            .is_err()
+        {
             return;
         }
     }
@@ -136,15 +144,23 @@ fn collector_tls(dir: &Path) -> Arc<rustls::ServerConfig> {
     openssl(
         dir,
         &[
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", &ca,
-            "-keyout", "ca.key", "-out", "ca.pem",
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", &ca, "-keyout",
+            "ca.key", "-out", "ca.pem",
         ],
     );
     openssl(
         dir,
         &[
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", &server, "-keyout",
-            "collector.key", "-out", "collector.csr",
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &server,
+            "-keyout",
+            "collector.key",
+            "-out",
+            "collector.csr",
         ],
     );
     std::fs::write(
@@ -155,8 +171,21 @@ fn collector_tls(dir: &Path) -> Arc<rustls::ServerConfig> {
     openssl(
         dir,
         &[
-            "x509", "-req", "-in", "collector.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "collector.pem",
+            "x509",
+            "-req",
+            "-in",
+            "collector.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "collector.pem",
         ],
     );
     let chain = CertificateDer::pem_file_iter(dir.join("collector.pem"))
@@ -269,9 +298,7 @@ fn the_daemon_exports_spans_over_otlp_only_when_configured() {
 fn spans_go_over_https_to_a_collector_signed_by_the_configured_ca() {
     let sandbox = Sandbox::new();
     let (port, seen) = collector(Some(collector_tls(&sandbox.path(""))));
-    let extra = format!(
-        "otlp_endpoint = \"https://127.0.0.1:{port}\"\notlp_ca_file = \"ca.pem\""
-    );
+    let extra = format!("otlp_endpoint = \"https://127.0.0.1:{port}\"\notlp_ca_file = \"ca.pem\"");
     sandbox.write(
         "relay.toml",
         &test_config("sqlite:relay.db", &extra, free_port()),
@@ -291,7 +318,10 @@ fn the_sdk_reads_the_standard_variables_endpoint_certificate_and_headers() {
     );
     let mut command = command(&sandbox);
     command
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("https://localhost:{port}"))
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("https://localhost:{port}"),
+        )
         .env("OTEL_EXPORTER_OTLP_CERTIFICATE", sandbox.path("ca.pem"))
         .env("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=relay-secret");
     let request = delivery_span(&sandbox, Daemon::start(command), &seen);
@@ -325,7 +355,9 @@ fn an_https_collector_signed_by_an_unknown_ca_gets_no_spans() {
         let errors = seen.lock().unwrap().handshake_errors.clone();
         if !errors.is_empty() {
             assert!(
-                errors.iter().all(|e| e.contains("UnknownCA") || e.contains("BadCertificate")),
+                errors
+                    .iter()
+                    .all(|e| e.contains("UnknownCA") || e.contains("BadCertificate")),
                 "{errors:?}"
             );
             break;

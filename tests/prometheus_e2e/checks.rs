@@ -116,10 +116,18 @@ pub(crate) async fn check_process_metrics(prometheus: &Prometheus, exporter: Soc
             problems.push(format!("{}: series {found:?}", metric.name));
         }
     }
-    let build = prometheus.query(BUILD_INFO).await.expect("query build info");
+    let build = prometheus
+        .query(BUILD_INFO)
+        .await
+        .expect("query build info");
     let labels = build.first().map(|(labels, value)| {
         let label = |name: &str| labels[name].as_str().unwrap_or_default().to_owned();
-        (label("version"), label("git_sha"), label("features"), *value)
+        (
+            label("version"),
+            label("git_sha"),
+            label("features"),
+            *value,
+        )
     });
     let expected = (VERSION.to_owned(), GIT_SHA.to_owned(), features(), 1.0);
     if labels.as_ref() != Some(&expected) {
@@ -152,7 +160,9 @@ async fn label_values(prometheus: &Prometheus, query: &str) -> BTreeSet<String> 
         .strip_prefix("label_values(")
         .and_then(|q| q.strip_suffix(')'))
         .unwrap_or_else(|| panic!("not a label_values query: {query}"));
-    let (selector, label) = inner.rsplit_once(", ").expect("label_values(selector, label)");
+    let (selector, label) = inner
+        .rsplit_once(", ")
+        .expect("label_values(selector, label)");
     let series = prometheus
         .api("series", &[("match[]", selector)])
         .await
@@ -173,13 +183,18 @@ async fn resolve_scope_variables(
     exporter: SocketAddr,
 ) -> Vec<(&'static str, String)> {
     let dashboard = dashboard::dashboard();
-    let variables = dashboard["templating"]["list"].as_array().expect("variables");
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables");
     let query_of = |name: &str| -> String {
         let variable: &Value = variables
             .iter()
             .find(|v| v["name"] == name)
             .unwrap_or_else(|| panic!("no ${name}"));
-        variable["query"]["query"].as_str().expect("query").to_owned()
+        variable["query"]["query"]
+            .as_str()
+            .expect("query")
+            .to_owned()
     };
     let mut selected: Vec<(&'static str, String)> = Vec::new();
     for (name, expected) in [
@@ -204,7 +219,10 @@ async fn resolve_scope_variables(
 /// them has a number (not NaN: Grafana shows NaN as no data): with every variable at
 /// "All", and with job, namespace and instance each set to the one the scrape gave.
 /// Another job's selection shows no store-call latency. Returns how many queries ran.
-pub(crate) async fn check_every_panel_query(prometheus: &Prometheus, exporter: SocketAddr) -> usize {
+pub(crate) async fn check_every_panel_query(
+    prometheus: &Prometheus,
+    exporter: SocketAddr,
+) -> usize {
     let dashboard = dashboard::dashboard();
     let selected = resolve_scope_variables(prometheus, exporter).await;
     let selected: Vec<(&str, &str)> = selected.iter().map(|(n, v)| (*n, v.as_str())).collect();
@@ -219,7 +237,10 @@ pub(crate) async fn check_every_panel_query(prometheus: &Prometheus, exporter: S
         );
     }
     let elsewhere = dashboard::panel_queries_selected(&dashboard, &[("job", "another-relay")]);
-    for query in elsewhere.iter().filter(|q| q.panel_title.starts_with("Store call")) {
+    for query in elsewhere
+        .iter()
+        .filter(|q| q.panel_title.starts_with("Store call"))
+    {
         let series = prometheus.query(&query.expr).await.expect("query");
         assert!(
             series.is_empty(),

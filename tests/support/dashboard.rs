@@ -65,16 +65,11 @@ pub fn panel_queries_selected(dashboard: &Value, selected: &[(&str, &str)]) -> V
 /// (`$job`, `$namespace`, `$instance`) and the lane (`$lane`, `$target`).
 pub const VARIABLES: [&str; 5] = ["job", "namespace", "instance", "lane", "target"];
 
-/// Replaces the dashboard's variables as Grafana would with "All" selected: every one of
-/// [`VARIABLES`] by `.*` (their `allValue`), and Grafana's built-in intervals by what a
-/// default time range would give: `$__rate_interval` by `1m`, `$__interval` by `15s`,
-/// `$__range` by `5m`.
-pub fn substitute_variables(expr: &str) -> String {
-    substitute_selected(expr, &[])
-}
-
-/// [`substitute_variables`], with the variables in `selected` set to one value each (as a
-/// user picking one job or one instance would), the others at "All".
+/// Replaces the dashboard's variables as Grafana would: those in `selected` by their one
+/// value (as a user picking one job or one instance would), every other of [`VARIABLES`]
+/// by `.*` ("All", their `allValue`), and Grafana's built-in intervals by what a default
+/// time range would give: `$__rate_interval` by `1m`, `$__interval` by `15s`, `$__range`
+/// by `5m`.
 pub fn substitute_selected(expr: &str, selected: &[(&str, &str)]) -> String {
     let intervals = [
         ("${__rate_interval}", "1m"),

@@ -83,20 +83,15 @@ impl OtlpExport {
             (None, Some((name, path))) => (Some(PathBuf::from(path)), name),
             (None, None) => (None, ""),
         };
-        let tls = tls_config(ca_file.as_deref()).map_err(|error| {
-            Failure::input(format!("config error: {ca_origin}: {error}"))
+        let tls = tls_config(ca_file.as_deref())
+            .map_err(|error| Failure::input(format!("config error: {ca_origin}: {error}")))?;
+        let client = http_client(tls)
+            .map_err(|error| Failure::failed(format!("OTLP export to {endpoint}: {error}")))?;
+        let exporter = builder.with_http_client(client).build().map_err(|error| {
+            Failure::input(format!(
+                "config error: otlp_endpoint {endpoint}: cannot build the OTLP exporter: {error}"
+            ))
         })?;
-        let client = http_client(tls).map_err(|error| {
-            Failure::failed(format!("OTLP export to {endpoint}: {error}"))
-        })?;
-        let exporter = builder
-            .with_http_client(client)
-            .build()
-            .map_err(|error| {
-                Failure::input(format!(
-                    "config error: otlp_endpoint {endpoint}: cannot build the OTLP exporter: {error}"
-                ))
-            })?;
         let service = std::env::var("OTEL_SERVICE_NAME")
             .ok()
             .filter(|name| !name.trim().is_empty())
