@@ -34,7 +34,11 @@ fn git_head() -> Option<String> {
     ) {
         let (dir, common) = (PathBuf::from(dir), PathBuf::from(common));
         let branch = git(&["symbolic-ref", "-q", "HEAD"]).map(|branch| common.join(branch));
-        let watched = [Some(dir.join("HEAD")), Some(common.join("packed-refs")), branch];
+        let watched = [
+            Some(dir.join("HEAD")),
+            Some(common.join("packed-refs")),
+            branch,
+        ];
         // A path that does not exist would rerun this script on every build.
         for path in watched.into_iter().flatten().filter(|path| path.exists()) {
             println!("cargo:rerun-if-changed={}", path.display());
