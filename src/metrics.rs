@@ -6,14 +6,16 @@
 //! exporter with `install_prometheus_exporter` (feature `prometheus`); an application that
 //! embeds the relay may install any recorder it already uses.
 //!
-//! Every metric carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few add one
-//! label from a small fixed set ([`FailureKind`], [`StoreOp`], [`LaneState`]). No label
-//! ever holds a message id, an ordering key or any other unbounded value, so the number of
-//! series stays (lanes × targets × a constant).
+//! Every metric of a lane carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few
+//! add one label from a small fixed set ([`FailureKind`], [`StoreOp`], [`LaneState`]). No
+//! label ever holds a message id, an ordering key or any other unbounded value, so the
+//! number of series stays (lanes × targets × a constant).
 //!
-//! [`ALL`] lists every metric with its kind, unit, help text and labels; [`describe`]
-//! registers those descriptions with the current recorder, and the dashboard test in
-//! `tests/grafana_assets.rs` checks the Grafana assets against the same list.
+//! [`ALL`] lists every metric of a lane with its kind, unit, help text and labels;
+//! [`describe`] registers those descriptions with the current recorder, and the dashboard
+//! test in `tests/grafana_assets.rs` checks the Grafana assets against the same list.
+//! [`PROCESS`] lists the process-wide ones ([`process`]): `outbox_build_info` and
+//! Prometheus' `process_*`, which the Prometheus exporter records.
 //!
 //! ## Several relay processes
 //!
