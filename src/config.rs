@@ -561,16 +561,16 @@ impl SupervisorConfig {
     }
 }
 
-/// Checks an OTLP/HTTP endpoint: an `http` URL with a host. Plain HTTP only: the binary's
-/// exporter has no TLS (a collector beside the relay, or an agent on the host, is the
-/// usual endpoint). Used by the config file's `otlp_endpoint`.
+/// Checks an OTLP/HTTP endpoint: an `http` or `https` URL with a host (https trusts the
+/// system's roots and the config's `otlp_ca_file`). Used by the config file's
+/// `otlp_endpoint`.
 #[cfg(feature = "file-config")]
 pub(crate) fn validate_otlp_endpoint(endpoint: &str) -> Result<(), String> {
     let url = url::Url::parse(endpoint)
         .map_err(|error| format!("is not a URL ({error}): {endpoint:?}"))?;
-    if url.scheme() != "http" || url.host_str().is_none() {
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!(
-            "must be an http:// URL with a host, like http://127.0.0.1:4318 (no TLS), not {endpoint:?}"
+            "must be an http:// or https:// URL with a host, like http://127.0.0.1:4318, not {endpoint:?}"
         ));
     }
     Ok(())

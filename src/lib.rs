@@ -128,7 +128,9 @@
 //!   load and target on that simulation, for `outbox-relay simulate`.
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
 //!   `FailureKind` and `LaneState`, and `StoreOp`), `describe()`, `LaneMetrics` (the
-//!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
+//!   relay's recording helpers, with `StoreCallTimer` for store call durations),
+//!   `metrics::process` (`outbox_build_info` and the `process_*` catalogue; `build.rs`
+//!   stamps the git commit) and, with feature `prometheus`, the exporter install and
 //!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`, the last from
 //!   a check run at most once a second), `metrics::control` (its `/lanes/…/pause|resume`,
 //!   behind the control token) and `metrics::listener` (its connections: header-read and
@@ -153,6 +155,8 @@
 //! Beside `src/`:
 //!
 //! - `grafana/`: the dashboard, the Prometheus alert rules and their `promtool` tests.
+//! - `deploy/kubernetes/`: Deployment, ConfigMap, Service, ServiceMonitor and the
+//!   PrometheusRule generated from `grafana/alerts.yml`.
 //! - `examples/`: `quickstart.rs` (an order service and its relay on SQLite, the README's
 //!   first command), `relay.toml` (the binary's config, every field), `claim_plans.rs`
 //!   (the PostgreSQL claim's, `next_due`'s and stats' plans and timings at 10 k–1 M rows,
@@ -164,7 +168,8 @@
 //! - `tests/`: the conformance suite per backend (`conformance/`), relay scenarios
 //!   (`relay/`), store-specific tests (`sqlite.rs`, `postgres.rs`, `postgres_tls.rs` with
 //!   its own `ssl=on` cluster), monitoring (`relay_metrics.rs`, `store_metrics.rs`,
-//!   `grafana_assets.rs`, `prometheus_e2e.rs` against a real Prometheus), the binary end to
+//!   `grafana_assets.rs`, `prometheus_e2e.rs` against a real Prometheus,
+//!   `kubernetes_assets.rs` for `deploy/kubernetes/`), the binary end to
 //!   end (`cli.rs`, `cli/`), faults injected for real (`chaos.rs`: a relay process killed,
 //!   PostgreSQL cut away and restored), every sink against its real server (`sinks/`), one
 //!   trace from enqueue to delivery (`otel.rs`), the README kept equal to its crate

@@ -6,14 +6,16 @@
 //! exporter with `install_prometheus_exporter` (feature `prometheus`); an application that
 //! embeds the relay may install any recorder it already uses.
 //!
-//! Every metric carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few add one
-//! label from a small fixed set ([`FailureKind`], [`StoreOp`], [`LaneState`]). No label
-//! ever holds a message id, an ordering key or any other unbounded value, so the number of
-//! series stays (lanes × targets × a constant).
+//! Every metric of a lane carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few
+//! add one label from a small fixed set ([`FailureKind`], [`StoreOp`], [`LaneState`]). No
+//! label ever holds a message id, an ordering key or any other unbounded value, so the
+//! number of series stays (lanes × targets × a constant).
 //!
-//! [`ALL`] lists every metric with its kind, unit, help text and labels; [`describe`]
-//! registers those descriptions with the current recorder, and the dashboard test in
-//! `tests/grafana_assets.rs` checks the Grafana assets against the same list.
+//! [`ALL`] lists every metric of a lane with its kind, unit, help text and labels;
+//! [`describe`] registers those descriptions with the current recorder, and the dashboard
+//! test in `tests/grafana_assets.rs` checks the Grafana assets against the same list.
+//! [`PROCESS`] lists the process-wide ones ([`process`]): `outbox_build_info` and
+//! Prometheus' `process_*`, which the Prometheus exporter records.
 //!
 //! ## Several relay processes
 //!
@@ -36,10 +38,12 @@ pub mod health;
 mod lane;
 #[cfg(feature = "prometheus")]
 pub mod listener;
+pub mod process;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 
-pub use lane::LaneMetrics;
+pub use lane::{LaneMetrics, StoreCallTimer};
+pub use process::{record_build_info, BUILD_INFO, PROCESS};
 // The label values that are domain types live with their domain; their old paths stay.
 pub use crate::delivery::FailureKind;
 pub use crate::relay::LaneState;
@@ -99,6 +103,9 @@ pub const DELIVERY_DURATION_SECONDS: &str = "outbox_delivery_duration_seconds";
 pub const END_TO_END_LATENCY_SECONDS: &str = "outbox_end_to_end_latency_seconds";
 /// Histogram, messages: how many messages one claim returned (empty claims included).
 pub const CLAIM_BATCH_SIZE: &str = "outbox_claim_batch_size";
+/// Histogram, seconds: how long one store call of a lane took, success or error, by
+/// [`LABEL_OP`] (a claim that also acks, `ack_and_claim`, counts as `claim`).
+pub const STORE_CALL_DURATION_SECONDS: &str = "outbox_store_call_duration_seconds";
 /// Histogram, seconds: each spell a lane wanted to claim but a claim gate held it back, by
 /// [`LABEL_GATE`]. Its `_sum` is the time throttled (a counter of seconds, exact to the
 /// microsecond, where an integer counter would round a rate limit's millisecond waits
@@ -132,7 +139,7 @@ pub const LABEL_LANE: &str = "lane";
 pub const LABEL_TARGET: &str = "target";
 /// Label of [`DELIVERY_FAILURES_TOTAL`]: a [`FailureKind`].
 pub const LABEL_KIND: &str = "kind";
-/// Label of [`STORE_ERRORS_TOTAL`]: a [`StoreOp`].
+/// Label of [`STORE_ERRORS_TOTAL`] and [`STORE_CALL_DURATION_SECONDS`]: a [`StoreOp`].
 pub const LABEL_OP: &str = "op";
 /// Label of [`LANE_STATE`] (a [`LaneState`]) and [`BREAKER_STATE`] (a [`BreakerState`]).
 pub const LABEL_STATE: &str = "state";
@@ -161,6 +168,13 @@ pub const DELIVERY_DURATION_BUCKETS: &[f64] = &[
 pub const END_TO_END_LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Bucket bounds, in seconds, for [`STORE_CALL_DURATION_SECONDS`]: from 0.1 ms (an
+/// in-memory or SQLite call) to 10 s (a PostgreSQL call waiting on locks or a failover).
+pub const STORE_CALL_DURATION_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
 ];
 
 /// Bucket bounds, in messages, for [`CLAIM_BATCH_SIZE`]: 0 (an empty claim), then powers
@@ -199,7 +213,8 @@ pub struct MetricInfo {
     pub unit: Unit,
     /// One line for `# HELP`.
     pub help: &'static str,
-    /// Its label names, always starting with [`LABEL_LANE`] and [`LABEL_TARGET`].
+    /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
+    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those.
     pub labels: &'static [&'static str],
 }
 
@@ -221,7 +236,8 @@ const fn info(
 
 use MetricKind::{Counter, Gauge, Histogram};
 
-/// Every metric the relay records, each once.
+/// Every metric the relay records per lane, each once (the process-wide ones are in
+/// [`PROCESS`]).
 #[rustfmt::skip] // one metric per line reads as a table
 pub const ALL: &[MetricInfo] = &[
     info(ENQUEUED_TOTAL, Counter, Unit::Count, "Messages written to the outbox (duplicates by dedupe key not counted).", LANE_TARGET),
@@ -241,6 +257,7 @@ pub const ALL: &[MetricInfo] = &[
     info(DELIVERY_DURATION_SECONDS, Histogram, Unit::Seconds, "Time one delivery handler call took, success or failure.", LANE_TARGET),
     info(END_TO_END_LATENCY_SECONDS, Histogram, Unit::Seconds, "Time from enqueue to delivered, retries included.", LANE_TARGET),
     info(CLAIM_BATCH_SIZE, Histogram, Unit::Count, "Messages returned by one claim, empty claims included.", LANE_TARGET),
+    info(STORE_CALL_DURATION_SECONDS, Histogram, Unit::Seconds, "Time one store call of a lane took, success or error, by operation.", &[LABEL_LANE, LABEL_TARGET, LABEL_OP]),
     info(IN_FLIGHT, Gauge, Unit::Count, "Deliveries running now in this process.", LANE_TARGET),
     info(PENDING, Gauge, Unit::Count, "Pending messages in the store, due or not (store-wide: aggregate with max).", LANE_TARGET),
     info(DEAD_LETTERS, Gauge, Unit::Count, "Messages in the dead letter (store-wide: aggregate with max).", LANE_TARGET),
@@ -404,7 +421,7 @@ mod tests {
             assert_eq!(&metric.labels[..2], LANE_TARGET, "{}", metric.name);
             assert!(!metric.help.is_empty());
         }
-        assert_eq!(ALL.len(), 25);
+        assert_eq!(ALL.len(), 26);
     }
 
     #[test]

@@ -103,12 +103,19 @@ pub struct FileConfig {
     /// The lanes: at least one.
     #[serde(default)]
     pub lanes: Vec<LaneSection>,
-    /// Where the binary exports its spans over OTLP/HTTP (protobuf, plain HTTP), e.g.
-    /// `http://127.0.0.1:4318` (`/v1/traces` is appended). Default: none, unless the
-    /// environment names one (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`); without either, nothing is exported.
+    /// Where the binary exports its spans over OTLP/HTTP (protobuf), e.g.
+    /// `http://127.0.0.1:4318` or `https://otlp.example.com` (`/v1/traces` is appended).
+    /// Default: none, unless the environment names one
+    /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`); without
+    /// either, nothing is exported.
     #[serde(default)]
     pub otlp_endpoint: Option<String>,
+    /// A PEM file of CA certificates the OTLP export trusts besides the system's roots,
+    /// for an https collector with a private CA. Default: none, unless the environment
+    /// names one (`OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` or
+    /// `OTEL_EXPORTER_OTLP_CERTIFICATE`).
+    #[serde(default)]
+    pub otlp_ca_file: Option<std::path::PathBuf>,
 }
 
 /// Where the Prometheus endpoint listens: an address, or `false` for no endpoint.

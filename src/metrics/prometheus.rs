@@ -26,7 +26,11 @@ use crate::config::ListenerConfig;
 ///
 /// The histograms are exported as Prometheus histograms with the bucket bounds
 /// [`DELIVERY_DURATION_BUCKETS`], [`END_TO_END_LATENCY_BUCKETS`],
-/// [`CLAIM_BATCH_SIZE_BUCKETS`] and [`THROTTLED_BUCKETS`].
+/// [`CLAIM_BATCH_SIZE_BUCKETS`], [`STORE_CALL_DURATION_BUCKETS`] and [`THROTTLED_BUCKETS`].
+///
+/// Besides the lanes' metrics ([`ALL`]) it exports the process's own ([`PROCESS`]):
+/// `outbox_build_info`, set at install, and the `process_*` metrics (CPU, memory, file
+/// descriptors, threads, start time), read at install and then every 5 s.
 ///
 /// # Where the endpoint runs
 ///
@@ -124,6 +128,7 @@ pub fn install_prometheus_exporter_with_listener(
         .unwrap_or(Err(Failure::ThreadEnded))
         .map_err(fail)?;
     describe();
+    record_build_info();
     Ok(handle)
 }
 
@@ -140,6 +145,11 @@ fn serve(
     config: ListenerConfig,
     report: mpsc::SyncSender<Result<(), Failure>>,
 ) {
+    // Read before the install returns, so the first scrape has them, then on the upkeep's
+    // beat: a scrape sees them at most one interval old.
+    let process = metrics_process::Collector::default();
+    process.describe();
+    process.collect();
     let started = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -168,6 +178,7 @@ fn serve(
         let mut upkeep = tokio::time::interval(UPKEEP_INTERVAL);
         loop {
             upkeep.tick().await;
+            process.collect();
             metrics.run_upkeep();
         }
     });
@@ -181,6 +192,10 @@ pub(super) fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(full(DELIVERY_DURATION_SECONDS), DELIVERY_DURATION_BUCKETS)?
         .set_buckets_for_metric(full(END_TO_END_LATENCY_SECONDS), END_TO_END_LATENCY_BUCKETS)?
         .set_buckets_for_metric(full(CLAIM_BATCH_SIZE), CLAIM_BATCH_SIZE_BUCKETS)?
+        .set_buckets_for_metric(
+            full(STORE_CALL_DURATION_SECONDS),
+            STORE_CALL_DURATION_BUCKETS,
+        )?
         .set_buckets_for_metric(full(THROTTLED_SECONDS), THROTTLED_BUCKETS)
 }
 
@@ -253,6 +268,7 @@ mod tests {
             let lane = LaneMetrics::new("orders", "webhook");
             lane.claimed(3);
             lane.delivered(Duration::from_micros(300), Duration::from_secs(400));
+            lane.store_call(StoreOp::Ack, Duration::from_micros(80));
         });
         let text = handle.render();
         let bucket = |name: &str, le: &str| {
@@ -262,6 +278,8 @@ mod tests {
             bucket(DELIVERY_DURATION_SECONDS, "0.0005"),
             bucket(END_TO_END_LATENCY_SECONDS, "600"),
             bucket(CLAIM_BATCH_SIZE, "4"),
+            format!("{STORE_CALL_DURATION_SECONDS}_bucket{{lane=\"orders\",target=\"webhook\",op=\"ack\",le=\"0.0001\"}} 1"),
+            format!("{STORE_CALL_DURATION_SECONDS}_bucket{{lane=\"orders\",target=\"webhook\",op=\"ack\",le=\"10\"}} 1"),
             format!("# TYPE {DELIVERY_DURATION_SECONDS} histogram"),
             format!("# TYPE {END_TO_END_LATENCY_SECONDS} histogram"),
             format!("# TYPE {CLAIM_BATCH_SIZE} histogram"),
@@ -326,6 +344,20 @@ mod tests {
             "{response}"
         );
         assert!(response.contains("# HELP outbox_pending "), "{response}");
+        let build_info = format!(
+            "outbox_build_info{{version=\"{}\",git_sha=\"{}\",features=\"{}\"}} 1",
+            process::VERSION,
+            process::GIT_SHA,
+            process::features()
+        );
+        assert!(response.lines().any(|l| l == build_info), "{response}");
+        for metric in PROCESS {
+            assert!(
+                response.contains(&format!("# TYPE {} ", metric.name)),
+                "no {} in {response}",
+                metric.name
+            );
+        }
         assert!(handle.render().contains("outbox_enqueued_total"));
 
         let again = install_prometheus_exporter(free_loopback_port()).expect_err("second");
