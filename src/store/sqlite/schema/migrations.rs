@@ -281,3 +281,52 @@ pub(in crate::store::sqlite) fn pending_migrations(
 pub(in crate::store::sqlite) fn latest_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)
 }
+
+/// The statement that creates the migrations table `migrations` (every file and every run
+/// starts with it; it is idempotent).
+pub(in crate::store::sqlite) fn migrations_table(migrations: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {migrations} (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
+    )
+}
+
+/// The statement that records `version` in `migrations`: first in its transaction, so a
+/// second run of the same file fails at once on the primary key, changing nothing.
+pub(in crate::store::sqlite) fn record_version(migrations: &str, version: i64) -> String {
+    format!(
+        "INSERT INTO {migrations} (version, applied_at) \
+         VALUES ({version}, CAST(strftime('%s', 'now') AS INTEGER) * 1000)"
+    )
+}
+
+/// The SQL of the migrations after `from` up to `to` for the table `table` and the
+/// migrations table `migrations`: each a transaction of its own (`BEGIN IMMEDIATE`, the
+/// write lock at once), with the statements the store runs at open.
+pub(in crate::store::sqlite) fn script(
+    table: &str,
+    migrations: &str,
+    from: i64,
+    to: i64,
+) -> String {
+    pending_migrations(table, from)
+        .into_iter()
+        .filter(|(version, _)| *version <= to)
+        .map(|(version, statements)| {
+            let mut text = format!(
+                "-- outbox-relay SQLite schema migration {version}, for the table {table}.\n\
+                 -- Generated from the code, which runs the same statements; do not edit.\n\
+                 -- Run in order, each once: a second run fails on the version it records.\n\
+                 BEGIN IMMEDIATE;\n{};\n{};\n",
+                migrations_table(migrations),
+                record_version(migrations, version),
+            );
+            for statement in statements {
+                text.push_str(&statement);
+                text.push_str(";\n");
+            }
+            text.push_str("COMMIT;\n");
+            text
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
