@@ -264,7 +264,6 @@ async fn sqlite3_running_the_files_gives_the_stores_schema() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    drop(SqliteOutboxStore::open(&by_store).await.unwrap());
     let schema = |path: &Path| {
         let output = Command::new("sqlite3")
             .arg(path)
@@ -273,7 +272,11 @@ async fn sqlite3_running_the_files_gives_the_stores_schema() {
             .unwrap();
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
+    // Read while the store is open: its connections closing in the background checkpoint
+    // the WAL and remove it, which a concurrent reader can meet half done.
+    let opened = SqliteOutboxStore::open(&by_store).await.unwrap();
     let (dba, store_schema) = (schema(&by_dba), schema(&by_store));
+    drop(opened);
     assert!(dba.contains("outbox_key_live"), "{dba}");
     assert_eq!(dba, store_schema);
 

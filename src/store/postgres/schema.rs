@@ -30,6 +30,7 @@ use super::decode::db_error;
 mod collation;
 pub(super) mod heads;
 pub(crate) mod key_queue;
+pub(crate) mod producer;
 mod run;
 mod script;
 
@@ -191,6 +192,12 @@ rows stay as they are, every index over those columns is rebuilt, and nothing re
 writes the outbox until it commits. There is no online form: run it in a window without
 enqueues, with relays stopped.",
     },
+    Migration {
+        version: 6,
+        name: "the producer contract: an enqueue function for any language",
+        sql: producer::migration,
+        locks: "Creates one function: nothing is locked.",
+    },
 ];
 
 /// `jsonb` rewrites what it stores (keys are re-sorted, duplicate keys collapse, whitespace
@@ -350,12 +357,13 @@ mod tests {
     #[test]
     fn shipped_migrations_keep_their_text() {
         let names = Names::new("public", "outbox").unwrap();
-        let shipped: [(i32, u64); 5] = [
+        let shipped: [(i32, u64); 6] = [
             (1, 0x67b8_1daa_4699_16a1),
             (2, 0xed73_9205_d9c5_b178),
             (3, 0x6f99_c341_65e3_d124),
             (4, 0xd27c_721d_832b_3a2b),
             (5, 0x1599_b8c3_754f_7f16),
+            (6, 0xc5ee_6675_6e39_f4c4),
         ];
         for (version, hash) in shipped {
             let migration = MIGRATIONS.iter().find(|m| m.version == version).unwrap();
