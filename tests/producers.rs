@@ -3,10 +3,13 @@
 //! back; the relay delivers what committed, in order per key, and nothing else; invalid
 //! input gets the error the Rust API gives for the same draft.
 //!
+//! The same for SQLite: a plain INSERT into the view `{prefix}outbox_enqueue` from
+//! Python's `sqlite3` module, whose trigger validates, deduplicates and writes the row.
+//!
 //! Needs PostgreSQL at `OUTBOX_TEST_DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`) and `python3` with `psycopg` (`.ci/run`
 //! installs it); the test panics otherwise.
-#![cfg(feature = "postgres")]
+#![cfg(all(feature = "postgres", feature = "sqlite"))]
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -29,14 +32,12 @@ fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
-/// Runs the Python service; its JSON report.
-fn run_python_service(schema: &str, prefix: &str) -> Value {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/producers/postgres_service.py"
-    );
+/// Runs the Python service `script` (under tests/producers/) with `args`; its JSON report.
+fn run_python_service(script: &str, args: &[&str]) -> Value {
+    let script = format!("{}/tests/producers/{script}", env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("python3")
-        .args([script, &database_url(), schema, prefix])
+        .arg(script)
+        .args(args)
         .output()
         .expect("python3 runs");
     assert!(
@@ -90,7 +91,7 @@ async fn a_python_service_enqueues_in_its_own_transactions_and_only_commits_are_
             .await
             .expect("PostgreSQL at OUTBOX_TEST_DATABASE_URL"),
     );
-    let report = run_python_service(&schema, "outbox");
+    let report = run_python_service("postgres_service.py", &[&database_url(), &schema, "outbox"]);
 
     let committed: Vec<Uuid> = report["committed"]
         .as_array()
@@ -142,10 +143,50 @@ async fn a_python_service_enqueues_in_its_own_transactions_and_only_commits_are_
     }
 
     // The relay delivers the committed messages, the keyed ones in enqueue order.
+    let delivered = deliver(store.clone(), committed.len()).await;
+    let mut ids: Vec<Uuid> = delivered.iter().map(|m| m.outbox_id).collect();
+    ids.sort();
+    let mut expected = committed.clone();
+    expected.sort();
+    assert_eq!(
+        ids, expected,
+        "the committed messages, each once, nothing else"
+    );
+    assert_eq!(keyed_values(&delivered), [1, 2, 3, 4, 5], "per-key order");
+
+    drop(store);
+    let pool = sqlx::PgPool::connect(&database_url()).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA \"{schema}\" CASCADE"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+}
+
+/// The values `n` of the delivered messages of key `c-7`, in delivery order.
+fn keyed_values(delivered: &[OutboxMessage]) -> Vec<i64> {
+    delivered
+        .iter()
+        .filter(|m| m.ordering_key.as_deref() == Some("c-7"))
+        .map(|m| {
+            m.payload.deserialize::<Value>().unwrap()["n"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Runs a relay on lane orders/billing until it delivered `count` messages; what it
+/// delivered, in delivery order. Fails when it delivers more (the rolled back, the delayed)
+/// before it shuts down.
+async fn deliver(store: Arc<dyn OutboxStore>, count: usize) -> Vec<OutboxMessage> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let relay = OutboxRelay::builder(store.clone())
+    let relay = OutboxRelay::builder(store)
         .lane(
-            LaneConfig::new("orders", "billing").concurrency(4),
+            LaneConfig::new("orders", "billing")
+                .concurrency(4)
+                .max_poll_interval(Duration::from_millis(100)),
             handler_fn(move |message: OutboxMessage| {
                 let tx = tx.clone();
                 async move {
@@ -158,44 +199,74 @@ async fn a_python_service_enqueues_in_its_own_transactions_and_only_commits_are_
         .await
         .expect("relay");
     let mut delivered = Vec::new();
-    while delivered.len() < committed.len() {
+    while delivered.len() < count {
         let message = tokio::time::timeout(Duration::from_secs(60), rx.recv())
             .await
-            .unwrap_or_else(|_| panic!("only {} of {} delivered", delivered.len(), committed.len()))
+            .unwrap_or_else(|_| panic!("only {} of {count} delivered", delivered.len()))
             .unwrap();
         delivered.push(message);
     }
-    let report_shutdown = relay.shutdown(Duration::from_secs(10)).await.unwrap();
-    assert!(report_shutdown.is_clean());
-    let mut ids: Vec<Uuid> = delivered.iter().map(|m| m.outbox_id).collect();
-    ids.sort();
-    let mut expected = committed.clone();
-    expected.sort();
-    assert_eq!(
-        ids, expected,
-        "the committed messages, each once, nothing else"
-    );
-    let keyed: Vec<i64> = delivered
-        .iter()
-        .filter(|m| m.ordering_key.as_deref() == Some("c-7"))
-        .map(|m| {
-            m.payload.deserialize::<Value>().unwrap()["n"]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
-    assert_eq!(keyed, [1, 2, 3, 4, 5], "per-key order");
+    let report = relay.shutdown(Duration::from_secs(10)).await.unwrap();
+    assert!(report.is_clean());
     assert!(
         rx.try_recv().is_err(),
         "nothing more: not the rolled back nor the delayed"
     );
+    delivered
+}
 
-    drop(store);
-    let pool = sqlx::PgPool::connect(&database_url()).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA \"{schema}\" CASCADE"
-    )))
-    .execute(&pool)
-    .await
-    .unwrap();
+/// The SQLite contract: Python's `sqlite3` module inserts into the view in its own
+/// transactions; only what committed is delivered, in order per key, a duplicate of a
+/// dedupe key is one row, and invalid input is refused naming the field the Rust API names
+/// (word for word where the message holds no value).
+#[tokio::test]
+async fn a_python_service_inserts_into_the_sqlite_view_and_only_commits_are_delivered() {
+    use outbox_relay::store::sqlite::SqliteOutboxStore;
+    use outbox_relay::store::MessageFilter;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox.db");
+    let store = Arc::new(SqliteOutboxStore::open(&path).await.unwrap());
+    let report = run_python_service("sqlite_service.py", &[path.to_str().unwrap(), ""]);
+
+    let errors: HashMap<String, Value> = serde_json::from_value(report["errors"].clone()).unwrap();
+    assert_eq!(errors.len(), 10, "{errors:?}");
+    for (case, error) in &errors {
+        let message = error
+            .as_str()
+            .unwrap_or_else(|| panic!("{case} was accepted"));
+        let rust = rust_error(case, Uuid::nil());
+        if case == "dedupe_conflict" {
+            assert!(
+                message.starts_with("conflict: the dedupe_key"),
+                "{case}: {message}"
+            );
+            continue;
+        }
+        // "invalid FIELD: …" names the same field ("headers" for "headers.NAME": a fixed
+        // message cannot carry the header's name).
+        let field = |text: &str| text.split([':', '.']).next().unwrap().to_owned();
+        assert_eq!(field(message), field(&rust), "{case}: {message} / {rust}");
+        if ["lane_empty", "ordering_key_blank", "max_attempts_zero"].contains(&case.as_str()) {
+            assert_eq!(message, rust, "{case}");
+        }
+    }
+    // 5 keyed, 1 with headers, 1 delayed, 1 deduplicated; the rolled back one is absent.
+    let stats = store.stats(&MessageFilter::default()).await.unwrap();
+    assert_eq!(stats.iter().map(|s| s.pending).sum::<u64>(), 8, "{stats:?}");
+
+    let delivered = deliver(store.clone(), 7).await;
+    assert_eq!(keyed_values(&delivered), [1, 2, 3, 4, 5], "per-key order");
+    let headed = delivered
+        .iter()
+        .find(|m| m.payload.as_str() == r#"{"n": 10}"#)
+        .expect("the message with headers, its bytes as sent");
+    assert_eq!(headed.max_attempts, 3);
+    assert_eq!(
+        headed.headers.get("content-type").map(String::as_str),
+        Some("application/json")
+    );
+    assert!(delivered
+        .iter()
+        .all(|m| m.payload.as_str() != r#"{"n": 99}"#));
 }
