@@ -184,11 +184,11 @@ async fn apply_next(
     step: &mut String,
 ) -> Result<Applied, StoreError> {
     let op = "migrate";
-    let applied = match super::read_applied(&mut *tx, names).await? {
-        Some(applied) => applied,
-        // The first migration's body creates both (`script.rs`), idempotently.
-        None => Vec::new(),
-    };
+    // No migrations table: the first migration's body creates it and the schema
+    // (`script.rs`), idempotently.
+    let applied: Vec<i32> = super::read_applied(&mut *tx, names)
+        .await?
+        .unwrap_or_default();
     if let Some(&newest) = applied.iter().max() {
         if newest > super::latest_version() {
             return Err(schema_newer(op, names, newest));
