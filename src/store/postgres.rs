@@ -155,7 +155,14 @@ impl PostgresOutboxStore {
     pub async fn new(pool: PgPool, config: PostgresConfig) -> Result<Self, StoreError> {
         let names = Names::new(&config.schema, &config.table_prefix)?;
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
-        let listener = listener::start(&pool, names.channel.clone(), wakeups.clone()).await?;
+        let listen_options = config.listen_options()?;
+        let listener = listener::start(
+            &pool,
+            listen_options,
+            names.channel.clone(),
+            wakeups.clone(),
+        )
+        .await?;
         let sql = Statements::new(&names, !config.synchronous_commit);
         let sweep_sql = sweep::SweepSql::new(&names);
         let cycle_ready = schema::function_exists(&pool, &sql.cycle_name).await?;
