@@ -19,7 +19,7 @@ pub const DEFAULT_POOL_MAX_CONNECTIONS: u32 = 10;
 /// The pool and session settings of a PostgreSQL store opened from a URL (the daemon's
 /// `[postgres]` table and `OUTBOX_PG_*` variables). Each default is the store's own
 /// ([`crate::store::postgres::PostgresConfig`] documents what each one does).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct PostgresOptions {
     /// Connections kept open when idle. Default [`DEFAULT_POOL_MIN_CONNECTIONS`].
     pub pool_min_connections: u32,
@@ -39,6 +39,28 @@ pub struct PostgresOptions {
     /// After how many rows taken out of live the relay vacuums the table; `None` leaves it
     /// to autovacuum. Default 50,000.
     pub vacuum_every: Option<u64>,
+    /// Where the wake-up listener connects for its `LISTEN` (PostgreSQL directly, when the
+    /// database URL names a pooler); `None` (the default): where the pool connects.
+    pub listen_url: Option<String>,
+}
+
+/// Every field, the listen URL without its credentials.
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresOptions")
+            .field("pool_min_connections", &self.pool_min_connections)
+            .field("pool_max_connections", &self.pool_max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("synchronous_commit", &self.synchronous_commit)
+            .field("vacuum_every", &self.vacuum_every)
+            .field(
+                "listen_url",
+                &self.listen_url.as_deref().map(crate::redact::redact),
+            )
+            .finish()
+    }
 }
 
 impl Default for PostgresOptions {
@@ -51,6 +73,7 @@ impl Default for PostgresOptions {
             lock_timeout: Duration::from_secs(5),
             synchronous_commit: false,
             vacuum_every: Some(50_000),
+            listen_url: None,
         }
     }
 }
@@ -94,6 +117,17 @@ impl PostgresOptions {
                 ));
             }
         }
+        if let Some(url) = &self.listen_url {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(ValidationError::new(
+                    "listen_url",
+                    format!(
+                        "{} is not a postgres:// or postgresql:// URL",
+                        crate::redact::redact(url)
+                    ),
+                ));
+            }
+        }
         if self.vacuum_every == Some(0) {
             return Err(ValidationError::new(
                 "vacuum_every",
@@ -117,6 +151,9 @@ pub(super) fn config(
         .with_migration_lock_timeout(pg.lock_timeout)
         .with_synchronous_commit(pg.synchronous_commit)
         .with_vacuum_every(pg.vacuum_every);
+    if let Some(url) = &pg.listen_url {
+        config = config.listen_url(url);
+    }
     if let Some(schema) = &options.schema {
         config = config.with_schema(schema);
     }
@@ -292,6 +329,41 @@ mod tests {
         ] {
             assert_eq!(options.validate().unwrap_err().field, field);
         }
+    }
+
+    /// Every setting reaches the store's config; the listen URL's password never shows.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn the_settings_reach_the_stores_config() {
+        let options = StoreOptions {
+            schema: Some("relay".into()),
+            postgres: PostgresOptions {
+                acquire_timeout: Some(Duration::from_secs(2)),
+                statement_timeout: Duration::from_secs(7),
+                lock_timeout: Duration::from_secs(3),
+                synchronous_commit: true,
+                vacuum_every: None,
+                listen_url: Some("postgres://relay:hunter2@db/app".into()),
+                ..PostgresOptions::default()
+            },
+            ..StoreOptions::default()
+        };
+        let config = config(&options).unwrap();
+        assert_eq!(config.schema, "relay");
+        assert_eq!(config.acquire_timeout, Duration::from_secs(2));
+        assert_eq!(config.statement_timeout, Duration::from_secs(7));
+        assert_eq!(config.migration_lock_timeout, Duration::from_secs(3));
+        assert!(config.synchronous_commit);
+        assert_eq!(config.vacuum_every, None);
+        assert_eq!(
+            config.listen_url.as_deref(),
+            Some("postgres://relay:hunter2@db/app")
+        );
+        let shown = format!("{:?}", options.postgres);
+        assert!(
+            !shown.contains("hunter2") && shown.contains("db/app"),
+            "{shown}"
+        );
     }
 
     /// The daemon's defaults are the library's: one set of numbers in the docs.

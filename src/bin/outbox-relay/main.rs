@@ -125,6 +125,17 @@ struct PostgresArgs {
     /// PostgreSQL: rows taken out of live between two vacuums, or `false` [default: 50000].
     #[arg(long, global = true, env = "OUTBOX_PG_VACUUM_EVERY", value_parser = parse_vacuum_every, value_name = "ROWS|false")]
     pg_vacuum_every: Option<VacuumEvery>,
+    /// PostgreSQL: where the wake-up listener connects for LISTEN (PostgreSQL directly,
+    /// when the database URL names a pooler) [default: the database URL]. Its value is
+    /// never printed.
+    #[arg(
+        long,
+        global = true,
+        env = "OUTBOX_PG_LISTEN_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pg_listen_url: Option<String>,
 }
 
 impl PostgresArgs {
@@ -151,6 +162,12 @@ impl PostgresArgs {
         }
         if let Some(every) = self.pg_vacuum_every {
             section.vacuum_every = Some(every);
+        }
+        if let Some(url) = self.pg_listen_url.as_deref().map(str::trim) {
+            // An empty one (an unset variable in a compose file) keeps the file's.
+            if !url.is_empty() {
+                section.listen_url = Some(url.to_owned());
+            }
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::database::PostgresOptions;
 /// lock_timeout = "5s"           # a migration step's wait for a lock
 /// synchronous_commit = false    # the relay's own commits (enqueues always wait)
 /// vacuum_every = 50000          # rows taken out of live between vacuums, or false
+/// # listen_url = "postgres://relay@db:5432/app"  # LISTEN here, not through a pooler
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,6 +38,9 @@ pub struct PostgresSection {
     /// Rows taken out of live between two vacuums, or `false` for autovacuum only.
     /// Default 50000.
     pub vacuum_every: Option<VacuumEvery>,
+    /// Where the wake-up listener connects for its `LISTEN`. Default: where the pool does.
+    /// `OUTBOX_PG_LISTEN_URL` keeps a password out of the file.
+    pub listen_url: Option<String>,
 }
 
 /// `vacuum_every`: a number of rows, or `false`.
@@ -81,6 +85,7 @@ impl PostgresSection {
                 .synchronous_commit
                 .unwrap_or(defaults.synchronous_commit),
             vacuum_every,
+            listen_url: self.listen_url.clone(),
         };
         options
             .validate()

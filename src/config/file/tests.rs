@@ -133,6 +133,7 @@ fn the_postgres_table_sets_the_pool_and_session_and_names_a_bad_field() {
             lock_timeout: Duration::from_secs(1),
             synchronous_commit: true,
             vacuum_every: None,
+            listen_url: None,
         }
     );
     for (table, field) in [
@@ -140,6 +141,7 @@ fn the_postgres_table_sets_the_pool_and_session_and_names_a_bad_field() {
         ("vacuum_every = 0", "postgres.vacuum_every"),
         ("vacuum_every = true", "postgres.vacuum_every"),
         ("lock_timeout = \"0s\"", "postgres.lock_timeout"),
+        ("listen_url = \"mysql://db/app\"", "postgres.listen_url"),
     ] {
         let error = FileConfig::from_toml_str("t.toml", &format!("[postgres]\n{table}\n{base}"))
             .unwrap_err()
