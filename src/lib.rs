@@ -114,10 +114,12 @@
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
 //!   `LaneState`; `relay/event.rs` (`RelayEvent`) and `relay/status.rs` (`LaneStatus` and
 //!   the counters behind it);
-//!   `relay::supervisor` (restarts lanes), `relay::lane` (the lane actor: glue that runs
-//!   store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
-//!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks, and
-//!   its claim gates: rate limit, circuit breaker, Retry-After hold),
+//!   `relay::supervisor` (restarts lanes), `relay::lane` (the lane actor, `LaneShell`: glue
+//!   that runs store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
+//!   sans-IO state machine: `ClaimLoop` (when to claim, ask `next_due` or sleep), handler
+//!   pool, lease book, prefetch buffer, pending acks, and its claim gates: rate limit,
+//!   circuit breaker, Retry-After hold; one store-call, one timer and one delivery
+//!   mechanism in `core/io.rs`),
 //!   `relay::handler` (one delivery at a time under a timeout).
 //! - `sim` (tests, and feature `simulate`): the deterministic simulation of several relays
 //!   on one store in virtual time, its invariant checker, and (tests only) the seed runs

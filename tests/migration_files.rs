@@ -179,7 +179,7 @@ async fn psql_running_the_files_gives_the_relays_schema() {
         .expect("PostgreSQL at OUTBOX_TEST_DATABASE_URL");
     let by_dba = format!("t_{}", uuid::Uuid::new_v4().simple());
     let by_relay = format!("t_{}", uuid::Uuid::new_v4().simple());
-    let config = PostgresConfig::default().with_schema(by_dba.clone());
+    let config = PostgresConfig::default().schema(by_dba.clone());
     let latest = PostgresOutboxStore::latest_schema_version();
     for version in 1..=latest {
         let sql = PostgresOutboxStore::migration_sql(&config, version - 1, version).unwrap();
@@ -191,7 +191,7 @@ async fn psql_running_the_files_gives_the_relays_schema() {
 
     let relay = PostgresOutboxStore::new(
         pool.clone(),
-        PostgresConfig::default().with_schema(by_relay.clone()),
+        PostgresConfig::default().schema(by_relay.clone()),
     )
     .await
     .unwrap();

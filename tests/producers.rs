@@ -85,7 +85,7 @@ fn rust_error(case: &str, existing: Uuid) -> String {
 #[tokio::test]
 async fn a_python_service_enqueues_in_its_own_transactions_and_only_commits_are_delivered() {
     let schema = format!("t_{}", Uuid::new_v4().simple());
-    let config = PostgresConfig::default().with_schema(schema.clone());
+    let config = PostgresConfig::default().schema(schema.clone());
     let store = Arc::new(
         PostgresOutboxStore::connect_with(&database_url(), config)
             .await

@@ -146,19 +146,19 @@ pub(super) fn config(
     let pg = &options.postgres;
     pg.validate()?;
     let mut config = crate::store::postgres::PostgresConfig::default()
-        .with_acquire_timeout(pg.acquire_timeout.unwrap_or(options.connect_timeout))
-        .with_statement_timeout(pg.statement_timeout)
-        .with_migration_lock_timeout(pg.lock_timeout)
-        .with_synchronous_commit(pg.synchronous_commit)
-        .with_vacuum_every(pg.vacuum_every);
+        .acquire_timeout(pg.acquire_timeout.unwrap_or(options.connect_timeout))
+        .statement_timeout(pg.statement_timeout)
+        .migration_lock_timeout(pg.lock_timeout)
+        .synchronous_commit(pg.synchronous_commit)
+        .vacuum_every(pg.vacuum_every);
     if let Some(url) = &pg.listen_url {
         config = config.listen_url(url);
     }
     if let Some(schema) = &options.schema {
-        config = config.with_schema(schema);
+        config = config.schema(schema);
     }
     if let Some(prefix) = &options.table_prefix {
-        config = config.with_table_prefix(prefix);
+        config = config.table_prefix(prefix);
     }
     config.validate()?;
     Ok(config)

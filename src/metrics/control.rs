@@ -203,7 +203,7 @@ async fn act(
             Ok(lanes) => lanes
                 .into_iter()
                 .map(|status| status.lane)
-                .filter(|key| key.lane == lane)
+                .filter(|key| key.name == lane)
                 .collect(),
             Err(error) => return failed(503, format!("the relay does not answer: {error}")),
         },
@@ -214,8 +214,8 @@ async fn act(
     let mut done = Vec::with_capacity(keys.len());
     for key in keys {
         let result = match action {
-            LaneAction::Pause => relay.pause(&key.lane, &key.target).await,
-            LaneAction::Resume => relay.resume(&key.lane, &key.target).await,
+            LaneAction::Pause => relay.pause(&key.name, &key.target).await,
+            LaneAction::Resume => relay.resume(&key.name, &key.target).await,
         };
         match result {
             Ok(()) => done.push(key.to_string()),
