@@ -143,7 +143,12 @@
 //!   kept) and `RetentionTask`, which purges
 //!   them in bounded batches apart from the lanes.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
-//!   opens the store a URL names.
+//!   opens the store a URL names; `database/postgres.rs`: `PostgresOptions` (the pool and
+//!   session settings of `[postgres]`); `database/migrations.rs`: `schema_state` and
+//!   `migration_sql` (`migrate --check` and `--print-sql`). The PostgreSQL migrations are
+//!   in `store/postgres/schema.rs` (how to add one), run by `schema/run.rs` and rendered
+//!   for DBAs by `schema/script.rs`; `schema/producer.rs` is the `{prefix}_enqueue`
+//!   function. `migrations/` holds the SQL of both stores as checked-in files.
 //! - `src/redact.rs` (private): `redact`, which keeps credentials (user info, query
 //!   values) out of every URL the crate prints: database and sink URLs alike.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`,

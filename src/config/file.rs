@@ -8,7 +8,7 @@
 //! (the binary gives it precedence), so a password need not sit in the file.
 //!
 //! This file holds the top level ([`FileConfig`], its defaults, loading and validation);
-//! `file/listener.rs` the `[listener]` table, `file/lane.rs` a `[[lanes]]` entry, `file/gates.rs` its claim gates' fields, and
+//! `file/listener.rs` the `[listener]` table, `file/postgres.rs` the `[postgres]` table, `file/lane.rs` a `[[lanes]]` entry, `file/gates.rs` its claim gates' fields, and
 //! `file/error.rs` the error that names the file, the position and the field.
 //!
 //! ```
@@ -91,6 +91,9 @@ pub struct FileConfig {
     /// That listener's limits and its control token.
     #[serde(default)]
     pub listener: ListenerSection,
+    /// The PostgreSQL pool and session settings (ignored for SQLite).
+    #[serde(default)]
+    pub postgres: PostgresSection,
     /// How long a graceful shutdown lets deliveries finish. Default 30s.
     #[serde(default)]
     pub shutdown_timeout: Option<HumanDuration>,
@@ -284,6 +287,7 @@ impl FileConfig {
                 .map_err(|reason| ConfigError::new("otlp_endpoint", reason))?;
         }
         self.listener.validate()?;
+        self.postgres.to_options()?;
         self.supervisor()?;
         self.lanes()?;
         Ok(())
@@ -297,12 +301,15 @@ impl FileConfig {
             .parse()
     }
 
-    /// Where in the database the outbox lives, and how long to try reaching it.
+    /// Where in the database the outbox lives, how long to try reaching it, and the
+    /// PostgreSQL settings (`[postgres]`; a file that failed to validate gets the defaults,
+    /// but [`Self::load`] and [`Self::from_toml_str`] validate).
     pub fn store_options(&self) -> StoreOptions {
         StoreOptions {
             table_prefix: self.table_prefix.clone(),
             schema: self.schema.clone(),
             connect_timeout: self.connect_timeout(),
+            postgres: self.postgres.to_options().unwrap_or_default(),
             ..StoreOptions::default()
         }
     }
@@ -388,6 +395,7 @@ mod error;
 mod gates;
 mod lane;
 mod listener;
+mod postgres;
 #[cfg(test)]
 mod tests;
 
@@ -396,3 +404,4 @@ pub use error::FileConfigError;
 pub use gates::{BreakerSection, RateSpec};
 pub use lane::{ExtendMargin, LaneSection, RetentionAge, RetentionSection};
 pub use listener::ListenerSection;
+pub use postgres::{PostgresSection, VacuumEvery};

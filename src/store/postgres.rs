@@ -155,7 +155,14 @@ impl PostgresOutboxStore {
     pub async fn new(pool: PgPool, config: PostgresConfig) -> Result<Self, StoreError> {
         let names = Names::new(&config.schema, &config.table_prefix)?;
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
-        let listener = listener::start(&pool, names.channel.clone(), wakeups.clone()).await?;
+        let listen_options = config.listen_options()?;
+        let listener = listener::start(
+            &pool,
+            listen_options,
+            names.channel.clone(),
+            wakeups.clone(),
+        )
+        .await?;
         let sql = Statements::new(&names, !config.synchronous_commit);
         let sweep_sql = sweep::SweepSql::new(&names);
         let cycle_ready = schema::function_exists(&pool, &sql.cycle_name).await?;
@@ -203,6 +210,49 @@ impl PostgresOutboxStore {
     /// The newest schema version this build of the crate migrates to.
     pub fn latest_schema_version() -> i32 {
         schema::latest_version()
+    }
+
+    /// The SQL of the migrations after version `from` up to version `to`, for `config`'s
+    /// schema and table prefix: what [`Self::migrate`] runs, for a DBA to read or to run
+    /// with their own tool. Each migration is a transaction of its own that records its
+    /// version (first, so running it twice fails at once, changing nothing), under
+    /// `config`'s migration lock and statement timeouts; its header says what it locks on a
+    /// table with rows and how to run it online. `to` is at most
+    /// [`Self::latest_schema_version`]; an empty range gives an empty text.
+    ///
+    /// ```
+    /// use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
+    /// let sql = PostgresOutboxStore::migration_sql(&PostgresConfig::default(), 0, 1)?;
+    /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"public\".\"outbox_messages\""));
+    /// assert!(sql.contains("SET LOCAL lock_timeout = 5000"));
+    /// # Ok::<(), outbox_relay::ValidationError>(())
+    /// ```
+    pub fn migration_sql(
+        config: &PostgresConfig,
+        from: i32,
+        to: i32,
+    ) -> Result<String, crate::message::ValidationError> {
+        use crate::message::ValidationError;
+        config.validate()?;
+        let latest = schema::latest_version();
+        if !(0..=latest).contains(&from) {
+            return Err(ValidationError::new(
+                "from",
+                format!("is {from}; this build knows versions 0 to {latest}"),
+            ));
+        }
+        if !(from..=latest).contains(&to) {
+            return Err(ValidationError::new(
+                "to",
+                format!("is {to}; it must be between from ({from}) and {latest}, the latest this build knows"),
+            ));
+        }
+        let names = Names::new(&config.schema, &config.table_prefix)?;
+        let timeouts = schema::MigrationTimeouts {
+            lock: config.migration_lock_timeout,
+            statement: config.migration_statement_timeout,
+        };
+        Ok(schema::script(&names, timeouts, from, to))
     }
 
     /// The pool, e.g. to begin the transaction passed to [`Self::enqueue_in_tx`].

@@ -103,6 +103,47 @@ pub struct SqliteOutboxStore {
 }
 
 impl SqliteOutboxStore {
+    /// The newest schema version this build of the crate migrates a file to.
+    pub fn latest_schema_version() -> i64 {
+        schema::latest_version()
+    }
+
+    /// The SQL of the migrations after version `from` up to version `to`, for the table
+    /// prefix `prefix`: the statements [`Self::open`] runs, for a DBA to read or run with
+    /// their own tool. Each migration is a transaction of its own that records its version
+    /// first (running it twice fails at once, changing nothing). `to` is at most
+    /// [`Self::latest_schema_version`]; an empty range gives an empty text.
+    ///
+    /// ```
+    /// use outbox_relay::store::sqlite::SqliteOutboxStore;
+    /// let sql = SqliteOutboxStore::migration_sql("", 0, 1)?;
+    /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS outbox ("));
+    /// # Ok::<(), outbox_relay::ValidationError>(())
+    /// ```
+    pub fn migration_sql(
+        prefix: &str,
+        from: i64,
+        to: i64,
+    ) -> Result<String, crate::message::ValidationError> {
+        use crate::message::ValidationError;
+        schema::validate_table_prefix(prefix)?;
+        let latest = schema::latest_version();
+        if !(0..=latest).contains(&from) {
+            return Err(ValidationError::new(
+                "from",
+                format!("is {from}; this build knows versions 0 to {latest}"),
+            ));
+        }
+        if !(from..=latest).contains(&to) {
+            return Err(ValidationError::new(
+                "to",
+                format!("is {to}; it must be between from ({from}) and {latest}, the latest this build knows"),
+            ));
+        }
+        let sql = Statements::new(prefix);
+        Ok(schema::script(&sql.table, &sql.migrations_table, from, to))
+    }
+
     /// Opens (creating if missing) the outbox in the file at `path`, with default settings.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::builder(path).open().await

@@ -36,7 +36,7 @@ async fn migrations_are_idempotent_and_safe_concurrently() {
     .fetch_all(a.pool())
     .await
     .unwrap();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
     // Migration 5: the compared columns in "C", and the head trigger made again over them.
     let collations: Vec<(String, String)> = sqlx::query_as(
         "SELECT a.attname::text, coalesce(c.collname::text, '') FROM pg_attribute a
@@ -228,7 +228,11 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
                 .unwrap()
         }
     };
-    assert_eq!(versions(&store).await, [1, 2, 3, 4], "nothing half applied");
+    assert_eq!(
+        versions(&store).await,
+        [1, 2, 3, 4, 6],
+        "nothing half applied"
+    );
     // Enqueues go on meanwhile: nothing waits behind a migration that gave up.
     tokio::time::timeout(Duration::from_secs(60), store.enqueue(draft("l", 2)))
         .await
@@ -237,7 +241,106 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
 
     service.commit().await.unwrap();
     store.migrate().await.expect("the lock is free now");
-    assert_eq!(versions(&store).await, [1, 2, 3, 4, 5]);
+    assert_eq!(versions(&store).await, [1, 2, 3, 4, 5, 6]);
     assert_eq!(count_rows(&store).await, 2);
+    schema.drop().await;
+}
+
+/// A rolling upgrade across migration 6 (the producer function): a relay started on the
+/// schema before it (version 5) goes on claiming and acking while another process of the
+/// new build migrates, and enqueues through the new function during and after. Migration 6
+/// changed none of the relay's statements, so the relay of the build before runs these
+/// very statements. Nothing is lost, and no store call of the old relay fails.
+#[tokio::test]
+async fn a_relay_on_version_5_runs_on_through_migration_6() {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use outbox_relay::{
+        handler_fn, DeliveryError, LaneConfig, OutboxMessage, OutboxRelay, RelayEvent,
+    };
+    use tokio::sync::mpsc;
+
+    let schema = SchemaGuard::new();
+    let setup = open(schema.config()).await;
+    // As the build before migration 6 left it.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP FUNCTION \"{s}\".outbox_enqueue(text, text, json, text, text, jsonb, interval, bigint);
+         DELETE FROM \"{s}\".outbox_migrations WHERE version = 6",
+        s = schema.0
+    )))
+    .execute(setup.pool())
+    .await
+    .unwrap();
+    assert_eq!(setup.schema_version().await.unwrap(), Some(5));
+
+    let old: Arc<PostgresOutboxStore> = Arc::new(
+        PostgresOutboxStore::new(pool().await, schema.config())
+            .await
+            .unwrap(),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let builder = OutboxRelay::builder(old.clone()).lane(
+        LaneConfig::new("l", "sink")
+            .concurrency(4)
+            .max_poll_interval(Duration::from_millis(100)),
+        handler_fn(move |message: OutboxMessage| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(message.outbox_id);
+                Ok::<(), DeliveryError>(())
+            }
+        }),
+    );
+    let mut events = builder.subscribe();
+    let relay = builder.start().await.unwrap();
+
+    let mut expected = BTreeSet::new();
+    for n in 0..20 {
+        expected.insert(old.enqueue(draft("l", n)).await.unwrap().message.outbox_id);
+    }
+    // The new build migrates while the old relay works and its service enqueues.
+    let new = PostgresOutboxStore::new(pool().await, schema.config())
+        .await
+        .unwrap();
+    let (migrated, during) = tokio::join!(new.migrate(), async {
+        let mut ids = Vec::new();
+        for n in 20..40 {
+            ids.push(old.enqueue(draft("l", n)).await.unwrap().message.outbox_id);
+        }
+        ids
+    });
+    migrated.unwrap();
+    expected.extend(during);
+    assert_eq!(new.schema_version().await.unwrap(), Some(6));
+    // After: a service of the new build enqueues through the function.
+    for n in 40..60 {
+        let id: uuid::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT outbox_id FROM \"{}\".outbox_enqueue('l', 'sink', $1::json)",
+            schema.0
+        )))
+        .bind(format!("{{\"value\": {n}}}"))
+        .fetch_one(new.pool())
+        .await
+        .unwrap();
+        expected.insert(id);
+    }
+
+    let mut delivered = BTreeSet::new();
+    while delivered.len() < expected.len() {
+        let id = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {} delivered", delivered.len(), expected.len()))
+            .unwrap();
+        delivered.insert(id);
+    }
+    assert_eq!(delivered, expected, "every message, nothing else");
+    relay.shutdown(Duration::from_secs(10)).await.unwrap();
+    while let Ok(event) = events.try_recv() {
+        assert!(
+            !matches!(event, RelayEvent::StoreError { .. }),
+            "the old relay's store call failed: {event:?}"
+        );
+    }
     schema.drop().await;
 }

@@ -114,3 +114,38 @@ async fn a_lost_listener_connection_reconnects_and_wakes_everyone() {
     );
     schema.drop().await;
 }
+
+/// `listen_url`: the wake-up listener connects where it says, not where the pool does (a
+/// direct connection when the pool goes through a pooler), and wake-ups arrive over it.
+#[tokio::test]
+async fn the_listener_connects_to_listen_url() {
+    let schema = SchemaGuard::new();
+    let writer = open(schema.config()).await;
+    let application = format!("outbox_listen_{}", &schema.0[2..18]);
+    let listen_url = format!("{}?application_name={application}", crate::database_url());
+    let relay = open(schema.config().listen_url(listen_url)).await;
+    let mut rx = relay.subscribe();
+    let listening: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+    )
+    .bind(&application)
+    .fetch_one(writer.pool())
+    .await
+    .unwrap();
+    assert_eq!(listening, 1, "one LISTEN session from listen_url");
+    writer.enqueue(draft("orders", 1)).await.unwrap();
+    assert_eq!(
+        next_wakeup(&mut rx).await,
+        WakeUp::Lane {
+            lane: "orders".into(),
+            target: "sink".into()
+        }
+    );
+    let bad = outbox_relay::store::postgres::PostgresConfig::default()
+        .listen_url("mysql://user:secret@db/app");
+    let error = bad.validate().unwrap_err();
+    assert_eq!(error.field, "listen_url");
+    assert!(!error.reason.contains("secret"), "{error}");
+    drop(relay);
+    schema.drop().await;
+}

@@ -86,6 +86,11 @@ pub struct PostgresConfig {
     /// wait for another process's migration. Default
     /// [`DEFAULT_MIGRATION_STATEMENT_TIMEOUT`]; at most `i32::MAX` ms.
     pub migration_statement_timeout: Duration,
+    /// Where the wake-up listener connects for its `LISTEN`, when not where the pool
+    /// connects: a direct connection to PostgreSQL when the pool goes through a pooler
+    /// that does not keep a client on one server connection. `None` (the default) listens
+    /// over a connection made with the pool's own options.
+    pub listen_url: Option<String>,
 }
 
 /// A pooled connection idle at least this long is pinged before use; a busier one is not.
@@ -124,6 +129,7 @@ impl Default for PostgresConfig {
             cycle_function: true,
             migration_lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
             migration_statement_timeout: DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
+            listen_url: None,
         }
     }
 }
@@ -188,6 +194,42 @@ impl PostgresConfig {
     pub fn migration_statement_timeout(mut self, timeout: Duration) -> Self {
         self.migration_statement_timeout = timeout;
         self
+    }
+
+    /// Sets where the wake-up listener connects ([`Self::listen_url`]).
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
+    /// The connect options of the wake-up listener, when [`Self::listen_url`] names them.
+    pub(super) fn listen_options(&self) -> Result<Option<PgConnectOptions>, ValidationError> {
+        use sqlx::ConnectOptions as _;
+        self.listen_url
+            .as_deref()
+            .map(|url| {
+                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                    return Err(ValidationError::new(
+                        "listen_url",
+                        format!(
+                            "{} is not a postgres:// or postgresql:// URL",
+                            crate::redact::redact(url)
+                        ),
+                    ));
+                }
+                PgConnectOptions::from_str(url)
+                    .map(|options| options.disable_statement_logging())
+                    .map_err(|error| {
+                        ValidationError::new(
+                            "listen_url",
+                            format!(
+                                "{} is not a PostgreSQL URL: {error}",
+                                crate::redact::redact(url)
+                            ),
+                        )
+                    })
+            })
+            .transpose()
     }
 
     /// Sets [`Self::cycle_function`].
@@ -271,6 +313,7 @@ impl PostgresConfig {
                 ));
             }
         }
+        self.listen_options()?;
         Names::new(&self.schema, &self.table_prefix).map(|_| ())
     }
 }

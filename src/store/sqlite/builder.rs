@@ -297,52 +297,52 @@ fn create_private(path: &Path) {
     }
 }
 
-/// Runs the migrations this file lacks, in one transaction.
+/// Runs the migrations this file lacks, each in a transaction of its own with the row that
+/// records it (the statements of `SqliteOutboxStore::migration_sql`): a failure leaves the
+/// earlier ones applied and itself not at all. A file migrated by a newer build is refused.
 async fn migrate(writer: &SqlitePool, sql: &Statements) -> Result<(), StoreError> {
     const OP: &str = "migrate";
-    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await.map_err(db(OP))?;
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {} (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-        sql.migrations_table
-    );
-    sqlx::query(AssertSqlSafe(create))
+    loop {
+        let mut tx = writer.begin_with("BEGIN IMMEDIATE").await.map_err(db(OP))?;
+        sqlx::query(AssertSqlSafe(schema::migrations_table(
+            &sql.migrations_table,
+        )))
         .execute(&mut *tx)
         .await
         .map_err(db(OP))?;
-    let applied: i64 = sqlx::query(AssertSqlSafe(format!(
-        "SELECT COALESCE(MAX(version), 0) FROM {}",
-        sql.migrations_table
-    )))
-    .fetch_one(&mut *tx)
-    .await
-    .and_then(|row| row.try_get(0))
-    .map_err(db(OP))?;
-    if applied > schema::latest_version() {
-        return Err(StoreError::database(
-            OP,
-            format!(
-                "table {} is at schema version {applied}, newer than this build's {}",
-                sql.table,
-                schema::latest_version()
-            ),
-        ));
-    }
-    for (version, statements) in schema::pending_migrations(&sql.table, applied) {
-        for statement in statements {
+        let applied: i64 = sqlx::query(AssertSqlSafe(format!(
+            "SELECT COALESCE(MAX(version), 0) FROM {}",
+            sql.migrations_table
+        )))
+        .fetch_one(&mut *tx)
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(db(OP))?;
+        if applied > schema::latest_version() {
+            return Err(StoreError::database(
+                OP,
+                format!(
+                    "table {} is at schema version {applied}, newer than the version this \
+                     build of outbox-relay knows ({}); run that outbox-relay version or a \
+                     later one",
+                    sql.table,
+                    schema::latest_version()
+                ),
+            ));
+        }
+        let Some((version, statements)) = schema::pending_migrations(&sql.table, applied)
+            .into_iter()
+            .next()
+        else {
+            return tx.commit().await.map_err(db(OP));
+        };
+        let record = schema::record_version(&sql.migrations_table, version);
+        for statement in std::iter::once(record).chain(statements) {
             sqlx::query(AssertSqlSafe(statement))
                 .execute(&mut *tx)
                 .await
                 .map_err(db(OP))?;
         }
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {} (version, applied_at) VALUES (?1, ?2)",
-            sql.migrations_table
-        )))
-        .bind(version)
-        .bind(SystemClock.now_millis())
-        .execute(&mut *tx)
-        .await
-        .map_err(db(OP))?;
+        tx.commit().await.map_err(db(OP))?;
     }
-    tx.commit().await.map_err(db(OP))
 }
