@@ -21,12 +21,12 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::message::ValidationError;
+use crate::metrics::StoreMetrics;
 use crate::store::slow_log::{SlowCallLog, DEFAULT_SLOW_CALL_THRESHOLD};
-use crate::store::{OutboxStore, StoreError};
+use crate::store::{Outbox, StoreError};
 
 use crate::redact::redact;
 
@@ -261,25 +261,19 @@ pub enum OpenError {
 
 /// Opens the store `url` names, with its schema brought up to date (or, with
 /// [`CreateMode::MustExist`], checked to be). The store logs a call slower than
-/// [`DEFAULT_SLOW_CALL_THRESHOLD`] by its name and duration ([`SlowCallLog`]).
-pub async fn open_store(
-    url: &DatabaseUrl,
-    options: &StoreOptions,
-) -> Result<Arc<dyn OutboxStore>, OpenError> {
+/// [`DEFAULT_SLOW_CALL_THRESHOLD`] by its name and duration ([`SlowCallLog`]) and records
+/// the store metrics ([`StoreMetrics`]).
+pub async fn open_store(url: &DatabaseUrl, options: &StoreOptions) -> Result<Outbox, OpenError> {
     let store = match url {
         DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await?,
         DatabaseUrl::Postgres { url: raw } => open_postgres(url, raw, options).await?,
     };
-    Ok(Arc::new(SlowCallLog::new(
-        store,
-        DEFAULT_SLOW_CALL_THRESHOLD,
-    )))
+    Ok(store
+        .with_hook(SlowCallLog::new(DEFAULT_SLOW_CALL_THRESHOLD))
+        .with_hook(StoreMetrics))
 }
 
-async fn open_sqlite(
-    path: &Path,
-    options: &StoreOptions,
-) -> Result<Arc<dyn OutboxStore>, OpenError> {
+async fn open_sqlite(path: &Path, options: &StoreOptions) -> Result<Outbox, OpenError> {
     if options.schema.is_some() {
         return Err(OpenError::Invalid(ValidationError::new(
             "schema",
@@ -322,7 +316,7 @@ async fn open_sqlite(
                 })
             }
         };
-        Ok(Arc::new(store))
+        Ok(Outbox::new(store))
     }
     #[cfg(not(feature = "sqlite"))]
     {
@@ -335,7 +329,7 @@ async fn open_postgres(
     url: &DatabaseUrl,
     raw: &str,
     options: &StoreOptions,
-) -> Result<Arc<dyn OutboxStore>, OpenError> {
+) -> Result<Outbox, OpenError> {
     #[cfg(feature = "postgres")]
     {
         use crate::store::postgres::{PostgresConfig, PostgresOutboxStore};
@@ -365,7 +359,7 @@ async fn open_postgres(
             reason,
         };
         // sqlx's slow-statement warning prints the whole statement (5 KB for a claim):
-        // off, and the store is wrapped in `SlowCallLog` (name and duration) below.
+        // off, and the outbox logs through the `SlowCallLog` hook (name and duration) below.
         let connect = PgConnectOptions::from_str(raw)
             .map_err(|error| unreachable(error.to_string()))?
             .disable_statement_logging();
@@ -405,7 +399,7 @@ async fn open_postgres(
                 }
             }
         }
-        Ok(Arc::new(store))
+        Ok(Outbox::new(store))
     }
     #[cfg(not(feature = "postgres"))]
     {

@@ -7,7 +7,7 @@
 //! embeds the relay may install any recorder it already uses.
 //!
 //! Every metric carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few add one
-//! label from a small fixed set ([`FailureKind`], [`StoreOp`], [`LaneState`]). No label
+//! label from a small fixed set ([`FailureKind`], [`StoreOp`](crate::store::StoreOp), [`LaneState`]). No label
 //! ever holds a message id, an ordering key or any other unbounded value, so the number of
 //! series stays (lanes × targets × a constant).
 //!
@@ -40,9 +40,10 @@ pub mod listener;
 mod prometheus;
 
 pub use lane::LaneMetrics;
-// The label values that are domain types live with their domain; their old paths stay.
-pub use crate::delivery::FailureKind;
-pub use crate::relay::LaneState;
+
+use crate::delivery::FailureKind;
+use crate::relay::{BreakerState, GateKind, LaneState};
+use crate::store::{CallOutcome, Enqueued, StoreCall, StoreHook};
 /// What [`install_prometheus_exporter`] returns: renders the metrics on demand
 /// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
 #[cfg(feature = "prometheus")]
@@ -104,6 +105,10 @@ pub const CLAIM_BATCH_SIZE: &str = "outbox_claim_batch_size";
 /// microsecond, where an integer counter would round a rate limit's millisecond waits
 /// away); its `_count` the number of waits.
 pub const THROTTLED_SECONDS: &str = "outbox_throttled_seconds";
+/// Histogram, seconds: how long one store call took through the [`Outbox`](crate::Outbox),
+/// success or not, by [`LABEL_OP`] (a [`StoreOp`](crate::store::StoreOp)). Recorded by the [`StoreMetrics`] hook;
+/// store-wide, so its only label is `op`.
+pub const STORE_CALL_DURATION_SECONDS: &str = "outbox_store_call_duration_seconds";
 
 // ---- Gauges ---------------------------------------------------------------------------
 
@@ -132,7 +137,7 @@ pub const LABEL_LANE: &str = "lane";
 pub const LABEL_TARGET: &str = "target";
 /// Label of [`DELIVERY_FAILURES_TOTAL`]: a [`FailureKind`].
 pub const LABEL_KIND: &str = "kind";
-/// Label of [`STORE_ERRORS_TOTAL`]: a [`StoreOp`].
+/// Label of [`STORE_ERRORS_TOTAL`]: a [`StoreOp`](crate::store::StoreOp).
 pub const LABEL_OP: &str = "op";
 /// Label of [`LANE_STATE`] (a [`LaneState`]) and [`BREAKER_STATE`] (a [`BreakerState`]).
 pub const LABEL_STATE: &str = "state";
@@ -175,6 +180,14 @@ pub const THROTTLED_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 1800.0,
 ];
 
+/// Bucket bounds, in seconds, for [`STORE_CALL_DURATION_SECONDS`]: from a tenth of a
+/// millisecond (an in-memory or SQLite call) to ten seconds (a database at its statement
+/// timeout).
+pub const STORE_CALL_DURATION_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
 // ---- The catalogue --------------------------------------------------------------------
 
 /// The kind of a metric, as Prometheus names it in `# TYPE`.
@@ -199,7 +212,8 @@ pub struct MetricInfo {
     pub unit: Unit,
     /// One line for `# HELP`.
     pub help: &'static str,
-    /// Its label names, always starting with [`LABEL_LANE`] and [`LABEL_TARGET`].
+    /// Its label names: [`LABEL_LANE`] and [`LABEL_TARGET`] first, except for the
+    /// store-wide [`STORE_CALL_DURATION_SECONDS`].
     pub labels: &'static [&'static str],
 }
 
@@ -248,6 +262,7 @@ pub const ALL: &[MetricInfo] = &[
     info(BLOCKED_KEYS, Gauge, Unit::Count, "Ordering keys held back behind a dead-lettered message (store-wide: aggregate with max).", LANE_TARGET),
     info(LANE_STATE, Gauge, Unit::Count, "1 for the lane relay's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
     info(THROTTLED_SECONDS, Histogram, Unit::Seconds, "Spells a lane wanted to claim but a claim gate held it back, by gate; the sum is the time throttled.", &[LABEL_LANE, LABEL_TARGET, LABEL_GATE]),
+    info(STORE_CALL_DURATION_SECONDS, Histogram, Unit::Seconds, "Time one store call took, success or failure, by operation (store-wide, no lane label).", &[LABEL_OP]),
     info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 
@@ -277,61 +292,32 @@ pub fn describe() {
 
 // ---- Label values ---------------------------------------------------------------------
 
-crate::named::label_values! {
-    /// The store call that failed: the value of [`LABEL_OP`].
-    pub enum StoreOp {
-        /// `enqueue` or `enqueue_many`.
-        Enqueue => "enqueue",
-        /// `claim`.
-        Claim => "claim",
-        /// `ack`.
-        Ack => "ack",
-        /// `nack`.
-        Nack => "nack",
-        /// `extend_lease`.
-        ExtendLease => "extend_lease",
-        /// `release`.
-        Release => "release",
-        /// `next_due`.
-        NextDue => "next_due",
-        /// `stats`.
-        Stats => "stats",
-    }
-}
+/// The [`StoreHook`] that records the store's metrics: `outbox_enqueued_total` and
+/// `outbox_requeued_total` per lane and target, and [`STORE_CALL_DURATION_SECONDS`] of
+/// every call. Add it to every [`Outbox`](crate::Outbox) whose writes should be counted
+/// (`Outbox::new(backend).with_hook(StoreMetrics)`); the binary's outboxes have it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreMetrics;
 
-crate::named::label_values! {
-    /// A circuit breaker's state: the value of [`LABEL_STATE`] on [`BREAKER_STATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum BreakerState {
-        /// The target answers: claims go on.
-        Closed => "closed",
-        /// The target kept failing: no claims until the cool-down ends.
-        Open => "open",
-        /// The cool-down ended: one probe message is out; its outcome closes or re-opens.
-        HalfOpen => "half_open",
-    }
-}
-
-crate::named::label_values! {
-    /// The claim gate that held a lane back: the value of [`LABEL_GATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum GateKind {
-        /// The rate limit's tokens ran out.
-        RateLimit => "rate_limit",
-        /// The circuit breaker is open or waits for its probe.
-        Breaker => "breaker",
-        /// A target's Retry-After holds the lane.
-        RetryAfter => "retry_after",
+impl StoreHook for StoreMetrics {
+    fn finished(&self, call: &StoreCall<'_>) {
+        metrics::histogram!(STORE_CALL_DURATION_SECONDS, LABEL_OP => call.op.as_str())
+            .record(call.duration.as_secs_f64());
+        match call.outcome {
+            CallOutcome::Enqueued(answers) => record_enqueued(answers),
+            CallOutcome::Requeued(lanes) => record_requeued(lanes.iter().flat_map(|lane| {
+                let n = usize::try_from(lane.count).unwrap_or(usize::MAX);
+                std::iter::repeat_n((lane.lane.as_str(), lane.target.as_str()), n)
+            })),
+            _ => {}
+        }
     }
 }
 
 /// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
-/// and target. The `OutboxStore` trait's provided `enqueue_many` calls it once the
-/// backend's write returned, and so do the stores' transaction APIs (`SqliteOutboxTx` at
-/// commit, PostgreSQL's `enqueue_in_tx` after the write): a backend never does.
-pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
+/// and target. [`StoreMetrics`] calls it for every enqueue through an `Outbox`, the
+/// transactions a caller holds included.
+pub fn record_enqueued(enqueued: &[Enqueued]) {
     count_per_lane(
         ENQUEUED_TOTAL,
         enqueued
@@ -342,8 +328,8 @@ pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
 }
 
 /// Counts dead letters an operator moved back to pending into `outbox_requeued_total`,
-/// one `(lane, target)` per requeued message. The `OutboxStore` trait's provided
-/// `requeue_dead_letters` calls it once the backend's requeue committed. (A retry after a
+/// one `(lane, target)` per requeued message. [`StoreMetrics`] calls it once a requeue
+/// through an `Outbox` committed. (A retry after a
 /// failed delivery is not a requeue: `outbox_delivery_failures_total` counts those.)
 pub fn record_requeued<'a>(requeued: impl IntoIterator<Item = (&'a str, &'a str)>) {
     count_per_lane(REQUEUED_TOTAL, requeued);
@@ -379,6 +365,7 @@ fn count_per_lane<'a>(name: &'static str, lanes: impl IntoIterator<Item = (&'a s
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreOp;
     use std::collections::HashSet;
 
     #[test]
@@ -401,10 +388,12 @@ mod tests {
                 "{}: counters, and only counters, end in _total",
                 metric.name
             );
-            assert_eq!(&metric.labels[..2], LANE_TARGET, "{}", metric.name);
+            if metric.name != STORE_CALL_DURATION_SECONDS {
+                assert_eq!(&metric.labels[..2], LANE_TARGET, "{}", metric.name);
+            }
             assert!(!metric.help.is_empty());
         }
-        assert_eq!(ALL.len(), 25);
+        assert_eq!(ALL.len(), 26);
     }
 
     #[test]

@@ -26,9 +26,9 @@ use tokio::sync::broadcast;
 use crate::config::{ConfigError, LaneConfig, SupervisorConfig};
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
-use crate::store::OutboxStore;
+use crate::store::Outbox;
 
-pub use crate::metrics::BreakerState;
+pub use lane::core::gate::{BreakerState, GateKind};
 
 mod event;
 pub(crate) mod handler;
@@ -221,7 +221,7 @@ impl OutboxRelay {
     /// println!("released {} claims", report.released());
     /// # Ok(()) }
     /// ```
-    pub fn builder(store: Arc<dyn OutboxStore>) -> RelayBuilder {
+    pub fn builder(store: Outbox) -> RelayBuilder {
         RelayBuilder {
             store,
             lanes: Vec::new(),
@@ -233,7 +233,7 @@ impl OutboxRelay {
 
 /// Collects lanes and settings, then starts the supervisor.
 pub struct RelayBuilder {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
     supervisor: SupervisorConfig,
     events: broadcast::Sender<RelayEvent>,

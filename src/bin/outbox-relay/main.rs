@@ -25,14 +25,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use outbox_relay::config::duration::parse_duration;
 use outbox_relay::config::file::{FileConfig, MetricsListen};
 use outbox_relay::database::{open_store, CreateMode, DatabaseUrl, OpenError};
-use outbox_relay::{OutboxStore, StoreError};
+use outbox_relay::{Outbox, StoreError};
 use uuid::Uuid;
 
 mod admin;
@@ -346,7 +345,7 @@ impl Setup {
     }
 
     /// Opens the store.
-    async fn open(&self, create: CreateMode) -> Result<Arc<dyn OutboxStore>, Failure> {
+    async fn open(&self, create: CreateMode) -> Result<Outbox, Failure> {
         let options = outbox_relay::database::StoreOptions {
             create,
             ..self.config.store_options()

@@ -6,6 +6,7 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::message::ValidationError;
 use crate::store::StoreError;
+use crate::store::StoreOp;
 
 use super::decode::db_error;
 
@@ -218,7 +219,7 @@ pub(crate) async fn applied_version(
     pool: &PgPool,
     names: &Names,
 ) -> Result<Option<i32>, StoreError> {
-    let op = "schema_version";
+    let op = StoreOp::Migrate;
     let has_migrations: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(&names.migrations)
         .fetch_one(pool)
@@ -294,7 +295,7 @@ pub(crate) async fn migrate(
     functions: &[(&str, &str)],
     timeouts: MigrationTimeouts,
 ) -> Result<(), StoreError> {
-    let op = "migrate";
+    let op = StoreOp::Migrate;
     let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
     sqlx::query(AssertSqlSafe(format!(
         "SET LOCAL statement_timeout = {}",
@@ -344,7 +345,7 @@ async fn apply(
     functions: &[(&str, &str)],
     step: &mut String,
 ) -> Result<(), StoreError> {
-    let op = "migrate";
+    let op = StoreOp::Migrate;
     let row = sqlx::query(
         "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS has_schema,
                 to_regclass($2) IS NOT NULL AS has_migrations",
@@ -459,7 +460,7 @@ pub(crate) async fn function_exists<'c>(
         .bind(name)
         .fetch_one(executor)
         .await
-        .map_err(|e| db_error("migrate", e))
+        .map_err(|e| db_error(StoreOp::Migrate, e))
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{ClaimCall, Command, LaneCore, Mode, MIN_IDLE_SLEEP};
-use crate::metrics::StoreOp;
 use crate::relay::RelayEvent;
+use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimRef, NextDue, StoreError};
 
 impl LaneCore {
