@@ -14,7 +14,7 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use outbox_relay::relay::{RelayBuilder, RelayEvent, RelayHandle};
 use outbox_relay::store::{ClaimRequest, TokioClock};
 use outbox_relay::{
-    DeliveryError, InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore,
+    DeliveryError, InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay,
     RetryPolicy,
 };
 use serde_json::json;
@@ -129,8 +129,8 @@ async fn wait_for(
     .expect("the awaited event");
 }
 
-fn memory() -> Arc<InMemoryOutboxStore> {
-    Arc::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
+fn memory() -> Outbox {
+    Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{Enqueued, LaneCount, StoreError, StoreOp};
+use super::{ClaimBatch, Enqueued, LaneCount, StoreError, StoreOp};
 
 /// Told about every store call an [`Outbox`](super::Outbox) made, once it finished. Runs
 /// inline on the caller's task, after the call: keep it cheap (count, record, log).
@@ -38,6 +38,8 @@ pub enum CallOutcome<'a> {
     /// ([`Enqueued::duplicate`]). For a transaction the caller holds, reported once the
     /// write is made (PostgreSQL's `enqueue_in_tx`) or at commit (SQLite's `begin`).
     Enqueued(&'a [Enqueued]),
+    /// A claim succeeded (`claim`, or the claim of an `ack_and_claim`): what it handed out.
+    Claimed(&'a ClaimBatch),
     /// A requeue of dead letters succeeded: how many per (lane, target).
     Requeued(&'a [LaneCount]),
     /// It failed.
@@ -48,5 +50,12 @@ impl CallOutcome<'_> {
     /// Whether the call failed.
     pub fn is_err(&self) -> bool {
         matches!(self, CallOutcome::Failed(_))
+    }
+}
+
+/// A shared hook, so its owner can read what it gathered.
+impl<H: StoreHook + ?Sized> StoreHook for std::sync::Arc<H> {
+    fn finished(&self, call: &StoreCall<'_>) {
+        (**self).finished(call)
     }
 }

@@ -91,6 +91,12 @@ impl Outbox {
         self.concrete.downcast_ref::<B>()
     }
 
+    /// The backend itself, for a backend wrapper that forwards to it (a test's fault
+    /// injector). A call made here bypasses validation, hooks and hand-off.
+    pub fn as_backend(&self) -> &Arc<dyn OutboxBackend> {
+        &self.backend
+    }
+
     /// What the backend can do beyond the primitives.
     pub fn capabilities(&self) -> Capabilities {
         self.capabilities
@@ -242,7 +248,9 @@ impl Outbox {
                 ..
             })
             | Err(error) => self.report(StoreOp::AckAndClaim, started, CallOutcome::Failed(error)),
-            Ok(_) => self.report(StoreOp::AckAndClaim, started, CallOutcome::Done),
+            Ok(AckAndClaim {
+                claimed: Ok(batch), ..
+            }) => self.report(StoreOp::AckAndClaim, started, CallOutcome::Claimed(batch)),
         }
         answer
     }
@@ -342,6 +350,14 @@ impl Outbox {
     /// Subscribes to wake-ups. A lagging receiver should treat the lag as [`WakeUp::All`].
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
         self.backend.subscribe()
+    }
+}
+
+/// A new outbox over a shared backend, as [`Outbox::from_arc`]: no hooks, and a hand-off
+/// registry of its own (lanes take only what is enqueued through this outbox and its clones).
+impl<B: OutboxBackend> From<Arc<B>> for Outbox {
+    fn from(backend: Arc<B>) -> Self {
+        Self::from_arc(backend)
     }
 }
 

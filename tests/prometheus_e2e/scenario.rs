@@ -7,14 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::config::RateLimit;
-use outbox_relay::metrics::{FailureKind, StoreOp};
+use outbox_relay::delivery::FailureKind;
 use outbox_relay::relay::{LaneKey, RelayEvent};
 use outbox_relay::retention::{RetentionConfig, RetentionTask};
+use outbox_relay::store::StoreOp;
 use outbox_relay::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, MessageFilter, NackOutcome, OrderingPolicy,
 };
 use outbox_relay::{
-    InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore, RelayHandle,
+    InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay, RelayHandle,
     RetryPolicy,
 };
 use serde_json::json;
@@ -28,7 +29,7 @@ use crate::prometheus::Prometheus;
 use crate::{until, LEDGER, WAIT, WEBHOOK};
 
 pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
-    let inner = Arc::new(InMemoryOutboxStore::new());
+    let inner = Outbox::new(InMemoryOutboxStore::new());
     let store = Arc::new(FaultyStore::new(inner.clone()));
     let handler = ScenarioHandler::default();
     let stats_interval = Duration::from_millis(200);
@@ -314,13 +315,13 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
 }
 
 /// Enqueues a message of `lane` whose payload tells the handler what to do.
-async fn send(store: &InMemoryOutboxStore, lane: (&str, &str), action: &str) -> Uuid {
+async fn send(store: &Outbox, lane: (&str, &str), action: &str) -> Uuid {
     let draft =
         OutboxMessageDraft::new(lane.0, lane.1, json!({ "do": action })).expect("valid draft");
     enqueue(store, draft).await
 }
 
-async fn enqueue(store: &InMemoryOutboxStore, draft: OutboxMessageDraft) -> Uuid {
+async fn enqueue(store: &Outbox, draft: OutboxMessageDraft) -> Uuid {
     store
         .enqueue(draft)
         .await
