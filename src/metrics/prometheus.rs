@@ -257,6 +257,14 @@ mod tests {
             let lane = LaneMetrics::new("orders", "webhook");
             lane.claimed(3);
             lane.delivered(Duration::from_micros(300), Duration::from_secs(400));
+            crate::store::StoreHook::finished(
+                &StoreMetrics,
+                &crate::store::StoreCall {
+                    op: crate::store::StoreOp::Claim,
+                    duration: Duration::from_micros(80),
+                    outcome: crate::store::CallOutcome::Done,
+                },
+            );
         });
         let text = handle.render();
         let bucket = |name: &str, le: &str| {
@@ -266,6 +274,9 @@ mod tests {
             bucket(DELIVERY_DURATION_SECONDS, "0.0005"),
             bucket(END_TO_END_LATENCY_SECONDS, "600"),
             bucket(CLAIM_BATCH_SIZE, "4"),
+            format!("{STORE_CALL_DURATION_SECONDS}_bucket{{op=\"claim\",le=\"0.0001\"}} 1"),
+            format!("{STORE_CALL_DURATION_SECONDS}_bucket{{op=\"claim\",le=\"10\"}} 1"),
+            format!("# TYPE {STORE_CALL_DURATION_SECONDS} histogram"),
             format!("# TYPE {DELIVERY_DURATION_SECONDS} histogram"),
             format!("# TYPE {END_TO_END_LATENCY_SECONDS} histogram"),
             format!("# TYPE {CLAIM_BATCH_SIZE} histogram"),
@@ -275,6 +286,22 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
         }
+        // The store call histogram has exactly its 16 bounds (and +Inf) in the exporter.
+        let bounds: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("outbox_store_call_duration_seconds_bucket{op=\"claim\",le=\"")
+            })
+            .filter_map(|l| l.split('"').next())
+            .collect();
+        assert_eq!(
+            bounds,
+            [
+                "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+                "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"
+            ],
+            "{text}"
+        );
         for metric in ALL {
             assert!(
                 text.contains(&format!("# TYPE {} ", metric.name)),
