@@ -223,8 +223,13 @@ impl Outbox {
     /// Claims up to `limit` claimable messages of one (lane, target). See the
     /// [module docs](super).
     pub async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        self.timed(StoreOp::Claim, self.backend.claim(request))
-            .await
+        let started = Instant::now();
+        let answer = self.backend.claim(request).await;
+        match &answer {
+            Ok(batch) => self.report(StoreOp::Claim, started, CallOutcome::Claimed(batch)),
+            Err(error) => self.report(StoreOp::Claim, started, CallOutcome::Failed(error)),
+        }
+        answer
     }
 
     /// Marks claims delivered. One answer per claim, in order.
