@@ -95,7 +95,6 @@ use std::time::Duration;
 use uuid::Uuid;
 
 pub use admin::{LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest};
-pub(crate) use backend::single;
 pub use backend::{Capabilities, OutboxBackend};
 pub use enqueue::{DraftBatch, PreClaim};
 pub use error::StoreError;

@@ -109,9 +109,9 @@ fn draft(lane: &str, value: i64) -> OutboxMessageDraft {
 async fn count_rows(store: &Outbox) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM {}",
-        pg(&store).messages_table()
+        pg(store).messages_table()
     )))
-    .fetch_one(pg(&store).pool())
+    .fetch_one(pg(store).pool())
     .await
     .expect("count")
 }

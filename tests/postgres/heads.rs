@@ -97,7 +97,7 @@ async fn drain_rest(store: &Outbox, mut delivered: usize, total: usize, context:
 
 /// Keys with live rows whose lowest live row is not marked: each one is stuck.
 async fn headless_keys(store: &Outbox) -> Vec<String> {
-    let t = crate::pg(&store).messages_table();
+    let t = crate::pg(store).messages_table();
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT DISTINCT ON (ordering_key) ordering_key FROM (
             SELECT DISTINCT ON (ordering_key) ordering_key, key_head FROM {t}
@@ -105,7 +105,7 @@ async fn headless_keys(store: &Outbox) -> Vec<String> {
             ORDER BY ordering_key, seq) h
          WHERE NOT key_head"
     )))
-    .fetch_all(crate::pg(&store).pool())
+    .fetch_all(crate::pg(store).pool())
     .await
     .expect("headless keys")
 }
@@ -340,13 +340,13 @@ async fn acking_part_of_a_run_hands_out_its_successor_only_after_the_rest() {
 
 /// Pending rows of key `key` marked a head, by value.
 async fn marked(store: &Outbox, key: &str) -> Vec<i64> {
-    let t = crate::pg(&store).messages_table();
+    let t = crate::pg(store).messages_table();
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT (payload->>'value')::int8 FROM {t}
          WHERE ordering_key = $1 AND status = 'pending' AND key_head ORDER BY seq"
     )))
     .bind(key)
-    .fetch_all(crate::pg(&store).pool())
+    .fetch_all(crate::pg(store).pool())
     .await
     .expect("marked rows")
 }
@@ -355,8 +355,8 @@ async fn marked(store: &Outbox, key: &str) -> Vec<i64> {
 /// neither seeing the other, and commit (the first one first, if `in_order`): both rows are
 /// marked heads.
 async fn race_on_a_new_key(store: &Outbox, in_order: bool) {
-    let mut first = crate::pg(&store).pool().begin().await.expect("begin");
-    let mut second = crate::pg(&store).pool().begin().await.expect("begin");
+    let mut first = crate::pg(store).pool().begin().await.expect("begin");
+    let mut second = crate::pg(store).pool().begin().await.expect("begin");
     store
         .enqueue_in_tx(&mut first, keyed("k", 1))
         .await

@@ -42,7 +42,7 @@ pub(super) enum Keys {
 /// attempt used) and key `k2`'s head is dead-lettered (its successor marked, as ack's
 /// `promote_heads` leaves it), so under Block `k2` is blocked.
 pub(super) async fn fill(store: &Outbox, rows: i64, keys: Keys) {
-    let t = crate::pg(&store).messages_table();
+    let t = crate::pg(store).messages_table();
     let (key, head) = match keys {
         Keys::None => ("NULL", "true"),
         Keys::Thousand => ("'k' || (i % 1000)", "i <= 1000"),
@@ -59,7 +59,7 @@ pub(super) async fn fill(store: &Outbox, rows: i64, keys: Keys) {
         Keys::Hot => rows + 1_000,
         _ => rows,
     };
-    let mut tx = crate::pg(&store).pool().begin().await.expect("begin");
+    let mut tx = crate::pg(store).pool().begin().await.expect("begin");
     sqlx::query("SET LOCAL session_replication_role = replica")
         .execute(&mut *tx)
         .await
@@ -108,9 +108,9 @@ async fn claims_elsewhere(store: &Outbox) {
                 now(), 'elsewhere', gen_random_uuid(), now() + interval '1 hour', now(), now(),
                 true
          FROM generate_series(1, 1000) AS i",
-        crate::pg(&store).messages_table()
+        crate::pg(store).messages_table()
     )))
-    .execute(crate::pg(&store).pool())
+    .execute(crate::pg(store).pool())
     .await
     .expect("claims in flight elsewhere");
 }
@@ -209,7 +209,7 @@ async fn check_all(store: &Outbox, label: &str) {
     for ordering in [OrderingPolicy::Skip, OrderingPolicy::Block] {
         for run in [1, RUN] {
             let request = claim_request(ordering).with_key_run(run);
-            let plan = crate::pg(&store)
+            let plan = crate::pg(store)
                 .explain(&Explained::Claim(request.clone()))
                 .await
                 .expect("explain claim");
@@ -218,7 +218,7 @@ async fn check_all(store: &Outbox, label: &str) {
                 &plan,
                 true,
             );
-            let plan = crate::pg(&store)
+            let plan = crate::pg(store)
                 .explain(&Explained::FastClaim(request))
                 .await
                 .expect("explain the one-statement claim");
@@ -228,7 +228,7 @@ async fn check_all(store: &Outbox, label: &str) {
                 true,
             );
         }
-        let plan = crate::pg(&store)
+        let plan = crate::pg(store)
             .explain(&Explained::NextDue {
                 lane: "l".into(),
                 target: "sink".into(),
@@ -242,7 +242,7 @@ async fn check_all(store: &Outbox, label: &str) {
     // narrow partial indexes when that is cheaper (here every row is pending, so the
     // planner may as well read the table): they are left out. The oldest due pending
     // message and the blocked keys are pinned like the claim.
-    let plan = crate::pg(&store)
+    let plan = crate::pg(store)
         .explain(&Explained::LaneStats {
             lane: "l".into(),
             target: "sink".into(),

@@ -224,7 +224,7 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
             "SELECT version FROM \"{}\".outbox_migrations ORDER BY version",
             schema.0
         );
-        let pool = crate::pg(&store).pool().clone();
+        let pool = crate::pg(store).pool().clone();
         async move {
             sqlx::query_scalar::<_, i32>(sqlx::AssertSqlSafe(query))
                 .fetch_all(&pool)

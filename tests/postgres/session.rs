@@ -155,12 +155,12 @@ async fn migration_3_turns_jsonb_payloads_into_json_text() {
 
 /// The number of vacuums PostgreSQL counted for the store's messages table.
 async fn vacuums(store: &Outbox) -> i64 {
-    let table = crate::pg(&store).messages_table().to_owned();
+    let table = crate::pg(store).messages_table().to_owned();
     sqlx::query_scalar(
         "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::text::regclass",
     )
     .bind(table)
-    .fetch_one(crate::pg(&store).pool())
+    .fetch_one(crate::pg(store).pool())
     .await
     .expect("vacuum_count")
 }

@@ -72,7 +72,7 @@ impl SqliteOutboxTx<'_> {
     /// Enqueues one message inside the transaction (validated first; dedupe as in
     /// [`Outbox::enqueue`]).
     pub async fn enqueue(&mut self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
-        crate::store::single(self.enqueue_many(vec![draft]).await?)
+        crate::store::backend::single(self.enqueue_many(vec![draft]).await?)
     }
 
     /// Enqueues many messages inside the transaction. An invalid draft or a dedupe conflict
