@@ -151,8 +151,8 @@ pub struct LaneConfig {
     /// A target's Retry-After (`DeliveryError::RetryAfter`) holds the whole lane's claims
     /// until then (capped at `retry.max`), not only that message's retry.
     pub retry_after_holds_lane: bool,
-    /// Take what this process enqueues for the lane through the store object the relay runs
-    /// on, without a claim: while the lane is idle, an enqueue of a message without an
+    /// Take what this process enqueues for the lane through the outbox the relay runs on
+    /// (or a clone of it), without a claim: while the lane is idle, an enqueue of a message without an
     /// ordering key or delay writes it claimed by the lane and hands it over after its
     /// commit (no NOTIFY, no claim statement; see [`crate::store::hand_off`]). Only stores
     /// that offer it ([`Outbox::hand_off`](crate::store::Outbox::hand_off):

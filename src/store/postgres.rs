@@ -203,7 +203,7 @@ impl PostgresOutboxStore {
         schema::latest_version()
     }
 
-    /// The pool, e.g. to begin the transaction passed to [`Self::enqueue_in_tx`].
+    /// The pool, e.g. to begin the transaction passed to `Outbox::enqueue_in_tx`.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }

@@ -21,7 +21,7 @@
 //! # Durability
 //!
 //! A message is as durable as its enqueue: enqueues (and a caller's own transaction,
-//! [`SqliteOutboxStore::begin`]) commit with `synchronous = FULL`, so a message whose
+//! [`Outbox::begin`](crate::store::Outbox::begin)) commit with `synchronous = FULL`, so a message whose
 //! enqueue returned survives a power cut, not just a process crash. Operators' requeue,
 //! discard and purge commit the same way.
 //!
