@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::relay::{RelayBuilder, RelayEvent, RelayHandle};
 use outbox_relay::store::{ClaimRequest, TokioClock};
 use outbox_relay::{
@@ -131,6 +132,7 @@ async fn wait_for(
 
 fn memory() -> Outbox {
     Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
+        .with_hook(StoreMetrics)
 }
 
 #[tokio::test(start_paused = true)]
