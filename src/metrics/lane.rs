@@ -36,7 +36,9 @@ use crate::store::LaneStats;
 ///
 /// ```
 /// use std::time::Duration;
-/// use outbox_relay::metrics::{FailureKind, LaneMetrics, LaneState};
+/// use outbox_relay::delivery::FailureKind;
+/// use outbox_relay::metrics::LaneMetrics;
+/// use outbox_relay::relay::LaneState;
 ///
 /// let metrics = LaneMetrics::new("orders", "webhook");
 /// metrics.lane_state(LaneState::Running);
