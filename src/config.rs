@@ -154,11 +154,11 @@ pub struct LaneConfig {
     /// A target's Retry-After (`DeliveryError::RetryAfter`) holds the whole lane's claims
     /// until then (capped at `retry.max`), not only that message's retry.
     pub retry_after_holds_lane: bool,
-    /// Take what this process enqueues for the lane through the store object the relay runs
-    /// on, without a claim: while the lane is idle, an enqueue of a message without an
+    /// Take what this process enqueues for the lane through the outbox the relay runs on
+    /// (or a clone of it), without a claim: while the lane is idle, an enqueue of a message without an
     /// ordering key or delay writes it claimed by the lane and hands it over after its
     /// commit (no NOTIFY, no claim statement; see [`crate::store::hand_off`]). Only stores
-    /// that offer it ([`OutboxStore::hand_off`](crate::store::OutboxStore::hand_off):
+    /// that offer it ([`Outbox::hand_off`](crate::store::Outbox::hand_off):
     /// PostgreSQL; elsewhere the lane claims as without it); not on a lane with a rate
     /// limit, nor while its breaker is not closed. What changes for the caller: such an
     /// enqueue answers the row as written, claimed by the lane (`status` claimed, first

@@ -21,12 +21,12 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::message::ValidationError;
+use crate::metrics::StoreMetrics;
 use crate::store::slow_log::{SlowCallLog, DEFAULT_SLOW_CALL_THRESHOLD};
-use crate::store::{OutboxStore, StoreError};
+use crate::store::{Outbox, StoreError};
 
 use crate::redact::redact;
 
@@ -284,25 +284,19 @@ pub enum OpenError {
 
 /// Opens the store `url` names, with its schema brought up to date (or, with
 /// [`CreateMode::MustExist`], checked to be). The store logs a call slower than
-/// [`DEFAULT_SLOW_CALL_THRESHOLD`] by its name and duration ([`SlowCallLog`]).
-pub async fn open_store(
-    url: &DatabaseUrl,
-    options: &StoreOptions,
-) -> Result<Arc<dyn OutboxStore>, OpenError> {
+/// [`DEFAULT_SLOW_CALL_THRESHOLD`] by its name and duration ([`SlowCallLog`]) and records
+/// the store metrics ([`StoreMetrics`]).
+pub async fn open_store(url: &DatabaseUrl, options: &StoreOptions) -> Result<Outbox, OpenError> {
     let store = match url {
         DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await?,
         DatabaseUrl::Postgres { url: raw } => postgres::open(url, raw, options).await?,
     };
-    Ok(Arc::new(SlowCallLog::new(
-        store,
-        DEFAULT_SLOW_CALL_THRESHOLD,
-    )))
+    Ok(store
+        .with_hook(SlowCallLog::new(DEFAULT_SLOW_CALL_THRESHOLD))
+        .with_hook(StoreMetrics))
 }
 
-async fn open_sqlite(
-    path: &Path,
-    options: &StoreOptions,
-) -> Result<Arc<dyn OutboxStore>, OpenError> {
+async fn open_sqlite(path: &Path, options: &StoreOptions) -> Result<Outbox, OpenError> {
     if options.schema.is_some() {
         return Err(OpenError::Invalid(ValidationError::new(
             "schema",
@@ -345,7 +339,7 @@ async fn open_sqlite(
                 })
             }
         };
-        Ok(Arc::new(store))
+        Ok(Outbox::new(store))
     }
     #[cfg(not(feature = "sqlite"))]
     {

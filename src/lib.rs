@@ -7,15 +7,14 @@
 //! ## Example
 //!
 //! A handler, a store, a relay with one lane; enqueue a message and see it delivered.
-//! (A service enqueues inside its own transaction: `PostgresOutboxStore::enqueue_in_tx`,
-//! or `SqliteOutboxStore::begin`.)
+//! (A service enqueues inside its own transaction: `Outbox::enqueue_in_tx` on PostgreSQL,
+//! or `Outbox::begin` on SQLite.)
 //!
 //! ```
-//! use std::sync::Arc;
 //! use std::time::Duration;
 //! use outbox_relay::{
 //!     async_trait, DeliveryError, DeliveryHandler, InMemoryOutboxStore, LaneConfig,
-//!     OutboxMessage, OutboxMessageDraft, OutboxRelay, OutboxStore,
+//!     OutboxMessage, OutboxMessageDraft, OutboxRelay, Outbox,
 //! };
 //! use tokio::sync::mpsc;
 //!
@@ -32,7 +31,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Arc::new(InMemoryOutboxStore::new());
+//! let store = Outbox::new(InMemoryOutboxStore::new()).with_hook(outbox_relay::metrics::StoreMetrics);
 //! let (delivered, mut seen) = mpsc::unbounded_channel();
 //! let relay = OutboxRelay::builder(store.clone())
 //!     .lane(LaneConfig::new("orders", "billing"), Billing(delivered))
@@ -59,7 +58,7 @@
 //! | `nats-sink` | no | `sinks::nats`: NATS JetStream (adds `async-nats`) |
 //! | `rabbitmq-sink` | no | `sinks::rabbitmq`: AMQP 0.9.1 with publisher confirms (adds `lapin`) |
 //! | `redis-sink` | no | `sinks::redis`: Redis Streams (adds `redis`) |
-//! | `testing` | no | `testing`: the store conformance suite for your own `OutboxStore` |
+//! | `testing` | no | `testing`: the store conformance suite for your own `OutboxBackend` |
 //! | `otel` | no | W3C trace context: `enqueue` writes the caller's into the headers, the delivery span takes it as parent (adds `opentelemetry`) |
 //! | `otlp` | no | `otel`, plus the binary's OTLP/HTTP export when an endpoint is configured |
 //! | `cli` | no | the `outbox-relay` binary (every feature above but `testing`, plus `clap` and `tracing-subscriber`) |
@@ -80,16 +79,20 @@
 //!   (a claim's message and fencing token); `message/validation.rs`: the rules a draft
 //!   must pass, `DraftLimits` and `ValidationError` (the crate's one "field + reason" error);
 //!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
-//! - [`store`]: the `OutboxStore` contract and the state machine of a row (its provided
-//!   methods validate, plan dedupe within a batch (`store/enqueue.rs`) and record the store
-//!   metrics, so no backend does); `store/error.rs`:
+//! - [`store`]: the state machine of a row, `StoreOp` (`store/op.rs`, the one name of a
+//!   store operation) and the request and answer types; `store/backend.rs`: the
+//!   `OutboxBackend` trait, the primitives a backend implements, and its `Capabilities`;
+//!   `store/outbox.rs`: `Outbox`, the one store type everybody holds, which validates,
+//!   plans dedupe within a batch (`store/enqueue.rs`), captures trace context, keeps the
+//!   hand-off (`store/hand_off.rs`) and reports every call to its `StoreHook`s
+//!   (`store/hook.rs`), so no backend does; `store/error.rs`:
 //!   `StoreError` (the operation and the driver's error as its source, `sqlstate()`);
 //!   `store/unreadable.rs`: what a claim does with a row it cannot read back into a message
 //!   (dead-letters it alone, `ClaimBatch::unreadable`);
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
 //!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
-//!   it; [`store::slow_log`] wraps any of them to log a slow call by its name and duration.
+//!   it; [`store::slow_log`] is the hook that logs a slow call by its name and duration.
 //! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
 //!   millisecond: `SystemTime` both ways, RFC 3339 in `Display` and JSON, saturating
 //!   arithmetic with `Duration`), and the clocks a store reads (`Clock`, `SystemClock`,
@@ -127,7 +130,8 @@
 //! - `simulate` (feature `simulate`, in `cli`): one lane's real settings against a stated
 //!   load and target on that simulation, for `outbox-relay simulate`.
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
-//!   `FailureKind` and `LaneState`, and `StoreOp`), `describe()`, `LaneMetrics` (the
+//!   `FailureKind`, `LaneState`, `BreakerState`, `GateKind` and `StoreOp`), `describe()`,
+//!   `StoreMetrics` (the store hook that records the store's metrics), `LaneMetrics` (the
 //!   relay's recording helpers, with `StoreCallTimer` for store call durations),
 //!   `metrics::process` (`outbox_build_info` and the `process_*` catalogue; `build.rs`
 //!   stamps the git commit) and, with feature `prometheus`, the exporter install and
@@ -214,7 +218,7 @@ pub mod store;
 pub mod testing;
 pub mod time;
 
-/// The attribute that implements [`DeliveryHandler`] (and [`OutboxStore`]), re-exported so a
+/// The attribute that implements [`DeliveryHandler`] (and [`OutboxBackend`]), re-exported so a
 /// service needs no `async-trait` line of its own.
 pub use async_trait::async_trait;
 /// The sqlx this crate is built on (0.9), for the pools and transactions a service enqueues
@@ -236,7 +240,7 @@ pub use store::postgres::PostgresOutboxStore;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use store::sqlite::SqliteOutboxStore;
-pub use store::{OrderingPolicy, OutboxStore, StoreError};
+pub use store::{OrderingPolicy, Outbox, OutboxBackend, StoreError};
 
 /// The README's examples, compiled as doc-tests so the front door stays true.
 #[cfg(all(

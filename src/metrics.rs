@@ -7,9 +7,9 @@
 //! embeds the relay may install any recorder it already uses.
 //!
 //! Every metric of a lane carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few
-//! add one label from a small fixed set ([`FailureKind`], [`StoreOp`], [`LaneState`]). No
-//! label ever holds a message id, an ordering key or any other unbounded value, so the
-//! number of series stays (lanes × targets × a constant).
+//! add one label from a small fixed set ([`FailureKind`], [`StoreOp`](crate::store::StoreOp),
+//! [`LaneState`]). No label ever holds a message id, an ordering key or any other unbounded
+//! value, so the number of series stays (lanes × targets × a constant).
 //!
 //! [`ALL`] lists every metric of a lane with its kind, unit, help text and labels;
 //! [`describe`] registers those descriptions with the current recorder, and the dashboard
@@ -44,9 +44,10 @@ mod prometheus;
 
 pub use lane::{LaneMetrics, StoreCallTimer};
 pub use process::{record_build_info, BUILD_INFO, PROCESS};
-// The label values that are domain types live with their domain; their old paths stay.
-pub use crate::delivery::FailureKind;
-pub use crate::relay::LaneState;
+
+use crate::delivery::FailureKind;
+use crate::relay::{BreakerState, GateKind, LaneState};
+use crate::store::{CallOutcome, Enqueued, StoreCall, StoreHook};
 /// What [`install_prometheus_exporter`] returns: renders the metrics on demand
 /// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
 #[cfg(feature = "prometheus")]
@@ -139,7 +140,8 @@ pub const LABEL_LANE: &str = "lane";
 pub const LABEL_TARGET: &str = "target";
 /// Label of [`DELIVERY_FAILURES_TOTAL`]: a [`FailureKind`].
 pub const LABEL_KIND: &str = "kind";
-/// Label of [`STORE_ERRORS_TOTAL`] and [`STORE_CALL_DURATION_SECONDS`]: a [`StoreOp`].
+/// Label of [`STORE_ERRORS_TOTAL`] and [`STORE_CALL_DURATION_SECONDS`]: a
+/// [`StoreOp`](crate::store::StoreOp).
 pub const LABEL_OP: &str = "op";
 /// Label of [`LANE_STATE`] (a [`LaneState`]) and [`BREAKER_STATE`] (a [`BreakerState`]).
 pub const LABEL_STATE: &str = "state";
@@ -294,61 +296,30 @@ pub fn describe() {
 
 // ---- Label values ---------------------------------------------------------------------
 
-crate::named::label_values! {
-    /// The store call that failed: the value of [`LABEL_OP`].
-    pub enum StoreOp {
-        /// `enqueue` or `enqueue_many`.
-        Enqueue => "enqueue",
-        /// `claim`.
-        Claim => "claim",
-        /// `ack`.
-        Ack => "ack",
-        /// `nack`.
-        Nack => "nack",
-        /// `extend_lease`.
-        ExtendLease => "extend_lease",
-        /// `release`.
-        Release => "release",
-        /// `next_due`.
-        NextDue => "next_due",
-        /// `stats`.
-        Stats => "stats",
-    }
-}
+/// The [`StoreHook`] that records the store's metrics: `outbox_enqueued_total` and
+/// `outbox_requeued_total` per lane and target. (The lanes time their own store calls,
+/// [`STORE_CALL_DURATION_SECONDS`], with their lane and target.) Add it to every [`Outbox`](crate::Outbox) whose writes should be counted
+/// (`Outbox::new(backend).with_hook(StoreMetrics)`); the binary's outboxes have it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreMetrics;
 
-crate::named::label_values! {
-    /// A circuit breaker's state: the value of [`LABEL_STATE`] on [`BREAKER_STATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum BreakerState {
-        /// The target answers: claims go on.
-        Closed => "closed",
-        /// The target kept failing: no claims until the cool-down ends.
-        Open => "open",
-        /// The cool-down ended: one probe message is out; its outcome closes or re-opens.
-        HalfOpen => "half_open",
-    }
-}
-
-crate::named::label_values! {
-    /// The claim gate that held a lane back: the value of [`LABEL_GATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum GateKind {
-        /// The rate limit's tokens ran out.
-        RateLimit => "rate_limit",
-        /// The circuit breaker is open or waits for its probe.
-        Breaker => "breaker",
-        /// A target's Retry-After holds the lane.
-        RetryAfter => "retry_after",
+impl StoreHook for StoreMetrics {
+    fn finished(&self, call: &StoreCall<'_>) {
+        match call.outcome {
+            CallOutcome::Enqueued(answers) => record_enqueued(answers),
+            CallOutcome::Requeued(lanes) => record_requeued(lanes.iter().flat_map(|lane| {
+                let n = usize::try_from(lane.count).unwrap_or(usize::MAX);
+                std::iter::repeat_n((lane.lane.as_str(), lane.target.as_str()), n)
+            })),
+            _ => {}
+        }
     }
 }
 
 /// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
-/// and target. The `OutboxStore` trait's provided `enqueue_many` calls it once the
-/// backend's write returned, and so do the stores' transaction APIs (`SqliteOutboxTx` at
-/// commit, PostgreSQL's `enqueue_in_tx` after the write): a backend never does.
-pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
+/// and target. [`StoreMetrics`] calls it for every enqueue through an `Outbox`, the
+/// transactions a caller holds included.
+pub fn record_enqueued(enqueued: &[Enqueued]) {
     count_per_lane(
         ENQUEUED_TOTAL,
         enqueued
@@ -359,8 +330,8 @@ pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
 }
 
 /// Counts dead letters an operator moved back to pending into `outbox_requeued_total`,
-/// one `(lane, target)` per requeued message. The `OutboxStore` trait's provided
-/// `requeue_dead_letters` calls it once the backend's requeue committed. (A retry after a
+/// one `(lane, target)` per requeued message. [`StoreMetrics`] calls it once a requeue
+/// through an `Outbox` committed. (A retry after a
 /// failed delivery is not a requeue: `outbox_delivery_failures_total` counts those.)
 pub fn record_requeued<'a>(requeued: impl IntoIterator<Item = (&'a str, &'a str)>) {
     count_per_lane(REQUEUED_TOTAL, requeued);
@@ -396,6 +367,7 @@ fn count_per_lane<'a>(name: &'static str, lanes: impl IntoIterator<Item = (&'a s
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreOp;
     use std::collections::HashSet;
 
     #[test]

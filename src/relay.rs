@@ -26,9 +26,9 @@ use tokio::sync::broadcast;
 use crate::config::{ConfigError, LaneConfig, SupervisorConfig};
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
-use crate::store::OutboxStore;
+use crate::store::Outbox;
 
-pub use crate::metrics::BreakerState;
+pub use lane::core::gate::{BreakerState, GateKind};
 
 mod event;
 pub(crate) mod handler;
@@ -206,18 +206,19 @@ pub enum RelayError {
 pub struct OutboxRelay;
 
 impl OutboxRelay {
-    /// A builder for a relay over `store`.
+    /// A builder for a relay over `store`: an [`Outbox`] (hand it a clone of the one the
+    /// service enqueues through, so its lanes can take what is enqueued without a claim), or
+    /// an `Arc` of a backend (a new outbox over it, without hooks).
     ///
     /// ```no_run
-    /// # use std::sync::Arc;
-    /// # use outbox_relay::{OutboxRelay, LaneConfig, InMemoryOutboxStore, DeliveryHandler, DeliveryError, OutboxMessage};
+    /// # use outbox_relay::{OutboxRelay, LaneConfig, InMemoryOutboxStore, DeliveryHandler, DeliveryError, OutboxMessage, Outbox};
     /// # struct Billing;
     /// # #[async_trait::async_trait]
     /// # impl DeliveryHandler for Billing {
     /// #     async fn deliver(&self, _m: &OutboxMessage) -> Result<(), DeliveryError> { Ok(()) }
     /// # }
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = Arc::new(InMemoryOutboxStore::new());
+    /// let store = Outbox::new(InMemoryOutboxStore::new());
     /// let relay = OutboxRelay::builder(store)
     ///     .lane(LaneConfig::new("orders", "billing").concurrency(16), Billing)
     ///     .start()
@@ -227,9 +228,9 @@ impl OutboxRelay {
     /// println!("released {} claims", report.released());
     /// # Ok(()) }
     /// ```
-    pub fn builder(store: Arc<dyn OutboxStore>) -> RelayBuilder {
+    pub fn builder(store: impl Into<Outbox>) -> RelayBuilder {
         RelayBuilder {
-            store,
+            store: store.into(),
             lanes: Vec::new(),
             supervisor: SupervisorConfig::default(),
             events: broadcast::channel(DEFAULT_EVENT_CAPACITY).0,
@@ -239,7 +240,7 @@ impl OutboxRelay {
 
 /// Collects lanes and settings, then starts the supervisor.
 pub struct RelayBuilder {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
     supervisor: SupervisorConfig,
     events: broadcast::Sender<RelayEvent>,

@@ -10,7 +10,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use outbox_relay::metrics::{BreakerState, LaneState, MetricKind, ALL, PROCESS};
+use outbox_relay::metrics::{MetricKind, ALL, PROCESS};
+use outbox_relay::relay::{BreakerState, LaneState};
 use serde_json::Value;
 
 #[path = "support/dashboard.rs"]

@@ -14,7 +14,7 @@ use std::process::Command;
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::ClaimRequest;
-use outbox_relay::{OutboxMessageDraft, OutboxStore};
+use outbox_relay::{Outbox, OutboxMessageDraft};
 use sqlx::postgres::PgPoolOptions;
 
 fn database_url() -> String {
@@ -212,6 +212,7 @@ async fn psql_running_the_files_gives_the_relays_schema() {
         .await
         .unwrap();
     assert_eq!(store.schema_version().await.unwrap(), Some(latest));
+    let store = Outbox::new(store);
     let draft = OutboxMessageDraft::new("l", "t", serde_json::json!({"n": 1})).unwrap();
     store.enqueue(draft).await.unwrap();
     let claimed = store
@@ -280,7 +281,7 @@ async fn sqlite3_running_the_files_gives_the_stores_schema() {
     assert!(dba.contains("outbox_key_live"), "{dba}");
     assert_eq!(dba, store_schema);
 
-    let store = SqliteOutboxStore::open(&by_dba).await.unwrap();
+    let store = Outbox::new(SqliteOutboxStore::open(&by_dba).await.unwrap());
     let draft = OutboxMessageDraft::new("l", "t", serde_json::json!({"n": 1})).unwrap();
     store.enqueue(draft).await.unwrap();
     let claimed = store

@@ -13,15 +13,13 @@
 
 use std::collections::HashMap;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::message::DraftLimits;
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::StoreError;
 use outbox_relay::{
-    handler_fn, DeliveryError, LaneConfig, OutboxMessage, OutboxMessageDraft, OutboxRelay,
-    OutboxStore,
+    handler_fn, DeliveryError, LaneConfig, Outbox, OutboxMessage, OutboxMessageDraft, OutboxRelay,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -86,7 +84,7 @@ fn rust_error(case: &str, existing: Uuid) -> String {
 async fn a_python_service_enqueues_in_its_own_transactions_and_only_commits_are_delivered() {
     let schema = format!("t_{}", Uuid::new_v4().simple());
     let config = PostgresConfig::default().schema(schema.clone());
-    let store = Arc::new(
+    let store = Outbox::new(
         PostgresOutboxStore::connect_with(&database_url(), config)
             .await
             .expect("PostgreSQL at OUTBOX_TEST_DATABASE_URL"),
@@ -180,7 +178,7 @@ fn keyed_values(delivered: &[OutboxMessage]) -> Vec<i64> {
 /// Runs a relay on lane orders/billing until it delivered `count` messages; what it
 /// delivered, in delivery order. Fails when it delivers more (the rolled back, the delayed)
 /// before it shuts down.
-async fn deliver(store: Arc<dyn OutboxStore>, count: usize) -> Vec<OutboxMessage> {
+async fn deliver(store: Outbox, count: usize) -> Vec<OutboxMessage> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let relay = OutboxRelay::builder(store)
         .lane(
@@ -226,7 +224,7 @@ async fn a_python_service_inserts_into_the_sqlite_view_and_only_commits_are_deli
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("outbox.db");
-    let store = Arc::new(SqliteOutboxStore::open(&path).await.unwrap());
+    let store = Outbox::new(SqliteOutboxStore::open(&path).await.unwrap());
     let report = run_python_service("sqlite_service.py", &[path.to_str().unwrap(), ""]);
 
     let errors: HashMap<String, Value> = serde_json::from_value(report["errors"].clone()).unwrap();

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::relay::{RelayBuilder, RelayEvent, RelayHandle};
 use outbox_relay::store::{ClaimRequest, TokioClock};
 use outbox_relay::{
-    DeliveryError, InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore,
+    DeliveryError, InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay,
     RetryPolicy,
 };
 use serde_json::json;
@@ -138,8 +139,9 @@ async fn wait_for(
     .expect("the awaited event");
 }
 
-fn memory() -> Arc<InMemoryOutboxStore> {
-    Arc::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
+fn memory() -> Outbox {
+    Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
+        .with_hook(StoreMetrics)
 }
 
 #[tokio::test(start_paused = true)]

@@ -234,7 +234,7 @@ pub(super) async fn open(
     url: &DatabaseUrl,
     raw: &str,
     options: &StoreOptions,
-) -> Result<std::sync::Arc<dyn crate::store::OutboxStore>, OpenError> {
+) -> Result<crate::store::Outbox, OpenError> {
     use crate::store::postgres::PostgresOutboxStore;
 
     let location = location(url, &config(options)?);
@@ -262,7 +262,7 @@ pub(super) async fn open(
             }
         }
     }
-    Ok(std::sync::Arc::new(store))
+    Ok(crate::store::Outbox::new(store))
 }
 
 /// Without the `postgres` feature there is no store to open.
@@ -271,7 +271,7 @@ pub(super) async fn open(
     _url: &super::DatabaseUrl,
     _raw: &str,
     _options: &super::StoreOptions,
-) -> Result<std::sync::Arc<dyn crate::store::OutboxStore>, super::OpenError> {
+) -> Result<crate::store::Outbox, super::OpenError> {
     Err(super::OpenError::Unsupported("postgres"))
 }
 

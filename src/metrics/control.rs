@@ -239,7 +239,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{InMemoryOutboxStore, LaneConfig, OutboxRelay};
+    use crate::{InMemoryOutboxStore, LaneConfig, Outbox, OutboxRelay};
 
     struct Idle;
 
@@ -266,7 +266,7 @@ mod tests {
             .await;
         assert_eq!(status, 503, "{body}");
 
-        let relay = OutboxRelay::builder(std::sync::Arc::new(InMemoryOutboxStore::new()))
+        let relay = OutboxRelay::builder(Outbox::new(InMemoryOutboxStore::new()))
             .lane(LaneConfig::new("orders", "audit"), Idle)
             .start()
             .await
@@ -335,7 +335,7 @@ mod tests {
     #[tokio::test]
     async fn without_a_token_the_control_routes_are_off() {
         let control = LaneControl::new();
-        let relay = OutboxRelay::builder(std::sync::Arc::new(InMemoryOutboxStore::new()))
+        let relay = OutboxRelay::builder(Outbox::new(InMemoryOutboxStore::new()))
             .lane(LaneConfig::new("orders", "audit"), Idle)
             .start()
             .await

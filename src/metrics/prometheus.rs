@@ -268,7 +268,7 @@ mod tests {
             let lane = LaneMetrics::new("orders", "webhook");
             lane.claimed(3);
             lane.delivered(Duration::from_micros(300), Duration::from_secs(400));
-            lane.store_call(StoreOp::Ack, Duration::from_micros(80));
+            lane.store_call(crate::store::StoreOp::Ack, Duration::from_micros(80));
         });
         let text = handle.render();
         let bucket = |name: &str, le: &str| {
@@ -289,6 +289,22 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
         }
+        // The store call histogram has exactly its 16 bounds (and +Inf) in the exporter.
+        let bounds: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("outbox_store_call_duration_seconds_bucket{op=\"claim\",le=\"")
+            })
+            .filter_map(|l| l.split('"').next())
+            .collect();
+        assert_eq!(
+            bounds,
+            [
+                "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+                "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"
+            ],
+            "{text}"
+        );
         for metric in ALL {
             assert!(
                 text.contains(&format!("# TYPE {} ", metric.name)),

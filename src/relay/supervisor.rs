@@ -22,7 +22,7 @@ use crate::relay::{
     DrainReport, GateStatus, LaneCounters, LaneKey, LaneState, LaneStatus, RelayError, RelayEvent,
     ShutdownReport,
 };
-use crate::store::OutboxStore;
+use crate::store::Outbox;
 
 pub(crate) enum SupervisorMsg {
     AddLane(
@@ -60,7 +60,7 @@ fn release_reserve(timeout: Duration) -> Duration {
 }
 
 pub(crate) struct SupervisorArgs {
-    pub(crate) store: Arc<dyn OutboxStore>,
+    pub(crate) store: Outbox,
     pub(crate) config: SupervisorConfig,
     pub(crate) lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
     pub(crate) events: broadcast::Sender<RelayEvent>,
@@ -88,7 +88,7 @@ struct LaneEntry {
 }
 
 pub(crate) struct SupervisorState {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     config: SupervisorConfig,
     events: broadcast::Sender<RelayEvent>,
     lanes: BTreeMap<LaneKey, LaneEntry>,

@@ -1,6 +1,6 @@
 //! `PostgresOutboxStore`: the production store (feature `postgres`).
 //!
-//! - **In the caller's transaction.** [`PostgresOutboxStore::enqueue_in_tx`] writes the
+//! - **In the caller's transaction.** `Outbox::enqueue_in_tx` writes the
 //!   outbox row with the service's business rows: both commit or neither does.
 //! - **Many relays, one database.** A claim is one statement that commits at once,
 //!   `FOR UPDATE SKIP LOCKED`, and enforces per-key order itself, so relays in different
@@ -23,24 +23,25 @@
 //!   [`PostgresConfig::session_options`] to get the same.
 //! - **Wake-ups.** Enqueue, release and requeue notify on a channel named after the schema
 //!   and prefix; PostgreSQL coalesces them to one per transaction and lane. Each store
-//!   listens on a connection of its own and forwards them to [`OutboxStore::subscribe`].
-//! - **Local hand-off.** [`OutboxStore::hand_off`] answers this store object's registry
-//!   ([`crate::store::hand_off`]): an enqueue through it (`enqueue`, `enqueue_many`, not
-//!   [`PostgresOutboxStore::enqueue_in_tx`], whose commit is the caller's) writes a draft
-//!   without ordering key or delay claimed by an idle lane of a relay running on this same
-//!   object, when that lane has a credit, and hands it over after the commit, without a
-//!   NOTIFY. Its [`Enqueued`] answer then shows the message `claimed`.
+//!   listens on a connection of its own and forwards them to [`OutboxBackend::subscribe`].
+//! - **Local hand-off.** The store writes a draft with a pre-claim already claimed
+//!   ([`Capabilities::pre_claim`]), so an [`Outbox`](crate::store::Outbox) over it hands
+//!   what it enqueues (`enqueue`, `enqueue_many`, not `enqueue_in_tx`, whose commit is the
+//!   caller's) to an idle lane of a relay running on the same outbox, when that lane has a
+//!   credit ([`crate::store::hand_off`]), after the commit, without a NOTIFY. Its
+//!   [`Enqueued`] answer then shows the message `claimed`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use outbox_relay::store::postgres::PostgresOutboxStore;
-//! use outbox_relay::OutboxMessageDraft;
+//! use outbox_relay::{Outbox, OutboxMessageDraft};
 //!
 //! let store = PostgresOutboxStore::connect("postgres://app@localhost/app").await?;
 //! let mut tx = store.pool().begin().await?;
+//! let outbox = Outbox::new(store).with_hook(outbox_relay::metrics::StoreMetrics);
 //! // ... the service's own INSERTs and UPDATEs on `tx` ...
 //! let draft = OutboxMessageDraft::new("orders", "billing", serde_json::json!({"id": 7}))?;
-//! store.enqueue_in_tx(&mut tx, draft).await?;
+//! outbox.enqueue_in_tx(&mut tx, draft).await?;
 //! tx.commit().await?;
 //! # Ok(()) }
 //! ```
@@ -74,11 +75,11 @@ use uuid::Uuid;
 pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
 use crate::message::{DraftLimits, OutboxMessage, UnixMillis};
-use crate::store::hand_off::HandOff;
+use crate::store::StoreOp;
 use crate::store::{
-    duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, NextDue,
-    OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
+    duration_millis, AckAndClaim, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest,
+    Clock, DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, NextDue,
+    OrderingPolicy, OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
     WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{
@@ -125,8 +126,6 @@ pub struct PostgresOutboxStore {
     /// Whether the database has this build's cycle function (`cycle.rs`).
     cycle_ready: AtomicBool,
     wakeups: broadcast::Sender<WakeUp>,
-    /// The lanes of this process that take what it enqueues (`store::hand_off`).
-    hand_off: Arc<HandOff>,
     _listener: listener::ListenerGuard,
 }
 
@@ -143,7 +142,7 @@ impl PostgresOutboxStore {
         let pool = config::pool_options(config.acquire_timeout)
             .connect_with(config.connect_options(url)?)
             .await
-            .map_err(|e| db_error("connect", e))?;
+            .map_err(|e| db_error(StoreOp::Connect, e))?;
         let store = Self::new(pool, config).await?;
         store.migrate().await?;
         Ok(store)
@@ -184,7 +183,6 @@ impl PostgresOutboxStore {
             limits: config.limits,
             clock: config.clock,
             wakeups,
-            hand_off: Arc::default(),
             _listener: listener,
         })
     }
@@ -255,7 +253,7 @@ impl PostgresOutboxStore {
         Ok(schema::script(&names, timeouts, from, to))
     }
 
-    /// The pool, e.g. to begin the transaction passed to [`Self::enqueue_in_tx`].
+    /// The pool, e.g. to begin the transaction passed to `Outbox::enqueue_in_tx`.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -288,13 +286,13 @@ impl PostgresOutboxStore {
         &self.names.channel
     }
 
-    async fn begin(&self, op: &str) -> Result<Transaction<'static, Postgres>, StoreError> {
+    async fn begin(&self, op: StoreOp) -> Result<Transaction<'static, Postgres>, StoreError> {
         self.pool.begin().await.map_err(|e| db_error(op, e))
     }
 
     /// A transaction of the relay's own (claim, ack, nack): see
     /// [`PostgresConfig::synchronous_commit`].
-    async fn relay_begin(&self, op: &str) -> Result<Transaction<'static, Postgres>, StoreError> {
+    async fn relay_begin(&self, op: StoreOp) -> Result<Transaction<'static, Postgres>, StoreError> {
         self.pool
             .begin_with(self.relay_begin_sql)
             .await
@@ -312,9 +310,9 @@ impl PostgresOutboxStore {
 
     /// The full claim, which dead-letters lapsed last attempts, in a transaction of its own.
     async fn claim_dead_lettering(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        let mut tx = self.relay_begin("claim").await?;
+        let mut tx = self.relay_begin(StoreOp::Claim).await?;
         let batch = self.claim_in(&mut tx, request).await?;
-        tx.commit().await.map_err(|e| db_error("claim", e))?;
+        tx.commit().await.map_err(|e| db_error(StoreOp::Claim, e))?;
         Ok(batch)
     }
 
@@ -326,7 +324,7 @@ impl PostgresOutboxStore {
         self.ack(acks).await
     }
 
-    async fn conn(&self, op: &str) -> Result<PoolConnection<Postgres>, StoreError> {
+    async fn conn(&self, op: StoreOp) -> Result<PoolConnection<Postgres>, StoreError> {
         self.pool.acquire().await.map_err(|e| db_error(op, e))
     }
 
@@ -345,13 +343,21 @@ fn to_i64(n: usize) -> i64 {
 }
 
 #[async_trait]
-impl OutboxStore for PostgresOutboxStore {
+impl OutboxBackend for PostgresOutboxStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .with_listen()
+            .with_ack_and_claim()
+            .with_user_transactions()
+            .with_pre_claim()
+    }
+
     fn draft_limits(&self) -> DraftLimits {
         self.limits
     }
 
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        self.write_handing_off(drafts).await
+        self.write_pooled(drafts).await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
@@ -380,9 +386,9 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let mut tx = self.relay_begin("ack").await?;
+        let mut tx = self.relay_begin(StoreOp::Ack).await?;
         let outcomes = self.ack_in(&mut tx, claims).await?;
-        tx.commit().await.map_err(|e| db_error("ack", e))?;
+        tx.commit().await.map_err(|e| db_error(StoreOp::Ack, e))?;
         self.retired_acks(&outcomes);
         Ok(outcomes)
     }
@@ -419,7 +425,7 @@ impl OutboxStore for PostgresOutboxStore {
         // One transaction, so one commit, and the claim sees the acks (an acked head's
         // successor is claimable at once). If the claim fails, the transaction rolls back
         // and the acks are made alone.
-        let op = "ack_and_claim";
+        let op = StoreOp::AckAndClaim;
         let mut tx = self.relay_begin(op).await?;
         let acked = if acks.is_empty() {
             Vec::new()
@@ -453,7 +459,7 @@ impl OutboxStore for PostgresOutboxStore {
         claims: &[ClaimRef],
         lease: Duration,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let op = "extend_lease";
+        let op = StoreOp::ExtendLease;
         let batch = FencedBatch::new(claims);
         let mut conn = self.conn(op).await?;
         let rows = self
@@ -467,13 +473,17 @@ impl OutboxStore for PostgresOutboxStore {
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         let batch = FencedBatch::new(claims);
         let channel = self.names.channel.clone();
-        let mut conn = self.conn("release").await?;
+        let mut conn = self.conn(StoreOp::Release).await?;
         let rows = self
-            .fenced(&mut conn, "release", &self.sql.release, &batch, |q| {
-                q.bind(channel)
-            })
+            .fenced(
+                &mut conn,
+                StoreOp::Release,
+                &self.sql.release,
+                &batch,
+                |q| q.bind(channel),
+            )
             .await?;
-        Ok(batch.outcomes(&FencedBatch::applied(&rows, "release")?, false))
+        Ok(batch.outcomes(&FencedBatch::applied(&rows, StoreOp::Release)?, false))
     }
 
     async fn next_due(
@@ -516,9 +526,5 @@ impl OutboxStore for PostgresOutboxStore {
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         self.wakeups.subscribe()
-    }
-
-    fn hand_off(&self) -> Option<Arc<HandOff>> {
-        Some(self.hand_off.clone())
     }
 }

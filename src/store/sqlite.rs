@@ -21,7 +21,7 @@
 //! # Durability
 //!
 //! A message is as durable as its enqueue: enqueues (and a caller's own transaction,
-//! [`SqliteOutboxStore::begin`]) commit with `synchronous = FULL`, so a message whose
+//! [`Outbox::begin`](crate::store::Outbox::begin)) commit with `synchronous = FULL`, so a message whose
 //! enqueue returned survives a power cut, not just a process crash. Operators' requeue,
 //! discard and purge commit the same way.
 //!
@@ -53,10 +53,11 @@ use tokio::sync::{broadcast, Mutex, MutexGuard};
 use uuid::Uuid;
 
 use crate::message::{DraftLimits, OutboxMessage};
+use crate::store::StoreOp;
 use crate::store::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued,
-    LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page,
-    PageRequest, PurgeRequest, StoreError, WakeUp,
+    AckAndClaim, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch,
+    Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
+    OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
 };
 
 mod builder;
@@ -173,7 +174,7 @@ impl SqliteOutboxStore {
     /// `commit`: whose transaction it is, which decides whether its commit syncs the WAL.
     async fn begin_write(
         &self,
-        op: &'static str,
+        op: StoreOp,
         commit: Commit,
     ) -> Result<(MutexGuard<'_, ()>, Transaction<'static, Sqlite>), StoreError> {
         let begin = begin_statement(commit, self.synchronous_commit);
@@ -209,7 +210,7 @@ impl SqliteOutboxStore {
         &self,
         tx: Transaction<'static, Sqlite>,
         result: Result<T, StoreError>,
-        op: &'static str,
+        op: StoreOp,
     ) -> Result<T, StoreError> {
         match result {
             Ok(value) => {
@@ -249,13 +250,19 @@ fn begin_statement(commit: Commit, synchronous_commit: bool) -> &'static str {
 }
 
 #[async_trait]
-impl OutboxStore for SqliteOutboxStore {
+impl OutboxBackend for SqliteOutboxStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .with_ack_and_claim()
+            .with_user_transactions()
+    }
+
     fn draft_limits(&self) -> DraftLimits {
         self.limits
     }
 
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        const OP: &str = "enqueue";
+        const OP: StoreOp = StoreOp::Enqueue;
         let mut woken = Woken::new();
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let now = self.clock.now_millis();
@@ -266,7 +273,7 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        const OP: &str = "claim";
+        const OP: StoreOp = StoreOp::Claim;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::claim(&self.sql, &mut tx, request, now).await;
@@ -274,7 +281,7 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        const OP: &str = "ack";
+        const OP: StoreOp = StoreOp::Ack;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::ack(&self.sql, &mut tx, claims, now).await;
@@ -289,7 +296,7 @@ impl OutboxStore for SqliteOutboxStore {
         acks: &[ClaimRef],
         request: &ClaimRequest,
     ) -> Result<AckAndClaim, StoreError> {
-        const OP: &str = "ack_and_claim";
+        const OP: StoreOp = StoreOp::AckAndClaim;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let acked = match write::ack(&self.sql, &mut tx, acks, now).await {
@@ -311,7 +318,7 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
-        const OP: &str = "nack";
+        const OP: StoreOp = StoreOp::Nack;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::nack(&self.sql, &mut tx, nacks, now).await;
@@ -323,7 +330,7 @@ impl OutboxStore for SqliteOutboxStore {
         claims: &[ClaimRef],
         lease: Duration,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        const OP: &str = "extend_lease";
+        const OP: StoreOp = StoreOp::ExtendLease;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::extend_lease(&self.sql, &mut tx, claims, lease, now).await;
@@ -331,7 +338,7 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        const OP: &str = "release";
+        const OP: StoreOp = StoreOp::Release;
         let mut woken = Woken::new();
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
@@ -368,7 +375,7 @@ impl OutboxStore for SqliteOutboxStore {
         &self,
         filter: &MessageFilter,
     ) -> Result<Vec<LaneCount>, StoreError> {
-        const OP: &str = "requeue_dead_letters";
+        const OP: StoreOp = StoreOp::RequeueDeadLetters;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let now = self.clock.now_millis();
         let result = write::requeue_dead_letters(&self.sql, &mut tx, filter, now).await;
@@ -378,14 +385,14 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        const OP: &str = "discard_dead_letters";
+        const OP: StoreOp = StoreOp::DiscardDeadLetters;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let result = write::discard_dead_letters(&self.sql, &mut tx, filter).await;
         self.finish(tx, result, OP).await
     }
 
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
-        const OP: &str = "purge";
+        const OP: StoreOp = StoreOp::Purge;
         let batch_size = request.batch_size.max(1);
         let mut purged = 0u64;
         for (status, older_than) in request.ages() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::{ClaimRequest, StoreError};
-use outbox_relay::OutboxStore;
+use outbox_relay::Outbox;
 use sqlx::Row;
 
 use crate::{count_rows, draft, open, pool, SchemaGuard};
@@ -15,8 +15,8 @@ use crate::{count_rows, draft, open, pool, SchemaGuard};
 async fn migrations_are_idempotent_and_safe_concurrently() {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
-    store.migrate().await.unwrap();
-    store.migrate().await.unwrap();
+    crate::pg(&store).migrate().await.unwrap();
+    crate::pg(&store).migrate().await.unwrap();
 
     // Two processes migrating a fresh schema at the same moment.
     let fresh = SchemaGuard::new();
@@ -70,8 +70,9 @@ async fn migrations_are_idempotent_and_safe_concurrently() {
     .await
     .unwrap();
     assert_eq!(triggers, 1, "the deferred check_head trigger");
+    let a = Outbox::new(a);
     a.enqueue(draft("l", 1)).await.unwrap();
-    assert_eq!(count_rows(&b).await, 1);
+    assert_eq!(count_rows(&Outbox::new(b)).await, 1);
     schema.drop().await;
     fresh.drop().await;
 }
@@ -81,7 +82,7 @@ async fn claims_use_partial_indexes_over_heads_and_claims() {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
     let def = |name: &'static str| {
-        let pool = store.pool().clone();
+        let pool = crate::pg(&store).pool().clone();
         let schema = schema.0.clone();
         async move {
             let row = sqlx::query(
@@ -120,7 +121,7 @@ async fn schema_and_prefix_are_chosen_and_checked() {
     let schema = SchemaGuard::new();
     let store = open(schema.config().table_prefix("relay_q")).await;
     assert_eq!(
-        store.messages_table(),
+        crate::pg(&store).messages_table(),
         format!("\"{}\".\"relay_q_messages\"", schema.0)
     );
     let sent = store.enqueue(draft("l", 1)).await.unwrap();
@@ -137,7 +138,7 @@ async fn schema_and_prefix_are_chosen_and_checked() {
     assert_eq!(batch.messages[0].outbox_id, sent.message.outbox_id);
     let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(format!("{}.relay_q_migrations", schema.0))
-        .fetch_one(store.pool())
+        .fetch_one(crate::pg(&store).pool())
         .await
         .unwrap();
     assert!(exists);
@@ -180,12 +181,12 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
         "DELETE FROM \"{}\".outbox_migrations WHERE version = 5",
         schema.0
     )))
-    .execute(store.pool())
+    .execute(crate::pg(&store).pool())
     .await
     .unwrap();
 
     // A service's transaction that enqueued and is still open.
-    let mut service = store.pool().begin().await.unwrap();
+    let mut service = crate::pg(&store).pool().begin().await.unwrap();
     store
         .enqueue_in_tx(&mut service, draft("l", 1))
         .await
@@ -196,7 +197,7 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
         .unwrap();
 
     let started = std::time::Instant::now();
-    let result = tokio::time::timeout(Duration::from_secs(60), store.migrate())
+    let result = tokio::time::timeout(Duration::from_secs(60), crate::pg(&store).migrate())
         .await
         .expect("the migration still waits for the lock after 60 s");
     let waited = started.elapsed();
@@ -207,7 +208,7 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
     for part in [
         "migration 5",
         "lock_timeout (500ms)",
-        store.messages_table(),
+        crate::pg(&store).messages_table(),
         &format!("held by pid {holder} ("),
         "RowExclusiveLock",
         "nothing was applied",
@@ -215,12 +216,12 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
         assert!(text.contains(part), "{part:?} missing from: {text}");
     }
     assert!(waited >= lock_timeout, "gave up after {waited:?}");
-    let versions = |store: &PostgresOutboxStore| {
+    let versions = |store: &Outbox| {
         let query = format!(
             "SELECT version FROM \"{}\".outbox_migrations ORDER BY version",
             schema.0
         );
-        let pool = store.pool().clone();
+        let pool = crate::pg(store).pool().clone();
         async move {
             sqlx::query_scalar::<_, i32>(sqlx::AssertSqlSafe(query))
                 .fetch_all(&pool)
@@ -240,7 +241,10 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
         .unwrap();
 
     service.commit().await.unwrap();
-    store.migrate().await.expect("the lock is free now");
+    crate::pg(&store)
+        .migrate()
+        .await
+        .expect("the lock is free now");
     assert_eq!(versions(&store).await, [1, 2, 3, 4, 5, 6]);
     assert_eq!(count_rows(&store).await, 2);
     schema.drop().await;
@@ -254,7 +258,6 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
 #[tokio::test]
 async fn a_relay_on_version_5_runs_on_through_migration_6() {
     use std::collections::BTreeSet;
-    use std::sync::Arc;
 
     use outbox_relay::{
         handler_fn, DeliveryError, LaneConfig, OutboxMessage, OutboxRelay, RelayEvent,
@@ -269,12 +272,12 @@ async fn a_relay_on_version_5_runs_on_through_migration_6() {
          DELETE FROM \"{s}\".outbox_migrations WHERE version = 6",
         s = schema.0
     )))
-    .execute(setup.pool())
+    .execute(crate::pg(&setup).pool())
     .await
     .unwrap();
-    assert_eq!(setup.schema_version().await.unwrap(), Some(5));
+    assert_eq!(crate::pg(&setup).schema_version().await.unwrap(), Some(5));
 
-    let old: Arc<PostgresOutboxStore> = Arc::new(
+    let old = Outbox::new(
         PostgresOutboxStore::new(pool().await, schema.config())
             .await
             .unwrap(),

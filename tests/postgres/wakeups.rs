@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use outbox_relay::store::WakeUp;
-use outbox_relay::OutboxStore;
 
 use crate::{draft, open, SchemaGuard};
 
@@ -49,7 +48,7 @@ async fn wakeups_cross_processes_once_per_transaction() {
     );
 
     // 100 enqueues in one transaction, each its own statement: one notification.
-    let mut tx = writer.pool().begin().await.unwrap();
+    let mut tx = crate::pg(&writer).pool().begin().await.unwrap();
     for i in 0..100 {
         writer
             .enqueue_in_tx(&mut tx, draft("bulk", i))
@@ -67,7 +66,7 @@ async fn wakeups_cross_processes_once_per_transaction() {
     assert_eq!(wakeups_before_marker(&mut rx, "many").await, 1);
 
     // A rolled-back enqueue wakes nobody.
-    let mut tx = writer.pool().begin().await.unwrap();
+    let mut tx = crate::pg(&writer).pool().begin().await.unwrap();
     writer
         .enqueue_in_tx(&mut tx, draft("ghost", 0))
         .await
@@ -97,8 +96,8 @@ async fn a_lost_listener_connection_reconnects_and_wakes_everyone() {
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE query LIKE 'LISTEN%' AND strpos(query, $1) > 0",
     )
-    .bind(store.notify_channel())
-    .fetch_all(store.pool())
+    .bind(crate::pg(&store).notify_channel())
+    .fetch_all(crate::pg(&store).pool())
     .await
     .unwrap();
     assert_eq!(killed, vec![true], "exactly our listener was terminated");
@@ -129,7 +128,7 @@ async fn the_listener_connects_to_listen_url() {
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'",
     )
     .bind(&application)
-    .fetch_one(writer.pool())
+    .fetch_one(crate::pg(&writer).pool())
     .await
     .unwrap();
     assert_eq!(listening, 1, "one LISTEN session from listen_url");

@@ -28,7 +28,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -36,7 +35,7 @@ use outbox_relay::config::duration::parse_duration;
 use outbox_relay::config::duration::HumanDuration;
 use outbox_relay::config::file::{FileConfig, MetricsListen, PostgresSection, VacuumEvery};
 use outbox_relay::database::{open_store, CreateMode, DatabaseUrl, OpenError};
-use outbox_relay::{OutboxStore, StoreError};
+use outbox_relay::{Outbox, StoreError};
 use uuid::Uuid;
 
 mod admin;
@@ -475,7 +474,7 @@ impl Setup {
     }
 
     /// Opens the store.
-    async fn open(&self, create: CreateMode) -> Result<Arc<dyn OutboxStore>, Failure> {
+    async fn open(&self, create: CreateMode) -> Result<Outbox, Failure> {
         let options = outbox_relay::database::StoreOptions {
             create,
             ..self.config.store_options()

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::config::file::FileConfig;
-use outbox_relay::metrics::LaneState;
+use outbox_relay::relay::LaneState;
 use outbox_relay::relay::{LaneKey, RelayHandle};
 use outbox_relay::sinks::SinkConfig;
 use outbox_relay::{DeliveryHandler, LaneConfig};

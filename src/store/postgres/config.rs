@@ -9,6 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::Connection;
 
 use crate::message::{DraftLimits, ValidationError};
+use crate::store::StoreOp;
 use crate::store::{duration_millis, Clock, StoreError};
 
 use super::decode::db_error;
@@ -48,7 +49,7 @@ pub struct PostgresConfig {
     /// of an idle pickup's latency, and a round trip's worth of every busy cycle).
     ///
     /// Why that is safe for an outbox: durability of a message is the enqueue's, and the
-    /// enqueue (in the caller's transaction, or [`OutboxStore::enqueue_many`](crate::store::OutboxStore::enqueue_many))
+    /// enqueue (in the caller's transaction, or [`Outbox::enqueue_many`](crate::store::Outbox::enqueue_many))
     /// keeps the session's setting. A database crash can lose only the last few hundred
     /// milliseconds of the relay's state changes, in commit order (the write-ahead log is
     /// one sequence, and every synchronous commit flushes all that came before it): a lost
@@ -268,7 +269,7 @@ impl PostgresConfig {
 
     /// The connect options for `url`, with [`Self::session_options`].
     pub fn connect_options(&self, url: &str) -> Result<PgConnectOptions, StoreError> {
-        let options = PgConnectOptions::from_str(url).map_err(|e| db_error("connect", e))?;
+        let options = PgConnectOptions::from_str(url).map_err(|e| db_error(StoreOp::Connect, e))?;
         Ok(self.session_options(options))
     }
 

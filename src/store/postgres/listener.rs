@@ -7,6 +7,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::{broadcast, oneshot};
 
 use crate::retry::RetryPolicy;
+use crate::store::StoreOp;
 use crate::store::{StoreError, WakeUp};
 
 use super::decode::db_error;
@@ -51,11 +52,11 @@ pub(crate) async fn start(
 async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, StoreError> {
     let mut listener = PgListener::connect_with(pool)
         .await
-        .map_err(|e| db_error("listen", e))?;
+        .map_err(|e| db_error(StoreOp::Listen, e))?;
     listener
         .listen(channel)
         .await
-        .map_err(|e| db_error("listen", e))?;
+        .map_err(|e| db_error(StoreOp::Listen, e))?;
     Ok(listener)
 }
 

@@ -23,7 +23,7 @@ use sqlx::postgres::PgPool;
 use sqlx::AssertSqlSafe;
 
 use crate::message::ValidationError;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreOp};
 
 use super::decode::db_error;
 
@@ -272,7 +272,7 @@ pub(crate) async fn applied_version(
     let mut conn = pool
         .acquire()
         .await
-        .map_err(|e| db_error("schema_version", e))?;
+        .map_err(|e| db_error(StoreOp::Migrate, e))?;
     let applied = read_applied(&mut conn, names).await?;
     Ok(applied.map(|versions| versions.into_iter().max().unwrap_or(0)))
 }
@@ -282,7 +282,7 @@ pub(crate) async fn read_applied(
     conn: &mut sqlx::PgConnection,
     names: &Names,
 ) -> Result<Option<Vec<i32>>, StoreError> {
-    let op = "schema_version";
+    let op = StoreOp::Migrate;
     let has_migrations: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(&names.migrations)
         .fetch_one(&mut *conn)
@@ -310,7 +310,7 @@ pub(crate) async fn function_exists<'c>(
         .bind(name)
         .fetch_one(executor)
         .await
-        .map_err(|e| db_error("migrate", e))
+        .map_err(|e| db_error(StoreOp::Migrate, e))
 }
 
 #[cfg(test)]

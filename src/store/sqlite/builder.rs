@@ -13,6 +13,7 @@ use sqlx::{AssertSqlSafe, ConnectOptions, Row};
 use tokio::sync::{broadcast, Mutex};
 
 use crate::message::{DraftLimits, ValidationError};
+use crate::store::StoreOp;
 use crate::store::{Clock, StoreError, SystemClock, WAKEUP_CHANNEL_CAPACITY};
 
 use super::checkpoint::{Checkpoints, FALLBACK_AUTOCHECKPOINT, RESTART_PAGES};
@@ -212,7 +213,7 @@ impl SqliteStoreBuilder {
             .max_connections(1)
             .connect_with(options.clone())
             .await
-            .map_err(db("open"))?;
+            .map_err(db(StoreOp::Connect))?;
         let sql = Statements::new(&self.table_prefix);
         migrate(&writer, &sql).await?;
         let checkpoints = if self.background_checkpoints {
@@ -222,12 +223,12 @@ impl SqliteStoreBuilder {
             )))
             .execute(&writer)
             .await
-            .map_err(db("open"))?;
+            .map_err(db(StoreOp::Connect))?;
             let pool = SqlitePoolOptions::new()
                 .max_connections(1)
                 .connect_with(options.clone())
                 .await
-                .map_err(db("open"))?;
+                .map_err(db(StoreOp::Connect))?;
             Checkpoints::new(Some(pool), self.restart_pages)
         } else {
             Checkpoints::new(None, self.restart_pages)
@@ -237,7 +238,7 @@ impl SqliteStoreBuilder {
             .max_connections(self.read_connections)
             .connect_with(options)
             .await
-            .map_err(db("open"))?;
+            .map_err(db(StoreOp::Connect))?;
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
         Ok(SqliteOutboxStore {
             path: self.path,
@@ -301,7 +302,7 @@ fn create_private(path: &Path) {
 /// records it (the statements of `SqliteOutboxStore::migration_sql`): a failure leaves the
 /// earlier ones applied and itself not at all. A file migrated by a newer build is refused.
 async fn migrate(writer: &SqlitePool, sql: &Statements) -> Result<(), StoreError> {
-    const OP: &str = "migrate";
+    const OP: StoreOp = StoreOp::Migrate;
     loop {
         let mut tx = writer.begin_with("BEGIN IMMEDIATE").await.map_err(db(OP))?;
         sqlx::query(AssertSqlSafe(schema::migrations_table(

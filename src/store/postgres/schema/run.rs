@@ -8,7 +8,7 @@
 use sqlx::postgres::PgPool;
 use sqlx::AssertSqlSafe;
 
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreOp};
 
 use super::super::decode::db_error;
 use super::script::{body, prelude};
@@ -60,7 +60,7 @@ pub(crate) struct SchemaNewer {
 }
 
 /// The error for a schema at `found`, newer than this build's latest.
-fn schema_newer(op: &str, names: &Names, found: i32) -> StoreError {
+fn schema_newer(op: StoreOp, names: &Names, found: i32) -> StoreError {
     StoreError::database(
         op,
         SchemaNewer {
@@ -139,7 +139,7 @@ async fn in_transaction(
     timeouts: MigrationTimeouts,
     work: Work<'_>,
 ) -> Result<Applied, StoreError> {
-    let op = "migrate";
+    let op = StoreOp::Migrate;
     let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
     for statement in prelude(names, timeouts) {
         sqlx::query(AssertSqlSafe(statement))
@@ -183,7 +183,7 @@ async fn apply_next(
     names: &Names,
     step: &mut String,
 ) -> Result<Applied, StoreError> {
-    let op = "migrate";
+    let op = StoreOp::Migrate;
     // No migrations table: the first migration's body creates it and the schema
     // (`script.rs`), idempotently.
     let applied: Vec<i32> = super::read_applied(&mut *tx, names)
@@ -218,7 +218,7 @@ async fn create_functions(
             sqlx::raw_sql(AssertSqlSafe(create.to_string()))
                 .execute(&mut *tx)
                 .await
-                .map_err(|e| db_error("migrate", e))?;
+                .map_err(|e| db_error(StoreOp::Migrate, e))?;
             applied = Applied::Something;
         }
     }
