@@ -293,7 +293,9 @@ mod tests {
         let bounds: Vec<&str> = text
             .lines()
             .filter_map(|l| {
-                l.strip_prefix("outbox_store_call_duration_seconds_bucket{op=\"claim\",le=\"")
+                l.strip_prefix(
+                    "outbox_store_call_duration_seconds_bucket{lane=\"orders\",target=\"webhook\",op=\"ack\",le=\"",
+                )
             })
             .filter_map(|l| l.split('"').next())
             .collect();
