@@ -335,7 +335,7 @@ impl FileConfig {
             config.validate()?;
             section
                 .sink
-                .validate(&format!("lanes[{}].sink", config.name()))?;
+                .validate_for_lane(&config, &format!("lanes[{}].sink", config.name()))?;
             if !seen.insert((config.lane.clone(), config.target.clone())) {
                 return Err(ConfigError::new(
                     format!("lanes[{}]", config.name()),
