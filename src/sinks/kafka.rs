@@ -40,6 +40,7 @@
 //! |---|---|
 //! | the delivery report with an offset | ack |
 //! | a broker unreachable or restarting, a request or the message timing out, a full queue, a leader moving | retryable |
+//! | a fatal producer error (the broker lost the idempotence state, say) | retryable, and a fresh producer replaces the failed one |
 //! | a record larger than `message.max.bytes` (the client's or the broker's), an unknown topic (unless `auto_create_topics`), an authorization or authentication failure, a record the broker calls invalid, a partition the topic lacks | permanent, with the broker's error text |
 //!
 //! Metrics: the sink's share of the relay's own. `outbox_delivery_duration_seconds` of a
@@ -56,9 +57,11 @@
 //! runs, and rdkafka stays at 0.33, the newest release that links against librdkafka 2.0.
 
 use std::fmt;
+use std::sync::RwLock;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -95,7 +98,10 @@ mod config;
 
 /// Delivers a message as a Kafka record, through one idempotent producer per sink.
 pub struct KafkaSink {
-    producer: FutureProducer,
+    /// Replaced by a fresh one when librdkafka declares it failed for good (a fatal
+    /// idempotence error: the broker lost the producer's sequence state, say).
+    producer: RwLock<FutureProducer>,
+    client_config: ClientConfig,
     topic: Template,
     key: Option<Template>,
     partition: Option<Template>,
@@ -119,8 +125,8 @@ impl KafkaSink {
     /// sink sits in the config, for errors.
     pub async fn build(config: &KafkaSinkConfig, field: &str) -> Result<Self, SinkBuildError> {
         config.validate(field)?;
-        let producer: FutureProducer =
-            config.client_config(field)?.create().map_err(|error| {
+        let client_config = config.client_config(field)?;
+        let producer: FutureProducer = client_config.create().map_err(|error| {
                 SinkBuildError::new(
                     field,
                     format!("cannot create the Kafka producer: {}", redact(&error.to_string())),
@@ -170,12 +176,48 @@ impl KafkaSink {
             Ok(_) => {}
         }
         Ok(Self {
-            producer,
+            producer: RwLock::new(producer),
+            client_config,
             topic: config.topic.clone(),
             key: config.key.clone(),
             partition: config.partition.clone(),
             auto_create_topics: config.auto_create_topics,
         })
+    }
+
+    /// The producer deliveries use now.
+    fn producer(&self) -> FutureProducer {
+        match self.producer.read() {
+            Ok(producer) => producer.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// `error` as the relay should take it. A fatal error means librdkafka will refuse
+    /// every record of this producer from now on: the sink swaps in a fresh one (a new
+    /// producer id, so sequence numbers start over) and the delivery is retried.
+    fn failed(&self, used: &FutureProducer, topic: &str, error: KafkaError) -> DeliveryError {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            self.replace_producer(used);
+        }
+        produce_failed(topic, error, self.auto_create_topics)
+    }
+
+    fn replace_producer(&self, used: &FutureProducer) {
+        let Ok(fresh) = self.client_config.create::<FutureProducer>() else {
+            // The settings made a producer at build; if they cannot now, the old one
+            // stays and the next fatal error tries again.
+            return;
+        };
+        let mut current = match self.producer.write() {
+            Ok(current) => current,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Only the delivery that saw the failed producer replaces it, once.
+        if std::ptr::eq(current.client().native_ptr(), used.client().native_ptr()) {
+            tracing::warn!("the Kafka producer failed for good; a fresh one takes over");
+            *current = fresh;
+        }
     }
 
     /// The record's topic, key and partition for `message`.
@@ -239,13 +281,13 @@ impl DeliveryHandler for KafkaSink {
         }
         // Enqueueing fails at once on what the client itself refuses: a record over
         // `message.max.bytes`, a full queue.
-        let report = self
-            .producer
+        let producer = self.producer();
+        let report = producer
             .send_result(record)
-            .map_err(|(error, _)| produce_failed(&topic, error, self.auto_create_topics))?;
+            .map_err(|(error, _)| self.failed(&producer, &topic, error))?;
         match report.await {
             Ok(Ok(_partition_and_offset)) => Ok(()),
-            Ok(Err((error, _))) => Err(produce_failed(&topic, error, self.auto_create_topics)),
+            Ok(Err((error, _))) => Err(self.failed(&producer, &topic, error)),
             // The producer went away with the record in its queue (it is only dropped with
             // the sink): whether the broker has it is unknown, so try again.
             Err(_canceled) => Err(DeliveryError::retryable(KafkaProduceError {
