@@ -76,10 +76,11 @@ pub enum SinkConfig {
     #[cfg(feature = "redis-sink")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis-sink")))]
     Redis(redis::RedisSinkConfig),
-    /// `kafka::KafkaSink`: a Kafka record per message, acknowledged by the brokers.
+    /// `kafka::KafkaSink`: a Kafka record per message, acknowledged by the brokers. Boxed:
+    /// its settings are several times the size of the other sinks'.
     #[cfg(feature = "kafka-sink")]
     #[cfg_attr(docsrs, doc(cfg(feature = "kafka-sink")))]
-    Kafka(kafka::KafkaSinkConfig),
+    Kafka(Box<kafka::KafkaSinkConfig>),
 }
 
 impl SinkConfig {

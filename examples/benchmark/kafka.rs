@@ -64,12 +64,8 @@ pub async fn run(
     };
     let topic = format!("outbox_benchmark_{}", uuid::Uuid::new_v4().simple());
     create_topic(&broker.brokers(), &topic).await?;
-    let config = KafkaSinkConfig::new(
-        topic
-            .parse()
-            .map_err(|e| format!("topic {topic:?}: {e}"))?,
-    )
-    .brokers(broker.brokers());
+    let config = KafkaSinkConfig::new(topic.parse().map_err(|e| format!("topic {topic:?}: {e}"))?)
+        .brokers(broker.brokers());
     let kafka: Arc<dyn DeliveryHandler> = Arc::new(
         KafkaSink::build(&config, "kafka row")
             .await
@@ -125,7 +121,10 @@ async fn create_topic(brokers: &str, topic: &str) -> Result<(), String> {
 enum Broker {
     External(String),
     /// A tansu process of the row's own, killed when dropped.
-    Private { child: Child, port: u16 },
+    Private {
+        child: Child,
+        port: u16,
+    },
 }
 
 impl Broker {
@@ -137,7 +136,13 @@ impl Broker {
             .port();
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(&binary)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
             .args(["--storage-engine", "memory://tansu/", "--silent"])
             .env("RUST_LOG", "error")
             .stdin(Stdio::null())

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use crate::crash::Redelivery;
 use crate::drain::Drained;
+use crate::kafka::KafkaRow;
 use crate::options::{Keys, StoreKind};
 use crate::pickup::Pickup;
 use crate::raw::Ceiling;
-use crate::kafka::KafkaRow;
 use crate::webhook::WebhookRow;
 
 mod rounds;

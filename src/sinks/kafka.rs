@@ -127,12 +127,15 @@ impl KafkaSink {
         config.validate(field)?;
         let client_config = config.client_config(field)?;
         let producer: FutureProducer = client_config.create().map_err(|error| {
-                SinkBuildError::new(
-                    field,
-                    format!("cannot create the Kafka producer: {}", redact(&error.to_string())),
-                )
-                .with_source(error)
-            })?;
+            SinkBuildError::new(
+                field,
+                format!(
+                    "cannot create the Kafka producer: {}",
+                    redact(&error.to_string())
+                ),
+            )
+            .with_source(error)
+        })?;
         // librdkafka's metadata call blocks its thread: off the runtime's workers.
         let literal_topic = config.topic.as_literal();
         let probe = producer.clone();
@@ -150,7 +153,9 @@ impl KafkaSink {
                 })
         })
         .await
-        .map_err(|error| SinkBuildError::new(field, format!("the metadata call failed: {error}")))?;
+        .map_err(|error| {
+            SinkBuildError::new(field, format!("the metadata call failed: {error}"))
+        })?;
         match metadata {
             Err(error) => {
                 return Err(SinkBuildError::new(
@@ -390,7 +395,10 @@ mod tests {
         }
         // With topics created on first use, an unknown topic may exist on the next try.
         assert_eq!(outcome(C::UnknownTopic, true), Outcome::Retryable);
-        assert_eq!(outcome(C::UnknownTopicOrPartition, true), Outcome::Retryable);
-        assert!(produce_failed("t", KafkaError::Canceled, false).is_permanent() == false);
+        assert_eq!(
+            outcome(C::UnknownTopicOrPartition, true),
+            Outcome::Retryable
+        );
+        assert!(!produce_failed("t", KafkaError::Canceled, false).is_permanent());
     }
 }

@@ -304,9 +304,10 @@ mod tests {
             1,
             crate::time::UnixMillis::EPOCH,
         );
-        let template: Template = "outbox.event.{payload.aggregatetype}.{payload.customer.id}.{payload.customer.vip}"
-            .parse()
-            .unwrap();
+        let template: Template =
+            "outbox.event.{payload.aggregatetype}.{payload.customer.id}.{payload.customer.vip}"
+                .parse()
+                .unwrap();
         assert!(template.uses_payload());
         assert_eq!(
             template.render(&message).unwrap(),
@@ -320,7 +321,10 @@ mod tests {
         ] {
             let template: Template = text.parse().unwrap();
             let error = template.render(&message).unwrap_err();
-            assert!(error.placeholder.contains(&format!("{field:?}")), "{text}: {error}");
+            assert!(
+                error.placeholder.contains(&format!("{field:?}")),
+                "{text}: {error}"
+            );
         }
     }
 

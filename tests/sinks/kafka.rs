@@ -172,7 +172,14 @@ async fn a_record_carries_the_payload_bytes_key_topic_and_headers() {
     let message = claimed(enqueued).await;
     sink.deliver(&message).await.expect("delivered");
 
-    let records = read_back(broker.client_config(), &routed, PARTITIONS, 1, EVENT_TIMEOUT).await;
+    let records = read_back(
+        broker.client_config(),
+        &routed,
+        PARTITIONS,
+        1,
+        EVENT_TIMEOUT,
+    )
+    .await;
     assert_eq!(records.len(), 1, "{records:?}");
     let record = &records[0];
     println!("kafka read back from {routed}: {record:?}");
@@ -185,7 +192,12 @@ async fn a_record_carries_the_payload_bytes_key_topic_and_headers() {
         Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
     );
     assert_eq!(record.header("x-tenant").as_deref(), Some("acme"));
-    assert_eq!(record.headers.len(), message.headers.len() + 1, "{:?}", record.headers);
+    assert_eq!(
+        record.headers.len(),
+        message.headers.len() + 1,
+        "{:?}",
+        record.headers
+    );
 }
 
 #[tokio::test]
@@ -282,7 +294,10 @@ async fn a_broker_restart_mid_run_loses_nothing_and_keeps_each_keys_order() {
     .expect("a delivery fails while the broker is down");
     println!("while the broker was down: {failure:?}");
     assert_eq!(failure.0, NackOutcome::Requeued, "{failure:?}");
-    let stats = store.stats(&MessageFilter::lane("orders", "billing")).await.unwrap();
+    let stats = store
+        .stats(&MessageFilter::lane("orders", "billing"))
+        .await
+        .unwrap();
     assert!(stats[0].delivered < (KEYS * PER_KEY) as u64, "{stats:?}");
 
     broker.restart().await;
@@ -340,7 +355,11 @@ async fn a_record_over_message_max_bytes_is_dead_lettered_with_the_error() {
     assert_eq!(stored.status, OutboxStatus::DeadLetter);
     assert_eq!(stored.attempt_count, 1, "permanent: no retry");
     assert!(
-        stored.last_error.as_deref().unwrap_or("").contains("Message size too large"),
+        stored
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("Message size too large"),
         "{stored:?}"
     );
     relay.shutdown(Duration::from_secs(30)).await.unwrap();
@@ -378,8 +397,15 @@ async fn an_unreachable_broker_fails_the_build_naming_the_brokers() {
         r#"sink = {{ kind = "kafka", brokers = "127.0.0.1:{port}", topic = "nowhere" }}"#
     ))
     .await;
-    assert_eq!(error.field(), "lanes[orders/billing].sink.brokers", "{error}");
-    assert!(error.to_string().contains(&format!("127.0.0.1:{port}")), "{error}");
+    assert_eq!(
+        error.field(),
+        "lanes[orders/billing].sink.brokers",
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{error}"
+    );
 }
 
 #[tokio::test]
@@ -427,8 +453,15 @@ async fn sasl_scram_with_the_password_from_the_environment_delivers_and_a_wrong_
 
     let refused = build_error(&line(&wrong)).await;
     println!("a wrong SCRAM password: {refused}");
-    assert_eq!(refused.field(), "lanes[orders/billing].sink.brokers", "{refused}");
-    assert!(!refused.to_string().contains("not-the-password"), "{refused}");
+    assert_eq!(
+        refused.field(),
+        "lanes[orders/billing].sink.brokers",
+        "{refused}"
+    );
+    assert!(
+        !refused.to_string().contains("not-the-password"),
+        "{refused}"
+    );
 }
 
 #[tokio::test]
@@ -462,5 +495,8 @@ sink = { kind = "kafka", topic = "t", message_timeout = "15s" }
 "#;
     let config = outbox_relay::config::file::FileConfig::from_toml_str("test", text).unwrap();
     let error = config.lanes().unwrap_err();
-    assert_eq!(error.field, "lanes[orders/billing].sink.message_timeout", "{error}");
+    assert_eq!(
+        error.field, "lanes[orders/billing].sink.message_timeout",
+        "{error}"
+    );
 }

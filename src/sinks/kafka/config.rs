@@ -42,7 +42,10 @@ impl SecurityProtocol {
     }
 
     fn uses_sasl(self) -> bool {
-        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
     }
 }
 
@@ -255,7 +258,11 @@ impl KafkaSinkConfig {
     /// Checks the settings; `field` is where the sink sits in the config.
     pub fn validate(&self, field: &str) -> Result<(), ConfigError> {
         let at = |key: &str| format!("{field}.{key}");
-        if self.brokers.split(',').any(|broker| broker.trim().is_empty()) {
+        if self
+            .brokers
+            .split(',')
+            .any(|broker| broker.trim().is_empty())
+        {
             return Err(ConfigError::new(
                 at("brokers"),
                 "must list brokers as host:port, comma-separated",
@@ -477,7 +484,11 @@ mod tests {
             .validate_delivery_timeout(Duration::from_secs(20), "s")
             .unwrap_err();
         assert_eq!(error.field, "s.message_timeout");
-        assert!(error.reason.contains("delivery_timeout"), "{}", error.reason);
+        assert!(
+            error.reason.contains("delivery_timeout"),
+            "{}",
+            error.reason
+        );
     }
 
     #[test]

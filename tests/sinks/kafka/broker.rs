@@ -141,8 +141,15 @@ impl Tansu {
             {
                 return;
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("tansu exited with {status} before listening:\n{}", self.log_text());
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "tansu exited with {status} before listening:\n{}",
+                    self.log_text()
+                );
             }
             assert!(
                 started.elapsed() < START_TIMEOUT,
@@ -187,10 +194,8 @@ impl Tansu {
 
     /// Creates `topic` with `partitions` partitions.
     pub async fn create_topic(&self, topic: &str, partitions: i32) {
-        let admin: AdminClient<DefaultClientContext> = self
-            .client_config()
-            .create()
-            .expect("an admin client");
+        let admin: AdminClient<DefaultClientContext> =
+            self.client_config().create().expect("an admin client");
         let results = admin
             .create_topics(
                 &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
@@ -301,7 +306,10 @@ pub async fn read_back(
                             headers
                                 .iter()
                                 .map(|h| {
-                                    (h.key.to_owned(), h.value.map(<[u8]>::to_vec).unwrap_or_default())
+                                    (
+                                        h.key.to_owned(),
+                                        h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                                    )
                                 })
                                 .collect()
                         })
@@ -373,7 +381,10 @@ fn murmur2_matches_the_java_clients_test_vectors() {
         ("foobar", -790_332_482),
         ("a-little-bit-long-string", -985_981_536),
         ("a-little-bit-longer-string", -1_486_304_829),
-        ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58_897_971),
+        (
+            "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+            -58_897_971,
+        ),
         ("abc", 479_470_107),
     ] {
         assert_eq!(murmur2(key.as_bytes()) as i32, expected, "{key}");
