@@ -410,8 +410,13 @@ async fn an_unreachable_broker_fails_the_build_naming_the_brokers() {
 
 #[tokio::test]
 async fn sasl_scram_with_the_password_from_the_environment_delivers_and_a_wrong_one_is_refused() {
-    let broker = Tansu::start(Storage::Memory, Auth::Sasl).await;
+    // tansu creates users over the Kafka protocol, which it refuses before a login once
+    // authentication is on: the user is created first, on durable storage, and the broker
+    // restarted with authentication required.
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Tansu::start(Storage::Sqlite(dir.path().join("tansu.db")), Auth::None).await;
     broker.create_scram_user("relay", "s3cret-pw", "scram256");
+    broker.restart_with(Auth::Sasl).await;
     let name = topic("sasl");
     let mut admin = broker.client_config();
     admin
@@ -493,10 +498,14 @@ target = "billing"
 delivery_timeout = "10s"
 sink = { kind = "kafka", topic = "t", message_timeout = "15s" }
 "#;
-    let config = outbox_relay::config::file::FileConfig::from_toml_str("test", text).unwrap();
-    let error = config.lanes().unwrap_err();
-    assert_eq!(
-        error.field, "lanes[orders/billing].sink.message_timeout",
+    // The file is refused as it is read, naming the sink's field and both timeouts.
+    let error = match outbox_relay::config::file::FileConfig::from_toml_str("test", text) {
+        Ok(config) => config.lanes().unwrap_err().to_string(),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("lanes[orders/billing].sink.message_timeout"),
         "{error}"
     );
+    assert!(error.contains("15s") && error.contains("10s"), "{error}");
 }

@@ -192,6 +192,13 @@ impl Tansu {
         self.spawn().await;
     }
 
+    /// Starts the broker again, on the same port and storage, with `auth`.
+    pub async fn restart_with(&mut self, auth: Auth) {
+        self.stop().await;
+        self.auth = auth;
+        self.spawn().await;
+    }
+
     /// Creates `topic` with `partitions` partitions.
     pub async fn create_topic(&self, topic: &str, partitions: i32) {
         let admin: AdminClient<DefaultClientContext> =
