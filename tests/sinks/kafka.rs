@@ -273,13 +273,18 @@ async fn a_broker_restart_mid_run_loses_nothing_and_keeps_each_keys_order() {
     ))
     .await;
     let (store, relay, mut events) = relay(sink, 16).await;
-    let drafts: Vec<_> = (0..PER_KEY)
-        .flat_map(|n| (0..KEYS).map(move |key| numbered(key, n)))
-        .collect();
-    store.enqueue_many(drafts).await.unwrap();
-
-    wait_delivered(&store, 200).await;
+    // The first tenth of every key goes through before the stop; the rest is enqueued
+    // while the broker is down, so the relay meets the outage whatever its pace.
+    const BEFORE: usize = PER_KEY / 10;
+    let drafts = |numbers: std::ops::Range<usize>| -> Vec<_> {
+        numbers
+            .flat_map(|n| (0..KEYS).map(move |key| numbered(key, n)))
+            .collect()
+    };
+    store.enqueue_many(drafts(0..BEFORE)).await.unwrap();
+    wait_delivered(&store, (KEYS * BEFORE) as u64).await;
     broker.stop().await;
+    store.enqueue_many(drafts(BEFORE..PER_KEY)).await.unwrap();
     // The relay sees the outage: a delivery fails, retryable, and is requeued.
     let failure = tokio::time::timeout(EVENT_TIMEOUT, async {
         loop {
