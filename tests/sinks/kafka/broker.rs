@@ -103,7 +103,9 @@ impl Tansu {
         match &self.storage {
             // Each broker has its own cluster id, so even a shared store would not mix.
             Storage::Memory => "memory://tansu/".to_owned(),
-            Storage::Sqlite(path) => format!("sqlite://{}", path.display()),
+            // tansu joins the URL's path, less its first '/', to its working directory:
+            // one more '/' keeps an absolute path absolute.
+            Storage::Sqlite(path) => format!("sqlite:///{}", path.display()),
         }
     }
 
