@@ -58,6 +58,7 @@
 //! | `nats-sink` | no | `sinks::nats`: NATS JetStream (adds `async-nats`) |
 //! | `rabbitmq-sink` | no | `sinks::rabbitmq`: AMQP 0.9.1 with publisher confirms (adds `lapin`) |
 //! | `redis-sink` | no | `sinks::redis`: Redis Streams (adds `redis`) |
+//! | `kafka-sink` | no | `sinks::kafka`: Kafka, idempotent producer, Debezium-style routing (adds `rdkafka`, which builds librdkafka from source with cmake) |
 //! | `testing` | no | `testing`: the store conformance suite for your own `OutboxBackend` |
 //! | `otel` | no | W3C trace context: `enqueue` writes the caller's into the headers, the delivery span takes it as parent (adds `opentelemetry`) |
 //! | `otlp` | no | `otel`, plus the binary's OTLP/HTTP export when an endpoint is configured |
@@ -106,9 +107,9 @@
 //!   `FailureKind`, `handler_fn` (a handler from a closure) and `DeliveryResultExt`.
 //! - [`sinks`]: ready-made handlers and `SinkConfig`, a lane's `sink` table, built async
 //!   and fallibly: `sinks::log` (always), `sinks::webhook`, `sinks::nats`,
-//!   `sinks::rabbitmq`, `sinks::redis` (one feature each: `webhook-sink`, `nats-sink`,
-//!   `rabbitmq-sink`, `redis-sink`), and `sinks::template` (destinations over lane, target
-//!   and headers).
+//!   `sinks::rabbitmq`, `sinks::redis`, `sinks::kafka` (one feature each: `webhook-sink`,
+//!   `nats-sink`, `rabbitmq-sink`, `redis-sink`, `kafka-sink`), and `sinks::template`
+//!   (destinations over lane, target, headers and payload fields).
 //! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`,
 //!   the gates' `RateLimit` and `CircuitBreakerConfig`, the listener's `ListenerConfig` and
 //!   `ControlToken` (`config/listener.rs`);

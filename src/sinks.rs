@@ -16,6 +16,8 @@
 //! - `rabbitmq` (feature `rabbitmq-sink`): an AMQP publish per message, with publisher
 //!   confirms.
 //! - `redis` (feature `redis-sink`): an `XADD` to a Redis stream per message.
+//! - `kafka` (feature `kafka-sink`): a Kafka record per message from an idempotent
+//!   producer, routed as Debezium's outbox event router routes.
 //!
 //! Every sink hands the message's `outbox_id` to its target as the idempotency key, in the
 //! target's own idiom, sends the payload's JSON bytes unchanged, forwards the message's
@@ -28,6 +30,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::ConfigError;
 use crate::delivery::{BoxError, DeliveryHandler};
 
+#[cfg(feature = "kafka-sink")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kafka-sink")))]
+pub mod kafka;
 pub mod log;
 #[cfg(feature = "nats-sink")]
 #[cfg_attr(docsrs, doc(cfg(feature = "nats-sink")))]
@@ -71,6 +76,11 @@ pub enum SinkConfig {
     #[cfg(feature = "redis-sink")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis-sink")))]
     Redis(redis::RedisSinkConfig),
+    /// `kafka::KafkaSink`: a Kafka record per message, acknowledged by the brokers. Boxed:
+    /// its settings are several times the size of the other sinks'.
+    #[cfg(feature = "kafka-sink")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "kafka-sink")))]
+    Kafka(Box<kafka::KafkaSinkConfig>),
 }
 
 impl SinkConfig {
@@ -86,6 +96,8 @@ impl SinkConfig {
             SinkConfig::RabbitMq(_) => "rabbitmq",
             #[cfg(feature = "redis-sink")]
             SinkConfig::Redis(_) => "redis",
+            #[cfg(feature = "kafka-sink")]
+            SinkConfig::Kafka(_) => "kafka",
         }
     }
 
@@ -103,6 +115,29 @@ impl SinkConfig {
             SinkConfig::RabbitMq(config) => config.validate(field),
             #[cfg(feature = "redis-sink")]
             SinkConfig::Redis(config) => config.validate(field),
+            #[cfg(feature = "kafka-sink")]
+            SinkConfig::Kafka(config) => config.validate(field),
+        }
+    }
+
+    /// Checks the sink's settings against its lane's: a sink whose own timeout must end
+    /// before the lane's `delivery_timeout` (Kafka's `message_timeout`) is refused when it
+    /// does not.
+    pub fn validate_for_lane(
+        &self,
+        lane: &crate::config::LaneConfig,
+        field: &str,
+    ) -> Result<(), ConfigError> {
+        self.validate(field)?;
+        match self {
+            #[cfg(feature = "kafka-sink")]
+            SinkConfig::Kafka(config) => {
+                config.validate_delivery_timeout(lane.delivery_timeout, field)
+            }
+            _ => {
+                let _ = lane;
+                Ok(())
+            }
         }
     }
 
@@ -123,6 +158,8 @@ impl SinkConfig {
             }
             #[cfg(feature = "redis-sink")]
             SinkConfig::Redis(config) => Arc::new(redis::RedisSink::build(config, field).await?),
+            #[cfg(feature = "kafka-sink")]
+            SinkConfig::Kafka(config) => Arc::new(kafka::KafkaSink::build(config, field).await?),
         })
     }
 }
@@ -196,7 +233,8 @@ impl From<ConfigError> for SinkBuildError {
         feature = "webhook-sink",
         feature = "nats-sink",
         feature = "rabbitmq-sink",
-        feature = "redis-sink"
+        feature = "redis-sink",
+        feature = "kafka-sink"
     )),
     allow(dead_code)
 )]
@@ -211,7 +249,8 @@ pub(crate) fn read_secret(field: &str, variable: &str) -> Result<String, SinkBui
         feature = "webhook-sink",
         feature = "nats-sink",
         feature = "rabbitmq-sink",
-        feature = "redis-sink"
+        feature = "redis-sink",
+        feature = "kafka-sink"
     )),
     allow(dead_code)
 )]

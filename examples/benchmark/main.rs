@@ -23,6 +23,8 @@
 //! - `slow`: a 10 ms handler at concurrency 64, against the 6,400 msg/s ceiling.
 //! - `webhook`: the relay at concurrency 64 with the webhook sink posting to a local HTTP
 //!   receiver, against the log sink, alternating per round: msg/s of each and the ratio.
+//! - `kafka`: the same with the Kafka sink producing to a local tansu broker (idempotent,
+//!   `acks=all`), against the log sink.
 //!
 //! Every scenario gets a fresh store (its own PostgreSQL schema, dropped at the end, or a
 //! temporary SQLite file). Writes `<out>/results.md` and `<out>/throughput.svg` and prints
@@ -30,6 +32,7 @@
 
 mod crash;
 mod drain;
+mod kafka;
 mod metered;
 mod options;
 mod pickup;
@@ -202,6 +205,30 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
                 results.webhooks.push(row);
             }
             Err(error) => results.errors.push(format!("{label} webhook row: {error}")),
+        }
+    }
+    if options.runs(Section::Kafka) && sql {
+        let (messages, rounds) = (options.kafka_messages, options.kafka_rounds);
+        match kafka::run(
+            kind,
+            &options.pg_url,
+            options.kafka_brokers.as_deref(),
+            messages,
+            rounds,
+            options.drain_timeout,
+        )
+        .await
+        {
+            Ok(row) => {
+                println!(
+                    "{label} Kafka row: log {:.0} msg/s, Kafka {:.0} msg/s, median ratio {:.2}×",
+                    row.median_log(),
+                    row.median_kafka(),
+                    row.median_ratio()
+                );
+                results.kafkas.push(row);
+            }
+            Err(error) => results.errors.push(format!("{label} Kafka row: {error}")),
         }
     }
 }

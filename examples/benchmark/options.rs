@@ -73,10 +73,12 @@ pub enum Section {
     Slow,
     /// The webhook sink to a local HTTP receiver against the log sink, c=64.
     Webhook,
+    /// The Kafka sink to a local tansu broker against the log sink, c=64.
+    Kafka,
 }
 
 impl Section {
-    const ALL: [Section; 7] = [
+    const ALL: [Section; 8] = [
         Section::Single,
         Section::Ceiling,
         Section::Drain,
@@ -84,6 +86,7 @@ impl Section {
         Section::Pickup,
         Section::Slow,
         Section::Webhook,
+        Section::Kafka,
     ];
 
     fn parse(name: &str) -> Result<Self, String> {
@@ -95,9 +98,10 @@ impl Section {
             "pickup" => Section::Pickup,
             "slow" => Section::Slow,
             "webhook" => Section::Webhook,
+            "kafka" => Section::Kafka,
             other => {
                 return Err(format!(
-                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook)"
+                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook, kafka)"
                 ))
             }
         })
@@ -126,6 +130,10 @@ pub struct Options {
     pub single_concurrency: usize,
     pub webhook_messages: usize,
     pub webhook_rounds: usize,
+    /// The Kafka row's brokers; none: it starts a private tansu broker.
+    pub kafka_brokers: Option<String>,
+    pub kafka_messages: usize,
+    pub kafka_rounds: usize,
     /// How many times each raw ceiling and no-op drain runs, rounds interleaved (every
     /// case once, then every case again), and the slow handler after them: the report
     /// gives each case's median.
@@ -154,6 +162,9 @@ impl Default for Options {
             single_concurrency: 16,
             webhook_messages: 5_000,
             webhook_rounds: 3,
+            kafka_brokers: None,
+            kafka_messages: 5_000,
+            kafka_rounds: 3,
             rounds: 1,
         }
     }
@@ -239,6 +250,9 @@ impl Options {
                 "--single-concurrency" => options.single_concurrency = number(&value)?.max(1),
                 "--webhook-messages" => options.webhook_messages = number(&value)?.max(1),
                 "--webhook-rounds" => options.webhook_rounds = number(&value)?.max(1),
+                "--kafka-brokers" => options.kafka_brokers = Some(value.clone()),
+                "--kafka-messages" => options.kafka_messages = number(&value)?.max(1),
+                "--kafka-rounds" => options.kafka_rounds = number(&value)?.max(1),
                 "--rounds" => options.rounds = number(&value)?.max(1),
                 other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
             }
@@ -269,7 +283,8 @@ usage: benchmark [flags]
   --concurrency 16,64      relay concurrencies of the no-op drains
   --keys none,1000,hot     key distributions: none, a key count, or hot (one hot key
                            among 1,000 cold keys)
-  --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook (default all)
+  --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook,kafka
+                           (default all)
   --rounds N               runs every raw ceiling and no-op drain N times, rounds
                            interleaved, then the slow handler N times; the report
                            gives each case's median (default 1)
@@ -286,6 +301,10 @@ usage: benchmark [flags]
   --single-concurrency N   the relay's concurrency in it (default 16)
   --webhook-messages N     messages per sink and round of the webhook row (default 5000)
   --webhook-rounds N       its rounds; the report gives the medians (default 3)
+  --kafka-brokers ADDR     the Kafka row's brokers (default: a private tansu broker it
+                           starts, from PATH or ~/.cargo/bin)
+  --kafka-messages N       messages per sink and round of the Kafka row (default 5000)
+  --kafka-rounds N         its rounds; the report gives the medians (default 3)
 environment:
   OUTBOX_BENCH_CYCLE_FUNCTION=off   PostgreSQL relays run the cycle's statements instead
                            of the cycle function (PostgresConfig::cycle_function), to

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::crash::Redelivery;
 use crate::drain::Drained;
+use crate::kafka::KafkaRow;
 use crate::options::{Keys, StoreKind};
 use crate::pickup::Pickup;
 use crate::raw::Ceiling;
@@ -92,6 +93,7 @@ pub struct Results {
     pub pickup: Vec<Pickup>,
     pub slow: Vec<SlowRow>,
     pub webhooks: Vec<WebhookRow>,
+    pub kafkas: Vec<KafkaRow>,
     pub errors: Vec<String>,
 }
 
@@ -175,6 +177,7 @@ impl Results {
         self.pickup_section(w);
         self.slow_table(w);
         self.webhook_table(w);
+        self.kafka_table(w);
         self.checks(w);
         if !self.errors.is_empty() {
             let _ = writeln!(w, "## Errors\n");

@@ -29,12 +29,13 @@ const LANE: &str = "webhook";
 #[derive(Debug, Clone, Copy)]
 pub struct Round {
     pub log: f64,
-    pub webhook: f64,
+    /// The sink under test (the webhook sink here, the Kafka sink in the Kafka row).
+    pub sink: f64,
 }
 
 impl Round {
     pub fn ratio(&self) -> f64 {
-        self.webhook / self.log.max(1e-9)
+        self.sink / self.log.max(1e-9)
     }
 }
 
@@ -53,7 +54,7 @@ impl WebhookRow {
     }
 
     pub fn median_webhook(&self) -> f64 {
-        median(self.rounds.iter().map(|r| r.webhook))
+        median(self.rounds.iter().map(|r| r.sink))
     }
 
     /// The median of the per-round ratios: each ratio compares runs made moments apart.
@@ -62,7 +63,7 @@ impl WebhookRow {
     }
 }
 
-fn median(values: impl Iterator<Item = f64>) -> f64 {
+pub fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut values: Vec<f64> = values.collect();
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
@@ -98,13 +99,13 @@ pub async fn run(
         let hook = one_run(kind, pg_url, webhook.clone(), messages, timeout)
             .await
             .map_err(|e| format!("round {round}, webhook sink: {e}"))?;
-        let round = Round { log, webhook: hook };
+        let round = Round { log, sink: hook };
         println!(
             "{} webhook row round {}: log {:.0} msg/s, webhook {:.0} msg/s, {:.2}×",
             kind.label(),
             row.rounds.len(),
             round.log,
-            round.webhook,
+            round.sink,
             round.ratio()
         );
         row.rounds.push(round);
@@ -113,7 +114,7 @@ pub async fn run(
 }
 
 /// One drain of `messages` through `sink` on a fresh store, in msg/s.
-async fn one_run(
+pub async fn one_run(
     kind: StoreKind,
     pg_url: &str,
     sink: Arc<dyn DeliveryHandler>,

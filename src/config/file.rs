@@ -349,7 +349,7 @@ impl FileConfig {
             config.validate()?;
             section
                 .sink
-                .validate(&format!("lanes[{}].sink", config.key()))?;
+                .validate_for_lane(&config, &format!("lanes[{}].sink", config.key()))?;
             if !seen.insert((config.name.clone(), config.target.clone())) {
                 return Err(ConfigError::new(
                     format!("lanes[{}]", config.key()),

@@ -1,12 +1,17 @@
-//! `Template`: a sink's destination (a URL, a subject, an exchange, a stream key) written
-//! over the message: `{lane}`, `{target}` and `{header.NAME}` are replaced by the message's
-//! lane, target and the value of its header `NAME`; `{{` and `}}` are literal braces.
+//! `Template`: a sink's destination (a URL, a subject, an exchange, a stream key, a Kafka
+//! topic or record key) written over the message: `{lane}`, `{target}` and `{header.NAME}`
+//! are replaced by the message's lane, target and the value of its header `NAME`;
+//! `{payload.FIELD}` by a field of the JSON payload (`{payload.customer.id}` walks into
+//! objects; a string goes in as it is, a number or a boolean as its JSON text); `{{` and
+//! `}}` are literal braces.
 //!
 //! ```
 //! use outbox_relay::sinks::Template;
 //! let template: Template = "orders.{lane}.{header.tenant}".parse().unwrap();
 //! assert!(!template.is_literal());
 //! assert!("orders.{nope}".parse::<Template>().is_err());
+//! let topic: Template = "outbox.event.{payload.aggregatetype}".parse().unwrap();
+//! assert!(topic.uses_payload());
 //! ```
 
 use std::fmt;
@@ -16,8 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::message::OutboxMessage;
 
-/// A string with `{lane}`, `{target}` and `{header.NAME}` placeholders, parsed once. The
-/// default is the empty string.
+/// A string with `{lane}`, `{target}`, `{header.NAME}` and `{payload.FIELD}` placeholders,
+/// parsed once. The default is the empty string.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Template {
@@ -31,23 +36,27 @@ enum Part {
     Lane,
     Target,
     Header(String),
+    /// The path into the payload's JSON objects.
+    PayloadField(Vec<String>),
 }
 
 /// A template that does not parse: an unknown or unclosed placeholder.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{0} (placeholders: {{lane}}, {{target}}, {{header.NAME}}; write {{{{ and }}}} for braces)"
+    "{0} (placeholders: {{lane}}, {{target}}, {{header.NAME}}, {{payload.FIELD}}; write {{{{ and }}}} for braces)"
 )]
 pub struct TemplateError(String);
 
-/// A message lacks a header its template names.
+/// A message lacks a value its template names: a header, or a payload field that is
+/// missing or is not a string, a number or a boolean.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the template {template:?} needs the header {header:?}, which the message lacks")]
-pub struct MissingHeader {
+#[error("the template {template:?} needs {placeholder}, which the message lacks")]
+pub struct MissingValue {
     /// The template.
     pub template: String,
-    /// The header it names.
-    pub header: String,
+    /// What it names: `the header "region"`, `the payload field "customer.id" as a string,
+    /// number or boolean`.
+    pub placeholder: String,
 }
 
 impl Template {
@@ -70,6 +79,13 @@ impl Template {
         Some(out)
     }
 
+    /// Whether the template reads fields of the payload (rendering it parses the payload).
+    pub fn uses_payload(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|part| matches!(part, Part::PayloadField(_)))
+    }
+
     /// The template as written.
     pub fn as_str(&self) -> &str {
         &self.text
@@ -81,19 +97,44 @@ impl Template {
         &self,
         message: &OutboxMessage,
         encode: impl Fn(&str) -> String,
-    ) -> Result<String, MissingHeader> {
+    ) -> Result<String, MissingValue> {
         let mut out = String::with_capacity(self.text.len() + 16);
+        // Parsed once per render, and only when a placeholder reads it.
+        let mut payload: Option<serde_json::Value> = None;
         for part in &self.parts {
             match part {
                 Part::Literal(text) => out.push_str(text),
                 Part::Lane => out.push_str(&encode(&message.lane)),
                 Part::Target => out.push_str(&encode(&message.target)),
                 Part::Header(name) => {
-                    let value = message.headers.get(name).ok_or_else(|| MissingHeader {
+                    let value = message.headers.get(name).ok_or_else(|| MissingValue {
                         template: self.text.clone(),
-                        header: name.clone(),
+                        placeholder: format!("the header {name:?}"),
                     })?;
                     out.push_str(&encode(value));
+                }
+                Part::PayloadField(path) => {
+                    let missing = || MissingValue {
+                        template: self.text.clone(),
+                        placeholder: format!(
+                            "the payload field {:?} as a string, number or boolean",
+                            path.join(".")
+                        ),
+                    };
+                    if payload.is_none() {
+                        payload = Some(message.payload.to_value().map_err(|_| missing())?);
+                    }
+                    let mut value = payload.as_ref().ok_or_else(missing)?;
+                    for name in path {
+                        value = value.get(name).ok_or_else(missing)?;
+                    }
+                    let text = match value {
+                        serde_json::Value::String(text) => text.clone(),
+                        serde_json::Value::Number(number) => number.to_string(),
+                        serde_json::Value::Bool(flag) => flag.to_string(),
+                        _ => return Err(missing()),
+                    };
+                    out.push_str(&encode(&text));
                 }
             }
         }
@@ -101,7 +142,7 @@ impl Template {
     }
 
     /// The template filled in for `message`, values as they are.
-    pub fn render(&self, message: &OutboxMessage) -> Result<String, MissingHeader> {
+    pub fn render(&self, message: &OutboxMessage) -> Result<String, MissingValue> {
         self.render_with(message, str::to_owned)
     }
 }
@@ -139,11 +180,18 @@ impl FromStr for Template {
                         "target" => Part::Target,
                         _ => match name.strip_prefix("header.") {
                             Some(header) if !header.is_empty() => Part::Header(header.to_owned()),
-                            _ => {
-                                return Err(TemplateError(format!(
-                                    "unknown placeholder {{{name}}} in {text:?}"
-                                )))
-                            }
+                            _ => match name.strip_prefix("payload.") {
+                                Some(path)
+                                    if !path.is_empty() && !path.split('.').any(str::is_empty) =>
+                                {
+                                    Part::PayloadField(path.split('.').map(str::to_owned).collect())
+                                }
+                                _ => {
+                                    return Err(TemplateError(format!(
+                                        "unknown placeholder {{{name}}} in {text:?}"
+                                    )))
+                                }
+                            },
                         },
                     };
                     if !literal.is_empty() {
@@ -239,7 +287,45 @@ mod tests {
     fn a_missing_header_is_named() {
         let template: Template = "x.{header.region}".parse().unwrap();
         let error = template.render(&message()).unwrap_err();
-        assert_eq!(error.header, "region");
+        assert_eq!(error.placeholder, "the header \"region\"");
+    }
+
+    #[test]
+    fn payload_fields_are_filled_from_the_json() {
+        let draft = crate::OutboxMessageDraft::new(
+            "orders",
+            "billing",
+            serde_json::json!({"aggregatetype": "Order", "customer": {"id": 7, "vip": true}, "tags": []}),
+        )
+        .unwrap();
+        let message = crate::message::OutboxMessage::pending(
+            draft,
+            uuid::Uuid::now_v7(),
+            1,
+            crate::time::UnixMillis::EPOCH,
+        );
+        let template: Template =
+            "outbox.event.{payload.aggregatetype}.{payload.customer.id}.{payload.customer.vip}"
+                .parse()
+                .unwrap();
+        assert!(template.uses_payload());
+        assert_eq!(
+            template.render(&message).unwrap(),
+            "outbox.event.Order.7.true"
+        );
+        for (text, field) in [
+            ("{payload.nope}", "nope"),
+            ("{payload.tags}", "tags"),
+            ("{payload.customer}", "customer"),
+            ("{payload.customer.id.x}", "customer.id.x"),
+        ] {
+            let template: Template = text.parse().unwrap();
+            let error = template.render(&message).unwrap_err();
+            assert!(
+                error.placeholder.contains(&format!("{field:?}")),
+                "{text}: {error}"
+            );
+        }
     }
 
     #[test]
@@ -249,6 +335,8 @@ mod tests {
             ("x.}", "lone"),
             ("x.{laen}", "unknown placeholder {laen}"),
             ("x.{header.}", "unknown placeholder {header.}"),
+            ("x.{payload.}", "unknown placeholder {payload.}"),
+            ("x.{payload.a..b}", "unknown placeholder {payload.a..b}"),
         ] {
             let error = text.parse::<Template>().unwrap_err().to_string();
             assert!(error.contains(needle), "{text}: {error}");

@@ -1,6 +1,7 @@
 //! The sinks against the real servers: a webhook receiver the test starts on loopback, NATS
 //! with JetStream at 127.0.0.1:4222, RabbitMQ at 127.0.0.1:5672 (guest/guest), Redis at
-//! 127.0.0.1:6379 (`.ci/run` starts any that is down). Each test isolates itself: its own
+//! 127.0.0.1:6379 (`.ci/run` starts any that is down), and a private tansu Kafka broker per
+//! Kafka test (`.ci/run` installs it). Each test isolates itself: its own
 //! port, stream and subject, exchange and queue, or key. Each reads back with the server's
 //! own client and checks the payload bytes, headers and ids exactly.
 //!
@@ -21,6 +22,7 @@ use outbox_relay::{
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
+mod kafka;
 mod nats;
 mod rabbitmq;
 mod redis_streams;

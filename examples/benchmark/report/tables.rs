@@ -298,4 +298,39 @@ impl Results {
         }
         let _ = writeln!(w);
     }
+
+    pub(super) fn kafka_table(&self, w: &mut String) {
+        if self.kafkas.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            w,
+            "## Kafka sink against the log sink (local tansu broker, acks=all, medians)\n"
+        );
+        let _ = writeln!(
+            w,
+            "| store | messages | c | rounds | log msg/s | Kafka msg/s | Kafka / log | per round |"
+        );
+        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---|");
+        for r in &self.kafkas {
+            let rounds: Vec<String> = r
+                .rounds
+                .iter()
+                .map(|round| format!("{:.2}×", round.ratio()))
+                .collect();
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2}× | {} |",
+                r.store.label(),
+                r.messages,
+                r.concurrency,
+                r.rounds.len(),
+                r.median_log(),
+                r.median_kafka(),
+                r.median_ratio(),
+                rounds.join(", "),
+            );
+        }
+        let _ = writeln!(w);
+    }
 }

@@ -1,0 +1,407 @@
+//! `KafkaSink`: one Kafka record per message (librdkafka through `rdkafka`), acked once the
+//! broker acknowledged the record (its delivery report), routed the way Debezium's outbox
+//! event router routes, so consumers written for Debezium read it unchanged.
+//!
+//! ```toml
+//! sink = { kind = "kafka", brokers = "127.0.0.1:9092", topic = "outbox.event.{payload.aggregatetype}" }
+//! ```
+//!
+//! - **Topic**: a [`Template`] over lane, target, headers and payload fields (Debezium's
+//!   `route.by.field` and `route.topic.replacement`: `outbox.event.${routedByValue}` is
+//!   `outbox.event.{header.aggregatetype}` or `outbox.event.{payload.aggregatetype}`).
+//! - **Key**: the message's ordering key (Debezium's `aggregateid`), or the `key` template;
+//!   no key when there is neither.
+//! - **Value**: the payload's bytes exactly as enqueued.
+//! - **Headers**: the message's headers (the W3C `traceparent` and `tracestate` among
+//!   them when a trace was captured at enqueue), and `id` = the `outbox_id`, as the router's
+//!   `table.field.event.id`. A message header called `id` is replaced by it.
+//! - **Partition**: chosen by the `murmur2_random` partitioner, so a key lands on the
+//!   partition a Java producer picks; `partition` (a number, or a template rendering one,
+//!   like Debezium's `table.field.event.partition`) overrides it.
+//!
+//! The producer is idempotent (`enable.idempotence=true`, `acks=all`): the broker keeps the
+//! order of a partition's records across the producer's own retries, and the relay hands a
+//! key's messages over one at a time, so per-key order holds. The concurrent deliveries of
+//! a lane share the sink's one producer, so librdkafka batches them (`linger`,
+//! `batch_size`). Its queue is bounded (`queue_max_messages`): a full queue is a retryable
+//! failure. `message_timeout` (librdkafka's `message.timeout.ms`, default 15 s) must stay
+//! below the lane's `delivery_timeout` (default 20 s), so the delivery report always comes
+//! before the relay gives up on the call; the config file refuses a lane where it does not.
+//!
+//! TLS and SASL: `security_protocol` (`plaintext`, `ssl`, `sasl_plaintext`, `sasl_ssl`),
+//! `sasl_mechanism` (`PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`), `sasl_username`, and the
+//! password from the environment variable `secret_env` names; `ssl_ca_location`,
+//! `ssl_certificate_location`, `ssl_key_location` and `ssl_key_password_env` for TLS.
+//! `properties` passes further librdkafka settings (`compression.type`, `client.id`, …);
+//! the ones this sink owns (idempotence, acks, partitioner, credentials, …) are refused
+//! there, naming the setting to use instead.
+//!
+//! | answer | outcome |
+//! |---|---|
+//! | the delivery report with an offset | ack |
+//! | a broker unreachable or restarting, a request or the message timing out, a full queue, a leader moving | retryable |
+//! | a fatal producer error (the broker lost the idempotence state, say) | retryable, and a fresh producer replaces the failed one |
+//! | a record larger than `message.max.bytes` (the client's or the broker's), an unknown topic (unless `auto_create_topics`), an authorization or authentication failure, a record the broker calls invalid, a partition the topic lacks | permanent, with the broker's error text |
+//!
+//! Metrics: the sink's share of the relay's own. `outbox_delivery_duration_seconds` of a
+//! Kafka lane is the broker round trip of a record (produce to delivery report, including
+//! the `linger`), `outbox_in_flight` the records waiting for their report, and
+//! `outbox_delivery_failures_total{kind}` counts the broker's refusals.
+//!
+//! **Why librdkafka (`rdkafka`, built from source)**: it is the client the Java one is
+//! measured against, with the idempotent producer, `acks=all`, TLS, SASL PLAIN and SCRAM
+//! and the `murmur2_random` partitioner built in; the pure-Rust clients (rskafka) have no
+//! idempotent producer. rdkafka's `cmake-build` compiles the librdkafka it ships (2.12)
+//! and links it statically: the binary needs no librdkafka where it runs, and the build
+//! needs cmake and a C compiler: librdkafka took about 3.5 minutes on 2 busy cores (load 13)
+//! here, once per clean target directory. Linking Debian 12's `librdkafka-dev` instead
+//! would build in seconds, but its librdkafka 2.0.2 cannot read the `ApiVersions` answer
+//! of newer Kafka-protocol brokers (tansu 0.6 among them: "Read underflow"), and it pins
+//! rdkafka to 0.33.
+
+use std::fmt;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+
+use self::config::{parse_partition, validate_topic};
+pub use self::config::{KafkaSinkConfig, SaslMechanism, SecurityProtocol};
+use super::template::Template;
+use super::SinkBuildError;
+use crate::config::duration::format_duration;
+use crate::delivery::{DeliveryError, DeliveryHandler};
+use crate::message::OutboxMessage;
+use crate::redact::redact;
+
+/// The brokers, unless configured.
+pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
+/// How long librdkafka may try to deliver a record (`message.timeout.ms`), unless
+/// configured: below the lane's default `delivery_timeout` (20 s).
+pub const DEFAULT_MESSAGE_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the producer waits to fill a batch (`linger.ms`), unless configured.
+pub const DEFAULT_LINGER: Duration = Duration::from_millis(5);
+/// The largest batch in bytes (`batch.size`), unless configured.
+pub const DEFAULT_BATCH_SIZE: u32 = 1_000_000;
+/// The most records the producer's queue holds (`queue.buffering.max.messages`), unless
+/// configured.
+pub const DEFAULT_QUEUE_MAX_MESSAGES: u32 = 100_000;
+/// How long building the sink waits for the brokers' metadata.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The record header carrying the `outbox_id`, as Debezium's outbox event router names it.
+pub const ID_HEADER: &str = "id";
+
+mod config;
+
+// ---- build -----------------------------------------------------------------------------
+
+/// Delivers a message as a Kafka record, through one idempotent producer per sink.
+pub struct KafkaSink {
+    /// Replaced by a fresh one when librdkafka declares it failed for good (a fatal
+    /// idempotence error: the broker lost the producer's sequence state, say).
+    producer: RwLock<FutureProducer>,
+    client_config: ClientConfig,
+    topic: Template,
+    key: Option<Template>,
+    partition: Option<Template>,
+    auto_create_topics: bool,
+}
+
+impl fmt::Debug for KafkaSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaSink")
+            .field("topic", &self.topic)
+            .field("key", &self.key)
+            .field("partition", &self.partition)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSink {
+    /// Creates the producer `config` describes and waits for the brokers' metadata, so an
+    /// unreachable broker or a refused login fails here, naming the setting. When the topic
+    /// is literal and the brokers do not create topics, it must exist. `field` is where the
+    /// sink sits in the config, for errors.
+    pub async fn build(config: &KafkaSinkConfig, field: &str) -> Result<Self, SinkBuildError> {
+        config.validate(field)?;
+        let client_config = config.client_config(field)?;
+        let producer: FutureProducer = client_config.create().map_err(|error| {
+            SinkBuildError::new(
+                field,
+                format!(
+                    "cannot create the Kafka producer: {}",
+                    redact(&error.to_string())
+                ),
+            )
+            .with_source(error)
+        })?;
+        // librdkafka's metadata call blocks its thread: off the runtime's workers.
+        let literal_topic = config.topic.as_literal();
+        let probe = producer.clone();
+        let topic = literal_topic.clone();
+        let metadata = tokio::task::spawn_blocking(move || {
+            probe
+                .client()
+                .fetch_metadata(topic.as_deref(), CONNECT_TIMEOUT)
+                .map(|metadata| {
+                    metadata.topics().first().and_then(|topic| {
+                        topic
+                            .error()
+                            .map(|code| RDKafkaErrorCode::from(code).to_string())
+                    })
+                })
+        })
+        .await
+        .map_err(|error| {
+            SinkBuildError::new(field, format!("the metadata call failed: {error}"))
+        })?;
+        match metadata {
+            Err(error) => {
+                return Err(SinkBuildError::new(
+                    format!("{field}.brokers"),
+                    format!(
+                        "no answer from the Kafka brokers {} within {}: {}",
+                        redact(&config.brokers),
+                        format_duration(CONNECT_TIMEOUT),
+                        redact(&error.to_string())
+                    ),
+                )
+                .with_source(error))
+            }
+            Ok(Some(topic_error)) if !config.auto_create_topics => {
+                return Err(SinkBuildError::new(
+                    format!("{field}.topic"),
+                    format!(
+                        "the topic {:?}: {topic_error} (create it, or set auto_create_topics = true if the brokers create topics)",
+                        literal_topic.unwrap_or_default()
+                    ),
+                ))
+            }
+            Ok(_) => {}
+        }
+        Ok(Self {
+            producer: RwLock::new(producer),
+            client_config,
+            topic: config.topic.clone(),
+            key: config.key.clone(),
+            partition: config.partition.clone(),
+            auto_create_topics: config.auto_create_topics,
+        })
+    }
+
+    /// The producer deliveries use now.
+    fn producer(&self) -> FutureProducer {
+        match self.producer.read() {
+            Ok(producer) => producer.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// `error` as the relay should take it. A fatal error means librdkafka will refuse
+    /// every record of this producer from now on: the sink swaps in a fresh one (a new
+    /// producer id, so sequence numbers start over) and the delivery is retried.
+    fn failed(&self, used: &FutureProducer, topic: &str, error: KafkaError) -> DeliveryError {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            self.replace_producer(used);
+        }
+        produce_failed(topic, error, self.auto_create_topics)
+    }
+
+    fn replace_producer(&self, used: &FutureProducer) {
+        let Ok(fresh) = self.client_config.create::<FutureProducer>() else {
+            // The settings made a producer at build; if they cannot now, the old one
+            // stays and the next fatal error tries again.
+            return;
+        };
+        let mut current = match self.producer.write() {
+            Ok(current) => current,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Only the delivery that saw the failed producer replaces it, once.
+        if std::ptr::eq(current.client().native_ptr(), used.client().native_ptr()) {
+            tracing::warn!("the Kafka producer failed for good; a fresh one takes over");
+            *current = fresh;
+        }
+    }
+
+    /// The record's topic, key and partition for `message`.
+    fn route(
+        &self,
+        message: &OutboxMessage,
+    ) -> Result<(String, Option<String>, Option<i32>), DeliveryError> {
+        let topic = self
+            .topic
+            .render(message)
+            .map_err(DeliveryError::permanent)?;
+        validate_topic(&topic).map_err(DeliveryError::permanent)?;
+        let key = match &self.key {
+            Some(template) => Some(template.render(message).map_err(DeliveryError::permanent)?),
+            None => message.ordering_key.clone(),
+        };
+        let partition = match &self.partition {
+            Some(template) => {
+                let text = template.render(message).map_err(DeliveryError::permanent)?;
+                Some(parse_partition(&text).map_err(DeliveryError::permanent)?)
+            }
+            None => None,
+        };
+        Ok((topic, key, partition))
+    }
+}
+
+/// The record's headers: the message's, and `id` = the `outbox_id`.
+fn record_headers(message: &OutboxMessage) -> OwnedHeaders {
+    let id = message.outbox_id.to_string();
+    let mut headers = OwnedHeaders::new_with_capacity(message.headers.len() + 1);
+    for (name, value) in &message.headers {
+        if name == ID_HEADER {
+            continue;
+        }
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value.as_bytes()),
+        });
+    }
+    headers.insert(Header {
+        key: ID_HEADER,
+        value: Some(id.as_bytes()),
+    })
+}
+
+// ---- handler ---------------------------------------------------------------------------
+
+#[async_trait]
+impl DeliveryHandler for KafkaSink {
+    async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
+        let (topic, key, partition) = self.route(message)?;
+        let mut record = FutureRecord::to(&topic)
+            .payload(message.payload.as_bytes())
+            .headers(record_headers(message));
+        if let Some(key) = &key {
+            record = record.key(key.as_str());
+        }
+        if let Some(partition) = partition {
+            record = record.partition(partition);
+        }
+        // Enqueueing fails at once on what the client itself refuses: a record over
+        // `message.max.bytes`, a full queue.
+        let producer = self.producer();
+        let report = producer
+            .send_result(record)
+            .map_err(|(error, _)| self.failed(&producer, &topic, error))?;
+        match report.await {
+            Ok(Ok(_partition_and_offset)) => Ok(()),
+            Ok(Err((error, _))) => Err(self.failed(&producer, &topic, error)),
+            // The producer went away with the record in its queue (it is only dropped with
+            // the sink): whether the broker has it is unknown, so try again.
+            Err(_canceled) => Err(DeliveryError::retryable(KafkaProduceError {
+                topic,
+                source: KafkaError::Canceled,
+            })),
+        }
+    }
+}
+
+// ---- errors ----------------------------------------------------------------------------
+
+/// Why a Kafka produce failed: the topic and what librdkafka (or the broker) said.
+#[derive(Debug, thiserror::Error)]
+#[error("produce to Kafka topic {topic:?}: {source}")]
+pub struct KafkaProduceError {
+    /// The topic.
+    pub topic: String,
+    /// What librdkafka said; the broker's error text is in it.
+    #[source]
+    pub source: KafkaError,
+}
+
+/// Whether retrying can fix a failed produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Retryable,
+    Permanent,
+}
+
+/// The broker's (or the client's) answer, as the relay should take it. What a later try
+/// cannot change is permanent; whatever a restarted or re-elected broker may accept is
+/// retryable, the unknown included.
+fn outcome(code: RDKafkaErrorCode, auto_create_topics: bool) -> Outcome {
+    use RDKafkaErrorCode as C;
+    match code {
+        C::MessageSizeTooLarge
+        | C::InvalidMessageSize
+        | C::MessageBatchTooLarge
+        | C::InvalidRecord
+        | C::InvalidMessage
+        | C::InvalidTopic
+        | C::UnknownPartition
+        | C::TopicAuthorizationFailed
+        | C::ClusterAuthorizationFailed
+        | C::TransactionalIdAuthorizationFailed
+        | C::SaslAuthenticationFailed
+        | C::Authentication
+        | C::UnsupportedForMessageFormat
+        | C::PolicyViolation
+        | C::InvalidRequiredAcks => Outcome::Permanent,
+        C::UnknownTopic | C::UnknownTopicOrPartition if !auto_create_topics => Outcome::Permanent,
+        _ => Outcome::Retryable,
+    }
+}
+
+fn produce_failed(topic: &str, source: KafkaError, auto_create_topics: bool) -> DeliveryError {
+    let permanent = source
+        .rdkafka_error_code()
+        .is_some_and(|code| outcome(code, auto_create_topics) == Outcome::Permanent);
+    let error = KafkaProduceError {
+        topic: topic.to_owned(),
+        source,
+    };
+    if permanent {
+        DeliveryError::permanent(error)
+    } else {
+        DeliveryError::retryable(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_permanent_and_outages_retryable() {
+        use RDKafkaErrorCode as C;
+        for code in [
+            C::MessageSizeTooLarge,
+            C::UnknownTopicOrPartition,
+            C::UnknownTopic,
+            C::TopicAuthorizationFailed,
+            C::SaslAuthenticationFailed,
+            C::InvalidRecord,
+        ] {
+            assert_eq!(outcome(code, false), Outcome::Permanent, "{code:?}");
+        }
+        for code in [
+            C::AllBrokersDown,
+            C::BrokerTransportFailure,
+            C::MessageTimedOut,
+            C::RequestTimedOut,
+            C::QueueFull,
+            C::NotLeaderForPartition,
+            C::NotEnoughReplicas,
+            C::LeaderNotAvailable,
+        ] {
+            assert_eq!(outcome(code, false), Outcome::Retryable, "{code:?}");
+        }
+        // With topics created on first use, an unknown topic may exist on the next try.
+        assert_eq!(outcome(C::UnknownTopic, true), Outcome::Retryable);
+        assert_eq!(
+            outcome(C::UnknownTopicOrPartition, true),
+            Outcome::Retryable
+        );
+        assert!(!produce_failed("t", KafkaError::Canceled, false).is_permanent());
+    }
+}
