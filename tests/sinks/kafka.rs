@@ -9,8 +9,8 @@ use std::time::Duration;
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::{MessageFilter, NackOutcome};
 use outbox_relay::{
-    DeliveryHandler, InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay,
-    OutboxStatus, OutboxStore, RetryPolicy,
+    DeliveryHandler, InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay,
+    OutboxStatus, RetryPolicy,
 };
 use tokio::sync::broadcast;
 
@@ -34,11 +34,11 @@ async fn relay(
     handler: Arc<dyn DeliveryHandler>,
     concurrency: usize,
 ) -> (
-    Arc<InMemoryOutboxStore>,
+    Outbox,
     outbox_relay::RelayHandle,
     broadcast::Receiver<RelayEvent>,
 ) {
-    let store = Arc::new(InMemoryOutboxStore::new());
+    let store = Outbox::new(InMemoryOutboxStore::new());
     let lane = LaneConfig::new("orders", "billing")
         .consumer_id("kafka-test")
         .concurrency(concurrency)
@@ -56,7 +56,7 @@ async fn relay(
 
 /// Waits until the store holds `delivered` delivered messages of the lane, failing with
 /// the counts after `EVENT_TIMEOUT`.
-async fn wait_delivered(store: &InMemoryOutboxStore, delivered: u64) {
+async fn wait_delivered(store: &Outbox, delivered: u64) {
     let started = tokio::time::Instant::now();
     loop {
         let stats = store

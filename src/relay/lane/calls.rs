@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::core::{Input, StoreAnswer, StoreCall};
 use super::{spans, LaneMsg, LaneShell};
-use crate::store::{ClaimRequest, Clock, MessageFilter, SystemClock};
+use crate::store::{ClaimRequest, Clock, MessageFilter, StoreOp, SystemClock};
 
 /// Runs a store call off the mailbox; its answer comes back as a message. A lane that
 /// stopped meanwhile no longer hears it: its claims lapse or were released.
@@ -78,13 +78,16 @@ impl LaneShell {
     /// Runs a store call off the mailbox; its answer comes back as [`Input::Store`].
     pub(super) fn call(&self, myself: &ActorRef<LaneMsg>, call: StoreCall) {
         let store = self.store.clone();
+        // `outbox_store_call_duration_seconds{lane, target, op}` of each store call below.
+        let timer = self.metrics.store_call_timer();
         match call {
             StoreCall::Claim { limit, key_run } => {
                 let request = self.claim_request(limit, key_run);
                 let span = spans::claim(&request.lane, &request.target, limit, false);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let result = store.claim(&request).instrument(span.clone()).await;
+                    let call = timer.time(StoreOp::Claim, store.claim(&request));
+                    let result = call.instrument(span.clone()).await;
                     spans::claimed(&span, started, &result);
                     answer(StoreAnswer::Claimed(result))
                 });
@@ -99,10 +102,8 @@ impl LaneShell {
                 let claim_span = spans::claim(&request.lane, &request.target, limit, true);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let result = store
-                        .ack_and_claim(&acks, &request)
-                        .instrument(claim_span.clone())
-                        .await;
+                    let call = timer.time(StoreOp::Claim, store.ack_and_claim(&acks, &request));
+                    let result = call.instrument(claim_span.clone()).await;
                     spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
                     // This machine's wall clock against the store's `created_at`.
                     let wall_ms = SystemClock.now_millis();
@@ -113,14 +114,17 @@ impl LaneShell {
                 let span = spans::ack(&self.config.name, &self.config.target, acks.len(), false);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let result = store.ack(&acks).instrument(span.clone()).await;
+                    let call = timer.time(StoreOp::Ack, store.ack(&acks));
+                    let result = call.instrument(span.clone()).await;
                     spans::acked(&span, started, &result);
                     let wall_ms = SystemClock.now_millis();
                     answer(StoreAnswer::Acked { result, wall_ms })
                 })
             }
             StoreCall::Nack(nacks) => spawn_call(myself, async move {
-                answer(StoreAnswer::Nacked(store.nack(&nacks).await))
+                answer(StoreAnswer::Nacked(
+                    timer.time(StoreOp::Nack, store.nack(&nacks)).await,
+                ))
             }),
             StoreCall::NextDue => {
                 let (lane, target, ordering) = (
@@ -129,8 +133,9 @@ impl LaneShell {
                     self.config.ordering,
                 );
                 spawn_call(myself, async move {
+                    let call = store.next_due(&lane, &target, ordering);
                     answer(StoreAnswer::NextDue(
-                        store.next_due(&lane, &target, ordering).await,
+                        timer.time(StoreOp::NextDue, call).await,
                     ))
                 });
             }
@@ -141,7 +146,8 @@ impl LaneShell {
             } => {
                 let lease = self.config.lease;
                 spawn_call(myself, async move {
-                    let result = store.extend_lease(&claims, lease).await;
+                    let call = store.extend_lease(&claims, lease);
+                    let result = timer.time(StoreOp::ExtendLease, call).await;
                     answer(StoreAnswer::Extended {
                         batch,
                         generation,
@@ -151,7 +157,7 @@ impl LaneShell {
                 });
             }
             StoreCall::Release(claims) => spawn_call(myself, async move {
-                let result = store.release(&claims).await;
+                let result = timer.time(StoreOp::Release, store.release(&claims)).await;
                 answer(StoreAnswer::Released {
                     sent: claims.len(),
                     result,
@@ -163,8 +169,9 @@ impl LaneShell {
     pub(super) fn sample_stats(&self, myself: &ActorRef<LaneMsg>) {
         let store = self.store.clone();
         let filter = MessageFilter::lane(&self.config.name, &self.config.target);
+        let timer = self.metrics.store_call_timer();
         spawn_call(myself, async move {
-            LaneMsg::StatsSampled(store.stats(&filter).await)
+            LaneMsg::StatsSampled(timer.time(StoreOp::Stats, store.stats(&filter)).await)
         });
     }
 }
