@@ -33,6 +33,7 @@ pub use crate::metrics::BreakerState;
 mod event;
 pub(crate) mod handler;
 pub(crate) mod lane;
+mod lane_control;
 mod observe;
 mod status;
 pub(crate) mod supervisor;
@@ -296,19 +297,26 @@ impl RelayBuilder {
             }
         }
         let events = self.events;
+        // Read before the lanes start, so a lane paused fleet-wide never claims.
+        let fleet_pauses = lane_control::initial(self.store.as_ref()).await;
+        let store = self.store.clone();
         let args = SupervisorArgs {
             store: self.store,
             config: self.supervisor,
             lanes: self.lanes,
             events: events.clone(),
+            fleet_pauses: fleet_pauses.clone().unwrap_or_default(),
         };
         let (supervisor, join) = Actor::spawn(None, RelaySupervisor, args)
             .await
             .map_err(|e| RelayError::Spawn(e.to_string()))?;
+        let watcher = fleet_pauses
+            .map(|known| lane_control::watch(store, supervisor.clone(), known).abort_handle());
         Ok(RelayHandle {
             supervisor,
             events,
             join: Mutex::new(Some(join)),
+            lane_control: watcher,
         })
     }
 }
@@ -319,6 +327,8 @@ pub struct RelayHandle {
     supervisor: ActorRef<SupervisorMsg>,
     events: broadcast::Sender<RelayEvent>,
     join: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The fleet-wide lane-control watcher (`relay/lane_control.rs`), if the store has it.
+    lane_control: Option<tokio::task::AbortHandle>,
 }
 
 impl fmt::Debug for RelayHandle {
@@ -383,7 +393,9 @@ impl RelayHandle {
         .await?
     }
 
-    /// Stops claiming on a lane; deliveries in flight finish.
+    /// Stops claiming on a lane in this process; deliveries in flight finish. Kept apart
+    /// from the fleet-wide pause ([`OutboxStore::pause_lane`]): resuming here does not
+    /// lift that one, nor does it lift this one.
     pub async fn pause(&self, lane: &str, target: &str) -> Result<(), RelayError> {
         let key = LaneKey::new(lane, target);
         self.ask("pause", COMMAND_TIMEOUT, |reply| {
@@ -413,6 +425,9 @@ impl RelayHandle {
     /// [`abandoned`](DrainReport::abandoned). Check [`ShutdownReport::is_clean`]: acks the
     /// store did not record mean those messages will be delivered again.
     pub async fn shutdown(&self, timeout: Duration) -> Result<ShutdownReport, RelayError> {
+        if let Some(watcher) = &self.lane_control {
+            watcher.abort();
+        }
         let report = self
             .ask("shutdown", timeout + COMMAND_TIMEOUT, |reply| {
                 SupervisorMsg::Shutdown(timeout, reply)

@@ -99,6 +99,7 @@ use uuid::Uuid;
 pub use admin::{LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest};
 pub use enqueue::DraftBatch;
 pub use error::StoreError;
+pub use lane_control::{LanePause, LanePauseRequest, LANE_CONTROL_POLL};
 // A claim's reference lives with the message, the clocks and millisecond helpers in `time`;
 // their old paths stay.
 pub use crate::message::ClaimRef;
@@ -109,6 +110,7 @@ mod admin;
 pub(crate) mod enqueue;
 mod error;
 pub mod hand_off;
+pub mod lane_control;
 pub mod memory;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod periodic;
@@ -513,6 +515,31 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// inner store's.
     fn hand_off(&self) -> Option<std::sync::Arc<hand_off::HandOff>> {
         None
+    }
+
+    // ---- Lane control: the fleet-wide pause of a (lane, target) -----------------------
+    // One block, so it moves as a unit. Each backend implements it in a file of its own
+    // (`store/<backend>/lane_control.rs`); the provided methods are what a store without
+    // lane control answers: refused for good (a relay then stops asking, saying why once).
+
+    /// Pauses (lane, target) for every relay on this store, until
+    /// [`resume_lane`](Self::resume_lane); committed when it returns. Pausing a paused lane
+    /// replaces who, why and when. Returns the pause as recorded (its time is the store's).
+    async fn pause_lane(&self, request: &LanePauseRequest) -> Result<LanePause, StoreError> {
+        let _ = request;
+        Err(lane_control::unsupported("pause_lane"))
+    }
+
+    /// Lifts the fleet-wide pause of (lane, target): the pause it lifted, `None` when the
+    /// lane was not paused.
+    async fn resume_lane(&self, lane: &str, target: &str) -> Result<Option<LanePause>, StoreError> {
+        let _ = (lane, target);
+        Err(lane_control::unsupported("resume_lane"))
+    }
+
+    /// Every fleet-wide pause in force, by (lane, target).
+    async fn lane_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
+        Err(lane_control::unsupported("lane_pauses"))
     }
 }
 

@@ -155,6 +155,27 @@ impl OutboxStore for SlowCallLog {
         self.inner.hand_off()
     }
 
+    async fn pause_lane(
+        &self,
+        request: &crate::store::LanePauseRequest,
+    ) -> Result<crate::store::LanePause, StoreError> {
+        self.timed("pause_lane", self.inner.pause_lane(request))
+            .await
+    }
+
+    async fn resume_lane(
+        &self,
+        lane: &str,
+        target: &str,
+    ) -> Result<Option<crate::store::LanePause>, StoreError> {
+        self.timed("resume_lane", self.inner.resume_lane(lane, target))
+            .await
+    }
+
+    async fn lane_pauses(&self) -> Result<Vec<crate::store::LanePause>, StoreError> {
+        self.timed("lane_pauses", self.inner.lane_pauses()).await
+    }
+
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
         self.inner.subscribe()
     }
