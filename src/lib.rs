@@ -183,6 +183,9 @@ mod captured_log;
 pub mod config;
 pub mod database;
 pub mod delivery;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 pub mod message;
 pub mod metrics;
 mod named;

@@ -28,7 +28,7 @@ use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
 use crate::store::OutboxStore;
 
-pub use crate::metrics::BreakerState;
+pub use crate::metrics::{BreakerState, LaneState};
 
 mod event;
 pub(crate) mod handler;
@@ -69,26 +69,6 @@ impl LaneKey {
 impl fmt::Display for LaneKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.lane, self.target)
-    }
-}
-
-crate::named::label_values! {
-    /// What a lane relay is doing: the value of [`crate::metrics::LABEL_STATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum LaneState {
-        /// Claiming and delivering.
-        Running => "running",
-        /// Paused by a command: claims nothing, keeps its configuration.
-        Paused => "paused",
-        /// Being removed: claims nothing new, finishes what it holds.
-        Draining => "draining",
-        /// Crashed; the supervisor restarts it after a backoff.
-        Restarting => "restarting",
-        /// Restarted too often within the window: stays down until an operator acts.
-        Failed => "failed",
-        /// Stopped on purpose (shutdown or removal).
-        Stopped => "stopped",
     }
 }
 
