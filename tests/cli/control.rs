@@ -112,23 +112,24 @@ fn a_pause_without_the_control_token_is_refused_and_changes_nothing() {
     let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);
     daemon.wait_for_log("relay running");
     for authorization in [None, Some("Bearer not-the-control-token-at-all")] {
-        let (status, body) = http_post(port, "/lanes/orders/pause", authorization);
+        let (status, body) = http_post(port, "/api/v1/lanes/orders/audit/pause", authorization);
         assert_eq!(status, 401, "{authorization:?}: {body}");
     }
     assert_eq!(lane_state(port, "audit", "paused"), Some(0.0));
     let (status, body) = http_post(
         port,
-        "/lanes/orders/pause",
+        "/api/v1/lanes/orders/audit/pause",
         Some(&format!("Bearer {TOKEN}")),
     );
     assert_eq!(status, 200, "{body}");
-    assert_eq!(lane_state(port, "audit", "paused"), Some(1.0));
+    wait_for_lane_state(&daemon, port, "audit", "paused");
     let (status, log) = daemon.terminate();
     assert!(status.success(), "exit {status}:\n{log}");
 
-    // Without a token configured, the control routes are off, and the CLI says why.
+    // Without a token configured, the mutating routes are off (a database of its own: the
+    // pause above holds in relay.db).
     let port = free_port();
-    sandbox.write("relay.toml", &test_config("sqlite:relay.db", "", port));
+    sandbox.write("relay.toml", &test_config("sqlite:second.db", "", port));
     let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);
     daemon.wait_for_log("relay running");
     assert!(
@@ -138,7 +139,7 @@ fn a_pause_without_the_control_token_is_refused_and_changes_nothing() {
     );
     let (status, body) = http_post(
         port,
-        "/lanes/orders/pause",
+        "/api/v1/lanes/orders/audit/pause",
         Some(&format!("Bearer {TOKEN}")),
     );
     assert_eq!(status, 403, "{body}");
@@ -189,7 +190,7 @@ fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
     let refused = sandbox.fails(2, &[&pause[..], &[""]].concat());
     assert!(refused.contains("target"), "{refused}");
     // The control routes take POST only.
-    assert_eq!(http_get(port, "/lanes/orders/pause").0, 405);
+    assert_eq!(http_get(port, "/api/v1/lanes/orders/audit/pause").0, 405);
 
     // SIGHUP with a lane added.
     sandbox.write("relay.toml", &(config.clone() + second_lane()));

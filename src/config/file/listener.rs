@@ -8,7 +8,7 @@ use crate::config::duration::HumanDuration;
 use crate::config::{ConfigError, ControlToken, ListenerConfig};
 
 /// `[listener]`: absent fields keep their defaults. Without `control_token_env` or
-/// `control_token_file` the lane control routes (`POST /lanes/…/pause|resume`) are off.
+/// `control_token_file` the mutating routes (`POST /api/v1/…`) are off.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerSection {
