@@ -37,7 +37,9 @@ pub mod health;
 pub mod listener;
 
 pub use control::RelaySlot;
-pub use exporter::{install_prometheus_exporter, install_prometheus_exporter_with_router, MetricsError};
+pub use exporter::{
+    install_prometheus_exporter, install_prometheus_exporter_with_router, MetricsError,
+};
 pub use health::{Readiness, ReadinessCheck, RelayReadiness};
 
 /// A group of routes, turned on or off as a whole ([`RouterConfig::routes`]).
@@ -87,7 +89,9 @@ impl std::str::FromStr for RouteGroup {
         RouteGroup::ALL
             .into_iter()
             .find(|group| group.as_str() == s)
-            .ok_or_else(|| format!("unknown route group {s:?}; expected metrics, probes, api or control"))
+            .ok_or_else(|| {
+                format!("unknown route group {s:?}; expected metrics, probes, api or control")
+            })
     }
 }
 

@@ -52,7 +52,8 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `sqlite` | yes | `SqliteOutboxStore`, the embedded store (one WAL file); re-exports `outbox_relay::sqlx` |
-//! | `prometheus` | yes | `metrics::install_prometheus_exporter` and `metrics::health` (`/metrics`, `/healthz`, `/readyz`) |
+//! | `prometheus` | yes | `metrics::prometheus_builder`: the Prometheus recorder with the dashboard's buckets |
+//! | `http` | yes | `http::router` (one axum router: `/metrics`, `/healthz`, `/readyz`, `/api/v1`) and `http::install_prometheus_exporter` (adds `axum`) |
 //! | `postgres` | no | `PostgresOutboxStore` (rustls TLS), enqueue inside your `sqlx` transaction; re-exports `outbox_relay::sqlx` |
 //! | `file-config` | no | `config::file`: a relay described by a TOML file (adds `toml`) |
 //! | `webhook-sink` | no | `sinks::webhook`: Standard Webhooks, signed (adds `reqwest`) |
@@ -89,7 +90,9 @@
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
 //!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
-//!   it; [`store::slow_log`] wraps any of them to log a slow call by its name and duration.
+//!   it; [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
+//!   block of the trait, each backend's in its `lane_control.rs`);
+//!   [`store::slow_log`] wraps any of them to log a slow call by its name and duration.
 //! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
 //!   millisecond: `SystemTime` both ways, RFC 3339 in `Display` and JSON, saturating
 //!   arithmetic with `Duration`), and the clocks a store reads (`Clock`, `SystemClock`,
@@ -114,7 +117,9 @@
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
 //!   `LaneState`; `relay/event.rs` (`RelayEvent`) and `relay/status.rs` (`LaneStatus` and
 //!   the counters behind it);
-//!   `relay::supervisor` (restarts lanes), `relay::lane` (the lane actor: glue that runs
+//!   `relay::supervisor` (restarts lanes; `supervisor/fleet.rs`: a lane's process-local
+//!   and fleet-wide pauses, apart), `relay/lane_control.rs` (the watcher that reads the
+//!   store's lane pauses every 500 ms and hands changes to the supervisor), `relay::lane` (the lane actor: glue that runs
 //!   store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
 //!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks, and
 //!   its claim gates: rate limit, circuit breaker, Retry-After hold),
@@ -127,10 +132,15 @@
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
 //!   `FailureKind` and `LaneState`, and `StoreOp`), `describe()`, `LaneMetrics` (the
 //!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
-//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`, the last from
-//!   a check run at most once a second), `metrics::control` (its `/lanes/…/pause|resume`,
-//!   behind the control token) and `metrics::listener` (its connections: header-read and
-//!   idle timeouts, a connection cap).
+//!   the recorder's buckets (`metrics/prometheus.rs`).
+//! - `http` (feature `http`): one axum router for every route, to mount in a service's
+//!   own server (`http::router`, `RouterConfig`, `RouteGroup`); `http/health.rs` (the
+//!   probes and the readiness check, run at most once a second), `http/api.rs` (`GET
+//!   /api/v1/lanes`, the JSON error shape), `http/control.rs` (`RelaySlot`, the bearer
+//!   token, the fleet-wide `pause|resume` routes), `http/listener.rs` (the connections:
+//!   header-read and idle timeouts, a connection cap) and `http/exporter.rs`
+//!   (`install_prometheus_exporter`: the global recorder and the router on a thread of
+//!   their own).
 //!   `src/named.rs` (private) holds `label_values!`, the macro that makes those fixed sets.
 //! - [`trace_context`]: W3C trace context in message headers (feature `otel`): captured
 //!   at enqueue, the delivery span's parent.
@@ -144,9 +154,9 @@
 //!   values) out of every URL the crate prints: database and sink URLs alike.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`,
 //!   `daemon.rs`) and the admin commands (`admin.rs`: `status`, `enqueue`, `dead-letters`,
-//!   `purge`, `migrate`), `pause` and `resume` of a running daemon (`control.rs`), the
-//!   SIGHUP reload (`reload.rs`), the OTLP export (`otlp.rs`) and the GATES column of
-//!   `status` (`gates.rs`).
+//!   `purge`, `migrate`), `pause` and `resume` (`control.rs`: the fleet-wide pause, in the
+//!   store), the SIGHUP reload (`reload.rs`), the OTLP export (`otlp.rs`) and the GATES
+//!   column of `status` (`gates.rs`, from the daemon's `GET /api/v1/lanes`).
 //!
 //! Beside `src/`:
 //!
@@ -230,11 +240,6 @@ pub use store::sqlite::SqliteOutboxStore;
 pub use store::{OrderingPolicy, OutboxStore, StoreError};
 
 /// The README's examples, compiled as doc-tests so the front door stays true.
-#[cfg(all(
-    doctest,
-    feature = "sqlite",
-    feature = "postgres",
-    feature = "prometheus"
-))]
+#[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "http"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

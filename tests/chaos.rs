@@ -35,10 +35,10 @@ use uuid::Uuid;
 // The test's parts live in tests/chaos/ (a crate root looks for modules beside itself).
 #[path = "chaos/database_outage.rs"]
 mod database_outage;
-#[path = "chaos/lane_control.rs"]
-mod lane_control;
 #[path = "chaos/killed_process.rs"]
 mod killed_process;
+#[path = "chaos/lane_control.rs"]
+mod lane_control;
 #[path = "chaos/partition.rs"]
 mod partition;
 #[path = "support/stderr.rs"]

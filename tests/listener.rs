@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outbox_relay::config::ListenerConfig;
-use outbox_relay::message::{DraftLimits, OutboxMessageDraft};
 use outbox_relay::http::health::DEFAULT_READINESS_TIMEOUT;
 use outbox_relay::http::{Readiness, RelayReadiness, RouterConfig};
+use outbox_relay::message::{DraftLimits, OutboxMessageDraft};
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{
     ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount, LaneStats,

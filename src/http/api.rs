@@ -91,9 +91,5 @@ pub(super) async fn lanes(State(routes): State<Routes>) -> Response {
 
 /// Any path the router does not serve.
 pub(super) async fn not_found(uri: Uri) -> Response {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        format!("not found: {}", uri.path()),
-    )
-    .into_response()
+    ApiError::new(StatusCode::NOT_FOUND, format!("not found: {}", uri.path())).into_response()
 }

@@ -6,10 +6,10 @@
 //! Prometheus can scrape it, and a local process or a browser page on the host (a no-cors
 //! POST, DNS rebinding) can reach a loopback one; none of them knows the token.
 
+use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
-use std::fmt;
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
@@ -76,10 +76,7 @@ impl RelaySlot {
     }
 
     /// Runs `work` on the relay's runtime: 503 until the slot is set.
-    pub(super) async fn run<T, F>(
-        &self,
-        work: impl FnOnce(Running) -> F,
-    ) -> Result<T, ApiError>
+    pub(super) async fn run<T, F>(&self, work: impl FnOnce(Running) -> F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, ApiError>> + Send + 'static,
@@ -121,9 +118,10 @@ pub(super) fn authorize(routes: &Routes, headers: &HeaderMap) -> Result<(), Resp
     )
     .field("authorization")
     .into_response();
-    response
-        .headers_mut()
-        .insert(WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+    response.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
     Err(response)
 }
 

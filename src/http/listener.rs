@@ -74,12 +74,13 @@ async fn serve_connection(
         inner: stream,
         activity: activity.clone(),
     };
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-        request.extensions_mut().insert(ConnectInfo(peer));
-        // A router is always ready, and its errors are `Infallible`: every failure is an
-        // answer.
-        router.clone().oneshot(request)
-    });
+    let service =
+        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            // A router is always ready, and its errors are `Infallible`: every failure is an
+            // answer.
+            router.clone().oneshot(request)
+        });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)

@@ -35,7 +35,11 @@ async fn serving(config: RouterConfig) -> (Router, Arc<RelayHandle>, Arc<dyn Out
         .expect("start the relay");
     let relay = Arc::new(relay);
     let slot = RelaySlot::new();
-    slot.set(relay.clone(), store.clone(), tokio::runtime::Handle::current());
+    slot.set(
+        relay.clone(),
+        store.clone(),
+        tokio::runtime::Handle::current(),
+    );
     (router(config.relay(slot)), relay, store)
 }
 
@@ -63,12 +67,18 @@ async fn call(
     let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
         .await
         .expect("the body");
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// Every mutating route the router serves, each with a body it accepts.
 const MUTATIONS: [(&str, &str); 2] = [
-    ("/api/v1/lanes/orders/audit/pause", r#"{"reason": "upgrade"}"#),
+    (
+        "/api/v1/lanes/orders/audit/pause",
+        r#"{"reason": "upgrade"}"#,
+    ),
     ("/api/v1/lanes/orders/audit/resume", ""),
 ];
 
@@ -77,7 +87,9 @@ async fn every_mutating_route_answers_401_without_the_token_and_changes_nothing(
     let (router, relay, store) = serving(with_token()).await;
     // A pause in force, so that a resume that went through would show.
     store
-        .pause_lane(&crate::store::LanePauseRequest::new("orders", "audit", "setup"))
+        .pause_lane(&crate::store::LanePauseRequest::new(
+            "orders", "audit", "setup",
+        ))
         .await
         .expect("pause");
     for (path, body) in MUTATIONS {
@@ -88,7 +100,11 @@ async fn every_mutating_route_answers_401_without_the_token_and_changes_nothing(
             Some("Basic 0123456789abcdef-api-token"),
         ] {
             let (status, answer) = call(&router, Method::POST, path, authorization, body).await;
-            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path} {authorization:?}: {answer}");
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "{path} {authorization:?}: {answer}"
+            );
             assert_eq!(answer["field"], "authorization", "{answer}");
         }
     }
@@ -116,7 +132,10 @@ async fn a_pause_through_the_api_is_fleet_wide_and_reported_apart_from_the_local
     let bearer = format!("Bearer {TOKEN}");
     let (status, lanes) = call(&router, Method::GET, "/api/v1/lanes", None, "").await;
     assert_eq!(status, StatusCode::OK, "{lanes}");
-    assert_eq!(lanes["lanes"][0]["lane"], json!({"lane": "orders", "target": "audit"}));
+    assert_eq!(
+        lanes["lanes"][0]["lane"],
+        json!({"lane": "orders", "target": "audit"})
+    );
     assert_eq!(lanes["lanes"][0]["state"], "running");
     assert_eq!(lanes["lanes"][0]["fleet_pause"], Value::Null);
 
@@ -144,10 +163,16 @@ async fn a_pause_through_the_api_is_fleet_wide_and_reported_apart_from_the_local
             assert_eq!(lane["fleet_pause"]["paused_by"], "ana", "{lane}");
             break;
         }
-        assert!(started.elapsed() < WAIT, "not paused after {WAIT:?}: {lane}");
+        assert!(
+            started.elapsed() < WAIT,
+            "not paused after {WAIT:?}: {lane}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    println!("the API's pause reached the lane after {:?}", started.elapsed());
+    println!(
+        "the API's pause reached the lane after {:?}",
+        started.elapsed()
+    );
 
     // A local resume does not lift the fleet's pause.
     relay.resume("orders", "audit").await.expect("local resume");

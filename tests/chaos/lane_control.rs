@@ -198,8 +198,15 @@ fn pause_holds_across_processes_and_restarts(
     assert_nothing_claimed(runtime, store.as_ref(), 30, 30, &relays);
 
     let resumed = Instant::now();
-    let out = cli(dir, &configs[1], &["resume", "--lane", LANE, "--target", TARGET]);
-    assert!(out.starts_with("resumed fleet/log for every relay"), "{out}");
+    let out = cli(
+        dir,
+        &configs[1],
+        &["resume", "--lane", LANE, "--target", TARGET],
+    );
+    assert!(
+        out.starts_with("resumed fleet/log for every relay"),
+        "{out}"
+    );
     wait_delivered(runtime, store.as_ref(), 60);
     println!(
         "resume: the 30 held messages delivered {:?} after the command started",

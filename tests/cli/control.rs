@@ -160,8 +160,22 @@ fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
     daemon.wait_for_log("relay running");
 
     // Pause orders/audit in the store: the daemon applies it within a second.
-    let pause = ["--config", "relay.toml", "pause", "--lane", "orders", "--target"];
-    let resume = ["--config", "relay.toml", "resume", "--lane", "orders", "--target"];
+    let pause = [
+        "--config",
+        "relay.toml",
+        "pause",
+        "--lane",
+        "orders",
+        "--target",
+    ];
+    let resume = [
+        "--config",
+        "relay.toml",
+        "resume",
+        "--lane",
+        "orders",
+        "--target",
+    ];
     let out = sandbox.ok(&[&pause[..], &["audit", "--reason", "test"]].concat());
     assert!(
         out.starts_with("paused orders/audit for every relay on sqlite:relay.db (by cli:"),

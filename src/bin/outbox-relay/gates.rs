@@ -117,7 +117,10 @@ async fn scrape(addr: SocketAddr) -> Option<HashMap<(String, String), LiveGates>
 /// The breaker state and throttled time per lane, from the API's answer (each lane as
 /// `RelayHandle::status` reports it).
 pub(crate) fn live_gates(answer: &Value) -> HashMap<(String, String), LiveGates> {
-    let lanes = answer["lanes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let lanes = answer["lanes"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
     lanes
         .iter()
         .filter_map(|lane| {
