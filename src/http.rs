@@ -10,6 +10,9 @@
 //! | `GET /api/v1/lanes` | [`RouteGroup::Api`] | every lane of this relay: state, counters, gates, the process-local and the fleet-wide pause |
 //! | `POST /api/v1/lanes/{lane}/{target}/pause` | [`RouteGroup::Control`] | pauses the lane for every relay on the store (`{"reason": …, "by": …}`, both optional) |
 //! | `POST /api/v1/lanes/{lane}/{target}/resume` | [`RouteGroup::Control`] | lifts that pause |
+//! | `GET /api/v1/messages?lane=&target=[&status=&key=&limit=&after=]`, `?id=…` | [`RouteGroup::Api`] | a page of messages, keyset paging (`next_cursor`) |
+//! | `GET /api/v1/messages/{id}` | [`RouteGroup::Api`] | one message |
+//! | `POST /api/v1/dead-letters/requeue`, `…/discard` | [`RouteGroup::Control`] | by `ids` or `lane`+`target`, `dry_run` to count first: the count |
 //!
 //! Every mutating route needs `Authorization: Bearer <token>` ([`RouterConfig::token`]):
 //! without it (or with another) the answer is 401 and nothing changes; with no token
@@ -35,12 +38,14 @@ mod control;
 mod exporter;
 pub mod health;
 pub mod listener;
+mod messages;
 
 pub use control::RelaySlot;
 pub use exporter::{
     install_prometheus_exporter, install_prometheus_exporter_with_router, MetricsError,
 };
 pub use health::{Readiness, ReadinessCheck, RelayReadiness};
+pub use messages::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 
 /// A group of routes, turned on or off as a whole ([`RouterConfig::routes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -197,13 +202,21 @@ pub fn router(config: RouterConfig) -> Router {
             .route("/readyz", get(health::readyz));
     }
     if config.serves(RouteGroup::Api) {
-        router = router.route("/api/v1/lanes", get(api::lanes));
+        router = router
+            .route("/api/v1/lanes", get(api::lanes))
+            .route("/api/v1/messages", get(messages::list))
+            .route("/api/v1/messages/{id}", get(messages::one));
     }
     if config.serves(RouteGroup::Control) {
-        router = router.route(
-            "/api/v1/lanes/{lane}/{target}/{action}",
-            post(control::lane_action),
-        );
+        router = router
+            .route(
+                "/api/v1/lanes/{lane}/{target}/{action}",
+                post(control::lane_action),
+            )
+            .route(
+                "/api/v1/dead-letters/{action}",
+                post(messages::dead_letters),
+            );
     }
     router.fallback(api::not_found).with_state(routes)
 }

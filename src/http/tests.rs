@@ -74,13 +74,50 @@ async fn call(
 }
 
 /// Every mutating route the router serves, each with a body it accepts.
-const MUTATIONS: [(&str, &str); 2] = [
+const MUTATIONS: [(&str, &str); 4] = [
     (
         "/api/v1/lanes/orders/audit/pause",
         r#"{"reason": "upgrade"}"#,
     ),
     ("/api/v1/lanes/orders/audit/resume", ""),
+    (
+        "/api/v1/dead-letters/requeue",
+        r#"{"lane": "billing", "target": "audit"}"#,
+    ),
+    (
+        "/api/v1/dead-letters/discard",
+        r#"{"lane": "billing", "target": "audit"}"#,
+    ),
 ];
+
+/// A dead letter in billing/audit, a lane no relay runs: its id.
+async fn dead_letter(store: &dyn OutboxStore) -> uuid::Uuid {
+    use crate::store::{ClaimRequest, Nack, NackDisposition};
+    let draft =
+        crate::OutboxMessageDraft::new("billing", "audit", json!({"n": 1})).expect("a draft");
+    store.enqueue(draft).await.expect("enqueue");
+    let claim = ClaimRequest::new("billing", "audit", 1, Duration::from_secs(30), "test");
+    let batch = store.claim(&claim).await.expect("claim");
+    let message = &batch.messages[0];
+    store
+        .nack(&[Nack {
+            claim: message.claim().expect("claimed"),
+            error: "refused".to_owned(),
+            disposition: NackDisposition::Permanent,
+        }])
+        .await
+        .expect("nack");
+    message.outbox_id
+}
+
+/// How many dead letters billing/audit holds.
+async fn dead_letters(store: &dyn OutboxStore) -> u64 {
+    let stats = store
+        .stats(&crate::store::MessageFilter::lane("billing", "audit"))
+        .await
+        .expect("stats");
+    stats.iter().map(|lane| lane.dead_letter).sum()
+}
 
 #[tokio::test]
 async fn every_mutating_route_answers_401_without_the_token_and_changes_nothing() {
@@ -92,6 +129,7 @@ async fn every_mutating_route_answers_401_without_the_token_and_changes_nothing(
         ))
         .await
         .expect("pause");
+    dead_letter(store.as_ref()).await;
     for (path, body) in MUTATIONS {
         for authorization in [
             None,
@@ -111,6 +149,11 @@ async fn every_mutating_route_answers_401_without_the_token_and_changes_nothing(
     let pauses = store.lane_pauses().await.expect("pauses");
     assert_eq!(pauses.len(), 1);
     assert_eq!(pauses[0].paused_by, "setup", "a refused pause replaced it");
+    assert_eq!(
+        dead_letters(store.as_ref()).await,
+        1,
+        "a refused requeue or discard acted"
+    );
     relay.shutdown(WAIT).await.expect("shutdown");
 }
 
@@ -259,4 +302,109 @@ async fn the_api_answers_503_until_the_relay_runs_and_groups_can_be_turned_off()
     assert_eq!(status, StatusCode::OK);
     assert_eq!("control".parse::<RouteGroup>(), Ok(RouteGroup::Control));
     assert!("admin".parse::<RouteGroup>().is_err());
+}
+
+#[tokio::test]
+async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_filter() {
+    let (router, relay, store) = serving(with_token()).await;
+    let bearer = format!("Bearer {TOKEN}");
+    let dead = dead_letter(store.as_ref()).await;
+    dead_letter(store.as_ref()).await;
+
+    let (status, page) = call(
+        &router,
+        Method::GET,
+        "/api/v1/messages?lane=billing&target=audit&status=dead_letter&limit=1",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["messages"].as_array().map(Vec::len), Some(1), "{page}");
+    assert_eq!(page["messages"][0]["outbox_id"], dead.to_string(), "{page}");
+    let cursor = page["next_cursor"].as_i64().expect("a next page");
+    let (_, next) = call(
+        &router,
+        Method::GET,
+        &format!("/api/v1/messages?lane=billing&target=audit&limit=1&after={cursor}"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(next["messages"].as_array().map(Vec::len), Some(1), "{next}");
+    assert_eq!(next["next_cursor"], Value::Null, "{next}");
+    let (status, one) = call(
+        &router,
+        Method::GET,
+        &format!("/api/v1/messages/{dead}"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{one}");
+    assert_eq!(one["last_error"], "refused");
+    let (status, answer) = call(
+        &router,
+        Method::GET,
+        "/api/v1/messages?lane=billing",
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(
+        (status, answer["field"].clone()),
+        (StatusCode::BAD_REQUEST, json!("target"))
+    );
+
+    // A dry run counts, and changes nothing; then the requeue changes what it counted.
+    let by_lane = r#"{"lane": "billing", "target": "audit", "dry_run": true}"#;
+    let (status, answer) = call(
+        &router,
+        Method::POST,
+        "/api/v1/dead-letters/requeue",
+        Some(&bearer),
+        by_lane,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"action": "requeue", "dry_run": true, "count": 2})
+    );
+    assert_eq!(dead_letters(store.as_ref()).await, 2);
+    let body = format!(r#"{{"ids": ["{dead}"]}}"#);
+    let (_, answer) = call(
+        &router,
+        Method::POST,
+        "/api/v1/dead-letters/requeue",
+        Some(&bearer),
+        &body,
+    )
+    .await;
+    assert_eq!(answer["count"], 1, "{answer}");
+    assert_eq!(dead_letters(store.as_ref()).await, 1);
+    // A bulk action with no filter at all is refused.
+    let (status, answer) = call(
+        &router,
+        Method::POST,
+        "/api/v1/dead-letters/discard",
+        Some(&bearer),
+        "{}",
+    )
+    .await;
+    assert_eq!(
+        (status, answer["field"].clone()),
+        (StatusCode::BAD_REQUEST, json!("filter"))
+    );
+    let (_, answer) = call(
+        &router,
+        Method::POST,
+        "/api/v1/dead-letters/discard",
+        Some(&bearer),
+        r#"{"lane": "billing", "target": "audit"}"#,
+    )
+    .await;
+    assert_eq!(answer["count"], 1, "{answer}");
+    assert_eq!(dead_letters(store.as_ref()).await, 0);
+    relay.shutdown(WAIT).await.expect("shutdown");
 }
