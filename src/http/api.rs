@@ -66,7 +66,14 @@ impl IntoResponse for ApiError {
             Some(field) => json!({ "error": self.message, "field": field }),
             None => json!({ "error": self.message }),
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
     }
 }
 

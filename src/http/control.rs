@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -98,13 +98,12 @@ impl RelaySlot {
 }
 
 /// 401 unless `headers` carry the configured token; 403 when none is configured.
-pub(super) fn authorize(routes: &Routes, headers: &HeaderMap) -> Result<(), Response> {
+pub(super) fn authorize(routes: &Routes, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &routes.token else {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "mutations are off: no token is configured (listener.token_env or listener.token_file)",
-        )
-        .into_response());
+            "mutations are off: no token is configured (listener.control_token_env or listener.control_token_file)",
+        ));
     };
     let presented = headers
         .get(AUTHORIZATION)
@@ -112,17 +111,11 @@ pub(super) fn authorize(routes: &Routes, headers: &HeaderMap) -> Result<(), Resp
     if token.authorizes(presented) {
         return Ok(());
     }
-    let mut response = ApiError::new(
+    Err(ApiError::new(
         StatusCode::UNAUTHORIZED,
         "this route needs the token: Authorization: Bearer <token>",
     )
-    .field("authorization")
-    .into_response();
-    response.headers_mut().insert(
-        WWW_AUTHENTICATE,
-        axum::http::HeaderValue::from_static("Bearer"),
-    );
-    Err(response)
+    .field("authorization"))
 }
 
 /// The optional JSON body of a pause.
@@ -142,7 +135,7 @@ pub(super) async fn lane_action(
     body: Bytes,
 ) -> Response {
     if let Err(refused) = authorize(&routes, &headers) {
-        return refused;
+        return refused.into_response();
     }
     let pause = match action.as_str() {
         "pause" => true,

@@ -170,7 +170,7 @@ pub(super) async fn dead_letters(
     body: Bytes,
 ) -> Response {
     if let Err(refused) = authorize(&routes, &headers) {
-        return refused;
+        return refused.into_response();
     }
     match bulk(&routes, &action, &body).await {
         Ok(answer) => Json(answer).into_response(),
