@@ -85,6 +85,10 @@ async fn serve(
     let mut routes = RouterConfig::new()
         .readiness(readiness.clone())
         .relay(slot.clone());
+    if let Some(groups) = &setup.config.listener.routes {
+        // Validated with the config: every name is a group.
+        routes = routes.routes(groups.iter().filter_map(|name| name.parse().ok()));
+    }
     let control = token.is_some();
     if let Some(token) = token {
         routes = routes.token(token);
