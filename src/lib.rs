@@ -137,7 +137,9 @@
 //!   own server (`http::router`, `RouterConfig`, `RouteGroup`); `http/health.rs` (the
 //!   probes and the readiness check, run at most once a second), `http/api.rs` (`GET
 //!   /api/v1/lanes`, the JSON error shape), `http/control.rs` (`RelaySlot`, the bearer
-//!   token, the fleet-wide `pause|resume` routes), `http/listener.rs` (the connections:
+//!   token, the fleet-wide `pause|resume` routes), `http/messages.rs` (`GET
+//!   /api/v1/messages`, `GET /api/v1/messages/{id}`, `POST /api/v1/dead-letters/…`),
+//!   `http/listener.rs` (the connections:
 //!   header-read and idle timeouts, a connection cap) and `http/exporter.rs`
 //!   (`install_prometheus_exporter`: the global recorder and the router on a thread of
 //!   their own).
@@ -162,7 +164,7 @@
 //!
 //! - `grafana/`: the dashboard, the Prometheus alert rules and their `promtool` tests.
 //! - `examples/`: `quickstart.rs` (an order service and its relay on SQLite, the README's
-//!   first command), `relay.toml` (the binary's config, every field), `claim_plans.rs`
+//!   first command), `service.rs` (a service mounting `http::router` beside its own route), `relay.toml` (the binary's config, every field), `claim_plans.rs`
 //!   (the PostgreSQL claim's, `next_due`'s and stats' plans and timings at 10 k–1 M rows,
 //!   and a relay cycle's server cost per message, keyed against keyless, beside its layout
 //!   floor), `benchmark/` (the benchmark: `main.rs` and its modules; `throughput.svg`, the
@@ -174,7 +176,8 @@
 //!   its own `ssl=on` cluster), monitoring (`relay_metrics.rs`, `store_metrics.rs`,
 //!   `grafana_assets.rs`, `prometheus_e2e.rs` against a real Prometheus), the binary end to
 //!   end (`cli.rs`, `cli/`), faults injected for real (`chaos.rs`: a relay process killed,
-//!   PostgreSQL cut away and restored), every sink against its real server (`sinks/`), one
+//!   PostgreSQL cut away and restored, a fleet-wide pause across three relay processes
+//!   and their restarts), every sink against its real server (`sinks/`), one
 //!   trace from enqueue to delivery (`otel.rs`), the README kept equal to its crate
 //!   (`readme_crate.rs`) and `.ci/run`'s rules (`ci_script.rs`).
 #![deny(
