@@ -250,3 +250,24 @@ fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
     let (status, log) = daemon.terminate();
     assert!(status.success(), "exit {status}:\n{log}");
 }
+
+#[test]
+fn pause_and_resume_read_the_config_file_that_outbox_config_names() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "relay.toml",
+        &test_config("sqlite:relay.db", "", free_port()),
+    );
+    sandbox.ok(&["--config", "relay.toml", "migrate"]);
+    let args = ["pause", "--lane", "orders", "--target", "audit"];
+    // Without it, the embedded default's ./outbox.db, which does not exist.
+    let refused = sandbox.fails(2, &args);
+    assert!(refused.contains("outbox.db"), "{refused}");
+    let out = sandbox.output(sandbox.command(&args).env("OUTBOX_CONFIG", "relay.toml"));
+    assert_eq!(out.code, Some(0), "{out:#?}");
+    assert!(
+        out.stdout
+            .starts_with("paused orders/audit for every relay on sqlite:relay.db"),
+        "{out:#?}"
+    );
+}

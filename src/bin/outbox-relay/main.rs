@@ -62,9 +62,15 @@ struct Cli {
 
 #[derive(Debug, Args)]
 struct GlobalArgs {
-    /// The relay's config file (TOML; see examples/relay.toml). Default: the embedded
-    /// config (./outbox.db, lane `default` → `log`).
-    #[arg(long, short = 'c', global = true, value_name = "FILE")]
+    /// The relay's config file (TOML; see examples/relay.toml). Also read from
+    /// OUTBOX_CONFIG. Default: the embedded config (./outbox.db, lane `default` → `log`).
+    #[arg(
+        long,
+        short = 'c',
+        global = true,
+        env = "OUTBOX_CONFIG",
+        value_name = "FILE"
+    )]
     config: Option<PathBuf>,
     /// The database, overriding the config file: sqlite:PATH, sqlite://PATH or
     /// postgres://USER@HOST:PORT/DB. Also read from OUTBOX_DATABASE_URL (empty counts as
