@@ -135,8 +135,8 @@ async fn case_store(
     PostgresOutboxStore::connect_with(
         url,
         PostgresConfig::default()
-            .with_schema(schema.to_owned())
-            .with_statement_timeout(Duration::from_secs(3_600)),
+            .schema(schema.to_owned())
+            .statement_timeout(Duration::from_secs(3_600)),
     )
     .await
 }

@@ -204,10 +204,10 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
         LaneConfig::new("orders", target)
             .concurrency(8)
             .lease(Duration::from_secs(10))
-            .retry(RetryPolicy::new(
-                Duration::from_millis(20),
-                Duration::from_millis(200),
-            ))
+            .retry(
+                RetryPolicy::new(Duration::from_millis(20), Duration::from_millis(200))
+                    .jitter(false),
+            )
             .stats_interval(Duration::from_millis(500))
     };
     let mut builder = OutboxRelay::builder(store.clone()).event_capacity(100_000);

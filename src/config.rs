@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::message::validate_name;
 use crate::message::ValidationError;
+use crate::relay::LaneKey;
 use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_RETRY_AFTER_MAX};
 use crate::store::OrderingPolicy;
 
@@ -83,11 +84,13 @@ pub const MAX_PREFETCH_PER_HANDLER: usize = 4;
 /// [`ValidationError`], under the name the config API has always used.
 pub type ConfigError = ValidationError;
 
-/// How one (lane, target) is relayed.
+/// How one lane (a lane name and its target, [`LaneKey`]) is relayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LaneConfig {
-    /// The lane.
-    pub lane: String,
+    /// The lane's name: the `lane` its messages are written with (`lane` in the config
+    /// file).
+    pub name: String,
     /// The target.
     pub target: String,
     /// Written to `claimed_by`; defaults to `<host>-<pid>`.
@@ -173,9 +176,9 @@ impl LaneConfig {
     /// assert!(lane.validate().is_ok());
     /// assert!(LaneConfig::new("orders", "billing").concurrency(0).validate().is_err());
     /// ```
-    pub fn new(lane: impl Into<String>, target: impl Into<String>) -> Self {
+    pub fn new(name: impl Into<String>, target: impl Into<String>) -> Self {
         Self {
-            lane: lane.into(),
+            name: name.into(),
             target: target.into(),
             consumer_id: default_consumer_id(),
             concurrency: DEFAULT_CONCURRENCY,
@@ -186,16 +189,13 @@ impl LaneConfig {
             lease: DEFAULT_LEASE,
             lease_extend_margin: Some(DEFAULT_LEASE / 3),
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
-            retry: RetryPolicy {
-                base: DEFAULT_BASE_DELAY,
-                max: DEFAULT_MAX_DELAY,
-                jitter: true,
-            },
+            retry: RetryPolicy::new(DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY),
             retry_after_max: DEFAULT_RETRY_AFTER_MAX,
             ordering: OrderingPolicy::Skip,
             max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
             stats_interval: DEFAULT_STATS_INTERVAL,
-            store_backoff: RetryPolicy::new(DEFAULT_STORE_BACKOFF, DEFAULT_STORE_BACKOFF_MAX),
+            store_backoff: RetryPolicy::new(DEFAULT_STORE_BACKOFF, DEFAULT_STORE_BACKOFF_MAX)
+                .jitter(false),
             rate_limit: None,
             circuit_breaker: None,
             retry_after_holds_lane: false,
@@ -331,15 +331,15 @@ impl LaneConfig {
         self
     }
 
-    /// `lane/target`, how logs and errors name the lane.
-    pub fn name(&self) -> String {
-        format!("{}/{}", self.lane, self.target)
+    /// The lane this config relays; displayed `name/target`, as logs and errors name it.
+    pub fn key(&self) -> LaneKey {
+        LaneKey::new(&self.name, &self.target)
     }
 
     /// Checks every field; the error names the first at fault.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let field = |name: &str| format!("lanes[{}].{name}", self.name());
-        validate_name("lane", &self.lane).map_err(|e| ConfigError::new(field("lane"), e.reason))?;
+        let field = |name: &str| format!("lanes[{}].{name}", self.key());
+        validate_name("lane", &self.name).map_err(|e| ConfigError::new(field("lane"), e.reason))?;
         validate_name("target", &self.target)
             .map_err(|e| ConfigError::new(field("target"), e.reason))?;
         validate_consumer_id(&self.consumer_id)
@@ -492,7 +492,18 @@ pub const DEFAULT_MAX_RESTARTS: u32 = 5;
 pub const DEFAULT_RESTART_WINDOW: Duration = Duration::from_secs(60);
 
 /// How the supervisor restarts crashed lanes.
+///
+/// ```
+/// use std::time::Duration;
+/// use outbox_relay::config::SupervisorConfig;
+///
+/// let supervisor = SupervisorConfig::default()
+///     .max_restarts(3)
+///     .restart_window(Duration::from_secs(30));
+/// assert!(supervisor.validate().is_ok());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SupervisorConfig {
     /// Backoff before a restart: doubles with each restart in the window, capped.
     pub restart_backoff: RetryPolicy,
@@ -505,7 +516,8 @@ pub struct SupervisorConfig {
 impl Default for SupervisorConfig {
     fn default() -> Self {
         Self {
-            restart_backoff: RetryPolicy::new(DEFAULT_RESTART_BACKOFF, DEFAULT_RESTART_BACKOFF_MAX),
+            restart_backoff: RetryPolicy::new(DEFAULT_RESTART_BACKOFF, DEFAULT_RESTART_BACKOFF_MAX)
+                .jitter(false),
             max_restarts: DEFAULT_MAX_RESTARTS,
             restart_window: DEFAULT_RESTART_WINDOW,
         }
@@ -513,6 +525,24 @@ impl Default for SupervisorConfig {
 }
 
 impl SupervisorConfig {
+    /// Sets the backoff before a restart ([`SupervisorConfig::restart_backoff`]).
+    pub fn restart_backoff(mut self, backoff: RetryPolicy) -> Self {
+        self.restart_backoff = backoff;
+        self
+    }
+
+    /// Sets the restarts allowed within the window ([`SupervisorConfig::max_restarts`]).
+    pub fn max_restarts(mut self, max_restarts: u32) -> Self {
+        self.max_restarts = max_restarts;
+        self
+    }
+
+    /// Sets the window restarts are counted in ([`SupervisorConfig::restart_window`]).
+    pub fn restart_window(mut self, window: Duration) -> Self {
+        self.restart_window = window;
+        self
+    }
+
     /// Checks every field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.restart_window.is_zero() {

@@ -353,10 +353,10 @@ async fn open_postgres(
                 .unwrap_or(&config.table_prefix),
         );
         if let Some(schema) = &options.schema {
-            config = config.with_schema(schema);
+            config = config.schema(schema);
         }
         if let Some(prefix) = &options.table_prefix {
-            config = config.with_table_prefix(prefix);
+            config = config.table_prefix(prefix);
         }
         config.validate()?;
         let unreachable = |reason: String| OpenError::Connect {

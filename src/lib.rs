@@ -119,10 +119,13 @@
 //!   the counters behind it);
 //!   `relay::supervisor` (restarts lanes; `supervisor/fleet.rs`: a lane's process-local
 //!   and fleet-wide pauses, apart), `relay/lane_control.rs` (the watcher that reads the
-//!   store's lane pauses every 500 ms and hands changes to the supervisor), `relay::lane` (the lane actor: glue that runs
-//!   store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
-//!   sans-IO state machine: handler pool, lease book, prefetch buffer, pending acks, and
-//!   its claim gates: rate limit, circuit breaker, Retry-After hold),
+//!   store's lane pauses every 500 ms and hands changes to the supervisor), `relay::lane`
+//!   (the lane actor, `LaneShell`: glue that runs store calls off its mailbox),
+//!   `relay::lane::core` (`LaneCore`, the lane's logic as a sans-IO state machine:
+//!   `ClaimLoop` (when to claim, ask `next_due` or sleep), handler pool, lease book,
+//!   prefetch buffer, pending acks, and its claim gates: rate limit, circuit breaker,
+//!   Retry-After hold; one store-call, one timer and one delivery mechanism in
+//!   `core/io.rs`),
 //!   `relay::handler` (one delivery at a time under a timeout).
 //! - `sim` (tests, and feature `simulate`): the deterministic simulation of several relays
 //!   on one store in virtual time, its invariant checker, and (tests only) the seed runs

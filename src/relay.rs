@@ -47,20 +47,26 @@ use supervisor::{RelaySupervisor, SupervisorArgs, SupervisorMsg};
 /// How many events a slow subscriber may fall behind before it sees a lag.
 pub const DEFAULT_EVENT_CAPACITY: usize = 4096;
 
-/// Names one relayed stream: a lane and its target.
+/// Names one lane: a lane is always a (name, target) pair, relayed by its own lane relay
+/// with its own [`LaneConfig`]. Displayed as `name/target`.
+///
+/// Its `name` is the `lane` its messages are written with (the draft's and the store's
+/// field); a name with two targets is two lanes.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct LaneKey {
-    /// The lane.
-    pub lane: String,
+    /// The lane's name: the `lane` of its messages. (Serialized as `lane`, its name in the
+    /// status JSON and the metrics labels.)
+    #[serde(rename = "lane")]
+    pub name: String,
     /// The target.
     pub target: String,
 }
 
 impl LaneKey {
-    /// The key of `lane` and `target`.
-    pub fn new(lane: impl Into<String>, target: impl Into<String>) -> Self {
+    /// The lane of messages written with lane name `name`, delivered to `target`.
+    pub fn new(name: impl Into<String>, target: impl Into<String>) -> Self {
         Self {
-            lane: lane.into(),
+            name: name.into(),
             target: target.into(),
         }
     }
@@ -68,7 +74,7 @@ impl LaneKey {
 
 impl fmt::Display for LaneKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.lane, self.target)
+        write!(f, "{}/{}", self.name, self.target)
     }
 }
 
@@ -226,7 +232,11 @@ impl fmt::Debug for RelayBuilder {
             .field("store", &self.store)
             .field(
                 "lanes",
-                &self.lanes.iter().map(|(c, _)| c.name()).collect::<Vec<_>>(),
+                &self
+                    .lanes
+                    .iter()
+                    .map(|(c, _)| c.key().to_string())
+                    .collect::<Vec<_>>(),
             )
             .field("supervisor", &self.supervisor)
             .finish()
@@ -271,7 +281,7 @@ impl RelayBuilder {
         let mut seen = std::collections::HashSet::new();
         for (config, _) in &self.lanes {
             config.validate()?;
-            let key = LaneKey::new(&config.lane, &config.target);
+            let key = LaneKey::new(&config.name, &config.target);
             if !seen.insert(key.clone()) {
                 return Err(RelayError::DuplicateLane(key));
             }
@@ -358,35 +368,35 @@ impl RelayHandle {
         .await?
     }
 
-    /// Stops claiming on a lane, lets its deliveries finish (releasing what is still running
-    /// after `timeout`), then removes it.
+    /// Stops claiming on the lane `name`/`target`, lets its deliveries finish (releasing
+    /// what is still running after `timeout`), then removes it.
     pub async fn remove_lane(
         &self,
-        lane: &str,
+        name: &str,
         target: &str,
         timeout: Duration,
     ) -> Result<DrainReport, RelayError> {
-        let key = LaneKey::new(lane, target);
+        let key = LaneKey::new(name, target);
         self.ask("remove_lane", timeout + COMMAND_TIMEOUT, |reply| {
             SupervisorMsg::RemoveLane(key, timeout, reply)
         })
         .await?
     }
 
-    /// Stops claiming on a lane in this process; deliveries in flight finish. Kept apart
-    /// from the fleet-wide pause ([`OutboxStore::pause_lane`]): resuming here does not
-    /// lift that one, nor does it lift this one.
-    pub async fn pause(&self, lane: &str, target: &str) -> Result<(), RelayError> {
-        let key = LaneKey::new(lane, target);
+    /// Stops claiming on the lane `name`/`target` in this process; deliveries in flight
+    /// finish. Kept apart from the fleet-wide pause ([`OutboxStore::pause_lane`]): resuming
+    /// here does not lift that one, nor does it lift this one.
+    pub async fn pause(&self, name: &str, target: &str) -> Result<(), RelayError> {
+        let key = LaneKey::new(name, target);
         self.ask("pause", COMMAND_TIMEOUT, |reply| {
             SupervisorMsg::Pause(key, reply)
         })
         .await?
     }
 
-    /// Resumes a paused lane.
-    pub async fn resume(&self, lane: &str, target: &str) -> Result<(), RelayError> {
-        let key = LaneKey::new(lane, target);
+    /// Resumes the paused lane `name`/`target`.
+    pub async fn resume(&self, name: &str, target: &str) -> Result<(), RelayError> {
+        let key = LaneKey::new(name, target);
         self.ask("resume", COMMAND_TIMEOUT, |reply| {
             SupervisorMsg::Resume(key, reply)
         })

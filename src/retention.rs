@@ -35,6 +35,7 @@ pub const MIN_RETENTION: Duration = Duration::from_secs(60);
 
 /// How long one lane keeps its finished messages. `None` keeps that status forever.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetentionConfig {
     /// Delivered messages older than this (since delivered) are deleted.
     pub delivered: Option<Duration>,
@@ -67,6 +68,18 @@ impl RetentionConfig {
         }
     }
 
+    /// Sets how long delivered messages are kept (`None`: forever).
+    pub fn delivered(mut self, age: Option<Duration>) -> Self {
+        self.delivered = age;
+        self
+    }
+
+    /// Sets how long dead letters are kept (`None`: forever).
+    pub fn dead_letter(mut self, age: Option<Duration>) -> Self {
+        self.dead_letter = age;
+        self
+    }
+
     /// Sets the lane's ordering policy ([`RetentionConfig::ordering`]).
     pub fn ordering(mut self, ordering: OrderingPolicy) -> Self {
         self.ordering = ordering;
@@ -94,7 +107,7 @@ impl RetentionConfig {
         PurgeRequest {
             delivered_older_than: self.delivered,
             dead_letter_older_than: self.dead_letter,
-            lane: Some((lane.lane.clone(), lane.target.clone())),
+            lane: Some((lane.name.clone(), lane.target.clone())),
             batch_size,
             dry_run: false,
             keep_keyed_dead_letters: self.ordering == OrderingPolicy::Block,
@@ -146,7 +159,7 @@ impl RetentionTask {
             let result = self.store.purge(&request).await;
             match &result {
                 Ok(count) => {
-                    crate::metrics::record_purged(&lane.lane, &lane.target, *count);
+                    crate::metrics::record_purged(&lane.name, &lane.target, *count);
                     if *count > 0 {
                         tracing::info!(lane = %lane, purged = count, "retention purged finished messages");
                     }

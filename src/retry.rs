@@ -27,13 +27,14 @@ pub const DEFAULT_RETRY_AFTER_MAX: Duration = DEFAULT_MAX_DELAY;
 /// use std::time::Duration;
 /// use outbox_relay::RetryPolicy;
 ///
-/// let policy = RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20));
+/// let policy = RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20)).jitter(false);
 /// assert_eq!(policy.delay(1, None), Duration::from_millis(5));
 /// assert_eq!(policy.delay(2, None), Duration::from_millis(10));
 /// assert_eq!(policy.delay(4, None), Duration::from_millis(20)); // capped
 /// assert_eq!(policy.delay(1, Some(Duration::from_secs(3))), Duration::from_secs(3)); // floor
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// The delay after the first failed attempt.
     pub base: Duration,
@@ -54,17 +55,18 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// A policy without jitter.
+    /// A policy from `base` to `max`, with full jitter as [`RetryPolicy::default`] has it
+    /// (turn it off with [`RetryPolicy::jitter`]).
     pub fn new(base: Duration, max: Duration) -> Self {
         Self {
             base,
             max,
-            jitter: false,
+            ..Self::default()
         }
     }
 
     /// Turns full jitter on or off.
-    pub fn with_jitter(mut self, jitter: bool) -> Self {
+    pub fn jitter(mut self, jitter: bool) -> Self {
         self.jitter = jitter;
         self
     }
@@ -122,7 +124,8 @@ mod tests {
             (3, 0, 0),
         ];
         for (attempts, base, max) in cases {
-            let policy = RetryPolicy::new(Duration::from_millis(base), Duration::from_millis(max));
+            let policy = RetryPolicy::new(Duration::from_millis(base), Duration::from_millis(max))
+                .jitter(false);
             let ours = policy.delay(attempts, None);
             let seed = seed_retry_at_ms(0, attempts, base, max);
             assert_eq!(
@@ -134,9 +137,20 @@ mod tests {
     }
 
     #[test]
+    fn new_agrees_with_default_on_jitter() {
+        let default = RetryPolicy::default();
+        assert_eq!(RetryPolicy::new(default.base, default.max), default);
+        assert!(RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20)).jitter);
+        assert!(
+            !RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20))
+                .jitter(false)
+                .jitter
+        );
+    }
+
+    #[test]
     fn jitter_stays_within_the_backoff() {
-        let policy =
-            RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1)).with_jitter(true);
+        let policy = RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1));
         for attempts in 1..10 {
             let delay = policy.delay(attempts, None);
             assert!(delay <= policy.backoff(attempts));

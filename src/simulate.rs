@@ -110,7 +110,7 @@ pub struct SimulationError {
 /// every draw, and hand-offs are off).
 pub fn lane(config: &LaneConfig, load: &Load) -> Result<LaneReport, SimulationError> {
     let mut config = config.clone();
-    config.lane = crate::sim::LANE.to_owned();
+    config.name = crate::sim::LANE.to_owned();
     config.target = crate::sim::TARGET.to_owned();
     config.retry.jitter = false;
     config.store_backoff.jitter = false;

@@ -83,7 +83,7 @@ impl Schema {
     }
 
     fn config(&self) -> PostgresConfig {
-        PostgresConfig::default().with_schema(self.name.clone())
+        PostgresConfig::default().schema(self.name.clone())
     }
 }
 

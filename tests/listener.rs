@@ -217,10 +217,7 @@ async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
                     .metrics(recorder.handle())
                     .readiness(readiness),
             ),
-            ListenerConfig {
-                max_connections: FLOODERS + 8,
-                ..ListenerConfig::default()
-            },
+            ListenerConfig::default().max_connections(FLOODERS + 8),
         )
         .await;
     });

@@ -83,7 +83,7 @@ impl SchemaGuard {
     }
 
     fn config(&self) -> PostgresConfig {
-        PostgresConfig::default().with_schema(self.0.clone())
+        PostgresConfig::default().schema(self.0.clone())
     }
 
     async fn drop(self) {

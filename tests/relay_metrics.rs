@@ -95,10 +95,7 @@ fn expect(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 
 fn lane(name: &str) -> LaneConfig {
     LaneConfig::new(name, "sink")
-        .retry(RetryPolicy::new(
-            Duration::from_millis(10),
-            Duration::from_millis(10),
-        ))
+        .retry(RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(10)).jitter(false))
         .lease(Duration::from_secs(3))
         // One stats sample at start only: backlog gauges are not what this test reads.
         .stats_interval(Duration::from_secs(3600))

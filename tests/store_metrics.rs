@@ -254,8 +254,8 @@ mod postgres {
             .unwrap_or_else(|error| panic!("PostgreSQL is required at {url}: {error}"));
         let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
         let config = PostgresConfig::default()
-            .with_schema(schema.clone())
-            .with_clock(Arc::new(clock()));
+            .schema(schema.clone())
+            .clock(Arc::new(clock()));
         let store = PostgresOutboxStore::new(pool.clone(), config)
             .await
             .expect("store");

@@ -174,14 +174,14 @@ async fn open_sqlite(
 
 async fn open_postgres(url: &str, schema: &str) -> Result<PostgresOutboxStore, String> {
     let mut config = PostgresConfig::default()
-        .with_schema(schema)
-        .with_cycle_function(cycle_function());
+        .schema(schema)
+        .cycle_function(cycle_function());
     // For side-by-side runs at other vacuum cadences (0: never).
     if let Some(rows) = std::env::var("OUTBOX_BENCH_VACUUM_EVERY")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
     {
-        config = config.with_vacuum_every((rows > 0).then_some(rows));
+        config = config.vacuum_every((rows > 0).then_some(rows));
     }
     PostgresOutboxStore::connect_with(url, config)
         .await

@@ -328,17 +328,17 @@ impl FileConfig {
             let config = section.to_config(&consumer_id);
             if section.rate_burst.is_some() && section.rate_limit.is_none() {
                 return Err(ConfigError::new(
-                    format!("lanes[{}].rate_burst", config.name()),
+                    format!("lanes[{}].rate_burst", config.key()),
                     "is set without a rate_limit",
                 ));
             }
             config.validate()?;
             section
                 .sink
-                .validate(&format!("lanes[{}].sink", config.name()))?;
-            if !seen.insert((config.lane.clone(), config.target.clone())) {
+                .validate(&format!("lanes[{}].sink", config.key()))?;
+            if !seen.insert((config.name.clone(), config.target.clone())) {
                 return Err(ConfigError::new(
-                    format!("lanes[{}]", config.name()),
+                    format!("lanes[{}]", config.key()),
                     "this lane and target are configured twice",
                 ));
             }

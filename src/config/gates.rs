@@ -38,6 +38,7 @@ pub const DEFAULT_BREAKER_MIN_REQUESTS: u32 = 20;
 /// # Ok::<(), String>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RateLimit {
     /// Messages per period.
     pub count: u32,
@@ -129,6 +130,7 @@ impl fmt::Display for RateLimit {
 /// Opening on a failure ratio: at least `min_requests` outcomes within `window`, of which
 /// at least `permille`/1000 failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FailureRatio {
     /// The failed share that opens the breaker, in thousandths (500 is half).
     pub permille: u16,
@@ -136,6 +138,18 @@ pub struct FailureRatio {
     pub window: Duration,
     /// Outcomes the window must hold before the ratio counts.
     pub min_requests: u32,
+}
+
+impl FailureRatio {
+    /// Opens when at least `permille`/1000 of at least `min_requests` outcomes within
+    /// `window` failed.
+    pub fn new(permille: u16, window: Duration, min_requests: u32) -> Self {
+        Self {
+            permille,
+            window,
+            min_requests,
+        }
+    }
 }
 
 /// A lane's circuit breaker. Retryable failures (errors, timeouts, panics) count against
@@ -150,6 +164,7 @@ pub struct FailureRatio {
 /// assert!(CircuitBreakerConfig::default().consecutive_failures(None).problem().is_some());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CircuitBreakerConfig {
     /// Open after this many retryable failures in a row (`None`: only the ratio opens it).
     pub consecutive_failures: Option<u32>,

@@ -25,6 +25,7 @@ pub const MAX_MAX_CONNECTIONS: usize = 10_000;
 
 /// The HTTP listener's limits (`/metrics`, `/healthz`, `/readyz`, the lane control routes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListenerConfig {
     /// See [`DEFAULT_HEADER_READ_TIMEOUT`].
     pub header_read_timeout: Duration,
@@ -45,6 +46,25 @@ impl Default for ListenerConfig {
 }
 
 impl ListenerConfig {
+    /// Sets how long a client may take to send its request headers
+    /// ([`DEFAULT_HEADER_READ_TIMEOUT`]).
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Sets how long an idle connection stays open ([`DEFAULT_IDLE_TIMEOUT`]).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// Sets the most connections served at once ([`DEFAULT_MAX_CONNECTIONS`]).
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
+        self
+    }
+
     /// Checks the limits; the error names the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.header_read_timeout.is_zero() {

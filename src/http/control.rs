@@ -191,14 +191,14 @@ pub(super) async fn lane_action(
                 .field("lane"));
             }
             if pause {
-                let mut request = LanePauseRequest::new(&key.lane, &key.target, by);
+                let mut request = LanePauseRequest::new(&key.name, &key.target, by);
                 if let Some(reason) = body.reason {
                     request = request.reason(reason);
                 }
                 let recorded = running.store.pause_lane(&request).await?;
                 Ok(serde_json::json!({ "action": "pause", "pause": recorded }))
             } else {
-                let lifted = running.store.resume_lane(&key.lane, &key.target).await?;
+                let lifted = running.store.resume_lane(&key.name, &key.target).await?;
                 Ok(serde_json::json!({ "action": "resume", "lifted": lifted }))
             }
         })

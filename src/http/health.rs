@@ -191,7 +191,7 @@ impl ReadinessCheck for RelayReadiness {
         let failed: Vec<String> = lanes
             .iter()
             .filter(|status| status.state == LaneState::Failed)
-            .map(|status| format!("{}/{}", status.lane.lane, status.lane.target))
+            .map(|status| format!("{}/{}", status.lane.name, status.lane.target))
             .collect();
         if failed.is_empty() {
             Ok(())

@@ -2,28 +2,22 @@
 //! logic, sans-IO) and the world. It feeds the core inputs (handler reports, timers, store
 //! answers, commands) and carries out the commands the core answers with.
 //!
-//! Why store calls run on spawned tasks: an await inside `handle` would hold up every other
-//! message of this actor, so a slow store would delay lease checks, drains and status
-//! answers. Each call's answer comes back as an actor message; the core bounds how many are
-//! in flight (one claim, one ack/nack flush).
+//! Why store calls run on spawned tasks ([`calls`]): an await inside `handle` would hold up
+//! every other message of this actor, so a slow store would delay lease checks, drains and
+//! status answers. Each call's answer comes back as an actor message; the core bounds how
+//! many are in flight (one claim, one ack/nack flush).
 //!
 //! Why the bound on work lives in the core: ractor mailboxes are unbounded, so the only
 //! place that can keep a lane from taking more work than it can run is the lane itself.
 
-use std::any::Any;
 use std::collections::HashMap;
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use crate::config::LaneConfig;
 use crate::delivery::DeliveryHandler;
@@ -32,11 +26,9 @@ use crate::relay::handler::{DeliveryReport, HandlerActor, HandlerArgs, HandlerMs
 use crate::relay::observe;
 use crate::relay::{DrainReport, LaneCounters, LaneKey, RelayEvent};
 use crate::store::hand_off::{HandOffEvent, HandOffSink, Registration};
-use crate::store::{
-    ClaimRequest, Clock, LaneStats, MessageFilter, OrderingPolicy, OutboxStore, StoreError,
-    SystemClock,
-};
+use crate::store::{LaneStats, OrderingPolicy, OutboxStore, StoreError};
 
+mod calls;
 pub(crate) mod core;
 mod spans;
 
@@ -103,7 +95,10 @@ impl Drop for AbortOnDrop {
     }
 }
 
-pub(crate) struct LaneRelayState {
+/// The lane actor's state: the shell around [`LaneCore`] that owns the store, the handler
+/// actors and the metrics, and carries out the core's commands. (What an operator sees of a
+/// lane is [`LaneState`](crate::relay::LaneState), kept by the supervisor.)
+pub(crate) struct LaneShell {
     key: LaneKey,
     config: LaneConfig,
     core: LaneCore,
@@ -129,55 +124,13 @@ pub(crate) struct LaneRelayState {
     hand_off: Option<Registration>,
 }
 
-/// Runs a store call off the mailbox; its answer comes back as a message. A lane that
-/// stopped meanwhile no longer hears it: its claims lapse or were released.
-fn spawn_call<F>(myself: &ActorRef<LaneMsg>, call: F)
-where
-    F: Future<Output = LaneMsg> + Send + 'static,
-{
-    let me = myself.clone();
-    tokio::spawn(async move {
-        let message = match (CatchUnwind(Box::pin(call))).await {
-            Ok(message) => message,
-            Err(panic) => LaneMsg::StoreCallPanicked(panic_text(panic.as_ref())),
-        };
-        let _ = me.send_message(message);
-    });
-}
-
-/// A future that turns a panic while polling into an error, so a store call's panic on its
-/// own task still reaches the lane.
-struct CatchUnwind<F>(Pin<Box<F>>);
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let call = self.0.as_mut();
-        match std::panic::catch_unwind(AssertUnwindSafe(|| call.poll(cx))) {
-            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => Poll::Ready(Err(panic)),
-        }
-    }
-}
-
-fn panic_text(panic: &(dyn Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-text panic".to_owned());
-    format!("store call panicked: {text}")
-}
-
 fn send_at(myself: &ActorRef<LaneMsg>, at: Instant, input: Input) {
     myself.send_after(at.saturating_duration_since(Instant::now()), move || {
         LaneMsg::Core(input)
     });
 }
 
-impl LaneRelayState {
+impl LaneShell {
     fn emit(&self, event: RelayEvent) {
         observe::record(&self.metrics, &event);
         observe::count(&self.counters, &event);
@@ -192,18 +145,6 @@ impl LaneRelayState {
             self.counters.in_flight.store(n as u64, Ordering::Relaxed);
             self.metrics.in_flight(n as u64);
         }
-    }
-
-    fn claim_request(&self, limit: usize, key_run: usize) -> ClaimRequest {
-        ClaimRequest::new(
-            &self.config.lane,
-            &self.config.target,
-            limit,
-            self.config.lease,
-            &self.config.consumer_id,
-        )
-        .with_ordering(self.config.ordering)
-        .with_key_run(key_run)
     }
 
     /// Feeds the core one input and carries out what it says.
@@ -236,86 +177,8 @@ impl LaneRelayState {
         myself: &ActorRef<LaneMsg>,
         command: Command,
     ) -> Result<(), ActorProcessingErr> {
-        let store = self.store.clone();
         match command {
-            Command::Claim { limit, key_run } => {
-                let request = self.claim_request(limit, key_run);
-                let span = spans::claim(&request.lane, &request.target, limit, false);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store.claim(&request).instrument(span.clone()).await;
-                    spans::claimed(&span, started, &result);
-                    LaneMsg::Core(Input::Claimed(result))
-                });
-            }
-            Command::AckAndClaim {
-                acks,
-                limit,
-                key_run,
-            } => {
-                let request = self.claim_request(limit, key_run);
-                let ack_span = spans::ack(&request.lane, &request.target, acks.len(), true);
-                let claim_span = spans::claim(&request.lane, &request.target, limit, true);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store
-                        .ack_and_claim(&acks, &request)
-                        .instrument(claim_span.clone())
-                        .await;
-                    spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
-                    // This machine's wall clock against the store's `created_at`.
-                    let wall_ms = SystemClock.now_millis();
-                    LaneMsg::Core(Input::AckedAndClaimed { result, wall_ms })
-                });
-            }
-            Command::Ack(acks) => {
-                let span = spans::ack(&self.config.lane, &self.config.target, acks.len(), false);
-                spawn_call(myself, async move {
-                    let started = std::time::Instant::now();
-                    let result = store.ack(&acks).instrument(span.clone()).await;
-                    spans::acked(&span, started, &result);
-                    let wall_ms = SystemClock.now_millis();
-                    LaneMsg::Core(Input::Acked { result, wall_ms })
-                })
-            }
-            Command::Nack(nacks) => spawn_call(myself, async move {
-                LaneMsg::Core(Input::Nacked(store.nack(&nacks).await))
-            }),
-            Command::NextDue => {
-                let (lane, target, ordering) = (
-                    self.config.lane.clone(),
-                    self.config.target.clone(),
-                    self.config.ordering,
-                );
-                spawn_call(myself, async move {
-                    LaneMsg::Core(Input::NextDue(
-                        store.next_due(&lane, &target, ordering).await,
-                    ))
-                });
-            }
-            Command::Extend {
-                batch,
-                generation,
-                claims,
-            } => {
-                let lease = self.config.lease;
-                spawn_call(myself, async move {
-                    let result = store.extend_lease(&claims, lease).await;
-                    LaneMsg::Core(Input::Extended {
-                        batch,
-                        generation,
-                        claims,
-                        result,
-                    })
-                });
-            }
-            Command::Release(claims) => spawn_call(myself, async move {
-                let result = store.release(&claims).await;
-                LaneMsg::Core(Input::Released {
-                    sent: claims.len(),
-                    result,
-                })
-            }),
+            Command::Store(call) => self.call(myself, call),
             Command::Deliver { slot, message } => {
                 if let Some(Some(handler)) = self.handlers.get(slot) {
                     // A handler that died since is replaced by its supervision event, which
@@ -329,19 +192,15 @@ impl LaneRelayState {
                     handler.kill();
                 }
             }
-            Command::LeaseCheckAt {
-                batch,
-                generation,
+            Command::TimerAt {
+                kind,
                 at,
-            } => send_at(myself, at, Input::LeaseDue { batch, generation }),
-            Command::WakeAt { generation, at } => send_at(myself, at, Input::Tick(generation)),
-            Command::RetryAt(at) => send_at(myself, at, Input::RetryDue),
-            Command::GateAt { generation, at } => send_at(myself, at, Input::GateDue(generation)),
+                generation,
+            } => send_at(myself, at, Input::timer(kind, generation)),
             Command::Throttled { gate, duration } => {
                 self.metrics.throttled(gate, duration);
                 LaneCounters::add_duration(&self.counters.throttled_micros, duration);
             }
-            Command::DrainDeadlineAt(at) => send_at(myself, at, Input::DrainDeadline),
             Command::GrantCredits(n) => {
                 if let Some(registration) = &self.hand_off {
                     registration.taker().grant(n);
@@ -359,14 +218,6 @@ impl LaneRelayState {
             }
         }
         Ok(())
-    }
-
-    fn sample_stats(&self, myself: &ActorRef<LaneMsg>) {
-        let store = self.store.clone();
-        let filter = MessageFilter::lane(&self.config.lane, &self.config.target);
-        spawn_call(myself, async move {
-            LaneMsg::StatsSampled(store.stats(&filter).await)
-        });
     }
 
     fn stats_sampled(
@@ -436,23 +287,23 @@ impl LaneRelayState {
 
 impl Actor for LaneRelay {
     type Msg = LaneMsg;
-    type State = LaneRelayState;
+    type State = LaneShell;
     type Arguments = LaneArgs;
 
     async fn pre_start(
         &self,
         myself: ActorRef<LaneMsg>,
         args: LaneArgs,
-    ) -> Result<LaneRelayState, ActorProcessingErr> {
-        let key = LaneKey::new(&args.config.lane, &args.config.target);
-        let mut state = LaneRelayState {
+    ) -> Result<LaneShell, ActorProcessingErr> {
+        let key = LaneKey::new(&args.config.name, &args.config.target);
+        let mut state = LaneShell {
             key: key.clone(),
             core: LaneCore::new(args.config.clone(), args.paused),
             store: args.store,
             handler: args.handler,
             counters: args.counters,
             events: args.events,
-            metrics: LaneMetrics::new(&args.config.lane, &args.config.target),
+            metrics: LaneMetrics::new(&args.config.name, &args.config.target),
             handlers: Vec::new(),
             slots: HashMap::new(),
             replies: Vec::new(),
@@ -476,7 +327,7 @@ impl Actor for LaneRelay {
                     let _ = me.send_message(LaneMsg::Core(input));
                 });
                 state.hand_off = Some(registry.register(
-                    &state.config.lane,
+                    &state.config.name,
                     &state.config.target,
                     &state.config.consumer_id,
                     state.config.lease,
@@ -489,7 +340,7 @@ impl Actor for LaneRelay {
             state.spawn_handler(&myself, slot).await?;
         }
         let mut wakeups = state.store.subscribe();
-        let (lane, target) = (state.config.lane.clone(), state.config.target.clone());
+        let (lane, target) = (state.config.name.clone(), state.config.target.clone());
         let me = myself.clone();
         let queued = state.wake_queued.clone();
         state.wake_task = Some(AbortOnDrop(tokio::spawn(async move {
@@ -530,7 +381,7 @@ impl Actor for LaneRelay {
     async fn post_stop(
         &self,
         myself: ActorRef<LaneMsg>,
-        state: &mut LaneRelayState,
+        state: &mut LaneShell,
     ) -> Result<(), ActorProcessingErr> {
         state.wake_task = None;
         state.hand_off = None;
@@ -542,7 +393,7 @@ impl Actor for LaneRelay {
         &self,
         myself: ActorRef<LaneMsg>,
         message: LaneMsg,
-        state: &mut LaneRelayState,
+        state: &mut LaneShell,
     ) -> Result<(), ActorProcessingErr> {
         match message {
             LaneMsg::Core(input) => state.feed(&myself, input).await?,
@@ -580,7 +431,7 @@ impl Actor for LaneRelay {
         &self,
         myself: ActorRef<LaneMsg>,
         event: SupervisionEvent,
-        state: &mut LaneRelayState,
+        state: &mut LaneShell,
     ) -> Result<(), ActorProcessingErr> {
         match event {
             SupervisionEvent::ActorFailed(cell, error) => {

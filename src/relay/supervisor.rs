@@ -281,14 +281,14 @@ impl SupervisorState {
         handler: Arc<dyn DeliveryHandler>,
     ) -> Result<LaneKey, RelayError> {
         config.validate()?;
-        let key = LaneKey::new(&config.lane, &config.target);
+        let key = LaneKey::new(&config.name, &config.target);
         if self.lanes.contains_key(&key) {
             return Err(RelayError::DuplicateLane(key));
         }
         self.lanes.insert(
             key.clone(),
             LaneEntry {
-                metrics: LaneMetrics::new(&config.lane, &config.target),
+                metrics: LaneMetrics::new(&config.name, &config.target),
                 config,
                 handler,
                 counters: Arc::default(),

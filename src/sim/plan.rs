@@ -221,7 +221,7 @@ fn lane_config(rng: &mut Rng) -> LaneConfig {
         .lease_extend_margin(rng.percent(75).then(|| lease / rng.between(2, 4) as u32))
         .delivery_timeout(lease * 2 / 3)
         // No jitter: every draw comes from the seed.
-        .retry(RetryPolicy::new(rng.millis(5, 200), rng.millis(200, 3_000)))
+        .retry(RetryPolicy::new(rng.millis(5, 200), rng.millis(200, 3_000)).jitter(false))
         .ordering(if rng.percent(30) {
             OrderingPolicy::Block
         } else {
@@ -234,7 +234,7 @@ fn lane_config(rng: &mut Rng) -> LaneConfig {
         } else {
             rng.millis(200, 5_000)
         })
-        .store_backoff(RetryPolicy::new(rng.millis(5, 100), rng.millis(100, 2_000)))
+        .store_backoff(RetryPolicy::new(rng.millis(5, 100), rng.millis(100, 2_000)).jitter(false))
         .hand_off(false);
     if rng.percent(25) {
         let per = rng.millis(100, 1_000);

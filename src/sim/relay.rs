@@ -113,7 +113,7 @@ impl Relay {
         let mut woken = false;
         loop {
             match receiver.try_recv() {
-                Ok(wake) => woken |= wake.concerns(&self.config.lane, &self.config.target),
+                Ok(wake) => woken |= wake.concerns(&self.config.name, &self.config.target),
                 Err(broadcast::error::TryRecvError::Lagged(_)) => woken = true,
                 Err(_) => return woken,
             }

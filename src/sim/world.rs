@@ -17,7 +17,7 @@ use super::relay::Relay;
 use super::rng::Rng;
 use crate::message::{OutboxMessageDraft, UnixMillis};
 use crate::relay::handler::DeliveryFailure;
-use crate::relay::lane::core::{Command, Input, Slot};
+use crate::relay::lane::core::{Command, Input, Slot, StoreAnswer, StoreCall};
 use crate::relay::RelayEvent;
 use crate::store::memory::InMemoryOutboxStore;
 use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, OutboxStore};
@@ -26,7 +26,6 @@ mod calls;
 mod faults;
 mod target;
 
-pub(crate) use calls::StoreCall;
 use faults::short;
 
 /// The store clock's reading at virtual time zero.
@@ -360,10 +359,10 @@ impl<'p> World<'p> {
         while let Some(input) = inputs.pop() {
             // The shell records the tokens it is handed, to know later which one lapsed.
             let claimed = match &input {
-                Input::Claimed(Ok(batch)) => Some(&batch.messages),
-                Input::AckedAndClaimed {
+                Input::Store(StoreAnswer::Claimed(Ok(batch))) => Some(&batch.messages),
+                Input::Store(StoreAnswer::AckedAndClaimed {
                     result: Ok(answer), ..
-                } => answer.claimed.as_ref().ok().map(|b| &b.messages),
+                }) => answer.claimed.as_ref().ok().map(|b| &b.messages),
                 _ => None,
             };
             for message in claimed.into_iter().flatten() {
@@ -406,33 +405,14 @@ impl<'p> World<'p> {
     }
 
     fn carry_out(&mut self, relay: usize, command: Command) {
-        if matches!(command, Command::Claim { .. } | Command::AckAndClaim { .. }) {
+        if matches!(
+            command,
+            Command::Store(StoreCall::Claim { .. } | StoreCall::AckAndClaim { .. })
+        ) {
             self.relays[relay].owes_claim = false;
         }
         let call = match command {
-            Command::Claim { limit, key_run } => StoreCall::Claim { limit, key_run },
-            Command::AckAndClaim {
-                acks,
-                limit,
-                key_run,
-            } => StoreCall::AckAndClaim {
-                acks,
-                limit,
-                key_run,
-            },
-            Command::Ack(acks) => StoreCall::Ack(acks),
-            Command::Nack(nacks) => StoreCall::Nack(nacks),
-            Command::NextDue => StoreCall::NextDue,
-            Command::Extend {
-                batch,
-                generation,
-                claims,
-            } => StoreCall::Extend {
-                batch,
-                generation,
-                claims,
-            },
-            Command::Release(claims) => StoreCall::Release(claims),
+            Command::Store(call) => call,
             Command::Deliver { slot, message } => return self.deliver(relay, slot, *message),
             Command::ReplaceHandler(slot) => {
                 self.handler_generation += 1;
@@ -453,19 +433,11 @@ impl<'p> World<'p> {
                 let at = self.instant();
                 return self.lane_at(relay, at, input);
             }
-            Command::LeaseCheckAt {
-                batch,
-                generation,
+            Command::TimerAt {
+                kind,
                 at,
-            } => return self.lane_at(relay, at, Input::LeaseDue { batch, generation }),
-            Command::WakeAt { generation, at } => {
-                return self.lane_at(relay, at, Input::Tick(generation))
-            }
-            Command::GateAt { generation, at } => {
-                return self.lane_at(relay, at, Input::GateDue(generation))
-            }
-            Command::RetryAt(at) => return self.lane_at(relay, at, Input::RetryDue),
-            Command::DrainDeadlineAt(at) => return self.lane_at(relay, at, Input::DrainDeadline),
+                generation,
+            } => return self.lane_at(relay, at, Input::timer(kind, generation)),
             Command::Emit(RelayEvent::LeaseExpired { outbox_ids, .. }) => {
                 let r = &mut self.relays[relay];
                 for id in outbox_ids {

@@ -166,10 +166,10 @@ impl ProxiedRelay {
             .consumer_id("chaos-in-process")
             .concurrency(4)
             .lease(Duration::from_secs(10))
-            .retry(RetryPolicy::new(
-                Duration::from_millis(50),
-                Duration::from_millis(500),
-            ))
+            .retry(
+                RetryPolicy::new(Duration::from_millis(50), Duration::from_millis(500))
+                    .jitter(false),
+            )
             .max_poll_interval(IDLE_POLL);
         let builder = OutboxRelay::builder(relayed.clone())
             .lane(lane, Arc::clone(&handler))

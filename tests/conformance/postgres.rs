@@ -77,8 +77,8 @@ pub async fn harness_with(configure: fn(PostgresConfig) -> PostgresConfig) -> Ha
     let schema = unique_schema();
     let config = configure(
         PostgresConfig::default()
-            .with_schema(schema.clone())
-            .with_clock(Arc::new(clock.clone())),
+            .schema(schema.clone())
+            .clock(Arc::new(clock.clone())),
     );
     let store: Arc<dyn OutboxStore> = Arc::new(open(config.clone()).await);
     Harness {

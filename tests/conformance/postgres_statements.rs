@@ -6,7 +6,7 @@ use outbox_relay::testing::Harness;
 
 /// A fresh store in a schema of its own, on a manual clock, without the cycle function.
 pub async fn harness() -> Harness {
-    crate::postgres::harness_with(|config| config.with_cycle_function(false)).await
+    crate::postgres::harness_with(|config| config.cycle_function(false)).await
 }
 
 outbox_relay::conformance!(harness);

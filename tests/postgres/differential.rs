@@ -94,8 +94,8 @@ async fn differential_run(seed: u64, steps: usize) {
     // Odd seeds without the cycle function: the claim statements on their own.
     let config = schema
         .config()
-        .with_clock(Arc::new(pg_clock.clone()))
-        .with_cycle_function(seed.is_multiple_of(2));
+        .clock(Arc::new(pg_clock.clone()))
+        .cycle_function(seed.is_multiple_of(2));
     let pg = open(config).await;
     let mem_clock = ManualClock::new(UnixMillis::from_millis(start));
     let mem = InMemoryOutboxStore::with_clock(Arc::new(mem_clock.clone()));

@@ -330,7 +330,7 @@ async fn an_enqueue_past_the_credits_hands_off_only_those_and_the_lane_stays_wit
 fn a_handed_off_message_of_a_dead_relay_is_redelivered_after_its_lease() {
     let clock = Arc::new(ManualClock::new(SystemClock.now_millis()));
     let schema = SchemaGuard::new();
-    let config = schema.config().with_clock(clock.clone());
+    let config = schema.config().clock(clock.clone());
     let runtime_a = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

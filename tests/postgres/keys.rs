@@ -94,7 +94,7 @@ async fn a_requeued_dead_letter_waits_for_its_in_flight_successor() {
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let stores: [Arc<dyn OutboxStore>; 2] = [
         Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone()))),
-        Arc::new(open(schema.config().with_clock(Arc::new(clock.clone()))).await),
+        Arc::new(open(schema.config().clock(Arc::new(clock.clone()))).await),
     ];
     for store in &stores {
         let keyed = |v| draft("l", v).with_ordering_key("k").with_max_attempts(1);

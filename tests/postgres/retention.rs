@@ -89,10 +89,7 @@ async fn two_relays_sharing_an_outbox_purge_one_at_a_time() {
     // Both relays' retention tasks at once: every row goes exactly once, and the lock is
     // free afterwards (a purge that skipped or finished leaves nothing held).
     deliver(&*a, 20).await;
-    let retention = RetentionConfig {
-        delivered: Some(Duration::ZERO),
-        ..RetentionConfig::keep_all()
-    };
+    let retention = RetentionConfig::keep_all().delivered(Some(Duration::ZERO));
     let lanes = vec![(LaneKey::new("l", "sink"), retention)];
     let mut task_a = RetentionTask::new(a.clone(), lanes.clone());
     let mut task_b = RetentionTask::new(b.clone(), lanes);

@@ -118,7 +118,7 @@ async fn claims_use_partial_indexes_over_heads_and_claims() {
 #[tokio::test]
 async fn schema_and_prefix_are_chosen_and_checked() {
     let schema = SchemaGuard::new();
-    let store = open(schema.config().with_table_prefix("relay_q")).await;
+    let store = open(schema.config().table_prefix("relay_q")).await;
     assert_eq!(
         store.messages_table(),
         format!("\"{}\".\"relay_q_messages\"", schema.0)
@@ -143,16 +143,13 @@ async fn schema_and_prefix_are_chosen_and_checked() {
     assert!(exists);
 
     for (config, field) in [
-        (PostgresConfig::default().with_schema("Public"), "schema"),
-        (PostgresConfig::default().with_schema("a;drop"), "schema"),
+        (PostgresConfig::default().schema("Public"), "schema"),
+        (PostgresConfig::default().schema("a;drop"), "schema"),
         (
-            PostgresConfig::default().with_table_prefix("bad-prefix"),
+            PostgresConfig::default().table_prefix("bad-prefix"),
             "table_prefix",
         ),
-        (
-            PostgresConfig::default().with_table_prefix(""),
-            "table_prefix",
-        ),
+        (PostgresConfig::default().table_prefix(""), "table_prefix"),
     ] {
         match PostgresOutboxStore::new(pool().await, config.clone()).await {
             Err(StoreError::Validation(e)) => assert_eq!(e.field, field),
@@ -176,7 +173,7 @@ async fn schema_and_prefix_are_chosen_and_checked() {
 async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_the_holder() {
     let schema = SchemaGuard::new();
     let lock_timeout = Duration::from_millis(500);
-    let store = open(schema.config().with_migration_lock_timeout(lock_timeout)).await;
+    let store = open(schema.config().migration_lock_timeout(lock_timeout)).await;
     // As if migrated by a build before migration 5 (re-runnable: it drops and remakes its
     // trigger, and its ALTER TABLE needs a lock no enqueue can share).
     sqlx::query(sqlx::AssertSqlSafe(format!(

@@ -17,7 +17,7 @@ async fn connections_run_without_jit_and_with_the_statement_timeout() {
         &database_url(),
         schema
             .config()
-            .with_statement_timeout(Duration::from_millis(1_500)),
+            .statement_timeout(Duration::from_millis(1_500)),
     )
     .await
     .expect("connect");
@@ -56,7 +56,7 @@ fn the_statement_timeout_is_validated() {
         Duration::from_secs(1 << 32),
     ] {
         let error = PostgresConfig::default()
-            .with_statement_timeout(bad)
+            .statement_timeout(bad)
             .validate()
             .expect_err("invalid");
         assert_eq!(error.field, "statement_timeout", "{bad:?}");
@@ -171,7 +171,7 @@ async fn vacuums(store: &PostgresOutboxStore) -> i64 {
 async fn acked_rows_bring_a_vacuum_of_the_table_after_every_n() {
     for (every, expect) in [(Some(5), true), (None, false)] {
         let schema = SchemaGuard::new();
-        let store = open(schema.config().with_vacuum_every(every)).await;
+        let store = open(schema.config().vacuum_every(every)).await;
         for i in 0..6 {
             store
                 .enqueue(OutboxMessageDraft::new("l", "sink", json!({ "i": i })).expect("draft"))

@@ -41,10 +41,10 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
                 .rate_limit(Some(RateLimit::new(50, Duration::from_secs(1)).burst(2)))
                 // Extended a third of the lease before it lapses, so about every 1.3 s.
                 .lease(Duration::from_secs(2))
-                .retry(RetryPolicy::new(
-                    Duration::from_millis(50),
-                    Duration::from_millis(200),
-                ))
+                .retry(
+                    RetryPolicy::new(Duration::from_millis(50), Duration::from_millis(200))
+                        .jitter(false),
+                )
                 // A target's hour-long Retry-After is honoured for 100 ms.
                 .retry_after_max(Duration::from_millis(100))
                 .max_poll_interval(Duration::from_millis(500))
@@ -61,10 +61,10 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
                 .lease_extend_margin(None)
                 .delivery_timeout(Duration::from_millis(3_900))
                 .ordering(OrderingPolicy::Block)
-                .retry(RetryPolicy::new(
-                    Duration::from_millis(50),
-                    Duration::from_millis(200),
-                ))
+                .retry(
+                    RetryPolicy::new(Duration::from_millis(50), Duration::from_millis(200))
+                        .jitter(false),
+                )
                 .max_poll_interval(Duration::from_millis(500))
                 .stats_interval(stats_interval),
             handler.clone(),
@@ -138,7 +138,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         failed(dead_head, FailureKind::Permanent, NackOutcome::DeadLettered),
         Expect::new(
             "a lease extension on the webhook lane",
-            move |e| matches!(e, RelayEvent::LeaseExtended { lane, .. } if lane.lane == WEBHOOK.0),
+            move |e| matches!(e, RelayEvent::LeaseExtended { lane, .. } if lane.name == WEBHOOK.0),
         ),
         delivered(retried),
         delivered(panicked),
@@ -174,7 +174,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     let on_webhook = |e: &RelayEvent| match e {
         RelayEvent::LaneCrashed { lane, .. }
         | RelayEvent::LaneRestarting { lane, .. }
-        | RelayEvent::LaneStarted { lane, .. } => lane.lane == WEBHOOK.0,
+        | RelayEvent::LaneStarted { lane, .. } => lane.name == WEBHOOK.0,
         _ => false,
     };
     expect_events(
@@ -296,10 +296,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     // 6. Automatic retention, with no delay for delivered messages (the validated config
     //    would refuse that; the task takes what it is given), purges both lanes'
     //    delivered messages and keeps their dead letters.
-    let retention = RetentionConfig {
-        delivered: Some(Duration::ZERO),
-        ..RetentionConfig::keep_all()
-    };
+    let retention = RetentionConfig::keep_all().delivered(Some(Duration::ZERO));
     let lanes = [WEBHOOK, LEDGER].map(|(lane, target)| (LaneKey::new(lane, target), retention));
     let purged = RetentionTask::new(inner.clone(), lanes.into())
         .purge_once()

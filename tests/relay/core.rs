@@ -19,7 +19,7 @@ use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler}
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
         .consumer_id("relay-a")
-        .retry(RetryPolicy::new(Duration::ZERO, Duration::ZERO))
+        .retry(RetryPolicy::new(Duration::ZERO, Duration::ZERO).jitter(false))
         .lease(Duration::from_secs(1))
 }
 
@@ -239,10 +239,9 @@ async fn rejects_invalid_config_naming_the_field() {
         (lane().lease(Duration::ZERO), "lease"),
         (lane().concurrency(0), "concurrency"),
         (
-            lane().retry(RetryPolicy::new(
-                Duration::from_secs(2),
-                Duration::from_secs(1),
-            )),
+            lane().retry(
+                RetryPolicy::new(Duration::from_secs(2), Duration::from_secs(1)).jitter(false),
+            ),
             "retry.max",
         ),
         (LaneConfig::new(" ", "projector"), "lane"),
@@ -269,10 +268,7 @@ async fn rejects_invalid_config_naming_the_field() {
         .unwrap_err();
     assert!(matches!(duplicate, RelayError::DuplicateLane(_)));
     let bad_window = OutboxRelay::builder(memory_store())
-        .supervisor(SupervisorConfig {
-            restart_window: Duration::ZERO,
-            ..SupervisorConfig::default()
-        })
+        .supervisor(SupervisorConfig::default().restart_window(Duration::ZERO))
         .start()
         .await
         .unwrap_err();
@@ -281,7 +277,8 @@ async fn rejects_invalid_config_naming_the_field() {
 
 #[test]
 fn backoff_doubles_and_caps() {
-    let policy = RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20));
+    let policy =
+        RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20)).jitter(false);
     assert_eq!(policy.delay(1, None), Duration::from_millis(5));
     assert_eq!(policy.delay(2, None), Duration::from_millis(10));
     assert_eq!(policy.delay(4, None), Duration::from_millis(20));
@@ -309,14 +306,14 @@ async fn retry_waits_for_the_backoff_and_a_retry_after_floor() {
         })
     };
     let start = Instant::now();
-    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
-        lane().retry(RetryPolicy::new(
-            Duration::from_secs(1),
-            Duration::from_secs(10),
-        )),
-        handler,
-    ))
-    .await;
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(store.clone()).lane(
+            lane().retry(
+                RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(10)).jitter(false),
+            ),
+            handler,
+        ))
+        .await;
     wait_delivered(&mut events, 1).await;
     let took = start.elapsed();
     // 1 s backoff after the first failure, then the target's 30 s floor over the 2 s backoff.

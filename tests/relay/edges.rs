@@ -23,10 +23,9 @@ mod timers;
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
         .consumer_id("relay-a")
-        .retry(RetryPolicy::new(
-            Duration::from_millis(10),
-            Duration::from_millis(100),
-        ))
+        .retry(
+            RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(100)).jitter(false),
+        )
         .lease(Duration::from_secs(600))
         .delivery_timeout(Duration::from_secs(7200))
         .max_poll_interval(Duration::from_secs(600))

@@ -18,10 +18,9 @@ use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler}
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
-        .retry(RetryPolicy::new(
-            Duration::from_millis(10),
-            Duration::from_millis(100),
-        ))
+        .retry(
+            RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(100)).jitter(false),
+        )
         .lease(Duration::from_secs(2))
         .max_poll_interval(Duration::from_secs(600))
 }
@@ -136,14 +135,15 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
     let store = Arc::new(store);
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(store.clone())
-            .supervisor(SupervisorConfig {
-                max_restarts: 3,
-                restart_window: Duration::from_secs(60),
-                restart_backoff: RetryPolicy::new(
-                    Duration::from_millis(100),
-                    Duration::from_secs(1),
-                ),
-            })
+            .supervisor(
+                SupervisorConfig::default()
+                    .max_restarts(3)
+                    .restart_window(Duration::from_secs(60))
+                    .restart_backoff(
+                        RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1))
+                            .jitter(false),
+                    ),
+            )
             .lane(LaneConfig::new("doomed", "projector"), TestHandler::ok())
             .lane(lane(), TestHandler::ok())
             .event_capacity(10_000),
@@ -153,12 +153,12 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
         matches!(e, RelayEvent::LaneFailed { .. })
     })
     .await;
-    assert!(matches!(failed, RelayEvent::LaneFailed { lane, .. } if lane.lane == "doomed"));
+    assert!(matches!(failed, RelayEvent::LaneFailed { lane, .. } if lane.name == "doomed"));
     // The healthy lane keeps delivering after its neighbour failed.
     let id = enqueue(&*inner, draft(7)).await;
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
     let status = relay.status().await.unwrap();
-    let doomed = status.iter().find(|s| s.lane.lane == "doomed").unwrap();
+    let doomed = status.iter().find(|s| s.lane.name == "doomed").unwrap();
     assert_eq!(doomed.state, LaneState::Failed);
     assert_eq!(doomed.restarts, 3);
     assert!(doomed
@@ -166,7 +166,7 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
         .as_deref()
         .unwrap()
         .contains("injected claim panic"));
-    let healthy = status.iter().find(|s| s.lane.lane == "canonical").unwrap();
+    let healthy = status.iter().find(|s| s.lane.name == "canonical").unwrap();
     assert_eq!(healthy.state, LaneState::Running);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }

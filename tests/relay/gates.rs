@@ -62,10 +62,7 @@ async fn a_five_minute_outage_spends_no_attempts_while_open_and_ends_with_everyt
     let config = lane()
         .concurrency(4)
         .circuit_breaker(Some(breaker))
-        .retry(RetryPolicy::new(
-            Duration::from_secs(1),
-            Duration::from_secs(60),
-        ));
+        .retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(60)).jitter(false));
     let builder = OutboxRelay::builder(store.clone())
         .event_capacity(100_000)
         .lane(config, handler);

@@ -17,10 +17,8 @@ use uuid::Uuid;
 use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
 
 fn lane() -> LaneConfig {
-    LaneConfig::new("canonical", "projector").retry(RetryPolicy::new(
-        Duration::from_millis(5),
-        Duration::from_millis(50),
-    ))
+    LaneConfig::new("canonical", "projector")
+        .retry(RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(50)).jitter(false))
 }
 
 #[tokio::test(start_paused = true)]

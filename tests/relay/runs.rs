@@ -70,10 +70,9 @@ async fn key_runs_keep_each_key_in_order_through_failures() {
         .prefetch(24)
         .key_run(16)
         .lease(Duration::from_secs(30))
-        .retry(RetryPolicy::new(
-            Duration::from_millis(10),
-            Duration::from_millis(10),
-        ));
+        .retry(
+            RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(10)).jitter(false),
+        );
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(store.clone())
             .lane(lane, handler)

@@ -15,10 +15,7 @@ use crate::{draft, enqueue, wait_delivered, wait_for, TestHandler};
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
-        .retry(RetryPolicy::new(
-            Duration::from_millis(5),
-            Duration::from_millis(20),
-        ))
+        .retry(RetryPolicy::new(Duration::from_millis(5), Duration::from_millis(20)).jitter(false))
         // Long enough that a loaded machine never lapses a lease mid-delivery: a lapse
         // means an (allowed) duplicate delivery, which the exact-order checks would flag.
         .lease(Duration::from_secs(10))
@@ -327,12 +324,10 @@ pub async fn postgres() -> (Arc<dyn OutboxStore>, PgSchema) {
     use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
     let schema = format!("r_{}", Uuid::new_v4().simple());
     let url = pg_url();
-    let store = PostgresOutboxStore::connect_with(
-        &url,
-        PostgresConfig::default().with_schema(schema.clone()),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("PostgreSQL is required at {url}: {e}"));
+    let store =
+        PostgresOutboxStore::connect_with(&url, PostgresConfig::default().schema(schema.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL is required at {url}: {e}"));
     (Arc::new(store), PgSchema(schema))
 }
 

@@ -119,8 +119,8 @@ impl SqlStore {
         let store = PostgresOutboxStore::connect_with(
             &url,
             PostgresConfig::default()
-                .with_schema(schema.name())
-                .with_cycle_function(cycle_function),
+                .schema(schema.name())
+                .cycle_function(cycle_function),
         )
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL is required at {url}: {e}"));
@@ -465,7 +465,7 @@ async fn a_relay_lane_delivers_the_ten_and_dead_letters_the_one(
     let status = relay.status().await.unwrap();
     let lane = status
         .iter()
-        .find(|s| s.lane.lane == lane_name)
+        .find(|s| s.lane.name == lane_name)
         .expect("the lane's status");
     assert_eq!((lane.delivered, lane.dead_lettered), (10, 1));
     relay.shutdown(Duration::from_secs(10)).await.unwrap();

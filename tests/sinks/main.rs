@@ -92,10 +92,7 @@ pub async fn claimed(draft: OutboxMessageDraft) -> OutboxMessage {
 pub fn fast_lane() -> LaneConfig {
     LaneConfig::new("orders", "billing")
         .consumer_id("sink-test")
-        .retry(RetryPolicy::new(
-            Duration::from_millis(50),
-            Duration::from_millis(50),
-        ))
+        .retry(RetryPolicy::new(Duration::from_millis(50), Duration::from_millis(50)).jitter(false))
         .delivery_timeout(Duration::from_secs(30))
         .max_poll_interval(Duration::from_millis(200))
 }

@@ -120,7 +120,7 @@ async fn serve(
         let mut handlers = Vec::with_capacity(lanes.len());
         for (lane, sink) in &lanes {
             let handler = sink
-                .build(&format!("lanes[{}].sink", lane.name()))
+                .build(&format!("lanes[{}].sink", lane.key()))
                 .await
                 .map_err(|error| Failure::input(format!("config error: {error}")))?;
             handlers.push(handler);
@@ -149,7 +149,7 @@ async fn serve(
     let mut builder = OutboxRelay::builder(store.clone()).supervisor(supervisor);
     for ((lane, sink), handler) in lanes.iter().zip(handlers) {
         tracing::info!(
-            lane = %lane.lane,
+            lane = %lane.name,
             target = %lane.target,
             sink = sink.kind(),
             concurrency = lane.concurrency,
@@ -403,7 +403,7 @@ async fn log_events(mut events: tokio::sync::broadcast::Receiver<RelayEvent>) {
         };
         if let RelayEvent::LaneStarted { lane, incarnation } = event {
             tracing::info!(
-                lane = %lane.lane,
+                lane = %lane.name,
                 target = %lane.target,
                 incarnation,
                 "lane started"

@@ -84,7 +84,7 @@ pub(crate) async fn lane_gates(config: &FileConfig) -> HashMap<(String, String),
     lanes
         .into_iter()
         .map(|(lane, _)| {
-            let key = (lane.lane.clone(), lane.target.clone());
+            let key = (lane.name.clone(), lane.target.clone());
             let gates = LaneGates {
                 rate_limit: lane.rate_limit.map(|limit| limit.to_string()),
                 breaker: lane.circuit_breaker.is_some(),

@@ -43,7 +43,7 @@ struct Changes {
 }
 
 fn key(config: &LaneConfig) -> LaneKey {
-    LaneKey::new(&config.lane, &config.target)
+    LaneKey::new(&config.name, &config.target)
 }
 
 impl RunningLanes {
@@ -87,7 +87,7 @@ impl RunningLanes {
                 Some(_) => true,
                 None => false,
             };
-            match sink.build(&format!("lanes[{}].sink", config.name())).await {
+            match sink.build(&format!("lanes[{}].sink", config.key())).await {
                 Ok(handler) => starting.push((config.clone(), handler, replacing)),
                 Err(error) => {
                     tracing::error!(%error, "SIGHUP: reload failed; lanes unchanged");
@@ -162,7 +162,7 @@ impl RunningLanes {
         // to what runs, and the next SIGHUP starts from there.
         for lane_key in leaving {
             relay
-                .remove_lane(&lane_key.lane, &lane_key.target, drain)
+                .remove_lane(&lane_key.name, &lane_key.target, drain)
                 .await
                 .map_err(|error| format!("removing {lane_key}: {error}"))?;
             self.lanes.retain(|(config, _)| key(config) != lane_key);
@@ -181,7 +181,7 @@ impl RunningLanes {
             }
             if replacing && paused.contains(&lane_key) {
                 relay
-                    .pause(&lane_key.lane, &lane_key.target)
+                    .pause(&lane_key.name, &lane_key.target)
                     .await
                     .map_err(|error| format!("pausing {lane_key} again: {error}"))?;
             }

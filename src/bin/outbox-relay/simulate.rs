@@ -154,10 +154,10 @@ pub(crate) fn run(setup: Setup, args: SimulateArgs) -> Result<(), Failure> {
         let report = lane(&config, &load).map_err(|error| {
             Failure::failed(format!(
                 "lane {} -> {}: {error}",
-                config.lane, config.target
+                config.name, config.target
             ))
         })?;
-        print!("{}", render(&config.lane, &config.target, &report));
+        print!("{}", render(&config.name, &config.target, &report));
     }
     Ok(())
 }

@@ -100,7 +100,7 @@ fn the_embedded_default_is_one_log_lane_on_a_local_sqlite_file() {
     let lanes = config.lanes().unwrap();
     assert_eq!(lanes.len(), 1);
     assert_eq!(
-        (lanes[0].0.lane.as_str(), lanes[0].0.target.as_str()),
+        (lanes[0].0.name.as_str(), lanes[0].0.target.as_str()),
         ("default", "log")
     );
     assert_eq!(lanes[0].1.kind(), "log");
@@ -171,18 +171,16 @@ fn every_field_is_read() {
         .lease(Duration::from_secs(9))
         .lease_extend_margin(None)
         .delivery_timeout(Duration::from_secs(4))
-        .retry(RetryPolicy::new(
-            Duration::from_millis(250),
-            Duration::from_secs(3600),
-        ))
+        .retry(
+            RetryPolicy::new(Duration::from_millis(250), Duration::from_secs(3600)).jitter(false),
+        )
         .ordering(OrderingPolicy::Block)
         .max_poll_interval(Duration::from_millis(200))
         .stats_interval(Duration::from_secs(1))
         .prefetch(5)
-        .store_backoff(RetryPolicy::new(
-            Duration::from_millis(20),
-            Duration::from_secs(2),
-        ))
+        .store_backoff(
+            RetryPolicy::new(Duration::from_millis(20), Duration::from_secs(2)).jitter(false),
+        )
         .rate_limit(Some(RateLimit::new(30, Duration::from_secs(60)).burst(4)))
         .circuit_breaker(Some(
             CircuitBreakerConfig::default()

@@ -21,6 +21,8 @@
 //! claim, an acked head that frees its key's next message) forgets that answer, and the
 //! lane claims or asks `next_due` as before. `next_due` is never asked while the lane holds
 //! claims, since their own leases would be the answer; the poll ceiling still applies.
+//! [`ClaimLoop`] holds these decisions' state (the call out, "the store may have more",
+//! the remembered `next_due`, the idle sleep) and checks their invariant in debug builds.
 //!
 //! Claim gates ([`gate`]): before each claim the core asks the lane's gates (rate limit,
 //! circuit breaker, Retry-After hold) how much it may take, and sleeps until the time they
@@ -42,6 +44,7 @@ mod answers;
 mod book;
 mod buffer;
 mod cadence;
+mod claim_loop;
 mod drain;
 mod gate;
 mod hand_off;
@@ -55,9 +58,10 @@ mod tests;
 use book::LeaseBook;
 use buffer::Buffer;
 use cadence::Cadence;
+use claim_loop::{ClaimCall, ClaimLoop};
 use gate::{Admit, Gates};
 use hand_off::Credits;
-pub(crate) use io::{Command, Input};
+pub(crate) use io::{Command, Input, StoreAnswer, StoreCall, TimerKind};
 use outcomes::Outcomes;
 use pool::HandlerPool;
 pub(crate) use pool::Slot;
@@ -79,14 +83,6 @@ enum Mode {
     Stopped,
 }
 
-/// The one store call of the claim pipeline in flight, if any.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ClaimCall {
-    Idle,
-    Claiming { issued_at: Instant, limit: usize },
-    AskingDue,
-}
-
 /// Store-error backoff, by the lane's `store_backoff` policy.
 #[derive(Debug, Default)]
 struct Backoff {
@@ -105,20 +101,9 @@ pub(crate) struct LaneCore {
     /// Claimed messages waiting for a free handler, in claim order.
     buffer: Buffer,
     outcomes: Outcomes,
-    claim: ClaimCall,
-    /// Whether the store may hold claimable work: the last claim filled its limit, or a
-    /// wake-up, tick, resume or retry came since. A short claim clears it, unless one of
-    /// those came while it was out ([`LaneCore::store_may_have_more`]).
-    store_has_more: bool,
-    /// Whether something that may make work claimable came while the claim in flight was
-    /// out: that claim's snapshot may predate it, so its short answer proves nothing.
-    more_since_claim: bool,
-    /// Whether an idle sleep from `next_due` is scheduled and still meaningful.
-    idle_timer_set: bool,
-    /// The last short claim's `next_due` answer, as an instant (`Some(None)`: nothing to
-    /// wait for), while nothing since may have made a message claimable sooner.
-    known_due: Option<Option<Instant>>,
-    tick_generation: u64,
+    /// When to claim, ask `next_due` or sleep: the claim pipeline's call in flight and
+    /// what the store's last answers said ([`ClaimLoop`] states its invariant).
+    claim_loop: ClaimLoop,
     backoff: Backoff,
     /// Release calls in flight (a drain waits for their count).
     releasing: usize,
@@ -142,19 +127,14 @@ impl LaneCore {
     pub(crate) fn new(config: LaneConfig, paused: bool) -> Self {
         let gates = Gates::new(&config);
         Self {
-            key: LaneKey::new(&config.lane, &config.target),
+            key: LaneKey::new(&config.name, &config.target),
             pool: HandlerPool::new(config.concurrency),
             config,
             mode: if paused { Mode::Paused } else { Mode::Running },
             book: LeaseBook::default(),
             buffer: Buffer::default(),
             outcomes: Outcomes::default(),
-            claim: ClaimCall::Idle,
-            store_has_more: false,
-            more_since_claim: false,
-            idle_timer_set: false,
-            known_due: None,
-            tick_generation: 0,
+            claim_loop: ClaimLoop::default(),
             backoff: Backoff::default(),
             releasing: 0,
             gates,
@@ -213,24 +193,7 @@ impl LaneCore {
         }
         match input {
             Input::Start | Input::Wake => self.store_may_have_more(),
-            Input::Tick(generation) => {
-                if generation == self.tick_generation {
-                    self.store_may_have_more();
-                    self.idle_timer_set = false;
-                }
-            }
-            Input::GateDue(generation) => {
-                if self
-                    .gate_timer
-                    .is_some_and(|(current, _)| current == generation)
-                {
-                    self.gate_timer = None;
-                }
-            }
-            Input::RetryDue => {
-                self.backoff.waiting = false;
-                self.store_may_have_more();
-            }
+            Input::Timer { kind, generation } => self.timer(now, kind, generation, &mut out),
             Input::Pause => {
                 if self.mode == Mode::Running {
                     self.mode = Mode::Paused;
@@ -243,7 +206,6 @@ impl LaneCore {
                 }
             }
             Input::Drain { timeout } => self.drain(now, timeout, &mut out),
-            Input::DrainDeadline => self.drain_deadline(now, &mut out),
             Input::DeliveryDone {
                 slot,
                 outbox_id,
@@ -251,39 +213,7 @@ impl LaneCore {
                 elapsed,
             } => self.delivery_done(now, slot, outbox_id, result, elapsed, &mut out),
             Input::HandlerDied { slot, reason } => self.handler_died(now, slot, reason, &mut out),
-            Input::LeaseDue { batch, generation } => {
-                self.lease_due(now, batch, generation, &mut out)
-            }
-            Input::Claimed(result) => {
-                let call = std::mem::replace(&mut self.claim, ClaimCall::Idle);
-                self.claimed(now, call, result, &mut out);
-            }
-            Input::AckedAndClaimed { result, wall_ms } => {
-                let call = std::mem::replace(&mut self.claim, ClaimCall::Idle);
-                match result {
-                    Ok(answer) => {
-                        self.acked(now, Ok(answer.acked), wall_ms, &mut out);
-                        self.claimed(now, call, answer.claimed, &mut out);
-                    }
-                    // Neither happened: the acks go out again, the claim is made again.
-                    Err(error) => {
-                        if let ClaimCall::Claiming { limit, .. } = call {
-                            self.gates.claim_answered(limit, &[]);
-                        }
-                        self.acked(now, Err(error), wall_ms, &mut out)
-                    }
-                }
-            }
-            Input::Acked { result, wall_ms } => self.acked(now, result, wall_ms, &mut out),
-            Input::Nacked(result) => self.nacked(now, result, &mut out),
-            Input::NextDue(result) => self.next_due(now, result, &mut out),
-            Input::Extended {
-                batch,
-                generation,
-                claims,
-                result,
-            } => self.extended(now, batch, generation, claims, result, &mut out),
-            Input::Released { sent, result } => self.released(sent, result),
+            Input::Store(answer) => self.store_answered(now, answer, &mut out),
             Input::HandedOff { message, sent_at } => {
                 self.handed_off(now, *message, sent_at, &mut out)
             }
@@ -294,6 +224,65 @@ impl LaneCore {
         self.pump(now, &mut out);
         self.gate_changes(&mut out);
         out
+    }
+
+    /// A timer fired: act on it if it is still the current one of its kind.
+    fn timer(&mut self, now: Instant, kind: TimerKind, generation: u64, out: &mut Vec<Command>) {
+        match kind {
+            TimerKind::Poll => {
+                self.claim_loop.poll_fired(generation);
+            }
+            TimerKind::Gate => {
+                if self
+                    .gate_timer
+                    .is_some_and(|(current, _)| current == generation)
+                {
+                    self.gate_timer = None;
+                }
+            }
+            TimerKind::StoreRetry => {
+                self.backoff.waiting = false;
+                self.store_may_have_more();
+            }
+            TimerKind::DrainDeadline => self.drain_deadline(now, out),
+            TimerKind::Lease { batch } => self.lease_due(now, batch, generation, out),
+        }
+    }
+
+    /// A store call answered.
+    fn store_answered(&mut self, now: Instant, answer: StoreAnswer, out: &mut Vec<Command>) {
+        match answer {
+            StoreAnswer::Claimed(result) => {
+                let (call, more_since) = self.claim_loop.claim_answered();
+                self.claimed(now, call, more_since, result, out);
+            }
+            StoreAnswer::AckedAndClaimed { result, wall_ms } => {
+                let (call, more_since) = self.claim_loop.claim_answered();
+                match result {
+                    Ok(answer) => {
+                        self.acked(now, Ok(answer.acked), wall_ms, out);
+                        self.claimed(now, call, more_since, answer.claimed, out);
+                    }
+                    // Neither happened: the acks go out again, the claim is made again.
+                    Err(error) => {
+                        if let ClaimCall::Claiming { limit, .. } = call {
+                            self.gates.claim_answered(limit, &[]);
+                        }
+                        self.acked(now, Err(error), wall_ms, out)
+                    }
+                }
+            }
+            StoreAnswer::Acked { result, wall_ms } => self.acked(now, result, wall_ms, out),
+            StoreAnswer::Nacked(result) => self.nacked(now, result, out),
+            StoreAnswer::NextDue(result) => self.next_due(now, result, out),
+            StoreAnswer::Extended {
+                batch,
+                generation,
+                claims,
+                result,
+            } => self.extended(now, batch, generation, claims, result, out),
+            StoreAnswer::Released { sent, result } => self.released(sent, result),
+        }
     }
 
     /// How many messages a claim may take now: free slots plus prefetch room.
@@ -360,18 +349,18 @@ impl LaneCore {
         // Hand-off credits go back before anything but sleep: a claim waits for the answer.
         self.revoke_credits_if_busy(now, out);
         let store_open = !self.backoff.waiting;
-        let claiming = self.mode == Mode::Running && self.store_has_more;
+        let claiming = self.mode == Mode::Running && self.claim_loop.store_has_more();
         // The lane's last claims are being recorded and it does not know when the next
         // message is due (its short claim did not say): the flush asks by claiming, which
         // answers `next_due` when it comes back empty, instead of a `next_due` call after.
         let going_idle = self.mode == Mode::Running
             && self.book.len() == 0
-            && self.known_due.is_none()
-            && !self.idle_timer_set
+            && !self.claim_loop.knows_due()
+            && !self.claim_loop.sleeping()
             && self.outcomes.acks_ready();
         let limit = if store_open
             && (claiming || going_idle)
-            && self.claim == ClaimCall::Idle
+            && self.claim_loop.is_idle()
             && self.credits_settled()
         {
             self.admitted(now, out)
@@ -383,23 +372,26 @@ impl LaneCore {
         if store_open {
             self.flush(now, (limit > 0).then_some(limit), out);
         }
-        if store_open && self.claim == ClaimCall::Idle && self.mode == Mode::Running {
+        if store_open && self.claim_loop.is_idle() && self.mode == Mode::Running {
             if claiming && limit > 0 {
                 self.claim_sent(now, limit, out);
-                out.push(Command::Claim {
+                out.push(Command::Store(StoreCall::Claim {
                     limit,
                     key_run: self.key_run(limit),
-                });
-            } else if !self.store_has_more && !self.idle_timer_set && self.held() == 0 {
-                match self.known_due.take() {
+                }));
+            } else if !self.claim_loop.store_has_more()
+                && !self.claim_loop.sleeping()
+                && self.held() == 0
+            {
+                match self.claim_loop.take_known_due() {
                     // The short claim already said: no store call to sleep on it.
                     Some(due) => {
                         let wait = due.map(|at| at.saturating_duration_since(now));
                         self.sleep_until_due(now, wait, out);
                     }
                     None => {
-                        self.claim = ClaimCall::AskingDue;
-                        out.push(Command::NextDue);
+                        self.claim_loop.asking_due();
+                        out.push(Command::Store(StoreCall::NextDue));
                     }
                 }
             }
@@ -469,10 +461,7 @@ impl LaneCore {
         }
         self.gate_generation += 1;
         self.gate_timer = Some((self.gate_generation, at));
-        out.push(Command::GateAt {
-            generation: self.gate_generation,
-            at,
-        });
+        out.push(Command::timer(TimerKind::Gate, at, self.gate_generation));
     }
 
     /// The lane no longer waits on a gate: the throttled time is counted.
@@ -535,7 +524,7 @@ impl LaneCore {
         }
         if !claims.is_empty() {
             self.releasing += 1;
-            out.push(Command::Release(claims));
+            out.push(Command::Store(StoreCall::Release(claims)));
         }
     }
 
@@ -543,36 +532,19 @@ impl LaneCore {
     fn claim_sent(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) {
         self.throttle_end(now, out);
         self.gates.claim_sent(now, limit);
-        self.claim = ClaimCall::Claiming {
-            issued_at: now,
-            limit,
-        };
-        self.more_since_claim = false;
-        self.idle_timer_set = false;
-        self.known_due = None;
+        self.claim_loop.claim_sent(now, limit);
     }
 
     /// The store may hold claimable work now (a wake-up, a tick, a resume, a retry, an
-    /// acked head). If a claim is out, its snapshot may have been taken before this, so its
-    /// answer, should it come back short, must not clear the flag: the lane claims again.
-    /// (Without this, an enqueue that committed while an idle lane's claim ran was left
-    /// until the poll ceiling: the claim came back empty, "nothing due".)
+    /// acked head): see [`ClaimLoop::may_have_more`].
     pub(super) fn store_may_have_more(&mut self) {
-        self.store_has_more = true;
-        #[cfg(not(test))]
-        let lost_wake_up = false;
-        #[cfg(test)]
-        let lost_wake_up = crate::sim::mutation::active(crate::sim::mutation::Mutation::LostWakeUp);
-        if matches!(self.claim, ClaimCall::Claiming { .. }) && !lost_wake_up {
-            self.more_since_claim = true;
-        }
+        self.claim_loop.may_have_more();
     }
 
     /// Something may have become claimable sooner than the last `next_due` answer said: an
     /// idle lane asks again instead of sleeping on it.
     fn forget_due(&mut self) {
-        self.idle_timer_set = false;
-        self.known_due = None;
+        self.claim_loop.forget_due();
     }
 
     fn store_failed(
@@ -596,7 +568,7 @@ impl LaneCore {
         if !self.backoff.waiting {
             self.backoff.waiting = true;
             let delay = self.config.store_backoff.backoff(self.backoff.failures);
-            out.push(Command::RetryAt(now + delay));
+            out.push(Command::timer(TimerKind::StoreRetry, now + delay, 0));
         }
     }
 

@@ -8,35 +8,10 @@ use uuid::Uuid;
 
 use super::{ready, Event, Fate, World};
 use crate::message::{OutboxMessage, UnixMillis};
-use crate::relay::lane::core::Input;
+use crate::relay::lane::core::{Input, StoreAnswer, StoreCall};
 use crate::sim::check::Call;
 use crate::sim::plan::{LANE, TARGET};
-use crate::store::{
-    AckAndClaim, ClaimBatch, ClaimRef, ClaimRequest, Nack, OutboxStore, StoreError,
-};
-
-/// A lane's store call in flight.
-#[derive(Debug)]
-pub(crate) enum StoreCall {
-    Claim {
-        limit: usize,
-        key_run: usize,
-    },
-    AckAndClaim {
-        acks: Vec<ClaimRef>,
-        limit: usize,
-        key_run: usize,
-    },
-    Ack(Vec<ClaimRef>),
-    Nack(Vec<Nack>),
-    NextDue,
-    Extend {
-        batch: u64,
-        generation: u64,
-        claims: Vec<ClaimRef>,
-    },
-    Release(Vec<ClaimRef>),
-}
+use crate::store::{AckAndClaim, ClaimBatch, ClaimRef, ClaimRequest, OutboxStore, StoreError};
 
 fn outage(op: &str) -> StoreError {
     StoreError::unavailable(
@@ -96,7 +71,7 @@ impl World<'_> {
         self.clock.set(now);
         let lost = fate == Fate::AnswerLost;
         let failed = fate == Fate::FailsBeforeCommit;
-        let input = match call {
+        let answer = match call {
             StoreCall::Claim { limit, key_run } => {
                 let request = self.claim_request(relay, limit, key_run);
                 let result = if failed {
@@ -104,7 +79,7 @@ impl World<'_> {
                 } else {
                     self.claim(&request, now)
                 };
-                Input::Claimed(if lost { Err(outage("claim")) } else { result })
+                StoreAnswer::Claimed(if lost { Err(outage("claim")) } else { result })
             }
             StoreCall::AckAndClaim {
                 acks,
@@ -123,7 +98,7 @@ impl World<'_> {
                         Ok(AckAndClaim { acked, claimed })
                     }
                 };
-                Input::AckedAndClaimed {
+                StoreAnswer::AckedAndClaimed {
                     result,
                     wall_ms: now,
                 }
@@ -139,7 +114,7 @@ impl World<'_> {
                         Ok(outcomes)
                     }
                 };
-                Input::Acked {
+                StoreAnswer::Acked {
                     result,
                     wall_ms: now,
                 }
@@ -157,12 +132,12 @@ impl World<'_> {
                         Ok(outcomes)
                     }
                 };
-                Input::Nacked(result)
+                StoreAnswer::Nacked(result)
             }
             StoreCall::NextDue => {
                 let ordering = self.relays[relay].config.ordering;
                 let result = ready(self.store.next_due(LANE, TARGET, ordering));
-                Input::NextDue(if failed || lost {
+                StoreAnswer::NextDue(if failed || lost {
                     Err(outage("next_due"))
                 } else {
                     result
@@ -188,7 +163,7 @@ impl World<'_> {
                         Ok(outcomes)
                     }
                 };
-                Input::Extended {
+                StoreAnswer::Extended {
                     batch,
                     generation,
                     claims,
@@ -209,9 +184,10 @@ impl World<'_> {
                         Ok(outcomes)
                     }
                 };
-                Input::Released { sent, result }
+                StoreAnswer::Released { sent, result }
             }
         };
+        let input = Input::Store(answer);
         if self.tally.store_calls.is_multiple_of(256) {
             self.check_stats();
         }

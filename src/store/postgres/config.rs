@@ -17,6 +17,7 @@ use super::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
 
 /// Where and how a [`PostgresOutboxStore`](super::PostgresOutboxStore) keeps its outbox.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PostgresConfig {
     /// The schema holding the tables (created if missing). Lowercase letters, digits and
     /// `_`, at most [`MAX_SCHEMA_LEN`](super::MAX_SCHEMA_LEN) characters.
@@ -129,68 +130,68 @@ impl Default for PostgresConfig {
 
 impl PostgresConfig {
     /// Sets the schema.
-    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
         self
     }
 
     /// Sets the table prefix.
-    pub fn with_table_prefix(mut self, prefix: impl Into<String>) -> Self {
+    pub fn table_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.table_prefix = prefix.into();
         self
     }
 
     /// Sets the draft limits.
-    pub fn with_limits(mut self, limits: DraftLimits) -> Self {
+    pub fn limits(mut self, limits: DraftLimits) -> Self {
         self.limits = limits;
         self
     }
 
     /// Injects a clock in place of the database's.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
         self
     }
 
     /// Sets how long a call waits for a pool connection.
-    pub fn with_acquire_timeout(mut self, timeout: Duration) -> Self {
+    pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
         self.acquire_timeout = timeout;
         self
     }
 
     /// Sets the statement timeout of the store's connections.
-    pub fn with_statement_timeout(mut self, timeout: Duration) -> Self {
+    pub fn statement_timeout(mut self, timeout: Duration) -> Self {
         self.statement_timeout = timeout;
         self
     }
 
     /// Sets whether the relay's own commits wait for the disk (see
     /// [`Self::synchronous_commit`]).
-    pub fn with_synchronous_commit(mut self, synchronous: bool) -> Self {
+    pub fn synchronous_commit(mut self, synchronous: bool) -> Self {
         self.synchronous_commit = synchronous;
         self
     }
 
     /// Sets after how many retired rows the relay vacuums the table (`None`: never).
-    pub fn with_vacuum_every(mut self, rows: Option<u64>) -> Self {
+    pub fn vacuum_every(mut self, rows: Option<u64>) -> Self {
         self.vacuum_every = rows;
         self
     }
 
     /// Sets how long a migration step waits for a lock ([`Self::migration_lock_timeout`]).
-    pub fn with_migration_lock_timeout(mut self, timeout: Duration) -> Self {
+    pub fn migration_lock_timeout(mut self, timeout: Duration) -> Self {
         self.migration_lock_timeout = timeout;
         self
     }
 
     /// Sets the migrations' statement timeout ([`Self::migration_statement_timeout`]).
-    pub fn with_migration_statement_timeout(mut self, timeout: Duration) -> Self {
+    pub fn migration_statement_timeout(mut self, timeout: Duration) -> Self {
         self.migration_statement_timeout = timeout;
         self
     }
 
     /// Sets [`Self::cycle_function`].
-    pub fn with_cycle_function(mut self, on: bool) -> Self {
+    pub fn cycle_function(mut self, on: bool) -> Self {
         self.cycle_function = on;
         self
     }
@@ -309,7 +310,7 @@ mod tests {
             config.relay_begin(),
             "BEGIN; SET LOCAL synchronous_commit = off"
         );
-        assert_eq!(config.with_synchronous_commit(true).relay_begin(), "BEGIN");
+        assert_eq!(config.synchronous_commit(true).relay_begin(), "BEGIN");
     }
 
     #[test]
@@ -321,19 +322,19 @@ mod tests {
         );
         for (config, field) in [
             (
-                config.clone().with_migration_lock_timeout(Duration::ZERO),
+                config.clone().migration_lock_timeout(Duration::ZERO),
                 "migration_lock_timeout",
             ),
             (
                 config
                     .clone()
-                    .with_migration_statement_timeout(Duration::from_micros(10)),
+                    .migration_statement_timeout(Duration::from_micros(10)),
                 "migration_statement_timeout",
             ),
             (
                 config
                     .clone()
-                    .with_migration_lock_timeout(Duration::from_secs(u64::from(u32::MAX))),
+                    .migration_lock_timeout(Duration::from_secs(u64::from(u32::MAX))),
                 "migration_lock_timeout",
             ),
         ] {
@@ -345,8 +346,8 @@ mod tests {
     fn vacuum_every_must_be_at_least_one_row() {
         let config = PostgresConfig::default();
         assert_eq!(config.vacuum_every, Some(DEFAULT_VACUUM_EVERY));
-        assert!(config.clone().with_vacuum_every(None).validate().is_ok());
-        let error = config.with_vacuum_every(Some(0)).validate().unwrap_err();
+        assert!(config.clone().vacuum_every(None).validate().is_ok());
+        let error = config.vacuum_every(Some(0)).validate().unwrap_err();
         assert_eq!(error.field, "vacuum_every");
     }
 }

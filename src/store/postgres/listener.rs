@@ -89,7 +89,8 @@ async fn forward(
                 // hands the connection back (closed, since it is broken).
                 drop(listener);
                 // The same backoff as the lanes' store errors and the supervisor's restarts.
-                let backoff = RetryPolicy::new(RECONNECT_BACKOFF_MIN, RECONNECT_BACKOFF_MAX);
+                let backoff =
+                    RetryPolicy::new(RECONNECT_BACKOFF_MIN, RECONNECT_BACKOFF_MAX).jitter(false);
                 let mut attempts = 1;
                 listener = loop {
                     tokio::select! {

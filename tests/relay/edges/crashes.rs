@@ -121,11 +121,11 @@ async fn crash_with_a_delivery_running(
 
 #[tokio::test(start_paused = true)]
 async fn handlers_of_a_crashed_incarnation_are_stopped_with_it() {
-    let (relay, _events, dropped) = crash_with_a_delivery_running(SupervisorConfig {
-        restart_backoff: RetryPolicy::new(Duration::from_secs(60), Duration::from_secs(60)),
-        ..SupervisorConfig::default()
-    })
-    .await;
+    let (relay, _events, dropped) =
+        crash_with_a_delivery_running(SupervisorConfig::default().restart_backoff(
+            RetryPolicy::new(Duration::from_secs(60), Duration::from_secs(60)).jitter(false),
+        ))
+        .await;
     // Let the runtime settle (no timer is due for a minute).
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
@@ -137,11 +137,8 @@ async fn handlers_of_a_crashed_incarnation_are_stopped_with_it() {
 
 #[tokio::test(start_paused = true)]
 async fn a_crashed_lane_reports_nothing_in_flight() {
-    let (relay, mut events, _dropped) = crash_with_a_delivery_running(SupervisorConfig {
-        max_restarts: 0,
-        ..SupervisorConfig::default()
-    })
-    .await;
+    let (relay, mut events, _dropped) =
+        crash_with_a_delivery_running(SupervisorConfig::default().max_restarts(0)).await;
     wait_for(&mut events, "the lane to be failed", |e| {
         matches!(e, RelayEvent::LaneFailed { .. })
     })

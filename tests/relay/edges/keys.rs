@@ -102,10 +102,9 @@ async fn a_retrying_head_does_not_starve_another_key_at_concurrency_one() {
     };
     let started = Instant::now();
     let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
-        lane().concurrency(1).retry(RetryPolicy::new(
-            Duration::from_secs(10),
-            Duration::from_secs(10),
-        )),
+        lane().concurrency(1).retry(
+            RetryPolicy::new(Duration::from_secs(10), Duration::from_secs(10)).jitter(false),
+        ),
         handler,
     ))
     .await;

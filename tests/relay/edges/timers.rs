@@ -31,10 +31,9 @@ async fn shutdown_while_a_lane_waits_out_its_restart_backoff_is_prompt_and_final
     store.panic_claims_of = Some("doomed".into());
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(Arc::new(store))
-            .supervisor(SupervisorConfig {
-                restart_backoff: RetryPolicy::new(Duration::from_secs(60), Duration::from_secs(60)),
-                ..SupervisorConfig::default()
-            })
+            .supervisor(SupervisorConfig::default().restart_backoff(
+                RetryPolicy::new(Duration::from_secs(60), Duration::from_secs(60)).jitter(false),
+            ))
             .lane(LaneConfig::new("doomed", "projector"), TestHandler::ok()),
     )
     .await;
@@ -106,10 +105,10 @@ async fn a_removed_lanes_restart_timer_does_not_cut_its_successors_backoff_short
     let doomed = || LaneConfig::new("doomed", "projector");
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(Arc::new(store))
-            .supervisor(SupervisorConfig {
-                restart_backoff: RetryPolicy::new(backoff, backoff),
-                ..SupervisorConfig::default()
-            })
+            .supervisor(
+                SupervisorConfig::default()
+                    .restart_backoff(RetryPolicy::new(backoff, backoff).jitter(false)),
+            )
             .lane(doomed(), TestHandler::ok()),
     )
     .await;

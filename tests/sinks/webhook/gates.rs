@@ -96,10 +96,7 @@ async fn a_429s_retry_after_holds_the_whole_lane_when_configured() {
     // The hold is capped at the retry policy's max: 5 s here, above the 1 s asked for.
     let lane = fast_lane()
         .concurrency(1)
-        .retry(RetryPolicy::new(
-            Duration::from_millis(50),
-            Duration::from_secs(5),
-        ))
+        .retry(RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(5)).jitter(false))
         .retry_after_holds_lane(true);
     let store = Arc::new(InMemoryOutboxStore::new());
     for _ in 0..3 {

@@ -6,16 +6,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{ClaimCall, Command, LaneCore, Mode, MIN_IDLE_SLEEP};
+use super::claim_loop::idle_sleep;
+use super::{ClaimCall, Command, LaneCore, Mode, StoreCall, TimerKind, MIN_IDLE_SLEEP};
 use crate::metrics::StoreOp;
 use crate::relay::RelayEvent;
-use crate::store::{ClaimBatch, ClaimRef, NextDue, StoreError};
+use crate::store::{ClaimBatch, ClaimRef, StoreError};
 
 impl LaneCore {
     pub(super) fn claimed(
         &mut self,
         now: Instant,
         call: ClaimCall,
+        more_since: bool,
         result: Result<ClaimBatch, StoreError>,
         out: &mut Vec<Command>,
     ) {
@@ -45,7 +47,7 @@ impl LaneCore {
         self.gates.claim_answered(limit, &claimed);
         if !batch.dead_lettered.is_empty() {
             for outbox_id in &batch.dead_lettered {
-                tracing::warn!(lane = %self.key.lane, target = %self.key.target, %outbox_id,
+                tracing::warn!(lane = %self.key.name, target = %self.key.target, %outbox_id,
                     "lease lapsed on the last attempt; message dead-lettered");
             }
             self.emit(
@@ -59,7 +61,7 @@ impl LaneCore {
         if !batch.unreadable.is_empty() {
             for row in &batch.unreadable {
                 let outbox_id = row.outbox_id.map(|id| id.to_string());
-                tracing::warn!(lane = %self.key.lane, target = %self.key.target,
+                tracing::warn!(lane = %self.key.name, target = %self.key.target,
                     outbox_id = outbox_id.as_deref().unwrap_or("?"), seq = row.seq,
                     error = %row.error, "claimed row cannot be read; message dead-lettered");
             }
@@ -73,13 +75,8 @@ impl LaneCore {
         }
         let got = batch.messages.len();
         // A short answer means "nothing more" only if nothing came since it was asked.
-        let more_since = std::mem::take(&mut self.more_since_claim);
         if got < limit && !more_since {
-            self.store_has_more = false;
-            self.known_due = match batch.next_due {
-                NextDue::Known(due) => Some(due.map(|wait| now + wait)),
-                NextDue::Unknown => None,
-            };
+            self.claim_loop.came_back_short(now, &batch.next_due);
         }
         if got == 0 {
             out.push(Command::EmptyClaim);
@@ -89,7 +86,7 @@ impl LaneCore {
         let claims: Vec<ClaimRef> = batch.messages.iter().filter_map(|m| m.claim()).collect();
         if hand_back {
             self.releasing += 1;
-            out.push(Command::Release(claims));
+            out.push(Command::Store(StoreCall::Release(claims)));
             return;
         }
         let mut ids = Vec::with_capacity(got);
@@ -143,11 +140,11 @@ impl LaneCore {
         } else {
             now
         };
-        out.push(Command::LeaseCheckAt {
-            batch,
-            generation: 0,
-            at: started + self.lease_check_delay(),
-        });
+        out.push(Command::timer(
+            TimerKind::Lease { batch },
+            started + self.lease_check_delay(),
+            0,
+        ));
     }
 
     /// After a short claim while the lane holds claims: no `next_due` (their own leases
@@ -157,11 +154,12 @@ impl LaneCore {
         if self.held() == 0 {
             return; // `pump` asks `next_due`
         }
-        self.tick_generation += 1;
-        out.push(Command::WakeAt {
-            generation: self.tick_generation,
-            at: now + self.config.max_poll_interval,
-        });
+        let generation = self.claim_loop.poll_ceiling();
+        out.push(Command::timer(
+            TimerKind::Poll,
+            now + self.config.max_poll_interval,
+            generation,
+        ));
     }
 
     pub(super) fn next_due(
@@ -170,12 +168,15 @@ impl LaneCore {
         result: Result<Option<Duration>, StoreError>,
         out: &mut Vec<Command>,
     ) {
-        self.claim = ClaimCall::Idle;
+        self.claim_loop.due_answered();
         let due = match result {
             Ok(due) => due,
             Err(error) => return self.store_failed(now, StoreOp::NextDue, &error, out),
         };
         self.store_ok();
+        if self.claim_loop.store_has_more() {
+            return; // news came while it was asked: the lane claims instead
+        }
         self.sleep_until_due(now, due, out);
     }
 
@@ -190,15 +191,9 @@ impl LaneCore {
         if self.mode != Mode::Running {
             return; // paused or draining since it was asked: no sleep to plan
         }
-        let sleep = due
-            .unwrap_or(self.config.max_poll_interval)
-            .clamp(MIN_IDLE_SLEEP, self.config.max_poll_interval);
-        self.tick_generation += 1;
-        self.idle_timer_set = true;
-        out.push(Command::WakeAt {
-            generation: self.tick_generation,
-            at: now + sleep,
-        });
+        let sleep = idle_sleep(due, MIN_IDLE_SLEEP, self.config.max_poll_interval);
+        let generation = self.claim_loop.sleep();
+        out.push(Command::timer(TimerKind::Poll, now + sleep, generation));
         self.emit(
             out,
             RelayEvent::Idle {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{ClaimCall, Command, LaneCore, Mode};
+use super::{Command, LaneCore, Mode, StoreCall, TimerKind};
 use crate::relay::{DrainReport, RelayEvent};
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
 
@@ -13,7 +13,7 @@ impl LaneCore {
     pub(super) fn drain(&mut self, now: Instant, timeout: Duration, out: &mut Vec<Command>) {
         // Joining a drain under way: this caller's own deadline applies too, so the
         // shorter one wins.
-        out.push(Command::DrainDeadlineAt(now + timeout));
+        out.push(Command::timer(TimerKind::DrainDeadline, now + timeout, 0));
         if matches!(self.mode, Mode::Draining { .. }) {
             return;
         }
@@ -31,7 +31,7 @@ impl LaneCore {
             .collect();
         if !claims.is_empty() {
             self.releasing += 1;
-            out.push(Command::Release(claims));
+            out.push(Command::Store(StoreCall::Release(claims)));
         }
     }
 
@@ -58,7 +58,7 @@ impl LaneCore {
         }
         if !claims.is_empty() {
             self.releasing += 1;
-            out.push(Command::Release(claims));
+            out.push(Command::Store(StoreCall::Release(claims)));
         }
     }
 
@@ -107,7 +107,7 @@ impl LaneCore {
             self.pool.running() == 0
                 && self.outcomes.is_empty()
                 && self.releasing == 0
-                && !matches!(self.claim, ClaimCall::Claiming { .. })
+                && !self.claim_loop.is_claiming()
         };
         if !done {
             return;

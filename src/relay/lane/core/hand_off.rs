@@ -11,7 +11,7 @@
 
 use tokio::time::Instant;
 
-use super::{ClaimCall, Command, LaneCore, Mode};
+use super::{Command, LaneCore, Mode, StoreCall};
 use crate::message::OutboxMessage;
 use crate::relay::RelayEvent;
 
@@ -89,9 +89,9 @@ impl LaneCore {
     fn stance(&self, now: Instant) -> Stance {
         let idle = self.hand_off
             && self.mode == Mode::Running
-            && self.claim == ClaimCall::Idle
-            && !self.store_has_more
-            && self.idle_timer_set
+            && self.claim_loop.is_idle()
+            && !self.claim_loop.store_has_more()
+            && self.claim_loop.sleeping()
             && !self.backoff.waiting
             && self.gates.hand_off_open(now);
         if !idle {
@@ -155,7 +155,7 @@ impl LaneCore {
             || self.gates.holds_claims(now)
         {
             self.releasing += 1;
-            out.push(Command::Release(vec![claim]));
+            out.push(Command::Store(StoreCall::Release(vec![claim])));
             return;
         }
         if self.book.holds_unfinished(message.outbox_id) {

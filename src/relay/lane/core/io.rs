@@ -1,4 +1,9 @@
 //! What goes into [`LaneCore`](super::LaneCore) and what comes out of it.
+//!
+//! Three mechanisms carry most of it, each one command and one input: a store call
+//! ([`Command::Store`], answered by [`Input::Store`]), a timer ([`Command::TimerAt`],
+//! answered by [`Input::Timer`] at its time), and a delivery ([`Command::Deliver`],
+//! answered by [`Input::DeliveryDone`] or [`Input::HandlerDied`]).
 
 use std::time::Duration;
 
@@ -21,12 +26,9 @@ pub(crate) enum Input {
     Start,
     /// The store says new work may be claimable.
     Wake,
-    /// An idle timer fired; honoured only if it is the latest one scheduled.
-    Tick(u64),
-    /// A store-error backoff is over.
-    RetryDue,
-    /// A gate timer fired; honoured only if it is the latest one scheduled.
-    GateDue(u64),
+    /// A timer of [`Command::TimerAt`] fired; honoured only if its generation is still the
+    /// current one for its kind.
+    Timer { kind: TimerKind, generation: u64 },
     /// Stop claiming; deliveries running and buffered go on.
     Pause,
     /// Claim again.
@@ -36,8 +38,6 @@ pub(crate) enum Input {
         /// How long deliveries may still run.
         timeout: Duration,
     },
-    /// A drain's time is up: release what still runs.
-    DrainDeadline,
     /// A handler finished a delivery.
     DeliveryDone {
         slot: Slot,
@@ -47,38 +47,8 @@ pub(crate) enum Input {
     },
     /// A handler actor died (a panic in `deliver`).
     HandlerDied { slot: Slot, reason: String },
-    /// A batch's lease timer fired.
-    LeaseDue { batch: u64, generation: u64 },
-    /// The answer to [`Command::Claim`].
-    Claimed(Result<ClaimBatch, StoreError>),
-    /// The answer to [`Command::AckAndClaim`]; `wall_ms` is this machine's clock after it.
-    AckedAndClaimed {
-        result: Result<AckAndClaim, StoreError>,
-        wall_ms: UnixMillis,
-    },
-    /// The answer to [`Command::Ack`].
-    Acked {
-        result: Result<Vec<ClaimOutcome>, StoreError>,
-        wall_ms: UnixMillis,
-    },
-    /// The answer to [`Command::Nack`].
-    Nacked(Result<Vec<NackOutcome>, StoreError>),
-    /// The answer to [`Command::NextDue`].
-    NextDue(Result<Option<Duration>, StoreError>),
-    /// The answer to [`Command::Extend`].
-    Extended {
-        batch: u64,
-        generation: u64,
-        claims: Vec<ClaimRef>,
-        result: Result<Vec<ClaimOutcome>, StoreError>,
-    },
-    /// The answer to [`Command::Release`] of `sent` claims.
-    Released {
-        /// How many claims the release carried.
-        sent: usize,
-        /// The store's answer.
-        result: Result<Vec<ClaimOutcome>, StoreError>,
-    },
+    /// The answer to a [`Command::Store`] call.
+    Store(StoreAnswer),
     /// An enqueue of this process wrote a message claimed for this lane and committed it
     /// (`store::hand_off`); `sent_at`: when its statement went out, before the lease began.
     HandedOff {
@@ -91,9 +61,28 @@ pub(crate) enum Input {
     CreditsRevoked(usize),
 }
 
-/// What the lane actor must do. Store calls answer with the matching [`Input`].
+/// Which of the lane's timers fired. Each kind keeps its own generation: a timer whose
+/// generation is no longer the current one of its kind was overtaken and is ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimerKind {
+    /// An idle sleep or the poll ceiling: look at the store again
+    /// ([`ClaimLoop`](super::claim_loop::ClaimLoop) owns its generation).
+    Poll,
+    /// A claim gate lets go, or a claim linger ends: ask the gates again.
+    Gate,
+    /// A store-error backoff is over.
+    StoreRetry,
+    /// A drain's time is up: release what still runs.
+    DrainDeadline,
+    /// A claimed batch's lease needs a look (extend it, or declare it lapsed); the
+    /// generation is the batch's extension round.
+    Lease { batch: u64 },
+}
+
+/// A store call of the lane: run off the mailbox, answered with the matching
+/// [`StoreAnswer`].
 #[derive(Debug)]
-pub(crate) enum Command {
+pub(crate) enum StoreCall {
     /// Claim up to `limit` messages, with key runs of up to `key_run`
     /// ([`crate::store::ClaimRequest::key_run`]).
     Claim { limit: usize, key_run: usize },
@@ -118,6 +107,48 @@ pub(crate) enum Command {
     },
     /// Hand these claims back unused.
     Release(Vec<ClaimRef>),
+}
+
+/// The answer to a [`StoreCall`].
+#[derive(Debug)]
+pub(crate) enum StoreAnswer {
+    /// The answer to [`StoreCall::Claim`].
+    Claimed(Result<ClaimBatch, StoreError>),
+    /// The answer to [`StoreCall::AckAndClaim`]; `wall_ms` is this machine's clock after it.
+    AckedAndClaimed {
+        result: Result<AckAndClaim, StoreError>,
+        wall_ms: UnixMillis,
+    },
+    /// The answer to [`StoreCall::Ack`].
+    Acked {
+        result: Result<Vec<ClaimOutcome>, StoreError>,
+        wall_ms: UnixMillis,
+    },
+    /// The answer to [`StoreCall::Nack`].
+    Nacked(Result<Vec<NackOutcome>, StoreError>),
+    /// The answer to [`StoreCall::NextDue`].
+    NextDue(Result<Option<Duration>, StoreError>),
+    /// The answer to [`StoreCall::Extend`].
+    Extended {
+        batch: u64,
+        generation: u64,
+        claims: Vec<ClaimRef>,
+        result: Result<Vec<ClaimOutcome>, StoreError>,
+    },
+    /// The answer to [`StoreCall::Release`] of `sent` claims.
+    Released {
+        /// How many claims the release carried.
+        sent: usize,
+        /// The store's answer.
+        result: Result<Vec<ClaimOutcome>, StoreError>,
+    },
+}
+
+/// What the lane actor must do.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Run this store call off the mailbox; answer with [`Input::Store`].
+    Store(StoreCall),
     /// Add this many hand-off credits to the lane's taker.
     GrantCredits(usize),
     /// Take every credit the taker has left, answering [`Input::CreditsRevoked`] before
@@ -132,26 +163,36 @@ pub(crate) enum Command {
     ReplaceHandler(Slot),
     /// Stop the handler in `slot` (its delivery was abandoned).
     KillHandler(Slot),
-    /// Send [`Input::LeaseDue`] at `at`.
-    LeaseCheckAt {
-        batch: u64,
-        generation: u64,
+    /// Send [`Input::Timer`] with this kind and generation at `at`.
+    TimerAt {
+        kind: TimerKind,
         at: Instant,
+        generation: u64,
     },
-    /// Send [`Input::Tick`] at `at`.
-    WakeAt { generation: u64, at: Instant },
-    /// Send [`Input::GateDue`] at `at`.
-    GateAt { generation: u64, at: Instant },
     /// A claim gate held the lane back for `duration` (the throttled-time counter).
     Throttled { gate: GateKind, duration: Duration },
-    /// Send [`Input::RetryDue`] at `at`.
-    RetryAt(Instant),
-    /// Send [`Input::DrainDeadline`] at `at`.
-    DrainDeadlineAt(Instant),
     /// A claim came back empty (the batch-size histogram counts those too: idle polling).
     EmptyClaim,
     /// Publish an event (metrics and counters follow from it).
     Emit(RelayEvent),
     /// The drain is done: answer every caller with this report and stop.
     Stop(DrainReport),
+}
+
+impl Command {
+    /// A timer of `kind` at `at`, at `generation`.
+    pub(crate) fn timer(kind: TimerKind, at: Instant, generation: u64) -> Self {
+        Command::TimerAt {
+            kind,
+            at,
+            generation,
+        }
+    }
+}
+
+impl Input {
+    /// The input a [`Command::TimerAt`] sends when it fires.
+    pub(crate) fn timer(kind: TimerKind, generation: u64) -> Self {
+        Input::Timer { kind, generation }
+    }
 }

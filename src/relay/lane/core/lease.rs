@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{Command, LaneCore};
+use super::{Command, LaneCore, StoreCall, TimerKind};
 use crate::message::OutboxMessage;
 use crate::metrics::StoreOp;
 use crate::relay::RelayEvent;
@@ -40,11 +40,11 @@ impl LaneCore {
             return;
         }
         if let Some(generation) = self.book.bump(batch, now) {
-            out.push(Command::Extend {
+            out.push(Command::Store(StoreCall::Extend {
                 batch,
                 generation,
                 claims,
-            });
+            }));
         }
     }
 
@@ -164,11 +164,11 @@ impl LaneCore {
             }
         };
         if self.book.is_current(batch, generation) {
-            out.push(Command::LeaseCheckAt {
-                batch,
+            out.push(Command::timer(
+                TimerKind::Lease { batch },
+                now + next_check,
                 generation,
-                at: now + next_check,
-            });
+            ));
         }
     }
 }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::pool::{Running, Slot};
-use super::{Command, LaneCore, Mode};
+use super::{Command, LaneCore, Mode, StoreCall};
 use crate::message::UnixMillis;
 use crate::metrics::StoreOp;
 use crate::relay::handler::DeliveryFailure;
@@ -149,13 +149,13 @@ impl LaneCore {
             Some(Flush::Acks(acks)) => match claim_limit {
                 Some(limit) => {
                     self.claim_sent(now, limit, out);
-                    out.push(Command::AckAndClaim {
+                    out.push(Command::Store(StoreCall::AckAndClaim {
                         acks,
                         limit,
                         key_run: self.key_run(limit),
-                    });
+                    }));
                 }
-                None => out.push(Command::Ack(acks)),
+                None => out.push(Command::Store(StoreCall::Ack(acks))),
             },
             Some(Flush::Nacks) => {
                 let nacks = self
@@ -164,7 +164,7 @@ impl LaneCore {
                     .iter()
                     .map(|f| self.nack_of(f))
                     .collect();
-                out.push(Command::Nack(nacks));
+                out.push(Command::Store(StoreCall::Nack(nacks)));
             }
         }
     }
@@ -327,7 +327,7 @@ impl LaneCore {
                 ClaimOutcome::Applied => {
                     let end_to_end = wall_ms.saturating_duration_since(message.created_at);
                     tracing::debug!(
-                        lane = %self.key.lane,
+                        lane = %self.key.name,
                         target = %self.key.target,
                         %outbox_id,
                         attempt = message.attempt_count,
@@ -348,7 +348,7 @@ impl LaneCore {
                 ClaimOutcome::LostClaim => {
                     // Its lease lapsed: the row may be claimable again, or be someone else's.
                     self.forget_due();
-                    tracing::info!(lane = %self.key.lane, target = %self.key.target, %outbox_id, "ack found the claim lost");
+                    tracing::info!(lane = %self.key.name, target = %self.key.target, %outbox_id, "ack found the claim lost");
                     self.emit(
                         out,
                         RelayEvent::LostClaim {
@@ -398,7 +398,7 @@ impl LaneCore {
 /// operator (WARN), a scheduled retry or a lost claim is the relay doing its job (INFO).
 /// This is the only place a failure is logged; the binary adds no line of its own.
 fn log_failure(key: &LaneKey, outbox_id: Uuid, failed: &Failed, outcome: NackOutcome) {
-    let (lane, target) = (&key.lane, &key.target);
+    let (lane, target) = (&key.name, &key.target);
     let (kind, error) = (failed.failure.kind.as_str(), &failed.failure.error);
     match outcome {
         NackOutcome::DeadLettered => tracing::warn!(

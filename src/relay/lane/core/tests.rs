@@ -33,10 +33,7 @@ fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
         .prefetch(prefetch)
         .claim_linger(Duration::ZERO)
         .lease(Duration::from_secs(30))
-        .retry(RetryPolicy::new(
-            Duration::from_secs(1),
-            Duration::from_secs(60),
-        ))
+        .retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(60)).jitter(false))
 }
 
 fn message(ordering_key: Option<&str>) -> OutboxMessage {
@@ -60,22 +57,22 @@ fn reclaimed(message: &OutboxMessage) -> OutboxMessage {
 }
 
 fn batch(messages: &[OutboxMessage]) -> Input {
-    Input::Claimed(Ok(ClaimBatch {
+    Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
         unreadable: Vec::new(),
         next_due: NextDue::Unknown,
-    }))
+    })))
 }
 
 /// A short claim that also said when the next message is due (as memory and SQLite do).
 fn batch_saying(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
-    Input::Claimed(Ok(ClaimBatch {
+    Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
         unreadable: Vec::new(),
         next_due: NextDue::Known(due),
-    }))
+    })))
 }
 
 fn unavailable() -> StoreError {
@@ -86,7 +83,8 @@ fn claims(commands: &[Command]) -> Vec<usize> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Claim { limit, .. } | Command::AckAndClaim { limit, .. } => Some(*limit),
+            Command::Store(StoreCall::Claim { limit, .. })
+            | Command::Store(StoreCall::AckAndClaim { limit, .. }) => Some(*limit),
             _ => None,
         })
         .collect()
@@ -106,7 +104,8 @@ fn acks(commands: &[Command]) -> Vec<ClaimRef> {
     commands
         .iter()
         .flat_map(|c| match c {
-            Command::Ack(acks) | Command::AckAndClaim { acks, .. } => acks.clone(),
+            Command::Store(StoreCall::Ack(acks))
+            | Command::Store(StoreCall::AckAndClaim { acks, .. }) => acks.clone(),
             _ => Vec::new(),
         })
         .collect()
@@ -142,17 +141,19 @@ fn released(commands: &[Command]) -> Vec<Uuid> {
     commands
         .iter()
         .flat_map(|c| match c {
-            Command::Release(claims) => claims.iter().map(|c| c.outbox_id).collect(),
+            Command::Store(StoreCall::Release(claims)) => {
+                claims.iter().map(|c| c.outbox_id).collect()
+            }
             _ => Vec::new(),
         })
         .collect()
 }
 
 fn acked_all(n: usize) -> Input {
-    Input::Acked {
+    Input::Store(StoreAnswer::Acked {
         result: Ok(vec![ClaimOutcome::Applied; n]),
         wall_ms: UnixMillis::EPOCH,
-    }
+    })
 }
 
 /// A started lane that claimed `messages` (claim limit `concurrency + prefetch`).
@@ -187,11 +188,14 @@ fn claimed_messages_fill_free_slots_and_the_rest_wait_in_the_buffer() {
     // The lease timer counts from when the claim was sent.
     assert!(has(&out, |c| matches!(
         c,
-        Command::LeaseCheckAt { generation: 0, at, .. } if *at == now + Duration::from_secs(20)
+        Command::TimerAt { kind: TimerKind::Lease { .. }, generation: 0, at, .. } if *at == now + Duration::from_secs(20)
     )));
     // A short claim: no more claims, and no `next_due` while deliveries run.
     assert!(claims(&out).is_empty());
-    assert!(!has(&out, |c| matches!(c, Command::NextDue)));
+    assert!(!has(&out, |c| matches!(
+        c,
+        Command::Store(StoreCall::NextDue)
+    )));
 }
 
 #[test]
@@ -209,7 +213,7 @@ fn a_finished_delivery_is_acked_at_once_and_its_slot_takes_the_buffered_message(
     // The claim came back full, so a claim is due: the ack rides with it.
     assert!(has(&out, |c| matches!(
         c,
-        Command::AckAndClaim { limit: 1, .. }
+        Command::Store(StoreCall::AckAndClaim { limit: 1, .. })
     )));
 }
 
@@ -222,16 +226,19 @@ fn one_flush_at_a_time_and_what_finishes_meanwhile_goes_out_together() {
     core.handle(now, Input::Start);
     let out = core.handle(
         now,
-        Input::Claimed(Ok(ClaimBatch {
+        Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
             messages: messages.clone(),
             dead_lettered: Vec::new(),
             unreadable: Vec::new(),
             next_due: NextDue::Unknown,
-        })),
+        }))),
     );
     let slots: Vec<Slot> = delivered(&out).into_iter().map(|(s, _)| s).collect();
     let out = core.handle(now, done(slots[0], &messages[0]));
-    assert!(has(&out, |c| matches!(c, Command::Ack(a) if a.len() == 1)));
+    assert!(has(
+        &out,
+        |c| matches!(c, Command::Store(StoreCall::Ack(a)) if a.len() == 1)
+    ));
     let out = core.handle(now, done(slots[1], &messages[1]));
     let out2 = core.handle(now, done(slots[2], &messages[2]));
     assert!(
@@ -260,13 +267,16 @@ fn the_idle_path_claims_once_per_wake_and_rides_a_claim_on_the_last_ack() {
     };
     let out = core.handle(now, done(slot, &first));
     assert!(
-        !has(&out, |c| matches!(c, Command::NextDue | Command::Ack(_))),
+        !has(&out, |c| matches!(
+            c,
+            Command::Store(StoreCall::NextDue) | Command::Store(StoreCall::Ack(_))
+        )),
         "{out:?}"
     );
     assert!(
         has(&out, |c| matches!(
             c,
-            Command::AckAndClaim { acks, limit: 4, .. } if acks == &[first.claim().unwrap()]
+            Command::Store(StoreCall::AckAndClaim { acks, limit: 4, .. }) if acks == &[first.claim().unwrap()]
         )),
         "the last ack carries the claim that answers next_due: {out:?}"
     );
@@ -277,18 +287,21 @@ fn the_idle_path_claims_once_per_wake_and_rides_a_claim_on_the_last_ack() {
     };
     let out = core.handle(
         later,
-        Input::AckedAndClaimed {
+        Input::Store(StoreAnswer::AckedAndClaimed {
             result: Ok(AckAndClaim {
                 acked: vec![ClaimOutcome::Applied],
                 claimed: Ok(empty),
             }),
             wall_ms: UnixMillis::EPOCH,
-        },
+        }),
     );
-    assert!(!has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
+    assert!(
+        !has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue))),
+        "{out:?}"
+    );
     assert!(has(&out, |c| matches!(
         c,
-        Command::WakeAt { at, .. } if *at == later + Duration::from_secs(3)
+        Command::TimerAt { kind: TimerKind::Poll, at, .. } if *at == later + Duration::from_secs(3)
     )));
     assert!(has(&out, |c| matches!(
         c,
@@ -316,10 +329,13 @@ fn a_short_claim_that_said_when_next_is_due_is_slept_on_after_a_plain_ack() {
     assert!(claims(&out).is_empty(), "the store said: {out:?}");
     assert_eq!(acks(&out), vec![first.claim().unwrap()]);
     let out = core.handle(now, acked_all(1));
-    assert!(!has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
+    assert!(
+        !has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue))),
+        "{out:?}"
+    );
     assert!(has(&out, |c| matches!(
         c,
-        Command::WakeAt { at, .. } if *at == now + Duration::from_secs(3)
+        Command::TimerAt { kind: TimerKind::Poll, at, .. } if *at == now + Duration::from_secs(3)
     )));
 }
 
@@ -329,10 +345,17 @@ fn a_stale_idle_tick_is_ignored_and_the_current_one_claims() {
     let mut core = LaneCore::new(config(1, 0), false);
     core.handle(now, Input::Start);
     let out = core.handle(now, batch(&[]));
-    assert!(has(&out, |c| matches!(c, Command::NextDue)));
-    let out = core.handle(now, Input::NextDue(Ok(None)));
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Store(StoreCall::NextDue)
+    )));
+    let out = core.handle(now, Input::Store(StoreAnswer::NextDue(Ok(None))));
     let Some(generation) = out.iter().find_map(|c| match c {
-        Command::WakeAt { generation, at } => {
+        Command::TimerAt {
+            kind: TimerKind::Poll,
+            generation,
+            at,
+        } => {
             assert_eq!(*at, now + DEFAULT_MAX_POLL);
             Some(*generation)
         }
@@ -340,8 +363,11 @@ fn a_stale_idle_tick_is_ignored_and_the_current_one_claims() {
     }) else {
         panic!("{out:?}")
     };
-    assert!(claims(&core.handle(now, Input::Tick(generation - 1))).is_empty());
-    assert_eq!(claims(&core.handle(now, Input::Tick(generation))), vec![1]);
+    assert!(claims(&core.handle(now, Input::timer(TimerKind::Poll, generation - 1))).is_empty());
+    assert_eq!(
+        claims(&core.handle(now, Input::timer(TimerKind::Poll, generation))),
+        vec![1]
+    );
 }
 
 const DEFAULT_MAX_POLL: Duration = crate::config::DEFAULT_MAX_POLL_INTERVAL;
@@ -349,10 +375,11 @@ const DEFAULT_MAX_POLL: Duration = crate::config::DEFAULT_MAX_POLL_INTERVAL;
 #[test]
 fn store_errors_back_off_by_the_lanes_policy_and_hold_claims_until_the_retry() {
     let now = Instant::now();
-    let backoff = RetryPolicy::new(Duration::from_millis(100), Duration::from_millis(300));
+    let backoff =
+        RetryPolicy::new(Duration::from_millis(100), Duration::from_millis(300)).jitter(false);
     let mut core = LaneCore::new(config(1, 0).store_backoff(backoff), false);
     core.handle(now, Input::Start);
-    let out = core.handle(now, Input::Claimed(Err(unavailable())));
+    let out = core.handle(now, Input::Store(StoreAnswer::Claimed(Err(unavailable()))));
     assert!(has(&out, |c| matches!(
         c,
         Command::Emit(RelayEvent::StoreError {
@@ -362,26 +389,29 @@ fn store_errors_back_off_by_the_lanes_policy_and_hold_claims_until_the_retry() {
     )));
     assert!(has(
         &out,
-        |c| matches!(c, Command::RetryAt(at) if *at == now + Duration::from_millis(100))
+        |c| matches!(c, Command::TimerAt { kind: TimerKind::StoreRetry, at, .. } if *at == now + Duration::from_millis(100))
     ));
     assert!(
         claims(&core.handle(now, Input::Wake)).is_empty(),
         "backing off"
     );
-    assert_eq!(claims(&core.handle(now, Input::RetryDue)), vec![1]);
-    let out = core.handle(now, Input::Claimed(Err(unavailable())));
+    assert_eq!(
+        claims(&core.handle(now, Input::timer(TimerKind::StoreRetry, 0))),
+        vec![1]
+    );
+    let out = core.handle(now, Input::Store(StoreAnswer::Claimed(Err(unavailable()))));
     assert!(has(
         &out,
-        |c| matches!(c, Command::RetryAt(at) if *at == now + Duration::from_millis(200))
+        |c| matches!(c, Command::TimerAt { kind: TimerKind::StoreRetry, at, .. } if *at == now + Duration::from_millis(200))
     ));
-    core.handle(now, Input::RetryDue);
-    core.handle(now, Input::Claimed(Err(unavailable())));
-    core.handle(now, Input::RetryDue);
-    let out = core.handle(now, Input::Claimed(Err(unavailable())));
+    core.handle(now, Input::timer(TimerKind::StoreRetry, 0));
+    core.handle(now, Input::Store(StoreAnswer::Claimed(Err(unavailable()))));
+    core.handle(now, Input::timer(TimerKind::StoreRetry, 0));
+    let out = core.handle(now, Input::Store(StoreAnswer::Claimed(Err(unavailable()))));
     assert!(
         has(
             &out,
-            |c| matches!(c, Command::RetryAt(at) if *at == now + Duration::from_millis(300))
+            |c| matches!(c, Command::TimerAt { kind: TimerKind::StoreRetry, at, .. } if *at == now + Duration::from_millis(300))
         ),
         "capped"
     );
@@ -397,15 +427,21 @@ fn a_failed_ack_is_kept_and_sent_again_after_the_backoff() {
     core.handle(now, done(slot, &first));
     let out = core.handle(
         now,
-        Input::Acked {
+        Input::Store(StoreAnswer::Acked {
             result: Err(unavailable()),
             wall_ms: UnixMillis::EPOCH,
-        },
+        }),
     );
     assert!(acks(&out).is_empty());
-    assert!(has(&out, |c| matches!(c, Command::RetryAt(_))));
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::TimerAt {
+            kind: TimerKind::StoreRetry,
+            ..
+        }
+    )));
     assert_eq!(core.held(), 1, "the finished claim is still ours to record");
-    let out = core.handle(now, Input::RetryDue);
+    let out = core.handle(now, Input::timer(TimerKind::StoreRetry, 0));
     assert_eq!(acks(&out), vec![first.claim().unwrap()]);
 }
 
@@ -428,7 +464,7 @@ fn a_failure_is_nacked_with_the_retry_policys_delay() {
     let nack = out
         .iter()
         .find_map(|c| match c {
-            Command::Nack(nacks) => nacks.first().cloned(),
+            Command::Store(StoreCall::Nack(nacks)) => nacks.first().cloned(),
             _ => None,
         })
         .unwrap_or_else(|| panic!("{out:?}"));
@@ -437,13 +473,16 @@ fn a_failure_is_nacked_with_the_retry_policys_delay() {
         nack.disposition,
         NackDisposition::Retry(Duration::from_secs(1))
     );
-    let out = core.handle(now, Input::Nacked(Ok(vec![NackOutcome::Requeued])));
+    let out = core.handle(
+        now,
+        Input::Store(StoreAnswer::Nacked(Ok(vec![NackOutcome::Requeued]))),
+    );
     assert!(has(&out, |c| matches!(
         c,
         Command::Emit(RelayEvent::Failed { .. })
     )));
     assert!(
-        has(&out, |c| matches!(c, Command::NextDue)),
+        has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue))),
         "the retry's due time is new"
     );
 }
@@ -467,7 +506,10 @@ fn a_dead_handler_is_replaced_and_its_delivery_nacked_as_a_panic() {
         matches!(out[0], Command::ReplaceHandler(s) if s == slot),
         "{out:?}"
     );
-    let Some(Command::Nack(nacks)) = out.iter().find(|c| matches!(c, Command::Nack(_))) else {
+    let Some(Command::Store(StoreCall::Nack(nacks))) = out
+        .iter()
+        .find(|c| matches!(c, Command::Store(StoreCall::Nack(_))))
+    else {
         panic!("{out:?}")
     };
     assert!(nacks[0].error.contains("handler panicked: boom"));
@@ -496,20 +538,39 @@ fn while_deliveries_run_the_poll_ceiling_still_claims_without_next_due() {
     let mut core = LaneCore::new(config(2, 0), false);
     let first = message(None);
     let out = running_with(&mut core, now, std::slice::from_ref(&first));
-    assert!(!has(&out, |c| matches!(c, Command::NextDue)));
+    assert!(!has(&out, |c| matches!(
+        c,
+        Command::Store(StoreCall::NextDue)
+    )));
     let Some(generation) = out.iter().find_map(|c| match c {
-        Command::WakeAt { generation, at } if *at == now + DEFAULT_MAX_POLL => Some(*generation),
+        Command::TimerAt {
+            kind: TimerKind::Poll,
+            generation,
+            at,
+        } if *at == now + DEFAULT_MAX_POLL => Some(*generation),
         _ => None,
     }) else {
         panic!("no poll ceiling: {out:?}")
     };
     // An empty claim on the ceiling arms it again, still without `next_due`.
-    let out = core.handle(now + DEFAULT_MAX_POLL, Input::Tick(generation));
+    let out = core.handle(
+        now + DEFAULT_MAX_POLL,
+        Input::timer(TimerKind::Poll, generation),
+    );
     assert_eq!(claims(&out), vec![1]);
     let out = core.handle(now + DEFAULT_MAX_POLL, batch(&[]));
-    assert!(!has(&out, |c| matches!(c, Command::NextDue)), "{out:?}");
     assert!(
-        has(&out, |c| matches!(c, Command::WakeAt { .. })),
+        !has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue))),
+        "{out:?}"
+    );
+    assert!(
+        has(&out, |c| matches!(
+            c,
+            Command::TimerAt {
+                kind: TimerKind::Poll,
+                ..
+            }
+        )),
         "{out:?}"
     );
 }

@@ -234,6 +234,7 @@ impl CircuitBreaker {
     /// backoff before attempt `openings + 1`.
     fn cool_down(&self, openings: u32) -> Duration {
         RetryPolicy::new(self.config.cool_down, self.config.max_cool_down)
+            .jitter(false)
             .backoff(openings.saturating_add(1))
     }
 }

@@ -29,19 +29,21 @@ fn a_drain_releases_the_buffer_and_stops_once_deliveries_are_recorded() {
     );
     assert!(has(
         &out,
-        |c| matches!(c, Command::DrainDeadlineAt(at) if *at == now + Duration::from_secs(10))
+        |c| matches!(c, Command::TimerAt { kind: TimerKind::DrainDeadline, at, .. } if *at == now + Duration::from_secs(10))
     ));
-    let Some(Command::Release(released)) = out.iter().find(|c| matches!(c, Command::Release(_)))
+    let Some(Command::Store(StoreCall::Release(released))) = out
+        .iter()
+        .find(|c| matches!(c, Command::Store(StoreCall::Release(_))))
     else {
         panic!("{out:?}")
     };
     assert_eq!(released.len(), 2);
     core.handle(
         now,
-        Input::Released {
+        Input::Store(StoreAnswer::Released {
             sent: 2,
             result: Ok(vec![ClaimOutcome::Applied; 2]),
-        },
+        }),
     );
     let out = core.handle(now, done(slot, &messages[0]));
     assert!(claims(&out).is_empty(), "no claims while draining");
@@ -77,7 +79,7 @@ fn a_drain_deadline_abandons_running_deliveries_and_releases_their_claims() {
             timeout: Duration::from_secs(1),
         },
     );
-    let out = core.handle(now, Input::DrainDeadline);
+    let out = core.handle(now, Input::timer(TimerKind::DrainDeadline, 0));
     let killed: Vec<Slot> = out
         .iter()
         .filter_map(|c| match c {
@@ -89,14 +91,14 @@ fn a_drain_deadline_abandons_running_deliveries_and_releases_their_claims() {
     assert!(slots.iter().all(|s| killed.contains(s)));
     assert!(has(
         &out,
-        |c| matches!(c, Command::Release(r) if r.len() == 2)
+        |c| matches!(c, Command::Store(StoreCall::Release(r)) if r.len() == 2)
     ));
     let out = core.handle(
         now,
-        Input::Released {
+        Input::Store(StoreAnswer::Released {
             sent: 2,
             result: Ok(vec![ClaimOutcome::Applied; 2]),
-        },
+        }),
     );
     assert!(
         has(&out, |c| matches!(
@@ -120,10 +122,10 @@ fn a_drain_deadline_does_not_wait_for_acks_the_store_will_not_take() {
     core.handle(now, done(delivered(&out)[0].0, &first));
     core.handle(
         now,
-        Input::Acked {
+        Input::Store(StoreAnswer::Acked {
             result: Err(unavailable()),
             wall_ms: UnixMillis::EPOCH,
-        },
+        }),
     );
     core.handle(
         now,
@@ -131,7 +133,7 @@ fn a_drain_deadline_does_not_wait_for_acks_the_store_will_not_take() {
             timeout: Duration::from_secs(1),
         },
     );
-    let out = core.handle(now, Input::DrainDeadline);
+    let out = core.handle(now, Input::timer(TimerKind::DrainDeadline, 0));
     assert!(
         has(&out, |c| matches!(
             c,

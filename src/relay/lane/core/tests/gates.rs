@@ -87,7 +87,7 @@ fn outage(outage: Duration, messages: usize) -> Sim {
                 .cool_down(secs(10))
                 .max_cool_down(secs(60)),
         ))
-        .retry(RetryPolicy::new(secs(1), secs(60)));
+        .retry(RetryPolicy::new(secs(1), secs(60)).jitter(false));
     let target = move |at: Duration| {
         if at < outage {
             Err(DeliveryError::retryable("503 Service Unavailable"))
@@ -193,7 +193,7 @@ fn an_open_breaker_claims_nothing_then_sends_one_probe_per_cool_down() {
 fn retry_after_holds_the_whole_lane_when_configured() {
     let lane = config(2, 0)
         .retry_after_holds_lane(true)
-        .retry(RetryPolicy::new(secs(1), secs(120)));
+        .retry(RetryPolicy::new(secs(1), secs(120)).jitter(false));
     let first = std::cell::Cell::new(true);
     let mut sim = Sim::new(
         lane,
@@ -219,7 +219,7 @@ fn retry_after_holds_the_whole_lane_when_configured() {
 #[test]
 fn a_retry_after_of_a_year_is_held_to_the_lanes_ceiling() {
     let lane = config(1, 0)
-        .retry(RetryPolicy::new(secs(1), secs(120)))
+        .retry(RetryPolicy::new(secs(1), secs(120)).jitter(false))
         .retry_after_max(secs(60));
     let first = std::cell::Cell::new(true);
     let mut sim = Sim::new(
@@ -290,7 +290,11 @@ fn a_breaker_lane_claims_nothing_during_the_cool_down_and_asks_again_when_it_end
     // for the cool-down's end.
     let out = core.handle(now, failed(slot, &messages[0]));
     let gate_at = out.iter().find_map(|c| match c {
-        Command::GateAt { generation, at } => Some((*generation, *at)),
+        Command::TimerAt {
+            kind: TimerKind::Gate,
+            generation,
+            at,
+        } => Some((*generation, *at)),
         _ => None,
     });
     let Some((generation, at)) = gate_at else {
@@ -301,10 +305,16 @@ fn a_breaker_lane_claims_nothing_during_the_cool_down_and_asks_again_when_it_end
     let out = core.handle(now + secs(1), Input::Wake);
     assert!(claims(&out).is_empty(), "{out:?}");
     assert!(
-        !has(&out, |c| matches!(c, Command::GateAt { .. })),
+        !has(&out, |c| matches!(
+            c,
+            Command::TimerAt {
+                kind: TimerKind::Gate,
+                ..
+            }
+        )),
         "{out:?}"
     );
-    let out = core.handle(at, Input::GateDue(generation));
+    let out = core.handle(at, Input::timer(TimerKind::Gate, generation));
     assert_eq!(claims(&out), vec![1], "the probe: {out:?}");
     assert_eq!(core.breaker_state(), Some(BreakerState::HalfOpen));
     // The throttled time counted is the wait for the gate.
@@ -319,7 +329,7 @@ fn a_retry_after_hold_hands_back_the_buffer_and_claims_nothing_until_it_ends() {
     let now = Instant::now();
     let lane = config(1, 1)
         .retry_after_holds_lane(true)
-        .retry(RetryPolicy::new(secs(1), secs(60)));
+        .retry(RetryPolicy::new(secs(1), secs(60)).jitter(false));
     let mut core = LaneCore::new(lane, false);
     let messages = [message(None), message(None)];
     let out = running_with(&mut core, now, &messages);
@@ -356,7 +366,7 @@ fn a_probe_answered_with_a_429_reopens_for_twice_the_cool_down_then_probes_again
     let lane = config(1, 1)
         .circuit_breaker(Some(breaker))
         .retry_after_holds_lane(true)
-        .retry(RetryPolicy::new(secs(1), secs(60)));
+        .retry(RetryPolicy::new(secs(1), secs(60)).jitter(false));
     let mut core = LaneCore::new(lane, false);
     let messages: Vec<_> = (0..3).map(|_| message(None)).collect();
     let out = running_with(&mut core, now, &messages[..1]);

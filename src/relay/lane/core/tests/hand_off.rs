@@ -25,7 +25,13 @@ fn idle(core: &mut LaneCore, now: Instant) -> Vec<usize> {
     core.handle(now, Input::Start);
     let out = core.handle(now, batch_saying(&[], None));
     assert!(
-        has(&out, |c| matches!(c, Command::WakeAt { .. })),
+        has(&out, |c| matches!(
+            c,
+            Command::TimerAt {
+                kind: TimerKind::Poll,
+                ..
+            }
+        )),
         "{out:?}"
     );
     grants(&out)
@@ -77,7 +83,7 @@ fn a_handed_off_message_is_held_like_a_claim_and_acked_without_a_claim() {
     // The lease started with the enqueue's statement: the extension is timed from it.
     assert!(has(&out, |c| matches!(
         c,
-        Command::LeaseCheckAt { generation: 0, at, .. } if *at == sent_at + Duration::from_secs(20)
+        Command::TimerAt { kind: TimerKind::Lease { .. }, generation: 0, at, .. } if *at == sent_at + Duration::from_secs(20)
     )));
     assert!(has(&out, |c| matches!(
         c,
@@ -93,12 +99,17 @@ fn a_handed_off_message_is_held_like_a_claim_and_acked_without_a_claim() {
     // Done: a plain ack (no claim rides on it), and no `next_due`: the lane sleeps on.
     let out = core.handle(arrived, done(slot, &first));
     assert_eq!(acks(&out), vec![first.claim().unwrap()]);
-    assert!(has(&out, |c| matches!(c, Command::Ack(_))), "{out:?}");
+    assert!(
+        has(&out, |c| matches!(c, Command::Store(StoreCall::Ack(_)))),
+        "{out:?}"
+    );
     assert!(claims(&out).is_empty() && !revokes(&out), "{out:?}");
     // Recorded: the credit it used is granted again.
     let out = core.handle(arrived, acked_all(1));
     assert_eq!(grants(&out), vec![1], "{out:?}");
-    assert!(claims(&out).is_empty() && !has(&out, |c| matches!(c, Command::NextDue)));
+    assert!(
+        claims(&out).is_empty() && !has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue)))
+    );
 }
 
 #[test]
@@ -191,7 +202,7 @@ fn pause_and_drain_revoke_and_a_message_handed_off_during_the_drain_is_released(
     assert!(delivered(&out).is_empty(), "{out:?}");
     assert!(has(&out, |c| matches!(
         c,
-        Command::Release(claims) if claims == &[late.claim().unwrap()]
+        Command::Store(StoreCall::Release(claims)) if claims == &[late.claim().unwrap()]
     )));
 }
 
@@ -204,8 +215,8 @@ fn a_lane_holding_handed_off_messages_keeps_its_credits_until_it_must_claim() {
     let out = core.handle(now, handed(&first, now));
     assert!(!revokes(&out), "{out:?}");
     // The poll ceiling fires while it runs: revoke, then claim what is left.
-    let generation = core.tick_generation;
-    let out = core.handle(now, Input::Tick(generation));
+    let generation = core.claim_loop.poll_generation();
+    let out = core.handle(now, Input::timer(TimerKind::Poll, generation));
     assert!(revokes(&out), "{out:?}");
     let out = core.handle(now, Input::CreditsRevoked(3));
     assert_eq!(claims(&out), vec![3], "4 of room, 1 held");

@@ -5,23 +5,29 @@ use super::*;
 
 /// A short claim of `messages` that also says when the next message is due.
 fn short_batch(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
-    Input::Claimed(Ok(ClaimBatch {
+    Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
         messages: messages.to_vec(),
         dead_lettered: Vec::new(),
         unreadable: Vec::new(),
         next_due: NextDue::Known(due),
-    }))
+    })))
 }
 
 fn wake_at(commands: &[Command]) -> Option<Instant> {
     commands.iter().find_map(|c| match c {
-        Command::WakeAt { at, .. } => Some(*at),
+        Command::TimerAt {
+            kind: TimerKind::Poll,
+            at,
+            ..
+        } => Some(*at),
         _ => None,
     })
 }
 
 fn asks_next_due(commands: &[Command]) -> bool {
-    has(commands, |c| matches!(c, Command::NextDue))
+    has(commands, |c| {
+        matches!(c, Command::Store(StoreCall::NextDue))
+    })
 }
 
 /// An idle lane with one message of `key` delivered from a short claim that said the next
@@ -103,8 +109,14 @@ fn a_nack_forgets_the_answer_and_the_lane_asks_next_due() {
             elapsed: Duration::from_millis(5),
         },
     );
-    assert!(has(&out, |c| matches!(c, Command::Nack(_))), "{out:?}");
-    let out = core.handle(now, Input::Nacked(Ok(vec![NackOutcome::Requeued])));
+    assert!(
+        has(&out, |c| matches!(c, Command::Store(StoreCall::Nack(_)))),
+        "{out:?}"
+    );
+    let out = core.handle(
+        now,
+        Input::Store(StoreAnswer::Nacked(Ok(vec![NackOutcome::Requeued]))),
+    );
     assert!(asks_next_due(&out), "the retry may be due sooner: {out:?}");
 }
 
@@ -116,10 +128,10 @@ fn a_lost_ack_forgets_the_answer_and_the_lane_asks_next_due() {
     core.handle(now, done(slot, &first));
     let out = core.handle(
         now,
-        Input::Acked {
+        Input::Store(StoreAnswer::Acked {
             result: Ok(vec![ClaimOutcome::LostClaim]),
             wall_ms: UnixMillis::EPOCH,
-        },
+        }),
     );
     assert!(asks_next_due(&out), "{out:?}");
 }
@@ -175,4 +187,36 @@ fn a_wake_up_while_a_short_batch_is_claimed_claims_again_instead_of_trusting_its
     let out = core.handle(now, short_batch(std::slice::from_ref(&first), None));
     assert_eq!(delivered(&out).len(), 1, "{out:?}");
     assert_eq!(claims(&out), vec![1], "the wake-up is claimed: {out:?}");
+}
+
+#[test]
+fn a_wake_up_while_next_due_is_asked_claims_instead_of_sleeping_on_the_answer() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 0), false);
+    core.handle(now, Input::Start);
+    // A short claim that could not say when the next message is due: the lane asks.
+    let out = core.handle(
+        now,
+        Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
+            messages: Vec::new(),
+            dead_lettered: Vec::new(),
+            unreadable: Vec::new(),
+            next_due: NextDue::Unknown,
+        }))),
+    );
+    assert!(asks_next_due(&out), "{out:?}");
+    // An enqueue commits while the question is out: one call at a time, so no claim yet.
+    let out = core.handle(now, Input::Wake);
+    assert!(claims(&out).is_empty(), "{out:?}");
+    // The answer predates the wake-up: the lane claims rather than sleep for three seconds.
+    let out = core.handle(
+        now,
+        Input::Store(StoreAnswer::NextDue(Ok(Some(Duration::from_secs(3))))),
+    );
+    assert_eq!(claims(&out), vec![1], "{out:?}");
+    assert_eq!(wake_at(&out), None, "{out:?}");
+    assert!(!has(&out, |c| matches!(
+        c,
+        Command::Emit(RelayEvent::Idle { .. })
+    )));
 }

@@ -28,8 +28,8 @@ fn slot_of(commands: &[Command], message: &OutboxMessage) -> Slot {
 /// The lease check a batch's claim scheduled: (batch, generation, at).
 fn lease_check(commands: &[Command]) -> Option<(u64, u64, Instant)> {
     commands.iter().find_map(|c| match c {
-        Command::LeaseCheckAt {
-            batch,
+        Command::TimerAt {
+            kind: TimerKind::Lease { batch },
             generation,
             at,
         } => Some((*batch, *generation, *at)),
@@ -42,9 +42,9 @@ fn extension(commands: &[Command]) -> (u64, Vec<ClaimRef>) {
     commands
         .iter()
         .find_map(|c| match c {
-            Command::Extend {
+            Command::Store(StoreCall::Extend {
                 generation, claims, ..
-            } => Some((*generation, claims.clone())),
+            }) => Some((*generation, claims.clone())),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no extension: {commands:?}"))
@@ -60,12 +60,12 @@ fn fail_extensions_until(
     let mut all = Vec::new();
     loop {
         let (batch, generation, at) = check;
-        let out = core.handle(at, Input::LeaseDue { batch, generation });
+        let out = core.handle(at, Input::timer(TimerKind::Lease { batch }, generation));
         let (generation, claims) = extension(&out);
         all.extend(out);
         let out = core.handle(
             at,
-            Input::Extended {
+            Input::Store(StoreAnswer::Extended {
                 batch,
                 generation,
                 claims,
@@ -73,7 +73,7 @@ fn fail_extensions_until(
                     "extend_lease",
                     "connection refused (test)",
                 )),
-            },
+            }),
         );
         let next = lease_check(&out);
         all.extend(out);
@@ -118,7 +118,7 @@ fn a_hanging_lease_extension_never_starts_a_buffered_message_past_the_lapse() {
     let out = running_with(&mut core, t0, &[x.clone(), y.clone()]);
     let slot = slot_of(&out, &x);
     let (batch, generation, at) = lease_check(&out).expect("a lease check");
-    let out = core.handle(at, Input::LeaseDue { batch, generation });
+    let out = core.handle(at, Input::timer(TimerKind::Lease { batch }, generation));
     extension(&out); // sent, and never answered
     let out = core.handle(t0 + LEASE + Duration::from_millis(1), done(slot, &x));
     assert!(
@@ -137,17 +137,17 @@ fn an_applied_extension_lets_the_buffered_message_start_after_the_first_lease() 
     let out = running_with(&mut core, t0, &[x.clone(), y.clone()]);
     let slot = slot_of(&out, &x);
     let (batch, generation, at) = lease_check(&out).expect("a lease check");
-    let out = core.handle(at, Input::LeaseDue { batch, generation });
+    let out = core.handle(at, Input::timer(TimerKind::Lease { batch }, generation));
     let (generation, claims) = extension(&out);
     let n = claims.len();
     core.handle(
         at,
-        Input::Extended {
+        Input::Store(StoreAnswer::Extended {
             batch,
             generation,
             claims,
             result: Ok(vec![ClaimOutcome::Applied; n]),
-        },
+        }),
     );
     // Lapses no earlier than `at + LEASE` now.
     let out = core.handle(t0 + LEASE + Duration::from_secs(1), done(slot, &x));
@@ -176,16 +176,16 @@ fn run_with_an_unrecorded_ack(
     assert_eq!(started(&out), vec![x.outbox_id]);
     let slot = slot_of(&out, &x);
     let (batch, generation, at) = check;
-    let out = core.handle(at, Input::LeaseDue { batch, generation });
+    let out = core.handle(at, Input::timer(TimerKind::Lease { batch }, generation));
     let (generation, claims) = extension(&out);
     core.handle(
         at,
-        Input::Extended {
+        Input::Store(StoreAnswer::Extended {
             batch,
             generation,
             claims: claims.clone(),
             result: answer(&a, &claims),
-        },
+        }),
     );
     let out = core.handle(t0 + LEASE + Duration::from_secs(1), done(slot, &x));
     (a, b, claims, out)

@@ -10,8 +10,10 @@ fn a_lease_check_extends_running_and_buffered_claims_and_reports_a_lost_one_once
     let messages = [message(None), message(None)];
     let out = running_with(&mut core, now, &messages);
     let Some((batch_id, generation)) = out.iter().find_map(|c| match c {
-        Command::LeaseCheckAt {
-            batch, generation, ..
+        Command::TimerAt {
+            kind: TimerKind::Lease { batch },
+            generation,
+            ..
         } => Some((*batch, *generation)),
         _ => None,
     }) else {
@@ -20,18 +22,15 @@ fn a_lease_check_extends_running_and_buffered_claims_and_reports_a_lost_one_once
     let at = now + Duration::from_secs(20);
     let out = core.handle(
         at,
-        Input::LeaseDue {
-            batch: batch_id,
-            generation,
-        },
+        Input::timer(TimerKind::Lease { batch: batch_id }, generation),
     );
-    let Some(Command::Extend {
+    let Some(Command::Store(StoreCall::Extend {
         claims: extending,
         generation: next,
         ..
-    }) = out
+    })) = out
         .into_iter()
-        .find(|c| matches!(c, Command::Extend { .. }))
+        .find(|c| matches!(c, Command::Store(StoreCall::Extend { .. })))
     else {
         panic!("no extension")
     };
@@ -40,10 +39,7 @@ fn a_lease_check_extends_running_and_buffered_claims_and_reports_a_lost_one_once
     assert!(core
         .handle(
             at,
-            Input::LeaseDue {
-                batch: batch_id,
-                generation
-            }
+            Input::timer(TimerKind::Lease { batch: batch_id }, generation)
         )
         .is_empty());
     let outcomes = extending
@@ -58,12 +54,12 @@ fn a_lease_check_extends_running_and_buffered_claims_and_reports_a_lost_one_once
         .collect();
     let out = core.handle(
         at,
-        Input::Extended {
+        Input::Store(StoreAnswer::Extended {
             batch: batch_id,
             generation: next,
             claims: extending,
             result: Ok(outcomes),
-        },
+        }),
     );
     assert!(has(&out, |c| matches!(
         c,
@@ -78,23 +74,29 @@ fn a_lease_check_extends_running_and_buffered_claims_and_reports_a_lost_one_once
         0,
         "a buffered message whose lease lapsed is dropped"
     );
-    let Some(Command::LeaseCheckAt {
-        generation: again, ..
-    }) = out
-        .iter()
-        .find(|c| matches!(c, Command::LeaseCheckAt { .. }))
+    let Some(Command::TimerAt {
+        kind: TimerKind::Lease { .. },
+        generation: again,
+        ..
+    }) = out.iter().find(|c| {
+        matches!(
+            c,
+            Command::TimerAt {
+                kind: TimerKind::Lease { .. },
+                ..
+            }
+        )
+    })
     else {
         panic!("{out:?}")
     };
     let out = core.handle(
         at,
-        Input::LeaseDue {
-            batch: batch_id,
-            generation: *again,
-        },
+        Input::timer(TimerKind::Lease { batch: batch_id }, *again),
     );
-    let Some(Command::Extend { claims: left, .. }) =
-        out.iter().find(|c| matches!(c, Command::Extend { .. }))
+    let Some(Command::Store(StoreCall::Extend { claims: left, .. })) = out
+        .iter()
+        .find(|c| matches!(c, Command::Store(StoreCall::Extend { .. })))
     else {
         panic!("{out:?}")
     };
@@ -134,7 +136,11 @@ fn without_extension_a_lapse_is_timed_from_the_claims_answer_with_it_from_the_se
         let out = core.handle(answered, batch(&[message(None)]));
         out.into_iter()
             .find_map(|c| match c {
-                Command::LeaseCheckAt { at, .. } => Some(at),
+                Command::TimerAt {
+                    kind: TimerKind::Lease { .. },
+                    at,
+                    ..
+                } => Some(at),
                 _ => None,
             })
             .expect("a lease check")
@@ -187,8 +193,10 @@ fn a_buffered_message_starts_only_while_its_lease_surely_holds() {
         panic!("{out:?}")
     };
     let Some((batch_id, generation)) = out.iter().find_map(|c| match c {
-        Command::LeaseCheckAt {
-            batch, generation, ..
+        Command::TimerAt {
+            kind: TimerKind::Lease { batch },
+            generation,
+            ..
         } => Some((*batch, *generation)),
         _ => None,
     }) else {
@@ -198,18 +206,15 @@ fn a_buffered_message_starts_only_while_its_lease_surely_holds() {
     // delivery ends.
     let out = core.handle(
         now + Duration::from_secs(20),
-        Input::LeaseDue {
-            batch: batch_id,
-            generation,
-        },
+        Input::timer(TimerKind::Lease { batch: batch_id }, generation),
     );
-    let Some(Command::Extend {
+    let Some(Command::Store(StoreCall::Extend {
         claims: extending,
         generation: next,
         ..
-    }) = out
+    })) = out
         .into_iter()
-        .find(|c| matches!(c, Command::Extend { .. }))
+        .find(|c| matches!(c, Command::Store(StoreCall::Extend { .. })))
     else {
         panic!("no extension")
     };
@@ -225,21 +230,21 @@ fn a_buffered_message_starts_only_while_its_lease_surely_holds() {
     };
     let out = core.handle(
         now + Duration::from_secs(20),
-        Input::LeaseDue {
-            batch: batch_id,
-            generation,
-        },
+        Input::timer(TimerKind::Lease { batch: batch_id }, generation),
     );
-    assert!(has(&out, |c| matches!(c, Command::Extend { .. })));
+    assert!(has(&out, |c| matches!(
+        c,
+        Command::Store(StoreCall::Extend { .. })
+    )));
     let applied = vec![ClaimOutcome::Applied; extending.len()];
     core.handle(
         now + Duration::from_secs(21),
-        Input::Extended {
+        Input::Store(StoreAnswer::Extended {
             batch: batch_id,
             generation: next,
             claims: extending,
             result: Ok(applied),
-        },
+        }),
     );
     let out = core.handle(now + Duration::from_secs(30), done(slot, &messages[0]));
     assert_eq!(

@@ -13,7 +13,11 @@ fn gate_timers(commands: &[Command]) -> Vec<Instant> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::GateAt { at, .. } => Some(*at),
+            Command::TimerAt {
+                kind: TimerKind::Gate,
+                at,
+                ..
+            } => Some(*at),
             _ => None,
         })
         .collect()
@@ -57,7 +61,7 @@ fn quick_handlers_are_waited_for_then_acked_with_a_claim_of_the_whole_window() {
     assert_eq!(acks(&out).len(), 4);
     assert!(has(&out, |c| matches!(
         c,
-        Command::AckAndClaim { limit: 4, .. }
+        Command::Store(StoreCall::AckAndClaim { limit: 4, .. })
     )));
 }
 
@@ -74,9 +78,12 @@ fn the_wait_ends_at_the_linger_with_what_is_free_by_then() {
         panic!("a timer for the linger's end: {out:?}")
     };
     // Another timer firing first does not end the wait, and sets its end again.
-    let early = core.handle(now + Duration::from_micros(100), Input::GateDue(0));
+    let early = core.handle(
+        now + Duration::from_micros(100),
+        Input::timer(TimerKind::Gate, 0),
+    );
     assert!(claims(&early).is_empty(), "{early:?}");
-    let out = core.handle(at, Input::GateDue(1));
+    let out = core.handle(at, Input::timer(TimerKind::Gate, 1));
     assert_eq!(claims(&out), vec![1], "{out:?}");
     assert_eq!(acks(&out), vec![messages[0].claim().unwrap()]);
 }

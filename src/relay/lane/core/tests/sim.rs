@@ -196,23 +196,25 @@ impl Sim {
     fn carry_out(&mut self, command: Command) -> Option<Input> {
         let now = self.now;
         match command {
-            Command::Claim { limit, .. } => Some(Input::Claimed(Ok(self.claim(limit)))),
-            Command::AckAndClaim { acks, limit, .. } => {
+            Command::Store(StoreCall::Claim { limit, .. }) => {
+                Some(Input::Store(StoreAnswer::Claimed(Ok(self.claim(limit)))))
+            }
+            Command::Store(StoreCall::AckAndClaim { acks, limit, .. }) => {
                 let acked = self.ack(&acks);
                 let claimed = self.claim(limit);
-                Some(Input::AckedAndClaimed {
+                Some(Input::Store(StoreAnswer::AckedAndClaimed {
                     result: Ok(crate::store::AckAndClaim {
                         acked,
                         claimed: Ok(claimed),
                     }),
                     wall_ms: UnixMillis::EPOCH,
-                })
+                }))
             }
-            Command::Ack(acks) => Some(Input::Acked {
+            Command::Store(StoreCall::Ack(acks)) => Some(Input::Store(StoreAnswer::Acked {
                 result: Ok(self.ack(&acks)),
                 wall_ms: UnixMillis::EPOCH,
-            }),
-            Command::Nack(nacks) => {
+            })),
+            Command::Store(StoreCall::Nack(nacks)) => {
                 let max_attempts = self.max_attempts;
                 let outcomes = nacks
                     .iter()
@@ -233,31 +235,31 @@ impl Sim {
                         },
                     })
                     .collect();
-                Some(Input::Nacked(Ok(outcomes)))
+                Some(Input::Store(StoreAnswer::Nacked(Ok(outcomes))))
             }
             // The sim's lanes take no hand-offs.
             Command::GrantCredits(_) => None,
             Command::RevokeCredits => Some(Input::CreditsRevoked(0)),
-            Command::NextDue => {
+            Command::Store(StoreCall::NextDue) => {
                 let due = self
                     .rows
                     .iter()
                     .filter(|r| r.state == RowState::Pending)
                     .map(|r| r.due.saturating_duration_since(now))
                     .min();
-                Some(Input::NextDue(Ok(due)))
+                Some(Input::Store(StoreAnswer::NextDue(Ok(due))))
             }
-            Command::Extend {
+            Command::Store(StoreCall::Extend {
                 batch,
                 generation,
                 claims,
-            } => Some(Input::Extended {
+            }) => Some(Input::Store(StoreAnswer::Extended {
                 batch,
                 generation,
                 result: Ok(vec![ClaimOutcome::Applied; claims.len()]),
                 claims,
-            }),
-            Command::Release(claims) => {
+            })),
+            Command::Store(StoreCall::Release(claims)) => {
                 let outcomes = claims
                     .iter()
                     .map(|claim| match self.current(claim) {
@@ -270,10 +272,10 @@ impl Sim {
                         None => ClaimOutcome::LostClaim,
                     })
                     .collect();
-                Some(Input::Released {
+                Some(Input::Store(StoreAnswer::Released {
                     sent: claims.len(),
                     result: Ok(outcomes),
-                })
+                }))
             }
             Command::Deliver { slot, message } => {
                 if let Some(claimed) = self.claimed_at.get(&message.outbox_id) {
@@ -294,28 +296,12 @@ impl Sim {
                 );
                 None
             }
-            Command::LeaseCheckAt {
-                batch,
-                generation,
+            Command::TimerAt {
+                kind,
                 at,
+                generation,
             } => {
-                self.at(at, Input::LeaseDue { batch, generation });
-                None
-            }
-            Command::WakeAt { generation, at } => {
-                self.at(at, Input::Tick(generation));
-                None
-            }
-            Command::GateAt { generation, at } => {
-                self.at(at, Input::GateDue(generation));
-                None
-            }
-            Command::RetryAt(at) => {
-                self.at(at, Input::RetryDue);
-                None
-            }
-            Command::DrainDeadlineAt(at) => {
-                self.at(at, Input::DrainDeadline);
+                self.at(at, Input::timer(kind, generation));
                 None
             }
             Command::Throttled { duration, .. } => {
