@@ -23,11 +23,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::{MessageFilter, NackOutcome};
 use outbox_relay::{
-    DeliveryError, DeliveryHandler, LaneConfig, OutboxMessage, OutboxMessageDraft, OutboxRelay,
-    OutboxStore, RetryPolicy, SqliteOutboxStore,
+    DeliveryError, DeliveryHandler, LaneConfig, Outbox, OutboxMessage, OutboxMessageDraft,
+    OutboxRelay, RetryPolicy, SqliteOutboxStore,
 };
 use serde_json::json;
 
@@ -143,7 +144,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
     std::panic::set_hook(Box::new(|info| eprintln!("  (a handler panicked: {info})")));
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("outbox.db");
-    let store = Arc::new(SqliteOutboxStore::open(&path).await?);
+    let store = Outbox::new(SqliteOutboxStore::open(&path).await?).with_hook(StoreMetrics);
     println!("outbox: {}", path.display());
 
     // Metrics on a loopback port for as long as the relay runs.
@@ -250,7 +251,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
                 }
                 RelayEvent::Failed { lane, outcome, kind, .. } => {
                     let tally = tallies.entry(lane.to_string()).or_default();
-                    if kind == outbox_relay::metrics::FailureKind::Panic {
+                    if kind == outbox_relay::delivery::FailureKind::Panic {
                         tally.panics += 1;
                     }
                     match outcome {

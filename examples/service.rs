@@ -25,7 +25,7 @@ use axum::{Json, Router};
 use outbox_relay::config::ControlToken;
 use outbox_relay::http::{Readiness, RelayReadiness, RelaySlot, RouterConfig};
 use outbox_relay::{
-    handler_fn, InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore,
+    handler_fn, InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay,
     RelayHandle,
 };
 use serde_json::json;
@@ -39,7 +39,7 @@ struct Service {
 
 #[derive(Clone)]
 struct Orders {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     next: Arc<AtomicU64>,
 }
 
@@ -65,7 +65,7 @@ async fn start(
     let metrics = outbox_relay::metrics::prometheus_builder()?.install_recorder()?;
     outbox_relay::metrics::describe();
 
-    let store: Arc<dyn OutboxStore> = Arc::new(InMemoryOutboxStore::new());
+    let store: Outbox = Outbox::new(InMemoryOutboxStore::new());
     let relay = OutboxRelay::builder(store.clone())
         .lane(
             LaneConfig::new("orders", "log"),

@@ -154,11 +154,11 @@ pub struct LaneConfig {
     /// A target's Retry-After (`DeliveryError::RetryAfter`) holds the whole lane's claims
     /// until then (capped at `retry.max`), not only that message's retry.
     pub retry_after_holds_lane: bool,
-    /// Take what this process enqueues for the lane through the store object the relay runs
-    /// on, without a claim: while the lane is idle, an enqueue of a message without an
+    /// Take what this process enqueues for the lane through the outbox the relay runs on
+    /// (or a clone of it), without a claim: while the lane is idle, an enqueue of a message without an
     /// ordering key or delay writes it claimed by the lane and hands it over after its
     /// commit (no NOTIFY, no claim statement; see [`crate::store::hand_off`]). Only stores
-    /// that offer it ([`OutboxStore::hand_off`](crate::store::OutboxStore::hand_off):
+    /// that offer it ([`Outbox::hand_off`](crate::store::Outbox::hand_off):
     /// PostgreSQL; elsewhere the lane claims as without it); not on a lane with a rate
     /// limit, nor while its breaker is not closed. What changes for the caller: such an
     /// enqueue answers the row as written, claimed by the lane (`status` claimed, first
@@ -561,16 +561,16 @@ impl SupervisorConfig {
     }
 }
 
-/// Checks an OTLP/HTTP endpoint: an `http` URL with a host. Plain HTTP only: the binary's
-/// exporter has no TLS (a collector beside the relay, or an agent on the host, is the
-/// usual endpoint). Used by the config file's `otlp_endpoint`.
+/// Checks an OTLP/HTTP endpoint: an `http` or `https` URL with a host (https trusts the
+/// system's roots and the config's `otlp_ca_file`). Used by the config file's
+/// `otlp_endpoint`.
 #[cfg(feature = "file-config")]
 pub(crate) fn validate_otlp_endpoint(endpoint: &str) -> Result<(), String> {
     let url = url::Url::parse(endpoint)
         .map_err(|error| format!("is not a URL ({error}): {endpoint:?}"))?;
-    if url.scheme() != "http" || url.host_str().is_none() {
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!(
-            "must be an http:// URL with a host, like http://127.0.0.1:4318 (no TLS), not {endpoint:?}"
+            "must be an http:// or https:// URL with a host, like http://127.0.0.1:4318, not {endpoint:?}"
         ));
     }
     Ok(())

@@ -21,14 +21,20 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::message::ValidationError;
+use crate::metrics::StoreMetrics;
 use crate::store::slow_log::{SlowCallLog, DEFAULT_SLOW_CALL_THRESHOLD};
-use crate::store::{OutboxStore, StoreError};
+use crate::store::{Outbox, StoreError};
 
 use crate::redact::redact;
+
+mod migrations;
+mod postgres;
+
+pub use migrations::{migration_sql, schema_state, SchemaState};
+pub use postgres::{PostgresOptions, DEFAULT_POOL_MAX_CONNECTIONS, DEFAULT_POOL_MIN_CONNECTIONS};
 
 /// How long [`open_store`] tries to reach the database unless told otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -202,6 +208,8 @@ pub struct StoreOptions {
     pub connect_timeout: Duration,
     /// Whether a missing SQLite file is created.
     pub create: CreateMode,
+    /// The PostgreSQL pool and session settings (ignored for SQLite).
+    pub postgres: PostgresOptions,
 }
 
 impl Default for StoreOptions {
@@ -211,6 +219,7 @@ impl Default for StoreOptions {
             schema: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             create: CreateMode::CreateIfMissing,
+            postgres: PostgresOptions::default(),
         }
     }
 }
@@ -251,6 +260,20 @@ pub enum OpenError {
         /// What was found.
         reason: String,
     },
+    /// The outbox was migrated by a newer build: this one does not know its schema and
+    /// refuses to run on it.
+    #[error(
+        "{location}: the outbox is at schema version {found}, newer than the version this \
+         build of outbox-relay knows ({known}); run that outbox-relay version or a later one"
+    )]
+    SchemaNewer {
+        /// The database address (and for PostgreSQL the schema and table prefix).
+        location: String,
+        /// The version recorded in the database.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
     /// This build has no store for the URL's database.
     #[error("this build of outbox-relay has no {0} support (enable the crate feature {0:?})")]
     Unsupported(&'static str),
@@ -261,25 +284,19 @@ pub enum OpenError {
 
 /// Opens the store `url` names, with its schema brought up to date (or, with
 /// [`CreateMode::MustExist`], checked to be). The store logs a call slower than
-/// [`DEFAULT_SLOW_CALL_THRESHOLD`] by its name and duration ([`SlowCallLog`]).
-pub async fn open_store(
-    url: &DatabaseUrl,
-    options: &StoreOptions,
-) -> Result<Arc<dyn OutboxStore>, OpenError> {
+/// [`DEFAULT_SLOW_CALL_THRESHOLD`] by its name and duration ([`SlowCallLog`]) and records
+/// the store metrics ([`StoreMetrics`]).
+pub async fn open_store(url: &DatabaseUrl, options: &StoreOptions) -> Result<Outbox, OpenError> {
     let store = match url {
         DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await?,
-        DatabaseUrl::Postgres { url: raw } => open_postgres(url, raw, options).await?,
+        DatabaseUrl::Postgres { url: raw } => postgres::open(url, raw, options).await?,
     };
-    Ok(Arc::new(SlowCallLog::new(
-        store,
-        DEFAULT_SLOW_CALL_THRESHOLD,
-    )))
+    Ok(store
+        .with_hook(SlowCallLog::new(DEFAULT_SLOW_CALL_THRESHOLD))
+        .with_hook(StoreMetrics))
 }
 
-async fn open_sqlite(
-    path: &Path,
-    options: &StoreOptions,
-) -> Result<Arc<dyn OutboxStore>, OpenError> {
+async fn open_sqlite(path: &Path, options: &StoreOptions) -> Result<Outbox, OpenError> {
     if options.schema.is_some() {
         return Err(OpenError::Invalid(ValidationError::new(
             "schema",
@@ -322,95 +339,12 @@ async fn open_sqlite(
                 })
             }
         };
-        Ok(Arc::new(store))
+        Ok(Outbox::new(store))
     }
     #[cfg(not(feature = "sqlite"))]
     {
         let _ = path;
         Err(OpenError::Unsupported("sqlite"))
-    }
-}
-
-async fn open_postgres(
-    url: &DatabaseUrl,
-    raw: &str,
-    options: &StoreOptions,
-) -> Result<Arc<dyn OutboxStore>, OpenError> {
-    #[cfg(feature = "postgres")]
-    {
-        use crate::store::postgres::{PostgresConfig, PostgresOutboxStore};
-        use sqlx::postgres::{PgConnectOptions, PgConnection};
-        use sqlx::{ConnectOptions, Connection};
-
-        let mut config = PostgresConfig::default();
-        let location = format!(
-            "PostgreSQL at {}, schema {:?}, table prefix {:?}",
-            url.address(),
-            options.schema.as_deref().unwrap_or(&config.schema),
-            options
-                .table_prefix
-                .as_deref()
-                .unwrap_or(&config.table_prefix),
-        );
-        if let Some(schema) = &options.schema {
-            config = config.schema(schema);
-        }
-        if let Some(prefix) = &options.table_prefix {
-            config = config.table_prefix(prefix);
-        }
-        config.validate()?;
-        let unreachable = |reason: String| OpenError::Connect {
-            database: "PostgreSQL",
-            address: url.address(),
-            reason,
-        };
-        // sqlx's slow-statement warning prints the whole statement (5 KB for a claim):
-        // off, and the store is wrapped in `SlowCallLog` (name and duration) below.
-        let connect = PgConnectOptions::from_str(raw)
-            .map_err(|error| unreachable(error.to_string()))?
-            .disable_statement_logging();
-        // One plain connection first, so a refused or unknown address fails at once with
-        // the driver's own words: a pool retries a refused connection until its acquire
-        // timeout and then says only "pool timed out".
-        let probe = tokio::time::timeout(
-            options.connect_timeout,
-            PgConnection::connect_with(&connect),
-        )
-        .await
-        .map_err(|_| unreachable(format!("no answer within {:?}", options.connect_timeout)))?
-        .map_err(|error| unreachable(error.to_string()))?;
-        // Closing politely is a courtesy to the server; the probe did its job either way.
-        let _ = probe.close().await;
-        // jit = off and the statement timeout on every pooled connection of the relay.
-        let pool = crate::store::postgres::pool_options(options.connect_timeout)
-            .connect_with(config.session_options(connect))
-            .await
-            .map_err(|error| unreachable(error.to_string()))?;
-        let store = PostgresOutboxStore::new(pool, config)
-            .await
-            .map_err(|error| unreachable(error.to_string()))?;
-        match options.create {
-            CreateMode::CreateIfMissing => store.migrate().await?,
-            CreateMode::MustExist => {
-                let latest = PostgresOutboxStore::latest_schema_version();
-                let reason = match store.schema_version().await? {
-                    Some(version) if version >= latest => None,
-                    Some(version) => Some(format!(
-                        "the outbox is at schema version {version}, this build needs {latest}"
-                    )),
-                    None => Some("no outbox here".to_owned()),
-                };
-                if let Some(reason) = reason {
-                    return Err(OpenError::NotMigrated { location, reason });
-                }
-            }
-        }
-        Ok(Arc::new(store))
-    }
-    #[cfg(not(feature = "postgres"))]
-    {
-        let _ = (url, raw, options);
-        Err(OpenError::Unsupported("postgres"))
     }
 }
 

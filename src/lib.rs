@@ -7,15 +7,14 @@
 //! ## Example
 //!
 //! A handler, a store, a relay with one lane; enqueue a message and see it delivered.
-//! (A service enqueues inside its own transaction: `PostgresOutboxStore::enqueue_in_tx`,
-//! or `SqliteOutboxStore::begin`.)
+//! (A service enqueues inside its own transaction: `Outbox::enqueue_in_tx` on PostgreSQL,
+//! or `Outbox::begin` on SQLite.)
 //!
 //! ```
-//! use std::sync::Arc;
 //! use std::time::Duration;
 //! use outbox_relay::{
 //!     async_trait, DeliveryError, DeliveryHandler, InMemoryOutboxStore, LaneConfig,
-//!     OutboxMessage, OutboxMessageDraft, OutboxRelay, OutboxStore,
+//!     OutboxMessage, OutboxMessageDraft, OutboxRelay, Outbox,
 //! };
 //! use tokio::sync::mpsc;
 //!
@@ -32,7 +31,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Arc::new(InMemoryOutboxStore::new());
+//! let store = Outbox::new(InMemoryOutboxStore::new()).with_hook(outbox_relay::metrics::StoreMetrics);
 //! let (delivered, mut seen) = mpsc::unbounded_channel();
 //! let relay = OutboxRelay::builder(store.clone())
 //!     .lane(LaneConfig::new("orders", "billing"), Billing(delivered))
@@ -60,7 +59,7 @@
 //! | `nats-sink` | no | `sinks::nats`: NATS JetStream (adds `async-nats`) |
 //! | `rabbitmq-sink` | no | `sinks::rabbitmq`: AMQP 0.9.1 with publisher confirms (adds `lapin`) |
 //! | `redis-sink` | no | `sinks::redis`: Redis Streams (adds `redis`) |
-//! | `testing` | no | `testing`: the store conformance suite for your own `OutboxStore` |
+//! | `testing` | no | `testing`: the store conformance suite for your own `OutboxBackend` |
 //! | `otel` | no | W3C trace context: `enqueue` writes the caller's into the headers, the delivery span takes it as parent (adds `opentelemetry`) |
 //! | `otlp` | no | `otel`, plus the binary's OTLP/HTTP export when an endpoint is configured |
 //! | `cli` | no | the `outbox-relay` binary (every feature above but `testing`, plus `clap` and `tracing-subscriber`) |
@@ -81,9 +80,13 @@
 //!   (a claim's message and fencing token); `message/validation.rs`: the rules a draft
 //!   must pass, `DraftLimits` and `ValidationError` (the crate's one "field + reason" error);
 //!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
-//! - [`store`]: the `OutboxStore` contract and the state machine of a row (its provided
-//!   methods validate, plan dedupe within a batch (`store/enqueue.rs`) and record the store
-//!   metrics, so no backend does); `store/error.rs`:
+//! - [`store`]: the state machine of a row, `StoreOp` (`store/op.rs`, the one name of a
+//!   store operation) and the request and answer types; `store/backend.rs`: the
+//!   `OutboxBackend` trait, the primitives a backend implements, and its `Capabilities`;
+//!   `store/outbox.rs`: `Outbox`, the one store type everybody holds, which validates,
+//!   plans dedupe within a batch (`store/enqueue.rs`), captures trace context, keeps the
+//!   hand-off (`store/hand_off.rs`) and reports every call to its `StoreHook`s
+//!   (`store/hook.rs`), so no backend does; `store/error.rs`:
 //!   `StoreError` (the operation and the driver's error as its source, `sqlstate()`);
 //!   `store/unreadable.rs`: what a claim does with a row it cannot read back into a message
 //!   (dead-letters it alone, `ClaimBatch::unreadable`);
@@ -91,8 +94,8 @@
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
 //!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
 //!   it; [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
-//!   block of the trait, each backend's in its `lane_control.rs`);
-//!   [`store::slow_log`] wraps any of them to log a slow call by its name and duration.
+//!   block of `OutboxBackend`, each backend's in its `lane_control.rs`);
+//!   [`store::slow_log`] is the hook that logs a slow call by its name and duration.
 //! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
 //!   millisecond: `SystemTime` both ways, RFC 3339 in `Display` and JSON, saturating
 //!   arithmetic with `Duration`), and the clocks a store reads (`Clock`, `SystemClock`,
@@ -133,9 +136,12 @@
 //! - `simulate` (feature `simulate`, in `cli`): one lane's real settings against a stated
 //!   load and target on that simulation, for `outbox-relay simulate`.
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
-//!   `FailureKind` and `LaneState`, and `StoreOp`), `describe()`, `LaneMetrics` (the
-//!   relay's recording helpers) and, with feature `prometheus`, the exporter install and
-//!   the recorder's buckets (`metrics/prometheus.rs`).
+//!   `FailureKind`, `LaneState`, `BreakerState`, `GateKind` and `StoreOp`), `describe()`,
+//!   `StoreMetrics` (the store hook that records the store's metrics), `LaneMetrics` (the
+//!   relay's recording helpers, with `StoreCallTimer` for store call durations),
+//!   `metrics::process` (`outbox_build_info` and the `process_*` catalogue; `build.rs`
+//!   stamps the git commit) and, with feature `prometheus`, the recorder's buckets
+//!   (`metrics/prometheus.rs`).
 //! - `http` (feature `http`): one axum router for every route, to mount in a service's
 //!   own server (`http::router`, `RouterConfig`, `RouteGroup`); `http/health.rs` (the
 //!   probes and the readiness check, run at most once a second), `http/api.rs` (`GET
@@ -144,8 +150,8 @@
 //!   /api/v1/messages`, `GET /api/v1/messages/{id}`, `POST /api/v1/dead-letters/…`),
 //!   `http/listener.rs` (the connections:
 //!   header-read and idle timeouts, a connection cap) and `http/exporter.rs`
-//!   (`install_prometheus_exporter`: the global recorder and the router on a thread of
-//!   their own).
+//!   (`install_prometheus_exporter`: the global recorder, the process metrics and the
+//!   router on a thread of their own).
 //!   `src/named.rs` (private) holds `label_values!`, the macro that makes those fixed sets.
 //! - [`trace_context`]: W3C trace context in message headers (feature `otel`): captured
 //!   at enqueue, the delivery span's parent.
@@ -154,7 +160,12 @@
 //!   kept) and `RetentionTask`, which purges
 //!   them in bounded batches apart from the lanes.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
-//!   opens the store a URL names.
+//!   opens the store a URL names; `database/postgres.rs`: `PostgresOptions` (the pool and
+//!   session settings of `[postgres]`); `database/migrations.rs`: `schema_state` and
+//!   `migration_sql` (`migrate --check` and `--print-sql`). The PostgreSQL migrations are
+//!   in `store/postgres/schema.rs` (how to add one), run by `schema/run.rs` and rendered
+//!   for DBAs by `schema/script.rs`; `schema/producer.rs` is the `{prefix}_enqueue`
+//!   function. `migrations/` holds the SQL of both stores as checked-in files.
 //! - `src/redact.rs` (private): `redact`, which keeps credentials (user info, query
 //!   values) out of every URL the crate prints: database and sink URLs alike.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`,
@@ -166,6 +177,8 @@
 //! Beside `src/`:
 //!
 //! - `grafana/`: the dashboard, the Prometheus alert rules and their `promtool` tests.
+//! - `deploy/kubernetes/`: Deployment, ConfigMap, Service, ServiceMonitor and the
+//!   PrometheusRule generated from `grafana/alerts.yml`.
 //! - `examples/`: `quickstart.rs` (an order service and its relay on SQLite, the README's
 //!   first command), `service.rs` (a service mounting `http::router` beside its own route), `relay.toml` (the binary's config, every field), `claim_plans.rs`
 //!   (the PostgreSQL claim's, `next_due`'s and stats' plans and timings at 10 k–1 M rows,
@@ -177,7 +190,8 @@
 //! - `tests/`: the conformance suite per backend (`conformance/`), relay scenarios
 //!   (`relay/`), store-specific tests (`sqlite.rs`, `postgres.rs`, `postgres_tls.rs` with
 //!   its own `ssl=on` cluster), monitoring (`relay_metrics.rs`, `store_metrics.rs`,
-//!   `grafana_assets.rs`, `prometheus_e2e.rs` against a real Prometheus), the binary end to
+//!   `grafana_assets.rs`, `prometheus_e2e.rs` against a real Prometheus,
+//!   `kubernetes_assets.rs` for `deploy/kubernetes/`), the binary end to
 //!   end (`cli.rs`, `cli/`), faults injected for real (`chaos.rs`: a relay process killed,
 //!   PostgreSQL cut away and restored, a fleet-wide pause across three relay processes
 //!   and their restarts), every sink against its real server (`sinks/`), one
@@ -221,7 +235,7 @@ pub mod store;
 pub mod testing;
 pub mod time;
 
-/// The attribute that implements [`DeliveryHandler`] (and [`OutboxStore`]), re-exported so a
+/// The attribute that implements [`DeliveryHandler`] (and [`OutboxBackend`]), re-exported so a
 /// service needs no `async-trait` line of its own.
 pub use async_trait::async_trait;
 /// The sqlx this crate is built on (0.9), for the pools and transactions a service enqueues
@@ -243,7 +257,7 @@ pub use store::postgres::PostgresOutboxStore;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub use store::sqlite::SqliteOutboxStore;
-pub use store::{OrderingPolicy, OutboxStore, StoreError};
+pub use store::{OrderingPolicy, Outbox, OutboxBackend, StoreError};
 
 /// The README's examples, compiled as doc-tests so the front door stays true.
 #[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "http"))]

@@ -6,14 +6,16 @@
 //! exporter with `http::install_prometheus_exporter` (feature `http`); an application that
 //! embeds the relay may install any recorder it already uses.
 //!
-//! Every metric carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few add one
-//! label from a small fixed set ([`FailureKind`], [`StoreOp`], [`LaneState`]). No label
-//! ever holds a message id, an ordering key or any other unbounded value, so the number of
-//! series stays (lanes × targets × a constant).
+//! Every metric of a lane carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few
+//! add one label from a small fixed set ([`FailureKind`], [`StoreOp`](crate::store::StoreOp),
+//! [`LaneState`]). No label ever holds a message id, an ordering key or any other unbounded
+//! value, so the number of series stays (lanes × targets × a constant).
 //!
-//! [`ALL`] lists every metric with its kind, unit, help text and labels; [`describe`]
-//! registers those descriptions with the current recorder, and the dashboard test in
-//! `tests/grafana_assets.rs` checks the Grafana assets against the same list.
+//! [`ALL`] lists every metric of a lane with its kind, unit, help text and labels;
+//! [`describe`] registers those descriptions with the current recorder, and the dashboard
+//! test in `tests/grafana_assets.rs` checks the Grafana assets against the same list.
+//! [`PROCESS`] lists the process-wide ones ([`process`]): `outbox_build_info` and
+//! Prometheus' `process_*`, which the Prometheus exporter records.
 //!
 //! ## Several relay processes
 //!
@@ -28,12 +30,16 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use metrics::Unit;
 
 mod lane;
+pub mod process;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 
-pub use lane::LaneMetrics;
-// The label values that are domain types live with their domain; their old paths stay.
-pub use crate::delivery::FailureKind;
+pub use lane::{LaneMetrics, StoreCallTimer};
+pub use process::{record_build_info, BUILD_INFO, PROCESS};
+
+use crate::delivery::FailureKind;
+use crate::relay::{BreakerState, GateKind};
+use crate::store::{CallOutcome, Enqueued, StoreCall, StoreHook};
 /// What `http::install_prometheus_exporter` returns: renders the metrics on demand
 /// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
 #[cfg(feature = "prometheus")]
@@ -86,6 +92,9 @@ pub const DELIVERY_DURATION_SECONDS: &str = "outbox_delivery_duration_seconds";
 pub const END_TO_END_LATENCY_SECONDS: &str = "outbox_end_to_end_latency_seconds";
 /// Histogram, messages: how many messages one claim returned (empty claims included).
 pub const CLAIM_BATCH_SIZE: &str = "outbox_claim_batch_size";
+/// Histogram, seconds: how long one store call of a lane took, success or error, by
+/// [`LABEL_OP`] (a claim that also acks, `ack_and_claim`, counts as `claim`).
+pub const STORE_CALL_DURATION_SECONDS: &str = "outbox_store_call_duration_seconds";
 /// Histogram, seconds: each spell a lane wanted to claim but a claim gate held it back, by
 /// [`LABEL_GATE`]. Its `_sum` is the time throttled (a counter of seconds, exact to the
 /// microsecond, where an integer counter would round a rate limit's millisecond waits
@@ -119,7 +128,8 @@ pub const LABEL_LANE: &str = "lane";
 pub const LABEL_TARGET: &str = "target";
 /// Label of [`DELIVERY_FAILURES_TOTAL`]: a [`FailureKind`].
 pub const LABEL_KIND: &str = "kind";
-/// Label of [`STORE_ERRORS_TOTAL`]: a [`StoreOp`].
+/// Label of [`STORE_ERRORS_TOTAL`] and [`STORE_CALL_DURATION_SECONDS`]: a
+/// [`StoreOp`](crate::store::StoreOp).
 pub const LABEL_OP: &str = "op";
 /// Label of [`LANE_STATE`] (a [`LaneState`]) and [`BREAKER_STATE`] (a [`BreakerState`]).
 pub const LABEL_STATE: &str = "state";
@@ -148,6 +158,13 @@ pub const DELIVERY_DURATION_BUCKETS: &[f64] = &[
 pub const END_TO_END_LATENCY_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Bucket bounds, in seconds, for [`STORE_CALL_DURATION_SECONDS`]: from 0.1 ms (an
+/// in-memory or SQLite call) to 10 s (a PostgreSQL call waiting on locks or a failover).
+pub const STORE_CALL_DURATION_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
 ];
 
 /// Bucket bounds, in messages, for [`CLAIM_BATCH_SIZE`]: 0 (an empty claim), then powers
@@ -186,7 +203,8 @@ pub struct MetricInfo {
     pub unit: Unit,
     /// One line for `# HELP`.
     pub help: &'static str,
-    /// Its label names, always starting with [`LABEL_LANE`] and [`LABEL_TARGET`].
+    /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
+    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those.
     pub labels: &'static [&'static str],
 }
 
@@ -208,7 +226,8 @@ const fn info(
 
 use MetricKind::{Counter, Gauge, Histogram};
 
-/// Every metric the relay records, each once.
+/// Every metric the relay records per lane, each once (the process-wide ones are in
+/// [`PROCESS`]).
 #[rustfmt::skip] // one metric per line reads as a table
 pub const ALL: &[MetricInfo] = &[
     info(ENQUEUED_TOTAL, Counter, Unit::Count, "Messages written to the outbox (duplicates by dedupe key not counted).", LANE_TARGET),
@@ -228,6 +247,7 @@ pub const ALL: &[MetricInfo] = &[
     info(DELIVERY_DURATION_SECONDS, Histogram, Unit::Seconds, "Time one delivery handler call took, success or failure.", LANE_TARGET),
     info(END_TO_END_LATENCY_SECONDS, Histogram, Unit::Seconds, "Time from enqueue to delivered, retries included.", LANE_TARGET),
     info(CLAIM_BATCH_SIZE, Histogram, Unit::Count, "Messages returned by one claim, empty claims included.", LANE_TARGET),
+    info(STORE_CALL_DURATION_SECONDS, Histogram, Unit::Seconds, "Time one store call of a lane took, success or error, by operation.", &[LABEL_LANE, LABEL_TARGET, LABEL_OP]),
     info(IN_FLIGHT, Gauge, Unit::Count, "Deliveries running now in this process.", LANE_TARGET),
     info(PENDING, Gauge, Unit::Count, "Pending messages in the store, due or not (store-wide: aggregate with max).", LANE_TARGET),
     info(DEAD_LETTERS, Gauge, Unit::Count, "Messages in the dead letter (store-wide: aggregate with max).", LANE_TARGET),
@@ -264,25 +284,23 @@ pub fn describe() {
 
 // ---- Label values ---------------------------------------------------------------------
 
-crate::named::label_values! {
-    /// The store call that failed: the value of [`LABEL_OP`].
-    pub enum StoreOp {
-        /// `enqueue` or `enqueue_many`.
-        Enqueue => "enqueue",
-        /// `claim`.
-        Claim => "claim",
-        /// `ack`.
-        Ack => "ack",
-        /// `nack`.
-        Nack => "nack",
-        /// `extend_lease`.
-        ExtendLease => "extend_lease",
-        /// `release`.
-        Release => "release",
-        /// `next_due`.
-        NextDue => "next_due",
-        /// `stats`.
-        Stats => "stats",
+/// The [`StoreHook`] that records the store's metrics: `outbox_enqueued_total` and
+/// `outbox_requeued_total` per lane and target. (The lanes time their own store calls,
+/// [`STORE_CALL_DURATION_SECONDS`], with their lane and target.) Add it to every [`Outbox`](crate::Outbox) whose writes should be counted
+/// (`Outbox::new(backend).with_hook(StoreMetrics)`); the binary's outboxes have it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreMetrics;
+
+impl StoreHook for StoreMetrics {
+    fn finished(&self, call: &StoreCall<'_>) {
+        match call.outcome {
+            CallOutcome::Enqueued(answers) => record_enqueued(answers),
+            CallOutcome::Requeued(lanes) => record_requeued(lanes.iter().flat_map(|lane| {
+                let n = usize::try_from(lane.count).unwrap_or(usize::MAX);
+                std::iter::repeat_n((lane.lane.as_str(), lane.target.as_str()), n)
+            })),
+            _ => {}
+        }
     }
 }
 
@@ -306,39 +324,10 @@ crate::named::label_values! {
     }
 }
 
-crate::named::label_values! {
-    /// A circuit breaker's state: the value of [`LABEL_STATE`] on [`BREAKER_STATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum BreakerState {
-        /// The target answers: claims go on.
-        Closed => "closed",
-        /// The target kept failing: no claims until the cool-down ends.
-        Open => "open",
-        /// The cool-down ended: one probe message is out; its outcome closes or re-opens.
-        HalfOpen => "half_open",
-    }
-}
-
-crate::named::label_values! {
-    /// The claim gate that held a lane back: the value of [`LABEL_GATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum GateKind {
-        /// The rate limit's tokens ran out.
-        RateLimit => "rate_limit",
-        /// The circuit breaker is open or waits for its probe.
-        Breaker => "breaker",
-        /// A target's Retry-After holds the lane.
-        RetryAfter => "retry_after",
-    }
-}
-
 /// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
-/// and target. The `OutboxStore` trait's provided `enqueue_many` calls it once the
-/// backend's write returned, and so do the stores' transaction APIs (`SqliteOutboxTx` at
-/// commit, PostgreSQL's `enqueue_in_tx` after the write): a backend never does.
-pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
+/// and target. [`StoreMetrics`] calls it for every enqueue through an `Outbox`, the
+/// transactions a caller holds included.
+pub fn record_enqueued(enqueued: &[Enqueued]) {
     count_per_lane(
         ENQUEUED_TOTAL,
         enqueued
@@ -349,8 +338,8 @@ pub fn record_enqueued(enqueued: &[crate::store::Enqueued]) {
 }
 
 /// Counts dead letters an operator moved back to pending into `outbox_requeued_total`,
-/// one `(lane, target)` per requeued message. The `OutboxStore` trait's provided
-/// `requeue_dead_letters` calls it once the backend's requeue committed. (A retry after a
+/// one `(lane, target)` per requeued message. [`StoreMetrics`] calls it once a requeue
+/// through an `Outbox` committed. (A retry after a
 /// failed delivery is not a requeue: `outbox_delivery_failures_total` counts those.)
 pub fn record_requeued<'a>(requeued: impl IntoIterator<Item = (&'a str, &'a str)>) {
     count_per_lane(REQUEUED_TOTAL, requeued);
@@ -386,6 +375,7 @@ fn count_per_lane<'a>(name: &'static str, lanes: impl IntoIterator<Item = (&'a s
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreOp;
     use std::collections::HashSet;
 
     #[test]
@@ -411,7 +401,7 @@ mod tests {
             assert_eq!(&metric.labels[..2], LANE_TARGET, "{}", metric.name);
             assert!(!metric.help.is_empty());
         }
-        assert_eq!(ALL.len(), 25);
+        assert_eq!(ALL.len(), 26);
     }
 
     #[test]

@@ -26,9 +26,10 @@ use tokio::sync::broadcast;
 use crate::config::{ConfigError, LaneConfig, SupervisorConfig};
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
-use crate::store::OutboxStore;
+use crate::store::Outbox;
 
-pub use crate::metrics::{BreakerState, LaneState};
+pub use crate::metrics::LaneState;
+pub use lane::core::gate::{BreakerState, GateKind};
 
 mod event;
 pub(crate) mod handler;
@@ -187,18 +188,19 @@ pub enum RelayError {
 pub struct OutboxRelay;
 
 impl OutboxRelay {
-    /// A builder for a relay over `store`.
+    /// A builder for a relay over `store`: an [`Outbox`] (hand it a clone of the one the
+    /// service enqueues through, so its lanes can take what is enqueued without a claim), or
+    /// an `Arc` of a backend (a new outbox over it, without hooks).
     ///
     /// ```no_run
-    /// # use std::sync::Arc;
-    /// # use outbox_relay::{OutboxRelay, LaneConfig, InMemoryOutboxStore, DeliveryHandler, DeliveryError, OutboxMessage};
+    /// # use outbox_relay::{OutboxRelay, LaneConfig, InMemoryOutboxStore, DeliveryHandler, DeliveryError, OutboxMessage, Outbox};
     /// # struct Billing;
     /// # #[async_trait::async_trait]
     /// # impl DeliveryHandler for Billing {
     /// #     async fn deliver(&self, _m: &OutboxMessage) -> Result<(), DeliveryError> { Ok(()) }
     /// # }
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let store = Arc::new(InMemoryOutboxStore::new());
+    /// let store = Outbox::new(InMemoryOutboxStore::new());
     /// let relay = OutboxRelay::builder(store)
     ///     .lane(LaneConfig::new("orders", "billing").concurrency(16), Billing)
     ///     .start()
@@ -208,9 +210,9 @@ impl OutboxRelay {
     /// println!("released {} claims", report.released());
     /// # Ok(()) }
     /// ```
-    pub fn builder(store: Arc<dyn OutboxStore>) -> RelayBuilder {
+    pub fn builder(store: impl Into<Outbox>) -> RelayBuilder {
         RelayBuilder {
-            store,
+            store: store.into(),
             lanes: Vec::new(),
             supervisor: SupervisorConfig::default(),
             events: broadcast::channel(DEFAULT_EVENT_CAPACITY).0,
@@ -220,7 +222,7 @@ impl OutboxRelay {
 
 /// Collects lanes and settings, then starts the supervisor.
 pub struct RelayBuilder {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
     supervisor: SupervisorConfig,
     events: broadcast::Sender<RelayEvent>,
@@ -288,7 +290,7 @@ impl RelayBuilder {
         }
         let events = self.events;
         // Read before the lanes start, so a lane paused fleet-wide never claims.
-        let fleet_pauses = lane_control::initial(self.store.as_ref()).await;
+        let fleet_pauses = lane_control::initial(&self.store).await;
         let store = self.store.clone();
         let args = SupervisorArgs {
             store: self.store,
@@ -384,7 +386,7 @@ impl RelayHandle {
     }
 
     /// Stops claiming on the lane `name`/`target` in this process; deliveries in flight
-    /// finish. Kept apart from the fleet-wide pause ([`OutboxStore::pause_lane`]): resuming
+    /// finish. Kept apart from the fleet-wide pause ([`Outbox::pause_lane`]): resuming
     /// here does not lift that one, nor does it lift this one.
     pub async fn pause(&self, name: &str, target: &str) -> Result<(), RelayError> {
         let key = LaneKey::new(name, target);

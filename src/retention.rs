@@ -14,12 +14,11 @@
 //! [`outbox_purged_total`](crate::metrics::PURGED_TOTAL).
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::ConfigError;
 use crate::relay::LaneKey;
-use crate::store::{OrderingPolicy, OutboxStore, PurgeRequest, StoreError};
+use crate::store::{OrderingPolicy, Outbox, PurgeRequest, StoreError};
 
 /// How long delivered messages are kept by default: a week, time to answer "was it sent?".
 pub const DEFAULT_DELIVERED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -117,7 +116,7 @@ impl RetentionConfig {
 
 /// Purges every lane by its retention, on an interval.
 pub struct RetentionTask {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     lanes: Vec<(LaneKey, RetentionConfig)>,
     /// Time between passes.
     pub interval: Duration,
@@ -138,7 +137,7 @@ impl fmt::Debug for RetentionTask {
 impl RetentionTask {
     /// Purges `lanes` of `store`, every [`DEFAULT_PURGE_INTERVAL`] in batches of
     /// [`DEFAULT_PURGE_BATCH_SIZE`].
-    pub fn new(store: Arc<dyn OutboxStore>, lanes: Vec<(LaneKey, RetentionConfig)>) -> Self {
+    pub fn new(store: Outbox, lanes: Vec<(LaneKey, RetentionConfig)>) -> Self {
         Self {
             store,
             lanes,
@@ -203,11 +202,12 @@ mod tests {
     use crate::{InMemoryOutboxStore, OutboxMessageDraft, OutboxStatus};
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
     use serde_json::json;
+    use std::sync::Arc;
 
     const DAY: Duration = Duration::from_secs(24 * 3600);
 
     /// One delivered message in each of `lanes`, at the clock's time.
-    async fn deliver_one_in(store: &InMemoryOutboxStore, lanes: &[&str]) {
+    async fn deliver_one_in(store: &Outbox, lanes: &[&str]) {
         for lane in lanes {
             store
                 .enqueue(OutboxMessageDraft::new(*lane, "audit", json!({})).unwrap())
@@ -222,7 +222,7 @@ mod tests {
         }
     }
 
-    async fn count(store: &InMemoryOutboxStore, lane: &str) -> usize {
+    async fn count(store: &Outbox, lane: &str) -> usize {
         store
             .list(
                 &MessageFilter::lane(lane, "audit").with_status(OutboxStatus::Delivered),
@@ -240,7 +240,7 @@ mod tests {
     #[tokio::test]
     async fn each_lane_is_purged_by_its_own_retention_and_counted() {
         let clock = Arc::new(ManualClock::new(UnixMillis::from_millis(1_000_000)));
-        let store = Arc::new(InMemoryOutboxStore::with_clock(clock.clone()));
+        let store = Outbox::new(InMemoryOutboxStore::with_clock(clock.clone()));
         deliver_one_in(&store, &["orders", "billing", "forever"]).await;
         let lanes = vec![
             (LaneKey::new("orders", "audit"), RetentionConfig::default()),
@@ -319,7 +319,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn runs_at_start_then_every_interval_until_shutdown() {
         let clock = Arc::new(ManualClock::new(UnixMillis::from_millis(1_000_000)));
-        let store = Arc::new(InMemoryOutboxStore::with_clock(clock.clone()));
+        let store = Outbox::new(InMemoryOutboxStore::with_clock(clock.clone()));
         let retention = RetentionConfig {
             delivered: Some(DAY),
             dead_letter: None,

@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::config::LaneConfig;
 use crate::message::{OutboxStatus, DEFAULT_MAX_ATTEMPTS};
 use crate::sim::{ready, run_world, MessagePlan, Plan, Rng, Stated};
-use crate::store::OutboxStore;
+use crate::store::OutboxBackend;
 
 /// How the messages' ordering keys are spread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! The store conformance suite, for any [`OutboxStore`] (feature `testing`): the same cases
+//! The store conformance suite, for any [`OutboxBackend`](crate::store::OutboxBackend)
+//! through an [`Outbox`] (feature `testing`): the same cases
 //! the crate runs against its memory, SQLite and PostgreSQL stores, open to a backend
 //! written outside the crate (River's `riverdrivertest` is the model).
 //!
@@ -11,12 +12,11 @@
 //! use outbox_relay::store::ManualClock;
 //! use outbox_relay::testing::Harness;
 //! use outbox_relay::time::UnixMillis;
-//! use outbox_relay::{InMemoryOutboxStore, OutboxStore};
+//! use outbox_relay::{InMemoryOutboxStore, Outbox};
 //!
 //! async fn harness() -> Harness {
 //!     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
-//!     let store: Arc<dyn OutboxStore> =
-//!         Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
+//!     let store = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
 //!     let same = store.clone();
 //!     Harness {
 //!         store,
@@ -44,7 +44,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::store::ManualClock;
-use crate::OutboxStore;
+use crate::Outbox;
 
 // The cases are public for the macro to reach, and documented by their names and the
 // contract in `store`; they are not an API of their own.
@@ -52,13 +52,12 @@ use crate::OutboxStore;
 pub mod cases;
 
 /// Opens another store handle over the same data.
-pub type Opener =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn OutboxStore>> + Send>> + Send + Sync>;
+pub type Opener = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Outbox> + Send>> + Send + Sync>;
 
 /// What a case gets: a fresh store on a manual clock.
 pub struct Harness {
     /// The store under test, empty.
-    pub store: Arc<dyn OutboxStore>,
+    pub store: Outbox,
     /// The store's clock; it moves only when a case advances it.
     pub clock: ManualClock,
     /// Opens a second store handle over the same data (same file, same schema) and the same

@@ -146,7 +146,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::{InMemoryOutboxStore, OutboxStore};
+    use crate::{InMemoryOutboxStore, Outbox};
 
     fn draft() -> OutboxMessageDraft {
         OutboxMessageDraft::new("orders", "audit", json!({ "id": 1 }))
@@ -159,7 +159,7 @@ mod tests {
     /// another header still makes it a conflict.
     #[tokio::test]
     async fn dedupe_ignores_the_trace_context_headers_only() {
-        let store = InMemoryOutboxStore::new();
+        let store = Outbox::new(InMemoryOutboxStore::new());
         let first = store
             .enqueue(draft().with_header(
                 TRACEPARENT,
@@ -189,7 +189,7 @@ mod tests {
     /// Without an OpenTelemetry layer there is no context: no header is written.
     #[tokio::test]
     async fn without_a_trace_no_header_is_written() {
-        let store = InMemoryOutboxStore::new();
+        let store = Outbox::new(InMemoryOutboxStore::new());
         let enqueued = store.enqueue(draft()).await.expect("enqueue");
         assert!(!enqueued.message.headers.contains_key(TRACEPARENT));
     }

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::{MessageFilter, PageRequest};
-use outbox_relay::{OutboxMessage, OutboxMessageDraft, OutboxStatus, OutboxStore};
+use outbox_relay::{Outbox, OutboxMessage, OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -119,21 +119,28 @@ impl Drop for Schema {
 
 /// A store straight to PostgreSQL (no proxy), which also creates the schema. Panics, loudly,
 /// when the server cannot be reached.
-async fn direct_store(schema: &Schema) -> PostgresOutboxStore {
+async fn direct_store(schema: &Schema) -> Outbox {
     let url = postgres_url();
-    PostgresOutboxStore::connect_with(&url, schema.config())
+    let store = PostgresOutboxStore::connect_with(&url, schema.config())
         .await
         .unwrap_or_else(|error| {
             panic!(
                 "PostgreSQL is required for the chaos tests and is unreachable at {url} \
                  ({error}). Start it, or point OUTBOX_TEST_DATABASE_URL at one."
             )
-        })
+        });
+    Outbox::new(store)
+}
+
+/// The PostgreSQL store under an outbox, for its own API.
+#[allow(dead_code)]
+fn pg(outbox: &Outbox) -> &PostgresOutboxStore {
+    outbox.backend().expect("a PostgreSQL outbox")
 }
 
 /// Every message of `lane`/`target` with `status`.
 async fn messages(
-    store: &dyn OutboxStore,
+    store: &Outbox,
     lane: &str,
     target: &str,
     status: Option<OutboxStatus>,
@@ -156,7 +163,7 @@ async fn messages(
 }
 
 /// (pending, claimed, delivered, dead_letter) of one lane.
-async fn counts(store: &dyn OutboxStore, lane: &str, target: &str) -> (u64, u64, u64, u64) {
+async fn counts(store: &Outbox, lane: &str, target: &str) -> (u64, u64, u64, u64) {
     let stats = store
         .stats(&MessageFilter::lane(lane, target))
         .await
@@ -176,7 +183,7 @@ struct Sent {
 
 /// Enqueues messages `range` of `lane`/`target` in one statement, key `k<n % keys>`.
 async fn enqueue(
-    store: &dyn OutboxStore,
+    store: &Outbox,
     lane: &str,
     target: &str,
     range: std::ops::Range<usize>,

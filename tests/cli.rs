@@ -44,6 +44,7 @@ mod stderr;
 #[path = "cli/unclean_shutdown.rs"]
 mod unclean_shutdown;
 
+use outbox_relay::store::OutboxBackend as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -363,7 +364,6 @@ sink = {{ kind = "log" }}
 fn dead_letter_through_the_store(db: &Path, lane: &str, count: usize) {
     use outbox_relay::store::sqlite::SqliteOutboxStore;
     use outbox_relay::store::{ClaimRequest, Nack, NackDisposition, NackOutcome};
-    use outbox_relay::OutboxStore;
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {

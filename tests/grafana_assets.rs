@@ -10,14 +10,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use outbox_relay::metrics::{BreakerState, LaneState, MetricKind, ALL};
+use outbox_relay::metrics::{MetricKind, ALL, PROCESS};
+use outbox_relay::relay::{BreakerState, LaneState};
 use serde_json::Value;
 
 #[path = "support/dashboard.rs"]
 mod dashboard;
 
 use dashboard::{
-    dashboard, panel_queries, panels, read, repo_path, substitute_variables, PanelQuery, DASHBOARD,
+    dashboard, panel_queries, panels, read, repo_path, substitute_selected, PanelQuery, DASHBOARD,
 };
 
 const ALERTS: &str = "grafana/alerts.yml";
@@ -59,6 +60,7 @@ fn declared_metrics(tokens: &BTreeSet<String>) -> (BTreeSet<&'static str>, BTree
         });
         let plain = ALL
             .iter()
+            .chain(PROCESS)
             .find(|m| m.name == token && m.kind != MetricKind::Histogram);
         match histogram_series.or(plain) {
             Some(metric) => {
@@ -91,6 +93,16 @@ fn dashboard_and_alerts_use_declared_metrics_and_the_dashboard_shows_them_all() 
         missing.is_empty(),
         "{DASHBOARD} shows no panel of {missing:?}"
     );
+    // The process-wide metrics: `outbox_build_info` and Prometheus' `process_*`.
+    let missing: Vec<_> = PROCESS
+        .iter()
+        .map(|m| m.name)
+        .filter(|name| !promql.contains(name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{DASHBOARD} shows no panel of {missing:?}"
+    );
 
     let variables = dashboard["templating"]["list"].to_string();
     let (_, unknown) = declared_metrics(&outbox_tokens(&variables));
@@ -106,17 +118,30 @@ fn dashboard_and_alerts_use_declared_metrics_and_the_dashboard_shows_them_all() 
     }
 }
 
+/// The scope every query keeps to, so two environments in one Prometheus never mix.
+const SCOPE: &str = r#"job=~"$job", namespace=~"$namespace", instance=~"$instance""#;
+
 #[test]
-fn every_panel_query_is_filtered_by_lane_and_target() {
+fn every_panel_query_is_scoped_by_job_namespace_and_instance_and_lane_metrics_by_lane() {
     let dashboard = dashboard();
     for panel in panels(&dashboard) {
         for target in panel["targets"].as_array().into_iter().flatten() {
             let expr = target["expr"].as_str().unwrap_or_default();
-            assert!(
-                expr.contains(r#"lane=~"$lane""#) && expr.contains(r#"target=~"$target""#),
-                "panel {:?} query {:?} ignores the lane or target selection",
-                panel["title"],
-                target["refId"]
+            let name = format!("panel {:?} query {:?}", panel["title"], target["refId"]);
+            // Every selector of the query, not just one of them.
+            let selectors = expr.matches('{').count();
+            assert_eq!(
+                expr.matches(SCOPE).count(),
+                selectors,
+                "{name} ignores the job, namespace or instance selection: {expr}"
+            );
+            let lane_metric = ALL.iter().any(|m| expr.contains(m.name));
+            let lane_filtered =
+                expr.contains(r#"lane=~"$lane""#) && expr.contains(r#"target=~"$target""#);
+            assert_eq!(
+                lane_filtered, lane_metric,
+                "{name}: lane metrics follow the lane and target selection, process-wide \
+                 ones (no lane label) must not: {expr}"
             );
         }
     }
@@ -137,7 +162,41 @@ fn dashboard_has_its_variables_unique_panel_ids_and_a_sane_layout() {
     let datasource = variables.get("datasource").expect("a datasource variable");
     assert_eq!(datasource["type"], "datasource");
     assert_eq!(datasource["query"], "prometheus");
-    for (name, metric_of_query) in [("lane", "lane"), ("target", "target")] {
+    let order: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating.list")
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "datasource",
+            "job",
+            "namespace",
+            "instance",
+            "lane",
+            "target"
+        ],
+        "each variable's query may use only the variables before it"
+    );
+    for (name, scoped_by) in [
+        ("job", ""),
+        ("namespace", r#"{job=~"$job"}"#),
+        ("instance", r#"{job=~"$job", namespace=~"$namespace"}"#),
+        ("lane", SCOPE),
+        ("target", SCOPE),
+    ] {
+        let query = variables[name]["query"]["query"].as_str().expect("query");
+        assert!(query.contains(scoped_by), "${name}: {query}");
+    }
+    for (name, metric_of_query) in [
+        ("job", "job"),
+        ("namespace", "namespace"),
+        ("instance", "instance"),
+        ("lane", "lane"),
+        ("target", "target"),
+    ] {
         let variable = variables.get(name).unwrap_or_else(|| panic!("no ${name}"));
         assert_eq!(variable["type"], "query", "${name}");
         assert_eq!(variable["multi"], true, "${name}");
@@ -326,6 +385,11 @@ fn promtool_accepts_the_rules_their_unit_tests_and_every_dashboard_query() {
     run_promtool(&promtool, &["check", "rules", rules], scratch.path());
 }
 
+/// Every variable at "All".
+fn substitute_variables_at_all(expr: &str) -> String {
+    substitute_selected(expr, &[])
+}
+
 #[test]
 fn token_scan_and_variable_substitution() {
     let tokens = outbox_tokens(
@@ -351,11 +415,79 @@ fn token_scan_and_variable_substitution() {
         "a bare histogram name and a suffix on a gauge are both wrong"
     );
     assert_eq!(
-        substitute_variables(r#"rate(x{lane=~"$lane",target=~"${target}"}[$__rate_interval])"#),
+        substitute_variables_at_all(
+            r#"rate(x{lane=~"$lane",target=~"${target}"}[$__rate_interval])"#
+        ),
         r#"rate(x{lane=~".*",target=~".*"}[1m])"#
     );
     assert_eq!(
-        substitute_variables("increase(x[$__range]) / y[${__interval}]"),
+        substitute_variables_at_all("increase(x[$__range]) / y[${__interval}]"),
         "increase(x[5m]) / y[15s]"
     );
+    assert_eq!(
+        substitute_selected(
+            r#"x{job=~"$job", namespace=~"${namespace}", instance=~"$instance"}"#,
+            &[("job", "relay"), ("instance", "10.0.0.1:9464")]
+        ),
+        r#"x{job=~"relay", namespace=~".*", instance=~"10.0.0.1:9464"}"#
+    );
+}
+
+// ---- The runbook ----------------------------------------------------------------------
+
+/// Each alert of `grafana/alerts.yml` with its `runbook_url`, in file order.
+fn alerts_and_runbook_urls() -> Vec<(String, Option<String>)> {
+    let mut alerts: Vec<(String, Option<String>)> = Vec::new();
+    for line in read(ALERTS).lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix("- alert:") {
+            alerts.push((name.trim().to_owned(), None));
+        } else if let Some(url) = line.strip_prefix("runbook_url:") {
+            let (name, runbook) = alerts.last_mut().expect("runbook_url inside an alert");
+            assert!(runbook.is_none(), "{name} has two runbook_urls");
+            *runbook = Some(url.trim().trim_matches('"').to_owned());
+        }
+    }
+    alerts
+}
+
+#[test]
+fn every_alert_links_its_section_of_the_readme_runbook() {
+    let readme = read("README.md");
+    let runbook = readme
+        .split("\n### Runbook\n")
+        .nth(1)
+        .expect("README.md has a ### Runbook section");
+    let runbook = runbook.split("\n### ").next().unwrap_or(runbook);
+    let alerts = alerts_and_runbook_urls();
+    assert_eq!(alerts.len(), 10, "{alerts:?}");
+    let sections: Vec<&str> = runbook.split("\n#### ").skip(1).collect();
+    let titles: Vec<&str> = sections
+        .iter()
+        .map(|s| s.lines().next().unwrap_or_default())
+        .collect();
+    let names: Vec<&str> = alerts.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        titles, names,
+        "one runbook section per alert, in alerts.yml's order"
+    );
+    for ((name, url), section) in alerts.iter().zip(&sections) {
+        // GitHub's anchor of a heading that is one CamelCase word: the word, lowercased.
+        let expected = format!(
+            "{}/blob/main/README.md#{}",
+            env!("CARGO_PKG_REPOSITORY"),
+            name.to_lowercase()
+        );
+        assert_eq!(
+            url.as_deref(),
+            Some(expected.as_str()),
+            "{name}'s runbook_url"
+        );
+        for part in [
+            "**What it means.**",
+            "**How to confirm.**",
+            "**What to do.**",
+        ] {
+            assert!(section.contains(part), "the runbook of {name} lacks {part}");
+        }
+    }
 }

@@ -1,28 +1,22 @@
 #![cfg(all(feature = "http", feature = "sqlite"))]
 //! The HTTP listener under a `/readyz` flood, with a real relay on a SQLite file: the
 //! readiness check reaches the store at most about once a second whatever the request
-//! rate, counted by a store wrapper, and the lane's claims go on. Claim latency with and
+//! rate, counted by a store hook, and the lane's claims go on. Claim latency with and
 //! without the flood is printed (a measurement, never asserted: the machine is shared).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use outbox_relay::config::ListenerConfig;
 use outbox_relay::http::health::DEFAULT_READINESS_TIMEOUT;
 use outbox_relay::http::{Readiness, RelayReadiness, RouterConfig};
-use outbox_relay::message::{DraftLimits, OutboxMessageDraft};
+use outbox_relay::message::OutboxMessageDraft;
 use outbox_relay::store::sqlite::SqliteOutboxStore;
-use outbox_relay::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount, LaneStats,
-    MessageFilter, Nack, NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest, StoreError,
-    WakeUp,
-};
-use outbox_relay::{handler_fn, LaneConfig, OutboxMessage, OutboxRelay, OutboxStore, RelayHandle};
+use outbox_relay::store::{StoreCall, StoreHook, StoreOp};
+use outbox_relay::{handler_fn, LaneConfig, Outbox, OutboxRelay, RelayHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
-use uuid::Uuid;
 
 /// Generous: other builds share the machine.
 const WAIT: Duration = Duration::from_secs(120);
@@ -31,76 +25,24 @@ const MESSAGES: usize = 400;
 /// Concurrent `/readyz` clients during the flood.
 const FLOODERS: usize = 8;
 
-/// Forwards to a store; counts `get` (the readiness check's store call) and times claims.
-#[derive(Debug)]
+/// Counts `get` (the readiness check's store call) and times claims: a hook on the outbox.
+#[derive(Debug, Default)]
 struct Counted {
-    inner: Arc<dyn OutboxStore>,
     gets: AtomicU64,
     claims: Mutex<Vec<Duration>>,
 }
 
-#[async_trait]
-impl OutboxStore for Counted {
-    fn draft_limits(&self) -> DraftLimits {
-        self.inner.draft_limits()
-    }
-    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        self.inner.write_drafts(drafts).await
-    }
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        let started = Instant::now();
-        let answer = self.inner.claim(request).await;
-        self.claims.lock().unwrap().push(started.elapsed());
-        answer
-    }
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.inner.ack(claims).await
-    }
-    async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
-        self.inner.nack(nacks).await
-    }
-    async fn extend_lease(
-        &self,
-        claims: &[ClaimRef],
-        lease: Duration,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.inner.extend_lease(claims, lease).await
-    }
-    async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.inner.release(claims).await
-    }
-    async fn next_due(
-        &self,
-        lane: &str,
-        target: &str,
-        ordering: OrderingPolicy,
-    ) -> Result<Option<Duration>, StoreError> {
-        self.inner.next_due(lane, target, ordering).await
-    }
-    async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
-        self.inner.stats(filter).await
-    }
-    async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
-        self.inner.list(filter, page).await
-    }
-    async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        self.inner.get(outbox_id).await
-    }
-    async fn requeue_dead_letters_per_lane(
-        &self,
-        filter: &MessageFilter,
-    ) -> Result<Vec<LaneCount>, StoreError> {
-        self.inner.requeue_dead_letters_per_lane(filter).await
-    }
-    async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        self.inner.discard_dead_letters(filter).await
-    }
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
-        self.inner.purge(request).await
-    }
-    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
-        self.inner.subscribe()
+impl StoreHook for Counted {
+    fn finished(&self, call: &StoreCall<'_>) {
+        match call.op {
+            StoreOp::Get => {
+                self.gets.fetch_add(1, Ordering::SeqCst);
+            }
+            StoreOp::Claim | StoreOp::AckAndClaim if !call.outcome.is_err() => {
+                self.claims.lock().unwrap().push(call.duration);
+            }
+            _ => {}
+        }
     }
 }
 
@@ -124,7 +66,7 @@ async fn readyz(addr: std::net::SocketAddr) -> u16 {
 }
 
 /// Enqueues [`MESSAGES`] and waits until the handler has seen them all: how long it took.
-async fn deliver_all(store: &Counted, delivered: &mut mpsc::UnboundedReceiver<()>) -> Duration {
+async fn deliver_all(store: &Outbox, delivered: &mut mpsc::UnboundedReceiver<()>) -> Duration {
     let started = Instant::now();
     for n in 0..MESSAGES {
         store
@@ -163,11 +105,8 @@ async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
     let sqlite = SqliteOutboxStore::open(dir.path().join("outbox.db"))
         .await
         .expect("open SQLite");
-    let store = Arc::new(Counted {
-        inner: Arc::new(sqlite),
-        gets: AtomicU64::new(0),
-        claims: Mutex::default(),
-    });
+    let counted = Arc::new(Counted::default());
+    let store = Outbox::new(sqlite).with_hook(counted.clone());
     let (seen, mut delivered) = mpsc::unbounded_channel();
     let relay: RelayHandle = OutboxRelay::builder(store.clone())
         .lane(
@@ -224,9 +163,9 @@ async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
     assert_eq!(readyz(addr).await, 200, "the relay is ready");
 
     // Without the flood.
-    take_claim_latencies(&store);
+    take_claim_latencies(&counted);
     let quiet = deliver_all(&store, &mut delivered).await;
-    let (quiet_claims, quiet_p50, quiet_p99) = take_claim_latencies(&store);
+    let (quiet_claims, quiet_p50, quiet_p99) = take_claim_latencies(&counted);
 
     // With it: FLOODERS clients asking /readyz back to back for as long as the phase runs.
     let flooding = Arc::new(AtomicBool::new(true));
@@ -243,7 +182,7 @@ async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
         })
         .collect();
     let started = Instant::now();
-    let gets_before = store.gets.load(Ordering::SeqCst);
+    let gets_before = counted.gets.load(Ordering::SeqCst);
     let flooded = deliver_all(&store, &mut delivered).await;
     // At least two whole intervals of flood, so the count below means something.
     while started.elapsed() < Duration::from_secs(3) {
@@ -254,9 +193,9 @@ async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
         flooder.await.expect("a flooder");
     }
     let span = started.elapsed();
-    let gets = store.gets.load(Ordering::SeqCst) - gets_before;
+    let gets = counted.gets.load(Ordering::SeqCst) - gets_before;
     let requests = requests.load(Ordering::SeqCst);
-    let (flood_claims, flood_p50, flood_p99) = take_claim_latencies(&store);
+    let (flood_claims, flood_p50, flood_p99) = take_claim_latencies(&counted);
     println!(
         "/readyz flood: {requests} requests over {span:?} reached the store {gets} times\n\
          {MESSAGES} messages without the flood in {quiet:?}: {quiet_claims} claims, p50 {quiet_p50:?}, p99 {quiet_p99:?}\n\

@@ -12,7 +12,7 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::sinks::webhook::{WebhookSink, WebhookSinkConfig};
 use outbox_relay::trace_context::TRACEPARENT;
-use outbox_relay::{InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore};
+use outbox_relay::{InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tracing::Instrument;
 use tracing_subscriber::layer::SubscriberExt;
@@ -91,7 +91,7 @@ async fn enqueue_and_delivery_are_one_trace_and_the_target_gets_traceparent() {
         "sink",
     )
     .expect("a webhook sink");
-    let store = Arc::new(InMemoryOutboxStore::new());
+    let store = Outbox::new(InMemoryOutboxStore::new());
     let relay = OutboxRelay::builder(store.clone())
         .lane(LaneConfig::new("orders", "hook"), sink)
         .start()

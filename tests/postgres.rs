@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::StoreError;
-use outbox_relay::{OutboxMessageDraft, OutboxStore};
+use outbox_relay::{Outbox, OutboxMessageDraft};
 use serde_json::json;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;
@@ -66,12 +66,17 @@ fn unique_schema() -> String {
     format!("t_{}", Uuid::new_v4().simple())
 }
 
-async fn open(config: PostgresConfig) -> PostgresOutboxStore {
+async fn open(config: PostgresConfig) -> Outbox {
     let store = PostgresOutboxStore::new(pool().await, config)
         .await
         .expect("store");
     store.migrate().await.expect("migrate");
-    store
+    Outbox::new(store)
+}
+
+/// The PostgreSQL store under an outbox, for its own API.
+fn pg(outbox: &Outbox) -> &PostgresOutboxStore {
+    outbox.backend().expect("a PostgreSQL outbox")
 }
 
 /// Drops the schema when the test ends well (a failed test leaves it for inspection).
@@ -101,12 +106,12 @@ fn draft(lane: &str, value: i64) -> OutboxMessageDraft {
     OutboxMessageDraft::new(lane, "sink", json!({ "value": value })).expect("draft")
 }
 
-async fn count_rows(store: &PostgresOutboxStore) -> i64 {
+async fn count_rows(store: &Outbox) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT count(*) FROM {}",
-        store.messages_table()
+        pg(store).messages_table()
     )))
-    .fetch_one(store.pool())
+    .fetch_one(pg(store).pool())
     .await
     .expect("count")
 }
@@ -116,7 +121,7 @@ async fn the_callers_transaction_decides() {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
 
-    let mut tx = store.pool().begin().await.unwrap();
+    let mut tx = pg(&store).pool().begin().await.unwrap();
     let rolled_back = store.enqueue_in_tx(&mut tx, draft("l", 1)).await.unwrap();
     tx.rollback().await.unwrap();
     assert_eq!(
@@ -125,7 +130,7 @@ async fn the_callers_transaction_decides() {
     );
     assert_eq!(count_rows(&store).await, 0);
 
-    let mut tx = store.pool().begin().await.unwrap();
+    let mut tx = pg(&store).pool().begin().await.unwrap();
     let committed = store.enqueue_in_tx(&mut tx, draft("l", 2)).await.unwrap();
     // Not visible to others before the commit.
     assert_eq!(store.get(committed.message.outbox_id).await.unwrap(), None);
@@ -143,7 +148,7 @@ async fn the_callers_transaction_decides() {
         .enqueue(draft("l", 3).with_dedupe_key("d"))
         .await
         .unwrap();
-    let mut tx = store.pool().begin().await.unwrap();
+    let mut tx = pg(&store).pool().begin().await.unwrap();
     let err = store
         .enqueue_many_in_tx(
             &mut tx,
@@ -175,7 +180,7 @@ async fn enqueue_in_tx_takes_any_connection() {
     sqlx::raw_sql("COMMIT").execute(&mut own).await.unwrap();
     assert!(store.get(in_tx.message.outbox_id).await.unwrap().is_some());
 
-    let mut pooled = store.pool().acquire().await.unwrap();
+    let mut pooled = pg(&store).pool().acquire().await.unwrap();
     let at_once = store
         .enqueue_in_tx(&mut pooled, draft("l", 2))
         .await
@@ -207,7 +212,7 @@ async fn a_database_error_keeps_its_op_source_and_sqlstate() {
     use std::error::Error as _;
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
-    let mut tx = store.pool().begin().await.unwrap();
+    let mut tx = pg(&store).pool().begin().await.unwrap();
     sqlx::query("SELECT 1 / 0")
         .execute(&mut *tx)
         .await
@@ -218,7 +223,11 @@ async fn a_database_error_keeps_its_op_source_and_sqlstate() {
         .await
         .expect_err("an aborted transaction refuses the enqueue");
     assert!(matches!(err, StoreError::Database { .. }), "{err:?}");
-    assert_eq!(err.op(), Some("enqueue"), "{err:?}");
+    assert_eq!(
+        err.op(),
+        Some(outbox_relay::store::StoreOp::Enqueue),
+        "{err:?}"
+    );
     assert_eq!(err.sqlstate().as_deref(), Some("25P02"), "{err:?}");
     assert!(!err.is_retryable(), "{err:?}");
     let source = err.source().expect("the sqlx error is the source");

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::ClaimRequest;
-use outbox_relay::{OutboxMessageDraft, OutboxStore};
+use outbox_relay::{Outbox, OutboxMessageDraft};
 use serde_json::json;
 use sqlx::{ConnectOptions, Connection};
 
@@ -244,9 +244,11 @@ async fn session_uses_tls(url: &str) -> bool {
 }
 
 async fn round_trip(url: &str) {
-    let store = PostgresOutboxStore::connect_with(url, PostgresConfig::default())
-        .await
-        .unwrap_or_else(|e| panic!("{url}: {e}"));
+    let store = Outbox::new(
+        PostgresOutboxStore::connect_with(url, PostgresConfig::default())
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}")),
+    );
     let sent = store
         .enqueue(OutboxMessageDraft::new("orders", "billing", json!({"n": 1})).unwrap())
         .await

@@ -3,8 +3,10 @@
 //! loses leases, meets a store error and restarts a lane records its metrics; the
 //! Prometheus exporter serves them; a real Prometheus (`/usr/bin/prometheus`) scrapes
 //! them; and then every metric of `outbox_relay::metrics::ALL` has series that moved,
-//! every query of every panel of `grafana/outbox-relay.json` returns data, and every rule
-//! of `grafana/alerts.yml` evaluates without error.
+//! every process-wide metric (`outbox_relay::metrics::PROCESS`) is there, every query of
+//! every panel of `grafana/outbox-relay.json` returns data, with its job, namespace and
+//! instance variables at "All" and at the one scraped process, and every rule of
+//! `grafana/alerts.yml` evaluates without error.
 //!
 //! One test function in a binary of its own: `install_prometheus_exporter` installs the
 //! process's global recorder, and a process gets one. The relay runs on the real clock
@@ -38,12 +40,17 @@ mod prometheus;
 #[path = "prometheus_e2e/scenario.rs"]
 mod scenario;
 
-use checks::{check_every_alert_rule, check_every_metric, check_every_panel_query};
+use checks::{
+    check_every_alert_rule, check_every_metric, check_every_panel_query, check_process_metrics,
+};
 use prometheus::Prometheus;
 use scenario::run_scenario;
 
 /// The scrape job; `grafana/alerts.yml`'s `OutboxRelayDown` matches this name.
 const JOB: &str = "outbox-relay";
+
+/// The namespace label the scrape adds, as Kubernetes service discovery would.
+const NAMESPACE: &str = "relay-e2e";
 
 /// How long any one wait may take: an event, a scrape, a rule evaluation. Generous,
 /// because other builds share this machine; a passing run waits far less.
@@ -60,7 +67,8 @@ async fn every_metric_panel_and_alert_rule_works_against_a_real_prometheus() {
     let exporter = install_exporter();
     let alerts = dashboard::repo_path("grafana/alerts.yml");
     // Killed, its data removed, when `server` drops, also when an assertion panics.
-    let server = Prometheus::start(JOB, exporter, &[alerts.as_path()]).await;
+    let labels = [("namespace", NAMESPACE)];
+    let server = Prometheus::start(JOB, exporter, &labels, &[alerts.as_path()]).await;
     let prometheus = &server;
     eprintln!(
         "exporter on {exporter}, Prometheus on {} (ready after {:?})",
@@ -93,11 +101,12 @@ async fn every_metric_panel_and_alert_rule_works_against_a_real_prometheus() {
     assert_eq!(up[0].1, 1.0, "the exporter's scrape failed: {up:?}");
 
     let metrics = check_every_metric(prometheus).await;
-    let queries = check_every_panel_query(prometheus).await;
+    let process = check_process_metrics(prometheus, exporter).await;
+    let queries = check_every_panel_query(prometheus, exporter).await;
     let rules = check_every_alert_rule(prometheus).await;
     eprintln!(
-        "checked {metrics} metrics, {queries} panel queries and {rules} alert rules \
-         against Prometheus in {:?}",
+        "checked {metrics} lane metrics, {process} process metrics, {queries} panel queries \
+         and {rules} alert rules against Prometheus in {:?}",
         started.elapsed()
     );
     relay

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::relay::{RelayBuilder, RelayEvent, RelayHandle};
 use outbox_relay::store::{ClaimRequest, TokioClock};
 use outbox_relay::{
-    DeliveryError, InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore,
+    DeliveryError, InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay,
     RetryPolicy,
 };
 use serde_json::json;
@@ -59,8 +60,20 @@ mod handler {
 }
 use handler::Scripted;
 
-/// Counters and histogram sample counts that moved, for one lane, as `name{extra labels}`.
+/// The store call durations, by op: every store call a scenario makes moves one (claims,
+/// idle polls, stats samples), whatever the happening.
+const STORE_CALLS: &str = "outbox_store_call_duration_seconds";
+
+/// Counters and histogram sample counts that moved, for one lane, as `name{extra labels}`,
+/// store call durations left out (see [`moved_with_store_calls`]).
 fn moved(snapshotter: &Snapshotter, lane: &str) -> BTreeMap<String, u64> {
+    let mut moved = moved_with_store_calls(snapshotter, lane);
+    moved.retain(|name, _| !name.starts_with(STORE_CALLS));
+    moved
+}
+
+/// [`moved`], store call durations included.
+fn moved_with_store_calls(snapshotter: &Snapshotter, lane: &str) -> BTreeMap<String, u64> {
     let mut out = BTreeMap::new();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let key = key.key();
@@ -126,8 +139,9 @@ async fn wait_for(
     .expect("the awaited event");
 }
 
-fn memory() -> Arc<InMemoryOutboxStore> {
-    Arc::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
+fn memory() -> Outbox {
+    Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
+        .with_hook(StoreMetrics)
 }
 
 #[tokio::test(start_paused = true)]
@@ -148,7 +162,20 @@ async fn each_happening_moves_exactly_its_metrics() {
     .await;
     wait_for(&mut events, |e| matches!(e, RelayEvent::Delivered { .. })).await;
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
-    let got = moved(&snapshotter, "deliver");
+    let mut got = moved_with_store_calls(&snapshotter, "deliver");
+    let timed: BTreeMap<String, u64> = got
+        .iter()
+        .filter_map(|(name, n)| Some((name.strip_prefix(STORE_CALLS)?.to_owned(), *n)))
+        .collect();
+    // The claim and the start's stats sample were timed, each under its op, and so was the
+    // ack: alone, or in a claim that also acked (`ack_and_claim` counts as claim).
+    let calls = |op: &str| timed.get(&format!("{{op={op}}}")).copied().unwrap_or(0);
+    assert!(calls("claim") >= 1 && calls("stats") >= 1, "{timed:?}");
+    assert!(
+        calls("ack") >= 1 || calls("claim") >= 2,
+        "no ack timed: {timed:?}"
+    );
+    got.retain(|name, _| !name.starts_with(STORE_CALLS));
     let batches = got["outbox_claim_batch_size"];
     assert_eq!(
         got,

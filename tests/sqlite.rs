@@ -31,7 +31,7 @@ use outbox_relay::store::{
     PageRequest,
 };
 use outbox_relay::time::UnixMillis;
-use outbox_relay::{OutboxMessage, OutboxMessageDraft, OutboxStatus, OutboxStore, StoreError};
+use outbox_relay::{Outbox, OutboxMessage, OutboxMessageDraft, OutboxStatus, StoreError};
 use serde_json::json;
 use sqlx::{Connection, Row};
 use tempfile::TempDir;
@@ -50,15 +50,21 @@ fn claim_req(limit: usize) -> ClaimRequest {
     )
 }
 
-async fn open(dir: &TempDir, clock: &ManualClock) -> SqliteOutboxStore {
-    SqliteOutboxStore::builder(dir.path().join("outbox.db"))
+async fn open(dir: &TempDir, clock: &ManualClock) -> Outbox {
+    let store = SqliteOutboxStore::builder(dir.path().join("outbox.db"))
         .clock(Arc::new(clock.clone()))
         .open()
         .await
-        .unwrap()
+        .unwrap();
+    Outbox::new(store)
 }
 
-async fn everything(store: &SqliteOutboxStore) -> Vec<OutboxMessage> {
+/// The SQLite store under an outbox, for its own API.
+fn lite(outbox: &Outbox) -> &SqliteOutboxStore {
+    outbox.backend().expect("a SQLite outbox")
+}
+
+async fn everything(store: &Outbox) -> Vec<OutboxMessage> {
     let page = PageRequest {
         after: None,
         limit: 1_000_000,
@@ -123,7 +129,7 @@ async fn every_row_and_state_survives_close_and_reopen() {
     let before = everything(&store).await;
     let statuses: HashSet<_> = before.iter().map(|m| m.status).collect();
     assert_eq!(statuses.len(), OutboxStatus::ALL.len(), "{statuses:?}");
-    store.close().await;
+    lite(&store).close().await;
     drop(store);
 
     let store = open(&dir, &clock).await;
@@ -168,8 +174,8 @@ async fn open_creates_a_missing_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("new.db");
     assert!(!path.exists());
-    let store = SqliteOutboxStore::open(&path).await.unwrap();
-    assert_eq!(store.path(), path);
+    let store = Outbox::new(SqliteOutboxStore::open(&path).await.unwrap());
+    assert_eq!(lite(&store).path(), path);
     assert!(path.exists());
 }
 
@@ -177,7 +183,7 @@ async fn open_creates_a_missing_file() {
 async fn sixteen_concurrent_claimers_claim_each_message_exactly_once() {
     const MESSAGES: i64 = 1_000;
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
+    let store = Outbox::new(
         SqliteOutboxStore::open(dir.path().join("outbox.db"))
             .await
             .unwrap(),
@@ -219,7 +225,7 @@ async fn sixteen_concurrent_claimers_claim_each_message_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_concurrent_enqueues_of_one_dedupe_key_write_one_row() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
+    let store = Outbox::new(
         SqliteOutboxStore::open(dir.path().join("outbox.db"))
             .await
             .unwrap(),
@@ -245,17 +251,21 @@ async fn sixteen_concurrent_enqueues_of_one_dedupe_key_write_one_row() {
 async fn table_prefixes_keep_outboxes_apart_in_one_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.db");
-    let billing = SqliteOutboxStore::builder(&path)
-        .table_prefix("billing_")
-        .open()
-        .await
-        .unwrap();
-    let shipping = SqliteOutboxStore::builder(&path)
-        .table_prefix("shipping_")
-        .open()
-        .await
-        .unwrap();
-    assert_eq!(billing.table_name(), "billing_outbox");
+    let billing = Outbox::new(
+        SqliteOutboxStore::builder(&path)
+            .table_prefix("billing_")
+            .open()
+            .await
+            .unwrap(),
+    );
+    let shipping = Outbox::new(
+        SqliteOutboxStore::builder(&path)
+            .table_prefix("shipping_")
+            .open()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(lite(&billing).table_name(), "billing_outbox");
     billing.enqueue(draft(1)).await.unwrap();
     billing.enqueue(draft(2)).await.unwrap();
     shipping.enqueue(draft(3)).await.unwrap();
@@ -340,7 +350,7 @@ async fn an_invalid_draft_in_a_batch_writes_nothing() {
 async fn a_closed_store_is_unavailable_not_broken() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir, &ManualClock::new(UnixMillis::from_millis(0))).await;
-    store.close().await;
+    lite(&store).close().await;
     let err = store.enqueue(draft(1)).await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
     let err = store.get(uuid::Uuid::nil()).await.unwrap_err();
@@ -350,9 +360,11 @@ async fn a_closed_store_is_unavailable_not_broken() {
 #[tokio::test]
 async fn business_rows_and_messages_commit_or_roll_back_together() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteOutboxStore::open(dir.path().join("outbox.db"))
-        .await
-        .unwrap();
+    let store = Outbox::new(
+        SqliteOutboxStore::open(dir.path().join("outbox.db"))
+            .await
+            .unwrap(),
+    );
     let mut wakeups = store.subscribe();
     {
         let mut tx = store.begin().await.unwrap();

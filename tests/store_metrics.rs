@@ -1,8 +1,7 @@
-//! `outbox_enqueued_total` and `outbox_requeued_total` are recorded by the `OutboxStore`
-//! trait, not by each backend: a backend written outside the crate gets them without a line
-//! of its own, and every way into a store counts each message exactly once (the trait's
-//! `enqueue`/`enqueue_many`/`requeue_dead_letters`, SQLite's transaction, PostgreSQL's
-//! `enqueue_in_tx`).
+//! `outbox_enqueued_total`, `outbox_requeued_total` and `outbox_store_call_duration_seconds`
+//! are recorded by the `StoreMetrics` hook of an `Outbox`, not by each backend, and every
+//! way into a store counts each message exactly once (`enqueue`/`enqueue_many`/
+//! `requeue_dead_letters`, SQLite's transaction, PostgreSQL's `enqueue_in_tx`).
 //!
 //! Each test reads its own recorder, set as the thread's default for the test's
 //! current-thread runtime, so tests run in parallel without seeing each other's counts.
@@ -12,16 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use outbox_relay::metrics::{StoreMetrics, STORE_CALL_DURATION_SECONDS};
 use outbox_relay::store::{
     ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, StoreError,
 };
-use outbox_relay::{InMemoryOutboxStore, OutboxMessageDraft, OutboxStore};
+use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxMessageDraft};
 use serde_json::json;
-
-#[path = "support/external_store.rs"]
-mod external_store;
-
-use external_store::ExternalStore;
 
 const TARGET: &str = "sink";
 
@@ -67,7 +62,7 @@ fn expect(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 
 /// New messages, duplicates (stored and within a batch), refused drafts and batches, and an
 /// operator's requeue, through the trait's methods alone.
-async fn exercise(store: &dyn OutboxStore) {
+async fn exercise(store: &Outbox) {
     assert!(
         !store
             .enqueue(deduped("orders", 1, "k1"))
@@ -153,25 +148,99 @@ fn exercised() -> BTreeMap<String, u64> {
 }
 
 #[tokio::test]
-async fn a_backend_outside_the_crate_is_counted_by_the_trait() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let _local = metrics::set_default_local_recorder(&recorder);
-
-    let store: Arc<dyn OutboxStore> = Arc::new(ExternalStore::with_clock(Arc::new(clock())));
-    exercise(store.as_ref()).await;
-    assert_eq!(moved(&snapshotter), exercised());
-}
-
-#[tokio::test]
 async fn the_memory_store_counts_each_message_once() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    let store = InMemoryOutboxStore::with_clock(Arc::new(clock()));
+    let store =
+        Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock()))).with_hook(StoreMetrics);
     exercise(&store).await;
     assert_eq!(moved(&snapshotter), exercised());
+}
+
+/// Without the hook an outbox records nothing: metrics are a hook, not the backend's work.
+#[tokio::test]
+async fn an_outbox_without_the_metrics_hook_records_nothing() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let store = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock())));
+    exercise(&store).await;
+    assert!(snapshotter.snapshot().into_vec().is_empty());
+}
+
+/// Every call through an outbox with `StoreMetrics` lands in
+/// `outbox_store_call_duration_seconds` under its operation, failures included, and in no
+/// other series of it.
+#[tokio::test]
+async fn every_store_call_is_timed_by_its_operation() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _local = metrics::set_default_local_recorder(&recorder);
+
+    let store =
+        Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock()))).with_hook(StoreMetrics);
+    let request = ClaimRequest::new("orders", TARGET, 10, Duration::from_secs(30), "me");
+    store.enqueue(draft("orders", 1)).await.unwrap();
+    store.enqueue(draft("orders", 2)).await.unwrap();
+    let claimed = store.claim(&request).await.unwrap().messages;
+    store.ack(&[claimed[0].claim().unwrap()]).await.unwrap();
+    store
+        .ack_and_claim(&[claimed[1].claim().unwrap()], &request)
+        .await
+        .unwrap();
+    store
+        .next_due("orders", TARGET, Default::default())
+        .await
+        .unwrap();
+    store.stats(&MessageFilter::all()).await.unwrap();
+    let mut refused = draft("orders", 3);
+    refused.max_attempts = 0;
+    assert!(
+        store.enqueue(refused).await.is_err(),
+        "a refused draft is a failed call"
+    );
+
+    let mut seen: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let key = key.key();
+        if key.name() != STORE_CALL_DURATION_SECONDS {
+            continue;
+        }
+        let labels: Vec<_> = key
+            .labels()
+            .map(|l| (l.key().to_owned(), l.value().to_owned()))
+            .collect();
+        assert_eq!(labels.len(), 1, "only `op`: {labels:?}");
+        assert_eq!(labels[0].0, "op");
+        let DebugValue::Histogram(samples) = value else {
+            panic!("{key:?} is not a histogram");
+        };
+        seen.insert(
+            labels[0].1.clone(),
+            samples.into_iter().map(|s| s.into_inner()).collect(),
+        );
+    }
+    let counts: BTreeMap<&str, usize> = seen.iter().map(|(op, s)| (op.as_str(), s.len())).collect();
+    assert_eq!(
+        counts,
+        BTreeMap::from([
+            ("ack", 1),
+            ("ack_and_claim", 1),
+            ("claim", 1),
+            ("enqueue", 3),
+            ("next_due", 1),
+            ("stats", 1),
+        ])
+    );
+    for (op, samples) in &seen {
+        assert!(
+            samples.iter().all(|s| (0.0..60.0).contains(s)),
+            "{op}: {samples:?}"
+        );
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -179,12 +248,13 @@ mod sqlite {
     use super::*;
     use outbox_relay::SqliteOutboxStore;
 
-    async fn open(dir: &tempfile::TempDir) -> SqliteOutboxStore {
-        SqliteOutboxStore::builder(dir.path().join("outbox.db"))
+    async fn open(dir: &tempfile::TempDir) -> Outbox {
+        let store = SqliteOutboxStore::builder(dir.path().join("outbox.db"))
             .clock(Arc::new(clock()))
             .open()
             .await
-            .expect("open sqlite store")
+            .expect("open sqlite store");
+        Outbox::new(store).with_hook(StoreMetrics)
     }
 
     #[tokio::test]
@@ -244,7 +314,7 @@ mod postgres {
     use sqlx::postgres::{PgPool, PgPoolOptions};
 
     /// A migrated store in a schema of its own, with its pool and the schema's name.
-    async fn open() -> (PostgresOutboxStore, PgPool, String) {
+    async fn open() -> (Outbox, PgPool, String) {
         let url = std::env::var("OUTBOX_TEST_DATABASE_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
         let pool = PgPoolOptions::new()
@@ -260,7 +330,7 @@ mod postgres {
             .await
             .expect("store");
         store.migrate().await.expect("migrate");
-        (store, pool, schema)
+        (Outbox::new(store).with_hook(StoreMetrics), pool, schema)
     }
 
     async fn drop_schema(pool: &PgPool, schema: &str) {

@@ -1,4 +1,4 @@
-//! Crash redelivery: relay A claims from a pending backlog, its acks stall, and its whole
+//! Crash redelivery: relay A claims from a pending backlog, its handlers hang, and its whole
 //! runtime is dropped: no shutdown, no release, its claims left to lapse, as after a
 //! SIGKILL. Relay B, another "process" on the same outbox (its own pool or file handle),
 //! drains the backlog meanwhile. Measured per stranded message: from its lease lapse (as the
@@ -15,7 +15,6 @@ use outbox_relay::{DeliveryError, DeliveryHandler, OutboxMessage, OutboxRelay, O
 use uuid::Uuid;
 
 use crate::drain::lane_config;
-use crate::metered::MeteredStore;
 use crate::options::Keys;
 use crate::raw::now_millis;
 use crate::stores::{fill, reopen, BenchStore, TARGET};
@@ -137,7 +136,8 @@ pub async fn run(
     })
 }
 
-/// Runs relay A on a runtime of its own in a thread of its own, until its first ack stalls,
+/// Runs relay A on a runtime of its own in a thread of its own, until its first delivery
+/// starts (and hangs, holding its claim and every other one),
 /// then drops that runtime: every actor task ends where it stands.
 async fn abort_holding_claims(bench: &BenchStore, lease: Duration) -> Result<(), String> {
     let location = bench.location.clone();
@@ -148,20 +148,26 @@ async fn abort_holding_claims(bench: &BenchStore, lease: Duration) -> Result<(),
             .build()
             .map_err(|e| format!("relay A runtime: {e}"))?;
         let outcome = runtime.block_on(async move {
-            let store = MeteredStore::stalling_acks(reopen(&location).await?);
+            let store = reopen(&location).await?;
+            let started = Arc::new(tokio::sync::Notify::new());
             // Without extension a delivery must fit in its lease (the no-op takes nothing).
             let config = lane_config(LANE, CRASHED_CONCURRENCY)
                 .lease(lease)
                 .lease_extend_margin(None)
                 .delivery_timeout(lease / 2);
             let _relay = OutboxRelay::builder(store.clone())
-                .lane(config, Noop)
+                .lane(
+                    config,
+                    Hold {
+                        started: started.clone(),
+                    },
+                )
                 .start()
                 .await
                 .map_err(|e| format!("start relay A: {e}"))?;
-            tokio::time::timeout(Duration::from_secs(60), store.stalled.notified())
+            tokio::time::timeout(Duration::from_secs(60), started.notified())
                 .await
-                .map_err(|_| "relay A never acked within 60 s".to_owned())
+                .map_err(|_| "relay A never delivered within 60 s".to_owned())
         });
         runtime.shutdown_timeout(Duration::from_secs(1));
         outcome
@@ -172,13 +178,18 @@ async fn abort_holding_claims(bench: &BenchStore, lease: Duration) -> Result<(),
         .map_err(|_| "relay A thread panicked".to_owned())?
 }
 
+/// Relay A's handler: says when the first delivery started, and never finishes one, so
+/// no claim of A is acked before its runtime is dropped.
 #[derive(Debug)]
-struct Noop;
+struct Hold {
+    started: Arc<tokio::sync::Notify>,
+}
 
 #[async_trait]
-impl DeliveryHandler for Noop {
+impl DeliveryHandler for Hold {
     async fn deliver(&self, _message: &OutboxMessage) -> Result<(), DeliveryError> {
-        Ok(())
+        self.started.notify_one();
+        std::future::pending().await
     }
 }
 

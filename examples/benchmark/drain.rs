@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use outbox_relay::store::ClaimRequest;
 use outbox_relay::{
-    DeliveryError, DeliveryHandler, LaneConfig, OutboxMessage, OutboxRelay, OutboxStore,
+    DeliveryError, DeliveryHandler, LaneConfig, Outbox, OutboxMessage, OutboxRelay,
 };
 
 use crate::stores::TARGET;
@@ -189,7 +189,7 @@ pub fn relays() -> usize {
 /// message (or `timeout`). Timed from before the relay starts to the last handler call: the
 /// ack of the last few messages is not waited for, which is at most one store round trip.
 pub async fn drain(
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     config: LaneConfig,
     measured: usize,
     others: usize,
@@ -254,7 +254,7 @@ pub async fn drain(
 
 /// The seed relay's loop: claim a batch of 64, deliver each in turn, ack each on its own.
 pub async fn single_loop(
-    store: &dyn OutboxStore,
+    store: &Outbox,
     lane: &str,
     latency: Duration,
     n: usize,

@@ -277,9 +277,9 @@ async fn no_op_drain(
     let outcome = async {
         let filled = fill(&bench.store, kind, LANE, keys, backlog).await?;
         bench.settle().await;
-        let metered = metered::MeteredStore::new(bench.store.clone());
+        let (outbox, meter) = metered::metered(&bench.store);
         let drained = drain::drain(
-            metered.clone(),
+            outbox,
             drain::lane_config(LANE, concurrency),
             filled.measured,
             filled.total - filled.measured,
@@ -307,8 +307,8 @@ async fn no_op_drain(
             concurrency,
             fill: filled.took,
             drained,
-            claim: metered.meter.claim_times(),
-            claimed_rows: metered.meter.claimed_rows(),
+            claim: meter.claim_times(),
+            claimed_rows: meter.claimed_rows(),
             rounds: Vec::new(),
         });
         Ok(())
@@ -324,7 +324,7 @@ async fn single(kind: StoreKind, options: &Options, results: &mut Results) -> Re
     let single = in_fresh_store(kind, options, |bench| async move {
         fill(&bench.store, kind, LANE, Keys::None, n).await?;
         drain::single_loop(
-            &*bench.store,
+            &bench.store,
             LANE,
             options.single_latency,
             n,

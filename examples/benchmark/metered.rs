@@ -1,18 +1,12 @@
-//! A store decorator that counts every call a relay makes, times its claims, and can stall
-//! acks forever (to freeze a relay that holds claims before it is aborted).
+//! A store hook that counts every call a relay makes through its outbox and times its
+//! claims.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use async_trait::async_trait;
-use outbox_relay::message::DraftLimits;
-use outbox_relay::store::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount,
-    LaneStats, MessageFilter, Nack, NackOutcome, Page, PageRequest, PurgeRequest, WakeUp,
-};
-use outbox_relay::{OrderingPolicy, OutboxMessage, OutboxMessageDraft, OutboxStore, StoreError};
-use uuid::Uuid;
+use outbox_relay::store::{CallOutcome, StoreCall, StoreHook, StoreOp};
+use outbox_relay::Outbox;
 
 /// The store operations a relay issues, each counted on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +61,7 @@ pub struct ClaimTimes {
     pub total: Duration,
 }
 
-/// What the decorator saw.
+/// What the hook saw.
 #[derive(Debug, Default)]
 pub struct Meter {
     calls: [AtomicU64; 9],
@@ -96,8 +90,7 @@ impl Meter {
         self.claimed_rows.load(Ordering::Relaxed)
     }
 
-    fn time_claim(&self, started: Instant, rows: usize) {
-        let micros = started.elapsed().as_micros() as u64;
+    fn time_claim(&self, micros: u64, rows: usize) {
         if let Ok(mut samples) = self.claim_micros.lock() {
             samples.push(micros);
         }
@@ -128,169 +121,34 @@ impl Meter {
     }
 }
 
-/// The decorator. Forwards everything, `ack_and_claim` included (so a store's one-round-trip
-/// version is what runs, not the trait's two-call default).
-#[derive(Debug)]
-pub struct MeteredStore {
-    inner: Arc<dyn OutboxStore>,
-    pub meter: Arc<Meter>,
-    /// When set, every ack (and ack_and_claim with acks) waits forever.
-    stall_acks: AtomicBool,
-    /// Raised the first time an ack stalls.
-    pub stalled: tokio::sync::Notify,
-}
-
-impl MeteredStore {
-    pub fn new(inner: Arc<dyn OutboxStore>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            meter: Arc::new(Meter::default()),
-            stall_acks: AtomicBool::new(false),
-            stalled: tokio::sync::Notify::new(),
-        })
-    }
-
-    pub fn stalling_acks(inner: Arc<dyn OutboxStore>) -> Arc<Self> {
-        let store = Self::new(inner);
-        store.stall_acks.store(true, Ordering::Relaxed);
-        store
-    }
-
-    async fn maybe_stall(&self) {
-        if self.stall_acks.load(Ordering::Relaxed) {
-            self.stalled.notify_one();
-            std::future::pending::<()>().await;
+impl StoreHook for Meter {
+    fn finished(&self, call: &StoreCall<'_>) {
+        let op = match call.op {
+            StoreOp::Claim => Op::Claim,
+            StoreOp::AckAndClaim => Op::AckAndClaim,
+            StoreOp::Ack => Op::Ack,
+            StoreOp::Nack => Op::Nack,
+            StoreOp::ExtendLease => Op::ExtendLease,
+            StoreOp::Release => Op::Release,
+            StoreOp::NextDue => Op::NextDue,
+            StoreOp::Stats => Op::Stats,
+            _ => Op::Other,
+        };
+        self.count(op);
+        if let CallOutcome::Claimed(batch) = call.outcome {
+            let micros = call.duration.as_micros() as u64;
+            if op == Op::Claim {
+                if let Ok(mut samples) = self.plain_claim_micros.lock() {
+                    samples.push(micros);
+                }
+            }
+            self.time_claim(micros, batch.messages.len());
         }
     }
 }
 
-#[async_trait]
-impl OutboxStore for MeteredStore {
-    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
-        self.meter.count(Op::Other);
-        self.inner.enqueue(draft).await
-    }
-
-    async fn enqueue_many(
-        &self,
-        drafts: Vec<OutboxMessageDraft>,
-    ) -> Result<Vec<Enqueued>, StoreError> {
-        self.meter.count(Op::Other);
-        self.inner.enqueue_many(drafts).await
-    }
-
-    fn draft_limits(&self) -> DraftLimits {
-        self.inner.draft_limits()
-    }
-
-    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        self.inner.write_drafts(drafts).await
-    }
-
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        self.meter.count(Op::Claim);
-        let started = Instant::now();
-        let batch = self.inner.claim(request).await?;
-        if let Ok(mut samples) = self.meter.plain_claim_micros.lock() {
-            samples.push(started.elapsed().as_micros() as u64);
-        }
-        self.meter.time_claim(started, batch.messages.len());
-        Ok(batch)
-    }
-
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.meter.count(Op::Ack);
-        self.maybe_stall().await;
-        self.inner.ack(claims).await
-    }
-
-    async fn ack_and_claim(
-        &self,
-        acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
-        self.meter.count(Op::AckAndClaim);
-        if !acks.is_empty() {
-            self.maybe_stall().await;
-        }
-        let started = Instant::now();
-        let answer = self.inner.ack_and_claim(acks, request).await?;
-        let rows = answer.claimed.as_ref().map_or(0, |b| b.messages.len());
-        self.meter.time_claim(started, rows);
-        Ok(answer)
-    }
-
-    async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
-        self.meter.count(Op::Nack);
-        self.inner.nack(nacks).await
-    }
-
-    async fn extend_lease(
-        &self,
-        claims: &[ClaimRef],
-        lease: Duration,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.meter.count(Op::ExtendLease);
-        self.inner.extend_lease(claims, lease).await
-    }
-
-    async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.meter.count(Op::Release);
-        self.inner.release(claims).await
-    }
-
-    async fn next_due(
-        &self,
-        lane: &str,
-        target: &str,
-        ordering: OrderingPolicy,
-    ) -> Result<Option<Duration>, StoreError> {
-        self.meter.count(Op::NextDue);
-        self.inner.next_due(lane, target, ordering).await
-    }
-
-    async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
-        self.meter.count(Op::Stats);
-        self.inner.stats(filter).await
-    }
-
-    async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
-        self.meter.count(Op::Other);
-        self.inner.list(filter, page).await
-    }
-
-    async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
-        self.meter.count(Op::Other);
-        self.inner.get(outbox_id).await
-    }
-
-    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        self.meter.count(Op::Other);
-        self.inner.requeue_dead_letters(filter).await
-    }
-
-    async fn requeue_dead_letters_per_lane(
-        &self,
-        filter: &MessageFilter,
-    ) -> Result<Vec<LaneCount>, StoreError> {
-        self.inner.requeue_dead_letters_per_lane(filter).await
-    }
-
-    async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        self.meter.count(Op::Other);
-        self.inner.discard_dead_letters(filter).await
-    }
-
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
-        self.meter.count(Op::Other);
-        self.inner.purge(request).await
-    }
-
-    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
-        self.inner.subscribe()
-    }
-
-    fn hand_off(&self) -> Option<Arc<outbox_relay::store::hand_off::HandOff>> {
-        self.inner.hand_off()
-    }
+/// `outbox` with a fresh meter on it: the outbox a relay runs on, and the meter.
+pub fn metered(outbox: &Outbox) -> (Outbox, Arc<Meter>) {
+    let meter = Arc::new(Meter::default());
+    (outbox.clone().with_hook(meter.clone()), meter)
 }

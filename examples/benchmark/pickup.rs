@@ -6,18 +6,17 @@
 //! classic path (through a second store on its own pool, as another process would: NOTIFY,
 //! then a claim).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use outbox_relay::{
-    DeliveryError, DeliveryHandler, OutboxMessage, OutboxRelay, OutboxStore, RelayEvent,
+    DeliveryError, DeliveryHandler, Outbox, OutboxMessage, OutboxRelay, RelayEvent,
 };
 use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
 use crate::drain::lane_config;
-use crate::metered::{MeteredStore, Op};
+use crate::metered::{metered, Meter, Op};
 use crate::stores::{draft, reopen, BenchStore};
 
 const LANE: &str = "pickup";
@@ -84,13 +83,13 @@ impl DeliveryHandler for Started {
 }
 
 pub async fn run(bench: &BenchStore, messages: usize, path: Path) -> Result<Pickup, String> {
-    let metered = MeteredStore::new(bench.store.clone());
-    let enqueuer: Arc<dyn OutboxStore> = match path {
+    let (metered, meter) = metered(&bench.store);
+    let enqueuer: Outbox = match path {
         Path::HandOff => bench.store.clone(),
         Path::Classic => reopen(&bench.location).await?,
     };
     let (started_tx, mut started_rx) = mpsc::unbounded_channel();
-    let builder = OutboxRelay::builder(metered.clone()).lane(
+    let builder = OutboxRelay::builder(metered).lane(
         lane_config(LANE, CONCURRENCY).hand_off(true),
         Started(started_tx),
     );
@@ -99,7 +98,7 @@ pub async fn run(bench: &BenchStore, messages: usize, path: Path) -> Result<Pick
         .start()
         .await
         .map_err(|e| format!("start relay: {e}"))?;
-    let outcome = measure(&*enqueuer, &metered, &mut events, &mut started_rx, messages)
+    let outcome = measure(&enqueuer, &meter, &mut events, &mut started_rx, messages)
         .await
         .map(|mut p| {
             p.path = path;
@@ -112,8 +111,8 @@ pub async fn run(bench: &BenchStore, messages: usize, path: Path) -> Result<Pick
 }
 
 async fn measure(
-    enqueuer: &dyn OutboxStore,
-    metered: &MeteredStore,
+    enqueuer: &Outbox,
+    meter: &Meter,
     events: &mut broadcast::Receiver<RelayEvent>,
     started_rx: &mut mpsc::UnboundedReceiver<(Uuid, Instant)>,
     messages: usize,
@@ -127,7 +126,7 @@ async fn measure(
         eprintln!("benchmark: pickup lane never reported Idle; measuring anyway");
     }
     tokio::time::sleep(SETTLE).await;
-    let before = metered.meter.snapshot();
+    let before = meter.snapshot();
     let mut latencies_ms = Vec::with_capacity(messages);
     for n in 0..messages {
         // Enqueued around the meter, so only the relay's calls are counted.
@@ -159,7 +158,7 @@ async fn measure(
         .await?;
         tokio::time::sleep(SETTLE).await;
     }
-    let after = metered.meter.snapshot();
+    let after = meter.snapshot();
     latencies_ms.sort_by(f64::total_cmp);
     let calls_per_message = Op::ALL
         .iter()
@@ -171,7 +170,7 @@ async fn measure(
         path: Path::HandOff,
         latencies_ms,
         calls_per_message,
-        claim_p50_ms: metered.meter.plain_claim_p50(),
+        claim_p50_ms: meter.plain_claim_p50(),
     })
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
-use outbox_relay::{InMemoryOutboxStore, OutboxMessageDraft, OutboxStore, SqliteOutboxStore};
+use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxMessageDraft, SqliteOutboxStore};
 
 use crate::options::{Keys, StoreKind, COLD_KEYS, HOT_KEY_CAP};
 
@@ -36,13 +36,13 @@ pub enum Location {
         path: PathBuf,
     },
     /// The one in-memory outbox: a second relay shares it.
-    Memory(Arc<InMemoryOutboxStore>),
+    Memory(Outbox),
 }
 
 /// An empty store of its own, removed on [`BenchStore::remove`].
 pub struct BenchStore {
     pub kind: StoreKind,
-    pub store: Arc<dyn OutboxStore>,
+    pub store: Outbox,
     pub location: Location,
     /// PostgreSQL's pool, for the raw-SQL ceiling and the cleanup.
     pub pg_pool: Option<sqlx::PgPool>,
@@ -68,7 +68,7 @@ impl BenchStore {
                     kind,
                     pg_pool: Some(store.pool().clone()),
                     table: store.messages_table().to_owned(),
-                    store: Arc::new(store),
+                    store: Outbox::from(Arc::new(store)),
                     location: Location::Postgres {
                         url: pg_url.to_owned(),
                         schema,
@@ -86,13 +86,13 @@ impl BenchStore {
                     kind,
                     pg_pool: None,
                     table: store.table_name().to_owned(),
-                    store: Arc::new(store),
+                    store: Outbox::from(Arc::new(store)),
                     location: Location::Sqlite { path },
                     _dir: Some(dir),
                 })
             }
             StoreKind::Memory => {
-                let store = Arc::new(InMemoryOutboxStore::new());
+                let store = Outbox::new(InMemoryOutboxStore::new());
                 Ok(Self {
                     kind,
                     pg_pool: None,
@@ -189,10 +189,10 @@ async fn open_postgres(url: &str, schema: &str) -> Result<PostgresOutboxStore, S
 }
 
 /// Another handle on the same outbox, as a second relay process would open it.
-pub async fn reopen(location: &Location) -> Result<Arc<dyn OutboxStore>, String> {
+pub async fn reopen(location: &Location) -> Result<Outbox, String> {
     Ok(match location {
-        Location::Postgres { url, schema } => Arc::new(open_postgres(url, schema).await?),
-        Location::Sqlite { path } => Arc::new(
+        Location::Postgres { url, schema } => Outbox::new(open_postgres(url, schema).await?),
+        Location::Sqlite { path } => Outbox::new(
             open_sqlite(path)
                 .await
                 .map_err(|e| format!("SQLite {}: {e}", path.display()))?,
@@ -214,7 +214,7 @@ pub struct Filled {
 /// Writes `backlog` measured messages to `lane` with the given key distribution. Payloads
 /// are `{"n": i}`; the hot key's rows get `n >= backlog`, so a drain can tell them apart.
 pub async fn fill(
-    store: &Arc<dyn OutboxStore>,
+    store: &Outbox,
     kind: StoreKind,
     lane: &str,
     keys: Keys,
@@ -247,7 +247,7 @@ pub async fn fill(
 }
 
 async fn write(
-    store: &Arc<dyn OutboxStore>,
+    store: &Outbox,
     kind: StoreKind,
     lane: &str,
     range: std::ops::Range<usize>,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use outbox_relay::sinks::webhook::{WebhookSink, WebhookSinkConfig};
 use outbox_relay::sinks::LogSink;
-use outbox_relay::{DeliveryError, DeliveryHandler, OutboxMessage, OutboxRelay, OutboxStore};
+use outbox_relay::{DeliveryError, DeliveryHandler, Outbox, OutboxMessage, OutboxRelay};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::drain::{self, Progress};
@@ -156,7 +156,7 @@ impl DeliveryHandler for Counted {
 /// when no delivery happens for `STALL_TIMEOUT` or the whole drain passes `timeout`: a
 /// partial rate would make the ratio meaningless.
 async fn drain_through(
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     sink: Arc<dyn DeliveryHandler>,
     measured: usize,
     timeout: Duration,

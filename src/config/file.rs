@@ -8,7 +8,7 @@
 //! (the binary gives it precedence), so a password need not sit in the file.
 //!
 //! This file holds the top level ([`FileConfig`], its defaults, loading and validation);
-//! `file/listener.rs` the `[listener]` table, `file/lane.rs` a `[[lanes]]` entry, `file/gates.rs` its claim gates' fields, and
+//! `file/listener.rs` the `[listener]` table, `file/postgres.rs` the `[postgres]` table, `file/lane.rs` a `[[lanes]]` entry, `file/gates.rs` its claim gates' fields, and
 //! `file/error.rs` the error that names the file, the position and the field.
 //!
 //! ```
@@ -91,6 +91,9 @@ pub struct FileConfig {
     /// That listener's limits and its control token.
     #[serde(default)]
     pub listener: ListenerSection,
+    /// The PostgreSQL pool and session settings (ignored for SQLite).
+    #[serde(default)]
+    pub postgres: PostgresSection,
     /// How long a graceful shutdown lets deliveries finish. Default 30s.
     #[serde(default)]
     pub shutdown_timeout: Option<HumanDuration>,
@@ -103,12 +106,19 @@ pub struct FileConfig {
     /// The lanes: at least one.
     #[serde(default)]
     pub lanes: Vec<LaneSection>,
-    /// Where the binary exports its spans over OTLP/HTTP (protobuf, plain HTTP), e.g.
-    /// `http://127.0.0.1:4318` (`/v1/traces` is appended). Default: none, unless the
-    /// environment names one (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`); without either, nothing is exported.
+    /// Where the binary exports its spans over OTLP/HTTP (protobuf), e.g.
+    /// `http://127.0.0.1:4318` or `https://otlp.example.com` (`/v1/traces` is appended).
+    /// Default: none, unless the environment names one
+    /// (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or `OTEL_EXPORTER_OTLP_ENDPOINT`); without
+    /// either, nothing is exported.
     #[serde(default)]
     pub otlp_endpoint: Option<String>,
+    /// A PEM file of CA certificates the OTLP export trusts besides the system's roots,
+    /// for an https collector with a private CA. Default: none, unless the environment
+    /// names one (`OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` or
+    /// `OTEL_EXPORTER_OTLP_CERTIFICATE`).
+    #[serde(default)]
+    pub otlp_ca_file: Option<std::path::PathBuf>,
 }
 
 /// Where the Prometheus endpoint listens: an address, or `false` for no endpoint.
@@ -277,6 +287,7 @@ impl FileConfig {
                 .map_err(|reason| ConfigError::new("otlp_endpoint", reason))?;
         }
         self.listener.validate()?;
+        self.postgres.to_options()?;
         self.supervisor()?;
         self.lanes()?;
         Ok(())
@@ -290,12 +301,15 @@ impl FileConfig {
             .parse()
     }
 
-    /// Where in the database the outbox lives, and how long to try reaching it.
+    /// Where in the database the outbox lives, how long to try reaching it, and the
+    /// PostgreSQL settings (`[postgres]`; a file that failed to validate gets the defaults,
+    /// but [`Self::load`] and [`Self::from_toml_str`] validate).
     pub fn store_options(&self) -> StoreOptions {
         StoreOptions {
             table_prefix: self.table_prefix.clone(),
             schema: self.schema.clone(),
             connect_timeout: self.connect_timeout(),
+            postgres: self.postgres.to_options().unwrap_or_default(),
             ..StoreOptions::default()
         }
     }
@@ -381,6 +395,7 @@ mod error;
 mod gates;
 mod lane;
 mod listener;
+mod postgres;
 #[cfg(test)]
 mod tests;
 
@@ -389,3 +404,4 @@ pub use error::FileConfigError;
 pub use gates::{BreakerSection, RateSpec};
 pub use lane::{ExtendMargin, LaneSection, RetentionAge, RetentionSection};
 pub use listener::ListenerSection;
+pub use postgres::{PostgresSection, VacuumEvery};

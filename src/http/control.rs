@@ -22,7 +22,7 @@ use serde::Deserialize;
 use super::api::ApiError;
 use super::Routes;
 use crate::relay::{LaneKey, RelayHandle};
-use crate::store::{LanePauseRequest, OutboxStore};
+use crate::store::{LanePauseRequest, Outbox};
 
 /// The relay and store the routes act on, set once the relay runs; until then the API
 /// answers 503. Cloning shares the same slot.
@@ -32,7 +32,7 @@ pub struct RelaySlot(Arc<RwLock<Option<Running>>>);
 #[derive(Clone)]
 pub(super) struct Running {
     pub(super) relay: Arc<RelayHandle>,
-    pub(super) store: Arc<dyn OutboxStore>,
+    pub(super) store: Outbox,
     runtime: tokio::runtime::Handle,
 }
 
@@ -52,12 +52,7 @@ impl RelaySlot {
 
     /// From now on the routes act on `relay` and `store`, on `runtime` (the application's,
     /// which owns the relay's actors and the store's connections).
-    pub fn set(
-        &self,
-        relay: Arc<RelayHandle>,
-        store: Arc<dyn OutboxStore>,
-        runtime: tokio::runtime::Handle,
-    ) {
+    pub fn set(&self, relay: Arc<RelayHandle>, store: Outbox, runtime: tokio::runtime::Handle) {
         *self
             .0
             .write()

@@ -94,6 +94,7 @@ pub fn install_prometheus_exporter_with_router(
         .unwrap_or(Err(Failure::ThreadEnded))
         .map_err(fail)?;
     describe();
+    crate::metrics::record_build_info();
     Ok(handle)
 }
 
@@ -111,6 +112,11 @@ fn serve(
     config: ListenerConfig,
     report: mpsc::SyncSender<Result<(), Failure>>,
 ) {
+    // Read before the install returns, so the first scrape has them, then on the upkeep's
+    // beat: a scrape sees them at most one interval old.
+    let process = metrics_process::Collector::default();
+    process.describe();
+    process.collect();
     let started = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -138,6 +144,7 @@ fn serve(
         let mut upkeep = tokio::time::interval(UPKEEP_INTERVAL);
         loop {
             upkeep.tick().await;
+            process.collect();
             metrics.run_upkeep();
         }
     });
@@ -214,6 +221,7 @@ mod tests {
             let lane = LaneMetrics::new("orders", "webhook");
             lane.claimed(3);
             lane.delivered(Duration::from_micros(300), Duration::from_secs(400));
+            lane.store_call(crate::store::StoreOp::Ack, Duration::from_micros(80));
         });
         let text = handle.render();
         let bucket = |name: &str, le: &str| {
@@ -223,6 +231,8 @@ mod tests {
             bucket(DELIVERY_DURATION_SECONDS, "0.0005"),
             bucket(END_TO_END_LATENCY_SECONDS, "600"),
             bucket(CLAIM_BATCH_SIZE, "4"),
+            format!("{STORE_CALL_DURATION_SECONDS}_bucket{{lane=\"orders\",target=\"webhook\",op=\"ack\",le=\"0.0001\"}} 1"),
+            format!("{STORE_CALL_DURATION_SECONDS}_bucket{{lane=\"orders\",target=\"webhook\",op=\"ack\",le=\"10\"}} 1"),
             format!("# TYPE {DELIVERY_DURATION_SECONDS} histogram"),
             format!("# TYPE {END_TO_END_LATENCY_SECONDS} histogram"),
             format!("# TYPE {CLAIM_BATCH_SIZE} histogram"),
@@ -287,6 +297,20 @@ mod tests {
             "{response}"
         );
         assert!(response.contains("# HELP outbox_pending "), "{response}");
+        let build_info = format!(
+            "outbox_build_info{{version=\"{}\",git_sha=\"{}\",features=\"{}\"}} 1",
+            process::VERSION,
+            process::GIT_SHA,
+            process::features()
+        );
+        assert!(response.lines().any(|l| l == build_info), "{response}");
+        for metric in PROCESS {
+            assert!(
+                response.contains(&format!("# TYPE {} ", metric.name)),
+                "no {} in {response}",
+                metric.name
+            );
+        }
         assert!(handle.render().contains("outbox_enqueued_total"));
 
         let again = install_prometheus_exporter(free_loopback_port()).expect_err("second");

@@ -25,7 +25,7 @@ use uuid::Uuid;
 use super::Routes;
 use crate::relay::LaneState;
 use crate::relay::RelayHandle;
-use crate::store::OutboxStore;
+use crate::store::Outbox;
 
 /// How long `/readyz` waits for its check before answering 503. Kubernetes' default probe
 /// timeout is 1 s and its usual setting a few seconds: the check must answer well inside it.
@@ -163,13 +163,13 @@ impl Readiness {
 /// lane that restarted too often stays down until an operator acts).
 #[derive(Debug, Clone)]
 pub struct RelayReadiness {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     relay: Arc<RelayHandle>,
 }
 
 impl RelayReadiness {
     /// Checks `store` and the lanes of `relay`.
-    pub fn new(store: Arc<dyn OutboxStore>, relay: Arc<RelayHandle>) -> Self {
+    pub fn new(store: Outbox, relay: Arc<RelayHandle>) -> Self {
         Self { store, relay }
     }
 }
@@ -383,7 +383,7 @@ mod tests {
 
     #[tokio::test]
     async fn relay_readiness_is_ready_while_the_relay_runs_and_not_once_it_stopped() {
-        let store: Arc<dyn OutboxStore> = Arc::new(InMemoryOutboxStore::new());
+        let store: Outbox = Outbox::new(InMemoryOutboxStore::new());
         let relay = OutboxRelay::builder(store.clone())
             .lane(
                 LaneConfig::new("orders", "audit"),

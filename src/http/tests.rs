@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use super::*;
-use crate::{InMemoryOutboxStore, LaneConfig, OutboxRelay, OutboxStore, RelayHandle};
+use crate::{InMemoryOutboxStore, LaneConfig, Outbox, OutboxRelay, RelayHandle};
 
 const TOKEN: &str = "0123456789abcdef-api-token";
 /// Generous: other builds share the machine.
@@ -26,8 +26,8 @@ impl crate::DeliveryHandler for Idle {
 }
 
 /// A relay with lane orders/audit on a memory store, and a router over it.
-async fn serving(config: RouterConfig) -> (Router, Arc<RelayHandle>, Arc<dyn OutboxStore>) {
-    let store: Arc<dyn OutboxStore> = Arc::new(InMemoryOutboxStore::new());
+async fn serving(config: RouterConfig) -> (Router, Arc<RelayHandle>, Outbox) {
+    let store: Outbox = Outbox::new(InMemoryOutboxStore::new());
     let relay = OutboxRelay::builder(store.clone())
         .lane(LaneConfig::new("orders", "audit"), Idle)
         .start()
@@ -91,7 +91,7 @@ const MUTATIONS: [(&str, &str); 4] = [
 ];
 
 /// A dead letter in billing/audit, a lane no relay runs: its id.
-async fn dead_letter(store: &dyn OutboxStore) -> uuid::Uuid {
+async fn dead_letter(store: &Outbox) -> uuid::Uuid {
     use crate::store::{ClaimRequest, Nack, NackDisposition};
     let draft =
         crate::OutboxMessageDraft::new("billing", "audit", json!({"n": 1})).expect("a draft");
@@ -111,7 +111,7 @@ async fn dead_letter(store: &dyn OutboxStore) -> uuid::Uuid {
 }
 
 /// How many dead letters billing/audit holds.
-async fn dead_letters(store: &dyn OutboxStore) -> u64 {
+async fn dead_letters(store: &Outbox) -> u64 {
     let stats = store
         .stats(&crate::store::MessageFilter::lane("billing", "audit"))
         .await
@@ -129,7 +129,7 @@ async fn every_mutating_route_answers_401_without_the_token_and_changes_nothing(
         ))
         .await
         .expect("pause");
-    dead_letter(store.as_ref()).await;
+    dead_letter(&store).await;
     for (path, body) in MUTATIONS {
         for authorization in [
             None,
@@ -150,7 +150,7 @@ async fn every_mutating_route_answers_401_without_the_token_and_changes_nothing(
     assert_eq!(pauses.len(), 1);
     assert_eq!(pauses[0].paused_by, "setup", "a refused pause replaced it");
     assert_eq!(
-        dead_letters(store.as_ref()).await,
+        dead_letters(&store).await,
         1,
         "a refused requeue or discard acted"
     );
@@ -308,8 +308,8 @@ async fn the_api_answers_503_until_the_relay_runs_and_groups_can_be_turned_off()
 async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_filter() {
     let (router, relay, store) = serving(with_token()).await;
     let bearer = format!("Bearer {TOKEN}");
-    let dead = dead_letter(store.as_ref()).await;
-    dead_letter(store.as_ref()).await;
+    let dead = dead_letter(&store).await;
+    dead_letter(&store).await;
 
     let (status, page) = call(
         &router,
@@ -371,7 +371,7 @@ async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_
         answer,
         json!({"action": "requeue", "dry_run": true, "count": 2})
     );
-    assert_eq!(dead_letters(store.as_ref()).await, 2);
+    assert_eq!(dead_letters(&store).await, 2);
     let body = format!(r#"{{"ids": ["{dead}"]}}"#);
     let (_, answer) = call(
         &router,
@@ -382,7 +382,7 @@ async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_
     )
     .await;
     assert_eq!(answer["count"], 1, "{answer}");
-    assert_eq!(dead_letters(store.as_ref()).await, 1);
+    assert_eq!(dead_letters(&store).await, 1);
     // A bulk action with no filter at all is refused.
     let (status, answer) = call(
         &router,
@@ -405,6 +405,6 @@ async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_
     )
     .await;
     assert_eq!(answer["count"], 1, "{answer}");
-    assert_eq!(dead_letters(store.as_ref()).await, 0);
+    assert_eq!(dead_letters(&store).await, 0);
     relay.shutdown(WAIT).await.expect("shutdown");
 }

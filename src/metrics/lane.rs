@@ -2,12 +2,36 @@
 //! handling is written once.
 
 use std::fmt;
-use std::time::Duration;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use metrics::{Counter, Gauge, Histogram, Label};
 
 use super::*;
-use crate::store::LaneStats;
+use crate::store::{LaneStats, StoreOp};
+
+/// The store calls a lane makes: the `op` values of its `outbox_store_errors_total`, each
+/// registered at the lane's start.
+const LANE_OPS: [StoreOp; 8] = [
+    StoreOp::Enqueue,
+    StoreOp::Claim,
+    StoreOp::Ack,
+    StoreOp::Nack,
+    StoreOp::ExtendLease,
+    StoreOp::Release,
+    StoreOp::NextDue,
+    StoreOp::Stats,
+];
+
+/// Where `op` stands in [`LANE_OPS`]; anything else counts as the call it stands in for,
+/// so no lane series appears that was not registered at the lane's start.
+fn lane_op_index(op: StoreOp) -> usize {
+    LANE_OPS.iter().position(|&o| o == op).unwrap_or(match op {
+        StoreOp::AckAndClaim => 2,
+        _ => 1,
+    })
+}
 
 /// The metrics of one (lane, target), with every handle registered up front.
 ///
@@ -22,7 +46,9 @@ use crate::store::LaneStats;
 ///
 /// ```
 /// use std::time::Duration;
-/// use outbox_relay::metrics::{FailureKind, LaneMetrics, LaneState};
+/// use outbox_relay::delivery::FailureKind;
+/// use outbox_relay::metrics::LaneMetrics;
+/// use outbox_relay::relay::LaneState;
 ///
 /// let metrics = LaneMetrics::new("orders", "webhook");
 /// metrics.lane_state(LaneState::Running);
@@ -46,7 +72,8 @@ pub struct LaneMetrics {
     retry_after_clamped: Counter,
     redeliveries: Counter,
     restarts: Counter,
-    store_errors: [Counter; StoreOp::ALL.len()],
+    store_errors: [Counter; LANE_OPS.len()],
+    store_calls: StoreCallTimer,
     delivery_duration: Histogram,
     end_to_end_latency: Histogram,
     claim_batch_size: Histogram,
@@ -98,9 +125,13 @@ impl LaneMetrics {
             redeliveries: counter(REDELIVERIES_TOTAL),
             restarts: counter(RELAY_RESTARTS_TOTAL),
             store_errors: std::array::from_fn(|i| {
-                let op = StoreOp::ALL[i].as_str();
+                let op = LANE_OPS[i].as_str();
                 metrics::counter!(STORE_ERRORS_TOTAL, with(LABEL_OP, op))
             }),
+            store_calls: StoreCallTimer(Arc::new(std::array::from_fn(|i| {
+                let op = LANE_OPS[i].as_str();
+                metrics::histogram!(STORE_CALL_DURATION_SECONDS, with(LABEL_OP, op))
+            }))),
             delivery_duration: histogram(DELIVERY_DURATION_SECONDS),
             end_to_end_latency: histogram(END_TO_END_LATENCY_SECONDS),
             claim_batch_size: histogram(CLAIM_BATCH_SIZE),
@@ -203,7 +234,18 @@ impl LaneMetrics {
 
     /// A store call failed.
     pub fn store_error(&self, op: StoreOp) {
-        self.store_errors[op.index()].increment(1);
+        self.store_errors[lane_op_index(op)].increment(1);
+    }
+
+    /// A store call `op` took `elapsed`, whether it succeeded or not.
+    pub fn store_call(&self, op: StoreOp, elapsed: Duration) {
+        self.store_calls.record(op, elapsed);
+    }
+
+    /// A cheap handle that records store call durations into these metrics, for a store
+    /// call that runs off the lane's actor.
+    pub fn store_call_timer(&self) -> StoreCallTimer {
+        self.store_calls.clone()
     }
 
     /// The lane's circuit breaker is now in `state` (1 for it, 0 for the others).
@@ -238,6 +280,33 @@ impl LaneMetrics {
         for (index, gauge) in self.lane_state.iter().enumerate() {
             gauge.set(if index == state.index() { 1.0 } else { 0.0 });
         }
+    }
+}
+
+/// Records how long a lane's store calls take into `outbox_store_call_duration_seconds{op}`
+/// of one (lane, target); a clone shares the histograms (one reference count, no label
+/// allocation).
+#[derive(Clone)]
+pub struct StoreCallTimer(Arc<[Histogram; LANE_OPS.len()]>);
+
+impl StoreCallTimer {
+    /// A store call `op` took `elapsed`.
+    pub fn record(&self, op: StoreOp, elapsed: Duration) {
+        self.0[lane_op_index(op)].record(elapsed);
+    }
+
+    /// Awaits `call` and records how long it took as `op`, success or error.
+    pub async fn time<T>(&self, op: StoreOp, call: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let answer = call.await;
+        self.record(op, started.elapsed());
+        answer
+    }
+}
+
+impl fmt::Debug for StoreCallTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreCallTimer").finish_non_exhaustive()
     }
 }
 
@@ -283,7 +352,7 @@ mod tests {
                 ALL.iter()
                     .map(|m| match m.name {
                         DELIVERY_FAILURES_TOTAL => FailureKind::ALL.len(),
-                        STORE_ERRORS_TOTAL => StoreOp::ALL.len(),
+                        STORE_ERRORS_TOTAL | STORE_CALL_DURATION_SECONDS => LANE_OPS.len(),
                         LANE_STATE => LaneState::ALL.len(),
                         BREAKER_STATE => BreakerState::ALL.len(),
                         THROTTLED_SECONDS => GateKind::ALL.len(),
@@ -441,7 +510,7 @@ mod tests {
 
     #[test]
     fn store_error_counts_by_op() {
-        for &op in StoreOp::ALL {
+        for &op in &LANE_OPS {
             let moved = moved_by(|m| m.store_error(op));
             let label = format!("op={op}");
             assert_eq!(
@@ -450,6 +519,55 @@ mod tests {
                 "{op}"
             );
         }
+    }
+
+    #[test]
+    fn store_call_records_its_duration_by_op() {
+        for &op in StoreOp::ALL {
+            let moved = moved_by(|m| {
+                m.store_call(op, Duration::from_micros(150));
+                m.store_call_timer().record(op, Duration::from_secs(3));
+            });
+            let label = format!("op={op}");
+            assert_eq!(
+                moved,
+                labelled(&[(
+                    STORE_CALL_DURATION_SECONDS,
+                    &label,
+                    Moved::Histogram(vec![0.00015, 3.0])
+                )]),
+                "{op}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_timer_measures_the_call_it_awaits() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let timer = metrics::with_local_recorder(&recorder, || {
+            LaneMetrics::new("orders", "webhook").store_call_timer()
+        });
+        let answer = timer
+            .time(StoreOp::Claim, async {
+                std::thread::sleep(Duration::from_millis(20));
+                7
+            })
+            .await;
+        assert_eq!(answer, 7);
+        let recorded = snapshot(&snapshotter, true).remove(&(
+            STORE_CALL_DURATION_SECONDS.to_owned(),
+            "op=claim".to_owned(),
+        ));
+        let Some(Moved::Histogram(seconds)) = recorded else {
+            panic!("no claim duration recorded: {recorded:?}")
+        };
+        assert_eq!(seconds.len(), 1);
+        assert!(
+            (0.02..5.0).contains(&seconds[0]),
+            "a 20 ms call recorded as {} s",
+            seconds[0]
+        );
     }
 
     #[test]

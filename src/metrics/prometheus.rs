@@ -14,5 +14,9 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(full(DELIVERY_DURATION_SECONDS), DELIVERY_DURATION_BUCKETS)?
         .set_buckets_for_metric(full(END_TO_END_LATENCY_SECONDS), END_TO_END_LATENCY_BUCKETS)?
         .set_buckets_for_metric(full(CLAIM_BATCH_SIZE), CLAIM_BATCH_SIZE_BUCKETS)?
+        .set_buckets_for_metric(
+            full(STORE_CALL_DURATION_SECONDS),
+            STORE_CALL_DURATION_BUCKETS,
+        )?
         .set_buckets_for_metric(full(THROTTLED_SECONDS), THROTTLED_BUCKETS)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::delivery::FailureKind;
-use crate::metrics::StoreOp;
+use crate::store::StoreOp;
 use crate::store::{NackOutcome, UnreadableRow};
 
 use super::{BreakerState, DrainReport, LaneKey, LaneState};

@@ -168,7 +168,7 @@ mod tests {
     use serde_json::json;
 
     use crate::relay::RelayEvent;
-    use crate::{InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore};
+    use crate::{InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay};
 
     use super::*;
 
@@ -191,7 +191,7 @@ mod tests {
     async fn each_delivery_runs_in_a_span_with_lane_target_id_attempt_and_outcome() {
         let (captured, _default) = crate::captured_log::capture_spans();
 
-        let store = Arc::new(InMemoryOutboxStore::new());
+        let store = Outbox::new(InMemoryOutboxStore::new());
         let relay = OutboxRelay::builder(store.clone())
             .lane(LaneConfig::new("orders", "audit"), Refuses)
             .start()

@@ -21,12 +21,12 @@ use tokio::time::Instant;
 
 use crate::config::LaneConfig;
 use crate::delivery::DeliveryHandler;
-use crate::metrics::{LaneMetrics, StoreOp};
+use crate::metrics::LaneMetrics;
 use crate::relay::handler::{DeliveryReport, HandlerActor, HandlerArgs, HandlerMsg};
 use crate::relay::observe;
 use crate::relay::{DrainReport, LaneCounters, LaneKey, RelayEvent};
 use crate::store::hand_off::{HandOffEvent, HandOffSink, Registration};
-use crate::store::{LaneStats, OrderingPolicy, OutboxStore, StoreError};
+use crate::store::{LaneStats, OrderingPolicy, Outbox, StoreError, StoreOp};
 
 mod calls;
 pub(crate) mod core;
@@ -76,7 +76,7 @@ impl TryFrom<LaneMsg> for DeliveryReport {
 
 pub(crate) struct LaneArgs {
     pub(crate) config: LaneConfig,
-    pub(crate) store: Arc<dyn OutboxStore>,
+    pub(crate) store: Outbox,
     pub(crate) handler: Arc<dyn DeliveryHandler>,
     pub(crate) counters: Arc<LaneCounters>,
     pub(crate) events: broadcast::Sender<RelayEvent>,
@@ -102,7 +102,7 @@ pub(crate) struct LaneShell {
     key: LaneKey,
     config: LaneConfig,
     core: LaneCore,
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     handler: Arc<dyn DeliveryHandler>,
     counters: Arc<LaneCounters>,
     events: broadcast::Sender<RelayEvent>,
@@ -364,7 +364,7 @@ impl Actor for LaneRelay {
         let breaker = state.core.breaker_state();
         state
             .metrics
-            .breaker_state(breaker.unwrap_or(crate::metrics::BreakerState::Closed));
+            .breaker_state(breaker.unwrap_or(crate::relay::BreakerState::Closed));
         state.counters.set_breaker(breaker);
         state.emit(RelayEvent::LaneStarted {
             lane: key,

@@ -3,18 +3,16 @@
 //! supervisor, which pauses or resumes the lanes through the same path as
 //! [`RelayHandle::pause`](super::RelayHandle::pause), kept apart from it.
 
-use std::sync::Arc;
-
 use ractor::ActorRef;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use super::supervisor::SupervisorMsg;
-use crate::store::{LanePause, OutboxStore, LANE_CONTROL_POLL};
+use crate::store::{LanePause, Outbox, LANE_CONTROL_POLL};
 
 /// The pauses in force when the relay starts: `None` when the store keeps no lane control
 /// (then no watcher runs). A store that cannot be reached now is asked again by the watcher.
-pub(super) async fn initial(store: &dyn OutboxStore) -> Option<Vec<LanePause>> {
+pub(super) async fn initial(store: &Outbox) -> Option<Vec<LanePause>> {
     match store.lane_pauses().await {
         Ok(pauses) => {
             for pause in &pauses {
@@ -42,7 +40,7 @@ pub(super) async fn initial(store: &dyn OutboxStore) -> Option<Vec<LanePause>> {
 /// Reads the pauses every [`LANE_CONTROL_POLL`] and tells `supervisor` of each change,
 /// starting from `known`. Ends when the supervisor stops or the store refuses for good.
 pub(super) fn watch(
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     supervisor: ActorRef<SupervisorMsg>,
     mut known: Vec<LanePause>,
 ) -> JoinHandle<()> {

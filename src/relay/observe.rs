@@ -35,7 +35,7 @@ pub(crate) fn record(metrics: &LaneMetrics, event: &RelayEvent) {
             match outcome {
                 // A retry scheduled by the nack: the failure counter above has it.
                 // `outbox_requeued_total` counts only dead letters an operator moves back,
-                // which `OutboxStore::requeue_dead_letters` records (`metrics::record_requeued`).
+                // which `Outbox::requeue_dead_letters` records (`metrics::record_requeued`).
                 NackOutcome::Requeued => {}
                 NackOutcome::DeadLettered => metrics.dead_lettered(1),
                 NackOutcome::LostClaim => metrics.lost_claims(1),

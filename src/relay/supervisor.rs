@@ -22,7 +22,7 @@ use crate::relay::{
     DrainReport, GateStatus, LaneCounters, LaneKey, LaneState, LaneStatus, RelayError, RelayEvent,
     ShutdownReport,
 };
-use crate::store::{LanePause, OutboxStore};
+use crate::store::{LanePause, Outbox};
 
 mod fleet;
 
@@ -64,7 +64,7 @@ fn release_reserve(timeout: Duration) -> Duration {
 }
 
 pub(crate) struct SupervisorArgs {
-    pub(crate) store: Arc<dyn OutboxStore>,
+    pub(crate) store: Outbox,
     pub(crate) config: SupervisorConfig,
     pub(crate) lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
     pub(crate) events: broadcast::Sender<RelayEvent>,
@@ -96,7 +96,7 @@ struct LaneEntry {
 }
 
 pub(crate) struct SupervisorState {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     config: SupervisorConfig,
     events: broadcast::Sender<RelayEvent>,
     lanes: BTreeMap<LaneKey, LaneEntry>,

@@ -23,6 +23,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
+use crate::store::StoreOp;
 use crate::store::{ClaimRef, LaneStats, Nack, NackDisposition, OrderingPolicy};
 
 /// What a store call was, as far as the checker needs to know.
@@ -153,7 +154,7 @@ impl Checker {
         match call {
             Call::Ack(claims) => {
                 for claim in self.deciding(claims.iter()) {
-                    self.settle(claim, now, after, "ack", |before, row, checker| {
+                    self.settle(claim, now, after, StoreOp::Ack, |before, row, checker| {
                         if row.status != OutboxStatus::Delivered {
                             return Some(format!("a current ack left it {:?}", row.status));
                         }
@@ -165,7 +166,7 @@ impl Checker {
             Call::Nack(nacks) => {
                 let deciding = self.deciding(nacks.iter().map(|n| &n.claim));
                 for nack in nacks.iter().filter(|n| deciding.contains(&&n.claim)) {
-                    self.settle(&nack.claim, now, after, "nack", |before, row, _| {
+                    self.settle(&nack.claim, now, after, StoreOp::Nack, |before, row, _| {
                         let dead_due = nack.disposition == NackDisposition::Permanent
                             || before.attempt_count >= before.max_attempts;
                         match (row.status, nack.disposition) {
@@ -188,7 +189,7 @@ impl Checker {
             }
             Call::Extend(claims, lease) => {
                 for claim in self.deciding(claims.iter()) {
-                    self.settle(claim, now, after, "extension", |before, row, _| {
+                    self.settle(claim, now, after, StoreOp::ExtendLease, |before, row, _| {
                         (row.status != OutboxStatus::Claimed
                             || row.claim_token != before.claim_token
                             || row.lease_expires_at != Some(now.saturating_add(lease)))
@@ -198,7 +199,7 @@ impl Checker {
             }
             Call::Release(claims) => {
                 for claim in self.deciding(claims.iter()) {
-                    self.settle(claim, now, after, "release", |before, row, _| {
+                    self.settle(claim, now, after, StoreOp::Release, |before, row, _| {
                         (row.status != OutboxStatus::Pending
                             || row.attempt_count + 1 != before.attempt_count)
                             .then(|| "a current release did not hand the row back".to_owned())
@@ -238,7 +239,7 @@ impl Checker {
         claim: &ClaimRef,
         now: UnixMillis,
         after: &HashMap<Uuid, OutboxMessage>,
-        op: &str,
+        op: StoreOp,
         check: impl FnOnce(&OutboxMessage, &OutboxMessage, &Self) -> Option<String>,
     ) {
         let id = claim.outbox_id;

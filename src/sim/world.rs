@@ -20,7 +20,7 @@ use crate::relay::handler::DeliveryFailure;
 use crate::relay::lane::core::{Command, Input, Slot, StoreAnswer, StoreCall};
 use crate::relay::RelayEvent;
 use crate::store::memory::InMemoryOutboxStore;
-use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, OutboxStore};
+use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, Outbox, OutboxBackend};
 
 mod calls;
 mod faults;
@@ -333,7 +333,7 @@ impl<'p> World<'p> {
         self.clock.set(self.store_now());
         // A dedupe key reused with another payload is a conflict: nothing is written,
         // which the checker's row count sees.
-        if let Ok(enqueued) = ready(self.store.enqueue(draft)) {
+        if let Ok(enqueued) = ready(Outbox::from_arc(self.store.clone()).enqueue(draft)) {
             self.check.enqueued(&enqueued.message, enqueued.duplicate);
         }
         self.look_for_wakeups();
@@ -449,7 +449,7 @@ impl<'p> World<'p> {
             }
             Command::Throttled { gate, duration } => {
                 self.tally.throttled += duration;
-                if matches!(gate, crate::metrics::GateKind::RateLimit) {
+                if matches!(gate, crate::relay::GateKind::RateLimit) {
                     self.tally.rate_limited += duration;
                 }
                 return;
@@ -457,11 +457,11 @@ impl<'p> World<'p> {
             Command::Emit(RelayEvent::BreakerChanged { state, .. }) => {
                 let since = self.tally.breaker_open_since;
                 match (state, since) {
-                    (crate::metrics::BreakerState::Closed, Some(since)) => {
+                    (crate::relay::BreakerState::Closed, Some(since)) => {
                         self.tally.breaker_open += self.now.saturating_sub(since);
                         self.tally.breaker_open_since = None;
                     }
-                    (crate::metrics::BreakerState::Closed, None) => {}
+                    (crate::relay::BreakerState::Closed, None) => {}
                     (_, None) => self.tally.breaker_open_since = Some(self.now),
                     (_, Some(_)) => {}
                 }

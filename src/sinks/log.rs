@@ -219,9 +219,9 @@ mod tests {
     }
 
     async fn stored_message() -> OutboxMessage {
-        use crate::store::{ClaimRequest, OutboxStore};
+        use crate::store::{ClaimRequest, Outbox};
         use crate::{InMemoryOutboxStore, OutboxMessageDraft};
-        let store = InMemoryOutboxStore::new();
+        let store = Outbox::new(InMemoryOutboxStore::new());
         let draft = OutboxMessageDraft::new("orders", "billing", serde_json::json!({"id": 7}))
             .unwrap()
             .with_ordering_key("c-42")

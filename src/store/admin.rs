@@ -23,7 +23,7 @@ pub struct MessageFilter {
     pub ids: Vec<Uuid>,
 }
 
-/// What [`OutboxStore::purge`](super::OutboxStore::purge) deletes: finished messages older than
+/// What [`Outbox::purge`](super::Outbox::purge) deletes: finished messages older than
 /// their status's age.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PurgeRequest {
@@ -69,7 +69,7 @@ impl PurgeRequest {
         }
     }
 
-    /// Counts instead of deleting: [`OutboxStore::purge`](super::OutboxStore::purge) returns how
+    /// Counts instead of deleting: [`Outbox::purge`](super::Outbox::purge) returns how
     /// many would go.
     pub fn dry_run(mut self) -> Self {
         self.dry_run = true;
@@ -146,7 +146,7 @@ impl MessageFilter {
     }
 }
 
-/// A page request for [`OutboxStore::list`](super::OutboxStore::list): messages in enqueue order
+/// A page request for [`Outbox::list`](super::Outbox::list): messages in enqueue order
 /// after a cursor.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PageRequest {

@@ -4,25 +4,44 @@
 //! messages it already holds; the plan turns its answers back into one per draft asked.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use uuid::Uuid;
 
 use crate::message::{DraftLimits, OutboxMessageDraft};
+use crate::store::StoreOp;
 use crate::store::{Enqueued, StoreError};
 
-/// Drafts ready for a backend to write (see [`OutboxStore::write_drafts`]): each one valid
-/// under the store's [`DraftLimits`], carrying the caller's trace context, and no two with
-/// the same dedupe key in one (lane, target).
+/// Drafts ready for a backend to write (see [`OutboxBackend::write_drafts`]): each one
+/// valid under the backend's [`DraftLimits`], carrying the caller's trace context, and no
+/// two with the same dedupe key in one (lane, target).
 ///
-/// Only the crate makes one, in [`OutboxStore::enqueue_many`] and the stores' transaction
-/// APIs, so a backend's write is reached only through a path that also counts what it
-/// wrote in `outbox_enqueued_total`.
+/// Only the crate makes one, in [`Outbox::enqueue_many`] and the transactions a caller
+/// holds, so a backend's write is reached only through a path that also reports it to the
+/// outbox's hooks.
 ///
-/// [`OutboxStore::write_drafts`]: crate::store::OutboxStore::write_drafts
-/// [`OutboxStore::enqueue_many`]: crate::store::OutboxStore::enqueue_many
+/// [`OutboxBackend::write_drafts`]: crate::store::OutboxBackend::write_drafts
+/// [`Outbox::enqueue_many`]: crate::store::Outbox::enqueue_many
 #[derive(Debug, Clone, PartialEq)]
 pub struct DraftBatch {
     drafts: Vec<OutboxMessageDraft>,
+    /// Per draft, the claim to write it with; empty when none is.
+    pre_claims: Vec<Option<PreClaim>>,
+}
+
+/// A claim a draft is written with, so it goes in `claimed` rather than `pending`: the
+/// hand-off of a draft to an idle lane of this process (`store::hand_off`). Only a backend
+/// that says [`Capabilities::pre_claim`](crate::store::Capabilities::pre_claim) is given
+/// one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreClaim {
+    /// Written to `claimed_by`.
+    pub consumer_id: String,
+    /// The lease, from the write's own clock.
+    pub lease: Duration,
+    /// The fresh claim token. A draft that went in fresh answers it as its
+    /// `claim_token`; a duplicate answers what it holds.
+    pub claim_token: Uuid,
 }
 
 impl DraftBatch {
@@ -34,6 +53,17 @@ impl DraftBatch {
     /// The drafts, owned.
     pub fn into_drafts(self) -> Vec<OutboxMessageDraft> {
         self.drafts
+    }
+
+    /// The claim draft `index` is to be written with, if any (see [`PreClaim`]).
+    pub fn pre_claim(&self, index: usize) -> Option<&PreClaim> {
+        self.pre_claims.get(index).and_then(Option::as_ref)
+    }
+
+    /// Sets the claims, one per draft.
+    pub(crate) fn set_pre_claims(&mut self, pre_claims: Vec<Option<PreClaim>>) {
+        debug_assert_eq!(pre_claims.len(), self.drafts.len());
+        self.pre_claims = pre_claims;
     }
 
     /// How many drafts there are to write.
@@ -93,7 +123,13 @@ pub(crate) fn plan(
         batch.push(draft);
     }
     crate::trace_context::capture(&mut batch);
-    Ok((DraftBatch { drafts: batch }, EnqueuePlan { slots }))
+    Ok((
+        DraftBatch {
+            drafts: batch,
+            pre_claims: Vec::new(),
+        },
+        EnqueuePlan { slots },
+    ))
 }
 
 impl EnqueuePlan {
@@ -103,7 +139,7 @@ impl EnqueuePlan {
         let expected = self.slots.iter().filter(|(_, repeat)| !repeat).count();
         if written.len() != expected {
             return Err(StoreError::database(
-                "enqueue",
+                StoreOp::Enqueue,
                 format!("the store answered {} of {expected} drafts", written.len()),
             ));
         }

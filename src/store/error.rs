@@ -5,6 +5,7 @@ use uuid::Uuid;
 
 use crate::delivery::BoxError;
 use crate::message::ValidationError;
+use crate::store::StoreOp;
 
 /// What can go wrong in a store call.
 #[derive(Debug, thiserror::Error)]
@@ -29,8 +30,8 @@ pub enum StoreError {
     /// out). Retryable: nothing was half written.
     #[error("store unavailable: {op}: {source}")]
     Unavailable {
-        /// The store operation that failed (`claim`, `ack`, `enqueue`, …).
-        op: String,
+        /// The store operation that failed.
+        op: StoreOp,
         /// The driver's error (a `sqlx::Error` for the SQL stores).
         #[source]
         source: BoxError,
@@ -40,7 +41,7 @@ pub enum StoreError {
     #[error("store refused: {op}: {source} (permissions, a read-only database or a missing schema: retrying cannot help)")]
     Denied {
         /// The store operation that failed.
-        op: String,
+        op: StoreOp,
         /// The driver's error.
         #[source]
         source: BoxError,
@@ -49,10 +50,19 @@ pub enum StoreError {
     #[error("store error: {op}: {source}")]
     Database {
         /// The store operation that failed.
-        op: String,
+        op: StoreOp,
         /// The driver's error; [`StoreError::sqlstate`] reads its code.
         #[source]
         source: BoxError,
+    },
+    /// The backend does not offer this operation (a caller's transaction on a backend
+    /// without [`Capabilities::user_transactions`](crate::store::Capabilities)).
+    #[error("unsupported: {op}: {what}")]
+    Unsupported {
+        /// The store operation asked for.
+        op: StoreOp,
+        /// What was asked, and why it cannot be done.
+        what: String,
     },
     /// A stored row could not be read back into a message.
     #[error("corrupt row {id}: {reason}")]
@@ -66,25 +76,25 @@ pub enum StoreError {
 
 impl StoreError {
     /// [`StoreError::Unavailable`]: operation `op` could not reach the database.
-    pub fn unavailable(op: impl Into<String>, source: impl Into<BoxError>) -> Self {
+    pub fn unavailable(op: StoreOp, source: impl Into<BoxError>) -> Self {
         StoreError::Unavailable {
-            op: op.into(),
+            op,
             source: source.into(),
         }
     }
 
     /// [`StoreError::Denied`]: the database refuses operation `op` for good.
-    pub fn denied(op: impl Into<String>, source: impl Into<BoxError>) -> Self {
+    pub fn denied(op: StoreOp, source: impl Into<BoxError>) -> Self {
         StoreError::Denied {
-            op: op.into(),
+            op,
             source: source.into(),
         }
     }
 
     /// [`StoreError::Database`]: operation `op` failed for another reason.
-    pub fn database(op: impl Into<String>, source: impl Into<BoxError>) -> Self {
+    pub fn database(op: StoreOp, source: impl Into<BoxError>) -> Self {
         StoreError::Database {
-            op: op.into(),
+            op,
             source: source.into(),
         }
     }
@@ -101,11 +111,11 @@ impl StoreError {
     }
 
     /// The store operation that failed, for the errors the database gave.
-    pub fn op(&self) -> Option<&str> {
+    pub fn op(&self) -> Option<StoreOp> {
         match self {
             StoreError::Unavailable { op, .. }
             | StoreError::Denied { op, .. }
-            | StoreError::Database { op, .. } => Some(op),
+            | StoreError::Database { op, .. } => Some(*op),
             _ => None,
         }
     }
@@ -155,9 +165,9 @@ mod tests {
     #[test]
     fn a_store_error_keeps_its_op_and_source_and_says_whether_to_retry() {
         let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        let unavailable = StoreError::unavailable("claim", io);
+        let unavailable = StoreError::unavailable(StoreOp::Claim, io);
         assert!(unavailable.is_retryable() && !unavailable.is_permanent());
-        assert_eq!(unavailable.op(), Some("claim"));
+        assert_eq!(unavailable.op(), Some(StoreOp::Claim));
         assert_eq!(
             unavailable.to_string(),
             "store unavailable: claim: connection refused"
@@ -169,11 +179,12 @@ mod tests {
         );
         assert_eq!(unavailable.sqlstate(), None);
 
-        let denied = StoreError::denied("ack", "permission denied for table outbox_messages");
+        let denied =
+            StoreError::denied(StoreOp::Ack, "permission denied for table outbox_messages");
         assert!(denied.is_permanent() && !denied.is_retryable());
-        let database = StoreError::database("nack", "no answer");
+        let database = StoreError::database(StoreOp::Nack, "no answer");
         assert!(!database.is_permanent() && !database.is_retryable());
-        assert_eq!(database.op(), Some("nack"));
+        assert_eq!(database.op(), Some(StoreOp::Nack));
         let validation = StoreError::from(ValidationError::new("lane", "is empty"));
         assert_eq!(validation.op(), None);
     }

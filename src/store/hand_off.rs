@@ -2,7 +2,7 @@
 //! NOTIFY round trip or a claim statement.
 //!
 //! A lane of a relay registers a [`Taker`] for its (lane, target) in the [`HandOff`]
-//! registry of the store object it runs on ([`OutboxStore::hand_off`]). While the lane is
+//! registry of the store object it runs on ([`Outbox::hand_off`]). While the lane is
 //! idle it grants the taker *credits*: how many messages it may be handed now. An enqueue
 //! through the same store object (a backend that supports it: PostgreSQL) takes a credit
 //! for an eligible draft (no ordering key, no delay, freshly inserted), writes the row
@@ -21,7 +21,7 @@
 //! lease extension. If the lane is gone by the time it arrives (stopped, crashed), the row
 //! stays claimed until its lease lapses and is then claimed again, by any relay.
 //!
-//! [`OutboxStore::hand_off`]: crate::store::OutboxStore::hand_off
+//! [`Outbox::hand_off`]: crate::store::Outbox::hand_off
 
 use std::collections::HashMap;
 use std::fmt;

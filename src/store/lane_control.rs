@@ -124,7 +124,7 @@ pub fn validate_lane(lane: &str, target: &str) -> Result<(), StoreError> {
 
 /// What a store without lane control answers (the trait's provided methods): refused for
 /// good, so a relay stops asking and says why once.
-pub(crate) fn unsupported(op: &'static str) -> StoreError {
+pub(crate) fn unsupported(op: super::StoreOp) -> StoreError {
     StoreError::denied(op, "this store keeps no lane control")
 }
 

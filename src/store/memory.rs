@@ -24,7 +24,7 @@ use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatu
 use crate::store::{
     ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued, LaneCount,
     LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue, OrderingPolicy,
-    OutboxStore, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
+    OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
     LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
 };
 
@@ -180,7 +180,7 @@ fn clear_claim(message: &mut OutboxMessage, now: UnixMillis) {
 }
 
 #[async_trait]
-impl OutboxStore for InMemoryOutboxStore {
+impl OutboxBackend for InMemoryOutboxStore {
     fn draft_limits(&self) -> DraftLimits {
         self.limits
     }

@@ -1,6 +1,6 @@
 //! `PostgresOutboxStore`: the production store (feature `postgres`).
 //!
-//! - **In the caller's transaction.** [`PostgresOutboxStore::enqueue_in_tx`] writes the
+//! - **In the caller's transaction.** `Outbox::enqueue_in_tx` writes the
 //!   outbox row with the service's business rows: both commit or neither does.
 //! - **Many relays, one database.** A claim is one statement that commits at once,
 //!   `FOR UPDATE SKIP LOCKED`, and enforces per-key order itself, so relays in different
@@ -23,24 +23,25 @@
 //!   [`PostgresConfig::session_options`] to get the same.
 //! - **Wake-ups.** Enqueue, release and requeue notify on a channel named after the schema
 //!   and prefix; PostgreSQL coalesces them to one per transaction and lane. Each store
-//!   listens on a connection of its own and forwards them to [`OutboxStore::subscribe`].
-//! - **Local hand-off.** [`OutboxStore::hand_off`] answers this store object's registry
-//!   ([`crate::store::hand_off`]): an enqueue through it (`enqueue`, `enqueue_many`, not
-//!   [`PostgresOutboxStore::enqueue_in_tx`], whose commit is the caller's) writes a draft
-//!   without ordering key or delay claimed by an idle lane of a relay running on this same
-//!   object, when that lane has a credit, and hands it over after the commit, without a
-//!   NOTIFY. Its [`Enqueued`] answer then shows the message `claimed`.
+//!   listens on a connection of its own and forwards them to [`OutboxBackend::subscribe`].
+//! - **Local hand-off.** The store writes a draft with a pre-claim already claimed
+//!   ([`Capabilities::pre_claim`]), so an [`Outbox`](crate::store::Outbox) over it hands
+//!   what it enqueues (`enqueue`, `enqueue_many`, not `enqueue_in_tx`, whose commit is the
+//!   caller's) to an idle lane of a relay running on the same outbox, when that lane has a
+//!   credit ([`crate::store::hand_off`]), after the commit, without a NOTIFY. Its
+//!   [`Enqueued`] answer then shows the message `claimed`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use outbox_relay::store::postgres::PostgresOutboxStore;
-//! use outbox_relay::OutboxMessageDraft;
+//! use outbox_relay::{Outbox, OutboxMessageDraft};
 //!
 //! let store = PostgresOutboxStore::connect("postgres://app@localhost/app").await?;
 //! let mut tx = store.pool().begin().await?;
+//! let outbox = Outbox::new(store).with_hook(outbox_relay::metrics::StoreMetrics);
 //! // ... the service's own INSERTs and UPDATEs on `tx` ...
 //! let draft = OutboxMessageDraft::new("orders", "billing", serde_json::json!({"id": 7}))?;
-//! store.enqueue_in_tx(&mut tx, draft).await?;
+//! outbox.enqueue_in_tx(&mut tx, draft).await?;
 //! tx.commit().await?;
 //! # Ok(()) }
 //! ```
@@ -75,11 +76,11 @@ use uuid::Uuid;
 pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
 use crate::message::{DraftLimits, OutboxMessage, UnixMillis};
-use crate::store::hand_off::HandOff;
+use crate::store::StoreOp;
 use crate::store::{
-    duration_millis, AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, NextDue,
-    OrderingPolicy, OutboxStore, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
+    duration_millis, AckAndClaim, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest,
+    Clock, DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, NextDue,
+    OrderingPolicy, OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
     WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{
@@ -126,8 +127,6 @@ pub struct PostgresOutboxStore {
     /// Whether the database has this build's cycle function (`cycle.rs`).
     cycle_ready: AtomicBool,
     wakeups: broadcast::Sender<WakeUp>,
-    /// The lanes of this process that take what it enqueues (`store::hand_off`).
-    hand_off: Arc<HandOff>,
     _listener: listener::ListenerGuard,
 }
 
@@ -144,7 +143,7 @@ impl PostgresOutboxStore {
         let pool = config::pool_options(config.acquire_timeout)
             .connect_with(config.connect_options(url)?)
             .await
-            .map_err(|e| db_error("connect", e))?;
+            .map_err(|e| db_error(StoreOp::Connect, e))?;
         let store = Self::new(pool, config).await?;
         store.migrate().await?;
         Ok(store)
@@ -156,7 +155,14 @@ impl PostgresOutboxStore {
     pub async fn new(pool: PgPool, config: PostgresConfig) -> Result<Self, StoreError> {
         let names = Names::new(&config.schema, &config.table_prefix)?;
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
-        let listener = listener::start(&pool, names.channel.clone(), wakeups.clone()).await?;
+        let listen_options = config.listen_options()?;
+        let listener = listener::start(
+            &pool,
+            listen_options,
+            names.channel.clone(),
+            wakeups.clone(),
+        )
+        .await?;
         let sql = Statements::new(&names, !config.synchronous_commit);
         let sweep_sql = sweep::SweepSql::new(&names);
         let cycle_ready = schema::function_exists(&pool, &sql.cycle_name).await?;
@@ -178,7 +184,6 @@ impl PostgresOutboxStore {
             limits: config.limits,
             clock: config.clock,
             wakeups,
-            hand_off: Arc::default(),
             _listener: listener,
         })
     }
@@ -206,7 +211,50 @@ impl PostgresOutboxStore {
         schema::latest_version()
     }
 
-    /// The pool, e.g. to begin the transaction passed to [`Self::enqueue_in_tx`].
+    /// The SQL of the migrations after version `from` up to version `to`, for `config`'s
+    /// schema and table prefix: what [`Self::migrate`] runs, for a DBA to read or to run
+    /// with their own tool. Each migration is a transaction of its own that records its
+    /// version (first, so running it twice fails at once, changing nothing), under
+    /// `config`'s migration lock and statement timeouts; its header says what it locks on a
+    /// table with rows and how to run it online. `to` is at most
+    /// [`Self::latest_schema_version`]; an empty range gives an empty text.
+    ///
+    /// ```
+    /// use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
+    /// let sql = PostgresOutboxStore::migration_sql(&PostgresConfig::default(), 0, 1)?;
+    /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"public\".\"outbox_messages\""));
+    /// assert!(sql.contains("SET LOCAL lock_timeout = 5000"));
+    /// # Ok::<(), outbox_relay::ValidationError>(())
+    /// ```
+    pub fn migration_sql(
+        config: &PostgresConfig,
+        from: i32,
+        to: i32,
+    ) -> Result<String, crate::message::ValidationError> {
+        use crate::message::ValidationError;
+        config.validate()?;
+        let latest = schema::latest_version();
+        if !(0..=latest).contains(&from) {
+            return Err(ValidationError::new(
+                "from",
+                format!("is {from}; this build knows versions 0 to {latest}"),
+            ));
+        }
+        if !(from..=latest).contains(&to) {
+            return Err(ValidationError::new(
+                "to",
+                format!("is {to}; it must be between from ({from}) and {latest}, the latest this build knows"),
+            ));
+        }
+        let names = Names::new(&config.schema, &config.table_prefix)?;
+        let timeouts = schema::MigrationTimeouts {
+            lock: config.migration_lock_timeout,
+            statement: config.migration_statement_timeout,
+        };
+        Ok(schema::script(&names, timeouts, from, to))
+    }
+
+    /// The pool, e.g. to begin the transaction passed to `Outbox::enqueue_in_tx`.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -239,13 +287,13 @@ impl PostgresOutboxStore {
         &self.names.channel
     }
 
-    async fn begin(&self, op: &str) -> Result<Transaction<'static, Postgres>, StoreError> {
+    async fn begin(&self, op: StoreOp) -> Result<Transaction<'static, Postgres>, StoreError> {
         self.pool.begin().await.map_err(|e| db_error(op, e))
     }
 
     /// A transaction of the relay's own (claim, ack, nack): see
     /// [`PostgresConfig::synchronous_commit`].
-    async fn relay_begin(&self, op: &str) -> Result<Transaction<'static, Postgres>, StoreError> {
+    async fn relay_begin(&self, op: StoreOp) -> Result<Transaction<'static, Postgres>, StoreError> {
         self.pool
             .begin_with(self.relay_begin_sql)
             .await
@@ -263,9 +311,9 @@ impl PostgresOutboxStore {
 
     /// The full claim, which dead-letters lapsed last attempts, in a transaction of its own.
     async fn claim_dead_lettering(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        let mut tx = self.relay_begin("claim").await?;
+        let mut tx = self.relay_begin(StoreOp::Claim).await?;
         let batch = self.claim_in(&mut tx, request).await?;
-        tx.commit().await.map_err(|e| db_error("claim", e))?;
+        tx.commit().await.map_err(|e| db_error(StoreOp::Claim, e))?;
         Ok(batch)
     }
 
@@ -277,7 +325,7 @@ impl PostgresOutboxStore {
         self.ack(acks).await
     }
 
-    async fn conn(&self, op: &str) -> Result<PoolConnection<Postgres>, StoreError> {
+    async fn conn(&self, op: StoreOp) -> Result<PoolConnection<Postgres>, StoreError> {
         self.pool.acquire().await.map_err(|e| db_error(op, e))
     }
 
@@ -296,13 +344,21 @@ fn to_i64(n: usize) -> i64 {
 }
 
 #[async_trait]
-impl OutboxStore for PostgresOutboxStore {
+impl OutboxBackend for PostgresOutboxStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .with_listen()
+            .with_ack_and_claim()
+            .with_user_transactions()
+            .with_pre_claim()
+    }
+
     fn draft_limits(&self) -> DraftLimits {
         self.limits
     }
 
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        self.write_handing_off(drafts).await
+        self.write_pooled(drafts).await
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
@@ -331,9 +387,9 @@ impl OutboxStore for PostgresOutboxStore {
     }
 
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let mut tx = self.relay_begin("ack").await?;
+        let mut tx = self.relay_begin(StoreOp::Ack).await?;
         let outcomes = self.ack_in(&mut tx, claims).await?;
-        tx.commit().await.map_err(|e| db_error("ack", e))?;
+        tx.commit().await.map_err(|e| db_error(StoreOp::Ack, e))?;
         self.retired_acks(&outcomes);
         Ok(outcomes)
     }
@@ -370,7 +426,7 @@ impl OutboxStore for PostgresOutboxStore {
         // One transaction, so one commit, and the claim sees the acks (an acked head's
         // successor is claimable at once). If the claim fails, the transaction rolls back
         // and the acks are made alone.
-        let op = "ack_and_claim";
+        let op = StoreOp::AckAndClaim;
         let mut tx = self.relay_begin(op).await?;
         let acked = if acks.is_empty() {
             Vec::new()
@@ -404,7 +460,7 @@ impl OutboxStore for PostgresOutboxStore {
         claims: &[ClaimRef],
         lease: Duration,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let op = "extend_lease";
+        let op = StoreOp::ExtendLease;
         let batch = FencedBatch::new(claims);
         let mut conn = self.conn(op).await?;
         let rows = self
@@ -418,13 +474,17 @@ impl OutboxStore for PostgresOutboxStore {
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         let batch = FencedBatch::new(claims);
         let channel = self.names.channel.clone();
-        let mut conn = self.conn("release").await?;
+        let mut conn = self.conn(StoreOp::Release).await?;
         let rows = self
-            .fenced(&mut conn, "release", &self.sql.release, &batch, |q| {
-                q.bind(channel)
-            })
+            .fenced(
+                &mut conn,
+                StoreOp::Release,
+                &self.sql.release,
+                &batch,
+                |q| q.bind(channel),
+            )
             .await?;
-        Ok(batch.outcomes(&FencedBatch::applied(&rows, "release")?, false))
+        Ok(batch.outcomes(&FencedBatch::applied(&rows, StoreOp::Release)?, false))
     }
 
     async fn next_due(
@@ -486,9 +546,5 @@ impl OutboxStore for PostgresOutboxStore {
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         self.wakeups.subscribe()
-    }
-
-    fn hand_off(&self) -> Option<Arc<HandOff>> {
-        Some(self.hand_off.clone())
     }
 }

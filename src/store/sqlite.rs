@@ -21,7 +21,7 @@
 //! # Durability
 //!
 //! A message is as durable as its enqueue: enqueues (and a caller's own transaction,
-//! [`SqliteOutboxStore::begin`]) commit with `synchronous = FULL`, so a message whose
+//! [`Outbox::begin`](crate::store::Outbox::begin)) commit with `synchronous = FULL`, so a message whose
 //! enqueue returned survives a power cut, not just a process crash. Operators' requeue,
 //! discard and purge commit the same way.
 //!
@@ -53,10 +53,11 @@ use tokio::sync::{broadcast, Mutex, MutexGuard};
 use uuid::Uuid;
 
 use crate::message::{DraftLimits, OutboxMessage};
+use crate::store::StoreOp;
 use crate::store::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued,
-    LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxStore, Page,
-    PageRequest, PurgeRequest, StoreError, WakeUp,
+    AckAndClaim, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch,
+    Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
+    OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
 };
 
 mod builder;
@@ -104,6 +105,47 @@ pub struct SqliteOutboxStore {
 }
 
 impl SqliteOutboxStore {
+    /// The newest schema version this build of the crate migrates a file to.
+    pub fn latest_schema_version() -> i64 {
+        schema::latest_version()
+    }
+
+    /// The SQL of the migrations after version `from` up to version `to`, for the table
+    /// prefix `prefix`: the statements [`Self::open`] runs, for a DBA to read or run with
+    /// their own tool. Each migration is a transaction of its own that records its version
+    /// first (running it twice fails at once, changing nothing). `to` is at most
+    /// [`Self::latest_schema_version`]; an empty range gives an empty text.
+    ///
+    /// ```
+    /// use outbox_relay::store::sqlite::SqliteOutboxStore;
+    /// let sql = SqliteOutboxStore::migration_sql("", 0, 1)?;
+    /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS outbox ("));
+    /// # Ok::<(), outbox_relay::ValidationError>(())
+    /// ```
+    pub fn migration_sql(
+        prefix: &str,
+        from: i64,
+        to: i64,
+    ) -> Result<String, crate::message::ValidationError> {
+        use crate::message::ValidationError;
+        schema::validate_table_prefix(prefix)?;
+        let latest = schema::latest_version();
+        if !(0..=latest).contains(&from) {
+            return Err(ValidationError::new(
+                "from",
+                format!("is {from}; this build knows versions 0 to {latest}"),
+            ));
+        }
+        if !(from..=latest).contains(&to) {
+            return Err(ValidationError::new(
+                "to",
+                format!("is {to}; it must be between from ({from}) and {latest}, the latest this build knows"),
+            ));
+        }
+        let sql = Statements::new(prefix);
+        Ok(schema::script(&sql.table, &sql.migrations_table, from, to))
+    }
+
     /// Opens (creating if missing) the outbox in the file at `path`, with default settings.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::builder(path).open().await
@@ -133,7 +175,7 @@ impl SqliteOutboxStore {
     /// `commit`: whose transaction it is, which decides whether its commit syncs the WAL.
     async fn begin_write(
         &self,
-        op: &'static str,
+        op: StoreOp,
         commit: Commit,
     ) -> Result<(MutexGuard<'_, ()>, Transaction<'static, Sqlite>), StoreError> {
         let begin = begin_statement(commit, self.synchronous_commit);
@@ -169,7 +211,7 @@ impl SqliteOutboxStore {
         &self,
         tx: Transaction<'static, Sqlite>,
         result: Result<T, StoreError>,
-        op: &'static str,
+        op: StoreOp,
     ) -> Result<T, StoreError> {
         match result {
             Ok(value) => {
@@ -209,13 +251,19 @@ fn begin_statement(commit: Commit, synchronous_commit: bool) -> &'static str {
 }
 
 #[async_trait]
-impl OutboxStore for SqliteOutboxStore {
+impl OutboxBackend for SqliteOutboxStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+            .with_ack_and_claim()
+            .with_user_transactions()
+    }
+
     fn draft_limits(&self) -> DraftLimits {
         self.limits
     }
 
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        const OP: &str = "enqueue";
+        const OP: StoreOp = StoreOp::Enqueue;
         let mut woken = Woken::new();
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let now = self.clock.now_millis();
@@ -226,7 +274,7 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        const OP: &str = "claim";
+        const OP: StoreOp = StoreOp::Claim;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::claim(&self.sql, &mut tx, request, now).await;
@@ -234,7 +282,7 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        const OP: &str = "ack";
+        const OP: StoreOp = StoreOp::Ack;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::ack(&self.sql, &mut tx, claims, now).await;
@@ -249,7 +297,7 @@ impl OutboxStore for SqliteOutboxStore {
         acks: &[ClaimRef],
         request: &ClaimRequest,
     ) -> Result<AckAndClaim, StoreError> {
-        const OP: &str = "ack_and_claim";
+        const OP: StoreOp = StoreOp::AckAndClaim;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let acked = match write::ack(&self.sql, &mut tx, acks, now).await {
@@ -271,7 +319,7 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
-        const OP: &str = "nack";
+        const OP: StoreOp = StoreOp::Nack;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::nack(&self.sql, &mut tx, nacks, now).await;
@@ -283,7 +331,7 @@ impl OutboxStore for SqliteOutboxStore {
         claims: &[ClaimRef],
         lease: Duration,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        const OP: &str = "extend_lease";
+        const OP: StoreOp = StoreOp::ExtendLease;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
         let result = write::extend_lease(&self.sql, &mut tx, claims, lease, now).await;
@@ -291,7 +339,7 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        const OP: &str = "release";
+        const OP: StoreOp = StoreOp::Release;
         let mut woken = Woken::new();
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
@@ -328,7 +376,7 @@ impl OutboxStore for SqliteOutboxStore {
         &self,
         filter: &MessageFilter,
     ) -> Result<Vec<LaneCount>, StoreError> {
-        const OP: &str = "requeue_dead_letters";
+        const OP: StoreOp = StoreOp::RequeueDeadLetters;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let now = self.clock.now_millis();
         let result = write::requeue_dead_letters(&self.sql, &mut tx, filter, now).await;
@@ -338,14 +386,14 @@ impl OutboxStore for SqliteOutboxStore {
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        const OP: &str = "discard_dead_letters";
+        const OP: StoreOp = StoreOp::DiscardDeadLetters;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let result = write::discard_dead_letters(&self.sql, &mut tx, filter).await;
         self.finish(tx, result, OP).await
     }
 
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
-        const OP: &str = "purge";
+        const OP: StoreOp = StoreOp::Purge;
         let batch_size = request.batch_size.max(1);
         let mut purged = 0u64;
         for (status, older_than) in request.ages() {

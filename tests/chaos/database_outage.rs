@@ -12,8 +12,8 @@ use outbox_relay::relay::{LaneState, RelayEvent, RelayHandle};
 use outbox_relay::store::postgres::PostgresOutboxStore;
 use outbox_relay::store::WakeUp;
 use outbox_relay::{
-    DeliveryError, DeliveryHandler, LaneConfig, OutboxMessage, OutboxRelay, OutboxStatus,
-    OutboxStore, RetryPolicy,
+    DeliveryError, DeliveryHandler, LaneConfig, Outbox, OutboxMessage, OutboxRelay, OutboxStatus,
+    RetryPolicy,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::broadcast;
@@ -130,7 +130,7 @@ struct ProxiedRelay {
     handler: Arc<RecordingHandler>,
     relayed: Option<Arc<PostgresOutboxStore>>,
     proxy: TcpProxy,
-    direct: PostgresOutboxStore,
+    direct: Outbox,
     // Declared last, so dropped last: after every connection into it. Held for its drop.
     _schema: Schema,
 }
@@ -241,7 +241,7 @@ impl ProxiedRelay {
     /// relay's store.
     async fn assert_listener_hears(&self) {
         let relayed = self.relayed.as_ref().expect("the relay's store");
-        let mut wakeups = relayed.subscribe();
+        let mut wakeups = outbox_relay::store::OutboxBackend::subscribe(relayed.as_ref());
         let deadline = tokio::time::Instant::now() + DEADLINE;
         loop {
             enqueue(&self.direct, "probe", TARGET, 0..1, 1).await;

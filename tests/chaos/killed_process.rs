@@ -296,7 +296,7 @@ fn a_killed_relay_process_loses_nothing_and_keeps_per_key_order() {
                         "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
                     )
                     .bind(&victim_app)
-                    .fetch_one(store.pool()),
+                    .fetch_one(crate::pg(&store).pool()),
                 )
                 .expect("count sessions");
             (sessions == 0).then_some(())

@@ -5,11 +5,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use outbox_relay::{OutboxStore, SqliteOutboxStore};
+use outbox_relay::{Outbox, SqliteOutboxStore};
 
 use crate::killed_process::RelayProcess;
 use crate::{counts, direct_store, enqueue, postgres_url, wait_until, Schema, BIN};
@@ -86,7 +85,7 @@ fn stop_all(relays: Vec<RelayProcess>) {
 }
 
 /// Waits until `delivered` messages of the lane are delivered.
-fn wait_delivered(runtime: &tokio::runtime::Runtime, store: &dyn OutboxStore, delivered: u64) {
+fn wait_delivered(runtime: &tokio::runtime::Runtime, store: &Outbox, delivered: u64) {
     wait_until(
         &format!("{delivered} messages delivered"),
         || {
@@ -100,7 +99,7 @@ fn wait_delivered(runtime: &tokio::runtime::Runtime, store: &dyn OutboxStore, de
 /// Watches the paused lane for [`PAUSED_WINDOW`]: nothing of it may be claimed.
 fn assert_nothing_claimed(
     runtime: &tokio::runtime::Runtime,
-    store: &dyn OutboxStore,
+    store: &Outbox,
     pending: u64,
     delivered: u64,
     relays: &[RelayProcess],
@@ -127,7 +126,7 @@ fn assert_nothing_claimed(
 /// it) to enqueue and count.
 fn pause_holds_across_processes_and_restarts(
     runtime: &tokio::runtime::Runtime,
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     dir: &Path,
     database: &str,
 ) {
@@ -142,8 +141,8 @@ fn pause_holds_across_processes_and_restarts(
     let relays = start_all(dir, &configs);
 
     // Delivery flows before the pause.
-    runtime.block_on(enqueue(store.as_ref(), LANE, TARGET, 0..30, 5));
-    wait_delivered(runtime, store.as_ref(), 30);
+    runtime.block_on(enqueue(&store, LANE, TARGET, 0..30, 5));
+    wait_delivered(runtime, &store, 30);
 
     let before = Instant::now();
     let out = cli(
@@ -186,8 +185,8 @@ fn pause_holds_across_processes_and_restarts(
         ("chaos-test", Some("broker upgrade"), LANE)
     );
 
-    runtime.block_on(enqueue(store.as_ref(), LANE, TARGET, 30..60, 5));
-    assert_nothing_claimed(runtime, store.as_ref(), 30, 30, &relays);
+    runtime.block_on(enqueue(&store, LANE, TARGET, 30..60, 5));
+    assert_nothing_claimed(runtime, &store, 30, 30, &relays);
 
     // A restart of every relay keeps the lane paused: it starts paused.
     stop_all(relays);
@@ -195,7 +194,7 @@ fn pause_holds_across_processes_and_restarts(
     for relay in &relays {
         relay.wait_for_log("lane paused fleet-wide: it starts paused");
     }
-    assert_nothing_claimed(runtime, store.as_ref(), 30, 30, &relays);
+    assert_nothing_claimed(runtime, &store, 30, 30, &relays);
 
     let resumed = Instant::now();
     let out = cli(
@@ -207,7 +206,7 @@ fn pause_holds_across_processes_and_restarts(
         out.starts_with("resumed fleet/log for every relay"),
         "{out}"
     );
-    wait_delivered(runtime, store.as_ref(), 60);
+    wait_delivered(runtime, &store, 60);
     println!(
         "resume: the 30 held messages delivered {:?} after the command started",
         resumed.elapsed()
@@ -223,7 +222,7 @@ fn pause_holds_across_processes_and_restarts(
 fn a_fleet_pause_holds_in_three_postgres_relays_and_across_their_restarts() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let schema = Schema::new();
-    let store: Arc<dyn OutboxStore> = Arc::new(runtime.block_on(direct_store(&schema)));
+    let store: Outbox = runtime.block_on(direct_store(&schema));
     let dir = tempfile::tempdir().expect("a temporary directory");
     let database = format!(
         "database_url = \"{}\"\nschema = \"{}\"",
@@ -238,7 +237,7 @@ fn a_fleet_pause_holds_in_three_sqlite_relays_and_across_their_restarts() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let dir = tempfile::tempdir().expect("a temporary directory");
     let file = dir.path().join("outbox.db");
-    let store: Arc<dyn OutboxStore> = Arc::new(
+    let store: Outbox = Outbox::new(
         runtime
             .block_on(SqliteOutboxStore::open(&file))
             .expect("open the SQLite outbox"),

@@ -8,6 +8,7 @@
 //! The receiver holds every request a few milliseconds and checks, as requests arrive,
 //! that no two requests of one ordering key are ever in flight at once.
 
+use outbox_relay::Outbox;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -379,10 +380,7 @@ sink = {{ kind = "webhook", url = "http://{receiver}/hook", timeout = "1s" }}
 }
 
 /// Enqueues messages `range`, key `k<n % KEYS>`, the key also in the payload.
-async fn enqueue_wave(
-    store: &dyn outbox_relay::OutboxStore,
-    range: std::ops::Range<usize>,
-) -> Vec<Sent> {
+async fn enqueue_wave(store: &Outbox, range: std::ops::Range<usize>) -> Vec<Sent> {
     let drafts = range
         .map(|n| {
             let key = format!("k{}", n % KEYS);
@@ -511,7 +509,7 @@ async fn a_relay_cut_off_from_the_database_keeps_per_key_order_and_loses_nothing
                  WHERE application_name = $1 AND state = 'active'",
             )
             .bind(&a_app)
-            .fetch_one(store.pool())
+            .fetch_one(crate::pg(&store).pool())
             .await
             .expect("count a's active sessions");
             (active == 0).then_some(())

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use outbox_relay::store::ManualClock;
-use outbox_relay::{InMemoryOutboxStore, OutboxStore};
+use outbox_relay::{InMemoryOutboxStore, Outbox};
 
 use outbox_relay::testing::Harness;
 use outbox_relay::time::UnixMillis;
@@ -11,8 +11,7 @@ use outbox_relay::time::UnixMillis;
 /// A fresh in-memory store on a manual clock.
 pub async fn harness() -> Harness {
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
-    let store: Arc<dyn OutboxStore> =
-        Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
+    let store: Outbox = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
     let same = store.clone();
     Harness {
         cleanup: None,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::ManualClock;
-use outbox_relay::OutboxStore;
+use outbox_relay::Outbox;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;
 
@@ -80,14 +80,14 @@ pub async fn harness_with(configure: fn(PostgresConfig) -> PostgresConfig) -> Ha
             .schema(schema.clone())
             .clock(Arc::new(clock.clone())),
     );
-    let store: Arc<dyn OutboxStore> = Arc::new(open(config.clone()).await);
+    let store: Outbox = Outbox::from(Arc::new(open(config.clone()).await));
     Harness {
         store,
         clock,
         cleanup: Some(Box::pin(async move { drop_schema(&schema).await })),
         reopen: Arc::new(move || {
             let config = config.clone();
-            Box::pin(async move { Arc::new(open(config).await) as Arc<dyn OutboxStore> })
+            Box::pin(async move { Outbox::new(open(config).await) })
         }),
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{Clock, ManualClock};
-use outbox_relay::OutboxStore;
+use outbox_relay::Outbox;
 
 use outbox_relay::testing::Harness;
 use outbox_relay::time::UnixMillis;
@@ -30,7 +30,7 @@ pub async fn harness() -> Harness {
                     .open()
                     .await
                     .expect("open sqlite store");
-                Arc::new(store) as Arc<dyn OutboxStore>
+                Outbox::new(store)
             }
         }
     };

@@ -2,10 +2,10 @@
 //! claims and ack-and-claims go through it (one round trip), and a store over a database
 //! without it runs the same steps as statements.
 
+use outbox_relay::store::OutboxBackend as _;
 use std::time::Duration;
 
 use outbox_relay::store::{ClaimOutcome, ClaimRequest, NextDue};
-use outbox_relay::OutboxStore;
 
 use crate::{draft, open, pool, PostgresOutboxStore, SchemaGuard};
 
@@ -81,14 +81,14 @@ async fn claims_run_through_the_cycle_function_that_migrate_creates() {
         "DROP FUNCTION {}",
         functions[0]
     )))
-    .execute(store.pool())
+    .execute(crate::pg(&store).pool())
     .await
     .expect("drop function");
     let error = store.claim(&request()).await.expect_err("no function");
     assert!(error.to_string().contains("claim"), "{error}");
 
     // A store over that database (no migrate) runs the statements instead.
-    let statements = PostgresOutboxStore::new(store.pool().clone(), schema.config())
+    let statements = PostgresOutboxStore::new(crate::pg(&store).pool().clone(), schema.config())
         .await
         .expect("store");
     store.enqueue(draft("l", 4)).await.expect("enqueue");

@@ -11,7 +11,7 @@ use outbox_relay::store::{
     PageRequest, PurgeRequest, StoreError,
 };
 use outbox_relay::time::UnixMillis;
-use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft, OutboxStore};
+use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxMessage, OutboxMessageDraft};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -37,7 +37,7 @@ struct Seen {
 
 /// One store under the differential run, with its own ids mapped to enqueue indexes.
 struct Side {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     clock: ManualClock,
     index_of: HashMap<Uuid, usize>,
     claims: BTreeMap<usize, ClaimRef>,
@@ -98,17 +98,17 @@ async fn differential_run(seed: u64, steps: usize) {
         .cycle_function(seed.is_multiple_of(2));
     let pg = open(config).await;
     let mem_clock = ManualClock::new(UnixMillis::from_millis(start));
-    let mem = InMemoryOutboxStore::with_clock(Arc::new(mem_clock.clone()));
+    let mem = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(mem_clock.clone())));
     let mut sides = [
         Side {
-            store: Arc::new(mem),
+            store: mem,
             clock: mem_clock,
             index_of: HashMap::new(),
             claims: BTreeMap::new(),
             stale: Vec::new(),
         },
         Side {
-            store: Arc::new(pg),
+            store: pg,
             clock: pg_clock,
             index_of: HashMap::new(),
             claims: BTreeMap::new(),

@@ -1,4 +1,4 @@
-//! Local hand-off on PostgreSQL: a relay running on the store object a service enqueues
+//! Local hand-off on PostgreSQL: a relay running on the outbox a service enqueues
 //! through takes the service's keyless, undelayed, fresh messages without a claim; the
 //! message is then held as a claimed one (lease, fencing, crash redelivery).
 
@@ -6,126 +6,42 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use outbox_relay::relay::RelayEvent;
-use outbox_relay::store::hand_off::HandOff;
 use outbox_relay::store::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount,
-    LaneStats, ManualClock, MessageFilter, Nack, NackOutcome, OrderingPolicy, Page, PageRequest,
-    PurgeRequest, StoreError, WakeUp,
+    CallOutcome, ClaimOutcome, ManualClock, MessageFilter, StoreCall, StoreHook,
 };
 use outbox_relay::time::{Clock, SystemClock};
 use outbox_relay::{
-    handler_fn, DeliveryError, LaneConfig, OutboxMessage, OutboxMessageDraft, OutboxRelay,
-    OutboxStatus, OutboxStore,
+    handler_fn, DeliveryError, LaneConfig, Outbox, OutboxMessage, OutboxMessageDraft, OutboxRelay,
+    OutboxStatus,
 };
 use tokio::sync::{broadcast, mpsc, Semaphore};
 use uuid::Uuid;
 
 use super::{open, SchemaGuard};
-use outbox_relay::message::DraftLimits;
-use outbox_relay::store::postgres::PostgresOutboxStore;
 
 const LANE: &str = "handoff";
 const TARGET: &str = "sink";
 const WAIT: Duration = Duration::from_secs(20);
 
-/// The store, counting the messages the relay's claims took.
-#[derive(Debug)]
+/// Counts the messages the relay's claims took: a hook on the outbox.
+#[derive(Debug, Default)]
 struct Counting {
-    inner: Arc<PostgresOutboxStore>,
     claimed: AtomicUsize,
 }
 
 impl Counting {
-    fn new(inner: Arc<PostgresOutboxStore>) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            claimed: AtomicUsize::new(0),
-        })
-    }
-
     fn claimed(&self) -> usize {
         self.claimed.load(Ordering::SeqCst)
     }
 }
 
-#[async_trait]
-impl OutboxStore for Counting {
-    fn draft_limits(&self) -> DraftLimits {
-        self.inner.draft_limits()
-    }
-    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        self.inner.write_drafts(drafts).await
-    }
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        let batch = self.inner.claim(request).await?;
-        self.claimed
-            .fetch_add(batch.messages.len(), Ordering::SeqCst);
-        Ok(batch)
-    }
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.inner.ack(claims).await
-    }
-    async fn ack_and_claim(
-        &self,
-        acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
-        let answer = self.inner.ack_and_claim(acks, request).await?;
-        if let Ok(batch) = &answer.claimed {
+impl StoreHook for Counting {
+    fn finished(&self, call: &StoreCall<'_>) {
+        if let CallOutcome::Claimed(batch) = call.outcome {
             self.claimed
                 .fetch_add(batch.messages.len(), Ordering::SeqCst);
         }
-        Ok(answer)
-    }
-    async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
-        self.inner.nack(nacks).await
-    }
-    async fn extend_lease(
-        &self,
-        claims: &[ClaimRef],
-        lease: Duration,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.inner.extend_lease(claims, lease).await
-    }
-    async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.inner.release(claims).await
-    }
-    async fn next_due(
-        &self,
-        lane: &str,
-        target: &str,
-        ordering: OrderingPolicy,
-    ) -> Result<Option<Duration>, StoreError> {
-        self.inner.next_due(lane, target, ordering).await
-    }
-    async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
-        self.inner.stats(filter).await
-    }
-    async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
-        self.inner.list(filter, page).await
-    }
-    async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
-        self.inner.get(outbox_id).await
-    }
-    async fn requeue_dead_letters_per_lane(
-        &self,
-        filter: &MessageFilter,
-    ) -> Result<Vec<LaneCount>, StoreError> {
-        self.inner.requeue_dead_letters_per_lane(filter).await
-    }
-    async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        self.inner.discard_dead_letters(filter).await
-    }
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
-        self.inner.purge(request).await
-    }
-    fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
-        self.inner.subscribe()
-    }
-    fn hand_off(&self) -> Option<Arc<HandOff>> {
-        self.inner.hand_off()
     }
 }
 
@@ -140,7 +56,7 @@ fn lane() -> LaneConfig {
 }
 
 /// Waits until the lane granted credits (it is idle), so the next enqueue is handed off.
-async fn credits(store: &PostgresOutboxStore) -> usize {
+async fn credits(store: &Outbox) -> usize {
     let registry = store.hand_off().expect("PostgreSQL offers hand-off");
     tokio::time::timeout(WAIT, async {
         loop {
@@ -179,10 +95,10 @@ async fn received(rx: &mut mpsc::UnboundedReceiver<OutboxMessage>) -> OutboxMess
 #[tokio::test]
 async fn an_idle_relay_takes_its_own_process_keyless_enqueue_without_a_claim() {
     let schema = SchemaGuard::new();
-    let store = Arc::new(open(schema.config()).await);
-    let counting = Counting::new(store.clone());
+    let counting = Arc::new(Counting::default());
+    let store = open(schema.config()).await.with_hook(counting.clone());
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let builder = OutboxRelay::builder(counting.clone()).lane(
+    let builder = OutboxRelay::builder(store.clone()).lane(
         lane().concurrency(2),
         handler_fn(move |message: OutboxMessage| {
             let tx = tx.clone();
@@ -263,8 +179,8 @@ async fn an_enqueue_past_the_credits_hands_off_only_those_and_the_lane_stays_wit
     const C: usize = 2;
     const P: usize = 1;
     let schema = SchemaGuard::new();
-    let store = Arc::new(open(schema.config()).await);
-    let counting = Counting::new(store.clone());
+    let counting = Arc::new(Counting::default());
+    let store = open(schema.config()).await.with_hook(counting.clone());
     let gate = Arc::new(Semaphore::new(0));
     let started = Arc::new(AtomicUsize::new(0));
     let handler = {
@@ -278,7 +194,7 @@ async fn an_enqueue_past_the_credits_hands_off_only_those_and_the_lane_stays_wit
             }
         })
     };
-    let builder = OutboxRelay::builder(counting.clone())
+    let builder = OutboxRelay::builder(store.clone())
         .lane(lane().concurrency(C).prefetch(P), handler)
         .event_capacity(10_000);
     let mut events = builder.subscribe();
@@ -337,7 +253,7 @@ fn a_handed_off_message_of_a_dead_relay_is_redelivered_after_its_lease() {
         .build()
         .unwrap();
     let (held, id) = runtime_a.block_on(async {
-        let store = Arc::new(open(config.clone()).await);
+        let store = open(config.clone()).await;
         let (tx, mut rx) = mpsc::unbounded_channel();
         let handler = handler_fn(move |message: OutboxMessage| {
             let tx = tx.clone();
@@ -368,7 +284,7 @@ fn a_handed_off_message_of_a_dead_relay_is_redelivered_after_its_lease() {
         .build()
         .unwrap();
     runtime_b.block_on(async {
-        let store = Arc::new(open(config).await);
+        let store = open(config).await;
         let row = store.get(id).await.unwrap().unwrap();
         assert_eq!(
             row.status,

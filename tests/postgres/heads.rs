@@ -5,9 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_relay::store::postgres::PostgresOutboxStore;
 use outbox_relay::store::{ClaimRef, ClaimRequest, MessageFilter};
-use outbox_relay::{OutboxMessageDraft, OutboxStore};
+use outbox_relay::{Outbox, OutboxMessageDraft};
 use serde_json::json;
 
 use crate::{open, SchemaGuard};
@@ -34,7 +33,7 @@ fn refs(messages: &[outbox_relay::OutboxMessage]) -> Vec<ClaimRef> {
 
 /// Claims (3 at a time) and acks `rounds` times, as a relay beside the writers; answers how
 /// many it acked.
-async fn consume(store: Arc<PostgresOutboxStore>, rounds: usize) -> usize {
+async fn consume(store: Outbox, rounds: usize) -> usize {
     let mut acked = 0;
     for _ in 0..rounds {
         let batch = store.claim(&request(3)).await.expect("claim");
@@ -50,7 +49,7 @@ async fn consume(store: Arc<PostgresOutboxStore>, rounds: usize) -> usize {
 /// `writers` tasks, each enqueuing `per_writer` transactions of its own: transaction `i`
 /// holds one message (value `w * 1000 + i`) per key of `keys(i)`, yielding after each.
 fn spawn_writers(
-    store: &Arc<PostgresOutboxStore>,
+    store: &Outbox,
     writers: i64,
     per_writer: i64,
     keys: fn(i64) -> Vec<String>,
@@ -60,7 +59,7 @@ fn spawn_writers(
             let store = store.clone();
             tokio::spawn(async move {
                 for i in 0..per_writer {
-                    let mut tx = store.pool().begin().await.expect("begin");
+                    let mut tx = crate::pg(&store).pool().begin().await.expect("begin");
                     for key in keys(i) {
                         store
                             .enqueue_in_tx(&mut tx, keyed(&key, w * 1000 + i))
@@ -79,12 +78,7 @@ fn spawn_writers(
 /// them already: each claim must hand out something, or a key has lost its head
 /// (`context` says what else to show then). At most one message per key per claim, so
 /// this ends within `total` rounds.
-async fn drain_rest(
-    store: &PostgresOutboxStore,
-    mut delivered: usize,
-    total: usize,
-    context: &str,
-) {
+async fn drain_rest(store: &Outbox, mut delivered: usize, total: usize, context: &str) {
     for _ in 0..total {
         if delivered == total {
             break;
@@ -102,8 +96,8 @@ async fn drain_rest(
 }
 
 /// Keys with live rows whose lowest live row is not marked: each one is stuck.
-async fn headless_keys(store: &PostgresOutboxStore) -> Vec<String> {
-    let t = store.messages_table();
+async fn headless_keys(store: &Outbox) -> Vec<String> {
+    let t = crate::pg(store).messages_table();
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT DISTINCT ON (ordering_key) ordering_key FROM (
             SELECT DISTINCT ON (ordering_key) ordering_key, key_head FROM {t}
@@ -111,15 +105,15 @@ async fn headless_keys(store: &PostgresOutboxStore) -> Vec<String> {
             ORDER BY ordering_key, seq) h
          WHERE NOT key_head"
     )))
-    .fetch_all(store.pool())
+    .fetch_all(crate::pg(store).pool())
     .await
     .expect("headless keys")
 }
 
 /// The lock class `promote_heads` and `check_head` use: FNV-1a of the table name, low 32
 /// bits (as the store computes it).
-fn lock_class(store: &PostgresOutboxStore) -> i32 {
-    let hash = store
+fn lock_class(store: &Outbox) -> i32 {
+    let hash = crate::pg(store)
         .messages_table()
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
@@ -135,7 +129,7 @@ async fn an_enqueue_committed_after_its_head_was_acked_becomes_the_head() {
     store.enqueue(keyed("k", 1)).await.expect("enqueue head");
 
     // Connection 1: the caller's transaction writes the next message of k, behind the head.
-    let mut tx = store.pool().begin().await.expect("begin");
+    let mut tx = crate::pg(&store).pool().begin().await.expect("begin");
     store
         .enqueue_in_tx(&mut tx, keyed("k", 2))
         .await
@@ -159,14 +153,14 @@ async fn an_enqueue_committed_after_its_head_was_acked_becomes_the_head() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ack_and_a_commit_racing_on_the_key_lock_leave_a_head() {
     let schema = SchemaGuard::new();
-    let store = Arc::new(open(schema.config()).await);
+    let store = open(schema.config()).await;
     let class = lock_class(&store);
     for round in 0..5 {
         store.enqueue(keyed("k", 1)).await.expect("enqueue head");
         let head = store.claim(&request(10)).await.expect("claim");
         assert_eq!(head.messages.len(), 1, "round {round}");
 
-        let mut tx = store.pool().begin().await.expect("begin");
+        let mut tx = crate::pg(&store).pool().begin().await.expect("begin");
         store
             .enqueue_in_tx(&mut tx, keyed("k", 2))
             .await
@@ -174,7 +168,11 @@ async fn an_ack_and_a_commit_racing_on_the_key_lock_leave_a_head() {
 
         // A third connection holds k's lock: the ack stops in promote_heads after its
         // UPDATE, the commit stops in check_head.
-        let mut holder = store.pool().begin().await.expect("begin holder");
+        let mut holder = crate::pg(&store)
+            .pool()
+            .begin()
+            .await
+            .expect("begin holder");
         sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext('l' || chr(31) || 'sink' || chr(31) || 'k'))")
             .bind(class)
             .execute(&mut *holder)
@@ -194,7 +192,7 @@ async fn an_ack_and_a_commit_racing_on_the_key_lock_leave_a_head() {
                      WHERE locktype = 'advisory' AND NOT granted AND classid::int8 = $1::int8",
                 )
                 .bind(i64::from(class as u32))
-                .fetch_one(store.pool())
+                .fetch_one(crate::pg(&store).pool())
                 .await
                 .expect("pg_locks");
                 if n >= 2 {
@@ -231,7 +229,7 @@ async fn an_ack_and_a_commit_racing_on_the_key_lock_leave_a_head() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_enqueues_and_acks_never_lose_a_head() {
     let schema = SchemaGuard::new();
-    let store = Arc::new(open(schema.config()).await);
+    let store = open(schema.config()).await;
     const WRITERS: i64 = 4;
     const PER_WRITER: i64 = 60;
     // Two keys per transaction, in an order that varies, as a service does.
@@ -341,14 +339,14 @@ async fn acking_part_of_a_run_hands_out_its_successor_only_after_the_rest() {
 }
 
 /// Pending rows of key `key` marked a head, by value.
-async fn marked(store: &PostgresOutboxStore, key: &str) -> Vec<i64> {
-    let t = store.messages_table();
+async fn marked(store: &Outbox, key: &str) -> Vec<i64> {
+    let t = crate::pg(store).messages_table();
     sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT (payload->>'value')::int8 FROM {t}
          WHERE ordering_key = $1 AND status = 'pending' AND key_head ORDER BY seq"
     )))
     .bind(key)
-    .fetch_all(store.pool())
+    .fetch_all(crate::pg(store).pool())
     .await
     .expect("marked rows")
 }
@@ -356,9 +354,9 @@ async fn marked(store: &PostgresOutboxStore, key: &str) -> Vec<i64> {
 /// Two transactions write the first rows (values 1 and 2) of the new key "k" at once,
 /// neither seeing the other, and commit (the first one first, if `in_order`): both rows are
 /// marked heads.
-async fn race_on_a_new_key(store: &PostgresOutboxStore, in_order: bool) {
-    let mut first = store.pool().begin().await.expect("begin");
-    let mut second = store.pool().begin().await.expect("begin");
+async fn race_on_a_new_key(store: &Outbox, in_order: bool) {
+    let mut first = crate::pg(store).pool().begin().await.expect("begin");
+    let mut second = crate::pg(store).pool().begin().await.expect("begin");
     store
         .enqueue_in_tx(&mut first, keyed("k", 1))
         .await
@@ -386,9 +384,21 @@ async fn a_sweep_clears_the_stray_mark_of_racing_enqueues_and_the_key_drains_in_
     race_on_a_new_key(&store, false).await;
     assert_eq!(marked(&store, "k").await, vec![1, 2], "the race marks both");
 
-    assert_eq!(store.sweep_heads("l", "sink").await.expect("sweep"), 1);
+    assert_eq!(
+        crate::pg(&store)
+            .sweep_heads("l", "sink")
+            .await
+            .expect("sweep"),
+        1
+    );
     assert_eq!(marked(&store, "k").await, vec![1]);
-    assert_eq!(store.sweep_heads("l", "sink").await.expect("sweep"), 0);
+    assert_eq!(
+        crate::pg(&store)
+            .sweep_heads("l", "sink")
+            .await
+            .expect("sweep"),
+        0
+    );
     assert_eq!(headless_keys(&store).await, Vec::<String>::new());
 
     for value in [1, 2] {
@@ -407,7 +417,11 @@ async fn a_sweep_leaves_a_key_whose_lock_is_held() {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
     race_on_a_new_key(&store, true).await;
-    let mut holder = store.pool().begin().await.expect("begin holder");
+    let mut holder = crate::pg(&store)
+        .pool()
+        .begin()
+        .await
+        .expect("begin holder");
     sqlx::query(
         "SELECT pg_advisory_xact_lock($1, hashtext('l' || chr(31) || 'sink' || chr(31) || 'k'))",
     )
@@ -415,14 +429,23 @@ async fn a_sweep_leaves_a_key_whose_lock_is_held() {
     .execute(&mut *holder)
     .await
     .expect("hold the key lock");
-    let swept = tokio::time::timeout(Duration::from_secs(60), store.sweep_heads("l", "sink"))
-        .await
-        .expect("the sweep must not wait for the lock")
-        .expect("sweep");
+    let swept = tokio::time::timeout(
+        Duration::from_secs(60),
+        crate::pg(&store).sweep_heads("l", "sink"),
+    )
+    .await
+    .expect("the sweep must not wait for the lock")
+    .expect("sweep");
     assert_eq!(swept, 0);
     assert_eq!(marked(&store, "k").await, vec![1, 2]);
     holder.commit().await.expect("release");
-    assert_eq!(store.sweep_heads("l", "sink").await.expect("sweep"), 1);
+    assert_eq!(
+        crate::pg(&store)
+            .sweep_heads("l", "sink")
+            .await
+            .expect("sweep"),
+        1
+    );
     schema.drop().await;
 }
 
@@ -432,7 +455,7 @@ async fn a_sweep_leaves_a_key_whose_lock_is_held() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sweeps_racing_enqueues_and_acks_never_lose_a_head() {
     let schema = SchemaGuard::new();
-    let store = Arc::new(open(schema.config()).await);
+    let store = open(schema.config()).await;
     const WRITERS: i64 = 4;
     const PER_WRITER: i64 = 40;
     // Every writer writes key n{i/4} around the same time: new keys race.
@@ -443,7 +466,10 @@ async fn sweeps_racing_enqueues_and_acks_never_lose_a_head() {
         tokio::spawn(async move {
             let mut cleared = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                cleared += store.sweep_heads("l", "sink").await.expect("sweep");
+                cleared += crate::pg(&store)
+                    .sweep_heads("l", "sink")
+                    .await
+                    .expect("sweep");
                 tokio::task::yield_now().await;
             }
             cleared

@@ -10,7 +10,7 @@ use outbox_relay::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition,
 };
 use outbox_relay::time::UnixMillis;
-use outbox_relay::{InMemoryOutboxStore, OutboxStore};
+use outbox_relay::{InMemoryOutboxStore, Outbox};
 
 use crate::{count_rows, draft, open, SchemaGuard};
 
@@ -19,10 +19,7 @@ async fn two_processes_never_hold_two_messages_of_one_key() {
     const KEYS: i64 = 8;
     const PER_KEY: i64 = 25;
     let schema = SchemaGuard::new();
-    let processes = [
-        Arc::new(open(schema.config()).await),
-        Arc::new(open(schema.config()).await),
-    ];
+    let processes = [open(schema.config()).await, open(schema.config()).await];
     let drafts = (0..KEYS * PER_KEY)
         .map(|i| draft("keyed", i).with_ordering_key(format!("k{}", i % KEYS)))
         .collect();
@@ -92,9 +89,9 @@ async fn two_processes_never_hold_two_messages_of_one_key() {
 async fn a_requeued_dead_letter_waits_for_its_in_flight_successor() {
     let schema = SchemaGuard::new();
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
-    let stores: [Arc<dyn OutboxStore>; 2] = [
-        Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone()))),
-        Arc::new(open(schema.config().clock(Arc::new(clock.clone()))).await),
+    let stores: [Outbox; 2] = [
+        Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone()))),
+        open(schema.config().clock(Arc::new(clock.clone()))).await,
     ];
     for store in &stores {
         let keyed = |v| draft("l", v).with_ordering_key("k").with_max_attempts(1);
@@ -131,10 +128,7 @@ async fn a_requeued_dead_letter_waits_for_its_in_flight_successor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_enqueues_of_one_dedupe_key_write_one_row() {
     let schema = SchemaGuard::new();
-    let stores = [
-        Arc::new(open(schema.config()).await),
-        Arc::new(open(schema.config()).await),
-    ];
+    let stores = [open(schema.config()).await, open(schema.config()).await];
     let tasks: Vec<_> = (0..16)
         .map(|i| {
             let store = stores[i % 2].clone();

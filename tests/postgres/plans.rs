@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use outbox_relay::store::postgres::{Explained, PostgresOutboxStore};
+use outbox_relay::store::postgres::Explained;
 use outbox_relay::store::{ClaimRef, ClaimRequest, OrderingPolicy};
-use outbox_relay::OutboxStore;
+use outbox_relay::Outbox;
 use serde_json::Value;
 
 use crate::{open, SchemaGuard};
@@ -41,8 +41,8 @@ pub(super) enum Keys {
 /// rows, 100 times faster. With 1,000 keys, key `k1`'s head is retrying (due in an hour, one
 /// attempt used) and key `k2`'s head is dead-lettered (its successor marked, as ack's
 /// `promote_heads` leaves it), so under Block `k2` is blocked.
-pub(super) async fn fill(store: &PostgresOutboxStore, rows: i64, keys: Keys) {
-    let t = store.messages_table();
+pub(super) async fn fill(store: &Outbox, rows: i64, keys: Keys) {
+    let t = crate::pg(store).messages_table();
     let (key, head) = match keys {
         Keys::None => ("NULL", "true"),
         Keys::Thousand => ("'k' || (i % 1000)", "i <= 1000"),
@@ -59,7 +59,7 @@ pub(super) async fn fill(store: &PostgresOutboxStore, rows: i64, keys: Keys) {
         Keys::Hot => rows + 1_000,
         _ => rows,
     };
-    let mut tx = store.pool().begin().await.expect("begin");
+    let mut tx = crate::pg(store).pool().begin().await.expect("begin");
     sqlx::query("SET LOCAL session_replication_role = replica")
         .execute(&mut *tx)
         .await
@@ -99,7 +99,7 @@ pub(super) async fn fill(store: &PostgresOutboxStore, rows: i64, keys: Keys) {
 /// an hour. A claim of lane `l` must not read them: its check "is a row of this key in
 /// flight?" is one probe per head, not a hash of every live lease in the table (which the
 /// planner picks unless told otherwise, see `key_free`).
-async fn claims_elsewhere(store: &PostgresOutboxStore) {
+async fn claims_elsewhere(store: &Outbox) {
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO {} (outbox_id, lane, target, payload, headers, ordering_key, status,
                          attempt_count, max_attempts, available_at, claimed_by, claim_token,
@@ -108,9 +108,9 @@ async fn claims_elsewhere(store: &PostgresOutboxStore) {
                 now(), 'elsewhere', gen_random_uuid(), now() + interval '1 hour', now(), now(),
                 true
          FROM generate_series(1, 1000) AS i",
-        store.messages_table()
+        crate::pg(store).messages_table()
     )))
-    .execute(store.pool())
+    .execute(crate::pg(store).pool())
     .await
     .expect("claims in flight elsewhere");
 }
@@ -205,11 +205,11 @@ fn claim_request(ordering: OrderingPolicy) -> ClaimRequest {
     ClaimRequest::new("l", "sink", LIMIT, Duration::from_secs(60), "guard").with_ordering(ordering)
 }
 
-async fn check_all(store: &PostgresOutboxStore, label: &str) {
+async fn check_all(store: &Outbox, label: &str) {
     for ordering in [OrderingPolicy::Skip, OrderingPolicy::Block] {
         for run in [1, RUN] {
             let request = claim_request(ordering).with_key_run(run);
-            let plan = store
+            let plan = crate::pg(store)
                 .explain(&Explained::Claim(request.clone()))
                 .await
                 .expect("explain claim");
@@ -218,7 +218,7 @@ async fn check_all(store: &PostgresOutboxStore, label: &str) {
                 &plan,
                 true,
             );
-            let plan = store
+            let plan = crate::pg(store)
                 .explain(&Explained::FastClaim(request))
                 .await
                 .expect("explain the one-statement claim");
@@ -228,7 +228,7 @@ async fn check_all(store: &PostgresOutboxStore, label: &str) {
                 true,
             );
         }
-        let plan = store
+        let plan = crate::pg(store)
             .explain(&Explained::NextDue {
                 lane: "l".into(),
                 target: "sink".into(),
@@ -242,7 +242,7 @@ async fn check_all(store: &PostgresOutboxStore, label: &str) {
     // narrow partial indexes when that is cheaper (here every row is pending, so the
     // planner may as well read the table): they are left out. The oldest due pending
     // message and the blocked keys are pinned like the claim.
-    let plan = store
+    let plan = crate::pg(store)
         .explain(&Explained::LaneStats {
             lane: "l".into(),
             target: "sink".into(),
@@ -261,9 +261,9 @@ async fn guard(keys: Keys) {
     check_all(&store, &format!("{keys:?}, before ANALYZE")).await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "VACUUM ANALYZE {}",
-        store.messages_table()
+        crate::pg(&store).messages_table()
     )))
-    .execute(store.pool())
+    .execute(crate::pg(&store).pool())
     .await
     .expect("analyze");
     check_all(&store, &format!("{keys:?}")).await;
@@ -303,9 +303,9 @@ async fn guard(keys: Keys) {
         sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE {} SET status = 'delivered', delivered_at = now()
              WHERE ordering_key <> 'hot' AND status = 'pending'",
-            store.messages_table()
+            crate::pg(&store).messages_table()
         )))
-        .execute(store.pool())
+        .execute(crate::pg(&store).pool())
         .await
         .expect("cold keys delivered");
         check_all(&store, "hot key alone").await;

@@ -2,18 +2,17 @@
 //! time (the advisory lock of `PostgresOutboxStore::purge_lock_key`), and together they
 //! purge every old row exactly once.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::relay::LaneKey;
 use outbox_relay::retention::{RetentionConfig, RetentionTask};
 use outbox_relay::store::{ClaimRequest, PurgeRequest};
-use outbox_relay::OutboxStore;
+use outbox_relay::Outbox;
 
 use crate::{count_rows, draft, open, SchemaGuard};
 
 /// Enqueues and delivers `n` messages of lane `l`/sink.
-async fn deliver(store: &impl OutboxStore, n: usize) {
+async fn deliver(store: &Outbox, n: usize) {
     for value in 0..n {
         store
             .enqueue(draft("l", value as i64))
@@ -42,29 +41,29 @@ async fn deliver(store: &impl OutboxStore, n: usize) {
 #[tokio::test]
 async fn two_relays_sharing_an_outbox_purge_one_at_a_time() {
     let schema = SchemaGuard::new();
-    let a = Arc::new(open(schema.config()).await);
-    let b = Arc::new(open(schema.config()).await);
+    let a = open(schema.config()).await;
+    let b = open(schema.config()).await;
     assert_eq!(
-        a.purge_lock_key(),
-        b.purge_lock_key(),
+        crate::pg(&a).purge_lock_key(),
+        crate::pg(&b).purge_lock_key(),
         "same outbox, same lock"
     );
     let elsewhere = SchemaGuard::new();
     let other = open(elsewhere.config()).await;
     assert_ne!(
-        a.purge_lock_key(),
-        other.purge_lock_key(),
+        crate::pg(&a).purge_lock_key(),
+        crate::pg(&other).purge_lock_key(),
         "other outbox, other lock"
     );
 
-    deliver(&*a, 6).await;
+    deliver(&a, 6).await;
     // Everything delivered before now is older than zero: every delivered row qualifies.
     let everything = PurgeRequest::older_than(Duration::ZERO, 2);
 
     // Relay A is purging (it holds the lock): relay B's purge skips, deleting nothing.
-    let mut holder = a.pool().acquire().await.expect("a connection");
+    let mut holder = crate::pg(&a).pool().acquire().await.expect("a connection");
     let held: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(a.purge_lock_key())
+        .bind(crate::pg(&a).purge_lock_key())
         .fetch_one(&mut *holder)
         .await
         .expect("take the lock");
@@ -77,7 +76,7 @@ async fn two_relays_sharing_an_outbox_purge_one_at_a_time() {
 
     // A finishes: B purges everything, two rows per statement.
     let released: bool = sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
-        .bind(a.purge_lock_key())
+        .bind(crate::pg(&a).purge_lock_key())
         .fetch_one(&mut *holder)
         .await
         .expect("release the lock");
@@ -88,7 +87,7 @@ async fn two_relays_sharing_an_outbox_purge_one_at_a_time() {
 
     // Both relays' retention tasks at once: every row goes exactly once, and the lock is
     // free afterwards (a purge that skipped or finished leaves nothing held).
-    deliver(&*a, 20).await;
+    deliver(&a, 20).await;
     let retention = RetentionConfig::keep_all().delivered(Some(Duration::ZERO));
     let lanes = vec![(LaneKey::new("l", "sink"), retention)];
     let mut task_a = RetentionTask::new(a.clone(), lanes.clone());
@@ -100,15 +99,15 @@ async fn two_relays_sharing_an_outbox_purge_one_at_a_time() {
     let purged_b = *pass_b[0].1.as_ref().expect("purge b");
     assert_eq!(purged_a + purged_b, 20, "a: {purged_a}, b: {purged_b}");
     assert_eq!(count_rows(&a).await, 0);
-    let mut probe = a.pool().acquire().await.expect("a connection");
+    let mut probe = crate::pg(&a).pool().acquire().await.expect("a connection");
     let lock_free: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(a.purge_lock_key())
+        .bind(crate::pg(&a).purge_lock_key())
         .fetch_one(&mut *probe)
         .await
         .expect("try the lock");
     assert!(lock_free, "a purge left the lock held");
     sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(a.purge_lock_key())
+        .bind(crate::pg(&a).purge_lock_key())
         .execute(&mut *probe)
         .await
         .expect("release the probe's lock");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::{ClaimRequest, StoreError};
-use outbox_relay::OutboxStore;
+use outbox_relay::Outbox;
 use sqlx::Row;
 
 use crate::{count_rows, draft, open, pool, SchemaGuard};
@@ -15,8 +15,8 @@ use crate::{count_rows, draft, open, pool, SchemaGuard};
 async fn migrations_are_idempotent_and_safe_concurrently() {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
-    store.migrate().await.unwrap();
-    store.migrate().await.unwrap();
+    crate::pg(&store).migrate().await.unwrap();
+    crate::pg(&store).migrate().await.unwrap();
 
     // Two processes migrating a fresh schema at the same moment.
     let fresh = SchemaGuard::new();
@@ -36,7 +36,7 @@ async fn migrations_are_idempotent_and_safe_concurrently() {
     .fetch_all(a.pool())
     .await
     .unwrap();
-    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6, 7]);
     // Migration 5: the compared columns in "C", and the head trigger made again over them.
     let collations: Vec<(String, String)> = sqlx::query_as(
         "SELECT a.attname::text, coalesce(c.collname::text, '') FROM pg_attribute a
@@ -70,8 +70,9 @@ async fn migrations_are_idempotent_and_safe_concurrently() {
     .await
     .unwrap();
     assert_eq!(triggers, 1, "the deferred check_head trigger");
+    let a = Outbox::new(a);
     a.enqueue(draft("l", 1)).await.unwrap();
-    assert_eq!(count_rows(&b).await, 1);
+    assert_eq!(count_rows(&Outbox::new(b)).await, 1);
     schema.drop().await;
     fresh.drop().await;
 }
@@ -81,7 +82,7 @@ async fn claims_use_partial_indexes_over_heads_and_claims() {
     let schema = SchemaGuard::new();
     let store = open(schema.config()).await;
     let def = |name: &'static str| {
-        let pool = store.pool().clone();
+        let pool = crate::pg(&store).pool().clone();
         let schema = schema.0.clone();
         async move {
             let row = sqlx::query(
@@ -120,7 +121,7 @@ async fn schema_and_prefix_are_chosen_and_checked() {
     let schema = SchemaGuard::new();
     let store = open(schema.config().table_prefix("relay_q")).await;
     assert_eq!(
-        store.messages_table(),
+        crate::pg(&store).messages_table(),
         format!("\"{}\".\"relay_q_messages\"", schema.0)
     );
     let sent = store.enqueue(draft("l", 1)).await.unwrap();
@@ -137,7 +138,7 @@ async fn schema_and_prefix_are_chosen_and_checked() {
     assert_eq!(batch.messages[0].outbox_id, sent.message.outbox_id);
     let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(format!("{}.relay_q_migrations", schema.0))
-        .fetch_one(store.pool())
+        .fetch_one(crate::pg(&store).pool())
         .await
         .unwrap();
     assert!(exists);
@@ -180,12 +181,12 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
         "DELETE FROM \"{}\".outbox_migrations WHERE version = 5",
         schema.0
     )))
-    .execute(store.pool())
+    .execute(crate::pg(&store).pool())
     .await
     .unwrap();
 
     // A service's transaction that enqueued and is still open.
-    let mut service = store.pool().begin().await.unwrap();
+    let mut service = crate::pg(&store).pool().begin().await.unwrap();
     store
         .enqueue_in_tx(&mut service, draft("l", 1))
         .await
@@ -196,7 +197,7 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
         .unwrap();
 
     let started = std::time::Instant::now();
-    let result = tokio::time::timeout(Duration::from_secs(60), store.migrate())
+    let result = tokio::time::timeout(Duration::from_secs(60), crate::pg(&store).migrate())
         .await
         .expect("the migration still waits for the lock after 60 s");
     let waited = started.elapsed();
@@ -207,7 +208,7 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
     for part in [
         "migration 5",
         "lock_timeout (500ms)",
-        store.messages_table(),
+        crate::pg(&store).messages_table(),
         &format!("held by pid {holder} ("),
         "RowExclusiveLock",
         "nothing was applied",
@@ -215,12 +216,12 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
         assert!(text.contains(part), "{part:?} missing from: {text}");
     }
     assert!(waited >= lock_timeout, "gave up after {waited:?}");
-    let versions = |store: &PostgresOutboxStore| {
+    let versions = |store: &Outbox| {
         let query = format!(
             "SELECT version FROM \"{}\".outbox_migrations ORDER BY version",
             schema.0
         );
-        let pool = store.pool().clone();
+        let pool = crate::pg(store).pool().clone();
         async move {
             sqlx::query_scalar::<_, i32>(sqlx::AssertSqlSafe(query))
                 .fetch_all(&pool)
@@ -240,8 +241,110 @@ async fn a_migration_waiting_for_a_lock_gives_up_after_its_lock_timeout_naming_t
         .unwrap();
 
     service.commit().await.unwrap();
-    store.migrate().await.expect("the lock is free now");
-    assert_eq!(versions(&store).await, [1, 2, 3, 4, 5, 6]);
+    crate::pg(&store)
+        .migrate()
+        .await
+        .expect("the lock is free now");
+    assert_eq!(versions(&store).await, [1, 2, 3, 4, 5, 6, 7]);
     assert_eq!(count_rows(&store).await, 2);
+    schema.drop().await;
+}
+
+/// A rolling upgrade across migration 6 (the producer function): a relay started on the
+/// schema before it (version 5) goes on claiming and acking while another process of the
+/// new build migrates, and enqueues through the new function during and after. Migration 6
+/// changed none of the relay's statements, so the relay of the build before runs these
+/// very statements. Nothing is lost, and no store call of the old relay fails.
+#[tokio::test]
+async fn a_relay_on_version_5_runs_on_through_migration_6() {
+    use std::collections::BTreeSet;
+
+    use outbox_relay::{
+        handler_fn, DeliveryError, LaneConfig, OutboxMessage, OutboxRelay, RelayEvent,
+    };
+    use tokio::sync::mpsc;
+
+    let schema = SchemaGuard::new();
+    let setup = open(schema.config()).await;
+    // As the build before migration 6 left it.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP FUNCTION \"{s}\".outbox_enqueue(text, text, json, text, text, jsonb, interval, bigint);
+         DROP TABLE \"{s}\".outbox_lane_control;
+         DELETE FROM \"{s}\".outbox_migrations WHERE version >= 6",
+        s = schema.0
+    )))
+    .execute(crate::pg(&setup).pool())
+    .await
+    .unwrap();
+    assert_eq!(crate::pg(&setup).schema_version().await.unwrap(), Some(5));
+
+    let old = Outbox::new(
+        PostgresOutboxStore::new(pool().await, schema.config())
+            .await
+            .unwrap(),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let builder = OutboxRelay::builder(old.clone()).lane(
+        LaneConfig::new("l", "sink")
+            .concurrency(4)
+            .max_poll_interval(Duration::from_millis(100)),
+        handler_fn(move |message: OutboxMessage| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(message.outbox_id);
+                Ok::<(), DeliveryError>(())
+            }
+        }),
+    );
+    let mut events = builder.subscribe();
+    let relay = builder.start().await.unwrap();
+
+    let mut expected = BTreeSet::new();
+    for n in 0..20 {
+        expected.insert(old.enqueue(draft("l", n)).await.unwrap().message.outbox_id);
+    }
+    // The new build migrates while the old relay works and its service enqueues.
+    let new = PostgresOutboxStore::new(pool().await, schema.config())
+        .await
+        .unwrap();
+    let (migrated, during) = tokio::join!(new.migrate(), async {
+        let mut ids = Vec::new();
+        for n in 20..40 {
+            ids.push(old.enqueue(draft("l", n)).await.unwrap().message.outbox_id);
+        }
+        ids
+    });
+    migrated.unwrap();
+    expected.extend(during);
+    assert_eq!(new.schema_version().await.unwrap(), Some(7));
+    // After: a service of the new build enqueues through the function.
+    for n in 40..60 {
+        let id: uuid::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT outbox_id FROM \"{}\".outbox_enqueue('l', 'sink', $1::json)",
+            schema.0
+        )))
+        .bind(format!("{{\"value\": {n}}}"))
+        .fetch_one(new.pool())
+        .await
+        .unwrap();
+        expected.insert(id);
+    }
+
+    let mut delivered = BTreeSet::new();
+    while delivered.len() < expected.len() {
+        let id = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {} delivered", delivered.len(), expected.len()))
+            .unwrap();
+        delivered.insert(id);
+    }
+    assert_eq!(delivered, expected, "every message, nothing else");
+    relay.shutdown(Duration::from_secs(10)).await.unwrap();
+    while let Ok(event) = events.try_recv() {
+        assert!(
+            !matches!(event, RelayEvent::StoreError { .. }),
+            "the old relay's store call failed: {event:?}"
+        );
+    }
     schema.drop().await;
 }

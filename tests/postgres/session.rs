@@ -1,11 +1,12 @@
 //! The relay's connections (`jit = off`, the statement timeout) and migrations 2 and 3 on a
 //! table that already holds messages.
 
+use outbox_relay::store::OutboxBackend as _;
 use std::time::Duration;
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::{ClaimRequest, OrderingPolicy};
-use outbox_relay::{OutboxMessageDraft, OutboxStore};
+use outbox_relay::{Outbox, OutboxMessageDraft};
 use serde_json::json;
 
 use crate::{database_url, open, SchemaGuard};
@@ -72,7 +73,7 @@ fn the_statement_timeout_is_validated() {
 async fn migration_2_backfills_the_head_marker() {
     let schema = SchemaGuard::new();
     let store = crate::open(schema.config()).await;
-    let t = store.messages_table().to_owned();
+    let t = crate::pg(&store).messages_table().to_owned();
     for i in 0..3 {
         store
             .enqueue(
@@ -89,14 +90,14 @@ async fn migration_2_backfills_the_head_marker() {
          DELETE FROM \"{}\".outbox_migrations WHERE version = 2;",
         schema.0
     )))
-    .execute(store.pool())
+    .execute(crate::pg(&store).pool())
     .await
     .expect("version 1");
-    store.migrate().await.expect("migrate");
+    crate::pg(&store).migrate().await.expect("migrate");
     let marks: Vec<bool> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT key_head FROM {t} ORDER BY seq"
     )))
-    .fetch_all(store.pool())
+    .fetch_all(crate::pg(&store).pool())
     .await
     .expect("marks");
     assert_eq!(marks, vec![true, false, false]);
@@ -115,7 +116,7 @@ async fn migration_2_backfills_the_head_marker() {
 async fn migration_3_turns_jsonb_payloads_into_json_text() {
     let schema = SchemaGuard::new();
     let store = crate::open(schema.config()).await;
-    let t = store.messages_table().to_owned();
+    let t = crate::pg(&store).messages_table().to_owned();
     let sent = r#"{"b":1,  "a":18446744073709551616}"#;
     let draft = || OutboxMessageDraft::from_json("l", "sink", sent).expect("draft");
     store.enqueue(draft()).await.expect("enqueue");
@@ -125,15 +126,15 @@ async fn migration_3_turns_jsonb_payloads_into_json_text() {
          DELETE FROM \"{}\".outbox_migrations WHERE version = 3;",
         schema.0
     )))
-    .execute(store.pool())
+    .execute(crate::pg(&store).pool())
     .await
     .expect("version 2");
-    store.migrate().await.expect("migrate");
+    crate::pg(&store).migrate().await.expect("migrate");
     let column_type: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT format_type(atttypid, atttypmod) FROM pg_attribute
          WHERE attrelid = '{t}'::regclass AND attname = 'payload'"
     )))
-    .fetch_one(store.pool())
+    .fetch_one(crate::pg(&store).pool())
     .await
     .expect("column type");
     assert_eq!(column_type, "json");
@@ -153,13 +154,13 @@ async fn migration_3_turns_jsonb_payloads_into_json_text() {
 }
 
 /// The number of vacuums PostgreSQL counted for the store's messages table.
-async fn vacuums(store: &PostgresOutboxStore) -> i64 {
-    let table = store.messages_table().to_owned();
+async fn vacuums(store: &Outbox) -> i64 {
+    let table = crate::pg(store).messages_table().to_owned();
     sqlx::query_scalar(
         "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::text::regclass",
     )
     .bind(table)
-    .fetch_one(store.pool())
+    .fetch_one(crate::pg(store).pool())
     .await
     .expect("vacuum_count")
 }

@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use outbox_relay::store::WakeUp;
-use outbox_relay::OutboxStore;
 
 use crate::{draft, open, SchemaGuard};
 
@@ -49,7 +48,7 @@ async fn wakeups_cross_processes_once_per_transaction() {
     );
 
     // 100 enqueues in one transaction, each its own statement: one notification.
-    let mut tx = writer.pool().begin().await.unwrap();
+    let mut tx = crate::pg(&writer).pool().begin().await.unwrap();
     for i in 0..100 {
         writer
             .enqueue_in_tx(&mut tx, draft("bulk", i))
@@ -67,7 +66,7 @@ async fn wakeups_cross_processes_once_per_transaction() {
     assert_eq!(wakeups_before_marker(&mut rx, "many").await, 1);
 
     // A rolled-back enqueue wakes nobody.
-    let mut tx = writer.pool().begin().await.unwrap();
+    let mut tx = crate::pg(&writer).pool().begin().await.unwrap();
     writer
         .enqueue_in_tx(&mut tx, draft("ghost", 0))
         .await
@@ -97,8 +96,8 @@ async fn a_lost_listener_connection_reconnects_and_wakes_everyone() {
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
          WHERE query LIKE 'LISTEN%' AND strpos(query, $1) > 0",
     )
-    .bind(store.notify_channel())
-    .fetch_all(store.pool())
+    .bind(crate::pg(&store).notify_channel())
+    .fetch_all(crate::pg(&store).pool())
     .await
     .unwrap();
     assert_eq!(killed, vec![true], "exactly our listener was terminated");
@@ -112,5 +111,40 @@ async fn a_lost_listener_connection_reconnects_and_wakes_everyone() {
             target: "sink".into()
         }
     );
+    schema.drop().await;
+}
+
+/// `listen_url`: the wake-up listener connects where it says, not where the pool does (a
+/// direct connection when the pool goes through a pooler), and wake-ups arrive over it.
+#[tokio::test]
+async fn the_listener_connects_to_listen_url() {
+    let schema = SchemaGuard::new();
+    let writer = open(schema.config()).await;
+    let application = format!("outbox_listen_{}", &schema.0[2..18]);
+    let listen_url = format!("{}?application_name={application}", crate::database_url());
+    let relay = open(schema.config().listen_url(listen_url)).await;
+    let mut rx = relay.subscribe();
+    let listening: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+    )
+    .bind(&application)
+    .fetch_one(crate::pg(&writer).pool())
+    .await
+    .unwrap();
+    assert_eq!(listening, 1, "one LISTEN session from listen_url");
+    writer.enqueue(draft("orders", 1)).await.unwrap();
+    assert_eq!(
+        next_wakeup(&mut rx).await,
+        WakeUp::Lane {
+            lane: "orders".into(),
+            target: "sink".into()
+        }
+    );
+    let bad = outbox_relay::store::postgres::PostgresConfig::default()
+        .listen_url("mysql://user:secret@db/app");
+    let error = bad.validate().unwrap_err();
+    assert_eq!(error.field, "listen_url");
+    assert!(!error.reason.contains("secret"), "{error}");
+    drop(relay);
     schema.drop().await;
 }

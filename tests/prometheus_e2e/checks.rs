@@ -3,11 +3,18 @@
 //! fires).
 
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
 
-use outbox_relay::metrics::{MetricKind, ALL, LABEL_LANE, LABEL_TARGET, REQUEUED_TOTAL};
+use outbox_relay::metrics::process::{features, GIT_SHA, VERSION};
+use outbox_relay::metrics::{
+    MetricKind, ALL, BUILD_INFO, LABEL_LANE, LABEL_TARGET, PROCESS, REQUEUED_TOTAL,
+    STORE_CALL_DURATION_SECONDS,
+};
+use outbox_relay::store::StoreOp;
+use serde_json::Value;
 
 use crate::prometheus::Prometheus;
-use crate::{dashboard, until, LEDGER, WEBHOOK};
+use crate::{dashboard, until, JOB, LEDGER, NAMESPACE, WEBHOOK};
 
 /// Every metric has a series for both lanes, and the scenario moved it: a counter or a
 /// histogram's count is above zero, a gauge was above zero in some scrape. Returns how
@@ -38,9 +45,15 @@ pub(crate) async fn check_every_metric(prometheus: &Prometheus) -> usize {
                 (label(LABEL_LANE), label(LABEL_TARGET))
             })
             .collect();
-        if labelled != lanes {
+        // A store-wide metric (no lane label) has series, none of them a lane's.
+        let expected = if metric.labels.first() == Some(&LABEL_LANE) {
+            lanes.clone()
+        } else {
+            BTreeSet::from([(String::new(), String::new())])
+        };
+        if labelled != expected {
             problems.push(format!(
-                "{series}: series for lanes {labelled:?}, expected {lanes:?}"
+                "{series}: series for lanes {labelled:?}, expected {expected:?}"
             ));
         }
         let value = prometheus.query(&moved).await.expect("query a metric");
@@ -63,6 +76,34 @@ pub(crate) async fn check_every_metric(prometheus: &Prometheus) -> usize {
             WEBHOOK.0
         ));
     }
+    // Every store call the lanes made is timed: claim, ack, nack, extend_lease, next_due
+    // and stats. (Enqueue is not the lanes' call, and they release claims only at shutdown,
+    // after these checks.)
+    let timed = format!("sum by (op) ({STORE_CALL_DURATION_SECONDS}_count)");
+    let ops: BTreeSet<String> = prometheus
+        .query(&timed)
+        .await
+        .expect("query store call durations")
+        .iter()
+        .filter(|(_, n)| *n > 0.0)
+        .map(|(labels, _)| labels["op"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    // The calls a lane makes in the scenario (it enqueues through the service's outbox and
+    // releases nothing).
+    let expected: BTreeSet<String> = [
+        StoreOp::Claim,
+        StoreOp::Ack,
+        StoreOp::Nack,
+        StoreOp::ExtendLease,
+        StoreOp::NextDue,
+        StoreOp::Stats,
+    ]
+    .iter()
+    .map(|op| op.to_string())
+    .collect();
+    if ops != expected {
+        problems.push(format!("{timed}: ops {ops:?}, expected {expected:?}"));
+    }
     assert!(
         problems.is_empty(),
         "metrics missing or unmoved in Prometheus:\n  {}",
@@ -71,13 +112,159 @@ pub(crate) async fn check_every_metric(prometheus: &Prometheus) -> usize {
     ALL.len()
 }
 
-/// Every query of every dashboard panel returns at least one series, and at least one of
-/// them has a number (not NaN: Grafana shows NaN as no data). Returns how many queries.
-pub(crate) async fn check_every_panel_query(prometheus: &Prometheus) -> usize {
-    let queries = dashboard::panel_queries(&dashboard::dashboard());
-    assert!(queries.len() >= 20, "only {} panel queries", queries.len());
+/// Every process-wide metric has one series, from the one scraped process, carrying the
+/// scrape's job, namespace and instance; `outbox_build_info` names this build; the
+/// gauges that cannot be zero for a running process are not. Returns how many metrics.
+pub(crate) async fn check_process_metrics(prometheus: &Prometheus, exporter: SocketAddr) -> usize {
+    let instance = exporter.to_string();
     let mut problems = Vec::new();
-    for query in &queries {
+    for metric in PROCESS {
+        let found = prometheus.query(metric.name).await.expect("query a metric");
+        let scopes: Vec<(&str, &str, &str)> = found
+            .iter()
+            .map(|(labels, _)| {
+                let label = |name: &str| labels[name].as_str().unwrap_or_default();
+                (label("job"), label("namespace"), label("instance"))
+            })
+            .collect();
+        if scopes != [(JOB, NAMESPACE, instance.as_str())] {
+            problems.push(format!("{}: series {found:?}", metric.name));
+        }
+    }
+    let build = prometheus
+        .query(BUILD_INFO)
+        .await
+        .expect("query build info");
+    let labels = build.first().map(|(labels, value)| {
+        let label = |name: &str| labels[name].as_str().unwrap_or_default().to_owned();
+        (
+            label("version"),
+            label("git_sha"),
+            label("features"),
+            *value,
+        )
+    });
+    let expected = (VERSION.to_owned(), GIT_SHA.to_owned(), features(), 1.0);
+    if labels.as_ref() != Some(&expected) {
+        problems.push(format!("{BUILD_INFO}: {labels:?}, expected {expected:?}"));
+    }
+    for name in [
+        "process_resident_memory_bytes",
+        "process_threads",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        let value = prometheus.query(name).await.expect("query a metric");
+        if !value.first().is_some_and(|(_, v)| *v > 0.0) {
+            problems.push(format!("{name} = {value:?}, expected above 0"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "process metrics missing or wrong in Prometheus:\n  {}",
+        problems.join("\n  ")
+    );
+    PROCESS.len()
+}
+
+/// What Grafana's `label_values(metric{selector}, label)` offers, from Prometheus's series
+/// API.
+async fn label_values(prometheus: &Prometheus, query: &str) -> BTreeSet<String> {
+    let inner = query
+        .strip_prefix("label_values(")
+        .and_then(|q| q.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not a label_values query: {query}"));
+    let (selector, label) = inner
+        .rsplit_once(", ")
+        .expect("label_values(selector, label)");
+    let series = prometheus
+        .api("series", &[("match[]", selector)])
+        .await
+        .unwrap_or_else(|e| panic!("{query}: {e}"));
+    series
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|labels| labels[label].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Each scope variable (job, namespace, instance) offers the one value the scrape gave,
+/// each chained on the ones before it, as Grafana resolves them; returns the selection
+/// of those values.
+async fn resolve_scope_variables(
+    prometheus: &Prometheus,
+    exporter: SocketAddr,
+) -> Vec<(&'static str, String)> {
+    let dashboard = dashboard::dashboard();
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .expect("variables");
+    let query_of = |name: &str| -> String {
+        let variable: &Value = variables
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no ${name}"));
+        variable["query"]["query"]
+            .as_str()
+            .expect("query")
+            .to_owned()
+    };
+    let mut selected: Vec<(&'static str, String)> = Vec::new();
+    for (name, expected) in [
+        ("job", JOB.to_owned()),
+        ("namespace", NAMESPACE.to_owned()),
+        ("instance", exporter.to_string()),
+    ] {
+        let pairs: Vec<(&str, &str)> = selected.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let query = dashboard::substitute_selected(&query_of(name), &pairs);
+        let offered = label_values(prometheus, &query).await;
+        assert_eq!(
+            offered,
+            BTreeSet::from([expected.clone()]),
+            "${name} offers {offered:?} ({query})"
+        );
+        selected.push((name, expected));
+    }
+    selected
+}
+
+/// Every query of every dashboard panel returns at least one series, and at least one of
+/// them has a number (not NaN: Grafana shows NaN as no data): with every variable at
+/// "All", and with job, namespace and instance each set to the one the scrape gave.
+/// Another job's selection shows no store-call latency. Returns how many queries ran.
+pub(crate) async fn check_every_panel_query(
+    prometheus: &Prometheus,
+    exporter: SocketAddr,
+) -> usize {
+    let dashboard = dashboard::dashboard();
+    let selected = resolve_scope_variables(prometheus, exporter).await;
+    let selected: Vec<(&str, &str)> = selected.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    let all = dashboard::panel_queries(&dashboard);
+    assert!(all.len() >= 20, "only {} panel queries", all.len());
+    let scoped = dashboard::panel_queries_selected(&dashboard, &selected);
+    let queries: Vec<&dashboard::PanelQuery> = all.iter().chain(&scoped).collect();
+    for title in ["Store call latency by operation", "Version", "Memory"] {
+        assert!(
+            queries.iter().any(|q| q.panel_title == title),
+            "no panel {title:?}"
+        );
+    }
+    let elsewhere = dashboard::panel_queries_selected(&dashboard, &[("job", "another-relay")]);
+    for query in elsewhere
+        .iter()
+        .filter(|q| q.panel_title.starts_with("Store call"))
+    {
+        let series = prometheus.query(&query.expr).await.expect("query");
+        assert!(
+            series.is_empty(),
+            "another job's selection shows this job's data: {series:?} from {}",
+            query.expr
+        );
+    }
+    let mut problems = Vec::new();
+    for query in queries.iter().copied() {
         let name = format!(
             "panel {} {:?} query {}",
             query.panel_id, query.panel_title, query.ref_id

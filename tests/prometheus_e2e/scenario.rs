@@ -7,14 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::config::RateLimit;
-use outbox_relay::metrics::{FailureKind, StoreOp};
+use outbox_relay::delivery::FailureKind;
+use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::relay::{LaneKey, RelayEvent};
 use outbox_relay::retention::{RetentionConfig, RetentionTask};
+use outbox_relay::store::StoreOp;
 use outbox_relay::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, MessageFilter, NackOutcome, OrderingPolicy,
 };
 use outbox_relay::{
-    InMemoryOutboxStore, LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore, RelayHandle,
+    InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay, RelayHandle,
     RetryPolicy,
 };
 use serde_json::json;
@@ -28,11 +30,13 @@ use crate::prometheus::Prometheus;
 use crate::{until, LEDGER, WAIT, WEBHOOK};
 
 pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
-    let inner = Arc::new(InMemoryOutboxStore::new());
+    // The scenario enqueues and requeues through `inner`; the relay's calls go through an
+    // outbox over the fault injector. Both record the store metrics.
+    let inner = Outbox::new(InMemoryOutboxStore::new()).with_hook(StoreMetrics);
     let store = Arc::new(FaultyStore::new(inner.clone()));
     let handler = ScenarioHandler::default();
     let stats_interval = Duration::from_millis(200);
-    let relay = OutboxRelay::builder(store.clone())
+    let relay = OutboxRelay::builder(Outbox::from(store.clone()).with_hook(StoreMetrics))
         .lane(
             LaneConfig::new(WEBHOOK.0, WEBHOOK.1)
                 .concurrency(4)
@@ -311,13 +315,13 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
 }
 
 /// Enqueues a message of `lane` whose payload tells the handler what to do.
-async fn send(store: &InMemoryOutboxStore, lane: (&str, &str), action: &str) -> Uuid {
+async fn send(store: &Outbox, lane: (&str, &str), action: &str) -> Uuid {
     let draft =
         OutboxMessageDraft::new(lane.0, lane.1, json!({ "do": action })).expect("valid draft");
     enqueue(store, draft).await
 }
 
-async fn enqueue(store: &InMemoryOutboxStore, draft: OutboxMessageDraft) -> Uuid {
+async fn enqueue(store: &Outbox, draft: OutboxMessageDraft) -> Uuid {
     store
         .enqueue(draft)
         .await

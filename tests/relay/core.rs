@@ -4,12 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::config::SupervisorConfig;
-use outbox_relay::metrics::FailureKind;
+use outbox_relay::delivery::FailureKind;
 use outbox_relay::relay::{RelayError, RelayEvent};
 use outbox_relay::store::{ClaimRequest, MessageFilter, NackOutcome, PageRequest};
-use outbox_relay::{
-    LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy,
-};
+use outbox_relay::{LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStatus, RetryPolicy};
 use serde_json::json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -26,8 +24,8 @@ fn lane() -> LaneConfig {
 #[tokio::test(start_paused = true)]
 async fn delivers_and_acks_claimed_messages() {
     let store = memory_store();
-    let a = enqueue(&*store, draft(1)).await;
-    let b = enqueue(&*store, draft(2)).await;
+    let a = enqueue(&store, draft(1)).await;
+    let b = enqueue(&store, draft(2)).await;
     let handler = TestHandler::ok();
     let (relay, mut events) =
         crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
@@ -48,7 +46,7 @@ async fn delivers_and_acks_claimed_messages() {
 #[tokio::test(start_paused = true)]
 async fn nacks_failures_and_dead_letters_after_max_attempts() {
     let store = memory_store();
-    let id = enqueue(&*store, draft(1).with_max_attempts(2)).await;
+    let id = enqueue(&store, draft(1).with_max_attempts(2)).await;
     let (relay, mut events) =
         crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::failing()))
             .await;
@@ -87,7 +85,7 @@ async fn nacks_failures_and_dead_letters_after_max_attempts() {
 #[tokio::test(start_paused = true)]
 async fn redelivers_at_the_lapse_of_a_crashed_relays_lease() {
     let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store, draft(1)).await;
     let lease = Duration::from_secs(2);
     let crashed = store
         .claim(&ClaimRequest::new(
@@ -126,8 +124,8 @@ async fn redelivers_at_the_lapse_of_a_crashed_relays_lease() {
 #[tokio::test(start_paused = true)]
 async fn late_ack_after_network_jitter_is_a_lost_claim() {
     let store = memory_store();
-    let first = enqueue(&*store, draft(1)).await;
-    let id = enqueue(&*store, draft(2)).await;
+    let first = enqueue(&store, draft(1)).await;
+    let id = enqueue(&store, draft(2)).await;
     let started = Arc::new(Notify::new());
     let release = Arc::new(Notify::new());
     // Both claimed at once under a 3 s lease. The first takes 2 s; the second, buffered
@@ -206,12 +204,12 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
 async fn respects_its_lane_and_target() {
     let store = memory_store();
     let other_lane = enqueue(
-        &*store,
+        &store,
         OutboxMessageDraft::new("other", "projector", json!({"value": 1})).unwrap(),
     )
     .await;
     let other_target = enqueue(
-        &*store,
+        &store,
         OutboxMessageDraft::new("canonical", "mailer", json!({"value": 2})).unwrap(),
     )
     .await;
@@ -287,7 +285,7 @@ fn backoff_doubles_and_caps() {
 #[tokio::test(start_paused = true)]
 async fn retry_waits_for_the_backoff_and_a_retry_after_floor() {
     let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store, draft(1)).await;
     let attempts = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let handler = {
         let attempts = attempts.clone();
@@ -328,7 +326,7 @@ async fn retry_waits_for_the_backoff_and_a_retry_after_floor() {
 #[tokio::test(start_paused = true)]
 async fn permanent_failure_dead_letters_at_once() {
     let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store, draft(1)).await;
     let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
         lane(),
         TestHandler::new(|_| async {

@@ -2,11 +2,10 @@
 //! outlive their state, crashes, deliveries in flight, and ordering keys under failure.
 //! The lane they share and the sleeping handler are here.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
-use outbox_relay::{InMemoryOutboxStore, LaneConfig, OutboxRelay, RelayHandle, RetryPolicy};
+use outbox_relay::{LaneConfig, Outbox, OutboxRelay, RelayHandle, RetryPolicy};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -45,14 +44,9 @@ fn sleeping(for_: Duration) -> TestHandler {
 async fn one_claimed(
     lane: LaneConfig,
     handler_sleep: Duration,
-) -> (
-    Arc<InMemoryOutboxStore>,
-    Uuid,
-    RelayHandle,
-    broadcast::Receiver<RelayEvent>,
-) {
+) -> (Outbox, Uuid, RelayHandle, broadcast::Receiver<RelayEvent>) {
     let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store, draft(1)).await;
     let (relay, mut events) =
         crate::start(OutboxRelay::builder(store.clone()).lane(lane, sleeping(handler_sleep))).await;
     wait_for(&mut events, "the claim", |e| {

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::config::SupervisorConfig;
-use outbox_relay::metrics::{FailureKind, StoreOp};
+use outbox_relay::delivery::FailureKind;
 use outbox_relay::relay::{LaneState, RelayEvent};
+use outbox_relay::store::StoreOp;
 use outbox_relay::store::{MessageFilter, NackOutcome};
-use outbox_relay::{LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy};
+use outbox_relay::{LaneConfig, OutboxRelay, OutboxStatus, RetryPolicy};
 use tokio::time::Instant;
 
 use crate::faulty_store::FaultyStore;
@@ -32,8 +33,8 @@ async fn crashed_lane_is_restarted_and_its_claims_redelivered_at_lease_lapse() {
     store.panic_acks.store(1, Ordering::SeqCst);
     let store = Arc::new(store);
     let ids = [
-        enqueue(&*inner, draft(1)).await,
-        enqueue(&*inner, draft(2)).await,
+        enqueue(&inner, draft(1)).await,
+        enqueue(&inner, draft(2)).await,
     ];
     let handler = TestHandler::ok();
     let (relay, mut events) = crate::start(
@@ -82,7 +83,7 @@ async fn crashed_lane_is_restarted_and_its_claims_redelivered_at_lease_lapse() {
 #[tokio::test(start_paused = true)]
 async fn handler_panic_keeps_the_lane_up_and_the_message_is_retried() {
     let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store, draft(1)).await;
     let calls = Arc::new(AtomicU32::new(0));
     let handler = {
         let calls = calls.clone();
@@ -155,7 +156,7 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
     .await;
     assert!(matches!(failed, RelayEvent::LaneFailed { lane, .. } if lane.name == "doomed"));
     // The healthy lane keeps delivering after its neighbour failed.
-    let id = enqueue(&*inner, draft(7)).await;
+    let id = enqueue(&inner, draft(7)).await;
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
     let status = relay.status().await.unwrap();
     let doomed = status.iter().find(|s| s.lane.name == "doomed").unwrap();
@@ -177,7 +178,7 @@ async fn store_outage_leaves_the_lane_up_and_everything_is_delivered_after() {
     let store = Arc::new(FaultyStore::new(inner.clone()));
     let mut ids = Vec::new();
     for i in 0..20 {
-        ids.push(enqueue(&*inner, draft(i)).await);
+        ids.push(enqueue(&inner, draft(i)).await);
     }
     store.unavailable.store(6, Ordering::SeqCst);
     let handler = TestHandler::ok();
@@ -219,7 +220,7 @@ async fn store_outage_leaves_the_lane_up_and_everything_is_delivered_after() {
 #[tokio::test(start_paused = true)]
 async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
     let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store, draft(1)).await;
     let slow = TestHandler::new(|_| async {
         tokio::time::sleep(Duration::from_secs(10)).await;
         Ok(())
@@ -274,8 +275,8 @@ async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
 async fn without_extension_a_buffered_delivery_that_starts_late_lapses_and_its_late_ack_is_fenced()
 {
     let store = memory_store();
-    let first = enqueue(&*store, draft(1)).await;
-    let id = enqueue(&*store, draft(2)).await;
+    let first = enqueue(&store, draft(1)).await;
+    let id = enqueue(&store, draft(2)).await;
     // Both claimed together at 0 under a 3 s lease: the first runs 2 s, then the second,
     // buffered, runs from 2 s to 4.8 s (each within the 2.9 s delivery timeout).
     let slow = TestHandler::new(move |message| async move {
@@ -344,7 +345,7 @@ async fn without_extension_a_buffered_delivery_that_starts_late_lapses_and_its_l
 #[tokio::test(start_paused = true)]
 async fn hung_handler_times_out_and_is_retried() {
     let store = memory_store();
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store, draft(1)).await;
     let calls = Arc::new(AtomicU32::new(0));
     let handler = {
         let calls = calls.clone();

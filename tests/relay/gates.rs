@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_relay::config::{CircuitBreakerConfig, RateLimit};
-use outbox_relay::metrics::BreakerState;
+use outbox_relay::relay::BreakerState;
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::MessageFilter;
-use outbox_relay::{DeliveryError, LaneConfig, OutboxRelay, OutboxStore, RetryPolicy};
+use outbox_relay::{DeliveryError, LaneConfig, Outbox, OutboxRelay, RetryPolicy};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
@@ -21,7 +21,7 @@ fn lane() -> LaneConfig {
         .lease(Duration::from_secs(30))
 }
 
-async fn enqueue_n(store: &dyn OutboxStore, n: usize) {
+async fn enqueue_n(store: &Outbox, n: usize) {
     let drafts = (0..n).map(|i| draft(i as i64)).collect();
     store.enqueue_many(drafts).await.expect("enqueue");
 }
@@ -38,7 +38,7 @@ async fn next(events: &mut broadcast::Receiver<RelayEvent>, limit: Duration) -> 
 #[tokio::test(start_paused = true)]
 async fn a_five_minute_outage_spends_no_attempts_while_open_and_ends_with_everything_delivered() {
     let store = memory_store();
-    enqueue_n(&*store, 100).await;
+    enqueue_n(&store, 100).await;
     let start = Instant::now();
     let back = start + Duration::from_secs(300);
     // A target that answers 503 for five minutes, then recovers.
@@ -139,7 +139,7 @@ async fn a_five_minute_outage_spends_no_attempts_while_open_and_ends_with_everyt
 #[tokio::test(start_paused = true)]
 async fn a_rate_limited_lane_delivers_at_its_rate_within_5_percent_over_30_virtual_seconds() {
     let store = memory_store();
-    enqueue_n(&*store, 4_000).await;
+    enqueue_n(&store, 4_000).await;
     let config = lane()
         .concurrency(8)
         .rate_limit(Some(RateLimit::new(100, Duration::from_secs(1)).burst(10)));

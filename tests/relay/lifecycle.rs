@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use outbox_relay::relay::{LaneState, RelayEvent};
 use outbox_relay::store::MessageFilter;
-use outbox_relay::{
-    DeliveryError, LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy,
-};
+use outbox_relay::{DeliveryError, LaneConfig, OutboxRelay, OutboxStatus, RetryPolicy};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -75,7 +73,7 @@ async fn per_key_order_holds_under_concurrency_and_failures() {
     for i in 0..20 {
         for k in 0..50 {
             let key = format!("customer-{k}");
-            let id = enqueue(&*store, draft(i).with_ordering_key(&key)).await;
+            let id = enqueue(&store, draft(i).with_ordering_key(&key)).await;
             expected.entry(key).or_default().push(id);
         }
     }
@@ -138,8 +136,8 @@ async fn per_key_order_holds_under_concurrency_and_failures() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_finishes_in_flight_and_releases_the_rest_for_another_relay() {
     let store = memory_store();
-    let quick = enqueue(&*store, draft(1)).await;
-    let stuck = enqueue(&*store, draft(2)).await;
+    let quick = enqueue(&store, draft(1)).await;
+    let stuck = enqueue(&store, draft(2)).await;
     let started = Arc::new(Notify::new());
     let handler = {
         let started = started.clone();
@@ -181,7 +179,7 @@ async fn shutdown_finishes_in_flight_and_releases_the_rest_for_another_relay() {
     );
     // Another relay claims the released message at once, not after the 600 s lease, and
     // the abandoned attempt is not counted.
-    crate::claimed_at_once_by_another(&*store, stuck).await;
+    crate::claimed_at_once_by_another(&store, stuck).await;
     assert!(
         relay.status().await.is_err(),
         "the relay still answers after shutdown"
@@ -191,7 +189,7 @@ async fn shutdown_finishes_in_flight_and_releases_the_rest_for_another_relay() {
 #[tokio::test(start_paused = true)]
 async fn pause_stops_claiming_while_in_flight_finish_and_resume_continues() {
     let store = memory_store();
-    let first = enqueue(&*store, draft(1)).await;
+    let first = enqueue(&store, draft(1)).await;
     let release = Arc::new(Notify::new());
     let handler = {
         let release = release.clone();
@@ -215,7 +213,7 @@ async fn pause_stops_claiming_while_in_flight_finish_and_resume_continues() {
     .await;
     relay.pause("canonical", "projector").await.unwrap();
     assert_eq!(relay.status().await.unwrap()[0].state, LaneState::Paused);
-    let second = enqueue(&*store, draft(2)).await;
+    let second = enqueue(&store, draft(2)).await;
     release.notify_one();
     assert_eq!(
         wait_delivered(&mut events, 1).await,
@@ -243,7 +241,7 @@ async fn lanes_are_added_and_removed_at_run_time() {
     relay.add_lane(lane(), TestHandler::ok()).await.unwrap();
     let err = relay.add_lane(lane(), TestHandler::ok()).await.unwrap_err();
     assert!(err.to_string().contains("already configured"));
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store, draft(1)).await;
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
     let report = relay
         .remove_lane("canonical", "projector", Duration::from_secs(5))

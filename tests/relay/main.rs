@@ -13,8 +13,7 @@ use async_trait::async_trait;
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::TokioClock;
 use outbox_relay::{
-    DeliveryError, DeliveryHandler, InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft,
-    OutboxStore,
+    DeliveryError, DeliveryHandler, InMemoryOutboxStore, Outbox, OutboxMessage, OutboxMessageDraft,
 };
 use serde_json::json;
 use tokio::sync::broadcast;
@@ -98,21 +97,21 @@ pub fn held(release: &Arc<tokio::sync::Notify>) -> TestHandler {
 }
 
 /// An in-memory store on tokio's clock.
-pub fn memory_store() -> Arc<InMemoryOutboxStore> {
-    Arc::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
+pub fn memory_store() -> Outbox {
+    Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
 }
 
 pub fn draft(value: i64) -> OutboxMessageDraft {
     OutboxMessageDraft::new("canonical", "projector", json!({ "value": value })).unwrap()
 }
 
-pub async fn enqueue(store: &dyn OutboxStore, draft: OutboxMessageDraft) -> Uuid {
+pub async fn enqueue(store: &Outbox, draft: OutboxMessageDraft) -> Uuid {
     store.enqueue(draft).await.unwrap().message.outbox_id
 }
 
 /// Asserts that another consumer ("relay-b") claims `id` at once, on its first attempt
 /// still: a claim handed back (released), not one left to wait out its lease.
-pub async fn claimed_at_once_by_another(store: &dyn OutboxStore, id: Uuid) {
+pub async fn claimed_at_once_by_another(store: &Outbox, id: Uuid) {
     let again = store
         .claim(&outbox_relay::store::ClaimRequest::new(
             "canonical",

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::{Clock, ManualClock, MessageFilter, SystemClock};
-use outbox_relay::{InMemoryOutboxStore, LaneConfig, OutboxRelay, OutboxStore};
+use outbox_relay::{InMemoryOutboxStore, LaneConfig, Outbox, OutboxRelay};
 use uuid::Uuid;
 
 use crate::faulty_store::FaultyStore;
@@ -29,14 +29,14 @@ fn after_an_abort_at_most_concurrency_plus_prefetch_messages_are_delivered_again
     const TOTAL: usize = 40;
     const FIRST: usize = 10;
     let clock = Arc::new(ManualClock::new(SystemClock.now_millis()));
-    let store = Arc::new(InMemoryOutboxStore::with_clock(clock.clone()));
+    let store = Outbox::new(InMemoryOutboxStore::with_clock(clock.clone()));
     let runtime_b = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime_b.block_on(async {
         for i in 0..TOTAL {
-            enqueue(&*store, draft(i as i64)).await;
+            enqueue(&store, draft(i as i64)).await;
         }
     });
 
@@ -165,7 +165,7 @@ async fn an_idle_lane_picks_up_each_message_with_few_store_calls() {
         store.calls.acks.load(Ordering::SeqCst),
     );
     for i in 0..MESSAGES {
-        enqueue(&*store.inner, draft(i64::from(i))).await;
+        enqueue(&store.inner, draft(i64::from(i))).await;
         wait_delivered(&mut events, 1).await;
         wait_for(&mut events, "the lane to go idle again", idle).await;
     }
@@ -224,9 +224,9 @@ async fn a_stuck_claim_does_not_delay_a_drain() {
 async fn shutdown_releases_the_prefetch_buffer() {
     let store = memory_store();
     let ids = [
-        enqueue(&*store, draft(1)).await,
-        enqueue(&*store, draft(2)).await,
-        enqueue(&*store, draft(3)).await,
+        enqueue(&store, draft(1)).await,
+        enqueue(&store, draft(2)).await,
+        enqueue(&store, draft(3)).await,
     ];
     let handler = TestHandler::new(|_| async {
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -281,7 +281,7 @@ async fn an_enqueue_while_the_idle_lanes_claim_is_out_is_picked_up_at_once() {
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(store.calls.claims.load(Ordering::SeqCst), 1);
     store.stall_answers.store(false, Ordering::SeqCst);
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store.inner, draft(1)).await;
     // The wake-up reaches the lane while its claim is still out.
     tokio::time::sleep(Duration::from_millis(1)).await;
     let answered = tokio::time::Instant::now();

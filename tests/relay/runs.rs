@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::MessageFilter;
-use outbox_relay::{DeliveryError, LaneConfig, OutboxRelay, OutboxStore, RetryPolicy};
+use outbox_relay::{DeliveryError, LaneConfig, OutboxRelay, RetryPolicy};
 use uuid::Uuid;
 
 use crate::faulty_store::FaultyStore;

@@ -26,7 +26,7 @@ async fn holding(n: i64) -> (Arc<FaultyStore>, outbox_relay::RelayHandle, Arc<No
     let inner = memory_store();
     let store = Arc::new(FaultyStore::new(inner.clone()));
     for value in 0..n {
-        enqueue(&*inner, draft(value)).await;
+        enqueue(&inner, draft(value)).await;
     }
     let release = Arc::new(Notify::new());
     let (relay, mut events) =
@@ -53,7 +53,7 @@ async fn a_shutdown_whose_acks_fail_reports_them_unrecorded() {
 #[tokio::test(start_paused = true)]
 async fn a_clean_shutdown_says_so() {
     let store = memory_store();
-    enqueue(&*store, draft(1)).await;
+    enqueue(&store, draft(1)).await;
     let (relay, mut events) =
         crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::ok())).await;
     crate::wait_delivered(&mut events, 1).await;

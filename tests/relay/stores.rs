@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::{ClaimRequest, MessageFilter, NackOutcome};
-use outbox_relay::{LaneConfig, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy};
+use outbox_relay::{LaneConfig, Outbox, OutboxRelay, OutboxStatus, RetryPolicy};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -22,9 +22,9 @@ fn lane() -> LaneConfig {
         .max_poll_interval(Duration::from_secs(30))
 }
 
-pub async fn delivers_acks_and_dead_letters(store: Arc<dyn OutboxStore>) {
-    let ok = enqueue(&*store, draft(1)).await;
-    let poison = enqueue(&*store, draft(666).with_max_attempts(2)).await;
+pub async fn delivers_acks_and_dead_letters(store: Outbox) {
+    let ok = enqueue(&store, draft(1)).await;
+    let poison = enqueue(&store, draft(666).with_max_attempts(2)).await;
     let handler = TestHandler::new(|m| async move {
         if m.payload.to_value().unwrap()["value"] == 666 {
             Err(outbox_relay::DeliveryError::retryable("publish failed"))
@@ -54,8 +54,8 @@ pub async fn delivers_acks_and_dead_letters(store: Arc<dyn OutboxStore>) {
     relay.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
-pub async fn redelivers_after_a_crashed_claimers_lease(store: Arc<dyn OutboxStore>) {
-    let id = enqueue(&*store, draft(1)).await;
+pub async fn redelivers_after_a_crashed_claimers_lease(store: Outbox) {
+    let id = enqueue(&store, draft(1)).await;
     let lease = Duration::from_millis(500);
     // Taken before the claim: the store starts the lease somewhere inside the call, so an
     // instant taken after it returns makes a slow claim look like a short lease.
@@ -93,9 +93,9 @@ pub async fn redelivers_after_a_crashed_claimers_lease(store: Arc<dyn OutboxStor
 /// the second, buffered behind it, starts then and is held until relay b delivered it. Its
 /// lease lapses 2 s into it (its 3.9 s delivery timeout would end it at 5.9 s); relay a's
 /// late ack is fenced.
-pub async fn late_ack_of_a_slow_relay_is_fenced(store: Arc<dyn OutboxStore>) {
-    let first = enqueue(&*store, draft(1)).await;
-    let id = enqueue(&*store, draft(2)).await;
+pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
+    let first = enqueue(&store, draft(1)).await;
+    let id = enqueue(&store, draft(2)).await;
     let release = Arc::new(Notify::new());
     let slow = {
         let release = release.clone();
@@ -156,7 +156,7 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Arc<dyn OutboxStore>) {
     relay_b.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
-pub async fn keeps_per_key_order_with_concurrency(store: Arc<dyn OutboxStore>) {
+pub async fn keeps_per_key_order_with_concurrency(store: Outbox) {
     let mut expected: HashMap<String, Vec<Uuid>> = HashMap::new();
     let mut drafts = Vec::new();
     for i in 0..20 {
@@ -204,7 +204,7 @@ pub async fn keeps_per_key_order_with_concurrency(store: Arc<dyn OutboxStore>) {
     relay.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
-pub async fn wakes_on_enqueue_without_polling(store: Arc<dyn OutboxStore>) {
+pub async fn wakes_on_enqueue_without_polling(store: Outbox) {
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(store.clone())
             // A poll this long would fail the test's timeout: only a wake-up can deliver.
@@ -218,7 +218,7 @@ pub async fn wakes_on_enqueue_without_polling(store: Arc<dyn OutboxStore>) {
         matches!(e, RelayEvent::Idle { .. })
     })
     .await;
-    let id = enqueue(&*store, draft(1)).await;
+    let id = enqueue(&store, draft(1)).await;
     let delivered = tokio::time::timeout(Duration::from_secs(20), wait_delivered(&mut events, 1))
         .await
         .expect("an enqueue must wake the idle lane");
@@ -253,18 +253,18 @@ macro_rules! relay_on_store {
 pub(crate) use relay_on_store;
 
 /// The in-memory store on the wall clock.
-pub async fn memory() -> (Arc<dyn OutboxStore>, ()) {
-    (Arc::new(outbox_relay::InMemoryOutboxStore::new()), ())
+pub async fn memory() -> (Outbox, ()) {
+    (Outbox::new(outbox_relay::InMemoryOutboxStore::new()), ())
 }
 
 /// A SQLite store in its own temporary directory (kept alive by the guard).
 #[cfg(feature = "sqlite")]
-pub async fn sqlite() -> (Arc<dyn OutboxStore>, tempfile::TempDir) {
+pub async fn sqlite() -> (Outbox, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = outbox_relay::SqliteOutboxStore::open(dir.path().join("outbox.db"))
         .await
         .unwrap();
-    (Arc::new(store), dir)
+    (Outbox::from(Arc::new(store)), dir)
 }
 
 /// What a store factory leaves to clean up once a scenario passed.
@@ -320,7 +320,7 @@ pub fn pg_url() -> String {
 /// A PostgreSQL store in a schema of its own, on the database's clock. PostgreSQL must be
 /// reachable: the test fails, never skips, when it is not.
 #[cfg(feature = "postgres")]
-pub async fn postgres() -> (Arc<dyn OutboxStore>, PgSchema) {
+pub async fn postgres() -> (Outbox, PgSchema) {
     use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
     let schema = format!("r_{}", Uuid::new_v4().simple());
     let url = pg_url();
@@ -328,7 +328,7 @@ pub async fn postgres() -> (Arc<dyn OutboxStore>, PgSchema) {
         PostgresOutboxStore::connect_with(&url, PostgresConfig::default().schema(schema.clone()))
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL is required at {url}: {e}"));
-    (Arc::new(store), PgSchema(schema))
+    (Outbox::from(Arc::new(store)), PgSchema(schema))
 }
 
 relay_on_store!(memory_store, crate::stores::memory);

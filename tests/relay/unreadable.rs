@@ -18,7 +18,7 @@ use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::{
     ClaimOutcome, ClaimRequest, MessageFilter, OrderingPolicy, UnreadableRow, UNREADABLE_ROW_ERROR,
 };
-use outbox_relay::{LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStore};
+use outbox_relay::{LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -127,12 +127,12 @@ impl SqlStore {
         SqlStore::Postgres(Arc::new(store), schema)
     }
 
-    fn store(&self) -> Arc<dyn OutboxStore> {
+    fn store(&self) -> Outbox {
         match self {
             #[cfg(feature = "sqlite")]
-            SqlStore::Sqlite(store, _) => store.clone(),
+            SqlStore::Sqlite(store, _) => Outbox::from(store.clone()),
             #[cfg(feature = "postgres")]
-            SqlStore::Postgres(store, _) => store.clone(),
+            SqlStore::Postgres(store, _) => Outbox::from(store.clone()),
         }
     }
 
@@ -142,7 +142,8 @@ impl SqlStore {
             #[cfg(feature = "sqlite")]
             SqlStore::Sqlite(store, _) => {
                 let sql = format!("UPDATE {} SET {set} WHERE seq = ?", store.table_name());
-                let mut tx = store.begin().await.unwrap();
+                let outbox = Outbox::from(store.clone());
+                let mut tx = outbox.begin().await.unwrap();
                 let done = sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(seq)
                     .execute(tx.connection())
@@ -174,7 +175,8 @@ impl SqlStore {
                     "SELECT status, attempt_count, last_error FROM {} WHERE seq = ?",
                     store.table_name()
                 );
-                let mut tx = store.begin().await.unwrap();
+                let outbox = Outbox::from(store.clone());
+                let mut tx = outbox.begin().await.unwrap();
                 let row = sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(seq)
                     .fetch_one(tx.connection())
@@ -231,7 +233,7 @@ struct Enqueued {
 
 /// Enqueues `n` messages of `lane`, `key(i)` their ordering keys.
 async fn enqueue(
-    store: &dyn OutboxStore,
+    store: &Outbox,
     lane: &str,
     n: usize,
     key: impl Fn(usize) -> Option<String>,
@@ -299,7 +301,7 @@ async fn claim_answers_every_readable_row_and_dead_letters_the_other(
     let store = sql.store();
     for (n, spoil) in spoils.iter().enumerate() {
         let lane = format!("{LANE}_{n}");
-        let sent = enqueue(&*store, &lane, 11, |_| None).await;
+        let sent = enqueue(&store, &lane, 11, |_| None).await;
         sql.spoil(sent.seqs[3], spoil.set).await;
         let batch = store.claim(&request(&lane, 20)).await.unwrap();
         let got: Vec<Uuid> = batch.messages.iter().map(|m| m.outbox_id).collect();
@@ -326,7 +328,7 @@ async fn claim_answers_every_readable_row_and_dead_letters_the_other(
 /// applied (not lost), and the claim is answered as a claim alone would be.
 async fn ack_and_claim_answers_its_acks_applied(sql: &SqlStore) {
     let store = sql.store();
-    let sent = enqueue(&*store, LANE, 11, |_| None).await;
+    let sent = enqueue(&store, LANE, 11, |_| None).await;
     let first = store.claim(&request(LANE, 5)).await.unwrap();
     assert_eq!(first.messages.len(), 5);
     sql.spoil(sent.seqs[7], r#"headers = '{"tenant": 7}'"#)
@@ -370,7 +372,7 @@ async fn ack_and_claim_answers_its_acks_applied(sql: &SqlStore) {
 async fn block_releases_the_run_behind_an_unreadable_head(sql: &SqlStore) {
     let store = sql.store();
     let key = |i: usize| Some(if i < 3 { "a" } else { "b" }.to_owned());
-    let sent = enqueue(&*store, LANE, 5, key).await;
+    let sent = enqueue(&store, LANE, 5, key).await;
     sql.spoil(sent.seqs[0], r#"headers = '{"tenant": 7}'"#)
         .await;
     let block = |limit| {
@@ -406,7 +408,7 @@ async fn a_relay_lane_delivers_the_ten_and_dead_letters_the_one(
     spoil: Spoil,
 ) {
     let store = sql.store();
-    let sent = enqueue(&*store, lane_name, 11, |i| Some(format!("k{}", i % 3))).await;
+    let sent = enqueue(&store, lane_name, 11, |i| Some(format!("k{}", i % 3))).await;
     sql.spoil(sent.seqs[3], spoil.set).await;
     let handler = TestHandler::ok();
     let lane = LaneConfig::new(lane_name, TARGET)

@@ -15,8 +15,8 @@ use outbox_relay::config::file::FileConfig;
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::sinks::SinkConfig;
 use outbox_relay::{
-    DeliveryHandler, InMemoryOutboxStore, LaneConfig, OutboxMessage, OutboxMessageDraft,
-    OutboxRelay, OutboxStore, RetryPolicy,
+    DeliveryHandler, InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessage, OutboxMessageDraft,
+    OutboxRelay, RetryPolicy,
 };
 use tokio::sync::broadcast;
 use uuid::Uuid;
@@ -79,7 +79,7 @@ pub fn payload_bytes(message: &OutboxMessage) -> Vec<u8> {
 /// A stored, claimed message from `draft`, ready to hand to a sink directly.
 pub async fn claimed(draft: OutboxMessageDraft) -> OutboxMessage {
     use outbox_relay::store::ClaimRequest;
-    let store = InMemoryOutboxStore::new();
+    let store = Outbox::new(InMemoryOutboxStore::new());
     let lane = draft.lane.clone();
     let target = draft.target.clone();
     store.enqueue(draft).await.unwrap();
@@ -102,11 +102,11 @@ pub fn fast_lane() -> LaneConfig {
 pub async fn start_relay(
     handler: Arc<dyn DeliveryHandler>,
 ) -> (
-    Arc<InMemoryOutboxStore>,
+    Outbox,
     outbox_relay::RelayHandle,
     broadcast::Receiver<RelayEvent>,
 ) {
-    let store = Arc::new(InMemoryOutboxStore::new());
+    let store = Outbox::new(InMemoryOutboxStore::new());
     let builder = OutboxRelay::builder(store.clone()).lane_shared(fast_lane(), handler);
     let events = builder.subscribe();
     let relay = builder.start().await.expect("relay starts");
@@ -157,6 +157,6 @@ fn about(event: &RelayEvent) -> Option<Uuid> {
 }
 
 /// Enqueues `draft` in `store`; its id.
-pub async fn enqueue(store: &dyn OutboxStore, draft: OutboxMessageDraft) -> Uuid {
+pub async fn enqueue(store: &Outbox, draft: OutboxMessageDraft) -> Uuid {
     store.enqueue(draft).await.unwrap().message.outbox_id
 }

@@ -8,7 +8,6 @@ use async_nats::jetstream::{self, stream};
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::NackOutcome;
 use outbox_relay::OutboxStatus;
-use outbox_relay::OutboxStore;
 
 use super::{build, claimed, draft, enqueue, payload_bytes, start_relay, unique, wait_for};
 
@@ -210,7 +209,7 @@ async fn a_server_that_is_down_is_retried_and_delivered_once_it_is_back() {
     .await;
     let (store, relay, mut events) = start_relay(sink).await;
     server.stop();
-    let id = enqueue(&*store, draft()).await;
+    let id = enqueue(&store, draft()).await;
     let story = wait_for(&mut events, id, "a failed attempt", |e| {
         matches!(e, RelayEvent::Failed { .. })
     })

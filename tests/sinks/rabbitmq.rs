@@ -11,7 +11,6 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::NackOutcome;
-use outbox_relay::OutboxStore;
 use outbox_relay::{DeliveryError, OutboxStatus};
 
 use super::tcp_proxy::{Cut, TcpProxy};
@@ -169,7 +168,7 @@ async fn an_unroutable_message_is_dead_lettered_naming_the_exchange_and_key() {
     ))
     .await;
     let (store, relay, mut events) = start_relay(sink).await;
-    let id = enqueue(&*store, draft()).await;
+    let id = enqueue(&store, draft()).await;
     let story = wait_for(&mut events, id, "the dead letter", |e| {
         matches!(e, RelayEvent::Failed { .. })
     })

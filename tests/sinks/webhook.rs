@@ -7,7 +7,6 @@ use std::time::Duration;
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::NackOutcome;
 use outbox_relay::OutboxStatus;
-use outbox_relay::OutboxStore;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -295,7 +294,7 @@ async fn a_500_is_retried_then_delivered() {
     .await;
     let sink = receiver.sink().await;
     let (store, relay, mut events) = start_relay(sink).await;
-    let id = enqueue(&*store, draft()).await;
+    let id = enqueue(&store, draft()).await;
     let story = wait_for(&mut events, id, "delivery", |e| {
         matches!(e, RelayEvent::Delivered { .. })
     })
@@ -342,7 +341,7 @@ async fn a_429_with_retry_after_holds_the_next_attempt_back() {
     .await;
     let sink = receiver.sink().await;
     let (store, relay, mut events) = start_relay(sink).await;
-    let id = enqueue(&*store, draft()).await;
+    let id = enqueue(&store, draft()).await;
     wait_for(&mut events, id, "delivery", |e| {
         matches!(e, RelayEvent::Delivered { .. })
     })
@@ -373,7 +372,7 @@ async fn a_410_dead_letters_on_the_first_attempt() {
     .await;
     let sink = receiver.sink().await;
     let (store, relay, mut events) = start_relay(sink).await;
-    let id = enqueue(&*store, draft()).await;
+    let id = enqueue(&store, draft()).await;
     let story = wait_for(&mut events, id, "dead letter", |e| {
         matches!(e, RelayEvent::Failed { .. })
     })

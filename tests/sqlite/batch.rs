@@ -10,7 +10,7 @@ use std::time::Duration;
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{
     ClaimOutcome, ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition,
-    NackOutcome, OrderingPolicy, OutboxStore,
+    NackOutcome, OrderingPolicy, Outbox,
 };
 use outbox_relay::time::UnixMillis;
 use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft};
@@ -38,7 +38,7 @@ fn normal(message: &OutboxMessage) -> String {
     format!("{m:?}")
 }
 
-async fn claim(store: &dyn OutboxStore, limit: usize) -> Vec<OutboxMessage> {
+async fn claim(store: &Outbox, limit: usize) -> Vec<OutboxMessage> {
     store.claim(&request(limit)).await.unwrap().messages
 }
 
@@ -47,7 +47,7 @@ fn refs(messages: &[&OutboxMessage]) -> Vec<ClaimRef> {
 }
 
 /// Both stores on one manual clock each, at the same instant.
-async fn both(dir: &tempfile::TempDir) -> Vec<(Arc<dyn OutboxStore>, ManualClock)> {
+async fn both(dir: &tempfile::TempDir) -> Vec<(Outbox, ManualClock)> {
     let start = UnixMillis::from_millis(1_700_000_000_000);
     let memory_clock = ManualClock::new(start);
     let sqlite_clock = ManualClock::new(start);
@@ -58,18 +58,18 @@ async fn both(dir: &tempfile::TempDir) -> Vec<(Arc<dyn OutboxStore>, ManualClock
         .unwrap();
     vec![
         (
-            Arc::new(InMemoryOutboxStore::with_clock(Arc::new(
+            Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(
                 memory_clock.clone(),
             ))),
             memory_clock,
         ),
-        (Arc::new(sqlite), sqlite_clock),
+        (Outbox::from(Arc::new(sqlite)), sqlite_clock),
     ]
 }
 
 /// Claims four messages, the first under a stale token beside its current one, and names
 /// them in every batch call with repeats, stale tokens and an unknown message.
-async fn repeats_and_stale_tokens(store: &dyn OutboxStore, clock: &ManualClock) -> Vec<String> {
+async fn repeats_and_stale_tokens(store: &Outbox, clock: &ManualClock) -> Vec<String> {
     let drafts = (0..6)
         .map(|v| OutboxMessageDraft::new("orders", "billing", json!({ "v": v })).unwrap())
         .collect();
@@ -173,7 +173,7 @@ async fn batch_writes_answer_item_by_item_as_the_memory_store_does() {
     let dir = tempfile::tempdir().unwrap();
     let mut transcripts = Vec::new();
     for (store, clock) in both(&dir).await {
-        transcripts.push(repeats_and_stale_tokens(store.as_ref(), &clock).await);
+        transcripts.push(repeats_and_stale_tokens(&store, &clock).await);
     }
     assert_eq!(transcripts[0], transcripts[1], "memory, then SQLite");
 }
@@ -183,7 +183,7 @@ async fn batch_writes_answer_item_by_item_as_the_memory_store_does() {
 /// alone: its run stops at k2): one ack names both. Whichever row the statement reaches
 /// first, k3 must end up its key's head and claimable.
 async fn two_claimed_rows_of_one_key(
-    store: &dyn OutboxStore,
+    store: &Outbox,
     clock: &ManualClock,
     k1_first: bool,
     run: usize,
@@ -241,7 +241,7 @@ async fn one_ack_of_two_claimed_rows_of_a_key_hands_the_head_on() {
         let dir = tempfile::tempdir().unwrap();
         let mut transcripts = Vec::new();
         for (store, clock) in both(&dir).await {
-            let transcript = two_claimed_rows_of_one_key(store.as_ref(), &clock, k1_first, run);
+            let transcript = two_claimed_rows_of_one_key(&store, &clock, k1_first, run);
             transcripts.push(transcript.await);
         }
         assert_eq!(transcripts[0], transcripts[1], "memory, then SQLite");
@@ -256,7 +256,7 @@ async fn one_ack_of_two_claimed_rows_of_a_key_hands_the_head_on() {
 /// so the head leaves first and its trigger marks the next row of the run, which leaves
 /// next: the mark is handed down the run one row at a time and must end past it.
 async fn a_run_acked_in_one_statement(
-    store: &dyn OutboxStore,
+    store: &Outbox,
     acked: &[usize],
 ) -> (Vec<String>, Vec<usize>) {
     let mut k = Vec::new();
@@ -306,7 +306,7 @@ async fn a_run_acked_in_one_statement_hands_the_head_on_in_any_order() {
         let dir = tempfile::tempdir().unwrap();
         let mut transcripts = Vec::new();
         for (store, _clock) in both(&dir).await {
-            let (transcript, next) = a_run_acked_in_one_statement(store.as_ref(), acked).await;
+            let (transcript, next) = a_run_acked_in_one_statement(&store, acked).await;
             let first_left = acked.len();
             assert_eq!(
                 next,

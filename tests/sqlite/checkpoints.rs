@@ -2,10 +2,11 @@
 //! checkpoints' connection included. (That they keep the WAL small is a unit test,
 //! `src/store/sqlite/tests.rs`, at a lower restart size than the default.)
 
+use outbox_relay::store::OutboxBackend as _;
 use std::time::{Duration, Instant};
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
-use outbox_relay::OutboxStore;
+use outbox_relay::Outbox;
 
 use crate::{claim_req, draft};
 
@@ -13,8 +14,8 @@ use crate::{claim_req, draft};
 async fn close_lets_go_of_the_file_after_background_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("outbox.db");
-    let store = SqliteOutboxStore::open(&path).await.unwrap();
-    store
+    let store = std::sync::Arc::new(SqliteOutboxStore::open(&path).await.unwrap());
+    Outbox::from_arc(store.clone())
         .enqueue_many((0..200).map(draft).collect())
         .await
         .unwrap();

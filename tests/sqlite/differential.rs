@@ -17,7 +17,7 @@ use outbox_relay::store::{
 };
 use outbox_relay::time::UnixMillis;
 use outbox_relay::{
-    InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft, OutboxStatus, OutboxStore, StoreError,
+    InMemoryOutboxStore, Outbox, OutboxMessage, OutboxMessageDraft, OutboxStatus, StoreError,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -29,13 +29,13 @@ const LANES: [(&str, &str); 2] = [("orders", "billing"), ("orders", "audit")];
 
 /// One store under test and the claims it has handed out, in the order handed out.
 struct Side {
-    store: Arc<dyn OutboxStore>,
+    store: Outbox,
     claims: Vec<ClaimRef>,
     wakeups: broadcast::Receiver<WakeUp>,
 }
 
 impl Side {
-    fn new(store: Arc<dyn OutboxStore>) -> Self {
+    fn new(store: Outbox) -> Self {
         let wakeups = store.subscribe();
         Self {
             store,
@@ -159,14 +159,13 @@ fn pick_claims(rng: &mut StdRng, handed_out: usize) -> Vec<usize> {
 async fn agree(seed: u64, steps: usize) {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
-    let memory: Arc<dyn OutboxStore> =
-        Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
+    let memory: Outbox = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
     let sqlite = SqliteOutboxStore::builder(dir.path().join("outbox.db"))
         .clock(Arc::new(clock.clone()))
         .open()
         .await
         .unwrap();
-    let mut sides = [Side::new(memory), Side::new(Arc::new(sqlite))];
+    let mut sides = [Side::new(memory), Side::new(Outbox::from(Arc::new(sqlite)))];
     let mut rng = StdRng::seed_from_u64(seed);
     // Messages handed out behind their head in a key run, counted on both sides.
     let mut runs_handed_out = 0;

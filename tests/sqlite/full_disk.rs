@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
-use outbox_relay::OutboxStore;
+use outbox_relay::Outbox;
 use serde_json::json;
 
 use crate::claim_req;
@@ -67,17 +67,18 @@ async fn a_full_disk_fails_writes_and_they_recover_once_space_returns() {
         .open()
         .await
         .unwrap_or_else(|e| panic!("open: {e}"));
+    let outbox = Outbox::new(store);
     let big = || {
         outbox_relay::OutboxMessageDraft::new("orders", "billing", json!("x".repeat(64 * 1024)))
             .unwrap()
     };
-    store.enqueue(big()).await.expect("a write with space");
+    outbox.enqueue(big()).await.expect("a write with space");
 
     let filler = tmpfs.path().join("filler");
     fill(&filler);
     let mut failures = Vec::new();
     for _ in 0..3 {
-        match store.enqueue(big()).await {
+        match outbox.enqueue(big()).await {
             Ok(_) => {}
             Err(error) => failures.push(error.to_string()),
         }
@@ -85,12 +86,12 @@ async fn a_full_disk_fails_writes_and_they_recover_once_space_returns() {
     assert!(!failures.is_empty(), "the full disk refused nothing");
 
     std::fs::remove_file(&filler).unwrap();
-    let again = store.enqueue(big()).await;
+    let again = outbox.enqueue(big()).await;
     assert!(
         again.is_ok(),
         "after space returned: {again:?}; while full: {failures:?}"
     );
-    let claimed = store
+    let claimed = outbox
         .claim(&claim_req(100))
         .await
         .unwrap_or_else(|e| panic!("claim after space returned: {e}"));

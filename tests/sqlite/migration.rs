@@ -2,13 +2,13 @@
 //! the backfill marks each key's first live row and counts every status, so the file
 //! claims and reports as if it had always had them.
 
+use outbox_relay::store::OutboxBackend as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{ClaimRequest, ManualClock, MessageFilter, OrderingPolicy};
 use outbox_relay::time::UnixMillis;
-use outbox_relay::OutboxStore;
 use sqlx::Connection;
 
 /// The table as version 1 of the schema made it (copied, since migrations are never edited).

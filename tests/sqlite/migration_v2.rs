@@ -2,13 +2,13 @@
 //! with live keyed rows: the key index is replaced, the head triggers are re-created over
 //! it, and the file still claims every key in order and hands each key's head on.
 
+use outbox_relay::store::OutboxBackend as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{ClaimBatch, ClaimRequest, ManualClock};
 use outbox_relay::time::UnixMillis;
-use outbox_relay::OutboxStore;
 use sqlx::{Connection, Row};
 
 /// The schema as versions 1 and 2 made it: `sqlite_master` of a file those migrations

@@ -7,12 +7,13 @@
 //! (no key, a hot key, many cold keys, claims, dead letters), before and after `ANALYZE`,
 //! since statistics can change a plan.
 
+use outbox_relay::store::OutboxBackend as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::store::sqlite::{QueryPlan, SqliteOutboxStore};
 use outbox_relay::store::{
-    ClaimRequest, ManualClock, Nack, NackDisposition, OrderingPolicy, OutboxStore,
+    ClaimRequest, ManualClock, Nack, NackDisposition, OrderingPolicy, Outbox,
 };
 use outbox_relay::time::UnixMillis;
 use outbox_relay::OutboxMessageDraft;
@@ -55,7 +56,7 @@ fn drafts(
 
 /// A lane with 3,000 unkeyed rows, a hot key of 3,000, 300 cold keys of 3, claims (some
 /// lapsed), dead letters (some blocking) and delivered rows; and a second lane.
-async fn fill(store: &SqliteOutboxStore, clock: &ManualClock) {
+async fn fill(store: &Outbox, clock: &ManualClock) {
     let mut all = drafts("orders", 0..3_000, |_| None);
     all.extend(drafts("orders", 0..3_000, |_| Some("hot".into())));
     all.extend(drafts("orders", 0..900, |v| {
@@ -178,7 +179,8 @@ async fn hot_statements_read_indexes_in_order_before_and_after_analyze() {
             .open()
     };
     let store = open().await.unwrap();
-    fill(&store, &clock).await;
+    let store = std::sync::Arc::new(store);
+    fill(&Outbox::from_arc(store.clone()), &clock).await;
     let table = store.table_name().to_owned();
     check(
         &store.hot_query_plans().await.unwrap(),

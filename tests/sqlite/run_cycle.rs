@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{ClaimRequest, MessageFilter};
-use outbox_relay::{OutboxMessageDraft, OutboxStore};
+use outbox_relay::{Outbox, OutboxMessageDraft};
 use serde_json::json;
 
 const MESSAGES: usize = 20_000;
@@ -47,9 +47,11 @@ struct Drain {
 
 async fn drain(keys: Keys, run: usize) -> Drain {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteOutboxStore::open(dir.path().join("outbox.db"))
-        .await
-        .unwrap();
+    let store = Outbox::new(
+        SqliteOutboxStore::open(dir.path().join("outbox.db"))
+            .await
+            .unwrap(),
+    );
     let drafts: Vec<_> = (0..MESSAGES)
         .map(|i| {
             let draft = OutboxMessageDraft::new("orders", "billing", json!({ "n": i })).unwrap();

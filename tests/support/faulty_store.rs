@@ -1,24 +1,25 @@
-//! A store wrapper that misbehaves on demand: panics in acks or in one lane's claims, and
+//! A backend wrapper that misbehaves on demand (the one wrapper left: it must change
+//! answers, which a hook cannot): panics in acks or in one lane's claims, and
 //! outages (`StoreError::Unavailable`). Shared by the relay and relay-metrics tests.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_relay::message::{DraftLimits, OutboxMessageDraft};
+use outbox_relay::message::DraftLimits;
 use outbox_relay::store::{
     ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount, LaneStats,
-    MessageFilter, Nack, NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest, StoreError,
-    WakeUp,
+    MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page, PageRequest,
+    PurgeRequest, StoreError, StoreOp, WakeUp,
 };
-use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxStore};
+use outbox_relay::{Outbox, OutboxMessage};
 use uuid::Uuid;
 
 /// Wraps a store and misbehaves on demand.
 #[derive(Debug)]
 pub struct FaultyStore {
-    pub inner: Arc<InMemoryOutboxStore>,
+    pub inner: Outbox,
     /// Panic in the next this-many acks.
     pub panic_acks: AtomicU32,
     /// Panic in every claim of this lane.
@@ -38,7 +39,7 @@ pub struct FaultyStore {
     /// Every claim takes this many milliseconds (tokio's clock): a store far away.
     pub claim_delay_ms: std::sync::atomic::AtomicU64,
     /// Calls made, by kind (an `ack_and_claim` counts as an ack and a claim: this wrapper
-    /// keeps the trait's provided two-call version).
+    /// keeps the backend trait's provided two-call version).
     pub calls: Calls,
 }
 
@@ -51,7 +52,7 @@ pub struct Calls {
 }
 
 impl FaultyStore {
-    pub fn new(inner: Arc<InMemoryOutboxStore>) -> Self {
+    pub fn new(inner: Outbox) -> Self {
         Self {
             inner,
             panic_acks: AtomicU32::new(0),
@@ -79,7 +80,7 @@ impl FaultyStore {
         if left > 0 {
             self.unavailable.store(left - 1, Ordering::SeqCst);
             return Err(StoreError::unavailable(
-                "store call",
+                StoreOp::Claim,
                 "connection refused (injected)",
             ));
         }
@@ -88,21 +89,12 @@ impl FaultyStore {
 }
 
 #[async_trait]
-impl OutboxStore for FaultyStore {
-    async fn enqueue(&self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
-        self.inner.enqueue(draft).await
-    }
-    async fn enqueue_many(
-        &self,
-        drafts: Vec<OutboxMessageDraft>,
-    ) -> Result<Vec<Enqueued>, StoreError> {
-        self.inner.enqueue_many(drafts).await
-    }
+impl OutboxBackend for FaultyStore {
     fn draft_limits(&self) -> DraftLimits {
-        self.inner.draft_limits()
+        self.inner.as_backend().draft_limits()
     }
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
-        self.inner.write_drafts(drafts).await
+        self.inner.as_backend().write_drafts(drafts).await
     }
     async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         if self.panic_claims_of.as_deref() == Some(request.lane.as_str()) {
@@ -117,7 +109,7 @@ impl OutboxStore for FaultyStore {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         self.outage()?;
-        let answer = self.inner.claim(request).await;
+        let answer = self.inner.as_backend().claim(request).await;
         if self.stall_answers.load(Ordering::SeqCst) {
             self.claim_gate.notified().await;
         }
@@ -134,11 +126,11 @@ impl OutboxStore for FaultyStore {
         self.silence().await;
         self.calls.acks.fetch_add(1, Ordering::SeqCst);
         self.outage()?;
-        self.inner.ack(claims).await
+        self.inner.as_backend().ack(claims).await
     }
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
         self.silence().await;
-        self.inner.nack(nacks).await
+        self.inner.as_backend().nack(nacks).await
     }
     async fn extend_lease(
         &self,
@@ -146,11 +138,11 @@ impl OutboxStore for FaultyStore {
         lease: Duration,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         self.extend_calls.lock().unwrap().push(claims.len());
-        self.inner.extend_lease(claims, lease).await
+        self.inner.as_backend().extend_lease(claims, lease).await
     }
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         self.silence().await;
-        self.inner.release(claims).await
+        self.inner.as_backend().release(claims).await
     }
     async fn next_due(
         &self,
@@ -160,33 +152,36 @@ impl OutboxStore for FaultyStore {
     ) -> Result<Option<Duration>, StoreError> {
         self.calls.next_dues.fetch_add(1, Ordering::SeqCst);
         self.outage()?;
-        self.inner.next_due(lane, target, ordering).await
+        self.inner
+            .as_backend()
+            .next_due(lane, target, ordering)
+            .await
     }
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
-        self.inner.stats(filter).await
+        self.inner.as_backend().stats(filter).await
     }
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
-        self.inner.list(filter, page).await
+        self.inner.as_backend().list(filter, page).await
     }
     async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
-        self.inner.get(outbox_id).await
-    }
-    async fn requeue_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        self.inner.requeue_dead_letters(filter).await
+        self.inner.as_backend().get(outbox_id).await
     }
     async fn requeue_dead_letters_per_lane(
         &self,
         filter: &MessageFilter,
     ) -> Result<Vec<LaneCount>, StoreError> {
-        self.inner.requeue_dead_letters_per_lane(filter).await
+        self.inner
+            .as_backend()
+            .requeue_dead_letters_per_lane(filter)
+            .await
     }
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        self.inner.discard_dead_letters(filter).await
+        self.inner.as_backend().discard_dead_letters(filter).await
     }
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
-        self.inner.purge(request).await
+        self.inner.as_backend().purge(request).await
     }
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
-        self.inner.subscribe()
+        self.inner.as_backend().subscribe()
     }
 }

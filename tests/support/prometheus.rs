@@ -68,13 +68,19 @@ impl Drop for Prometheus {
 }
 
 impl Prometheus {
-    /// Starts Prometheus scraping `target` (job `job`) every second and evaluating
-    /// `rule_files` every second, and waits until it is ready. Retries on another port
-    /// when its port was taken meanwhile.
-    pub async fn start(job: &str, target: SocketAddr, rule_files: &[&Path]) -> Prometheus {
+    /// Starts Prometheus scraping `target` (job `job`, with the extra target labels
+    /// `labels`, as a Kubernetes service discovery adds `namespace`) every second and
+    /// evaluating `rule_files` every second, and waits until it is ready. Retries on
+    /// another port when its port was taken meanwhile.
+    pub async fn start(
+        job: &str,
+        target: SocketAddr,
+        labels: &[(&str, &str)],
+        rule_files: &[&Path],
+    ) -> Prometheus {
         let binary = binary();
         for _ in 0..5 {
-            let mut server = Self::spawn(&binary, job, target, rule_files);
+            let mut server = Self::spawn(&binary, job, target, labels, rule_files);
             match server.wait_ready().await {
                 Ok(()) => return server,
                 Err(log) if log.contains("address already in use") => {
@@ -86,7 +92,13 @@ impl Prometheus {
         panic!("no free loopback port for Prometheus after 5 attempts");
     }
 
-    fn spawn(binary: &Path, job: &str, target: SocketAddr, rule_files: &[&Path]) -> Prometheus {
+    fn spawn(
+        binary: &Path,
+        job: &str,
+        target: SocketAddr,
+        labels: &[(&str, &str)],
+        rule_files: &[&Path],
+    ) -> Prometheus {
         let dir = tempfile::tempdir().expect("a data directory for Prometheus");
         let addr = free_loopback_addr();
         let mut config = String::from(
@@ -101,6 +113,12 @@ impl Prometheus {
             "scrape_configs:\n  - job_name: {job:?}\n    static_configs:\n      - targets: [\"{target}\"]\n"
         )
         .unwrap();
+        if !labels.is_empty() {
+            config.push_str("        labels:\n");
+            for (name, value) in labels {
+                writeln!(config, "          {name}: {value:?}").unwrap();
+            }
+        }
         let config_file = dir.path().join("prometheus.yml");
         std::fs::write(&config_file, config).expect("write prometheus.yml");
         let log_file =

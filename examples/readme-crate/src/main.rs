@@ -1,10 +1,10 @@
-use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::sqlx; // the sqlx the relay is built on: no second version to match
 use outbox_relay::{
-    async_trait, DeliveryError, DeliveryHandler, LaneConfig, OutboxMessage, OutboxMessageDraft,
-    OutboxRelay, RelayEvent, SqliteOutboxStore,
+    async_trait, DeliveryError, DeliveryHandler, LaneConfig, Outbox, OutboxMessage,
+    OutboxMessageDraft, OutboxRelay, RelayEvent, SqliteOutboxStore,
 };
 
 struct Billing;
@@ -25,7 +25,8 @@ async fn publish(message: &OutboxMessage) -> Result<(), std::io::Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let store = Arc::new(SqliteOutboxStore::open("outbox.db").await?);
+    // One outbox for the service and its relay: the backend, plus the store metrics.
+    let store = Outbox::new(SqliteOutboxStore::open("outbox.db").await?).with_hook(StoreMetrics);
     let relay = OutboxRelay::builder(store.clone())
         .lane(LaneConfig::new("orders", "billing").concurrency(16), Billing)
         .start()

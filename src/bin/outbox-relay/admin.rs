@@ -14,8 +14,8 @@ use outbox_relay::{OrderingPolicy, OutboxMessage, OutboxMessageDraft, OutboxStat
 use serde_json::json;
 
 use crate::{
-    AdminCommand, DeadLettersCommand, EnqueueArgs, Failure, ListArgs, PurgeArgs, Selector, Setup,
-    StatusArgs,
+    AdminCommand, DeadLettersCommand, EnqueueArgs, Failure, ListArgs, MigrateArgs, PurgeArgs,
+    Selector, Setup, StatusArgs,
 };
 
 /// Library warnings (a store retrying, say) go to stderr; the command's output to stdout.
@@ -43,12 +43,32 @@ pub(crate) async fn run(setup: Setup, command: AdminCommand) -> Result<(), Failu
             requeue_or_discard(&setup, selector, Action::Discard).await
         }
         AdminCommand::Purge(args) => purge(&setup, args).await,
-        AdminCommand::Migrate => migrate(&setup).await,
+        AdminCommand::Migrate(args) => migrate(&setup, args).await,
     }
 }
 
-/// The one admin command that writes DDL: opening with `CreateIfMissing` migrates.
-async fn migrate(setup: &Setup) -> Result<(), Failure> {
+/// The one admin command that writes DDL: opening with `CreateIfMissing` migrates. With
+/// `--print-sql` it prints the SQL instead, and with `--check` it compares versions.
+async fn migrate(setup: &Setup, args: MigrateArgs) -> Result<(), Failure> {
+    let options = setup.config.store_options();
+    if args.print_sql {
+        let sql = outbox_relay::database::migration_sql(&setup.url, &options, args.from, args.to)?;
+        print!("{sql}");
+        return Ok(());
+    }
+    if args.check {
+        let state = outbox_relay::database::schema_state(&setup.url, &options).await?;
+        let line = format!("the outbox at {}: {state}", setup.url.address());
+        if state.is_current() {
+            println!("{line}");
+            return Ok(());
+        }
+        let code = if state.is_ahead() { 4 } else { 3 };
+        return Err(Failure {
+            code,
+            message: line,
+        });
+    }
     setup.open(CreateMode::CreateIfMissing).await?;
     println!("the outbox at {} is up to date", setup.url.address());
     Ok(())

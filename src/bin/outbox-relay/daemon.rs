@@ -36,10 +36,17 @@ pub(crate) async fn run(
     let hangup = signal(SignalKind::hangup())
         .map_err(|error| Failure::failed(format!("cannot install a signal handler: {error}")))?;
     // Before the logging, which exports through it.
-    let otlp = OtlpExport::from_config(setup.config.otlp_endpoint.as_deref())?;
+    let otlp = OtlpExport::from_config(
+        setup.config.otlp_endpoint.as_deref(),
+        setup.config.otlp_ca_file.as_deref(),
+    )?;
     init_logging(args.log_format, otlp.as_ref());
     match &otlp {
-        Some(export) => tracing::info!(endpoint = %export.endpoint, "exporting spans over OTLP"),
+        Some(export) => tracing::info!(
+            endpoint = %export.endpoint,
+            ca_file = ?export.ca_file,
+            "exporting spans over OTLP"
+        ),
         None => {
             tracing::info!("OTLP export off (no otlp_endpoint, no OTEL_EXPORTER_OTLP_*ENDPOINT)")
         }

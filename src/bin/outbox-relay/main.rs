@@ -9,6 +9,8 @@
 //! outbox-relay dead-letters requeue 0190a1b2-…
 //! outbox-relay purge --older-than 7d
 //! outbox-relay migrate                   # create or upgrade the schema, nothing else
+//! outbox-relay migrate --print-sql --from 3   # the SQL of migrations 4 and on, for a DBA
+//! outbox-relay migrate --check            # exit 3 behind, 4 ahead of this build
 //! outbox-relay pause --lane orders --target audit --reason "broker upgrade"
 //! outbox-relay resume --lane orders --target audit   # every relay on the database
 //! kill -HUP <pid>                        # the daemon reloads its lanes from --config
@@ -16,7 +18,8 @@
 //!
 //! Exit codes: 0 done; 1 the command failed (for `run`: also a shutdown that could not
 //! record every ack, so some messages will be delivered again); 2 bad input, a bad config
-//! file, or a database that cannot be reached. Output for people goes to stdout (the log
+//! file, or a database that cannot be reached; `migrate --check` only: 3 the schema is
+//! behind this build (or missing), 4 it is newer than this build knows. Output for people goes to stdout (the log
 //! sink's lines too), logs go to stderr.
 //!
 //! Layout: this file holds the command line and the error type; [`daemon`] is `run`;
@@ -25,14 +28,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use outbox_relay::config::duration::parse_duration;
-use outbox_relay::config::file::{FileConfig, MetricsListen};
+use outbox_relay::config::duration::HumanDuration;
+use outbox_relay::config::file::{FileConfig, MetricsListen, PostgresSection, VacuumEvery};
 use outbox_relay::database::{open_store, CreateMode, DatabaseUrl, OpenError};
-use outbox_relay::{OutboxStore, StoreError};
+use outbox_relay::{Outbox, StoreError};
 use uuid::Uuid;
 
 mod admin;
@@ -83,6 +86,105 @@ struct GlobalArgs {
         value_name = "URL"
     )]
     database_url: Option<String>,
+    #[command(flatten)]
+    postgres: PostgresArgs,
+}
+
+/// The `[postgres]` settings, each overriding the config file's; from the environment
+/// (`OUTBOX_PG_…`) or a flag.
+#[derive(Debug, Args)]
+struct PostgresArgs {
+    /// PostgreSQL: connections kept open when idle [default: 0].
+    #[arg(
+        long,
+        global = true,
+        env = "OUTBOX_PG_POOL_MIN_CONNECTIONS",
+        value_name = "N"
+    )]
+    pg_pool_min_connections: Option<u32>,
+    /// PostgreSQL: the most connections the pool opens [default: 10].
+    #[arg(
+        long,
+        global = true,
+        env = "OUTBOX_PG_POOL_MAX_CONNECTIONS",
+        value_name = "N"
+    )]
+    pg_pool_max_connections: Option<u32>,
+    /// PostgreSQL: how long a store call waits for a connection [default: connect_timeout].
+    #[arg(long, global = true, env = "OUTBOX_PG_ACQUIRE_TIMEOUT", value_parser = parse_duration, value_name = "DURATION")]
+    pg_acquire_timeout: Option<Duration>,
+    /// PostgreSQL: statement_timeout of the relay's connections [default: 30s].
+    #[arg(long, global = true, env = "OUTBOX_PG_STATEMENT_TIMEOUT", value_parser = parse_duration, value_name = "DURATION")]
+    pg_statement_timeout: Option<Duration>,
+    /// PostgreSQL: how long a migration step waits for a lock [default: 5s].
+    #[arg(long, global = true, env = "OUTBOX_PG_LOCK_TIMEOUT", value_parser = parse_duration, value_name = "DURATION")]
+    pg_lock_timeout: Option<Duration>,
+    /// PostgreSQL: whether the relay's own commits wait for the disk [default: false].
+    #[arg(
+        long,
+        global = true,
+        env = "OUTBOX_PG_SYNCHRONOUS_COMMIT",
+        value_name = "BOOL"
+    )]
+    pg_synchronous_commit: Option<bool>,
+    /// PostgreSQL: rows taken out of live between two vacuums, or `false` [default: 50000].
+    #[arg(long, global = true, env = "OUTBOX_PG_VACUUM_EVERY", value_parser = parse_vacuum_every, value_name = "ROWS|false")]
+    pg_vacuum_every: Option<VacuumEvery>,
+    /// PostgreSQL: where the wake-up listener connects for LISTEN (PostgreSQL directly,
+    /// when the database URL names a pooler) [default: the database URL]. Its value is
+    /// never printed.
+    #[arg(
+        long,
+        global = true,
+        env = "OUTBOX_PG_LISTEN_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pg_listen_url: Option<String>,
+}
+
+impl PostgresArgs {
+    /// Puts each given setting over the file's `[postgres]` table.
+    fn apply(&self, section: &mut PostgresSection) {
+        let duration = |d: Option<Duration>| d.map(HumanDuration);
+        if let Some(n) = self.pg_pool_min_connections {
+            section.pool_min_connections = Some(n);
+        }
+        if let Some(n) = self.pg_pool_max_connections {
+            section.pool_max_connections = Some(n);
+        }
+        if let Some(d) = duration(self.pg_acquire_timeout) {
+            section.acquire_timeout = Some(d);
+        }
+        if let Some(d) = duration(self.pg_statement_timeout) {
+            section.statement_timeout = Some(d);
+        }
+        if let Some(d) = duration(self.pg_lock_timeout) {
+            section.lock_timeout = Some(d);
+        }
+        if let Some(on) = self.pg_synchronous_commit {
+            section.synchronous_commit = Some(on);
+        }
+        if let Some(every) = self.pg_vacuum_every {
+            section.vacuum_every = Some(every);
+        }
+        if let Some(url) = self.pg_listen_url.as_deref().map(str::trim) {
+            // An empty one (an unset variable in a compose file) keeps the file's.
+            if !url.is_empty() {
+                section.listen_url = Some(url.to_owned());
+            }
+        }
+    }
+}
+
+fn parse_vacuum_every(s: &str) -> Result<VacuumEvery, String> {
+    match s.trim() {
+        "false" | "off" => Ok(VacuumEvery::Enabled(false)),
+        rows => rows
+            .parse()
+            .map(VacuumEvery::Rows)
+            .map_err(|_| format!("{rows:?} is not a number of rows (or false)")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,8 +219,27 @@ enum AdminCommand {
     /// Delete delivered and dead-lettered messages older than an age.
     Purge(PurgeArgs),
     /// Create or upgrade the outbox schema, then exit. The other admin commands never
-    /// write DDL; `run` migrates unless given --no-migrate.
-    Migrate,
+    /// write DDL; `run` migrates unless given --no-migrate. With --print-sql, print the
+    /// SQL instead; with --check, only compare the schema's version with this build's.
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, Args)]
+struct MigrateArgs {
+    /// Print the SQL of the migrations for the configured database kind, schema and table
+    /// prefix (each in its own transaction), connect to nothing, change nothing.
+    #[arg(long, conflicts_with = "check")]
+    print_sql: bool,
+    /// With --print-sql: the migrations after this version (0: from an empty database).
+    #[arg(long, requires = "print_sql", value_name = "N", default_value_t = 0)]
+    from: i64,
+    /// With --print-sql: up to this version (default: the latest this build knows).
+    #[arg(long, requires = "print_sql", value_name = "M")]
+    to: Option<i64>,
+    /// Change nothing; exit 0 when the schema is at this build's version, 3 when it is
+    /// behind (or missing), 4 when it is newer than this build knows.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(Debug, Args)]
@@ -329,11 +450,18 @@ impl Setup {
     /// Reads the config file (or the embedded default), then lets `--database-url` or
     /// `OUTBOX_DATABASE_URL` override its database.
     fn resolve(global: &GlobalArgs) -> Result<Self, Failure> {
-        let config = match &global.config {
+        let mut config = match &global.config {
             Some(path) => FileConfig::load(path),
             None => FileConfig::embedded_default(),
         }
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
+        global.postgres.apply(&mut config.postgres);
+        config.postgres.to_options().map_err(|error| {
+            Failure::input(format!(
+                "config error: {} (from the config file, a flag or its OUTBOX_PG_ variable): {}",
+                error.field, error.reason
+            ))
+        })?;
         // clap reads `--database-url`, else `OUTBOX_DATABASE_URL`; an empty one (an unset
         // variable in a compose file) leaves the config's database.
         let given = global.database_url.as_deref().map(str::trim);
@@ -359,7 +487,7 @@ impl Setup {
     }
 
     /// Opens the store.
-    async fn open(&self, create: CreateMode) -> Result<Arc<dyn OutboxStore>, Failure> {
+    async fn open(&self, create: CreateMode) -> Result<Outbox, Failure> {
         let options = outbox_relay::database::StoreOptions {
             create,
             ..self.config.store_options()

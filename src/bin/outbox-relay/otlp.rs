@@ -3,14 +3,25 @@
 //! (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, or `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`).
 //! Without either, nothing is exported and no exporter is built.
 //!
-//! OTLP over HTTP with protobuf bodies, batched on the SDK's own thread; plain HTTP only
-//! (a collector beside the relay is the usual endpoint). The service name is
-//! `outbox-relay` unless `OTEL_SERVICE_NAME` says otherwise.
+//! OTLP over HTTP with protobuf bodies, batched on the SDK's own thread, to `http://` or
+//! `https://` endpoints. The SDK itself reads the standard variables (endpoints,
+//! `OTEL_EXPORTER_OTLP_HEADERS` for an API key, compression, timeout); this module does
+//! not parse them again. What the SDK does not do for HTTP is TLS trust, so the HTTP client
+//! is built here: rustls, trusting the system's roots plus the CA file of `otlp_ca_file`
+//! (or `OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE` / `OTEL_EXPORTER_OTLP_CERTIFICATE`, the
+//! standard variables for it). The service name is `outbox-relay` unless
+//! `OTEL_SERVICE_NAME` says otherwise.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 
 use crate::Failure;
 
@@ -20,25 +31,44 @@ const ENDPOINT_ENV: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_ENDPOINT",
 ];
 
+/// The standard variables naming a CA file to trust, the traces one first.
+const CA_FILE_ENV: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+];
+
+/// How long one export request may take: OTLP's default timeout. (The SDK bounds an export
+/// with its retries by `OTEL_EXPORTER_OTLP_TIMEOUT`, also 10 s unless set.)
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A running export: its tracer (for the tracing layer) and its provider (to flush at
 /// exit).
 pub(crate) struct OtlpExport {
     provider: SdkTracerProvider,
     /// Where the spans go, for the log.
     pub(crate) endpoint: String,
+    /// The CA file trusted besides the system's roots, for the log.
+    pub(crate) ca_file: Option<PathBuf>,
+}
+
+/// The first of `names` set to something, with its name.
+fn first_env(names: &[&'static str]) -> Option<(&'static str, String)> {
+    names.iter().find_map(|name| {
+        std::env::var(name)
+            .ok()
+            .filter(|value| !value.trim().is_empty())
+            .map(|value| (*name, value))
+    })
 }
 
 impl OtlpExport {
     /// The export the config and the environment ask for, or None.
-    pub(crate) fn from_config(file_endpoint: Option<&str>) -> Result<Option<Self>, Failure> {
-        let env_endpoint = ENDPOINT_ENV.iter().find_map(|name| {
-            std::env::var(name)
-                .ok()
-                .filter(|value| !value.trim().is_empty())
-                .map(|value| (*name, value))
-        });
+    pub(crate) fn from_config(
+        file_endpoint: Option<&str>,
+        file_ca: Option<&Path>,
+    ) -> Result<Option<Self>, Failure> {
         let mut builder = opentelemetry_otlp::SpanExporter::builder().with_http();
-        let endpoint = match (file_endpoint, env_endpoint) {
+        let endpoint = match (file_endpoint, first_env(&ENDPOINT_ENV)) {
             (Some(base), _) => {
                 let url = format!("{}/v1/traces", base.trim_end_matches('/'));
                 builder = builder.with_endpoint(url.clone());
@@ -48,7 +78,16 @@ impl OtlpExport {
             (None, Some((name, value))) => format!("{value} (from {name})"),
             (None, None) => return Ok(None),
         };
-        let exporter = builder.build().map_err(|error| {
+        let (ca_file, ca_origin) = match (file_ca, first_env(&CA_FILE_ENV)) {
+            (Some(path), _) => (Some(path.to_owned()), "otlp_ca_file"),
+            (None, Some((name, path))) => (Some(PathBuf::from(path)), name),
+            (None, None) => (None, ""),
+        };
+        let tls = tls_config(ca_file.as_deref())
+            .map_err(|error| Failure::input(format!("config error: {ca_origin}: {error}")))?;
+        let client = http_client(tls)
+            .map_err(|error| Failure::failed(format!("OTLP export to {endpoint}: {error}")))?;
+        let exporter = builder.with_http_client(client).build().map_err(|error| {
             Failure::input(format!(
                 "config error: otlp_endpoint {endpoint}: cannot build the OTLP exporter: {error}"
             ))
@@ -61,7 +100,11 @@ impl OtlpExport {
             .with_batch_exporter(exporter)
             .with_resource(Resource::builder().with_service_name(service).build())
             .build();
-        Ok(Some(Self { provider, endpoint }))
+        Ok(Some(Self {
+            provider,
+            endpoint,
+            ca_file,
+        }))
     }
 
     /// The tracer the tracing layer writes to.
@@ -79,4 +122,52 @@ impl OtlpExport {
             Err(error) => tracing::warn!(%error, "OTLP export: the flush did not finish"),
         }
     }
+}
+
+/// TLS for https endpoints: the system's roots (those that load; a store with none left
+/// still reaches plain http and a collector signed by `ca_file`), plus every certificate
+/// of the PEM file `ca_file`.
+fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let system = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(system.certs);
+    if let Some(path) = ca_file {
+        let shown = path.display();
+        let pem = std::fs::read(path).map_err(|error| format!("cannot read {shown}: {error}"))?;
+        let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<_, _>>()
+            .map_err(|error| format!("{shown} is not a PEM certificate file: {error}"))?;
+        if certificates.is_empty() {
+            return Err(format!("{shown} holds no PEM certificate"));
+        }
+        for certificate in certificates {
+            roots
+                .add(certificate)
+                .map_err(|error| format!("{shown}: a certificate cannot be trusted: {error}"))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("no TLS version in common with the crypto provider: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// The exporter's blocking HTTP client over `tls`. Built on a thread of its own, as the
+/// SDK builds its default one: the blocking client starts (and, on failure, drops) a
+/// runtime of its own, which may not happen on a thread of the daemon's runtime.
+fn http_client(tls: rustls::ClientConfig) -> Result<otlp_http::blocking::Client, String> {
+    std::thread::Builder::new()
+        .name("otlp-client-build".to_owned())
+        .spawn(move || {
+            otlp_http::blocking::Client::builder()
+                .tls_backend_preconfigured(tls)
+                .timeout(REQUEST_TIMEOUT)
+                .build()
+        })
+        .map_err(|error| format!("cannot start a thread to build the HTTP client: {error}"))?
+        .join()
+        .map_err(|_| "building the HTTP client panicked".to_owned())?
+        .map_err(|error| format!("cannot build the HTTP client: {error}"))
 }

@@ -92,6 +92,62 @@ fn the_example_file_parses_and_sets_every_field() {
             "supervisor.{key} is not in the example"
         );
     }
+    // The [postgres] table shows every field, with the defaults it documents.
+    assert_eq!(
+        config.postgres.to_options().unwrap(),
+        crate::database::PostgresOptions::default()
+    );
+    for key in serde_json::to_value(crate::config::file::PostgresSection::default())
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .keys()
+    {
+        assert!(
+            text.contains(&format!("\n{key} =")) || text.contains(&format!("\n# {key} =")),
+            "postgres.{key} is not in the example"
+        );
+    }
+}
+
+#[test]
+fn the_postgres_table_sets_the_pool_and_session_and_names_a_bad_field() {
+    let base = "[[lanes]]\nlane = \"a\"\ntarget = \"b\"\nsink = { kind = \"log\" }\n";
+    let config = FileConfig::from_toml_str(
+        "t.toml",
+        &format!(
+            "[postgres]\npool_min_connections = 2\npool_max_connections = 4\n\
+             acquire_timeout = \"2s\"\nstatement_timeout = \"5s\"\nlock_timeout = \"1s\"\n\
+             synchronous_commit = true\nvacuum_every = false\n{base}"
+        ),
+    )
+    .unwrap();
+    let options = config.store_options().postgres;
+    assert_eq!(
+        options,
+        crate::database::PostgresOptions {
+            pool_min_connections: 2,
+            pool_max_connections: 4,
+            acquire_timeout: Some(Duration::from_secs(2)),
+            statement_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_secs(1),
+            synchronous_commit: true,
+            vacuum_every: None,
+            listen_url: None,
+        }
+    );
+    for (table, field) in [
+        ("pool_min_connections = 11", "postgres.pool_min_connections"),
+        ("vacuum_every = 0", "postgres.vacuum_every"),
+        ("vacuum_every = true", "postgres.vacuum_every"),
+        ("lock_timeout = \"0s\"", "postgres.lock_timeout"),
+        ("listen_url = \"mysql://db/app\"", "postgres.listen_url"),
+    ] {
+        let error = FileConfig::from_toml_str("t.toml", &format!("[postgres]\n{table}\n{base}"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(field), "{table}: {error}");
+    }
 }
 
 #[test]

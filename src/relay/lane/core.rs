@@ -36,9 +36,10 @@ use tokio::time::Instant;
 
 use crate::config::LaneConfig;
 use crate::message::OutboxMessage;
-use crate::metrics::{BreakerState, GateKind, StoreOp};
 use crate::relay::{LaneKey, RelayEvent};
 use crate::store::StoreError;
+use crate::store::StoreOp;
+use gate::{BreakerState, GateKind};
 
 mod answers;
 mod book;
@@ -46,7 +47,7 @@ mod buffer;
 mod cadence;
 mod claim_loop;
 mod drain;
-mod gate;
+pub(crate) mod gate;
 mod hand_off;
 mod io;
 mod lease;

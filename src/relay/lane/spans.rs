@@ -145,14 +145,13 @@ pub(crate) fn acked_and_claimed(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use serde_json::json;
 
     use crate::delivery::{DeliveryError, DeliveryHandler};
     use crate::relay::RelayEvent;
-    use crate::OutboxStore;
+    use crate::Outbox;
     use crate::{InMemoryOutboxStore, LaneConfig, OutboxMessage, OutboxMessageDraft, OutboxRelay};
 
     struct Accepts;
@@ -170,7 +169,7 @@ mod tests {
     async fn each_claim_and_each_ack_has_a_span_with_its_rows_and_duration() {
         let (captured, _default) = crate::captured_log::capture_spans();
 
-        let store = Arc::new(InMemoryOutboxStore::new());
+        let store = Outbox::new(InMemoryOutboxStore::new());
         for n in 0..3 {
             store
                 .enqueue(OutboxMessageDraft::new("orders", "audit", json!({ "n": n })).unwrap())

@@ -11,9 +11,10 @@ use crate::message::{OutboxMessage, UnixMillis};
 use crate::relay::lane::core::{Input, StoreAnswer, StoreCall};
 use crate::sim::check::Call;
 use crate::sim::plan::{LANE, TARGET};
-use crate::store::{AckAndClaim, ClaimBatch, ClaimRef, ClaimRequest, OutboxStore, StoreError};
+use crate::store::StoreOp;
+use crate::store::{AckAndClaim, ClaimBatch, ClaimRef, ClaimRequest, OutboxBackend, StoreError};
 
-fn outage(op: &str) -> StoreError {
+fn outage(op: StoreOp) -> StoreError {
     StoreError::unavailable(
         op,
         std::io::Error::other("the simulated connection dropped"),
@@ -75,11 +76,15 @@ impl World<'_> {
             StoreCall::Claim { limit, key_run } => {
                 let request = self.claim_request(relay, limit, key_run);
                 let result = if failed {
-                    Err(outage("claim"))
+                    Err(outage(StoreOp::Claim))
                 } else {
                     self.claim(&request, now)
                 };
-                StoreAnswer::Claimed(if lost { Err(outage("claim")) } else { result })
+                StoreAnswer::Claimed(if lost {
+                    Err(outage(StoreOp::Claim))
+                } else {
+                    result
+                })
             }
             StoreCall::AckAndClaim {
                 acks,
@@ -88,12 +93,12 @@ impl World<'_> {
             } => {
                 let request = self.claim_request(relay, limit, key_run);
                 let result = if failed {
-                    Err(outage("ack_and_claim"))
+                    Err(outage(StoreOp::AckAndClaim))
                 } else {
                     let acked = self.ack(&acks, now);
                     let claimed = self.claim(&request, now);
                     if lost {
-                        Err(outage("ack_and_claim"))
+                        Err(outage(StoreOp::AckAndClaim))
                     } else {
                         Ok(AckAndClaim { acked, claimed })
                     }
@@ -105,11 +110,11 @@ impl World<'_> {
             }
             StoreCall::Ack(acks) => {
                 let result = if failed {
-                    Err(outage("ack"))
+                    Err(outage(StoreOp::Ack))
                 } else {
                     let outcomes = self.ack(&acks, now);
                     if lost {
-                        Err(outage("ack"))
+                        Err(outage(StoreOp::Ack))
                     } else {
                         Ok(outcomes)
                     }
@@ -121,13 +126,13 @@ impl World<'_> {
             }
             StoreCall::Nack(nacks) => {
                 let result = if failed {
-                    Err(outage("nack"))
+                    Err(outage(StoreOp::Nack))
                 } else {
                     let outcomes = ready(self.store.nack(&nacks)).unwrap_or_default();
                     let after = self.rows_of(World::nack_refs(&nacks));
                     self.check.observe(Call::Nack(&nacks), now, &after);
                     if lost {
-                        Err(outage("nack"))
+                        Err(outage(StoreOp::Nack))
                     } else {
                         Ok(outcomes)
                     }
@@ -138,7 +143,7 @@ impl World<'_> {
                 let ordering = self.relays[relay].config.ordering;
                 let result = ready(self.store.next_due(LANE, TARGET, ordering));
                 StoreAnswer::NextDue(if failed || lost {
-                    Err(outage("next_due"))
+                    Err(outage(StoreOp::NextDue))
                 } else {
                     result
                 })
@@ -150,7 +155,7 @@ impl World<'_> {
             } => {
                 let lease = self.relays[relay].config.lease;
                 let result = if failed {
-                    Err(outage("extend_lease"))
+                    Err(outage(StoreOp::ExtendLease))
                 } else {
                     let outcomes =
                         ready(self.store.extend_lease(&claims, lease)).unwrap_or_default();
@@ -158,7 +163,7 @@ impl World<'_> {
                     self.check
                         .observe(Call::Extend(&claims, lease), now, &after);
                     if lost {
-                        Err(outage("extend_lease"))
+                        Err(outage(StoreOp::ExtendLease))
                     } else {
                         Ok(outcomes)
                     }
@@ -173,13 +178,13 @@ impl World<'_> {
             StoreCall::Release(claims) => {
                 let sent = claims.len();
                 let result = if failed {
-                    Err(outage("release"))
+                    Err(outage(StoreOp::Release))
                 } else {
                     let outcomes = ready(self.store.release(&claims)).unwrap_or_default();
                     let after = self.rows_of(World::claim_refs(&claims));
                     self.check.observe(Call::Release(&claims), now, &after);
                     if lost {
-                        Err(outage("release"))
+                        Err(outage(StoreOp::Release))
                     } else {
                         Ok(outcomes)
                     }

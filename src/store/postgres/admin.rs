@@ -8,6 +8,7 @@ use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 use crate::message::OutboxMessage;
+use crate::store::StoreOp;
 use crate::store::{
     LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, StoreError,
 };
@@ -20,7 +21,7 @@ impl PostgresOutboxStore {
         &self,
         filter: &MessageFilter,
     ) -> Result<Vec<LaneStats>, StoreError> {
-        let op = "stats";
+        let op = StoreOp::Stats;
         let rows = match (&filter.lane, &filter.target) {
             // One lane (what a relay asks for): every figure from an index.
             (Some(lane), Some(target))
@@ -91,7 +92,7 @@ impl PostgresOutboxStore {
             .bind(to_i64(page.limit.saturating_add(1)))
             .fetch_all(&self.pool)
             .await
-            .map_err(|e| db_error("list", e))?;
+            .map_err(|e| db_error(StoreOp::List, e))?;
         let messages = rows
             .iter()
             .map(decode::message)
@@ -107,7 +108,7 @@ impl PostgresOutboxStore {
             .bind(outbox_id)
             .fetch_optional(&self.pool)
             .await
-            .map_err(|e| db_error("get", e))?;
+            .map_err(|e| db_error(StoreOp::Get, e))?;
         row.as_ref().map(decode::message).transpose()
     }
 
@@ -115,7 +116,7 @@ impl PostgresOutboxStore {
         &self,
         filter: &MessageFilter,
     ) -> Result<Vec<LaneCount>, StoreError> {
-        let op = "requeue_dead_letters";
+        let op = StoreOp::RequeueDeadLetters;
         let rows = sqlx::query(AssertSqlSafe(self.sql.requeue.clone()))
             .bind(self.now())
             .bind(&filter.lane)
@@ -149,7 +150,7 @@ impl PostgresOutboxStore {
             .bind(&filter.ids)
             .execute(&self.pool)
             .await
-            .map_err(|e| db_error("discard_dead_letters", e))?;
+            .map_err(|e| db_error(StoreOp::DiscardDeadLetters, e))?;
         Ok(done.rows_affected())
     }
 
@@ -169,13 +170,13 @@ impl PostgresOutboxStore {
             .pool
             .acquire()
             .await
-            .map_err(|e| db_error("purge", e))?
+            .map_err(|e| db_error(StoreOp::Purge, e))?
             .detach();
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(self.purge_lock_key())
             .fetch_one(&mut lock)
             .await
-            .map_err(|e| db_error("purge", e))?;
+            .map_err(|e| db_error(StoreOp::Purge, e))?;
         if !locked {
             tracing::debug!(
                 table = %self.names.messages,
@@ -207,7 +208,7 @@ impl PostgresOutboxStore {
                     .bind(request.keeps_keyed(status))
                     .fetch_one(&self.pool)
                     .await
-                    .map_err(|e| db_error("purge", e))?;
+                    .map_err(|e| db_error(StoreOp::Purge, e))?;
                 purged += u64::try_from(count).unwrap_or(0);
                 continue;
             }
@@ -224,7 +225,7 @@ impl PostgresOutboxStore {
                     .bind(request.keeps_keyed(status))
                     .execute(&self.pool)
                     .await
-                    .map_err(|e| db_error("purge", e))?;
+                    .map_err(|e| db_error(StoreOp::Purge, e))?;
                 purged += done.rows_affected();
                 if done.rows_affected() < batch_size as u64 {
                     break;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
     ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Nack, NackDisposition, NackOutcome, NextDue,
@@ -36,7 +37,7 @@ impl LeftKeys {
 
     /// Reads `lane`, `target` and `ordering_key` of a row that left live; a row without a
     /// key has no head to promote.
-    pub(super) fn push_row(&mut self, row: &PgRow, op: &str) -> Result<(), StoreError> {
+    pub(super) fn push_row(&mut self, row: &PgRow, op: StoreOp) -> Result<(), StoreError> {
         let key: Option<String> = row.try_get("ordering_key").map_err(|e| db_error(op, e))?;
         if let Some(key) = key {
             self.push(
@@ -56,7 +57,7 @@ impl PostgresOutboxStore {
         &self,
         conn: &mut PgConnection,
         left: &LeftKeys,
-        op: &str,
+        op: StoreOp,
     ) -> Result<(), StoreError> {
         if left.keys.is_empty() {
             return Ok(());
@@ -77,7 +78,7 @@ impl PostgresOutboxStore {
         conn: &mut PgConnection,
         request: &ClaimRequest,
     ) -> Result<ClaimBatch, StoreError> {
-        let op = "claim";
+        let op = StoreOp::Claim;
         let rows = self
             .claim_query(String::new(), request, false)
             .bind(LEASE_LAPSED_ERROR)
@@ -155,7 +156,7 @@ impl PostgresOutboxStore {
         &self,
         request: &ClaimRequest,
     ) -> Result<(ClaimBatch, bool), StoreError> {
-        let op = "claim";
+        let op = StoreOp::Claim;
         let rows = self
             .claim_query(String::new(), request, true)
             .fetch_all(&self.pool)
@@ -187,7 +188,7 @@ impl PostgresOutboxStore {
             .bind(target)
             .fetch_one(executor)
             .await
-            .map_err(|e| db_error("next_due", e))?;
+            .map_err(|e| db_error(StoreOp::NextDue, e))?;
         Ok(wait.map(|ms| Duration::from_millis(unsigned(ms))))
     }
 
@@ -197,7 +198,7 @@ impl PostgresOutboxStore {
         conn: &mut PgConnection,
         claims: &[ClaimRef],
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let op = "ack";
+        let op = StoreOp::Ack;
         let batch = FencedBatch::new(claims);
         let rows = sqlx::query(AssertSqlSafe(self.sql.ack.clone()))
             .bind(self.now())
@@ -221,7 +222,7 @@ impl PostgresOutboxStore {
         &self,
         nacks: &[Nack],
     ) -> Result<Vec<NackOutcome>, StoreError> {
-        let op = "nack";
+        let op = StoreOp::Nack;
         let batch = FencedBatch::new(nacks.iter().map(|n| &n.claim));
         // The first nack of each claim is the one that counts, as in the reference store.
         let mut firsts: Vec<&Nack> = Vec::with_capacity(batch.ids.len());

@@ -9,6 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::Connection;
 
 use crate::message::{DraftLimits, ValidationError};
+use crate::store::StoreOp;
 use crate::store::{duration_millis, Clock, StoreError};
 
 use super::decode::db_error;
@@ -48,7 +49,7 @@ pub struct PostgresConfig {
     /// of an idle pickup's latency, and a round trip's worth of every busy cycle).
     ///
     /// Why that is safe for an outbox: durability of a message is the enqueue's, and the
-    /// enqueue (in the caller's transaction, or [`OutboxStore::enqueue_many`](crate::store::OutboxStore::enqueue_many))
+    /// enqueue (in the caller's transaction, or [`Outbox::enqueue_many`](crate::store::Outbox::enqueue_many))
     /// keeps the session's setting. A database crash can lose only the last few hundred
     /// milliseconds of the relay's state changes, in commit order (the write-ahead log is
     /// one sequence, and every synchronous commit flushes all that came before it): a lost
@@ -86,6 +87,11 @@ pub struct PostgresConfig {
     /// wait for another process's migration. Default
     /// [`DEFAULT_MIGRATION_STATEMENT_TIMEOUT`]; at most `i32::MAX` ms.
     pub migration_statement_timeout: Duration,
+    /// Where the wake-up listener connects for its `LISTEN`, when not where the pool
+    /// connects: a direct connection to PostgreSQL when the pool goes through a pooler
+    /// that does not keep a client on one server connection. `None` (the default) listens
+    /// over a connection made with the pool's own options.
+    pub listen_url: Option<String>,
 }
 
 /// A pooled connection idle at least this long is pinged before use; a busier one is not.
@@ -124,6 +130,7 @@ impl Default for PostgresConfig {
             cycle_function: true,
             migration_lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
             migration_statement_timeout: DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
+            listen_url: None,
         }
     }
 }
@@ -190,6 +197,42 @@ impl PostgresConfig {
         self
     }
 
+    /// Sets where the wake-up listener connects ([`Self::listen_url`]).
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+
+    /// The connect options of the wake-up listener, when [`Self::listen_url`] names them.
+    pub(super) fn listen_options(&self) -> Result<Option<PgConnectOptions>, ValidationError> {
+        use sqlx::ConnectOptions as _;
+        self.listen_url
+            .as_deref()
+            .map(|url| {
+                if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                    return Err(ValidationError::new(
+                        "listen_url",
+                        format!(
+                            "{} is not a postgres:// or postgresql:// URL",
+                            crate::redact::redact(url)
+                        ),
+                    ));
+                }
+                PgConnectOptions::from_str(url)
+                    .map(|options| options.disable_statement_logging())
+                    .map_err(|error| {
+                        ValidationError::new(
+                            "listen_url",
+                            format!(
+                                "{} is not a PostgreSQL URL: {error}",
+                                crate::redact::redact(url)
+                            ),
+                        )
+                    })
+            })
+            .transpose()
+    }
+
     /// Sets [`Self::cycle_function`].
     pub fn cycle_function(mut self, on: bool) -> Self {
         self.cycle_function = on;
@@ -226,7 +269,7 @@ impl PostgresConfig {
 
     /// The connect options for `url`, with [`Self::session_options`].
     pub fn connect_options(&self, url: &str) -> Result<PgConnectOptions, StoreError> {
-        let options = PgConnectOptions::from_str(url).map_err(|e| db_error("connect", e))?;
+        let options = PgConnectOptions::from_str(url).map_err(|e| db_error(StoreOp::Connect, e))?;
         Ok(self.session_options(options))
     }
 
@@ -271,6 +314,7 @@ impl PostgresConfig {
                 ));
             }
         }
+        self.listen_options()?;
         Names::new(&self.schema, &self.table_prefix).map(|_| ())
     }
 }

@@ -8,6 +8,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::store::StoreError;
+use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy};
 
 use super::decode::{db_error, unsigned};
@@ -44,9 +45,9 @@ impl PostgresOutboxStore {
         request: &ClaimRequest,
     ) -> Result<Cycle, StoreError> {
         let op = if acks.is_empty() {
-            "claim"
+            StoreOp::Claim
         } else {
-            "ack_and_claim"
+            StoreOp::AckAndClaim
         };
         let fenced = FencedBatch::new(acks);
         let rows = self

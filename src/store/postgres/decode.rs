@@ -10,11 +10,12 @@ use uuid::Uuid;
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
 use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
 use crate::store::StoreError;
+use crate::store::StoreOp;
 
 /// Maps a sqlx error of operation `op`. Lost or unreachable connections are
 /// [`StoreError::Unavailable`] (retryable); rows that do not decode are
 /// [`StoreError::Corrupt`]; everything else is [`StoreError::Database`].
-pub(crate) fn db_error(op: &str, error: sqlx::Error) -> StoreError {
+pub(crate) fn db_error(op: StoreOp, error: sqlx::Error) -> StoreError {
     match &error {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
@@ -71,7 +72,7 @@ pub(crate) fn message(row: &PgRow) -> Result<OutboxMessage, StoreError> {
 /// Reads one row a claim returned: the message, or, when a column of it cannot be read, what
 /// it takes to dead-letter it (`store/unreadable.rs`). Only the columns the store itself
 /// types and fills (id, sequence, token, key) failing is an error.
-pub(crate) fn claimed(row: &PgRow, op: &str) -> Result<ClaimedRow, StoreError> {
+pub(crate) fn claimed(row: &PgRow, op: StoreOp) -> Result<ClaimedRow, StoreError> {
     let outbox_id: Uuid = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
     match read(row, outbox_id) {
         Ok(message) => Ok(ClaimedRow::Read(message)),

@@ -1,6 +1,6 @@
-//! Enqueue: in the caller's transaction ([`PostgresOutboxStore::enqueue_in_tx`]) or
-//! through the pool (the trait's `write_drafts`, which hands drafts to idle lanes of this
-//! process: `store::hand_off`). Both write a planned batch of drafts (validated, repeats
+//! Enqueue: in the caller's transaction (`Outbox::enqueue_in_tx`) or through the pool (the
+//! backend's `write_drafts`, which inserts drafts handed off to idle lanes of this process
+//! already claimed: `store::hand_off`). Both write a planned batch of drafts (validated, repeats
 //! resolved: `store::enqueue`): one INSERT for the batch, then a read of the messages
 //! holding dedupe keys the INSERT found taken.
 
@@ -11,7 +11,7 @@ use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxMessageDraft};
-use crate::store::hand_off::Taken;
+use crate::store::StoreOp;
 use crate::store::{DraftBatch, Enqueued, StoreError};
 
 use super::decode::{self, db_error};
@@ -41,120 +41,77 @@ pub(super) struct WriteFailure {
 }
 
 impl PostgresOutboxStore {
-    /// Writes one message on the caller's connection, normally inside the caller's
-    /// transaction: it becomes visible, and wakes relays, only when that transaction
-    /// commits. Takes any `&mut PgConnection`: `&mut tx` for a
-    /// [`sqlx::Transaction`] (it derefs to one), `&mut *conn` for a pooled connection
-    /// (then the row commits at once, outside any transaction of yours). A dedupe key taken
-    /// by a message another transaction has not committed yet makes this wait for that
-    /// transaction to end.
-    pub async fn enqueue_in_tx(
-        &self,
-        tx: &mut PgConnection,
-        draft: OutboxMessageDraft,
-    ) -> Result<Enqueued, StoreError> {
-        crate::store::single(self.enqueue_many_in_tx(tx, vec![draft]).await?)
-    }
-
-    /// Writes many messages on the caller's connection (see [`Self::enqueue_in_tx`]). On an
-    /// error nothing of this call is left in the caller's transaction (a conflict undoes the
+    /// Writes a planned batch on the caller's connection (`Outbox::enqueue_many_in_tx`). On
+    /// an error nothing of it is left in the caller's transaction (a conflict undoes the
     /// rows already written); on a database error PostgreSQL has aborted that transaction
-    /// anyway. `outbox_enqueued_total` counts the messages when they are written, before
-    /// the caller commits (or rolls back).
-    pub async fn enqueue_many_in_tx(
+    /// anyway.
+    pub(crate) async fn write_in_tx(
         &self,
         tx: &mut PgConnection,
-        drafts: Vec<OutboxMessageDraft>,
+        batch: &DraftBatch,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        let (batch, plan) = crate::store::enqueue::plan(drafts, &self.limits)?;
-        if batch.is_empty() {
-            return Ok(Vec::new());
-        }
-        match self.write(tx, &batch, Vec::new()).await {
-            Ok(written) => {
-                let answers = plan.answers(written)?;
-                // The other way in besides the trait's `enqueue_many`, which counts its own.
-                crate::metrics::record_enqueued(&answers);
-                Ok(answers)
-            }
+        match self.write(tx, batch, Vec::new()).await {
+            Ok(written) => Ok(written),
             Err(failure) => {
                 if !failure.inserted.is_empty() {
                     sqlx::query(AssertSqlSafe(self.sql.delete_ids.clone()))
                         .bind(&failure.inserted)
                         .execute(&mut *tx)
                         .await
-                        .map_err(|e| db_error("enqueue (undo)", e))?;
+                        .map_err(|e| db_error(StoreOp::Enqueue, e))?;
                 }
                 Err(failure.error)
             }
         }
     }
 
-    /// The trait's `write_drafts`: through the pool, one INSERT statement on its own or, when
-    /// a draft has a dedupe key, in a transaction.
-    pub(super) async fn write_handing_off(
+    /// The backend's `write_drafts`: through the pool, one INSERT statement on its own or,
+    /// when a draft has a dedupe key, in a transaction. A draft with a pre-claim (handed
+    /// off to a lane of this process) is inserted claimed.
+    pub(super) async fn write_pooled(
         &self,
         drafts: DraftBatch,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        // Drafts a lane of this process takes (`store::hand_off`): written claimed, handed
-        // to it after the commit. A credit not used goes back when its `Taken` drops.
-        let sent_at = tokio::time::Instant::now();
-        let taken: Vec<Option<Taken>> = drafts
-            .drafts()
-            .iter()
-            .map(|d| {
-                (d.ordering_key.is_none() && d.delay.is_zero())
-                    .then(|| self.hand_off.take(&d.lane, &d.target))
-                    .flatten()
-            })
-            .collect();
-        let claims: Vec<Option<HandClaim>> = taken
-            .iter()
-            .map(|t| {
-                t.as_ref().map(|t| HandClaim {
-                    claim_token: Uuid::new_v4(),
-                    consumer_id: t.consumer_id().to_owned(),
-                    lease_ms: interval(t.lease()),
+        let claims: Vec<Option<HandClaim>> = (0..drafts.len())
+            .map(|i| {
+                drafts.pre_claim(i).map(|pre| HandClaim {
+                    claim_token: pre.claim_token,
+                    consumer_id: pre.consumer_id.clone(),
+                    lease_ms: interval(pre.lease),
                 })
             })
             .collect();
-        let answers = if drafts.drafts().iter().all(|d| d.dedupe_key.is_none()) {
+        let claims = if claims.iter().any(Option::is_some) {
+            claims
+        } else {
+            Vec::new()
+        };
+        if drafts.drafts().iter().all(|d| d.dedupe_key.is_none()) {
             // One INSERT statement: atomic on its own, no transaction round trips.
             let mut conn = self
                 .pool
                 .acquire()
                 .await
-                .map_err(|e| db_error("enqueue", e))?;
-            self.write(&mut conn, &drafts, claims.clone())
+                .map_err(|e| db_error(StoreOp::Enqueue, e))?;
+            self.write(&mut conn, &drafts, claims)
                 .await
-                .map_err(|f| f.error)?
+                .map_err(|f| f.error)
         } else {
             // A conflict found after some rows went in must take them back out: roll back.
             let mut tx = self
                 .pool
                 .begin()
                 .await
-                .map_err(|e| db_error("enqueue", e))?;
+                .map_err(|e| db_error(StoreOp::Enqueue, e))?;
             let answers = self
-                .write(&mut tx, &drafts, claims.clone())
+                .write(&mut tx, &drafts, claims)
                 .await
                 .map_err(|f| f.error)?;
-            tx.commit().await.map_err(|e| db_error("enqueue", e))?;
-            answers
-        };
-        // Committed: each handed-off draft that went in fresh, claimed with its token, goes
-        // to its lane; the others' credits go back.
-        for ((taken, claim), answer) in taken.into_iter().zip(&claims).zip(&answers) {
-            let (Some(taken), Some(claim)) = (taken, claim) else {
-                continue;
-            };
-            if !answer.duplicate && answer.message.claim_token == Some(claim.claim_token) {
-                taken.deliver(answer.message.clone(), sent_at);
-            } else {
-                taken.give_back();
-            }
+            tx.commit()
+                .await
+                .map_err(|e| db_error(StoreOp::Enqueue, e))?;
+            Ok(answers)
         }
-        Ok(answers)
     }
 
     /// Inserts a planned batch (valid drafts, no two with one dedupe key: see
@@ -243,14 +200,14 @@ impl PostgresOutboxStore {
         }
         if !todo.is_empty() {
             let error = StoreError::database(
-                "enqueue",
+                StoreOp::Enqueue,
                 "a dedupe key's holder kept vanishing before it could be read",
             );
             return Err(fail(error, &inserted));
         }
         answers
             .into_iter()
-            .map(|answer| answer.ok_or_else(|| StoreError::database("enqueue", "no answer")))
+            .map(|answer| answer.ok_or_else(|| StoreError::database(StoreOp::Enqueue, "no answer")))
             .collect::<Result<_, _>>()
             .map_err(|e| fail(e, &inserted))
     }
@@ -268,7 +225,7 @@ impl PostgresOutboxStore {
             .clone()
             .map(|d| serde_json::to_value(&d.headers))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StoreError::database("enqueue: headers", e))?;
+            .map_err(|e| StoreError::database(StoreOp::Enqueue, e))?;
         let rows = sqlx::query(AssertSqlSafe(self.sql.enqueue.clone()))
             .bind(self.now())
             .bind(&self.names.channel)
@@ -320,7 +277,7 @@ impl PostgresOutboxStore {
             .bind(claims.map(|c| c.map(|c| c.lease_ms)).collect::<Vec<_>>())
             .fetch_all(conn)
             .await
-            .map_err(|e| db_error("enqueue", e))?;
+            .map_err(|e| db_error(StoreOp::Enqueue, e))?;
         rows.iter()
             .map(|row| decode::message(row).map(|m| (m.outbox_id, m)))
             .collect()
@@ -340,7 +297,7 @@ impl PostgresOutboxStore {
             .bind(drafts.map(|d| d.dedupe_key.clone()).collect::<Vec<_>>())
             .fetch_all(conn)
             .await
-            .map_err(|e| db_error("enqueue (dedupe)", e))?;
+            .map_err(|e| db_error(StoreOp::Enqueue, e))?;
         let mut holders = HashMap::new();
         for row in &rows {
             let message = decode::message(row)?;

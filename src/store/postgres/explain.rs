@@ -5,6 +5,7 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{ClaimRequest, OrderingPolicy, StoreError};
 
@@ -42,7 +43,7 @@ impl PostgresOutboxStore {
     /// Runs `statement` under `EXPLAIN (ANALYZE, FORMAT JSON)` with `jit = off` (as the
     /// relay's connections run), rolls it back, and answers PostgreSQL's JSON plan.
     pub async fn explain(&self, statement: &Explained) -> Result<serde_json::Value, StoreError> {
-        let op = "explain";
+        let op = StoreOp::Maintenance;
         let mut tx = self.begin(op).await?;
         sqlx::query("SET LOCAL jit = off")
             .execute(&mut *tx)

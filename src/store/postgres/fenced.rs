@@ -9,6 +9,7 @@ use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 use uuid::Uuid;
 
+use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
 
 use super::decode::db_error;
@@ -20,7 +21,7 @@ impl PostgresOutboxStore {
     pub(super) async fn fenced(
         &self,
         conn: &mut PgConnection,
-        op: &str,
+        op: StoreOp,
         sql: &Arc<str>,
         batch: &FencedBatch,
         extra: impl FnOnce(Query<'_, Postgres, PgArguments>) -> Query<'_, Postgres, PgArguments>,
@@ -71,7 +72,7 @@ impl FencedBatch {
     }
 
     /// Positions (0-based) of the unique claims a statement applied to, from its `ord`s.
-    pub(super) fn applied(rows: &[PgRow], op: &str) -> Result<HashSet<usize>, StoreError> {
+    pub(super) fn applied(rows: &[PgRow], op: StoreOp) -> Result<HashSet<usize>, StoreError> {
         rows.iter()
             .map(|row| {
                 let ord: i64 = row.try_get("ord").map_err(|e| db_error(op, e))?;

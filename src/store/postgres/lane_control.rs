@@ -9,7 +9,7 @@ use super::decode::db_error;
 use super::sql::NOW;
 use super::PostgresOutboxStore;
 use crate::store::lane_control::validate_lane;
-use crate::store::{LanePause, LanePauseRequest, StoreError};
+use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};
 use crate::time::UnixMillis;
 
 /// The columns a pause is read from, its time as Unix milliseconds.
@@ -21,7 +21,7 @@ impl PostgresOutboxStore {
         &self,
         request: &LanePauseRequest,
     ) -> Result<LanePause, StoreError> {
-        const OP: &str = "pause_lane";
+        const OP: StoreOp = StoreOp::PauseLane;
         request.validate()?;
         let table = &self.names.lane_control;
         let row = sqlx::query(AssertSqlSafe(format!(
@@ -47,7 +47,7 @@ impl PostgresOutboxStore {
         lane: &str,
         target: &str,
     ) -> Result<Option<LanePause>, StoreError> {
-        const OP: &str = "resume_lane";
+        const OP: StoreOp = StoreOp::ResumeLane;
         validate_lane(lane, target)?;
         let table = &self.names.lane_control;
         let row = sqlx::query(AssertSqlSafe(format!(
@@ -62,7 +62,7 @@ impl PostgresOutboxStore {
     }
 
     pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
-        const OP: &str = "lane_pauses";
+        const OP: StoreOp = StoreOp::LanePauses;
         let table = &self.names.lane_control;
         let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM {table} ORDER BY lane, target"
@@ -74,7 +74,7 @@ impl PostgresOutboxStore {
     }
 }
 
-fn pause_of(row: &PgRow, op: &'static str) -> Result<LanePause, StoreError> {
+fn pause_of(row: &PgRow, op: StoreOp) -> Result<LanePause, StoreError> {
     let get = |e| db_error(op, e);
     Ok(LanePause {
         lane: row.try_get("lane").map_err(get)?,

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::{broadcast, oneshot};
 
 use crate::retry::RetryPolicy;
+use crate::store::StoreOp;
 use crate::store::{StoreError, WakeUp};
 
 use super::decode::db_error;
@@ -23,14 +24,16 @@ pub(crate) struct ListenerGuard {
 }
 
 /// Starts listening on `channel` over a connection of its own (never one of the store's
-/// pool, which it would hold forever), and returns once LISTEN took effect: a subscriber
-/// that subscribes after the store was built misses nothing.
+/// pool, which it would hold forever), made with `options` (`PostgresConfig::listen_url`)
+/// or else the pool's, and returns once LISTEN took effect: a subscriber that subscribes
+/// after the store was built misses nothing.
 pub(crate) async fn start(
     store_pool: &PgPool,
+    options: Option<PgConnectOptions>,
     channel: String,
     wakeups: broadcast::Sender<WakeUp>,
 ) -> Result<ListenerGuard, StoreError> {
-    let options = (*store_pool.connect_options()).clone();
+    let options = options.unwrap_or_else(|| (*store_pool.connect_options()).clone());
     // The store pool's acquire timeout: a store over a pool that gives up after 2 s should
     // not wait sqlx's default 30 s for its listener.
     let pool = PgPoolOptions::new()
@@ -49,11 +52,11 @@ pub(crate) async fn start(
 async fn listen(pool: &PgPool, channel: &str) -> Result<PgListener, StoreError> {
     let mut listener = PgListener::connect_with(pool)
         .await
-        .map_err(|e| db_error("listen", e))?;
+        .map_err(|e| db_error(StoreOp::Listen, e))?;
     listener
         .listen(channel)
         .await
-        .map_err(|e| db_error("listen", e))?;
+        .map_err(|e| db_error(StoreOp::Listen, e))?;
     Ok(listener)
 }
 

@@ -1,17 +1,41 @@
 //! Where the outbox lives (schema, table prefix, the names derived from them) and the
-//! embedded migrations that create it.
+//! embedded migrations that create it: [`MIGRATIONS`] here, how they run in `schema/run.rs`
+//! (one transaction each, under a lock timeout), and the SQL a DBA runs instead in
+//! `schema/script.rs` (the same statements; checked in under `migrations/postgres/`).
+//!
+//! # Adding a migration
+//!
+//! 1. Write its SQL as a `fn(&Names) -> String` (in a file of its own under `schema/` when
+//!    it needs explaining), naming tables only through [`Names`]; a new table gets a field
+//!    there. Prefer statements that are cheap on a table with rows: `ADD COLUMN` with a
+//!    constant default, and new indexes as `CREATE INDEX IF NOT EXISTS` under a name no
+//!    earlier migration used (the file's online preparation builds them `CONCURRENTLY`
+//!    first; an index dropped and made again under the same name cannot be).
+//! 2. Append a [`Migration`] to [`MIGRATIONS`] with the next version, a name, and `locks`:
+//!    what it locks on a table with rows, for how long, and how to run it online.
+//! 3. Pin its text in the test `shipped_migrations_keep_their_text` (the test prints the
+//!    hash it computes when it differs).
+//! 4. Regenerate the checked-in files and commit them: `OUTBOX_BLESS=1 cargo test
+//!    --all-features --test migration_files` writes `migrations/postgres/V{n}__{slug}.sql`
+//!    (and SQLite's); without `OUTBOX_BLESS` the test fails when a file differs from the code.
 
 use sqlx::postgres::PgPool;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::AssertSqlSafe;
 
 use crate::message::ValidationError;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreOp};
 
 use super::decode::db_error;
 
 mod collation;
 pub(super) mod heads;
 pub(crate) mod key_queue;
+pub(crate) mod producer;
+mod run;
+mod script;
+
+pub(crate) use run::{migrate, MigrationTimeouts};
+pub(crate) use script::script;
 
 /// The longest schema name: PostgreSQL truncates identifiers past 63 bytes.
 pub const MAX_SCHEMA_LEN: usize = 63;
@@ -116,11 +140,15 @@ pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
-/// One schema change. Applied in version order, each once, recorded in the migrations table.
-struct Migration {
-    version: i32,
-    name: &'static str,
-    sql: fn(&Names) -> String,
+/// One schema change. Applied in version order, each once, in a transaction of its own,
+/// recorded in the migrations table.
+pub(crate) struct Migration {
+    pub(crate) version: i32,
+    /// What it does, recorded with the version.
+    pub(crate) name: &'static str,
+    pub(crate) sql: fn(&Names) -> String,
+    /// What it locks on a table with rows, and how to run it online (the file's header).
+    pub(crate) locks: &'static str,
 }
 
 /// Every migration, oldest first. Append new ones; never edit one that has shipped.
@@ -129,35 +157,59 @@ const MIGRATIONS: &[Migration] = &[
         version: 1,
         name: "messages table and its indexes",
         sql: messages_table,
+        locks: "Creates the tables and their indexes: nothing that exists is locked.",
     },
     Migration {
         version: 2,
         name: "key heads: a claim reads only heads, in index order",
         sql: heads::migration,
+        locks: "Adds key_head, a catalog change; marks the keyed pending rows queued behind
+their key's head (row locks, one UPDATE over them); builds eight partial indexes under
+a SHARE lock (enqueues, claims and acks wait for the builds, reads do not); drops three
+indexes and makes the key-head functions and trigger (brief ACCESS EXCLUSIVE locks).",
     },
     Migration {
         version: 3,
         name: "payload as json text: delivered byte for byte",
         sql: payload_as_json,
+        locks: "Rewrites the table (payload from jsonb to json) under an ACCESS EXCLUSIVE lock:
+nothing reads or writes the outbox until it commits, about as long as a full copy of the
+table and its indexes. There is no online form: run it in a window without enqueues,
+with relays stopped, or on a table purged of delivered rows first.",
     },
     Migration {
         version: 4,
         name: "key indexes by status: a claimed keyed row gets one key index entry",
         sql: key_queue::migration,
+        locks: "Builds key_pending_idx, and rebuilds key_claimed_idx, pending_idx and lease_idx
+under their names, each under a SHARE lock (enqueues, claims and acks wait for the
+builds, reads do not; each build reads the table once). Only key_pending_idx can be
+built ahead of it; for the others, run it when enqueues can wait that long.",
     },
     Migration {
         version: 5,
         name: "key columns in the C collation: index comparisons are memcmp",
         sql: collation::migration,
+        locks: "Changes five columns' collation to \"C\" under an ACCESS EXCLUSIVE lock: the
+rows stay as they are, every index over those columns is rebuilt, and nothing reads or
+writes the outbox until it commits. There is no online form: run it in a window without
+enqueues, with relays stopped.",
     },
     Migration {
         version: 6,
+        name: "the producer contract: an enqueue function for any language",
+        sql: producer::migration,
+        locks: "Creates one function: nothing is locked.",
+    },
+    Migration {
+        version: 7,
         name: "lane control: fleet-wide pauses with who, when and why",
         sql: lane_control_table,
+        locks: "Creates one table: nothing is locked.",
     },
 ];
 
-/// Migration 6's SQL, `{lane_control}` standing for the table: one row per paused
+/// Migration 7's SQL, `{lane_control}` standing for the table: one row per paused
 /// (lane, target), read by every relay on the database (`store/lane_control.rs`).
 pub(crate) const LANE_CONTROL_TABLE: &str = "CREATE TABLE IF NOT EXISTS {lane_control} (
     lane       text COLLATE \"C\" NOT NULL,
@@ -241,236 +293,36 @@ pub(crate) async fn applied_version(
     pool: &PgPool,
     names: &Names,
 ) -> Result<Option<i32>, StoreError> {
-    let op = "schema_version";
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(|e| db_error(StoreOp::Migrate, e))?;
+    let applied = read_applied(&mut conn, names).await?;
+    Ok(applied.map(|versions| versions.into_iter().max().unwrap_or(0)))
+}
+
+/// The versions recorded in the migrations table, or `None` when it does not exist.
+pub(crate) async fn read_applied(
+    conn: &mut sqlx::PgConnection,
+    names: &Names,
+) -> Result<Option<Vec<i32>>, StoreError> {
+    let op = StoreOp::Migrate;
     let has_migrations: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
         .bind(&names.migrations)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .map_err(|e| db_error(op, e))?;
     if !has_migrations {
         return Ok(None);
     }
-    let version: Option<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT max(version) FROM {}",
-        names.migrations
-    )))
-    .fetch_one(pool)
-    .await
-    .map_err(|e| db_error(op, e))?;
-    Ok(Some(version.unwrap_or(0)))
-}
-
-/// How long a migration may wait and run ([`super::PostgresConfig`]'s
-/// `migration_lock_timeout` and `migration_statement_timeout`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MigrationTimeouts {
-    /// `lock_timeout` of every statement after the advisory lock.
-    pub(crate) lock: std::time::Duration,
-    /// `statement_timeout` of every statement, the advisory lock's wait included.
-    pub(crate) statement: std::time::Duration,
-}
-
-/// PostgreSQL's SQLSTATE for a lock wait that outlived `lock_timeout`.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
-
-/// A migration step gave up waiting for a lock: what it was, and who held what.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "{step} waited longer than its lock_timeout ({timeout:?}) for a lock on {table}{holders}; \
-     nothing was applied (enqueues queue behind a waiting schema change, so it gives up \
-     rather than stall them): run the migration again once that transaction has ended, \
-     or raise migration_lock_timeout"
-)]
-pub(crate) struct LockWaitExpired {
-    step: String,
-    timeout: std::time::Duration,
-    table: String,
-    /// ", held by …" from `pg_locks`, or empty when the holder has gone.
-    holders: String,
-    #[source]
-    source: StoreError,
-}
-
-/// Brings the schema up to date. Idempotent, and safe when several processes run it at
-/// once: they queue on a transaction-scoped advisory lock, and each applies only what the
-/// migrations table says is missing. The lock is keyed on the schema, not the prefix,
-/// because `CREATE SCHEMA` of two prefixes in one new schema would race as well.
-///
-/// DDL runs only when something is missing, so a process whose role may not create
-/// anything can still call this against an already migrated database.
-///
-/// `functions`: (name, `CREATE FUNCTION`) pairs of functions derived from this build's
-/// statements (the cycle function, `sql/cycle.rs`), each created when the database lacks
-/// it. Their names carry a hash of their text, so a function is never replaced under a
-/// relay of another build: each build adds its own.
-///
-/// Every statement runs under `timeouts.statement` (index builds on a large table take
-/// longer than the relay's own statement timeout, but never without bound), and after the
-/// advisory lock (which may wait for another process's migration) under `timeouts.lock`:
-/// a schema change waiting for a lock on the outbox table (behind a service's long
-/// transaction that enqueued) would hold every later enqueue behind it in the lock queue.
-/// It gives up after `timeouts.lock` instead, with an error naming the table and the
-/// sessions holding locks on it, and nothing applied.
-pub(crate) async fn migrate(
-    pool: &PgPool,
-    names: &Names,
-    functions: &[(&str, &str)],
-    timeouts: MigrationTimeouts,
-) -> Result<(), StoreError> {
-    let op = "migrate";
-    let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
-    sqlx::query(AssertSqlSafe(format!(
-        "SET LOCAL statement_timeout = {}",
-        crate::store::duration_millis(timeouts.statement)
-    )))
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| db_error(op, e))?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-        .bind(format!("outbox-relay migrate {}", names.schema))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| db_error(op, e))?;
-    sqlx::query(AssertSqlSafe(format!(
-        "SET LOCAL lock_timeout = {}",
-        crate::store::duration_millis(timeouts.lock)
-    )))
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| db_error(op, e))?;
-    let mut step = "the migrations table".to_owned();
-    match apply(&mut tx, names, functions, &mut step).await {
-        Ok(()) => tx.commit().await.map_err(|e| db_error(op, e)),
-        Err(error) if error.sqlstate().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
-            // Rolled back first: the lock query below takes a connection of its own.
-            let _ = tx.rollback().await;
-            let holders = lock_holders(pool, names).await;
-            Err(StoreError::database(
-                op,
-                LockWaitExpired {
-                    step,
-                    timeout: timeouts.lock,
-                    table: names.messages.clone(),
-                    holders,
-                    source: error,
-                },
-            ))
-        }
-        Err(error) => Err(error),
-    }
-}
-
-/// The migrations and functions the database lacks, in `tx`; `step` says what runs.
-async fn apply(
-    tx: &mut sqlx::PgConnection,
-    names: &Names,
-    functions: &[(&str, &str)],
-    step: &mut String,
-) -> Result<(), StoreError> {
-    let op = "migrate";
-    let row = sqlx::query(
-        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS has_schema,
-                to_regclass($2) IS NOT NULL AS has_migrations",
-    )
-    .bind(&names.schema)
-    .bind(&names.migrations)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(|e| db_error(op, e))?;
-    let has_schema: bool = row.try_get("has_schema").map_err(|e| db_error(op, e))?;
-    let has_migrations: bool = row.try_get("has_migrations").map_err(|e| db_error(op, e))?;
-    if !has_schema {
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "CREATE SCHEMA IF NOT EXISTS \"{}\"",
-            names.schema
-        )))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| db_error(op, e))?;
-    }
-    if !has_migrations {
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "CREATE TABLE IF NOT EXISTS {} (
-                version    integer     PRIMARY KEY,
-                name       text        NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            )",
-            names.migrations
-        )))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| db_error(op, e))?;
-    }
-    let applied: Vec<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
+    let versions: Vec<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT version FROM {}",
         names.migrations
     )))
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await
     .map_err(|e| db_error(op, e))?;
-    for migration in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
-        *step = format!("migration {} ({})", migration.version, migration.name);
-        sqlx::raw_sql(AssertSqlSafe((migration.sql)(names)))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db_error(op, e))?;
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {} (version, name) VALUES ($1, $2)",
-            names.migrations
-        )))
-        .bind(migration.version)
-        .bind(migration.name)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| db_error(op, e))?;
-    }
-    for (name, create) in functions {
-        *step = format!("creating the function {name}");
-        if !function_exists(&mut *tx, name).await? {
-            sqlx::raw_sql(AssertSqlSafe(create.to_string()))
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| db_error(op, e))?;
-        }
-    }
-    Ok(())
-}
-
-/// ", held by pid N (its modes, transaction open for Ns, state)" for every other session
-/// holding a lock on the outbox's tables, or "" when none does (or the query fails: the
-/// error it would decorate matters more).
-async fn lock_holders(pool: &PgPool, names: &Names) -> String {
-    /// pid, its lock modes, seconds its transaction is open, its state.
-    type Holder = (i32, String, Option<f64>, Option<String>);
-    let holders: Result<Vec<Holder>, sqlx::Error> = sqlx::query_as(
-        "SELECT l.pid, string_agg(DISTINCT l.mode, ', '),
-                    max(extract(epoch FROM now() - a.xact_start))::float8,
-                    max(a.state)
-               FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-              WHERE l.granted AND l.pid <> pg_backend_pid()
-                AND l.relation IN (to_regclass($1), to_regclass($2))
-              GROUP BY l.pid
-              ORDER BY l.pid",
-    )
-    .bind(&names.messages)
-    .bind(&names.migrations)
-    .fetch_all(pool)
-    .await;
-    let holders = holders.unwrap_or_default();
-    if holders.is_empty() {
-        return String::new();
-    }
-    let described: Vec<String> = holders
-        .iter()
-        .map(|(pid, mode, open_for, state)| {
-            let open_for = open_for.map_or(String::new(), |s| {
-                format!(", transaction open for {:.0}s", s.max(0.0))
-            });
-            let state = state.as_deref().map_or(String::new(), |s| format!(", {s}"));
-            format!("pid {pid} ({mode}{open_for}{state})")
-        })
-        .collect();
-    format!(", held by {}", described.join(", "))
+    Ok(Some(versions))
 }
 
 /// Whether the function `name` (schema-qualified, quoted) exists.
@@ -482,7 +334,7 @@ pub(crate) async fn function_exists<'c>(
         .bind(name)
         .fetch_one(executor)
         .await
-        .map_err(|e| db_error("migrate", e))
+        .map_err(|e| db_error(StoreOp::Migrate, e))
 }
 
 #[cfg(test)]
@@ -529,12 +381,13 @@ mod tests {
     #[test]
     fn shipped_migrations_keep_their_text() {
         let names = Names::new("public", "outbox").unwrap();
-        let shipped: [(i32, u64); 5] = [
+        let shipped: [(i32, u64); 6] = [
             (1, 0x67b8_1daa_4699_16a1),
             (2, 0xed73_9205_d9c5_b178),
             (3, 0x6f99_c341_65e3_d124),
             (4, 0xd27c_721d_832b_3a2b),
             (5, 0x1599_b8c3_754f_7f16),
+            (6, 0xc5ee_6675_6e39_f4c4),
         ];
         for (version, hash) in shipped {
             let migration = MIGRATIONS.iter().find(|m| m.version == version).unwrap();

@@ -37,6 +37,7 @@ use uuid::Uuid;
 
 use crate::message::UnixMillis;
 use crate::store::StoreError;
+use crate::store::StoreOp;
 
 use super::decode::db_error;
 use super::schema::heads::{head_lock_class, head_lock_key};
@@ -132,7 +133,7 @@ async fn sweep(
     lane: &str,
     target: &str,
 ) -> Result<u64, StoreError> {
-    let op = "sweep_heads";
+    let op = StoreOp::Maintenance;
     // READ COMMITTED whatever the session's default: the second statement must see what
     // committed while the first took the locks.
     let mut tx = pool

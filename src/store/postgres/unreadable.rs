@@ -7,6 +7,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::store::unreadable::{self, SortedClaim};
+use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimRef, OrderingPolicy, StoreError, UnreadableRow};
 
 use super::claim::LeftKeys;
@@ -19,7 +20,7 @@ use super::PostgresOutboxStore;
 pub(super) fn sort_rows<'r>(
     rows: impl IntoIterator<Item = &'r PgRow>,
     ordering: OrderingPolicy,
-    op: &str,
+    op: StoreOp,
 ) -> Result<SortedClaim, StoreError> {
     let mut claimed = Vec::new();
     for row in rows {
@@ -39,7 +40,7 @@ impl PostgresOutboxStore {
         &self,
         conn: &mut PgConnection,
         sorted: &SortedClaim,
-        op: &str,
+        op: StoreOp,
     ) -> Result<Vec<UnreadableRow>, StoreError> {
         let rows: Vec<_> = sorted
             .unreadable
@@ -92,7 +93,7 @@ impl PostgresOutboxStore {
     /// transaction of their own. If that fails, they are left claimed, and their leases
     /// lapse as a crashed relay's would: the next claims try again, and the last attempt's
     /// lapse dead-letters them. The messages read are handed out either way.
-    pub(super) async fn answer_committed(&self, sorted: SortedClaim, op: &str) -> ClaimBatch {
+    pub(super) async fn answer_committed(&self, sorted: SortedClaim, op: StoreOp) -> ClaimBatch {
         let mut batch = ClaimBatch::default();
         if !sorted.unreadable.is_empty() || !sorted.held_back.is_empty() {
             match self.settle_apart(&sorted, op).await {
@@ -111,7 +112,7 @@ impl PostgresOutboxStore {
     async fn settle_apart(
         &self,
         sorted: &SortedClaim,
-        op: &str,
+        op: StoreOp,
     ) -> Result<Vec<UnreadableRow>, StoreError> {
         let mut tx = self.relay_begin(op).await?;
         let dead = self.settle_unreadable(&mut tx, sorted, op).await?;

@@ -13,6 +13,7 @@ use sqlx::{AssertSqlSafe, ConnectOptions, Row};
 use tokio::sync::{broadcast, Mutex};
 
 use crate::message::{DraftLimits, ValidationError};
+use crate::store::StoreOp;
 use crate::store::{Clock, StoreError, SystemClock, WAKEUP_CHANNEL_CAPACITY};
 
 use super::checkpoint::{Checkpoints, FALLBACK_AUTOCHECKPOINT, RESTART_PAGES};
@@ -212,7 +213,7 @@ impl SqliteStoreBuilder {
             .max_connections(1)
             .connect_with(options.clone())
             .await
-            .map_err(db("open"))?;
+            .map_err(db(StoreOp::Connect))?;
         let sql = Statements::new(&self.table_prefix);
         migrate(&writer, &sql).await?;
         let checkpoints = if self.background_checkpoints {
@@ -222,12 +223,12 @@ impl SqliteStoreBuilder {
             )))
             .execute(&writer)
             .await
-            .map_err(db("open"))?;
+            .map_err(db(StoreOp::Connect))?;
             let pool = SqlitePoolOptions::new()
                 .max_connections(1)
                 .connect_with(options.clone())
                 .await
-                .map_err(db("open"))?;
+                .map_err(db(StoreOp::Connect))?;
             Checkpoints::new(Some(pool), self.restart_pages)
         } else {
             Checkpoints::new(None, self.restart_pages)
@@ -237,7 +238,7 @@ impl SqliteStoreBuilder {
             .max_connections(self.read_connections)
             .connect_with(options)
             .await
-            .map_err(db("open"))?;
+            .map_err(db(StoreOp::Connect))?;
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
         Ok(SqliteOutboxStore {
             path: self.path,
@@ -297,52 +298,52 @@ fn create_private(path: &Path) {
     }
 }
 
-/// Runs the migrations this file lacks, in one transaction.
+/// Runs the migrations this file lacks, each in a transaction of its own with the row that
+/// records it (the statements of `SqliteOutboxStore::migration_sql`): a failure leaves the
+/// earlier ones applied and itself not at all. A file migrated by a newer build is refused.
 async fn migrate(writer: &SqlitePool, sql: &Statements) -> Result<(), StoreError> {
-    const OP: &str = "migrate";
-    let mut tx = writer.begin_with("BEGIN IMMEDIATE").await.map_err(db(OP))?;
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS {} (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-        sql.migrations_table
-    );
-    sqlx::query(AssertSqlSafe(create))
+    const OP: StoreOp = StoreOp::Migrate;
+    loop {
+        let mut tx = writer.begin_with("BEGIN IMMEDIATE").await.map_err(db(OP))?;
+        sqlx::query(AssertSqlSafe(schema::migrations_table(
+            &sql.migrations_table,
+        )))
         .execute(&mut *tx)
         .await
         .map_err(db(OP))?;
-    let applied: i64 = sqlx::query(AssertSqlSafe(format!(
-        "SELECT COALESCE(MAX(version), 0) FROM {}",
-        sql.migrations_table
-    )))
-    .fetch_one(&mut *tx)
-    .await
-    .and_then(|row| row.try_get(0))
-    .map_err(db(OP))?;
-    if applied > schema::latest_version() {
-        return Err(StoreError::database(
-            OP,
-            format!(
-                "table {} is at schema version {applied}, newer than this build's {}",
-                sql.table,
-                schema::latest_version()
-            ),
-        ));
-    }
-    for (version, statements) in schema::pending_migrations(&sql.table, applied) {
-        for statement in statements {
+        let applied: i64 = sqlx::query(AssertSqlSafe(format!(
+            "SELECT COALESCE(MAX(version), 0) FROM {}",
+            sql.migrations_table
+        )))
+        .fetch_one(&mut *tx)
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(db(OP))?;
+        if applied > schema::latest_version() {
+            return Err(StoreError::database(
+                OP,
+                format!(
+                    "table {} is at schema version {applied}, newer than the version this \
+                     build of outbox-relay knows ({}); run that outbox-relay version or a \
+                     later one",
+                    sql.table,
+                    schema::latest_version()
+                ),
+            ));
+        }
+        let Some((version, statements)) = schema::pending_migrations(&sql.table, applied)
+            .into_iter()
+            .next()
+        else {
+            return tx.commit().await.map_err(db(OP));
+        };
+        let record = schema::record_version(&sql.migrations_table, version);
+        for statement in std::iter::once(record).chain(statements) {
             sqlx::query(AssertSqlSafe(statement))
                 .execute(&mut *tx)
                 .await
                 .map_err(db(OP))?;
         }
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {} (version, applied_at) VALUES (?1, ?2)",
-            sql.migrations_table
-        )))
-        .bind(version)
-        .bind(SystemClock.now_millis())
-        .execute(&mut *tx)
-        .await
-        .map_err(db(OP))?;
+        tx.commit().await.map_err(db(OP))?;
     }
-    tx.commit().await.map_err(db(OP))
 }

@@ -5,6 +5,7 @@
 
 use sqlx::Row;
 
+use crate::store::StoreOp;
 use crate::store::{MessageFilter, OrderingPolicy, StoreError};
 
 use super::filter::FilterSql;
@@ -68,12 +69,12 @@ impl SqliteOutboxStore {
             let rows = dynamic(format!("EXPLAIN QUERY PLAN {text}"))
                 .fetch_all(&self.reader)
                 .await
-                .map_err(db("explain"))?;
+                .map_err(db(StoreOp::Maintenance))?;
             let steps = rows
                 .iter()
                 .map(|row| row.try_get::<String, _>(3))
                 .collect::<Result<_, _>>()
-                .map_err(db("explain"))?;
+                .map_err(db(StoreOp::Maintenance))?;
             plans.push(QueryPlan { statement, steps });
         }
         Ok(plans)

@@ -6,7 +6,7 @@ use sqlx::Row;
 use super::row::db;
 use super::{Commit, SqliteOutboxStore};
 use crate::store::lane_control::validate_lane;
-use crate::store::{LanePause, LanePauseRequest, StoreError};
+use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};
 use crate::time::UnixMillis;
 
 impl SqliteOutboxStore {
@@ -18,7 +18,7 @@ impl SqliteOutboxStore {
         &self,
         request: &LanePauseRequest,
     ) -> Result<LanePause, StoreError> {
-        const OP: &str = "pause_lane";
+        const OP: StoreOp = StoreOp::PauseLane;
         request.validate()?;
         let table = self.lane_control_table();
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
@@ -54,7 +54,7 @@ impl SqliteOutboxStore {
         lane: &str,
         target: &str,
     ) -> Result<Option<LanePause>, StoreError> {
-        const OP: &str = "resume_lane";
+        const OP: StoreOp = StoreOp::ResumeLane;
         validate_lane(lane, target)?;
         let table = self.lane_control_table();
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
@@ -72,7 +72,7 @@ impl SqliteOutboxStore {
     }
 
     pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
-        const OP: &str = "lane_pauses";
+        const OP: StoreOp = StoreOp::LanePauses;
         let table = self.lane_control_table();
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT lane, target, paused_by, reason, paused_at FROM {table}
@@ -85,7 +85,7 @@ impl SqliteOutboxStore {
     }
 }
 
-fn pause_of(row: &sqlx::sqlite::SqliteRow, op: &'static str) -> Result<LanePause, StoreError> {
+fn pause_of(row: &sqlx::sqlite::SqliteRow, op: StoreOp) -> Result<LanePause, StoreError> {
     Ok(LanePause {
         lane: row.try_get("lane").map_err(db(op))?,
         target: row.try_get("target").map_err(db(op))?,

@@ -9,6 +9,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
+use crate::store::StoreOp;
 use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError};
 
 use super::filter::FilterSql;
@@ -26,7 +27,7 @@ pub(super) async fn next_due<'c>(
     ordering: OrderingPolicy,
     now: UnixMillis,
 ) -> Result<Option<Duration>, StoreError> {
-    const OP: &str = "next_due";
+    const OP: StoreOp = StoreOp::NextDue;
     let row = query(&sql.policy(ordering).next_due)
         .bind(now)
         .bind(lane)
@@ -48,7 +49,7 @@ pub(super) async fn get(
         .bind(uuid_text(outbox_id))
         .fetch_optional(pool)
         .await
-        .map_err(db("get"))?;
+        .map_err(db(StoreOp::Get))?;
     row.as_ref().map(decode).transpose()
 }
 
@@ -74,7 +75,7 @@ pub(super) async fn list(
         .bind(int(page.limit.saturating_add(1)))
         .fetch_all(pool)
         .await
-        .map_err(db("list"))?;
+        .map_err(db(StoreOp::List))?;
     let messages = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
     Ok(Page::from_overfetch(messages, page.limit))
 }
@@ -88,7 +89,7 @@ pub(super) async fn stats(
     filter: &MessageFilter,
     now: UnixMillis,
 ) -> Result<Vec<LaneStats>, StoreError> {
-    const OP: &str = "stats";
+    const OP: StoreOp = StoreOp::Stats;
     let filter = MessageFilter {
         status: None,
         ..filter.clone()
@@ -230,8 +231,8 @@ pub(super) async fn purge_count(
         .bind(keep_keyed)
         .fetch_one(pool)
         .await
-        .map_err(db("purge"))?
+        .map_err(db(StoreOp::Purge))?
         .try_get(0)
-        .map_err(db("purge"))?;
+        .map_err(db(StoreOp::Purge))?;
     Ok(u64::try_from(count).unwrap_or(0))
 }

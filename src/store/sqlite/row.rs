@@ -10,6 +10,7 @@ use uuid::Uuid;
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
 use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
 use crate::store::StoreError;
+use crate::store::StoreOp;
 
 /// Reads a message from a row selected with `schema::COLUMNS`.
 pub(super) fn decode(row: &SqliteRow) -> Result<OutboxMessage, StoreError> {
@@ -28,7 +29,7 @@ pub(super) fn claimed(row: &SqliteRow, claim_token: Uuid) -> Result<ClaimedRow, 
         Ok(message) => return Ok(ClaimedRow::Read(message)),
         Err(bad) => bad,
     };
-    let seq: i64 = row.try_get("seq").map_err(db("claim"))?;
+    let seq: i64 = row.try_get("seq").map_err(db(StoreOp::Claim))?;
     let outbox_id = row
         .try_get::<String, _>("outbox_id")
         .ok()
@@ -131,7 +132,8 @@ pub(super) fn uuid_text(id: Uuid) -> String {
 pub(super) fn json_text(value: &impl serde::Serialize, field: &str) -> Result<String, StoreError> {
     // A header map of strings always serialises, so this cannot fail in practice; if it
     // ever did, nothing has been written yet.
-    serde_json::to_string(value).map_err(|e| StoreError::database(format!("encoding {field}"), e))
+    serde_json::to_string(value)
+        .map_err(|e| StoreError::database(StoreOp::Enqueue, format!("encoding {field}: {e}")))
 }
 
 /// A count or limit as SQLite's integer, saturating.
@@ -152,7 +154,7 @@ const SQLITE_READONLY: i64 = 8;
 const SQLITE_AUTH: i64 = 23;
 
 /// Maps a `sqlx` error of operation `op` onto the store's error.
-pub(super) fn store_error(op: &str, error: sqlx::Error) -> StoreError {
+pub(super) fn store_error(op: StoreOp, error: sqlx::Error) -> StoreError {
     match error {
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
@@ -183,7 +185,7 @@ pub(super) fn store_error(op: &str, error: sqlx::Error) -> StoreError {
 }
 
 /// `map_err` adapter: `.map_err(db(op))`.
-pub(super) fn db(op: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
+pub(super) fn db(op: StoreOp) -> impl Fn(sqlx::Error) -> StoreError {
     move |error| store_error(op, error)
 }
 
@@ -211,7 +213,7 @@ mod refusal_tests {
             .execute(&mut conn)
             .await
             .expect_err("the write is refused");
-        let mapped = store_error("claim", error);
+        let mapped = store_error(StoreOp::Claim, error);
         assert!(mapped.is_permanent(), "{mapped:?}");
         assert!(!mapped.is_retryable(), "{mapped:?}");
         let _ = conn.close().await;

@@ -53,7 +53,9 @@ pub(super) fn validate_table_prefix(prefix: &str) -> Result<(), ValidationError>
 
 mod migrations;
 
-pub(super) use migrations::{latest_version, pending_migrations};
+pub(super) use migrations::{
+    latest_version, migrations_table, pending_migrations, record_version, script,
+};
 
 /// The term that lets a probe use the partial index `{t}_key_live`: SQLite proves a partial
 /// index usable only from a WHERE term that repeats the index's own, so a probe for

@@ -5,6 +5,13 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::*;
 
+/// The SQLite store under an outbox, for its own API.
+fn sqlite(outbox: &crate::store::Outbox) -> &SqliteOutboxStore {
+    outbox
+        .backend::<SqliteOutboxStore>()
+        .expect("a SQLite outbox")
+}
+
 #[test]
 fn page_cache_and_memory_map_sizes_are_checked() {
     let builder = SqliteOutboxStore::builder("outbox.db");
@@ -133,26 +140,28 @@ async fn relay_commits_skip_the_wal_sync_and_enqueues_always_sync() {
     const NORMAL: i64 = 1;
     const FULL: i64 = 2;
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteOutboxStore::open(dir.path().join("outbox.db"))
-        .await
-        .unwrap();
+    let store = crate::store::Outbox::new(
+        SqliteOutboxStore::open(dir.path().join("outbox.db"))
+            .await
+            .unwrap(),
+    );
     let draft = || {
         crate::OutboxMessageDraft::new("orders", "billing", serde_json::json!({"n": 1})).unwrap()
     };
     let request = ClaimRequest::new("orders", "billing", 1, Duration::from_secs(60), "relay");
 
     store.enqueue(draft()).await.unwrap();
-    assert_eq!(writer_synchronous(&store).await, FULL, "enqueue");
+    assert_eq!(writer_synchronous(sqlite(&store)).await, FULL, "enqueue");
     let claimed = store.claim(&request).await.unwrap().messages;
-    assert_eq!(writer_synchronous(&store).await, NORMAL, "claim");
+    assert_eq!(writer_synchronous(sqlite(&store)).await, NORMAL, "claim");
     store.enqueue(draft()).await.unwrap();
     assert_eq!(
-        writer_synchronous(&store).await,
+        writer_synchronous(sqlite(&store)).await,
         FULL,
         "enqueue after a claim"
     );
     store.ack(&[claimed[0].claim().unwrap()]).await.unwrap();
-    assert_eq!(writer_synchronous(&store).await, NORMAL, "ack");
+    assert_eq!(writer_synchronous(sqlite(&store)).await, NORMAL, "ack");
 
     let mut tx = store.begin().await.unwrap();
     let in_tx: i64 = sqlx::query("PRAGMA synchronous")
@@ -164,20 +173,22 @@ async fn relay_commits_skip_the_wal_sync_and_enqueues_always_sync() {
     tx.rollback().await.unwrap();
     store.claim(&request).await.unwrap();
     store
-        .requeue_dead_letters_per_lane(&MessageFilter::all())
+        .requeue_dead_letters(&MessageFilter::all())
         .await
         .unwrap();
-    assert_eq!(writer_synchronous(&store).await, FULL, "requeue");
+    assert_eq!(writer_synchronous(sqlite(&store)).await, FULL, "requeue");
 
-    let synced = SqliteOutboxStore::builder(dir.path().join("synced.db"))
-        .synchronous_commit(true)
-        .open()
-        .await
-        .unwrap();
+    let synced = crate::store::Outbox::new(
+        SqliteOutboxStore::builder(dir.path().join("synced.db"))
+            .synchronous_commit(true)
+            .open()
+            .await
+            .unwrap(),
+    );
     synced.enqueue(draft()).await.unwrap();
     synced.claim(&request).await.unwrap();
     assert_eq!(
-        writer_synchronous(&synced).await,
+        writer_synchronous(sqlite(&synced)).await,
         FULL,
         "synchronous_commit(true)"
     );
@@ -223,11 +234,13 @@ async fn background_checkpoints_keep_the_wal_small_under_steady_relay_commits() 
     const COMMITS: usize = 3_000;
     const WAL_BOUND: u64 = 20 << 20;
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteOutboxStore::builder(dir.path().join("outbox.db"))
-        .restart_pages(64)
-        .open()
-        .await
-        .unwrap();
+    let store = crate::store::Outbox::new(
+        SqliteOutboxStore::builder(dir.path().join("outbox.db"))
+            .restart_pages(64)
+            .open()
+            .await
+            .unwrap(),
+    );
     let drafts = (0..COMMITS)
         .map(|n| {
             crate::OutboxMessageDraft::new("orders", "billing", serde_json::json!({ "n": n }))
@@ -273,12 +286,14 @@ async fn writer_changes(store: &SqliteOutboxStore) -> i64 {
 /// after.
 #[tokio::test]
 async fn acking_a_key_run_hands_the_head_mark_on_once() {
-    use crate::store::{ClaimRequest, OutboxStore};
+    use crate::store::ClaimRequest;
     const RUN: usize = 8;
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteOutboxStore::open(dir.path().join("outbox.db"))
-        .await
-        .unwrap();
+    let store = crate::store::Outbox::new(
+        SqliteOutboxStore::open(dir.path().join("outbox.db"))
+            .await
+            .unwrap(),
+    );
     let draft = |lane: &str, n: usize, key: Option<&str>| {
         let draft =
             crate::OutboxMessageDraft::new(lane, "billing", serde_json::json!({ "n": n })).unwrap();
@@ -298,9 +313,9 @@ async fn acking_a_key_run_hands_the_head_mark_on_once() {
         let claimed = store.claim(&request).await.unwrap().messages;
         assert_eq!(claimed.len(), RUN, "{lane}: one claim takes the run");
         let claims: Vec<_> = claimed.iter().map(|m| m.claim().unwrap()).collect();
-        let before = writer_changes(&store).await;
+        let before = writer_changes(sqlite(&store)).await;
         let outcomes = store.ack(&claims).await.unwrap();
-        changed.push(writer_changes(&store).await - before);
+        changed.push(writer_changes(sqlite(&store)).await - before);
         assert!(
             outcomes
                 .iter()
@@ -341,7 +356,7 @@ async fn a_new_database_file_is_created_0600_and_an_existing_one_keeps_its_mode(
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("outbox.db");
-    let store = SqliteOutboxStore::builder(&path).open().await.unwrap();
+    let store = crate::store::Outbox::new(SqliteOutboxStore::builder(&path).open().await.unwrap());
     store
         .enqueue(crate::OutboxMessageDraft::new("l", "t", serde_json::json!({})).unwrap())
         .await

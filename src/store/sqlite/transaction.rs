@@ -12,19 +12,23 @@ use sqlx::{Sqlite, Transaction};
 use tokio::sync::MutexGuard;
 
 use crate::message::OutboxMessageDraft;
-use crate::store::{enqueue, Enqueued, StoreError};
+use crate::store::StoreOp;
+use crate::store::{enqueue, CallOutcome, Enqueued, Outbox, StoreError};
 
 use super::row::db;
 use super::write::{self, Woken};
 use super::{Commit, SqliteOutboxStore};
 
-/// An open write transaction on the outbox's database file. Run business statements on
+/// An open write transaction on the outbox's database file, from [`Outbox::begin`]. Run
+/// business statements on
 /// [`SqliteOutboxTx::connection`], enqueue with [`SqliteOutboxTx::enqueue`], then
 /// [`SqliteOutboxTx::commit`]. Dropping it without committing rolls everything back.
 ///
 /// While it is open, the store's other writes (relay claims and acks) wait: keep it short.
 pub struct SqliteOutboxTx<'a> {
     store: &'a SqliteOutboxStore,
+    /// Whose hooks hear of the messages at commit.
+    outbox: &'a Outbox,
     _turn: MutexGuard<'a, ()>,
     tx: Transaction<'static, Sqlite>,
     woken: Woken,
@@ -41,25 +45,16 @@ impl std::fmt::Debug for SqliteOutboxTx<'_> {
 }
 
 impl SqliteOutboxStore {
-    /// Begins a write transaction for business rows and outbox messages together.
-    ///
-    /// ```no_run
-    /// # async fn example(store: &outbox_relay::SqliteOutboxStore) -> Result<(), Box<dyn std::error::Error>> {
-    /// use outbox_relay::OutboxMessageDraft;
-    /// let mut tx = store.begin().await?;
-    /// sqlx::query("INSERT INTO orders (id, total) VALUES (?1, ?2)")
-    ///     .bind(42).bind(1999)
-    ///     .execute(tx.connection())
-    ///     .await?;
-    /// tx.enqueue(OutboxMessageDraft::new("orders", "billing", serde_json::json!({"order": 42}))?)
-    ///     .await?;
-    /// tx.commit().await?; // both rows, or neither
-    /// # Ok(()) }
-    /// ```
-    pub async fn begin(&self) -> Result<SqliteOutboxTx<'_>, StoreError> {
-        let (turn, tx) = self.begin_write("begin", Commit::Durable).await?;
+    /// Begins a write transaction for business rows and outbox messages together, for
+    /// [`Outbox::begin`].
+    pub(crate) async fn begin<'a>(
+        &'a self,
+        outbox: &'a Outbox,
+    ) -> Result<SqliteOutboxTx<'a>, StoreError> {
+        let (turn, tx) = self.begin_write(StoreOp::Enqueue, Commit::Durable).await?;
         Ok(SqliteOutboxTx {
             store: self,
+            outbox,
             _turn: turn,
             tx,
             woken: Woken::new(),
@@ -75,9 +70,9 @@ impl SqliteOutboxTx<'_> {
     }
 
     /// Enqueues one message inside the transaction (validated first; dedupe as in
-    /// `OutboxStore::enqueue`).
+    /// [`Outbox::enqueue`]).
     pub async fn enqueue(&mut self, draft: OutboxMessageDraft) -> Result<Enqueued, StoreError> {
-        crate::store::single(self.enqueue_many(vec![draft]).await?)
+        crate::store::backend::single(self.enqueue_many(vec![draft]).await?)
     }
 
     /// Enqueues many messages inside the transaction. An invalid draft or a dedupe conflict
@@ -97,24 +92,25 @@ impl SqliteOutboxTx<'_> {
 
     /// Commits business rows and messages together, then wakes the lanes that got work.
     pub async fn commit(self) -> Result<Vec<Enqueued>, StoreError> {
+        let started = std::time::Instant::now();
         let Self {
             store,
+            outbox,
             _turn,
             tx,
             woken,
             enqueued,
         } = self;
-        store.finish(tx, Ok(()), "commit").await?;
+        store.finish(tx, Ok(()), StoreOp::Enqueue).await?;
         drop(_turn);
         store.wake(woken);
-        // Counted once committed: a rolled-back enqueue wrote nothing. (`enqueue_many` of
-        // the trait counts the store's own writes; this is the other way in.)
-        crate::metrics::record_enqueued(&enqueued);
+        // Reported once committed: a rolled-back enqueue wrote nothing.
+        outbox.report(StoreOp::Enqueue, started, CallOutcome::Enqueued(&enqueued));
         Ok(enqueued)
     }
 
     /// Rolls everything back.
     pub async fn rollback(self) -> Result<(), StoreError> {
-        self.tx.rollback().await.map_err(db("rollback"))
+        self.tx.rollback().await.map_err(db(StoreOp::Enqueue))
     }
 }

@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::store::unreadable::{self, ClaimedRow, SortedClaim, Unreadable};
+use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
     ClaimBatch, ClaimRequest, DraftBatch, Enqueued, MessageFilter, NextDue, StoreError,
@@ -69,7 +70,7 @@ async fn find_dedupe(
         .bind(key)
         .fetch_optional(&mut *conn)
         .await
-        .map_err(db("enqueue"))?;
+        .map_err(db(StoreOp::Enqueue))?;
     row.as_ref().map(decode).transpose()
 }
 
@@ -95,7 +96,7 @@ async fn insert(
         .fetch_one(&mut *conn)
         .await
         .and_then(|row| row.try_get(0))
-        .map_err(db("enqueue"))?;
+        .map_err(db(StoreOp::Enqueue))?;
     Ok(OutboxMessage::pending(draft, outbox_id, seq, now))
 }
 
@@ -158,7 +159,7 @@ pub(super) async fn claim(
     request: &ClaimRequest,
     now: UnixMillis,
 ) -> Result<ClaimBatch, StoreError> {
-    const OP: &str = "claim";
+    const OP: StoreOp = StoreOp::Claim;
     let statements = sql.policy(request.ordering);
     let mut batch = ClaimBatch::default();
     let doomed = query(&statements.claim_doomed)
@@ -274,7 +275,7 @@ async fn mark_claimed(
         .bind(now)
         .fetch_all(&mut *conn)
         .await
-        .map_err(db("claim"))?;
+        .map_err(db(StoreOp::Claim))?;
     let position: HashMap<i64, (usize, Uuid)> = picks
         .iter()
         .enumerate()
@@ -282,10 +283,10 @@ async fn mark_claimed(
         .collect();
     let mut claimed = Vec::with_capacity(rows.len());
     for row in &rows {
-        let seq: i64 = row.try_get("seq").map_err(db("claim"))?;
+        let seq: i64 = row.try_get("seq").map_err(db(StoreOp::Claim))?;
         let Some(&(at, token)) = position.get(&seq) else {
             return Err(StoreError::database(
-                "claim",
+                StoreOp::Claim,
                 format!("claimed row {seq}, which no pick names"),
             ));
         };
@@ -304,7 +305,7 @@ async fn settle_unreadable(
     sorted: &SortedClaim,
     now: UnixMillis,
 ) -> Result<Vec<UnreadableRow>, StoreError> {
-    const OP: &str = "claim";
+    const OP: StoreOp = StoreOp::Claim;
     let mut dead = Vec::new();
     if !sorted.unreadable.is_empty() {
         let given: Vec<(i64, String, &str)> = sorted
@@ -343,7 +344,7 @@ pub(super) async fn savepoint(conn: &mut SqliteConnection, name: &str) -> Result
     dynamic(format!("SAVEPOINT {name}"))
         .execute(&mut *conn)
         .await
-        .map_err(db("savepoint"))?;
+        .map_err(db(StoreOp::Enqueue))?;
     Ok(())
 }
 
@@ -357,12 +358,12 @@ pub(super) async fn end_savepoint(
         dynamic(format!("ROLLBACK TO {name}"))
             .execute(&mut *conn)
             .await
-            .map_err(db("savepoint"))?;
+            .map_err(db(StoreOp::Enqueue))?;
     }
     dynamic(format!("RELEASE {name}"))
         .execute(&mut *conn)
         .await
-        .map_err(db("savepoint"))?;
+        .map_err(db(StoreOp::Enqueue))?;
     Ok(())
 }
 
@@ -388,11 +389,11 @@ pub(super) async fn requeue_dead_letters(
     let rows = statement
         .fetch_all(&mut *conn)
         .await
-        .map_err(db("requeue_dead_letters"))?;
+        .map_err(db(StoreOp::RequeueDeadLetters))?;
     rows.iter()
         .map(|row| {
-            let lane: String = row.try_get(0).map_err(db("requeue_dead_letters"))?;
-            let target: String = row.try_get(1).map_err(db("requeue_dead_letters"))?;
+            let lane: String = row.try_get(0).map_err(db(StoreOp::RequeueDeadLetters))?;
+            let target: String = row.try_get(1).map_err(db(StoreOp::RequeueDeadLetters))?;
             Ok((lane, target))
         })
         .collect()
@@ -412,7 +413,7 @@ pub(super) async fn discard_dead_letters(
     let done = statement
         .execute(&mut *conn)
         .await
-        .map_err(db("discard_dead_letters"))?;
+        .map_err(db(StoreOp::DiscardDeadLetters))?;
     Ok(done.rows_affected())
 }
 
@@ -436,6 +437,6 @@ pub(super) async fn purge_batch(
         .bind(keep_keyed)
         .execute(&mut *conn)
         .await
-        .map_err(db("purge"))?;
+        .map_err(db(StoreOp::Purge))?;
     Ok(done.rows_affected())
 }

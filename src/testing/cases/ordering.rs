@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use crate::store::{
     ClaimOutcome, ClaimRequest, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
 };
-use crate::{OutboxStatus, OutboxStore};
+use crate::{Outbox, OutboxStatus};
 
 use super::*;
 
@@ -42,7 +42,7 @@ async fn claim_ids(h: &Harness, request: &ClaimRequest) -> Vec<Uuid> {
 
 /// Three stores over the same data: the harness's and two more handles (other processes,
 /// for the durable backends).
-async fn handles(h: &Harness) -> Vec<Arc<dyn OutboxStore>> {
+async fn handles(h: &Harness) -> Vec<Outbox> {
     vec![h.store.clone(), (h.reopen)().await, (h.reopen)().await]
 }
 

@@ -1,8 +1,6 @@
 //! Automatic retention over the store: what a pass of `RetentionTask` deletes, and what it
 //! must keep (a dead letter that holds its key on a `Block` lane).
 
-use std::sync::Arc;
-
 use crate::relay::LaneKey;
 use crate::retention::{RetentionConfig, RetentionTask, DEFAULT_DEAD_LETTER_RETENTION};
 use crate::store::{ClaimRequest, Nack, NackDisposition, NackOutcome, OrderingPolicy};
@@ -47,7 +45,7 @@ async fn dead_head_with_waiting(h: &Harness, ordering: OrderingPolicy) -> (Uuid,
 async fn one_retention_pass(h: &Harness, ordering: OrderingPolicy) -> u64 {
     let retention = RetentionConfig::default().ordering(ordering);
     let task = RetentionTask::new(
-        Arc::clone(&h.store),
+        h.store.clone(),
         vec![(LaneKey::new(LANE, TARGET), retention)],
     );
     let passes = task.purge_once().await;

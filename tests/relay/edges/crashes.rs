@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::config::SupervisorConfig;
-use outbox_relay::metrics::FailureKind;
+use outbox_relay::delivery::FailureKind;
 use outbox_relay::relay::{LaneState, RelayEvent};
 use outbox_relay::store::NackOutcome;
-use outbox_relay::{OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy};
+use outbox_relay::{OutboxRelay, OutboxStatus, RetryPolicy};
 use tokio::sync::broadcast;
 
 use super::lane;
@@ -20,7 +20,7 @@ use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler}
 #[tokio::test(start_paused = true)]
 async fn handler_that_always_panics_dead_letters_the_message_and_the_lane_runs_on() {
     let store = memory_store();
-    let poison = enqueue(&*store, draft(1).with_max_attempts(3)).await;
+    let poison = enqueue(&store, draft(1).with_max_attempts(3)).await;
     let handler = TestHandler::new(|m| async move {
         if m.payload.to_value().unwrap()["value"] == 1 {
             panic!("poison pill");
@@ -59,7 +59,7 @@ async fn handler_that_always_panics_dead_letters_the_message_and_the_lane_runs_o
         message.last_error
     );
     // The lane is still up, with its handlers replaced, and delivers the next message.
-    let next = enqueue(&*store, draft(2)).await;
+    let next = enqueue(&store, draft(2)).await;
     assert_eq!(wait_delivered(&mut events, 1).await, vec![next]);
     let status = relay.status().await.unwrap();
     assert_eq!(status[0].state, LaneState::Running);
@@ -89,8 +89,8 @@ async fn crash_with_a_delivery_running(
     let inner = memory_store();
     let store = FaultyStore::new(inner.clone());
     store.panic_acks.store(1, Ordering::SeqCst);
-    enqueue(&*inner, draft(1)).await;
-    enqueue(&*inner, draft(2)).await;
+    enqueue(&inner, draft(1)).await;
+    enqueue(&inner, draft(2)).await;
     let dropped = Arc::new(AtomicBool::new(false));
     let handler = {
         let dropped = dropped.clone();

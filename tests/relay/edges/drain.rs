@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
-use outbox_relay::{OutboxRelay, OutboxStatus, OutboxStore};
+use outbox_relay::{OutboxRelay, OutboxStatus};
 use tokio::time::Instant;
 
 use super::{lane, one_claimed};
@@ -45,7 +45,7 @@ async fn remove_lane_past_its_timeout_releases_the_claim_for_anyone_at_once() {
     );
     assert_eq!((report.completed, report.released), (0, 1));
     // Claimable by another consumer now, not after the 600 s lease, the attempt not spent.
-    crate::claimed_at_once_by_another(&*store, id).await;
+    crate::claimed_at_once_by_another(&store, id).await;
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
 
@@ -66,7 +66,7 @@ fn delivers_then_breaks_the_store(store: &Arc<FaultyStore>, after: Duration) -> 
 async fn remove_lane_keeps_its_timeout_when_buffered_acks_cannot_be_recorded() {
     let inner = memory_store();
     let store = Arc::new(FaultyStore::new(inner.clone()));
-    enqueue(&*inner, draft(1)).await;
+    enqueue(&inner, draft(1)).await;
     let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
         lane(),
         delivers_then_breaks_the_store(&store, Duration::ZERO),
@@ -77,7 +77,7 @@ async fn remove_lane_keeps_its_timeout_when_buffered_acks_cannot_be_recorded() {
         matches!(
             e,
             RelayEvent::StoreError {
-                op: outbox_relay::metrics::StoreOp::Ack,
+                op: outbox_relay::store::StoreOp::Ack,
                 ..
             }
         )
@@ -100,7 +100,7 @@ async fn remove_lane_keeps_its_timeout_when_buffered_acks_cannot_be_recorded() {
 async fn shutdown_keeps_its_timeout_when_the_last_delivery_cannot_be_acked() {
     let inner = memory_store();
     let store = Arc::new(FaultyStore::new(inner.clone()));
-    enqueue(&*inner, draft(1)).await;
+    enqueue(&inner, draft(1)).await;
     let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
         lane(),
         delivers_then_breaks_the_store(&store, Duration::from_millis(500)),

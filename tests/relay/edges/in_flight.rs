@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::ClaimRequest;
-use outbox_relay::{OutboxRelay, OutboxStore};
+use outbox_relay::OutboxRelay;
 use tokio::sync::Notify;
 
 use super::{lane, one_claimed, sleeping};
@@ -18,8 +18,8 @@ use crate::{draft, enqueue, held, memory_store, wait_delivered, wait_for};
 async fn status_reports_deliveries_in_flight_while_they_run() {
     let store = memory_store();
     let ids = [
-        enqueue(&*store, draft(1)).await,
-        enqueue(&*store, draft(2)).await,
+        enqueue(&store, draft(1)).await,
+        enqueue(&store, draft(2)).await,
     ];
     let release = Arc::new(Notify::new());
     let handler = held(&release);
@@ -89,7 +89,7 @@ async fn a_lease_lost_while_delivering_is_reported_expired_once() {
 async fn our_own_lapsed_claim_reclaimed_is_adopted_by_the_running_delivery() {
     let inner = memory_store();
     let store = Arc::new(FaultyStore::new(inner.clone()));
-    let id = enqueue(&*inner, draft(1)).await;
+    let id = enqueue(&inner, draft(1)).await;
     let handler = sleeping(Duration::from_secs(20));
     let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
         // A free handler, so the lane can claim the message again while delivering it.

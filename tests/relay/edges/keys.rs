@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::store::{MessageFilter, OrderingPolicy};
-use outbox_relay::{DeliveryError, OutboxRelay, OutboxStatus, OutboxStore, RetryPolicy};
+use outbox_relay::{DeliveryError, OutboxRelay, OutboxStatus, RetryPolicy};
 use tokio::time::Instant;
 
 use super::lane;
@@ -16,10 +16,10 @@ use crate::{draft, enqueue, memory_store, wait_delivered, TestHandler};
 #[tokio::test(start_paused = true)]
 async fn block_lane_holds_a_dead_heads_key_lets_others_flow_and_requeue_resumes_in_order() {
     let store = memory_store();
-    let a1 = enqueue(&*store, draft(1).with_ordering_key("a")).await;
-    let a2 = enqueue(&*store, draft(2).with_ordering_key("a")).await;
-    let b1 = enqueue(&*store, draft(3).with_ordering_key("b")).await;
-    let b2 = enqueue(&*store, draft(4).with_ordering_key("b")).await;
+    let a1 = enqueue(&store, draft(1).with_ordering_key("a")).await;
+    let a2 = enqueue(&store, draft(2).with_ordering_key("a")).await;
+    let b1 = enqueue(&store, draft(3).with_ordering_key("b")).await;
+    let b2 = enqueue(&store, draft(4).with_ordering_key("b")).await;
     let rejected = Arc::new(AtomicBool::new(false));
     let handler = {
         let rejected = rejected.clone();
@@ -81,10 +81,10 @@ async fn block_lane_holds_a_dead_heads_key_lets_others_flow_and_requeue_resumes_
 #[tokio::test(start_paused = true)]
 async fn a_retrying_head_does_not_starve_another_key_at_concurrency_one() {
     let store = memory_store();
-    let a1 = enqueue(&*store, draft(1).with_ordering_key("a")).await;
+    let a1 = enqueue(&store, draft(1).with_ordering_key("a")).await;
     let mut b = Vec::new();
     for i in 0..5 {
-        b.push(enqueue(&*store, draft(10 + i).with_ordering_key("b")).await);
+        b.push(enqueue(&store, draft(10 + i).with_ordering_key("b")).await);
     }
     let failures = Arc::new(AtomicU32::new(0));
     let handler = {

@@ -68,7 +68,7 @@ async fn pause_during_a_store_outage_then_resume_delivers_everything() {
     let store = Arc::new(FaultyStore::new(inner.clone()));
     let mut ids = Vec::new();
     for i in 0..10 {
-        ids.push(enqueue(&*inner, draft(i)).await);
+        ids.push(enqueue(&inner, draft(i)).await);
     }
     store.unavailable.store(3, Ordering::SeqCst);
     let (relay, mut events) = crate::start(

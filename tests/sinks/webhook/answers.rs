@@ -9,7 +9,7 @@ use std::time::Duration;
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::{Clock, ManualClock};
 use outbox_relay::time::UnixMillis;
-use outbox_relay::{InMemoryOutboxStore, OutboxRelay, OutboxStatus, OutboxStore};
+use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxRelay, OutboxStatus};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -121,13 +121,13 @@ async fn a_retry_after_of_a_year_is_held_to_the_lanes_ceiling() {
     let sink = receiver.sink().await;
     // The store's clock is manual: the retry comes due only when the test moves it.
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
-    let store = Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
+    let store = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
     let ceiling = Duration::from_secs(60);
     let lane = fast_lane().retry_after_max(ceiling);
     let builder = OutboxRelay::builder(store.clone()).lane_shared(lane, sink);
     let mut events = builder.subscribe();
     let relay = builder.start().await.expect("relay starts");
-    let id = enqueue(&*store, draft()).await;
+    let id = enqueue(&store, draft()).await;
 
     let story = wait_for(&mut events, id, "the 503's nack", |e| {
         matches!(e, RelayEvent::Failed { .. })

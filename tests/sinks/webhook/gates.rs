@@ -3,14 +3,13 @@
 //! time (the receiver is real): the assertions are on what the receiver saw, and the only
 //! times checked are lower bounds (a timer never fires early).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::config::CircuitBreakerConfig;
-use outbox_relay::metrics::BreakerState;
+use outbox_relay::relay::BreakerState;
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::MessageFilter;
-use outbox_relay::{InMemoryOutboxStore, OutboxRelay, OutboxStore, RetryPolicy};
+use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxRelay, RetryPolicy};
 use tokio::sync::broadcast;
 
 use super::{Answer, Receiver};
@@ -36,7 +35,7 @@ async fn a_failing_target_opens_the_breaker_then_one_probe_at_a_time_until_it_re
             .cool_down(cool_down)
             .max_cool_down(Duration::from_secs(5)),
     ));
-    let store = Arc::new(InMemoryOutboxStore::new());
+    let store = Outbox::new(InMemoryOutboxStore::new());
     let builder = OutboxRelay::builder(store.clone()).lane_shared(lane, sink);
     let mut events = builder.subscribe();
     let relay = builder.start().await.expect("relay starts");
@@ -98,7 +97,7 @@ async fn a_429s_retry_after_holds_the_whole_lane_when_configured() {
         .concurrency(1)
         .retry(RetryPolicy::new(Duration::from_millis(50), Duration::from_secs(5)).jitter(false))
         .retry_after_holds_lane(true);
-    let store = Arc::new(InMemoryOutboxStore::new());
+    let store = Outbox::new(InMemoryOutboxStore::new());
     for _ in 0..3 {
         store.enqueue(draft()).await.unwrap();
     }

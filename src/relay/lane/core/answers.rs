@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::claim_loop::idle_sleep;
 use super::{ClaimCall, Command, LaneCore, Mode, StoreCall, TimerKind, MIN_IDLE_SLEEP};
-use crate::metrics::StoreOp;
 use crate::relay::RelayEvent;
+use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimRef, StoreError};
 
 impl LaneCore {

@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::gate::GateKind;
 use super::Slot;
 use crate::message::{OutboxMessage, UnixMillis};
-use crate::metrics::GateKind;
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::{DrainReport, RelayEvent};
 use crate::store::{

@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::{Command, LaneCore, StoreCall, TimerKind};
 use crate::message::OutboxMessage;
-use crate::metrics::StoreOp;
 use crate::relay::RelayEvent;
+use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
 
 impl LaneCore {

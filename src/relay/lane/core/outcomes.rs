@@ -10,9 +10,9 @@ use uuid::Uuid;
 use super::pool::{Running, Slot};
 use super::{Command, LaneCore, Mode, StoreCall};
 use crate::message::UnixMillis;
-use crate::metrics::StoreOp;
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::{LaneKey, RelayEvent};
+use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError};
 
 /// A finished delivery waiting for its ack to be recorded.

@@ -13,6 +13,7 @@ use crate::message::{OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
+use crate::store::StoreOp;
 use crate::store::{
     AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, NackDisposition, NackOutcome, NextDue,
 };
@@ -76,7 +77,7 @@ fn batch_saying(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
 }
 
 fn unavailable() -> StoreError {
-    StoreError::unavailable("claim", "connection refused (test)")
+    StoreError::unavailable(StoreOp::Claim, "connection refused (test)")
 }
 
 fn claims(commands: &[Command]) -> Vec<usize> {

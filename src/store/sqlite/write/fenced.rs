@@ -14,6 +14,7 @@ use uuid::Uuid;
 use crate::message::{OutboxStatus, UnixMillis};
 use crate::store::sqlite::row::{db, json_text, parse_uuid, uuid_text};
 use crate::store::sqlite::schema::Statements;
+use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError};
 
 use super::{query, Query, Woken};
@@ -79,7 +80,7 @@ fn in_order<T: Copy>(
 fn returned_claim(
     row: &SqliteRow,
     round: &HashMap<Uuid, ClaimRef>,
-    op: &'static str,
+    op: StoreOp,
 ) -> Result<ClaimRef, StoreError> {
     let id: String = row.try_get(0).map_err(db(op))?;
     let outbox_id = parse_uuid(&id, "outbox_id", &id)?;
@@ -97,7 +98,7 @@ async fn claims_statement<T>(
     statement: &Arc<str>,
     conn: &mut SqliteConnection,
     claims: &[ClaimRef],
-    op: &'static str,
+    op: StoreOp,
     bind: impl Fn(Query<'_>) -> Query<'_>,
     mut outcome: impl FnMut(&SqliteRow) -> Result<T, StoreError>,
 ) -> Result<HashMap<ClaimRef, T>, StoreError> {
@@ -122,7 +123,7 @@ async fn applied_or_lost(
     statement: &Arc<str>,
     conn: &mut SqliteConnection,
     claims: &[ClaimRef],
-    op: &'static str,
+    op: StoreOp,
     bind: impl Fn(Query<'_>) -> Query<'_>,
     repeats_apply: bool,
     mut on_row: impl FnMut(&SqliteRow) -> Result<(), StoreError>,
@@ -155,7 +156,7 @@ pub(in crate::store::sqlite) async fn ack(
     claims: &[ClaimRef],
     now: UnixMillis,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    const OP: &str = "ack";
+    const OP: StoreOp = StoreOp::Ack;
     let applied = |_: &SqliteRow| Ok(ClaimOutcome::Applied);
     let mut done =
         claims_statement(&sql.ack_first, conn, claims, OP, |q| q.bind(now), applied).await?;
@@ -183,7 +184,7 @@ pub(in crate::store::sqlite) async fn nack(
     nacks: &[Nack],
     now: UnixMillis,
 ) -> Result<Vec<NackOutcome>, StoreError> {
-    const OP: &str = "nack";
+    const OP: StoreOp = StoreOp::Nack;
     let mut applied = HashMap::new();
     for round in rounds(nacks, |nack| &nack.claim) {
         let given: Vec<(String, String, &str, u8, i64)> = round
@@ -243,7 +244,7 @@ pub(in crate::store::sqlite) async fn extend_lease(
         &sql.extend,
         conn,
         claims,
-        "extend_lease",
+        StoreOp::ExtendLease,
         |q| q.bind(until).bind(now),
         true,
         |_| Ok(()),
@@ -259,7 +260,7 @@ pub(in crate::store::sqlite) async fn release(
     now: UnixMillis,
     woken: &mut Woken,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
-    const OP: &str = "release";
+    const OP: StoreOp = StoreOp::Release;
     applied_or_lost(
         &sql.release,
         conn,

@@ -17,8 +17,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::BreakerState;
 use crate::config::CircuitBreakerConfig;
-use crate::metrics::BreakerState;
 use crate::retry::RetryPolicy;
 
 /// How a delivery went, as the breaker counts it.

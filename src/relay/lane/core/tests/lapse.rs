@@ -4,6 +4,7 @@
 //! messages by then, and deliver them (or the predecessor again) beside ours.
 
 use super::*;
+use crate::store::StoreOp;
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -70,7 +71,7 @@ fn fail_extensions_until(
                 generation,
                 claims,
                 result: Err(StoreError::unavailable(
-                    "extend_lease",
+                    StoreOp::ExtendLease,
                     "connection refused (test)",
                 )),
             }),
@@ -243,7 +244,7 @@ fn a_keys_next_message_is_handed_back_when_its_predecessors_unrecorded_claim_is_
 fn a_keys_next_message_does_not_start_when_the_extension_fails_past_the_lapse() {
     let (_, b, _, out) = run_with_an_unrecorded_ack(|_, _| {
         Err(StoreError::unavailable(
-            "extend_lease",
+            StoreOp::ExtendLease,
             "connection refused (test)",
         ))
     });

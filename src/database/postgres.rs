@@ -1,0 +1,381 @@
+//! Opening the PostgreSQL store from a URL: [`PostgresOptions`], the pool and session
+//! settings a daemon configures, and the connection that checks the address first.
+
+use std::time::Duration;
+
+use crate::message::ValidationError;
+
+#[cfg(feature = "postgres")]
+use super::DatabaseUrl;
+#[cfg(feature = "postgres")]
+use super::{CreateMode, OpenError, StoreOptions};
+
+/// Connections the pool keeps open when idle, unless configured otherwise: none, so an
+/// idle relay holds no connection but its listener's.
+pub const DEFAULT_POOL_MIN_CONNECTIONS: u32 = 0;
+/// The most connections the pool opens, unless configured otherwise (sqlx's default).
+pub const DEFAULT_POOL_MAX_CONNECTIONS: u32 = 10;
+
+/// The pool and session settings of a PostgreSQL store opened from a URL (the daemon's
+/// `[postgres]` table and `OUTBOX_PG_*` variables). Each default is the store's own
+/// ([`crate::store::postgres::PostgresConfig`] documents what each one does).
+#[derive(Clone, PartialEq, Eq)]
+pub struct PostgresOptions {
+    /// Connections kept open when idle. Default [`DEFAULT_POOL_MIN_CONNECTIONS`].
+    pub pool_min_connections: u32,
+    /// The most connections the pool opens (the wake-up listener's is one more).
+    /// Default [`DEFAULT_POOL_MAX_CONNECTIONS`].
+    pub pool_max_connections: u32,
+    /// How long a store call waits for a pool connection; `None` (the default) waits the
+    /// `connect_timeout`.
+    pub acquire_timeout: Option<Duration>,
+    /// `statement_timeout` of the relay's connections. Default 30 s.
+    pub statement_timeout: Duration,
+    /// How long a migration step waits for a lock before it gives up, nothing applied.
+    /// Default 5 s.
+    pub lock_timeout: Duration,
+    /// Whether the relay's own commits wait for the disk. Default false.
+    pub synchronous_commit: bool,
+    /// After how many rows taken out of live the relay vacuums the table; `None` leaves it
+    /// to autovacuum. Default 50,000.
+    pub vacuum_every: Option<u64>,
+    /// Where the wake-up listener connects for its `LISTEN` (PostgreSQL directly, when the
+    /// database URL names a pooler); `None` (the default): where the pool connects.
+    pub listen_url: Option<String>,
+}
+
+/// Every field, the listen URL without its credentials.
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresOptions")
+            .field("pool_min_connections", &self.pool_min_connections)
+            .field("pool_max_connections", &self.pool_max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("lock_timeout", &self.lock_timeout)
+            .field("synchronous_commit", &self.synchronous_commit)
+            .field("vacuum_every", &self.vacuum_every)
+            .field(
+                "listen_url",
+                &self.listen_url.as_deref().map(crate::redact::redact),
+            )
+            .finish()
+    }
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            pool_min_connections: DEFAULT_POOL_MIN_CONNECTIONS,
+            pool_max_connections: DEFAULT_POOL_MAX_CONNECTIONS,
+            acquire_timeout: None,
+            statement_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(5),
+            synchronous_commit: false,
+            vacuum_every: Some(50_000),
+            listen_url: None,
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// Checks every setting; the error names the field at fault.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if self.pool_max_connections == 0 {
+            return Err(ValidationError::new(
+                "pool_max_connections",
+                "must be at least 1",
+            ));
+        }
+        if self.pool_min_connections > self.pool_max_connections {
+            return Err(ValidationError::new(
+                "pool_min_connections",
+                format!(
+                    "is {}, above pool_max_connections ({})",
+                    self.pool_min_connections, self.pool_max_connections
+                ),
+            ));
+        }
+        if self.acquire_timeout == Some(Duration::ZERO) {
+            return Err(ValidationError::new(
+                "acquire_timeout",
+                "must be greater than zero",
+            ));
+        }
+        for (field, timeout) in [
+            ("statement_timeout", self.statement_timeout),
+            ("lock_timeout", self.lock_timeout),
+        ] {
+            // Zero would mean "no timeout" to PostgreSQL; under a millisecond rounds to it.
+            if timeout < Duration::from_millis(1) {
+                return Err(ValidationError::new(field, "must be at least 1 ms"));
+            }
+            if timeout.as_millis() > i32::MAX as u128 {
+                return Err(ValidationError::new(
+                    field,
+                    format!("must be at most {} ms", i32::MAX),
+                ));
+            }
+        }
+        if let Some(url) = &self.listen_url {
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(ValidationError::new(
+                    "listen_url",
+                    format!(
+                        "{} is not a postgres:// or postgresql:// URL",
+                        crate::redact::redact(url)
+                    ),
+                ));
+            }
+        }
+        if self.vacuum_every == Some(0) {
+            return Err(ValidationError::new(
+                "vacuum_every",
+                "must be at least 1 (or false to leave the table to autovacuum)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The store's config for `options`: schema, prefix, and the [`PostgresOptions`].
+#[cfg(feature = "postgres")]
+pub(super) fn config(
+    options: &StoreOptions,
+) -> Result<crate::store::postgres::PostgresConfig, ValidationError> {
+    let pg = &options.postgres;
+    pg.validate()?;
+    let mut config = crate::store::postgres::PostgresConfig::default()
+        .acquire_timeout(pg.acquire_timeout.unwrap_or(options.connect_timeout))
+        .statement_timeout(pg.statement_timeout)
+        .migration_lock_timeout(pg.lock_timeout)
+        .synchronous_commit(pg.synchronous_commit)
+        .vacuum_every(pg.vacuum_every);
+    if let Some(url) = &pg.listen_url {
+        config = config.listen_url(url);
+    }
+    if let Some(schema) = &options.schema {
+        config = config.schema(schema);
+    }
+    if let Some(prefix) = &options.table_prefix {
+        config = config.table_prefix(prefix);
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+/// "PostgreSQL at host:port, schema …, table prefix …", for messages.
+#[cfg(feature = "postgres")]
+pub(super) fn location(
+    url: &DatabaseUrl,
+    config: &crate::store::postgres::PostgresConfig,
+) -> String {
+    format!(
+        "PostgreSQL at {}, schema {:?}, table prefix {:?}",
+        url.address(),
+        config.schema,
+        config.table_prefix,
+    )
+}
+
+/// Connects (a plain connection first, so a refused or unknown address fails at once with
+/// the driver's own words), and builds the store over a pool with `options`' settings,
+/// without migrating.
+#[cfg(feature = "postgres")]
+pub(super) async fn connect(
+    url: &DatabaseUrl,
+    raw: &str,
+    options: &StoreOptions,
+) -> Result<crate::store::postgres::PostgresOutboxStore, OpenError> {
+    use std::str::FromStr;
+
+    use crate::store::postgres::PostgresOutboxStore;
+    use sqlx::postgres::{PgConnectOptions, PgConnection};
+    use sqlx::{ConnectOptions, Connection};
+
+    let config = config(options)?;
+    let unreachable = |reason: String| OpenError::Connect {
+        database: "PostgreSQL",
+        address: url.address(),
+        reason,
+    };
+    // sqlx's slow-statement warning prints the whole statement (5 KB for a claim):
+    // off, and the store is wrapped in `SlowCallLog` (name and duration) by `open_store`.
+    let connect = PgConnectOptions::from_str(raw)
+        .map_err(|error| unreachable(error.to_string()))?
+        .disable_statement_logging();
+    // A pool retries a refused connection until its acquire timeout and then says only
+    // "pool timed out".
+    let probe = tokio::time::timeout(
+        options.connect_timeout,
+        PgConnection::connect_with(&connect),
+    )
+    .await
+    .map_err(|_| unreachable(format!("no answer within {:?}", options.connect_timeout)))?
+    .map_err(|error| unreachable(error.to_string()))?;
+    // Closing politely is a courtesy to the server; the probe did its job either way.
+    let _ = probe.close().await;
+    // jit = off and the statement timeout on every pooled connection of the relay.
+    let pool = crate::store::postgres::pool_options(config.acquire_timeout)
+        .min_connections(options.postgres.pool_min_connections)
+        .max_connections(options.postgres.pool_max_connections)
+        .connect_with(config.session_options(connect))
+        .await
+        .map_err(|error| unreachable(error.to_string()))?;
+    PostgresOutboxStore::new(pool, config)
+        .await
+        .map_err(|error| unreachable(error.to_string()))
+}
+
+/// Opens the store and migrates it, or with [`CreateMode::MustExist`] checks that it is at
+/// this build's version (refusing a newer one too).
+#[cfg(feature = "postgres")]
+pub(super) async fn open(
+    url: &DatabaseUrl,
+    raw: &str,
+    options: &StoreOptions,
+) -> Result<crate::store::Outbox, OpenError> {
+    use crate::store::postgres::PostgresOutboxStore;
+
+    let location = location(url, &config(options)?);
+    let store = connect(url, raw, options).await?;
+    match options.create {
+        CreateMode::CreateIfMissing => store.migrate().await?,
+        CreateMode::MustExist => {
+            let latest = PostgresOutboxStore::latest_schema_version();
+            let reason = match store.schema_version().await? {
+                Some(version) if version > latest => {
+                    return Err(OpenError::SchemaNewer {
+                        location,
+                        found: i64::from(version),
+                        known: i64::from(latest),
+                    })
+                }
+                Some(version) if version == latest => None,
+                Some(version) => Some(format!(
+                    "the outbox is at schema version {version}, this build needs {latest}"
+                )),
+                None => Some("no outbox here".to_owned()),
+            };
+            if let Some(reason) = reason {
+                return Err(OpenError::NotMigrated { location, reason });
+            }
+        }
+    }
+    Ok(crate::store::Outbox::new(store))
+}
+
+/// Without the `postgres` feature there is no store to open.
+#[cfg(not(feature = "postgres"))]
+pub(super) async fn open(
+    _url: &super::DatabaseUrl,
+    _raw: &str,
+    _options: &super::StoreOptions,
+) -> Result<crate::store::Outbox, super::OpenError> {
+    Err(super::OpenError::Unsupported("postgres"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_each_bad_setting_is_named() {
+        let ok = PostgresOptions::default();
+        assert!(ok.validate().is_ok());
+        for (options, field) in [
+            (
+                PostgresOptions {
+                    pool_max_connections: 0,
+                    ..ok.clone()
+                },
+                "pool_max_connections",
+            ),
+            (
+                PostgresOptions {
+                    pool_min_connections: 11,
+                    ..ok.clone()
+                },
+                "pool_min_connections",
+            ),
+            (
+                PostgresOptions {
+                    acquire_timeout: Some(Duration::ZERO),
+                    ..ok.clone()
+                },
+                "acquire_timeout",
+            ),
+            (
+                PostgresOptions {
+                    statement_timeout: Duration::from_micros(1),
+                    ..ok.clone()
+                },
+                "statement_timeout",
+            ),
+            (
+                PostgresOptions {
+                    lock_timeout: Duration::from_secs(u64::from(u32::MAX)),
+                    ..ok.clone()
+                },
+                "lock_timeout",
+            ),
+            (
+                PostgresOptions {
+                    vacuum_every: Some(0),
+                    ..ok.clone()
+                },
+                "vacuum_every",
+            ),
+        ] {
+            assert_eq!(options.validate().unwrap_err().field, field);
+        }
+    }
+
+    /// Every setting reaches the store's config; the listen URL's password never shows.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn the_settings_reach_the_stores_config() {
+        let options = StoreOptions {
+            schema: Some("relay".into()),
+            postgres: PostgresOptions {
+                acquire_timeout: Some(Duration::from_secs(2)),
+                statement_timeout: Duration::from_secs(7),
+                lock_timeout: Duration::from_secs(3),
+                synchronous_commit: true,
+                vacuum_every: None,
+                listen_url: Some("postgres://relay:hunter2@db/app".into()),
+                ..PostgresOptions::default()
+            },
+            ..StoreOptions::default()
+        };
+        let config = config(&options).unwrap();
+        assert_eq!(config.schema, "relay");
+        assert_eq!(config.acquire_timeout, Duration::from_secs(2));
+        assert_eq!(config.statement_timeout, Duration::from_secs(7));
+        assert_eq!(config.migration_lock_timeout, Duration::from_secs(3));
+        assert!(config.synchronous_commit);
+        assert_eq!(config.vacuum_every, None);
+        assert_eq!(
+            config.listen_url.as_deref(),
+            Some("postgres://relay:hunter2@db/app")
+        );
+        let shown = format!("{:?}", options.postgres);
+        assert!(
+            !shown.contains("hunter2") && shown.contains("db/app"),
+            "{shown}"
+        );
+    }
+
+    /// The daemon's defaults are the library's: one set of numbers in the docs.
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn defaults_are_the_stores() {
+        use crate::store::postgres as pg;
+        let ok = PostgresOptions::default();
+        assert_eq!(ok.statement_timeout, pg::DEFAULT_STATEMENT_TIMEOUT);
+        assert_eq!(ok.lock_timeout, pg::DEFAULT_MIGRATION_LOCK_TIMEOUT);
+        assert_eq!(ok.vacuum_every, Some(pg::DEFAULT_VACUUM_EVERY));
+        let config = pg::PostgresConfig::default();
+        assert_eq!(ok.synchronous_commit, config.synchronous_commit);
+    }
+}

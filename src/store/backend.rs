@@ -1,0 +1,222 @@
+//! [`OutboxBackend`]: what a store backend implements, and nothing else. The primitives of
+//! the row state machine (the [module docs](super)), each one round trip where the backend
+//! can; no validation, no metrics, no hand-off bookkeeping: the [`Outbox`](super::Outbox)
+//! over it does those, once, for every backend.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::{
+    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount,
+    LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, Page,
+    PageRequest, PurgeRequest, StoreError, StoreOp, WakeUp,
+};
+use crate::message::{DraftLimits, OutboxMessage};
+
+/// What a backend can do beyond the primitives every backend has. The
+/// [`Outbox`](super::Outbox) asks once, when it is made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Wake-ups reach other processes (PostgreSQL `LISTEN`/`NOTIFY`); without it they reach
+    /// only subscribers of this backend object.
+    pub listen: bool,
+    /// [`OutboxBackend::ack_and_claim`] is one round trip; without it, it is an ack and a
+    /// claim.
+    pub ack_and_claim: bool,
+    /// A service can write messages inside a transaction it holds
+    /// (`Outbox::enqueue_in_tx` on PostgreSQL, `Outbox::begin` on SQLite).
+    pub user_transactions: bool,
+    /// [`OutboxBackend::write_drafts`] honours [`DraftBatch::pre_claim`]: a draft written
+    /// already claimed. The `Outbox` then hands what it enqueues to the idle lanes of this
+    /// process (`store::hand_off`).
+    pub pre_claim: bool,
+}
+
+impl Capabilities {
+    /// None of them: the primitives only.
+    pub const fn none() -> Self {
+        Self {
+            listen: false,
+            ack_and_claim: false,
+            user_transactions: false,
+            pre_claim: false,
+        }
+    }
+
+    /// With [`Capabilities::listen`].
+    pub const fn with_listen(mut self) -> Self {
+        self.listen = true;
+        self
+    }
+
+    /// With [`Capabilities::ack_and_claim`].
+    pub const fn with_ack_and_claim(mut self) -> Self {
+        self.ack_and_claim = true;
+        self
+    }
+
+    /// With [`Capabilities::user_transactions`].
+    pub const fn with_user_transactions(mut self) -> Self {
+        self.user_transactions = true;
+        self
+    }
+
+    /// With [`Capabilities::pre_claim`].
+    pub const fn with_pre_claim(mut self) -> Self {
+        self.pre_claim = true;
+        self
+    }
+}
+
+/// The outbox table's primitives, as a backend implements them. Object-safe. Users and the
+/// relay do not call a backend: they hold an [`Outbox`](super::Outbox) over it, which
+/// validates, plans dedupe, captures trace context, times every call for its
+/// [`StoreHook`](super::StoreHook)s and keeps the hand-off.
+///
+/// The conformance suite (`outbox_relay::testing`, feature `testing`) checks a backend
+/// against the contract through an `Outbox`, as the crate's own are checked.
+#[async_trait]
+pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
+    /// What this backend can do beyond the primitives. The default: nothing.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::none()
+    }
+
+    /// The limits drafts are validated against before they reach
+    /// [`write_drafts`](Self::write_drafts).
+    fn draft_limits(&self) -> DraftLimits;
+
+    /// Writes the batch atomically, answering one [`Enqueued`] per draft, in order. The
+    /// drafts are valid and no two share a dedupe key in one (lane, target); what is left to
+    /// the backend is a key already held by a stored message: answer that message with
+    /// `duplicate: true` when [`OutboxMessageDraft::matches`](crate::OutboxMessageDraft::matches)
+    /// it, else fail the whole batch with [`StoreError::Conflict`].
+    ///
+    /// A draft with a [`DraftBatch::pre_claim`] (only when the backend says
+    /// [`Capabilities::pre_claim`]) that goes in fresh is written `claimed` by its consumer,
+    /// with its token and lease, its attempt counted; a duplicate is answered as stored.
+    async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError>;
+
+    /// Claims up to `limit` claimable messages of one (lane, target). See the module docs.
+    ///
+    /// A claim that returns no message should also answer [`ClaimBatch::next_due`], and one
+    /// that returns fewer than `limit` may. A backend that leaves it
+    /// [`NextDue::Unknown`](super::NextDue::Unknown) only costs an idle relay a `next_due`
+    /// call.
+    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError>;
+
+    /// Marks claims delivered. One answer per claim, in order.
+    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError>;
+
+    /// Acks finished deliveries, then claims the next messages. The provided method makes
+    /// two calls; a backend that can do both in one round trip overrides it and says
+    /// [`Capabilities::ack_and_claim`].
+    ///
+    /// An `Err` means nothing is known to be recorded: the acks may be tried again. Once the
+    /// acks are recorded, a failed claim comes back in [`AckAndClaim::claimed`].
+    async fn ack_and_claim(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+    ) -> Result<AckAndClaim, StoreError> {
+        let acked = if acks.is_empty() {
+            Vec::new()
+        } else {
+            self.ack(acks).await?
+        };
+        let claimed = self.claim(request).await;
+        Ok(AckAndClaim { acked, claimed })
+    }
+
+    /// Records failed deliveries. One answer per nack, in order.
+    async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError>;
+
+    /// Extends the leases of claims still held, to `lease` from now.
+    async fn extend_lease(
+        &self,
+        claims: &[ClaimRef],
+        lease: Duration,
+    ) -> Result<Vec<ClaimOutcome>, StoreError>;
+
+    /// Returns claims unused: pending, due now, the attempt not counted.
+    async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError>;
+
+    /// How long until the next message of (lane, target) may be claimable: the earliest due
+    /// pending message or the earliest lease expiry. `Some(ZERO)` when one is claimable now,
+    /// `None` when there is nothing to wait for. A message its ordering key holds back is
+    /// not counted: its key's head is.
+    async fn next_due(
+        &self,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError>;
+
+    /// Counts per (lane, target) among the messages the filter selects (its status is
+    /// ignored). Lanes with no messages are absent.
+    async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError>;
+
+    /// Lists messages in enqueue order, a page at a time.
+    async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError>;
+
+    /// One message by id.
+    async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError>;
+
+    /// Moves the dead letters the filter selects back to pending, due now, with attempts
+    /// reset to zero (`last_error` is kept), committed when it returns. Answers how many
+    /// per (lane, target), lanes with none left out.
+    async fn requeue_dead_letters_per_lane(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError>;
+
+    /// Deletes the dead letters the filter selects. Returns how many.
+    async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError>;
+
+    /// Deletes the delivered and dead-lettered messages the request selects (each status
+    /// by its own age, since last changed; optionally one lane), in statements of at most
+    /// `batch_size` rows. Pending and claimed messages are never purged. Returns how many
+    /// (with [`dry_run`](PurgeRequest::dry_run), how many would go).
+    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError>;
+
+    /// Subscribes to wake-ups: enqueues and requeues of this backend, from any process when
+    /// it says [`Capabilities::listen`]. A lagging receiver treats the lag as
+    /// [`WakeUp::All`].
+    fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
+
+    // ---- Lane control: the fleet-wide pause of a (lane, target) -----------------------
+    // Each backend implements it in a file of its own (`store/<backend>/lane_control.rs`);
+    // the provided methods are what a backend without lane control answers: refused for
+    // good (a relay then stops asking, saying why once).
+
+    /// Pauses (lane, target) for every relay on this store, until
+    /// [`resume_lane`](Self::resume_lane); committed when it returns. Pausing a paused lane
+    /// replaces who, why and when. Returns the pause as recorded (its time is the store's).
+    async fn pause_lane(&self, request: &LanePauseRequest) -> Result<LanePause, StoreError> {
+        let _ = request;
+        Err(super::lane_control::unsupported(StoreOp::PauseLane))
+    }
+
+    /// Lifts the fleet-wide pause of (lane, target): the pause it lifted, `None` when the
+    /// lane was not paused.
+    async fn resume_lane(&self, lane: &str, target: &str) -> Result<Option<LanePause>, StoreError> {
+        let _ = (lane, target);
+        Err(super::lane_control::unsupported(StoreOp::ResumeLane))
+    }
+
+    /// Every fleet-wide pause in force, by (lane, target).
+    async fn lane_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
+        Err(super::lane_control::unsupported(StoreOp::LanePauses))
+    }
+}
+
+/// The one answer of a one-draft write.
+pub(crate) fn single(mut answers: Vec<Enqueued>) -> Result<Enqueued, StoreError> {
+    answers
+        .pop()
+        .ok_or_else(|| StoreError::database(super::StoreOp::Enqueue, "wrote nothing"))
+}

@@ -1,0 +1,300 @@
+//! The migrations a DBA owns: the SQL files under `migrations/` are what the code runs
+//! (this test fails when they differ; `OUTBOX_BLESS=1` rewrites them), running them with
+//! the database's own client gives the schema the relay's `migrate` gives, and a second
+//! run of a file changes nothing.
+//!
+//! PostgreSQL must be reachable at `OUTBOX_TEST_DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`), and `psql` and `sqlite3` be on PATH
+//! (`.ci/run` installs them); the tests panic otherwise.
+#![cfg(all(feature = "postgres", feature = "sqlite"))]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
+use outbox_relay::store::sqlite::SqliteOutboxStore;
+use outbox_relay::store::ClaimRequest;
+use outbox_relay::{Outbox, OutboxMessageDraft};
+use sqlx::postgres::PgPoolOptions;
+
+fn database_url() -> String {
+    std::env::var("OUTBOX_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+fn migrations_dir(kind: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(kind)
+}
+
+/// `name` as a file name part: lowercase words joined by `_`.
+fn slug(name: &str) -> String {
+    name.split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+/// The files the code gives: (file name, text), one per version.
+fn expected_files(kind: &str) -> Vec<(String, String)> {
+    match kind {
+        "postgres" => {
+            let config = PostgresConfig::default();
+            (1..=PostgresOutboxStore::latest_schema_version())
+                .map(|v| {
+                    let text = PostgresOutboxStore::migration_sql(&config, v - 1, v).unwrap();
+                    // "-- outbox-relay PostgreSQL schema migration 2: key heads: …" → key_heads
+                    let first = text.lines().next().unwrap();
+                    let name = first.split_once(&format!("migration {v}: ")).unwrap().1;
+                    let name = name.split([':', '.']).next().unwrap();
+                    (format!("V{v}__{}.sql", slug(name)), text)
+                })
+                .collect()
+        }
+        _ => (1..=SqliteOutboxStore::latest_schema_version())
+            .map(|v| {
+                let text = SqliteOutboxStore::migration_sql("", v - 1, v).unwrap();
+                (format!("V{v}__outbox_schema.sql"), text)
+            })
+            .collect(),
+    }
+}
+
+/// Compares (or, with `OUTBOX_BLESS=1`, writes) the checked-in files of `kind`.
+fn check_files(kind: &str) {
+    let dir = migrations_dir(kind);
+    let expected = expected_files(kind);
+    let bless = std::env::var("OUTBOX_BLESS").is_ok_and(|v| v == "1");
+    if bless {
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "sql") {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        for (name, text) in &expected {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+    }
+    let mut present: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".sql"))
+        .collect();
+    present.sort();
+    let mut names: Vec<String> = expected.iter().map(|(n, _)| n.clone()).collect();
+    names.sort();
+    assert_eq!(
+        present,
+        names,
+        "the files in {} are not the code's migrations: run \
+         `OUTBOX_BLESS=1 cargo test --all-features --test migration_files` and commit them",
+        dir.display()
+    );
+    for (name, text) in expected {
+        let on_disk = std::fs::read_to_string(dir.join(&name)).unwrap();
+        assert!(
+            on_disk == text,
+            "{}/{name} differs from the code's migration: run \
+             `OUTBOX_BLESS=1 cargo test --all-features --test migration_files` and commit it",
+            dir.display()
+        );
+    }
+}
+
+#[test]
+fn the_checked_in_postgres_files_are_the_codes_migrations() {
+    check_files("postgres");
+}
+
+#[test]
+fn the_checked_in_sqlite_files_are_the_codes_migrations() {
+    check_files("sqlite");
+}
+
+/// Runs `sql` with `psql`, stopping at the first error; its output on failure.
+fn psql(sql: &str) -> Result<(), String> {
+    let output = Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", &database_url()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(sql.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("psql runs (install postgresql-client)");
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// Every column, index, function and trigger of `schema`, as text.
+async fn catalog(pool: &sqlx::PgPool, schema: &str) -> Vec<String> {
+    let query = "
+        SELECT 'column ' || c.relname || '.' || a.attname || ' ' ||
+               format_type(a.atttypid, a.atttypmod) || ' ' || coalesce(co.collname::text, '') ||
+               ' ' || a.attnotnull::text || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+          JOIN pg_namespace n ON n.oid = c.relnamespace
+          LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 100
+          LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+         WHERE n.nspname = $1 AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped
+        UNION ALL
+        SELECT 'index ' || replace(indexdef, $1, 'S') FROM pg_indexes WHERE schemaname = $1
+        UNION ALL
+        SELECT 'function ' || p.proname || ' ' ||
+               -- The key-head lock class is a hash of the table's name: N in both.
+               md5(regexp_replace(replace(p.prosrc, $1, 'S'), '-?[0-9]{6,}', 'N', 'g'))
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1
+        UNION ALL
+        SELECT 'trigger ' || replace(pg_get_triggerdef(t.oid), $1, 'S')
+          FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+          JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = $1 AND NOT t.tgisinternal
+        ORDER BY 1";
+    sqlx::query_scalar(query)
+        .bind(schema)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// A DBA runs the files with `psql`, one version at a time; the schema is the relay's
+/// own, to the column, index, function and trigger; a relay that may not write DDL runs on
+/// it; a file run twice fails on the version it records and changes nothing.
+#[tokio::test]
+async fn psql_running_the_files_gives_the_relays_schema() {
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&database_url())
+        .await
+        .expect("PostgreSQL at OUTBOX_TEST_DATABASE_URL");
+    let by_dba = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let by_relay = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let config = PostgresConfig::default().schema(by_dba.clone());
+    let latest = PostgresOutboxStore::latest_schema_version();
+    for version in 1..=latest {
+        let sql = PostgresOutboxStore::migration_sql(&config, version - 1, version).unwrap();
+        psql(&sql).unwrap_or_else(|e| panic!("migration {version} through psql: {e}"));
+    }
+    let again = PostgresOutboxStore::migration_sql(&config, latest - 1, latest).unwrap();
+    let error = psql(&again).expect_err("a second run of a file fails");
+    assert!(error.contains("duplicate key"), "{error}");
+
+    let relay = PostgresOutboxStore::new(
+        pool.clone(),
+        PostgresConfig::default().schema(by_relay.clone()),
+    )
+    .await
+    .unwrap();
+    relay.migrate().await.unwrap();
+    let relay_catalog = catalog(&pool, &by_relay).await;
+    let dba_catalog = catalog(&pool, &by_dba).await;
+    // The relay adds its build's cycle function beside the migrations; the files do not.
+    let without_cycle = |c: Vec<String>| -> Vec<String> {
+        c.into_iter()
+            .filter(|l| !l.starts_with("function outbox_cycle"))
+            .collect()
+    };
+    assert_eq!(without_cycle(relay_catalog.clone()), dba_catalog);
+    assert!(relay_catalog.len() > 30, "{relay_catalog:#?}");
+
+    // A relay over the DBA's schema, as with `run --no-migrate`: it works as it is.
+    let store = PostgresOutboxStore::new(pool.clone(), config.clone())
+        .await
+        .unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), Some(latest));
+    let store = Outbox::new(store);
+    let draft = OutboxMessageDraft::new("l", "t", serde_json::json!({"n": 1})).unwrap();
+    store.enqueue(draft).await.unwrap();
+    let claimed = store
+        .claim(&ClaimRequest::new(
+            "l",
+            "t",
+            10,
+            std::time::Duration::from_secs(30),
+            "c",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(claimed.messages.len(), 1);
+
+    for schema in [by_dba, by_relay] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA \"{schema}\" CASCADE"
+        )))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+}
+
+/// The SQLite files through the `sqlite3` shell give a file the store opens as it is (no
+/// migration left to run) and works on.
+#[tokio::test]
+async fn sqlite3_running_the_files_gives_the_stores_schema() {
+    let dir = std::env::temp_dir().join(format!("outbox-files-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let by_dba = dir.join("dba.db");
+    let by_store = dir.join("store.db");
+    let sql = SqliteOutboxStore::migration_sql("", 0, SqliteOutboxStore::latest_schema_version())
+        .unwrap();
+    let output = Command::new("sqlite3")
+        .arg("-bail")
+        .arg(&by_dba)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(sql.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("sqlite3 runs (install sqlite3)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let schema = |path: &Path| {
+        let output = Command::new("sqlite3")
+            .arg(path)
+            .arg("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    // Read while the store is open: its connections closing in the background checkpoint
+    // the WAL and remove it, which a concurrent reader can meet half done.
+    let opened = SqliteOutboxStore::open(&by_store).await.unwrap();
+    let (dba, store_schema) = (schema(&by_dba), schema(&by_store));
+    drop(opened);
+    assert!(dba.contains("outbox_key_live"), "{dba}");
+    assert_eq!(dba, store_schema);
+
+    let store = Outbox::new(SqliteOutboxStore::open(&by_dba).await.unwrap());
+    let draft = OutboxMessageDraft::new("l", "t", serde_json::json!({"n": 1})).unwrap();
+    store.enqueue(draft).await.unwrap();
+    let claimed = store
+        .claim(&ClaimRequest::new(
+            "l",
+            "t",
+            10,
+            std::time::Duration::from_secs(30),
+            "c",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(claimed.messages.len(), 1);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
