@@ -523,7 +523,7 @@ mod tests {
 
     #[test]
     fn store_call_records_its_duration_by_op() {
-        for &op in StoreOp::ALL {
+        for &op in &LANE_OPS {
             let moved = moved_by(|m| {
                 m.store_call(op, Duration::from_micros(150));
                 m.store_call_timer().record(op, Duration::from_secs(3));
