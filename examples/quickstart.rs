@@ -149,7 +149,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
 
     // Metrics on a loopback port for as long as the relay runs.
     let metrics_addr = free_loopback_port()?;
-    let metrics = match outbox_relay::metrics::install_prometheus_exporter(metrics_addr) {
+    let metrics = match outbox_relay::http::install_prometheus_exporter(metrics_addr) {
         Ok(_) => {
             println!("metrics: http://{metrics_addr}/metrics");
             Some(metrics_addr)

@@ -51,7 +51,8 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `sqlite` | yes | `SqliteOutboxStore`, the embedded store (one WAL file); re-exports `outbox_relay::sqlx` |
-//! | `prometheus` | yes | `metrics::install_prometheus_exporter` and `metrics::health` (`/metrics`, `/healthz`, `/readyz`) |
+//! | `prometheus` | yes | `metrics::prometheus_builder`: the Prometheus recorder with the dashboard's buckets |
+//! | `http` | yes | `http::router` (one axum router: `/metrics`, `/healthz`, `/readyz`, `/api/v1`) and `http::install_prometheus_exporter` (adds `axum`) |
 //! | `postgres` | no | `PostgresOutboxStore` (rustls TLS), enqueue inside your `sqlx` transaction; re-exports `outbox_relay::sqlx` |
 //! | `file-config` | no | `config::file`: a relay described by a TOML file (adds `toml`) |
 //! | `webhook-sink` | no | `sinks::webhook`: Standard Webhooks, signed (adds `reqwest`) |
@@ -93,7 +94,9 @@
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
 //!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
-//!   it; [`store::slow_log`] is the hook that logs a slow call by its name and duration.
+//!   it; [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
+//!   block of `OutboxBackend`, each backend's in its `lane_control.rs`);
+//!   [`store::slow_log`] is the hook that logs a slow call by its name and duration.
 //! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
 //!   millisecond: `SystemTime` both ways, RFC 3339 in `Display` and JSON, saturating
 //!   arithmetic with `Duration`), and the clocks a store reads (`Clock`, `SystemClock`,
@@ -118,12 +121,15 @@
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
 //!   `LaneState`; `relay/event.rs` (`RelayEvent`) and `relay/status.rs` (`LaneStatus` and
 //!   the counters behind it);
-//!   `relay::supervisor` (restarts lanes), `relay::lane` (the lane actor, `LaneShell`: glue
-//!   that runs store calls off its mailbox), `relay::lane::core` (`LaneCore`, the lane's logic as a
-//!   sans-IO state machine: `ClaimLoop` (when to claim, ask `next_due` or sleep), handler
-//!   pool, lease book, prefetch buffer, pending acks, and its claim gates: rate limit,
-//!   circuit breaker, Retry-After hold; one store-call, one timer and one delivery
-//!   mechanism in `core/io.rs`),
+//!   `relay::supervisor` (restarts lanes; `supervisor/fleet.rs`: a lane's process-local
+//!   and fleet-wide pauses, apart), `relay/lane_control.rs` (the watcher that reads the
+//!   store's lane pauses every 500 ms and hands changes to the supervisor), `relay::lane`
+//!   (the lane actor, `LaneShell`: glue that runs store calls off its mailbox),
+//!   `relay::lane::core` (`LaneCore`, the lane's logic as a sans-IO state machine:
+//!   `ClaimLoop` (when to claim, ask `next_due` or sleep), handler pool, lease book,
+//!   prefetch buffer, pending acks, and its claim gates: rate limit, circuit breaker,
+//!   Retry-After hold; one store-call, one timer and one delivery mechanism in
+//!   `core/io.rs`),
 //!   `relay::handler` (one delivery at a time under a timeout).
 //! - `sim` (tests, and feature `simulate`): the deterministic simulation of several relays
 //!   on one store in virtual time, its invariant checker, and (tests only) the seed runs
@@ -135,11 +141,18 @@
 //!   `StoreMetrics` (the store hook that records the store's metrics), `LaneMetrics` (the
 //!   relay's recording helpers, with `StoreCallTimer` for store call durations),
 //!   `metrics::process` (`outbox_build_info` and the `process_*` catalogue; `build.rs`
-//!   stamps the git commit) and, with feature `prometheus`, the exporter install and
-//!   `metrics::health` (the listener's `/metrics`, `/healthz` and `/readyz`, the last from
-//!   a check run at most once a second), `metrics::control` (its `/lanes/…/pause|resume`,
-//!   behind the control token) and `metrics::listener` (its connections: header-read and
-//!   idle timeouts, a connection cap).
+//!   stamps the git commit) and, with feature `prometheus`, the recorder's buckets
+//!   (`metrics/prometheus.rs`).
+//! - `http` (feature `http`): one axum router for every route, to mount in a service's
+//!   own server (`http::router`, `RouterConfig`, `RouteGroup`); `http/health.rs` (the
+//!   probes and the readiness check, run at most once a second), `http/api.rs` (`GET
+//!   /api/v1/lanes`, the JSON error shape), `http/control.rs` (`RelaySlot`, the bearer
+//!   token, the fleet-wide `pause|resume` routes), `http/messages.rs` (`GET
+//!   /api/v1/messages`, `GET /api/v1/messages/{id}`, `POST /api/v1/dead-letters/…`),
+//!   `http/listener.rs` (the connections:
+//!   header-read and idle timeouts, a connection cap) and `http/exporter.rs`
+//!   (`install_prometheus_exporter`: the global recorder, the process metrics and the
+//!   router on a thread of their own).
 //!   `src/named.rs` (private) holds `label_values!`, the macro that makes those fixed sets.
 //! - [`trace_context`]: W3C trace context in message headers (feature `otel`): captured
 //!   at enqueue, the delivery span's parent.
@@ -158,9 +171,9 @@
 //!   values) out of every URL the crate prints: database and sink URLs alike.
 //! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`,
 //!   `daemon.rs`) and the admin commands (`admin.rs`: `status`, `enqueue`, `dead-letters`,
-//!   `purge`, `migrate`), `pause` and `resume` of a running daemon (`control.rs`), the
-//!   SIGHUP reload (`reload.rs`), the OTLP export (`otlp.rs`) and the GATES column of
-//!   `status` (`gates.rs`).
+//!   `purge`, `migrate`), `pause` and `resume` (`control.rs`: the fleet-wide pause, in the
+//!   store), the SIGHUP reload (`reload.rs`), the OTLP export (`otlp.rs`) and the GATES
+//!   column of `status` (`gates.rs`, from the daemon's `GET /api/v1/lanes`).
 //!
 //! Beside `src/`:
 //!
@@ -168,7 +181,7 @@
 //! - `deploy/kubernetes/`: Deployment, ConfigMap, Service, ServiceMonitor and the
 //!   PrometheusRule generated from `grafana/alerts.yml`.
 //! - `examples/`: `quickstart.rs` (an order service and its relay on SQLite, the README's
-//!   first command), `relay.toml` (the binary's config, every field), `claim_plans.rs`
+//!   first command), `service.rs` (a service mounting `http::router` beside its own route), `relay.toml` (the binary's config, every field), `claim_plans.rs`
 //!   (the PostgreSQL claim's, `next_due`'s and stats' plans and timings at 10 k–1 M rows,
 //!   and a relay cycle's server cost per message, keyed against keyless, beside its layout
 //!   floor), `benchmark/` (the benchmark: `main.rs` and its modules; `throughput.svg`, the
@@ -181,7 +194,8 @@
 //!   `grafana_assets.rs`, `prometheus_e2e.rs` against a real Prometheus,
 //!   `kubernetes_assets.rs` for `deploy/kubernetes/`), the binary end to
 //!   end (`cli.rs`, `cli/`), faults injected for real (`chaos.rs`: a relay process killed,
-//!   PostgreSQL cut away and restored), every sink against its real server (`sinks/`), one
+//!   PostgreSQL cut away and restored, a fleet-wide pause across three relay processes
+//!   and their restarts), every sink against its real server (`sinks/`), one
 //!   trace from enqueue to delivery (`otel.rs`), the README kept equal to its crate
 //!   (`readme_crate.rs`) and `.ci/run`'s rules (`ci_script.rs`).
 #![deny(
@@ -200,6 +214,9 @@ mod captured_log;
 pub mod config;
 pub mod database;
 pub mod delivery;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
 pub mod message;
 pub mod metrics;
 mod named;
@@ -244,11 +261,6 @@ pub use store::sqlite::SqliteOutboxStore;
 pub use store::{OrderingPolicy, Outbox, OutboxBackend, StoreError};
 
 /// The README's examples, compiled as doc-tests so the front door stays true.
-#[cfg(all(
-    doctest,
-    feature = "sqlite",
-    feature = "postgres",
-    feature = "prometheus"
-))]
+#[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "http"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

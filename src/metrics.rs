@@ -3,7 +3,7 @@
 //!
 //! The library only records, through the [`metrics`] facade: nothing is exported until the
 //! process installs a recorder. The binary and the examples install the Prometheus
-//! exporter with `install_prometheus_exporter` (feature `prometheus`); an application that
+//! exporter with `http::install_prometheus_exporter` (feature `http`); an application that
 //! embeds the relay may install any recorder it already uses.
 //!
 //! Every metric of a lane carries the labels [`LABEL_LANE`] and [`LABEL_TARGET`]; a few
@@ -29,15 +29,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use metrics::Unit;
 
-#[cfg(feature = "prometheus")]
-#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub mod control;
-#[cfg(feature = "prometheus")]
-#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub mod health;
 mod lane;
-#[cfg(feature = "prometheus")]
-pub mod listener;
 pub mod process;
 #[cfg(feature = "prometheus")]
 mod prometheus;
@@ -46,20 +38,16 @@ pub use lane::{LaneMetrics, StoreCallTimer};
 pub use process::{record_build_info, BUILD_INFO, PROCESS};
 
 use crate::delivery::FailureKind;
-use crate::relay::{BreakerState, GateKind, LaneState};
+use crate::relay::{BreakerState, GateKind};
 use crate::store::{CallOutcome, Enqueued, StoreCall, StoreHook};
-/// What [`install_prometheus_exporter`] returns: renders the metrics on demand
+/// What `http::install_prometheus_exporter` returns: renders the metrics on demand
 /// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use metrics_exporter_prometheus::PrometheusHandle;
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub use prometheus::{
-    install_prometheus_exporter, install_prometheus_exporter_with_control,
-    install_prometheus_exporter_with_listener, install_prometheus_exporter_with_readiness,
-    MetricsError,
-};
+pub use prometheus::prometheus_builder;
 
 // ---- Counters -------------------------------------------------------------------------
 
@@ -313,6 +301,26 @@ impl StoreHook for StoreMetrics {
             })),
             _ => {}
         }
+    }
+}
+
+crate::named::label_values! {
+    /// What a lane relay is doing: the value of [`LABEL_STATE`] on [`LANE_STATE`].
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum LaneState {
+        /// Claiming and delivering.
+        Running => "running",
+        /// Paused by a command: claims nothing, keeps its configuration.
+        Paused => "paused",
+        /// Being removed: claims nothing new, finishes what it holds.
+        Draining => "draining",
+        /// Crashed; the supervisor restarts it after a backoff.
+        Restarting => "restarting",
+        /// Restarted too often within the window: stays down until an operator acts.
+        Failed => "failed",
+        /// Stopped on purpose (shutdown or removal).
+        Stopped => "stopped",
     }
 }
 

@@ -28,11 +28,13 @@ use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
 use crate::store::Outbox;
 
+pub use crate::metrics::LaneState;
 pub use lane::core::gate::{BreakerState, GateKind};
 
 mod event;
 pub(crate) mod handler;
 pub(crate) mod lane;
+mod lane_control;
 mod observe;
 mod status;
 pub(crate) mod supervisor;
@@ -74,26 +76,6 @@ impl LaneKey {
 impl fmt::Display for LaneKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.name, self.target)
-    }
-}
-
-crate::named::label_values! {
-    /// What a lane relay is doing: the value of [`crate::metrics::LABEL_STATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum LaneState {
-        /// Claiming and delivering.
-        Running => "running",
-        /// Paused by a command: claims nothing, keeps its configuration.
-        Paused => "paused",
-        /// Being removed: claims nothing new, finishes what it holds.
-        Draining => "draining",
-        /// Crashed; the supervisor restarts it after a backoff.
-        Restarting => "restarting",
-        /// Restarted too often within the window: stays down until an operator acts.
-        Failed => "failed",
-        /// Stopped on purpose (shutdown or removal).
-        Stopped => "stopped",
     }
 }
 
@@ -307,19 +289,26 @@ impl RelayBuilder {
             }
         }
         let events = self.events;
+        // Read before the lanes start, so a lane paused fleet-wide never claims.
+        let fleet_pauses = lane_control::initial(&self.store).await;
+        let store = self.store.clone();
         let args = SupervisorArgs {
             store: self.store,
             config: self.supervisor,
             lanes: self.lanes,
             events: events.clone(),
+            fleet_pauses: fleet_pauses.clone().unwrap_or_default(),
         };
         let (supervisor, join) = Actor::spawn(None, RelaySupervisor, args)
             .await
             .map_err(|e| RelayError::Spawn(e.to_string()))?;
+        let watcher = fleet_pauses
+            .map(|known| lane_control::watch(store, supervisor.clone(), known).abort_handle());
         Ok(RelayHandle {
             supervisor,
             events,
             join: Mutex::new(Some(join)),
+            lane_control: watcher,
         })
     }
 }
@@ -330,6 +319,8 @@ pub struct RelayHandle {
     supervisor: ActorRef<SupervisorMsg>,
     events: broadcast::Sender<RelayEvent>,
     join: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The fleet-wide lane-control watcher (`relay/lane_control.rs`), if the store has it.
+    lane_control: Option<tokio::task::AbortHandle>,
 }
 
 impl fmt::Debug for RelayHandle {
@@ -394,7 +385,9 @@ impl RelayHandle {
         .await?
     }
 
-    /// Stops claiming on the lane `name`/`target`; deliveries in flight finish.
+    /// Stops claiming on the lane `name`/`target` in this process; deliveries in flight
+    /// finish. Kept apart from the fleet-wide pause ([`Outbox::pause_lane`]): resuming
+    /// here does not lift that one, nor does it lift this one.
     pub async fn pause(&self, name: &str, target: &str) -> Result<(), RelayError> {
         let key = LaneKey::new(name, target);
         self.ask("pause", COMMAND_TIMEOUT, |reply| {
@@ -424,6 +417,9 @@ impl RelayHandle {
     /// [`abandoned`](DrainReport::abandoned). Check [`ShutdownReport::is_clean`]: acks the
     /// store did not record mean those messages will be delivered again.
     pub async fn shutdown(&self, timeout: Duration) -> Result<ShutdownReport, RelayError> {
+        if let Some(watcher) = &self.lane_control {
+            watcher.abort();
+        }
         let report = self
             .ask("shutdown", timeout + COMMAND_TIMEOUT, |reply| {
                 SupervisorMsg::Shutdown(timeout, reply)

@@ -13,6 +13,9 @@
 //!   cuts, its connections for longer than the lease, three times. No two requests of a
 //!   key in flight at once, first arrivals in per-key order, nothing lost, duplicates
 //!   within the claims held at the cuts.
+//! - [`lane_control`]: three `outbox-relay run` processes on one database (PostgreSQL, and
+//!   one SQLite file); `outbox-relay pause` stops their claims within a second (printed),
+//!   a restart of all three keeps the lane paused, `resume` restarts delivery.
 //!
 //! Each test has its own schema (`chaos_<uuid>`, dropped when the test ends, pass or fail),
 //! its own temporary directory and its own ports. Every wait polls a condition under a
@@ -37,6 +40,8 @@ use uuid::Uuid;
 mod database_outage;
 #[path = "chaos/killed_process.rs"]
 mod killed_process;
+#[path = "chaos/lane_control.rs"]
+mod lane_control;
 #[path = "chaos/partition.rs"]
 mod partition;
 #[path = "support/stderr.rs"]

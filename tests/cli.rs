@@ -107,6 +107,7 @@ impl Sandbox {
         command
             .args(args)
             .current_dir(self.dir.path())
+            .env_remove("OUTBOX_CONFIG")
             .env_remove("OUTBOX_DATABASE_URL")
             .env_remove("OUTBOX_METRICS_LISTEN")
             .env_remove("OUTBOX_LOG_FORMAT")

@@ -1,4 +1,4 @@
-#![cfg(all(feature = "prometheus", feature = "sqlite"))]
+#![cfg(all(feature = "http", feature = "sqlite"))]
 //! The HTTP listener under a `/readyz` flood, with a real relay on a SQLite file: the
 //! readiness check reaches the store at most about once a second whatever the request
 //! rate, counted by a store hook, and the lane's claims go on. Claim latency with and
@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outbox_relay::config::ListenerConfig;
+use outbox_relay::http::health::DEFAULT_READINESS_TIMEOUT;
+use outbox_relay::http::{Readiness, RelayReadiness, RouterConfig};
 use outbox_relay::message::OutboxMessageDraft;
-use outbox_relay::metrics::control::LaneControl;
-use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{StoreCall, StoreHook, StoreOp};
 use outbox_relay::{handler_fn, LaneConfig, Outbox, OutboxRelay, RelayHandle};
@@ -149,11 +149,13 @@ async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
     let addr = std_listener.local_addr().expect("its address");
     side_handle.spawn(async move {
         let listener = tokio::net::TcpListener::from_std(std_listener).expect("register");
-        outbox_relay::metrics::listener::serve(
+        outbox_relay::http::listener::serve(
             listener,
-            recorder.handle(),
-            readiness,
-            LaneControl::new(),
+            outbox_relay::http::router(
+                RouterConfig::new()
+                    .metrics(recorder.handle())
+                    .readiness(readiness),
+            ),
             ListenerConfig::default().max_connections(FLOODERS + 8),
         )
         .await;

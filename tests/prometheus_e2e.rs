@@ -1,4 +1,4 @@
-#![cfg(feature = "prometheus")]
+#![cfg(feature = "http")]
 //! End to end: a relay that delivers, fails, retries, dead-letters, panics, extends and
 //! loses leases, meets a store error and restarts a lane records its metrics; the
 //! Prometheus exporter serves them; a real Prometheus (`/usr/bin/prometheus`) scrapes
@@ -24,7 +24,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use outbox_relay::metrics::install_prometheus_exporter;
+use outbox_relay::http::install_prometheus_exporter;
 use tokio::time::Instant;
 
 #[path = "prometheus_e2e/checks.rs"]

@@ -1,6 +1,6 @@
 //! The HTTP listener's limits ([`ListenerConfig`]) and the token its lane control routes
-//! require ([`ControlToken`]). The listener itself is `metrics::listener` (feature
-//! `prometheus`); these are plain settings, so a config file parses them with or without it.
+//! require ([`ControlToken`]). The listener itself is `http::listener` (feature
+//! `http`); these are plain settings, so a config file parses them with or without it.
 
 use std::fmt;
 use std::sync::Arc;

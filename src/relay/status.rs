@@ -33,6 +33,12 @@ pub struct LaneStatus {
     pub lost_claims: u64,
     /// The lane's claim gates.
     pub gates: GateStatus,
+    /// Paused in this process ([`RelayHandle::pause`](super::RelayHandle::pause)); the
+    /// lane stays paused until this process resumes it or restarts.
+    pub paused_here: bool,
+    /// Paused for every relay on the store ([`Outbox::pause_lane`](crate::Outbox::pause_lane)):
+    /// who, when and why. Either pause stops the lane's claims.
+    pub fleet_pause: Option<crate::store::LanePause>,
 }
 
 /// A lane's claim gates, as [`LaneStatus`] reports them.

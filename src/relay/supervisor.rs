@@ -22,7 +22,9 @@ use crate::relay::{
     DrainReport, GateStatus, LaneCounters, LaneKey, LaneState, LaneStatus, RelayError, RelayEvent,
     ShutdownReport,
 };
-use crate::store::Outbox;
+use crate::store::{LanePause, Outbox};
+
+mod fleet;
 
 pub(crate) enum SupervisorMsg {
     AddLane(
@@ -38,6 +40,8 @@ pub(crate) enum SupervisorMsg {
     Pause(LaneKey, RpcReplyPort<Result<(), RelayError>>),
     Resume(LaneKey, RpcReplyPort<Result<(), RelayError>>),
     Status(RpcReplyPort<Vec<LaneStatus>>),
+    /// Every fleet-wide pause in force, as the store has them (`lane_control.rs`).
+    FleetPauses(Vec<LanePause>),
     Shutdown(Duration, RpcReplyPort<ShutdownReport>),
     /// A restart backoff ran out; honoured only if the lane still waits for this token.
     Restart(LaneKey, u64),
@@ -64,6 +68,8 @@ pub(crate) struct SupervisorArgs {
     pub(crate) config: SupervisorConfig,
     pub(crate) lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
     pub(crate) events: broadcast::Sender<RelayEvent>,
+    /// The fleet-wide pauses read before the start, so a paused lane never claims.
+    pub(crate) fleet_pauses: Vec<LanePause>,
 }
 
 pub(crate) struct RelaySupervisor;
@@ -74,8 +80,10 @@ struct LaneEntry {
     counters: Arc<LaneCounters>,
     actor: Option<ActorRef<LaneMsg>>,
     state: LaneState,
-    /// Paused by an operator: survives restarts.
+    /// Paused in this process (`RelayHandle::pause`): survives the lane's restarts.
     paused: bool,
+    /// Paused for every relay on the store (`fleet.rs`): who, when, why.
+    fleet_pause: Option<LanePause>,
     /// Being removed or shut down: its end is not a crash.
     stopping: bool,
     incarnation: u64,
@@ -96,6 +104,9 @@ pub(crate) struct SupervisorState {
     shutting_down: bool,
     /// The last restart token handed out.
     restart_tokens: u64,
+    /// The fleet-wide pauses last read from the store, lanes this relay runs or not (a lane
+    /// added later starts paused if it is in here).
+    fleet_pauses: BTreeMap<LaneKey, LanePause>,
 }
 
 impl SupervisorState {
@@ -128,9 +139,9 @@ impl SupervisorState {
             counters: entry.counters.clone(),
             events: self.events.clone(),
             incarnation: entry.incarnation,
-            paused: entry.paused,
+            paused: entry.is_paused(),
         };
-        let state = if entry.paused {
+        let state = if entry.is_paused() {
             LaneState::Paused
         } else {
             LaneState::Running
@@ -221,6 +232,8 @@ impl SupervisorState {
                     retry_after_holds_lane: entry.config.retry_after_holds_lane,
                     throttled: Duration::from_micros(entry.counters.throttled_micros.load(Relaxed)),
                 },
+                paused_here: entry.paused,
+                fleet_pause: entry.fleet_pause.clone(),
             })
             .collect()
     }
@@ -282,6 +295,7 @@ impl SupervisorState {
                 actor: None,
                 state: LaneState::Running,
                 paused: false,
+                fleet_pause: self.fleet_pauses.get(&key).cloned(),
                 stopping: false,
                 incarnation: 0,
                 restart_due: None,
@@ -311,6 +325,7 @@ impl Actor for RelaySupervisor {
             by_actor: HashMap::new(),
             shutting_down: false,
             restart_tokens: 0,
+            fleet_pauses: fleet::by_lane(args.fleet_pauses),
         };
         for (config, handler) in args.lanes {
             let key = state.add_lane(config, handler)?;
@@ -374,43 +389,20 @@ impl Actor for RelaySupervisor {
                 }
             }
             SupervisorMsg::Pause(key, reply) => {
-                let answer = state.entry_mut(&key).map(|entry| {
-                    entry.paused = true;
-                    entry.actor.clone()
-                });
-                if let Ok(actor) = &answer {
-                    if let Some(actor) = actor {
-                        let _ = actor.send_message(LaneMsg::Pause);
-                    }
-                    if state
-                        .lanes
-                        .get(&key)
-                        .is_some_and(|e| e.state == LaneState::Running)
-                    {
-                        state.set_state(&key, LaneState::Paused);
-                    }
-                }
-                let _ = reply.send(answer.map(|_| ()));
+                let answer = state
+                    .entry_mut(&key)
+                    .map(|entry| entry.paused = true)
+                    .map(|()| state.apply_pause(&key));
+                let _ = reply.send(answer);
             }
             SupervisorMsg::Resume(key, reply) => {
-                let answer = state.entry_mut(&key).map(|entry| {
-                    entry.paused = false;
-                    entry.actor.clone()
-                });
-                if let Ok(actor) = &answer {
-                    if let Some(actor) = actor {
-                        let _ = actor.send_message(LaneMsg::Resume);
-                    }
-                    if state
-                        .lanes
-                        .get(&key)
-                        .is_some_and(|e| e.state == LaneState::Paused)
-                    {
-                        state.set_state(&key, LaneState::Running);
-                    }
-                }
-                let _ = reply.send(answer.map(|_| ()));
+                let answer = state
+                    .entry_mut(&key)
+                    .map(|entry| entry.paused = false)
+                    .map(|()| state.apply_pause(&key));
+                let _ = reply.send(answer);
             }
+            SupervisorMsg::FleetPauses(pauses) => state.set_fleet_pauses(pauses),
             SupervisorMsg::Status(reply) => {
                 let _ = reply.send(state.status());
             }

@@ -11,8 +11,8 @@ use uuid::Uuid;
 
 use super::{
     AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount,
-    LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest,
-    StoreError, WakeUp,
+    LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, Page,
+    PageRequest, PurgeRequest, StoreError, StoreOp, WakeUp,
 };
 use crate::message::{DraftLimits, OutboxMessage};
 
@@ -187,6 +187,31 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     /// it says [`Capabilities::listen`]. A lagging receiver treats the lag as
     /// [`WakeUp::All`].
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
+
+    // ---- Lane control: the fleet-wide pause of a (lane, target) -----------------------
+    // Each backend implements it in a file of its own (`store/<backend>/lane_control.rs`);
+    // the provided methods are what a backend without lane control answers: refused for
+    // good (a relay then stops asking, saying why once).
+
+    /// Pauses (lane, target) for every relay on this store, until
+    /// [`resume_lane`](Self::resume_lane); committed when it returns. Pausing a paused lane
+    /// replaces who, why and when. Returns the pause as recorded (its time is the store's).
+    async fn pause_lane(&self, request: &LanePauseRequest) -> Result<LanePause, StoreError> {
+        let _ = request;
+        Err(super::lane_control::unsupported(StoreOp::PauseLane))
+    }
+
+    /// Lifts the fleet-wide pause of (lane, target): the pause it lifted, `None` when the
+    /// lane was not paused.
+    async fn resume_lane(&self, lane: &str, target: &str) -> Result<Option<LanePause>, StoreError> {
+        let _ = (lane, target);
+        Err(super::lane_control::unsupported(StoreOp::ResumeLane))
+    }
+
+    /// Every fleet-wide pause in force, by (lane, target).
+    async fn lane_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
+        Err(super::lane_control::unsupported(StoreOp::LanePauses))
+    }
 }
 
 /// The one answer of a one-draft write.

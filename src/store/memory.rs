@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use rows::Rows;
 
+mod lane_control;
 mod rows;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -31,6 +32,8 @@ use crate::store::{
 #[derive(Debug)]
 pub struct InMemoryOutboxStore {
     rows: Mutex<Rows>,
+    /// The fleet-wide lane pauses, by (lane, target): `lane_control.rs`.
+    pauses: Mutex<BTreeMap<(String, String), crate::store::LanePause>>,
     clock: Arc<dyn Clock>,
     limits: DraftLimits,
     wakeups: broadcast::Sender<WakeUp>,
@@ -53,6 +56,7 @@ impl InMemoryOutboxStore {
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
         Self {
             rows: Mutex::new(Rows::default()),
+            pauses: Mutex::default(),
             clock,
             limits: DraftLimits::default(),
             wakeups,
@@ -580,6 +584,25 @@ impl OutboxBackend for InMemoryOutboxStore {
             }
         }
         Ok(purged)
+    }
+
+    async fn pause_lane(
+        &self,
+        request: &crate::store::LanePauseRequest,
+    ) -> Result<crate::store::LanePause, StoreError> {
+        self.record_pause(request)
+    }
+
+    async fn resume_lane(
+        &self,
+        lane: &str,
+        target: &str,
+    ) -> Result<Option<crate::store::LanePause>, StoreError> {
+        self.lift_pause(lane, target)
+    }
+
+    async fn lane_pauses(&self) -> Result<Vec<crate::store::LanePause>, StoreError> {
+        Ok(self.all_pauses())
     }
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {

@@ -43,5 +43,11 @@ crate::named::label_values! {
         /// A backend's own maintenance or diagnostics (PostgreSQL `sweep_heads`,
         /// `explain`; SQLite checkpoints).
         Maintenance => "maintenance",
+        /// `pause_lane`: a fleet-wide pause written to the lane-control table.
+        PauseLane => "pause_lane",
+        /// `resume_lane`: a fleet-wide pause lifted.
+        ResumeLane => "resume_lane",
+        /// `lane_pauses`: the fleet-wide pauses in force.
+        LanePauses => "lane_pauses",
     }
 }

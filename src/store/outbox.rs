@@ -304,6 +304,33 @@ impl Outbox {
         self.timed(StoreOp::Stats, self.backend.stats(filter)).await
     }
 
+    /// Pauses (lane, target) for every relay on this store, until
+    /// [`resume_lane`](Self::resume_lane); see [`OutboxBackend::pause_lane`].
+    pub async fn pause_lane(
+        &self,
+        request: &super::LanePauseRequest,
+    ) -> Result<super::LanePause, StoreError> {
+        request.validate()?;
+        self.timed(StoreOp::PauseLane, self.backend.pause_lane(request))
+            .await
+    }
+
+    /// Lifts the fleet-wide pause of (lane, target); see [`OutboxBackend::resume_lane`].
+    pub async fn resume_lane(
+        &self,
+        lane: &str,
+        target: &str,
+    ) -> Result<Option<super::LanePause>, StoreError> {
+        self.timed(StoreOp::ResumeLane, self.backend.resume_lane(lane, target))
+            .await
+    }
+
+    /// Every fleet-wide pause in force; see [`OutboxBackend::lane_pauses`].
+    pub async fn lane_pauses(&self) -> Result<Vec<super::LanePause>, StoreError> {
+        self.timed(StoreOp::LanePauses, self.backend.lane_pauses())
+            .await
+    }
+
     /// Lists messages in enqueue order, a page at a time.
     pub async fn list(
         &self,

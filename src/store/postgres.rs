@@ -54,6 +54,7 @@ mod decode;
 mod enqueue;
 mod explain;
 mod fenced;
+mod lane_control;
 mod listener;
 mod schema;
 mod sql;
@@ -522,6 +523,25 @@ impl OutboxBackend for PostgresOutboxStore {
     /// another relay holds it, purges nothing and returns 0. A dry run takes no lock.
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
         self.purge_locked(request).await
+    }
+
+    async fn pause_lane(
+        &self,
+        request: &crate::store::LanePauseRequest,
+    ) -> Result<crate::store::LanePause, StoreError> {
+        self.record_pause(request).await
+    }
+
+    async fn resume_lane(
+        &self,
+        lane: &str,
+        target: &str,
+    ) -> Result<Option<crate::store::LanePause>, StoreError> {
+        self.lift_pause(lane, target).await
+    }
+
+    async fn lane_pauses(&self) -> Result<Vec<crate::store::LanePause>, StoreError> {
+        self.all_pauses().await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {

@@ -64,6 +64,7 @@ mod builder;
 mod checkpoint;
 mod explain;
 mod filter;
+mod lane_control;
 mod read;
 mod row;
 mod schema;
@@ -431,6 +432,25 @@ impl OutboxBackend for SqliteOutboxStore {
             }
         }
         Ok(purged)
+    }
+
+    async fn pause_lane(
+        &self,
+        request: &crate::store::LanePauseRequest,
+    ) -> Result<crate::store::LanePause, StoreError> {
+        self.record_pause(request).await
+    }
+
+    async fn resume_lane(
+        &self,
+        lane: &str,
+        target: &str,
+    ) -> Result<Option<crate::store::LanePause>, StoreError> {
+        self.lift_pause(lane, target).await
+    }
+
+    async fn lane_pauses(&self) -> Result<Vec<crate::store::LanePause>, StoreError> {
+        self.all_pauses().await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {

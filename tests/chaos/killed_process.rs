@@ -21,7 +21,7 @@ use crate::{
 
 /// `outbox-relay run` as a child process, killed when dropped (a failed test leaves no
 /// relay running).
-struct RelayProcess {
+pub(crate) struct RelayProcess {
     name: &'static str,
     // A mutex so that checks inside wait conditions can share the process.
     child: Mutex<Child>,
@@ -31,7 +31,7 @@ struct RelayProcess {
 impl RelayProcess {
     /// Starts the daemon with `config`, its stdout on `stdout` (shared by both relays: see
     /// [`DeliveryStream`]), its stderr captured.
-    fn start(name: &'static str, dir: &Path, config: &Path, stdout: Stdio) -> Self {
+    pub(crate) fn start(name: &'static str, dir: &Path, config: &Path, stdout: Stdio) -> Self {
         let mut child = Command::new(BIN)
             .arg("--config")
             .arg(config)
@@ -54,7 +54,7 @@ impl RelayProcess {
         }
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         format!(
             "--- relay {} stderr ---\n{}",
             self.name,
@@ -74,7 +74,7 @@ impl RelayProcess {
         }
     }
 
-    fn wait_for_log(&self, text: &str) {
+    pub(crate) fn wait_for_log(&self, text: &str) {
         wait_until(
             &format!("{text:?} in relay {}'s log", self.name),
             || {
@@ -93,7 +93,7 @@ impl RelayProcess {
     }
 
     /// SIGTERM, then the exit status.
-    fn sigterm(&self) -> std::process::ExitStatus {
+    pub(crate) fn sigterm(&self) -> std::process::ExitStatus {
         let pid = self.child.lock().unwrap().id();
         let sent = Command::new("kill")
             .args(["-TERM", &pid.to_string()])

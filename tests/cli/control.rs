@@ -1,5 +1,6 @@
-//! Controlling a running daemon: `outbox-relay pause|resume` through its metrics
-//! listener, and SIGHUP reloading its lanes from the config file.
+//! Controlling a running daemon: the lane control routes of its listener,
+//! `outbox-relay pause|resume` through the store (fleet-wide), and SIGHUP reloading its
+//! lanes from the config file.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -43,6 +44,20 @@ fn lane_state(port: u16, target: &str, state: &str) -> Option<f64> {
         })
         .and_then(|line| line.rsplit(' ').next())
         .and_then(|value| value.parse().ok())
+}
+
+/// Waits until the `outbox_lane_state` gauge of `orders/{target}` says `state`: a
+/// fleet-wide pause reaches the daemon within its lane-control poll (500 ms).
+fn wait_for_lane_state(daemon: &Daemon, port: u16, target: &str, state: &str) {
+    let deadline = Instant::now() + WAIT;
+    while lane_state(port, target, state) != Some(1.0) {
+        assert!(
+            Instant::now() < deadline,
+            "orders/{target} not {state} within {WAIT:?}:\n{}",
+            daemon.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn second_lane() -> &'static str {
@@ -97,23 +112,24 @@ fn a_pause_without_the_control_token_is_refused_and_changes_nothing() {
     let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);
     daemon.wait_for_log("relay running");
     for authorization in [None, Some("Bearer not-the-control-token-at-all")] {
-        let (status, body) = http_post(port, "/lanes/orders/pause", authorization);
+        let (status, body) = http_post(port, "/api/v1/lanes/orders/audit/pause", authorization);
         assert_eq!(status, 401, "{authorization:?}: {body}");
     }
     assert_eq!(lane_state(port, "audit", "paused"), Some(0.0));
     let (status, body) = http_post(
         port,
-        "/lanes/orders/pause",
+        "/api/v1/lanes/orders/audit/pause",
         Some(&format!("Bearer {TOKEN}")),
     );
     assert_eq!(status, 200, "{body}");
-    assert_eq!(lane_state(port, "audit", "paused"), Some(1.0));
+    wait_for_lane_state(&daemon, port, "audit", "paused");
     let (status, log) = daemon.terminate();
     assert!(status.success(), "exit {status}:\n{log}");
 
-    // Without a token configured, the control routes are off, and the CLI says why.
+    // Without a token configured, the mutating routes are off (a database of its own: the
+    // pause above holds in relay.db).
     let port = free_port();
-    sandbox.write("relay.toml", &test_config("sqlite:relay.db", "", port));
+    sandbox.write("relay.toml", &test_config("sqlite:second.db", "", port));
     let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);
     daemon.wait_for_log("relay running");
     assert!(
@@ -123,13 +139,11 @@ fn a_pause_without_the_control_token_is_refused_and_changes_nothing() {
     );
     let (status, body) = http_post(
         port,
-        "/lanes/orders/pause",
+        "/api/v1/lanes/orders/audit/pause",
         Some(&format!("Bearer {TOKEN}")),
     );
     assert_eq!(status, 403, "{body}");
     assert_eq!(lane_state(port, "audit", "paused"), Some(0.0));
-    let refused = sandbox.fails(2, &["--config", "relay.toml", "pause", "orders"]);
-    assert!(refused.contains("control_token"), "{refused}");
     let (status, log) = daemon.terminate();
     assert!(status.success(), "exit {status}:\n{log}");
 }
@@ -145,10 +159,29 @@ fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
     let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);
     daemon.wait_for_log("relay running");
 
-    // Pause every target of `orders`: the lane stops claiming.
-    let out = sandbox.ok(&["--config", "relay.toml", "pause", "orders"]);
-    assert_eq!(out.trim(), "paused orders/audit");
-    assert_eq!(lane_state(port, "audit", "paused"), Some(1.0));
+    // Pause orders/audit in the store: the daemon applies it within a second.
+    let pause = [
+        "--config",
+        "relay.toml",
+        "pause",
+        "--lane",
+        "orders",
+        "--target",
+    ];
+    let resume = [
+        "--config",
+        "relay.toml",
+        "resume",
+        "--lane",
+        "orders",
+        "--target",
+    ];
+    let out = sandbox.ok(&[&pause[..], &["audit", "--reason", "test"]].concat());
+    assert!(
+        out.starts_with("paused orders/audit for every relay on sqlite:relay.db (by cli:"),
+        "{out}"
+    );
+    wait_for_lane_state(&daemon, port, "audit", "paused");
     let held = sandbox.enqueue(&cfg, "orders", "audit", &["--payload", "1"]);
     // A paused lane delivers nothing; the lane polls every 200 ms, so 2 s would show it.
     // (Under heavy load this check can only pass wrongly, never fail wrongly.)
@@ -157,18 +190,21 @@ fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
         "a paused lane delivered:\n{}",
         daemon.stderr()
     );
-    let out = sandbox.ok(&["--config", "relay.toml", "resume", "orders/audit"]);
-    assert_eq!(out.trim(), "resumed orders/audit");
+    let out = sandbox.ok(&[&resume[..], &["audit"]].concat());
+    assert!(
+        out.starts_with("resumed orders/audit for every relay on sqlite:relay.db (paused by cli:"),
+        "{out}"
+    );
     assert_eq!(daemon.delivery()["outbox_id"], held.as_str());
-    assert_eq!(lane_state(port, "audit", "paused"), Some(0.0));
+    wait_for_lane_state(&daemon, port, "audit", "running");
+    let out = sandbox.ok(&[&resume[..], &["audit"]].concat());
+    assert_eq!(out.trim(), "orders/audit was not paused on sqlite:relay.db");
 
-    // A lane the daemon does not run, and a name that is no lane name.
-    let refused = sandbox.fails(2, &["--config", "relay.toml", "pause", "nosuch"]);
-    assert!(refused.contains("no lane `nosuch`"), "{refused}");
-    let refused = sandbox.fails(2, &["--config", "relay.toml", "pause", "a b"]);
-    assert!(refused.contains("LANE"), "{refused}");
+    // An empty target is refused, naming the field.
+    let refused = sandbox.fails(2, &[&pause[..], &[""]].concat());
+    assert!(refused.contains("target"), "{refused}");
     // The control routes take POST only.
-    assert_eq!(http_get(port, "/lanes/orders/pause").0, 405);
+    assert_eq!(http_get(port, "/api/v1/lanes/orders/audit/pause").0, 405);
 
     // SIGHUP with a lane added.
     sandbox.write("relay.toml", &(config.clone() + second_lane()));
@@ -184,7 +220,8 @@ fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
 
     // SIGHUP with that lane removed and the other one changed, while paused: it stays
     // paused.
-    sandbox.ok(&["--config", "relay.toml", "pause", "orders/audit"]);
+    sandbox.ok(&[&pause[..], &["audit"]].concat());
+    wait_for_lane_state(&daemon, port, "audit", "paused");
     sandbox.write(
         "relay.toml",
         &config.replace(
@@ -197,10 +234,8 @@ fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
     let log = daemon.stderr();
     assert!(log.contains(r#"removed=["orders/second"]"#), "{log}");
     assert!(log.contains(r#"changed=["orders/audit"]"#), "{log}");
-    let refused = sandbox.fails(2, &["--config", "relay.toml", "pause", "orders/second"]);
-    assert!(refused.contains("no lane `orders/second`"), "{refused}");
     assert_eq!(lane_state(port, "audit", "paused"), Some(1.0));
-    sandbox.ok(&["--config", "relay.toml", "resume", "orders"]);
+    sandbox.ok(&[&resume[..], &["audit"]].concat());
     let after = sandbox.enqueue(&cfg, "orders", "audit", &["--payload", "3"]);
     assert_eq!(daemon.delivery()["outbox_id"], after.as_str());
 
@@ -214,4 +249,25 @@ fn pause_and_resume_a_running_daemon_and_reload_its_lanes_on_sighup() {
 
     let (status, log) = daemon.terminate();
     assert!(status.success(), "exit {status}:\n{log}");
+}
+
+#[test]
+fn pause_and_resume_read_the_config_file_that_outbox_config_names() {
+    let sandbox = Sandbox::new();
+    sandbox.write(
+        "relay.toml",
+        &test_config("sqlite:relay.db", "", free_port()),
+    );
+    sandbox.ok(&["--config", "relay.toml", "migrate"]);
+    let args = ["pause", "--lane", "orders", "--target", "audit"];
+    // Without it, the embedded default's ./outbox.db, which does not exist.
+    let refused = sandbox.fails(2, &args);
+    assert!(refused.contains("outbox.db"), "{refused}");
+    let out = sandbox.output(sandbox.command(&args).env("OUTBOX_CONFIG", "relay.toml"));
+    assert_eq!(out.code, Some(0), "{out:#?}");
+    assert!(
+        out.stdout
+            .starts_with("paused orders/audit for every relay on sqlite:relay.db"),
+        "{out:#?}"
+    );
 }

@@ -10,8 +10,8 @@ use outbox_relay::config::duration::format_duration;
 use outbox_relay::config::file::MetricsListen;
 use outbox_relay::config::ListenerConfig;
 use outbox_relay::database::CreateMode;
-use outbox_relay::metrics::control::LaneControl;
-use outbox_relay::metrics::health::{Readiness, RelayReadiness, DEFAULT_READINESS_TIMEOUT};
+use outbox_relay::http::health::DEFAULT_READINESS_TIMEOUT;
+use outbox_relay::http::{Readiness, RelayReadiness, RelaySlot, RouterConfig};
 use outbox_relay::relay::{RelayEvent, ShutdownReport};
 use outbox_relay::retention::RetentionTask;
 use outbox_relay::OutboxRelay;
@@ -83,29 +83,37 @@ async fn serve(
     let metrics_listen = args.metrics_listen.unwrap_or(setup.config.metrics_listen);
     // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
     let readiness = Readiness::new();
-    // `outbox-relay pause|resume` reach the relay here once it runs, with the token; without
-    // one configured the control routes are off.
+    // The API acts on the relay once it runs; its mutations need the token, and without
+    // one configured they are off (403).
     let token = setup.config.listener.control_token().map_err(|error| {
         Failure::input(format!("config error: {}: {}", error.field, error.reason))
     })?;
-    let control = match token {
-        Some(token) => LaneControl::with_token(token),
-        None => LaneControl::new(),
-    };
+    let slot = RelaySlot::new();
+    let mut routes = RouterConfig::new()
+        .readiness(readiness.clone())
+        .relay(slot.clone());
+    if let Some(groups) = &setup.config.listener.routes {
+        // Validated with the config: every name is a group.
+        routes = routes.routes(groups.iter().filter_map(|name| name.parse().ok()));
+    }
+    let control = token.is_some();
+    if let Some(token) = token {
+        routes = routes.token(token);
+    }
     if let MetricsListen::Listen(addr) = metrics_listen {
         let limits = setup.config.listener.to_config();
-        install_metrics_exporter(addr, readiness.clone(), control.clone(), limits)?;
-        if control.is_on() {
+        install_metrics_exporter(addr, routes, limits)?;
+        if control {
             tracing::info!(
                 %addr,
                 max_connections = limits.max_connections,
-                "serving Prometheus metrics, /healthz, /readyz and (to loopback, with the control token) POST /lanes/…/pause|resume"
+                "serving Prometheus metrics, /healthz, /readyz, GET /api/v1/lanes and (with the control token) POST /api/v1/lanes/…/pause|resume"
             );
         } else {
             tracing::info!(
                 %addr,
                 max_connections = limits.max_connections,
-                "serving Prometheus metrics, /healthz and /readyz; lane control is off (no listener.control_token_env or control_token_file)"
+                "serving Prometheus metrics, /healthz, /readyz and GET /api/v1/lanes; lane control is off (no listener.control_token_env or control_token_file)"
             );
         }
     }
@@ -167,12 +175,16 @@ async fn serve(
     let retention = tokio::spawn(RetentionTask::new(store.clone(), retention).run(async {
         let _ = retention_stopped.await;
     }));
+    slot.set(
+        relay.clone(),
+        store.clone(),
+        tokio::runtime::Handle::current(),
+    );
     readiness.set(
         RelayReadiness::new(store, relay.clone()),
         tokio::runtime::Handle::current(),
         DEFAULT_READINESS_TIMEOUT,
     );
-    control.set(relay.clone(), tokio::runtime::Handle::current());
     tokio::spawn(log_events(relay.subscribe()));
     tracing::info!(
         lanes = lanes.len(),
@@ -444,11 +456,10 @@ fn init_logging(format: LogFormat, otlp: Option<&OtlpExport>) {
 /// Serves Prometheus metrics and the health probes on `addr`, on the exporter's own thread.
 fn install_metrics_exporter(
     addr: SocketAddr,
-    readiness: Readiness,
-    control: LaneControl,
+    routes: RouterConfig,
     limits: ListenerConfig,
 ) -> Result<(), Failure> {
-    outbox_relay::metrics::install_prometheus_exporter_with_listener(addr, readiness, control, limits)
+    outbox_relay::http::install_prometheus_exporter_with_router(addr, routes, limits)
         .map(drop)
         .map_err(|error| {
             Failure::input(format!(

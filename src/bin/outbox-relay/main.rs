@@ -11,8 +11,8 @@
 //! outbox-relay migrate                   # create or upgrade the schema, nothing else
 //! outbox-relay migrate --print-sql --from 3   # the SQL of migrations 4 and on, for a DBA
 //! outbox-relay migrate --check            # exit 3 behind, 4 ahead of this build
-//! outbox-relay pause orders              # a running daemon's lane stops claiming
-//! outbox-relay resume orders/audit
+//! outbox-relay pause --lane orders --target audit --reason "broker upgrade"
+//! outbox-relay resume --lane orders --target audit   # every relay on the database
 //! kill -HUP <pid>                        # the daemon reloads its lanes from --config
 //! ```
 //!
@@ -23,7 +23,7 @@
 //! sink's lines too), logs go to stderr.
 //!
 //! Layout: this file holds the command line and the error type; [`daemon`] is `run`;
-//! [`admin`] holds the admin commands; [`control`] is `pause` and `resume`; [`reload`] is
+//! [`admin`] holds the admin commands; [`control`] is `pause` and `resume` (in the store); [`reload`] is
 //! what SIGHUP does.
 
 use std::path::PathBuf;
@@ -65,9 +65,15 @@ struct Cli {
 
 #[derive(Debug, Args)]
 struct GlobalArgs {
-    /// The relay's config file (TOML; see examples/relay.toml). Default: the embedded
-    /// config (./outbox.db, lane `default` → `log`).
-    #[arg(long, short = 'c', global = true, value_name = "FILE")]
+    /// The relay's config file (TOML; see examples/relay.toml). Also read from
+    /// OUTBOX_CONFIG. Default: the embedded config (./outbox.db, lane `default` → `log`).
+    #[arg(
+        long,
+        short = 'c',
+        global = true,
+        env = "OUTBOX_CONFIG",
+        value_name = "FILE"
+    )]
     config: Option<PathBuf>,
     /// The database, overriding the config file: sqlite:PATH, sqlite://PATH or
     /// postgres://USER@HOST:PORT/DB. Also read from OUTBOX_DATABASE_URL (empty counts as
@@ -186,10 +192,11 @@ enum Command {
     /// Run the relay until SIGINT or SIGTERM, then shut down gracefully. SIGHUP reloads
     /// the config file's lanes.
     Run(RunArgs),
-    /// Pause a lane of the running daemon (through its metrics listener): it stops
-    /// claiming; deliveries in flight finish.
+    /// Pause a lane for every relay on the database, now and after their restarts: they
+    /// stop claiming within a second; deliveries in flight finish. Needs only the
+    /// database, no running relay.
     Pause(ControlArgs),
-    /// Resume a lane of the running daemon that was paused.
+    /// Lift a lane's fleet-wide pause: every relay on the database claims it again.
     Resume(ControlArgs),
     /// Play a stated load against a stated target behaviour through each lane's real
     /// settings, for hours of virtual time in seconds; print per lane what it did.
@@ -251,12 +258,18 @@ struct RunArgs {
 
 #[derive(Debug, Args)]
 struct ControlArgs {
-    /// The lane (every target of it), or one lane relay as LANE/TARGET.
-    #[arg(value_name = "LANE[/TARGET]")]
+    /// The lane.
+    #[arg(long)]
     lane: String,
-    /// Where the daemon's metrics listener is, overriding the config file.
-    #[arg(long, env = "OUTBOX_METRICS_LISTEN", value_name = "ADDR")]
-    metrics_listen: Option<MetricsListen>,
+    /// The lane's target.
+    #[arg(long)]
+    target: String,
+    /// Why (recorded with the pause, shown by the API).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Who pauses (default: cli:$USER@HOSTNAME).
+    #[arg(long, value_name = "WHO")]
+    by: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -515,8 +528,8 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
     let setup = Setup::resolve(&cli.global)?;
     match cli.command {
         Command::Run(args) => daemon::run(setup, cli.global.config, args).await,
-        Command::Pause(args) => control::run(setup, "pause", args).await,
-        Command::Resume(args) => control::run(setup, "resume", args).await,
+        Command::Pause(args) => control::run(setup, true, args).await,
+        Command::Resume(args) => control::run(setup, false, args).await,
         Command::Simulate(args) => simulate::run(setup, args),
         Command::Admin(command) => {
             admin::init_logging();

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::config::file::FileConfig;
-use outbox_relay::relay::LaneState;
 use outbox_relay::relay::{LaneKey, RelayHandle};
 use outbox_relay::sinks::SinkConfig;
 use outbox_relay::{DeliveryHandler, LaneConfig};
@@ -140,7 +139,9 @@ impl RunningLanes {
             .await
             .map_err(|error| format!("the relay does not answer: {error}"))?
             .into_iter()
-            .filter(|status| status.state == LaneState::Paused)
+            // Only this process's pause is carried over: a fleet-wide one holds the new
+            // lane by itself, and copying it here would outlive its `resume`.
+            .filter(|status| status.paused_here)
             .map(|status| status.lane)
             .collect();
         let replaced: Vec<LaneKey> = starting

@@ -8,7 +8,7 @@ use crate::config::duration::HumanDuration;
 use crate::config::{ConfigError, ControlToken, ListenerConfig};
 
 /// `[listener]`: absent fields keep their defaults. Without `control_token_env` or
-/// `control_token_file` the lane control routes (`POST /lanes/…/pause|resume`) are off.
+/// `control_token_file` the mutating routes (`POST /api/v1/…`) are off.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerSection {
@@ -22,7 +22,13 @@ pub struct ListenerSection {
     pub control_token_env: Option<String>,
     /// A file holding the control token (its surrounding whitespace dropped).
     pub control_token_file: Option<PathBuf>,
+    /// The route groups served: any of `metrics`, `probes`, `api`, `control`. Default: all.
+    pub routes: Option<Vec<String>>,
 }
+
+/// The route groups `routes` may name (`http::RouteGroup`'s names; the config parses
+/// without the `http` feature).
+const ROUTE_GROUPS: [&str; 4] = ["metrics", "probes", "api", "control"];
 
 impl ListenerSection {
     /// The limits, defaults filled in (not validated: see [`Self::validate`]).
@@ -57,7 +63,16 @@ impl ListenerSection {
                 "must name a file",
             )),
             _ => Ok(()),
+        }?;
+        for group in self.routes.iter().flatten() {
+            if !ROUTE_GROUPS.contains(&group.as_str()) {
+                return Err(ConfigError::new(
+                    "listener.routes",
+                    format!("unknown route group {group:?}; expected any of metrics, probes, api, control"),
+                ));
+            }
         }
+        Ok(())
     }
 
     /// The control token, read from the environment variable or the file the section
@@ -121,6 +136,10 @@ mod tests {
             (
                 "[listener]\ncontrol_token_env = \" \"",
                 "listener.control_token_env",
+            ),
+            (
+                "[listener]\nroutes = [\"metrics\", \"admin\"]",
+                "listener.routes",
             ),
         ] {
             let error = FileConfig::from_toml_str("test", &with(table)).expect_err(table);

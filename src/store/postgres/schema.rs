@@ -105,6 +105,8 @@ pub(crate) struct Names {
     pub(crate) channel: String,
     /// `"schema"."prefix_promote_heads"`: see `schema/heads.rs`.
     pub(crate) promote_heads: String,
+    /// `"schema"."prefix_lane_control"`: the fleet-wide lane pauses (migration 6).
+    pub(crate) lane_control: String,
 }
 
 impl Names {
@@ -126,6 +128,7 @@ impl Names {
             messages: format!("\"{schema}\".\"{prefix}_messages\""),
             migrations: format!("\"{schema}\".\"{prefix}_migrations\""),
             promote_heads: format!("\"{schema}\".\"{prefix}_promote_heads\""),
+            lane_control: format!("\"{schema}\".\"{prefix}_lane_control\""),
             channel,
         })
     }
@@ -198,7 +201,28 @@ enqueues, with relays stopped.",
         sql: producer::migration,
         locks: "Creates one function: nothing is locked.",
     },
+    Migration {
+        version: 7,
+        name: "lane control: fleet-wide pauses with who, when and why",
+        sql: lane_control_table,
+        locks: "Creates one table: nothing is locked.",
+    },
 ];
+
+/// Migration 7's SQL, `{lane_control}` standing for the table: one row per paused
+/// (lane, target), read by every relay on the database (`store/lane_control.rs`).
+pub(crate) const LANE_CONTROL_TABLE: &str = "CREATE TABLE IF NOT EXISTS {lane_control} (
+    lane       text COLLATE \"C\" NOT NULL,
+    target     text COLLATE \"C\" NOT NULL,
+    paused_by  text NOT NULL,
+    reason     text,
+    paused_at  timestamptz NOT NULL,
+    PRIMARY KEY (lane, target)
+);";
+
+fn lane_control_table(n: &Names) -> String {
+    LANE_CONTROL_TABLE.replace("{lane_control}", &n.lane_control)
+}
 
 /// `jsonb` rewrites what it stores (keys are re-sorted, duplicate keys collapse, whitespace
 /// and number spelling are normalised), and a relay delivers the bytes it was given. `json` keeps the

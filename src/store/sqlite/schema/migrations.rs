@@ -69,7 +69,22 @@ const MIGRATIONS: &[Migration] = &[
         version: 4,
         statements: MIGRATION_4,
     },
+    Migration {
+        version: 5,
+        statements: &[LANE_CONTROL_TABLE],
+    },
 ];
+
+/// Fleet-wide lane control (`store/lane_control.rs`): one row per paused (lane, target),
+/// with who paused it, why and when (milliseconds since the epoch, the store's clock).
+const LANE_CONTROL_TABLE: &str = "CREATE TABLE IF NOT EXISTS {t}_lane_control (
+            lane TEXT NOT NULL,
+            target TEXT NOT NULL,
+            paused_by TEXT NOT NULL,
+            reason TEXT,
+            paused_at INTEGER NOT NULL,
+            PRIMARY KEY (lane, target)
+        ) STRICT";
 
 /// Claims that cost what they return, whatever the backlog. `key_head` marks the first live (pending
 /// or claimed) row of each ordering key, and every row without a key while live; triggers

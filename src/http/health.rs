@@ -1,5 +1,4 @@
-//! The metrics listener's routes (feature `prometheus`): `/metrics`, `/healthz`, `/readyz`,
-//! the lane control routes under `/lanes/` ([`super::control`]), and 404 for anything else.
+//! The probes and the scrape: `/metrics`, `/healthz`, `/readyz`, and the readiness check.
 //!
 //! `/healthz` answers 200 as long as the listener's thread runs: it says the process is
 //! alive, nothing more, so a liveness probe never restarts a relay because its database is
@@ -9,23 +8,21 @@
 //! last answer), so a `/readyz` flood cannot take the store's connections from the lanes'
 //! claims and lease extensions.
 
-use std::convert::Infallible;
 use std::fmt;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
-use hyper::{Request, Response, StatusCode};
-use metrics_exporter_prometheus::PrometheusHandle;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::metrics::control::LaneControl;
+use super::Routes;
 use crate::relay::LaneState;
 use crate::relay::RelayHandle;
 use crate::store::Outbox;
@@ -204,81 +201,33 @@ impl ReadinessCheck for RelayReadiness {
     }
 }
 
-/// What the listener serves: the scrape, the probes and the lane control.
-#[derive(Debug, Clone)]
-pub(super) struct Routes {
-    pub(super) metrics: PrometheusHandle,
-    pub(super) readiness: Readiness,
-    pub(super) control: LaneControl,
-}
-
-type Answer = Response<Full<Bytes>>;
-
-impl Routes {
-    pub(super) async fn answer(
-        &self,
-        request: Request<Incoming>,
-        peer: IpAddr,
-    ) -> Result<Answer, Infallible> {
-        Ok(match request.uri().path() {
-            path if path.starts_with("/lanes/") => {
-                let authorization = request
-                    .headers()
-                    .get(AUTHORIZATION)
-                    .and_then(|value| value.to_str().ok());
-                let (status, body) = self
-                    .control
-                    .answer(request.method(), path, peer, authorization)
-                    .await;
-                let mut response = respond(
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                    "application/json",
-                    body.to_string(),
-                );
-                if status == 401 {
-                    response.headers_mut().insert(
-                        WWW_AUTHENTICATE,
-                        hyper::header::HeaderValue::from_static("Bearer"),
-                    );
-                }
-                response
-            }
-            "/metrics" => respond(
-                StatusCode::OK,
-                "text/plain; version=0.0.4",
-                self.metrics.render(),
-            ),
-            "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".to_owned()),
-            "/readyz" => match self.readiness.ask().await {
-                Ok(()) => respond(
-                    StatusCode::OK,
-                    "application/json",
-                    json!({ "ready": true }).to_string(),
-                ),
-                Err(reason) => respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "application/json",
-                    json!({ "ready": false, "reason": reason }).to_string(),
-                ),
-            },
-            _ => respond(
-                StatusCode::NOT_FOUND,
-                "text/plain",
-                "not found: this listener serves /metrics, /healthz, /readyz and /lanes/…\n"
-                    .to_owned(),
-            ),
-        })
+/// `GET /metrics`: the Prometheus text format.
+pub(super) async fn metrics(State(routes): State<Routes>) -> Response {
+    match &routes.metrics {
+        Some(handle) => (
+            [(CONTENT_TYPE, "text/plain; version=0.0.4")],
+            handle.render(),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
     }
 }
 
-fn respond(status: StatusCode, content_type: &'static str, body: String) -> Answer {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    response
+/// `GET /healthz`: alive.
+pub(super) async fn healthz() -> Response {
+    ([(CONTENT_TYPE, "text/plain")], "ok\n").into_response()
+}
+
+/// `GET /readyz`: the readiness check's (cached) answer.
+pub(super) async fn readyz(State(routes): State<Routes>) -> Response {
+    match routes.readiness.ask().await {
+        Ok(()) => Json(json!({ "ready": true })).into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "ready": false, "reason": reason })),
+        )
+            .into_response(),
+    }
 }
 
 #[cfg(test)]
@@ -301,13 +250,13 @@ mod tests {
             .await
             .expect("bind a port");
         let addr = listener.local_addr().expect("its address");
-        tokio::spawn(crate::metrics::listener::serve_routes(
+        tokio::spawn(super::super::listener::serve(
             listener,
-            Routes {
-                metrics: handle,
-                readiness,
-                control: LaneControl::new(),
-            },
+            super::super::router(
+                super::super::RouterConfig::new()
+                    .metrics(handle)
+                    .readiness(readiness),
+            ),
             crate::config::ListenerConfig::default(),
         ));
         addr

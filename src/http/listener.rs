@@ -1,5 +1,6 @@
-//! The HTTP listener's connections (feature `prometheus`): what [`serve`] accepts, for how
-//! long, and how many at once; the routes are [`super::health`]'s.
+//! The HTTP listener's connections: what [`serve`] accepts, for how long, and how many at
+//! once; the routes are the router's ([`super::router`]). Each request carries the peer's
+//! address as axum's `ConnectInfo<SocketAddr>`.
 //!
 //! - A connection past [`ListenerConfig::max_connections`] is answered `503` (one
 //!   non-blocking write, no task) and closed, so a flood of connections costs the listener
@@ -17,54 +18,31 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
+use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+use tower::ServiceExt;
 
-use super::control::LaneControl;
-use super::health::{Readiness, Routes};
 use crate::config::ListenerConfig;
 
 /// What a connection past the cap is told before it is closed.
 const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 21\r\nconnection: close\r\n\r\ntoo many connections\n";
 
-/// Serves `/metrics` (from `metrics`), `/healthz`, `/readyz` (what `readiness` says) and the
-/// lane control routes (`control`) on `listener`, within the limits of `config`, until the
-/// future is dropped. [`install_prometheus_exporter_with_listener`] runs it on a thread of
-/// its own; a service may run it on its own runtime with its own recorder's handle.
-///
-/// [`install_prometheus_exporter_with_listener`]: super::install_prometheus_exporter_with_listener
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    metrics: PrometheusHandle,
-    readiness: Readiness,
-    control: LaneControl,
-    config: ListenerConfig,
-) {
-    let routes = Routes {
-        metrics,
-        readiness,
-        control,
-    };
-    serve_routes(listener, routes, config).await;
-}
-
-/// Serves `routes` on `listener`, one task per connection, at most
-/// `config.max_connections` at once.
-pub(super) async fn serve_routes(
-    listener: tokio::net::TcpListener,
-    routes: Routes,
-    config: ListenerConfig,
-) {
+/// Serves `router` on `listener`, one task per connection, at most
+/// `config.max_connections` at once, within `config`'s timeouts, until the future is
+/// dropped. [`install_prometheus_exporter_with_router`](super::install_prometheus_exporter_with_router)
+/// runs it on a thread of its own; a service may run it on its own runtime.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router, config: ListenerConfig) {
     let slots = Arc::new(Semaphore::new(config.max_connections));
     loop {
         let (stream, peer) = match listener.accept().await {
-            Ok((stream, peer)) => (stream, peer.ip()),
+            Ok((stream, peer)) => (stream, peer),
             Err(error) => {
                 // Out of file descriptors, typically: back off rather than spin.
-                tracing::warn!(%error, "the metrics listener cannot accept a connection");
+                tracing::warn!(%error, "the HTTP listener cannot accept a connection");
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -73,13 +51,13 @@ pub(super) async fn serve_routes(
             // A fresh socket's send buffer is empty: the write does not block, and if it
             // does not go through either, the close alone says it.
             let _ = stream.try_write(TOO_MANY_CONNECTIONS);
-            tracing::debug!(%peer, max_connections = config.max_connections, "metrics listener at max_connections: connection refused");
+            tracing::debug!(%peer, max_connections = config.max_connections, "HTTP listener at max_connections: connection refused");
             continue;
         };
-        let routes = routes.clone();
+        let router = router.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            serve_connection(stream, peer, routes, config).await;
+            serve_connection(stream, peer, router, config).await;
         });
     }
 }
@@ -87,8 +65,8 @@ pub(super) async fn serve_routes(
 /// One connection: hyper with a header-read timeout, closed when idle too long.
 async fn serve_connection(
     stream: tokio::net::TcpStream,
-    peer: std::net::IpAddr,
-    routes: Routes,
+    peer: std::net::SocketAddr,
+    router: Router,
     config: ListenerConfig,
 ) {
     let activity = Arc::new(Activity::new());
@@ -96,10 +74,13 @@ async fn serve_connection(
         inner: stream,
         activity: activity.clone(),
     };
-    let service = hyper::service::service_fn(move |request| {
-        let routes = routes.clone();
-        async move { routes.answer(request, peer).await }
-    });
+    let service =
+        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            // A router is always ready, and its errors are `Infallible`: every failure is an
+            // answer.
+            router.clone().oneshot(request)
+        });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
@@ -110,13 +91,13 @@ async fn serve_connection(
         tokio::select! {
             ended = connection.as_mut() => {
                 if let Err(error) = ended {
-                    tracing::debug!(%error, "a metrics listener connection ended with an error");
+                    tracing::debug!(%error, "an HTTP listener connection ended with an error");
                 }
                 return;
             }
             () = tokio::time::sleep_until(idle_until) => {
                 if activity.last() + config.idle_timeout <= Instant::now() {
-                    tracing::debug!(%peer, "a metrics listener connection was idle too long: closed");
+                    tracing::debug!(%peer, "an HTTP listener connection was idle too long: closed");
                     // Dropping the connection closes the socket.
                     return;
                 }
@@ -212,9 +193,7 @@ mod tests {
         let addr = listener.local_addr().expect("its address");
         tokio::spawn(serve(
             listener,
-            recorder.handle(),
-            Readiness::new(),
-            LaneControl::new(),
+            super::super::router(super::super::RouterConfig::new().metrics(recorder.handle())),
             config,
         ));
         addr

@@ -1,0 +1,86 @@
+//! The PostgreSQL store's lane control: the `{prefix}_lane_control` table (migration 6),
+//! one row per paused (lane, target), its time the database's clock (or the store's test
+//! clock). Each call is one statement that commits at once.
+
+use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, Row};
+
+use super::decode::db_error;
+use super::sql::NOW;
+use super::PostgresOutboxStore;
+use crate::store::lane_control::validate_lane;
+use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};
+use crate::time::UnixMillis;
+
+/// The columns a pause is read from, its time as Unix milliseconds.
+const COLUMNS: &str = "lane, target, paused_by, reason, \
+    floor(extract(epoch FROM paused_at) * 1000)::int8 AS paused_at";
+
+impl PostgresOutboxStore {
+    pub(super) async fn record_pause(
+        &self,
+        request: &LanePauseRequest,
+    ) -> Result<LanePause, StoreError> {
+        const OP: StoreOp = StoreOp::PauseLane;
+        request.validate()?;
+        let table = &self.names.lane_control;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {table} AS c (lane, target, paused_by, reason, paused_at)
+             VALUES ($2, $3, $4, $5, {NOW})
+             ON CONFLICT (lane, target) DO UPDATE SET paused_by = excluded.paused_by,
+                 reason = excluded.reason, paused_at = excluded.paused_at
+             RETURNING {COLUMNS}"
+        )))
+        .bind(self.now())
+        .bind(&request.lane)
+        .bind(&request.target)
+        .bind(request.paused_by.trim())
+        .bind(&request.reason)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error(OP, e))?;
+        pause_of(&row, OP)
+    }
+
+    pub(super) async fn lift_pause(
+        &self,
+        lane: &str,
+        target: &str,
+    ) -> Result<Option<LanePause>, StoreError> {
+        const OP: StoreOp = StoreOp::ResumeLane;
+        validate_lane(lane, target)?;
+        let table = &self.names.lane_control;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE lane = $1 AND target = $2 RETURNING {COLUMNS}"
+        )))
+        .bind(lane)
+        .bind(target)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| db_error(OP, e))?;
+        row.map(|row| pause_of(&row, OP)).transpose()
+    }
+
+    pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
+        const OP: StoreOp = StoreOp::LanePauses;
+        let table = &self.names.lane_control;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM {table} ORDER BY lane, target"
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error(OP, e))?;
+        rows.iter().map(|row| pause_of(row, OP)).collect()
+    }
+}
+
+fn pause_of(row: &PgRow, op: StoreOp) -> Result<LanePause, StoreError> {
+    let get = |e| db_error(op, e);
+    Ok(LanePause {
+        lane: row.try_get("lane").map_err(get)?,
+        target: row.try_get("target").map_err(get)?,
+        paused_by: row.try_get("paused_by").map_err(get)?,
+        reason: row.try_get("reason").map_err(get)?,
+        paused_at: UnixMillis::from_millis(row.try_get("paused_at").map_err(get)?),
+    })
+}
