@@ -381,13 +381,14 @@ mod tests {
     #[test]
     fn shipped_migrations_keep_their_text() {
         let names = Names::new("public", "outbox").unwrap();
-        let shipped: [(i32, u64); 6] = [
+        let shipped: [(i32, u64); 7] = [
             (1, 0x67b8_1daa_4699_16a1),
             (2, 0xed73_9205_d9c5_b178),
             (3, 0x6f99_c341_65e3_d124),
             (4, 0xd27c_721d_832b_3a2b),
             (5, 0x1599_b8c3_754f_7f16),
             (6, 0xc5ee_6675_6e39_f4c4),
+            (7, 0x1889_3a5d_379e_38f0),
         ];
         for (version, hash) in shipped {
             let migration = MIGRATIONS.iter().find(|m| m.version == version).unwrap();
