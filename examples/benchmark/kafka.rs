@@ -20,34 +20,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 
 use crate::options::StoreKind;
-use crate::webhook::{median, one_run, Round, CONCURRENCY};
+use crate::webhook::{one_run, Round, SinkRow, CONCURRENCY};
 
 /// Partitions of the row's topic.
 const PARTITIONS: i32 = 3;
-
-/// Every round of one store.
-#[derive(Debug, Clone)]
-pub struct KafkaRow {
-    pub store: StoreKind,
-    pub messages: usize,
-    pub concurrency: usize,
-    pub rounds: Vec<Round>,
-}
-
-impl KafkaRow {
-    pub fn median_log(&self) -> f64 {
-        median(self.rounds.iter().map(|r| r.log))
-    }
-
-    pub fn median_kafka(&self) -> f64 {
-        median(self.rounds.iter().map(|r| r.sink))
-    }
-
-    /// The median of the per-round ratios: each ratio compares runs made moments apart.
-    pub fn median_ratio(&self) -> f64 {
-        median(self.rounds.iter().map(Round::ratio))
-    }
-}
 
 /// Runs `rounds` rounds of `messages` messages per sink on `kind`, log sink first in each.
 pub async fn run(
@@ -57,7 +33,7 @@ pub async fn run(
     messages: usize,
     rounds: usize,
     timeout: Duration,
-) -> Result<KafkaRow, String> {
+) -> Result<SinkRow, String> {
     let broker = match brokers {
         Some(brokers) => Broker::External(brokers.to_owned()),
         None => Broker::start().await?,
@@ -71,7 +47,7 @@ pub async fn run(
             .await
             .map_err(|e| format!("Kafka sink: {e}"))?,
     );
-    let mut row = KafkaRow {
+    let mut row = SinkRow {
         store: kind,
         messages,
         concurrency: CONCURRENCY,

@@ -199,7 +199,7 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
                 println!(
                     "{label} webhook row: log {:.0} msg/s, webhook {:.0} msg/s, median ratio {:.2}×",
                     row.median_log(),
-                    row.median_webhook(),
+                    row.median_sink(),
                     row.median_ratio()
                 );
                 results.webhooks.push(row);
@@ -223,7 +223,7 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
                 println!(
                     "{label} Kafka row: log {:.0} msg/s, Kafka {:.0} msg/s, median ratio {:.2}×",
                     row.median_log(),
-                    row.median_kafka(),
+                    row.median_sink(),
                     row.median_ratio()
                 );
                 results.kafkas.push(row);

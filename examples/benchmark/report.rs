@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use crate::crash::Redelivery;
 use crate::drain::Drained;
-use crate::kafka::KafkaRow;
 use crate::options::{Keys, StoreKind};
 use crate::pickup::Pickup;
 use crate::raw::Ceiling;
-use crate::webhook::WebhookRow;
+use crate::webhook::SinkRow;
 
 mod rounds;
 mod tables;
@@ -92,8 +91,8 @@ pub struct Results {
     pub crashes: Vec<(StoreKind, Redelivery)>,
     pub pickup: Vec<Pickup>,
     pub slow: Vec<SlowRow>,
-    pub webhooks: Vec<WebhookRow>,
-    pub kafkas: Vec<KafkaRow>,
+    pub webhooks: Vec<SinkRow>,
+    pub kafkas: Vec<SinkRow>,
     pub errors: Vec<String>,
 }
 

@@ -39,21 +39,22 @@ impl Round {
     }
 }
 
-/// Every round of one store.
+/// Every round of one store, one sink against the log sink (the webhook row and the Kafka
+/// row).
 #[derive(Debug, Clone)]
-pub struct WebhookRow {
+pub struct SinkRow {
     pub store: StoreKind,
     pub messages: usize,
     pub concurrency: usize,
     pub rounds: Vec<Round>,
 }
 
-impl WebhookRow {
+impl SinkRow {
     pub fn median_log(&self) -> f64 {
         median(self.rounds.iter().map(|r| r.log))
     }
 
-    pub fn median_webhook(&self) -> f64 {
+    pub fn median_sink(&self) -> f64 {
         median(self.rounds.iter().map(|r| r.sink))
     }
 
@@ -76,7 +77,7 @@ pub async fn run(
     messages: usize,
     rounds: usize,
     timeout: Duration,
-) -> Result<WebhookRow, String> {
+) -> Result<SinkRow, String> {
     let receiver = Receiver::start().await?;
     let url = receiver
         .url
@@ -85,7 +86,7 @@ pub async fn run(
     let config = WebhookSinkConfig::new(url);
     let webhook: Arc<dyn DeliveryHandler> =
         Arc::new(WebhookSink::new(&config, None).map_err(|e| format!("webhook sink: {e}"))?);
-    let mut row = WebhookRow {
+    let mut row = SinkRow {
         store: kind,
         messages,
         concurrency: CONCURRENCY,

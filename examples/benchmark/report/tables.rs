@@ -291,7 +291,7 @@ impl Results {
                 r.concurrency,
                 r.rounds.len(),
                 r.median_log(),
-                r.median_webhook(),
+                r.median_sink(),
                 r.median_ratio(),
                 rounds.join(", "),
             );
@@ -326,7 +326,7 @@ impl Results {
                 r.concurrency,
                 r.rounds.len(),
                 r.median_log(),
-                r.median_kafka(),
+                r.median_sink(),
                 r.median_ratio(),
                 rounds.join(", "),
             );
