@@ -29,6 +29,9 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use metrics::Unit;
 
+#[cfg(feature = "kafka-sink")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kafka-sink")))]
+pub mod kafka;
 mod lane;
 pub mod process;
 #[cfg(feature = "prometheus")]
@@ -204,7 +207,8 @@ pub struct MetricInfo {
     /// One line for `# HELP`.
     pub help: &'static str,
     /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
-    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those.
+    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those; in `kafka::KAFKA` (feature
+    /// `kafka-sink`), the sink's name.
     pub labels: &'static [&'static str],
 }
 
@@ -258,8 +262,8 @@ pub const ALL: &[MetricInfo] = &[
     info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 
-/// Registers the description and unit of every metric in [`ALL`] with the current
-/// recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
+/// Registers the description and unit of every metric in [`ALL`] (and in `kafka::KAFKA`
+/// with feature `kafka-sink`) with the current recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
 /// global one).
 ///
 /// Idempotent: describing a metric again replaces its description with the same text.
@@ -269,7 +273,7 @@ pub const ALL: &[MetricInfo] = &[
 /// calls it; call it yourself after installing another recorder.
 pub fn describe() {
     metrics::with_recorder(|recorder| {
-        for metric in ALL {
+        for metric in described() {
             let name = metrics::KeyName::from_const_str(metric.name);
             let help = metrics::SharedString::const_str(metric.help);
             let unit = Some(metric.unit);
@@ -280,6 +284,15 @@ pub fn describe() {
             }
         }
     });
+}
+
+/// Every metric [`describe`] registers: [`ALL`], then the Kafka sink's with its feature.
+fn described() -> impl Iterator<Item = &'static MetricInfo> {
+    #[cfg(feature = "kafka-sink")]
+    let sinks: &[MetricInfo] = kafka::KAFKA;
+    #[cfg(not(feature = "kafka-sink"))]
+    let sinks: &[MetricInfo] = &[];
+    ALL.iter().chain(sinks)
 }
 
 // ---- Label values ---------------------------------------------------------------------
@@ -494,7 +507,7 @@ mod tests {
             describe();
             describe();
             // The debugging recorder reports only metrics that exist, so create each.
-            for metric in ALL {
+            for metric in described() {
                 match metric.kind {
                     MetricKind::Counter => {
                         let _ = metrics::counter!(metric.name);
@@ -509,10 +522,10 @@ mod tests {
             }
         });
         let snapshot = snapshotter.snapshot().into_vec();
-        assert_eq!(snapshot.len(), ALL.len());
+        assert_eq!(snapshot.len(), described().count());
         for (key, unit, help, _) in snapshot {
             let name = key.key().name();
-            let metric = ALL.iter().find(|m| m.name == name).expect("listed");
+            let metric = described().find(|m| m.name == name).expect("listed");
             assert_eq!(unit, Some(metric.unit), "{name}");
             assert_eq!(help.as_deref(), Some(metric.help), "{name}");
         }

@@ -43,10 +43,14 @@
 //! | a fatal producer error (the broker lost the idempotence state, say) | retryable, and a fresh producer replaces the failed one |
 //! | a record larger than `message.max.bytes` (the client's or the broker's), an unknown topic (unless `auto_create_topics`), an authorization or authentication failure, a record the broker calls invalid, a partition the topic lacks | permanent, with the broker's error text |
 //!
-//! Metrics: the sink's share of the relay's own. `outbox_delivery_duration_seconds` of a
-//! Kafka lane is the broker round trip of a record (produce to delivery report, including
-//! the `linger`), `outbox_in_flight` the records waiting for their report, and
-//! `outbox_delivery_failures_total{kind}` counts the broker's refusals.
+//! Metrics: the relay's own per lane (`outbox_delivery_duration_seconds` of a Kafka lane is
+//! a record's produce to its delivery report, `linger` included;
+//! `outbox_delivery_failures_total{kind}` counts the broker's refusals), and the sink's,
+//! labelled with the name it was built under (see `metrics::kafka`): `outbox_kafka_in_flight`
+//! (records waiting for their report), `outbox_kafka_queue_messages` and
+//! `outbox_kafka_queue_bytes` (librdkafka's queue), `outbox_kafka_broker_rtt_seconds` and
+//! `outbox_kafka_broker_rtt_p99_seconds` per broker (from librdkafka's statistics, every
+//! `statistics_interval`, default 5 s), `outbox_kafka_producers_replaced_total`.
 //!
 //! **Why librdkafka (`rdkafka`, built from source)**: it is the client the Java one is
 //! measured against, with the idempotent producer, `acks=all`, TLS, SASL PLAIN and SCRAM
@@ -94,8 +98,17 @@ pub const DEFAULT_QUEUE_MAX_MESSAGES: u32 = 100_000;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The record header carrying the `outbox_id`, as Debezium's outbox event router names it.
 pub const ID_HEADER: &str = "id";
+/// How often librdkafka reports its statistics (`statistics.interval.ms`), the source of
+/// the queue and round-trip gauges, unless configured.
+pub const DEFAULT_STATISTICS_INTERVAL: Duration = Duration::from_secs(5);
 
 mod config;
+mod statistics;
+
+use self::statistics::{ProducerContext, SinkMetrics};
+
+/// The sink's producer: its context records librdkafka's statistics.
+type SinkProducer = FutureProducer<ProducerContext>;
 
 // ---- build -----------------------------------------------------------------------------
 
@@ -103,8 +116,9 @@ mod config;
 pub struct KafkaSink {
     /// Replaced by a fresh one when librdkafka declares it failed for good (a fatal
     /// idempotence error: the broker lost the producer's sequence state, say).
-    producer: RwLock<FutureProducer>,
+    producer: RwLock<SinkProducer>,
     client_config: ClientConfig,
+    metrics: SinkMetrics,
     topic: Template,
     key: Option<Template>,
     partition: Option<Template>,
@@ -125,20 +139,28 @@ impl KafkaSink {
     /// Creates the producer `config` describes and waits for the brokers' metadata, so an
     /// unreachable broker or a refused login fails here, naming the setting. When the topic
     /// is literal and the brokers do not create topics, it must exist. `field` is where the
-    /// sink sits in the config, for errors.
+    /// sink sits in the config, for errors; it also names the sink in its metrics (the
+    /// `sink` label of `outbox_kafka_*`), which register with the recorder current now.
     pub async fn build(config: &KafkaSinkConfig, field: &str) -> Result<Self, SinkBuildError> {
         config.validate(field)?;
         let client_config = config.client_config(field)?;
-        let producer: FutureProducer = client_config.create().map_err(|error| {
-            SinkBuildError::new(
-                field,
-                format!(
-                    "cannot create the Kafka producer: {}",
-                    redact(&error.to_string())
-                ),
-            )
-            .with_source(error)
-        })?;
+        let metrics = SinkMetrics::new(field);
+        let context = ProducerContext {
+            metrics: metrics.clone(),
+        };
+        let producer: SinkProducer =
+            client_config
+                .create_with_context(context)
+                .map_err(|error| {
+                    SinkBuildError::new(
+                        field,
+                        format!(
+                            "cannot create the Kafka producer: {}",
+                            redact(&error.to_string())
+                        ),
+                    )
+                    .with_source(error)
+                })?;
         // librdkafka's metadata call blocks its thread: off the runtime's workers.
         let literal_topic = config.topic.as_literal();
         let probe = producer.clone();
@@ -186,6 +208,7 @@ impl KafkaSink {
         Ok(Self {
             producer: RwLock::new(producer),
             client_config,
+            metrics,
             topic: config.topic.clone(),
             key: config.key.clone(),
             partition: config.partition.clone(),
@@ -194,7 +217,7 @@ impl KafkaSink {
     }
 
     /// The producer deliveries use now.
-    fn producer(&self) -> FutureProducer {
+    fn producer(&self) -> SinkProducer {
         match self.producer.read() {
             Ok(producer) => producer.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -204,15 +227,18 @@ impl KafkaSink {
     /// `error` as the relay should take it. A fatal error means librdkafka will refuse
     /// every record of this producer from now on: the sink swaps in a fresh one (a new
     /// producer id, so sequence numbers start over) and the delivery is retried.
-    fn failed(&self, used: &FutureProducer, topic: &str, error: KafkaError) -> DeliveryError {
+    fn failed(&self, used: &SinkProducer, topic: &str, error: KafkaError) -> DeliveryError {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
             self.replace_producer(used);
         }
         produce_failed(topic, error, self.auto_create_topics)
     }
 
-    fn replace_producer(&self, used: &FutureProducer) {
-        let Ok(fresh) = self.client_config.create::<FutureProducer>() else {
+    fn replace_producer(&self, used: &SinkProducer) {
+        let context = ProducerContext {
+            metrics: self.metrics.clone(),
+        };
+        let Ok(fresh) = self.client_config.create_with_context(context) else {
             // The settings made a producer at build; if they cannot now, the old one
             // stays and the next fatal error tries again.
             return;
@@ -225,6 +251,7 @@ impl KafkaSink {
         if std::ptr::eq(current.client().native_ptr(), used.client().native_ptr()) {
             tracing::warn!("the Kafka producer failed for good; a fresh one takes over");
             *current = fresh;
+            self.metrics.replaced();
         }
     }
 
@@ -290,6 +317,7 @@ impl DeliveryHandler for KafkaSink {
         // Enqueueing fails at once on what the client itself refuses: a record over
         // `message.max.bytes`, a full queue.
         let producer = self.producer();
+        let _in_flight = self.metrics.in_flight();
         let report = producer
             .send_result(record)
             .map_err(|(error, _)| self.failed(&producer, &topic, error))?;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     DEFAULT_BATCH_SIZE, DEFAULT_BROKERS, DEFAULT_LINGER, DEFAULT_MESSAGE_TIMEOUT,
-    DEFAULT_QUEUE_MAX_MESSAGES,
+    DEFAULT_QUEUE_MAX_MESSAGES, DEFAULT_STATISTICS_INTERVAL,
 };
 use crate::config::duration::{format_duration, HumanDuration};
 use crate::config::ConfigError;
@@ -136,6 +136,10 @@ pub struct KafkaSinkConfig {
     /// brokers' own limit. Default librdkafka's (1,000,000).
     #[serde(default)]
     pub message_max_bytes: Option<u32>,
+    /// How often librdkafka reports the statistics the queue and broker round-trip gauges
+    /// come from (`statistics.interval.ms`); `0s` turns them off. Default `5s`.
+    #[serde(default = "default_statistics_interval")]
+    pub statistics_interval: HumanDuration,
     /// Further librdkafka producer settings, passed as they are.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
@@ -159,6 +163,10 @@ fn default_batch_size() -> u32 {
 
 fn default_queue_max_messages() -> u32 {
     DEFAULT_QUEUE_MAX_MESSAGES
+}
+
+fn default_statistics_interval() -> HumanDuration {
+    HumanDuration(DEFAULT_STATISTICS_INTERVAL)
 }
 
 /// librdkafka settings this sink sets itself, and the setting of ours that stands for each.
@@ -185,6 +193,7 @@ const OWNED_PROPERTIES: &[(&str, &str)] = &[
     ("batch.size", "batch_size"),
     ("queue.buffering.max.messages", "queue_max_messages"),
     ("message.max.bytes", "message_max_bytes"),
+    ("statistics.interval.ms", "statistics_interval"),
 ];
 
 impl KafkaSinkConfig {
@@ -209,6 +218,7 @@ impl KafkaSinkConfig {
             batch_size: default_batch_size(),
             queue_max_messages: default_queue_max_messages(),
             message_max_bytes: None,
+            statistics_interval: default_statistics_interval(),
             properties: BTreeMap::new(),
         }
     }
@@ -246,6 +256,12 @@ impl KafkaSinkConfig {
     /// `message.max.bytes`.
     pub fn message_max_bytes(mut self, bytes: u32) -> Self {
         self.message_max_bytes = Some(bytes);
+        self
+    }
+
+    /// `statistics.interval.ms` (`Duration::ZERO` turns the statistics off).
+    pub fn statistics_interval(mut self, interval: Duration) -> Self {
+        self.statistics_interval = HumanDuration(interval);
         self
     }
 
@@ -301,6 +317,18 @@ impl KafkaSinkConfig {
             return Err(ConfigError::new(
                 at("message_timeout"),
                 "must be at least 1ms",
+            ));
+        }
+        let statistics = self.statistics_interval.0;
+        if statistics != Duration::ZERO
+            && (statistics < Duration::from_millis(1) || statistics > Duration::from_secs(86_400))
+        {
+            return Err(ConfigError::new(
+                at("statistics_interval"),
+                format!(
+                    "{} is outside 1ms to 24h (0s turns the statistics off)",
+                    format_duration(statistics)
+                ),
             ));
         }
         if self.batch_size == 0 || self.queue_max_messages == 0 {
@@ -362,7 +390,12 @@ impl KafkaSinkConfig {
                 "queue.buffering.max.messages",
                 self.queue_max_messages.to_string(),
             )
-            .set("security.protocol", self.security_protocol.as_librdkafka());
+            .set("security.protocol", self.security_protocol.as_librdkafka())
+            // Not `millis`: 0 is librdkafka's "off".
+            .set(
+                "statistics.interval.ms",
+                self.statistics_interval.0.as_millis().to_string(),
+            );
         if let Some(bytes) = self.message_max_bytes {
             config.set("message.max.bytes", bytes.to_string());
         }
@@ -472,6 +505,14 @@ mod tests {
             .property("compression.type", "lz4")
             .validate("s")
             .is_ok());
+        assert_eq!(
+            field(config().statistics_interval(Duration::from_micros(500))),
+            "s.statistics_interval"
+        );
+        assert!(config()
+            .statistics_interval(Duration::ZERO)
+            .validate("s")
+            .is_ok());
     }
 
     #[test]
@@ -513,6 +554,7 @@ mod tests {
             ("sasl.mechanisms", "SCRAM-SHA-256"),
             ("message.timeout.ms", "15000"),
             ("linger.ms", "5"),
+            ("statistics.interval.ms", "5000"),
         ] {
             assert_eq!(client.get(key), Some(value), "{key}");
         }
