@@ -374,12 +374,14 @@ impl KafkaSinkConfig {
     /// The producer's librdkafka settings, secrets read from the environment.
     pub(super) fn client_config(&self, field: &str) -> Result<ClientConfig, SinkBuildError> {
         let mut config = ClientConfig::new();
+        // A default that `properties` may replace; the sink's own settings come after them
+        // (and are refused there).
+        config.set("client.id", "outbox-relay");
         for (name, value) in &self.properties {
             config.set(name, value);
         }
         config
             .set("bootstrap.servers", &self.brokers)
-            .set("client.id", "outbox-relay")
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
@@ -559,5 +561,31 @@ mod tests {
             assert_eq!(client.get(key), Some(value), "{key}");
         }
         assert!(client.get("sasl.password").is_some_and(|p| !p.is_empty()));
+        assert_eq!(client.get("client.id"), Some("outbox-relay"));
+        let named = super::KafkaSinkConfig::new("t".parse().unwrap())
+            .property("client.id", "billing-relay")
+            .client_config("s")
+            .unwrap();
+        assert_eq!(named.get("client.id"), Some("billing-relay"));
+    }
+
+    #[test]
+    fn the_readme_lists_every_setting() {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("\n### Kafka\n")
+            .expect("the README's Kafka section");
+        let section = &readme[start..];
+        let section = &section[..section.find("\n### From Debezium").unwrap_or(section.len())];
+        let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `")).collect();
+        let settings = serde_json::to_value(config()).unwrap();
+        for key in settings.as_object().unwrap().keys() {
+            let named = format!("`{key}`");
+            assert!(
+                rows.iter()
+                    .any(|row| row.split('|').nth(1).is_some_and(|c| c.contains(&named))),
+                "the README's Kafka settings table lacks {named}"
+            );
+        }
     }
 }
