@@ -14,11 +14,13 @@ use outbox_relay::{
 };
 use tokio::sync::broadcast;
 
-use super::{build, claimed, draft, unique, wait_for, EVENT_TIMEOUT};
+use super::{build, claimed, draft, sink_from_toml, unique, wait_for, EVENT_TIMEOUT};
 
 mod broker;
+mod scrape;
 
 use broker::{java_partition, read_back, Auth, Record, Storage, Tansu};
+use scrape::Scraper;
 
 /// Partitions of every test topic: enough that a wrong partitioner shows.
 const PARTITIONS: i32 = 3;
@@ -336,6 +338,105 @@ async fn a_broker_restart_mid_run_loses_nothing_and_keeps_each_keys_order() {
 }
 
 #[tokio::test]
+async fn the_sinks_metrics_show_records_waiting_the_queue_and_the_round_trip_when_scraped() {
+    const RECORDS: usize = 20;
+    // Installed before the sink is built: its metrics register with this recorder.
+    let scraper = Scraper::global();
+    let broker = Tansu::start(Storage::Memory, Auth::None).await;
+    let name = topic("metrics");
+    broker.create_topic(&name, PARTITIONS).await;
+    // The records linger 5 s in the producer before it sends them, so the waiting shows in
+    // the statistics reported every 100 ms.
+    let sink_name = unique("kafka_metrics");
+    let sink = sink_from_toml(&format!(
+        r#"sink = {{ kind = "kafka", brokers = "{}", topic = "{name}", linger = "5s", statistics_interval = "100ms" }}"#,
+        broker.brokers()
+    ))
+    .build(&sink_name)
+    .await
+    .unwrap_or_else(|error| panic!("sink does not build: {error}"));
+    let sink_label = format!("sink=\"{sink_name}\"");
+    let value = |text: &str, metric: &str| scrape::value(text, metric, &[&sink_label]);
+
+    let text = scraper.scrape().await;
+    assert_eq!(value(&text, "outbox_kafka_in_flight"), Some(0.0), "{text}");
+    assert_eq!(
+        value(&text, "outbox_kafka_producers_replaced_total"),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(
+        text.contains("# HELP outbox_kafka_queue_messages "),
+        "described: {text}"
+    );
+
+    let mut deliveries = tokio::task::JoinSet::new();
+    for _ in 0..RECORDS {
+        let sink = sink.clone();
+        let message = claimed(draft()).await;
+        deliveries.spawn(async move { sink.deliver(&message).await });
+    }
+    let waiting = scraper
+        .wait_for(
+            "every record in flight and in the producer's queue",
+            |text| {
+                value(text, "outbox_kafka_in_flight") == Some(RECORDS as f64)
+                    && value(text, "outbox_kafka_queue_messages") == Some(RECORDS as f64)
+            },
+        )
+        .await;
+    let bytes = value(&waiting, "outbox_kafka_queue_bytes").unwrap_or(0.0);
+    assert!(
+        bytes >= RECORDS as f64 * 50.0,
+        "queue bytes {bytes}: {waiting}"
+    );
+
+    while let Some(delivered) = deliveries.join_next().await {
+        delivered.unwrap().expect("delivered");
+    }
+    let done = scraper
+        .wait_for(
+            "nothing waiting, and the broker's round trip reported",
+            |text| {
+                value(text, "outbox_kafka_in_flight") == Some(0.0)
+                    && value(text, "outbox_kafka_queue_messages") == Some(0.0)
+                    && value(text, "outbox_kafka_broker_rtt_seconds").is_some()
+            },
+        )
+        .await;
+    println!("{}", scrape::lines(&done, &sink_label).join("\n"));
+    let broker_label = |metric: &str| {
+        scrape::lines(&done, &sink_label)
+            .into_iter()
+            .find(|line| line.starts_with(&format!("{metric}{{")))
+            .unwrap_or_else(|| panic!("no {metric}: {done}"))
+    };
+    // librdkafka names the broker by the address tansu advertises and its node id.
+    assert!(
+        broker_label("outbox_kafka_broker_rtt_seconds")
+            .contains(&format!("broker=\"{}/", broker.brokers())),
+        "{done}"
+    );
+    for metric in [
+        "outbox_kafka_broker_rtt_seconds",
+        "outbox_kafka_broker_rtt_p99_seconds",
+    ] {
+        let rtt = value(&done, metric).unwrap();
+        // A loopback round trip: above zero, below the 5 s the records lingered.
+        assert!(rtt > 0.0 && rtt < 5.0, "{metric} {rtt}: {done}");
+    }
+    let records = read_back(
+        broker.client_config(),
+        &name,
+        PARTITIONS,
+        RECORDS,
+        EVENT_TIMEOUT,
+    )
+    .await;
+    assert_eq!(records.len(), RECORDS);
+}
+
+#[tokio::test]
 async fn a_record_over_message_max_bytes_is_dead_lettered_with_the_error() {
     let broker = Tansu::start(Storage::Memory, Auth::None).await;
     let name = topic("large");
@@ -413,24 +514,38 @@ async fn an_unreachable_broker_fails_the_build_naming_the_brokers() {
 
 #[tokio::test]
 async fn sasl_scram_with_the_password_from_the_environment_delivers_and_a_wrong_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Tansu::start(Storage::Sqlite(dir.path().join("tansu.db")), Auth::None).await;
+    sasl_scram_delivers_and_a_wrong_password_is_refused(broker, "sasl_plaintext").await;
+}
+
+#[tokio::test]
+async fn sasl_scram_over_tls_delivers_and_a_wrong_password_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Tansu::start_behind_tls(Storage::Sqlite(dir.path().join("tansu.db"))).await;
+    sasl_scram_delivers_and_a_wrong_password_is_refused(broker, "sasl_ssl").await;
+}
+
+/// SCRAM-SHA-256 against `broker` with `protocol` (`sasl_plaintext`, or `sasl_ssl` for a
+/// broker behind TLS): the password from the environment delivers, a wrong one is refused
+/// at build without showing up in the error.
+async fn sasl_scram_delivers_and_a_wrong_password_is_refused(mut broker: Tansu, protocol: &str) {
     // tansu creates users over the Kafka protocol, which it refuses before a login once
     // authentication is on: the user is created first, on durable storage, and the broker
     // restarted with authentication required.
-    let dir = tempfile::tempdir().unwrap();
-    let mut broker = Tansu::start(Storage::Sqlite(dir.path().join("tansu.db")), Auth::None).await;
     broker.create_scram_user("relay", "s3cret-pw", "scram256");
     broker.restart_with(Auth::Sasl).await;
     let name = topic("sasl");
     let mut admin = broker.client_config();
     admin
-        .set("security.protocol", "sasl_plaintext")
+        .set("security.protocol", protocol)
         .set("sasl.mechanisms", "SCRAM-SHA-256")
         .set("sasl.username", "relay")
         .set("sasl.password", "s3cret-pw");
     {
         let client: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
             admin.create().unwrap();
-        client
+        let created = client
             .create_topics(
                 &[rdkafka::admin::NewTopic::new(
                     &name,
@@ -441,14 +556,21 @@ async fn sasl_scram_with_the_password_from_the_environment_delivers_and_a_wrong_
             )
             .await
             .expect("CreateTopics over SASL");
+        for result in created {
+            result.unwrap_or_else(|(topic, code)| panic!("creating {topic}: {code}"));
+        }
     }
     let right = unique("KAFKA_TEST_PASSWORD");
     let wrong = unique("KAFKA_TEST_WRONG_PASSWORD");
     std::env::set_var(&right, "s3cret-pw");
     std::env::set_var(&wrong, "not-the-password");
+    let ca = match protocol {
+        "sasl_ssl" => format!(r#", ssl_ca_location = "{}""#, broker.ca().display()),
+        _ => String::new(),
+    };
     let line = |variable: &str| {
         format!(
-            r#"sink = {{ kind = "kafka", brokers = "{}", topic = "{name}", security_protocol = "sasl_plaintext", sasl_mechanism = "SCRAM-SHA-256", sasl_username = "relay", secret_env = "{variable}" }}"#,
+            r#"sink = {{ kind = "kafka", brokers = "{}", topic = "{name}", security_protocol = "{protocol}", sasl_mechanism = "SCRAM-SHA-256", sasl_username = "relay", secret_env = "{variable}"{ca} }}"#,
             broker.brokers()
         )
     };
@@ -460,7 +582,7 @@ async fn sasl_scram_with_the_password_from_the_environment_delivers_and_a_wrong_
     assert_eq!(records[0].header("id"), Some(message.outbox_id.to_string()));
 
     let refused = build_error(&line(&wrong)).await;
-    println!("a wrong SCRAM password: {refused}");
+    println!("a wrong SCRAM password ({protocol}): {refused}");
     assert_eq!(
         refused.field(),
         "lanes[orders/billing].sink.brokers",
@@ -470,12 +592,74 @@ async fn sasl_scram_with_the_password_from_the_environment_delivers_and_a_wrong_
         !refused.to_string().contains("not-the-password"),
         "{refused}"
     );
+
+    // A password variable that is not set is named before any connection is tried.
+    let unset = unique("KAFKA_TEST_UNSET_PASSWORD");
+    let missing = build_error(&line(&unset)).await;
+    assert_eq!(
+        missing.missing_variable_name(),
+        Some(unset.as_str()),
+        "{missing}"
+    );
+    assert_eq!(
+        missing.field(),
+        "lanes[orders/billing].sink.secret_env",
+        "{missing}"
+    );
 }
 
 #[tokio::test]
-async fn tls_settings_reach_the_client_and_a_missing_key_password_is_named() {
-    // tansu 0.6 accepts `--cert` and `--key` but serves plaintext only, so the TLS path
-    // is checked up to the client: the settings parse, and a missing secret is named.
+async fn tls_to_the_broker_delivers_with_the_configured_ca_and_an_untrusted_certificate_is_refused()
+{
+    // tansu listens in plaintext; socat terminates TLS in front of it with a certificate of
+    // the test's own CA, and tansu advertises the TLS port, so every connection (metadata,
+    // produce, the reader's fetches) goes through TLS.
+    let broker = Tansu::start_behind_tls(Storage::Memory).await;
+    let name = topic("tls");
+    broker.create_topic(&name, PARTITIONS).await;
+    let line = |ca: &str| {
+        format!(
+            r#"sink = {{ kind = "kafka", brokers = "{}", topic = "{name}", security_protocol = "ssl"{ca} }}"#,
+            broker.brokers()
+        )
+    };
+    let sink = build(&line(&format!(
+        r#", ssl_ca_location = "{}""#,
+        broker.ca().display()
+    )))
+    .await;
+    let message = claimed(draft().with_ordering_key("order-7")).await;
+    sink.deliver(&message).await.expect("delivered over TLS");
+    let records = read_back(broker.client_config(), &name, PARTITIONS, 1, EVENT_TIMEOUT).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].value, message.payload.as_bytes());
+    assert_eq!(records[0].header("id"), Some(message.outbox_id.to_string()));
+
+    // Without the test's CA the broker's certificate is not trusted (the system's CAs did
+    // not sign it): the sink does not build, naming the brokers.
+    let refused = build_error(&line("")).await;
+    println!("TLS without the broker's CA: {refused}");
+    assert_eq!(
+        refused.field(),
+        "lanes[orders/billing].sink.brokers",
+        "{refused}"
+    );
+    // Plaintext to the TLS port gets no Kafka answer either.
+    let plaintext = build_error(&format!(
+        r#"sink = {{ kind = "kafka", brokers = "{}", topic = "{name}" }}"#,
+        broker.brokers()
+    ))
+    .await;
+    assert_eq!(
+        plaintext.field(),
+        "lanes[orders/billing].sink.brokers",
+        "{plaintext}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_tls_key_password_is_named() {
+    // The client key's password, like every secret, comes from the environment.
     let error = build_error(
         r#"sink = { kind = "kafka", brokers = "127.0.0.1:9", topic = "t", security_protocol = "ssl", ssl_ca_location = "/etc/ssl/certs/ca-certificates.crt", ssl_certificate_location = "client.pem", ssl_key_location = "client.key", ssl_key_password_env = "KAFKA_TEST_SURELY_UNSET_KEY_PASSWORD" }"#,
     )

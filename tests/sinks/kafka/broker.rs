@@ -1,8 +1,14 @@
 //! A private tansu broker per test (a Kafka-protocol broker from crates.io that `.ci/run`
 //! installs), on a free loopback port, and a plain librdkafka consumer that reads records
 //! back: not the sink, so the sink's records are checked by an independent reader.
+//!
+//! tansu 0.6 listens in plaintext only; [`Tansu::start_behind_tls`] puts `socat` (Debian's,
+//! built with OpenSSL) in front of it as a TLS terminator, with a CA and a server
+//! certificate the test makes with `openssl`, and has tansu advertise the TLS port, so
+//! every client reaches the broker through TLS.
 
-use std::path::PathBuf;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,6 +46,7 @@ pub enum Auth {
 pub struct Tansu {
     child: Option<Child>,
     port: u16,
+    tls: Option<TlsFront>,
     storage: Storage,
     auth: Auth,
     log: PathBuf,
@@ -85,6 +92,7 @@ impl Tansu {
         let mut broker = Self {
             child: None,
             port: free_port(),
+            tls: None,
             storage,
             auth,
             log: dir.path().join("tansu.log"),
@@ -94,9 +102,38 @@ impl Tansu {
         broker
     }
 
-    /// The bootstrap address.
+    /// Starts a broker on a free port behind a TLS terminator on another: clients connect
+    /// with TLS (`client_config` has the settings), verifying the broker against
+    /// [`Tansu::ca`].
+    pub async fn start_behind_tls(storage: Storage) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let port = free_port();
+        let tls = TlsFront::start(dir.path(), port);
+        let mut broker = Self {
+            child: None,
+            port,
+            tls: Some(tls),
+            storage,
+            auth: Auth::None,
+            log: dir.path().join("tansu.log"),
+            _dir: dir,
+        };
+        broker.spawn().await;
+        broker
+    }
+
+    /// The bootstrap address: the TLS terminator's when there is one.
     pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.advertised_port())
+    }
+
+    /// The CA certificate (PEM) that signed the TLS terminator's certificate.
+    pub fn ca(&self) -> &Path {
+        &self.tls.as_ref().expect("a broker behind TLS").ca
+    }
+
+    fn advertised_port(&self) -> u16 {
+        self.tls.as_ref().map_or(self.port, |tls| tls.port)
     }
 
     fn storage_url(&self) -> String {
@@ -111,6 +148,8 @@ impl Tansu {
 
     async fn spawn(&mut self) {
         let url = format!("tcp://127.0.0.1:{}", self.port);
+        // Metadata answers name the advertised listener: behind TLS, the terminator.
+        let advertised = format!("tcp://127.0.0.1:{}", self.advertised_port());
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -122,7 +161,7 @@ impl Tansu {
             .arg("--listener-url")
             .arg(&url)
             .arg("--advertised-listener-url")
-            .arg(&url)
+            .arg(&advertised)
             .arg("--storage-engine")
             .arg(self.storage_url())
             .arg("--silent")
@@ -233,10 +272,16 @@ impl Tansu {
         );
     }
 
-    /// Client settings that reach this broker (SASL added by the caller when needed).
+    /// Client settings that reach this broker, TLS included (SASL added by the caller when
+    /// needed).
     pub fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", self.brokers());
+        if let Some(tls) = &self.tls {
+            config
+                .set("security.protocol", "ssl")
+                .set("ssl.ca.location", tls.ca.display().to_string());
+        }
         config
     }
 }
@@ -248,6 +293,140 @@ impl Drop for Tansu {
             let _ = child.wait();
         }
     }
+}
+
+/// `socat` terminating TLS on its own port and forwarding each connection to tansu's
+/// plaintext port; killed when dropped.
+#[derive(Debug)]
+struct TlsFront {
+    child: Child,
+    port: u16,
+    ca: PathBuf,
+}
+
+impl TlsFront {
+    /// Makes a CA and a server certificate for 127.0.0.1 in `dir`, and starts `socat` on a
+    /// free port in front of `backend`.
+    fn start(dir: &Path, backend: u16) -> Self {
+        make_certificates(dir);
+        let port = free_port();
+        let listen = format!(
+            "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
+            dir.join("server.pem").display(),
+            dir.join("server.key").display()
+        );
+        let log = std::fs::File::create(dir.join("socat.log")).expect("socat's log file");
+        // Its own process group: `fork` makes a child per connection, and dropping the
+        // front ends them all.
+        let child = Command::new("socat")
+            .process_group(0)
+            .arg(listen)
+            .arg(format!("TCP:127.0.0.1:{backend}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("socat runs (.ci/run installs it)");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "socat did not listen on {port} within {START_TIMEOUT:?}: {}",
+                std::fs::read_to_string(dir.join("socat.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            child,
+            port,
+            ca: dir.join("ca.pem"),
+        }
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs (.ci/run installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA (`ca.pem`), and a server certificate it signed for localhost and 127.0.0.1
+/// (`server.pem`, `server.key`).
+fn make_certificates(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=outbox-relay Kafka test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .expect("san.ext written");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.pem",
+        ],
+    );
 }
 
 /// A record as a consumer reads it.
