@@ -342,7 +342,8 @@ async fn a_broker_restart_mid_run_loses_nothing_and_keeps_each_keys_order() {
 // every request, any producer's, is `Storage(UnableToSend)` in its log and
 // UNKNOWN_SERVER_ERROR ("Unknown broker error") to the client, until the broker restarts.
 // With `enable.idempotence=false` (no epoch), or without a timed-out record, it goes on
-// serving. Kafka accepts the bump. Run it with `-- --ignored` against a broker that does.
+// serving. Kafka accepts the bump. With `TANSU` pointing at a build that accepts it too,
+// run it with `-- --ignored`.
 #[ignore = "tansu 0.6.0's SQLite engine panics on a produce with a locally bumped producer epoch (lite.rs:503, after a record timed out) and answers everything after with UNKNOWN_SERVER_ERROR"]
 #[tokio::test]
 async fn a_broker_outage_past_message_timeout_retries_and_loses_nothing_after_the_restart() {
