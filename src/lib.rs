@@ -141,7 +141,9 @@
 //!   `StoreMetrics` (the store hook that records the store's metrics), `LaneMetrics` (the
 //!   relay's recording helpers, with `StoreCallTimer` for store call durations),
 //!   `metrics::process` (`outbox_build_info` and the `process_*` catalogue; `build.rs`
-//!   stamps the git commit) and, with feature `prometheus`, the recorder's buckets
+//!   stamps the git commit), `metrics::kafka` (feature `kafka-sink`: the Kafka sink's
+//!   `outbox_kafka_*`, recorded by `sinks/kafka/statistics.rs` from the sink and
+//!   librdkafka's statistics) and, with feature `prometheus`, the recorder's buckets
 //!   (`metrics/prometheus.rs`).
 //! - `http` (feature `http`): one axum router for every route, to mount in a service's
 //!   own server (`http::router`, `RouterConfig`, `RouteGroup`); `http/health.rs` (the
