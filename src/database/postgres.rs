@@ -263,7 +263,7 @@ pub(super) async fn connect(
 
     use crate::store::postgres::PostgresOutboxStore;
     use sqlx::postgres::{PgConnectOptions, PgConnection};
-    use sqlx::{ConnectOptions, Connection};
+    use sqlx::Connection;
 
     let config = config(options)?;
     let unreachable = |reason: String| OpenError::Connect {
@@ -273,9 +273,11 @@ pub(super) async fn connect(
     };
     // sqlx's slow-statement warning prints the whole statement (5 KB for a claim):
     // off, and the store is wrapped in `SlowCallLog` (name and duration) by `open_store`.
-    let connect = PgConnectOptions::from_str(raw)
-        .map_err(|error| unreachable(error.to_string()))?
-        .disable_statement_logging();
+    // The session settings (and, through a transaction pooler, none of the startup
+    // parameters it refuses) for the probe as for the pool.
+    let connect = config.session_options(
+        PgConnectOptions::from_str(raw).map_err(|error| unreachable(error.to_string()))?,
+    );
     // A pool retries a refused connection until its acquire timeout and then says only
     // "pool timed out".
     let probe = tokio::time::timeout(
@@ -291,7 +293,7 @@ pub(super) async fn connect(
     let pool = crate::store::postgres::pool_options(config.acquire_timeout)
         .min_connections(options.postgres.pool_min_connections)
         .max_connections(options.postgres.pool_max_connections)
-        .connect_with(config.session_options(connect))
+        .connect_with(connect)
         .await
         .map_err(|error| unreachable(error.to_string()))?;
     PostgresOutboxStore::new(pool, config)

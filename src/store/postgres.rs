@@ -138,7 +138,7 @@ pub struct PostgresOutboxStore {
     cycle_ready: AtomicBool,
     wakeups: broadcast::Sender<WakeUp>,
     /// `None`: not listening (a transaction pooler and no [`PostgresConfig::listen_url`]).
-    _listener: Option<listener::ListenerGuard>,
+    listener: Option<listener::ListenerGuard>,
 }
 
 impl PostgresOutboxStore {
@@ -198,7 +198,7 @@ impl PostgresOutboxStore {
             limits: config.limits,
             clock: config.clock,
             wakeups,
-            _listener: listener,
+            listener,
         })
     }
 
@@ -368,7 +368,7 @@ impl OutboxBackend for PostgresOutboxStore {
             .with_ack_and_claim()
             .with_user_transactions()
             .with_pre_claim();
-        if self._listener.is_some() {
+        if self.listener.is_some() {
             capabilities.with_listen()
         } else {
             capabilities

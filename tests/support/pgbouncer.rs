@@ -15,11 +15,16 @@ pub const DEFAULT_BINARY: &str = "/usr/sbin/pgbouncer";
 /// How long PgBouncer has to start listening (a loaded CI machine).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The PgBouncer binary: `$PGBOUNCER`, else [`DEFAULT_BINARY`].
-pub fn binary() -> PathBuf {
-    let path = std::env::var_os("PGBOUNCER")
+/// Where the PgBouncer binary should be: `$PGBOUNCER`, else [`DEFAULT_BINARY`].
+pub fn binary_path() -> PathBuf {
+    std::env::var_os("PGBOUNCER")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_BINARY));
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_BINARY))
+}
+
+/// The PgBouncer binary ([`binary_path`]); panics with how to install it when missing.
+pub fn binary() -> PathBuf {
+    let path = binary_path();
     assert!(
         path.is_file(),
         "PgBouncer {} is missing, so the relay cannot be checked through a transaction \
@@ -139,6 +144,18 @@ impl PgBouncer {
     /// Its address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `database_url` (a `postgres://user@host:port/db…` URL) with this PgBouncer's
+    /// address in place of the host and port: the same user and database, pooled.
+    pub fn url_like(&self, database_url: &str) -> String {
+        let (scheme, rest) = database_url
+            .split_once("://")
+            .unwrap_or_else(|| panic!("{database_url} is not a URL"));
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let user = authority.rsplit_once('@').map_or("", |(user, _)| user);
+        let at = if user.is_empty() { "" } else { "@" };
+        format!("{scheme}://{user}{at}{}/{path}", self.addr)
     }
 
     /// The URL of `database` through this PgBouncer, as `user`.
