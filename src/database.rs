@@ -34,7 +34,9 @@ mod migrations;
 mod postgres;
 
 pub use migrations::{migration_sql, schema_state, SchemaState};
-pub use postgres::{PostgresOptions, DEFAULT_POOL_MAX_CONNECTIONS, DEFAULT_POOL_MIN_CONNECTIONS};
+pub use postgres::{
+    Pooler, PostgresOptions, DEFAULT_POOL_MAX_CONNECTIONS, DEFAULT_POOL_MIN_CONNECTIONS,
+};
 
 /// How long [`open_store`] tries to reach the database unless told otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -93,8 +93,9 @@
 //!   (dead-letters it alone, `ClaimBatch::unreadable`);
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
-//!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
-//!   it; [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
+//!   its claims read their indexes) and `store::postgres` (feature `postgres`; its
+//!   `call.rs` is the connection of one call, a transaction of its own behind PgBouncer in
+//!   transaction mode) implement it; [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
 //!   block of `OutboxBackend`, each backend's in its `lane_control.rs`);
 //!   [`store::slow_log`] is the hook that logs a slow call by its name and duration.
 //! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
@@ -164,7 +165,8 @@
 //!   them in bounded batches apart from the lanes.
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
 //!   opens the store a URL names; `database/postgres.rs`: `PostgresOptions` (the pool and
-//!   session settings of `[postgres]`); `database/migrations.rs`: `schema_state` and
+//!   session settings of `[postgres]`) and `Pooler` (direct, or PgBouncer's transaction
+//!   mode); `database/migrations.rs`: `schema_state` and
 //!   `migration_sql` (`migrate --check` and `--print-sql`). The PostgreSQL migrations are
 //!   in `store/postgres/schema.rs` (how to add one), run by `schema/run.rs` and rendered
 //!   for DBAs by `schema/script.rs`; `schema/producer.rs` is the `{prefix}_enqueue`
@@ -192,7 +194,7 @@
 //!   `readme-crate/` (the README's embedding snippet as a crate of its own).
 //! - `tests/`: the conformance suite per backend (`conformance/`), relay scenarios
 //!   (`relay/`), store-specific tests (`sqlite.rs`, `postgres.rs`, `postgres_tls.rs` with
-//!   its own `ssl=on` cluster), monitoring (`relay_metrics.rs`, `store_metrics.rs`,
+//!   its own `ssl=on` cluster; `support/pgbouncer.rs` starts a private PgBouncer), monitoring (`relay_metrics.rs`, `store_metrics.rs`,
 //!   `grafana_assets.rs`, `prometheus_e2e.rs` against a real Prometheus,
 //!   `kubernetes_assets.rs` for `deploy/kubernetes/`), the binary end to
 //!   end (`cli.rs`, `cli/`), faults injected for real (`chaos.rs`: a relay process killed,

@@ -29,6 +29,8 @@ mod migrate;
 mod otlp;
 #[path = "cli/payload.rs"]
 mod payload;
+#[path = "support/pgbouncer.rs"]
+mod pgbouncer_process;
 #[path = "cli/refusal.rs"]
 mod refusal;
 #[path = "cli/round_trip.rs"]

@@ -5,7 +5,8 @@
 //! run against the in-memory reference store (`differential.rs`), the key-head marker under
 //! concurrency (`heads.rs`), the EXPLAIN guards on the claim's cost (`plans.rs`), the
 //! connections' session settings (`session.rs`), the cycle function (`cycle.rs`), local
-//! hand-off (`hand_off.rs`) and retention shared by two relays (`retention.rs`).
+//! hand-off (`hand_off.rs`), retention shared by two relays (`retention.rs`), and the relay
+//! and a service through PgBouncer in transaction mode (`pgbouncer.rs`).
 //!
 //! PostgreSQL must be reachable at `OUTBOX_TEST_DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`); the tests panic when it is not.
@@ -30,6 +31,10 @@ mod hand_off;
 mod heads;
 #[path = "postgres/keys.rs"]
 mod keys;
+#[path = "postgres/pgbouncer.rs"]
+mod pgbouncer;
+#[path = "support/pgbouncer.rs"]
+mod pgbouncer_process;
 #[path = "postgres/plans.rs"]
 mod plans;
 #[path = "postgres/retention.rs"]

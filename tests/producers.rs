@@ -6,9 +6,11 @@
 //! The same for SQLite: a plain INSERT into the view `{prefix}outbox_enqueue` from
 //! Python's `sqlite3` module, whose trigger validates, deduplicates and writes the row.
 //!
+//! And the README's Go snippet, compiled and run against PostgreSQL.
+//!
 //! Needs PostgreSQL at `OUTBOX_TEST_DATABASE_URL` (default
-//! `postgres://postgres@127.0.0.1:5432/test`) and `python3` with `psycopg` (`.ci/run`
-//! installs it); the test panics otherwise.
+//! `postgres://postgres@127.0.0.1:5432/test`), `python3` with `psycopg`, and Go with pgx
+//! (`.ci/run` installs them); the tests panic otherwise.
 #![cfg(all(feature = "postgres", feature = "sqlite"))]
 
 use std::collections::HashMap;
@@ -160,6 +162,131 @@ async fn a_python_service_enqueues_in_its_own_transactions_and_only_commits_are_
     .execute(&pool)
     .await
     .unwrap();
+}
+
+/// The Go program around the README's PostgreSQL Go snippet: the snippet, verbatim, is the
+/// body of `enqueue`, which `main` calls on a pool for the URL in its first argument.
+const GO_PROGRAM: &str = r#"package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/jackc/pgx/v4/pgxpool"
+)
+
+func enqueue(ctx context.Context, pool *pgxpool.Pool) error {
+SNIPPET
+}
+
+func main() {
+	ctx := context.Background()
+	pool, err := pgxpool.Connect(ctx, os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "connect:", err)
+		os.Exit(1)
+	}
+	defer pool.Close()
+	if err := enqueue(ctx, pool); err != nil {
+		fmt.Fprintln(os.Stderr, "enqueue:", err)
+		os.Exit(1)
+	}
+}
+"#;
+
+/// The first Go block of the README's "Enqueue from any language" section (PostgreSQL's).
+fn readme_go_snippet() -> String {
+    let readme = std::fs::read_to_string(format!("{}/README.md", env!("CARGO_MANIFEST_DIR")))
+        .expect("README.md");
+    let section = readme
+        .split("\n## Enqueue from any language\n")
+        .nth(1)
+        .expect("the README has \"Enqueue from any language\"");
+    let block = section
+        .split("```go\n")
+        .nth(1)
+        .expect("the section has a Go snippet");
+    block
+        .split("```")
+        .next()
+        .expect("the Go snippet ends")
+        .to_owned()
+}
+
+/// The README's Go snippet, compiled and run by Debian's Go against pgx (`.ci/run` installs
+/// `golang-go` and `golang-github-jackc-pgx-v4-dev`; the snippet's calls are the same in pgx
+/// v4 and v5), in a database of its own whose `public` schema holds the default outbox and
+/// an `orders` table: it writes its business row and its message in one transaction, and
+/// the relay delivers the message.
+#[tokio::test]
+async fn the_readmes_go_snippet_enqueues_in_its_own_transaction() {
+    use sqlx::{Connection, Executor};
+    let database = format!("t_{}", Uuid::new_v4().simple());
+    let mut admin = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    admin
+        .execute(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE \"{database}\""
+        )))
+        .await
+        .unwrap();
+    let (base, _) = database_url()
+        .rsplit_once('/')
+        .map(|(base, db)| (base.to_owned(), db.to_owned()))
+        .unwrap();
+    let url = format!("{base}/{database}");
+    let store = Outbox::new(
+        PostgresOutboxStore::connect_with(&url, PostgresConfig::default())
+            .await
+            .expect("the default outbox in the database of its own"),
+    );
+    let pg: &PostgresOutboxStore = store.backend().unwrap();
+    sqlx::raw_sql("CREATE TABLE orders (id int8 PRIMARY KEY)")
+        .execute(pg.pool())
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("main.go");
+    std::fs::write(
+        &program,
+        GO_PROGRAM.replace("SNIPPET", &readme_go_snippet()),
+    )
+    .unwrap();
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-build-cache");
+    let output = Command::new("go")
+        .arg("run")
+        .arg(&program)
+        .arg(&url)
+        // Debian's Go libraries live in a GOPATH, not in a module cache.
+        .env("GO111MODULE", "off")
+        .env("GOPATH", "/usr/share/gocode")
+        .env("GOCACHE", &cache)
+        .env("GOFLAGS", "")
+        .output()
+        .expect("go runs (.ci/run installs golang-go)");
+    assert!(
+        output.status.success(),
+        "the README's Go snippet failed (are golang-go and golang-github-jackc-pgx-v4-dev \
+         installed? .ci/run installs them):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let order: i64 = sqlx::query_scalar("SELECT id FROM orders")
+        .fetch_one(pg.pool())
+        .await
+        .unwrap();
+    assert_eq!(order, 42, "the business row committed with the message");
+    let delivered = deliver(store.clone(), 1).await;
+    assert_eq!(delivered[0].payload.as_str(), r#"{"order":42}"#);
+    assert_eq!(delivered[0].ordering_key.as_deref(), Some("customer-7"));
+    drop(store);
+    admin
+        .execute(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE \"{database}\" WITH (FORCE)"
+        )))
+        .await
+        .unwrap();
 }
 
 /// The values `n` of the delivered messages of key `c-7`, in delivery order.

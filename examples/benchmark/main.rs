@@ -19,7 +19,8 @@
 //!   each lease's lapse to its redelivery by a second relay.
 //! - `pickup`: one message at a time on an idle PostgreSQL lane: commit-to-handler latency
 //!   and the store calls each pickup costs, handed off (enqueued through the relay's store
-//!   object) and classic (through another store, as another process).
+//!   object), classic (through another store, as another process), and classic through a
+//!   private PgBouncer in transaction mode, with and without a direct `listen_url`.
 //! - `slow`: a 10 ms handler at concurrency 64, against the 6,400 msg/s ceiling.
 //! - `webhook`: the relay at concurrency 64 with the webhook sink posting to a local HTTP
 //!   receiver, against the log sink, alternating per round: msg/s of each and the ratio.
@@ -35,6 +36,8 @@ mod drain;
 mod kafka;
 mod metered;
 mod options;
+#[path = "../../tests/support/pgbouncer.rs"]
+mod pgbouncer_process;
 mod pickup;
 mod plot;
 mod raw;

@@ -1,14 +1,17 @@
 //! Idle pickup: one message at a time on an idle lane, timed from the enqueue's commit
 //! returning to the handler starting, with every store call the relay makes counted.
 //!
-//! Two paths, each on a lane with `hand_off` on: the hand-off (the enqueue goes through the
-//! store object the relay runs on, as a service with an embedded relay enqueues), and the
+//! Four paths, each on a lane with `hand_off` on: the hand-off (the enqueue goes through the
+//! store object the relay runs on, as a service with an embedded relay enqueues), the
 //! classic path (through a second store on its own pool, as another process would: NOTIFY,
-//! then a claim).
+//! then a claim), and the classic path with both stores through a private PgBouncer in
+//! transaction mode (`Pooler::Transaction`): once with the relay listening over a direct
+//! `listen_url`, once without, where the lane's poll ([`POOLED_POLL`]) is the pickup.
 
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use outbox_relay::store::postgres::{Pooler, PostgresConfig, PostgresOutboxStore};
 use outbox_relay::{
     DeliveryError, DeliveryHandler, Outbox, OutboxMessage, OutboxRelay, RelayEvent,
 };
@@ -17,7 +20,8 @@ use uuid::Uuid;
 
 use crate::drain::lane_config;
 use crate::metered::{metered, Meter, Op};
-use crate::stores::{draft, reopen, BenchStore};
+use crate::pgbouncer_process::{self, PgBouncer};
+use crate::stores::{cycle_function, draft, reopen, BenchStore, Location};
 
 const LANE: &str = "pickup";
 const CONCURRENCY: usize = 16;
@@ -25,6 +29,11 @@ const CONCURRENCY: usize = 16;
 /// meanwhile counts against that message.
 const SETTLE: Duration = Duration::from_millis(20);
 const WAIT: Duration = Duration::from_secs(30);
+/// The lane's `max_poll_interval` on the PgBouncer path without `listen_url`: with no
+/// wake-up, a message waits for the next poll, on average half of it.
+pub const POOLED_POLL: Duration = Duration::from_millis(100);
+/// Server connections of the benchmark's PgBouncer: as many as the two stores need at once.
+const BOUNCER_SERVER_CONNECTIONS: u32 = 4;
 
 /// Which way the enqueue reaches the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,17 +42,64 @@ pub enum Path {
     HandOff,
     /// Through a second store on its own pool: NOTIFY and a claim.
     Classic,
+    /// Classic, both stores through PgBouncer in transaction mode; the relay listens over
+    /// a direct `listen_url`.
+    PooledListen,
+    /// Classic, both stores through PgBouncer in transaction mode; no `listen_url`, so the
+    /// lane polls every [`POOLED_POLL`].
+    PooledPoll,
 }
 
 impl Path {
-    pub const ALL: [Path; 2] = [Path::HandOff, Path::Classic];
+    pub const ALL: [Path; 4] = [
+        Path::HandOff,
+        Path::Classic,
+        Path::PooledListen,
+        Path::PooledPoll,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Path::HandOff => "hand-off (same store object)",
             Path::Classic => "classic (another store, NOTIFY + claim)",
+            Path::PooledListen => "PgBouncer (transaction mode), LISTEN over listen_url",
+            Path::PooledPoll => "PgBouncer (transaction mode), no listen_url: 100 ms poll",
         }
     }
+
+    /// Whether the stores go through PgBouncer.
+    pub fn pooled(self) -> bool {
+        matches!(self, Path::PooledListen | Path::PooledPoll)
+    }
+}
+
+/// A store on the benchmark's outbox through `bouncer` in transaction mode, listening over
+/// `listen_url` when given.
+async fn open_pooled(
+    bouncer: &PgBouncer,
+    location: &Location,
+    listen_url: Option<&str>,
+) -> Result<Outbox, String> {
+    let Location::Postgres { url, schema } = location else {
+        return Err("PgBouncer paths need PostgreSQL".to_owned());
+    };
+    let mut config = PostgresConfig::default()
+        .schema(schema)
+        .cycle_function(cycle_function())
+        .pooler(Pooler::Transaction);
+    if let Some(listen_url) = listen_url {
+        config = config.listen_url(listen_url);
+    }
+    let pooled_url = bouncer.url_like(url);
+    PostgresOutboxStore::connect_with(&pooled_url, config)
+        .await
+        .map(Outbox::new)
+        .map_err(|e| {
+            format!(
+                "PostgreSQL through PgBouncer {pooled_url}: {e}\n{}",
+                bouncer.log()
+            )
+        })
 }
 
 #[derive(Debug, Clone)]
@@ -83,16 +139,51 @@ impl DeliveryHandler for Started {
 }
 
 pub async fn run(bench: &BenchStore, messages: usize, path: Path) -> Result<Pickup, String> {
-    let (metered, meter) = metered(&bench.store);
-    let enqueuer: Outbox = match path {
-        Path::HandOff => bench.store.clone(),
-        Path::Classic => reopen(&bench.location).await?,
+    // Dropped (killed) when this run ends.
+    let bouncer = if path.pooled() {
+        let binary = pgbouncer_process::binary_path();
+        if !binary.is_file() {
+            return Err(format!(
+                "PgBouncer {} is missing (apt-get install pgbouncer, or set PGBOUNCER)",
+                binary.display()
+            ));
+        }
+        let Location::Postgres { url, .. } = &bench.location else {
+            return Err("PgBouncer paths need PostgreSQL".to_owned());
+        };
+        let url = url.clone();
+        let bouncer =
+            tokio::task::spawn_blocking(move || PgBouncer::start(&url, BOUNCER_SERVER_CONNECTIONS))
+                .await
+                .map_err(|e| format!("start PgBouncer: {e}"))?;
+        Some(bouncer)
+    } else {
+        None
     };
+    let (relay_store, enqueuer): (Outbox, Outbox) = match (path, &bouncer) {
+        (Path::HandOff, _) => (bench.store.clone(), bench.store.clone()),
+        (Path::Classic, _) => (bench.store.clone(), reopen(&bench.location).await?),
+        (Path::PooledListen | Path::PooledPoll, Some(bouncer)) => {
+            let direct = match (&bench.location, path) {
+                (Location::Postgres { url, .. }, Path::PooledListen) => Some(url.as_str()),
+                _ => None,
+            };
+            (
+                open_pooled(bouncer, &bench.location, direct).await?,
+                open_pooled(bouncer, &bench.location, None).await?,
+            )
+        }
+        (Path::PooledListen | Path::PooledPoll, None) => {
+            return Err("no PgBouncer for a pooled path".to_owned())
+        }
+    };
+    let (metered, meter) = metered(&relay_store);
     let (started_tx, mut started_rx) = mpsc::unbounded_channel();
-    let builder = OutboxRelay::builder(metered).lane(
-        lane_config(LANE, CONCURRENCY).hand_off(true),
-        Started(started_tx),
-    );
+    let mut lane = lane_config(LANE, CONCURRENCY).hand_off(true);
+    if path == Path::PooledPoll {
+        lane = lane.max_poll_interval(POOLED_POLL);
+    }
+    let builder = OutboxRelay::builder(metered).lane(lane, Started(started_tx));
     let mut events = builder.subscribe();
     let relay = builder
         .start()

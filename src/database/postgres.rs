@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use std::str::FromStr;
+
 use crate::message::ValidationError;
 
 #[cfg(feature = "postgres")]
@@ -15,6 +17,70 @@ use super::{CreateMode, OpenError, StoreOptions};
 pub const DEFAULT_POOL_MIN_CONNECTIONS: u32 = 0;
 /// The most connections the pool opens, unless configured otherwise (sqlx's default).
 pub const DEFAULT_POOL_MAX_CONNECTIONS: u32 = 10;
+
+/// How the store's connections reach PostgreSQL (`PostgresConfig::pooler`, `[postgres] pooler`,
+/// `OUTBOX_PG_POOLER`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Pooler {
+    /// Each connection is one PostgreSQL session for its whole life: a direct connection,
+    /// or PgBouncer in `pool_mode = session`. Session settings go in the startup `options`,
+    /// statements are prepared once per connection and cached, and wake-ups `LISTEN` on a
+    /// connection made like the pool's.
+    #[default]
+    #[serde(alias = "none")]
+    Session,
+    /// A pooler that lends a server connection for one transaction at a time (PgBouncer's
+    /// `pool_mode = transaction`), so nothing may outlive a transaction:
+    ///
+    /// - no startup `options` (PgBouncer refuses them: "unsupported startup parameter");
+    ///   `jit = off` and the `statement_timeout` are `SET LOCAL` at the start of each of
+    ///   the store's calls, each call a transaction of its own (a call that was one
+    ///   statement costs a `BEGIN` and a `COMMIT` round trip more);
+    /// - no named prepared statements: each statement is parsed unnamed inside its
+    ///   transaction (a named one would meet another client's server connection);
+    /// - the purge lock is a transaction-level advisory lock taken by each batch;
+    /// - wake-ups: `LISTEN` needs a session, so it goes to `listen_url`
+    ///   (a direct connection) when set. Without one the store does not listen: a lane
+    ///   picks up a message enqueued by another process at its next poll, within the
+    ///   lane's `max_poll_interval` (default 5 s) plus one claim; set that interval to the
+    ///   pickup latency you accept. A message enqueued through this process's `Outbox`
+    ///   still goes to an idle lane at once (the local hand-off).
+    Transaction,
+}
+
+impl Pooler {
+    /// The name used in the configuration file and `OUTBOX_PG_POOLER`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Session => "session",
+            Self::Transaction => "transaction",
+        }
+    }
+}
+
+impl std::fmt::Display for Pooler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Pooler {
+    type Err = ValidationError;
+
+    /// `session` (or `none`: no pooler) or `transaction`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "session" | "none" => Ok(Self::Session),
+            "transaction" => Ok(Self::Transaction),
+            other => Err(ValidationError::new(
+                "pooler",
+                format!("is {other:?}; expected \"session\" (or \"none\") or \"transaction\""),
+            )),
+        }
+    }
+}
 
 /// The pool and session settings of a PostgreSQL store opened from a URL (the daemon's
 /// `[postgres]` table and `OUTBOX_PG_*` variables). Each default is the store's own
@@ -42,6 +108,9 @@ pub struct PostgresOptions {
     /// Where the wake-up listener connects for its `LISTEN` (PostgreSQL directly, when the
     /// database URL names a pooler); `None` (the default): where the pool connects.
     pub listen_url: Option<String>,
+    /// What sits between the relay and PostgreSQL: [`Pooler::Session`] (the default: a
+    /// direct connection) or [`Pooler::Transaction`] (PgBouncer's transaction mode).
+    pub pooler: Pooler,
 }
 
 /// Every field, the listen URL without its credentials.
@@ -55,6 +124,7 @@ impl std::fmt::Debug for PostgresOptions {
             .field("lock_timeout", &self.lock_timeout)
             .field("synchronous_commit", &self.synchronous_commit)
             .field("vacuum_every", &self.vacuum_every)
+            .field("pooler", &self.pooler)
             .field(
                 "listen_url",
                 &self.listen_url.as_deref().map(crate::redact::redact),
@@ -74,6 +144,7 @@ impl Default for PostgresOptions {
             synchronous_commit: false,
             vacuum_every: Some(50_000),
             listen_url: None,
+            pooler: Pooler::Session,
         }
     }
 }
@@ -150,7 +221,8 @@ pub(super) fn config(
         .statement_timeout(pg.statement_timeout)
         .migration_lock_timeout(pg.lock_timeout)
         .synchronous_commit(pg.synchronous_commit)
-        .vacuum_every(pg.vacuum_every);
+        .vacuum_every(pg.vacuum_every)
+        .pooler(pg.pooler);
     if let Some(url) = &pg.listen_url {
         config = config.listen_url(url);
     }
@@ -191,7 +263,7 @@ pub(super) async fn connect(
 
     use crate::store::postgres::PostgresOutboxStore;
     use sqlx::postgres::{PgConnectOptions, PgConnection};
-    use sqlx::{ConnectOptions, Connection};
+    use sqlx::Connection;
 
     let config = config(options)?;
     let unreachable = |reason: String| OpenError::Connect {
@@ -201,9 +273,11 @@ pub(super) async fn connect(
     };
     // sqlx's slow-statement warning prints the whole statement (5 KB for a claim):
     // off, and the store is wrapped in `SlowCallLog` (name and duration) by `open_store`.
-    let connect = PgConnectOptions::from_str(raw)
-        .map_err(|error| unreachable(error.to_string()))?
-        .disable_statement_logging();
+    // The session settings (and, through a transaction pooler, none of the startup
+    // parameters it refuses) for the probe as for the pool.
+    let connect = config.session_options(
+        PgConnectOptions::from_str(raw).map_err(|error| unreachable(error.to_string()))?,
+    );
     // A pool retries a refused connection until its acquire timeout and then says only
     // "pool timed out".
     let probe = tokio::time::timeout(
@@ -219,7 +293,7 @@ pub(super) async fn connect(
     let pool = crate::store::postgres::pool_options(config.acquire_timeout)
         .min_connections(options.postgres.pool_min_connections)
         .max_connections(options.postgres.pool_max_connections)
-        .connect_with(config.session_options(connect))
+        .connect_with(connect)
         .await
         .map_err(|error| unreachable(error.to_string()))?;
     PostgresOutboxStore::new(pool, config)
@@ -344,6 +418,7 @@ mod tests {
                 synchronous_commit: true,
                 vacuum_every: None,
                 listen_url: Some("postgres://relay:hunter2@db/app".into()),
+                pooler: Pooler::Transaction,
                 ..PostgresOptions::default()
             },
             ..StoreOptions::default()
@@ -355,6 +430,7 @@ mod tests {
         assert_eq!(config.migration_lock_timeout, Duration::from_secs(3));
         assert!(config.synchronous_commit);
         assert_eq!(config.vacuum_every, None);
+        assert_eq!(config.pooler, Pooler::Transaction);
         assert_eq!(
             config.listen_url.as_deref(),
             Some("postgres://relay:hunter2@db/app")

@@ -20,7 +20,9 @@
 //!   your data.
 //! - **Session settings.** The pool [`PostgresOutboxStore::connect_with`] builds runs with
 //!   `jit = off` and [`PostgresConfig::statement_timeout`]; build your own pool with
-//!   [`PostgresConfig::session_options`] to get the same.
+//!   [`PostgresConfig::session_options`] to get the same. Through a transaction pooler
+//!   (PgBouncer's `pool_mode = transaction`, [`Pooler::Transaction`]) each call is a
+//!   transaction that sets them with `SET LOCAL`, and no statement is named (`call.rs`).
 //! - **Wake-ups.** Enqueue, release and requeue notify on a channel named after the schema
 //!   and prefix; PostgreSQL coalesces them to one per transaction and lane. Each store
 //!   listens on a connection of its own and forwards them to [`OutboxBackend::subscribe`].
@@ -47,6 +49,7 @@
 //! ```
 
 mod admin;
+mod call;
 mod claim;
 mod config;
 mod cycle;
@@ -69,7 +72,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgPool;
-use sqlx::{Postgres, Transaction};
+use sqlx::{AssertSqlSafe, Postgres, Transaction};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -84,7 +87,7 @@ use crate::store::{
     WAKEUP_CHANNEL_CAPACITY,
 };
 pub use config::{
-    pool_options, PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
+    pool_options, Pooler, PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
     DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
     PING_IF_IDLE_FOR,
 };
@@ -111,8 +114,15 @@ pub struct PostgresOutboxStore {
     sql: Statements,
     limits: DraftLimits,
     clock: Option<Arc<dyn Clock>>,
-    /// How the relay's own transactions begin: [`PostgresConfig::synchronous_commit`].
-    relay_begin_sql: &'static str,
+    /// How the relay's own transactions begin: [`PostgresConfig::synchronous_commit`], and
+    /// the session settings under a transaction pooler.
+    relay_begin_sql: String,
+    /// How the store's other transactions begin (the session settings under a transaction
+    /// pooler).
+    begin_sql: String,
+    /// Whether statements are prepared under a name and cached; not through a transaction
+    /// pooler ([`Pooler::Transaction`]), where each call is also a transaction (`call.rs`).
+    named_statements: bool,
     /// Vacuums the table as rows leave live ([`PostgresConfig::vacuum_every`]).
     vacuum: vacuum::Vacuum,
     /// Clears stray key-head marks in the background (`sweep.rs`).
@@ -127,7 +137,8 @@ pub struct PostgresOutboxStore {
     /// Whether the database has this build's cycle function (`cycle.rs`).
     cycle_ready: AtomicBool,
     wakeups: broadcast::Sender<WakeUp>,
-    _listener: listener::ListenerGuard,
+    /// `None`: not listening (a transaction pooler and no [`PostgresConfig::listen_url`]).
+    listener: Option<listener::ListenerGuard>,
 }
 
 impl PostgresOutboxStore {
@@ -156,16 +167,17 @@ impl PostgresOutboxStore {
         let names = Names::new(&config.schema, &config.table_prefix)?;
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
         let listen_options = config.listen_options()?;
-        let listener = listener::start(
-            &pool,
-            listen_options,
-            names.channel.clone(),
-            wakeups.clone(),
-        )
-        .await?;
+        // LISTEN through a transaction pooler would hear nothing reliably (the server
+        // connection it ran on goes to other clients): the lanes poll instead (`Pooler`).
+        let listener = if config.pooler == Pooler::Transaction && listen_options.is_none() {
+            None
+        } else {
+            let channel = names.channel.clone();
+            Some(listener::start(&pool, listen_options, channel, wakeups.clone()).await?)
+        };
         let sql = Statements::new(&names, !config.synchronous_commit);
-        let sweep_sql = sweep::SweepSql::new(&names);
-        let cycle_ready = schema::function_exists(&pool, &sql.cycle_name).await?;
+        let sweep_sql = sweep::SweepSql::new(&names, &config);
+        let cycle_ready = schema::function_exists_in_pool(&pool, &sql.cycle_name).await?;
         Ok(Self {
             sql,
             async_commit: !config.synchronous_commit,
@@ -178,13 +190,15 @@ impl PostgresOutboxStore {
             pool,
             names,
             relay_begin_sql: config.relay_begin(),
+            begin_sql: config.begin(),
+            named_statements: config.named_statements(),
             vacuum: vacuum::Vacuum::new(config.vacuum_every),
             sweep_sql,
             sweeps: sweep::Sweeps::default(),
             limits: config.limits,
             clock: config.clock,
             wakeups,
-            _listener: listener,
+            listener,
         })
     }
 
@@ -287,15 +301,19 @@ impl PostgresOutboxStore {
         &self.names.channel
     }
 
+    /// A transaction of the store's, with the session settings under a transaction pooler.
     async fn begin(&self, op: StoreOp) -> Result<Transaction<'static, Postgres>, StoreError> {
-        self.pool.begin().await.map_err(|e| db_error(op, e))
+        self.pool
+            .begin_with(AssertSqlSafe(self.begin_sql.clone()))
+            .await
+            .map_err(|e| db_error(op, e))
     }
 
     /// A transaction of the relay's own (claim, ack, nack): see
     /// [`PostgresConfig::synchronous_commit`].
     async fn relay_begin(&self, op: StoreOp) -> Result<Transaction<'static, Postgres>, StoreError> {
         self.pool
-            .begin_with(self.relay_begin_sql)
+            .begin_with(AssertSqlSafe(self.relay_begin_sql.clone()))
             .await
             .map_err(|e| db_error(op, e))
     }
@@ -346,11 +364,15 @@ fn to_i64(n: usize) -> i64 {
 #[async_trait]
 impl OutboxBackend for PostgresOutboxStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_listen()
+        let capabilities = Capabilities::none()
             .with_ack_and_claim()
             .with_user_transactions()
-            .with_pre_claim()
+            .with_pre_claim();
+        if self.listener.is_some() {
+            capabilities.with_listen()
+        } else {
+            capabilities
+        }
     }
 
     fn draft_limits(&self) -> DraftLimits {
@@ -379,7 +401,7 @@ impl OutboxBackend for PostgresOutboxStore {
             batch = self.claim_dead_lettering(request).await?;
         } else if batch.messages.is_empty() {
             batch.next_due = NextDue::Known(
-                self.next_due_on(&self.pool, &request.lane, &request.target, request.ordering)
+                self.next_due_alone(&request.lane, &request.target, request.ordering)
                     .await?,
             );
         }
@@ -462,28 +484,30 @@ impl OutboxBackend for PostgresOutboxStore {
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         let op = StoreOp::ExtendLease;
         let batch = FencedBatch::new(claims);
-        let mut conn = self.conn(op).await?;
+        let mut call = self.call(op).await?;
         let rows = self
-            .fenced(&mut conn, op, &self.sql.extend_lease, &batch, |q| {
+            .fenced(&mut call, op, &self.sql.extend_lease, &batch, |q| {
                 q.bind(interval(lease))
             })
             .await?;
+        call.finish(op).await?;
         Ok(batch.outcomes(&FencedBatch::applied(&rows, op)?, true))
     }
 
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
         let batch = FencedBatch::new(claims);
         let channel = self.names.channel.clone();
-        let mut conn = self.conn(StoreOp::Release).await?;
+        let mut call = self.call(StoreOp::Release).await?;
         let rows = self
             .fenced(
-                &mut conn,
+                &mut call,
                 StoreOp::Release,
                 &self.sql.release,
                 &batch,
                 |q| q.bind(channel),
             )
             .await?;
+        call.finish(StoreOp::Release).await?;
         Ok(batch.outcomes(&FencedBatch::applied(&rows, StoreOp::Release)?, false))
     }
 
@@ -493,7 +517,7 @@ impl OutboxBackend for PostgresOutboxStore {
         target: &str,
         ordering: OrderingPolicy,
     ) -> Result<Option<Duration>, StoreError> {
-        self.next_due_on(&self.pool, lane, target, ordering).await
+        self.next_due_alone(lane, target, ordering).await
     }
 
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {

@@ -244,3 +244,78 @@ fn postgres_run_enqueue_deliver_and_sigterm() {
     // Nothing was written outside the schema's sandbox: no SQLite file appeared.
     assert_eq!(sandbox.files(), vec!["relay.toml"]);
 }
+
+/// The daemon through PgBouncer in transaction mode: `run` with `pooler = "transaction"`
+/// and a direct `listen_url` in its file, the admin commands with `OUTBOX_PG_POOLER` over a
+/// file that names only the pooled URL. Without the setting, PgBouncer refuses the
+/// connection (its startup parameters), and the command says so.
+#[test]
+fn postgres_run_through_pgbouncer_in_transaction_mode() {
+    let url = postgres_url();
+    let bouncer = crate::pgbouncer_process::PgBouncer::start(&url, 2);
+    let pooled = bouncer.url_like(&url);
+    let schema = Schema {
+        name: format!("cli_{}", uuid::Uuid::new_v4().simple()),
+    };
+    let sandbox = Sandbox::new();
+    let relay_extra = format!(
+        "schema = \"{}\"\n[postgres]\npooler = \"transaction\"\nlisten_url = \"{url}\"",
+        schema.name
+    );
+    sandbox.write(
+        "relay.toml",
+        &test_config(&pooled, &relay_extra, free_port()),
+    );
+    let admin_extra = format!("schema = \"{}\"", schema.name);
+    sandbox.write(
+        "admin.toml",
+        &test_config(&pooled, &admin_extra, free_port()),
+    );
+    let admin = ["--config", "admin.toml"];
+
+    let refused = sandbox.run(&["--config", "admin.toml", "status", "--json"]);
+    assert_ne!(refused.code, Some(0), "{refused:#?}");
+    assert!(
+        refused.stderr.contains("unsupported startup parameter"),
+        "{refused:#?}"
+    );
+
+    let mut relay = sandbox.start(&["--config", "relay.toml", "run"]);
+    relay.wait_for_log("relay running");
+    let pooled_admin = |args: &[&str]| -> String {
+        let mut all = admin.to_vec();
+        all.extend(args);
+        let out = sandbox.output(sandbox.command(&all).env("OUTBOX_PG_POOLER", "transaction"));
+        assert_eq!(out.code, Some(0), "outbox-relay {all:?}: {out:#?}");
+        out.stdout
+    };
+    let ids: Vec<String> = (1..=3)
+        .map(|n| {
+            let payload = format!(r#"{{"n":{n}}}"#);
+            let answer: Value = serde_json::from_str(&pooled_admin(&[
+                "enqueue",
+                "--lane",
+                "orders",
+                "--target",
+                "audit",
+                "--json",
+                "--payload",
+                &payload,
+                "--ordering-key",
+                "k",
+            ]))
+            .expect("enqueue --json");
+            answer["outbox_id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    for id in &ids {
+        assert_eq!(relay.delivery()["outbox_id"], id.as_str());
+    }
+    let status: Vec<Value> =
+        serde_json::from_str(&pooled_admin(&["status", "--json"])).expect("status --json");
+    let row = lane_status(&status, "orders", "audit");
+    assert_eq!(row["delivered"], 3, "{row}");
+    let (status, log) = relay.terminate();
+    assert!(status.success(), "exit {status}:\n{log}");
+    assert!(relay_stopped_cleanly(&log), "{log}");
+}

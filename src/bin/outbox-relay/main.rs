@@ -34,8 +34,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use outbox_relay::config::duration::parse_duration;
 use outbox_relay::config::duration::HumanDuration;
 use outbox_relay::config::file::{FileConfig, MetricsListen, PostgresSection, VacuumEvery};
-use outbox_relay::database::{open_store, CreateMode, DatabaseUrl, OpenError};
-use outbox_relay::{Outbox, StoreError};
+use outbox_relay::database::{open_store, CreateMode, DatabaseUrl, OpenError, Pooler};
+use outbox_relay::{Outbox, StoreError, ValidationError};
 use uuid::Uuid;
 
 mod admin;
@@ -141,6 +141,10 @@ struct PostgresArgs {
         value_name = "URL"
     )]
     pg_listen_url: Option<String>,
+    /// PostgreSQL: `transaction` when the database URL names a pooler in transaction mode
+    /// (PgBouncer's pool_mode = transaction), else `session` [default: session].
+    #[arg(long, global = true, env = "OUTBOX_PG_POOLER", value_parser = parse_pooler, value_name = "session|transaction")]
+    pg_pooler: Option<Pooler>,
 }
 
 impl PostgresArgs {
@@ -168,6 +172,9 @@ impl PostgresArgs {
         if let Some(every) = self.pg_vacuum_every {
             section.vacuum_every = Some(every);
         }
+        if let Some(pooler) = self.pg_pooler {
+            section.pooler = Some(pooler);
+        }
         if let Some(url) = self.pg_listen_url.as_deref().map(str::trim) {
             // An empty one (an unset variable in a compose file) keeps the file's.
             if !url.is_empty() {
@@ -175,6 +182,10 @@ impl PostgresArgs {
             }
         }
     }
+}
+
+fn parse_pooler(s: &str) -> Result<Pooler, String> {
+    s.trim().parse().map_err(|e: ValidationError| e.reason)
 }
 
 fn parse_vacuum_every(s: &str) -> Result<VacuumEvery, String> {

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::duration::HumanDuration;
 use crate::config::ConfigError;
-use crate::database::PostgresOptions;
+use crate::database::{Pooler, PostgresOptions};
 
 /// `[postgres]`: absent fields keep the defaults of [`PostgresOptions`].
 ///
@@ -19,6 +19,7 @@ use crate::database::PostgresOptions;
 /// synchronous_commit = false    # the relay's own commits (enqueues always wait)
 /// vacuum_every = 50000          # rows taken out of live between vacuums, or false
 /// # listen_url = "postgres://relay@db:5432/app"  # LISTEN here, not through a pooler
+/// pooler = "session"            # or "transaction": PgBouncer's pool_mode = transaction
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,6 +42,9 @@ pub struct PostgresSection {
     /// Where the wake-up listener connects for its `LISTEN`. Default: where the pool does.
     /// `OUTBOX_PG_LISTEN_URL` keeps a password out of the file.
     pub listen_url: Option<String>,
+    /// `"transaction"` when the database URL names a pooler in transaction mode (PgBouncer's
+    /// `pool_mode = transaction`); `"session"` (or `"none"`) otherwise. Default `"session"`.
+    pub pooler: Option<Pooler>,
 }
 
 /// `vacuum_every`: a number of rows, or `false`.
@@ -86,6 +90,7 @@ impl PostgresSection {
                 .unwrap_or(defaults.synchronous_commit),
             vacuum_every,
             listen_url: self.listen_url.clone(),
+            pooler: self.pooler.unwrap_or(defaults.pooler),
         };
         options
             .validate()

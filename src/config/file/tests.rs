@@ -118,7 +118,7 @@ fn the_postgres_table_sets_the_pool_and_session_and_names_a_bad_field() {
         &format!(
             "[postgres]\npool_min_connections = 2\npool_max_connections = 4\n\
              acquire_timeout = \"2s\"\nstatement_timeout = \"5s\"\nlock_timeout = \"1s\"\n\
-             synchronous_commit = true\nvacuum_every = false\n{base}"
+             synchronous_commit = true\nvacuum_every = false\npooler = \"transaction\"\n{base}"
         ),
     )
     .unwrap();
@@ -134,6 +134,7 @@ fn the_postgres_table_sets_the_pool_and_session_and_names_a_bad_field() {
             synchronous_commit: true,
             vacuum_every: None,
             listen_url: None,
+            pooler: crate::database::Pooler::Transaction,
         }
     );
     for (table, field) in [
@@ -142,6 +143,7 @@ fn the_postgres_table_sets_the_pool_and_session_and_names_a_bad_field() {
         ("vacuum_every = true", "postgres.vacuum_every"),
         ("lock_timeout = \"0s\"", "postgres.lock_timeout"),
         ("listen_url = \"mysql://db/app\"", "postgres.listen_url"),
+        ("pooler = \"statement\"", "pooler"),
     ] {
         let error = FileConfig::from_toml_str("t.toml", &format!("[postgres]\n{table}\n{base}"))
             .unwrap_err()

@@ -22,30 +22,34 @@ impl PostgresOutboxStore {
         filter: &MessageFilter,
     ) -> Result<Vec<LaneStats>, StoreError> {
         let op = StoreOp::Stats;
+        let mut call = self.call(op).await?;
         let rows = match (&filter.lane, &filter.target) {
             // One lane (what a relay asks for): every figure from an index.
             (Some(lane), Some(target))
                 if filter.ordering_key.is_none() && filter.ids.is_empty() =>
             {
                 sqlx::query(AssertSqlSafe(self.sql.lane_stats.clone()))
+                    .persistent(self.named_statements)
                     .bind(self.now())
                     .bind(lane)
                     .bind(target)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *call)
                     .await
             }
             _ => {
                 sqlx::query(AssertSqlSafe(self.sql.stats.clone()))
+                    .persistent(self.named_statements)
                     .bind(self.now())
                     .bind(&filter.lane)
                     .bind(&filter.target)
                     .bind(&filter.ordering_key)
                     .bind(&filter.ids)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *call)
                     .await
             }
         }
         .map_err(|e| db_error(op, e))?;
+        call.finish(op).await?;
         let get = |row: &PgRow, column: &str| -> Result<u64, StoreError> {
             row.try_get::<i64, _>(column)
                 .map(unsigned)
@@ -82,7 +86,9 @@ impl PostgresOutboxStore {
         page: PageRequest,
     ) -> Result<Page, StoreError> {
         // One row past the page tells whether another page exists.
+        let mut call = self.call(StoreOp::List).await?;
         let rows = sqlx::query(AssertSqlSafe(self.sql.list.clone()))
+            .persistent(self.named_statements)
             .bind(&filter.lane)
             .bind(&filter.target)
             .bind(&filter.ordering_key)
@@ -90,9 +96,10 @@ impl PostgresOutboxStore {
             .bind(filter.status.map(|s| s.as_str()))
             .bind(page.after)
             .bind(to_i64(page.limit.saturating_add(1)))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *call)
             .await
             .map_err(|e| db_error(StoreOp::List, e))?;
+        call.finish(StoreOp::List).await?;
         let messages = rows
             .iter()
             .map(decode::message)
@@ -104,11 +111,14 @@ impl PostgresOutboxStore {
         &self,
         outbox_id: Uuid,
     ) -> Result<Option<OutboxMessage>, StoreError> {
+        let mut call = self.call(StoreOp::Get).await?;
         let row = sqlx::query(AssertSqlSafe(self.sql.get.clone()))
+            .persistent(self.named_statements)
             .bind(outbox_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *call)
             .await
             .map_err(|e| db_error(StoreOp::Get, e))?;
+        call.finish(StoreOp::Get).await?;
         row.as_ref().map(decode::message).transpose()
     }
 
@@ -117,16 +127,19 @@ impl PostgresOutboxStore {
         filter: &MessageFilter,
     ) -> Result<Vec<LaneCount>, StoreError> {
         let op = StoreOp::RequeueDeadLetters;
+        let mut call = self.call(op).await?;
         let rows = sqlx::query(AssertSqlSafe(self.sql.requeue.clone()))
+            .persistent(self.named_statements)
             .bind(self.now())
             .bind(&filter.lane)
             .bind(&filter.target)
             .bind(&filter.ordering_key)
             .bind(&filter.ids)
             .bind(&self.names.channel)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *call)
             .await
             .map_err(|e| db_error(op, e))?;
+        call.finish(op).await?;
         // One row per (lane, target) requeued; none when nothing was.
         let mut per_lane = Vec::with_capacity(rows.len());
         for row in &rows {
@@ -143,14 +156,18 @@ impl PostgresOutboxStore {
     }
 
     pub(super) async fn discard_dead(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        let op = StoreOp::DiscardDeadLetters;
+        let mut call = self.call(op).await?;
         let done = sqlx::query(AssertSqlSafe(self.sql.discard.clone()))
+            .persistent(self.named_statements)
             .bind(&filter.lane)
             .bind(&filter.target)
             .bind(&filter.ordering_key)
             .bind(&filter.ids)
-            .execute(&self.pool)
+            .execute(&mut *call)
             .await
-            .map_err(|e| db_error(StoreOp::DiscardDeadLetters, e))?;
+            .map_err(|e| db_error(op, e))?;
+        call.finish(op).await?;
         Ok(done.rows_affected())
     }
 
@@ -161,6 +178,11 @@ impl PostgresOutboxStore {
         if request.dry_run {
             // Counting deletes nothing: it needs no turn, and must not report 0 because
             // another relay happens to be purging.
+            return self.purge_batches(request).await;
+        }
+        if !self.named_statements {
+            // Through a transaction pooler a session lock would stay on a server connection
+            // that other clients then use: each batch takes a transaction-level lock.
             return self.purge_batches(request).await;
         }
         // Detached from the pool: if this purge is dropped half-way (a shutdown), the
@@ -199,23 +221,41 @@ impl PostgresOutboxStore {
         let mut purged = 0u64;
         for (status, older_than) in request.ages() {
             if request.dry_run {
+                let mut call = self.call(StoreOp::Purge).await?;
                 let count: i64 = sqlx::query_scalar(AssertSqlSafe(self.sql.purge_count.clone()))
+                    .persistent(self.named_statements)
                     .bind(self.now())
                     .bind(interval(older_than))
                     .bind(status.as_str())
                     .bind(lane)
                     .bind(target)
                     .bind(request.keeps_keyed(status))
-                    .fetch_one(&self.pool)
+                    .fetch_one(&mut *call)
                     .await
                     .map_err(|e| db_error(StoreOp::Purge, e))?;
+                call.finish(StoreOp::Purge).await?;
                 purged += u64::try_from(count).unwrap_or(0);
                 continue;
             }
             loop {
                 // One statement per batch, each its own transaction: no lock outlives a
                 // batch.
+                let mut call = self.call(StoreOp::Purge).await?;
+                if !self.named_statements {
+                    // Through a transaction pooler: the purge lock for this batch only
+                    // (`purge_locked`); another relay's batch holds it, so this purge stops.
+                    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+                        .persistent(false)
+                        .bind(self.purge_lock_key())
+                        .fetch_one(&mut *call)
+                        .await
+                        .map_err(|e| db_error(StoreOp::Purge, e))?;
+                    if !locked {
+                        return Ok(purged);
+                    }
+                }
                 let done = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
+                    .persistent(self.named_statements)
                     .bind(self.now())
                     .bind(interval(older_than))
                     .bind(to_i64(batch_size))
@@ -223,9 +263,10 @@ impl PostgresOutboxStore {
                     .bind(lane)
                     .bind(target)
                     .bind(request.keeps_keyed(status))
-                    .execute(&self.pool)
+                    .execute(&mut *call)
                     .await
                     .map_err(|e| db_error(StoreOp::Purge, e))?;
+                call.finish(StoreOp::Purge).await?;
                 purged += done.rows_affected();
                 if done.rows_affected() < batch_size as u64 {
                     break;

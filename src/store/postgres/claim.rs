@@ -66,6 +66,7 @@ impl PostgresOutboxStore {
             .bind(&left.lanes)
             .bind(&left.targets)
             .bind(&left.keys)
+            .persistent(self.named_statements)
             .execute(conn)
             .await
             .map_err(|e| db_error(op, e))?;
@@ -141,6 +142,7 @@ impl PostgresOutboxStore {
         request: &'q ClaimRequest,
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
         sqlx::query(AssertSqlSafe(sql))
+            .persistent(self.named_statements)
             .bind(self.now())
             .bind(&request.lane)
             .bind(&request.target)
@@ -157,11 +159,13 @@ impl PostgresOutboxStore {
         request: &ClaimRequest,
     ) -> Result<(ClaimBatch, bool), StoreError> {
         let op = StoreOp::Claim;
+        let mut call = self.call(op).await?;
         let rows = self
             .claim_query(String::new(), request, true)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *call)
             .await
             .map_err(|e| db_error(op, e))?;
+        call.finish(op).await?;
         let mut lapsed_last = false;
         for row in &rows {
             lapsed_last = row.try_get("lapsed_last").map_err(|e| db_error(op, e))?;
@@ -170,7 +174,20 @@ impl PostgresOutboxStore {
         Ok((self.answer_committed(sorted, op).await, lapsed_last))
     }
 
-    /// `next_due` on `executor`: the pool, or a claim's transaction.
+    /// `next_due` in a call of its own.
+    pub(super) async fn next_due_alone(
+        &self,
+        lane: &str,
+        target: &str,
+        ordering: OrderingPolicy,
+    ) -> Result<Option<Duration>, StoreError> {
+        let mut call = self.call(StoreOp::NextDue).await?;
+        let due = self.next_due_on(&mut *call, lane, target, ordering).await?;
+        call.finish(StoreOp::NextDue).await?;
+        Ok(due)
+    }
+
+    /// `next_due` on `executor`: a call's connection, or a claim's transaction.
     pub(super) async fn next_due_on<'c>(
         &self,
         executor: impl sqlx::PgExecutor<'c>,
@@ -186,6 +203,7 @@ impl PostgresOutboxStore {
             .bind(self.now())
             .bind(lane)
             .bind(target)
+            .persistent(self.named_statements)
             .fetch_one(executor)
             .await
             .map_err(|e| db_error(StoreOp::NextDue, e))?;
@@ -201,6 +219,7 @@ impl PostgresOutboxStore {
         let op = StoreOp::Ack;
         let batch = FencedBatch::new(claims);
         let rows = sqlx::query(AssertSqlSafe(self.sql.ack.clone()))
+            .persistent(self.named_statements)
             .bind(self.now())
             .bind(&batch.ids)
             .bind(&batch.tokens)

@@ -12,6 +12,8 @@ use crate::message::{DraftLimits, ValidationError};
 use crate::store::StoreOp;
 use crate::store::{duration_millis, Clock, StoreError};
 
+pub use crate::database::Pooler;
+
 use super::decode::db_error;
 use super::schema::Names;
 use super::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
@@ -92,6 +94,13 @@ pub struct PostgresConfig {
     /// that does not keep a client on one server connection. `None` (the default) listens
     /// over a connection made with the pool's own options.
     pub listen_url: Option<String>,
+    /// What sits between the store and PostgreSQL. [`Pooler::Session`] (the default): a
+    /// direct connection, or a pooler that keeps a client on one server connection. Under
+    /// [`Pooler::Transaction`] (PgBouncer's `pool_mode = transaction`) the store keeps to
+    /// what such a pooler allows: no startup `options`, no named prepared statements, every
+    /// call in a transaction of its own that sets `jit` and `statement_timeout` with
+    /// `SET LOCAL`, and no `LISTEN` through the pooler (see [`Pooler::Transaction`]).
+    pub pooler: Pooler,
 }
 
 /// A pooled connection idle at least this long is pinged before use; a busier one is not.
@@ -131,6 +140,7 @@ impl Default for PostgresConfig {
             migration_lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
             migration_statement_timeout: DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
             listen_url: None,
+            pooler: Pooler::Session,
         }
     }
 }
@@ -203,6 +213,38 @@ impl PostgresConfig {
         self
     }
 
+    /// Sets what sits between the store and PostgreSQL ([`Self::pooler`]).
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
+        self
+    }
+
+    /// Whether statements may be prepared under a name and cached on the connection
+    /// (not through a transaction pooler: see [`Pooler::Transaction`]).
+    pub(super) fn named_statements(&self) -> bool {
+        self.pooler == Pooler::Session
+    }
+
+    /// The statements after `BEGIN` that give a transaction the session settings, when
+    /// the connections could not get them at startup ([`Pooler::Transaction`]); empty
+    /// otherwise.
+    fn local_settings(&self) -> String {
+        match self.pooler {
+            Pooler::Session => String::new(),
+            Pooler::Transaction => format!(
+                "; SET LOCAL jit = off; SET LOCAL statement_timeout = {}",
+                duration_millis(self.statement_timeout)
+            ),
+        }
+    }
+
+    /// The statement that opens a transaction of the store's (not the relay's own ones:
+    /// [`Self::relay_begin`]): `BEGIN`, with the session settings under a transaction
+    /// pooler, in one round trip.
+    pub(super) fn begin(&self) -> String {
+        format!("BEGIN{}", self.local_settings())
+    }
+
     /// The connect options of the wake-up listener, when [`Self::listen_url`] names them.
     pub(super) fn listen_options(&self) -> Result<Option<PgConnectOptions>, ValidationError> {
         use sqlx::ConnectOptions as _;
@@ -239,13 +281,17 @@ impl PostgresConfig {
         self
     }
 
-    /// The statement that opens one of the relay's transactions: a plain `BEGIN`, or with
-    /// asynchronous commit in the same round trip (a simple query of two statements).
-    pub(super) fn relay_begin(&self) -> &'static str {
+    /// The statement that opens one of the relay's transactions: [`Self::begin`], with
+    /// asynchronous commit in the same round trip (a simple query of several statements)
+    /// unless [`Self::synchronous_commit`].
+    pub(super) fn relay_begin(&self) -> String {
         if self.synchronous_commit {
-            "BEGIN"
+            self.begin()
         } else {
-            "BEGIN; SET LOCAL synchronous_commit = off"
+            format!(
+                "BEGIN; SET LOCAL synchronous_commit = off{}",
+                self.local_settings()
+            )
         }
     }
 
@@ -256,9 +302,19 @@ impl PostgresConfig {
     ///
     /// sqlx's statement log is turned off too: its slow-statement warning prints the whole
     /// statement (the claim is kilobytes of SQL); `store::slow_log` logs slow calls by name.
+    ///
+    /// Under [`Pooler::Transaction`] no `options` are sent (the store sets them per
+    /// transaction instead), nor sqlx's `extra_float_digits` (PgBouncer refuses both at
+    /// startup: "unsupported startup parameter"; PostgreSQL 12 and later print floats
+    /// exactly without it), and the statement cache is off (a cached statement would be
+    /// looked for on another server connection).
     pub fn session_options(&self, options: PgConnectOptions) -> PgConnectOptions {
         use sqlx::ConnectOptions as _;
-        options.disable_statement_logging().options([
+        let options = options.disable_statement_logging();
+        if self.pooler == Pooler::Transaction {
+            return options.statement_cache_capacity(0).extra_float_digits(None);
+        }
+        options.options([
             ("jit", "off".to_owned()),
             (
                 "statement_timeout",
@@ -354,7 +410,47 @@ mod tests {
             config.relay_begin(),
             "BEGIN; SET LOCAL synchronous_commit = off"
         );
-        assert_eq!(config.synchronous_commit(true).relay_begin(), "BEGIN");
+        assert_eq!(
+            config.clone().synchronous_commit(true).relay_begin(),
+            "BEGIN"
+        );
+        assert_eq!(config.begin(), "BEGIN");
+    }
+
+    #[test]
+    fn under_a_transaction_pooler_the_session_settings_are_set_per_transaction() {
+        let config = PostgresConfig::default()
+            .pooler(Pooler::Transaction)
+            .statement_timeout(Duration::from_millis(1500));
+        assert!(!config.named_statements());
+        assert_eq!(
+            config.begin(),
+            "BEGIN; SET LOCAL jit = off; SET LOCAL statement_timeout = 1500"
+        );
+        assert_eq!(
+            config.relay_begin(),
+            "BEGIN; SET LOCAL synchronous_commit = off; SET LOCAL jit = off; \
+             SET LOCAL statement_timeout = 1500"
+        );
+        let options = config.session_options(PgConnectOptions::new());
+        assert_eq!(options.get_options(), None, "no startup options");
+        assert!(PostgresConfig::default().named_statements());
+        let direct = PostgresConfig::default().session_options(PgConnectOptions::new());
+        assert!(direct.get_options().is_some_and(|o| o.contains("jit")));
+    }
+
+    #[test]
+    fn poolers_parse_by_name() {
+        assert_eq!(
+            "transaction".parse::<Pooler>().unwrap(),
+            Pooler::Transaction
+        );
+        assert_eq!("session".parse::<Pooler>().unwrap(), Pooler::Session);
+        assert_eq!("none".parse::<Pooler>().unwrap(), Pooler::Session);
+        let error = "statement".parse::<Pooler>().unwrap_err();
+        assert_eq!(error.field, "pooler");
+        assert!(error.reason.contains("\"statement\""), "{error}");
+        assert_eq!(Pooler::Transaction.to_string(), "transaction");
     }
 
     #[test]

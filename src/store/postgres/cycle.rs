@@ -50,6 +50,7 @@ impl PostgresOutboxStore {
             StoreOp::AckAndClaim
         };
         let fenced = FencedBatch::new(acks);
+        let mut call = self.call(op).await?;
         let rows = self
             .bind_request(self.sql.cycle.to_string(), request)
             .bind(&fenced.ids)
@@ -57,9 +58,10 @@ impl PostgresOutboxStore {
             .bind(request.ordering == OrderingPolicy::Block)
             .bind(self.async_commit)
             .bind(to_i64(request.run_len()))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *call)
             .await
             .map_err(|e| db_error(op, e))?;
+        call.finish(op).await?;
         let mut applied: Vec<i64> = Vec::new();
         let mut lapsed_last = false;
         let mut due_ms = None;
@@ -85,7 +87,7 @@ impl PostgresOutboxStore {
                 // The function answers no `next_due` for a claim that took rows, and a dead
                 // letter may have made its key's next message claimable now. The acks are
                 // committed: a failure here must not fail the call, so the lane asks later.
-                self.next_due_on(&self.pool, &request.lane, &request.target, request.ordering)
+                self.next_due_alone(&request.lane, &request.target, request.ordering)
                     .await
                     .map_or(NextDue::Unknown, NextDue::Known)
             } else {

@@ -55,6 +55,7 @@ impl PostgresOutboxStore {
             Err(failure) => {
                 if !failure.inserted.is_empty() {
                     sqlx::query(AssertSqlSafe(self.sql.delete_ids.clone()))
+                        .persistent(self.named_statements)
                         .bind(&failure.inserted)
                         .execute(&mut *tx)
                         .await
@@ -87,22 +88,18 @@ impl PostgresOutboxStore {
             Vec::new()
         };
         if drafts.drafts().iter().all(|d| d.dedupe_key.is_none()) {
-            // One INSERT statement: atomic on its own, no transaction round trips.
-            let mut conn = self
-                .pool
-                .acquire()
+            // One INSERT statement: atomic on its own, no transaction round trips (but
+            // through a transaction pooler, the call's own transaction: `call.rs`).
+            let mut call = self.call(StoreOp::Enqueue).await?;
+            let answers = self
+                .write(&mut call, &drafts, claims)
                 .await
-                .map_err(|e| db_error(StoreOp::Enqueue, e))?;
-            self.write(&mut conn, &drafts, claims)
-                .await
-                .map_err(|f| f.error)
+                .map_err(|f| f.error)?;
+            call.finish(StoreOp::Enqueue).await?;
+            Ok(answers)
         } else {
             // A conflict found after some rows went in must take them back out: roll back.
-            let mut tx = self
-                .pool
-                .begin()
-                .await
-                .map_err(|e| db_error(StoreOp::Enqueue, e))?;
+            let mut tx = self.begin(StoreOp::Enqueue).await?;
             let answers = self
                 .write(&mut tx, &drafts, claims)
                 .await
@@ -227,6 +224,7 @@ impl PostgresOutboxStore {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| StoreError::database(StoreOp::Enqueue, e))?;
         let rows = sqlx::query(AssertSqlSafe(self.sql.enqueue.clone()))
+            .persistent(self.named_statements)
             .bind(self.now())
             .bind(&self.names.channel)
             .bind(which.iter().map(|&i| plan.ids[i]).collect::<Vec<_>>())
@@ -292,6 +290,7 @@ impl PostgresOutboxStore {
     ) -> Result<HashMap<(String, String, String), OutboxMessage>, StoreError> {
         let drafts = which.iter().map(|&i| &plan.drafts[i]);
         let rows = sqlx::query(AssertSqlSafe(self.sql.find_dedupe.clone()))
+            .persistent(self.named_statements)
             .bind(drafts.clone().map(|d| d.lane.clone()).collect::<Vec<_>>())
             .bind(drafts.clone().map(|d| d.target.clone()).collect::<Vec<_>>())
             .bind(drafts.map(|d| d.dedupe_key.clone()).collect::<Vec<_>>())

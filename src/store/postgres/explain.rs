@@ -45,7 +45,7 @@ impl PostgresOutboxStore {
     pub async fn explain(&self, statement: &Explained) -> Result<serde_json::Value, StoreError> {
         let op = StoreOp::Maintenance;
         let mut tx = self.begin(op).await?;
-        sqlx::query("SET LOCAL jit = off")
+        sqlx::raw_sql("SET LOCAL jit = off")
             .execute(&mut *tx)
             .await
             .map_err(|e| db_error(op, e))?;
@@ -65,12 +65,14 @@ impl PostgresOutboxStore {
                     OrderingPolicy::Block => &self.sql.next_due_block,
                 };
                 sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{sql}")))
+                    .persistent(self.named_statements)
                     .bind(self.now())
                     .bind(lane)
                     .bind(target)
             }
             Explained::LaneStats { lane, target } => {
                 sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.lane_stats)))
+                    .persistent(self.named_statements)
                     .bind(self.now())
                     .bind(lane)
                     .bind(target)

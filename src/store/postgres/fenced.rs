@@ -27,6 +27,7 @@ impl PostgresOutboxStore {
         extra: impl FnOnce(Query<'_, Postgres, PgArguments>) -> Query<'_, Postgres, PgArguments>,
     ) -> Result<Vec<PgRow>, StoreError> {
         let query = sqlx::query(AssertSqlSafe(sql.clone()))
+            .persistent(self.named_statements)
             .bind(self.now())
             .bind(&batch.ids)
             .bind(&batch.tokens);

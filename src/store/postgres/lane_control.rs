@@ -24,6 +24,7 @@ impl PostgresOutboxStore {
         const OP: StoreOp = StoreOp::PauseLane;
         request.validate()?;
         let table = &self.names.lane_control;
+        let mut call = self.call(OP).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {table} AS c (lane, target, paused_by, reason, paused_at)
              VALUES ($2, $3, $4, $5, {NOW})
@@ -36,9 +37,11 @@ impl PostgresOutboxStore {
         .bind(&request.target)
         .bind(request.paused_by.trim())
         .bind(&request.reason)
-        .fetch_one(&self.pool)
+        .persistent(self.named_statements)
+        .fetch_one(&mut *call)
         .await
         .map_err(|e| db_error(OP, e))?;
+        call.finish(OP).await?;
         pause_of(&row, OP)
     }
 
@@ -50,26 +53,32 @@ impl PostgresOutboxStore {
         const OP: StoreOp = StoreOp::ResumeLane;
         validate_lane(lane, target)?;
         let table = &self.names.lane_control;
+        let mut call = self.call(OP).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
             "DELETE FROM {table} WHERE lane = $1 AND target = $2 RETURNING {COLUMNS}"
         )))
         .bind(lane)
         .bind(target)
-        .fetch_optional(&self.pool)
+        .persistent(self.named_statements)
+        .fetch_optional(&mut *call)
         .await
         .map_err(|e| db_error(OP, e))?;
+        call.finish(OP).await?;
         row.map(|row| pause_of(&row, OP)).transpose()
     }
 
     pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
         const OP: StoreOp = StoreOp::LanePauses;
         let table = &self.names.lane_control;
+        let mut call = self.call(OP).await?;
         let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {COLUMNS} FROM {table} ORDER BY lane, target"
         )))
-        .fetch_all(&self.pool)
+        .persistent(self.named_statements)
+        .fetch_all(&mut *call)
         .await
         .map_err(|e| db_error(OP, e))?;
+        call.finish(OP).await?;
         rows.iter().map(|row| pause_of(row, OP)).collect()
     }
 }

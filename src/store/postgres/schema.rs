@@ -293,21 +293,26 @@ pub(crate) async fn applied_version(
     pool: &PgPool,
     names: &Names,
 ) -> Result<Option<i32>, StoreError> {
-    let mut conn = pool
-        .acquire()
+    // A transaction, so that it works through a transaction pooler too (`call.rs`).
+    let mut tx = pool
+        .begin()
         .await
         .map_err(|e| db_error(StoreOp::Migrate, e))?;
-    let applied = read_applied(&mut conn, names).await?;
+    let applied = read_applied(&mut tx, names).await?;
     Ok(applied.map(|versions| versions.into_iter().max().unwrap_or(0)))
 }
 
 /// The versions recorded in the migrations table, or `None` when it does not exist.
+///
+/// The schema's statements are unnamed (`persistent(false)`): they run once per migration
+/// or store, and so work through a transaction pooler unchanged.
 pub(crate) async fn read_applied(
     conn: &mut sqlx::PgConnection,
     names: &Names,
 ) -> Result<Option<Vec<i32>>, StoreError> {
     let op = StoreOp::Migrate;
     let has_migrations: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .persistent(false)
         .bind(&names.migrations)
         .fetch_one(&mut *conn)
         .await
@@ -319,6 +324,7 @@ pub(crate) async fn read_applied(
         "SELECT version FROM {}",
         names.migrations
     )))
+    .persistent(false)
     .fetch_all(&mut *conn)
     .await
     .map_err(|e| db_error(op, e))?;
@@ -331,10 +337,20 @@ pub(crate) async fn function_exists<'c>(
     name: &str,
 ) -> Result<bool, StoreError> {
     sqlx::query_scalar("SELECT to_regproc($1) IS NOT NULL")
+        .persistent(false)
         .bind(name)
         .fetch_one(executor)
         .await
         .map_err(|e| db_error(StoreOp::Migrate, e))
+}
+
+/// [`function_exists`] in a transaction of its own (what a transaction pooler needs).
+pub(crate) async fn function_exists_in_pool(pool: &PgPool, name: &str) -> Result<bool, StoreError> {
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(|e| db_error(StoreOp::Migrate, e))?;
+    function_exists(&mut *tx, name).await
 }
 
 #[cfg(test)]

@@ -59,6 +59,11 @@ pub(super) struct SweepSql {
     find: Arc<str>,
     /// `$1` ids: clears the mark of those still stray; answers how many.
     clear: Arc<str>,
+    /// How a sweep's transaction begins (with the session settings under a transaction
+    /// pooler).
+    begin: Arc<str>,
+    /// Whether its statements may be named prepared statements (`PostgresConfig::pooler`).
+    named: bool,
 }
 
 /// "An earlier live row of `{r}`'s key exists": one probe of each key index.
@@ -67,7 +72,7 @@ fn behind_a_live_row(t: &str, r: &str) -> String {
 }
 
 impl SweepSql {
-    pub(super) fn new(names: &Names) -> Self {
+    pub(super) fn new(names: &Names, config: &super::PostgresConfig) -> Self {
         let t = &names.messages;
         let class = head_lock_class(names);
         let key = head_lock_key("s.lane", "s.target", "s.ordering_key");
@@ -97,6 +102,13 @@ impl SweepSql {
                    AND {still_stray}"
             )
             .into(),
+            // READ COMMITTED whatever the session's default: the second statement must see
+            // what committed while the first took the locks.
+            begin: config
+                .begin()
+                .replacen("BEGIN", "BEGIN ISOLATION LEVEL READ COMMITTED", 1)
+                .into(),
+            named: config.named_statements(),
         }
     }
 }
@@ -134,10 +146,8 @@ async fn sweep(
     target: &str,
 ) -> Result<u64, StoreError> {
     let op = StoreOp::Maintenance;
-    // READ COMMITTED whatever the session's default: the second statement must see what
-    // committed while the first took the locks.
     let mut tx = pool
-        .begin_with("BEGIN ISOLATION LEVEL READ COMMITTED")
+        .begin_with(AssertSqlSafe(sql.begin.to_string()))
         .await
         .map_err(|e| db_error(op, e))?;
     let ids: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(sql.find.to_string()))
@@ -145,6 +155,7 @@ async fn sweep(
         .bind(lane)
         .bind(target)
         .bind(to_i64(SWEEP_LIMIT))
+        .persistent(sql.named)
         .fetch_all(&mut *tx)
         .await
         .map_err(|e| db_error(op, e))?;
@@ -153,6 +164,7 @@ async fn sweep(
     } else {
         sqlx::query(AssertSqlSafe(sql.clear.to_string()))
             .bind(&ids)
+            .persistent(sql.named)
             .execute(&mut *tx)
             .await
             .map_err(|e| db_error(op, e))?

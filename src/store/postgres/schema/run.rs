@@ -142,7 +142,7 @@ async fn in_transaction(
     let op = StoreOp::Migrate;
     let mut tx = pool.begin().await.map_err(|e| db_error(op, e))?;
     for statement in prelude(names, timeouts) {
-        sqlx::query(AssertSqlSafe(statement))
+        sqlx::raw_sql(AssertSqlSafe(statement))
             .execute(&mut *tx)
             .await
             .map_err(|e| db_error(op, e))?;
@@ -231,7 +231,7 @@ async fn create_functions(
 async fn lock_holders(pool: &PgPool, names: &Names) -> String {
     /// pid, its lock modes, seconds its transaction is open, its state.
     type Holder = (i32, String, Option<f64>, Option<String>);
-    let holders: Result<Vec<Holder>, sqlx::Error> = sqlx::query_as(
+    let query = sqlx::query_as::<_, Holder>(
         "SELECT l.pid, string_agg(DISTINCT l.mode, ', '),
                     max(extract(epoch FROM now() - a.xact_start))::float8,
                     max(a.state)
@@ -243,8 +243,12 @@ async fn lock_holders(pool: &PgPool, names: &Names) -> String {
     )
     .bind(&names.messages)
     .bind(&names.migrations)
-    .fetch_all(pool)
-    .await;
+    .persistent(false);
+    // In a transaction, unnamed: what a transaction pooler allows (`call.rs`).
+    let holders: Result<Vec<Holder>, sqlx::Error> = match pool.begin().await {
+        Ok(mut tx) => query.fetch_all(&mut *tx).await,
+        Err(error) => Err(error),
+    };
     let holders = holders.unwrap_or_default();
     if holders.is_empty() {
         return String::new();
