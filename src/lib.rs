@@ -137,7 +137,8 @@
 //! - `simulate` (feature `simulate`, in `cli`): one lane's real settings against a stated
 //!   load and target on that simulation, for `outbox-relay simulate`.
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
-//!   `FailureKind`, `LaneState`, `BreakerState`, `GateKind` and `StoreOp`), `describe()`,
+//!   `FailureKind`, `LaneState`, `BreakerState`, `GateKind` and `StoreOp`; the three lane
+//!   ones live in `lane_state.rs`, apart from `relay`, which `metrics` never imports), `describe()`,
 //!   `StoreMetrics` (the store hook that records the store's metrics), `LaneMetrics` (the
 //!   relay's recording helpers, with `StoreCallTimer` for store call durations),
 //!   `metrics::process` (`outbox_build_info` and the `process_*` catalogue; `build.rs`
@@ -217,6 +218,7 @@ pub mod delivery;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod lane_state;
 pub mod message;
 pub mod metrics;
 mod named;

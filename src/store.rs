@@ -94,7 +94,9 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-pub use admin::{LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest};
+pub use admin::{
+    LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, LIST_SCAN_PAGES,
+};
 pub use backend::{Capabilities, OutboxBackend};
 pub use enqueue::{DraftBatch, PreClaim};
 pub use error::StoreError;

@@ -3,18 +3,34 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgRow;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Postgres, Row};
 use uuid::Uuid;
 
 use crate::message::OutboxMessage;
 use crate::store::StoreOp;
-use crate::store::{
-    LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, StoreError,
-};
+use crate::store::{LaneCount, LaneStats, MessageFilter, PurgeRequest, StoreError};
+use crate::time::UnixMillis;
 
 use super::decode::{self, db_error, unsigned};
 use super::{interval, to_i64, PostgresOutboxStore};
+
+/// Binds `filter`'s seven values in the order `sql.rs`'s `filter` reads them.
+fn bind_filter<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    filter: &'q MessageFilter,
+) -> Query<'q, Postgres, PgArguments> {
+    let (after, before) = filter.enqueued_millis();
+    query
+        .bind(&filter.lane)
+        .bind(&filter.target)
+        .bind(&filter.ordering_key)
+        .bind(&filter.ids)
+        .bind(after.map(UnixMillis::as_millis))
+        .bind(before.map(UnixMillis::as_millis))
+        .bind(&filter.error_contains)
+}
 
 impl PostgresOutboxStore {
     pub(super) async fn stats_of(
@@ -25,7 +41,7 @@ impl PostgresOutboxStore {
         let rows = match (&filter.lane, &filter.target) {
             // One lane (what a relay asks for): every figure from an index.
             (Some(lane), Some(target))
-                if filter.ordering_key.is_none() && filter.ids.is_empty() =>
+                if filter.ordering_key.is_none() && filter.ids.is_empty() && !filter.scans() =>
             {
                 sqlx::query(AssertSqlSafe(self.sql.lane_stats.clone()))
                     .bind(self.now())
@@ -35,14 +51,12 @@ impl PostgresOutboxStore {
                     .await
             }
             _ => {
-                sqlx::query(AssertSqlSafe(self.sql.stats.clone()))
-                    .bind(self.now())
-                    .bind(&filter.lane)
-                    .bind(&filter.target)
-                    .bind(&filter.ordering_key)
-                    .bind(&filter.ids)
-                    .fetch_all(&self.pool)
-                    .await
+                bind_filter(
+                    sqlx::query(AssertSqlSafe(self.sql.stats.clone())).bind(self.now()),
+                    filter,
+                )
+                .fetch_all(&self.pool)
+                .await
             }
         }
         .map_err(|e| db_error(op, e))?;
@@ -76,30 +90,6 @@ impl PostgresOutboxStore {
         Ok(lanes)
     }
 
-    pub(super) async fn list_page(
-        &self,
-        filter: &MessageFilter,
-        page: PageRequest,
-    ) -> Result<Page, StoreError> {
-        // One row past the page tells whether another page exists.
-        let rows = sqlx::query(AssertSqlSafe(self.sql.list.clone()))
-            .bind(&filter.lane)
-            .bind(&filter.target)
-            .bind(&filter.ordering_key)
-            .bind(&filter.ids)
-            .bind(filter.status.map(|s| s.as_str()))
-            .bind(page.after)
-            .bind(to_i64(page.limit.saturating_add(1)))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| db_error(StoreOp::List, e))?;
-        let messages = rows
-            .iter()
-            .map(decode::message)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Page::from_overfetch(messages, page.limit))
-    }
-
     pub(super) async fn get_one(
         &self,
         outbox_id: Uuid,
@@ -117,13 +107,11 @@ impl PostgresOutboxStore {
         filter: &MessageFilter,
     ) -> Result<Vec<LaneCount>, StoreError> {
         let op = StoreOp::RequeueDeadLetters;
-        let rows = sqlx::query(AssertSqlSafe(self.sql.requeue.clone()))
-            .bind(self.now())
-            .bind(&filter.lane)
-            .bind(&filter.target)
-            .bind(&filter.ordering_key)
-            .bind(&filter.ids)
-            .bind(&self.names.channel)
+        let rows = bind_filter(
+            sqlx::query(AssertSqlSafe(self.sql.requeue.clone())).bind(self.now()),
+            filter,
+        )
+        .bind(&self.names.channel)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(op, e))?;
@@ -143,11 +131,7 @@ impl PostgresOutboxStore {
     }
 
     pub(super) async fn discard_dead(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        let done = sqlx::query(AssertSqlSafe(self.sql.discard.clone()))
-            .bind(&filter.lane)
-            .bind(&filter.target)
-            .bind(&filter.ordering_key)
-            .bind(&filter.ids)
+        let done = bind_filter(sqlx::query(AssertSqlSafe(self.sql.discard.clone())), filter)
             .execute(&self.pool)
             .await
             .map_err(|e| db_error(StoreOp::DiscardDeadLetters, e))?;
