@@ -30,6 +30,8 @@ mod hand_off;
 mod heads;
 #[path = "postgres/keys.rs"]
 mod keys;
+#[path = "postgres/list_plans.rs"]
+mod list_plans;
 #[path = "postgres/plans.rs"]
 mod plans;
 #[path = "postgres/retention.rs"]

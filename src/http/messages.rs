@@ -114,7 +114,8 @@ pub(super) fn parse_list(query: &str) -> Result<ListQuery, ApiError> {
         if after >= before {
             return Err(bad(
                 "enqueued_before",
-                "must be later than enqueued_after: the range is [enqueued_after, enqueued_before)".into(),
+                "must be later than enqueued_after: the range is [enqueued_after, enqueued_before)"
+                    .into(),
             ));
         }
     }

@@ -112,9 +112,9 @@ impl PostgresOutboxStore {
             filter,
         )
         .bind(&self.names.channel)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| db_error(op, e))?;
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error(op, e))?;
         // One row per (lane, target) requeued; none when nothing was.
         let mut per_lane = Vec::with_capacity(rows.len());
         for row in &rows {

@@ -4,9 +4,9 @@
 //!
 //! What a page reads (pinned at 1 M rows by `tests/postgres/plans.rs`):
 //! - by lane and target: `list_idx` (lane, target, status, seq), one index range per
-//!   status merged in seq order (a Merge Append), or the one range of the status asked for;
-//!   by ordering key too: the key indexes of each status (`key_pending_idx`,
-//!   `key_claimed_idx`, `dead_idx`, `delivered_key_idx`). Each range stops at the page.
+//!   status, each under a LIMIT, merged in seq order, or the one range of the status asked
+//!   for; by ordering key too: `list_key_idx` (lane, target, ordering_key, status, seq)
+//!   the same way. Each range stops at the page (or the scan budget).
 //! - by ids: the primary key, one probe per id.
 //! - the enqueue time range and the error text are checked on the rows read that way, and
 //!   at most [`list_budget`] of them: [`LIST_SCAN_PAGES`](crate::store::LIST_SCAN_PAGES)
@@ -110,8 +110,7 @@ pub(super) fn list_sql(t: &str, filter: &MessageFilter, page: PageRequest) -> Li
         terms.push(format!("m.outbox_id = ANY({p}::uuid[])"));
     }
     // One arm per status when a lane is listed whole: the statuses' ranges of list_idx
-    // (or of the key indexes) merged in seq order. Statuses are literals, so the partial
-    // indexes of one status match.
+    // (or of list_key_idx) merged in seq order.
     let one_lane = filter.lane.is_some() && filter.target.is_some() && filter.ids.is_empty();
     let statuses: Vec<Option<OutboxStatus>> = match filter.status {
         Some(status) => vec![Some(status)],
@@ -120,18 +119,36 @@ pub(super) fn list_sql(t: &str, filter: &MessageFilter, page: PageRequest) -> Li
     };
     let cols = columns("m");
     let terms = terms.join(" AND ");
+    let budget = sql.bind(Value::Int(to_i64(list_budget(filter, page.limit))));
+    // Each arm stops at the budget itself: its index range in seq order under a LIMIT,
+    // whatever the planner believes of the merge above it (on a table it has no
+    // statistics for, it would rather sort the arms' every row).
     let arms: Vec<String> = statuses
         .iter()
         .map(|status| {
-            let status = status.map_or(String::new(), |s| {
-                format!(" AND m.status = '{}'", s.as_str())
-            });
+            // The status as a range of one value, `status >= 'x' AND status <= 'x'`, not
+            // as `status = 'x'`: the planner cannot prove a partial index's
+            // `status = 'x'` from it, so the narrow indexes of one status (dead_idx,
+            // key_pending_idx, ...: read whole and sorted when it guesses they are small)
+            // are out; and ordered by (status, seq), which list_idx and list_key_idx give
+            // and seq_idx does not, it cannot walk the whole table in seq order hoping to
+            // meet a rare status soon. The statistics still price the range.
+            let (status, order) = match status {
+                Some(s) => (
+                    format!(
+                        " AND m.status >= '{s}' AND m.status <= '{s}'",
+                        s = s.as_str()
+                    ),
+                    "m.status, m.seq",
+                ),
+                None => (String::new(), "m.seq"),
+            };
             format!(
-                "SELECT {cols}, ({hit}) IS TRUE AS list_hit FROM {t} m WHERE {terms}{status}"
+                "(SELECT {cols}, ({hit}) IS TRUE AS list_hit FROM {t} m WHERE {terms}{status}
+                  ORDER BY {order} LIMIT {budget})"
             )
         })
         .collect();
-    let budget = sql.bind(Value::Int(to_i64(list_budget(filter, page.limit))));
     let limit = sql.bind(Value::Int(to_i64(page.limit.saturating_add(1))));
     sql.text = format!(
         "WITH scanned AS MATERIALIZED (
@@ -163,7 +180,10 @@ impl PostgresOutboxStore {
         for row in &rows {
             last_read = Some(row.try_get::<i64, _>("seq").map_err(|e| db_error(op, e))?);
             read = row.try_get("list_read").map_err(|e| db_error(op, e))?;
-            if row.try_get::<bool, _>("list_hit").map_err(|e| db_error(op, e))? {
+            if row
+                .try_get::<bool, _>("list_hit")
+                .map_err(|e| db_error(op, e))?
+            {
                 hits.push(decode::message(row)?);
             }
         }
@@ -185,7 +205,12 @@ mod tests {
         };
         let sql = list_sql("t", &MessageFilter::lane("orders", "billing"), page);
         assert_eq!(sql.text.matches(" UNION ALL ").count(), 3, "{}", sql.text);
-        assert!(sql.text.contains("m.status = 'dead_letter'"), "{}", sql.text);
+        assert!(
+            sql.text
+                .contains("m.status >= 'dead_letter' AND m.status <= 'dead_letter'"),
+            "{}",
+            sql.text
+        );
         assert!(!sql.text.contains("IS NULL"), "{}", sql.text);
         assert_eq!(
             sql.values,
@@ -201,9 +226,20 @@ mod tests {
         let scanning = MessageFilter::lane("orders", "billing")
             .with_status(OutboxStatus::DeadLetter)
             .with_error_containing("timeout");
-        let sql = list_sql("t", &scanning, PageRequest { after: None, limit: 10 });
+        let sql = list_sql(
+            "t",
+            &scanning,
+            PageRequest {
+                after: None,
+                limit: 10,
+            },
+        );
         assert!(!sql.text.contains(" UNION ALL "), "{}", sql.text);
-        assert!(sql.text.contains("strpos(m.last_error, $1) > 0"), "{}", sql.text);
+        assert!(
+            sql.text.contains("strpos(m.last_error, $1) > 0"),
+            "{}",
+            sql.text
+        );
         // Ten pages' worth of rows read at most, eleven matches answered at most.
         assert_eq!(sql.values.last(), Some(&Value::Int(11)));
         assert_eq!(sql.values[sql.values.len() - 2], Value::Int(110));

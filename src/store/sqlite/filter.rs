@@ -66,8 +66,16 @@ impl FilterSql {
                 binds,
             };
         }
+        // A listing compares with `? || ''`, an expression SQLite does not sample against
+        // its statistics: given the value itself, it judged a common lane unselective and
+        // read a key's index by skip-scan, sorting the key's rows, instead of the range.
+        let placeholder = if which == Terms::Indexed {
+            "(? || '')"
+        } else {
+            "?"
+        };
         let mut term = |column: &str, value: String| {
-            terms.push(format!("{alias}{column} = ?"));
+            terms.push(format!("{alias}{column} = {placeholder}"));
             binds.push(value);
         };
         if let Some(lane) = &filter.lane {

@@ -654,10 +654,16 @@ pub async fn list_filters_by_enqueue_time_and_error_text(h: Harness) {
     let stats = h.store.stats(&error("refused")).await.unwrap();
     assert_eq!(lane_stats(&stats, LANE, TARGET).dead_letter, 2, "{stats:?}");
     assert_eq!(
-        h.store.requeue_dead_letters(&error("timeout")).await.unwrap(),
+        h.store
+            .requeue_dead_letters(&error("timeout"))
+            .await
+            .unwrap(),
         1
     );
-    assert_eq!(get(&h, sent[1].outbox_id).await.status, OutboxStatus::Pending);
+    assert_eq!(
+        get(&h, sent[1].outbox_id).await.status,
+        OutboxStatus::Pending
+    );
     assert_eq!(
         h.store
             .discard_dead_letters(&lane.clone().enqueued_between(None, Some(at(1))))
@@ -680,7 +686,10 @@ pub async fn a_rare_match_is_found_across_short_pages(h: Harness) {
     let batch = h.store.claim(&request).await.unwrap();
     assert_eq!(batch.messages.len(), 60);
     let (last, rest) = batch.messages.split_last().expect("a batch");
-    h.store.ack(&rest.iter().map(claim_of).collect::<Vec<_>>()).await.unwrap();
+    h.store
+        .ack(&rest.iter().map(claim_of).collect::<Vec<_>>())
+        .await
+        .unwrap();
     h.store
         .nack(&[Nack {
             claim: claim_of(last),
@@ -691,7 +700,11 @@ pub async fn a_rare_match_is_found_across_short_pages(h: Harness) {
         .unwrap();
     let filter = MessageFilter::lane(LANE, TARGET).with_error_containing("needle");
     for limit in [1, 2, 5] {
-        assert_eq!(listed(&h, &filter, limit).await, [sent[59]], "limit {limit}");
+        assert_eq!(
+            listed(&h, &filter, limit).await,
+            [sent[59]],
+            "limit {limit}"
+        );
     }
     let dead = filter.with_status(OutboxStatus::DeadLetter);
     assert_eq!(listed(&h, &dead, 1).await, [sent[59]]);
