@@ -66,7 +66,10 @@ mod tests {
             ("metrics.rs", include_str!("metrics.rs")),
             ("metrics/lane.rs", include_str!("metrics/lane.rs")),
             ("metrics/process.rs", include_str!("metrics/process.rs")),
-            ("metrics/prometheus.rs", include_str!("metrics/prometheus.rs")),
+            (
+                "metrics/prometheus.rs",
+                include_str!("metrics/prometheus.rs"),
+            ),
         ] {
             for (n, line) in text.lines().enumerate() {
                 assert!(
