@@ -166,7 +166,11 @@ impl FileConfig {
                     Some(given[i].0.key.to_owned()),
                     error.message(),
                 ),
-                None => FileConfigError::new(origin, None, error.message()),
+                // The file's own mistake: read it alone for the line and column.
+                None => match toml::from_str::<FileConfig>(text) {
+                    Err(error) => parse_error(origin, text, &error),
+                    Ok(_) => FileConfigError::new(origin, None, error.message()),
+                },
             }
         })?;
         config.validate().map_err(|error| {
