@@ -92,9 +92,10 @@
 //!   `store/unreadable.rs`: what a claim does with a row it cannot read back into a message
 //!   (dead-letters it alone, `ClaimBatch::unreadable`);
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
-//!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
-//!   its claims read their indexes) and `store::postgres` (feature `postgres`) implement
-//!   it; [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
+//!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` and
+//!   `list_query_plan` show how its claims and listings read their indexes) and
+//!   `store::postgres` (feature `postgres`; `store/postgres/list.rs` builds a listing's SQL
+//!   from its filter, `Explained::List` shows its plan) implement it; [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
 //!   block of `OutboxBackend`, each backend's in its `lane_control.rs`);
 //!   [`store::slow_log`] is the hook that logs a slow call by its name and duration.
 //! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
@@ -117,7 +118,8 @@
 //!   the gates' `RateLimit` and `CircuitBreakerConfig`, the listener's `ListenerConfig` and
 //!   `ControlToken` (`config/listener.rs`);
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
-//!   the relay as a TOML file, as the binary reads it).
+//!   the relay as a TOML file, as the binary reads it; `config/file/env.rs` its settings
+//!   from `OUTBOX_…` variables, `ENV_SETTINGS`).
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
 //!   `LaneState`; `relay/event.rs` (`RelayEvent`) and `relay/status.rs` (`LaneStatus` and
 //!   the counters behind it);
