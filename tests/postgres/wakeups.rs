@@ -166,11 +166,19 @@ async fn a_lane_pause_and_its_resume_notify_other_processes() {
         .await
         .unwrap();
     assert_eq!(next_wakeup(&mut rx).await, WakeUp::LaneControl);
-    assert!(operator.resume_lane("orders", "sink").await.unwrap().is_some());
+    assert!(operator
+        .resume_lane("orders", "sink")
+        .await
+        .unwrap()
+        .is_some());
     assert_eq!(next_wakeup(&mut rx).await, WakeUp::LaneControl);
     // Resuming a lane that is not paused changes nothing and notifies nothing: the next
     // wake-up is the marker's.
-    assert!(operator.resume_lane("orders", "sink").await.unwrap().is_none());
+    assert!(operator
+        .resume_lane("orders", "sink")
+        .await
+        .unwrap()
+        .is_none());
     operator.enqueue(draft("marker", 0)).await.unwrap();
     assert_eq!(wakeups_before_marker(&mut rx, "orders").await, 0);
     schema.drop().await;
