@@ -92,10 +92,12 @@
 //!   `store/unreadable.rs`: what a claim does with a row it cannot read back into a message
 //!   (dead-letters it alone, `ClaimBatch::unreadable`);
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
-//!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` shows how
-//!   its claims read their indexes) and `store::postgres` (feature `postgres`; its
-//!   `call.rs` is the connection of one call, a transaction of its own behind PgBouncer in
-//!   transaction mode) implement it; [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
+//!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` and
+//!   `list_query_plan` show how its claims and listings read their indexes) and
+//!   `store::postgres` (feature `postgres`; `store/postgres/list.rs` builds a listing's SQL
+//!   from its filter, `Explained::List` shows its plan; its `call.rs` is the connection of
+//!   one call, a transaction of its own behind PgBouncer in transaction mode) implement it;
+//!   [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
 //!   block of `OutboxBackend`, each backend's in its `lane_control.rs`);
 //!   [`store::slow_log`] is the hook that logs a slow call by its name and duration.
 //! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
@@ -118,7 +120,8 @@
 //!   the gates' `RateLimit` and `CircuitBreakerConfig`, the listener's `ListenerConfig` and
 //!   `ControlToken` (`config/listener.rs`);
 //!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
-//!   the relay as a TOML file, as the binary reads it).
+//!   the relay as a TOML file, as the binary reads it; `config/file/env.rs` its settings
+//!   from `OUTBOX_…` variables, `ENV_SETTINGS`).
 //! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
 //!   `LaneState`; `relay/event.rs` (`RelayEvent`) and `relay/status.rs` (`LaneStatus` and
 //!   the counters behind it);
@@ -138,7 +141,8 @@
 //! - `simulate` (feature `simulate`, in `cli`): one lane's real settings against a stated
 //!   load and target on that simulation, for `outbox-relay simulate`.
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
-//!   `FailureKind`, `LaneState`, `BreakerState`, `GateKind` and `StoreOp`), `describe()`,
+//!   `FailureKind`, `LaneState`, `BreakerState`, `GateKind` and `StoreOp`; the three lane
+//!   ones live in `lane_state.rs`, apart from `relay`, which `metrics` never imports), `describe()`,
 //!   `StoreMetrics` (the store hook that records the store's metrics), `LaneMetrics` (the
 //!   relay's recording helpers, with `StoreCallTimer` for store call durations),
 //!   `metrics::process` (`outbox_build_info` and the `process_*` catalogue; `build.rs`
@@ -221,6 +225,7 @@ pub mod delivery;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+mod lane_state;
 pub mod message;
 pub mod metrics;
 mod named;

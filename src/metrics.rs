@@ -41,7 +41,8 @@ pub use lane::{LaneMetrics, StoreCallTimer};
 pub use process::{record_build_info, BUILD_INFO, PROCESS};
 
 use crate::delivery::FailureKind;
-use crate::relay::{BreakerState, GateKind};
+pub use crate::lane_state::LaneState;
+use crate::lane_state::{BreakerState, GateKind};
 use crate::store::{CallOutcome, Enqueued, StoreCall, StoreHook};
 /// What `http::install_prometheus_exporter` returns: renders the metrics on demand
 /// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
@@ -314,26 +315,6 @@ impl StoreHook for StoreMetrics {
             })),
             _ => {}
         }
-    }
-}
-
-crate::named::label_values! {
-    /// What a lane relay is doing: the value of [`LABEL_STATE`] on [`LANE_STATE`].
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum LaneState {
-        /// Claiming and delivering.
-        Running => "running",
-        /// Paused by a command: claims nothing, keeps its configuration.
-        Paused => "paused",
-        /// Being removed: claims nothing new, finishes what it holds.
-        Draining => "draining",
-        /// Crashed; the supervisor restarts it after a backoff.
-        Restarting => "restarting",
-        /// Restarted too often within the window: stays down until an operator acts.
-        Failed => "failed",
-        /// Stopped on purpose (shutdown or removal).
-        Stopped => "stopped",
     }
 }
 

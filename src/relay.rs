@@ -28,8 +28,7 @@ use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
 use crate::store::Outbox;
 
-pub use crate::metrics::LaneState;
-pub use lane::core::gate::{BreakerState, GateKind};
+pub use crate::lane_state::{BreakerState, GateKind, LaneState};
 
 mod event;
 pub(crate) mod handler;

@@ -94,7 +94,9 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-pub use admin::{LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest};
+pub use admin::{
+    LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, LIST_SCAN_PAGES,
+};
 pub use backend::{Capabilities, OutboxBackend};
 pub use enqueue::{DraftBatch, PreClaim};
 pub use error::StoreError;
@@ -328,6 +330,9 @@ pub enum WakeUp {
     },
     /// Notifications may have been missed (a listener reconnected): every lane should look.
     All,
+    /// A fleet-wide lane pause was recorded or lifted: the relay's lane-control watcher
+    /// reads the pauses now rather than at its next poll. No lane's claim is concerned.
+    LaneControl,
 }
 
 impl WakeUp {
@@ -336,7 +341,14 @@ impl WakeUp {
         match self {
             WakeUp::Lane { lane: l, target: t } => l == lane && t == target,
             WakeUp::All => true,
+            WakeUp::LaneControl => false,
         }
+    }
+
+    /// Whether the lane pauses should be read again: a pause changed, or wake-ups may have
+    /// been missed.
+    pub fn concerns_lane_control(&self) -> bool {
+        matches!(self, WakeUp::LaneControl | WakeUp::All)
     }
 }
 

@@ -126,6 +126,8 @@ macro_rules! conformance {
             a_nul_in_the_payload_is_refused_by_every_store,
             // cases/admin.rs
             list_pages_in_enqueue_order_with_filters,
+            list_filters_by_enqueue_time_and_error_text,
+            a_rare_match_is_found_across_short_pages,
             stats_count_every_status_per_lane,
             requeue_dead_letters_by_ids_and_by_lane,
             discard_deletes_only_dead_letters,

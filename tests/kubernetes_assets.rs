@@ -186,11 +186,11 @@ fn check_relay_toml(text: &str) {
     config.validate().unwrap_or_else(|e| panic!("{e}"));
     let lanes = config.lanes().unwrap_or_else(|e| panic!("{e}"));
     assert!(!lanes.is_empty());
-    let MetricsListen::Listen(addr) = config.metrics_listen else {
+    let MetricsListen::Listen(addr) = config.listen_address() else {
         panic!("the ConfigMap turns the listener off: no probes, no metrics")
     };
     assert!(
         addr.ip().is_unspecified() && addr.port() == 9464,
-        "metrics_listen = {addr}: probes and scrapes come from outside the pod"
+        "listener.address = {addr}: probes and scrapes come from outside the pod"
     );
 }

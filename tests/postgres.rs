@@ -31,6 +31,8 @@ mod hand_off;
 mod heads;
 #[path = "postgres/keys.rs"]
 mod keys;
+#[path = "postgres/list_plans.rs"]
+mod list_plans;
 #[path = "postgres/pgbouncer.rs"]
 mod pgbouncer;
 #[path = "support/pgbouncer.rs"]

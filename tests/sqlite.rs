@@ -166,7 +166,7 @@ async fn the_file_is_in_wal_mode_and_migrations_run_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 5, "each migration recorded once");
+    assert_eq!(versions, 6, "each migration recorded once");
 }
 
 #[tokio::test]

@@ -85,10 +85,11 @@ pub struct FileConfig {
     /// How long to keep trying to reach the database at start. Default 10s.
     #[serde(default)]
     pub connect_timeout: Option<HumanDuration>,
-    /// Where the Prometheus endpoint listens, or `false` for none. Default 127.0.0.1:9464.
+    /// The older name of `listener.address`: where the listener binds, or `false` for
+    /// none. Read when `listener.address` is absent; [`Self::listen_address`] resolves them.
     #[serde(default)]
-    pub metrics_listen: MetricsListen,
-    /// That listener's limits and its control token.
+    pub metrics_listen: Option<MetricsListen>,
+    /// The HTTP listener: its address, limits, control token and route groups.
     #[serde(default)]
     pub listener: ListenerSection,
     /// The PostgreSQL pool and session settings (ignored for SQLite).
@@ -287,10 +288,42 @@ impl FileConfig {
                 .map_err(|reason| ConfigError::new("otlp_endpoint", reason))?;
         }
         self.listener.validate()?;
+        let field = match (&self.listener.address, &self.metrics_listen) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "listener.address",
+                    "set listener.address or its older name metrics_listen, not both",
+                ))
+            }
+            (None, Some(_)) => "metrics_listen",
+            _ => "listener.address",
+        };
+        self.listener
+            .check_exposure(&self.listen_address(), field)?;
         self.postgres.to_options()?;
         self.supervisor()?;
         self.lanes()?;
         Ok(())
+    }
+
+    /// Where the listener binds: `listener.address`, else the older `metrics_listen`,
+    /// else the default (`127.0.0.1:9464`).
+    pub fn listen_address(&self) -> MetricsListen {
+        self.listener
+            .address
+            .or(self.metrics_listen)
+            .unwrap_or_default()
+    }
+
+    /// The older keys the file sets, each with the key that replaces it: the daemon warns
+    /// about them at start.
+    pub fn deprecated_keys(&self) -> Vec<(&'static str, &'static str)> {
+        let mut keys = Vec::new();
+        if self.metrics_listen.is_some() {
+            keys.push(("metrics_listen", "listener.address"));
+        }
+        keys.extend(self.listener.deprecated_keys());
+        keys
     }
 
     /// The database URL the file names (or the default), parsed.
@@ -391,6 +424,7 @@ impl FileConfig {
     }
 }
 
+mod env;
 mod error;
 mod gates;
 mod lane;
@@ -399,6 +433,7 @@ mod postgres;
 #[cfg(test)]
 mod tests;
 
+pub use env::{EnvKind, EnvSetting, ENV_SETTINGS};
 use error::parse_error;
 pub use error::FileConfigError;
 pub use gates::{BreakerSection, RateSpec};

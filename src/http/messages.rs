@@ -1,10 +1,15 @@
 //! The JSON API's messages and dead letters:
 //!
-//! - `GET /api/v1/messages?lane=L&target=T[&status=S][&key=K][&limit=N][&after=SEQ]`: a
-//!   page of one lane's messages in enqueue order, `next_cursor` the `after` of the next
-//!   page (keyset paging on the enqueue sequence, never an offset). `lane` and `target`
-//!   are required, so every page reads the lane's index; `id=…` (repeatable) instead looks
-//!   messages up by id. An unknown parameter is refused, naming it.
+//! - `GET /api/v1/messages?lane=L&target=T[&status=S][&key=K][&enqueued_after=T1]
+//!   [&enqueued_before=T2][&error=TEXT][&limit=N][&after=SEQ]`: a page of one lane's
+//!   messages in enqueue order, `next_cursor` the `after` of the next page (keyset paging
+//!   on the enqueue sequence, never an offset). `lane` and `target` are required, so every
+//!   page reads the lane's index; `id=…` (repeatable) instead looks messages up by id. The
+//!   time range (RFC 3339, `[enqueued_after, enqueued_before)`) and the error text (a
+//!   case-sensitive substring of `last_error`) are checked on the rows the index yields,
+//!   at most [`LIST_SCAN_PAGES`](crate::store::LIST_SCAN_PAGES) pages' worth per call: such
+//!   a page may be short, even empty, with a `next_cursor` to go on from. An unknown
+//!   parameter is refused, naming it.
 //! - `GET /api/v1/messages/{id}`: one message, every field.
 //! - `POST /api/v1/dead-letters/requeue|discard` with `{"ids": […]}` or
 //!   `{"lane": …, "target": …}`, and `"dry_run": true` to count first: answers the count
@@ -25,6 +30,7 @@ use super::control::authorize;
 use super::Routes;
 use crate::message::OutboxStatus;
 use crate::store::{MessageFilter, PageRequest};
+use crate::time::UnixMillis;
 
 /// The most messages one page may hold.
 pub const MAX_PAGE_SIZE: usize = 500;
@@ -72,6 +78,25 @@ pub(super) fn parse_list(query: &str) -> Result<ListQuery, ApiError> {
                         bad("limit", format!("must be 1 to {MAX_PAGE_SIZE}, not {value:?}"))
                     })?
             }
+            "enqueued_after" | "enqueued_before" => {
+                let at = value.parse::<UnixMillis>().map_err(|e| {
+                    bad(
+                        &name,
+                        format!("{value:?} is not an RFC 3339 instant in UTC (2026-12-06T09:00:00Z): {e}"),
+                    )
+                })?;
+                if name == "enqueued_after" {
+                    filter.enqueued_after = Some(at.into());
+                } else {
+                    filter.enqueued_before = Some(at.into());
+                }
+            }
+            "error" => {
+                if value.is_empty() {
+                    return Err(bad("error", "must not be empty: it is text to find in last_error".into()));
+                }
+                filter.error_contains = Some(value);
+            }
             "after" => {
                 after = Some(value.parse::<i64>().map_err(|_| {
                     bad("after", format!("{value:?} is not a cursor (a previous page's next_cursor)"))
@@ -80,9 +105,18 @@ pub(super) fn parse_list(query: &str) -> Result<ListQuery, ApiError> {
             other => {
                 return Err(bad(
                     other,
-                    format!("unknown filter {other:?}; filters are lane, target, status, key, id, limit, after"),
+                    format!("unknown filter {other:?}; filters are lane, target, status, key, id, enqueued_after, enqueued_before, error, limit, after"),
                 ))
             }
+        }
+    }
+    if let (Some(after), Some(before)) = (filter.enqueued_after, filter.enqueued_before) {
+        if after >= before {
+            return Err(bad(
+                "enqueued_before",
+                "must be later than enqueued_after: the range is [enqueued_after, enqueued_before)"
+                    .into(),
+            ));
         }
     }
     if filter.ids.is_empty() {
@@ -285,6 +319,23 @@ mod tests {
             })
         );
         assert!(parse_list(&format!("id={}", Uuid::nil())).is_ok());
+        let ranged = parse_list(
+            "lane=orders&target=audit&enqueued_after=2026-12-06T09:00:00Z\
+             &enqueued_before=2026-12-06T10:00:00.5Z&error=connection%20refused",
+        )
+        .expect("a time range and an error text");
+        assert_eq!(
+            ranged.filter.enqueued_after.map(UnixMillis::from),
+            Some(UnixMillis::from_millis(1_796_547_600_000))
+        );
+        assert_eq!(
+            ranged.filter.enqueued_before.map(UnixMillis::from),
+            Some(UnixMillis::from_millis(1_796_551_200_500))
+        );
+        assert_eq!(
+            ranged.filter.error_contains.as_deref(),
+            Some("connection refused")
+        );
         for (query, named) in [
             ("target=audit", "\"lane\""),
             ("lane=orders", "\"target\""),
@@ -294,6 +345,20 @@ mod tests {
             ("lane=orders&target=audit&status=lost", "\"status\""),
             ("lane=orders&target=audit&after=x", "\"after\""),
             ("id=nope", "\"id\""),
+            (
+                "lane=orders&target=audit&enqueued_after=yesterday",
+                "\"enqueued_after\"",
+            ),
+            (
+                "lane=orders&target=audit&enqueued_before=2026-12-06T09:00:00%2B01:00",
+                "\"enqueued_before\"",
+            ),
+            (
+                "lane=orders&target=audit&enqueued_after=2026-12-06T10:00:00Z\
+                 &enqueued_before=2026-12-06T09:00:00Z",
+                "\"enqueued_before\"",
+            ),
+            ("lane=orders&target=audit&error=", "\"error\""),
         ] {
             let error = field(query);
             assert!(

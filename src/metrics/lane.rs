@@ -48,7 +48,7 @@ fn lane_op_index(op: StoreOp) -> usize {
 /// use std::time::Duration;
 /// use outbox_relay::delivery::FailureKind;
 /// use outbox_relay::metrics::LaneMetrics;
-/// use outbox_relay::relay::LaneState;
+/// use outbox_relay::metrics::LaneState;
 ///
 /// let metrics = LaneMetrics::new("orders", "webhook");
 /// metrics.lane_state(LaneState::Running);

@@ -1,9 +1,11 @@
 //! The relay's side of fleet-wide lane control (`store::lane_control`): a task that reads
-//! the store's lane pauses every [`LANE_CONTROL_POLL`] and hands any change to the
+//! the store's lane pauses when the store's wake-ups say they changed, and at least every
+//! [`LANE_CONTROL_POLL`], and hands any change to the
 //! supervisor, which pauses or resumes the lanes through the same path as
 //! [`RelayHandle::pause`](super::RelayHandle::pause), kept apart from it.
 
 use ractor::ActorRef;
+use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
@@ -49,9 +51,31 @@ pub(super) fn watch(
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
         // The first tick is now: `known` was read a moment ago.
         poll.tick().await;
+        // A pause or resume recorded in a store that notifies (PostgreSQL's NOTIFY on the
+        // outbox channel) wakes the watcher at once; the poll catches the rest (SQLite and
+        // memory stores, a missed notification).
+        let mut wakeups = Some(store.subscribe());
         let mut failing = false;
         loop {
-            poll.tick().await;
+            let woken = async {
+                match wakeups.as_mut() {
+                    Some(receiver) => receiver.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = poll.tick() => {}
+                woken = woken => match woken {
+                    Ok(wakeup) if wakeup.concerns_lane_control() => poll.reset(),
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => poll.reset(),
+                    Err(broadcast::error::RecvError::Closed) => {
+                        // No more wake-ups: the poll alone from here.
+                        wakeups = None;
+                        continue;
+                    }
+                },
+            }
             match store.lane_pauses().await {
                 Ok(pauses) => {
                     if failing {

@@ -2,11 +2,12 @@
 //! messages (list, stats, requeue, discard), purge's request, a page of a listing, and the
 //! counts per (lane, target) that stats and the bulk operations answer with.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus};
+use crate::time::UnixMillis;
 
 /// Selects messages for list, stats, requeue and discard. Empty fields match everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -21,6 +22,14 @@ pub struct MessageFilter {
     pub ordering_key: Option<String>,
     /// Only these ids (empty: any id).
     pub ids: Vec<Uuid>,
+    /// Only messages enqueued at or after this instant (compared to the millisecond, as
+    /// the stores keep `created_at`).
+    pub enqueued_after: Option<SystemTime>,
+    /// Only messages enqueued strictly before this instant (to the millisecond).
+    pub enqueued_before: Option<SystemTime>,
+    /// Only messages whose `last_error` contains this text (case-sensitive, a plain
+    /// substring: no pattern characters).
+    pub error_contains: Option<String>,
 }
 
 /// What [`Outbox::purge`](super::Outbox::purge) deletes: finished messages older than
@@ -133,8 +142,43 @@ impl MessageFilter {
         self
     }
 
+    /// Narrows to messages enqueued in `[after, before)`; either end may be open.
+    pub fn enqueued_between(
+        mut self,
+        after: Option<SystemTime>,
+        before: Option<SystemTime>,
+    ) -> Self {
+        self.enqueued_after = after;
+        self.enqueued_before = before;
+        self
+    }
+
+    /// Narrows to messages whose last error contains `text`.
+    pub fn with_error_containing(mut self, text: impl Into<String>) -> Self {
+        self.error_contains = Some(text.into());
+        self
+    }
+
+    /// Whether the filter has a term no index orders by (the enqueue time range or the
+    /// error text): a listing then reads a bounded number of rows per page and may answer
+    /// a short page with a cursor ([`LIST_SCAN_PAGES`]).
+    pub fn scans(&self) -> bool {
+        self.enqueued_after.is_some()
+            || self.enqueued_before.is_some()
+            || self.error_contains.is_some()
+    }
+
+    /// The enqueue time range in the stores' milliseconds: `[after, before)`.
+    pub(crate) fn enqueued_millis(&self) -> (Option<UnixMillis>, Option<UnixMillis>) {
+        (
+            self.enqueued_after.map(UnixMillis::from),
+            self.enqueued_before.map(UnixMillis::from),
+        )
+    }
+
     /// Whether `message` passes the filter (stores that filter in Rust use this).
     pub fn matches(&self, message: &OutboxMessage) -> bool {
+        let (after, before) = self.enqueued_millis();
         self.lane.as_ref().is_none_or(|lane| *lane == message.lane)
             && self.target.as_ref().is_none_or(|t| *t == message.target)
             && self.status.is_none_or(|s| s == message.status)
@@ -143,8 +187,24 @@ impl MessageFilter {
                 .as_ref()
                 .is_none_or(|k| message.ordering_key.as_ref() == Some(k))
             && (self.ids.is_empty() || self.ids.contains(&message.outbox_id))
+            && after.is_none_or(|after| message.created_at >= after)
+            && before.is_none_or(|before| message.created_at < before)
+            && self.error_contains.as_ref().is_none_or(|text| {
+                message
+                    .last_error
+                    .as_ref()
+                    .is_some_and(|error| error.contains(text.as_str()))
+            })
     }
 }
+
+/// How many pages' worth of rows (`limit + 1` each) one listing call reads at most when
+/// its filter [scans](MessageFilter::scans): a time range or an error text is checked on
+/// the rows the lane's index yields in enqueue order, and the SQL stores stop after this
+/// many, answering the matches found so far and a cursor to go on from. Such a page can
+/// be short, even empty, and still have a `next_cursor`: the listing is done only when
+/// `next_cursor` is `None`. The cost of one call stays a small multiple of the page.
+pub const LIST_SCAN_PAGES: usize = 10;
 
 /// A page request for [`Outbox::list`](super::Outbox::list): messages in enqueue order
 /// after a cursor.
@@ -156,7 +216,8 @@ pub struct PageRequest {
     pub limit: usize,
 }
 
-/// One page of messages.
+/// One page of messages. A page holds at most the limit asked for; with a filter that
+/// [scans](MessageFilter::scans), it may hold fewer and still have a `next_cursor`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Page {
     /// The messages, in enqueue order.
@@ -179,6 +240,42 @@ impl Page {
         Self {
             messages,
             next_cursor,
+        }
+    }
+}
+
+/// The most rows a listing of `limit` messages under `filter` reads: one past the page
+/// (the sign that another follows), or [`LIST_SCAN_PAGES`] times that when the filter
+/// [scans](MessageFilter::scans).
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn list_budget(filter: &MessageFilter, limit: usize) -> usize {
+    let page = limit.saturating_add(1);
+    if filter.scans() {
+        page.saturating_mul(LIST_SCAN_PAGES)
+    } else {
+        page
+    }
+}
+
+impl Page {
+    /// A page from a bounded scan: `hits` are the matches among the rows read in enqueue
+    /// order (at most `limit + 1` of them), `last_read` the sequence of the last row read,
+    /// and `exhausted` whether the read stopped at its budget rather than at the lane's end.
+    /// A full page ends at its last message; a short one after an exhausted read goes on
+    /// after the last row read, so the next call skips what this one already checked.
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    pub(crate) fn from_scan(
+        hits: Vec<OutboxMessage>,
+        limit: usize,
+        last_read: Option<i64>,
+        exhausted: bool,
+    ) -> Self {
+        if hits.len() > limit || !exhausted {
+            return Self::from_overfetch(hits, limit);
+        }
+        Self {
+            messages: hits,
+            next_cursor: last_read,
         }
     }
 }

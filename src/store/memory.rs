@@ -428,7 +428,7 @@ impl OutboxBackend for InMemoryOutboxStore {
             ..filter.clone()
         };
         let rows = self.rows();
-        if filter.ordering_key.is_none() && filter.ids.is_empty() {
+        if filter.ordering_key.is_none() && filter.ids.is_empty() && !filter.scans() {
             return Ok(lane_stats(&rows, &filter, now));
         }
         let mut lanes: BTreeMap<(String, String), LaneStats> = BTreeMap::new();

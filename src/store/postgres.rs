@@ -58,6 +58,7 @@ mod enqueue;
 mod explain;
 mod fenced;
 mod lane_control;
+mod list;
 mod listener;
 mod schema;
 mod sql;

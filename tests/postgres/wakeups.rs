@@ -1,10 +1,10 @@
 //! LISTEN/NOTIFY: an enqueue wakes relays in other processes once per transaction (never for
-//! a rollback or another schema), and a lost listener connection listens again and wakes
-//! every lane.
+//! a rollback or another schema), a lane pause or resume wakes every process's lane-control
+//! watcher (and no lane), and a lost listener connection listens again and wakes every lane.
 
 use std::time::Duration;
 
-use outbox_relay::store::WakeUp;
+use outbox_relay::store::{LanePauseRequest, WakeUp};
 
 use crate::{draft, open, SchemaGuard};
 
@@ -146,5 +146,40 @@ async fn the_listener_connects_to_listen_url() {
     assert_eq!(error.field, "listen_url");
     assert!(!error.reason.contains("secret"), "{error}");
     drop(relay);
+    schema.drop().await;
+}
+
+#[tokio::test]
+async fn a_lane_pause_and_its_resume_notify_other_processes() {
+    let schema = SchemaGuard::new();
+    let operator = open(schema.config()).await;
+    let relay = open(schema.config()).await;
+    let mut rx = relay.subscribe();
+    let request = LanePauseRequest::new("orders", "sink", "wakeup-test");
+    operator.pause_lane(&request).await.unwrap();
+    let woken = next_wakeup(&mut rx).await;
+    assert_eq!(woken, WakeUp::LaneControl);
+    assert!(woken.concerns_lane_control() && !woken.concerns("orders", "sink"));
+    // Paused again (a new reason): the row changes, so it notifies again.
+    operator
+        .pause_lane(&request.clone().reason("still upgrading"))
+        .await
+        .unwrap();
+    assert_eq!(next_wakeup(&mut rx).await, WakeUp::LaneControl);
+    assert!(operator
+        .resume_lane("orders", "sink")
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(next_wakeup(&mut rx).await, WakeUp::LaneControl);
+    // Resuming a lane that is not paused changes nothing and notifies nothing: the next
+    // wake-up is the marker's.
+    assert!(operator
+        .resume_lane("orders", "sink")
+        .await
+        .unwrap()
+        .is_none());
+    operator.enqueue(draft("marker", 0)).await.unwrap();
+    assert_eq!(wakeups_before_marker(&mut rx, "orders").await, 0);
     schema.drop().await;
 }

@@ -5,7 +5,8 @@
 //! key probes read the live-only key index down to the status, or the dead-letter index,
 //! never the key index migration 3 dropped. Checked on a file with a backlog of every kind
 //! (no key, a hot key, many cold keys, claims, dead letters), before and after `ANALYZE`,
-//! since statistics can change a plan.
+//! since statistics can change a plan. And a page of the listing (`GET /api/v1/messages`)
+//! under every filter reads the lane's listing index from its cursor, range by status.
 
 use outbox_relay::store::OutboxBackend as _;
 use std::sync::Arc;
@@ -13,10 +14,11 @@ use std::time::Duration;
 
 use outbox_relay::store::sqlite::{QueryPlan, SqliteOutboxStore};
 use outbox_relay::store::{
-    ClaimRequest, ManualClock, Nack, NackDisposition, OrderingPolicy, Outbox,
+    ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, OrderingPolicy, Outbox,
+    PageRequest,
 };
 use outbox_relay::time::UnixMillis;
-use outbox_relay::OutboxMessageDraft;
+use outbox_relay::{OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 use sqlx::Connection;
 
@@ -208,4 +210,109 @@ async fn hot_statements_read_indexes_in_order_before_and_after_analyze() {
             .unwrap()
             .is_some());
     }
+}
+
+/// Every listing filter the API offers over lane `orders`, and a lookup by ids.
+fn listing_filters() -> Vec<MessageFilter> {
+    let lane = MessageFilter::lane("orders", "billing");
+    let keyed = MessageFilter {
+        ordering_key: Some("hot".into()),
+        ..lane.clone()
+    };
+    let since = std::time::SystemTime::from(UnixMillis::from_millis(1_700_000_000_000));
+    let mut filters = vec![
+        lane.clone(),
+        keyed.clone(),
+        lane.clone().enqueued_between(Some(since), None),
+        lane.clone().with_error_containing("boom"),
+        MessageFilter::all().with_ids([uuid::Uuid::nil()]),
+    ];
+    for status in OutboxStatus::ALL {
+        filters.push(lane.clone().with_status(status));
+        filters.push(keyed.clone().with_status(status));
+        filters.push(
+            lane.clone()
+                .with_status(status)
+                .with_error_containing("boom"),
+        );
+        filters.push(
+            lane.clone()
+                .with_status(status)
+                .enqueued_between(None, Some(since)),
+        );
+    }
+    filters
+}
+
+/// A page of a lane reads its ranges of `outbox_list` (or `outbox_list_key`, by key) from
+/// the cursor on, merged in seq order: no scan of the table, no sort of the lane. A lookup
+/// by ids reads the id index and sorts only those rows.
+async fn check_listing(store: &SqliteOutboxStore, when: &str) {
+    for filter in listing_filters() {
+        for after in [None, Some(3_000)] {
+            let plan = store
+                .list_query_plan(&filter, PageRequest { after, limit: 50 })
+                .await
+                .unwrap();
+            let shown = format!("{when}, {}:\n  {}", plan.statement, plan.steps.join("\n  "));
+            let reads: Vec<&String> = plan
+                .steps
+                .iter()
+                .filter(|step| step.starts_with("SEARCH outbox") || step.starts_with("SCAN outbox"))
+                .collect();
+            assert!(!reads.is_empty(), "nothing read: {shown}");
+            let index = match (&filter.ordering_key, filter.ids.is_empty()) {
+                (_, false) => "USING INDEX sqlite_autoindex_outbox_1 (outbox_id=?",
+                (Some(_), true) => {
+                    "USING INDEX outbox_list_key (lane=? AND target=? AND ordering_key=? \
+                     AND status=? AND rowid>?)"
+                }
+                (None, true) => {
+                    "USING INDEX outbox_list (lane=? AND target=? AND status=? AND rowid>?)"
+                }
+            };
+            for step in reads {
+                assert!(step.contains(index), "{index} unused: {shown}");
+            }
+            if filter.ids.is_empty() {
+                assert!(
+                    !plan.steps.iter().any(|step| step.contains("TEMP B-TREE")),
+                    "the lane sorted in a temporary B-tree: {shown}"
+                );
+            }
+            let arms = plan
+                .steps
+                .iter()
+                .filter(|s| s.starts_with("SEARCH outbox"))
+                .count();
+            let expected = if filter.status.is_none() && filter.ids.is_empty() {
+                4
+            } else {
+                1
+            };
+            assert_eq!(arms, expected, "one range per status: {shown}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn listing_pages_read_the_lane_index_in_order_before_and_after_analyze() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox.db");
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
+    let open = || {
+        SqliteOutboxStore::builder(&path)
+            .clock(Arc::new(clock.clone()))
+            .open()
+    };
+    let store = Arc::new(open().await.unwrap());
+    fill(&Outbox::from_arc(store.clone()), &clock).await;
+    check_listing(&store, "without statistics").await;
+    store.close().await;
+    let url = format!("sqlite://{}", path.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("ANALYZE").execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+    let store = open().await.unwrap();
+    check_listing(&store, "after ANALYZE").await;
 }

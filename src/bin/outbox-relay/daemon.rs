@@ -80,7 +80,27 @@ async fn serve(
         .retention()
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
 
-    let metrics_listen = args.metrics_listen.unwrap_or(setup.config.metrics_listen);
+    for (old, new) in setup.config.deprecated_keys() {
+        tracing::warn!(
+            key = old,
+            replacement = new,
+            "config key {old} is deprecated and still read; rename it to {new}"
+        );
+    }
+    let metrics_listen = match args.metrics_listen {
+        Some(address) => {
+            // The flag bypasses the file's check: check it the same way.
+            setup
+                .config
+                .listener
+                .check_exposure(&address, "--metrics-listen")
+                .map_err(|error| {
+                    Failure::input(format!("config error: {}: {}", error.field, error.reason))
+                })?;
+            address
+        }
+        None => setup.config.listen_address(),
+    };
     // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
     let readiness = Readiness::new();
     // The API acts on the relay once it runs; its mutations need the token, and without
@@ -113,7 +133,7 @@ async fn serve(
             tracing::info!(
                 %addr,
                 max_connections = limits.max_connections,
-                "serving Prometheus metrics, /healthz, /readyz and GET /api/v1/lanes; lane control is off (no listener.control_token_env or control_token_file)"
+                "serving Prometheus metrics, /healthz, /readyz and GET /api/v1/lanes; lane control is off (no listener.token_env or token_file)"
             );
         }
     }
@@ -463,7 +483,7 @@ fn install_metrics_exporter(
         .map(drop)
         .map_err(|error| {
             Failure::input(format!(
-                "cannot serve metrics: {error} (set metrics_listen to another address, or to false for no endpoint)"
+                "cannot serve metrics: {error} (set listener.address to another address, or to false for no endpoint)"
             ))
         })
 }

@@ -1,5 +1,5 @@
 //! The claim gates column of `status`: what the config file sets up per lane (rate limit,
-//! breaker, Retry-After hold), and, when the relay's listener (`metrics_listen`) answers,
+//! breaker, Retry-After hold), and, when the relay's listener (`listener.address`) answers,
 //! the live breaker state and time throttled that relay reports.
 //!
 //! Why the listener: `status` is a separate process that reads the store; the breaker
@@ -74,7 +74,7 @@ impl LaneGates {
 
 /// The gates of every configured lane, by (lane, target), with what the relay reports.
 pub(crate) async fn lane_gates(config: &FileConfig) -> HashMap<(String, String), LaneGates> {
-    let live = match config.metrics_listen {
+    let live = match config.listen_address() {
         MetricsListen::Listen(addr) => scrape(addr).await.unwrap_or_default(),
         MetricsListen::Off => HashMap::new(),
     };

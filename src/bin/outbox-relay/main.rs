@@ -458,12 +458,19 @@ struct Setup {
 }
 
 impl Setup {
-    /// Reads the config file (or the embedded default), then lets `--database-url` or
-    /// `OUTBOX_DATABASE_URL` override its database.
+    /// Reads the config file (or the embedded default) with the environment's overrides,
+    /// then lets `--database-url` or `OUTBOX_DATABASE_URL` override its database.
     fn resolve(global: &GlobalArgs) -> Result<Self, Failure> {
+        // Each file key but the lanes may come from its `OUTBOX_…` variable
+        // (`config::file::ENV_SETTINGS`; the flags below read the rest).
+        let lookup = |name: &str| std::env::var(name).ok();
         let mut config = match &global.config {
-            Some(path) => FileConfig::load(path),
-            None => FileConfig::embedded_default(),
+            Some(path) => FileConfig::load_with_env(path, &lookup),
+            None => FileConfig::from_toml_str_with_env(
+                "embedded default config",
+                outbox_relay::config::file::EMBEDDED_DEFAULT,
+                &lookup,
+            ),
         }
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
         global.postgres.apply(&mut config.postgres);

@@ -4,14 +4,25 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::MetricsListen;
 use crate::config::duration::HumanDuration;
 use crate::config::{ConfigError, ControlToken, ListenerConfig};
 
-/// `[listener]`: absent fields keep their defaults. Without `control_token_env` or
-/// `control_token_file` the mutating routes (`POST /api/v1/…`) are off.
+/// `[listener]`: where the HTTP listener binds, its limits, its control token and its
+/// route groups; absent fields keep their defaults. Without `token_env` or `token_file`
+/// the mutating routes (`POST /api/v1/…`) are off. Binding to every interface (`0.0.0.0`,
+/// `[::]`) is refused unless a token is set or `routes` leaves `control` out.
+///
+/// Older names, still read (the daemon warns when it meets them): the top-level
+/// `metrics_listen` for `address`, `control_token_env` for `token_env` and
+/// `control_token_file` for `token_file`. Setting a key and its older name together is an
+/// error naming the key.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerSection {
+    /// Where the listener binds, e.g. `"127.0.0.1:9464"` (the default) or `"0.0.0.0:9464"`
+    /// in a pod; `false` for no listener.
+    pub address: Option<MetricsListen>,
     /// How long a client may take to send a request's headers. Default 5s.
     pub header_read_timeout: Option<HumanDuration>,
     /// How long a connection may go without a byte read or written. Default 60s.
@@ -19,8 +30,12 @@ pub struct ListenerSection {
     /// How many connections are served at once; past it, `503` and closed. Default 64.
     pub max_connections: Option<usize>,
     /// The environment variable holding the control token.
-    pub control_token_env: Option<String>,
+    pub token_env: Option<String>,
     /// A file holding the control token (its surrounding whitespace dropped).
+    pub token_file: Option<PathBuf>,
+    /// The older name of `token_env`.
+    pub control_token_env: Option<String>,
+    /// The older name of `token_file`.
     pub control_token_file: Option<PathBuf>,
     /// The route groups served: any of `metrics`, `probes`, `api`, `control`. Default: all.
     pub routes: Option<Vec<String>>,
@@ -49,17 +64,18 @@ impl ListenerSection {
         self.to_config()
             .validate()
             .map_err(|error| ConfigError::new(format!("listener.{}", error.field), error.reason))?;
-        match (&self.control_token_env, &self.control_token_file) {
-            (Some(_), Some(_)) => Err(ConfigError::new(
-                "listener.control_token_file",
-                "set control_token_env or control_token_file, not both",
+        let (env, file) = self.token_source()?;
+        match (env, file) {
+            (Some(_), Some((field, _))) => Err(ConfigError::new(
+                format!("listener.{field}"),
+                "set token_env or token_file, not both",
             )),
-            (Some(variable), None) if variable.trim().is_empty() => Err(ConfigError::new(
-                "listener.control_token_env",
+            (Some((field, variable)), None) if variable.trim().is_empty() => Err(ConfigError::new(
+                format!("listener.{field}"),
                 "must name an environment variable",
             )),
-            (None, Some(path)) if path.as_os_str().is_empty() => Err(ConfigError::new(
-                "listener.control_token_file",
+            (None, Some((field, path))) if path.as_os_str().is_empty() => Err(ConfigError::new(
+                format!("listener.{field}"),
                 "must name a file",
             )),
             _ => Ok(()),
@@ -75,18 +91,107 @@ impl ListenerSection {
         Ok(())
     }
 
+    /// Where the token comes from: the environment variable and the file, each with the
+    /// name of the key that set it. A key set together with its older name is an error.
+    #[allow(clippy::type_complexity)]
+    fn token_source(
+        &self,
+    ) -> Result<
+        (
+            Option<(&'static str, &String)>,
+            Option<(&'static str, &PathBuf)>,
+        ),
+        ConfigError,
+    > {
+        let env = match (&self.token_env, &self.control_token_env) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "listener.token_env",
+                    "set token_env or its older name control_token_env, not both",
+                ))
+            }
+            (Some(variable), None) => Some(("token_env", variable)),
+            (None, Some(variable)) => Some(("control_token_env", variable)),
+            (None, None) => None,
+        };
+        let file = match (&self.token_file, &self.control_token_file) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "listener.token_file",
+                    "set token_file or its older name control_token_file, not both",
+                ))
+            }
+            (Some(path), None) => Some(("token_file", path)),
+            (None, Some(path)) => Some(("control_token_file", path)),
+            (None, None) => None,
+        };
+        Ok((env, file))
+    }
+
+    /// The older keys this section sets, with the keys that replace them.
+    pub fn deprecated_keys(&self) -> Vec<(&'static str, &'static str)> {
+        let mut keys = Vec::new();
+        if self.control_token_env.is_some() {
+            keys.push(("listener.control_token_env", "listener.token_env"));
+        }
+        if self.control_token_file.is_some() {
+            keys.push(("listener.control_token_file", "listener.token_file"));
+        }
+        keys
+    }
+
+    /// Whether a control token is configured (by any of its keys).
+    pub fn has_token(&self) -> bool {
+        self.token_env.is_some()
+            || self.token_file.is_some()
+            || self.control_token_env.is_some()
+            || self.control_token_file.is_some()
+    }
+
+    /// Whether the mutating routes (the `control` group) are served.
+    pub fn serves_control(&self) -> bool {
+        self.routes
+            .as_ref()
+            .is_none_or(|groups| groups.iter().any(|group| group == "control"))
+    }
+
+    /// Refuses to bind `address` to every interface (`0.0.0.0`, `[::]`) while the mutating
+    /// routes are on and no token is set: whoever reaches the port could try them. `field`
+    /// names the setting that chose the address (`listener.address`, `metrics_listen`,
+    /// `--metrics-listen`, or its environment variable).
+    pub fn check_exposure(&self, address: &MetricsListen, field: &str) -> Result<(), ConfigError> {
+        let MetricsListen::Listen(addr) = address else {
+            return Ok(());
+        };
+        if addr.ip().is_unspecified() && self.serves_control() && !self.has_token() {
+            return Err(ConfigError::new(
+                field,
+                format!(
+                    "{addr} binds every interface while the mutating routes are on without a \
+                     token: set listener.token_env or listener.token_file, or leave `control` \
+                     out of listener.routes (or bind a loopback or pod address)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The control token, read from the environment variable or the file the section
     /// names; `None` when it names neither. The error names the field and the variable or
     /// file, never the token.
     pub fn control_token(&self) -> Result<Option<ControlToken>, ConfigError> {
-        if let Some(variable) = &self.control_token_env {
-            let field = "listener.control_token_env";
+        let (env, file) = self.token_source()?;
+        if let Some((key, variable)) = env {
+            let field = format!("listener.{key}");
             let text = std::env::var(variable).map_err(|error| {
                 let why = match error {
                     std::env::VarError::NotPresent => "is not set",
                     std::env::VarError::NotUnicode(_) => "is not valid UTF-8",
                 };
-                ConfigError::new(field, format!("the environment variable {variable} {why}"))
+                ConfigError::new(
+                    field.clone(),
+                    format!("the environment variable {variable} {why}"),
+                )
             })?;
             return ControlToken::new(&text).map(Some).map_err(|reason| {
                 ConfigError::new(
@@ -95,10 +200,13 @@ impl ListenerSection {
                 )
             });
         }
-        if let Some(path) = &self.control_token_file {
-            let field = "listener.control_token_file";
+        if let Some((key, path)) = file {
+            let field = format!("listener.{key}");
             let text = std::fs::read_to_string(path).map_err(|error| {
-                ConfigError::new(field, format!("cannot read {}: {error}", path.display()))
+                ConfigError::new(
+                    field.clone(),
+                    format!("cannot read {}: {error}", path.display()),
+                )
             })?;
             return ControlToken::new(&text).map(Some).map_err(|reason| {
                 ConfigError::new(field, format!("{}: {reason}", path.display()))
@@ -177,5 +285,98 @@ mod tests {
             "{}",
             refused.reason
         );
+    }
+
+    #[test]
+    fn every_interface_needs_a_token_or_the_mutating_routes_off() {
+        let with = |table: &str| {
+            format!(
+                "{table}\n[[lanes]]\nlane = \"orders\"\ntarget = \"audit\"\nsink = {{ kind = \"log\" }}\n"
+            )
+        };
+        for (table, field) in [
+            ("[listener]\naddress = \"0.0.0.0:9464\"", "listener.address"),
+            ("[listener]\naddress = \"[::]:9464\"", "listener.address"),
+            ("metrics_listen = \"0.0.0.0:9464\"", "metrics_listen"),
+            (
+                "[listener]\naddress = \"0.0.0.0:9464\"\nroutes = [\"metrics\", \"control\"]",
+                "listener.address",
+            ),
+            (
+                "metrics_listen = \"127.0.0.1:9464\"\n[listener]\naddress = \"127.0.0.1:9465\"",
+                "listener.address",
+            ),
+            (
+                "[listener]\ntoken_env = \"A\"\ncontrol_token_env = \"B\"",
+                "listener.token_env",
+            ),
+            (
+                "[listener]\ntoken_file = \"a\"\ncontrol_token_file = \"b\"",
+                "listener.token_file",
+            ),
+            (
+                "[listener]\ntoken_env = \"A\"\ntoken_file = \"b\"",
+                "listener.token_file",
+            ),
+        ] {
+            let error = FileConfig::from_toml_str("test", &with(table)).expect_err(table);
+            assert_eq!(error.field(), Some(field), "{table}: {error}");
+        }
+        let refused =
+            FileConfig::from_toml_str("test", &with("[listener]\naddress = \"0.0.0.0:9464\""))
+                .expect_err("every interface without a token");
+        assert!(
+            refused.to_string().contains("token_env") && refused.to_string().contains("routes"),
+            "{refused}"
+        );
+        for table in [
+            "[listener]\naddress = \"0.0.0.0:9464\"\ntoken_env = \"OUTBOX_CONTROL_TOKEN\"",
+            "[listener]\naddress = \"0.0.0.0:9464\"\ntoken_file = \"/run/secrets/token\"",
+            "[listener]\naddress = \"0.0.0.0:9464\"\ncontrol_token_env = \"OUTBOX_CONTROL_TOKEN\"",
+            "[listener]\naddress = \"0.0.0.0:9464\"\nroutes = [\"metrics\", \"probes\", \"api\"]",
+            "[listener]\naddress = \"10.0.0.7:9464\"",
+            "[listener]\naddress = false",
+        ] {
+            FileConfig::from_toml_str("test", &with(table)).expect(table);
+        }
+    }
+
+    #[test]
+    fn the_older_keys_are_read_and_named_for_a_warning() {
+        use crate::config::file::MetricsListen;
+        let config = FileConfig::from_toml_str(
+            "test",
+            "metrics_listen = \"127.0.0.1:9470\"\n[listener]\ncontrol_token_env = \"X\"\n\
+             [[lanes]]\nlane = \"orders\"\ntarget = \"audit\"\nsink = { kind = \"log\" }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.listen_address(),
+            MetricsListen::Listen("127.0.0.1:9470".parse().unwrap())
+        );
+        assert_eq!(
+            config.deprecated_keys(),
+            [
+                ("metrics_listen", "listener.address"),
+                ("listener.control_token_env", "listener.token_env"),
+            ]
+        );
+        let current = FileConfig::from_toml_str(
+            "test",
+            "[listener]\naddress = \"127.0.0.1:9471\"\ntoken_env = \"X\"\n\
+             [[lanes]]\nlane = \"orders\"\ntarget = \"audit\"\nsink = { kind = \"log\" }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            current.listen_address(),
+            MetricsListen::Listen("127.0.0.1:9471".parse().unwrap())
+        );
+        assert!(current.deprecated_keys().is_empty());
+        let default = FileConfig::from_toml_str(
+            "test",
+            "[[lanes]]\nlane = \"orders\"\ntarget = \"audit\"\nsink = { kind = \"log\" }\n",
+        )
+        .unwrap();
+        assert_eq!(default.listen_address(), MetricsListen::default());
     }
 }

@@ -36,7 +36,7 @@ fn the_example_file_parses_and_sets_every_field() {
     assert_eq!(config.supervisor().unwrap(), SupervisorConfig::default());
     assert_eq!(config.shutdown_timeout(), DEFAULT_SHUTDOWN_TIMEOUT);
     assert_eq!(config.connect_timeout(), DEFAULT_CONNECT_TIMEOUT);
-    assert_eq!(config.metrics_listen, MetricsListen::default());
+    assert_eq!(config.listen_address(), MetricsListen::default());
     assert_eq!(
         config.listener.to_config(),
         crate::config::ListenerConfig::default()
@@ -210,7 +210,7 @@ fn every_field_is_read() {
         "#,
     )
     .unwrap();
-    assert_eq!(config.metrics_listen, MetricsListen::Off);
+    assert_eq!(config.listen_address(), MetricsListen::Off);
     assert_eq!(config.shutdown_timeout(), Duration::from_secs(60));
     let options = config.store_options();
     assert_eq!(options.table_prefix.as_deref(), Some("billing"));

@@ -3,18 +3,34 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgRow;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Postgres, Row};
 use uuid::Uuid;
 
 use crate::message::OutboxMessage;
 use crate::store::StoreOp;
-use crate::store::{
-    LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, StoreError,
-};
+use crate::store::{LaneCount, LaneStats, MessageFilter, PurgeRequest, StoreError};
+use crate::time::UnixMillis;
 
 use super::decode::{self, db_error, unsigned};
 use super::{interval, to_i64, PostgresOutboxStore};
+
+/// Binds `filter`'s seven values in the order `sql.rs`'s `filter` reads them.
+fn bind_filter<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    filter: &'q MessageFilter,
+) -> Query<'q, Postgres, PgArguments> {
+    let (after, before) = filter.enqueued_millis();
+    query
+        .bind(&filter.lane)
+        .bind(&filter.target)
+        .bind(&filter.ordering_key)
+        .bind(&filter.ids)
+        .bind(after.map(UnixMillis::as_millis))
+        .bind(before.map(UnixMillis::as_millis))
+        .bind(&filter.error_contains)
+}
 
 impl PostgresOutboxStore {
     pub(super) async fn stats_of(
@@ -26,7 +42,7 @@ impl PostgresOutboxStore {
         let rows = match (&filter.lane, &filter.target) {
             // One lane (what a relay asks for): every figure from an index.
             (Some(lane), Some(target))
-                if filter.ordering_key.is_none() && filter.ids.is_empty() =>
+                if filter.ordering_key.is_none() && filter.ids.is_empty() && !filter.scans() =>
             {
                 sqlx::query(AssertSqlSafe(self.sql.lane_stats.clone()))
                     .persistent(self.named_statements)
@@ -37,15 +53,14 @@ impl PostgresOutboxStore {
                     .await
             }
             _ => {
-                sqlx::query(AssertSqlSafe(self.sql.stats.clone()))
-                    .persistent(self.named_statements)
-                    .bind(self.now())
-                    .bind(&filter.lane)
-                    .bind(&filter.target)
-                    .bind(&filter.ordering_key)
-                    .bind(&filter.ids)
-                    .fetch_all(&mut *call)
-                    .await
+                bind_filter(
+                    sqlx::query(AssertSqlSafe(self.sql.stats.clone()))
+                        .persistent(self.named_statements)
+                        .bind(self.now()),
+                    filter,
+                )
+                .fetch_all(&mut *call)
+                .await
             }
         }
         .map_err(|e| db_error(op, e))?;
@@ -80,33 +95,6 @@ impl PostgresOutboxStore {
         Ok(lanes)
     }
 
-    pub(super) async fn list_page(
-        &self,
-        filter: &MessageFilter,
-        page: PageRequest,
-    ) -> Result<Page, StoreError> {
-        // One row past the page tells whether another page exists.
-        let mut call = self.call(StoreOp::List).await?;
-        let rows = sqlx::query(AssertSqlSafe(self.sql.list.clone()))
-            .persistent(self.named_statements)
-            .bind(&filter.lane)
-            .bind(&filter.target)
-            .bind(&filter.ordering_key)
-            .bind(&filter.ids)
-            .bind(filter.status.map(|s| s.as_str()))
-            .bind(page.after)
-            .bind(to_i64(page.limit.saturating_add(1)))
-            .fetch_all(&mut *call)
-            .await
-            .map_err(|e| db_error(StoreOp::List, e))?;
-        call.finish(StoreOp::List).await?;
-        let messages = rows
-            .iter()
-            .map(decode::message)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Page::from_overfetch(messages, page.limit))
-    }
-
     pub(super) async fn get_one(
         &self,
         outbox_id: Uuid,
@@ -128,17 +116,16 @@ impl PostgresOutboxStore {
     ) -> Result<Vec<LaneCount>, StoreError> {
         let op = StoreOp::RequeueDeadLetters;
         let mut call = self.call(op).await?;
-        let rows = sqlx::query(AssertSqlSafe(self.sql.requeue.clone()))
-            .persistent(self.named_statements)
-            .bind(self.now())
-            .bind(&filter.lane)
-            .bind(&filter.target)
-            .bind(&filter.ordering_key)
-            .bind(&filter.ids)
-            .bind(&self.names.channel)
-            .fetch_all(&mut *call)
-            .await
-            .map_err(|e| db_error(op, e))?;
+        let rows = bind_filter(
+            sqlx::query(AssertSqlSafe(self.sql.requeue.clone()))
+                .persistent(self.named_statements)
+                .bind(self.now()),
+            filter,
+        )
+        .bind(&self.names.channel)
+        .fetch_all(&mut *call)
+        .await
+        .map_err(|e| db_error(op, e))?;
         call.finish(op).await?;
         // One row per (lane, target) requeued; none when nothing was.
         let mut per_lane = Vec::with_capacity(rows.len());
@@ -158,13 +145,11 @@ impl PostgresOutboxStore {
     pub(super) async fn discard_dead(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         let op = StoreOp::DiscardDeadLetters;
         let mut call = self.call(op).await?;
-        let done = sqlx::query(AssertSqlSafe(self.sql.discard.clone()))
-            .persistent(self.named_statements)
-            .bind(&filter.lane)
-            .bind(&filter.target)
-            .bind(&filter.ordering_key)
-            .bind(&filter.ids)
-            .execute(&mut *call)
+        let done = bind_filter(
+            sqlx::query(AssertSqlSafe(self.sql.discard.clone())).persistent(self.named_statements),
+            filter,
+        )
+        .execute(&mut *call)
             .await
             .map_err(|e| db_error(op, e))?;
         call.finish(op).await?;

@@ -7,9 +7,10 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
-use crate::store::{ClaimRequest, OrderingPolicy, StoreError};
+use crate::store::{ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, StoreError};
 
 use super::decode::db_error;
+use super::list::list_sql;
 use super::PostgresOutboxStore;
 
 /// A statement to explain with [`PostgresOutboxStore::explain`].
@@ -29,6 +30,14 @@ pub enum Explained {
         target: String,
         /// The policy (it picks the statement).
         ordering: OrderingPolicy,
+    },
+    /// A page of the listing (`GET /api/v1/messages`): see `store/postgres/list.rs` for
+    /// what each filter reads.
+    List {
+        /// The filter.
+        filter: MessageFilter,
+        /// The page.
+        page: PageRequest,
     },
     /// The stats of one lane.
     LaneStats {
@@ -50,6 +59,7 @@ impl PostgresOutboxStore {
             .await
             .map_err(|e| db_error(op, e))?;
         const EXPLAIN: &str = "EXPLAIN (ANALYZE, FORMAT JSON) ";
+        let list;
         let query = match statement {
             Explained::Claim(request) => self
                 .claim_query(EXPLAIN.to_owned(), request, false)
@@ -69,6 +79,10 @@ impl PostgresOutboxStore {
                     .bind(self.now())
                     .bind(lane)
                     .bind(target)
+            }
+            Explained::List { filter, page } => {
+                list = list_sql(&self.names.messages, filter, *page);
+                list.query(EXPLAIN).persistent(self.named_statements)
             }
             Explained::LaneStats { lane, target } => {
                 sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.lane_stats)))

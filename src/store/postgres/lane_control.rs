@@ -1,11 +1,14 @@
 //! The PostgreSQL store's lane control: the `{prefix}_lane_control` table (migration 6),
 //! one row per paused (lane, target), its time the database's clock (or the store's test
-//! clock). Each call is one statement that commits at once.
+//! clock). Each call is one statement that commits at once, and a pause or a resume
+//! notifies the store's channel (`listener.rs`'s `LANE_CONTROL_PAYLOAD`) in it, so relays
+//! apply it within a round trip; their poll stays as the fallback.
 
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, Row};
 
 use super::decode::db_error;
+use super::listener::LANE_CONTROL_PAYLOAD;
 use super::sql::NOW;
 use super::PostgresOutboxStore;
 use crate::store::lane_control::validate_lane;
@@ -24,19 +27,26 @@ impl PostgresOutboxStore {
         const OP: StoreOp = StoreOp::PauseLane;
         request.validate()?;
         let table = &self.names.lane_control;
+        // The notification goes out with the commit: every relay listening reads the
+        // pauses at once instead of at its next poll.
         let mut call = self.call(OP).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {table} AS c (lane, target, paused_by, reason, paused_at)
-             VALUES ($2, $3, $4, $5, {NOW})
-             ON CONFLICT (lane, target) DO UPDATE SET paused_by = excluded.paused_by,
-                 reason = excluded.reason, paused_at = excluded.paused_at
-             RETURNING {COLUMNS}"
+            "WITH paused AS (
+                INSERT INTO {table} AS c (lane, target, paused_by, reason, paused_at)
+                VALUES ($2, $3, $4, $5, {NOW})
+                ON CONFLICT (lane, target) DO UPDATE SET paused_by = excluded.paused_by,
+                    reason = excluded.reason, paused_at = excluded.paused_at
+                RETURNING {COLUMNS}
+             )
+             SELECT paused.*, pg_notify($6, $7) IS NULL AS notified FROM paused"
         )))
         .bind(self.now())
         .bind(&request.lane)
         .bind(&request.target)
         .bind(request.paused_by.trim())
         .bind(&request.reason)
+        .bind(&self.names.channel)
+        .bind(LANE_CONTROL_PAYLOAD)
         .persistent(self.named_statements)
         .fetch_one(&mut *call)
         .await
@@ -55,10 +65,15 @@ impl PostgresOutboxStore {
         let table = &self.names.lane_control;
         let mut call = self.call(OP).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
-            "DELETE FROM {table} WHERE lane = $1 AND target = $2 RETURNING {COLUMNS}"
+            "WITH lifted AS (
+                DELETE FROM {table} WHERE lane = $1 AND target = $2 RETURNING {COLUMNS}
+             )
+             SELECT lifted.*, pg_notify($3, $4) IS NULL AS notified FROM lifted"
         )))
         .bind(lane)
         .bind(target)
+        .bind(&self.names.channel)
+        .bind(LANE_CONTROL_PAYLOAD)
         .persistent(self.named_statements)
         .fetch_optional(&mut *call)
         .await

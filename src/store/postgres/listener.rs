@@ -10,6 +10,11 @@ use crate::retry::RetryPolicy;
 use crate::store::StoreOp;
 use crate::store::{StoreError, WakeUp};
 
+/// The payload of the notification a lane pause or resume sends: no (lane, target) can
+/// write it (it starts with the tab that separates them, and a lane is never empty), and
+/// a relay of a build that does not know it reads it as "every lane should look".
+pub(super) const LANE_CONTROL_PAYLOAD: &str = "\tlane_control";
+
 use super::decode::db_error;
 
 /// The first wait before listening again after the connection was lost.
@@ -118,6 +123,9 @@ async fn forward(
 /// `lane<TAB>target`, as the store's statements notify. Anything else (someone else
 /// notifying on our channel) wakes every lane rather than being dropped.
 fn parse(payload: &str) -> WakeUp {
+    if payload == LANE_CONTROL_PAYLOAD {
+        return WakeUp::LaneControl;
+    }
     match payload.split_once('\t') {
         Some((lane, target)) if !lane.is_empty() && !target.is_empty() => WakeUp::Lane {
             lane: lane.to_owned(),
@@ -141,5 +149,6 @@ mod tests {
             }
         );
         assert_eq!(parse("garbage"), WakeUp::All);
+        assert_eq!(parse(LANE_CONTROL_PAYLOAD), WakeUp::LaneControl);
     }
 }

@@ -207,7 +207,36 @@ enqueues, with relays stopped.",
         sql: lane_control_table,
         locks: "Creates one table: nothing is locked.",
     },
+    Migration {
+        version: 8,
+        name: "listing indexes: every page of a lane reads an index in enqueue order",
+        sql: list_indexes,
+        locks: "Builds list_idx and list_key_idx, each under a SHARE lock (enqueues, claims
+and acks wait for the builds, reads do not; each build reads the table once). Both can
+be built ahead of it without blocking writes, as shown below.",
+    },
 ];
+
+/// Migration 8's SQL: the indexes the listing (`store/postgres/list.rs`) reads, so a page
+/// of a lane costs the page and not the lane, whatever its status mix.
+fn list_indexes(n: &Names) -> String {
+    let (t, p) = (&n.messages, &n.prefix);
+    format!(
+        r#"
+-- A lane's messages of each status in enqueue order: a page of one status is one range,
+-- a page of every status the ranges merged in seq order. Its predicate holds for every
+-- row (seq counts from 1) and is stated only by the listing, so no statement of the relay
+-- (a claim, a key probe) can pick this index instead of the narrow ones it was planned on.
+CREATE INDEX IF NOT EXISTS "{p}_list_idx" ON {t} (lane, target, status, seq)
+    WHERE seq > 0;
+-- A key's messages of each status in enqueue order: the listing by ordering key, a range
+-- per status like list_idx's, with the same predicate for the same reason. A row without
+-- a key has no entry.
+CREATE INDEX IF NOT EXISTS "{p}_list_key_idx" ON {t} (lane, target, ordering_key, status, seq)
+    WHERE seq > 0 AND ordering_key IS NOT NULL;
+"#
+    )
+}
 
 /// Migration 7's SQL, `{lane_control}` standing for the table: one row per paused
 /// (lane, target), read by every relay on the database (`store/lane_control.rs`).
@@ -397,7 +426,7 @@ mod tests {
     #[test]
     fn shipped_migrations_keep_their_text() {
         let names = Names::new("public", "outbox").unwrap();
-        let shipped: [(i32, u64); 7] = [
+        let shipped: [(i32, u64); 8] = [
             (1, 0x67b8_1daa_4699_16a1),
             (2, 0xed73_9205_d9c5_b178),
             (3, 0x6f99_c341_65e3_d124),
@@ -405,6 +434,7 @@ mod tests {
             (5, 0x1599_b8c3_754f_7f16),
             (6, 0xc5ee_6675_6e39_f4c4),
             (7, 0x1889_3a5d_379e_38f0),
+            (8, 0xa8a1_6316_647c_469e),
         ];
         for (version, hash) in shipped {
             let migration = MIGRATIONS.iter().find(|m| m.version == version).unwrap();

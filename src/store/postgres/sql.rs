@@ -72,17 +72,32 @@ pub(crate) fn columns(a: &str) -> String {
 }
 
 /// The [`crate::store::MessageFilter`] fields other than status, for alias `a`, bound at
-/// `$n` (lane), `$n+1` (target), `$n+2` (ordering key), `$n+3` (ids, empty for any).
+/// `$n` (lane), `$n+1` (target), `$n+2` (ordering key), `$n+3` (ids, empty for any),
+/// `$n+4` and `$n+5` (enqueued at or after, before: Unix milliseconds) and `$n+6` (error
+/// text): seven values, bound by `admin.rs`'s `bind_filter`.
 fn filter(a: &str, n: usize) -> String {
     format!(
         "(${n}::text IS NULL OR {a}.lane = ${n}) \
          AND (${n1}::text IS NULL OR {a}.target = ${n1}) \
          AND (${n2}::text IS NULL OR {a}.ordering_key = ${n2}) \
-         AND (cardinality(${n3}::uuid[]) = 0 OR {a}.outbox_id = ANY(${n3}))",
+         AND (cardinality(${n3}::uuid[]) = 0 OR {a}.outbox_id = ANY(${n3})) \
+         AND (${n4}::int8 IS NULL OR {a}.created_at >= {after}) \
+         AND (${n5}::int8 IS NULL OR {a}.created_at < {before}) \
+         AND (${n6}::text IS NULL OR strpos({a}.last_error, ${n6}) > 0)",
         n1 = n + 1,
         n2 = n + 2,
         n3 = n + 3,
+        n4 = n + 4,
+        n5 = n + 5,
+        n6 = n + 6,
+        after = instant(&format!("${}", n + 4)),
+        before = instant(&format!("${}", n + 5)),
     )
+}
+
+/// The `timestamptz` of the Unix milliseconds at parameter `param` (e.g. `$5`).
+pub(super) fn instant(param: &str) -> String {
+    format!("(timestamptz 'epoch' + {param}::int8 * interval '1 millisecond')")
 }
 
 /// One `pg_notify` per distinct (lane, target) of the rows CTE `rows` returned, on the
@@ -136,7 +151,6 @@ pub(crate) struct Statements {
     pub(crate) lane_stats: Arc<str>,
     /// `SELECT promote_heads($1 lanes, $2 targets, $3 keys)`: see schema/heads.rs.
     pub(crate) promote_heads: Arc<str>,
-    pub(crate) list: Arc<str>,
     pub(crate) get: Arc<str>,
     pub(crate) requeue: Arc<str>,
     pub(crate) discard: Arc<str>,
@@ -331,7 +345,7 @@ impl Statements {
                 before = live_exists(t, "f", &KeyOf::of("d"), " AND f.seq < d.seq OFFSET 0"),
             )
             .into(),
-            // $1 now, $2..$5 filter: any filter, for admin tools (one lane's stats use
+            // $1 now, $2..$8 filter: any filter, for admin tools (one lane's stats use
             // `lane_stats`). A blocked key: a live row with a dead-lettered earlier row of its
             // key that no live row comes before (so before the key's head), all among the rows
             // the filter selects.
@@ -368,18 +382,9 @@ impl Statements {
                 filter_m = filter("m", 2),
             )
             .into(),
-            // $1..$4 filter, $5 status, $6 after seq, $7 limit.
-            list: format!(
-                "SELECT {cols_m} FROM {t} m
-                 WHERE {filter} AND ($5::text IS NULL OR m.status = $5)
-                   AND ($6::int8 IS NULL OR m.seq > $6)
-                 ORDER BY m.seq LIMIT $7",
-                filter = filter("m", 1),
-            )
-            .into(),
             // $1 id.
             get: format!("SELECT {cols_m} FROM {t} m WHERE m.outbox_id = $1").into(),
-            // $1 now, $2..$5 filter, $6 channel. A requeued row is marked a head: it may be
+            // $1 now, $2..$8 filter, $9 channel. A requeued row is marked a head: it may be
             // earlier than its key's head; if not, the mark costs a claim one skipped row.
             requeue: format!(
                 "WITH upd AS (
@@ -393,10 +398,10 @@ impl Statements {
                         (SELECT count(*) FROM wake) AS woken
                  FROM upd GROUP BY upd.lane, upd.target",
                 filter = filter("m", 2),
-                wake = wake("upd", 6),
+                wake = wake("upd", 9),
             )
             .into(),
-            // $1..$4 filter.
+            // $1..$7 filter.
             discard: format!(
                 "DELETE FROM {t} m WHERE m.status = 'dead_letter' AND {filter}",
                 filter = filter("m", 1),

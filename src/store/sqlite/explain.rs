@@ -6,10 +6,10 @@
 use sqlx::Row;
 
 use crate::store::StoreOp;
-use crate::store::{MessageFilter, OrderingPolicy, StoreError};
+use crate::store::{MessageFilter, OrderingPolicy, PageRequest, StoreError};
 
 use super::filter::FilterSql;
-use super::read::{blocked_keys_sql, counts_sql};
+use super::read::{blocked_keys_sql, counts_sql, list_sql};
 use super::row::db;
 use super::write::dynamic;
 use super::SqliteOutboxStore;
@@ -78,5 +78,32 @@ impl SqliteOutboxStore {
             plans.push(QueryPlan { statement, steps });
         }
         Ok(plans)
+    }
+
+    /// The plan SQLite chooses for a page of the listing (`Outbox::list`, `GET
+    /// /api/v1/messages`) under `filter`: what each of its status ranges reads.
+    pub async fn list_query_plan(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+    ) -> Result<QueryPlan, StoreError> {
+        let (text, binds) = list_sql(&self.sql.table, filter, page);
+        let mut statement = dynamic(format!("EXPLAIN QUERY PLAN {text}"));
+        for value in binds {
+            statement = statement.bind(value);
+        }
+        let rows = statement
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db(StoreOp::Maintenance))?;
+        let steps = rows
+            .iter()
+            .map(|row| row.try_get::<String, _>(3))
+            .collect::<Result<_, _>>()
+            .map_err(db(StoreOp::Maintenance))?;
+        Ok(QueryPlan {
+            statement: format!("list {filter:?}"),
+            steps,
+        })
     }
 }

@@ -12,13 +12,70 @@ pub(super) struct FilterSql {
     pub(super) binds: Vec<String>,
 }
 
+/// Which of a filter's terms a fragment holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Terms {
+    /// Every term.
+    All,
+    /// The terms an index reads (lane, target, status, key, ids).
+    Indexed,
+    /// The terms checked on the rows read ([`MessageFilter::scans`]: the enqueue time range
+    /// and the error text).
+    Scanned,
+}
+
 impl FilterSql {
     /// The filter over table alias `alias` (e.g. `"l."`, or `""` for none).
     pub(super) fn new(filter: &MessageFilter, alias: &str) -> Self {
+        Self::of(filter, alias, Terms::All)
+    }
+
+    /// The filter's indexed terms only (what a listing reads its rows by).
+    pub(super) fn indexed(filter: &MessageFilter, alias: &str) -> Self {
+        Self::of(filter, alias, Terms::Indexed)
+    }
+
+    /// The filter's scanned terms only (what a listing checks on the rows it read).
+    pub(super) fn scanned(filter: &MessageFilter, alias: &str) -> Self {
+        Self::of(filter, alias, Terms::Scanned)
+    }
+
+    fn of(filter: &MessageFilter, alias: &str, which: Terms) -> Self {
         let mut terms = vec!["1".to_owned()];
         let mut binds = Vec::new();
+        if which != Terms::Indexed {
+            let (after, before) = filter.enqueued_millis();
+            if let Some(after) = after {
+                terms.push(format!("{alias}created_at >= CAST(? AS INTEGER)"));
+                binds.push(after.as_millis().to_string());
+            }
+            if let Some(before) = before {
+                terms.push(format!("{alias}created_at < CAST(? AS INTEGER)"));
+                binds.push(before.as_millis().to_string());
+            }
+            if let Some(text) = &filter.error_contains {
+                // instr, not LIKE: the text is a plain substring, and case-sensitive as
+                // the other stores compare it.
+                terms.push(format!("instr({alias}last_error, ?) > 0"));
+                binds.push(text.clone());
+            }
+        }
+        if which == Terms::Scanned {
+            return Self {
+                clause: terms.join(" AND "),
+                binds,
+            };
+        }
+        // A listing compares with `? || ''`, an expression SQLite does not sample against
+        // its statistics: given the value itself, it judged a common lane unselective and
+        // read a key's index by skip-scan, sorting the key's rows, instead of the range.
+        let placeholder = if which == Terms::Indexed {
+            "(? || '')"
+        } else {
+            "?"
+        };
         let mut term = |column: &str, value: String| {
-            terms.push(format!("{alias}{column} = ?"));
+            terms.push(format!("{alias}{column} = {placeholder}"));
             binds.push(value);
         };
         if let Some(lane) = &filter.lane {

@@ -9,11 +9,12 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
+use crate::store::admin::list_budget;
 use crate::store::StoreOp;
 use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError};
 
 use super::filter::FilterSql;
-use super::row::{db, decode, int, uuid_text};
+use super::row::{db, decode, uuid_text};
 use super::schema::{Statements, COLUMNS};
 use super::write::{dynamic, query};
 
@@ -53,31 +54,95 @@ pub(super) async fn get(
     row.as_ref().map(decode).transpose()
 }
 
-/// Messages after the cursor, in seq order. One more than asked is read to learn whether
-/// another page follows.
+/// Messages after the cursor, in seq order: [`list_sql`] read at most
+/// [`list_budget`] rows, matches and the last row read.
 pub(super) async fn list(
     sql: &Statements,
     pool: &SqlitePool,
     filter: &MessageFilter,
     page: PageRequest,
 ) -> Result<Page, StoreError> {
-    let start = page.after.map_or(i64::MIN, |after| after.saturating_add(1));
-    let filter = FilterSql::new(filter, "");
-    let mut statement = dynamic(format!(
-        "SELECT {COLUMNS} FROM {} WHERE seq >= ? AND {} ORDER BY seq LIMIT ?",
-        sql.table, filter.clause
-    ))
-    .bind(start);
-    for value in filter.binds {
+    const OP: StoreOp = StoreOp::List;
+    let budget = list_budget(filter, page.limit);
+    let (text, binds) = list_sql(&sql.table, filter, page);
+    let mut statement = dynamic(text);
+    for value in binds {
         statement = statement.bind(value);
     }
-    let rows = statement
-        .bind(int(page.limit.saturating_add(1)))
-        .fetch_all(pool)
-        .await
-        .map_err(db(StoreOp::List))?;
-    let messages = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
-    Ok(Page::from_overfetch(messages, page.limit))
+    let rows = statement.fetch_all(pool).await.map_err(db(OP))?;
+    let mut hits = Vec::with_capacity(rows.len());
+    let (mut last_read, mut read) = (None, 0i64);
+    for row in &rows {
+        last_read = Some(row.try_get::<i64, _>("seq").map_err(db(OP))?);
+        read = row.try_get("list_read").map_err(db(OP))?;
+        if row.try_get::<bool, _>("list_hit").map_err(db(OP))? {
+            hits.push(decode(row)?);
+        }
+    }
+    let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
+    Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
+}
+
+/// A listing's statement and its values. The rows are read in seq order by the filter's
+/// indexed terms: with a lane and target but no status, one arm per status over the `list`
+/// index (lane, target, status; the rowid, seq, ends every entry) or, by key, the
+/// `list_key` index, each arm read in seq order as far as the merge pulls it (at most the
+/// budget). The scanned terms (time range, error text) are only checked on the rows
+/// read (`list_hit`). The answer holds the matches and the last row read, each with how many
+/// rows were read (`list_read`).
+pub(super) fn list_sql(
+    table: &str,
+    filter: &MessageFilter,
+    page: PageRequest,
+) -> (String, Vec<String>) {
+    let start = page.after.map_or(i64::MIN, |after| after.saturating_add(1));
+    let budget = list_budget(filter, page.limit).to_string();
+    let scanned = FilterSql::scanned(filter, "");
+    let one_lane = filter.ids.is_empty() && filter.lane.is_some() && filter.target.is_some();
+    let by_status = filter.status.is_none() && one_lane;
+    let statuses: Vec<Option<OutboxStatus>> = if by_status {
+        OutboxStatus::ALL.iter().copied().map(Some).collect()
+    } else {
+        vec![filter.status]
+    };
+    // Named, not left to the planner: without statistics it reads a key's rows off the
+    // lane's index, stepping over every other key's.
+    let index = match (&filter.ordering_key, one_lane) {
+        (Some(_), true) => format!(" INDEXED BY {table}_list_key"),
+        (None, true) => format!(" INDEXED BY {table}_list"),
+        _ => String::new(),
+    };
+    let mut arms = Vec::new();
+    let mut binds = Vec::new();
+    for status in statuses {
+        let indexed = FilterSql::indexed(
+            &MessageFilter {
+                status,
+                ..filter.clone()
+            },
+            "",
+        );
+        arms.push(format!(
+            "SELECT {COLUMNS}, CASE WHEN {hit} THEN 1 ELSE 0 END AS list_hit
+             FROM {table}{index}
+             WHERE seq > 0 AND seq >= CAST(? AS INTEGER) AND {indexed}",
+            hit = scanned.clause,
+            indexed = indexed.clause,
+        ));
+        binds.extend(scanned.binds.iter().cloned());
+        binds.push(start.to_string());
+        binds.extend(indexed.binds);
+    }
+    binds.push(budget);
+    binds.push(page.limit.saturating_add(1).to_string());
+    let text = format!(
+        "WITH scanned AS MATERIALIZED ({arms} ORDER BY seq LIMIT CAST(? AS INTEGER))
+         SELECT *, (SELECT COUNT(*) FROM scanned) AS list_read FROM scanned
+         WHERE list_hit OR seq = (SELECT MAX(seq) FROM scanned)
+         ORDER BY seq LIMIT CAST(? AS INTEGER)",
+        arms = arms.join(" UNION ALL "),
+    );
+    (text, binds)
 }
 
 /// Counts per (lane, target), read in one transaction so the counts and the blocked keys
@@ -94,7 +159,7 @@ pub(super) async fn stats(
         status: None,
         ..filter.clone()
     };
-    let by_lane_only = filter.ordering_key.is_none() && filter.ids.is_empty();
+    let by_lane_only = filter.ordering_key.is_none() && filter.ids.is_empty() && !filter.scans();
     let mut tx = pool.begin().await.map_err(db(OP))?;
 
     let counted = FilterSql::new(&filter, "");

@@ -582,3 +582,130 @@ pub async fn enqueue_and_requeue_wake_subscribers(h: Harness) {
     );
     woken(&mut requeue_wakeups).await;
 }
+
+/// Every page of `filter`, `limit` at a time, flattened: the ids in order. Checks that no
+/// page is over the limit and that the listing ends.
+async fn listed(h: &Harness, filter: &MessageFilter, limit: usize) -> Vec<Uuid> {
+    let mut ids = Vec::new();
+    for (page, _) in pages(h, filter, limit).await {
+        assert!(page.len() <= limit, "a page over its limit: {page:?}");
+        ids.extend(page);
+    }
+    ids
+}
+
+pub async fn list_filters_by_enqueue_time_and_error_text(h: Harness) {
+    // Six messages a second apart; the first four dead-lettered with different errors.
+    let start = h.clock.now_millis();
+    let mut sent = Vec::new();
+    for value in 0..6 {
+        sent.push(put(&h, draft(value)).await);
+        h.clock.advance(Duration::from_secs(1));
+    }
+    let at = |second: u64| std::time::SystemTime::from(start + Duration::from_secs(second));
+    for error in [
+        "connection refused by 10.0.0.7",
+        "timeout after 5s",
+        "HTTP 503: refused",
+        "50% of the batch_size",
+    ] {
+        dead_letter(&h, LANE, TARGET, error).await;
+    }
+    let ids = |range: std::ops::Range<usize>| -> Vec<Uuid> {
+        sent[range].iter().map(|m| m.outbox_id).collect()
+    };
+    let lane = MessageFilter::lane(LANE, TARGET);
+
+    // [after, before): the first instant is in, the last is out.
+    let range = lane.clone().enqueued_between(Some(at(1)), Some(at(3)));
+    for limit in [1, 2, 10] {
+        assert_eq!(listed(&h, &range, limit).await, ids(1..3), "limit {limit}");
+    }
+    let from = lane.clone().enqueued_between(Some(at(4)), None);
+    assert_eq!(listed(&h, &from, 10).await, ids(4..6));
+    let until = lane.clone().enqueued_between(None, Some(at(2)));
+    assert_eq!(listed(&h, &until, 10).await, ids(0..2));
+    let dead_in_range = range.clone().with_status(OutboxStatus::DeadLetter);
+    assert_eq!(listed(&h, &dead_in_range, 10).await, ids(1..3));
+    let pending_in_range = lane
+        .clone()
+        .enqueued_between(Some(at(2)), Some(at(6)))
+        .with_status(OutboxStatus::Pending);
+    assert_eq!(listed(&h, &pending_in_range, 10).await, ids(4..6));
+    let empty = lane.clone().enqueued_between(Some(at(10)), None);
+    assert_eq!(listed(&h, &empty, 10).await, Vec::<Uuid>::new());
+
+    // The error text: a case-sensitive plain substring, pattern characters included ("_"
+    // would match the space of "of the" as a LIKE pattern).
+    let error = |text: &str| lane.clone().with_error_containing(text);
+    assert_eq!(
+        listed(&h, &error("refused"), 1).await,
+        [sent[0].outbox_id, sent[2].outbox_id]
+    );
+    assert_eq!(listed(&h, &error("Refused"), 10).await, Vec::<Uuid>::new());
+    assert_eq!(listed(&h, &error("%"), 10).await, ids(3..4));
+    assert_eq!(listed(&h, &error("of_the"), 10).await, Vec::<Uuid>::new());
+    assert_eq!(listed(&h, &error("batch_size"), 10).await, ids(3..4));
+    // Both: the refused ones enqueued from second 1.
+    let both = error("refused").enqueued_between(Some(at(1)), None);
+    assert_eq!(listed(&h, &both, 10).await, ids(2..3));
+
+    // Stats, requeue and discard honour them too.
+    let stats = h.store.stats(&error("refused")).await.unwrap();
+    assert_eq!(lane_stats(&stats, LANE, TARGET).dead_letter, 2, "{stats:?}");
+    assert_eq!(
+        h.store
+            .requeue_dead_letters(&error("timeout"))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        get(&h, sent[1].outbox_id).await.status,
+        OutboxStatus::Pending
+    );
+    assert_eq!(
+        h.store
+            .discard_dead_letters(&lane.clone().enqueued_between(None, Some(at(1))))
+            .await
+            .unwrap(),
+        1
+    );
+    let left = listed(&h, &lane, 10).await;
+    assert_eq!(left, ids(1..6), "only the first message was discarded");
+}
+
+pub async fn a_rare_match_is_found_across_short_pages(h: Harness) {
+    // 60 messages, only the last one dead-lettered with the text looked for: a store may
+    // answer short pages with a cursor on the way, but never loses or repeats a match.
+    let mut sent = Vec::new();
+    for value in 0..60 {
+        sent.push(put(&h, draft(value)).await.outbox_id);
+    }
+    let request = ClaimRequest::new(LANE, TARGET, 60, LEASE, "relay-a");
+    let batch = h.store.claim(&request).await.unwrap();
+    assert_eq!(batch.messages.len(), 60);
+    let (last, rest) = batch.messages.split_last().expect("a batch");
+    h.store
+        .ack(&rest.iter().map(claim_of).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    h.store
+        .nack(&[Nack {
+            claim: claim_of(last),
+            error: "needle".to_owned(),
+            disposition: NackDisposition::Permanent,
+        }])
+        .await
+        .unwrap();
+    let filter = MessageFilter::lane(LANE, TARGET).with_error_containing("needle");
+    for limit in [1, 2, 5] {
+        assert_eq!(
+            listed(&h, &filter, limit).await,
+            [sent[59]],
+            "limit {limit}"
+        );
+    }
+    let dead = filter.with_status(OutboxStatus::DeadLetter);
+    assert_eq!(listed(&h, &dead, 1).await, [sent[59]]);
+}

@@ -22,35 +22,7 @@ mod rate;
 pub(crate) use breaker::{BreakerAdmit, CircuitBreaker, Transition, Verdict};
 pub(crate) use rate::TokenBucket;
 
-crate::named::label_values! {
-    /// A circuit breaker's state: the value of the `state` label on
-    /// `outbox_breaker_state` ([`crate::metrics::BREAKER_STATE`]).
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum BreakerState {
-        /// The target answers: claims go on.
-        Closed => "closed",
-        /// The target kept failing: no claims until the cool-down ends.
-        Open => "open",
-        /// The cool-down ended: one probe message is out; its outcome closes or re-opens.
-        HalfOpen => "half_open",
-    }
-}
-
-crate::named::label_values! {
-    /// The claim gate that held a lane back: the value of the `gate` label on
-    /// `outbox_throttled_seconds` ([`crate::metrics::THROTTLED_SECONDS`]).
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "snake_case")]
-    pub enum GateKind {
-        /// The rate limit's tokens ran out.
-        RateLimit => "rate_limit",
-        /// The circuit breaker is open or waits for its probe.
-        Breaker => "breaker",
-        /// A target's Retry-After holds the lane.
-        RetryAfter => "retry_after",
-    }
-}
+pub(crate) use crate::lane_state::{BreakerState, GateKind};
 
 /// The gates' answer to "may the lane claim now?".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -73,6 +73,25 @@ const MIGRATIONS: &[Migration] = &[
         version: 5,
         statements: &[LANE_CONTROL_TABLE],
     },
+    Migration {
+        version: 6,
+        statements: MIGRATION_6,
+    },
+];
+
+/// The indexes the listing (`read.rs`'s `list_sql`) reads, so a page of a lane costs the
+/// page and not the lane, whatever its status mix: the rowid, seq, ends every entry, so
+/// each (lane, target, status) and each (lane, target, key, status) is a range in enqueue
+/// order, and a page of every status merges the ranges. Their predicate `seq > 0` holds for
+/// every row (AUTOINCREMENT counts from 1); SQLite uses a partial index only where a query
+/// repeats its terms, and only the listing states it, so no claim or key probe of the relay
+/// is planned on these instead of the narrow indexes it was built for. Each build reads the
+/// table once under the write lock: enqueues wait for it.
+const MIGRATION_6: &[&str] = &[
+    "CREATE INDEX IF NOT EXISTS {t}_list ON {t} (lane, target, status) WHERE seq > 0",
+    "CREATE INDEX IF NOT EXISTS {t}_list_key
+        ON {t} (lane, target, ordering_key, status)
+        WHERE seq > 0 AND ordering_key IS NOT NULL",
 ];
 
 /// Fleet-wide lane control (`store/lane_control.rs`): one row per paused (lane, target),

@@ -1,0 +1,250 @@
+//! The listing of messages (`GET /api/v1/messages`, `outbox-relay list`), as SQL built from
+//! the filter: only the fields it sets become terms, so each shape of filter gets the plan
+//! its indexes allow (a generic plan for `($1 IS NULL OR lane = $1)` reads no index).
+//!
+//! What a page reads (pinned at 1 M rows by `tests/postgres/plans.rs`):
+//! - by lane and target: `list_idx` (lane, target, status, seq), one index range per
+//!   status, each under a LIMIT, merged in seq order, or the one range of the status asked
+//!   for; by ordering key too: `list_key_idx` (lane, target, ordering_key, status, seq)
+//!   the same way. Each range stops at the page (or the scan budget).
+//! - by ids: the primary key, one probe per id.
+//! - the enqueue time range and the error text are checked on the rows read that way, and
+//!   at most [`list_budget`] of them: [`LIST_SCAN_PAGES`](crate::store::LIST_SCAN_PAGES)
+//!   pages' worth. A page that found fewer matches answers them with a cursor after the
+//!   last row read, so a listing with such a filter costs a bounded read per call however
+//!   rare its matches are, and goes on where it stopped.
+
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Postgres, Row};
+use uuid::Uuid;
+
+use crate::message::OutboxStatus;
+use crate::store::admin::list_budget;
+use crate::store::{MessageFilter, Page, PageRequest, StoreError, StoreOp};
+
+use super::decode::{self, db_error};
+use super::sql::{columns, instant};
+use super::{to_i64, PostgresOutboxStore};
+
+/// A value bound to a listing's statement.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Value {
+    Text(String),
+    Int(i64),
+    Ids(Vec<Uuid>),
+}
+
+/// A listing's statement and its values in `$n` order.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ListSql {
+    pub(super) text: String,
+    pub(super) values: Vec<Value>,
+}
+
+impl ListSql {
+    /// `value` as the next parameter: answers its placeholder.
+    fn bind(&mut self, value: Value) -> String {
+        self.values.push(value);
+        format!("${}", self.values.len())
+    }
+
+    /// The statement (prefixed with `prefix`, e.g. `EXPLAIN ...`) with every value bound.
+    pub(super) fn query(&self, prefix: &str) -> Query<'_, Postgres, PgArguments> {
+        let mut query = sqlx::query(AssertSqlSafe(format!("{prefix}{}", self.text)));
+        for value in &self.values {
+            query = match value {
+                Value::Text(text) => query.bind(text),
+                Value::Int(n) => query.bind(n),
+                Value::Ids(ids) => query.bind(ids),
+            };
+        }
+        query
+    }
+}
+
+/// The listing of `page` under `filter` from table `t`. Its rows: the matches and the last
+/// row read (`list_hit` false unless it matches), each with how many rows were read
+/// (`list_read`).
+pub(super) fn list_sql(t: &str, filter: &MessageFilter, page: PageRequest) -> ListSql {
+    let mut sql = ListSql {
+        text: String::new(),
+        values: Vec::new(),
+    };
+    // The checked terms, bound once and shared by every arm.
+    let mut hit = vec!["true".to_owned()];
+    let (after, before) = filter.enqueued_millis();
+    if let Some(after) = after {
+        let p = sql.bind(Value::Int(after.as_millis()));
+        hit.push(format!("m.created_at >= {}", instant(&p)));
+    }
+    if let Some(before) = before {
+        let p = sql.bind(Value::Int(before.as_millis()));
+        hit.push(format!("m.created_at < {}", instant(&p)));
+    }
+    if let Some(text) = &filter.error_contains {
+        // strpos, not LIKE: the text is a plain substring, '%' and '_' included.
+        let p = sql.bind(Value::Text(text.clone()));
+        hit.push(format!("strpos(m.last_error, {p}) > 0"));
+    }
+    let hit = hit.join(" AND ");
+
+    // The indexed terms. `seq > 0` (every row: seq counts from 1) is list_idx's predicate,
+    // which only these statements state, so no claim or probe of the relay can pick it.
+    let mut terms = vec!["m.seq > 0".to_owned()];
+    if let Some(after) = page.after {
+        terms.push(format!("m.seq > {}", sql.bind(Value::Int(after))));
+    }
+    for (column, value) in [
+        ("lane", &filter.lane),
+        ("target", &filter.target),
+        ("ordering_key", &filter.ordering_key),
+    ] {
+        if let Some(value) = value {
+            let p = sql.bind(Value::Text(value.clone()));
+            terms.push(format!("m.{column} = {p}"));
+        }
+    }
+    if !filter.ids.is_empty() {
+        let p = sql.bind(Value::Ids(filter.ids.clone()));
+        terms.push(format!("m.outbox_id = ANY({p}::uuid[])"));
+    }
+    // One arm per status when a lane is listed whole: the statuses' ranges of list_idx
+    // (or of list_key_idx) merged in seq order.
+    let one_lane = filter.lane.is_some() && filter.target.is_some() && filter.ids.is_empty();
+    let statuses: Vec<Option<OutboxStatus>> = match filter.status {
+        Some(status) => vec![Some(status)],
+        None if one_lane => OutboxStatus::ALL.iter().copied().map(Some).collect(),
+        None => vec![None],
+    };
+    let cols = columns("m");
+    let terms = terms.join(" AND ");
+    let budget = sql.bind(Value::Int(to_i64(list_budget(filter, page.limit))));
+    // Each arm stops at the budget itself: its index range in seq order under a LIMIT,
+    // whatever the planner believes of the merge above it (on a table it has no
+    // statistics for, it would rather sort the arms' every row).
+    let arms: Vec<String> = statuses
+        .iter()
+        .map(|status| {
+            // The status as a range of one value, `status >= 'x' AND status <= 'x'`, not
+            // as `status = 'x'`: the planner cannot prove a partial index's
+            // `status = 'x'` from it, so the narrow indexes of one status (dead_idx,
+            // key_pending_idx, ...: read whole and sorted when it guesses they are small)
+            // are out; and ordered by (status, seq), which list_idx and list_key_idx give
+            // and seq_idx does not, it cannot walk the whole table in seq order hoping to
+            // meet a rare status soon. The statistics still price the range.
+            let (status, order) = match status {
+                Some(s) => (
+                    format!(
+                        " AND m.status >= '{s}' AND m.status <= '{s}'",
+                        s = s.as_str()
+                    ),
+                    "m.status, m.seq",
+                ),
+                None => (String::new(), "m.seq"),
+            };
+            format!(
+                "(SELECT {cols}, ({hit}) IS TRUE AS list_hit FROM {t} m WHERE {terms}{status}
+                  ORDER BY {order} LIMIT {budget})"
+            )
+        })
+        .collect();
+    let limit = sql.bind(Value::Int(to_i64(page.limit.saturating_add(1))));
+    sql.text = format!(
+        "WITH scanned AS MATERIALIZED (
+            SELECT * FROM ({arms}) s ORDER BY s.seq LIMIT {budget}
+         )
+         SELECT *, (SELECT count(*) FROM scanned) AS list_read FROM scanned
+         WHERE list_hit OR seq = (SELECT max(seq) FROM scanned)
+         ORDER BY seq LIMIT {limit}",
+        arms = arms.join(" UNION ALL "),
+    );
+    sql
+}
+
+impl PostgresOutboxStore {
+    pub(super) async fn list_page(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+    ) -> Result<Page, StoreError> {
+        let op = StoreOp::List;
+        let sql = list_sql(&self.names.messages, filter, page);
+        let mut call = self.call(op).await?;
+        let rows: Vec<PgRow> = sql
+            .query("")
+            .persistent(self.named_statements)
+            .fetch_all(&mut *call)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        call.finish(op).await?;
+        let mut hits = Vec::with_capacity(rows.len());
+        let (mut last_read, mut read) = (None, 0i64);
+        for row in &rows {
+            last_read = Some(row.try_get::<i64, _>("seq").map_err(|e| db_error(op, e))?);
+            read = row.try_get("list_read").map_err(|e| db_error(op, e))?;
+            if row
+                .try_get::<bool, _>("list_hit")
+                .map_err(|e| db_error(op, e))?
+            {
+                hits.push(decode::message(row)?);
+            }
+        }
+        let budget = list_budget(filter, page.limit);
+        let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
+        Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lane_is_read_by_status_and_only_set_fields_become_terms() {
+        let page = PageRequest {
+            after: Some(7),
+            limit: 10,
+        };
+        let sql = list_sql("t", &MessageFilter::lane("orders", "billing"), page);
+        assert_eq!(sql.text.matches(" UNION ALL ").count(), 3, "{}", sql.text);
+        assert!(
+            sql.text
+                .contains("m.status >= 'dead_letter' AND m.status <= 'dead_letter'"),
+            "{}",
+            sql.text
+        );
+        assert!(!sql.text.contains("IS NULL"), "{}", sql.text);
+        assert_eq!(
+            sql.values,
+            [
+                Value::Int(7),
+                Value::Text("orders".into()),
+                Value::Text("billing".into()),
+                Value::Int(11),
+                Value::Int(11),
+            ]
+        );
+
+        let scanning = MessageFilter::lane("orders", "billing")
+            .with_status(OutboxStatus::DeadLetter)
+            .with_error_containing("timeout");
+        let sql = list_sql(
+            "t",
+            &scanning,
+            PageRequest {
+                after: None,
+                limit: 10,
+            },
+        );
+        assert!(!sql.text.contains(" UNION ALL "), "{}", sql.text);
+        assert!(
+            sql.text.contains("strpos(m.last_error, $1) > 0"),
+            "{}",
+            sql.text
+        );
+        // Ten pages' worth of rows read at most, eleven matches answered at most.
+        assert_eq!(sql.values.last(), Some(&Value::Int(11)));
+        assert_eq!(sql.values[sql.values.len() - 2], Value::Int(110));
+    }
+}
