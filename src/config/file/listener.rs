@@ -22,13 +22,14 @@ pub struct ListenerSection {
     pub control_token_env: Option<String>,
     /// A file holding the control token (its surrounding whitespace dropped).
     pub control_token_file: Option<PathBuf>,
-    /// The route groups served: any of `metrics`, `probes`, `api`, `control`. Default: all.
+    /// The route groups served: any of `metrics`, `probes`, `api`, `control`, `ui`.
+    /// Default: all.
     pub routes: Option<Vec<String>>,
 }
 
 /// The route groups `routes` may name (`http::RouteGroup`'s names; the config parses
 /// without the `http` feature).
-const ROUTE_GROUPS: [&str; 4] = ["metrics", "probes", "api", "control"];
+const ROUTE_GROUPS: [&str; 5] = ["metrics", "probes", "api", "control", "ui"];
 
 impl ListenerSection {
     /// The limits, defaults filled in (not validated: see [`Self::validate`]).
@@ -68,7 +69,7 @@ impl ListenerSection {
             if !ROUTE_GROUPS.contains(&group.as_str()) {
                 return Err(ConfigError::new(
                     "listener.routes",
-                    format!("unknown route group {group:?}; expected any of metrics, probes, api, control"),
+                    format!("unknown route group {group:?}; expected any of metrics, probes, api, control, ui"),
                 ));
             }
         }
