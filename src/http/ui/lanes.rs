@@ -47,9 +47,19 @@ pub(super) async fn page(State(routes): State<Routes>, headers: HeaderMap, uri: 
     let lanes = with_relay(&routes, move |running| async move {
         start_sampler(&ui_routes, &running);
         let statuses = running.relay.status().await.map_err(relay_unavailable)?;
+        // The store's pauses, not only the relay's view of them: a pause just made shows
+        // at once, before this relay's next lane-control poll applies it. A store without
+        // lane control answers an error: the relay's view is all there is.
+        let pauses = running.store.lane_pauses().await.ok();
         let minute = this_minute();
         let mut rows = Vec::with_capacity(statuses.len());
-        for status in statuses {
+        for mut status in statuses {
+            if let Some(pauses) = &pauses {
+                status.fleet_pause = pauses
+                    .iter()
+                    .find(|p| p.lane == status.lane.name && p.target == status.lane.target)
+                    .cloned();
+            }
             let (lane, target) = (&status.lane.name, &status.lane.target);
             let stats = running
                 .store
