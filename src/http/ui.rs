@@ -58,6 +58,7 @@ pub(super) struct UiState {
     sessions: Mutex<Sessions>,
     throughput: Mutex<Throughput>,
     sampler_started: AtomicBool,
+    counts: Mutex<lanes::CountsCache>,
     hosts: Vec<String>,
     control: bool,
 }
@@ -70,6 +71,7 @@ impl UiState {
             sessions: Mutex::default(),
             throughput: Mutex::default(),
             sampler_started: AtomicBool::new(false),
+            counts: Mutex::default(),
             hosts,
             control,
         }
@@ -77,6 +79,12 @@ impl UiState {
 
     fn sessions(&self) -> MutexGuard<'_, Sessions> {
         self.sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn counts(&self) -> MutexGuard<'_, lanes::CountsCache> {
+        self.counts
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }

@@ -1,7 +1,9 @@
 //! `/ui/lanes`: every lane of this relay with its state, gates, counts and last hour, and
 //! the fleet-wide pause and resume.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
 use std::net::SocketAddr;
 
@@ -22,11 +24,66 @@ use crate::store::{LanePauseRequest, LaneStats, MessageFilter};
 
 /// Seconds between the script's refreshes of the lanes table.
 const REFRESH_SECONDS: u32 = 5;
+/// How old a lane's store counts may be before a page view refreshes them. The counts
+/// are the store's `stats` of the lane, which count every status (a scan of the lane's
+/// delivered history on PostgreSQL); this bounds that to one query per lane and interval
+/// however many browsers refresh the page, as `/readyz` bounds its check.
+pub(super) const COUNTS_FRESH: Duration = Duration::from_secs(5);
+
+/// The last store counts of each lane, by `lane/target`, with when they were read, and
+/// which lanes have a refresh running.
+#[derive(Debug, Default)]
+pub(crate) struct CountsCache {
+    counts: HashMap<String, (Instant, LaneStats)>,
+    refreshing: HashSet<String>,
+}
+
+impl CountsCache {
+    /// The cached counts of `lane` and whether they need a refresh at `now` (absent or
+    /// older than [`COUNTS_FRESH`], and no refresh running); marks the refresh as running.
+    fn take(&mut self, lane: &str, now: Instant) -> (Option<(Instant, LaneStats)>, bool) {
+        let cached = self.counts.get(lane).cloned();
+        let stale = cached
+            .as_ref()
+            .is_none_or(|(read, _)| now.duration_since(*read) >= COUNTS_FRESH);
+        let refresh = stale && self.refreshing.insert(lane.to_owned());
+        (cached, refresh)
+    }
+
+    fn put(&mut self, lane: &str, read: Instant, stats: LaneStats) {
+        self.refreshing.remove(lane);
+        self.counts.insert(lane.to_owned(), (read, stats));
+    }
+
+    fn failed(&mut self, lane: &str) {
+        self.refreshing.remove(lane);
+    }
+}
+
+/// The store's counts of one lane, read now.
+async fn read_counts(
+    store: &crate::store::Outbox,
+    lane: &str,
+    target: &str,
+) -> Result<LaneStats, crate::store::StoreError> {
+    Ok(store
+        .stats(&MessageFilter::lane(lane, target))
+        .await?
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| LaneStats {
+            lane: lane.to_owned(),
+            target: target.to_owned(),
+            ..LaneStats::default()
+        }))
+}
 
 /// What a row shows: the relay's view and the store's counts.
 struct Row {
     status: LaneStatus,
     stats: LaneStats,
+    /// How old `stats` is.
+    counts_age: Duration,
     series: Vec<Minute>,
 }
 
@@ -60,19 +117,41 @@ pub(super) async fn page(State(routes): State<Routes>, headers: HeaderMap, uri: 
                     .find(|p| p.lane == status.lane.name && p.target == status.lane.target)
                     .cloned();
             }
-            let (lane, target) = (&status.lane.name, &status.lane.target);
-            let stats = running
-                .store
-                .stats(&MessageFilter::lane(lane, target))
-                .await?
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| LaneStats {
-                    lane: lane.clone(),
-                    target: target.clone(),
-                    ..LaneStats::default()
-                });
+            let (lane, target) = (status.lane.name.clone(), status.lane.target.clone());
             let name = status.lane.to_string();
+            // Fresh counts from the cache; stale ones are shown while a refresh runs
+            // (stale-while-revalidate); none yet: read now.
+            let (cached, refresh) = ui_routes.ui.counts().take(&name, Instant::now());
+            let (read_at, stats) = match (cached, refresh) {
+                (Some(cached), false) => cached,
+                (Some(cached), true) => {
+                    let (ui, store, name) = (ui_routes.ui.clone(), running.store.clone(), name.clone());
+                    tokio::spawn(async move {
+                        let read = Instant::now();
+                        match read_counts(&store, &lane, &target).await {
+                            Ok(stats) => ui.counts().put(&name, read, stats),
+                            Err(error) => {
+                                tracing::warn!(%error, lane = %name, "the UI could not refresh a lane's counts");
+                                ui.counts().failed(&name);
+                            }
+                        }
+                    });
+                    cached
+                }
+                (None, _) => {
+                    let read = Instant::now();
+                    match read_counts(&running.store, &lane, &target).await {
+                        Ok(stats) => {
+                            ui_routes.ui.counts().put(&name, read, stats.clone());
+                            (read, stats)
+                        }
+                        Err(error) => {
+                            ui_routes.ui.counts().failed(&name);
+                            return Err(error.into());
+                        }
+                    }
+                }
+            };
             let series = {
                 let mut history = ui_routes.ui.throughput();
                 history.observe(&name, minute, status.delivered, status.failed);
@@ -81,6 +160,7 @@ pub(super) async fn page(State(routes): State<Routes>, headers: HeaderMap, uri: 
             rows.push(Row {
                 status,
                 stats,
+                counts_age: read_at.elapsed(),
                 series,
             });
         }
@@ -95,15 +175,17 @@ pub(super) async fn page(State(routes): State<Routes>, headers: HeaderMap, uri: 
     let _ = write!(
         body,
         "<p class=\"muted\">This relay's lanes, refreshed every {REFRESH_SECONDS} s \
-         (<a href=\"/ui/lanes\">reload</a>). Counts are the store's; the last hour is this process's deliveries.</p>\
+         (<a href=\"/ui/lanes\">reload</a>). Counts are the store's, at most {COUNTS_FRESH:?} old; \
+         the last hour is this process's deliveries since the UI was first opened.</p>\
          <section id=\"lanes\" data-refresh=\"{REFRESH_SECONDS}\" aria-live=\"off\">\
-         <table><caption class=\"muted\">{} lanes</caption><thead><tr>\
+         <table><caption class=\"muted\">{} lane{}</caption><thead><tr>\
          <th scope=\"col\">Lane</th><th scope=\"col\">State</th><th scope=\"col\">Gates</th>\
          <th scope=\"col\" class=\"num\">Pending</th><th scope=\"col\" class=\"num\">Oldest due</th>\
          <th scope=\"col\" class=\"num\">In flight</th><th scope=\"col\" class=\"num\">Dead letters</th>\
          <th scope=\"col\" class=\"num\">Blocked keys</th>\
          <th scope=\"col\">Last hour <span class=\"muted\">(delivered ▲ failed ▼)</span></th><th scope=\"col\">Action</th></tr></thead><tbody>",
-        rows.len()
+        rows.len(),
+        if rows.len() == 1 { "" } else { "s" }
     );
     for row in &rows {
         lane_row(&mut body, row, reader.csrf.as_deref());
@@ -177,10 +259,11 @@ fn lane_row(body: &mut String, row: &Row, csrf: Option<&str>) {
     let oldest = stats.oldest_pending_age.map_or("–".to_owned(), age);
     let _ = write!(
         body,
-        "</td><td class=\"num\" data-field=\"pending\">{}</td><td class=\"num\" data-field=\"oldest-due\">{oldest}</td>\
+        "</td><td class=\"num\" data-field=\"pending\" title=\"read {} ago\">{}</td><td class=\"num\" data-field=\"oldest-due\">{oldest}</td>\
          <td class=\"num\" data-field=\"in-flight\">{}</td>\
          <td class=\"num\" data-field=\"dead-letters\"><a href=\"/ui/dead-letters?lane_target={u}\">{}</a></td>\
          <td class=\"num\" data-field=\"blocked-keys\"><a href=\"/ui/blocked-keys?lane_target={u}\">{}</a></td><td>{}</td><td>",
+        age(row.counts_age),
         stats.pending,
         status.in_flight,
         stats.dead_letter,
@@ -274,5 +357,40 @@ pub(super) async fn action(
     match done {
         Ok(()) => redirect("/ui/lanes"),
         Err(error) => error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_read_once_per_interval_and_served_stale_while_one_refresh_runs() {
+        let start = Instant::now();
+        let mut cache = CountsCache::default();
+        // Nothing cached: the caller reads, and is the only one to.
+        assert_eq!(cache.take("l/t", start), (None, true));
+        assert_eq!(cache.take("l/t", start), (None, false));
+        let stats = LaneStats {
+            pending: 3,
+            ..LaneStats::default()
+        };
+        cache.put("l/t", start, stats.clone());
+        // Fresh: served as is.
+        let fresh = cache.take("l/t", start + COUNTS_FRESH / 2);
+        assert_eq!(fresh, (Some((start, stats.clone())), false));
+        // Stale: served, and one refresh asked for, not two.
+        let later = start + COUNTS_FRESH;
+        assert_eq!(
+            cache.take("l/t", later),
+            (Some((start, stats.clone())), true)
+        );
+        assert_eq!(
+            cache.take("l/t", later),
+            (Some((start, stats.clone())), false)
+        );
+        // A failed refresh lets the next view try again.
+        cache.failed("l/t");
+        assert!(cache.take("l/t", later).1);
     }
 }
