@@ -158,14 +158,24 @@ pub async fn run(bench: &BenchStore, rows: usize, requests: usize) -> Result<UiR
                                  AND (payload->>'n')::int8 % {PENDING_EVERY} <> 1 THEN now() END,
             available_at = now() + interval '1 day'"
     );
-    sqlx::raw_sql(sqlx::AssertSqlSafe(shape))
-        .execute(pool)
+    // One connection without the pool's statement timeout: a 1 M-row update and its
+    // VACUUM take longer than a relay's statement may.
+    let mut conn = pool
+        .acquire()
         .await
-        .map_err(|e| format!("shape the table: {e}"))?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM ANALYZE {t}")))
-        .execute(pool)
-        .await
-        .map_err(|e| format!("VACUUM ANALYZE: {e}"))?;
+        .map_err(|e| format!("a connection: {e}"))?;
+    for statement in [
+        "SET statement_timeout = 0".to_owned(),
+        shape,
+        format!("VACUUM ANALYZE {t}"),
+        "RESET statement_timeout".to_owned(),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| format!("shape the table ({statement}): {e}"))?;
+    }
+    drop(conn);
     bench.settle().await;
     println!(
         "PostgreSQL UI row: {} rows written and shaped in {:.0} s",

@@ -434,6 +434,12 @@ async fn login(State(routes): State<Routes>, headers: HeaderMap, body: Bytes) ->
 async fn logout(State(routes): State<Routes>, headers: HeaderMap, body: Bytes) -> Response {
     check_host(&routes, &headers)
         .and_then(|()| {
+            if routes.token.is_none() {
+                return Err(error_page(
+                    StatusCode::FORBIDDEN,
+                    "this listener has no control token: there are no sessions",
+                ));
+            }
             let (id, session) = session_of(&routes, &headers).ok_or_else(|| {
                 error_page(StatusCode::UNAUTHORIZED, "there is no session to end")
             })?;

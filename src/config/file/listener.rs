@@ -25,6 +25,10 @@ pub struct ListenerSection {
     /// The route groups served: any of `metrics`, `probes`, `api`, `control`, `ui`.
     /// Default: all.
     pub routes: Option<Vec<String>>,
+    /// Host names the web UI (`/ui`) answers to besides IP addresses and `localhost`: the
+    /// name operators reach the listener by (behind a proxy, a cluster DNS name). A
+    /// request with any other `Host` gets 403 (DNS rebinding). Default: none.
+    pub ui_hosts: Option<Vec<String>>,
 }
 
 /// The route groups `routes` may name (`http::RouteGroup`'s names; the config parses
@@ -65,6 +69,18 @@ impl ListenerSection {
             )),
             _ => Ok(()),
         }?;
+        for host in self.ui_hosts.iter().flatten() {
+            let name_like = !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+            if !name_like {
+                return Err(ConfigError::new(
+                    "listener.ui_hosts",
+                    format!("{host:?} is not a host name (letters, digits, '-' and '.'; no port)"),
+                ));
+            }
+        }
         for group in self.routes.iter().flatten() {
             if !ROUTE_GROUPS.contains(&group.as_str()) {
                 return Err(ConfigError::new(

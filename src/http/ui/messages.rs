@@ -300,7 +300,8 @@ pub(super) async fn one(
         Ok(found) => found,
         Err(error) => return error,
     };
-    let mut body = String::from("<dl class=\"fields\">");
+    // Two columns: the message's fields; its payload, error, actions and key beside them.
+    let mut body = String::from("<div class=\"columns\"><div><dl class=\"fields\">");
     field(
         &mut body,
         "Id",
@@ -359,19 +360,7 @@ pub(super) async fn one(
         "Delivered",
         &opt(message.delivered_at.map(|t| t.to_string())),
     );
-    body.push_str("</dl>");
-    if let Some(error) = &message.last_error {
-        let _ = write!(
-            body,
-            "<h2>Last error</h2><pre data-field=\"last-error\">{}</pre>",
-            esc(error)
-        );
-    }
-    if let (Some(csrf), OutboxStatus::DeadLetter) = (reader.csrf.as_deref(), message.status) {
-        body.push_str("<h2>Dead letter</h2><div class=\"actions\">");
-        dead_letter_actions(&mut body, csrf, &[message.outbox_id]);
-        body.push_str("</div>");
-    }
+    body.push_str("</dl></div><div>");
     let bytes = message.payload.as_bytes().len();
     if raw {
         let _ = write!(
@@ -391,7 +380,22 @@ pub(super) async fn one(
             esc(&pretty)
         );
     }
-    body.push_str("<h2>Headers</h2>");
+    if let Some(error) = &message.last_error {
+        let _ = write!(
+            body,
+            "<h2>Last error</h2><pre data-field=\"last-error\">{}</pre>",
+            esc(error)
+        );
+    }
+    if let (Some(csrf), OutboxStatus::DeadLetter) = (reader.csrf.as_deref(), message.status) {
+        body.push_str("<h2>Dead letter</h2><div class=\"actions\">");
+        dead_letter_actions(&mut body, csrf, &[message.outbox_id]);
+        body.push_str("</div>");
+    }
+    if let (Some(key), Some(state)) = (&message.ordering_key, &key) {
+        key_section(&mut body, &message, key, state);
+    }
+    body.push_str("</div></div><h2>Headers</h2>");
     if message.headers.is_empty() {
         body.push_str("<p class=\"muted\">None.</p>");
     } else {
@@ -405,9 +409,6 @@ pub(super) async fn one(
             );
         }
         body.push_str("</tbody></table>");
-    }
-    if let (Some(key), Some(state)) = (&message.ordering_key, &key) {
-        key_section(&mut body, &message, key, state);
     }
     html::page(
         &html::Frame {
