@@ -54,6 +54,7 @@ mod decode;
 mod enqueue;
 mod explain;
 mod fenced;
+mod key_state;
 mod lane_control;
 mod listener;
 mod schema;
@@ -502,6 +503,16 @@ impl OutboxBackend for PostgresOutboxStore {
 
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
         self.list_page(filter, page).await
+    }
+
+    async fn blocked_keys(
+        &self,
+        lane: &str,
+        target: &str,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<crate::store::BlockedKeys, StoreError> {
+        self.blocked_keys_of(lane, target, after, limit).await
     }
 
     async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {

@@ -82,7 +82,7 @@ fn a_pause_from_the_ui_stops_two_postgres_relays_and_shows_who_paused() {
     );
     let dir = tempfile::tempdir().expect("a temporary directory");
     let database = format!("database_url = \"{url}\"\nschema = \"{}\"", schema.0);
-    let mut relays: Vec<Relay> = ["relay-a", "relay-b"]
+    let relays: Vec<Relay> = ["relay-a", "relay-b"]
         .into_iter()
         .map(|name| {
             let port = free_port();

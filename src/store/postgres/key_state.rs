@@ -1,0 +1,121 @@
+//! The keys a dead head holds, in one statement: `OutboxBackend::blocked_keys` reads only
+//! the lane's keyed dead letters (the `key_dead` index) and probes each key's live rows
+//! (the `key_live` index), where the provided method pages through every dead letter of
+//! the lane, keyed or not, which on a table without an index of unkeyed dead letters reads
+//! the lane's whole history.
+
+use std::collections::HashMap;
+
+use sqlx::{AssertSqlSafe, Row};
+use uuid::Uuid;
+
+use super::decode::db_error;
+use super::{to_i64, PostgresOutboxStore};
+use crate::store::{
+    BlockedKey, BlockedKeys, MessageFilter, OutboxBackend, PageRequest, StoreError, StoreOp,
+};
+
+impl PostgresOutboxStore {
+    pub(super) async fn blocked_keys_of(
+        &self,
+        lane: &str,
+        target: &str,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<BlockedKeys, StoreError> {
+        let limit = limit.max(1);
+        let t = &self.names.messages;
+        // $1 lane, $2 target, $3 after (seq), $4 limit. A key is held when its earliest
+        // dead letter comes before its earliest live row.
+        let sql = format!(
+            "SELECT d.seq, d.outbox_id AS dead_id,
+                    (SELECT l.outbox_id FROM {t} l
+                     WHERE l.lane = d.lane AND l.target = d.target
+                       AND l.ordering_key = d.ordering_key
+                       AND l.status IN ('pending', 'claimed')
+                     ORDER BY l.seq LIMIT 1) AS held_id
+             FROM {t} d
+             WHERE d.lane = $1 AND d.target = $2 AND d.status = 'dead_letter'
+               AND d.ordering_key IS NOT NULL
+               AND ($3::int8 IS NULL OR d.seq > $3)
+               AND NOT EXISTS (
+                 SELECT 1 FROM {t} e
+                 WHERE e.lane = d.lane AND e.target = d.target
+                   AND e.ordering_key = d.ordering_key AND e.status = 'dead_letter'
+                   AND e.seq < d.seq)
+               AND EXISTS (
+                 SELECT 1 FROM {t} l
+                 WHERE l.lane = d.lane AND l.target = d.target
+                   AND l.ordering_key = d.ordering_key
+                   AND l.status IN ('pending', 'claimed') AND l.seq > d.seq)
+               AND NOT EXISTS (
+                 SELECT 1 FROM {t} l
+                 WHERE l.lane = d.lane AND l.target = d.target
+                   AND l.ordering_key = d.ordering_key
+                   AND l.status IN ('pending', 'claimed') AND l.seq < d.seq)
+             ORDER BY d.seq LIMIT $4"
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(lane)
+            .bind(target)
+            .bind(after)
+            .bind(to_i64(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(StoreOp::List, e))?;
+        let mut pairs = Vec::with_capacity(rows.len());
+        let mut last_seq = None;
+        for row in &rows {
+            let seq: i64 = row.try_get("seq").map_err(|e| db_error(StoreOp::List, e))?;
+            let dead: Uuid = row
+                .try_get("dead_id")
+                .map_err(|e| db_error(StoreOp::List, e))?;
+            let held: Option<Uuid> = row
+                .try_get("held_id")
+                .map_err(|e| db_error(StoreOp::List, e))?;
+            last_seq = Some(seq);
+            if let Some(held) = held {
+                pairs.push((dead, held));
+            }
+        }
+        // Both messages of every key in one read by id.
+        let ids: Vec<Uuid> = pairs
+            .iter()
+            .flat_map(|(dead, held)| [*dead, *held])
+            .collect();
+        let found = if ids.is_empty() {
+            Vec::new()
+        } else {
+            self.list(
+                &MessageFilter {
+                    ids: ids.clone(),
+                    ..MessageFilter::default()
+                },
+                PageRequest {
+                    after: None,
+                    limit: ids.len(),
+                },
+            )
+            .await?
+            .messages
+        };
+        let mut by_id: HashMap<Uuid, _> = found.into_iter().map(|m| (m.outbox_id, m)).collect();
+        let keys = pairs
+            .into_iter()
+            .filter_map(|(dead, held)| {
+                // A row that changed between the two reads (requeued, delivered) drops out.
+                let dead_head = by_id.remove(&dead)?;
+                let held = by_id.remove(&held)?;
+                Some(BlockedKey {
+                    ordering_key: dead_head.ordering_key.clone()?,
+                    dead_head,
+                    held,
+                })
+            })
+            .collect();
+        Ok(BlockedKeys {
+            keys,
+            next_cursor: if rows.len() == limit { last_seq } else { None },
+        })
+    }
+}
