@@ -158,6 +158,11 @@ mod tests {
                 "[listener]\nroutes = [\"metrics\", \"admin\"]",
                 "listener.routes",
             ),
+            (
+                "[listener]\nui_hosts = [\"relay.internal:9464\"]",
+                "listener.ui_hosts",
+            ),
+            ("[listener]\nui_hosts = [\"\"]", "listener.ui_hosts"),
         ] {
             let error = FileConfig::from_toml_str("test", &with(table)).expect_err(table);
             assert_eq!(error.field(), Some(field), "{table}: {error}");
@@ -174,6 +179,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.listener.to_config().max_connections, 8);
+        let hosts = FileConfig::from_toml_str(
+            "test",
+            &with("[listener]\nroutes = [\"ui\"]\nui_hosts = [\"relay.internal\"]"),
+        )
+        .unwrap();
+        assert_eq!(
+            hosts.listener.ui_hosts.as_deref(),
+            Some(&["relay.internal".to_owned()][..])
+        );
         let token = config.listener.control_token().unwrap().expect("a token");
         assert_eq!(token.as_str(), "file-control-token-0123456789");
         std::fs::write(&path, "short").unwrap();

@@ -27,33 +27,31 @@ impl PostgresOutboxStore {
         let t = &self.names.messages;
         // $1 lane, $2 target, $3 after (seq), $4 limit. A key is held when its earliest
         // dead letter comes before its earliest live row.
+        // The earliest dead letter of each key, read from the key_dead index (the CTE is
+        // materialized so the planner does not walk the seq index for the ORDER BY instead,
+        // reading the lane's whole history), then each key's head from the key_live index.
         let sql = format!(
-            "SELECT d.seq, d.outbox_id AS dead_id,
-                    (SELECT l.outbox_id FROM {t} l
-                     WHERE l.lane = d.lane AND l.target = d.target
-                       AND l.ordering_key = d.ordering_key
-                       AND l.status IN ('pending', 'claimed')
-                     ORDER BY l.seq LIMIT 1) AS held_id
-             FROM {t} d
-             WHERE d.lane = $1 AND d.target = $2 AND d.status = 'dead_letter'
-               AND d.ordering_key IS NOT NULL
-               AND ($3::int8 IS NULL OR d.seq > $3)
-               AND NOT EXISTS (
-                 SELECT 1 FROM {t} e
-                 WHERE e.lane = d.lane AND e.target = d.target
-                   AND e.ordering_key = d.ordering_key AND e.status = 'dead_letter'
-                   AND e.seq < d.seq)
-               AND EXISTS (
-                 SELECT 1 FROM {t} l
-                 WHERE l.lane = d.lane AND l.target = d.target
-                   AND l.ordering_key = d.ordering_key
-                   AND l.status IN ('pending', 'claimed') AND l.seq > d.seq)
-               AND NOT EXISTS (
-                 SELECT 1 FROM {t} l
-                 WHERE l.lane = d.lane AND l.target = d.target
-                   AND l.ordering_key = d.ordering_key
-                   AND l.status IN ('pending', 'claimed') AND l.seq < d.seq)
-             ORDER BY d.seq LIMIT $4"
+            "WITH heads AS MATERIALIZED (
+                SELECT d.seq, d.outbox_id, d.ordering_key FROM {t} d
+                WHERE d.lane = $1 AND d.target = $2 AND d.status = 'dead_letter'
+                  AND d.ordering_key IS NOT NULL
+                  AND ($3::int8 IS NULL OR d.seq > $3)
+                  AND NOT EXISTS (
+                    SELECT 1 FROM {t} e
+                    WHERE e.lane = d.lane AND e.target = d.target
+                      AND e.ordering_key = d.ordering_key AND e.status = 'dead_letter'
+                      AND e.ordering_key IS NOT NULL AND e.seq < d.seq)
+             )
+             SELECT h.seq, h.outbox_id AS dead_id, held.outbox_id AS held_id
+             FROM heads h
+             CROSS JOIN LATERAL (
+                SELECT l.outbox_id, l.seq FROM {t} l
+                WHERE l.lane = $1 AND l.target = $2 AND l.ordering_key = h.ordering_key
+                  AND l.ordering_key IS NOT NULL AND l.status IN ('pending', 'claimed')
+                ORDER BY l.seq LIMIT 1
+             ) held
+             WHERE held.seq > h.seq
+             ORDER BY h.seq LIMIT $4"
         );
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(lane)
