@@ -183,6 +183,19 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     /// (with [`dry_run`](PurgeRequest::dry_run), how many would go).
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError>;
 
+    /// How many dead letters the filter selects (its status is ignored): what a requeue or
+    /// a discard by that filter would change. The provided method sums
+    /// [`stats`](Self::stats), which counts every status; a backend that can count the dead
+    /// letters alone (an index of them) overrides it.
+    async fn count_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        Ok(self
+            .stats(filter)
+            .await?
+            .iter()
+            .map(|lane| lane.dead_letter)
+            .sum())
+    }
+
     /// Where ordering key `key` of (lane, target) stands: its head, the dead letters
     /// before it and what waits behind it, at most `limit` of each. The provided method
     /// reads it with [`list`](Self::list) (three key-index reads).

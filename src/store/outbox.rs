@@ -341,6 +341,13 @@ impl Outbox {
             .await
     }
 
+    /// How many dead letters the filter selects (its status is ignored): a requeue's or a
+    /// discard's dry run; see [`OutboxBackend::count_dead_letters`]. Timed as stats.
+    pub async fn count_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        self.timed(StoreOp::Stats, self.backend.count_dead_letters(filter))
+            .await
+    }
+
     /// Where ordering key `key` of (lane, target) stands: its head, the dead letters before
     /// it, and what waits behind it (at most `limit` of each); see
     /// [`OutboxBackend::key_state`]. Timed as a list.

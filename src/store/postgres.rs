@@ -505,6 +505,10 @@ impl OutboxBackend for PostgresOutboxStore {
         self.list_page(filter, page).await
     }
 
+    async fn count_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        self.count_dead(filter).await
+    }
+
     async fn blocked_keys(
         &self,
         lane: &str,

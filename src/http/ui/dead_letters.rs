@@ -252,13 +252,7 @@ pub(super) async fn confirm(
     };
     let filter = bulk.filter.clone();
     let counted = with_relay(&routes, move |running| async move {
-        Ok(running
-            .store
-            .stats(&filter)
-            .await?
-            .iter()
-            .map(|lane| lane.dead_letter)
-            .sum::<u64>())
+        Ok(running.store.count_dead_letters(&filter).await?)
     })
     .await;
     let count = match counted {

@@ -1,8 +1,8 @@
 //! The keys a dead head holds, in one statement: `OutboxBackend::blocked_keys` reads only
-//! the lane's keyed dead letters (the `key_dead` index) and probes each key's live rows
-//! (the `key_live` index), where the provided method pages through every dead letter of
-//! the lane, keyed or not, which on a table without an index of unkeyed dead letters reads
-//! the lane's whole history.
+//! the lane's keyed dead letters (the dead letters' index, by key) and probes each key's
+//! first pending and first claimed row (the per-status key indexes), where the provided
+//! method pages through every dead letter of the lane in enqueue order and asks each key's
+//! state in three more reads.
 
 use std::collections::HashMap;
 
@@ -16,6 +16,46 @@ use crate::store::{
 };
 
 impl PostgresOutboxStore {
+    /// The dead letters `filter` selects, counted from the dead letters' index: the
+    /// statement names only the filter's fields, so each count has the plan of its own
+    /// (a generic `($1 IS NULL OR …)` plan would read the table).
+    pub(super) async fn count_dead(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        let t = &self.names.messages;
+        let mut sql = format!("SELECT count(*) FROM {t} m WHERE m.status = 'dead_letter'");
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        if filter.lane.is_some() {
+            sql.push_str(&format!(" AND m.lane = ${}", next()));
+        }
+        if filter.target.is_some() {
+            sql.push_str(&format!(" AND m.target = ${}", next()));
+        }
+        if filter.ordering_key.is_some() {
+            sql.push_str(&format!(" AND m.ordering_key = ${}", next()));
+        }
+        if !filter.ids.is_empty() {
+            sql.push_str(&format!(" AND m.outbox_id = ANY(${})", next()));
+        }
+        let mut query = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql));
+        for value in [&filter.lane, &filter.target, &filter.ordering_key]
+            .into_iter()
+            .flatten()
+        {
+            query = query.bind(value);
+        }
+        if !filter.ids.is_empty() {
+            query = query.bind(&filter.ids);
+        }
+        let count = query
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error(StoreOp::Stats, e))?;
+        Ok(u64::try_from(count).unwrap_or(0))
+    }
+
     pub(super) async fn blocked_keys_of(
         &self,
         lane: &str,
@@ -24,35 +64,13 @@ impl PostgresOutboxStore {
         limit: usize,
     ) -> Result<BlockedKeys, StoreError> {
         let limit = limit.max(1);
-        let t = &self.names.messages;
         // $1 lane, $2 target, $3 after (seq), $4 limit. A key is held when its earliest
         // dead letter comes before its earliest live row.
-        // The earliest dead letter of each key, read from the key_dead index (the CTE is
-        // materialized so the planner does not walk the seq index for the ORDER BY instead,
-        // reading the lane's whole history), then each key's head from the key_live index.
-        let sql = format!(
-            "WITH heads AS MATERIALIZED (
-                SELECT d.seq, d.outbox_id, d.ordering_key FROM {t} d
-                WHERE d.lane = $1 AND d.target = $2 AND d.status = 'dead_letter'
-                  AND d.ordering_key IS NOT NULL
-                  AND ($3::int8 IS NULL OR d.seq > $3)
-                  AND NOT EXISTS (
-                    SELECT 1 FROM {t} e
-                    WHERE e.lane = d.lane AND e.target = d.target
-                      AND e.ordering_key = d.ordering_key AND e.status = 'dead_letter'
-                      AND e.ordering_key IS NOT NULL AND e.seq < d.seq)
-             )
-             SELECT h.seq, h.outbox_id AS dead_id, held.outbox_id AS held_id
-             FROM heads h
-             CROSS JOIN LATERAL (
-                SELECT l.outbox_id, l.seq FROM {t} l
-                WHERE l.lane = $1 AND l.target = $2 AND l.ordering_key = h.ordering_key
-                  AND l.ordering_key IS NOT NULL AND l.status IN ('pending', 'claimed')
-                ORDER BY l.seq LIMIT 1
-             ) held
-             WHERE held.seq > h.seq
-             ORDER BY h.seq LIMIT $4"
-        );
+        // The earliest dead letter of each key, read from the dead letters' index alone
+        // (its id is read for the page's rows only; the CTE is materialized so the planner does not walk the seq index for the ORDER BY
+        // instead, reading the lane's whole history), then each key's head: the earlier of
+        // its first pending and its first claimed row, each from its status's key index.
+        let sql = blocked_keys_sql(&self.names.messages);
         let rows = sqlx::query(AssertSqlSafe(sql))
             .bind(lane)
             .bind(target)
@@ -116,4 +134,42 @@ impl PostgresOutboxStore {
             next_cursor: if rows.len() == limit { last_seq } else { None },
         })
     }
+}
+
+/// The statement of [`PostgresOutboxStore::blocked_keys_of`] on table `t`: $1 lane, $2
+/// target, $3 after (seq), $4 limit. A key is held when its earliest dead letter comes
+/// before its earliest live row.
+pub(super) fn blocked_keys_sql(t: &str) -> String {
+    format!(
+        "WITH heads AS MATERIALIZED (
+            SELECT d.seq, d.ordering_key FROM {t} d
+            WHERE d.lane = $1 AND d.target = $2 AND d.status = 'dead_letter'
+              AND d.ordering_key IS NOT NULL
+              AND ($3::int8 IS NULL OR d.seq > $3)
+              AND NOT EXISTS (
+                SELECT 1 FROM {t} e
+                WHERE e.lane = d.lane AND e.target = d.target
+                  AND e.ordering_key = d.ordering_key AND e.status = 'dead_letter'
+                  AND e.seq < d.seq)
+         )
+         SELECT h.seq, (SELECT m.outbox_id FROM {t} m WHERE m.seq = h.seq) AS dead_id,
+                held.outbox_id AS held_id
+         FROM heads h
+         CROSS JOIN LATERAL (
+            SELECT x.outbox_id, x.seq FROM (
+                (SELECT l.outbox_id, l.seq FROM {t} l
+                 WHERE l.lane = $1 AND l.target = $2 AND l.ordering_key = h.ordering_key
+                   AND l.status = 'pending'
+                 ORDER BY l.seq LIMIT 1)
+                UNION ALL
+                (SELECT l.outbox_id, l.seq FROM {t} l
+                 WHERE l.lane = $1 AND l.target = $2 AND l.ordering_key = h.ordering_key
+                   AND l.status = 'claimed'
+                 ORDER BY l.seq LIMIT 1)
+            ) x
+            ORDER BY x.seq LIMIT 1
+         ) held
+         WHERE held.seq > h.seq
+         ORDER BY h.seq LIMIT $4"
+    )
 }

@@ -91,6 +91,23 @@ pub async fn key_state_and_blocked_keys_name_the_dead_head_and_what_it_holds(h: 
         .expect("blocked_keys");
     assert!(later.keys.is_empty(), "{later:?}");
 
+    // What a requeue or discard would change, counted: by lane, by key, by ids.
+    let count = |filter: MessageFilter| {
+        let store = h.store.clone();
+        async move { store.count_dead_letters(&filter).await.expect("count") }
+    };
+    assert_eq!(count(MessageFilter::lane(LANE, TARGET)).await, 2);
+    let by_key = MessageFilter {
+        ordering_key: Some("k2".to_owned()),
+        ..MessageFilter::lane(LANE, TARGET)
+    };
+    assert_eq!(count(by_key).await, 1);
+    assert_eq!(
+        count(MessageFilter::all().with_ids([a1.outbox_id, a2.outbox_id])).await,
+        1
+    );
+    assert_eq!(count(MessageFilter::lane("other", TARGET)).await, 0);
+
     // Requeued, the dead head is the key's head again: nothing holds k1.
     let requeued = h
         .store
