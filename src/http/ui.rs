@@ -22,6 +22,10 @@
 //! Every page reads without JavaScript; the script only refreshes the lanes table in place
 //! and adds "select all". Forms are plain HTML, so the keyboard reaches every control.
 
+// A refusal is an answer (the error page), made once per request and returned at once:
+// boxing the `Response` in every `Err` would cost an allocation and buy nothing.
+#![allow(clippy::result_large_err)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -121,7 +125,7 @@ pub(super) struct Reader {
     csrf: Option<String>,
 }
 
-fn header<'a>(headers: &'a HeaderMap, name: axum::http::header::HeaderName) -> Option<&'a str> {
+fn header(headers: &HeaderMap, name: axum::http::header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|value| value.to_str().ok())
 }
 
