@@ -13,8 +13,9 @@
 //! | `GET /api/v1/messages?lane=&target=[&status=&key=&limit=&after=]`, `?id=…` | [`RouteGroup::Api`] | a page of messages, keyset paging (`next_cursor`) |
 //! | `GET /api/v1/messages/{id}` | [`RouteGroup::Api`] | one message |
 //! | `POST /api/v1/dead-letters/requeue`, `…/discard` | [`RouteGroup::Control`] | by `ids` or `lane`+`target`, `dry_run` to count first: the count |
+//! | `GET /ui/…`, `POST /ui/…` | [`RouteGroup::Ui`] | the operator's web UI ([`ui`]): lanes, messages, dead letters, blocked keys; its changes also need [`RouteGroup::Control`] |
 //!
-//! Every mutating route needs `Authorization: Bearer <token>` ([`RouterConfig::token`]):
+//! Every mutating route of the JSON API needs `Authorization: Bearer <token>` ([`RouterConfig::token`]):
 //! without it (or with another) the answer is 401 and nothing changes; with no token
 //! configured the mutating routes answer 403. Errors are JSON, `{"error": …, "field": …}`,
 //! `field` naming what was wrong when a field was.
@@ -39,6 +40,7 @@ mod exporter;
 pub mod health;
 pub mod listener;
 mod messages;
+pub mod ui;
 
 pub use control::RelaySlot;
 pub use exporter::{
@@ -59,24 +61,28 @@ pub enum RouteGroup {
     Api,
     /// The JSON API's mutations (`POST /api/v1/…`), each behind the token.
     Control,
+    /// The web UI (`/ui/…`); its changes need [`RouteGroup::Control`] on as well.
+    Ui,
 }
 
 impl RouteGroup {
     /// Every group.
-    pub const ALL: [RouteGroup; 4] = [
+    pub const ALL: [RouteGroup; 5] = [
         RouteGroup::Metrics,
         RouteGroup::Probes,
         RouteGroup::Api,
         RouteGroup::Control,
+        RouteGroup::Ui,
     ];
 
-    /// The group's name in config files: `metrics`, `probes`, `api`, `control`.
+    /// The group's name in config files: `metrics`, `probes`, `api`, `control`, `ui`.
     pub fn as_str(self) -> &'static str {
         match self {
             RouteGroup::Metrics => "metrics",
             RouteGroup::Probes => "probes",
             RouteGroup::Api => "api",
             RouteGroup::Control => "control",
+            RouteGroup::Ui => "ui",
         }
     }
 }
@@ -95,7 +101,7 @@ impl std::str::FromStr for RouteGroup {
             .into_iter()
             .find(|group| group.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown route group {s:?}; expected metrics, probes, api or control")
+                format!("unknown route group {s:?}; expected metrics, probes, api, control or ui")
             })
     }
 }
@@ -110,6 +116,7 @@ pub struct RouterConfig {
     relay: RelaySlot,
     token: Option<ControlToken>,
     routes: BTreeSet<RouteGroup>,
+    ui_hosts: Vec<String>,
 }
 
 impl Default for RouterConfig {
@@ -120,6 +127,7 @@ impl Default for RouterConfig {
             relay: RelaySlot::new(),
             token: None,
             routes: RouteGroup::ALL.into_iter().collect(),
+            ui_hosts: Vec::new(),
         }
     }
 }
@@ -162,6 +170,15 @@ impl RouterConfig {
         self
     }
 
+    /// Host names the UI answers besides IP literals and `localhost` (the name operators
+    /// reach the listener by, behind a proxy or in a cluster). A request with any other
+    /// `Host` gets 403: a page of another site whose name resolves to the relay (DNS
+    /// rebinding) cannot read or act on the UI.
+    pub fn ui_hosts(mut self, hosts: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.ui_hosts = hosts.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Whether `group` is on.
     pub fn serves(&self, group: RouteGroup) -> bool {
         self.routes.contains(&group)
@@ -181,6 +198,7 @@ struct Routes {
     readiness: Readiness,
     relay: RelaySlot,
     token: Option<ControlToken>,
+    ui: std::sync::Arc<ui::UiState>,
 }
 
 /// Every route `config` turns on, as one axum router to serve or to nest in a service's
@@ -191,6 +209,10 @@ pub fn router(config: RouterConfig) -> Router {
         readiness: config.readiness.clone(),
         relay: config.relay.clone(),
         token: config.token.clone(),
+        ui: std::sync::Arc::new(ui::UiState::new(
+            config.ui_hosts.clone(),
+            config.serves(RouteGroup::Control),
+        )),
     };
     let mut router = Router::new();
     if config.serves(RouteGroup::Metrics) && routes.metrics.is_some() {
@@ -217,6 +239,9 @@ pub fn router(config: RouterConfig) -> Router {
                 "/api/v1/dead-letters/{action}",
                 post(messages::dead_letters),
             );
+    }
+    if config.serves(RouteGroup::Ui) {
+        router = router.merge(ui::routes());
     }
     router.fallback(api::not_found).with_state(routes)
 }

@@ -99,6 +99,8 @@
 //!   one call, a transaction of its own behind PgBouncer in transaction mode) implement it;
 //!   [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
 //!   block of `OutboxBackend`, each backend's in its `lane_control.rs`);
+//!   [`store::key_state`] is where an ordering key stands (`KeyState`, `BlockedKeys`: the
+//!   key's head, the dead letters before it; provided `OutboxBackend` methods over `list`);
 //!   [`store::slow_log`] is the hook that logs a slow call by its name and duration.
 //! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
 //!   millisecond: `SystemTime` both ways, RFC 3339 in `Display` and JSON, saturating
@@ -156,7 +158,9 @@
 //!   /api/v1/lanes`, the JSON error shape), `http/control.rs` (`RelaySlot`, the bearer
 //!   token, the fleet-wide `pause|resume` routes), `http/messages.rs` (`GET
 //!   /api/v1/messages`, `GET /api/v1/messages/{id}`, `POST /api/v1/dead-letters/…`),
-//!   `http/listener.rs` (the connections:
+//!   `http::ui` (the web UI at `/ui`: `ui/session.rs` the login, CSRF and Host checks,
+//!   `ui/throughput.rs` the last hour's chart, one file per page group, `ui/assets/` the
+//!   stylesheet and script compiled in), `http/listener.rs` (the connections:
 //!   header-read and idle timeouts, a connection cap) and `http/exporter.rs`
 //!   (`install_prometheus_exporter`: the global recorder, the process metrics and the
 //!   router on a thread of their own).

@@ -154,6 +154,8 @@ macro_rules! conformance {
             a_failed_run_head_releases_the_rest,
             a_run_acked_tail_first_holds_its_key_until_its_head_is_acked,
             concurrent_claimers_with_key_runs_keep_per_key_order,
+            // cases/keys.rs
+            key_state_and_blocked_keys_name_the_dead_head_and_what_it_holds,
             // cases/payload.rs
             payload_bytes_are_kept_through_enqueue_claim_and_list,
             a_raw_payload_retried_with_its_dedupe_key_is_a_duplicate,

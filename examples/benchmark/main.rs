@@ -26,6 +26,8 @@
 //!   receiver, against the log sink, alternating per round: msg/s of each and the ratio.
 //! - `kafka`: the same with the Kafka sink producing to a local tansu broker (idempotent,
 //!   `acks=all`), against the log sink.
+//! - `ui`: the web UI's pages on a 1 M-row PostgreSQL table (`--ui-rows`): p50, p95 and max
+//!   of each page over `--ui-requests` requests, against the 100 ms p95 bound.
 //!
 //! Every scenario gets a fresh store (its own PostgreSQL schema, dropped at the end, or a
 //! temporary SQLite file). Writes `<out>/results.md` and `<out>/throughput.svg` and prints
@@ -44,6 +46,7 @@ mod raw;
 mod report;
 mod stores;
 mod timer;
+mod ui;
 mod webhook;
 
 use std::sync::Arc;
@@ -232,6 +235,17 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
                 results.kafkas.push(row);
             }
             Err(error) => results.errors.push(format!("{label} Kafka row: {error}")),
+        }
+    }
+    if options.runs(Section::Ui) && kind == StoreKind::Postgres {
+        let (rows, requests) = (options.ui_rows, options.ui_requests);
+        match in_fresh_store(kind, options, |bench| async move {
+            ui::run(&bench, rows, requests).await
+        })
+        .await
+        {
+            Ok(row) => results.ui.push(row),
+            Err(error) => results.errors.push(format!("{label} UI row: {error}")),
         }
     }
 }

@@ -75,10 +75,12 @@ pub enum Section {
     Webhook,
     /// The Kafka sink to a local tansu broker against the log sink, c=64.
     Kafka,
+    /// The web UI's pages on a 1 M-row PostgreSQL table: p50, p95, max per page.
+    Ui,
 }
 
 impl Section {
-    const ALL: [Section; 8] = [
+    const ALL: [Section; 9] = [
         Section::Single,
         Section::Ceiling,
         Section::Drain,
@@ -87,6 +89,7 @@ impl Section {
         Section::Slow,
         Section::Webhook,
         Section::Kafka,
+        Section::Ui,
     ];
 
     fn parse(name: &str) -> Result<Self, String> {
@@ -99,9 +102,10 @@ impl Section {
             "slow" => Section::Slow,
             "webhook" => Section::Webhook,
             "kafka" => Section::Kafka,
+            "ui" => Section::Ui,
             other => {
                 return Err(format!(
-                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook, kafka)"
+                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook, kafka, ui)"
                 ))
             }
         })
@@ -134,6 +138,9 @@ pub struct Options {
     pub kafka_brokers: Option<String>,
     pub kafka_messages: usize,
     pub kafka_rounds: usize,
+    /// Rows of the UI row's table, and requests per page.
+    pub ui_rows: usize,
+    pub ui_requests: usize,
     /// How many times each raw ceiling and no-op drain runs, rounds interleaved (every
     /// case once, then every case again), and the slow handler after them: the report
     /// gives each case's median.
@@ -165,6 +172,8 @@ impl Default for Options {
             kafka_brokers: None,
             kafka_messages: 5_000,
             kafka_rounds: 3,
+            ui_rows: 1_000_000,
+            ui_requests: 200,
             rounds: 1,
         }
     }
@@ -254,6 +263,8 @@ impl Options {
                 "--kafka-messages" => options.kafka_messages = number(&value)?.max(1),
                 "--kafka-rounds" => options.kafka_rounds = number(&value)?.max(1),
                 "--rounds" => options.rounds = number(&value)?.max(1),
+                "--ui-rows" => options.ui_rows = number(&value)?.max(1_000),
+                "--ui-requests" => options.ui_requests = number(&value)?.max(1),
                 other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
             }
         }
@@ -283,7 +294,7 @@ usage: benchmark [flags]
   --concurrency 16,64      relay concurrencies of the no-op drains
   --keys none,1000,hot     key distributions: none, a key count, or hot (one hot key
                            among 1,000 cold keys)
-  --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook,kafka
+  --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook,kafka,ui
                            (default all)
   --rounds N               runs every raw ceiling and no-op drain N times, rounds
                            interleaved, then the slow handler N times; the report

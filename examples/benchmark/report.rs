@@ -93,6 +93,7 @@ pub struct Results {
     pub slow: Vec<SlowRow>,
     pub webhooks: Vec<SinkRow>,
     pub kafkas: Vec<SinkRow>,
+    pub ui: Vec<crate::ui::UiRow>,
     pub errors: Vec<String>,
 }
 
@@ -177,6 +178,9 @@ impl Results {
         self.slow_table(w);
         self.webhook_table(w);
         self.kafka_table(w);
+        for row in &self.ui {
+            row.markdown(w);
+        }
         self.checks(w);
         if !self.errors.is_empty() {
             let _ = writeln!(w, "## Errors\n");

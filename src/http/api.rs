@@ -38,6 +38,16 @@ impl ApiError {
         }
     }
 
+    /// The answer's status.
+    pub(super) fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// What went wrong.
+    pub(super) fn message(&self) -> &str {
+        &self.message
+    }
+
     /// Names the field at fault.
     pub(super) fn field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());

@@ -300,7 +300,10 @@ async fn the_api_answers_503_until_the_relay_runs_and_groups_can_be_turned_off()
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = call(&reads_only, Method::GET, "/healthz", None, "").await;
     assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(&reads_only, Method::GET, "/ui/lanes", None, "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the ui group is off");
     assert_eq!("control".parse::<RouteGroup>(), Ok(RouteGroup::Control));
+    assert_eq!("ui".parse::<RouteGroup>(), Ok(RouteGroup::Ui));
     assert!("admin".parse::<RouteGroup>().is_err());
 }
 
@@ -406,5 +409,90 @@ async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_
     .await;
     assert_eq!(answer["count"], 1, "{answer}");
     assert_eq!(dead_letters(&store).await, 0);
+    relay.shutdown(WAIT).await.expect("shutdown");
+}
+
+/// Every form of the web UI, each with fields it accepts once logged in.
+const UI_FORMS: [(&str, &str); 4] = [
+    (
+        "/ui/lanes/action",
+        "lane_target=orders%2Faudit&action=resume",
+    ),
+    (
+        "/ui/dead-letters/confirm",
+        "op=discard-matching&lane_target=billing%2Faudit",
+    ),
+    (
+        "/ui/dead-letters/apply",
+        "op=discard-matching&lane_target=billing%2Faudit",
+    ),
+    ("/ui/logout", ""),
+];
+
+/// A form POST to the UI with `host` and `cookie`: the status.
+async fn ui_post(
+    router: &Router,
+    path: &str,
+    host: Option<&str>,
+    cookie: &str,
+    form: &str,
+) -> StatusCode {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(path)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("cookie", cookie);
+    if let Some(host) = host {
+        request = request.header("host", host);
+    }
+    let request = request
+        .body(Body::from(form.to_owned()))
+        .expect("a request");
+    router
+        .clone()
+        .oneshot(request)
+        .await
+        .expect("an answer")
+        .status()
+}
+
+#[tokio::test]
+async fn every_ui_form_is_refused_without_a_session_host_or_token_and_changes_nothing() {
+    let (router, relay, store) = serving(with_token()).await;
+    store
+        .pause_lane(&crate::store::LanePauseRequest::new(
+            "orders", "audit", "setup",
+        ))
+        .await
+        .expect("pause");
+    dead_letter(&store).await;
+    let host = Some("127.0.0.1:9464");
+    for (path, form) in UI_FORMS {
+        let form = format!("{form}&csrf={}", "0".repeat(64));
+        // The API's bearer token is not a session.
+        let bearer = format!("Bearer {TOKEN}");
+        for cookie in ["", "outbox_ui_session=forged", &bearer] {
+            let status = ui_post(&router, path, host, cookie, &form).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path} {cookie:?}");
+        }
+        for bad_host in [None, Some("evil.example:9464")] {
+            let status = ui_post(&router, path, bad_host, "", &form).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{path} Host {bad_host:?}");
+        }
+    }
+    let pauses = store.lane_pauses().await.expect("pauses");
+    assert_eq!(pauses.len(), 1);
+    assert_eq!(pauses[0].paused_by, "setup", "a refused resume acted");
+    assert_eq!(dead_letters(&store).await, 1, "a refused discard acted");
+    relay.shutdown(WAIT).await.expect("shutdown");
+
+    // Without a token configured there is no session to have: every form is off.
+    let (router, relay, store) = serving(RouterConfig::new()).await;
+    dead_letter(&store).await;
+    for (path, form) in UI_FORMS {
+        let status = ui_post(&router, path, host, "", form).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+    }
+    assert_eq!(dead_letters(&store).await, 1);
     relay.shutdown(WAIT).await.expect("shutdown");
 }

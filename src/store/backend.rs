@@ -10,9 +10,9 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount,
-    LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, Page,
-    PageRequest, PurgeRequest, StoreError, StoreOp, WakeUp,
+    AckAndClaim, BlockedKeys, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch,
+    Enqueued, KeyState, LaneCount, LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack,
+    NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest, StoreError, StoreOp, WakeUp,
 };
 use crate::message::{DraftLimits, OutboxMessage};
 
@@ -182,6 +182,47 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     /// `batch_size` rows. Pending and claimed messages are never purged. Returns how many
     /// (with [`dry_run`](PurgeRequest::dry_run), how many would go).
     async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError>;
+
+    /// How many dead letters the filter selects (its status is ignored): what a requeue or
+    /// a discard by that filter would change. The provided method sums
+    /// [`stats`](Self::stats), which counts every status; a backend that can count the dead
+    /// letters alone (an index of them) overrides it.
+    async fn count_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        Ok(self
+            .stats(filter)
+            .await?
+            .iter()
+            .map(|lane| lane.dead_letter)
+            .sum())
+    }
+
+    /// Where ordering key `key` of (lane, target) stands: its head, the dead letters
+    /// before it and what waits behind it, at most `limit` of each. The provided method
+    /// reads it with [`list`](Self::list) (three key-index reads).
+    async fn key_state(
+        &self,
+        lane: &str,
+        target: &str,
+        key: &str,
+        limit: usize,
+    ) -> Result<KeyState, StoreError> {
+        super::key_state::key_state(self, lane, target, key, limit).await
+    }
+
+    /// The keys of (lane, target) whose earliest dead letter comes before their head (held
+    /// back under [`OrderingPolicy::Block`]), by the enqueue order of that dead letter,
+    /// from the dead letters after `after`, at most `limit` keys. The provided method reads
+    /// them with [`list`](Self::list), at most
+    /// [`BLOCKED_KEYS_SCAN`](super::key_state::BLOCKED_KEYS_SCAN) dead letters a page.
+    async fn blocked_keys(
+        &self,
+        lane: &str,
+        target: &str,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<BlockedKeys, StoreError> {
+        super::key_state::blocked_keys(self, lane, target, after, limit).await
+    }
 
     /// Subscribes to wake-ups: enqueues and requeues of this backend, from any process when
     /// it says [`Capabilities::listen`]. A lagging receiver treats the lag as

@@ -341,6 +341,46 @@ impl Outbox {
             .await
     }
 
+    /// How many dead letters the filter selects (its status is ignored): a requeue's or a
+    /// discard's dry run; see [`OutboxBackend::count_dead_letters`]. Timed as stats.
+    pub async fn count_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        self.timed(StoreOp::Stats, self.backend.count_dead_letters(filter))
+            .await
+    }
+
+    /// Where ordering key `key` of (lane, target) stands: its head, the dead letters before
+    /// it, and what waits behind it (at most `limit` of each); see
+    /// [`OutboxBackend::key_state`]. Timed as a list.
+    pub async fn key_state(
+        &self,
+        lane: &str,
+        target: &str,
+        key: &str,
+        limit: usize,
+    ) -> Result<super::KeyState, StoreError> {
+        self.timed(
+            StoreOp::List,
+            self.backend.key_state(lane, target, key, limit),
+        )
+        .await
+    }
+
+    /// The keys of (lane, target) held by a dead head, a page at a time (`after`: the
+    /// previous page's `next_cursor`); see [`OutboxBackend::blocked_keys`]. Timed as a list.
+    pub async fn blocked_keys(
+        &self,
+        lane: &str,
+        target: &str,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<super::BlockedKeys, StoreError> {
+        self.timed(
+            StoreOp::List,
+            self.backend.blocked_keys(lane, target, after, limit),
+        )
+        .await
+    }
+
     /// One message by id.
     pub async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
         self.timed(StoreOp::Get, self.backend.get(outbox_id)).await

@@ -57,6 +57,7 @@ mod decode;
 mod enqueue;
 mod explain;
 mod fenced;
+mod key_state;
 mod lane_control;
 mod list;
 mod listener;
@@ -527,6 +528,20 @@ impl OutboxBackend for PostgresOutboxStore {
 
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
         self.list_page(filter, page).await
+    }
+
+    async fn count_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        self.count_dead(filter).await
+    }
+
+    async fn blocked_keys(
+        &self,
+        lane: &str,
+        target: &str,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<crate::store::BlockedKeys, StoreError> {
+        self.blocked_keys_of(lane, target, after, limit).await
     }
 
     async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {

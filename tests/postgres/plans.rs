@@ -250,6 +250,17 @@ async fn check_all(store: &Outbox, label: &str) {
         .await
         .expect("explain stats");
     check(&format!("{label}: stats"), &plan, false);
+    // The web UI's blocked keys: the keyed dead letters from their index, each key's head
+    // from its index, never the lane's history in enqueue order.
+    let plan = crate::pg(store)
+        .explain(&Explained::BlockedKeys {
+            lane: "l".into(),
+            target: "sink".into(),
+            limit: 50,
+        })
+        .await
+        .expect("explain blocked keys");
+    check(&format!("{label}: blocked keys"), &plan, true);
 }
 
 async fn guard(keys: Keys) {

@@ -116,6 +116,9 @@ async fn serve(
         // Validated with the config: every name is a group.
         routes = routes.routes(groups.iter().filter_map(|name| name.parse().ok()));
     }
+    if let Some(hosts) = &setup.config.listener.ui_hosts {
+        routes = routes.ui_hosts(hosts.iter().cloned());
+    }
     let control = token.is_some();
     if let Some(token) = token {
         routes = routes.token(token);

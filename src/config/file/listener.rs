@@ -37,13 +37,18 @@ pub struct ListenerSection {
     pub control_token_env: Option<String>,
     /// The older name of `token_file`.
     pub control_token_file: Option<PathBuf>,
-    /// The route groups served: any of `metrics`, `probes`, `api`, `control`. Default: all.
+    /// The route groups served: any of `metrics`, `probes`, `api`, `control`, `ui`.
+    /// Default: all.
     pub routes: Option<Vec<String>>,
+    /// Host names the web UI (`/ui`) answers to besides IP addresses and `localhost`: the
+    /// name operators reach the listener by (behind a proxy, a cluster DNS name). A
+    /// request with any other `Host` gets 403 (DNS rebinding). Default: none.
+    pub ui_hosts: Option<Vec<String>>,
 }
 
 /// The route groups `routes` may name (`http::RouteGroup`'s names; the config parses
 /// without the `http` feature).
-const ROUTE_GROUPS: [&str; 4] = ["metrics", "probes", "api", "control"];
+const ROUTE_GROUPS: [&str; 5] = ["metrics", "probes", "api", "control", "ui"];
 
 impl ListenerSection {
     /// The limits, defaults filled in (not validated: see [`Self::validate`]).
@@ -80,11 +85,23 @@ impl ListenerSection {
             )),
             _ => Ok(()),
         }?;
+        for host in self.ui_hosts.iter().flatten() {
+            let name_like = !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+            if !name_like {
+                return Err(ConfigError::new(
+                    "listener.ui_hosts",
+                    format!("{host:?} is not a host name (letters, digits, '-' and '.'; no port)"),
+                ));
+            }
+        }
         for group in self.routes.iter().flatten() {
             if !ROUTE_GROUPS.contains(&group.as_str()) {
                 return Err(ConfigError::new(
                     "listener.routes",
-                    format!("unknown route group {group:?}; expected any of metrics, probes, api, control"),
+                    format!("unknown route group {group:?}; expected any of metrics, probes, api, control, ui"),
                 ));
             }
         }
@@ -249,6 +266,11 @@ mod tests {
                 "[listener]\nroutes = [\"metrics\", \"admin\"]",
                 "listener.routes",
             ),
+            (
+                "[listener]\nui_hosts = [\"relay.internal:9464\"]",
+                "listener.ui_hosts",
+            ),
+            ("[listener]\nui_hosts = [\"\"]", "listener.ui_hosts"),
         ] {
             let error = FileConfig::from_toml_str("test", &with(table)).expect_err(table);
             assert_eq!(error.field(), Some(field), "{table}: {error}");
@@ -265,6 +287,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.listener.to_config().max_connections, 8);
+        let hosts = FileConfig::from_toml_str(
+            "test",
+            &with("[listener]\nroutes = [\"ui\"]\nui_hosts = [\"relay.internal\"]"),
+        )
+        .unwrap();
+        assert_eq!(
+            hosts.listener.ui_hosts.as_deref(),
+            Some(&["relay.internal".to_owned()][..])
+        );
         let token = config.listener.control_token().unwrap().expect("a token");
         assert_eq!(token.as_str(), "file-control-token-0123456789");
         std::fs::write(&path, "short").unwrap();

@@ -46,6 +46,15 @@ pub enum Explained {
         /// The target.
         target: String,
     },
+    /// The first page of a lane's keys held by a dead head (`blocked_keys`).
+    BlockedKeys {
+        /// The lane.
+        lane: String,
+        /// The target.
+        target: String,
+        /// The page's size.
+        limit: usize,
+    },
 }
 
 impl PostgresOutboxStore {
@@ -91,6 +100,18 @@ impl PostgresOutboxStore {
                     .bind(lane)
                     .bind(target)
             }
+            Explained::BlockedKeys {
+                lane,
+                target,
+                limit,
+            } => sqlx::query(AssertSqlSafe(format!(
+                "{EXPLAIN}{}",
+                super::key_state::blocked_keys_sql(&self.names.messages)
+            )))
+            .bind(lane)
+            .bind(target)
+            .bind(None::<i64>)
+            .bind(super::to_i64(*limit)),
         };
         let row = query
             .fetch_one(&mut *tx)
