@@ -107,6 +107,14 @@ pub async fn key_state_and_blocked_keys_name_the_dead_head_and_what_it_holds(h: 
         1
     );
     assert_eq!(count(MessageFilter::lane("other", TARGET)).await, 0);
+    // The listing's filters count the same rows: error text, and enqueue time.
+    let lane = || MessageFilter::lane(LANE, TARGET);
+    assert_eq!(count(lane().with_error_containing("poison")).await, 2);
+    assert_eq!(count(lane().with_error_containing("timeout")).await, 0);
+    let epoch = std::time::UNIX_EPOCH;
+    let far = epoch + std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    assert_eq!(count(lane().enqueued_between(Some(epoch), Some(far))).await, 2);
+    assert_eq!(count(lane().enqueued_between(None, Some(epoch))).await, 0);
 
     // Requeued, the dead head is the key's head again: nothing holds k1.
     let requeued = h
