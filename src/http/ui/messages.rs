@@ -15,6 +15,7 @@ use super::html::{self, csrf_field, esc, lane_select, url};
 use super::{lane_target, reader, with_relay, Form, Routes};
 use crate::message::{OutboxMessage, OutboxStatus};
 use crate::store::{KeyState, MessageFilter, Page, PageRequest};
+use crate::time::UnixMillis;
 
 /// How many messages behind a key's head the message page lists.
 const KEY_WAITING_SHOWN: usize = 10;
@@ -125,6 +126,18 @@ pub(super) async fn search(
         Some(Ok(id)) => Some(id),
         Some(Err(_)) => return html::error_page(StatusCode::BAD_REQUEST, "id: not a message id"),
     };
+    let since = match instant_field(&query, "from") {
+        Ok(at) => at,
+        Err(refused) => return refused,
+    };
+    let until = match instant_field(&query, "until") {
+        Ok(at) => at,
+        Err(refused) => return refused,
+    };
+    let error = query
+        .get("error")
+        .filter(|text| !text.is_empty())
+        .map(str::to_owned);
     let after = match query.get("after").map(str::parse::<i64>) {
         None => None,
         Some(Ok(after)) => Some(after),
@@ -156,11 +169,17 @@ pub(super) async fn search(
     let _ = write!(
         body,
         "</select></label><label>Ordering key <input type=\"text\" name=\"key\" value=\"{}\"></label>\
+         <label>Enqueued from (UTC) <input type=\"datetime-local\" step=\"1\" name=\"from\" value=\"{}\"></label>\
+         <label>until (UTC) <input type=\"datetime-local\" step=\"1\" name=\"until\" value=\"{}\"></label>\
+         <label>Last error contains <input type=\"text\" name=\"error\" value=\"{}\"></label>\
          <button type=\"submit\" class=\"primary\">Search</button></form>\
          <form method=\"get\" action=\"/ui/messages\" class=\"search\" role=\"search\">\
          <label>Message id <input type=\"text\" name=\"id\" class=\"mono\" size=\"38\" value=\"{}\"></label>\
          <button type=\"submit\">Find</button></form>",
         esc(key.as_deref().unwrap_or("")),
+        esc(query.get("from").unwrap_or("")),
+        esc(query.get("until").unwrap_or("")),
+        esc(error.as_deref().unwrap_or("")),
         id.map(|id| id.to_string()).unwrap_or_default(),
     );
     // A lane is required unless an id is given: every page reads one lane's index.
@@ -174,6 +193,9 @@ pub(super) async fn search(
             target: Some(target.clone()),
             status,
             ordering_key: key.clone(),
+            enqueued_after: since.map(Into::into),
+            enqueued_before: until.map(Into::into),
+            error_contains: error.clone(),
             ..Default::default()
         }),
         (None, None) => None,
@@ -203,6 +225,11 @@ pub(super) async fn search(
             if let Some(key) = &key {
                 let _ = write!(link, "&key={}", url(key));
             }
+            for name in ["from", "until", "error"] {
+                if let Some(value) = query.get(name).filter(|v| !v.is_empty()) {
+                    let _ = write!(link, "&{name}={}", url(value));
+                }
+            }
             let _ = write!(
                 body,
                 "<p class=\"pager\"><a href=\"{}\" rel=\"next\">Next page</a></p>",
@@ -220,6 +247,25 @@ pub(super) async fn search(
         },
         &body,
     )
+}
+
+/// The instant a `datetime-local` field (`2026-12-06T09:00`, seconds optional) or an
+/// RFC 3339 value names, read as UTC; `None` when the field is empty or absent.
+fn instant_field(query: &Form, name: &str) -> Result<Option<UnixMillis>, Response> {
+    let Some(value) = query.get(name).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let rfc3339 = match value.len() {
+        16 => format!("{value}:00Z"),
+        _ if value.ends_with('Z') => value.to_owned(),
+        _ => format!("{value}Z"),
+    };
+    rfc3339.parse::<UnixMillis>().map(Some).map_err(|_| {
+        html::error_page(
+            StatusCode::BAD_REQUEST,
+            &format!("{name}: {value:?} is not a date and time (2026-12-06T09:00, UTC)"),
+        )
+    })
 }
 
 /// The trace id of a W3C `traceparent` header.
@@ -468,4 +514,31 @@ fn key_section(body: &mut String, message: &OutboxMessage, key: &str, state: &Ke
         &format!("<span data-field=\"key-waiting\">{waiting}</span>"),
     );
     body.push_str("</dl>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> UnixMillis {
+        text.parse().expect("an RFC 3339 instant")
+    }
+
+    #[test]
+    fn a_search_time_reads_a_browsers_datetime_local_value_as_utc() {
+        let form = Form::parse(b"from=2026-12-06T09:00&until=2026-12-06T09:30:15&error=");
+        assert_eq!(
+            instant_field(&form, "from").ok().flatten(),
+            Some(at("2026-12-06T09:00:00Z"))
+        );
+        assert_eq!(
+            instant_field(&form, "until").ok().flatten(),
+            Some(at("2026-12-06T09:30:15Z"))
+        );
+        assert_eq!(instant_field(&form, "error").ok().flatten(), None);
+        assert_eq!(instant_field(&form, "absent").ok().flatten(), None);
+        let refused =
+            instant_field(&Form::parse(b"from=yesterday"), "from").expect_err("not a time");
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    }
 }

@@ -150,8 +150,8 @@ impl PostgresOutboxStore {
             filter,
         )
         .execute(&mut *call)
-            .await
-            .map_err(|e| db_error(op, e))?;
+        .await
+        .map_err(|e| db_error(op, e))?;
         call.finish(op).await?;
         Ok(done.rows_affected())
     }

@@ -113,7 +113,10 @@ pub async fn key_state_and_blocked_keys_name_the_dead_head_and_what_it_holds(h: 
     assert_eq!(count(lane().with_error_containing("timeout")).await, 0);
     let epoch = std::time::UNIX_EPOCH;
     let far = epoch + std::time::Duration::from_secs(100 * 365 * 24 * 3600);
-    assert_eq!(count(lane().enqueued_between(Some(epoch), Some(far))).await, 2);
+    assert_eq!(
+        count(lane().enqueued_between(Some(epoch), Some(far))).await,
+        2
+    );
     assert_eq!(count(lane().enqueued_between(None, Some(epoch))).await, 0);
 
     // Requeued, the dead head is the key's head again: nothing holds k1.
