@@ -34,6 +34,11 @@ pub struct Capabilities {
     /// already claimed. The `Outbox` then hands what it enqueues to the idle lanes of this
     /// process (`store::hand_off`).
     pub pre_claim: bool,
+    /// How many claims a lane on this backend keeps out at once unless its config says
+    /// ([`LaneConfig::claims_in_flight`](crate::LaneConfig::claims_in_flight)); 0 leaves it
+    /// to the lane's default. A backend whose claims run on separate connections in
+    /// parallel gains from more than one; one that serialises writers does not.
+    pub claims_in_flight: usize,
 }
 
 impl Capabilities {
@@ -44,6 +49,7 @@ impl Capabilities {
             ack_and_claim: false,
             user_transactions: false,
             pre_claim: false,
+            claims_in_flight: 0,
         }
     }
 
@@ -62,6 +68,12 @@ impl Capabilities {
     /// With [`Capabilities::user_transactions`].
     pub const fn with_user_transactions(mut self) -> Self {
         self.user_transactions = true;
+        self
+    }
+
+    /// With [`Capabilities::claims_in_flight`].
+    pub const fn with_claims_in_flight(mut self, claims: usize) -> Self {
+        self.claims_in_flight = claims;
         self
     }
 

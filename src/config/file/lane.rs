@@ -82,6 +82,9 @@ pub struct LaneSection {
     /// The most messages of one ordering key a claim takes at once (1: heads only).
     /// Default 16.
     pub key_run: Option<usize>,
+    /// How many claims the lane keeps out at once, each on its own store connection.
+    /// Default: the store's (2 on PostgreSQL, 1 elsewhere).
+    pub claims_in_flight: Option<usize>,
     /// How long a claim holds.
     pub lease: Option<HumanDuration>,
     /// Extend a running delivery's lease when this little is left, or `false`. Default a
@@ -233,6 +236,9 @@ impl LaneSection {
         set(self.batch_size, &mut config.batch_size);
         set(self.prefetch, &mut config.prefetch);
         set(self.key_run, &mut config.key_run);
+        if let Some(claims) = self.claims_in_flight {
+            config = config.claims_in_flight(claims);
+        }
         if let Some(lease) = self.lease {
             config = config.lease(lease.0);
         }

@@ -81,7 +81,11 @@ impl LaneShell {
         // `outbox_store_call_duration_seconds{lane, target, op}` of each store call below.
         let timer = self.metrics.store_call_timer();
         match call {
-            StoreCall::Claim { limit, key_run } => {
+            StoreCall::Claim {
+                claim,
+                limit,
+                key_run,
+            } => {
                 let request = self.claim_request(limit, key_run);
                 let span = spans::claim(&request.lane, &request.target, limit, false);
                 spawn_call(myself, async move {
@@ -89,10 +93,11 @@ impl LaneShell {
                     let call = timer.time(StoreOp::Claim, store.claim(&request));
                     let result = call.instrument(span.clone()).await;
                     spans::claimed(&span, started, &result);
-                    answer(StoreAnswer::Claimed(result))
+                    answer(StoreAnswer::Claimed { claim, result })
                 });
             }
             StoreCall::AckAndClaim {
+                claim,
                 acks,
                 limit,
                 key_run,
@@ -107,7 +112,11 @@ impl LaneShell {
                     spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
                     // This machine's wall clock against the store's `created_at`.
                     let wall_ms = SystemClock.now_millis();
-                    answer(StoreAnswer::AckedAndClaimed { result, wall_ms })
+                    answer(StoreAnswer::AckedAndClaimed {
+                        claim,
+                        result,
+                        wall_ms,
+                    })
                 });
             }
             StoreCall::Ack(acks) => {
