@@ -140,6 +140,14 @@ pub struct LaneConfig {
     /// 2 on PostgreSQL, 1 elsewhere), else [`DEFAULT_CLAIMS_IN_FLIGHT`]. At most
     /// [`MAX_CLAIMS_IN_FLIGHT`].
     pub claims_in_flight: Option<usize>,
+    /// Whether an ack keeps the row, marked `delivered` until retention purges it (the
+    /// default), or deletes it (`false`): one write per message less, and no history of
+    /// delivered messages (dead letters are kept either way). The delete has the same
+    /// fencing as the ack. A deleted message's dedupe key is forgotten, as once retention
+    /// purges it. Only on stores that can
+    /// ([`Capabilities::delete_on_ack`](crate::store::Capabilities::delete_on_ack));
+    /// elsewhere the relay refuses to start the lane.
+    pub keep_delivered: bool,
     /// How long a claim holds.
     pub lease: Duration,
     /// Extend a running delivery's lease when this little of it is left; `None` turns
@@ -204,6 +212,7 @@ impl LaneConfig {
             claim_linger: DEFAULT_CLAIM_LINGER,
             key_run: DEFAULT_KEY_RUN,
             claims_in_flight: None,
+            keep_delivered: true,
             lease: DEFAULT_LEASE,
             lease_extend_margin: Some(DEFAULT_LEASE / 3),
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
@@ -289,6 +298,35 @@ impl LaneConfig {
     pub fn claims_in_flight(mut self, claims: usize) -> Self {
         self.claims_in_flight = Some(claims);
         self
+    }
+
+    /// Whether an ack keeps the row as `delivered` or deletes it
+    /// ([`LaneConfig::keep_delivered`]).
+    pub fn keep_delivered(mut self, keep: bool) -> Self {
+        self.keep_delivered = keep;
+        self
+    }
+
+    /// What the lane's acks do with a delivered message's row.
+    pub fn ack_mode(&self) -> crate::store::AckMode {
+        if self.keep_delivered {
+            crate::store::AckMode::KeepDelivered
+        } else {
+            crate::store::AckMode::Delete
+        }
+    }
+
+    /// Checks what the lane asks of its store against what the store can do: a lane that
+    /// deletes on ack needs [`Capabilities::delete_on_ack`](crate::store::Capabilities).
+    pub fn validate_for(&self, store: crate::store::Capabilities) -> Result<(), ConfigError> {
+        if !self.keep_delivered && !store.delete_on_ack {
+            return Err(ConfigError::new(
+                format!("lanes[{}].keep_delivered", self.key()),
+                "this store cannot delete a row at its ack: keep delivered rows (true), or \
+                 use a store that can (memory, SQLite, PostgreSQL)",
+            ));
+        }
+        Ok(())
     }
 
     /// The claims the lane keeps out at once: as configured, else `store_default` (0 for

@@ -95,7 +95,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 pub use admin::{LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest};
-pub use backend::{Capabilities, OutboxBackend};
+pub use backend::{AckMode, Capabilities, OutboxBackend};
 pub use enqueue::{DraftBatch, PreClaim};
 pub use error::StoreError;
 pub use hook::{CallOutcome, StoreCall, StoreHook};

@@ -85,6 +85,9 @@ pub struct LaneSection {
     /// How many claims the lane keeps out at once, each on its own store connection.
     /// Default: the store's (2 on PostgreSQL, 1 elsewhere).
     pub claims_in_flight: Option<usize>,
+    /// Whether an ack keeps the row as `delivered` (true) or deletes it (false; dead
+    /// letters are kept). Default true.
+    pub keep_delivered: Option<bool>,
     /// How long a claim holds.
     pub lease: Option<HumanDuration>,
     /// Extend a running delivery's lease when this little is left, or `false`. Default a
@@ -282,6 +285,9 @@ impl LaneSection {
         }
         if let Some(hand_off) = self.hand_off {
             config.hand_off = hand_off;
+        }
+        if let Some(keep) = self.keep_delivered {
+            config.keep_delivered = keep;
         }
         config
     }

@@ -480,6 +480,10 @@ fn claims_in_flight_is_the_stores_unless_set_and_bounded() {
     let config = parse(&MINIMAL.replace("sink =", "claims_in_flight = 3\nsink =")).unwrap();
     let (lane, _) = &config.lanes().unwrap()[0];
     assert_eq!(lane.claims_in_flight_or(2), 3, "the lane's own");
+    assert!(lane.keep_delivered, "history is kept unless asked");
+    let config = parse(&MINIMAL.replace("sink =", "keep_delivered = false\nsink =")).unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!(lane.ack_mode(), crate::store::AckMode::Delete);
 }
 
 /// The example file's commented "Sinks" blocks, uncommented: each parses as a lane with

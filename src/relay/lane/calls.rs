@@ -80,6 +80,7 @@ impl LaneShell {
         let store = self.store.clone();
         // `outbox_store_call_duration_seconds{lane, target, op}` of each store call below.
         let timer = self.metrics.store_call_timer();
+        let mode = self.config.ack_mode();
         match call {
             StoreCall::Claim {
                 claim,
@@ -107,7 +108,8 @@ impl LaneShell {
                 let claim_span = spans::claim(&request.lane, &request.target, limit, true);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let call = timer.time(StoreOp::Claim, store.ack_and_claim(&acks, &request));
+                    let call = store.ack_and_claim_with(&acks, &request, mode);
+                    let call = timer.time(StoreOp::Claim, call);
                     let result = call.instrument(claim_span.clone()).await;
                     spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
                     // This machine's wall clock against the store's `created_at`.
@@ -123,7 +125,7 @@ impl LaneShell {
                 let span = spans::ack(&self.config.name, &self.config.target, acks.len(), false);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let call = timer.time(StoreOp::Ack, store.ack(&acks));
+                    let call = timer.time(StoreOp::Ack, store.ack_with(&acks, mode));
                     let result = call.instrument(span.clone()).await;
                     spans::acked(&span, started, &result);
                     let wall_ms = SystemClock.now_millis();

@@ -23,7 +23,7 @@ fn revokes(commands: &[Command]) -> bool {
 fn idle(core: &mut LaneCore, now: Instant) -> Vec<usize> {
     core.enable_hand_off();
     core.handle(now, Input::Start);
-    let out = core.handle(now, batch_saying(&core, &[], None));
+    let out = core.handle(now, batch_saying(core, &[], None));
     assert!(
         has(&out, |c| matches!(
             c,

@@ -35,7 +35,7 @@ fn delivering(
 ) -> (Slot, OutboxMessage) {
     let first = message(key);
     core.handle(now, Input::Start);
-    let out = core.handle(now, short_batch(&core, std::slice::from_ref(&first), due));
+    let out = core.handle(now, short_batch(core, std::slice::from_ref(&first), due));
     let [(slot, _)] = delivered(&out)[..] else {
         panic!("{out:?}")
     };
