@@ -75,10 +75,14 @@ pub enum Section {
     Webhook,
     /// The Kafka sink to a local tansu broker against the log sink, c=64.
     Kafka,
+    /// Delete on ack against keep history, each beside its raw ceiling; claims in flight.
+    History,
+    /// 1, 2, 3 relay processes on one PostgreSQL lane.
+    Replicas,
 }
 
 impl Section {
-    const ALL: [Section; 8] = [
+    const ALL: [Section; 10] = [
         Section::Single,
         Section::Ceiling,
         Section::Drain,
@@ -87,6 +91,8 @@ impl Section {
         Section::Slow,
         Section::Webhook,
         Section::Kafka,
+        Section::History,
+        Section::Replicas,
     ];
 
     fn parse(name: &str) -> Result<Self, String> {
@@ -99,9 +105,11 @@ impl Section {
             "slow" => Section::Slow,
             "webhook" => Section::Webhook,
             "kafka" => Section::Kafka,
+            "history" => Section::History,
+            "replicas" => Section::Replicas,
             other => {
                 return Err(format!(
-                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook, kafka)"
+                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook, kafka, history, replicas)"
                 ))
             }
         })
@@ -138,6 +146,9 @@ pub struct Options {
     /// case once, then every case again), and the slow handler after them: the report
     /// gives each case's median.
     pub rounds: usize,
+    /// The replicas row's backlog, and the lane's concurrency (split or full each).
+    pub replica_backlog: usize,
+    pub replica_concurrency: usize,
 }
 
 impl Default for Options {
@@ -166,6 +177,8 @@ impl Default for Options {
             kafka_messages: 5_000,
             kafka_rounds: 3,
             rounds: 1,
+            replica_backlog: 50_000,
+            replica_concurrency: 64,
         }
     }
 }
@@ -254,6 +267,8 @@ impl Options {
                 "--kafka-messages" => options.kafka_messages = number(&value)?.max(1),
                 "--kafka-rounds" => options.kafka_rounds = number(&value)?.max(1),
                 "--rounds" => options.rounds = number(&value)?.max(1),
+                "--replica-backlog" => options.replica_backlog = number(&value)?.max(1),
+                "--replica-concurrency" => options.replica_concurrency = number(&value)?.max(3),
                 other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
             }
         }
@@ -283,8 +298,8 @@ usage: benchmark [flags]
   --concurrency 16,64      relay concurrencies of the no-op drains
   --keys none,1000,hot     key distributions: none, a key count, or hot (one hot key
                            among 1,000 cold keys)
-  --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook,kafka
-                           (default all)
+  --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook,kafka,
+                           history,replicas (default all)
   --rounds N               runs every raw ceiling and no-op drain N times, rounds
                            interleaved, then the slow handler N times; the report
                            gives each case's median (default 1)
@@ -305,7 +320,14 @@ usage: benchmark [flags]
                            starts, from PATH or ~/.cargo/bin)
   --kafka-messages N       messages per sink and round of the Kafka row (default 5000)
   --kafka-rounds N         its rounds; the report gives the medians (default 3)
+  --replica-backlog N      rows of each replicas case (default 50000)
+  --replica-concurrency N  the lane's concurrency in the replicas row, split over the
+                           processes or full each (default 64)
 environment:
+  OUTBOX_BENCH_RELAY_BIN=PATH       the outbox-relay binary of the replicas row (default:
+                           target/release/outbox-relay beside this program)
+  OUTBOX_BENCH_CLAIMS_IN_FLIGHT=N   the relays' LaneConfig::claims_in_flight (default:
+                           the store's: PostgreSQL 2, SQLite 1)
   OUTBOX_BENCH_CYCLE_FUNCTION=off   PostgreSQL relays run the cycle's statements instead
                            of the cycle function (PostgresConfig::cycle_function), to
                            compare the two

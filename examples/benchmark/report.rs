@@ -93,6 +93,8 @@ pub struct Results {
     pub slow: Vec<SlowRow>,
     pub webhooks: Vec<SinkRow>,
     pub kafkas: Vec<SinkRow>,
+    pub histories: Vec<crate::levers::HistoryRow>,
+    pub replicas: Vec<crate::levers::ReplicaRow>,
     pub errors: Vec<String>,
 }
 
@@ -177,6 +179,16 @@ impl Results {
         self.slow_table(w);
         self.webhook_table(w);
         self.kafka_table(w);
+        if !self.histories.is_empty() {
+            let _ = writeln!(
+                w,
+                "{}",
+                crate::levers::HistoryRow::markdown(&self.histories)
+            );
+        }
+        if !self.replicas.is_empty() {
+            let _ = writeln!(w, "{}", crate::levers::ReplicaRow::markdown(&self.replicas));
+        }
         self.checks(w);
         if !self.errors.is_empty() {
             let _ = writeln!(w, "## Errors\n");
