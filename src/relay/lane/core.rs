@@ -301,14 +301,20 @@ impl LaneCore {
     /// busier, but would break that bound. Hand-off credits outstanding (in the taker, or
     /// taken by an enqueue and on their way) count as held.
     fn claim_limit(&self) -> usize {
-        self.room_with(self.pool.idle())
+        self.claim_room(self.pool.idle())
             .saturating_sub(self.credits_outstanding())
     }
 
-    /// What a claim may take with `free` handler slots: those plus the prefetch room, less
-    /// what the claims out may still bring (so the `concurrency + prefetch` bound holds
-    /// with several out), and at most its share of the window when the lane keeps several
-    /// claims out ([`LaneCore::claim_share`]).
+    /// What one claim may take with `free` handler slots: the room
+    /// ([`LaneCore::room_with`]), at most its share of the window when the lane keeps
+    /// several claims out ([`LaneCore::claim_share`]).
+    fn claim_room(&self, free: usize) -> usize {
+        self.room_with(free).min(self.claim_share())
+    }
+
+    /// The room with `free` handler slots: those plus the prefetch room, less what the
+    /// claims out may still bring (so the `concurrency + prefetch` bound holds with several
+    /// out), at most `batch_size`. Hand-off credits take all of it (no claim is out then).
     fn room_with(&self, free: usize) -> usize {
         #[cfg(not(test))]
         let out_limit = self.claim_loop.out_limit();
@@ -324,7 +330,6 @@ impl LaneCore {
             .saturating_sub(self.buffer.len())
             .saturating_sub(out_limit)
             .min(self.config.batch_size)
-            .min(self.claim_share())
     }
 
     /// The most one claim takes: the whole window (`concurrency + prefetch`, at most
@@ -474,7 +479,7 @@ impl LaneCore {
     /// Whether a claim of `limit`, and the flush it would ride on, waits a moment for the
     /// running handlers to finish ([`Cadence::linger`]); if so, a timer ends the wait.
     fn linger(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) -> bool {
-        let room = self.room_with(self.pool.idle() + self.pool.running());
+        let room = self.claim_room(self.pool.idle() + self.pool.running());
         match self
             .cadence
             .linger(now, limit, room, self.config.claim_linger)
