@@ -214,7 +214,7 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
     }
     if options.runs(Section::History) && sql {
         for &backlog in &options.sizes {
-            for &c in &options.concurrency {
+            for &c in &options.history_concurrency {
                 match levers::history(kind, backlog, c, options).await {
                     Ok(row) => results.histories.push(row),
                     Err(error) => results

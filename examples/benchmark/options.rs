@@ -149,6 +149,8 @@ pub struct Options {
     /// The replicas row's backlog, and the lane's concurrency (split or full each).
     pub replica_backlog: usize,
     pub replica_concurrency: usize,
+    /// The concurrencies of the history rows (each row is five drains of a fresh backlog).
+    pub history_concurrency: Vec<usize>,
 }
 
 impl Default for Options {
@@ -179,6 +181,7 @@ impl Default for Options {
             rounds: 1,
             replica_backlog: 50_000,
             replica_concurrency: 64,
+            history_concurrency: vec![64],
         }
     }
 }
@@ -267,6 +270,7 @@ impl Options {
                 "--kafka-messages" => options.kafka_messages = number(&value)?.max(1),
                 "--kafka-rounds" => options.kafka_rounds = number(&value)?.max(1),
                 "--rounds" => options.rounds = number(&value)?.max(1),
+                "--history-concurrency" => options.history_concurrency = list(&value)?,
                 "--replica-backlog" => options.replica_backlog = number(&value)?.max(1),
                 "--replica-concurrency" => options.replica_concurrency = number(&value)?.max(3),
                 other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
@@ -320,6 +324,7 @@ usage: benchmark [flags]
                            starts, from PATH or ~/.cargo/bin)
   --kafka-messages N       messages per sink and round of the Kafka row (default 5000)
   --kafka-rounds N         its rounds; the report gives the medians (default 3)
+  --history-concurrency L  concurrencies of the history rows (default 64)
   --replica-backlog N      rows of each replicas case (default 50000)
   --replica-concurrency N  the lane's concurrency in the replicas row, split over the
                            processes or full each (default 64)
