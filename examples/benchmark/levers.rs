@@ -3,8 +3,8 @@
 //! - `history`: per store, backlog and concurrency, a lane that keeps delivered rows against
 //!   one that deletes them at the ack (`keep_delivered = false`), each beside the raw
 //!   ceiling that does the same (the raw loop's ack an UPDATE, or a DELETE), and the
-//!   default lane beside one that keeps a single claim out (`claims_in_flight = 1`), which
-//!   is how each store's default was chosen.
+//!   default lane beside one with the other `claims_in_flight` (PostgreSQL 1, SQLite 2),
+//!   which is how each store's default was chosen.
 //! - `replicas`: PostgreSQL, one lane drained by 1, 2 and 3 `outbox-relay` processes (real
 //!   processes, each with its own pool, started from the binary next to this one), with the
 //!   lane's concurrency split between them and with the full concurrency each. The rate is
@@ -31,10 +31,13 @@ pub struct HistoryRow {
     /// Raw loop rows/s: its ack an UPDATE to delivered, and a DELETE.
     pub raw_keep: f64,
     pub raw_delete: f64,
-    /// The relay's msg/s at its defaults (history kept), with one claim out, and deleting.
+    /// The relay's msg/s at its defaults (history kept), and deleting.
     pub relay_keep: f64,
-    pub relay_one_claim: f64,
     pub relay_delete: f64,
+    /// The other claims in flight than the store's default (PostgreSQL 1, SQLite 2), and
+    /// the relay's msg/s with it (history kept).
+    pub other_claims: usize,
+    pub relay_other_claims: f64,
 }
 
 impl HistoryRow {
@@ -42,16 +45,17 @@ impl HistoryRow {
         let mut text = String::from(
             "\n### Delete on ack against keep history, and claims in flight\n\n\
              Each drain beside the raw ceiling that writes the same: the raw loop's ack an \
-             UPDATE (keep) or a DELETE. \"1 claim\" is the same lane with \
-             `claims_in_flight = 1`; the default is the store's (PostgreSQL 2, SQLite 1).\n\n\
+             UPDATE (keep) or a DELETE. \"other claims\" is the same lane (history kept) \
+             with the other `claims_in_flight` than the store's default (PostgreSQL 2, \
+             SQLite 1).\n\n\
              | store | backlog | c | raw keep rows/s | raw delete rows/s | relay keep msg/s | \
              keep ÷ raw keep | relay delete msg/s | delete ÷ raw delete | delete ÷ keep | \
-             relay 1 claim msg/s | default ÷ 1 claim |\n\
+             other claims in flight: msg/s | default ÷ other |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for r in rows {
             text.push_str(&format!(
-                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.2}× | {:.0} | {:.2}× | {:.2}× | {:.0} | {:.2}× |\n",
+                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.2}× | {:.0} | {:.2}× | {:.2}× | {}: {:.0} | {:.2}× |\n",
                 r.store.label(),
                 r.backlog,
                 r.concurrency,
@@ -62,8 +66,9 @@ impl HistoryRow {
                 r.relay_delete,
                 r.relay_delete / r.raw_delete.max(1e-9),
                 r.relay_delete / r.relay_keep.max(1e-9),
-                r.relay_one_claim,
-                r.relay_keep / r.relay_one_claim.max(1e-9),
+                r.other_claims,
+                r.relay_other_claims,
+                r.relay_keep / r.relay_other_claims.max(1e-9),
             ));
         }
         text
@@ -141,7 +146,14 @@ pub async fn history(
     let relay_keep = relay_case(kind, backlog, lane(), options).await?;
     let raw_delete = raw_case(kind, backlog, true, options).await?;
     let relay_delete = relay_case(kind, backlog, lane().keep_delivered(false), options).await?;
-    let relay_one_claim = relay_case(kind, backlog, lane().claims_in_flight(1), options).await?;
+    let other_claims = if kind == StoreKind::Postgres { 1 } else { 2 };
+    let relay_other_claims = relay_case(
+        kind,
+        backlog,
+        lane().claims_in_flight(other_claims),
+        options,
+    )
+    .await?;
     let row = HistoryRow {
         store: kind,
         backlog,
@@ -149,11 +161,12 @@ pub async fn history(
         raw_keep,
         raw_delete,
         relay_keep,
-        relay_one_claim,
         relay_delete,
+        other_claims,
+        relay_other_claims,
     };
     println!(
-        "{} history at {backlog}, c={concurrency}: raw keep {:.0}, raw delete {:.0}, relay keep {:.0} ({:.2}×), delete {:.0} ({:.2}×), 1 claim {:.0}",
+        "{} history at {backlog}, c={concurrency}: raw keep {:.0}, raw delete {:.0}, relay keep {:.0} ({:.2}×), delete {:.0} ({:.2}×), {} claims in flight {:.0}",
         kind.label(),
         row.raw_keep,
         row.raw_delete,
@@ -161,7 +174,8 @@ pub async fn history(
         row.relay_keep / row.raw_keep.max(1e-9),
         row.relay_delete,
         row.relay_delete / row.raw_delete.max(1e-9),
-        row.relay_one_claim,
+        row.other_claims,
+        row.relay_other_claims,
     );
     Ok(row)
 }
