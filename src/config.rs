@@ -75,6 +75,13 @@ pub const DEFAULT_KEY_RUN: usize = 16;
 /// The longest key run a lane may be configured with: a run is delivered one message after
 /// another, each after the one before it, so its last message waits for all of them.
 pub const MAX_KEY_RUN: usize = 256;
+/// Claims a lane keeps out at once when neither its config nor its store says otherwise
+/// (the store's own default, [`Capabilities::claims_in_flight`](crate::store::Capabilities::claims_in_flight),
+/// comes first).
+pub const DEFAULT_CLAIMS_IN_FLIGHT: usize = 1;
+/// The most claims a lane may keep out at once: each holds a store connection for its
+/// round trip, and each takes only its share of the lane's window.
+pub const MAX_CLAIMS_IN_FLIGHT: usize = 8;
 /// The largest prefetch, in multiples of the concurrency. A buffered message's lease is
 /// already running; with at most this many handler turns ahead of it, it starts well within
 /// its lease (and lease extension covers buffered claims too).
@@ -123,6 +130,24 @@ pub struct LaneConfig {
     /// only until it has timed both. 1 turns runs off. Default [`DEFAULT_KEY_RUN`], at most
     /// [`MAX_KEY_RUN`].
     pub key_run: usize,
+    /// How many claims (or claim-and-ack cycles) the lane keeps out at once, each on its own
+    /// store connection and each for its share of the window (`concurrency + prefetch`, at
+    /// most `batch_size`, divided by this). With one out, a lane's rate is one store round
+    /// trip's; with two, their round trips overlap. Per-key order, leases, gates, drain
+    /// and the `concurrency + prefetch` bound on what a crash redelivers hold as with one.
+    /// `None` takes the store's default
+    /// ([`Capabilities::claims_in_flight`](crate::store::Capabilities::claims_in_flight):
+    /// 1 on the stores shipped here), else [`DEFAULT_CLAIMS_IN_FLIGHT`]. At most
+    /// [`MAX_CLAIMS_IN_FLIGHT`].
+    pub claims_in_flight: Option<usize>,
+    /// Whether an ack keeps the row, marked `delivered` until retention purges it (the
+    /// default), or deletes it (`false`): one write per message less, and no history of
+    /// delivered messages (dead letters are kept either way). The delete has the same
+    /// fencing as the ack. A deleted message's dedupe key is forgotten, as once retention
+    /// purges it. Only on stores that can
+    /// ([`Capabilities::delete_on_ack`](crate::store::Capabilities::delete_on_ack));
+    /// elsewhere the relay refuses to start the lane.
+    pub keep_delivered: bool,
     /// How long a claim holds.
     pub lease: Duration,
     /// Extend a running delivery's lease when this little of it is left; `None` turns
@@ -186,6 +211,8 @@ impl LaneConfig {
             prefetch: DEFAULT_PREFETCH,
             claim_linger: DEFAULT_CLAIM_LINGER,
             key_run: DEFAULT_KEY_RUN,
+            claims_in_flight: None,
+            keep_delivered: true,
             lease: DEFAULT_LEASE,
             lease_extend_margin: Some(DEFAULT_LEASE / 3),
             delivery_timeout: DEFAULT_DELIVERY_TIMEOUT,
@@ -265,6 +292,56 @@ impl LaneConfig {
     pub fn key_run(mut self, key_run: usize) -> Self {
         self.key_run = key_run;
         self
+    }
+
+    /// Sets how many claims the lane keeps out at once ([`LaneConfig::claims_in_flight`]).
+    pub fn claims_in_flight(mut self, claims: usize) -> Self {
+        self.claims_in_flight = Some(claims);
+        self
+    }
+
+    /// Whether an ack keeps the row as `delivered` or deletes it
+    /// ([`LaneConfig::keep_delivered`]).
+    pub fn keep_delivered(mut self, keep: bool) -> Self {
+        self.keep_delivered = keep;
+        self
+    }
+
+    /// What the lane's acks do with a delivered message's row.
+    pub fn ack_mode(&self) -> crate::store::AckMode {
+        if self.keep_delivered {
+            crate::store::AckMode::KeepDelivered
+        } else {
+            crate::store::AckMode::Delete
+        }
+    }
+
+    /// Checks what the lane asks of its store against what the store can do: a lane that
+    /// deletes on ack needs [`Capabilities::delete_on_ack`](crate::store::Capabilities).
+    pub fn validate_for(&self, store: crate::store::Capabilities) -> Result<(), ConfigError> {
+        if !self.keep_delivered && !store.delete_on_ack {
+            return Err(ConfigError::new(
+                format!("lanes[{}].keep_delivered", self.key()),
+                "this store cannot delete a row at its ack: keep delivered rows (true), or \
+                 use a store that can (memory, SQLite, PostgreSQL)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The claims the lane keeps out at once: as configured, else `store_default` (0 for
+    /// none), else [`DEFAULT_CLAIMS_IN_FLIGHT`].
+    pub fn claims_in_flight_or(&self, store_default: usize) -> usize {
+        match self.claims_in_flight {
+            Some(claims) => claims,
+            None if store_default > 0 => store_default.min(MAX_CLAIMS_IN_FLIGHT),
+            None => DEFAULT_CLAIMS_IN_FLIGHT,
+        }
+    }
+
+    /// The claims the lane keeps out at once, with no store default.
+    pub(crate) fn claims_in_flight_or_default(&self) -> usize {
+        self.claims_in_flight_or(0)
     }
 
     /// Sets the backoff after store errors.
@@ -389,6 +466,14 @@ impl LaneConfig {
                 field("key_run"),
                 format!("{} is not between 1 and {MAX_KEY_RUN}", self.key_run),
             ));
+        }
+        if let Some(claims) = self.claims_in_flight {
+            if !(1..=MAX_CLAIMS_IN_FLIGHT).contains(&claims) {
+                return Err(ConfigError::new(
+                    field("claims_in_flight"),
+                    format!("{claims} is not between 1 and {MAX_CLAIMS_IN_FLIGHT}"),
+                ));
+            }
         }
         if self.prefetch > MAX_PREFETCH {
             return Err(ConfigError::new(

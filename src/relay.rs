@@ -280,8 +280,10 @@ impl RelayBuilder {
     pub async fn start(self) -> Result<RelayHandle, RelayError> {
         self.supervisor.validate()?;
         let mut seen = std::collections::HashSet::new();
+        let capabilities = self.store.capabilities();
         for (config, _) in &self.lanes {
             config.validate()?;
+            config.validate_for(capabilities)?;
             let key = LaneKey::new(&config.name, &config.target);
             if !seen.insert(key.clone()) {
                 return Err(RelayError::DuplicateLane(key));

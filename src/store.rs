@@ -97,7 +97,7 @@ use uuid::Uuid;
 pub use admin::{
     LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, LIST_SCAN_PAGES,
 };
-pub use backend::{Capabilities, OutboxBackend};
+pub use backend::{AckMode, Capabilities, OutboxBackend};
 pub use enqueue::{DraftBatch, PreClaim};
 pub use error::StoreError;
 pub use hook::{CallOutcome, StoreCall, StoreHook};

@@ -160,6 +160,10 @@ macro_rules! conformance {
             payload_bytes_are_kept_through_enqueue_claim_and_list,
             a_raw_payload_retried_with_its_dedupe_key_is_a_duplicate,
             an_escaped_nul_in_raw_json_is_refused_by_every_store,
+            // cases/delete_on_ack.rs
+            an_ack_that_deletes_removes_only_rows_still_held_under_their_token,
+            an_ack_that_deletes_frees_the_keys_next_message_and_keeps_dead_letters,
+            ack_and_claim_that_deletes_deletes_then_claims_what_the_deletes_freed,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

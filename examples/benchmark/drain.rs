@@ -170,8 +170,13 @@ pub fn lane_config(lane: &str, concurrency: usize) -> LaneConfig {
         Err(_) => config,
     };
     // For side-by-side runs with and without key runs (1 = heads only).
-    match std::env::var("OUTBOX_BENCH_KEY_RUN") {
+    let config = match std::env::var("OUTBOX_BENCH_KEY_RUN") {
         Ok(run) => config.key_run(run.parse().unwrap_or(1)),
+        Err(_) => config,
+    };
+    // For side-by-side runs at other claims in flight (default: the store's).
+    match std::env::var("OUTBOX_BENCH_CLAIMS_IN_FLIGHT") {
+        Ok(n) => config.claims_in_flight(n.parse().unwrap_or(1)),
         Err(_) => config,
     }
 }

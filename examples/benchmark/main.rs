@@ -28,6 +28,10 @@
 //!   `acks=all`), against the log sink.
 //! - `ui`: the web UI's pages on a 1 M-row PostgreSQL table (`--ui-rows`): p50, p95 and max
 //!   of each page over `--ui-requests` requests, against the 100 ms p95 bound.
+//! - `history`: delete on ack against keep history, each beside its raw ceiling (an UPDATE
+//!   or a DELETE ack), and the default claims in flight against one (`levers.rs`).
+//! - `replicas`: 1, 2 and 3 `outbox-relay` processes on one PostgreSQL lane, concurrency
+//!   split and full each (`levers.rs`; needs the binary built beside this program).
 //!
 //! Every scenario gets a fresh store (its own PostgreSQL schema, dropped at the end, or a
 //! temporary SQLite file). Writes `<out>/results.md` and `<out>/throughput.svg` and prints
@@ -36,6 +40,7 @@
 mod crash;
 mod drain;
 mod kafka;
+mod levers;
 mod metered;
 mod options;
 #[path = "../../tests/support/pgbouncer.rs"]
@@ -213,6 +218,24 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
             Err(error) => results.errors.push(format!("{label} webhook row: {error}")),
         }
     }
+    if options.runs(Section::History) && sql {
+        for &backlog in &options.sizes {
+            for &c in &options.history_concurrency {
+                match levers::history(kind, backlog, c, options).await {
+                    Ok(row) => results.histories.push(row),
+                    Err(error) => results
+                        .errors
+                        .push(format!("{label} history at {backlog}, c={c}: {error}")),
+                }
+            }
+        }
+    }
+    if options.runs(Section::Replicas) && kind == StoreKind::Postgres {
+        match levers::replicas(options).await {
+            Ok(rows) => results.replicas = rows,
+            Err(error) => results.errors.push(format!("{label} replicas: {error}")),
+        }
+    }
     if options.runs(Section::Kafka) && sql {
         let (messages, rounds) = (options.kafka_messages, options.kafka_rounds);
         match kafka::run(
@@ -279,10 +302,10 @@ async fn ceiling(
         bench.settle().await;
         let ceiling = match (&bench.pg_pool, &bench.location) {
             (Some(pool), _) => {
-                raw::postgres(pool, &bench.table, LANE, options.drain_timeout).await?
+                raw::postgres(pool, &bench.table, LANE, options.drain_timeout, false).await?
             }
             (None, stores::Location::Sqlite { path }) => {
-                raw::sqlite(path, &bench.table, LANE, options.drain_timeout).await?
+                raw::sqlite(path, &bench.table, LANE, options.drain_timeout, false).await?
             }
             (None, stores::Location::Postgres { .. } | stores::Location::Memory(_)) => {
                 return Err("no raw ceiling for this store".to_owned())

@@ -77,10 +77,14 @@ pub enum Section {
     Kafka,
     /// The web UI's pages on a 1 M-row PostgreSQL table: p50, p95, max per page.
     Ui,
+    /// Delete on ack against keep history, each beside its raw ceiling; claims in flight.
+    History,
+    /// 1, 2, 3 relay processes on one PostgreSQL lane.
+    Replicas,
 }
 
 impl Section {
-    const ALL: [Section; 9] = [
+    const ALL: [Section; 11] = [
         Section::Single,
         Section::Ceiling,
         Section::Drain,
@@ -90,6 +94,8 @@ impl Section {
         Section::Webhook,
         Section::Kafka,
         Section::Ui,
+        Section::History,
+        Section::Replicas,
     ];
 
     fn parse(name: &str) -> Result<Self, String> {
@@ -103,9 +109,11 @@ impl Section {
             "webhook" => Section::Webhook,
             "kafka" => Section::Kafka,
             "ui" => Section::Ui,
+            "history" => Section::History,
+            "replicas" => Section::Replicas,
             other => {
                 return Err(format!(
-                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook, kafka, ui)"
+                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook, kafka, ui, history, replicas)"
                 ))
             }
         })
@@ -145,6 +153,11 @@ pub struct Options {
     /// case once, then every case again), and the slow handler after them: the report
     /// gives each case's median.
     pub rounds: usize,
+    /// The replicas row's backlog, and the lane's concurrency (split or full each).
+    pub replica_backlog: usize,
+    pub replica_concurrency: usize,
+    /// The concurrencies of the history rows (each row is five drains of a fresh backlog).
+    pub history_concurrency: Vec<usize>,
 }
 
 impl Default for Options {
@@ -175,6 +188,9 @@ impl Default for Options {
             ui_rows: 1_000_000,
             ui_requests: 200,
             rounds: 1,
+            replica_backlog: 50_000,
+            replica_concurrency: 64,
+            history_concurrency: vec![64],
         }
     }
 }
@@ -265,6 +281,9 @@ impl Options {
                 "--rounds" => options.rounds = number(&value)?.max(1),
                 "--ui-rows" => options.ui_rows = number(&value)?.max(1_000),
                 "--ui-requests" => options.ui_requests = number(&value)?.max(1),
+                "--history-concurrency" => options.history_concurrency = list(&value)?,
+                "--replica-backlog" => options.replica_backlog = number(&value)?.max(1),
+                "--replica-concurrency" => options.replica_concurrency = number(&value)?.max(3),
                 other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
             }
         }
@@ -294,8 +313,8 @@ usage: benchmark [flags]
   --concurrency 16,64      relay concurrencies of the no-op drains
   --keys none,1000,hot     key distributions: none, a key count, or hot (one hot key
                            among 1,000 cold keys)
-  --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook,kafka,ui
-                           (default all)
+  --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook,kafka,ui,
+                           history,replicas (default all)
   --rounds N               runs every raw ceiling and no-op drain N times, rounds
                            interleaved, then the slow handler N times; the report
                            gives each case's median (default 1)
@@ -316,7 +335,15 @@ usage: benchmark [flags]
                            starts, from PATH or ~/.cargo/bin)
   --kafka-messages N       messages per sink and round of the Kafka row (default 5000)
   --kafka-rounds N         its rounds; the report gives the medians (default 3)
+  --history-concurrency L  concurrencies of the history rows (default 64)
+  --replica-backlog N      rows of each replicas case (default 50000)
+  --replica-concurrency N  the lane's concurrency in the replicas row, split over the
+                           processes or full each (default 64)
 environment:
+  OUTBOX_BENCH_RELAY_BIN=PATH       the outbox-relay binary of the replicas row (default:
+                           target/release/outbox-relay beside this program)
+  OUTBOX_BENCH_CLAIMS_IN_FLIGHT=N   the relays' LaneConfig::claims_in_flight (default:
+                           the store's: PostgreSQL 2, SQLite 1)
   OUTBOX_BENCH_CYCLE_FUNCTION=off   PostgreSQL relays run the cycle's statements instead
                            of the cycle function (PostgresConfig::cycle_function), to
                            compare the two

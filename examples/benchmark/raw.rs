@@ -30,11 +30,15 @@ impl Ceiling {
     }
 }
 
+/// With `delete`, the deleting twin: the ack deletes the claimed rows instead of marking
+/// them delivered, as a lane with `keep_delivered = false` does, so a deleting relay is
+/// compared with a ceiling that writes what it writes.
 pub async fn postgres(
     pool: &sqlx::PgPool,
     table: &str,
     lane: &str,
     timeout: Duration,
+    delete: bool,
 ) -> Result<Ceiling, String> {
     let err = |what: &'static str| move |e: sqlx::Error| format!("raw ceiling {what}: {e}");
     let mut conn = pool.acquire().await.map_err(err("connect"))?;
@@ -89,12 +93,16 @@ pub async fn postgres(
          RETURNING m.outbox_id, m.seq, m.payload, m.headers, m.ordering_key, m.attempt_count,
              m.claim_token"
     );
-    let ack = format!(
-        "UPDATE {table}
-         SET status = 'delivered', delivered_at = now(), updated_at = now(),
-             claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL
-         WHERE outbox_id = ANY($1) AND status = 'claimed'"
-    );
+    let ack = if delete {
+        format!("DELETE FROM {table} WHERE outbox_id = ANY($1) AND status = 'claimed'")
+    } else {
+        format!(
+            "UPDATE {table}
+             SET status = 'delivered', delivered_at = now(), updated_at = now(),
+                 claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL
+             WHERE outbox_id = ANY($1) AND status = 'claimed'"
+        )
+    };
     // Statistics first (not timed): on a table filled moments ago the planner has none,
     // and this plain statement then sorted every pending row for each claim (6 k rows/s at
     // 100 k against 46 k at 10 k). The store's claims keep their index plans without
@@ -160,11 +168,13 @@ pub async fn postgres(
     })
 }
 
+/// With `delete`, the deleting twin (see [`postgres`]).
 pub async fn sqlite(
     path: &Path,
     table: &str,
     lane: &str,
     timeout: Duration,
+    delete: bool,
 ) -> Result<Ceiling, String> {
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
     let err = |what: &'static str| move |e: sqlx::Error| format!("raw ceiling {what}: {e}");
@@ -210,12 +220,21 @@ pub async fn sqlite(
              LIMIT ?4)
          RETURNING outbox_id, seq, payload, headers, ordering_key, attempt_count, claim_token"
     );
-    let ack = format!(
-        "UPDATE {table}
-         SET status = 'delivered', delivered_at = ?2, updated_at = ?2,
-             claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL
-         WHERE seq IN (SELECT value FROM json_each(?1)) AND status = 'claimed'"
-    );
+    // The deleting twin binds the time too (`?2 IS NOT NULL`), so both take one call shape.
+    let ack = if delete {
+        format!(
+            "DELETE FROM {table}
+             WHERE seq IN (SELECT value FROM json_each(?1)) AND status = 'claimed'
+                 AND ?2 IS NOT NULL"
+        )
+    } else {
+        format!(
+            "UPDATE {table}
+             SET status = 'delivered', delivered_at = ?2, updated_at = ?2,
+                 claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL
+             WHERE seq IN (SELECT value FROM json_each(?1)) AND status = 'claimed'"
+        )
+    };
     let started = Instant::now();
     let mut rows = 0;
     loop {

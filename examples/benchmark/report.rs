@@ -94,6 +94,8 @@ pub struct Results {
     pub webhooks: Vec<SinkRow>,
     pub kafkas: Vec<SinkRow>,
     pub ui: Vec<crate::ui::UiRow>,
+    pub histories: Vec<crate::levers::HistoryRow>,
+    pub replicas: Vec<crate::levers::ReplicaRow>,
     pub errors: Vec<String>,
 }
 
@@ -180,6 +182,16 @@ impl Results {
         self.kafka_table(w);
         for row in &self.ui {
             row.markdown(w);
+        }
+        if !self.histories.is_empty() {
+            let _ = writeln!(
+                w,
+                "{}",
+                crate::levers::HistoryRow::markdown(&self.histories)
+            );
+        }
+        if !self.replicas.is_empty() {
+            let _ = writeln!(w, "{}", crate::levers::ReplicaRow::markdown(&self.replicas));
         }
         self.checks(w);
         if !self.errors.is_empty() {

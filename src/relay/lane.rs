@@ -5,7 +5,8 @@
 //! Why store calls run on spawned tasks ([`calls`]): an await inside `handle` would hold up
 //! every other message of this actor, so a slow store would delay lease checks, drains and
 //! status answers. Each call's answer comes back as an actor message; the core bounds how
-//! many are in flight (one claim, one ack/nack flush).
+//! many are in flight (up to `claims_in_flight` claims, each on its own connection where
+//! the store pools them, and one ack/nack flush).
 //!
 //! Why the bound on work lives in the core: ractor mailboxes are unbounded, so the only
 //! place that can keep a lane from taking more work than it can run is the lane itself.
@@ -296,14 +297,18 @@ impl Actor for LaneRelay {
         args: LaneArgs,
     ) -> Result<LaneShell, ActorProcessingErr> {
         let key = LaneKey::new(&args.config.name, &args.config.target);
+        let mut config = args.config;
+        // Unset in the config: the store's default (what its connections can overlap).
+        config.claims_in_flight =
+            Some(config.claims_in_flight_or(args.store.capabilities().claims_in_flight));
         let mut state = LaneShell {
             key: key.clone(),
-            core: LaneCore::new(args.config.clone(), args.paused),
+            core: LaneCore::new(config.clone(), args.paused),
             store: args.store,
             handler: args.handler,
             counters: args.counters,
             events: args.events,
-            metrics: LaneMetrics::new(&args.config.name, &args.config.target),
+            metrics: LaneMetrics::new(&config.name, &config.target),
             handlers: Vec::new(),
             slots: HashMap::new(),
             replies: Vec::new(),
@@ -311,7 +316,7 @@ impl Actor for LaneRelay {
             wake_task: None,
             wake_queued: Arc::default(),
             hand_off: None,
-            config: args.config,
+            config,
         };
         if state.config.hand_off {
             if let Some(registry) = state.store.hand_off() {

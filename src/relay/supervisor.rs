@@ -281,6 +281,7 @@ impl SupervisorState {
         handler: Arc<dyn DeliveryHandler>,
     ) -> Result<LaneKey, RelayError> {
         config.validate()?;
+        config.validate_for(self.store.capabilities())?;
         let key = LaneKey::new(&config.name, &config.target);
         if self.lanes.contains_key(&key) {
             return Err(RelayError::DuplicateLane(key));

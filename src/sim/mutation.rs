@@ -18,16 +18,20 @@ pub(crate) enum Mutation {
     /// A wake-up that comes while a claim is out is forgotten when the claim comes back
     /// short.
     LostWakeUp,
+    /// A claim's limit leaves out what the lane's other claims out may bring (so several
+    /// claims out together pass `concurrency + prefetch`).
+    ClaimRoomIgnoresClaimsOut,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub(crate) const ALL: [Mutation; 5] = [
+    pub(crate) const ALL: [Mutation; 6] = [
         Mutation::AckSkipsToken,
         Mutation::LapsedClaimStarts,
         Mutation::KeyNextBeforeOutcome,
         Mutation::LapsedClaimsBehindPending,
         Mutation::LostWakeUp,
+        Mutation::ClaimRoomIgnoresClaimsOut,
     ];
 }
 

@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use crate::config::LaneConfig;
-use crate::relay::lane::core::{LaneCore, Slot};
+use crate::relay::lane::core::{ClaimId, LaneCore, Slot};
 use crate::store::WakeUp;
 
 /// One relay process of the simulation.
@@ -45,6 +45,9 @@ pub(crate) struct Relay {
     pub(crate) owes_claim: bool,
     /// The lane went to sleep (`Idle`) while handling the current input.
     pub(crate) went_idle: bool,
+    /// The claims the lane sent and has not heard back from, oldest first, with their
+    /// limits: the checker's own count, apart from the core's.
+    pub(crate) claims_out: Vec<(ClaimId, usize)>,
 }
 
 impl Relay {
@@ -63,6 +66,7 @@ impl Relay {
             paused: false,
             owes_claim: false,
             went_idle: false,
+            claims_out: Vec::new(),
         }
     }
 
@@ -80,6 +84,7 @@ impl Relay {
         self.lapsed.clear();
         self.paused = false;
         self.owes_claim = false;
+        self.claims_out.clear();
         self.running
             .drain()
             .map(|(_, (delivery, _))| delivery)

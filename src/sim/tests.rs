@@ -213,6 +213,25 @@ fn every_mutation_is_caught() {
     );
 }
 
+/// The seeds reach the interleavings of several claims out at once: claims sent beside
+/// another of the same relay, and answers that come back before an older claim's.
+#[test]
+fn seeds_send_claims_beside_each_other_and_answers_overtake_older_ones() {
+    let (mut parallel, mut reordered) = (0, 0);
+    for seed in 0..40 {
+        match run(&Plan::draw(seed, SIZE)) {
+            Ok(tally) => {
+                parallel += tally.parallel_claims;
+                reordered += tally.reordered_answers;
+            }
+            Err(failure) => panic!("seed {seed} at {:?}: {}", failure.at, failure.what),
+        }
+    }
+    println!("40 seeds: {parallel} claims beside another, {reordered} answers overtaking");
+    assert!(parallel > 0, "no claim was ever sent beside another");
+    assert!(reordered > 0, "no answer ever overtook an older claim's");
+}
+
 /// Seeds that found a bug in the relay, kept as regression tests. Each passes, and fails
 /// with the bug put back (its mutation), so it still reaches the case.
 /// - A claim answered by a store that went silent after committing it came back after its

@@ -17,7 +17,7 @@ use super::relay::Relay;
 use super::rng::Rng;
 use crate::message::{OutboxMessageDraft, UnixMillis};
 use crate::relay::handler::DeliveryFailure;
-use crate::relay::lane::core::{Command, Input, Slot, StoreAnswer, StoreCall};
+use crate::relay::lane::core::{ClaimId, Command, Input, Slot, StoreAnswer, StoreCall};
 use crate::relay::RelayEvent;
 use crate::store::memory::InMemoryOutboxStore;
 use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, Outbox, OutboxBackend};
@@ -120,6 +120,10 @@ pub(crate) struct Tally {
     /// Time the circuit breaker was open or half-open, and since when it is now.
     pub(crate) breaker_open: Duration,
     pub(crate) breaker_open_since: Option<Duration>,
+    /// Claims sent while another claim of the same relay was out.
+    pub(crate) parallel_claims: u64,
+    /// Claim answers that came back before the answer of an older claim still out.
+    pub(crate) reordered_answers: u64,
 }
 
 pub(crate) struct World<'p> {
@@ -355,11 +359,19 @@ impl<'p> World<'p> {
             self.relays[relay].owes_claim = true;
         }
         self.relays[relay].went_idle = false;
+        if let Input::Store(
+            StoreAnswer::Claimed { claim, .. } | StoreAnswer::AckedAndClaimed { claim, .. },
+        ) = &input
+        {
+            self.claim_answered(relay, *claim);
+        }
         let mut inputs = vec![input];
         while let Some(input) = inputs.pop() {
             // The shell records the tokens it is handed, to know later which one lapsed.
             let claimed = match &input {
-                Input::Store(StoreAnswer::Claimed(Ok(batch))) => Some(&batch.messages),
+                Input::Store(StoreAnswer::Claimed {
+                    result: Ok(batch), ..
+                }) => Some(&batch.messages),
                 Input::Store(StoreAnswer::AckedAndClaimed {
                     result: Ok(answer), ..
                 }) => answer.claimed.as_ref().ok().map(|b| &b.messages),
@@ -379,6 +391,7 @@ impl<'p> World<'p> {
             }
         }
         self.relays[relay].core = Some(core);
+        self.check_claim_room(relay);
         // A wake-up is answered by a claim sent after it, before the lane sleeps: else a
         // message enqueued while its claim was out waits for the poll ceiling.
         let r = &self.relays[relay];
@@ -404,12 +417,59 @@ impl<'p> World<'p> {
         );
     }
 
+    /// A claim's answer reaches the lane: it is no longer out.
+    fn claim_answered(&mut self, relay: usize, claim: ClaimId) {
+        let r = &mut self.relays[relay];
+        match r.claims_out.iter().position(|(id, _)| *id == claim) {
+            Some(at) => {
+                if at > 0 {
+                    self.tally.reordered_answers += 1;
+                }
+                r.claims_out.remove(at);
+            }
+            None => self.check.fail(format!(
+                "relay {relay} answered claim {claim:?}, which is not out"
+            )),
+        }
+    }
+
+    /// A relay keeps at most its `claims_in_flight` claims out, and what they may bring,
+    /// with what runs and waits in its buffer, stays within `concurrency + prefetch`: the
+    /// bound on what a crash delivers again.
+    fn check_claim_room(&mut self, relay: usize) {
+        let r = &self.relays[relay];
+        let Some(core) = r.core.as_ref() else {
+            return;
+        };
+        let max = r.config.claims_in_flight_or_default();
+        if r.claims_out.len() > max {
+            let out = r.claims_out.len();
+            return self.check.fail(format!(
+                "relay {relay} has {out} claims out, over its claims_in_flight {max}"
+            ));
+        }
+        let promised: usize = r.claims_out.iter().map(|(_, limit)| limit).sum();
+        let held = core.in_flight() + core.buffered();
+        let window = r.config.concurrency + r.config.prefetch;
+        if promised + held > window {
+            self.check.fail(format!(
+                "relay {relay} holds {held} (running and buffered) with claims of {promised} out: \
+                 over concurrency + prefetch = {window}"
+            ));
+        }
+    }
+
     fn carry_out(&mut self, relay: usize, command: Command) {
-        if matches!(
-            command,
-            Command::Store(StoreCall::Claim { .. } | StoreCall::AckAndClaim { .. })
-        ) {
-            self.relays[relay].owes_claim = false;
+        if let Command::Store(
+            StoreCall::Claim { claim, limit, .. } | StoreCall::AckAndClaim { claim, limit, .. },
+        ) = &command
+        {
+            let r = &mut self.relays[relay];
+            r.owes_claim = false;
+            if !r.claims_out.is_empty() {
+                self.tally.parallel_claims += 1;
+            }
+            r.claims_out.push((*claim, *limit));
         }
         let call = match command {
             Command::Store(call) => call,

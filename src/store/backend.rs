@@ -34,6 +34,14 @@ pub struct Capabilities {
     /// already claimed. The `Outbox` then hands what it enqueues to the idle lanes of this
     /// process (`store::hand_off`).
     pub pre_claim: bool,
+    /// How many claims a lane on this backend keeps out at once unless its config says
+    /// ([`LaneConfig::claims_in_flight`](crate::LaneConfig::claims_in_flight)); 0 leaves it
+    /// to the lane's default. A backend whose claims run on separate connections in
+    /// parallel gains from more than one; one that serialises writers does not.
+    pub claims_in_flight: usize,
+    /// [`OutboxBackend::ack_deleting`] deletes an acked row (a lane's `keep_delivered =
+    /// false`); without it, the provided method refuses.
+    pub delete_on_ack: bool,
 }
 
 impl Capabilities {
@@ -44,7 +52,15 @@ impl Capabilities {
             ack_and_claim: false,
             user_transactions: false,
             pre_claim: false,
+            claims_in_flight: 0,
+            delete_on_ack: false,
         }
+    }
+
+    /// With [`Capabilities::delete_on_ack`].
+    pub const fn with_delete_on_ack(mut self) -> Self {
+        self.delete_on_ack = true;
+        self
     }
 
     /// With [`Capabilities::listen`].
@@ -65,11 +81,30 @@ impl Capabilities {
         self
     }
 
+    /// With [`Capabilities::claims_in_flight`].
+    pub const fn with_claims_in_flight(mut self, claims: usize) -> Self {
+        self.claims_in_flight = claims;
+        self
+    }
+
     /// With [`Capabilities::pre_claim`].
     pub const fn with_pre_claim(mut self) -> Self {
         self.pre_claim = true;
         self
     }
+}
+
+/// What an ack does with the row of a delivered message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AckMode {
+    /// Marks it `delivered`; retention purges it later. The default.
+    #[default]
+    KeepDelivered,
+    /// Deletes it, under the same fencing check ([`OutboxBackend::ack_deleting`]): one
+    /// write per message less, and nothing for retention to purge. Dead letters are kept
+    /// as before.
+    Delete,
 }
 
 /// The outbox table's primitives, as a backend implements them. Object-safe. Users and the
@@ -127,6 +162,37 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
             Vec::new()
         } else {
             self.ack(acks).await?
+        };
+        let claimed = self.claim(request).await;
+        Ok(AckAndClaim { acked, claimed })
+    }
+
+    /// Acks claims by deleting their rows: with the same fencing as [`ack`](Self::ack), a
+    /// row goes only while it is `claimed` under the claim's token; anything else is a lost
+    /// claim and changes nothing. One answer per claim, in order. A keyed row's successor
+    /// becomes claimable as after an ack. A backend that implements it says
+    /// [`Capabilities::delete_on_ack`]; the provided method refuses with
+    /// [`StoreError::Unsupported`].
+    async fn ack_deleting(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let _ = claims;
+        Err(StoreError::Unsupported {
+            op: StoreOp::Ack,
+            what: "this store cannot delete a row at its ack (keep_delivered = false)".to_owned(),
+        })
+    }
+
+    /// [`ack_and_claim`](Self::ack_and_claim), its acks deleting their rows
+    /// ([`ack_deleting`](Self::ack_deleting)), with the same contract. The provided method
+    /// makes two calls; a backend that can make one overrides it.
+    async fn ack_deleting_and_claim(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+    ) -> Result<AckAndClaim, StoreError> {
+        let acked = if acks.is_empty() {
+            Vec::new()
+        } else {
+            self.ack_deleting(acks).await?
         };
         let claimed = self.claim(request).await;
         Ok(AckAndClaim { acked, claimed })

@@ -181,6 +181,10 @@ fn clear_claim(message: &mut OutboxMessage, now: UnixMillis) {
 
 #[async_trait]
 impl OutboxBackend for InMemoryOutboxStore {
+    fn capabilities(&self) -> crate::store::Capabilities {
+        crate::store::Capabilities::none().with_delete_on_ack()
+    }
+
     fn draft_limits(&self) -> DraftLimits {
         self.limits
     }
@@ -319,6 +323,20 @@ impl OutboxBackend for InMemoryOutboxStore {
                     Some(()) => ClaimOutcome::Applied,
                     None => ClaimOutcome::LostClaim,
                 }
+            })
+            .collect())
+    }
+
+    async fn ack_deleting(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let mut rows = self.rows();
+        Ok(claims
+            .iter()
+            .map(|claim| match rows.claimed_with(claim) {
+                Some(seq) => {
+                    rows.remove(seq);
+                    ClaimOutcome::Applied
+                }
+                None => ClaimOutcome::LostClaim,
             })
             .collect())
     }

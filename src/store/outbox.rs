@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use super::backend::single;
+use super::backend::{single, AckMode};
 use super::enqueue::{self, PreClaim};
 use super::hand_off::{HandOff, Taken};
 use super::{
@@ -237,6 +237,24 @@ impl Outbox {
         self.timed(StoreOp::Ack, self.backend.ack(claims)).await
     }
 
+    /// Acks claims as `mode` says: marks their rows delivered, or deletes them
+    /// ([`AckMode::Delete`], on a backend with
+    /// [`Capabilities::delete_on_ack`](super::Capabilities::delete_on_ack); elsewhere
+    /// [`StoreError::Unsupported`]). One answer per claim, in order.
+    pub async fn ack_with(
+        &self,
+        claims: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        match mode {
+            AckMode::KeepDelivered => self.ack(claims).await,
+            AckMode::Delete => {
+                self.timed(StoreOp::Ack, self.backend.ack_deleting(claims))
+                    .await
+            }
+        }
+    }
+
     /// Acks finished deliveries, then claims the next messages: one round trip where the
     /// backend can ([`Capabilities::ack_and_claim`]). An `Err` means nothing is known to be
     /// recorded; once the acks are, a failed claim comes back in [`AckAndClaim::claimed`].
@@ -245,8 +263,22 @@ impl Outbox {
         acks: &[ClaimRef],
         request: &ClaimRequest,
     ) -> Result<AckAndClaim, StoreError> {
+        self.ack_and_claim_with(acks, request, AckMode::KeepDelivered)
+            .await
+    }
+
+    /// [`Outbox::ack_and_claim`], its acks as `mode` says ([`Outbox::ack_with`]).
+    pub async fn ack_and_claim_with(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+        mode: AckMode,
+    ) -> Result<AckAndClaim, StoreError> {
         let started = Instant::now();
-        let answer = self.backend.ack_and_claim(acks, request).await;
+        let answer = match mode {
+            AckMode::KeepDelivered => self.backend.ack_and_claim(acks, request).await,
+            AckMode::Delete => self.backend.ack_deleting_and_claim(acks, request).await,
+        };
         match &answer {
             Ok(AckAndClaim {
                 claimed: Err(error),

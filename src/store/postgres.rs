@@ -81,6 +81,7 @@ use uuid::Uuid;
 pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
 use crate::message::{DraftLimits, OutboxMessage, UnixMillis};
+use crate::store::AckMode;
 use crate::store::StoreOp;
 use crate::store::{
     duration_millis, AckAndClaim, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest,
@@ -337,12 +338,88 @@ impl PostgresOutboxStore {
         Ok(batch)
     }
 
+    /// The ack as `mode` says: one transaction, its keys' heads promoted.
+    async fn ack_as(
+        &self,
+        claims: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let mut tx = self.relay_begin(StoreOp::Ack).await?;
+        let outcomes = self.ack_in(&mut tx, claims, mode).await?;
+        tx.commit().await.map_err(|e| db_error(StoreOp::Ack, e))?;
+        self.retired_acks(&outcomes);
+        Ok(outcomes)
+    }
+
+    /// `ack_and_claim`, its acks as `mode` says.
+    async fn ack_and_claim_as(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+        mode: AckMode,
+    ) -> Result<AckAndClaim, StoreError> {
+        self.sweep_soon(&request.lane, &request.target);
+        if self.has_cycle() {
+            // One call: if it fails, it changed nothing, and the acks are made alone; the
+            // answer then carries them with the claim's error, as the contract says. Only
+            // an error of the acks themselves is an `Err`.
+            return match self.cycle(acks, request, mode).await {
+                Ok(cycle) => {
+                    self.retired_acks(&cycle.acked);
+                    let claimed = if cycle.lapsed_last {
+                        self.claim_dead_lettering(request).await
+                    } else {
+                        Ok(cycle.batch)
+                    };
+                    Ok(AckAndClaim {
+                        acked: cycle.acked,
+                        claimed,
+                    })
+                }
+                Err(error) => Ok(AckAndClaim {
+                    acked: self.ack_alone(acks, mode).await?,
+                    claimed: Err(error),
+                }),
+            };
+        }
+        // One transaction, so one commit, and the claim sees the acks (an acked head's
+        // successor is claimable at once). If the claim fails, the transaction rolls back
+        // and the acks are made alone.
+        let op = StoreOp::AckAndClaim;
+        let mut tx = self.relay_begin(op).await?;
+        let acked = if acks.is_empty() {
+            Vec::new()
+        } else {
+            self.ack_in(&mut tx, acks, mode).await?
+        };
+        let claimed = match self.claim_in(&mut tx, request).await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                drop(tx);
+                return Ok(AckAndClaim {
+                    acked: self.ack_alone(acks, mode).await?,
+                    claimed: Err(error),
+                });
+            }
+        };
+        tx.commit().await.map_err(|e| db_error(op, e))?;
+        self.retired_acks(&acked);
+        Ok(AckAndClaim {
+            acked,
+            claimed: Ok(claimed),
+        })
+    }
+
     /// The acks of a cycle whose claim failed, made on their own.
-    async fn ack_alone(&self, acks: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+    async fn ack_alone(
+        &self,
+        acks: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
         if acks.is_empty() {
             return Ok(Vec::new());
         }
-        self.ack(acks).await
+        self.ack_as(acks, mode).await
     }
 
     async fn conn(&self, op: StoreOp) -> Result<PoolConnection<Postgres>, StoreError> {
@@ -369,7 +446,12 @@ impl OutboxBackend for PostgresOutboxStore {
         let capabilities = Capabilities::none()
             .with_ack_and_claim()
             .with_user_transactions()
-            .with_pre_claim();
+            .with_pre_claim()
+            // One claim out at a time: two (each on its own pooled connection) drained a
+            // 10 k backlog at c=64 no faster than one, 12,465 against 12,494 msg/s
+            // (2026-12-06, one round on a loaded machine); a lane opts in with
+            // `claims_in_flight`.
+            .with_delete_on_ack();
         if self.listener.is_some() {
             capabilities.with_listen()
         } else {
@@ -389,7 +471,7 @@ impl OutboxBackend for PostgresOutboxStore {
         self.sweep_soon(&request.lane, &request.target);
         if self.has_cycle() {
             // One round trip, `next_due` included when the claim is empty.
-            let cycle = self.cycle(&[], request).await?;
+            let cycle = self.cycle(&[], request, AckMode::KeepDelivered).await?;
             if !cycle.lapsed_last {
                 return Ok(cycle.batch);
             }
@@ -411,11 +493,11 @@ impl OutboxBackend for PostgresOutboxStore {
     }
 
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let mut tx = self.relay_begin(StoreOp::Ack).await?;
-        let outcomes = self.ack_in(&mut tx, claims).await?;
-        tx.commit().await.map_err(|e| db_error(StoreOp::Ack, e))?;
-        self.retired_acks(&outcomes);
-        Ok(outcomes)
+        self.ack_as(claims, AckMode::KeepDelivered).await
+    }
+
+    async fn ack_deleting(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.ack_as(claims, AckMode::Delete).await
     }
 
     async fn ack_and_claim(
@@ -423,56 +505,16 @@ impl OutboxBackend for PostgresOutboxStore {
         acks: &[ClaimRef],
         request: &ClaimRequest,
     ) -> Result<AckAndClaim, StoreError> {
-        self.sweep_soon(&request.lane, &request.target);
-        if self.has_cycle() {
-            // One call: if it fails, it changed nothing, and the acks are made alone; the
-            // answer then carries them with the claim's error, as the contract says. Only
-            // an error of the acks themselves is an `Err`.
-            return match self.cycle(acks, request).await {
-                Ok(cycle) => {
-                    self.retired_acks(&cycle.acked);
-                    let claimed = if cycle.lapsed_last {
-                        self.claim_dead_lettering(request).await
-                    } else {
-                        Ok(cycle.batch)
-                    };
-                    Ok(AckAndClaim {
-                        acked: cycle.acked,
-                        claimed,
-                    })
-                }
-                Err(error) => Ok(AckAndClaim {
-                    acked: self.ack_alone(acks).await?,
-                    claimed: Err(error),
-                }),
-            };
-        }
-        // One transaction, so one commit, and the claim sees the acks (an acked head's
-        // successor is claimable at once). If the claim fails, the transaction rolls back
-        // and the acks are made alone.
-        let op = StoreOp::AckAndClaim;
-        let mut tx = self.relay_begin(op).await?;
-        let acked = if acks.is_empty() {
-            Vec::new()
-        } else {
-            self.ack_in(&mut tx, acks).await?
-        };
-        let claimed = match self.claim_in(&mut tx, request).await {
-            Ok(claimed) => claimed,
-            Err(error) => {
-                drop(tx);
-                return Ok(AckAndClaim {
-                    acked: self.ack_alone(acks).await?,
-                    claimed: Err(error),
-                });
-            }
-        };
-        tx.commit().await.map_err(|e| db_error(op, e))?;
-        self.retired_acks(&acked);
-        Ok(AckAndClaim {
-            acked,
-            claimed: Ok(claimed),
-        })
+        self.ack_and_claim_as(acks, request, AckMode::KeepDelivered)
+            .await
+    }
+
+    async fn ack_deleting_and_claim(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+    ) -> Result<AckAndClaim, StoreError> {
+        self.ack_and_claim_as(acks, request, AckMode::Delete).await
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {

@@ -15,6 +15,7 @@
 //! - `runs`: key runs, a head handed out with the messages queued behind it.
 //! - `payload`: the bytes of a payload are delivered unchanged, or refused alike.
 //! - `retention`: automatic retention keeps a dead letter that holds its key.
+//! - `delete_on_ack`: an ack that deletes the row (`keep_delivered = false`), fenced alike.
 
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ use crate::testing::Harness;
 
 mod admin;
 mod backlog;
+mod delete_on_ack;
 mod enqueue;
 mod idle;
 mod keys;
@@ -38,6 +40,7 @@ mod runs;
 
 pub use admin::*;
 pub use backlog::*;
+pub use delete_on_ack::*;
 pub use enqueue::*;
 pub use idle::*;
 pub use keys::*;

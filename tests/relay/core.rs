@@ -7,7 +7,9 @@ use outbox_relay::config::SupervisorConfig;
 use outbox_relay::delivery::FailureKind;
 use outbox_relay::relay::{RelayError, RelayEvent};
 use outbox_relay::store::{ClaimRequest, MessageFilter, NackOutcome, PageRequest};
-use outbox_relay::{LaneConfig, OutboxMessageDraft, OutboxRelay, OutboxStatus, RetryPolicy};
+use outbox_relay::{
+    LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay, OutboxStatus, RetryPolicy,
+};
 use serde_json::json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -375,4 +377,23 @@ async fn permanent_failure_dead_letters_at_once() {
     )
     .await;
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+/// A lane that deletes on ack needs a store that can: the relay refuses to start it,
+/// naming the field, rather than fail every ack.
+#[tokio::test(start_paused = true)]
+async fn a_lane_that_keeps_no_history_is_refused_on_a_store_that_cannot_delete_on_ack() {
+    let store = Outbox::new(crate::faulty_store::FaultyStore::new(memory_store()));
+    assert!(!store.capabilities().delete_on_ack);
+    let error = OutboxRelay::builder(store)
+        .lane(lane().keep_delivered(false), TestHandler::ok())
+        .start()
+        .await
+        .expect_err("refused");
+    let text = error.to_string();
+    assert!(
+        text.contains("lanes[canonical/projector].keep_delivered")
+            && text.contains("cannot delete a row at its ack"),
+        "{text}"
+    );
 }

@@ -82,6 +82,12 @@ pub struct LaneSection {
     /// The most messages of one ordering key a claim takes at once (1: heads only).
     /// Default 16.
     pub key_run: Option<usize>,
+    /// How many claims the lane keeps out at once, each on its own store connection.
+    /// Default: the store's (1 on the stores shipped here).
+    pub claims_in_flight: Option<usize>,
+    /// Whether an ack keeps the row as `delivered` (true) or deletes it (false; dead
+    /// letters are kept). Default true.
+    pub keep_delivered: Option<bool>,
     /// How long a claim holds.
     pub lease: Option<HumanDuration>,
     /// Extend a running delivery's lease when this little is left, or `false`. Default a
@@ -233,6 +239,9 @@ impl LaneSection {
         set(self.batch_size, &mut config.batch_size);
         set(self.prefetch, &mut config.prefetch);
         set(self.key_run, &mut config.key_run);
+        if let Some(claims) = self.claims_in_flight {
+            config = config.claims_in_flight(claims);
+        }
         if let Some(lease) = self.lease {
             config = config.lease(lease.0);
         }
@@ -276,6 +285,9 @@ impl LaneSection {
         }
         if let Some(hand_off) = self.hand_off {
             config.hand_off = hand_off;
+        }
+        if let Some(keep) = self.keep_delivered {
+            config.keep_delivered = keep;
         }
         config
     }

@@ -406,6 +406,14 @@ fn bad_values_name_their_field() {
             "lanes[orders/billing].key_run",
         ),
         (
+            MINIMAL.replace("sink =", "claims_in_flight = 0\nsink ="),
+            "lanes[orders/billing].claims_in_flight",
+        ),
+        (
+            MINIMAL.replace("sink =", "claims_in_flight = 9\nsink ="),
+            "lanes[orders/billing].claims_in_flight",
+        ),
+        (
             MINIMAL.replace("sink =", "store_backoff = \"0s\"\nsink ="),
             "lanes[orders/billing].store_backoff",
         ),
@@ -462,6 +470,22 @@ fn the_prefetch_follows_the_concurrency_unless_set() {
         parse(&MINIMAL.replace("sink =", "prefetch = 0\nconcurrency = 12\nsink =")).unwrap();
     let (lane, _) = &config.lanes().unwrap()[0];
     assert_eq!((lane.concurrency, lane.prefetch), (12, 0));
+}
+
+#[test]
+fn claims_in_flight_is_the_stores_unless_set_and_bounded() {
+    let config = parse(MINIMAL).unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!(lane.claims_in_flight, None);
+    assert_eq!(lane.claims_in_flight_or(2), 2, "the store's default");
+    assert_eq!(lane.claims_in_flight_or(0), 1, "no store default");
+    let config = parse(&MINIMAL.replace("sink =", "claims_in_flight = 3\nsink =")).unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!(lane.claims_in_flight_or(2), 3, "the lane's own");
+    assert!(lane.keep_delivered, "history is kept unless asked");
+    let config = parse(&MINIMAL.replace("sink =", "keep_delivered = false\nsink =")).unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!(lane.ack_mode(), crate::store::AckMode::Delete);
 }
 
 /// The example file's commented "Sinks" blocks, uncommented: each parses as a lane with

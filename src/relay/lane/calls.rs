@@ -80,8 +80,13 @@ impl LaneShell {
         let store = self.store.clone();
         // `outbox_store_call_duration_seconds{lane, target, op}` of each store call below.
         let timer = self.metrics.store_call_timer();
+        let mode = self.config.ack_mode();
         match call {
-            StoreCall::Claim { limit, key_run } => {
+            StoreCall::Claim {
+                claim,
+                limit,
+                key_run,
+            } => {
                 let request = self.claim_request(limit, key_run);
                 let span = spans::claim(&request.lane, &request.target, limit, false);
                 spawn_call(myself, async move {
@@ -89,10 +94,11 @@ impl LaneShell {
                     let call = timer.time(StoreOp::Claim, store.claim(&request));
                     let result = call.instrument(span.clone()).await;
                     spans::claimed(&span, started, &result);
-                    answer(StoreAnswer::Claimed(result))
+                    answer(StoreAnswer::Claimed { claim, result })
                 });
             }
             StoreCall::AckAndClaim {
+                claim,
                 acks,
                 limit,
                 key_run,
@@ -102,19 +108,24 @@ impl LaneShell {
                 let claim_span = spans::claim(&request.lane, &request.target, limit, true);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let call = timer.time(StoreOp::Claim, store.ack_and_claim(&acks, &request));
+                    let call = store.ack_and_claim_with(&acks, &request, mode);
+                    let call = timer.time(StoreOp::Claim, call);
                     let result = call.instrument(claim_span.clone()).await;
                     spans::acked_and_claimed(&ack_span, &claim_span, started, &result);
                     // This machine's wall clock against the store's `created_at`.
                     let wall_ms = SystemClock.now_millis();
-                    answer(StoreAnswer::AckedAndClaimed { result, wall_ms })
+                    answer(StoreAnswer::AckedAndClaimed {
+                        claim,
+                        result,
+                        wall_ms,
+                    })
                 });
             }
             StoreCall::Ack(acks) => {
                 let span = spans::ack(&self.config.name, &self.config.target, acks.len(), false);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
-                    let call = timer.time(StoreOp::Ack, store.ack(&acks));
+                    let call = timer.time(StoreOp::Ack, store.ack_with(&acks, mode));
                     let result = call.instrument(span.clone()).await;
                     spans::acked(&span, started, &result);
                     let wall_ms = SystemClock.now_millis();

@@ -7,9 +7,11 @@
 //! never awaits a store call inside its handler, so a slow store cannot delay a lease
 //! check, a drain or a status answer.
 //!
-//! The pipeline: at most one claim (or `ack_and_claim`, or `next_due`) and one ack/nack
-//! flush are in flight at a time. A claim asks for the free handler slots plus the room
-//! left in the prefetch buffer, so handlers find work waiting when they finish. A finished
+//! The pipeline: up to `claims_in_flight` claims (or `ack_and_claim`s; or one `next_due`
+//! and no claim) and one ack/nack flush are in flight at a time. A claim asks for the free
+//! handler slots plus the room left in the prefetch buffer, less what the claims already
+//! out may bring, and at most its share of the window, so handlers find work waiting when
+//! they finish and two claims' round trips overlap. A finished
 //! delivery's ack goes out with the next flush (at once if none is in flight), and rides
 //! along with the claim when one is due anyway: a busy cycle costs one round trip.
 //!
@@ -59,10 +61,10 @@ mod tests;
 use book::LeaseBook;
 use buffer::Buffer;
 use cadence::Cadence;
-use claim_loop::{ClaimCall, ClaimLoop};
+use claim_loop::{ClaimLoop, ClaimOut};
 use gate::{Admit, Gates};
 use hand_off::Credits;
-pub(crate) use io::{Command, Input, StoreAnswer, StoreCall, TimerKind};
+pub(crate) use io::{ClaimId, Command, Input, StoreAnswer, StoreCall, TimerKind};
 use outcomes::Outcomes;
 use pool::HandlerPool;
 pub(crate) use pool::Slot;
@@ -127,6 +129,7 @@ impl LaneCore {
     /// A lane with `config.concurrency` idle slots; paused lanes claim nothing until resumed.
     pub(crate) fn new(config: LaneConfig, paused: bool) -> Self {
         let gates = Gates::new(&config);
+        let claim_loop = ClaimLoop::new(config.claims_in_flight_or_default());
         Self {
             key: LaneKey::new(&config.name, &config.target),
             pool: HandlerPool::new(config.concurrency),
@@ -135,7 +138,7 @@ impl LaneCore {
             book: LeaseBook::default(),
             buffer: Buffer::default(),
             outcomes: Outcomes::default(),
-            claim_loop: ClaimLoop::default(),
+            claim_loop,
             backoff: Backoff::default(),
             releasing: 0,
             gates,
@@ -160,7 +163,7 @@ impl LaneCore {
     }
 
     /// Claimed messages waiting for a handler.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "simulate"))]
     pub(crate) fn buffered(&self) -> usize {
         self.buffer.len()
     }
@@ -253,21 +256,25 @@ impl LaneCore {
     /// A store call answered.
     fn store_answered(&mut self, now: Instant, answer: StoreAnswer, out: &mut Vec<Command>) {
         match answer {
-            StoreAnswer::Claimed(result) => {
-                let (call, more_since) = self.claim_loop.claim_answered();
-                self.claimed(now, call, more_since, result, out);
+            StoreAnswer::Claimed { claim, result } => {
+                let call = self.claim_loop.claim_answered(claim);
+                self.claimed(now, call, result, out);
             }
-            StoreAnswer::AckedAndClaimed { result, wall_ms } => {
-                let (call, more_since) = self.claim_loop.claim_answered();
+            StoreAnswer::AckedAndClaimed {
+                claim,
+                result,
+                wall_ms,
+            } => {
+                let call = self.claim_loop.claim_answered(claim);
                 match result {
                     Ok(answer) => {
                         self.acked(now, Ok(answer.acked), wall_ms, out);
-                        self.claimed(now, call, more_since, answer.claimed, out);
+                        self.claimed(now, call, answer.claimed, out);
                     }
                     // Neither happened: the acks go out again, the claim is made again.
                     Err(error) => {
-                        if let ClaimCall::Claiming { limit, .. } = call {
-                            self.gates.claim_answered(limit, &[]);
+                        if let Some(call) = call {
+                            self.gates.claim_answered(call.limit, &[]);
                         }
                         self.acked(now, Err(error), wall_ms, out)
                     }
@@ -294,15 +301,56 @@ impl LaneCore {
     /// busier, but would break that bound. Hand-off credits outstanding (in the taker, or
     /// taken by an enqueue and on their way) count as held.
     fn claim_limit(&self) -> usize {
-        self.room_with(self.pool.idle())
+        self.claim_room(self.pool.idle())
             .saturating_sub(self.credits_outstanding())
     }
 
-    /// What a claim may take with `free` handler slots: those plus the prefetch room.
+    /// What one claim may take with `free` handler slots: the room
+    /// ([`LaneCore::room_with`]), at most its share of the window when the lane keeps
+    /// several claims out ([`LaneCore::claim_share`]).
+    fn claim_room(&self, free: usize) -> usize {
+        self.room_with(free).min(self.claim_share())
+    }
+
+    /// The room with `free` handler slots: those plus the prefetch room, less what the
+    /// claims out may still bring (so the `concurrency + prefetch` bound holds with several
+    /// out), at most `batch_size`. Hand-off credits take all of it (no claim is out then).
     fn room_with(&self, free: usize) -> usize {
+        #[cfg(not(test))]
+        let out_limit = self.claim_loop.out_limit();
+        #[cfg(test)]
+        let out_limit = if crate::sim::mutation::active(
+            crate::sim::mutation::Mutation::ClaimRoomIgnoresClaimsOut,
+        ) {
+            0
+        } else {
+            self.claim_loop.out_limit()
+        };
         (free + self.config.prefetch)
             .saturating_sub(self.buffer.len())
+            .saturating_sub(out_limit)
             .min(self.config.batch_size)
+    }
+
+    /// The most one claim takes: the whole window (`concurrency + prefetch`, at most
+    /// `batch_size`) with one claim in flight; with N, an Nth of it (rounded up). Else the
+    /// first claim of a drain would take the whole window and the others would find no
+    /// room: the round trips overlap only when each claim takes a part.
+    fn claim_share(&self) -> usize {
+        let window = (self.config.concurrency + self.config.prefetch).min(self.config.batch_size);
+        window.div_ceil(self.claim_loop.max_claims())
+    }
+
+    /// Whether another claim may go out beside those already out. A breaker that is not
+    /// closed admits one probe, with no other claim out: a claim sent while it was closed
+    /// must not be taken for the probe's answer.
+    fn may_claim_now(&self) -> bool {
+        self.claim_loop.may_claim()
+            && (!self.claim_loop.is_claiming()
+                || self
+                    .gates
+                    .breaker_state()
+                    .is_none_or(|state| state == BreakerState::Closed))
     }
 
     fn emit(&self, out: &mut Vec<Command>, event: RelayEvent) {
@@ -356,12 +404,13 @@ impl LaneCore {
         // answers `next_due` when it comes back empty, instead of a `next_due` call after.
         let going_idle = self.mode == Mode::Running
             && self.book.len() == 0
+            && !self.claim_loop.is_claiming()
             && !self.claim_loop.knows_due()
             && !self.claim_loop.sleeping()
             && self.outcomes.acks_ready();
         let limit = if store_open
             && (claiming || going_idle)
-            && self.claim_loop.is_idle()
+            && self.may_claim_now()
             && self.credits_settled()
         {
             self.admitted(now, out)
@@ -370,17 +419,18 @@ impl LaneCore {
             0
         };
         let store_open = store_open && !(limit > 0 && self.linger(now, limit, out));
-        if store_open {
-            self.flush(now, (limit > 0).then_some(limit), out);
-        }
-        if store_open && self.claim_loop.is_idle() && self.mode == Mode::Running {
+        // With a flush already in flight the claim goes on its own, beside it.
+        let rode = store_open && self.flush(now, (limit > 0).then_some(limit), out);
+        if store_open && !rode && self.mode == Mode::Running {
             if claiming && limit > 0 {
-                self.claim_sent(now, limit, out);
+                let claim = self.claim_sent(now, limit, out);
                 out.push(Command::Store(StoreCall::Claim {
+                    claim,
                     limit,
                     key_run: self.key_run(limit),
                 }));
-            } else if !self.claim_loop.store_has_more()
+            } else if self.claim_loop.is_idle()
+                && !self.claim_loop.store_has_more()
                 && !self.claim_loop.sleeping()
                 && self.held() == 0
             {
@@ -397,14 +447,39 @@ impl LaneCore {
                 }
             }
         }
+        if store_open && self.mode == Mode::Running {
+            self.claim_beside(now, out);
+        }
         self.grant_credits_if_idle(now, out);
         self.finish_drain_if_done(out);
+    }
+
+    /// Further claims beside those out, while the store may have more, the lane may keep
+    /// more out ([`LaneConfig::claims_in_flight`]) and has room for them: each a plain claim
+    /// (one flush is in flight at a time, and it carries the first).
+    fn claim_beside(&mut self, now: Instant, out: &mut Vec<Command>) {
+        while self.claim_loop.is_claiming()
+            && self.claim_loop.store_has_more()
+            && self.may_claim_now()
+            && self.credits_settled()
+        {
+            let limit = self.admitted(now, out);
+            if limit == 0 || self.linger(now, limit, out) {
+                return;
+            }
+            let claim = self.claim_sent(now, limit, out);
+            out.push(Command::Store(StoreCall::Claim {
+                claim,
+                limit,
+                key_run: self.key_run(limit),
+            }));
+        }
     }
 
     /// Whether a claim of `limit`, and the flush it would ride on, waits a moment for the
     /// running handlers to finish ([`Cadence::linger`]); if so, a timer ends the wait.
     fn linger(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) -> bool {
-        let room = self.room_with(self.pool.idle() + self.pool.running());
+        let room = self.claim_room(self.pool.idle() + self.pool.running());
         match self
             .cadence
             .linger(now, limit, room, self.config.claim_linger)
@@ -529,11 +604,11 @@ impl LaneCore {
         }
     }
 
-    /// A claim of up to `limit` goes out now.
-    fn claim_sent(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) {
+    /// A claim of up to `limit` goes out now: its id.
+    fn claim_sent(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) -> ClaimId {
         self.throttle_end(now, out);
         self.gates.claim_sent(now, limit);
-        self.claim_loop.claim_sent(now, limit);
+        self.claim_loop.claim_sent(now, limit)
     }
 
     /// The store may hold claimable work now (a wake-up, a tick, a resume, a retry, an

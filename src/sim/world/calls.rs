@@ -73,20 +73,28 @@ impl World<'_> {
         let lost = fate == Fate::AnswerLost;
         let failed = fate == Fate::FailsBeforeCommit;
         let answer = match call {
-            StoreCall::Claim { limit, key_run } => {
+            StoreCall::Claim {
+                claim,
+                limit,
+                key_run,
+            } => {
                 let request = self.claim_request(relay, limit, key_run);
                 let result = if failed {
                     Err(outage(StoreOp::Claim))
                 } else {
                     self.claim(&request, now)
                 };
-                StoreAnswer::Claimed(if lost {
-                    Err(outage(StoreOp::Claim))
-                } else {
-                    result
-                })
+                StoreAnswer::Claimed {
+                    claim,
+                    result: if lost {
+                        Err(outage(StoreOp::Claim))
+                    } else {
+                        result
+                    },
+                }
             }
             StoreCall::AckAndClaim {
+                claim,
                 acks,
                 limit,
                 key_run,
@@ -104,6 +112,7 @@ impl World<'_> {
                     }
                 };
                 StoreAnswer::AckedAndClaimed {
+                    claim,
                     result,
                     wall_ms: now,
                 }

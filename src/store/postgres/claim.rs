@@ -8,6 +8,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::store::AckMode;
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
@@ -215,12 +216,17 @@ impl PostgresOutboxStore {
         &self,
         conn: &mut PgConnection,
         claims: &[ClaimRef],
+        mode: AckMode,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         let op = StoreOp::Ack;
         let batch = FencedBatch::new(claims);
-        let rows = sqlx::query(AssertSqlSafe(self.sql.ack.clone()))
+        let query = if mode == AckMode::Delete {
+            sqlx::query(AssertSqlSafe(self.sql.ack_delete.clone()))
+        } else {
+            sqlx::query(AssertSqlSafe(self.sql.ack.clone())).bind(self.now())
+        };
+        let rows = query
             .persistent(self.named_statements)
-            .bind(self.now())
             .bind(&batch.ids)
             .bind(&batch.tokens)
             .fetch_all(&mut *conn)

@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use crate::store::StoreError;
 use crate::store::StoreOp;
-use crate::store::{ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy};
+use crate::store::{
+    AckMode, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy,
+};
 
 use super::decode::{db_error, unsigned};
 use super::fenced::FencedBatch;
@@ -43,6 +45,7 @@ impl PostgresOutboxStore {
         &self,
         acks: &[ClaimRef],
         request: &ClaimRequest,
+        mode: AckMode,
     ) -> Result<Cycle, StoreError> {
         let op = if acks.is_empty() {
             StoreOp::Claim
@@ -58,6 +61,7 @@ impl PostgresOutboxStore {
             .bind(request.ordering == OrderingPolicy::Block)
             .bind(self.async_commit)
             .bind(to_i64(request.run_len()))
+            .bind(mode == AckMode::Delete)
             .fetch_all(&mut *call)
             .await
             .map_err(|e| db_error(op, e))?;

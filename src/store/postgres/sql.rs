@@ -129,6 +129,23 @@ pub(crate) fn ack(t: &str, ids: &str, tokens: &str) -> String {
     )
 }
 
+/// The ack that deletes (`keep_delivered = false`) the claims whose ids and tokens are
+/// bound at `ids` and `tokens`, under the same fencing as [`ack`], answering the same
+/// columns (the keys it took out of live, for `promote_heads`).
+pub(crate) fn ack_delete(t: &str, ids: &str, tokens: &str) -> String {
+    format!(
+        "WITH input AS (
+            SELECT * FROM unnest({ids}::uuid[], {tokens}::uuid[])
+            WITH ORDINALITY AS i(outbox_id, claim_token, ord)
+         )
+         DELETE FROM {t} m
+         USING input i
+         WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
+           AND m.claim_token = i.claim_token
+         RETURNING i.ord, m.lane, m.target, m.ordering_key"
+    )
+}
+
 /// Every statement of one store.
 #[derive(Debug)]
 pub(crate) struct Statements {
@@ -142,6 +159,7 @@ pub(crate) struct Statements {
     pub(crate) claim_fast_skip: Arc<str>,
     pub(crate) claim_fast_block: Arc<str>,
     pub(crate) ack: Arc<str>,
+    pub(crate) ack_delete: Arc<str>,
     pub(crate) nack: Arc<str>,
     pub(crate) extend_lease: Arc<str>,
     pub(crate) release: Arc<str>,
@@ -245,6 +263,8 @@ impl Statements {
                 .into(),
             // $1 now, $2 ids, $3 tokens.
             ack: ack(t, "$2", "$3").into(),
+            // $1 ids, $2 tokens.
+            ack_delete: ack_delete(t, "$1", "$2").into(),
             // $1 now, $2 ids, $3 tokens, $4 errors, $5 retry delays (NULL: permanent).
             // The CASEs read the row before the update: attempts left decide the outcome.
             nack: format!(

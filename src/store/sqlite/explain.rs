@@ -48,6 +48,8 @@ impl SqliteOutboxStore {
             ("dead_letter_lapsed", &sql.dead_letter_lapsed),
             ("ack", &sql.ack),
             ("ack_first", &sql.ack_first),
+            ("ack_delete", &sql.ack_delete),
+            ("ack_delete_first", &sql.ack_delete_first),
             ("nack", &sql.nack),
             ("extend_lease", &sql.extend),
             ("release", &sql.release),

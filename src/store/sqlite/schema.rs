@@ -121,6 +121,16 @@ const ACK: &str = "UPDATE {t} SET status = 'delivered', delivered_at = ?2,
         AND {t}.claim_token = given.token {only}
     RETURNING outbox_id";
 
+/// The ack that deletes (`keep_delivered = false`), for the rows named in ?1 as for
+/// [`ACK`] still claimed under their token, and `{only}`. SQLite's DELETE takes no FROM:
+/// the (id, token) pairs are a row-value IN, which probes the id's unique index per pair.
+/// The triggers `head_on_delete` and `count_delete` keep the key heads and counts.
+const ACK_DELETE: &str = "DELETE FROM {t}
+    WHERE (outbox_id, claim_token) IN (SELECT json_extract(value, '$[0]'),
+            json_extract(value, '$[1]') FROM json_each(?1))
+        AND +status = 'claimed' {only}
+    RETURNING outbox_id";
+
 /// The statements whose plan depends on the ordering policy: one text per policy, never a
 /// bind parameter, so each gets the plan made for it. Binds: now, lane, target, limit.
 #[derive(Debug)]
@@ -160,6 +170,9 @@ pub(super) struct Statements {
     /// the head mark (queued behind their key's head). See `write/fenced.rs`, `ack`.
     pub(super) ack_first: Arc<str>,
     pub(super) ack: Arc<str>,
+    /// [`ACK_DELETE`], as `ack_first` and `ack` split it.
+    pub(super) ack_delete_first: Arc<str>,
+    pub(super) ack_delete: Arc<str>,
     pub(super) nack: Arc<str>,
     pub(super) extend: Arc<str>,
     pub(super) release: Arc<str>,
@@ -293,6 +306,10 @@ impl Statements {
                 "AND ({t}.ordering_key IS NULL OR {t}.key_head IS NULL)",
             )),
             ack: t(&ACK.replace("{only}", "")),
+            ack_delete_first: t(
+                &ACK_DELETE.replace("{only}", "AND (ordering_key IS NULL OR key_head IS NULL)")
+            ),
+            ack_delete: t(&ACK_DELETE.replace("{only}", "")),
             // ?1 `[[outbox_id, claim_token, error, retry, due], ...]`, where retry is 1 for
             // a retry and 0 for permanent, and due is when a retry is due; ?2 now.
             nack: t("UPDATE {t} SET last_error = given.error,

@@ -90,6 +90,8 @@ async fn hot_statements_use_their_indexes() {
         (&sql.find_dedupe, "outbox_dedupe"),
         (&sql.ack, "sqlite_autoindex_outbox_1"),
         (&sql.ack_first, "sqlite_autoindex_outbox_1"),
+        (&sql.ack_delete, "sqlite_autoindex_outbox_1"),
+        (&sql.ack_delete_first, "sqlite_autoindex_outbox_1"),
         (&sql.nack, "sqlite_autoindex_outbox_1"),
         (&sql.extend, "sqlite_autoindex_outbox_1"),
         (&sql.release, "sqlite_autoindex_outbox_1"),

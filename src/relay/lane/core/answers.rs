@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::claim_loop::idle_sleep;
-use super::{ClaimCall, Command, LaneCore, Mode, StoreCall, TimerKind, MIN_IDLE_SLEEP};
+use super::{ClaimOut, Command, LaneCore, Mode, StoreCall, TimerKind, MIN_IDLE_SLEEP};
 use crate::relay::RelayEvent;
 use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimRef, StoreError};
@@ -16,12 +16,17 @@ impl LaneCore {
     pub(super) fn claimed(
         &mut self,
         now: Instant,
-        call: ClaimCall,
-        more_since: bool,
+        call: Option<ClaimOut>,
         result: Result<ClaimBatch, StoreError>,
         out: &mut Vec<Command>,
     ) {
-        let ClaimCall::Claiming { issued_at, limit } = call else {
+        let Some(ClaimOut {
+            issued_at,
+            limit,
+            more_since,
+            ..
+        }) = call
+        else {
             return;
         };
         let batch = match result {
@@ -77,6 +82,8 @@ impl LaneCore {
         // A short answer means "nothing more" only if nothing came since it was asked.
         if got < limit && !more_since {
             self.claim_loop.came_back_short(now, &batch.next_due);
+        } else if got >= limit {
+            self.claim_loop.came_back_full();
         }
         if got == 0 {
             out.push(Command::EmptyClaim);

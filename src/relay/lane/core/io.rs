@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+pub(crate) use super::claim_loop::ClaimId;
 use super::gate::GateKind;
 use super::Slot;
 use crate::message::{OutboxMessage, UnixMillis};
@@ -84,11 +85,16 @@ pub(crate) enum TimerKind {
 #[derive(Debug)]
 pub(crate) enum StoreCall {
     /// Claim up to `limit` messages, with key runs of up to `key_run`
-    /// ([`crate::store::ClaimRequest::key_run`]).
-    Claim { limit: usize, key_run: usize },
+    /// ([`crate::store::ClaimRequest::key_run`]); `claim` names it in the answer.
+    Claim {
+        claim: ClaimId,
+        limit: usize,
+        key_run: usize,
+    },
     /// Ack these claims, then claim up to `limit` (key runs up to `key_run`), in one round
-    /// trip where the store can.
+    /// trip where the store can; `claim` names it in the answer.
     AckAndClaim {
+        claim: ClaimId,
         acks: Vec<ClaimRef>,
         limit: usize,
         key_run: usize,
@@ -112,10 +118,15 @@ pub(crate) enum StoreCall {
 /// The answer to a [`StoreCall`].
 #[derive(Debug)]
 pub(crate) enum StoreAnswer {
-    /// The answer to [`StoreCall::Claim`].
-    Claimed(Result<ClaimBatch, StoreError>),
-    /// The answer to [`StoreCall::AckAndClaim`]; `wall_ms` is this machine's clock after it.
+    /// The answer to [`StoreCall::Claim`] `claim`.
+    Claimed {
+        claim: ClaimId,
+        result: Result<ClaimBatch, StoreError>,
+    },
+    /// The answer to [`StoreCall::AckAndClaim`] `claim`; `wall_ms` is this machine's clock
+    /// after it.
     AckedAndClaimed {
+        claim: ClaimId,
         result: Result<AckAndClaim, StoreError>,
         wall_ms: UnixMillis,
     },

@@ -137,25 +137,30 @@ impl Outcomes {
 
 impl LaneCore {
     /// Sends the next flush, if one may go: with a claim riding along when `claim_limit`
-    /// says one is due (one round trip for both).
+    /// says one is due (one round trip for both). Whether the claim rode along.
     pub(super) fn flush(
         &mut self,
         now: Instant,
         claim_limit: Option<usize>,
         out: &mut Vec<Command>,
-    ) {
+    ) -> bool {
         match self.outcomes.start_flush() {
-            None => {}
+            None => false,
             Some(Flush::Acks(acks)) => match claim_limit {
                 Some(limit) => {
-                    self.claim_sent(now, limit, out);
+                    let claim = self.claim_sent(now, limit, out);
                     out.push(Command::Store(StoreCall::AckAndClaim {
+                        claim,
                         acks,
                         limit,
                         key_run: self.key_run(limit),
                     }));
+                    true
                 }
-                None => out.push(Command::Store(StoreCall::Ack(acks))),
+                None => {
+                    out.push(Command::Store(StoreCall::Ack(acks)));
+                    false
+                }
             },
             Some(Flush::Nacks) => {
                 let nacks = self
@@ -165,6 +170,7 @@ impl LaneCore {
                     .map(|f| self.nack_of(f))
                     .collect();
                 out.push(Command::Store(StoreCall::Nack(nacks)));
+                false
             }
         }
     }

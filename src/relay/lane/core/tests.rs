@@ -25,6 +25,7 @@ mod idle;
 mod lapse;
 mod lease;
 mod linger;
+mod parallel;
 mod runs;
 mod sim;
 
@@ -57,23 +58,43 @@ fn reclaimed(message: &OutboxMessage) -> OutboxMessage {
     again
 }
 
-fn batch(messages: &[OutboxMessage]) -> Input {
-    Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
-        messages: messages.to_vec(),
-        dead_lettered: Vec::new(),
-        unreadable: Vec::new(),
-        next_due: NextDue::Unknown,
-    })))
+/// The answer to the oldest claim out.
+fn batch(core: &LaneCore, messages: &[OutboxMessage]) -> Input {
+    claimed(
+        core,
+        Ok(ClaimBatch {
+            messages: messages.to_vec(),
+            dead_lettered: Vec::new(),
+            unreadable: Vec::new(),
+            next_due: NextDue::Unknown,
+        }),
+    )
+}
+
+/// `result` as the answer to the oldest claim out.
+fn claimed(core: &LaneCore, result: Result<ClaimBatch, StoreError>) -> Input {
+    Input::Store(StoreAnswer::Claimed {
+        claim: oldest_claim(core),
+        result,
+    })
+}
+
+/// The oldest claim out (a test's answers name it as the store's would).
+fn oldest_claim(core: &LaneCore) -> ClaimId {
+    core.claim_loop.oldest().unwrap_or(ClaimId(0))
 }
 
 /// A short claim that also said when the next message is due (as memory and SQLite do).
-fn batch_saying(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
-    Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
-        messages: messages.to_vec(),
-        dead_lettered: Vec::new(),
-        unreadable: Vec::new(),
-        next_due: NextDue::Known(due),
-    })))
+fn batch_saying(core: &LaneCore, messages: &[OutboxMessage], due: Option<Duration>) -> Input {
+    claimed(
+        core,
+        Ok(ClaimBatch {
+            messages: messages.to_vec(),
+            dead_lettered: Vec::new(),
+            unreadable: Vec::new(),
+            next_due: NextDue::Known(due),
+        }),
+    )
 }
 
 fn unavailable() -> StoreError {
@@ -161,7 +182,7 @@ fn acked_all(n: usize) -> Input {
 fn running_with(core: &mut LaneCore, now: Instant, messages: &[OutboxMessage]) -> Vec<Command> {
     let out = core.handle(now, Input::Start);
     assert_eq!(claims(&out).len(), 1, "{out:?}");
-    core.handle(now, batch(messages))
+    core.handle(now, batch(core, messages))
 }
 
 #[test]
@@ -227,12 +248,15 @@ fn one_flush_at_a_time_and_what_finishes_meanwhile_goes_out_together() {
     core.handle(now, Input::Start);
     let out = core.handle(
         now,
-        Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
-            messages: messages.clone(),
-            dead_lettered: Vec::new(),
-            unreadable: Vec::new(),
-            next_due: NextDue::Unknown,
-        }))),
+        claimed(
+            &core,
+            Ok(ClaimBatch {
+                messages: messages.clone(),
+                dead_lettered: Vec::new(),
+                unreadable: Vec::new(),
+                next_due: NextDue::Unknown,
+            }),
+        ),
     );
     let slots: Vec<Slot> = delivered(&out).into_iter().map(|(s, _)| s).collect();
     let out = core.handle(now, done(slots[0], &messages[0]));
@@ -289,6 +313,7 @@ fn the_idle_path_claims_once_per_wake_and_rides_a_claim_on_the_last_ack() {
     let out = core.handle(
         later,
         Input::Store(StoreAnswer::AckedAndClaimed {
+            claim: oldest_claim(&core),
             result: Ok(AckAndClaim {
                 acked: vec![ClaimOutcome::Applied],
                 claimed: Ok(empty),
@@ -321,7 +346,11 @@ fn a_short_claim_that_said_when_next_is_due_is_slept_on_after_a_plain_ack() {
     let first = message(None);
     let out = core.handle(
         now,
-        batch_saying(std::slice::from_ref(&first), Some(Duration::from_secs(3))),
+        batch_saying(
+            &core,
+            std::slice::from_ref(&first),
+            Some(Duration::from_secs(3)),
+        ),
     );
     let [(slot, _)] = delivered(&out)[..] else {
         panic!("{out:?}")
@@ -345,7 +374,7 @@ fn a_stale_idle_tick_is_ignored_and_the_current_one_claims() {
     let now = Instant::now();
     let mut core = LaneCore::new(config(1, 0), false);
     core.handle(now, Input::Start);
-    let out = core.handle(now, batch(&[]));
+    let out = core.handle(now, batch(&core, &[]));
     assert!(has(&out, |c| matches!(
         c,
         Command::Store(StoreCall::NextDue)
@@ -380,7 +409,7 @@ fn store_errors_back_off_by_the_lanes_policy_and_hold_claims_until_the_retry() {
         RetryPolicy::new(Duration::from_millis(100), Duration::from_millis(300)).jitter(false);
     let mut core = LaneCore::new(config(1, 0).store_backoff(backoff), false);
     core.handle(now, Input::Start);
-    let out = core.handle(now, Input::Store(StoreAnswer::Claimed(Err(unavailable()))));
+    let out = core.handle(now, claimed(&core, Err(unavailable())));
     assert!(has(&out, |c| matches!(
         c,
         Command::Emit(RelayEvent::StoreError {
@@ -400,15 +429,15 @@ fn store_errors_back_off_by_the_lanes_policy_and_hold_claims_until_the_retry() {
         claims(&core.handle(now, Input::timer(TimerKind::StoreRetry, 0))),
         vec![1]
     );
-    let out = core.handle(now, Input::Store(StoreAnswer::Claimed(Err(unavailable()))));
+    let out = core.handle(now, claimed(&core, Err(unavailable())));
     assert!(has(
         &out,
         |c| matches!(c, Command::TimerAt { kind: TimerKind::StoreRetry, at, .. } if *at == now + Duration::from_millis(200))
     ));
     core.handle(now, Input::timer(TimerKind::StoreRetry, 0));
-    core.handle(now, Input::Store(StoreAnswer::Claimed(Err(unavailable()))));
+    core.handle(now, claimed(&core, Err(unavailable())));
     core.handle(now, Input::timer(TimerKind::StoreRetry, 0));
-    let out = core.handle(now, Input::Store(StoreAnswer::Claimed(Err(unavailable()))));
+    let out = core.handle(now, claimed(&core, Err(unavailable())));
     assert!(
         has(
             &out,
@@ -525,7 +554,7 @@ fn an_ack_that_frees_an_ordering_key_claims_again() {
     let head = message(Some("customer-7"));
     core.handle(now, Input::Start);
     // The store said nothing else is due: only the ack freeing the key makes the lane claim.
-    let out = core.handle(now, batch_saying(std::slice::from_ref(&head), None));
+    let out = core.handle(now, batch_saying(&core, std::slice::from_ref(&head), None));
     let slot = delivered(&out)[0].0;
     let out = core.handle(now, done(slot, &head));
     assert!(claims(&out).is_empty(), "{out:?}");
@@ -559,7 +588,7 @@ fn while_deliveries_run_the_poll_ceiling_still_claims_without_next_due() {
         Input::timer(TimerKind::Poll, generation),
     );
     assert_eq!(claims(&out), vec![1]);
-    let out = core.handle(now + DEFAULT_MAX_POLL, batch(&[]));
+    let out = core.handle(now + DEFAULT_MAX_POLL, batch(&core, &[]));
     assert!(
         !has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue))),
         "{out:?}"

@@ -20,15 +20,16 @@
 //! (a rolling deploy) each call the one they were built with (`schema.rs`).
 
 use super::claim::{fast_ctes, lapsed_last, next_due};
-use super::{ack, MESSAGE_COLUMNS};
+use super::{ack, ack_delete, MESSAGE_COLUMNS};
 use crate::store::OrderingPolicy;
 
 /// Parameters, in order: `$1` now, `$2` lane, `$3` target, `$4` limit, `$5` lease in ms,
 /// `$6` consumer (as the claim), `$7` ids and `$8` tokens to ack, `$9` Block (else Skip),
-/// `$10` commit asynchronously, `$11` the longest key run.
+/// `$10` commit asynchronously, `$11` the longest key run, `$12` the acks delete their
+/// rows (`keep_delivered = false`) instead of marking them delivered.
 const PARAMS: &str = "p_now int8, p_lane text, p_target text, p_limit int8, p_lease int8, \
     p_consumer text, p_ids uuid[], p_tokens uuid[], p_block boolean, p_async boolean, \
-    p_run int8";
+    p_run int8, p_delete boolean";
 
 /// The result: the claimed rows in claim order (the message columns, the first three
 /// NULL), then one last row with the message columns NULL: `acked`, the ordinals (1-based)
@@ -79,14 +80,18 @@ BEGIN
     IF p_async THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
-    IF cardinality(p_ids) > 0 THEN
-        WITH a AS ({ack})
-        SELECT coalesce(array_agg(a.ord), '{{}}'),
-               array_agg(a.lane) FILTER (WHERE a.ordering_key IS NOT NULL),
-               array_agg(a.target) FILTER (WHERE a.ordering_key IS NOT NULL),
-               array_agg(a.ordering_key) FILTER (WHERE a.ordering_key IS NOT NULL)
+    IF cardinality(p_ids) > 0 AND p_delete THEN
+        WITH a AS ({ack_delete})
+        SELECT {acked}
         INTO v_acked, v_lanes, v_targets, v_keys
         FROM a;
+    ELSIF cardinality(p_ids) > 0 THEN
+        WITH a AS ({ack})
+        SELECT {acked}
+        INTO v_acked, v_lanes, v_targets, v_keys
+        FROM a;
+    END IF;
+    IF cardinality(p_ids) > 0 THEN
         IF cardinality(v_keys) > 0 THEN
             {promote}
         END IF;
@@ -111,6 +116,11 @@ BEGIN
 END
 ",
         ack = ack(t, "$7", "$8"),
+        ack_delete = ack_delete(t, "$7", "$8"),
+        acked = "coalesce(array_agg(a.ord), '{}'),
+               array_agg(a.lane) FILTER (WHERE a.ordering_key IS NOT NULL),
+               array_agg(a.target) FILTER (WHERE a.ordering_key IS NOT NULL),
+               array_agg(a.ordering_key) FILTER (WHERE a.ordering_key IS NOT NULL)",
         lapsed_last = lapsed_last(t),
         claim_block = claim(OrderingPolicy::Block),
         claim_skip = claim(OrderingPolicy::Skip),
@@ -131,7 +141,7 @@ pub(crate) fn create(name: &str, body: &str) -> String {
 
 /// The call: parameters as [`PARAMS`] lists them.
 pub(crate) fn call(name: &str) -> String {
-    format!("SELECT * FROM {name}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
+    format!("SELECT * FROM {name}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)")
 }
 
 #[cfg(test)]
@@ -152,7 +162,12 @@ mod tests {
             2,
             "{body}"
         );
-        assert!(PARAMS.ends_with("p_run int8"), "{PARAMS}");
-        assert!(call("f").ends_with("$10, $11)"));
+        assert!(PARAMS.ends_with("p_run int8, p_delete boolean"), "{PARAMS}");
+        assert!(call("f").ends_with("$11, $12)"));
+        // The deleting ack keeps the same fencing.
+        assert!(
+            body.contains("DELETE FROM t m") && body.contains("m.claim_token = i.claim_token"),
+            "{body}"
+        );
     }
 }

@@ -15,7 +15,9 @@ use crate::message::{OutboxStatus, UnixMillis};
 use crate::store::sqlite::row::{db, json_text, parse_uuid, uuid_text};
 use crate::store::sqlite::schema::Statements;
 use crate::store::StoreOp;
-use crate::store::{ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError};
+use crate::store::{
+    AckMode, ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError,
+};
 
 use super::{query, Query, Woken};
 
@@ -150,23 +152,51 @@ async fn applied_or_lost(
 /// behind their head), and a second one, only when some claims are left, takes the rest:
 /// each head then hands its mark once, past its run. A lane without keys runs one
 /// statement, as before.
+///
+/// With [`AckMode::Delete`] the rows are deleted instead, in the same two statements (the
+/// trigger `head_on_delete` hands a deleted head's mark on as `head_on_leave` does).
 pub(in crate::store::sqlite) async fn ack(
     sql: &Statements,
     conn: &mut SqliteConnection,
     claims: &[ClaimRef],
     now: UnixMillis,
+    mode: AckMode,
 ) -> Result<Vec<ClaimOutcome>, StoreError> {
     const OP: StoreOp = StoreOp::Ack;
     let applied = |_: &SqliteRow| Ok(ClaimOutcome::Applied);
-    let mut done =
-        claims_statement(&sql.ack_first, conn, claims, OP, |q| q.bind(now), applied).await?;
+    let delete = mode == AckMode::Delete;
+    let (first, second) = if delete {
+        (&sql.ack_delete_first, &sql.ack_delete)
+    } else {
+        (&sql.ack_first, &sql.ack)
+    };
+    // The deleting statements write no time.
+    let mut done = claims_statement(
+        first,
+        conn,
+        claims,
+        OP,
+        |q| if delete { q } else { q.bind(now) },
+        applied,
+    )
+    .await?;
     let rest: Vec<ClaimRef> = claims
         .iter()
         .filter(|claim| !done.contains_key(claim))
         .copied()
         .collect();
     if !rest.is_empty() {
-        done.extend(claims_statement(&sql.ack, conn, &rest, OP, |q| q.bind(now), applied).await?);
+        done.extend(
+            claims_statement(
+                second,
+                conn,
+                &rest,
+                OP,
+                |q| if delete { q } else { q.bind(now) },
+                applied,
+            )
+            .await?,
+        );
     }
     Ok(in_order(
         claims.iter().copied(),

@@ -10,7 +10,7 @@ fn pause_holds_claims_and_resume_claims() {
     assert!(claims(&core.handle(now, Input::Wake)).is_empty());
     assert_eq!(claims(&core.handle(now, Input::Resume)), vec![1]);
     core.handle(now, Input::Pause);
-    core.handle(now, batch(&[]));
+    core.handle(now, batch(&core, &[]));
     assert!(claims(&core.handle(now, Input::Wake)).is_empty());
 }
 

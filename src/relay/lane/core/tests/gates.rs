@@ -268,7 +268,7 @@ fn an_opening_hands_back_the_buffer_and_a_claim_answered_after_it_unused() {
         })
     )));
     // The claim's answer comes after the opening: handed back, not delivered.
-    let out = core.handle(now, batch(&messages[4..]));
+    let out = core.handle(now, batch(&core, &messages[4..]));
     assert_eq!(released(&out), vec![messages[4].outbox_id], "{out:?}");
     assert!(delivered(&out).is_empty(), "{out:?}");
     assert!(claims(&out).is_empty(), "{out:?}");
@@ -379,7 +379,7 @@ fn a_probe_answered_with_a_429_reopens_for_twice_the_cool_down_then_probes_again
     // lane (5 s, within the 20 s re-opening).
     let out = core.handle(now + secs(10), Input::Wake);
     assert_eq!(claims(&out), vec![1], "{out:?}");
-    let out = core.handle(now + secs(10), batch(&messages[1..2]));
+    let out = core.handle(now + secs(10), batch(&core, &messages[1..2]));
     let [(slot, _)] = delivered(&out)[..] else {
         panic!("{out:?}")
     };

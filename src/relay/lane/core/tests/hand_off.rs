@@ -23,7 +23,7 @@ fn revokes(commands: &[Command]) -> bool {
 fn idle(core: &mut LaneCore, now: Instant) -> Vec<usize> {
     core.enable_hand_off();
     core.handle(now, Input::Start);
-    let out = core.handle(now, batch_saying(&[], None));
+    let out = core.handle(now, batch_saying(core, &[], None));
     assert!(
         has(&out, |c| matches!(
             c,
@@ -129,7 +129,7 @@ fn a_wake_up_revokes_first_and_claims_only_the_room_left_by_credits_in_transit()
     assert!(grants(&out).is_empty(), "no grant while claiming");
     // The claim fills its limit; the two in transit arrive: C+P held, no more.
     let claimed: Vec<_> = (0..3).map(|_| message(None)).collect();
-    core.handle(now, batch(&claimed));
+    core.handle(now, batch(&core, &claimed));
     let a = message(None);
     let b = message(None);
     core.handle(now, handed(&a, now));
@@ -151,7 +151,7 @@ fn a_returned_credit_frees_its_room() {
     let out = core.handle(now, Input::CreditsRevoked(1));
     assert_eq!(claims(&out), vec![1]);
     core.handle(now, Input::HandOffReturned(1));
-    let out = core.handle(now, batch(&[message(None)]));
+    let out = core.handle(now, batch(&core, &[message(None)]));
     // Full claim: the store may have more; the room now counts the returned credit.
     assert_eq!(claims(&out), vec![1], "{out:?}");
 }

@@ -4,13 +4,8 @@
 use super::*;
 
 /// A short claim of `messages` that also says when the next message is due.
-fn short_batch(messages: &[OutboxMessage], due: Option<Duration>) -> Input {
-    Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
-        messages: messages.to_vec(),
-        dead_lettered: Vec::new(),
-        unreadable: Vec::new(),
-        next_due: NextDue::Known(due),
-    })))
+fn short_batch(core: &LaneCore, messages: &[OutboxMessage], due: Option<Duration>) -> Input {
+    batch_saying(core, messages, due)
 }
 
 fn wake_at(commands: &[Command]) -> Option<Instant> {
@@ -40,7 +35,7 @@ fn delivering(
 ) -> (Slot, OutboxMessage) {
     let first = message(key);
     core.handle(now, Input::Start);
-    let out = core.handle(now, short_batch(std::slice::from_ref(&first), due));
+    let out = core.handle(now, short_batch(core, std::slice::from_ref(&first), due));
     let [(slot, _)] = delivered(&out)[..] else {
         panic!("{out:?}")
     };
@@ -74,7 +69,7 @@ fn an_empty_claim_with_an_answer_sleeps_at_once_and_nothing_due_sleeps_the_poll_
     let now = Instant::now();
     let mut core = LaneCore::new(config(1, 0), false);
     core.handle(now, Input::Start);
-    let out = core.handle(now, short_batch(&[], None));
+    let out = core.handle(now, short_batch(&core, &[], None));
     assert!(!asks_next_due(&out), "{out:?}");
     assert_eq!(wake_at(&out), Some(now + DEFAULT_MAX_POLL), "{out:?}");
 }
@@ -91,7 +86,7 @@ fn a_wake_up_between_the_claim_and_the_ack_is_claimed_at_once() {
     let out = core.handle(now, acked_all(1));
     assert!(wake_at(&out).is_none(), "the claim is still out: {out:?}");
     let second = message(None);
-    let out = core.handle(now, short_batch(std::slice::from_ref(&second), None));
+    let out = core.handle(now, short_batch(&core, std::slice::from_ref(&second), None));
     assert_eq!(delivered(&out).len(), 1, "{out:?}");
 }
 
@@ -152,7 +147,7 @@ fn a_store_that_does_not_answer_next_due_in_its_claim_is_asked() {
     let now = Instant::now();
     let mut core = LaneCore::new(config(1, 0), false);
     core.handle(now, Input::Start);
-    let out = core.handle(now, batch(&[]));
+    let out = core.handle(now, batch(&core, &[]));
     assert!(asks_next_due(&out), "{out:?}");
 }
 
@@ -165,14 +160,14 @@ fn a_wake_up_while_the_claim_is_out_is_not_lost_when_the_answer_comes_back_short
     let out = core.handle(now, Input::Wake);
     assert!(claims(&out).is_empty(), "one claim at a time: {out:?}");
     // The claim comes back empty, "nothing to wait for": that answer predates the wake-up.
-    let out = core.handle(now, short_batch(&[], None));
+    let out = core.handle(now, short_batch(&core, &[], None));
     assert_eq!(claims(&out), vec![1], "the wake-up is claimed: {out:?}");
     assert!(
         wake_at(&out).is_none(),
         "no sleep on a stale answer: {out:?}"
     );
     // The second answer, with nothing since, is believed: the lane sleeps.
-    let out = core.handle(now, short_batch(&[], None));
+    let out = core.handle(now, short_batch(&core, &[], None));
     assert!(claims(&out).is_empty(), "{out:?}");
     assert_eq!(wake_at(&out), Some(now + DEFAULT_MAX_POLL), "{out:?}");
 }
@@ -184,7 +179,7 @@ fn a_wake_up_while_a_short_batch_is_claimed_claims_again_instead_of_trusting_its
     assert_eq!(claims(&core.handle(now, Input::Start)), vec![2]);
     core.handle(now, Input::Wake);
     let first = message(None);
-    let out = core.handle(now, short_batch(std::slice::from_ref(&first), None));
+    let out = core.handle(now, short_batch(&core, std::slice::from_ref(&first), None));
     assert_eq!(delivered(&out).len(), 1, "{out:?}");
     assert_eq!(claims(&out), vec![1], "the wake-up is claimed: {out:?}");
 }
@@ -197,12 +192,15 @@ fn a_wake_up_while_next_due_is_asked_claims_instead_of_sleeping_on_the_answer() 
     // A short claim that could not say when the next message is due: the lane asks.
     let out = core.handle(
         now,
-        Input::Store(StoreAnswer::Claimed(Ok(ClaimBatch {
-            messages: Vec::new(),
-            dead_lettered: Vec::new(),
-            unreadable: Vec::new(),
-            next_due: NextDue::Unknown,
-        }))),
+        claimed(
+            &core,
+            Ok(ClaimBatch {
+                messages: Vec::new(),
+                dead_lettered: Vec::new(),
+                unreadable: Vec::new(),
+                next_due: NextDue::Unknown,
+            }),
+        ),
     );
     assert!(asks_next_due(&out), "{out:?}");
     // An enqueue commits while the question is out: one call at a time, so no claim yet.

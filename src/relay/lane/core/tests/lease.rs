@@ -116,7 +116,7 @@ fn our_own_running_message_claimed_again_is_adopted_with_its_fresh_token() {
     let slot = delivered(&out)[0].0;
     core.handle(now, Input::Wake);
     let again = reclaimed(&first);
-    let out = core.handle(now, batch(std::slice::from_ref(&again)));
+    let out = core.handle(now, batch(&core, std::slice::from_ref(&again)));
     assert!(delivered(&out).is_empty(), "one delivery is enough");
     let out = core.handle(now, done(slot, &first));
     assert_eq!(acks(&out), vec![again.claim().unwrap()]);
@@ -133,7 +133,7 @@ fn without_extension_a_lapse_is_timed_from_the_claims_answer_with_it_from_the_se
         let mut core = LaneCore::new(config, false);
         let out = core.handle(sent, Input::Start);
         assert_eq!(claims(&out).len(), 1, "{out:?}");
-        let out = core.handle(answered, batch(&[message(None)]));
+        let out = core.handle(answered, batch(&core, &[message(None)]));
         out.into_iter()
             .find_map(|c| match c {
                 Command::TimerAt {
@@ -168,7 +168,7 @@ fn a_claim_answered_after_its_lease_could_lapse_starts_nothing() {
     assert_eq!(claims(&core.handle(now, Input::Start)), vec![2]);
     let messages = [message(Some("k")), message(None)];
     let late = now + Duration::from_secs(30);
-    let out = core.handle(late, batch(&messages));
+    let out = core.handle(late, batch(&core, &messages));
     assert!(delivered(&out).is_empty(), "{out:?}");
     let lapsed: usize = out
         .iter()

@@ -118,7 +118,7 @@ fn runs_are_asked_for_once_deliveries_are_quick_against_a_claim_round_trip() {
     let (a, b) = (message(None), message(None));
     let both = [a.clone(), b.clone()];
     let later = now + Duration::from_millis(2);
-    let out = core.handle(later, batch(&both));
+    let out = core.handle(later, batch(&core, &both));
     let quick = |slot, m: &OutboxMessage| Input::DeliveryDone {
         slot,
         outbox_id: m.outbox_id,

@@ -196,13 +196,19 @@ impl Sim {
     fn carry_out(&mut self, command: Command) -> Option<Input> {
         let now = self.now;
         match command {
-            Command::Store(StoreCall::Claim { limit, .. }) => {
-                Some(Input::Store(StoreAnswer::Claimed(Ok(self.claim(limit)))))
+            Command::Store(StoreCall::Claim { claim, limit, .. }) => {
+                Some(Input::Store(StoreAnswer::Claimed {
+                    claim,
+                    result: Ok(self.claim(limit)),
+                }))
             }
-            Command::Store(StoreCall::AckAndClaim { acks, limit, .. }) => {
+            Command::Store(StoreCall::AckAndClaim {
+                claim, acks, limit, ..
+            }) => {
                 let acked = self.ack(&acks);
                 let claimed = self.claim(limit);
                 Some(Input::Store(StoreAnswer::AckedAndClaimed {
+                    claim,
                     result: Ok(crate::store::AckAndClaim {
                         acked,
                         claimed: Ok(claimed),
