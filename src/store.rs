@@ -102,6 +102,8 @@ pub use hook::{CallOutcome, StoreCall, StoreHook};
 pub use lane_control::{LanePause, LanePauseRequest, LANE_CONTROL_POLL};
 pub use op::StoreOp;
 pub use outbox::Outbox;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use outbox::{CallerConn, CallerConnection};
 // A claim's reference lives with the message, the clocks and millisecond helpers in `time`;
 // their old paths stay.
 pub use crate::message::ClaimRef;
@@ -116,6 +118,9 @@ pub mod hand_off;
 mod hook;
 pub mod lane_control;
 pub mod memory;
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub mod mysql;
 mod op;
 mod outbox;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
