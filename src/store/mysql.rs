@@ -66,6 +66,7 @@ use crate::time::UnixMillis;
 
 mod admin;
 mod claim;
+mod explain;
 mod fenced;
 mod heads;
 mod lane_control;
@@ -73,6 +74,7 @@ mod row;
 mod schema;
 mod write;
 
+pub use explain::{ClaimPlan, Explain};
 pub use schema::MAX_TABLE_PREFIX_LEN;
 
 use row::db_error;

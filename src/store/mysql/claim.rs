@@ -82,8 +82,8 @@ fn candidate(row: MySqlRow, at_column: &'static str, op: StoreOp) -> Result<Cand
 }
 
 /// Which index a scan reads.
-#[derive(Clone, Copy)]
-enum Scan {
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Scan {
     /// Lapsed claims: `lapse_at <= now`.
     Lapsed,
     /// Due heads: `ready_at <= now`.
@@ -92,19 +92,16 @@ enum Scan {
     AllReady,
 }
 
-/// One page of a scan after `(at, seq)`, locked with `SKIP LOCKED` when `lock`.
-async fn scan(
-    conn: &mut MySqlConnection,
+/// The statement of one page of a scan after `(at, seq)`, locked with `SKIP LOCKED` when
+/// `lock`; binds lane and target. Answers the statement and the column it orders by.
+pub(super) fn scan_sql(
     names: &Names,
-    lane: &str,
-    target: &str,
     scan: Scan,
     now: UnixMillis,
     after: Option<(i64, i64)>,
     limit: usize,
     lock: bool,
-    op: StoreOp,
-) -> Result<Vec<Candidate>, StoreError> {
+) -> (String, &'static str) {
     let (column, bound) = match scan {
         Scan::Lapsed => ("lapse_at", format!("lapse_at <= {}", now.as_millis())),
         Scan::Ready => ("ready_at", format!("ready_at <= {}", now.as_millis())),
@@ -128,6 +125,24 @@ async fn scan(
             "ready"
         },
     );
+    (sql, column)
+}
+
+/// One page of a scan after `(at, seq)`, locked with `SKIP LOCKED` when `lock`.
+#[allow(clippy::too_many_arguments)]
+async fn scan(
+    conn: &mut MySqlConnection,
+    names: &Names,
+    lane: &str,
+    target: &str,
+    which: Scan,
+    now: UnixMillis,
+    after: Option<(i64, i64)>,
+    limit: usize,
+    lock: bool,
+    op: StoreOp,
+) -> Result<Vec<Candidate>, StoreError> {
+    let (sql, column) = scan_sql(names, which, now, after, limit, lock);
     let rows = sqlx::query(AssertSqlSafe(sql))
         .bind(lane)
         .bind(target)
@@ -137,6 +152,70 @@ async fn scan(
     rows.into_iter()
         .map(|row| candidate(row, column, op))
         .collect()
+}
+
+/// The gate's statement for keys under a running lease; binds lane, target, the `n` keys
+/// and now.
+pub(super) fn running_sql(names: &Names, n: usize) -> String {
+    format!(
+        "SELECT DISTINCT ordering_key FROM {} FORCE INDEX (by_key) WHERE lane = ? AND target = ? \
+         AND ordering_key IN ({}) AND status = 'claimed' AND lease_expires_at > ?",
+        names.messages,
+        marks(n)
+    )
+}
+
+/// The gate's statement for each key's first dead letter; binds lane, target and the `n`
+/// keys.
+pub(super) fn first_dead_sql(names: &Names, n: usize) -> String {
+    format!(
+        "SELECT ordering_key, MIN(seq) AS first FROM {} FORCE INDEX (by_key) \
+         WHERE lane = ? AND target = ? AND ordering_key IN ({}) \
+         AND status = 'dead_letter' GROUP BY ordering_key",
+        names.messages,
+        marks(n)
+    )
+}
+
+/// Where each of `n` key runs must stop; binds lane, target, key and head seq per key.
+pub(super) fn stops_sql(names: &Names, n: usize, ordering: OrderingPolicy) -> String {
+    let m = &names.messages;
+    let stop_statuses = match ordering {
+        OrderingPolicy::Block => "status IN ('claimed', 'dead_letter')",
+        OrderingPolicy::Skip => "status = 'claimed'",
+    };
+    (0..n)
+        .map(|i| {
+            format!(
+                "SELECT {i} AS i, MIN(seq) AS stop FROM {m} FORCE INDEX (by_key) WHERE lane = ? \
+                 AND target = ? AND ordering_key = ? AND {stop_statuses} AND seq > ?"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
+}
+
+/// The pending messages of `n` key runs; binds lane, target, key, head seq and stop per key.
+pub(super) fn run_sql(names: &Names, n: usize, run: usize) -> String {
+    let m = &names.messages;
+    (0..n)
+        .map(|i| {
+            format!(
+                "(SELECT {i} AS i, {COLUMNS}, key_head FROM {m} FORCE INDEX (by_key) \
+                 WHERE lane = ? AND target = ? AND ordering_key = ? AND status = 'pending' \
+                 AND seq > ? AND seq < ? ORDER BY seq LIMIT {run})"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
+}
+
+/// `next_due`'s nearest running lease; binds lane, target and now.
+pub(super) fn next_lapse_sql(names: &Names) -> String {
+    format!(
+        "SELECT MIN(lapse_at) FROM {} FORCE INDEX (lapse) WHERE lane = ? AND target = ? AND lapse_at > ?",
+        names.messages
+    )
 }
 
 /// The per-key rule for the keys of one page of candidates (see the module docs).
@@ -165,12 +244,7 @@ impl Gates {
         if keys.is_empty() {
             return Ok(gates);
         }
-        let m = &names.messages;
-        let list = marks(keys.len());
-        let sql = format!(
-            "SELECT DISTINCT ordering_key FROM {m} FORCE INDEX (by_key) WHERE lane = ? AND target = ? \
-             AND ordering_key IN ({list}) AND status = 'claimed' AND lease_expires_at > ?"
-        );
+        let sql = running_sql(names, keys.len());
         let mut query = sqlx::query(AssertSqlSafe(sql)).bind(lane).bind(target);
         for key in keys {
             query = query.bind(*key);
@@ -186,11 +260,7 @@ impl Gates {
             }
         }
         if ordering == OrderingPolicy::Block {
-            let sql = format!(
-                "SELECT ordering_key, MIN(seq) AS first FROM {m} FORCE INDEX (by_key) \
-                 WHERE lane = ? AND target = ? AND ordering_key IN ({list}) \
-                 AND status = 'dead_letter' GROUP BY ordering_key"
-            );
+            let sql = first_dead_sql(names, keys.len());
             let mut query = sqlx::query(AssertSqlSafe(sql)).bind(lane).bind(target);
             for key in keys {
                 query = query.bind(*key);
@@ -463,24 +533,9 @@ async fn runs(
     if keyed.is_empty() || run == 0 {
         return Ok((0..keyed.len()).map(|_| Vec::new()).collect());
     }
-    let m = &names.messages;
     // Where each run must stop: the key's next claimed message after its head, and under
     // Block its next dead letter.
-    let stop_statuses = match request.ordering {
-        OrderingPolicy::Block => "status IN ('claimed', 'dead_letter')",
-        OrderingPolicy::Skip => "status = 'claimed'",
-    };
-    let stops_sql = keyed
-        .iter()
-        .enumerate()
-        .map(|(i, _)| {
-            format!(
-                "SELECT {i} AS i, MIN(seq) AS stop FROM {m} FORCE INDEX (by_key) WHERE lane = ? AND target = ? \
-                 AND ordering_key = ? AND {stop_statuses} AND seq > ?"
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ");
+    let stops_sql = stops_sql(names, keyed.len(), request.ordering);
     let mut query = sqlx::query(AssertSqlSafe(stops_sql));
     for (key, seq) in &keyed {
         query = query
@@ -503,18 +558,7 @@ async fn runs(
             *slot = stop;
         }
     }
-    let pending_sql = keyed
-        .iter()
-        .enumerate()
-        .map(|(i, _)| {
-            format!(
-                "(SELECT {i} AS i, {COLUMNS}, key_head FROM {m} FORCE INDEX (by_key) \
-                 WHERE lane = ? AND target = ? AND ordering_key = ? AND status = 'pending' \
-                 AND seq > ? AND seq < ? ORDER BY seq LIMIT {run})"
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ");
+    let pending_sql = run_sql(names, keyed.len(), run);
     let mut query = sqlx::query(AssertSqlSafe(pending_sql));
     for ((key, seq), stop) in keyed.iter().zip(&stops) {
         query = query
@@ -627,16 +671,13 @@ pub(super) async fn next_due(
     now: UnixMillis,
 ) -> Result<Option<Duration>, StoreError> {
     const OP: StoreOp = StoreOp::NextDue;
-    let next_lapse: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT MIN(lapse_at) FROM {} FORCE INDEX (lapse) WHERE lane = ? AND target = ? AND lapse_at > ?",
-        names.messages
-    )))
-    .bind(lane)
-    .bind(target)
-    .bind(now.as_millis())
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(|e| db_error(OP, e))?;
+    let next_lapse: Option<i64> = sqlx::query_scalar(AssertSqlSafe(next_lapse_sql(names)))
+        .bind(lane)
+        .bind(target)
+        .bind(now.as_millis())
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| db_error(OP, e))?;
     let mut candidates = vec![next_lapse.map(UnixMillis::from_millis)];
     for which in [Scan::Lapsed, Scan::AllReady] {
         let mut after = None;
