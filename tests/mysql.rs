@@ -13,3 +13,5 @@ mod support;
 mod differential;
 #[path = "mysql/plans.rs"]
 mod plans;
+#[path = "mysql/wakeups.rs"]
+mod wakeups;

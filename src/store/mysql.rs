@@ -6,9 +6,9 @@
 //!
 //! - **No `NOTIFY`.** Wake-ups reach only the lanes of this process: an enqueue through the
 //!   same store wakes them at once (an in-process broadcast sent after commit). A message
-//!   written by another process, or by a service's own transaction elsewhere, is picked up
-//!   at the relay's next poll: at most the lane's `max_poll_interval` after its commit
-//!   (see [`PICKUP_LATENCY`]), sooner when the lane is busy or a `next_due` is nearer.
+//!   written by another process, or by a service's own transaction, is found by an adaptive
+//!   poll of the newest sequence (one index dive, every 50 ms after activity, backing off
+//!   to once a second when quiet): within [`PICKUP_LATENCY`] of its commit.
 //! - **No `UPDATE … RETURNING`** (MariaDB has `INSERT/DELETE … RETURNING`, MySQL 8 has
 //!   neither). A claim is one transaction: it selects the rows it takes with
 //!   `FOR UPDATE SKIP LOCKED`, in index order, stops at its limit, then updates them by
@@ -72,10 +72,12 @@ mod heads;
 mod lane_control;
 mod row;
 mod schema;
+mod watch;
 mod write;
 
 pub use explain::{ClaimPlan, Explain};
 pub use schema::MAX_TABLE_PREFIX_LEN;
+pub use watch::{WATCH_MAX_INTERVAL, WATCH_MIN_INTERVAL};
 
 use row::db_error;
 use schema::Names;
@@ -91,11 +93,12 @@ pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// another process running the migrations holds.
 pub const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The longest a message written by another process waits before an idle relay sees it,
-/// at the relay's default `max_poll_interval`: MySQL has no notifications between
-/// processes, so the relay's poll is what finds it. An enqueue through the same store
-/// wakes its lanes at once. `tests/mysql/wakeups.rs` measures both.
-pub const PICKUP_LATENCY: Duration = crate::config::DEFAULT_MAX_POLL_INTERVAL;
+/// The longest a message enqueued by another process waits before an idle relay of this
+/// process is woken for it, plus one round trip: MySQL has no notifications between
+/// processes, so an adaptive poll of the newest sequence finds it ([`WATCH_MAX_INTERVAL`],
+/// `watch.rs`). An enqueue through the same store wakes its lanes at once.
+/// `tests/mysql/wakeups.rs` measures both.
+pub const PICKUP_LATENCY: Duration = WATCH_MAX_INTERVAL;
 
 /// How many times a call of the store's own is run again after the server chose it as a
 /// deadlock victim (or saw a dedupe key committed under it) before the error is returned.
@@ -176,7 +179,9 @@ pub struct MysqlOutboxStore {
     limits: DraftLimits,
     clock: Arc<dyn Clock>,
     migration_lock_timeout: Duration,
-    wakeups: broadcast::Sender<WakeUp>,
+    wakeups: Arc<broadcast::Sender<WakeUp>>,
+    /// The adaptive poll that wakes lanes for other processes' enqueues (`watch.rs`).
+    watch: watch::Watch,
 }
 
 impl MysqlOutboxStore {
@@ -213,7 +218,8 @@ impl MysqlOutboxStore {
             limits: config.limits,
             clock: config.clock,
             migration_lock_timeout: config.migration_lock_timeout,
-            wakeups,
+            wakeups: Arc::new(wakeups),
+            watch: watch::Watch::default(),
         })
     }
 
@@ -408,8 +414,12 @@ impl OutboxBackend for MysqlOutboxStore {
         self.purge_rows(request).await
     }
 
+    /// This store's enqueues and requeues at once; other processes' enqueues through the
+    /// adaptive poll, which runs while anybody subscribes (`watch.rs`).
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
-        self.wakeups.subscribe()
+        let receiver = self.wakeups.subscribe();
+        self.watch.ensure(&self.pool, &self.names, &self.wakeups);
+        receiver
     }
 
     async fn pause_lane(&self, request: &LanePauseRequest) -> Result<LanePause, StoreError> {
