@@ -74,17 +74,22 @@ pub(super) fn validate_table_prefix(prefix: &str) -> Result<(), ValidationError>
 /// table, `{c}` the lane-control table).
 struct Migration {
     version: i64,
+    /// What it adds, in a few words (the file name of its SQL).
+    name: &'static str,
     statements: &'static [&'static str],
 }
 
-/// Every migration, in order. Shipped text never changes (a test pins it).
+/// Every migration, in order. Shipped text never changes: `migrations/mysql/` holds it, and
+/// `tests/migration_files.rs` fails when the code and the files differ.
 const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
+        name: "messages and keys",
         statements: MIGRATION_1,
     },
     Migration {
         version: 2,
+        name: "lane control",
         statements: MIGRATION_2,
     },
 ];
@@ -199,13 +204,14 @@ pub(super) fn script(names: &Names, from: i64, to: i64) -> String {
         .map(|m| {
             let lock = lock_name(names);
             let mut text = format!(
-                "-- outbox-relay MySQL schema migration {version}, for the prefix {prefix}.\n\
+                "-- outbox-relay MySQL schema migration {version}: {name}, for the prefix {prefix}.\n\
                  -- Generated from the code, which runs the same statements; do not edit.\n\
                  -- MySQL commits each DDL statement on its own: every statement is idempotent\n\
                  -- and the version is recorded last, so a run cut short can be run again.\n\
                  SELECT GET_LOCK({lock}, 30);\n{};\n",
                 migrations_table(names),
                 version = m.version,
+                name = m.name,
                 prefix = names.prefix,
             );
             for statement in statements(names, m) {
