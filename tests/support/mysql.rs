@@ -5,12 +5,10 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+#[cfg(feature = "testing")]
 use std::sync::Arc;
 
 use outbox_relay::store::mysql::{MysqlConfig, MysqlOutboxStore};
-use outbox_relay::store::{Clock, ManualClock};
-use outbox_relay::testing::Harness;
-use outbox_relay::time::UnixMillis;
 use outbox_relay::Outbox;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use uuid::Uuid;
@@ -93,7 +91,12 @@ pub async fn open(db: &TestDatabase, config: MysqlConfig) -> MysqlOutboxStore {
 }
 
 /// A fresh store in a database of its own, on a manual clock, for the conformance suite.
-pub async fn harness() -> Harness {
+#[cfg(feature = "testing")]
+pub async fn harness() -> outbox_relay::testing::Harness {
+    use outbox_relay::store::{Clock, ManualClock};
+    use outbox_relay::testing::Harness;
+    use outbox_relay::time::UnixMillis;
+
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let db = TestDatabase::create().await;
     let config = MysqlConfig::default().clock(Arc::new(clock.clone()) as Arc<dyn Clock>);
