@@ -230,8 +230,7 @@ impl Gates {
     async fn read(
         conn: &mut MySqlConnection,
         names: &Names,
-        lane: &str,
-        target: &str,
+        (lane, target): (&str, &str),
         keys: &BTreeSet<&str>,
         ordering: OrderingPolicy,
         now: UnixMillis,
@@ -327,8 +326,7 @@ async fn lapsed(
         let gates = Gates::read(
             conn,
             names,
-            &request.lane,
-            &request.target,
+            (&request.lane, &request.target),
             &keys_of(&page),
             request.ordering,
             now,
@@ -409,8 +407,7 @@ pub(super) async fn claim(
         let gates = Gates::read(
             conn,
             names,
-            &request.lane,
-            &request.target,
+            (&request.lane, &request.target),
             &keys_of(&page),
             request.ordering,
             now,
@@ -691,8 +688,7 @@ pub(super) async fn next_due(
             let gates = Gates::read(
                 conn,
                 names,
-                lane,
-                target,
+                (lane, target),
                 &keys_of(&page),
                 ordering,
                 now,
