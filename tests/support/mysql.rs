@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use outbox_relay::store::mysql::{MysqlConfig, MysqlOutboxStore};
-use outbox_relay::Outbox;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use uuid::Uuid;
 
@@ -96,6 +95,7 @@ pub async fn harness() -> outbox_relay::testing::Harness {
     use outbox_relay::store::{Clock, ManualClock};
     use outbox_relay::testing::Harness;
     use outbox_relay::time::UnixMillis;
+    use outbox_relay::Outbox;
 
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let db = TestDatabase::create().await;
