@@ -1,12 +1,13 @@
 //! Which store a database URL names, and [`open_store`], which opens it: the one place the
-//! binary (or a service reading a URL from its environment) chooses between SQLite and
-//! PostgreSQL.
+//! binary (or a service reading a URL from its environment) chooses between SQLite,
+//! PostgreSQL and MySQL/MariaDB.
 //!
 //! | URL                                  | store                                    |
 //! |--------------------------------------|------------------------------------------|
 //! | `sqlite:outbox.db`, `sqlite://outbox.db` | SQLite file `outbox.db` (relative to the working directory) |
 //! | `sqlite:///var/lib/relay/outbox.db`  | SQLite file at an absolute path          |
 //! | `postgres://user:pw@host:5432/db`, `postgresql://…` | PostgreSQL                |
+//! | `mysql://user:pw@host:3306/db`       | MySQL 8 or MariaDB 10.6+ (feature `mysql`) |
 //!
 //! ```
 //! use outbox_relay::database::DatabaseUrl;
@@ -14,7 +15,7 @@
 //! let url: DatabaseUrl = "postgres://relay:secret@db.internal/app".parse()?;
 //! assert_eq!(url.address(), "db.internal:5432");
 //! assert_eq!(url.to_string(), "postgres://***:***@db.internal/app"); // never the credentials
-//! assert!("mysql://db/app".parse::<DatabaseUrl>().is_err());
+//! assert!("redis://db/0".parse::<DatabaseUrl>().is_err());
 //! # Ok::<(), outbox_relay::database::DatabaseUrlError>(())
 //! ```
 
@@ -31,6 +32,7 @@ use crate::store::{Outbox, StoreError};
 use crate::redact::redact;
 
 mod migrations;
+mod mysql;
 mod postgres;
 
 pub use migrations::{migration_sql, schema_state, SchemaState};
@@ -43,6 +45,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The port PostgreSQL listens on when a URL does not say.
 const POSTGRES_DEFAULT_PORT: u16 = 5432;
+/// The port MySQL listens on when a URL does not say.
+const MYSQL_DEFAULT_PORT: u16 = 3306;
 
 /// A database URL that names a store this crate can open.
 #[derive(Clone, PartialEq, Eq)]
@@ -54,6 +58,11 @@ pub enum DatabaseUrl {
     },
     /// A PostgreSQL database.
     Postgres {
+        /// The URL, as written (it may hold a password: print the `DatabaseUrl`, not this).
+        url: String,
+    },
+    /// A MySQL or MariaDB database.
+    Mysql {
         /// The URL, as written (it may hold a password: print the `DatabaseUrl`, not this).
         url: String,
     },
@@ -105,13 +114,13 @@ impl FromStr for DatabaseUrl {
         let Some((scheme, _)) = url.split_once("://") else {
             return Err(DatabaseUrlError::new(
                 url,
-                "expected sqlite:PATH, sqlite://PATH or postgres://HOST/DATABASE",
+                "expected sqlite:PATH, sqlite://PATH, postgres://HOST/DATABASE or mysql://HOST/DATABASE",
             ));
         };
-        if scheme != "postgres" && scheme != "postgresql" {
+        if !matches!(scheme, "postgres" | "postgresql" | "mysql") {
             return Err(DatabaseUrlError::new(
                 url,
-                format!("unsupported scheme {scheme:?}: expected sqlite or postgres"),
+                format!("unsupported scheme {scheme:?}: expected sqlite, postgres or mysql"),
             ));
         }
         match names_a_host(url) {
@@ -123,6 +132,16 @@ impl FromStr for DatabaseUrl {
                     "not a valid URL (percent-encode `/`, `?`, `@` and `:` in the password, e.g. `/` as %2F)",
                 ))
             }
+        }
+        if scheme == "mysql" {
+            #[cfg(feature = "mysql")]
+            {
+                sqlx::mysql::MySqlConnectOptions::from_str(url)
+                    .map_err(|error| DatabaseUrlError::new(url, error.to_string()))?;
+            }
+            return Ok(DatabaseUrl::Mysql {
+                url: url.to_owned(),
+            });
         }
         #[cfg(feature = "postgres")]
         {
@@ -142,14 +161,17 @@ impl DatabaseUrl {
             DatabaseUrl::Sqlite { path } => path.display().to_string(),
             DatabaseUrl::Postgres { url } => host_and_port(url, POSTGRES_DEFAULT_PORT)
                 .unwrap_or_else(|| "(an address the URL does not make clear)".to_owned()),
+            DatabaseUrl::Mysql { url } => host_and_port(url, MYSQL_DEFAULT_PORT)
+                .unwrap_or_else(|| "(an address the URL does not make clear)".to_owned()),
         }
     }
 
-    /// `sqlite` or `postgres`.
+    /// `sqlite`, `postgres` or `mysql`.
     pub fn kind(&self) -> &'static str {
         match self {
             DatabaseUrl::Sqlite { .. } => "sqlite",
             DatabaseUrl::Postgres { .. } => "postgres",
+            DatabaseUrl::Mysql { .. } => "mysql",
         }
     }
 }
@@ -174,7 +196,7 @@ impl fmt::Display for DatabaseUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DatabaseUrl::Sqlite { path } => write!(f, "sqlite:{}", path.display()),
-            DatabaseUrl::Postgres { url } => f.write_str(&redact(url)),
+            DatabaseUrl::Postgres { url } | DatabaseUrl::Mysql { url } => f.write_str(&redact(url)),
         }
     }
 }
@@ -292,6 +314,7 @@ pub async fn open_store(url: &DatabaseUrl, options: &StoreOptions) -> Result<Out
     let store = match url {
         DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await?,
         DatabaseUrl::Postgres { url: raw } => postgres::open(url, raw, options).await?,
+        DatabaseUrl::Mysql { url: raw } => mysql::open(url, raw, options).await?,
     };
     Ok(store
         .with_hook(SlowCallLog::new(DEFAULT_SLOW_CALL_THRESHOLD))
@@ -405,9 +428,27 @@ mod tests {
     }
 
     #[test]
+    fn mysql_addresses_and_redaction() {
+        for (url, address, shown) in [
+            (
+                "mysql://root@127.0.0.1:3306/test",
+                "127.0.0.1:3306",
+                "mysql://***@127.0.0.1:3306/test",
+            ),
+            ("mysql://u:pw@db/app", "db:3306", "mysql://***:***@db/app"),
+        ] {
+            let parsed: DatabaseUrl = url.parse().unwrap();
+            assert_eq!(parsed.kind(), "mysql", "{url}");
+            assert_eq!(parsed.address(), address, "{url}");
+            assert_eq!(parsed.to_string(), shown, "{url}");
+        }
+    }
+
+    #[test]
     fn other_urls_are_refused_with_the_reason() {
         for (url, reason) in [
-            ("mysql://db/app", "unsupported scheme \"mysql\""),
+            ("mongodb://db/app", "unsupported scheme \"mongodb\""),
+            ("mysql:///app", "host is missing"),
             ("outbox.db", "expected sqlite:PATH"),
             ("sqlite:", "path is empty"),
             ("sqlite://", "path is empty"),
@@ -418,7 +459,7 @@ mod tests {
             let error = url.parse::<DatabaseUrl>().unwrap_err().to_string();
             assert!(error.contains(reason), "{url}: {error}");
         }
-        let error = "mysql://u:secret@db/app"
+        let error = "mongodb://u:secret@db/app"
             .parse::<DatabaseUrl>()
             .unwrap_err()
             .to_string();

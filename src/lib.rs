@@ -54,6 +54,7 @@
 //! | `prometheus` | yes | `metrics::prometheus_builder`: the Prometheus recorder with the dashboard's buckets |
 //! | `http` | yes | `http::router` (one axum router: `/metrics`, `/healthz`, `/readyz`, `/api/v1`) and `http::install_prometheus_exporter` (adds `axum`) |
 //! | `postgres` | no | `PostgresOutboxStore` (rustls TLS), enqueue inside your `sqlx` transaction; re-exports `outbox_relay::sqlx` |
+//! | `mysql` | no | `MysqlOutboxStore` for MySQL 8 and MariaDB 10.6+ (rustls TLS), enqueue inside your `sqlx` transaction; re-exports `outbox_relay::sqlx` |
 //! | `file-config` | no | `config::file`: a relay described by a TOML file (adds `toml`) |
 //! | `webhook-sink` | no | `sinks::webhook`: Standard Webhooks, signed (adds `reqwest`) |
 //! | `nats-sink` | no | `sinks::nats`: NATS JetStream (adds `async-nats`) |
@@ -93,11 +94,13 @@
 //!   (dead-letters it alone, `ClaimBatch::unreadable`);
 //!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
 //!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` and
-//!   `list_query_plan` show how its claims and listings read their indexes) and
+//!   `list_query_plan` show how its claims and listings read their indexes),
 //!   `store::postgres` (feature `postgres`; `store/postgres/list.rs` builds a listing's SQL
 //!   from its filter, `Explained::List` shows its plan; its `call.rs` is the connection of
-//!   one call, a transaction of its own behind PgBouncer in transaction mode) implement it;
-//!   [`store::lane_control`] is the fleet-wide pause of a lane (`LanePause`, one
+//!   one call, a transaction of its own behind PgBouncer in transaction mode) and
+//!   `store::mysql` (feature `mysql`: MySQL 8 and MariaDB, per-key heads under a key-row
+//!   lock, `heads.rs`) implement it; [`store::lane_control`] is the fleet-wide pause of a
+//!   lane (`LanePause`, one
 //!   block of `OutboxBackend`, each backend's in its `lane_control.rs`);
 //!   [`store::key_state`] is where an ordering key stands (`KeyState`, `BlockedKeys`: the
 //!   key's head, the dead letters before it; provided `OutboxBackend` methods over `list`);
@@ -254,8 +257,11 @@ pub mod time;
 pub use async_trait::async_trait;
 /// The sqlx this crate is built on (0.9), for the pools and transactions a service enqueues
 /// in; the crate docs (section "sqlx") state the version policy.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "sqlite", feature = "postgres"))))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql")))
+)]
 pub use sqlx;
 pub mod trace_context;
 
@@ -265,6 +271,9 @@ pub use message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, ValidationErr
 pub use relay::{OutboxRelay, RelayEvent, RelayHandle};
 pub use retry::RetryPolicy;
 pub use store::memory::InMemoryOutboxStore;
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use store::mysql::MysqlOutboxStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use store::postgres::PostgresOutboxStore;

@@ -105,6 +105,8 @@ pub use key_state::{BlockedKey, BlockedKeys, KeyState};
 pub use lane_control::{LanePause, LanePauseRequest, LANE_CONTROL_POLL};
 pub use op::StoreOp;
 pub use outbox::Outbox;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use outbox::{CallerConn, CallerConnection};
 // A claim's reference lives with the message, the clocks and millisecond helpers in `time`;
 // their old paths stay.
 pub use crate::message::ClaimRef;
@@ -120,6 +122,9 @@ mod hook;
 pub mod key_state;
 pub mod lane_control;
 pub mod memory;
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub mod mysql;
 mod op;
 mod outbox;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]

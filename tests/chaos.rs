@@ -13,6 +13,8 @@
 //!   cuts, its connections for longer than the lease, three times. No two requests of a
 //!   key in flight at once, first arrivals in per-key order, nothing lost, duplicates
 //!   within the claims held at the cuts.
+//! - [`mysql`]: the killed relay process on MariaDB: two `outbox-relay run` processes on
+//!   one database, one SIGKILLed mid-batch; nothing lost, per-key order kept.
 //! - [`lane_control`]: three `outbox-relay run` processes on one database (PostgreSQL, and
 //!   one SQLite file); `outbox-relay pause` stops their claims within a second (printed),
 //!   a restart of all three keeps the lane paused, `resume` restarts delivery.
@@ -42,6 +44,8 @@ mod database_outage;
 mod killed_process;
 #[path = "chaos/lane_control.rs"]
 mod lane_control;
+#[path = "chaos/mysql.rs"]
+mod mysql;
 #[path = "chaos/partition.rs"]
 mod partition;
 #[path = "support/stderr.rs"]

@@ -6,6 +6,7 @@
 //! on the daemon's stdout, waited for with a generous timeout, never with sleeps.
 //!
 //! PostgreSQL: `OUTBOX_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`.
+//! MySQL/MariaDB: `OUTBOX_TEST_MYSQL_URL`, default `mysql://root@127.0.0.1:3306/test`.
 //! An unreachable server fails the test; nothing is skipped.
 //!
 //! Here: the sandbox, the daemon and what several tests share. The tests are in `cli/`, one
@@ -25,6 +26,8 @@ mod listener;
 mod logging;
 #[path = "cli/migrate.rs"]
 mod migrate;
+#[path = "cli/mysql.rs"]
+mod mysql;
 #[path = "cli/otlp.rs"]
 mod otlp;
 #[path = "cli/payload.rs"]

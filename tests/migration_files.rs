@@ -5,12 +5,15 @@
 //!
 //! PostgreSQL must be reachable at `OUTBOX_TEST_DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), and `psql` and `sqlite3` be on PATH
-//! (`.ci/run` installs them); the tests panic otherwise.
-#![cfg(all(feature = "postgres", feature = "sqlite"))]
+//! (`.ci/run` installs them); the tests panic otherwise. The MySQL files run with the
+//! `mysql` client against the server at `OUTBOX_TEST_MYSQL_URL` (default
+//! `mysql://root@127.0.0.1:3306/test`), each run in a database of its own.
+#![cfg(all(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use outbox_relay::store::mysql::{MysqlConfig, MysqlOutboxStore};
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::ClaimRequest;
@@ -53,6 +56,16 @@ fn expected_files(kind: &str) -> Vec<(String, String)> {
                 })
                 .collect()
         }
+        "mysql" => (1..=MysqlOutboxStore::latest_schema_version())
+            .map(|v| {
+                let text = MysqlOutboxStore::migration_sql("outbox", v - 1, v).unwrap();
+                // "-- outbox-relay MySQL schema migration 2: lane control, for …" → lane_control
+                let first = text.lines().next().unwrap();
+                let name = first.split_once(&format!("migration {v}: ")).unwrap().1;
+                let name = name.split([',', ':', '.']).next().unwrap();
+                (format!("V{v}__{}.sql", slug(name)), text)
+            })
+            .collect(),
         _ => (1..=SqliteOutboxStore::latest_schema_version())
             .map(|v| {
                 let text = SqliteOutboxStore::migration_sql("", v - 1, v).unwrap();
@@ -113,6 +126,110 @@ fn the_checked_in_postgres_files_are_the_codes_migrations() {
 #[test]
 fn the_checked_in_sqlite_files_are_the_codes_migrations() {
     check_files("sqlite");
+}
+
+#[test]
+fn the_checked_in_mysql_files_are_the_codes_migrations() {
+    check_files("mysql");
+}
+
+#[path = "support/mysql.rs"]
+mod mysql_support;
+
+/// Runs `sql` with the `mysql` client on database `database` of the test server; its
+/// output on failure.
+fn mysql_client(database: &str, sql: &str) -> Result<(), String> {
+    let server = url::Url::parse(&mysql_support::server_url()).expect("a MySQL URL");
+    let mut command = Command::new("mysql");
+    command
+        .arg(format!(
+            "--host={}",
+            server.host_str().unwrap_or("127.0.0.1")
+        ))
+        .arg(format!("--port={}", server.port().unwrap_or(3306)))
+        .arg(format!("--user={}", server.username()))
+        .arg(database);
+    if let Some(password) = server.password() {
+        command.env("MYSQL_PWD", password);
+    }
+    let output = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(sql.as_bytes())?;
+            child.wait_with_output()
+        })
+        .expect("the mysql client runs (install mariadb-client)");
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// `SHOW CREATE TABLE` of every table of the outbox, without the auto-increment counter.
+async fn mysql_tables(pool: &sqlx::MySqlPool) -> Vec<String> {
+    use sqlx::Row;
+    let mut tables = Vec::new();
+    for table in ["messages", "keys", "lane_control", "migrations"] {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SHOW CREATE TABLE `outbox_{table}`"
+        )))
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        let text: String = row.try_get(1).unwrap();
+        let text = text
+            .split(' ')
+            .filter(|word| !word.starts_with("AUTO_INCREMENT="))
+            .collect::<Vec<_>>()
+            .join(" ");
+        tables.push(text);
+    }
+    tables
+}
+
+/// The files, run with the `mysql` client, give the tables `migrate` gives; a store then
+/// finds nothing to do and works; running a file again fails on its version and changes
+/// nothing.
+#[tokio::test]
+async fn the_mysql_files_give_the_schema_migrate_gives() {
+    let by_files = mysql_support::TestDatabase::create().await;
+    let by_code = mysql_support::TestDatabase::create().await;
+    for (name, text) in expected_files("mysql") {
+        mysql_client(&by_files.name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let code_store = mysql_support::open(&by_code, MysqlConfig::default()).await;
+    let files_pool = by_files.pool(2).await;
+    let from_files = mysql_tables(&files_pool).await;
+    assert_eq!(from_files, mysql_tables(code_store.pool()).await);
+
+    let store = MysqlOutboxStore::new(files_pool.clone(), MysqlConfig::default()).unwrap();
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        Some(MysqlOutboxStore::latest_schema_version())
+    );
+    store.migrate().await.unwrap();
+    let outbox = Outbox::new(store);
+    outbox
+        .enqueue(OutboxMessageDraft::new("l", "t", serde_json::json!({"n": 1})).unwrap())
+        .await
+        .unwrap();
+    let request = ClaimRequest::new("l", "t", 10, std::time::Duration::from_secs(5), "r");
+    assert_eq!(outbox.claim(&request).await.unwrap().messages.len(), 1);
+
+    let (name, first) = &expected_files("mysql")[0];
+    let again = mysql_client(&by_files.name, first);
+    assert!(
+        again.as_ref().is_err_and(|e| e.contains("Duplicate entry")),
+        "{name} run twice: {again:?}"
+    );
+    assert_eq!(mysql_tables(&files_pool).await, from_files);
+    by_files.drop_now().await;
+    by_code.drop_now().await;
 }
 
 /// Runs `sql` with `psql`, stopping at the first error; its output on failure.

@@ -1,9 +1,12 @@
 //! The project's benchmark: the relay against its own raw-SQL ceiling and against the
-//! seed's single loop, on PostgreSQL and SQLite, in one process and one run. These machines
-//! are noisy, so what counts are ratios between runs made moments apart.
+//! seed's single loop, on PostgreSQL and SQLite (and MySQL/MariaDB with `--stores mysql`),
+//! in one process and one run. These machines are noisy, so what counts are ratios between
+//! runs made moments apart.
 //!
 //! Run (release; PostgreSQL at the default URL, or `--pg URL`):
 //!   cargo run --release --all-features --example benchmark
+//!   cargo run --release --all-features --example benchmark -- --stores mysql \
+//!       --concurrency 64 --keys none,1000 --sections ceiling,drain
 //!   cargo run --release --all-features --example benchmark -- --million
 //!   cargo run --release --all-features --example benchmark -- --stores sqlite \
 //!       --sizes 1000 --concurrency 64 --keys none --sections ceiling,drain
@@ -304,6 +307,10 @@ async fn ceiling(
             (Some(pool), _) => {
                 raw::postgres(pool, &bench.table, LANE, options.drain_timeout, false).await?
             }
+            (None, stores::Location::Mysql { .. }) => match &bench.mysql_pool {
+                Some(pool) => raw::mysql(pool, &bench.table, LANE, options.drain_timeout).await?,
+                None => return Err("no MySQL pool".to_owned()),
+            },
             (None, stores::Location::Sqlite { path }) => {
                 raw::sqlite(path, &bench.table, LANE, options.drain_timeout, false).await?
             }

@@ -6,11 +6,22 @@ use std::time::Duration;
 /// The PostgreSQL URL used unless `--pg` says otherwise.
 pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
+/// The MySQL server used unless `OUTBOX_BENCH_MYSQL_URL` says otherwise.
+pub const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+/// The MySQL server's URL: `OUTBOX_BENCH_MYSQL_URL`, or [`DEFAULT_MYSQL_URL`].
+pub fn mysql_url() -> String {
+    std::env::var("OUTBOX_BENCH_MYSQL_URL").unwrap_or_else(|_| DEFAULT_MYSQL_URL.to_owned())
+}
+
 /// Which store a scenario runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreKind {
     Postgres,
     Sqlite,
+    /// MySQL or MariaDB, at `OUTBOX_BENCH_MYSQL_URL` (default [`DEFAULT_MYSQL_URL`]); each
+    /// scenario in a database of its own.
+    Mysql,
     /// The in-memory reference store: what the relay itself costs, with next to no store
     /// work behind it (no raw ceiling, no single loop, no crash or pickup case).
     Memory,
@@ -21,6 +32,7 @@ impl StoreKind {
         match self {
             StoreKind::Postgres => "PostgreSQL",
             StoreKind::Sqlite => "SQLite",
+            StoreKind::Mysql => "MySQL",
             StoreKind::Memory => "memory",
         }
     }
@@ -229,9 +241,10 @@ impl Options {
                         .map(|s| match s {
                             "pg" | "postgres" => Ok(StoreKind::Postgres),
                             "sqlite" => Ok(StoreKind::Sqlite),
+                            "mysql" => Ok(StoreKind::Mysql),
                             "memory" | "mem" => Ok(StoreKind::Memory),
                             other => Err(format!(
-                                "--stores: unknown store {other:?} (pg, sqlite, memory)"
+                                "--stores: unknown store {other:?} (pg, sqlite, mysql, memory)"
                             )),
                         })
                         .collect::<Result<_, _>>()?
@@ -306,7 +319,9 @@ pub const USAGE: &str = "\
 usage: benchmark [flags]
   --pg URL                 PostgreSQL (default postgres://postgres@127.0.0.1:5432/test);
                            every store gets a fresh schema, dropped at the end
-  --stores pg,sqlite       which stores (default both); `memory` adds the in-memory
+  --stores pg,sqlite       which stores (default both); `mysql` adds MySQL/MariaDB at
+                           OUTBOX_BENCH_MYSQL_URL (default mysql://root@127.0.0.1:3306/test,
+                           a database of its own per scenario); `memory` adds the in-memory
                            store's drains: the relay's own cost, keyed or not
   --sizes 10000,100000     backlog sizes of the no-op drains and raw ceilings
   --million                adds the 1,000,000 backlog to --sizes

@@ -284,3 +284,78 @@ pub fn now_millis() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// The MySQL ceiling: one transaction per claim (select 100 due rows through the `ready`
+/// index with `FOR UPDATE SKIP LOCKED`, mark them claimed by primary key, commit), then one
+/// ack statement by primary key, as the store does, without its per-key bookkeeping (the
+/// ceiling's backlog has no keys).
+pub async fn mysql(
+    pool: &sqlx::MySqlPool,
+    table: &str,
+    lane: &str,
+    timeout: Duration,
+) -> Result<Ceiling, String> {
+    let err = |what: &'static str| move |e: sqlx::Error| format!("raw ceiling {what}: {e}");
+    let mut conn = pool.acquire().await.map_err(err("connect"))?;
+    let now = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+    let pick = format!(
+        "SELECT seq, outbox_id, payload, headers FROM {table} FORCE INDEX (`ready`)
+         WHERE lane = ? AND target = ? AND ready_at <= {now}
+         ORDER BY ready_at, seq LIMIT {RAW_BATCH} FOR UPDATE SKIP LOCKED"
+    );
+    let started = Instant::now();
+    let mut rows = 0;
+    loop {
+        if started.elapsed() > timeout {
+            return Ok(Ceiling {
+                rows,
+                took: started.elapsed(),
+                timed_out: true,
+            });
+        }
+        let mut tx = conn.begin().await.map_err(err("begin"))?;
+        let picked = sqlx::query(AssertSqlSafe(pick.clone()))
+            .bind(lane)
+            .bind(TARGET)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err("claim"))?;
+        if picked.is_empty() {
+            tx.commit().await.map_err(err("commit"))?;
+            break;
+        }
+        let seqs = picked
+            .iter()
+            .map(|row| row.try_get::<i64, _>(0))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err("decode"))?;
+        let list = seqs
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE {table} SET status = 'claimed', attempt_count = attempt_count + 1,
+             claimed_by = 'raw', claim_token = UNHEX(REPLACE(UUID(), '-', '')),
+             lease_expires_at = {now} + 30000, updated_at = {now} WHERE seq IN ({list})"
+        )))
+        .execute(&mut *tx)
+        .await
+        .map_err(err("claim update"))?;
+        tx.commit().await.map_err(err("commit"))?;
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE {table} SET status = 'delivered', delivered_at = {now}, updated_at = {now},
+             claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL
+             WHERE seq IN ({list}) AND status = 'claimed'"
+        )))
+        .execute(&mut *conn)
+        .await
+        .map_err(err("ack"))?;
+        rows += seqs.len();
+    }
+    Ok(Ceiling {
+        rows,
+        took: started.elapsed(),
+        timed_out: false,
+    })
+}

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use outbox_relay::store::mysql::MysqlOutboxStore;
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
 use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxMessageDraft, SqliteOutboxStore};
 
@@ -35,6 +36,11 @@ pub enum Location {
     Sqlite {
         path: PathBuf,
     },
+    /// A MySQL database of the scenario's own (its URL), dropped on [`BenchStore::remove`].
+    Mysql {
+        url: String,
+        database: String,
+    },
     /// The one in-memory outbox: a second relay shares it.
     Memory(Outbox),
 }
@@ -46,6 +52,8 @@ pub struct BenchStore {
     pub location: Location,
     /// PostgreSQL's pool, for the raw-SQL ceiling and the cleanup.
     pub pg_pool: Option<sqlx::PgPool>,
+    /// MySQL's pool, for the raw-SQL ceiling and the cleanup.
+    pub mysql_pool: Option<sqlx::MySqlPool>,
     /// The messages table, as SQL text (schema-qualified on PostgreSQL), for raw SQL.
     pub table: String,
     _dir: Option<tempfile::TempDir>,
@@ -66,6 +74,7 @@ impl BenchStore {
                 let store = open_postgres(pg_url, &schema).await?;
                 Ok(Self {
                     kind,
+                    mysql_pool: None,
                     pg_pool: Some(store.pool().clone()),
                     table: store.messages_table().to_owned(),
                     store: Outbox::from(Arc::new(store)),
@@ -85,10 +94,37 @@ impl BenchStore {
                 Ok(Self {
                     kind,
                     pg_pool: None,
+                    mysql_pool: None,
                     table: store.table_name().to_owned(),
                     store: Outbox::from(Arc::new(store)),
                     location: Location::Sqlite { path },
                     _dir: Some(dir),
+                })
+            }
+            StoreKind::Mysql => {
+                let database = format!("bench_{}_{n}", std::process::id());
+                let server = crate::options::mysql_url();
+                let admin = sqlx::MySqlPool::connect(&server)
+                    .await
+                    .map_err(|e| format!("MySQL {server}: {e}"))?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{database}`")))
+                    .execute(&admin)
+                    .await
+                    .map_err(|e| format!("MySQL create database {database}: {e}"))?;
+                admin.close().await;
+                let base = server.rsplit_once('/').map_or(server.as_str(), |(b, _)| b);
+                let url = format!("{base}/{database}");
+                let store = MysqlOutboxStore::connect(&url)
+                    .await
+                    .map_err(|e| format!("MySQL {url}: {e}"))?;
+                Ok(Self {
+                    kind,
+                    pg_pool: None,
+                    mysql_pool: Some(store.pool().clone()),
+                    table: store.messages_table().to_owned(),
+                    store: Outbox::from(Arc::new(store)),
+                    location: Location::Mysql { url, database },
+                    _dir: None,
                 })
             }
             StoreKind::Memory => {
@@ -96,6 +132,7 @@ impl BenchStore {
                 Ok(Self {
                     kind,
                     pg_pool: None,
+                    mysql_pool: None,
                     table: String::new(),
                     store: store.clone(),
                     location: Location::Memory(store),
@@ -138,6 +175,13 @@ impl BenchStore {
             let drop = format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE");
             if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop)).execute(pool).await {
                 eprintln!("benchmark: could not drop schema {schema}: {error}");
+            }
+            pool.close().await;
+        }
+        if let (Some(pool), Location::Mysql { database, .. }) = (&self.mysql_pool, &self.location) {
+            let drop = format!("DROP DATABASE IF EXISTS `{database}`");
+            if let Err(error) = sqlx::raw_sql(sqlx::AssertSqlSafe(drop)).execute(pool).await {
+                eprintln!("benchmark: could not drop database {database}: {error}");
             }
             pool.close().await;
         }
@@ -197,6 +241,11 @@ pub async fn reopen(location: &Location) -> Result<Outbox, String> {
                 .await
                 .map_err(|e| format!("SQLite {}: {e}", path.display()))?,
         ),
+        Location::Mysql { url, .. } => Outbox::new(
+            MysqlOutboxStore::connect(url)
+                .await
+                .map_err(|e| format!("MySQL {url}: {e}"))?,
+        ),
         Location::Memory(store) => store.clone(),
     })
 }
@@ -254,7 +303,7 @@ async fn write(
     key: impl Fn(usize) -> Option<String> + Copy + Send + Sync + 'static,
 ) -> Result<(), String> {
     let writers = match kind {
-        StoreKind::Postgres => PG_FILL_WRITERS,
+        StoreKind::Postgres | StoreKind::Mysql => PG_FILL_WRITERS,
         StoreKind::Sqlite | StoreKind::Memory => 1,
     };
     let chunks: Vec<std::ops::Range<usize>> = range

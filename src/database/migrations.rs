@@ -59,6 +59,7 @@ pub async fn schema_state(
     match url {
         DatabaseUrl::Sqlite { path } => sqlite_state(path, options).await,
         DatabaseUrl::Postgres { url: raw } => postgres_state(url, raw, options).await,
+        DatabaseUrl::Mysql { url: raw } => mysql_state(url, raw, options).await,
     }
 }
 
@@ -159,7 +160,49 @@ pub fn migration_sql(
     match url {
         DatabaseUrl::Sqlite { .. } => sqlite_sql(options, from, to),
         DatabaseUrl::Postgres { .. } => postgres_sql(options, from, to),
+        DatabaseUrl::Mysql { .. } => mysql_sql(options, from, to),
     }
+}
+
+#[cfg(feature = "mysql")]
+async fn mysql_state(
+    url: &DatabaseUrl,
+    raw: &str,
+    options: &StoreOptions,
+) -> Result<SchemaState, OpenError> {
+    use crate::store::mysql::MysqlOutboxStore;
+
+    let store = super::mysql::connect(url, raw, options).await?;
+    Ok(SchemaState {
+        applied: store.schema_version().await?,
+        latest: MysqlOutboxStore::latest_schema_version(),
+    })
+}
+
+#[cfg(not(feature = "mysql"))]
+async fn mysql_state(
+    _url: &DatabaseUrl,
+    _raw: &str,
+    _options: &StoreOptions,
+) -> Result<SchemaState, OpenError> {
+    Err(OpenError::Unsupported("mysql"))
+}
+
+#[cfg(feature = "mysql")]
+fn mysql_sql(options: &StoreOptions, from: i64, to: Option<i64>) -> Result<String, OpenError> {
+    use crate::store::mysql::MysqlOutboxStore;
+    let config = super::mysql::config(options)?;
+    let to = to.unwrap_or_else(MysqlOutboxStore::latest_schema_version);
+    Ok(MysqlOutboxStore::migration_sql(
+        &config.table_prefix,
+        from,
+        to,
+    )?)
+}
+
+#[cfg(not(feature = "mysql"))]
+fn mysql_sql(_options: &StoreOptions, _from: i64, _to: Option<i64>) -> Result<String, OpenError> {
+    Err(OpenError::Unsupported("mysql"))
 }
 
 #[cfg(feature = "sqlite")]

@@ -135,7 +135,7 @@ impl StoreError {
     }
 }
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 fn database_code(source: &(dyn std::error::Error + Send + Sync + 'static)) -> Option<String> {
     // The driver's error may sit under one that explains it (a migration's lock wait).
     let mut error: Option<&(dyn std::error::Error + 'static)> = Some(source);
@@ -151,7 +151,7 @@ fn database_code(source: &(dyn std::error::Error + Send + Sync + 'static)) -> Op
     None
 }
 
-#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+#[cfg(not(any(feature = "sqlite", feature = "postgres", feature = "mysql")))]
 fn database_code(_: &(dyn std::error::Error + Send + Sync + 'static)) -> Option<String> {
     None
 }

@@ -465,9 +465,10 @@ impl<B: OutboxBackend> From<Arc<B>> for Outbox {
     }
 }
 
-/// The transactions a caller holds: PostgreSQL's `enqueue_in_tx`, SQLite's `begin`. Each
-/// validates and plans as [`Outbox::enqueue_many`] does and reports to the same hooks.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+/// The transactions a caller holds: PostgreSQL's and MySQL's `enqueue_in_tx`, SQLite's
+/// `begin`. Each validates and plans as [`Outbox::enqueue_many`] does and reports to the
+/// same hooks.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 impl Outbox {
     /// The error of a transaction API the backend does not have.
     #[allow(dead_code)]
@@ -482,19 +483,21 @@ impl Outbox {
     }
 }
 
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "postgres", feature = "mysql"))))]
 impl Outbox {
     /// Writes one message on the caller's connection, normally inside the caller's
     /// transaction: it becomes visible, and wakes relays, only when that transaction
-    /// commits. Takes any `&mut PgConnection`: `&mut tx` for a [`sqlx::Transaction`] (it
-    /// derefs to one), `&mut *conn` for a pooled connection (then the row commits at once).
-    /// A dedupe key taken by a message another transaction has not committed yet makes
-    /// this wait for that transaction to end. Fails with [`StoreError::Unsupported`] when
-    /// the backend is not a [`PostgresOutboxStore`](super::postgres::PostgresOutboxStore).
-    pub async fn enqueue_in_tx(
+    /// commits. Takes a PostgreSQL or a MySQL connection ([`CallerConnection`]): `&mut tx`
+    /// for a [`sqlx::Transaction`], `&mut conn` for a pooled or own connection (then the row
+    /// commits at once). A dedupe key taken by a message another transaction has not
+    /// committed yet makes this wait for that transaction to end. Fails with
+    /// [`StoreError::Unsupported`] when the backend is not the store of that database
+    /// ([`PostgresOutboxStore`](super::postgres::PostgresOutboxStore) or
+    /// [`MysqlOutboxStore`](super::mysql::MysqlOutboxStore)).
+    pub async fn enqueue_in_tx<C: CallerConnection + ?Sized>(
         &self,
-        tx: &mut sqlx::PgConnection,
+        tx: &mut C,
         draft: OutboxMessageDraft,
     ) -> Result<Enqueued, StoreError> {
         single(self.enqueue_many_in_tx(tx, vec![draft]).await?)
@@ -503,13 +506,13 @@ impl Outbox {
     /// Writes many messages on the caller's connection (see [`Self::enqueue_in_tx`]). On an
     /// error nothing of this call is left in the caller's transaction. The hooks hear of
     /// the messages when they are written, before the caller commits (or rolls back).
-    pub async fn enqueue_many_in_tx(
+    pub async fn enqueue_many_in_tx<C: CallerConnection + ?Sized>(
         &self,
-        tx: &mut sqlx::PgConnection,
+        tx: &mut C,
         drafts: Vec<OutboxMessageDraft>,
     ) -> Result<Vec<Enqueued>, StoreError> {
         let started = Instant::now();
-        let answer = self.write_in_tx(tx, drafts).await;
+        let answer = self.write_in_tx(tx.connection(), drafts).await;
         match &answer {
             Ok(answers) => self.report(StoreOp::Enqueue, started, CallOutcome::Enqueued(answers)),
             Err(error) => self.report(StoreOp::Enqueue, started, CallOutcome::Failed(error)),
@@ -519,19 +522,93 @@ impl Outbox {
 
     async fn write_in_tx(
         &self,
-        tx: &mut sqlx::PgConnection,
+        conn: CallerConn<'_>,
         drafts: Vec<OutboxMessageDraft>,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        let Some(postgres) = self.backend::<super::postgres::PostgresOutboxStore>() else {
-            return Err(self.no_user_transactions("enqueue_in_tx"));
-        };
-        let (batch, plan) = enqueue::plan(drafts, &self.limits)?;
-        if batch.is_empty() {
-            return plan.answers(Vec::new());
+        match conn {
+            #[cfg(feature = "postgres")]
+            CallerConn::Postgres(tx) => {
+                let Some(postgres) = self.backend::<super::postgres::PostgresOutboxStore>() else {
+                    return Err(self.no_user_transactions("enqueue_in_tx"));
+                };
+                let (batch, plan) = enqueue::plan(drafts, &self.limits)?;
+                if batch.is_empty() {
+                    return plan.answers(Vec::new());
+                }
+                plan.answers(postgres.write_in_tx(tx, &batch).await?)
+            }
+            #[cfg(feature = "mysql")]
+            CallerConn::Mysql(conn) => {
+                let Some(mysql) = self.backend::<super::mysql::MysqlOutboxStore>() else {
+                    return Err(self.no_user_transactions("enqueue_in_tx"));
+                };
+                let (batch, plan) = enqueue::plan(drafts, &self.limits)?;
+                if batch.is_empty() {
+                    return plan.answers(Vec::new());
+                }
+                plan.answers(mysql.write_in_tx(conn, &batch).await?)
+            }
         }
-        plan.answers(postgres.write_in_tx(tx, &batch).await?)
     }
 }
+
+/// A connection [`Outbox::enqueue_in_tx`] writes on: a PostgreSQL or MySQL connection, a
+/// transaction on one, or a pooled one. Sealed: the crate implements it for sqlx's types.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub trait CallerConnection: Send + caller_connection::Sealed {
+    /// The connection underneath, by database.
+    #[doc(hidden)]
+    fn connection(&mut self) -> CallerConn<'_>;
+}
+
+/// A caller's connection by database (see [`CallerConnection`]).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum CallerConn<'c> {
+    /// A PostgreSQL connection.
+    #[cfg(feature = "postgres")]
+    Postgres(&'c mut sqlx::PgConnection),
+    /// A MySQL or MariaDB connection.
+    #[cfg(feature = "mysql")]
+    Mysql(&'c mut sqlx::MySqlConnection),
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod caller_connection {
+    pub trait Sealed {}
+}
+
+/// Implements [`CallerConnection`] for a database's connection, its transactions and its
+/// pooled connections.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! caller_connection {
+    ($db:ty, $conn:ty, $variant:ident) => {
+        impl caller_connection::Sealed for $conn {}
+        impl CallerConnection for $conn {
+            fn connection(&mut self) -> CallerConn<'_> {
+                CallerConn::$variant(self)
+            }
+        }
+        impl caller_connection::Sealed for sqlx::Transaction<'_, $db> {}
+        impl CallerConnection for sqlx::Transaction<'_, $db> {
+            fn connection(&mut self) -> CallerConn<'_> {
+                CallerConn::$variant(&mut *self)
+            }
+        }
+        impl caller_connection::Sealed for sqlx::pool::PoolConnection<$db> {}
+        impl CallerConnection for sqlx::pool::PoolConnection<$db> {
+            fn connection(&mut self) -> CallerConn<'_> {
+                CallerConn::$variant(&mut *self)
+            }
+        }
+    };
+}
+
+#[cfg(feature = "postgres")]
+caller_connection!(sqlx::Postgres, sqlx::PgConnection, Postgres);
+#[cfg(feature = "mysql")]
+caller_connection!(sqlx::MySql, sqlx::MySqlConnection, Mysql);
 
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]

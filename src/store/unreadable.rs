@@ -15,7 +15,10 @@
 
 // Only the SQL stores hold rows that can fail to decode; the memory store keeps typed
 // messages. Without a SQL store feature, all but the error text goes unused.
-#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+#![cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
 
 use uuid::Uuid;
 

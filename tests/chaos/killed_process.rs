@@ -62,7 +62,7 @@ impl RelayProcess {
         )
     }
 
-    fn assert_alive(&self) {
+    pub(crate) fn assert_alive(&self) {
         if let Some(status) = self
             .child
             .lock()
@@ -86,7 +86,7 @@ impl RelayProcess {
     }
 
     /// SIGKILL: no shutdown, no release, claims left as they are.
-    fn sigkill(&self) {
+    pub(crate) fn sigkill(&self) {
         let mut child = self.child.lock().unwrap();
         child.kill().expect("SIGKILL the relay");
         child.wait().expect("reap the relay");
@@ -129,13 +129,13 @@ impl Drop for RelayProcess {
 /// were written: if relay A wrote a line before acking its message, and relay B claimed the
 /// next message of that key only after that ack, B's line comes after A's here. Reading two
 /// pipes in two threads could not promise that.
-struct DeliveryStream {
+pub(crate) struct DeliveryStream {
     lines: Arc<Mutex<Vec<LogLine>>>,
     closed: Arc<AtomicBool>,
 }
 
 impl DeliveryStream {
-    fn read(pipe: std::io::PipeReader) -> Self {
+    pub(crate) fn read(pipe: std::io::PipeReader) -> Self {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let closed = Arc::new(AtomicBool::new(false));
         let (sink, done) = (Arc::clone(&lines), Arc::clone(&closed));
@@ -151,12 +151,12 @@ impl DeliveryStream {
         Self { lines, closed }
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lines.lock().unwrap().len()
     }
 
     /// Every line, once every writer has closed the pipe.
-    fn finish(self) -> Vec<LogLine> {
+    pub(crate) fn finish(self) -> Vec<LogLine> {
         wait_until(
             "the relays' stdout to close",
             || self.closed.load(Ordering::SeqCst).then_some(()),

@@ -75,9 +75,10 @@ struct GlobalArgs {
         value_name = "FILE"
     )]
     config: Option<PathBuf>,
-    /// The database, overriding the config file: sqlite:PATH, sqlite://PATH or
-    /// postgres://USER@HOST:PORT/DB. Also read from OUTBOX_DATABASE_URL (empty counts as
-    /// unset; its value is never printed, not even by --help).
+    /// The database, overriding the config file: sqlite:PATH, sqlite://PATH,
+    /// postgres://USER@HOST:PORT/DB or mysql://USER@HOST:PORT/DB. Also read from
+    /// OUTBOX_DATABASE_URL (empty counts as unset; its value is never printed, not even by
+    /// --help).
     #[arg(
         long,
         global = true,

@@ -1,0 +1,409 @@
+//! The admin side: list, get, stats, requeue, discard, purge.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use sqlx::mysql::MySqlArguments;
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, MySql, Row};
+use uuid::Uuid;
+
+use crate::message::{OutboxMessage, OutboxStatus};
+use crate::store::{
+    LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, StoreError, StoreOp,
+};
+
+use super::heads::{self, Key};
+use super::row::{db_error, decode, marks, opt_text, status_word, text, COLUMNS};
+use super::MysqlOutboxStore;
+
+/// A filter as a `WHERE` clause and its values, in order.
+struct Where {
+    clause: String,
+    values: Vec<Value>,
+}
+
+enum Value {
+    Text(String),
+    Id(Uuid),
+    Millis(i64),
+}
+
+impl Where {
+    fn of(filter: &MessageFilter, with_status: bool) -> Self {
+        let mut parts = vec!["1 = 1".to_owned()];
+        let mut values = Vec::new();
+        if let Some(lane) = &filter.lane {
+            parts.push("lane = ?".into());
+            values.push(Value::Text(lane.clone()));
+        }
+        if let Some(target) = &filter.target {
+            parts.push("target = ?".into());
+            values.push(Value::Text(target.clone()));
+        }
+        if let (true, Some(status)) = (with_status, filter.status) {
+            parts.push(format!("status = '{}'", status_word(status)));
+        }
+        if let Some(key) = &filter.ordering_key {
+            parts.push("ordering_key = ?".into());
+            values.push(Value::Text(key.clone()));
+        }
+        if !filter.ids.is_empty() {
+            parts.push(format!("outbox_id IN ({})", marks(filter.ids.len())));
+            values.extend(filter.ids.iter().map(|id| Value::Id(*id)));
+        }
+        // `[after, before)` on the enqueue time, in the store clock's milliseconds.
+        let (after, before) = filter.enqueued_millis();
+        if let Some(after) = after {
+            parts.push("created_at >= ?".into());
+            values.push(Value::Millis(after.as_millis()));
+        }
+        if let Some(before) = before {
+            parts.push("created_at < ?".into());
+            values.push(Value::Millis(before.as_millis()));
+        }
+        // A plain substring, case-sensitive: `last_error` has a binary collation, and
+        // INSTR reads no pattern characters (LIKE would read `%` and `_`).
+        if let Some(text) = &filter.error_contains {
+            parts.push("INSTR(last_error, ?) > 0".into());
+            values.push(Value::Text(text.clone()));
+        }
+        Where {
+            clause: parts.join(" AND "),
+            values,
+        }
+    }
+
+    fn bind<'q>(
+        &'q self,
+        mut query: Query<'q, MySql, MySqlArguments>,
+    ) -> Query<'q, MySql, MySqlArguments> {
+        for value in &self.values {
+            query = match value {
+                Value::Text(text) => query.bind(text.as_str()),
+                Value::Id(id) => query.bind(*id),
+                Value::Millis(millis) => query.bind(*millis),
+            };
+        }
+        query
+    }
+}
+
+impl MysqlOutboxStore {
+    pub(super) async fn get_one(
+        &self,
+        outbox_id: Uuid,
+    ) -> Result<Option<OutboxMessage>, StoreError> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM {} WHERE outbox_id = ?",
+            self.names.messages
+        )))
+        .bind(outbox_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| db_error(StoreOp::Get, e))?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    pub(super) async fn list_of(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+    ) -> Result<Page, StoreError> {
+        let filter_sql = Where::of(filter, true);
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE {} AND seq > ? ORDER BY seq LIMIT ?",
+            self.names.messages, filter_sql.clause
+        );
+        let query = filter_sql
+            .bind(sqlx::query(AssertSqlSafe(sql)))
+            .bind(page.after.unwrap_or(i64::MIN))
+            .bind(u64::try_from(page.limit.saturating_add(1)).unwrap_or(u64::MAX));
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(StoreOp::List, e))?;
+        let messages = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+        Ok(Page::from_overfetch(messages, page.limit))
+    }
+
+    pub(super) async fn stats_of(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneStats>, StoreError> {
+        const OP: StoreOp = StoreOp::Stats;
+        if filter.ordering_key.is_some() || !filter.ids.is_empty() || filter.scans() {
+            return self.stats_by_rows(filter).await;
+        }
+        let now = self.now().as_millis();
+        let m = &self.names.messages;
+        let lane_filter = Where::of(
+            &MessageFilter {
+                lane: filter.lane.clone(),
+                target: filter.target.clone(),
+                ..MessageFilter::default()
+            },
+            false,
+        );
+        // Counts per status from the `pending` index alone (lane, target, status lead it).
+        let sql = format!(
+            "SELECT lane, target, status, COUNT(*) AS n FROM {m} FORCE INDEX (pending) WHERE {} \
+             GROUP BY lane, target, status",
+            lane_filter.clause
+        );
+        let rows = lane_filter
+            .bind(sqlx::query(AssertSqlSafe(sql)))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+        let mut lanes: BTreeMap<(String, String), LaneStats> = BTreeMap::new();
+        let corrupt = |bad| StoreError::Corrupt {
+            id: "?".into(),
+            reason: format!("{OP}: {bad:?}"),
+        };
+        for row in &rows {
+            let lane = text(row, "lane").map_err(corrupt)?;
+            let target = text(row, "target").map_err(corrupt)?;
+            let status: String = row.try_get("status").map_err(|e| db_error(OP, e))?;
+            let n: i64 = row.try_get("n").map_err(|e| db_error(OP, e))?;
+            let stats = lanes
+                .entry((lane.clone(), target.clone()))
+                .or_insert_with(|| LaneStats {
+                    lane,
+                    target,
+                    ..LaneStats::default()
+                });
+            let n = u64::try_from(n).unwrap_or(0);
+            match status.as_str() {
+                "pending" => stats.pending = n,
+                "claimed" => stats.claimed = n,
+                "delivered" => stats.delivered = n,
+                _ => stats.dead_letter = n,
+            }
+        }
+        for ((lane, target), stats) in lanes.iter_mut() {
+            // The oldest due pending message: a range of the `pending` index.
+            let oldest: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT MIN(created_at) FROM {m} FORCE INDEX (pending) WHERE lane = ? AND target = ? \
+                 AND status = 'pending' AND available_at <= ?"
+            )))
+            .bind(lane.as_str())
+            .bind(target.as_str())
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+            stats.oldest_pending_age = oldest.map(|created| {
+                std::time::Duration::from_millis(u64::try_from(now - created).unwrap_or(0))
+            });
+            // Blocked keys: a head with a dead letter before it. One row per live key, one
+            // index dive each.
+            let blocked: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+                "SELECT COUNT(*) FROM {k} h WHERE h.lane = ? AND h.target = ? \
+                 AND h.head_seq IS NOT NULL AND EXISTS (SELECT 1 FROM {m} d FORCE INDEX (by_key) \
+                 WHERE d.lane = h.lane AND d.target = h.target AND d.ordering_key = h.ordering_key \
+                 AND d.status = 'dead_letter' AND d.seq < h.head_seq)",
+                k = self.names.keys
+            )))
+            .bind(lane.as_str())
+            .bind(target.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+            stats.blocked_keys = u64::try_from(blocked).unwrap_or(0);
+        }
+        Ok(lanes.into_values().collect())
+    }
+
+    /// Stats of the messages a key or id filter picks, counted from their rows.
+    async fn stats_by_rows(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
+        const OP: StoreOp = StoreOp::Stats;
+        let now = self.now();
+        let filter_sql = Where::of(filter, false);
+        let sql = format!(
+            "SELECT lane, target, status, ordering_key, available_at, created_at FROM {} \
+             WHERE {} ORDER BY seq",
+            self.names.messages, filter_sql.clause
+        );
+        let rows = filter_sql
+            .bind(sqlx::query(AssertSqlSafe(sql)))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+        let corrupt = |bad| StoreError::Corrupt {
+            id: "?".into(),
+            reason: format!("{OP}: {bad:?}"),
+        };
+        let mut lanes: BTreeMap<(String, String), LaneStats> = BTreeMap::new();
+        let mut dead_first: HashSet<Key> = HashSet::new();
+        let mut has_live: HashSet<Key> = HashSet::new();
+        let mut blocked: HashSet<Key> = HashSet::new();
+        for row in &rows {
+            let lane = text(row, "lane").map_err(corrupt)?;
+            let target = text(row, "target").map_err(corrupt)?;
+            let key = opt_text(row, "ordering_key").map_err(corrupt)?;
+            let status: String = row.try_get("status").map_err(|e| db_error(OP, e))?;
+            let available: i64 = row.try_get("available_at").map_err(|e| db_error(OP, e))?;
+            let created: i64 = row.try_get("created_at").map_err(|e| db_error(OP, e))?;
+            let stats = lanes
+                .entry((lane.clone(), target.clone()))
+                .or_insert_with(|| LaneStats {
+                    lane: lane.clone(),
+                    target: target.clone(),
+                    ..LaneStats::default()
+                });
+            match status.as_str() {
+                "pending" => {
+                    stats.pending += 1;
+                    let age = std::time::Duration::from_millis(
+                        u64::try_from(now.as_millis() - created).unwrap_or(0),
+                    );
+                    if available <= now.as_millis()
+                        && stats.oldest_pending_age.is_none_or(|oldest| age > oldest)
+                    {
+                        stats.oldest_pending_age = Some(age);
+                    }
+                }
+                "claimed" => stats.claimed += 1,
+                "delivered" => stats.delivered += 1,
+                _ => stats.dead_letter += 1,
+            }
+            if let Some(key) = key {
+                let slot = (lane, target, key);
+                let live = matches!(status.as_str(), "pending" | "claimed");
+                if status == "dead_letter" && !has_live.contains(&slot) {
+                    dead_first.insert(slot);
+                } else if live && has_live.insert(slot.clone()) && dead_first.contains(&slot) {
+                    blocked.insert(slot);
+                }
+            }
+        }
+        for (lane, target, _) in blocked {
+            if let Some(stats) = lanes.get_mut(&(lane, target)) {
+                stats.blocked_keys += 1;
+            }
+        }
+        Ok(lanes.into_values().collect())
+    }
+
+    pub(super) async fn requeue_once(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<LaneCount>, StoreError> {
+        const OP: StoreOp = StoreOp::RequeueDeadLetters;
+        let now = self.now().as_millis();
+        let filter = filter.clone().with_status(OutboxStatus::DeadLetter);
+        let filter_sql = Where::of(&filter, true);
+        let mut tx = self.begin(OP).await?;
+        let sql = format!(
+            "SELECT seq, lane, target, ordering_key FROM {} WHERE {} ORDER BY seq FOR UPDATE",
+            self.names.messages, filter_sql.clause
+        );
+        let rows = filter_sql
+            .bind(sqlx::query(AssertSqlSafe(sql)))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+        let corrupt = |bad| StoreError::Corrupt {
+            id: "?".into(),
+            reason: format!("{OP}: {bad:?}"),
+        };
+        let mut lanes = Vec::with_capacity(rows.len());
+        let mut keys: BTreeSet<Key> = BTreeSet::new();
+        let mut seqs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let lane = text(row, "lane").map_err(corrupt)?;
+            let target = text(row, "target").map_err(corrupt)?;
+            if let Some(key) = opt_text(row, "ordering_key").map_err(corrupt)? {
+                keys.insert((lane.clone(), target.clone(), key));
+            }
+            seqs.push(row.try_get::<i64, _>("seq").map_err(|e| db_error(OP, e))?);
+            lanes.push((lane, target));
+        }
+        let locked = heads::lock(&mut tx, &self.names, &keys, OP).await?;
+        for chunk in seqs.chunks(500) {
+            let sql = format!(
+                "UPDATE {} SET status = 'pending', attempt_count = 0, available_at = ?, \
+                 updated_at = ?, key_head = 0 WHERE seq IN ({})",
+                self.names.messages,
+                marks(chunk.len())
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql)).bind(now).bind(now);
+            for seq in chunk {
+                query = query.bind(seq);
+            }
+            query.execute(&mut *tx).await.map_err(|e| db_error(OP, e))?;
+        }
+        heads::refresh(&mut tx, &self.names, &locked, OP).await?;
+        tx.commit().await.map_err(|e| db_error(OP, e))?;
+        Ok(LaneCount::tally(lanes))
+    }
+
+    pub(super) async fn discard_once(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        const OP: StoreOp = StoreOp::DiscardDeadLetters;
+        let filter = filter.clone().with_status(OutboxStatus::DeadLetter);
+        let filter_sql = Where::of(&filter, true);
+        let sql = format!(
+            "DELETE FROM {} WHERE {}",
+            self.names.messages, filter_sql.clause
+        );
+        let done = filter_sql
+            .bind(sqlx::query(AssertSqlSafe(sql)))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+        Ok(done.rows_affected())
+    }
+
+    /// Deletes finished rows in statements of at most `batch_size`, each committing on its
+    /// own, reading the `finished` index (status, updated_at) in order.
+    pub(super) async fn purge_rows(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        const OP: StoreOp = StoreOp::Purge;
+        let batch = request.batch_size.max(1);
+        let mut purged = 0u64;
+        for (status, older_than) in request.ages() {
+            let cutoff = self.now().saturating_sub(older_than).as_millis();
+            let mut clause = format!(
+                "status = '{}' AND updated_at < {cutoff}",
+                status_word(status)
+            );
+            if request.keeps_keyed(status) {
+                clause.push_str(" AND ordering_key IS NULL");
+            }
+            if request.lane.is_some() {
+                clause.push_str(" AND lane = ? AND target = ?");
+            }
+            let bind_lane = |query: Query<'static, MySql, MySqlArguments>| match &request.lane {
+                Some((lane, target)) => query.bind(lane.clone()).bind(target.clone()),
+                None => query,
+            };
+            if request.dry_run {
+                let sql = format!(
+                    "SELECT COUNT(*) AS n FROM {} FORCE INDEX (finished) WHERE {clause}",
+                    self.names.messages
+                );
+                let row = bind_lane(sqlx::query(AssertSqlSafe(sql)))
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| db_error(OP, e))?;
+                let n: i64 = row.try_get("n").map_err(|e| db_error(OP, e))?;
+                purged += u64::try_from(n).unwrap_or(0);
+                continue;
+            }
+            loop {
+                let sql = format!(
+                    "DELETE FROM {} WHERE {clause} ORDER BY updated_at LIMIT {batch}",
+                    self.names.messages
+                );
+                let done = bind_lane(sqlx::query(AssertSqlSafe(sql)))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| db_error(OP, e))?;
+                purged += done.rows_affected();
+                if done.rows_affected() < batch as u64 {
+                    break;
+                }
+            }
+        }
+        Ok(purged)
+    }
+}

@@ -1,0 +1,100 @@
+//! The MySQL store's lane control: the `{prefix}_lane_control` table (migration 2), one row
+//! per paused (lane, target), its time the store's clock. Each call commits at once.
+
+use sqlx::mysql::MySqlRow;
+use sqlx::{AssertSqlSafe, Row};
+
+use super::row::db_error;
+use super::MysqlOutboxStore;
+use crate::store::lane_control::validate_lane;
+use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};
+use crate::time::UnixMillis;
+
+const COLUMNS: &str = "lane, target, paused_by, reason, paused_at";
+
+impl MysqlOutboxStore {
+    pub(super) async fn record_pause(
+        &self,
+        request: &LanePauseRequest,
+    ) -> Result<LanePause, StoreError> {
+        const OP: StoreOp = StoreOp::PauseLane;
+        request.validate()?;
+        let pause = LanePause {
+            lane: request.lane.clone(),
+            target: request.target.clone(),
+            paused_by: request.paused_by.trim().to_owned(),
+            reason: request.reason.clone(),
+            paused_at: self.now(),
+        };
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO {} ({COLUMNS}) VALUES (?, ?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE paused_by = VALUES(paused_by), reason = VALUES(reason), \
+             paused_at = VALUES(paused_at)",
+            self.names.lane_control
+        )))
+        .bind(&pause.lane)
+        .bind(&pause.target)
+        .bind(&pause.paused_by)
+        .bind(&pause.reason)
+        .bind(pause.paused_at.as_millis())
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error(OP, e))?;
+        Ok(pause)
+    }
+
+    pub(super) async fn lift_pause(
+        &self,
+        lane: &str,
+        target: &str,
+    ) -> Result<Option<LanePause>, StoreError> {
+        const OP: StoreOp = StoreOp::ResumeLane;
+        validate_lane(lane, target)?;
+        let table = &self.names.lane_control;
+        let mut tx = self.begin(OP).await?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM {table} WHERE lane = ? AND target = ? FOR UPDATE"
+        )))
+        .bind(lane)
+        .bind(target)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| db_error(OP, e))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        sqlx::query(AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE lane = ? AND target = ?"
+        )))
+        .bind(lane)
+        .bind(target)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error(OP, e))?;
+        tx.commit().await.map_err(|e| db_error(OP, e))?;
+        pause_of(&row, OP).map(Some)
+    }
+
+    pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
+        const OP: StoreOp = StoreOp::LanePauses;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM {} ORDER BY lane, target",
+            self.names.lane_control
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error(OP, e))?;
+        rows.iter().map(|row| pause_of(row, OP)).collect()
+    }
+}
+
+fn pause_of(row: &MySqlRow, op: StoreOp) -> Result<LanePause, StoreError> {
+    let get = |e| db_error(op, e);
+    Ok(LanePause {
+        lane: row.try_get("lane").map_err(get)?,
+        target: row.try_get("target").map_err(get)?,
+        paused_by: row.try_get("paused_by").map_err(get)?,
+        reason: row.try_get("reason").map_err(get)?,
+        paused_at: UnixMillis::from_millis(row.try_get("paused_at").map_err(get)?),
+    })
+}

@@ -1,0 +1,17 @@
+//! What only the MySQL store does, on MariaDB (or MySQL 8) at `OUTBOX_TEST_MYSQL_URL`
+//! (default `mysql://root@127.0.0.1:3306/test`; the tests panic when it is unreachable).
+//! Each test creates a database of its own and drops it. In `mysql/`: the differential run
+//! against the in-memory reference store (`differential.rs`), the EXPLAIN guards on the
+//! claim's cost (`plans.rs`), wake-ups and pickup latency (`wakeups.rs`), and the caller's
+//! transaction with the key-head lock (`caller_tx.rs`).
+#![cfg(feature = "mysql")]
+
+#[path = "support/mysql.rs"]
+mod support;
+
+#[path = "mysql/differential.rs"]
+mod differential;
+#[path = "mysql/plans.rs"]
+mod plans;
+#[path = "mysql/wakeups.rs"]
+mod wakeups;

@@ -1,0 +1,115 @@
+//! What every MySQL/MariaDB test shares: a database of its own per test (created on the
+//! server at `OUTBOX_TEST_MYSQL_URL`, default `mysql://root@127.0.0.1:3306/test`, and
+//! dropped at the end), and a store on it. When the server is unreachable the tests panic
+//! with a message saying so: nothing is skipped.
+
+#![allow(dead_code, unreachable_pub)]
+
+#[cfg(feature = "testing")]
+use std::sync::Arc;
+
+use outbox_relay::store::mysql::{MysqlConfig, MysqlOutboxStore};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use uuid::Uuid;
+
+/// The default test server and database.
+pub const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+/// The test server's URL: `OUTBOX_TEST_MYSQL_URL`, or the default.
+pub fn server_url() -> String {
+    std::env::var("OUTBOX_TEST_MYSQL_URL").unwrap_or_else(|_| DEFAULT_MYSQL_URL.to_owned())
+}
+
+/// A pool on `url`, panicking with a clear message when the server is down.
+pub async fn pool_on(url: &str, max: u32) -> MySqlPool {
+    let options: MySqlConnectOptions = url.parse().expect("a MySQL URL");
+    MySqlPoolOptions::new()
+        .max_connections(max)
+        .connect_with(options)
+        .await
+        .unwrap_or_else(|error| {
+            panic!(
+                "MySQL/MariaDB is required for these tests and is unreachable at {url} ({error}). \
+                 Start it (.ci/run does), or point OUTBOX_TEST_MYSQL_URL at one."
+            )
+        })
+}
+
+/// A database no other test uses, created empty; dropped when the guard's `drop_now` runs.
+#[derive(Debug, Clone)]
+pub struct TestDatabase {
+    /// Its name.
+    pub name: String,
+    /// A URL that connects to it.
+    pub url: String,
+}
+
+impl TestDatabase {
+    /// Creates a fresh database on the test server.
+    pub async fn create() -> Self {
+        let name = format!("t_{}", Uuid::new_v4().simple());
+        let server = server_url();
+        let admin = pool_on(&server, 1).await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE `{name}`")))
+            .execute(&admin)
+            .await
+            .expect("create test database");
+        admin.close().await;
+        let base = match server.rfind('/') {
+            Some(slash) if slash > "mysql://".len() => &server[..slash],
+            _ => server.as_str(),
+        };
+        let url = format!("{base}/{name}");
+        Self { name, url }
+    }
+
+    /// A pool on this database.
+    pub async fn pool(&self, max: u32) -> MySqlPool {
+        pool_on(&self.url, max).await
+    }
+
+    /// Drops the database and everything in it.
+    pub async fn drop_now(&self) {
+        let admin = pool_on(&server_url(), 1).await;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS `{}`",
+            self.name
+        )))
+        .execute(&admin)
+        .await
+        .expect("drop test database");
+        admin.close().await;
+    }
+}
+
+/// A migrated store on a pool of its own over `db`, with `config`.
+pub async fn open(db: &TestDatabase, config: MysqlConfig) -> MysqlOutboxStore {
+    let store = MysqlOutboxStore::new(db.pool(8).await, config).expect("store");
+    store.migrate().await.expect("migrate");
+    store
+}
+
+/// A fresh store in a database of its own, on a manual clock, for the conformance suite.
+#[cfg(feature = "testing")]
+pub async fn harness() -> outbox_relay::testing::Harness {
+    use outbox_relay::store::{Clock, ManualClock};
+    use outbox_relay::testing::Harness;
+    use outbox_relay::time::UnixMillis;
+    use outbox_relay::Outbox;
+
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
+    let db = TestDatabase::create().await;
+    let config = MysqlConfig::default().clock(Arc::new(clock.clone()) as Arc<dyn Clock>);
+    let store = Outbox::from(Arc::new(open(&db, config.clone()).await));
+    let dropped = db.clone();
+    Harness {
+        store,
+        clock,
+        cleanup: Some(Box::pin(async move { dropped.drop_now().await })),
+        reopen: Arc::new(move || {
+            let config = config.clone();
+            let db = db.clone();
+            Box::pin(async move { Outbox::new(open(&db, config).await) })
+        }),
+    }
+}
