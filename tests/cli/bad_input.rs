@@ -60,8 +60,8 @@ fn bad_configs_exit_2_naming_the_problem_and_write_nothing() {
         &["relay.toml", "field `retry_max`", "\"soon\""],
     );
 
-    let bad_url = good.replace("sqlite:relay.db", "mysql://db/app");
-    assert_config_error(&bad_url, &[], &["relay.toml", "database_url", "mysql"]);
+    let bad_url = good.replace("sqlite:relay.db", "mongodb://db/app");
+    assert_config_error(&bad_url, &[], &["relay.toml", "database_url", "mongodb"]);
 
     let bad_value = good.replace("retry_max = \"1s\"", "retry_max = \"1s\"\nconcurrency = 0");
     assert_config_error(
