@@ -70,6 +70,11 @@ pub const ENV_SETTINGS: &[EnvSetting] = &[
     ),
     setting("OUTBOX_LISTENER_ROUTES", "listener.routes", EnvKind::List),
     setting(
+        "OUTBOX_LISTENER_UI_HOSTS",
+        "listener.ui_hosts",
+        EnvKind::List,
+    ),
+    setting(
         "OUTBOX_LISTENER_HEADER_READ_TIMEOUT",
         "listener.header_read_timeout",
         EnvKind::Text,
@@ -290,6 +295,7 @@ mod tests {
             ("OUTBOX_LISTENER_ADDRESS", "0.0.0.0:9470"),
             ("OUTBOX_LISTENER_TOKEN_ENV", "OUTBOX_CONTROL_TOKEN"),
             ("OUTBOX_LISTENER_ROUTES", "metrics, probes,api,control"),
+            ("OUTBOX_LISTENER_UI_HOSTS", "relay.internal, ops.example"),
             ("OUTBOX_LISTENER_HEADER_READ_TIMEOUT", "2s"),
             ("OUTBOX_LISTENER_IDLE_TIMEOUT", "9s"),
             ("OUTBOX_LISTENER_MAX_CONNECTIONS", "12"),
@@ -332,6 +338,10 @@ mod tests {
                 "control".into()
             ])
         );
+        assert_eq!(
+            config.listener.ui_hosts,
+            Some(vec!["relay.internal".into(), "ops.example".into()])
+        );
         let limits = config.listener.to_config();
         assert_eq!(limits.header_read_timeout.as_secs(), 2);
         assert_eq!(limits.idle_timeout.as_secs(), 9);
@@ -350,7 +360,7 @@ mod tests {
             Some(20)
         );
         // Every setting of the list was given above.
-        assert_eq!(ENV_SETTINGS.len(), 18);
+        assert_eq!(ENV_SETTINGS.len(), 19);
     }
 
     #[test]

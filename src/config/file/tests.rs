@@ -355,7 +355,7 @@ fn a_bad_duration_names_its_field_and_line() {
 fn bad_values_name_their_field() {
     let cases = [
         (
-            format!("database_url = \"mysql://db/app\"\n{MINIMAL}"),
+            format!("database_url = \"mongodb://db/app\"\n{MINIMAL}"),
             "database_url",
         ),
         (
