@@ -11,6 +11,8 @@ mod support;
 
 #[path = "mysql/differential.rs"]
 mod differential;
+#[path = "support/differential.rs"]
+mod differential_support;
 #[path = "mysql/plans.rs"]
 mod plans;
 #[path = "mysql/wakeups.rs"]

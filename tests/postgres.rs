@@ -25,6 +25,8 @@ use uuid::Uuid;
 mod cycle;
 #[path = "postgres/differential.rs"]
 mod differential;
+#[path = "support/differential.rs"]
+mod differential_support;
 #[path = "postgres/hand_off.rs"]
 mod hand_off;
 #[path = "postgres/heads.rs"]
