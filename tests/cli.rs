@@ -14,6 +14,8 @@
 
 #[path = "cli/bad_input.rs"]
 mod bad_input;
+#[path = "support/certificates.rs"]
+mod certificates;
 #[path = "cli/control.rs"]
 mod control;
 #[path = "cli/database_file.rs"]

@@ -17,6 +17,9 @@ use outbox_relay::{Outbox, OutboxMessageDraft};
 use serde_json::json;
 use sqlx::{ConnectOptions, Connection};
 
+#[path = "support/certificates.rs"]
+mod certificates;
+
 /// The directory holding initdb and pg_ctl.
 fn postgres_bin() -> PathBuf {
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
@@ -61,81 +64,6 @@ fn run(program: &Path, args: &[&str]) {
     );
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl is installed");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA, and a server certificate it signed for localhost and 127.0.0.1.
-fn make_certificates(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=outbox-relay test CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "server.pem",
-        ],
-    );
-}
-
 /// A PostgreSQL cluster of the test's own, stopped when dropped.
 struct Cluster {
     _dir: tempfile::TempDir,
@@ -150,7 +78,7 @@ impl Cluster {
         let bin = postgres_bin();
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_owned();
-        make_certificates(&root);
+        certificates::make_certificates(&root, "outbox-relay test CA", "server");
         let data = root.join("data");
         if is_root() {
             let status = Command::new("chown")

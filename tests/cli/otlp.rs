@@ -122,72 +122,10 @@ fn serve(stream: impl Read + Write, keep: &Shared) {
     }
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl is installed (.ci/run installs it)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A CA (`ca.pem` in `dir`), and the collector's TLS config with a certificate it signed
 /// for localhost and 127.0.0.1. The CA is the test's own: no system trusts it.
 fn collector_tls(dir: &Path) -> Arc<rustls::ServerConfig> {
-    let subject = |cn: &str| format!("/CN={cn}");
-    let ca = subject("outbox-relay OTLP test CA");
-    let server = subject("localhost");
-    openssl(
-        dir,
-        &[
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", &ca, "-keyout",
-            "ca.key", "-out", "ca.pem",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            &server,
-            "-keyout",
-            "collector.key",
-            "-out",
-            "collector.csr",
-        ],
-    );
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .expect("write san.ext");
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "collector.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "collector.pem",
-        ],
-    );
+    crate::certificates::make_certificates(dir, "outbox-relay OTLP test CA", "collector");
     let chain = CertificateDer::pem_file_iter(dir.join("collector.pem"))
         .expect("collector.pem")
         .collect::<Result<Vec<_>, _>>()

@@ -22,6 +22,8 @@ use outbox_relay::{
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
+#[path = "../support/certificates.rs"]
+mod certificates;
 mod kafka;
 mod nats;
 mod rabbitmq;
