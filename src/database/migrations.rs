@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use super::{DatabaseUrl, OpenError, StoreOptions};
+use super::{CreateMode, DatabaseUrl, OpenError, StoreOptions};
 
 /// The schema version a database is at, against the newest this build knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +26,32 @@ impl SchemaState {
     /// migrated it).
     pub fn is_ahead(&self) -> bool {
         self.applied.is_some_and(|applied| applied > self.latest)
+    }
+
+    /// Whether a relay may open the outbox at `location` in mode `create`: never one a
+    /// newer build migrated (this build does not know its schema), and with
+    /// [`CreateMode::MustExist`] only one at exactly this build's version. With
+    /// [`CreateMode::CreateIfMissing`] an older or missing schema is fine: opening migrates it.
+    pub(crate) fn may_open(&self, create: CreateMode, location: String) -> Result<(), OpenError> {
+        let latest = self.latest;
+        match self.applied {
+            Some(found) if found > latest => Err(OpenError::SchemaNewer {
+                location,
+                found,
+                known: latest,
+            }),
+            _ if create == CreateMode::CreateIfMissing || self.is_current() => Ok(()),
+            Some(version) => Err(OpenError::NotMigrated {
+                location,
+                reason: format!(
+                    "the outbox is at schema version {version}, this build needs {latest}"
+                ),
+            }),
+            None => Err(OpenError::NotMigrated {
+                location,
+                reason: "no outbox here".to_owned(),
+            }),
+        }
     }
 }
 
@@ -254,4 +280,53 @@ fn postgres_sql(
     _to: Option<i64>,
 ) -> Result<String, OpenError> {
     Err(OpenError::Unsupported("postgres"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(applied: Option<i64>) -> SchemaState {
+        SchemaState { applied, latest: 8 }
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_in_either_mode() {
+        for create in [CreateMode::CreateIfMissing, CreateMode::MustExist] {
+            match state(Some(9)).may_open(create, "here".into()) {
+                Err(OpenError::SchemaNewer {
+                    found: 9,
+                    known: 8,
+                    location,
+                }) => {
+                    assert_eq!(location, "here")
+                }
+                other => panic!("{create:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn migrating_opens_an_older_or_missing_schema_and_must_exist_does_not() {
+        for applied in [None, Some(3), Some(8)] {
+            assert!(state(applied)
+                .may_open(CreateMode::CreateIfMissing, "here".into())
+                .is_ok());
+        }
+        assert!(state(Some(8))
+            .may_open(CreateMode::MustExist, "here".into())
+            .is_ok());
+        for (applied, reason) in [
+            (None, "no outbox here"),
+            (
+                Some(3),
+                "the outbox is at schema version 3, this build needs 8",
+            ),
+        ] {
+            match state(applied).may_open(CreateMode::MustExist, "here".into()) {
+                Err(OpenError::NotMigrated { reason: said, .. }) => assert_eq!(said, reason),
+                other => panic!("{applied:?}: {other:?}"),
+            }
+        }
+    }
 }

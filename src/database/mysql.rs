@@ -94,29 +94,13 @@ pub(super) async fn open(
 
     let location = location(url, &config(options)?);
     let store = connect(url, raw, options).await?;
-    let latest = MysqlOutboxStore::latest_schema_version();
-    let applied = store.schema_version().await?;
-    if let Some(found) = applied.filter(|v| *v > latest) {
-        return Err(OpenError::SchemaNewer {
-            location,
-            found,
-            known: latest,
-        });
-    }
-    match options.create {
-        CreateMode::CreateIfMissing => store.migrate().await?,
-        CreateMode::MustExist => {
-            let reason = match applied {
-                Some(version) if version == latest => None,
-                Some(version) => Some(format!(
-                    "the outbox is at schema version {version}, this build needs {latest}"
-                )),
-                None => Some("no outbox here".to_owned()),
-            };
-            if let Some(reason) = reason {
-                return Err(OpenError::NotMigrated { location, reason });
-            }
-        }
+    let state = super::SchemaState {
+        applied: store.schema_version().await?,
+        latest: MysqlOutboxStore::latest_schema_version(),
+    };
+    state.may_open(options.create, location)?;
+    if options.create == CreateMode::CreateIfMissing {
+        store.migrate().await?;
     }
     Ok(crate::store::Outbox::new(store))
 }

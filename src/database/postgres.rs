@@ -313,28 +313,13 @@ pub(super) async fn open(
 
     let location = location(url, &config(options)?);
     let store = connect(url, raw, options).await?;
-    match options.create {
-        CreateMode::CreateIfMissing => store.migrate().await?,
-        CreateMode::MustExist => {
-            let latest = PostgresOutboxStore::latest_schema_version();
-            let reason = match store.schema_version().await? {
-                Some(version) if version > latest => {
-                    return Err(OpenError::SchemaNewer {
-                        location,
-                        found: i64::from(version),
-                        known: i64::from(latest),
-                    })
-                }
-                Some(version) if version == latest => None,
-                Some(version) => Some(format!(
-                    "the outbox is at schema version {version}, this build needs {latest}"
-                )),
-                None => Some("no outbox here".to_owned()),
-            };
-            if let Some(reason) = reason {
-                return Err(OpenError::NotMigrated { location, reason });
-            }
-        }
+    let state = super::SchemaState {
+        applied: store.schema_version().await?.map(i64::from),
+        latest: i64::from(PostgresOutboxStore::latest_schema_version()),
+    };
+    state.may_open(options.create, location)?;
+    if options.create == CreateMode::CreateIfMissing {
+        store.migrate().await?;
     }
     Ok(crate::store::Outbox::new(store))
 }
