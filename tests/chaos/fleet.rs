@@ -1,5 +1,5 @@
 //! Relay processes on one lane, whatever their database: `outbox-relay run` as a child
-//! process ([`RelayProcess`]), several of them writing their log sinks' lines into one pipe
+//! process ([`RelayProcess`], which every chaos test with relay processes starts), several of them writing their log sinks' lines into one pipe
 //! ([`Fleet`], [`DeliveryStream`]), their config ([`relay_config`]), and the waits and checks
 //! every scenario with killed relays makes ([`wait_mid_batch`], [`wait_all_delivered`],
 //! [`assert_printed_attempts`]).

@@ -179,8 +179,8 @@ fn relays_on_mariadb_survive_a_killed_relay_and_a_database_crash_and_keep_per_ke
         .iter()
         .map(|name| fleet.relay(name).times_logged(STORE_ERROR))
         .collect();
-    server.crash();
     let crashed_at = Instant::now();
+    server.crash();
     let lines_at_crash = fleet.stream.len();
     wait_until(
         "each survivor to report a store error",
