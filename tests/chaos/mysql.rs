@@ -62,13 +62,16 @@ async fn open(url: &str) -> Outbox {
     )
 }
 
+/// Claims by message: (attempt count, holder).
+type Claims = HashMap<Uuid, (u32, String)>;
+
 /// Every claim on the lane as the crash left it, with its attempt count and holder, and
 /// the lane's (pending, claimed, delivered, dead): read with the server reachable through
 /// its socket alone, so no relay can change a row before it is read. Stops the server.
 fn claims_at_crash(
     runtime: &Runtime,
     server: &mut MariadbServer,
-) -> (HashMap<Uuid, (u32, String)>, (u64, u64, u64, u64)) {
+) -> (Claims, (u64, u64, u64, u64)) {
     server.start_socket_only();
     let read = runtime.block_on(async {
         let store = open(&server.socket_url(DATABASE)).await;
