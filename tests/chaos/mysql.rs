@@ -27,7 +27,7 @@ mod mariadb_server;
 use mariadb_server::MariadbServer;
 
 const DATABASE: &str = "outbox";
-/// The server user the victim connects as, so that its sessions can be told apart.
+/// The server user the victim connects as, so that its connections can be told apart.
 const VICTIM_USER: &str = "victim";
 const VICTIM: &str = "victim";
 const SURVIVORS: [&str; 2] = ["relay-a", "relay-b"];
