@@ -1,6 +1,6 @@
-//! Faults injected for real against PostgreSQL: a relay process killed with SIGKILL in the
-//! middle of its deliveries, and a database that goes away under a running relay and comes
-//! back.
+//! Faults injected for real against PostgreSQL and MariaDB: a relay process killed with
+//! SIGKILL in the middle of its deliveries, a database that goes away under a running relay
+//! and comes back, and a database server that crashes and restarts.
 //!
 //! - [`killed_process`]: two `outbox-relay run` processes on one schema and lane; one is
 //!   killed mid-batch; the survivor must take over its claims, in order, losing nothing.
@@ -13,19 +13,26 @@
 //!   cuts, its connections for longer than the lease, three times. No two requests of a
 //!   key in flight at once, first arrivals in per-key order, nothing lost, duplicates
 //!   within the claims held at the cuts.
-//! - [`mysql`]: the killed relay process on MariaDB: two `outbox-relay run` processes on
-//!   one database, one SIGKILLed mid-batch; nothing lost, per-key order kept.
+//! - [`mysql`]: three `outbox-relay run` processes on MariaDB, on a server the test starts
+//!   itself: one SIGKILLed mid-batch, then the server SIGKILLed and started again while the
+//!   others deliver; nothing lost, per-key order kept, only what was claimed at a kill
+//!   attempted again.
 //! - [`lane_control`]: three `outbox-relay run` processes on one database (PostgreSQL, and
 //!   one SQLite file); `outbox-relay pause` stops their claims within a second (printed),
 //!   a restart of all three keeps the lane paused, `resume` restarts delivery.
 //!
-//! Each test has its own schema (`chaos_<uuid>`, dropped when the test ends, pass or fail),
-//! its own temporary directory and its own ports. Every wait polls a condition under a
+//! The tests with relay processes on one lane share [`fleet`]: the processes, their output
+//! in one order, their config and the checks on what they printed.
+//!
+//! Each test has its own schema (`chaos_<uuid>`, dropped when the test ends, pass or fail;
+//! the MariaDB test has a server of its own, killed and removed likewise), its own
+//! temporary directory and its own ports. Every wait polls a condition under a
 //! generous deadline; no sleep stands in for a condition. Every child process is killed
 //! by a guard, even when the test panics.
 //!
 //! PostgreSQL: `OUTBOX_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`.
-//! An unreachable server fails the tests; nothing is skipped.
+//! An unreachable server fails the tests; nothing is skipped. MariaDB: the server binaries
+//! (`mariadbd`, `mariadb-install-db`), or the test fails saying so.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::thread;
@@ -40,6 +47,8 @@ use uuid::Uuid;
 // The test's parts live in tests/chaos/ (a crate root looks for modules beside itself).
 #[path = "chaos/database_outage.rs"]
 mod database_outage;
+#[path = "chaos/fleet.rs"]
+mod fleet;
 #[path = "chaos/killed_process.rs"]
 mod killed_process;
 #[path = "chaos/lane_control.rs"]

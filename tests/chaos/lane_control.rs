@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use outbox_relay::{Outbox, SqliteOutboxStore};
 
-use crate::killed_process::RelayProcess;
+use crate::fleet::RelayProcess;
 use crate::{counts, direct_store, enqueue, postgres_url, wait_until, Schema, BIN};
 
 const LANE: &str = "fleet";

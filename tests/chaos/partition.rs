@@ -12,7 +12,7 @@ use outbox_relay::Outbox;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,9 +23,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::fleet::RelayProcess;
 use crate::{
     assert_first_deliveries_in_enqueue_order, counts, direct_store, messages, postgres_url,
-    wait_until_async, with_application_name, Schema, Sent, BIN, DEADLINE,
+    wait_until_async, with_application_name, Schema, Sent, DEADLINE,
 };
 
 const LANE: &str = "partition";
@@ -268,79 +269,12 @@ async fn serve(mut conn: TcpStream, seen: Arc<Mutex<Seen>>) {
 
 // ---- The relays ----------------------------------------------------------------------------
 
-/// `outbox-relay run` as a child process, killed when dropped.
-struct Relay {
-    name: &'static str,
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Relay {
-    fn start(name: &'static str, dir: &Path, config: &str) -> Self {
-        let path = dir.join(format!("{name}.toml"));
-        std::fs::write(&path, config).expect("write the config");
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(&path)
-            .arg("run")
-            .current_dir(dir)
-            .env_remove("OUTBOX_DATABASE_URL")
-            .env_remove("OUTBOX_METRICS_LISTEN")
-            .env_remove("OUTBOX_LOG_FORMAT")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start outbox-relay run");
-        let stderr = crate::stderr::capture(child.stderr.take().expect("stderr piped"));
-        Self {
-            name,
-            child,
-            stderr,
-        }
-    }
-
-    fn log(&self) -> String {
-        format!(
-            "--- relay {} stderr ---\n{}",
-            self.name,
-            self.stderr.lock().unwrap()
-        )
-    }
-
-    fn assert_alive(&mut self) {
-        if let Some(status) = self.child.try_wait().expect("poll the relay") {
-            panic!("relay {} exited ({status})\n{}", self.name, self.log());
-        }
-    }
-
-    async fn sigterm(&mut self) -> std::process::ExitStatus {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -TERM failed");
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("poll the relay") {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "relay {} ignores SIGTERM",
-                self.name
-            );
-            tokio::time::sleep(crate::POLL).await;
-        }
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Writes `config` for relay `name` into `dir` and starts it (its stdout unread: it
+/// delivers to the test's receiver).
+fn start_relay(name: &'static str, dir: &Path, config: &str) -> RelayProcess {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, config).expect("write the config");
+    RelayProcess::start(name, dir, &path, Stdio::null())
 }
 
 fn relay_config(
@@ -442,12 +376,12 @@ async fn a_relay_cut_off_from_the_database_keeps_per_key_order_and_loses_nothing
         with_application_name(url.as_str(), &a_app)
     };
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let mut a = Relay::start(
+    let a = start_relay(
         "a",
         dir.path(),
         &relay_config(&proxied, &schema.name, "a", receiver.addr),
     );
-    let mut b = Relay::start(
+    let b = start_relay(
         "b",
         dir.path(),
         &relay_config(&postgres_url(), &schema.name, "b", receiver.addr),
@@ -550,12 +484,14 @@ async fn a_relay_cut_off_from_the_database_keeps_per_key_order_and_loses_nothing
         (0, 0, total, 0),
         "(pending, claimed, delivered, dead)"
     );
-    let exits = [a.sigterm().await, b.sigterm().await];
+    // The wait for each exit blocks: off the runtime's workers, which serve the receiver
+    // the relays drain their deliveries to.
+    let exits = tokio::task::block_in_place(|| [a.sigterm(), b.sigterm()]);
     assert!(
         exits.iter().all(|e| e.success()),
         "{exits:?}\n{}\n{}",
-        a.log(),
-        b.log()
+        a.stderr(),
+        b.stderr()
     );
 
     let overlaps = receiver.overlaps();
@@ -586,7 +522,7 @@ async fn a_relay_cut_off_from_the_database_keeps_per_key_order_and_loses_nothing
         duplicates <= bound,
         "{duplicates} duplicates, more than the {bound} claims a held at the cuts"
     );
-    let a_log = a.log();
+    let a_log = a.stderr();
     assert!(
         a_log.contains("store call failed"),
         "relay a never saw the database go away:\n{a_log}"
