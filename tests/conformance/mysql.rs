@@ -1,5 +1,6 @@
-//! The conformance suite against `MysqlOutboxStore` on MariaDB (or MySQL 8), over a real
-//! connection. Each case gets a database of its own, dropped when it ends.
+//! The conformance suite against `MysqlOutboxStore` on MariaDB (or MySQL) at
+//! `OUTBOX_TEST_MYSQL_URL`, over a real connection (`oracle_mysql.rs`: on Oracle MySQL). Each case gets a database of its own, dropped when it
+//! ends.
 
 #[path = "../support/mysql.rs"]
 mod support;
