@@ -54,7 +54,7 @@
 //! | `prometheus` | yes | `metrics::prometheus_builder`: the Prometheus recorder with the dashboard's buckets |
 //! | `http` | yes | `http::router` (one axum router: `/metrics`, `/healthz`, `/readyz`, `/api/v1`) and `http::install_prometheus_exporter` (adds `axum`) |
 //! | `postgres` | no | `PostgresOutboxStore` (rustls TLS), enqueue inside your `sqlx` transaction; re-exports `outbox_relay::sqlx` |
-//! | `mysql` | no | `MysqlOutboxStore` for MySQL 8 and MariaDB 10.6+ (rustls TLS), enqueue inside your `sqlx` transaction; re-exports `outbox_relay::sqlx` |
+//! | `mysql` | no | `MysqlOutboxStore` for MySQL 8.0.19+ and MariaDB 10.6+ (rustls TLS), enqueue inside your `sqlx` transaction; re-exports `outbox_relay::sqlx` |
 //! | `file-config` | no | `config::file`: a relay described by a TOML file (adds `toml`) |
 //! | `webhook-sink` | no | `sinks::webhook`: Standard Webhooks, signed (adds `reqwest`) |
 //! | `nats-sink` | no | `sinks::nats`: NATS JetStream (adds `async-nats`) |

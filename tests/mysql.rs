@@ -1,6 +1,8 @@
-//! What only the MySQL store does, on MariaDB (or MySQL 8) at `OUTBOX_TEST_MYSQL_URL`
-//! (default `mysql://root@127.0.0.1:3306/test`; the tests panic when it is unreachable).
-//! Each test creates a database of its own and drops it. In `mysql/`: the differential run
+//! What only the MySQL store does, on MariaDB (or MySQL) at `OUTBOX_TEST_MYSQL_URL`
+//! (default `mysql://root@127.0.0.1:3306/test`), and the differential run and the plan
+//! guards again on Oracle MySQL at `OUTBOX_TEST_MYSQL8_URL` (default
+//! `mysql://root@127.0.0.1:3307/test`, started by `.ci/mysql-sid`); the tests panic when a
+//! server is unreachable. Each test creates a database of its own and drops it. In `mysql/`: the differential run
 //! against the in-memory reference store (`differential.rs`), the EXPLAIN guards on the
 //! claim's cost (`plans.rs`), wake-ups and pickup latency (`wakeups.rs`), and the caller's
 //! transaction with the key-head lock (`caller_tx.rs`).

@@ -1,4 +1,5 @@
-//! `MysqlOutboxStore`: the outbox in MySQL 8 or MariaDB 10.6+, through sqlx's MySQL driver.
+//! `MysqlOutboxStore`: the outbox in MySQL 8.0.19+ or MariaDB 10.6+, through sqlx's MySQL
+//! driver.
 //! The same semantics as [`InMemoryOutboxStore`](super::memory::InMemoryOutboxStore), row
 //! for row (the conformance suite and the differential run check both).
 //!
@@ -9,10 +10,12 @@
 //!   written by another process, or by a service's own transaction, is found by an adaptive
 //!   poll of the newest sequence (one index dive, every 50 ms after activity, backing off
 //!   to once a second when quiet): within [`PICKUP_LATENCY`] of its commit.
-//! - **No `UPDATE … RETURNING`** (MariaDB has `INSERT/DELETE … RETURNING`, MySQL 8 has
-//!   neither). A claim is one transaction: it selects the rows it takes with
-//!   `FOR UPDATE SKIP LOCKED`, in index order, stops at its limit, then updates them by
-//!   primary key. The transaction commits at once, so no lock is held while a handler runs.
+//! - **No `RETURNING`** (MariaDB has `INSERT/DELETE … RETURNING`, MySQL has none at all),
+//!   so no statement uses it, on either server. A claim is one transaction: it selects the
+//!   rows it takes with `FOR UPDATE SKIP LOCKED`, in index order, stops at its limit, then
+//!   updates them by primary key. The transaction commits at once, so no lock is held while
+//!   a handler runs. An enqueue inserts, then reads the sequences of its rows back by
+//!   `outbox_id`.
 //! - **No partial indexes.** The claim reads two indexes over generated columns that are
 //!   `NULL` for every row it must not see: `ready_at` (the due time of a pending row that
 //!   heads its key, or has none) and `lapse_at` (the lease end of a claimed row). A range
@@ -21,6 +24,11 @@
 //! - **The store's clock, not the database's.** Timestamps are Unix milliseconds written
 //!   by the store from its [`Clock`] (the system clock unless configured): relays sharing
 //!   a database must keep their clocks in step (NTP), as with SQLite.
+//!
+//! # MySQL and MariaDB
+//!
+//! The statements are SQL both servers accept; the few that differ branch on the
+//! [`Dialect`] the store asks the server for before its first transaction (`dialect.rs`).
 //!
 //! # Per-key order
 //!
@@ -66,6 +74,7 @@ use crate::time::UnixMillis;
 
 mod admin;
 mod claim;
+mod dialect;
 mod explain;
 mod fenced;
 mod heads;
@@ -75,7 +84,8 @@ mod schema;
 mod watch;
 mod write;
 
-pub use explain::{ClaimPlan, Explain};
+pub use dialect::Dialect;
+pub use explain::{Access, ClaimPlan, Explain, TableRead};
 pub use schema::MAX_TABLE_PREFIX_LEN;
 pub use watch::{WATCH_MAX_INTERVAL, WATCH_MIN_INTERVAL};
 
@@ -203,6 +213,7 @@ impl MysqlOutboxStore {
             .await
             .map_err(|e| db_error(StoreOp::Connect, e))?;
         let store = Self::new(pool, config)?;
+        store.probe_dialect(StoreOp::Connect).await?;
         store.migrate().await?;
         Ok(store)
     }
@@ -226,6 +237,7 @@ impl MysqlOutboxStore {
     /// Creates or upgrades the tables. Idempotent; several processes may run it at once
     /// (they take turns under `GET_LOCK`).
     pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.probe_dialect(StoreOp::Migrate).await?;
         schema::migrate(&self.pool, &self.names, self.migration_lock_timeout).await
     }
 
@@ -278,12 +290,29 @@ impl MysqlOutboxStore {
         &self.names.messages
     }
 
+    /// The server's dialect: MariaDB or MySQL (asked once, then kept; see [`Dialect`]).
+    pub async fn dialect(&self) -> Result<Dialect, StoreError> {
+        self.probe_dialect(StoreOp::Connect).await
+    }
+
+    /// Asks the server for its dialect the first time; later calls answer what it said.
+    async fn probe_dialect(&self, op: StoreOp) -> Result<Dialect, StoreError> {
+        if let Some(known) = self.names.known_dialect() {
+            return Ok(known);
+        }
+        let mut conn = self.pool.acquire().await.map_err(|e| db_error(op, e))?;
+        let found = dialect::probe(&mut conn, op).await?;
+        Ok(self.names.learn_dialect(found))
+    }
+
     fn now(&self) -> UnixMillis {
         self.clock.now_millis()
     }
 
     /// A transaction of the store's own, at `READ COMMITTED` (module docs).
     async fn begin(&self, op: StoreOp) -> Result<Transaction<'static, MySql>, StoreError> {
+        // Statements that differ between the servers may run in it.
+        self.probe_dialect(op).await?;
         self.pool
             .begin_with("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
             .await
@@ -305,6 +334,10 @@ impl MysqlOutboxStore {
         conn: &mut sqlx::MySqlConnection,
         drafts: &DraftBatch,
     ) -> Result<Vec<Enqueued>, StoreError> {
+        if self.names.known_dialect().is_none() {
+            let found = dialect::probe(conn, StoreOp::Enqueue).await?;
+            self.names.learn_dialect(found);
+        }
         write::write(conn, &self.names, drafts, self.now(), true).await
     }
 }

@@ -2,8 +2,17 @@
 //! now on a lane: for operators who want to see what a claim reads on their data, and for
 //! the guard test that pins the plans (`tests/mysql/plans.rs`). Nothing is changed: the
 //! statements run, if at all, in a transaction that is rolled back.
+//!
+//! The servers answer in different JSON: MariaDB and MySQL's first format nest
+//! `query_block`s of tables (`access_type` `range`, `ref`, `index`, `ALL`; `key`; `rows`,
+//! `r_rows` or `rows_examined_per_scan`; `filesort` or `using_filesort`), MySQL's second
+//! format (8.3+, the default in 9) is a tree of operations (`access_type` `index` with an
+//! `index_access_type`, `table`, `sort`; `index_name`; `estimated_rows`, `actual_rows`).
+//! [`ClaimPlan::reads`] and [`ClaimPlan::sorts`] read both into one answer.
 
 use sqlx::{AssertSqlSafe, Row};
+
+use serde_json::Value;
 
 use crate::store::{ClaimRequest, StoreError, StoreOp};
 
@@ -11,7 +20,7 @@ use super::claim::{
     first_dead_sql, next_lapse_sql, run_sql, running_sql, scan_sql, stops_sql, Scan,
 };
 use super::row::{db_error, opt_text};
-use super::MysqlOutboxStore;
+use super::{Dialect, MysqlOutboxStore};
 
 /// One statement of a claim and the server's plan for it.
 #[derive(Debug, Clone)]
@@ -22,9 +31,42 @@ pub struct ClaimPlan {
     pub statement: &'static str,
     /// The statement as explained.
     pub sql: String,
-    /// The server's `EXPLAIN FORMAT=JSON` answer, or with [`Explain::Analyze`] its
-    /// `ANALYZE FORMAT=JSON` answer (the rows each table really read, as `r_rows`).
+    /// The server's `EXPLAIN FORMAT=JSON` answer, or with [`Explain::Analyze`] MariaDB's
+    /// `ANALYZE FORMAT=JSON` or MySQL's `EXPLAIN ANALYZE FORMAT=JSON` answer (with the rows
+    /// each table really read).
     pub plan: serde_json::Value,
+}
+
+/// How a statement reaches the rows of one table, as its plan says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Access {
+    /// A range of an index (`range`; MySQL's `index_range_scan`).
+    IndexRange,
+    /// The entries of an index under one key value (`ref`, `eq_ref`, `const`; MySQL's
+    /// `index_lookup`).
+    IndexLookup,
+    /// Answered while planning, by one dive into an index (`MIN`/`MAX` over an index
+    /// range: "Select tables optimized away", "No matching min/max row").
+    OneIndexDive,
+    /// Every entry of an index (`index`; MySQL's `index_scan`).
+    FullIndexScan,
+    /// Every row of the table (`ALL`; MySQL's `table`).
+    FullTableScan,
+    /// Any other access, as the server named it.
+    Other(String),
+}
+
+/// One table a statement reads, read from its plan ([`ClaimPlan::reads`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TableRead {
+    /// How the rows are reached.
+    pub access: Access,
+    /// The index read, when the plan names one.
+    pub index: Option<String>,
+    /// The rows read per loop: really read when the plan was analyzed, else estimated.
+    pub rows: u64,
 }
 
 /// How [`MysqlOutboxStore::explain_claim`] asks.
@@ -33,9 +75,104 @@ pub struct ClaimPlan {
 pub enum Explain {
     /// `EXPLAIN FORMAT=JSON`: the plan, with estimated rows (MySQL 8 and MariaDB).
     Plan,
-    /// `ANALYZE FORMAT=JSON` (MariaDB only): runs each statement, inside a transaction
-    /// that is rolled back, and answers the plan with the rows really read.
+    /// MariaDB's `ANALYZE FORMAT=JSON`, MySQL's `EXPLAIN ANALYZE FORMAT=JSON` (8.3+): runs
+    /// each statement, inside a transaction that is rolled back, and answers the plan with
+    /// the rows really read.
     Analyze,
+}
+
+impl ClaimPlan {
+    /// Every table the statement reads, in the plan's order, whichever server's JSON the
+    /// plan is in (module docs).
+    pub fn reads(&self) -> Vec<TableRead> {
+        let mut out = Vec::new();
+        collect_reads(&self.plan, &mut out);
+        out
+    }
+
+    /// Whether the plan sorts rows (a filesort) instead of reading them in index order.
+    pub fn sorts(&self) -> bool {
+        plan_sorts(&self.plan)
+    }
+}
+
+/// What a plan says when a table was answered while planning by one index dive.
+const ANSWERED_BY_ONE_INDEX_DIVE: [&str; 2] =
+    ["No matching min/max row", "Select tables optimized away"];
+
+fn rows_of(node: &serde_json::Map<String, Value>) -> u64 {
+    // Really read (MariaDB's ANALYZE, MySQL's EXPLAIN ANALYZE), else the estimate.
+    [
+        "r_rows",
+        "actual_rows",
+        "rows",
+        "rows_examined_per_scan",
+        "estimated_rows",
+    ]
+    .iter()
+    .find_map(|name| node.get(*name).and_then(Value::as_f64))
+    .map_or(0, |rows| rows.max(0.0).ceil() as u64)
+}
+
+fn collect_reads(plan: &Value, out: &mut Vec<TableRead>) {
+    match plan {
+        Value::Object(node) => {
+            let text = |name: &str| node.get(name).and_then(Value::as_str);
+            let dive = [text("message"), text("zero_rows_cause")]
+                .into_iter()
+                .flatten()
+                .any(|m| ANSWERED_BY_ONE_INDEX_DIVE.contains(&m))
+                || text("access_type") == Some("rows_fetched_before_execution");
+            if dive {
+                out.push(TableRead {
+                    access: Access::OneIndexDive,
+                    index: None,
+                    rows: 1,
+                });
+            } else if let Some(access) = text("access_type") {
+                // MySQL's second format names every node's operation in `access_type`;
+                // only the ones over a table are reads.
+                let over_table = node.contains_key("table_name");
+                let v2 = node.contains_key("index_name") || node.contains_key("estimated_rows");
+                let access = match (access, text("index_access_type")) {
+                    (_, Some("index_range_scan")) | ("range", None) => Some(Access::IndexRange),
+                    (_, Some("index_lookup")) | ("ref" | "eq_ref" | "const" | "system", None) => {
+                        Some(Access::IndexLookup)
+                    }
+                    (_, Some("index_scan")) => Some(Access::FullIndexScan),
+                    ("index", None) if !v2 => Some(Access::FullIndexScan),
+                    ("ALL", None) => Some(Access::FullTableScan),
+                    ("table", None) if over_table => Some(Access::FullTableScan),
+                    (_, Some(other)) => Some(Access::Other(other.to_owned())),
+                    (other, None) if !v2 || over_table => Some(Access::Other(other.to_owned())),
+                    _ => None,
+                };
+                if let Some(access) = access {
+                    out.push(TableRead {
+                        access,
+                        index: text("key").or(text("index_name")).map(str::to_owned),
+                        rows: rows_of(node),
+                    });
+                }
+            }
+            node.values().for_each(|v| collect_reads(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_reads(v, out)),
+        _ => {}
+    }
+}
+
+fn plan_sorts(plan: &Value) -> bool {
+    match plan {
+        Value::Object(node) => {
+            node.contains_key("filesort")
+                || node.get("using_filesort").and_then(Value::as_bool) == Some(true)
+                || node.get("access_type").and_then(Value::as_str) == Some("sort")
+                || node.values().any(plan_sorts)
+        }
+        Value::Array(items) => items.iter().any(plan_sorts),
+        _ => false,
+    }
 }
 
 impl MysqlOutboxStore {
@@ -47,13 +184,22 @@ impl MysqlOutboxStore {
         how: Explain,
     ) -> Result<Vec<ClaimPlan>, StoreError> {
         const OP: StoreOp = StoreOp::Maintenance;
-        let prefix = match how {
-            Explain::Plan => "EXPLAIN FORMAT=JSON",
-            Explain::Analyze => "ANALYZE FORMAT=JSON",
+        let dialect = self.probe_dialect(OP).await?;
+        let prefix = match (how, dialect) {
+            (Explain::Plan, _) => "EXPLAIN FORMAT=JSON",
+            (Explain::Analyze, Dialect::MariaDb) => "ANALYZE FORMAT=JSON",
+            (Explain::Analyze, Dialect::MySql) => "EXPLAIN ANALYZE FORMAT=JSON",
         };
         let now = self.now();
         let limit = request.limit.max(1);
         let mut conn = self.begin(OP).await?;
+        if (how, dialect) == (Explain::Analyze, Dialect::MySql) {
+            // MySQL analyzes only into its second JSON format (the default from 9.0 on).
+            sqlx::query("SET SESSION explain_json_format_version = 2")
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| db_error(OP, e))?;
+        }
         // The keys the gates and runs would look at: those of the first due heads.
         let (first_page, _) = scan_sql(&self.names, Scan::Ready, now, None, limit, false);
         let rows = sqlx::query(AssertSqlSafe(first_page))
@@ -153,6 +299,13 @@ impl MysqlOutboxStore {
             plan: plan_of(query.fetch_one(&mut *conn).await, OP)?,
             sql,
         });
+        if (how, dialect) == (Explain::Analyze, Dialect::MySql) {
+            // The connection goes back to the pool: leave its session as it was.
+            sqlx::query("SET SESSION explain_json_format_version = DEFAULT")
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| db_error(OP, e))?;
+        }
         conn.rollback().await.map_err(|e| db_error(OP, e))?;
         Ok(plans)
     }
@@ -165,4 +318,117 @@ fn plan_of(
     let row = row.map_err(|e| db_error(op, e))?;
     let text: String = row.try_get(0).map_err(|e| db_error(op, e))?;
     serde_json::from_str(&text).map_err(|e| StoreError::database(op, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn plan(value: Value) -> ClaimPlan {
+        ClaimPlan {
+            statement: "ready",
+            sql: String::new(),
+            plan: value,
+        }
+    }
+
+    fn read(access: Access, index: Option<&str>, rows: u64) -> TableRead {
+        TableRead {
+            access,
+            index: index.map(str::to_owned),
+            rows,
+        }
+    }
+
+    #[test]
+    fn mariadb_plans_give_their_tables_rows_really_read_and_sorts() {
+        // MariaDB 10.11, ANALYZE FORMAT=JSON of a range read and of a full scan with a sort.
+        let analyzed = plan(json!({"query_block": {"select_id": 1, "r_loops": 1,
+            "table": {"table_name": "outbox_messages", "access_type": "range",
+                "key": "ready", "rows": 99000, "r_rows": 64, "filtered": 100}}}));
+        assert_eq!(
+            analyzed.reads(),
+            [read(Access::IndexRange, Some("ready"), 64)]
+        );
+        assert!(!analyzed.sorts());
+        let sorted = plan(json!({"query_block": {"select_id": 1,
+            "filesort": {"sort_key": "created_at", "table": {"table_name": "outbox_messages",
+                "access_type": "ALL", "rows": 1000}}}}));
+        assert_eq!(sorted.reads(), [read(Access::FullTableScan, None, 1000)]);
+        assert!(sorted.sorts());
+        let dive = plan(json!({"query_block": {"select_id": 1,
+            "table": {"message": "Select tables optimized away"}}}));
+        assert_eq!(dive.reads(), [read(Access::OneIndexDive, None, 1)]);
+    }
+
+    #[test]
+    fn mysql_first_format_plans_give_their_tables_and_sorts() {
+        let lookup = plan(
+            json!({"query_block": {"select_id": 1, "ordering_operation": {
+            "using_filesort": false, "table": {"table_name": "outbox_messages",
+                "access_type": "ref", "key": "by_key", "rows_examined_per_scan": 3,
+                "rows_produced_per_join": 3}}}}),
+        );
+        assert_eq!(
+            lookup.reads(),
+            [read(Access::IndexLookup, Some("by_key"), 3)]
+        );
+        assert!(!lookup.sorts());
+        let scan = plan(
+            json!({"query_block": {"select_id": 1, "ordering_operation": {
+            "using_filesort": true, "table": {"table_name": "outbox_messages",
+                "access_type": "index", "key": "pending", "rows_examined_per_scan": 500}}}}),
+        );
+        assert_eq!(
+            scan.reads(),
+            [read(Access::FullIndexScan, Some("pending"), 500)]
+        );
+        assert!(scan.sorts());
+    }
+
+    #[test]
+    fn mysql_second_format_plans_give_only_the_operations_over_tables() {
+        // MySQL 9.7, EXPLAIN ANALYZE FORMAT=JSON: a limit over an index range scan, and a
+        // union of two MIN()s answered while planning.
+        let range = plan(json!({"query_plan": {"operation": "Limit: 64 row(s)",
+            "access_type": "limit", "estimated_rows": 64.0, "actual_rows": 64.0,
+            "inputs": [{"operation": "Index range scan on outbox_messages using ready",
+                "table_name": "outbox_messages", "index_name": "ready",
+                "access_type": "index", "index_access_type": "index_range_scan",
+                "estimated_rows": 99000.0, "actual_rows": 64.0, "actual_loops": 1}]},
+            "json_schema_version": "2.0"}));
+        assert_eq!(range.reads(), [read(Access::IndexRange, Some("ready"), 64)]);
+        assert!(!range.sorts());
+        let dives = plan(json!({"query_plan": {"access_type": "append",
+            "estimated_rows": 2.0, "inputs": [
+                {"access_type": "stream", "estimated_rows": 1.0, "inputs": [
+                    {"access_type": "zero_rows_aggregated", "estimated_rows": 1.0,
+                     "zero_rows_cause": "No matching min/max row"}]},
+                {"access_type": "stream", "estimated_rows": 1.0, "inputs": [
+                    {"access_type": "rows_fetched_before_execution",
+                     "estimated_rows": 1.0}]}]}}));
+        assert_eq!(
+            dives.reads(),
+            [
+                read(Access::OneIndexDive, None, 1),
+                read(Access::OneIndexDive, None, 1)
+            ]
+        );
+        let scan = plan(json!({"query_plan": {"access_type": "sort",
+            "operation": "Sort: outbox_messages.created_at", "estimated_rows": 10.0,
+            "inputs": [{"operation": "Table scan on outbox_messages",
+                "table_name": "outbox_messages", "access_type": "table",
+                "estimated_rows": 10.0}]}}));
+        assert_eq!(scan.reads(), [read(Access::FullTableScan, None, 10)]);
+        assert!(scan.sorts());
+        let full_index = plan(json!({"query_plan": {"table_name": "outbox_messages",
+            "access_type": "index", "index_access_type": "index_scan",
+            "index_name": "pending", "estimated_rows": 10.0}}));
+        assert_eq!(
+            full_index.reads(),
+            [read(Access::FullIndexScan, Some("pending"), 10)]
+        );
+    }
 }

@@ -123,10 +123,10 @@ pub(super) async fn refresh(
         set_mark(conn, names, &mark, 1, op).await?;
         if !record.is_empty() {
             let sql = format!(
-                "INSERT INTO {} (lane, target, ordering_key, head_seq) VALUES {} \
-                 ON DUPLICATE KEY UPDATE head_seq = VALUES(head_seq)",
+                "INSERT INTO {} (lane, target, ordering_key, head_seq) VALUES {}{}",
                 names.keys,
-                vec!["(?, ?, ?, ?)"; record.len()].join(", ")
+                vec!["(?, ?, ?, ?)"; record.len()].join(", "),
+                names.dialect().upsert(&["head_seq"])
             );
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for ((lane, target, key), head) in &record {

@@ -26,14 +26,18 @@ impl MysqlOutboxStore {
             reason: request.reason.clone(),
             paused_at: self.now(),
         };
+        // The new values bound twice, not read back with `VALUES(col)`: MySQL deprecated
+        // that, and MariaDB has no row alias, so this is the text both servers accept.
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO {} ({COLUMNS}) VALUES (?, ?, ?, ?, ?) \
-             ON DUPLICATE KEY UPDATE paused_by = VALUES(paused_by), reason = VALUES(reason), \
-             paused_at = VALUES(paused_at)",
+             ON DUPLICATE KEY UPDATE paused_by = ?, reason = ?, paused_at = ?",
             self.names.lane_control
         )))
         .bind(&pause.lane)
         .bind(&pause.target)
+        .bind(&pause.paused_by)
+        .bind(&pause.reason)
+        .bind(pause.paused_at.as_millis())
         .bind(&pause.paused_by)
         .bind(&pause.reason)
         .bind(pause.paused_at.as_millis())

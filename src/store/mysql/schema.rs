@@ -7,6 +7,7 @@
 //! version is recorded only after all its statements succeeded: a run cut short is
 //! completed by the next.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::mysql::MySqlPool;
@@ -15,13 +16,15 @@ use sqlx::{AssertSqlSafe, Executor, Row};
 use crate::message::ValidationError;
 use crate::store::{StoreError, StoreOp};
 
+use super::dialect::Dialect;
 use super::row::db_error;
 
 /// The longest table prefix: MySQL names are at most 64 characters, and the longest table
 /// adds `_lane_control`.
 pub const MAX_TABLE_PREFIX_LEN: usize = 40;
 
-/// The quoted names of one outbox's tables.
+/// The quoted names of one outbox's tables, and the dialect of the server they are on:
+/// what the text of a statement depends on.
 #[derive(Debug, Clone)]
 pub(super) struct Names {
     /// The prefix, unquoted.
@@ -35,6 +38,8 @@ pub(super) struct Names {
     pub(super) lane_control: String,
     /// `{prefix}_migrations`.
     pub(super) migrations: String,
+    /// Set once, by the store's probe before its first transaction (`MysqlOutboxStore::dialect`).
+    dialect: Arc<OnceLock<Dialect>>,
 }
 
 impl Names {
@@ -46,7 +51,25 @@ impl Names {
             keys: quoted("keys"),
             lane_control: quoted("lane_control"),
             migrations: quoted("migrations"),
+            dialect: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// The server's dialect. Before the probe (which every transaction of the store and
+    /// every enqueue in a caller's transaction waits for) this is MariaDB's, whose text
+    /// MySQL also still runs.
+    pub(super) fn dialect(&self) -> Dialect {
+        self.dialect.get().copied().unwrap_or(Dialect::MariaDb)
+    }
+
+    /// Whether the dialect is known.
+    pub(super) fn known_dialect(&self) -> Option<Dialect> {
+        self.dialect.get().copied()
+    }
+
+    /// Records the dialect the probe found (the first answer stays: one server per pool).
+    pub(super) fn learn_dialect(&self, dialect: Dialect) -> Dialect {
+        *self.dialect.get_or_init(|| dialect)
     }
 }
 

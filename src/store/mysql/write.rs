@@ -289,10 +289,10 @@ async fn record_heads(
         .collect();
     for chunk in entries.chunks(200) {
         let sql = format!(
-            "INSERT INTO {} (lane, target, ordering_key, head_seq) VALUES {} \
-             ON DUPLICATE KEY UPDATE head_seq = VALUES(head_seq)",
+            "INSERT INTO {} (lane, target, ordering_key, head_seq) VALUES {}{}",
             names.keys,
-            vec!["(?, ?, ?, ?)"; chunk.len()].join(", ")
+            vec!["(?, ?, ?, ?)"; chunk.len()].join(", "),
+            names.dialect().upsert(&["head_seq"])
         );
         let mut query = sqlx::query(AssertSqlSafe(sql));
         for ((lane, target, key), head) in chunk {
