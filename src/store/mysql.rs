@@ -81,12 +81,14 @@ mod explain;
 mod fenced;
 mod heads;
 mod lane_control;
+mod list;
 mod row;
 mod schema;
 mod watch;
 mod write;
 
 pub use explain::{ClaimPlan, Explain};
+pub use list::ListPlan;
 pub use schema::MAX_TABLE_PREFIX_LEN;
 pub use watch::{WATCH_MAX_INTERVAL, WATCH_MIN_INTERVAL};
 
