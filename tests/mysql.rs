@@ -4,8 +4,9 @@
 //! `mysql://root@127.0.0.1:3307/test`, started by `.ci/mysql-sid`); the tests panic when a
 //! server is unreachable. Each test creates a database of its own and drops it. In `mysql/`: the differential run
 //! against the in-memory reference store (`differential.rs`), the EXPLAIN guards on the
-//! claim's cost (`plans.rs`), wake-ups and pickup latency (`wakeups.rs`), and the caller's
-//! transaction with the key-head lock (`caller_tx.rs`).
+//! claim's cost (`plans.rs`) and on a scanning listing's (`list_plans.rs`), wake-ups and
+//! pickup latency (`wakeups.rs`), and the caller's transaction with the key-head lock
+//! (`caller_tx.rs`).
 #![cfg(feature = "mysql")]
 
 #[path = "support/mysql.rs"]
@@ -15,6 +16,8 @@ mod support;
 mod differential;
 #[path = "support/differential.rs"]
 mod differential_support;
+#[path = "mysql/list_plans.rs"]
+mod list_plans;
 #[path = "mysql/plans.rs"]
 mod plans;
 #[path = "mysql/wakeups.rs"]

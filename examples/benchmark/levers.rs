@@ -93,6 +93,12 @@ async fn raw_case(
             (None, Location::Sqlite { path }) => {
                 raw::sqlite(path, &bench.table, LANE, options.drain_timeout, delete).await?
             }
+            (None, Location::Mysql { .. }) => match &bench.mysql_pool {
+                Some(pool) => {
+                    raw::mysql(pool, &bench.table, LANE, options.drain_timeout, delete).await?
+                }
+                None => return Err("no MySQL pool".to_owned()),
+            },
             _ => return Err("no raw ceiling for this store".to_owned()),
         };
         Ok(ceiling.rate())

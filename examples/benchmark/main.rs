@@ -308,7 +308,9 @@ async fn ceiling(
                 raw::postgres(pool, &bench.table, LANE, options.drain_timeout, false).await?
             }
             (None, stores::Location::Mysql { .. }) => match &bench.mysql_pool {
-                Some(pool) => raw::mysql(pool, &bench.table, LANE, options.drain_timeout).await?,
+                Some(pool) => {
+                    raw::mysql(pool, &bench.table, LANE, options.drain_timeout, false).await?
+                }
                 None => return Err("no MySQL pool".to_owned()),
             },
             (None, stores::Location::Sqlite { path }) => {

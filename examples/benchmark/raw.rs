@@ -288,12 +288,14 @@ pub fn now_millis() -> i64 {
 /// The MySQL ceiling: one transaction per claim (select 100 due rows through the `ready`
 /// index with `FOR UPDATE SKIP LOCKED`, mark them claimed by primary key, commit), then one
 /// ack statement by primary key, as the store does, without its per-key bookkeeping (the
-/// ceiling's backlog has no keys).
+/// ceiling's backlog has no keys). With `delete`, the ack deletes the rows instead, as a
+/// lane with `keep_delivered = false` does.
 pub async fn mysql(
     pool: &sqlx::MySqlPool,
     table: &str,
     lane: &str,
     timeout: Duration,
+    delete: bool,
 ) -> Result<Ceiling, String> {
     let err = |what: &'static str| move |e: sqlx::Error| format!("raw ceiling {what}: {e}");
     let mut conn = pool.acquire().await.map_err(err("connect"))?;
@@ -343,14 +345,19 @@ pub async fn mysql(
         .await
         .map_err(err("claim update"))?;
         tx.commit().await.map_err(err("commit"))?;
-        sqlx::query(AssertSqlSafe(format!(
-            "UPDATE {table} SET status = 'delivered', delivered_at = {now}, updated_at = {now},
-             claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL
-             WHERE seq IN ({list}) AND status = 'claimed'"
-        )))
-        .execute(&mut *conn)
-        .await
-        .map_err(err("ack"))?;
+        let ack = if delete {
+            format!("DELETE FROM {table} WHERE seq IN ({list}) AND status = 'claimed'")
+        } else {
+            format!(
+                "UPDATE {table} SET status = 'delivered', delivered_at = {now}, updated_at = {now},
+                 claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL
+                 WHERE seq IN ({list}) AND status = 'claimed'"
+            )
+        };
+        sqlx::query(AssertSqlSafe(ack))
+            .execute(&mut *conn)
+            .await
+            .map_err(err("ack"))?;
         rows += seqs.len();
     }
     Ok(Ceiling {

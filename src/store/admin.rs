@@ -247,7 +247,10 @@ impl Page {
 /// The most rows a listing of `limit` messages under `filter` reads: one past the page
 /// (the sign that another follows), or [`LIST_SCAN_PAGES`] times that when the filter
 /// [scans](MessageFilter::scans).
-#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
 pub(crate) fn list_budget(filter: &MessageFilter, limit: usize) -> usize {
     let page = limit.saturating_add(1);
     if filter.scans() {
@@ -263,7 +266,10 @@ impl Page {
     /// and `exhausted` whether the read stopped at its budget rather than at the lane's end.
     /// A full page ends at its last message; a short one after an exhausted read goes on
     /// after the last row read, so the next call skips what this one already checked.
-    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
+        allow(dead_code)
+    )]
     pub(crate) fn from_scan(
         hits: Vec<OutboxMessage>,
         limit: usize,

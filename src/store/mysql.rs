@@ -46,6 +46,16 @@
 //! them in the other) is retried by the store's own calls; a caller's transaction sees it
 //! as an error, as any InnoDB deadlock.
 //!
+//! # Acks
+//!
+//! An ack is one transaction: a locking read of the rows named, a locking read of the key
+//! rows of the heads among them, the write (an `UPDATE` to delivered, or with
+//! `keep_delivered = false` a `DELETE`), then the keys' new heads (one read, one `UPDATE`
+//! of both tables that marks and records them). An ack that a claim rides on
+//! (`ack_and_claim`) shares the claim's transaction: one commit for both, which is what an
+//! ack costs most here (InnoDB syncs its log at every commit unless the server is told
+//! otherwise).
+//!
 //! # Isolation
 //!
 //! The store's transactions run at `READ COMMITTED`: every statement sees what committed
@@ -64,6 +74,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use crate::message::{DraftLimits, OutboxMessage, ValidationError};
+use crate::store::{AckAndClaim, AckMode};
 use crate::store::{
     Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued,
     LaneCount, LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack, NackOutcome,
@@ -79,6 +90,7 @@ mod explain;
 mod fenced;
 mod heads;
 mod lane_control;
+mod list;
 mod row;
 mod schema;
 mod watch;
@@ -86,6 +98,7 @@ mod write;
 
 pub use dialect::Dialect;
 pub use explain::{Access, ClaimPlan, Explain, TableRead};
+pub use list::ListPlan;
 pub use schema::MAX_TABLE_PREFIX_LEN;
 pub use watch::{WATCH_MAX_INTERVAL, WATCH_MIN_INTERVAL};
 
@@ -360,7 +373,9 @@ macro_rules! retrying {
 #[async_trait]
 impl OutboxBackend for MysqlOutboxStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none().with_user_transactions()
+        Capabilities::none()
+            .with_user_transactions()
+            .with_delete_on_ack()
     }
 
     fn draft_limits(&self) -> DraftLimits {
@@ -383,7 +398,29 @@ impl OutboxBackend for MysqlOutboxStore {
     }
 
     async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        retrying!(self.ack_once(claims))
+        retrying!(self.ack_once(claims, AckMode::KeepDelivered))
+    }
+
+    async fn ack_deleting(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+        retrying!(self.ack_once(claims, AckMode::Delete))
+    }
+
+    /// One transaction for both (one commit, not two): the claim sees what the acks freed.
+    async fn ack_and_claim(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+    ) -> Result<AckAndClaim, StoreError> {
+        retrying!(self.ack_and_claim_once(acks, request, AckMode::KeepDelivered))
+    }
+
+    /// As [`Self::ack_and_claim`], the acks deleting their rows.
+    async fn ack_deleting_and_claim(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+    ) -> Result<AckAndClaim, StoreError> {
+        retrying!(self.ack_and_claim_once(acks, request, AckMode::Delete))
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {

@@ -17,19 +17,21 @@ use super::row::{db_error, decode, marks, opt_text, status_word, text, COLUMNS};
 use super::MysqlOutboxStore;
 
 /// A filter as a `WHERE` clause and its values, in order.
-struct Where {
-    clause: String,
-    values: Vec<Value>,
+pub(super) struct Where {
+    pub(super) clause: String,
+    pub(super) values: Vec<Value>,
 }
 
-enum Value {
+/// A value bound to a filter's clause.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Value {
     Text(String),
     Id(Uuid),
     Millis(i64),
 }
 
 impl Where {
-    fn of(filter: &MessageFilter, with_status: bool) -> Self {
+    pub(super) fn of(filter: &MessageFilter, with_status: bool) -> Self {
         let mut parts = vec!["1 = 1".to_owned()];
         let mut values = Vec::new();
         if let Some(lane) = &filter.lane {
@@ -73,7 +75,7 @@ impl Where {
         }
     }
 
-    fn bind<'q>(
+    pub(super) fn bind<'q>(
         &'q self,
         mut query: Query<'q, MySql, MySqlArguments>,
     ) -> Query<'q, MySql, MySqlArguments> {
@@ -109,6 +111,9 @@ impl MysqlOutboxStore {
         filter: &MessageFilter,
         page: PageRequest,
     ) -> Result<Page, StoreError> {
+        if filter.scans() {
+            return self.list_scanning(filter, page).await;
+        }
         let filter_sql = Where::of(filter, true);
         let sql = format!(
             "SELECT {COLUMNS} FROM {} WHERE {} AND seq > ? ORDER BY seq LIMIT ?",

@@ -634,7 +634,7 @@ pub(super) async fn dead_letter(
     now: UnixMillis,
     op: StoreOp,
 ) -> Result<(), StoreError> {
-    let held = heads::lock(conn, names, keys, op).await?;
+    let held = heads::lock_existing(conn, names, keys, op).await?;
     let sql = format!(
         "UPDATE {} SET status = 'dead_letter', last_error = ?, claimed_by = NULL, \
          claim_token = NULL, lease_expires_at = NULL, key_head = 0, updated_at = ? \

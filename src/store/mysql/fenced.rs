@@ -11,9 +11,11 @@ use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 use crate::message::ClaimRef;
+use crate::store::{AckAndClaim, AckMode, ClaimRequest};
 use crate::store::{ClaimOutcome, Nack, NackDisposition, NackOutcome, StoreError, StoreOp};
 use crate::time::UnixMillis;
 
+use super::claim;
 use super::heads::{self, Key};
 use super::row::{db_error, marks, opt_text, text};
 use super::schema::Names;
@@ -143,10 +145,71 @@ async fn by_seq(
     Ok(())
 }
 
+/// Acks `claims` on `conn`, inside the caller's transaction: marks each row still held
+/// under its token delivered (or, with `AckMode::Delete`, deletes it) and moves the heads of
+/// the keys whose head left. Round trips: the locking read of the rows, the locking read of
+/// their keys' rows (only when a head leaves), the write, and the heads' refresh (two
+/// statements). The write clears the acked rows' head mark itself, so the refresh has no
+/// mark of theirs to clear.
+pub(super) async fn ack_on(
+    conn: &mut MySqlConnection,
+    names: &Names,
+    claims: &[ClaimRef],
+    mode: AckMode,
+    now: UnixMillis,
+) -> Result<Vec<ClaimOutcome>, StoreError> {
+    const OP: StoreOp = StoreOp::Ack;
+    if claims.is_empty() {
+        return Ok(Vec::new());
+    }
+    let held = held(conn, names, claims.iter().map(|c| c.outbox_id), OP).await?;
+    let applied = fence(&held, claims);
+    let rows: Vec<&Held> = applied.iter().flatten().copied().collect();
+    // Only a head leaving moves its key's head; a run's tail acked first does not.
+    let keys: BTreeSet<Key> = rows
+        .iter()
+        .filter(|r| r.key_head)
+        .filter_map(|r| r.key())
+        .collect();
+    let locked = heads::lock_existing(conn, names, &keys, OP).await?;
+    let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+    match mode {
+        AckMode::Delete => {
+            by_seq(
+                conn,
+                &format!("DELETE FROM {} WHERE seq IN", names.messages),
+                &seqs,
+                &[],
+                OP,
+            )
+            .await?
+        }
+        AckMode::KeepDelivered => {
+            by_seq(
+                conn,
+                &format!(
+                    "UPDATE {} SET status = 'delivered', delivered_at = ?, updated_at = ?, \
+                     claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, key_head = 0 \
+                     WHERE seq IN",
+                    names.messages
+                ),
+                &seqs,
+                &[now.as_millis(), now.as_millis()],
+                OP,
+            )
+            .await?
+        }
+    }
+    heads::refresh(conn, names, &locked, OP).await?;
+    Ok(outcomes(&applied))
+}
+
 impl MysqlOutboxStore {
+    /// An ack in a transaction of its own.
     pub(super) async fn ack_once(
         &self,
         claims: &[ClaimRef],
+        mode: AckMode,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         const OP: StoreOp = StoreOp::Ack;
         if claims.is_empty() {
@@ -154,33 +217,30 @@ impl MysqlOutboxStore {
         }
         let now = self.now();
         let mut tx = self.begin(OP).await?;
-        let held = held(&mut tx, &self.names, claims.iter().map(|c| c.outbox_id), OP).await?;
-        let applied = fence(&held, claims);
-        let rows: Vec<&Held> = applied.iter().flatten().copied().collect();
-        // Only a head leaving moves its key's head; a run's tail acked first does not.
-        let keys: BTreeSet<Key> = rows
-            .iter()
-            .filter(|r| r.key_head)
-            .filter_map(|r| r.key())
-            .collect();
-        let locked = heads::lock(&mut tx, &self.names, &keys, OP).await?;
-        let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
-        by_seq(
-            &mut tx,
-            &format!(
-                "UPDATE {} SET status = 'delivered', delivered_at = ?, updated_at = ?, \
-                 claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, key_head = 0 \
-                 WHERE seq IN",
-                self.names.messages
-            ),
-            &seqs,
-            &[now.as_millis(), now.as_millis()],
-            OP,
-        )
-        .await?;
-        heads::refresh(&mut tx, &self.names, &locked, OP).await?;
+        let answers = ack_on(&mut tx, &self.names, claims, mode, now).await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
-        Ok(outcomes(&applied))
+        Ok(answers)
+    }
+
+    /// Acks, then claims, in one transaction: one commit for both, and the claim sees what
+    /// the acks freed. A failed claim rolls the acks back with it and answers the error:
+    /// nothing is recorded, so the acks may be sent again (the `ack_and_claim` contract).
+    pub(super) async fn ack_and_claim_once(
+        &self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+        mode: AckMode,
+    ) -> Result<AckAndClaim, StoreError> {
+        const OP: StoreOp = StoreOp::Claim;
+        let now = self.now();
+        let mut tx = self.begin(OP).await?;
+        let acked = ack_on(&mut tx, &self.names, acks, mode, now).await?;
+        let claimed = claim::claim(&mut tx, &self.names, request, now).await?;
+        tx.commit().await.map_err(|e| db_error(OP, e))?;
+        Ok(AckAndClaim {
+            acked,
+            claimed: Ok(claimed),
+        })
     }
 
     pub(super) async fn nack_once(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
@@ -217,7 +277,7 @@ impl MysqlOutboxStore {
             .filter(|(r, _)| r.key_head)
             .filter_map(|(r, _)| r.key())
             .collect();
-        let locked = heads::lock(&mut tx, &self.names, &keys, OP).await?;
+        let locked = heads::lock_existing(&mut tx, &self.names, &keys, OP).await?;
         for (row, nack, delay) in &retry {
             sqlx::query(AssertSqlSafe(format!(
                 "UPDATE {} SET status = 'pending', available_at = ?, last_error = ?, \

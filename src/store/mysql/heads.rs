@@ -30,6 +30,11 @@ pub(super) fn key_match(n: usize) -> String {
 
 /// Locks the rows of `keys` (creating the missing ones) in key order, and answers each
 /// key's recorded head (`None`: no live message).
+///
+/// It upserts first: in a caller's transaction at `REPEATABLE READ`, a locking read of a
+/// key row that does not exist yet would take a gap lock, and two enqueues of new keys in
+/// one gap would deadlock on their inserts. The store's own transactions, where every key
+/// row it locks exists, use [`lock_existing`].
 pub(super) async fn lock(
     conn: &mut MySqlConnection,
     names: &Names,
@@ -39,41 +44,92 @@ pub(super) async fn lock(
     let mut heads = BTreeMap::new();
     let keys: Vec<&Key> = keys.iter().collect();
     for chunk in keys.chunks(CHUNK) {
-        // An upsert takes the row's exclusive lock whether it inserts or finds the row;
-        // the locking read after it then sees the latest committed head, whatever the
-        // transaction's isolation.
-        let sql = format!(
-            "INSERT INTO {} (lane, target, ordering_key) VALUES {} \
-             ON DUPLICATE KEY UPDATE head_seq = head_seq",
-            names.keys,
-            vec!["(?, ?, ?)"; chunk.len()].join(", ")
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for (lane, target, key) in chunk {
-            query = query.bind(lane).bind(target).bind(key);
+        upsert(conn, names, chunk, op).await?;
+        heads.extend(locking_read(conn, names, chunk, op).await?);
+    }
+    Ok(heads)
+}
+
+/// [`lock`] for a `READ COMMITTED` transaction of the store's own (which takes no gap
+/// locks): one locking read when every key has its row, which is always so for the keys of
+/// claimed messages (an enqueue creates the row, and only a key left with no live message
+/// loses it). A key without one (a requeue of a key's dead letters) costs the upsert that
+/// creates it and a second read.
+pub(super) async fn lock_existing(
+    conn: &mut MySqlConnection,
+    names: &Names,
+    keys: &BTreeSet<Key>,
+    op: StoreOp,
+) -> Result<BTreeMap<Key, Option<i64>>, StoreError> {
+    let mut heads = BTreeMap::new();
+    let keys: Vec<&Key> = keys.iter().collect();
+    for chunk in keys.chunks(CHUNK) {
+        let found = locking_read(conn, names, chunk, op).await?;
+        let missing: Vec<&Key> = chunk
+            .iter()
+            .copied()
+            .filter(|key| !found.contains_key(*key))
+            .collect();
+        heads.extend(found);
+        if !missing.is_empty() {
+            upsert(conn, names, &missing, op).await?;
+            heads.extend(locking_read(conn, names, &missing, op).await?);
         }
-        query
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error(op, e))?;
-        let sql = format!(
-            "SELECT lane, target, ordering_key, head_seq FROM {} WHERE {} FOR UPDATE",
-            names.keys,
-            key_match(chunk.len())
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for (lane, target, key) in chunk {
-            query = query.bind(lane).bind(target).bind(key);
-        }
-        for row in query
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| db_error(op, e))?
-        {
-            let key = read_key(&row, op)?;
-            let head: Option<i64> = row.try_get("head_seq").map_err(|e| db_error(op, e))?;
-            heads.insert(key, head);
-        }
+    }
+    Ok(heads)
+}
+
+/// Creates the rows of `keys` that do not exist. An upsert takes the row's exclusive lock
+/// whether it inserts or finds the row; a locking read after it then sees the latest
+/// committed head, whatever the transaction's isolation.
+async fn upsert(
+    conn: &mut MySqlConnection,
+    names: &Names,
+    keys: &[&Key],
+    op: StoreOp,
+) -> Result<(), StoreError> {
+    let sql = format!(
+        "INSERT INTO {} (lane, target, ordering_key) VALUES {} \
+         ON DUPLICATE KEY UPDATE head_seq = head_seq",
+        names.keys,
+        vec!["(?, ?, ?)"; keys.len()].join(", ")
+    );
+    let mut query = sqlx::query(AssertSqlSafe(sql));
+    for (lane, target, key) in keys {
+        query = query.bind(lane).bind(target).bind(key);
+    }
+    query
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error(op, e))?;
+    Ok(())
+}
+
+/// The rows of `keys` that exist, locked, with their recorded heads.
+async fn locking_read(
+    conn: &mut MySqlConnection,
+    names: &Names,
+    keys: &[&Key],
+    op: StoreOp,
+) -> Result<BTreeMap<Key, Option<i64>>, StoreError> {
+    let sql = format!(
+        "SELECT lane, target, ordering_key, head_seq FROM {} WHERE {} FOR UPDATE",
+        names.keys,
+        key_match(keys.len())
+    );
+    let mut query = sqlx::query(AssertSqlSafe(sql));
+    for (lane, target, key) in keys {
+        query = query.bind(lane).bind(target).bind(key);
+    }
+    let mut heads = BTreeMap::new();
+    for row in query
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| db_error(op, e))?
+    {
+        let key = read_key(&row, op)?;
+        let head: Option<i64> = row.try_get("head_seq").map_err(|e| db_error(op, e))?;
+        heads.insert(key, head);
     }
     Ok(heads)
 }
@@ -90,6 +146,13 @@ fn read_key(row: &sqlx::mysql::MySqlRow, op: StoreOp) -> Result<Key, StoreError>
 
 /// Sets each locked key's head to its first live message, moving the mark, and records it
 /// (a key left with no live message loses its row). `heads`: what [`lock`] answered.
+///
+/// Two statements when heads move: the read of each key's first live message (and whether
+/// its recorded head still carries the mark), then one `UPDATE` of both tables that marks
+/// each new head and records it in its key's row. Clearing an old head's mark costs a
+/// statement only when that row still carries it (a requeue that puts an earlier message
+/// ahead of it): an ack or a dead-lettering clears the mark in the write that finishes the
+/// row, and a deleted row has none.
 pub(super) async fn refresh(
     conn: &mut MySqlConnection,
     names: &Names,
@@ -98,45 +161,20 @@ pub(super) async fn refresh(
 ) -> Result<(), StoreError> {
     let keys: Vec<(&Key, &Option<i64>)> = heads.iter().collect();
     for chunk in keys.chunks(CHUNK) {
-        let firsts = first_live(conn, names, chunk.iter().map(|(k, _)| *k), op).await?;
+        let lives = first_live(conn, names, chunk, op).await?;
         let mut unmark = Vec::new();
         let mut mark = Vec::new();
-        let mut record = Vec::new();
         let mut forget = Vec::new();
-        for ((key, old), new) in chunk.iter().zip(firsts) {
-            if let Some(old) = old {
-                if Some(*old) != new {
-                    unmark.push(*old);
-                }
-            }
-            match new {
-                Some(new) => {
-                    mark.push(new);
-                    if **old != Some(new) {
-                        record.push((*key, new));
-                    }
-                }
-                None => forget.push(*key),
+        for ((key, old), live) in chunk.iter().zip(lives) {
+            let change = Change::of(**old, live);
+            unmark.extend(change.unmark);
+            mark.extend(change.mark);
+            if change.forget {
+                forget.push(*key);
             }
         }
         set_mark(conn, names, &unmark, 0, op).await?;
-        set_mark(conn, names, &mark, 1, op).await?;
-        if !record.is_empty() {
-            let sql = format!(
-                "INSERT INTO {} (lane, target, ordering_key, head_seq) VALUES {}{}",
-                names.keys,
-                vec!["(?, ?, ?, ?)"; record.len()].join(", "),
-                names.dialect().upsert(&["head_seq"])
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql));
-            for ((lane, target, key), head) in &record {
-                query = query.bind(lane).bind(target).bind(key).bind(head);
-            }
-            query
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| db_error(op, e))?;
-        }
+        mark_and_record(conn, names, &mark, op).await?;
         if !forget.is_empty() {
             let sql = format!(
                 "DELETE FROM {} WHERE {}",
@@ -153,6 +191,68 @@ pub(super) async fn refresh(
                 .map_err(|e| db_error(op, e))?;
         }
     }
+    Ok(())
+}
+
+/// What [`first_live`] found for one key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Live {
+    /// The key's first pending or claimed message.
+    first: Option<i64>,
+    /// Whether the recorded head's row still carries the mark (false when it is gone).
+    old_marked: bool,
+}
+
+/// The writes that move one key's head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Change {
+    /// The row whose mark is cleared.
+    unmark: Option<i64>,
+    /// The row marked and recorded as the key's head.
+    mark: Option<i64>,
+    /// The key has no live message left: its row goes.
+    forget: bool,
+}
+
+impl Change {
+    /// From the recorded head `old` and what the key holds now.
+    fn of(old: Option<i64>, live: Live) -> Self {
+        let unchanged = live.first == old && live.old_marked;
+        Change {
+            unmark: old.filter(|o| live.old_marked && live.first != Some(*o)),
+            mark: live.first.filter(|_| !unchanged),
+            forget: live.first.is_none(),
+        }
+    }
+}
+
+/// Marks each of the rows `seqs` as its key's head and records it in the key's row, in one
+/// statement (the key rows are locked by [`lock`], so each exists).
+async fn mark_and_record(
+    conn: &mut MySqlConnection,
+    names: &Names,
+    seqs: &[i64],
+    op: StoreOp,
+) -> Result<(), StoreError> {
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    let sql = format!(
+        "UPDATE {m} m JOIN {k} k ON k.lane = m.lane AND k.target = m.target \
+         AND k.ordering_key = m.ordering_key \
+         SET m.key_head = 1, k.head_seq = m.seq WHERE m.seq IN ({})",
+        marks(seqs.len()),
+        m = names.messages,
+        k = names.keys,
+    );
+    let mut query = sqlx::query(AssertSqlSafe(sql));
+    for seq in seqs {
+        query = query.bind(seq);
+    }
+    query
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error(op, e))?;
     Ok(())
 }
 
@@ -184,14 +284,13 @@ async fn set_mark(
 }
 
 /// Each key's first live message: two index dives per key (its first pending and its first
-/// claimed), in one statement.
-async fn first_live<'k>(
+/// claimed), and a primary-key probe of its recorded head's mark, in one statement.
+async fn first_live(
     conn: &mut MySqlConnection,
     names: &Names,
-    keys: impl Iterator<Item = &'k Key>,
+    keys: &[(&Key, &Option<i64>)],
     op: StoreOp,
-) -> Result<Vec<Option<i64>>, StoreError> {
-    let keys: Vec<&Key> = keys.collect();
+) -> Result<Vec<Live>, StoreError> {
     if keys.is_empty() {
         return Ok(Vec::new());
     }
@@ -200,7 +299,8 @@ async fn first_live<'k>(
         format!(
             "SELECT {i} AS i, \
              (SELECT MIN(seq) FROM {m} WHERE lane = ? AND target = ? AND ordering_key = ? AND status = 'pending') AS p, \
-             (SELECT MIN(seq) FROM {m} WHERE lane = ? AND target = ? AND ordering_key = ? AND status = 'claimed') AS c"
+             (SELECT MIN(seq) FROM {m} WHERE lane = ? AND target = ? AND ordering_key = ? AND status = 'claimed') AS c, \
+             (SELECT key_head FROM {m} WHERE seq = ?) AS o"
         )
     };
     let sql = (0..keys.len())
@@ -208,16 +308,17 @@ async fn first_live<'k>(
         .collect::<Vec<_>>()
         .join(" UNION ALL ");
     let mut query = sqlx::query(AssertSqlSafe(sql));
-    for (lane, target, key) in &keys {
+    for ((lane, target, key), old) in keys {
         query = query
             .bind(lane)
             .bind(target)
             .bind(key)
             .bind(lane)
             .bind(target)
-            .bind(key);
+            .bind(key)
+            .bind(**old);
     }
-    let mut firsts = vec![None; keys.len()];
+    let mut lives = vec![Live::default(); keys.len()];
     for row in query
         .fetch_all(&mut *conn)
         .await
@@ -226,13 +327,86 @@ async fn first_live<'k>(
         let i: i64 = row.try_get("i").map_err(|e| db_error(op, e))?;
         let p: Option<i64> = row.try_get("p").map_err(|e| db_error(op, e))?;
         let c: Option<i64> = row.try_get("c").map_err(|e| db_error(op, e))?;
+        let o: Option<i8> = row.try_get("o").map_err(|e| db_error(op, e))?;
         let first = match (p, c) {
             (Some(p), Some(c)) => Some(p.min(c)),
             (p, c) => p.or(c),
         };
-        if let Some(slot) = usize::try_from(i).ok().and_then(|i| firsts.get_mut(i)) {
-            *slot = first;
+        if let Some(slot) = usize::try_from(i).ok().and_then(|i| lives.get_mut(i)) {
+            *slot = Live {
+                first,
+                old_marked: o == Some(1),
+            };
         }
     }
-    Ok(firsts)
+    Ok(lives)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(first: Option<i64>, old_marked: bool) -> Live {
+        Live { first, old_marked }
+    }
+
+    #[test]
+    fn an_ack_of_the_head_marks_the_next_without_clearing_a_cleared_mark() {
+        // The acked head (7) lost its mark in the ack's own UPDATE, or its row is gone.
+        assert_eq!(
+            Change::of(Some(7), live(Some(9), false)),
+            Change {
+                unmark: None,
+                mark: Some(9),
+                forget: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_head_still_marked_and_still_first_writes_nothing() {
+        assert_eq!(
+            Change::of(Some(7), live(Some(7), true)),
+            Change {
+                unmark: None,
+                mark: None,
+                forget: false
+            }
+        );
+    }
+
+    #[test]
+    fn an_earlier_message_put_back_takes_the_mark_from_the_marked_head() {
+        assert_eq!(
+            Change::of(Some(7), live(Some(3), true)),
+            Change {
+                unmark: Some(7),
+                mark: Some(3),
+                forget: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_first_message_that_lost_its_mark_gets_it_back() {
+        assert_eq!(
+            Change::of(Some(7), live(Some(7), false)).mark,
+            Some(7),
+            "a recorded head without its mark is marked again"
+        );
+        assert_eq!(Change::of(None, live(Some(4), false)).mark, Some(4));
+    }
+
+    #[test]
+    fn a_key_left_without_live_messages_is_forgotten() {
+        assert_eq!(
+            Change::of(Some(7), live(None, false)),
+            Change {
+                unmark: None,
+                mark: None,
+                forget: true
+            }
+        );
+        assert_eq!(Change::of(Some(7), live(None, true)).unmark, Some(7));
+    }
 }

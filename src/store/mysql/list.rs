@@ -1,0 +1,188 @@
+//! The listing of messages whose filter [scans](MessageFilter::scans) (an enqueue time range
+//! or an error text): no index orders by those terms, so they are checked on the rows the
+//! filter's other terms select, read in sequence order, and at most
+//! [`LIST_SCAN_PAGES`](crate::store::LIST_SCAN_PAGES) pages' worth of them per call
+//! ([`list_budget`]). A call that found fewer matches answers them with a cursor after the
+//! last row it read, so a listing of rare matches costs a bounded read per call and goes on
+//! where it stopped, as on PostgreSQL and SQLite. `tests/mysql/list_plans.rs` pins what a
+//! call reads at 100 000 rows.
+
+use sqlx::{AssertSqlSafe, Row};
+
+use crate::store::admin::list_budget;
+use crate::store::{MessageFilter, Page, PageRequest, StoreError, StoreOp};
+
+use super::admin::{Value, Where};
+use super::row::{db_error, decode, COLUMNS};
+use super::MysqlOutboxStore;
+
+/// The statement of a scanning listing and its values, in order. Its rows: the matches and
+/// the last row read (`list_hit` 0 unless it matches), each with how many rows were read
+/// (`list_read`).
+///
+/// The budget's read is a derived table of sequence numbers only (`scanned`), in sequence
+/// order under a `LIMIT`, read once (window functions count it and find its last row: a
+/// common table expression named three times was read three times by MariaDB 10.11); the
+/// full rows are then fetched by primary key for the matches and the last row read alone.
+pub(super) fn scanning_sql(messages: &str, filter: &MessageFilter, page: PageRequest) -> Where {
+    let scanned = Where::of(
+        &MessageFilter {
+            enqueued_after: filter.enqueued_after,
+            enqueued_before: filter.enqueued_before,
+            error_contains: filter.error_contains.clone(),
+            ..MessageFilter::all()
+        },
+        false,
+    );
+    let indexed = Where::of(
+        &MessageFilter {
+            enqueued_after: None,
+            enqueued_before: None,
+            error_contains: None,
+            ..filter.clone()
+        },
+        true,
+    );
+    let budget = list_budget(filter, page.limit);
+    let limit = page.limit.saturating_add(1);
+    let columns = COLUMNS
+        .split(", ")
+        .map(|c| format!("m.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let clause = format!(
+        "SELECT {columns}, s.list_hit, s.list_read FROM (\
+             SELECT s_seq, list_hit, COUNT(*) OVER () AS list_read, \
+             MAX(s_seq) OVER () AS last_read FROM (\
+                 SELECT seq AS s_seq, ({hit}) IS TRUE AS list_hit FROM {messages} \
+                 WHERE {terms} AND seq > ? ORDER BY seq LIMIT {budget}\
+             ) scanned\
+         ) s JOIN {messages} m ON m.seq = s.s_seq \
+         WHERE s.list_hit OR s.s_seq = s.last_read \
+         ORDER BY s.s_seq LIMIT {limit}",
+        hit = scanned.clause,
+        terms = indexed.clause,
+    );
+    let mut values = scanned.values;
+    values.extend(indexed.values);
+    values.push(Value::Millis(page.after.unwrap_or(i64::MIN)));
+    Where { clause, values }
+}
+
+/// The server's plan of one listing call ([`MysqlOutboxStore::explain_list`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ListPlan {
+    /// The statement as explained.
+    pub sql: String,
+    /// The server's `EXPLAIN FORMAT=JSON` answer, or with
+    /// [`Explain::Analyze`](super::Explain::Analyze) its `ANALYZE FORMAT=JSON` answer (the
+    /// rows each table really read, as `r_rows`).
+    pub plan: serde_json::Value,
+}
+
+impl MysqlOutboxStore {
+    pub(super) async fn list_scanning(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+    ) -> Result<Page, StoreError> {
+        const OP: StoreOp = StoreOp::List;
+        let sql = scanning_sql(&self.names.messages, filter, page);
+        let rows = sql
+            .bind(sqlx::query(AssertSqlSafe(sql.clause.clone())))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+        let mut hits = Vec::with_capacity(rows.len());
+        let (mut last_read, mut read) = (None, 0i64);
+        for row in &rows {
+            last_read = Some(row.try_get::<i64, _>("seq").map_err(|e| db_error(OP, e))?);
+            read = row.try_get("list_read").map_err(|e| db_error(OP, e))?;
+            let hit: i64 = row.try_get("list_hit").map_err(|e| db_error(OP, e))?;
+            if hit != 0 {
+                hits.push(decode(row)?);
+            }
+        }
+        let budget = list_budget(filter, page.limit);
+        let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
+        Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
+    }
+
+    /// Explains the statement one listing call under `filter` runs for `page`, when the
+    /// filter [scans](MessageFilter::scans) (an enqueue time range or an error text): for
+    /// operators who want to see what a listing reads on their data, and for the guard test
+    /// that pins it. Nothing is changed (`ANALYZE` runs the read-only statement).
+    pub async fn explain_list(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+        how: super::Explain,
+    ) -> Result<ListPlan, StoreError> {
+        const OP: StoreOp = StoreOp::Maintenance;
+        let prefix = match how {
+            super::Explain::Plan => "EXPLAIN FORMAT=JSON",
+            super::Explain::Analyze => "ANALYZE FORMAT=JSON",
+        };
+        let sql = scanning_sql(&self.names.messages, filter, page);
+        let text = format!("{prefix} {}", sql.clause);
+        let row = sql
+            .bind(sqlx::query(AssertSqlSafe(text)))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+        let plan: String = row.try_get(0).map_err(|e| db_error(OP, e))?;
+        let plan = serde_json::from_str(&plan).map_err(|e| StoreError::database(OP, e))?;
+        Ok(ListPlan {
+            sql: sql.clause,
+            plan,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    #[test]
+    fn the_scanned_terms_are_checked_on_a_bounded_read_in_sequence_order() {
+        let after = SystemTime::UNIX_EPOCH + Duration::from_millis(5_000);
+        let filter = MessageFilter::lane("orders", "billing")
+            .enqueued_between(Some(after), None)
+            .with_error_containing("timeout");
+        let page = PageRequest {
+            after: Some(7),
+            limit: 10,
+        };
+        let sql = scanning_sql("`outbox_messages`", &filter, page);
+        // Ten pages' worth of rows read at most, eleven answered at most.
+        assert!(
+            sql.clause.contains("ORDER BY seq LIMIT 110) scanned"),
+            "{}",
+            sql.clause
+        );
+        assert!(sql.clause.ends_with("LIMIT 11"), "{}", sql.clause);
+        assert!(
+            sql.clause
+                .contains("(1 = 1 AND created_at >= ? AND INSTR(last_error, ?) > 0) IS TRUE"),
+            "{}",
+            sql.clause
+        );
+        assert!(!sql
+            .clause
+            .contains("lane = ? AND target = ? AND created_at"));
+        // The scanned terms' values, then the indexed ones, then the cursor.
+        assert_eq!(
+            sql.values,
+            vec![
+                Value::Millis(5_000),
+                Value::Text("timeout".into()),
+                Value::Text("orders".into()),
+                Value::Text("billing".into()),
+                Value::Millis(7),
+            ]
+        );
+    }
+}
