@@ -185,21 +185,11 @@ impl MysqlOutboxStore {
     ) -> Result<Vec<ClaimPlan>, StoreError> {
         const OP: StoreOp = StoreOp::Maintenance;
         let dialect = self.probe_dialect(OP).await?;
-        let prefix = match (how, dialect) {
-            (Explain::Plan, _) => "EXPLAIN FORMAT=JSON",
-            (Explain::Analyze, Dialect::MariaDb) => "ANALYZE FORMAT=JSON",
-            (Explain::Analyze, Dialect::MySql) => "EXPLAIN ANALYZE FORMAT=JSON",
-        };
+        let prefix = prefix(how, dialect);
         let now = self.now();
         let limit = request.limit.max(1);
         let mut conn = self.begin(OP).await?;
-        if (how, dialect) == (Explain::Analyze, Dialect::MySql) {
-            // MySQL analyzes only into its second JSON format (the default from 9.0 on).
-            sqlx::query("SET SESSION explain_json_format_version = 2")
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| db_error(OP, e))?;
-        }
+        json_format(&mut conn, how, dialect, true, OP).await?;
         // The keys the gates and runs would look at: those of the first due heads.
         let (first_page, _) = scan_sql(&self.names, Scan::Ready, now, None, limit, false);
         let rows = sqlx::query(AssertSqlSafe(first_page))
@@ -299,16 +289,44 @@ impl MysqlOutboxStore {
             plan: plan_of(query.fetch_one(&mut *conn).await, OP)?,
             sql,
         });
-        if (how, dialect) == (Explain::Analyze, Dialect::MySql) {
-            // The connection goes back to the pool: leave its session as it was.
-            sqlx::query("SET SESSION explain_json_format_version = DEFAULT")
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| db_error(OP, e))?;
-        }
+        json_format(&mut conn, how, dialect, false, OP).await?;
         conn.rollback().await.map_err(|e| db_error(OP, e))?;
         Ok(plans)
     }
+}
+
+/// The statement prefix that explains (or analyzes) a statement on `dialect`.
+pub(super) fn prefix(how: Explain, dialect: Dialect) -> &'static str {
+    match (how, dialect) {
+        (Explain::Plan, _) => "EXPLAIN FORMAT=JSON",
+        (Explain::Analyze, Dialect::MariaDb) => "ANALYZE FORMAT=JSON",
+        (Explain::Analyze, Dialect::MySql) => "EXPLAIN ANALYZE FORMAT=JSON",
+    }
+}
+
+/// MySQL analyzes only into its second JSON format (the default from 9.0 on): `start`
+/// sets it on the connection for an analyze, and the end (`start = false`) sets it back,
+/// since the connection goes back to the pool. Nothing to do otherwise.
+pub(super) async fn json_format(
+    conn: &mut sqlx::mysql::MySqlConnection,
+    how: Explain,
+    dialect: Dialect,
+    start: bool,
+    op: StoreOp,
+) -> Result<(), StoreError> {
+    if (how, dialect) != (Explain::Analyze, Dialect::MySql) {
+        return Ok(());
+    }
+    let sql = if start {
+        "SET SESSION explain_json_format_version = 2"
+    } else {
+        "SET SESSION explain_json_format_version = DEFAULT"
+    };
+    sqlx::query(sql)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error(op, e))?;
+    Ok(())
 }
 
 fn plan_of(

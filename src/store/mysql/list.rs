@@ -76,8 +76,9 @@ pub struct ListPlan {
     /// The statement as explained.
     pub sql: String,
     /// The server's `EXPLAIN FORMAT=JSON` answer, or with
-    /// [`Explain::Analyze`](super::Explain::Analyze) its `ANALYZE FORMAT=JSON` answer (the
-    /// rows each table really read, as `r_rows`).
+    /// [`Explain::Analyze`](super::Explain::Analyze) MariaDB's `ANALYZE FORMAT=JSON` or
+    /// MySQL's `EXPLAIN ANALYZE FORMAT=JSON` answer (the rows each table really read), in
+    /// the server's own JSON (see [`ClaimPlan`](super::ClaimPlan)).
     pub plan: serde_json::Value,
 }
 
@@ -120,17 +121,18 @@ impl MysqlOutboxStore {
         how: super::Explain,
     ) -> Result<ListPlan, StoreError> {
         const OP: StoreOp = StoreOp::Maintenance;
-        let prefix = match how {
-            super::Explain::Plan => "EXPLAIN FORMAT=JSON",
-            super::Explain::Analyze => "ANALYZE FORMAT=JSON",
-        };
+        let dialect = self.probe_dialect(OP).await?;
         let sql = scanning_sql(&self.names.messages, filter, page);
-        let text = format!("{prefix} {}", sql.clause);
+        let text = format!("{} {}", super::explain::prefix(how, dialect), sql.clause);
+        let mut conn = self.pool.acquire().await.map_err(|e| db_error(OP, e))?;
+        super::explain::json_format(&mut conn, how, dialect, true, OP).await?;
         let row = sql
             .bind(sqlx::query(AssertSqlSafe(text)))
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *conn)
             .await
-            .map_err(|e| db_error(OP, e))?;
+            .map_err(|e| db_error(OP, e));
+        super::explain::json_format(&mut conn, how, dialect, false, OP).await?;
+        let row = row?;
         let plan: String = row.try_get(0).map_err(|e| db_error(OP, e))?;
         let plan = serde_json::from_str(&plan).map_err(|e| StoreError::database(OP, e))?;
         Ok(ListPlan {
