@@ -34,7 +34,7 @@ pub struct HistoryRow {
     /// The relay's msg/s at its defaults (history kept), and deleting.
     pub relay_keep: f64,
     pub relay_delete: f64,
-    /// The other claims in flight than the store's default (PostgreSQL 1, SQLite 2), and
+    /// The other claims in flight than the store's default (two, where every store's is one), and
     /// the relay's msg/s with it (history kept).
     pub other_claims: usize,
     pub relay_other_claims: f64,
