@@ -43,7 +43,7 @@ fn reads(node: &Value, out: &mut Vec<(String, String, f64)>) {
 /// acked claim, and that the ack applied to every claim. Prints the plan on failure.
 fn check(what: &str, store: &Outbox, plan: &Value, acks: usize) {
     let table = crate::pg(store).messages_table();
-    let table = table.rsplit('.').next().unwrap_or(&table).trim_matches('"');
+    let table = table.rsplit('.').next().unwrap_or(table).trim_matches('"');
     let root = &plan[0];
     let pretty = serde_json::to_string_pretty(root).unwrap_or_default();
     let mut nodes = Vec::new();
