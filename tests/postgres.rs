@@ -3,7 +3,8 @@
 //! `postgres/`: migrations, indexes and naming (`schema.rs`), LISTEN/NOTIFY wake-ups
 //! (`wakeups.rs`), ordering and dedupe keys under contention (`keys.rs`), the differential
 //! run against the in-memory reference store (`differential.rs`), the key-head marker under
-//! concurrency (`heads.rs`), the EXPLAIN guards on the claim's cost (`plans.rs`), the
+//! concurrency (`heads.rs`), the EXPLAIN guards on the claim's cost (`plans.rs`) and the ack's
+//! (`ack_plans.rs`), the
 //! connections' session settings (`session.rs`), the cycle function (`cycle.rs`), local
 //! hand-off (`hand_off.rs`), retention shared by two relays (`retention.rs`), and the relay
 //! and a service through PgBouncer in transaction mode (`pgbouncer.rs`).
@@ -21,6 +22,8 @@ use serde_json::json;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;
 
+#[path = "postgres/ack_plans.rs"]
+mod ack_plans;
 #[path = "postgres/cycle.rs"]
 mod cycle;
 #[path = "postgres/differential.rs"]

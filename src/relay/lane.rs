@@ -6,7 +6,7 @@
 //! every other message of this actor, so a slow store would delay lease checks, drains and
 //! status answers. Each call's answer comes back as an actor message; the core bounds how
 //! many are in flight (up to `claims_in_flight` claims, each on its own connection where
-//! the store pools them, and one ack/nack flush).
+//! the store pools them and each carrying its own acks, and one plain ack/nack flush).
 //!
 //! Why the bound on work lives in the core: ractor mailboxes are unbounded, so the only
 //! place that can keep a lane from taking more work than it can run is the lane itself.

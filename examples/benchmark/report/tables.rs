@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use super::rounds::rounds_note;
 use super::{size, Results};
 use crate::options::StoreKind;
+use crate::webhook::SinkRow;
 
 fn ms(v: Option<f64>) -> String {
     v.map_or("–".to_owned(), |v| format!("{v:.2}"))
@@ -265,72 +266,54 @@ impl Results {
     }
 
     pub(super) fn webhook_table(&self, w: &mut String) {
-        if self.webhooks.is_empty() {
-            return;
-        }
-        let _ = writeln!(
+        sink_table(
             w,
-            "## Webhook sink against the log sink (local HTTP receiver, medians)\n"
+            "Webhook sink against the log sink (local HTTP receiver, medians)",
+            "webhook",
+            &self.webhooks,
         );
-        let _ = writeln!(
-            w,
-            "| store | messages | c | rounds | log msg/s | webhook msg/s | webhook / log | per round |"
-        );
-        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---|");
-        for r in &self.webhooks {
-            let rounds: Vec<String> = r
-                .rounds
-                .iter()
-                .map(|round| format!("{:.2}×", round.ratio()))
-                .collect();
-            let _ = writeln!(
-                w,
-                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2}× | {} |",
-                r.store.label(),
-                r.messages,
-                r.concurrency,
-                r.rounds.len(),
-                r.median_log(),
-                r.median_sink(),
-                r.median_ratio(),
-                rounds.join(", "),
-            );
-        }
-        let _ = writeln!(w);
     }
 
     pub(super) fn kafka_table(&self, w: &mut String) {
-        if self.kafkas.is_empty() {
-            return;
-        }
-        let _ = writeln!(
+        sink_table(
             w,
-            "## Kafka sink against the log sink (local tansu broker, acks=all, medians)\n"
+            "Kafka sink against the log sink (local tansu broker, acks=all, medians)",
+            "Kafka",
+            &self.kafkas,
         );
-        let _ = writeln!(
-            w,
-            "| store | messages | c | rounds | log msg/s | Kafka msg/s | Kafka / log | per round |"
-        );
-        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---|");
-        for r in &self.kafkas {
-            let rounds: Vec<String> = r
-                .rounds
-                .iter()
-                .map(|round| format!("{:.2}×", round.ratio()))
-                .collect();
-            let _ = writeln!(
-                w,
-                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2}× | {} |",
-                r.store.label(),
-                r.messages,
-                r.concurrency,
-                r.rounds.len(),
-                r.median_log(),
-                r.median_sink(),
-                r.median_ratio(),
-                rounds.join(", "),
-            );
-        }
-        let _ = writeln!(w);
     }
+}
+
+/// A sink's rows against the log sink's (the webhook and Kafka sections share the shape):
+/// `title` heads the section, `sink` names the sink's columns; left out with no rows.
+fn sink_table(w: &mut String, title: &str, sink: &str, rows: &[SinkRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(w, "## {title}\n");
+    let _ = writeln!(
+        w,
+        "| store | messages | c | rounds | log msg/s | {sink} msg/s | {sink} / log | per round |"
+    );
+    let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|---|");
+    for r in rows {
+        let rounds: Vec<String> = r
+            .rounds
+            .iter()
+            .map(|round| format!("{:.2}×", round.ratio()))
+            .collect();
+        let _ = writeln!(
+            w,
+            "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2}× | {} |",
+            r.store.label(),
+            r.messages,
+            r.concurrency,
+            r.rounds.len(),
+            r.median_log(),
+            r.median_sink(),
+            r.median_ratio(),
+            rounds.join(", "),
+        );
+    }
+    let _ = writeln!(w);
 }

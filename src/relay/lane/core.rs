@@ -8,12 +8,13 @@
 //! check, a drain or a status answer.
 //!
 //! The pipeline: up to `claims_in_flight` claims (or `ack_and_claim`s; or one `next_due`
-//! and no claim) and one ack/nack flush are in flight at a time. A claim asks for the free
-//! handler slots plus the room left in the prefetch buffer, less what the claims already
-//! out may bring, and at most its share of the window, so handlers find work waiting when
-//! they finish and two claims' round trips overlap. A finished
-//! delivery's ack goes out with the next flush (at once if none is in flight), and rides
-//! along with the claim when one is due anyway: a busy cycle costs one round trip.
+//! and no claim) and one plain ack/nack flush are in flight at a time. A claim asks for the
+//! free handler slots plus the room left in the prefetch buffer, less what the claims
+//! already out may bring, and at most its share of the window, so handlers find work
+//! waiting when they finish and two claims' round trips overlap. A finished delivery's ack
+//! rides along with the next claim (each claim out carries the acks of what finished before
+//! it went: a busy cycle costs one round trip, and with two claims out two cycles overlap),
+//! or goes alone when no claim is due and nothing else is in flight.
 //!
 //! The quiet idle path: a wake-up makes one claim. A claim that comes back short also
 //! answers `next_due` ([`ClaimBatch::next_due`]), so when the lane then holds nothing (no
@@ -268,7 +269,7 @@ impl LaneCore {
                 let call = self.claim_loop.claim_answered(claim);
                 match result {
                     Ok(answer) => {
-                        self.acked(now, Ok(answer.acked), wall_ms, out);
+                        self.acked(now, Some(claim), Ok(answer.acked), wall_ms, out);
                         self.claimed(now, call, answer.claimed, out);
                     }
                     // Neither happened: the acks go out again, the claim is made again.
@@ -276,11 +277,11 @@ impl LaneCore {
                         if let Some(call) = call {
                             self.gates.claim_answered(call.limit, &[]);
                         }
-                        self.acked(now, Err(error), wall_ms, out)
+                        self.acked(now, Some(claim), Err(error), wall_ms, out)
                     }
                 }
             }
-            StoreAnswer::Acked { result, wall_ms } => self.acked(now, result, wall_ms, out),
+            StoreAnswer::Acked { result, wall_ms } => self.acked(now, None, result, wall_ms, out),
             StoreAnswer::Nacked(result) => self.nacked(now, result, out),
             StoreAnswer::NextDue(result) => self.next_due(now, result, out),
             StoreAnswer::Extended {
@@ -419,16 +420,11 @@ impl LaneCore {
             0
         };
         let store_open = store_open && !(limit > 0 && self.linger(now, limit, out));
-        // With a flush already in flight the claim goes on its own, beside it.
+        // The claim carries the acks waiting; with none, it goes on its own.
         let rode = store_open && self.flush(now, (limit > 0).then_some(limit), out);
         if store_open && !rode && self.mode == Mode::Running {
             if claiming && limit > 0 {
-                let claim = self.claim_sent(now, limit, out);
-                out.push(Command::Store(StoreCall::Claim {
-                    claim,
-                    limit,
-                    key_run: self.key_run(limit),
-                }));
+                self.send_claim(now, limit, out);
             } else if self.claim_loop.is_idle()
                 && !self.claim_loop.store_has_more()
                 && !self.claim_loop.sleeping()
@@ -455,8 +451,8 @@ impl LaneCore {
     }
 
     /// Further claims beside those out, while the store may have more, the lane may keep
-    /// more out ([`LaneConfig::claims_in_flight`]) and has room for them: each a plain claim
-    /// (one flush is in flight at a time, and it carries the first).
+    /// more out ([`LaneConfig::claims_in_flight`]) and has room for them: each carries the
+    /// acks waiting when it goes, so two claims' store cycles overlap with their acks.
     fn claim_beside(&mut self, now: Instant, out: &mut Vec<Command>) {
         while self.claim_loop.is_claiming()
             && self.claim_loop.store_has_more()
@@ -467,12 +463,7 @@ impl LaneCore {
             if limit == 0 || self.linger(now, limit, out) {
                 return;
             }
-            let claim = self.claim_sent(now, limit, out);
-            out.push(Command::Store(StoreCall::Claim {
-                claim,
-                limit,
-                key_run: self.key_run(limit),
-            }));
+            self.send_claim(now, limit, out);
         }
     }
 

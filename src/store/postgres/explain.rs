@@ -7,7 +7,9 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
-use crate::store::{ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, StoreError};
+use crate::store::{
+    ClaimRef, ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, StoreError,
+};
 
 use super::decode::db_error;
 use super::list::list_sql;
@@ -46,6 +48,16 @@ pub enum Explained {
         /// The target.
         target: String,
     },
+    /// The ack of these claims on its own (as `ack` runs it, and as the cycle function's
+    /// first step does): with `delete`, the deleting twin of a lane that keeps no history
+    /// (`keep_delivered = false`). Its key-head promotion, a separate statement, is not
+    /// part of it.
+    Ack {
+        /// The claims to ack.
+        claims: Vec<ClaimRef>,
+        /// Whether the ack deletes the rows ([`AckMode::Delete`](crate::store::AckMode)).
+        delete: bool,
+    },
     /// The first page of a lane's keys held by a dead head (`blocked_keys`).
     BlockedKeys {
         /// The lane.
@@ -69,6 +81,12 @@ impl PostgresOutboxStore {
             .map_err(|e| db_error(op, e))?;
         const EXPLAIN: &str = "EXPLAIN (ANALYZE, FORMAT JSON) ";
         let list;
+        let (ids, tokens): (Vec<uuid::Uuid>, Vec<uuid::Uuid>) = match statement {
+            Explained::Ack { claims, .. } => {
+                claims.iter().map(|c| (c.outbox_id, c.claim_token)).unzip()
+            }
+            _ => (Vec::new(), Vec::new()),
+        };
         let query = match statement {
             Explained::Claim(request) => self
                 .claim_query(EXPLAIN.to_owned(), request, false)
@@ -99,6 +117,19 @@ impl PostgresOutboxStore {
                     .bind(self.now())
                     .bind(lane)
                     .bind(target)
+            }
+            Explained::Ack { delete: true, .. } => {
+                sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.ack_delete)))
+                    .persistent(self.named_statements)
+                    .bind(&ids)
+                    .bind(&tokens)
+            }
+            Explained::Ack { delete: false, .. } => {
+                sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.ack)))
+                    .persistent(self.named_statements)
+                    .bind(self.now())
+                    .bind(&ids)
+                    .bind(&tokens)
             }
             Explained::BlockedKeys {
                 lane,

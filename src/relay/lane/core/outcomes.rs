@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::pool::{Running, Slot};
-use super::{Command, LaneCore, Mode, StoreCall};
+use super::{ClaimId, Command, LaneCore, Mode, StoreCall};
 use crate::message::UnixMillis;
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::{LaneKey, RelayEvent};
@@ -32,20 +32,29 @@ pub(super) struct Failed {
     pub(super) ran: Duration,
 }
 
-/// Acks and nacks waiting for a flush, and those of the flush in flight (kept to pair with
-/// the store's answers, and put back if the flush fails).
+/// Acks and nacks waiting for a flush, and those of the flushes in flight (kept to pair with
+/// the store's answers, and put back if a flush fails).
 ///
-/// Invariant, kept by these methods alone: at most one flush is in flight, of acks or of
-/// nacks, and an outcome is in exactly one of the four lists until the store answered it.
+/// Two kinds of flush. An ack flush *rides* on a claim (`ack_and_claim`): each claim out
+/// may carry its own, named by the claim's id, so with several claims in flight each
+/// carries the acks of what finished before it went, and their store cycles overlap. A
+/// *plain* flush (acks alone, or nacks) goes on its own; at most one is in flight, and plain
+/// acks go only when no flush at all is in flight (with a claim out, the next claim is
+/// their ride: one round trip instead of two).
+///
+/// Invariant, kept by these methods alone: an outcome is in exactly one of the lists
+/// (waiting, riding on one claim, in the plain flush) until the store answered it.
 #[derive(Debug, Default)]
 pub(super) struct Outcomes {
     acks: Vec<Delivered>,
     nacks: Vec<Failed>,
+    /// Acks riding on the claims out, by claim.
+    riding: Vec<(ClaimId, Vec<Delivered>)>,
     acking: Vec<Delivered>,
     nacking: Vec<Failed>,
 }
 
-/// The flush [`Outcomes::start_flush`] began.
+/// The plain flush [`Outcomes::start_flush`] began.
 pub(super) enum Flush {
     /// These claims to ack.
     Acks(Vec<ClaimRef>),
@@ -64,16 +73,24 @@ impl Outcomes {
 
     /// Outcomes not yet recorded, waiting or in flight.
     pub(super) fn len(&self) -> usize {
-        self.acks.len() + self.nacks.len() + self.acking.len() + self.nacking.len()
+        let riding: usize = self.riding.iter().map(|(_, acks)| acks.len()).sum();
+        self.acks.len() + self.nacks.len() + riding + self.acking.len() + self.nacking.len()
     }
 
-    pub(super) fn flushing(&self) -> bool {
+    /// A plain flush is in flight.
+    fn plain_flushing(&self) -> bool {
         !self.acking.is_empty() || !self.nacking.is_empty()
     }
 
-    /// Whether a flush would send acks now (none in flight, some waiting).
+    /// Some flush, plain or riding on a claim, is in flight.
+    pub(super) fn flushing(&self) -> bool {
+        self.plain_flushing() || !self.riding.is_empty()
+    }
+
+    /// Whether acks wait for a flush that may take them now: a claim going out, or a plain
+    /// ack flush when nothing is in flight.
     pub(super) fn acks_ready(&self) -> bool {
-        !self.flushing() && !self.acks.is_empty()
+        !self.acks.is_empty() && self.acking.is_empty()
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -82,20 +99,38 @@ impl Outcomes {
 
     /// The ordering key of an unrecorded outcome's message, if it has one.
     pub(super) fn key_of(&self, outbox_id: Uuid) -> Option<String> {
-        let acks = self.acks.iter().chain(&self.acking).map(|d| &d.running);
+        let riding = self.riding.iter().flat_map(|(_, acks)| acks);
+        let acks = self
+            .acks
+            .iter()
+            .chain(riding)
+            .chain(&self.acking)
+            .map(|d| &d.running);
         let nacks = self.nacks.iter().chain(&self.nacking).map(|f| &f.running);
         acks.chain(nacks)
             .find(|running| running.message.outbox_id == outbox_id)
             .and_then(|running| running.message.ordering_key.clone())
     }
 
-    /// Begins a flush unless one is in flight: the acks first (they free rows and ordering
-    /// keys), else the nacks.
-    pub(super) fn start_flush(&mut self) -> Option<Flush> {
-        if self.flushing() {
+    /// The acks waiting ride on claim `claim`: the claims to ack with it (none waiting:
+    /// `None`, and the claim goes plain).
+    pub(super) fn ride_on(&mut self, claim: ClaimId) -> Option<Vec<ClaimRef>> {
+        if self.acks.is_empty() {
             return None;
         }
-        if !self.acks.is_empty() {
+        let acks = std::mem::take(&mut self.acks);
+        let refs = acks.iter().map(|d| d.claim).collect();
+        self.riding.push((claim, acks));
+        Some(refs)
+    }
+
+    /// Begins a plain flush unless one is in flight: the acks when no flush at all is in
+    /// flight (they free rows and ordering keys), else the nacks.
+    pub(super) fn start_flush(&mut self) -> Option<Flush> {
+        if self.plain_flushing() {
+            return None;
+        }
+        if !self.acks.is_empty() && !self.flushing() {
             self.acking = std::mem::take(&mut self.acks);
             return Some(Flush::Acks(self.acking.iter().map(|d| d.claim).collect()));
         }
@@ -111,14 +146,25 @@ impl Outcomes {
         &self.nacking
     }
 
-    /// The store answered the ack flush: what it recorded, or nothing if it failed (then
-    /// they wait for the next flush, ahead of what finished since).
-    pub(super) fn acks_answered(&mut self, recorded: bool) -> Vec<Delivered> {
-        let acking = std::mem::take(&mut self.acking);
+    /// The store answered an ack flush (riding on claim `claim`, or the plain one for
+    /// `None`): what it recorded, or nothing if it failed (then they wait for the next
+    /// flush, ahead of what finished since).
+    pub(super) fn acks_answered(
+        &mut self,
+        claim: Option<ClaimId>,
+        recorded: bool,
+    ) -> Vec<Delivered> {
+        let answered = match claim {
+            None => std::mem::take(&mut self.acking),
+            Some(claim) => match self.riding.iter().position(|(id, _)| *id == claim) {
+                Some(at) => self.riding.remove(at).1,
+                None => Vec::new(),
+            },
+        };
         if recorded {
-            return acking;
+            return answered;
         }
-        let later = std::mem::replace(&mut self.acks, acking);
+        let later = std::mem::replace(&mut self.acks, answered);
         self.acks.extend(later);
         Vec::new()
     }
@@ -136,32 +182,25 @@ impl Outcomes {
 }
 
 impl LaneCore {
-    /// Sends the next flush, if one may go: with a claim riding along when `claim_limit`
-    /// says one is due (one round trip for both). Whether the claim rode along.
+    /// Sends what may go now: with `claim_limit`, a claim that carries the acks waiting
+    /// (one round trip for both; with several claims in flight each carries its own), and
+    /// a plain flush if one may go beside it. Whether the claim went.
     pub(super) fn flush(
         &mut self,
         now: Instant,
         claim_limit: Option<usize>,
         out: &mut Vec<Command>,
     ) -> bool {
+        let rode = match claim_limit {
+            Some(limit) if self.outcomes.acks_ready() => {
+                self.send_claim(now, limit, out);
+                true
+            }
+            _ => false,
+        };
         match self.outcomes.start_flush() {
-            None => false,
-            Some(Flush::Acks(acks)) => match claim_limit {
-                Some(limit) => {
-                    let claim = self.claim_sent(now, limit, out);
-                    out.push(Command::Store(StoreCall::AckAndClaim {
-                        claim,
-                        acks,
-                        limit,
-                        key_run: self.key_run(limit),
-                    }));
-                    true
-                }
-                None => {
-                    out.push(Command::Store(StoreCall::Ack(acks)));
-                    false
-                }
-            },
+            None => {}
+            Some(Flush::Acks(acks)) => out.push(Command::Store(StoreCall::Ack(acks))),
             Some(Flush::Nacks) => {
                 let nacks = self
                     .outcomes
@@ -170,9 +209,30 @@ impl LaneCore {
                     .map(|f| self.nack_of(f))
                     .collect();
                 out.push(Command::Store(StoreCall::Nack(nacks)));
-                false
             }
         }
+        rode
+    }
+
+    /// A claim of up to `limit` goes out, carrying the acks waiting if any
+    /// (`ack_and_claim`), else on its own.
+    pub(super) fn send_claim(&mut self, now: Instant, limit: usize, out: &mut Vec<Command>) {
+        let claim = self.claim_sent(now, limit, out);
+        let key_run = self.key_run(limit);
+        let call = match self.outcomes.ride_on(claim) {
+            Some(acks) => StoreCall::AckAndClaim {
+                claim,
+                acks,
+                limit,
+                key_run,
+            },
+            None => StoreCall::Claim {
+                claim,
+                limit,
+                key_run,
+            },
+        };
+        out.push(Command::Store(call));
     }
 
     pub(super) fn nack_of(&self, failed: &Failed) -> Nack {
@@ -308,14 +368,16 @@ impl LaneCore {
         }
     }
 
+    /// The store answered the ack flush riding on claim `claim` (`None`: the plain one).
     pub(super) fn acked(
         &mut self,
         now: Instant,
+        claim: Option<ClaimId>,
         result: Result<Vec<ClaimOutcome>, StoreError>,
         wall_ms: UnixMillis,
         out: &mut Vec<Command>,
     ) {
-        let acking = self.outcomes.acks_answered(result.is_ok());
+        let acking = self.outcomes.acks_answered(claim, result.is_ok());
         let outcomes = match result {
             Ok(outcomes) => outcomes,
             Err(error) => return self.store_failed(now, StoreOp::Ack, &error, out),

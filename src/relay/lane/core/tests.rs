@@ -454,10 +454,20 @@ fn a_failed_ack_is_kept_and_sent_again_after_the_backoff() {
     let first = message(None);
     let out = running_with(&mut core, now, std::slice::from_ref(&first));
     let slot = delivered(&out)[0].0;
-    core.handle(now, done(slot, &first));
+    // The short claim did not say when the next message is due: the ack rides on the
+    // claim that asks.
+    let out = core.handle(now, done(slot, &first));
+    assert!(
+        has(&out, |c| matches!(
+            c,
+            Command::Store(StoreCall::AckAndClaim { .. })
+        )),
+        "{out:?}"
+    );
     let out = core.handle(
         now,
-        Input::Store(StoreAnswer::Acked {
+        Input::Store(StoreAnswer::AckedAndClaimed {
+            claim: oldest_claim(&core),
             result: Err(unavailable()),
             wall_ms: UnixMillis::EPOCH,
         }),

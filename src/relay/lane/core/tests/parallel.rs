@@ -347,3 +347,136 @@ fn a_breaker_that_is_not_closed_probes_with_no_other_claim_out() {
     assert_eq!(core.breaker_state(), Some(BreakerState::HalfOpen));
     assert!(claims(&core.handle(now + secs(10), Input::Wake)).is_empty());
 }
+
+/// The acks and limit of each claim among `commands`, as (id, acks, limit).
+fn claims_with_acks(commands: &[Command]) -> Vec<(ClaimId, Vec<ClaimRef>, usize)> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Store(StoreCall::Claim { claim, limit, .. }) => {
+                Some((*claim, Vec::new(), *limit))
+            }
+            Command::Store(StoreCall::AckAndClaim {
+                claim, acks, limit, ..
+            }) => Some((*claim, acks.clone(), *limit)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn acked_and_claimed(claim: ClaimId, acked: usize, messages: &[OutboxMessage]) -> Input {
+    Input::Store(StoreAnswer::AckedAndClaimed {
+        claim,
+        result: Ok(AckAndClaim {
+            acked: vec![ClaimOutcome::Applied; acked],
+            claimed: Ok(ClaimBatch {
+                messages: messages.to_vec(),
+                ..ClaimBatch::default()
+            }),
+        }),
+        wall_ms: UnixMillis::EPOCH,
+    })
+}
+
+/// The messages the lane reported delivered (their acks recorded), in order.
+fn recorded(commands: &[Command]) -> Vec<Uuid> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::Emit(RelayEvent::Delivered { outbox_id, .. }) => Some(*outbox_id),
+            _ => None,
+        })
+        .collect()
+}
+
+fn refs(messages: &[OutboxMessage]) -> Vec<ClaimRef> {
+    messages
+        .iter()
+        .map(|m| m.claim().expect("claimed"))
+        .collect()
+}
+
+#[test]
+fn each_claim_carries_the_acks_of_what_finished_before_it_went() {
+    let now = Instant::now();
+    let (mut core, first, second) = two_out(now);
+    let a: Vec<_> = (0..4).map(|_| message(None)).collect();
+    let slots = delivered(&core.handle(now, answer(first, &a, NextDue::Unknown)));
+    assert_eq!(slots.len(), 4);
+    // The first delivery done frees one slot: a claim for it carries its ack.
+    let out = core.handle(now, done(slots[0].0, &a[0]));
+    let [(third, ref carried, 1)] = claims_with_acks(&out)[..] else {
+        panic!("one claim of 1 with the ack: {out:?}")
+    };
+    assert_eq!(carried, &refs(&a[..1]));
+    // Two claims out: the other three acks wait for the next claim to go.
+    for (slot, m) in slots[1..].iter().zip(&a[1..]) {
+        let out = core.handle(now, done(slot.0, m));
+        assert!(
+            claims(&out).is_empty() && acks(&out).is_empty(),
+            "no claim may go, no ack goes alone with a claim out: {out:?}"
+        );
+    }
+    // The second claim's answer fills the slots; the claim for the room left goes out
+    // beside the third, carrying the acks waiting: they need not wait for the third's
+    // answer, and this claim's store cycle records them.
+    let b: Vec<_> = (0..4).map(|_| message(None)).collect();
+    let out = core.handle(now, answer(second, &b, NextDue::Unknown));
+    assert_eq!(delivered(&out).len(), 4, "{out:?}");
+    let [(fourth, ref carried, 3)] = claims_with_acks(&out)[..] else {
+        panic!("one claim of 3 with the three acks: {out:?}")
+    };
+    assert_eq!(carried, &refs(&a[1..]));
+    assert_eq!(core.held(), 4 + 4, "4 running, 4 acks out");
+    // Answers in either order: each settles the acks it carried.
+    let out = core.handle(now, acked_and_claimed(fourth, 3, &[]));
+    assert_eq!(
+        recorded(&out),
+        a[1..].iter().map(|m| m.outbox_id).collect::<Vec<_>>()
+    );
+    let out = core.handle(now, acked_and_claimed(third, 1, &[]));
+    assert_eq!(recorded(&out), vec![a[0].outbox_id]);
+    assert_eq!(core.held(), 4, "only the 4 running are held");
+}
+
+#[test]
+fn a_failed_claim_puts_its_acks_back_for_the_next_and_the_other_keeps_its_own() {
+    let now = Instant::now();
+    let (mut core, first, second) = two_out(now);
+    let a: Vec<_> = (0..4).map(|_| message(None)).collect();
+    let slots = delivered(&core.handle(now, answer(first, &a, NextDue::Unknown)));
+    let out = core.handle(now, done(slots[0].0, &a[0]));
+    let [(third, _, 1)] = claims_with_acks(&out)[..] else {
+        panic!("{out:?}")
+    };
+    core.handle(now, done(slots[1].0, &a[1]));
+    let b: Vec<_> = (0..4).map(|_| message(None)).collect();
+    let out = core.handle(now, answer(second, &b, NextDue::Unknown));
+    let [(fourth, ref carried, 1)] = claims_with_acks(&out)[..] else {
+        panic!("a claim for the room left, with the ack waiting: {out:?}")
+    };
+    assert_eq!(carried, &refs(&a[1..2]));
+    // 4 running, 2 buffered, one ack on each claim out.
+    assert_eq!(core.held(), 8);
+    // The third fails as a whole: neither its ack nor its claim happened.
+    let out = core.handle(
+        now,
+        Input::Store(StoreAnswer::AckedAndClaimed {
+            claim: third,
+            result: Err(unavailable()),
+            wall_ms: UnixMillis::EPOCH,
+        }),
+    );
+    assert!(recorded(&out).is_empty(), "{out:?}");
+    assert_eq!(core.held(), 8, "its ack is back, waiting, still held");
+    // The fourth answers its own ack only.
+    let out = core.handle(now, acked_and_claimed(fourth, 1, &[]));
+    assert_eq!(recorded(&out), vec![a[1].outbox_id], "{out:?}");
+    // After the backoff, the failed ack goes again, on the next claim.
+    let out = core.handle(now + secs(1), Input::timer(TimerKind::StoreRetry, 0));
+    let sent = claims_with_acks(&out);
+    assert!(
+        sent.iter().any(|(_, acks, _)| acks == &refs(&a[..1])),
+        "the failed ack rides on a claim again: {out:?}"
+    );
+}
