@@ -12,6 +12,8 @@
 #[path = "support/mysql.rs"]
 mod support;
 
+#[path = "mysql/caller_tx.rs"]
+mod caller_tx;
 #[path = "mysql/differential.rs"]
 mod differential;
 #[path = "support/differential.rs"]
