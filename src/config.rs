@@ -137,8 +137,7 @@ pub struct LaneConfig {
     /// and the `concurrency + prefetch` bound on what a crash redelivers hold as with one.
     /// `None` takes the store's default
     /// ([`Capabilities::claims_in_flight`](crate::store::Capabilities::claims_in_flight):
-    /// 2 on PostgreSQL, 1 on the other stores shipped here), else
-    /// [`DEFAULT_CLAIMS_IN_FLIGHT`]. At most
+    /// 1 on the stores shipped here), else [`DEFAULT_CLAIMS_IN_FLIGHT`]. At most
     /// [`MAX_CLAIMS_IN_FLIGHT`].
     pub claims_in_flight: Option<usize>,
     /// Whether an ack keeps the row, marked `delivered` until retention purges it (the
