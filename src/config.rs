@@ -323,7 +323,7 @@ impl LaneConfig {
             return Err(ConfigError::new(
                 format!("lanes[{}].keep_delivered", self.key()),
                 "this store cannot delete a row at its ack: keep delivered rows (true), or \
-                 use a store that can (memory, SQLite, PostgreSQL)",
+                 use a store that can (memory, SQLite, PostgreSQL, MySQL)",
             ));
         }
         Ok(())

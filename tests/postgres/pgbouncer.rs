@@ -19,7 +19,7 @@ use outbox_relay::{
 };
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Connection};
+use sqlx::{AssertSqlSafe, Connection, Row};
 use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
@@ -365,11 +365,14 @@ async fn service_and_relay_through_pgbouncer(listen: bool) {
         delivered_ids, expected_ids,
         "exactly the committed messages"
     );
-    let rows: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {orders}")))
-        .persistent(false)
+    // The simple query protocol: one message, so a transaction-mode pooler cannot move
+    // the connection between a statement's parse and its bind (outside a transaction it
+    // may: "unnamed prepared statement does not exist").
+    let rows: i64 = sqlx::raw_sql(AssertSqlSafe(format!("SELECT count(*) FROM {orders}")))
         .fetch_one(pg(&service).pool())
         .await
-        .unwrap();
+        .unwrap()
+        .get(0);
     assert_eq!(
         rows,
         committed.len() as i64,
