@@ -185,7 +185,8 @@ pub struct LaneConfig {
     /// commit (no NOTIFY, no claim statement; see [`crate::store::hand_off`]). Only stores
     /// that offer it ([`Outbox::hand_off`](crate::store::Outbox::hand_off):
     /// PostgreSQL; elsewhere the lane claims as without it); not on a lane with a rate
-    /// limit, nor while its breaker is not closed. What changes for the caller: such an
+    /// limit, nor while its breaker is not closed, nor on a lane that keeps more than one
+    /// claim in flight ([`Self::claims_in_flight`]). What changes for the caller: such an
     /// enqueue answers the row as written, claimed by the lane (`status` claimed, first
     /// attempt), and if the lane's process dies before the delivery, the message waits for
     /// its lease to lapse, as any claimed one. Default true.

@@ -239,6 +239,42 @@ async fn an_enqueue_past_the_credits_hands_off_only_those_and_the_lane_stays_wit
     schema.drop().await;
 }
 
+/// A lane that keeps two claims in flight takes no hand-offs (with both, a lane was seen to
+/// stop claiming once its handed-off messages were delivered): every enqueue is written
+/// pending and claimed, and all are delivered.
+#[tokio::test]
+async fn a_lane_with_two_claims_in_flight_claims_instead_of_taking_hand_offs() {
+    let schema = SchemaGuard::new();
+    let counting = Arc::new(Counting::default());
+    let store = open(schema.config()).await.with_hook(counting.clone());
+    let builder = OutboxRelay::builder(store.clone())
+        .lane(
+            lane().concurrency(2).prefetch(1).claims_in_flight(2),
+            handler_fn(|_message: OutboxMessage| async { Ok::<(), DeliveryError>(()) }),
+        )
+        .event_capacity(10_000);
+    let mut events = builder.subscribe();
+    let relay = builder.start().await.expect("relay");
+
+    let written = store
+        .enqueue_many((0..6).map(draft).collect())
+        .await
+        .unwrap();
+    assert!(
+        written
+            .iter()
+            .all(|e| e.message.status == OutboxStatus::Pending),
+        "nothing is handed off"
+    );
+    for e in &written {
+        delivered(&mut events, e.message.outbox_id).await;
+    }
+    assert_eq!(counting.claimed(), 6, "each was claimed");
+    assert_eq!(store.hand_off().unwrap().credits(LANE, TARGET), 0);
+    relay.shutdown(Duration::from_secs(5)).await.unwrap();
+    schema.drop().await;
+}
+
 /// A handed-off message whose relay dies (its runtime dropped: no shutdown, no release,
 /// no ack) stays claimed until its lease lapses; another relay then delivers it, and the
 /// dead relay's late ack is a lost claim.
