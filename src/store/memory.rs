@@ -24,7 +24,7 @@ use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatu
 use crate::store::{
     ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued, LaneCount,
     LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue, OrderingPolicy,
-    OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, SystemClock, WakeUp,
+    OutboxBackend, Page, PageRequest, PreClaim, PurgeRequest, StoreError, SystemClock, WakeUp,
     LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
 };
 
@@ -37,6 +37,9 @@ pub struct InMemoryOutboxStore {
     clock: Arc<dyn Clock>,
     limits: DraftLimits,
     wakeups: broadcast::Sender<WakeUp>,
+    /// Whether it says [`Capabilities::pre_claim`](crate::store::Capabilities::pre_claim)
+    /// ([`InMemoryOutboxStore::with_pre_claim`]).
+    pre_claim: bool,
 }
 
 impl Default for InMemoryOutboxStore {
@@ -60,7 +63,20 @@ impl InMemoryOutboxStore {
             clock,
             limits: DraftLimits::default(),
             wakeups,
+            pre_claim: false,
         }
+    }
+
+    /// Says [`Capabilities::pre_claim`](crate::store::Capabilities::pre_claim), so an
+    /// [`Outbox`](crate::store::Outbox) over it hands what it enqueues to idle lanes of its
+    /// relays (`store::hand_off`), as over PostgreSQL. Off by default: a test of a relay on
+    /// the memory store then sees every message claimed, as on SQLite.
+    ///
+    /// A draft that comes with a pre-claim is written claimed either way (at its first
+    /// attempt, by the pre-claim's consumer, token and lease) and wakes nobody.
+    pub fn with_pre_claim(mut self) -> Self {
+        self.pre_claim = true;
+        self
     }
 
     /// Sets the limits drafts are validated against.
@@ -85,9 +101,23 @@ impl InMemoryOutboxStore {
         });
     }
 
-    fn insert(rows: &mut Rows, draft: OutboxMessageDraft, now: UnixMillis) -> Enqueued {
+    /// Inserts `draft` pending, or claimed with `pre_claim` (a hand-off: its first attempt,
+    /// as a claim would write it).
+    fn insert(
+        rows: &mut Rows,
+        draft: OutboxMessageDraft,
+        pre_claim: Option<&PreClaim>,
+        now: UnixMillis,
+    ) -> Enqueued {
         rows.next_seq += 1;
-        let message = OutboxMessage::pending(draft, Uuid::now_v7(), rows.next_seq, now);
+        let mut message = OutboxMessage::pending(draft, Uuid::now_v7(), rows.next_seq, now);
+        if let Some(pre) = pre_claim {
+            message.status = OutboxStatus::Claimed;
+            message.attempt_count = 1;
+            message.claimed_by = Some(pre.consumer_id.clone());
+            message.claim_token = Some(pre.claim_token);
+            message.lease_expires_at = Some(now.saturating_add(pre.lease));
+        }
         rows.insert(message.clone());
         Enqueued {
             message,
@@ -182,7 +212,12 @@ fn clear_claim(message: &mut OutboxMessage, now: UnixMillis) {
 #[async_trait]
 impl OutboxBackend for InMemoryOutboxStore {
     fn capabilities(&self) -> crate::store::Capabilities {
-        crate::store::Capabilities::none().with_delete_on_ack()
+        let capabilities = crate::store::Capabilities::none().with_delete_on_ack();
+        if self.pre_claim {
+            capabilities.with_pre_claim()
+        } else {
+            capabilities
+        }
     }
 
     fn draft_limits(&self) -> DraftLimits {
@@ -201,14 +236,21 @@ impl OutboxBackend for InMemoryOutboxStore {
                 .iter()
                 .map(|draft| Self::find_duplicate(&rows, draft))
                 .collect::<Result<Vec<_>, _>>()?;
+            let pre_claims: Vec<Option<PreClaim>> = (0..drafts.len())
+                .map(|i| drafts.pre_claim(i).cloned())
+                .collect();
             drafts
                 .into_drafts()
                 .into_iter()
                 .zip(found)
-                .map(|(draft, duplicate)| {
+                .zip(pre_claims)
+                .map(|((draft, duplicate), pre_claim)| {
                     duplicate.unwrap_or_else(|| {
-                        woken.insert((draft.lane.clone(), draft.target.clone()));
-                        Self::insert(&mut rows, draft, now)
+                        // A handed-off row is its lane's already: nobody to wake for it.
+                        if pre_claim.is_none() {
+                            woken.insert((draft.lane.clone(), draft.target.clone()));
+                        }
+                        Self::insert(&mut rows, draft, pre_claim.as_ref(), now)
                     })
                 })
                 .collect::<Vec<_>>()
