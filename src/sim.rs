@@ -2,8 +2,9 @@
 //! actor's shell around a real [`LaneCore`](crate::relay::lane::core::LaneCore), compete for
 //! one lane of the reference store on one thread, in virtual time, with every source of
 //! chance drawn from one seed: the order of inputs that arrive together, store latency,
-//! handler durations and outcomes, the messages (keys, delays, dedupe keys), the lane's
-//! settings (gates included) and the faults (store calls that fail before they commit or
+//! handler durations and outcomes, the messages (keys, delays, dedupe keys, and which
+//! process enqueues them: an idle lane of that process may take them as hand-offs), the
+//! lane's settings (gates, claims in flight and hand-off included) and the faults (store calls that fail before they commit or
 //! commit and lose their answer, a slow or silent store, crashes and restarts with new
 //! consumer ids, store clock jumps, pauses). A checker watches every store change and every
 //! delivery ([`check`]); a failing seed replays exactly and its schedule is shrunk first.
@@ -26,9 +27,10 @@
 //! `OUTBOX_SIM_SECONDS=1800 cargo test --all-features --lib sim::tests::seeds_for_a_while
 //! -- --ignored --nocapture` runs new seeds for half an hour.
 //!
-//! What it does not model: hand-offs (`LaneConfig::hand_off` is off), drains and lane
-//! add/remove, the supervisor's restart policy (a crash takes the whole process), retry
-//! jitter (off, so every draw comes from the seed), and one lane per run.
+//! What it does not model: drains and lane add/remove, the supervisor's restart policy (a
+//! crash takes the whole process), retry jitter (off, so every draw comes from the seed),
+//! and one lane per run. Hand-offs are drawn as the lane core sees them, without the lane
+//! actor's rule that turns hand-off off beside several claims in flight.
 
 // The seed drawing (plans, faults, the Rng's helpers) serves the seed runs; under
 // `simulate` alone it is unused.

@@ -129,6 +129,7 @@ pub fn lane(config: &LaneConfig, load: &Load) -> Result<LaneReport, SimulationEr
             delay: None,
             dedupe: None,
             max_attempts: load.max_attempts,
+            via: None,
         })
         .collect();
     let plan = Plan {

@@ -127,8 +127,21 @@ impl Checker {
             }
             return;
         }
-        if message.status != OutboxStatus::Pending || message.attempt_count != 0 {
-            self.fail(format!("new row {id} is {:?}", message.status));
+        // Pending, or handed off: written claimed for a lane of the enqueuing process, at
+        // its first attempt, with a token and a lease.
+        let handed_off = message.status == OutboxStatus::Claimed
+            && message.attempt_count == 1
+            && message.lease_expires_at.is_some()
+            && message.ordering_key.is_none();
+        match message.claim_token {
+            Some(token) if handed_off => {
+                self.claimed_at.insert((id, token), self.now);
+            }
+            _ if message.status == OutboxStatus::Pending && message.attempt_count == 0 => {}
+            _ => self.fail(format!(
+                "new row {id} is {:?} at attempt {}",
+                message.status, message.attempt_count
+            )),
         }
         if self.rows.contains_key(&id) {
             self.fail(format!("enqueue wrote {id} twice"));

@@ -21,17 +21,21 @@ pub(crate) enum Mutation {
     /// A claim's limit leaves out what the lane's other claims out may bring (so several
     /// claims out together pass `concurrency + prefetch`).
     ClaimRoomIgnoresClaimsOut,
+    /// A claim's limit leaves out the hand-off credits taken and still on their way (so a
+    /// lane that takes hand-offs holds more than `concurrency + prefetch`).
+    ClaimRoomIgnoresCredits,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub(crate) const ALL: [Mutation; 6] = [
+    pub(crate) const ALL: [Mutation; 7] = [
         Mutation::AckSkipsToken,
         Mutation::LapsedClaimStarts,
         Mutation::KeyNextBeforeOutcome,
         Mutation::LapsedClaimsBehindPending,
         Mutation::LostWakeUp,
         Mutation::ClaimRoomIgnoresClaimsOut,
+        Mutation::ClaimRoomIgnoresCredits,
     ];
 }
 

@@ -31,6 +31,9 @@ pub(crate) struct MessagePlan {
     pub(crate) delay: Option<Duration>,
     pub(crate) dedupe: Option<String>,
     pub(crate) max_attempts: u32,
+    /// The relay process whose store object enqueues it (`None`: a process without a
+    /// relay): a lane of that process may take it as a hand-off.
+    pub(crate) via: Option<usize>,
 }
 
 /// A fault and when it strikes.
@@ -108,7 +111,7 @@ impl Plan {
         let span = Duration::from_millis(traffic.between(2_000, 20_000));
         let key_space = traffic.weighted(&[(2, 0u64), (4, 3), (3, 30), (1, 1)]);
         let hot = traffic.percent(30);
-        let messages = (0..size.messages)
+        let messages: Vec<MessagePlan> = (0..size.messages)
             .map(|i| {
                 let key = match key_space {
                     0 => None,
@@ -124,6 +127,7 @@ impl Plan {
                         .percent(10)
                         .then(|| format!("d{}", i.saturating_sub(traffic.below(2) as usize))),
                     max_attempts: traffic.between(1, 6) as u32,
+                    via: None,
                 }
             })
             .collect();
@@ -176,6 +180,16 @@ impl Plan {
             longest_retry_after: target.millis(10, 2_000),
         };
         let latency = rng.fork(5).millis(0, 20);
+        // Which process enqueues each message: from a stream forked last, so the draws
+        // above (and the seeds kept as regression tests) stay as they were.
+        let mut via = rng.fork(7);
+        let messages: Vec<MessagePlan> = messages
+            .into_iter()
+            .map(|message: MessagePlan| MessagePlan {
+                via: via.percent(75).then(|| via.below(relays as u64) as usize),
+                ..message
+            })
+            .collect();
         Self {
             seed,
             relays,
@@ -234,8 +248,7 @@ fn lane_config(rng: &mut Rng) -> LaneConfig {
         } else {
             rng.millis(200, 5_000)
         })
-        .store_backoff(RetryPolicy::new(rng.millis(5, 100), rng.millis(100, 2_000)).jitter(false))
-        .hand_off(false);
+        .store_backoff(RetryPolicy::new(rng.millis(5, 100), rng.millis(100, 2_000)).jitter(false));
     if rng.percent(25) {
         let per = rng.millis(100, 1_000);
         let count = rng.between(5, 50) as u32;
@@ -254,5 +267,9 @@ fn lane_config(rng: &mut Rng) -> LaneConfig {
     // Drawn last, so the draws above (and the seeds kept as regression tests) stay as
     // they were. Several claims out make their answers interleave with each other, with
     // wake-ups, failures, lapses and gate changes.
-    config.claims_in_flight(rng.weighted(&[(2, 1usize), (2, 2), (1, 3)]))
+    let config = config.claims_in_flight(rng.weighted(&[(2, 1usize), (2, 2), (1, 3)]));
+    // Hand-offs: an enqueue through a relay process's store object hands a keyless, undelayed
+    // draft to that process's idle lane (`store::hand_off`), interleaving credits, revokes
+    // and handed-off messages with claims, wake-ups, gates and crashes.
+    config.hand_off(rng.percent(50))
 }

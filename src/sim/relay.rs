@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use crate::config::LaneConfig;
 use crate::relay::lane::core::{ClaimId, LaneCore, Slot};
+use crate::store::hand_off::Registration;
 use crate::store::WakeUp;
 
 /// One relay process of the simulation.
@@ -48,6 +49,14 @@ pub(crate) struct Relay {
     /// The claims the lane sent and has not heard back from, oldest first, with their
     /// limits: the checker's own count, apart from the core's.
     pub(crate) claims_out: Vec<(ClaimId, usize)>,
+    /// The lane's taker in its process's hand-off registry, while it takes hand-offs;
+    /// dropped with the process.
+    pub(crate) registration: Option<Registration>,
+    /// Handed-off messages on their way to the lane (written claimed for it, not yet in
+    /// its mailbox): held, for the `concurrency + prefetch` bound.
+    pub(crate) in_transit: usize,
+    /// Hand-off credits taken and not used, on their way back to the lane.
+    pub(crate) returning: usize,
 }
 
 impl Relay {
@@ -67,6 +76,9 @@ impl Relay {
             owes_claim: false,
             went_idle: false,
             claims_out: Vec::new(),
+            registration: None,
+            in_transit: 0,
+            returning: 0,
         }
     }
 
@@ -85,6 +97,9 @@ impl Relay {
         self.paused = false;
         self.owes_claim = false;
         self.claims_out.clear();
+        self.registration = None;
+        self.in_transit = 0;
+        self.returning = 0;
         self.running
             .drain()
             .map(|(_, (delivery, _))| delivery)

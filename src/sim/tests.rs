@@ -213,23 +213,36 @@ fn every_mutation_is_caught() {
     );
 }
 
-/// The seeds reach the interleavings of several claims out at once: claims sent beside
-/// another of the same relay, and answers that come back before an older claim's.
+/// The seeds reach the interleavings of several claims out at once (claims sent beside
+/// another of the same relay, answers that come back before an older claim's), and of
+/// hand-offs beside them (messages handed off to a lane that keeps several claims out).
 #[test]
 fn seeds_send_claims_beside_each_other_and_answers_overtake_older_ones() {
-    let (mut parallel, mut reordered) = (0, 0);
+    let (mut parallel, mut reordered, mut handed_off, mut beside_claims) = (0, 0, 0, 0);
     for seed in 0..40 {
-        match run(&Plan::draw(seed, SIZE)) {
+        let plan = Plan::draw(seed, SIZE);
+        match run(&plan) {
             Ok(tally) => {
                 parallel += tally.parallel_claims;
                 reordered += tally.reordered_answers;
+                handed_off += tally.handed_off;
+                if plan.config.claims_in_flight_or_default() > 1 {
+                    beside_claims += tally.handed_off;
+                }
             }
             Err(failure) => panic!("seed {seed} at {:?}: {}", failure.at, failure.what),
         }
     }
-    println!("40 seeds: {parallel} claims beside another, {reordered} answers overtaking");
+    println!(
+        "40 seeds: {parallel} claims beside another, {reordered} answers overtaking, \
+         {handed_off} messages handed off ({beside_claims} to lanes with several claims in flight)"
+    );
     assert!(parallel > 0, "no claim was ever sent beside another");
     assert!(reordered > 0, "no answer ever overtook an older claim's");
+    assert!(
+        beside_claims > 0,
+        "no message was handed off to a lane with several claims in flight"
+    );
 }
 
 /// Seeds that found a bug in the relay, kept as regression tests. Each passes, and fails

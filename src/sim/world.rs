@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ use crate::message::{OutboxMessageDraft, UnixMillis};
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::lane::core::{ClaimId, Command, Input, Slot, StoreAnswer, StoreCall};
 use crate::relay::RelayEvent;
+use crate::store::hand_off::{HandOffEvent, HandOffSink};
 use crate::store::memory::InMemoryOutboxStore;
 use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, Outbox, OutboxBackend};
 
@@ -124,6 +125,8 @@ pub(crate) struct Tally {
     pub(crate) parallel_claims: u64,
     /// Claim answers that came back before the answer of an older claim still out.
     pub(crate) reordered_answers: u64,
+    /// Messages handed off to a lane (written claimed by an enqueue of its process).
+    pub(crate) handed_off: u64,
 }
 
 pub(crate) struct World<'p> {
@@ -143,12 +146,18 @@ pub(crate) struct World<'p> {
     pub(crate) tally: Tally,
     /// Prints every event (`OUTBOX_SIM_TRACE=1`), to read a replayed seed.
     trace: bool,
+    /// Each relay process's store object: its own hand-off registry over the shared store.
+    outboxes: Vec<Outbox>,
+    /// What the takers' sinks were handed during an enqueue, by relay and epoch, for the
+    /// world to carry to the lanes.
+    handed: Arc<Mutex<Vec<(usize, u64, HandOffEvent)>>>,
 }
 
 impl<'p> World<'p> {
     pub(crate) fn new(plan: &'p Plan) -> Self {
         let clock = ManualClock::new(UnixMillis::from_millis(EPOCH_MS));
-        let store = Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
+        let store =
+            Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())).with_pre_claim());
         let mut world = Self {
             plan,
             rng: Rng::new(plan.seed).fork(6),
@@ -156,7 +165,7 @@ impl<'p> World<'p> {
             base: Instant::now(),
             clock,
             offset_ms: 0,
-            store,
+            store: store.clone(),
             queue: BTreeMap::new(),
             relays: (0..plan.relays)
                 .map(|_| Relay::new(plan.config.clone()))
@@ -167,6 +176,10 @@ impl<'p> World<'p> {
             handler_generation: 0,
             tally: Tally::default(),
             trace: std::env::var_os("OUTBOX_SIM_TRACE").is_some(),
+            outboxes: (0..plan.relays)
+                .map(|_| Outbox::from_arc(store.clone()))
+                .collect(),
+            handed: Arc::default(),
         };
         for (i, message) in plan.messages.iter().enumerate() {
             world.at(message.at, Event::Enqueue(i));
@@ -335,18 +348,85 @@ impl<'p> World<'p> {
             draft = draft.with_dedupe_key(dedupe.clone());
         }
         self.clock.set(self.store_now());
+        // Through the store object of the process that enqueues: an idle lane of that
+        // process with credits takes a keyless, undelayed draft, written claimed for it.
+        let outbox = match planned.via {
+            Some(relay) => self.outboxes[relay].clone(),
+            None => Outbox::from_arc(self.store.clone()),
+        };
         // A dedupe key reused with another payload is a conflict: nothing is written,
         // which the checker's row count sees.
-        if let Ok(enqueued) = ready(Outbox::from_arc(self.store.clone()).enqueue(draft)) {
+        if let Ok(enqueued) = ready(outbox.enqueue(draft)) {
             self.check.enqueued(&enqueued.message, enqueued.duplicate);
         }
+        self.forward_hand_offs();
         self.look_for_wakeups();
+    }
+
+    /// Carries what the takers were handed to their lanes' mailboxes, as the sink of
+    /// `src/relay/lane.rs` does: a handed-off message (its lease timed from the enqueue's
+    /// statement, now), or credits that came back unused. A process that died meanwhile
+    /// never hears them: the row's lease lapses and it is claimed again.
+    fn forward_hand_offs(&mut self) {
+        let handed =
+            std::mem::take(&mut *self.handed.lock().unwrap_or_else(PoisonError::into_inner));
+        for (relay, epoch, event) in handed {
+            let input = match event {
+                HandOffEvent::Message { message, .. } => {
+                    self.relays[relay].in_transit += 1;
+                    Input::HandedOff {
+                        message,
+                        sent_at: self.instant(),
+                    }
+                }
+                HandOffEvent::Returned(n) => {
+                    self.relays[relay].returning += n;
+                    Input::HandOffReturned(n)
+                }
+            };
+            let leg = self.leg();
+            self.after(
+                leg,
+                Event::Lane {
+                    relay,
+                    epoch,
+                    input,
+                },
+            );
+        }
     }
 
     fn start(&mut self, relay: usize) {
         let receiver = self.store.subscribe();
         self.relays[relay].start(relay, receiver, &mut self.handler_generation);
+        self.register_taker(relay);
         self.feed(relay, Input::Start);
+    }
+
+    /// A lane that takes hand-offs registers its taker in its process's registry, as the
+    /// lane actor does at start.
+    fn register_taker(&mut self, relay: usize) {
+        let r = &self.relays[relay];
+        if !r.config.hand_off {
+            return;
+        }
+        let Some(registry) = self.outboxes[relay].hand_off() else {
+            return;
+        };
+        let (handed, epoch) = (self.handed.clone(), r.epoch);
+        let sink: HandOffSink = Arc::new(move |event| {
+            handed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((relay, epoch, event));
+        });
+        let registration =
+            registry.register(LANE, TARGET, &r.config.consumer_id, r.config.lease, sink);
+        let r = &mut self.relays[relay];
+        r.registration = Some(registration);
+        if let Some(core) = r.core.as_mut() {
+            core.enable_hand_off();
+        }
     }
 
     /// Feeds one input to a relay's core and carries out its commands, as the lane actor's
@@ -377,14 +457,32 @@ impl<'p> World<'p> {
                 }) => answer.claimed.as_ref().ok().map(|b| &b.messages),
                 _ => None,
             };
-            for message in claimed.into_iter().flatten() {
+            let handed = match &input {
+                Input::HandedOff { message, .. } => Some(message.as_ref()),
+                _ => None,
+            };
+            let r = &mut self.relays[relay];
+            match &input {
+                Input::HandedOff { .. } => {
+                    r.in_transit = r.in_transit.saturating_sub(1);
+                    self.tally.handed_off += 1;
+                }
+                Input::HandOffReturned(n) => r.returning = r.returning.saturating_sub(*n),
+                _ => {}
+            }
+            for message in claimed.into_iter().flatten().chain(handed) {
                 if let Some(token) = message.claim_token {
                     self.relays[relay].tokens.insert(message.outbox_id, token);
                 }
             }
             for command in core.handle(self.instant(), input) {
                 if let Command::RevokeCredits = command {
-                    inputs.push(Input::CreditsRevoked(0));
+                    // Answered at once, before any other input, as the actor does.
+                    let left = self.relays[relay]
+                        .registration
+                        .as_ref()
+                        .map_or(0, |r| r.taker().revoke());
+                    inputs.push(Input::CreditsRevoked(left));
                 } else {
                     self.carry_out(relay, command);
                 }
@@ -392,6 +490,7 @@ impl<'p> World<'p> {
         }
         self.relays[relay].core = Some(core);
         self.check_claim_room(relay);
+        self.check_credits(relay);
         // A wake-up is answered by a claim sent after it, before the lane sleeps: else a
         // message enqueued while its claim was out waits for the poll ceiling.
         let r = &self.relays[relay];
@@ -449,12 +548,32 @@ impl<'p> World<'p> {
             ));
         }
         let promised: usize = r.claims_out.iter().map(|(_, limit)| limit).sum();
-        let held = core.in_flight() + core.buffered();
+        let held = core.in_flight() + core.buffered() + r.in_transit;
         let window = r.config.concurrency + r.config.prefetch;
         if promised + held > window {
             self.check.fail(format!(
-                "relay {relay} holds {held} (running and buffered) with claims of {promised} out: \
-                 over concurrency + prefetch = {window}"
+                "relay {relay} holds {held} (running, buffered and handed off on the way) with \
+                 claims of {promised} out: over concurrency + prefetch = {window}"
+            ));
+        }
+    }
+
+    /// The lane's count of hand-off credits not settled is what its taker holds plus what
+    /// is on its way to the mailbox (messages and returned credits): a credit the lane
+    /// counts and nobody holds would shrink every claim's room for good.
+    fn check_credits(&mut self, relay: usize) {
+        let r = &self.relays[relay];
+        let Some(core) = r.core.as_ref() else {
+            return;
+        };
+        let in_taker = r.registration.as_ref().map_or(0, |r| r.taker().credits());
+        let held = in_taker + r.in_transit + r.returning;
+        let counted = core.credits_unsettled();
+        if counted != held {
+            self.check.fail(format!(
+                "relay {relay} counts {counted} hand-off credits unsettled; its taker holds \
+                 {in_taker}, {} messages and {} returned credits are on their way",
+                r.in_transit, r.returning
             ));
         }
     }
@@ -531,11 +650,15 @@ impl<'p> World<'p> {
                 self.relays[relay].went_idle = true;
                 return;
             }
-            Command::GrantCredits(_)
-            | Command::RevokeCredits
-            | Command::EmptyClaim
-            | Command::Emit(_)
-            | Command::Stop(_) => return,
+            Command::GrantCredits(n) => {
+                if let Some(registration) = &self.relays[relay].registration {
+                    registration.taker().grant(n);
+                }
+                return;
+            }
+            Command::RevokeCredits | Command::EmptyClaim | Command::Emit(_) | Command::Stop(_) => {
+                return
+            }
         };
         let fate = if self.faults.fail_before > 0 {
             self.faults.fail_before -= 1;

@@ -180,6 +180,13 @@ impl LaneCore {
             || self.gate_timer.is_some()
     }
 
+    /// Hand-off credits granted and not settled (in the taker, or taken and on their way).
+    /// (The simulation checks this against what the taker and the mailbox hold.)
+    #[cfg(any(test, feature = "simulate"))]
+    pub(crate) fn credits_unsettled(&self) -> usize {
+        self.credits.outstanding()
+    }
+
     /// The circuit breaker's state, if the lane has one.
     pub(crate) fn breaker_state(&self) -> Option<BreakerState> {
         self.gates.breaker_state()
@@ -302,8 +309,18 @@ impl LaneCore {
     /// busier, but would break that bound. Hand-off credits outstanding (in the taker, or
     /// taken by an enqueue and on their way) count as held.
     fn claim_limit(&self) -> usize {
+        #[cfg(not(test))]
+        let outstanding = self.credits_outstanding();
+        #[cfg(test)]
+        let outstanding = if crate::sim::mutation::active(
+            crate::sim::mutation::Mutation::ClaimRoomIgnoresCredits,
+        ) {
+            0
+        } else {
+            self.credits_outstanding()
+        };
         self.claim_room(self.pool.idle())
-            .saturating_sub(self.credits_outstanding())
+            .saturating_sub(outstanding)
     }
 
     /// What one claim may take with `free` handler slots: the room
