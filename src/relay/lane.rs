@@ -301,17 +301,6 @@ impl Actor for LaneRelay {
         // Unset in the config: the store's default (what its connections can overlap).
         config.claims_in_flight =
             Some(config.claims_in_flight_or(args.store.capabilities().claims_in_flight));
-        // Hand-off only with one claim out: a lane with hand-off and two claims out was seen
-        // to stop claiming once its handed-off messages were delivered (the pending rest of
-        // `tests/postgres/hand_off.rs`'s "an enqueue past the credits" never claimed).
-        if config.hand_off && config.claims_in_flight.is_some_and(|claims| claims > 1) {
-            tracing::info!(
-                lane = %config.name,
-                target = %config.target,
-                "hand-off is off on this lane: it keeps more than one claim in flight"
-            );
-            config.hand_off = false;
-        }
         let mut state = LaneShell {
             key: key.clone(),
             core: LaneCore::new(config.clone(), args.paused),
