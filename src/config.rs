@@ -137,7 +137,8 @@ pub struct LaneConfig {
     /// and the `concurrency + prefetch` bound on what a crash redelivers hold as with one.
     /// `None` takes the store's default
     /// ([`Capabilities::claims_in_flight`](crate::store::Capabilities::claims_in_flight):
-    /// 1 on the stores shipped here), else [`DEFAULT_CLAIMS_IN_FLIGHT`]. At most
+    /// 2 on PostgreSQL, 1 on the other stores shipped here), else
+    /// [`DEFAULT_CLAIMS_IN_FLIGHT`]. At most
     /// [`MAX_CLAIMS_IN_FLIGHT`].
     pub claims_in_flight: Option<usize>,
     /// Whether an ack keeps the row, marked `delivered` until retention purges it (the
@@ -185,8 +186,7 @@ pub struct LaneConfig {
     /// commit (no NOTIFY, no claim statement; see [`crate::store::hand_off`]). Only stores
     /// that offer it ([`Outbox::hand_off`](crate::store::Outbox::hand_off):
     /// PostgreSQL; elsewhere the lane claims as without it); not on a lane with a rate
-    /// limit, nor while its breaker is not closed, nor on a lane that keeps more than one
-    /// claim in flight ([`Self::claims_in_flight`]). What changes for the caller: such an
+    /// limit, nor while its breaker is not closed. What changes for the caller: such an
     /// enqueue answers the row as written, claimed by the lane (`status` claimed, first
     /// attempt), and if the lane's process dies before the delivery, the message waits for
     /// its lease to lapse, as any claimed one. Default true.

@@ -358,7 +358,7 @@ environment:
   OUTBOX_BENCH_RELAY_BIN=PATH       the outbox-relay binary of the replicas row (default:
                            target/release/outbox-relay beside this program)
   OUTBOX_BENCH_CLAIMS_IN_FLIGHT=N   the relays' LaneConfig::claims_in_flight (default:
-                           the store's, 1 on every store)
+                           the store's: PostgreSQL 2, the others 1)
   OUTBOX_BENCH_CYCLE_FUNCTION=off   PostgreSQL relays run the cycle's statements instead
                            of the cycle function (PostgresConfig::cycle_function), to
                            compare the two

@@ -447,10 +447,13 @@ impl OutboxBackend for PostgresOutboxStore {
             .with_ack_and_claim()
             .with_user_transactions()
             .with_pre_claim()
-            // One claim out at a time: two (each on its own pooled connection) drained a
-            // 10 k backlog at c=64 no faster than one, 12,465 against 12,494 msg/s
-            // (2026-12-06, one round on a loaded machine); a lane opts in with
-            // `claims_in_flight`.
+            // Two claims out, each on its own pooled connection and carrying its own
+            // acks: a 10 k no-op drain at c=64 went 1.50x (medians of 3 rounds, every
+            // round of two above every round of one) and 1.11x (side by side) as fast as
+            // with one where the cores had idle time (load average 1.4-1.7, 2026-12-06);
+            // with both cores taken by other work, 0.85-0.92x, as the cycles were then
+            // bound by CPU (`examples/benchmark/HISTORY.md`, "Acks per claim").
+            .with_claims_in_flight(2)
             .with_delete_on_ack();
         if self.listener.is_some() {
             capabilities.with_listen()
