@@ -24,6 +24,17 @@ fn lane() -> LaneConfig {
 /// Only what the first relay held may be delivered again: at most C+P messages.
 #[test]
 fn after_an_abort_at_most_concurrency_plus_prefetch_messages_are_delivered_again() {
+    abort_redelivers_at_most_concurrency_plus_prefetch(1);
+}
+
+/// As above, with two claims in flight (PostgreSQL's default): the claims out never ask
+/// for room another may fill, so the bound is the same.
+#[test]
+fn with_two_claims_in_flight_an_abort_delivers_again_at_most_concurrency_plus_prefetch() {
+    abort_redelivers_at_most_concurrency_plus_prefetch(2);
+}
+
+fn abort_redelivers_at_most_concurrency_plus_prefetch(claims_in_flight: usize) {
     const C: usize = 4;
     const P: usize = 3;
     const TOTAL: usize = 40;
@@ -60,10 +71,16 @@ fn after_an_abort_at_most_concurrency_plus_prefetch_messages_are_delivered_again
         .build()
         .unwrap();
     let held_by_a = runtime_a.block_on(async {
-        let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
-            lane().consumer_id("relay-a").concurrency(C).prefetch(P),
-            handler_a.clone(),
-        ))
+        let (relay, mut events) = crate::start(
+            OutboxRelay::builder(store.clone()).lane(
+                lane()
+                    .consumer_id("relay-a")
+                    .concurrency(C)
+                    .prefetch(P)
+                    .claims_in_flight(claims_in_flight),
+                handler_a.clone(),
+            ),
+        )
         .await;
         // Wait until A holds what it can: C hung deliveries and a full buffer.
         let mut claimed = HashSet::new();
@@ -101,7 +118,11 @@ fn after_an_abort_at_most_concurrency_plus_prefetch_messages_are_delivered_again
         let (relay, mut events) = crate::start(
             OutboxRelay::builder(store.clone())
                 .lane(
-                    lane().consumer_id("relay-b").concurrency(C).prefetch(P),
+                    lane()
+                        .consumer_id("relay-b")
+                        .concurrency(C)
+                        .prefetch(P)
+                        .claims_in_flight(claims_in_flight),
                     handler_b.clone(),
                 )
                 .event_capacity(10_000),
