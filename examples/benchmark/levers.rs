@@ -299,8 +299,9 @@ async fn replica_case(
         for i in 0..processes {
             let config = dir.path().join(format!("relay{i}.toml"));
             let text = format!(
-                "database_url = \"{url}\"\nschema = \"{schema}\"\nmetrics_listen = false\n\
+                "database_url = \"{url}\"\nschema = \"{schema}\"\n\
                  consumer_id = \"replica-{i}\"\nshutdown_timeout = \"1s\"\n\n\
+                 [listener]\naddress = false\n\n\
                  [[lanes]]\nlane = \"{LANE}\"\ntarget = \"{TARGET}\"\nconcurrency = {concurrency}\n\
                  batch_size = {batch}\nsink = {{ kind = \"log\" }}\n",
                 batch = concurrency.max(outbox_relay::config::DEFAULT_BATCH_SIZE),
