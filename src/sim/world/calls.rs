@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use super::{ready, Event, Fate, World};
+use super::{ready, Fate, World};
 use crate::message::{OutboxMessage, UnixMillis};
 use crate::relay::lane::core::{Input, StoreAnswer, StoreCall};
 use crate::sim::check::Call;
@@ -206,14 +206,6 @@ impl World<'_> {
             self.check_stats();
         }
         self.look_for_wakeups();
-        let leg = self.leg();
-        self.after(
-            leg,
-            Event::Lane {
-                relay,
-                epoch,
-                input,
-            },
-        );
+        self.to_lane_in_a_leg(relay, epoch, input);
     }
 }
