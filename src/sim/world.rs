@@ -384,13 +384,13 @@ impl<'p> World<'p> {
                     Input::HandOffReturned(n)
                 }
             };
-            self.to_lane_in_a_leg(relay, epoch, input);
+            self.send_to_lane_after_a_leg(relay, epoch, input);
         }
     }
 
     /// `input` reaches the mailbox of `relay`'s incarnation `epoch` one latency leg from
     /// now (ignored if that incarnation died meanwhile).
-    pub(super) fn to_lane_in_a_leg(&mut self, relay: usize, epoch: u64, input: Input) {
+    pub(super) fn send_to_lane_after_a_leg(&mut self, relay: usize, epoch: u64, input: Input) {
         let leg = self.leg();
         self.after(
             leg,

@@ -206,6 +206,6 @@ impl World<'_> {
             self.check_stats();
         }
         self.look_for_wakeups();
-        self.to_lane_in_a_leg(relay, epoch, input);
+        self.send_to_lane_after_a_leg(relay, epoch, input);
     }
 }
