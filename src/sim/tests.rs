@@ -245,6 +245,45 @@ fn seeds_send_claims_beside_each_other_and_answers_overtake_older_ones() {
     );
 }
 
+/// The seeds again with every message eligible for a hand-off (no key, no delay, enqueued
+/// through a relay process) and every lane taking them (no rate limit): handed-off
+/// messages interleave with claims, wake-ups, crashes, pauses and the breaker far more often
+/// than in the drawn mix, and every invariant still holds.
+#[test]
+fn seeds_of_hand_offs_hold_every_invariant() {
+    let (mut handed_off, mut beside_claims) = (0, 0);
+    for seed in 0..200 {
+        let mut plan = Plan::draw(seed, SIZE);
+        plan.config = plan.config.clone().hand_off(true).rate_limit(None);
+        let relays = plan.relays;
+        for (i, message) in plan.messages.iter_mut().enumerate() {
+            message.key = None;
+            message.delay = None;
+            message.via = Some(i % relays);
+        }
+        match run(&plan) {
+            Ok(tally) => {
+                handed_off += tally.handed_off;
+                if plan.config.claims_in_flight_or_default() > 1 {
+                    beside_claims += tally.handed_off;
+                }
+            }
+            Err(failure) => panic!(
+                "seed {seed} with hand-offs at {:?}: {}",
+                failure.at, failure.what
+            ),
+        }
+    }
+    println!(
+        "200 seeds of hand-offs: {handed_off} messages handed off ({beside_claims} to lanes \
+         with several claims in flight)"
+    );
+    assert!(
+        beside_claims >= 1_000,
+        "only {beside_claims} messages were handed off to lanes with several claims in flight"
+    );
+}
+
 /// Seeds that found a bug in the relay, kept as regression tests. Each passes, and fails
 /// with the bug put back (its mutation), so it still reaches the case.
 /// - A claim answered by a store that went silent after committing it came back after its
