@@ -66,7 +66,7 @@ async fn start(
     outbox_relay::metrics::describe();
 
     let store: Outbox = Outbox::new(InMemoryOutboxStore::new());
-    let relay = OutboxRelay::builder(store.clone())
+    let relay = OutboxRelay::builder(&store)
         .lane(
             LaneConfig::new("orders", "log"),
             handler_fn(|message| async move {

@@ -31,9 +31,9 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Outbox::new(InMemoryOutboxStore::new()).with_hook(outbox_relay::metrics::StoreMetrics);
+//! let store = Outbox::new(InMemoryOutboxStore::new()); // records the store metrics
 //! let (delivered, mut seen) = mpsc::unbounded_channel();
-//! let relay = OutboxRelay::builder(store.clone())
+//! let relay = OutboxRelay::builder(&store)
 //!     .lane(LaneConfig::new("orders", "billing"), Billing(delivered))
 //!     .start()
 //!     .await?;
@@ -148,7 +148,7 @@
 //! - [`metrics`]: metric names and labels as consts (label values are the domain's
 //!   `FailureKind`, `LaneState`, `BreakerState`, `GateKind` and `StoreOp`; the three lane
 //!   ones live in `lane_state.rs`, apart from `relay`, which `metrics` never imports), `describe()`,
-//!   `StoreMetrics` (the store hook that records the store's metrics), `LaneMetrics` (the
+//!   `record_store_call` (what every `Outbox` records of its calls), `LaneMetrics` (the
 //!   relay's recording helpers, with `StoreCallTimer` for store call durations),
 //!   `metrics::process` (`outbox_build_info` and the `process_*` catalogue; `build.rs`
 //!   stamps the git commit), `metrics::kafka` (feature `kafka-sink`: the Kafka sink's

@@ -43,7 +43,7 @@ pub use process::{record_build_info, BUILD_INFO, PROCESS};
 use crate::delivery::FailureKind;
 pub use crate::lane_state::LaneState;
 use crate::lane_state::{BreakerState, GateKind};
-use crate::store::{CallOutcome, Enqueued, StoreCall, StoreHook};
+use crate::store::{CallOutcome, Enqueued, StoreCall};
 /// What `http::install_prometheus_exporter` returns: renders the metrics on demand
 /// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
 #[cfg(feature = "prometheus")]
@@ -298,29 +298,24 @@ fn described() -> impl Iterator<Item = &'static MetricInfo> {
 
 // ---- Label values ---------------------------------------------------------------------
 
-/// The [`StoreHook`] that records the store's metrics: `outbox_enqueued_total` and
-/// `outbox_requeued_total` per lane and target. (The lanes time their own store calls,
-/// [`STORE_CALL_DURATION_SECONDS`], with their lane and target.) Add it to every [`Outbox`](crate::Outbox) whose writes should be counted
-/// (`Outbox::new(backend).with_hook(StoreMetrics)`); the binary's outboxes have it.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StoreMetrics;
-
-impl StoreHook for StoreMetrics {
-    fn finished(&self, call: &StoreCall<'_>) {
-        match call.outcome {
-            CallOutcome::Enqueued(answers) => record_enqueued(answers),
-            CallOutcome::Requeued(lanes) => record_requeued(lanes.iter().flat_map(|lane| {
-                let n = usize::try_from(lane.count).unwrap_or(usize::MAX);
-                std::iter::repeat_n((lane.lane.as_str(), lane.target.as_str()), n)
-            })),
-            _ => {}
-        }
+/// Records a finished store call in the store's metrics: `outbox_enqueued_total` and
+/// `outbox_requeued_total` per lane and target. Every [`Outbox`](crate::Outbox) does, unless
+/// built [`without_metrics`](crate::Outbox::without_metrics). (The lanes time their own
+/// store calls, [`STORE_CALL_DURATION_SECONDS`], with their lane and target.)
+pub(crate) fn record_store_call(call: &StoreCall<'_>) {
+    match call.outcome {
+        CallOutcome::Enqueued(answers) => record_enqueued(answers),
+        CallOutcome::Requeued(lanes) => record_requeued(lanes.iter().flat_map(|lane| {
+            let n = usize::try_from(lane.count).unwrap_or(usize::MAX);
+            std::iter::repeat_n((lane.lane.as_str(), lane.target.as_str()), n)
+        })),
+        _ => {}
     }
 }
 
 /// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
-/// and target. [`StoreMetrics`] calls it for every enqueue through an `Outbox`, the
-/// transactions a caller holds included.
+/// and target. Every `Outbox` calls it for every enqueue through it, the transactions a
+/// caller holds included.
 pub fn record_enqueued(enqueued: &[Enqueued]) {
     count_per_lane(
         ENQUEUED_TOTAL,
@@ -332,8 +327,8 @@ pub fn record_enqueued(enqueued: &[Enqueued]) {
 }
 
 /// Counts dead letters an operator moved back to pending into `outbox_requeued_total`,
-/// one `(lane, target)` per requeued message. [`StoreMetrics`] calls it once a requeue
-/// through an `Outbox` committed. (A retry after a
+/// one `(lane, target)` per requeued message. Every `Outbox` calls it once a requeue
+/// through it committed. (A retry after a
 /// failed delivery is not a requeue: `outbox_delivery_failures_total` counts those.)
 pub fn record_requeued<'a>(requeued: impl IntoIterator<Item = (&'a str, &'a str)>) {
     count_per_lane(REQUEUED_TOTAL, requeued);

@@ -295,6 +295,14 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     /// [`WakeUp::All`].
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
 
+    /// The most connections the backend's calls may hold at once (its pool's size), for the
+    /// relay's check at start that its lanes' claims will not wait for one
+    /// ([`RelayBuilder::connections_needed`](crate::relay::RelayBuilder::connections_needed)).
+    /// `None`, the provided answer: no such bound.
+    fn max_connections(&self) -> Option<u32> {
+        None
+    }
+
     // ---- Lane control: the fleet-wide pause of a (lane, target) -----------------------
     // Each backend implements it in a file of its own (`store/<backend>/lane_control.rs`);
     // the provided methods are what a backend without lane control answers: refused for

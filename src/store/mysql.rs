@@ -208,6 +208,11 @@ pub struct MysqlOutboxStore {
 }
 
 impl MysqlOutboxStore {
+    /// What the store can do beyond the primitives.
+    pub const CAPABILITIES: Capabilities = Capabilities::none()
+        .with_user_transactions()
+        .with_delete_on_ack();
+
     /// Connects with the default configuration and runs the migrations.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, MysqlConfig::default()).await
@@ -373,9 +378,7 @@ macro_rules! retrying {
 #[async_trait]
 impl OutboxBackend for MysqlOutboxStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_user_transactions()
-            .with_delete_on_ack()
+        Self::CAPABILITIES
     }
 
     fn draft_limits(&self) -> DraftLimits {
@@ -490,6 +493,10 @@ impl OutboxBackend for MysqlOutboxStore {
         let receiver = self.wakeups.subscribe();
         self.watch.ensure(&self.pool, &self.names, &self.wakeups);
         receiver
+    }
+
+    fn max_connections(&self) -> Option<u32> {
+        Some(self.pool.options().get_max_connections())
     }
 
     async fn pause_lane(&self, request: &LanePauseRequest) -> Result<LanePause, StoreError> {

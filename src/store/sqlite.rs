@@ -105,6 +105,12 @@ pub struct SqliteOutboxStore {
 }
 
 impl SqliteOutboxStore {
+    /// What the store can do beyond the primitives.
+    pub const CAPABILITIES: Capabilities = Capabilities::none()
+        .with_ack_and_claim()
+        .with_user_transactions()
+        .with_delete_on_ack();
+
     /// The newest schema version this build of the crate migrates a file to.
     pub fn latest_schema_version() -> i64 {
         schema::latest_version()
@@ -297,10 +303,7 @@ impl SqliteOutboxStore {
 #[async_trait]
 impl OutboxBackend for SqliteOutboxStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_ack_and_claim()
-            .with_user_transactions()
-            .with_delete_on_ack()
+        Self::CAPABILITIES
     }
 
     fn draft_limits(&self) -> DraftLimits {

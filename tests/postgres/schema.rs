@@ -284,7 +284,7 @@ async fn a_relay_on_version_5_runs_on_through_migration_6() {
             .unwrap(),
     );
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let builder = OutboxRelay::builder(old.clone()).lane(
+    let builder = OutboxRelay::builder(&old).lane(
         LaneConfig::new("l", "sink")
             .concurrency(4)
             .max_poll_interval(Duration::from_millis(100)),

@@ -1,6 +1,5 @@
 use std::time::Duration;
 
-use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::sqlx; // the sqlx the relay is built on: no second version to match
 use outbox_relay::{
     async_trait, DeliveryError, DeliveryHandler, LaneConfig, Outbox, OutboxMessage,
@@ -25,9 +24,9 @@ async fn publish(message: &OutboxMessage) -> Result<(), std::io::Error> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // One outbox for the service and its relay: the backend, plus the store metrics.
-    let store = Outbox::new(SqliteOutboxStore::open("outbox.db").await?).with_hook(StoreMetrics);
-    let relay = OutboxRelay::builder(store.clone())
+    // One outbox for the service and its relay (it records the store metrics).
+    let store = Outbox::new(SqliteOutboxStore::open("outbox.db").await?);
+    let relay = OutboxRelay::builder(&store)
         .lane(LaneConfig::new("orders", "billing").concurrency(16), Billing)
         .start()
         .await?;
