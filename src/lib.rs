@@ -102,6 +102,8 @@
 //!   lock, `heads.rs`) implement it; [`store::lane_control`] is the fleet-wide pause of a
 //!   lane (`LanePause`, one
 //!   block of `OutboxBackend`, each backend's in its `lane_control.rs`);
+//!   [`store::served`] is the record of the lanes running relays serve, and the lanes
+//!   nobody serves (each backend's in its `served.rs`);
 //!   [`store::key_state`] is where an ordering key stands (`KeyState`, `BlockedKeys`: the
 //!   key's head, the dead letters before it; provided `OutboxBackend` methods over `list`);
 //!   [`store::slow_log`] is the hook that logs a slow call by its name and duration.
@@ -132,7 +134,9 @@
 //!   the counters behind it);
 //!   `relay::supervisor` (restarts lanes; `supervisor/fleet.rs`: a lane's process-local
 //!   and fleet-wide pauses, apart), `relay/lane_control.rs` (the watcher that reads the
-//!   store's lane pauses every 500 ms and hands changes to the supervisor), `relay::lane`
+//!   store's lane pauses every 500 ms and hands changes to the supervisor),
+//!   `relay/upkeep.rs` (retention passes and the served-lanes record and report, beside
+//!   the lanes), `relay::lane`
 //!   (the lane actor, `LaneShell`: glue that runs store calls off its mailbox),
 //!   `relay::lane::core` (`LaneCore`, the lane's logic as a sans-IO state machine:
 //!   `ClaimLoop` (when to claim, ask `next_due` or sleep), handler pool, lease book,
@@ -172,8 +176,8 @@
 //!   at enqueue, the delivery span's parent.
 //! - [`retention`]: automatic retention: `RetentionConfig` (per-lane ages of delivered
 //!   messages and dead letters, defaults as consts; a `Block` lane's keyed dead letters are
-//!   kept) and `RetentionTask`, which purges
-//!   them in bounded batches apart from the lanes.
+//!   kept) and `RetentionTask`, one pass that purges them in bounded batches, which every
+//!   relay runs beside its lanes (`relay/upkeep.rs`).
 //! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
 //!   opens the store a URL names; `database/postgres.rs`: `PostgresOptions` (the pool and
 //!   session settings of `[postgres]`) and `Pooler` (direct, or PgBouncer's transaction

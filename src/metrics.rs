@@ -15,7 +15,9 @@
 //! [`describe`] registers those descriptions with the current recorder, and the dashboard
 //! test in `tests/grafana_assets.rs` checks the Grafana assets against the same list.
 //! [`PROCESS`] lists the process-wide ones ([`process`]): `outbox_build_info` and
-//! Prometheus' `process_*`, which the Prometheus exporter records.
+//! Prometheus' `process_*`, which the Prometheus exporter records. [`STORE_WIDE`] lists
+//! those of the store as a whole, without labels: the lanes nobody serves
+//! ([`UNSERVED_LANES`], [`UNSERVED_PENDING`], `store::served`).
 //!
 //! ## Several relay processes
 //!
@@ -124,6 +126,14 @@ pub const LANE_STATE: &str = "outbox_lane_state";
 /// by [`LABEL_STATE`] (a lane without a breaker stays `closed`).
 pub const BREAKER_STATE: &str = "outbox_breaker_state";
 
+/// Gauge: (lane, target) pairs holding pending messages that no running relay serves
+/// (`store::served`; at most [`UNSERVED_LIMIT`](crate::store::served::UNSERVED_LIMIT)).
+/// Store-wide, no labels: every relay reports the same; aggregate with max.
+pub const UNSERVED_LANES: &str = "outbox_unserved_lanes";
+/// Gauge: pending messages in those pairs (each pair counted up to
+/// [`UNSERVED_COUNT_CAP`](crate::store::served::UNSERVED_COUNT_CAP)).
+pub const UNSERVED_PENDING: &str = "outbox_unserved_pending";
+
 // ---- Labels ---------------------------------------------------------------------------
 
 /// Label on every metric: the lane.
@@ -208,7 +218,7 @@ pub struct MetricInfo {
     /// One line for `# HELP`.
     pub help: &'static str,
     /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
-    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those; in `kafka::KAFKA` (feature
+    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those; in [`STORE_WIDE`], none; in `kafka::KAFKA` (feature
     /// `kafka-sink`), the sink's name.
     pub labels: &'static [&'static str],
 }
@@ -263,7 +273,22 @@ pub const ALL: &[MetricInfo] = &[
     info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 
-/// Registers the description and unit of every metric in [`ALL`] (and in `kafka::KAFKA`
+/// The metrics of the store as a whole that no lane owns, so without labels: the lanes
+/// nobody serves. Every relay on the store reports the same values; aggregate with max.
+#[rustfmt::skip] // one metric per line reads as a table
+pub const STORE_WIDE: &[MetricInfo] = &[
+    info(UNSERVED_LANES, Gauge, Unit::Count, "Lanes (lane, target) holding pending messages that no running relay serves (store-wide: aggregate with max).", &[]),
+    info(UNSERVED_PENDING, Gauge, Unit::Count, "Pending messages in lanes that no running relay serves, up to 10000 per lane (store-wide: aggregate with max).", &[]),
+];
+
+/// Sets the gauges of the lanes nobody serves from one report.
+pub fn record_unserved(unserved: &[crate::store::UnservedLane]) {
+    metrics::gauge!(UNSERVED_LANES).set(unserved.len() as f64);
+    metrics::gauge!(UNSERVED_PENDING)
+        .set(unserved.iter().map(|lane| lane.pending as f64).sum::<f64>());
+}
+
+/// Registers the description and unit of every metric in [`ALL`], [`STORE_WIDE`] (and in `kafka::KAFKA`
 /// with feature `kafka-sink`) with the current recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
 /// global one).
 ///
@@ -293,7 +318,7 @@ fn described() -> impl Iterator<Item = &'static MetricInfo> {
     let sinks: &[MetricInfo] = kafka::KAFKA;
     #[cfg(not(feature = "kafka-sink"))]
     let sinks: &[MetricInfo] = &[];
-    ALL.iter().chain(sinks)
+    ALL.iter().chain(STORE_WIDE).chain(sinks)
 }
 
 // ---- Label values ---------------------------------------------------------------------

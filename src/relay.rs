@@ -371,7 +371,10 @@ impl RelayBuilder {
                 .push(lane_control::watch(store.clone(), supervisor.clone(), known).abort_handle());
         }
         if let Some(every) = self.retention {
-            upkeep.push(upkeep::retention(store, supervisor.clone(), every).abort_handle());
+            upkeep.push(upkeep::retention(store.clone(), supervisor.clone(), every).abort_handle());
+        }
+        if store.capabilities().served_lanes {
+            upkeep.push(upkeep::served(store, supervisor.clone()).abort_handle());
         }
         Ok(RelayHandle {
             supervisor,
@@ -393,8 +396,8 @@ pub struct RelayHandle {
     supervisor: ActorRef<SupervisorMsg>,
     events: broadcast::Sender<RelayEvent>,
     join: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// The tasks beside the supervisor (`relay/lane_control.rs`'s watcher, retention:
-    /// `relay/upkeep.rs`), stopped with the relay.
+    /// The tasks beside the supervisor (`relay/lane_control.rs`'s watcher; retention and
+    /// the served lanes: `relay/upkeep.rs`), stopped with the relay.
     upkeep: Vec<tokio::task::AbortHandle>,
     /// A shutdown was asked (by [`RelayHandle::shutdown`]): a drop asks no second one.
     stopping: AtomicBool,

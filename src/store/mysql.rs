@@ -93,6 +93,7 @@ mod lane_control;
 mod list;
 mod row;
 mod schema;
+mod served;
 mod watch;
 mod write;
 
@@ -211,7 +212,8 @@ impl MysqlOutboxStore {
     /// What the store can do beyond the primitives.
     pub const CAPABILITIES: Capabilities = Capabilities::none()
         .with_user_transactions()
-        .with_delete_on_ack();
+        .with_delete_on_ack()
+        .with_served_lanes();
 
     /// Connects with the default configuration and runs the migrations.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -509,5 +511,20 @@ impl OutboxBackend for MysqlOutboxStore {
 
     async fn lane_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
         self.all_pauses().await
+    }
+
+    async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        self.record_served_lanes(lanes, served_for).await
+    }
+
+    async fn unserved_lanes(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::store::UnservedLane>, StoreError> {
+        self.unserved(limit).await
     }
 }

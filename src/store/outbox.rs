@@ -382,6 +382,30 @@ impl Outbox {
             .await
     }
 
+    /// Records that a running relay serves these (lane, target) pairs until `served_for`
+    /// from now ([`super::served`]; [`OutboxBackend::record_served`]).
+    pub async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.timed(
+            StoreOp::RecordServed,
+            self.backend.record_served(lanes, served_for),
+        )
+        .await
+    }
+
+    /// The (lane, target) pairs holding pending messages that no running relay serves, at
+    /// most `limit` ([`super::served`]; [`OutboxBackend::unserved_lanes`]).
+    pub async fn unserved_lanes(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<super::UnservedLane>, StoreError> {
+        self.timed(StoreOp::UnservedLanes, self.backend.unserved_lanes(limit))
+            .await
+    }
+
     /// Lists messages in enqueue order, a page at a time.
     pub async fn list(
         &self,

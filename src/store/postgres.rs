@@ -62,6 +62,7 @@ mod lane_control;
 mod list;
 mod listener;
 mod schema;
+mod served;
 mod sql;
 mod sweep;
 mod unreadable;
@@ -159,7 +160,8 @@ impl PostgresOutboxStore {
         // work, 0.85-0.92x, as the cycles were then bound by CPU
         // (`examples/benchmark/HISTORY.md`, "Acks per claim").
         .with_claims_in_flight(2)
-        .with_delete_on_ack();
+        .with_delete_on_ack()
+        .with_served_lanes();
 
     /// Connects with the default configuration (schema `public`, prefix `outbox`, the
     /// database's clock) and runs the migrations.
@@ -658,5 +660,20 @@ impl OutboxBackend for PostgresOutboxStore {
 
     fn max_connections(&self) -> Option<u32> {
         Some(self.pool.options().get_max_connections())
+    }
+
+    async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.record_served_lanes(lanes, served_for).await
+    }
+
+    async fn unserved_lanes(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::store::UnservedLane>, StoreError> {
+        self.unserved(limit).await
     }
 }

@@ -363,3 +363,111 @@ async fn claim_plan_is_flat_with_a_thousand_keys() {
 async fn claim_plan_is_flat_with_a_hot_key() {
     guard(Keys::Hot).await;
 }
+
+/// The rows of a served lane's backlog the report of the lanes nobody serves reads.
+const UNSERVED_ROWS: i64 = 1_000_000;
+
+/// The report of the lanes nobody serves at 1,000,000 pending rows: with the big lane
+/// served, every scan reads a few entries per (lane, target) (one probe of `pending_idx` per
+/// pair, one of the served table), never the lane's rows; with it unserved, its count stops
+/// at the cap. Before and after ANALYZE.
+#[tokio::test]
+async fn unserved_lanes_plan_reads_pairs_not_rows_at_a_million() {
+    use outbox_relay::store::served::UNSERVED_COUNT_CAP;
+    use outbox_relay::store::UnservedLane;
+
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    fill(&store, UNSERVED_ROWS, Keys::None).await;
+    for (lane, n) in [("ledger", 2), ("typo", 3)] {
+        for value in 0..n {
+            store
+                .enqueue(
+                    outbox_relay::OutboxMessageDraft::new(lane, "sink", serde_json::json!(value))
+                        .expect("draft"),
+                )
+                .await
+                .expect("enqueue");
+        }
+    }
+    let served = |lanes: &[&str]| -> Vec<(String, String)> {
+        lanes
+            .iter()
+            .map(|lane| ((*lane).to_owned(), "sink".to_owned()))
+            .collect()
+    };
+    store
+        .record_served(&served(&["l", "ledger"]), Duration::from_secs(600))
+        .await
+        .expect("record");
+    let typo = UnservedLane {
+        lane: "typo".into(),
+        target: "sink".into(),
+        pending: 3,
+    };
+    for label in ["before ANALYZE", "after ANALYZE"] {
+        if label == "after ANALYZE" {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "VACUUM ANALYZE {}",
+                crate::pg(&store).messages_table()
+            )))
+            .execute(crate::pg(&store).pool())
+            .await
+            .expect("analyze");
+        }
+        assert_eq!(
+            store.unserved_lanes(10).await.expect("report"),
+            [typo.clone()]
+        );
+        let plan = crate::pg(&store)
+            .explain(&Explained::UnservedLanes { limit: 10 })
+            .await
+            .expect("explain");
+        check(
+            &format!("unserved lanes, the big lane served, {label}"),
+            &plan,
+            true,
+        );
+    }
+
+    // Nobody serves the big lane any more: its count stops at the cap.
+    let served_table = crate::pg(&store)
+        .messages_table()
+        .replace("_messages\"", "_served_lanes\"");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DELETE FROM {served_table} WHERE lane = 'l'"
+    )))
+    .execute(crate::pg(&store).pool())
+    .await
+    .expect("the big lane's record gone");
+    let report = store.unserved_lanes(10).await.expect("report");
+    assert_eq!(
+        report,
+        [
+            UnservedLane {
+                lane: "l".into(),
+                target: "sink".into(),
+                pending: UNSERVED_COUNT_CAP,
+            },
+            typo
+        ]
+    );
+    let plan = crate::pg(&store)
+        .explain(&Explained::UnservedLanes { limit: 10 })
+        .await
+        .expect("explain");
+    let mut nodes = Vec::new();
+    scans(&plan[0], &mut nodes, true);
+    let pretty = serde_json::to_string_pretty(&plan[0]).unwrap_or_default();
+    for (node, read) in &nodes {
+        assert!(
+            !node.starts_with("Seq Scan"),
+            "{node} reads the whole table\n{pretty}"
+        );
+        assert!(
+            *read <= (UNSERVED_COUNT_CAP as f64) + MAX_READ,
+            "{node} read {read} rows, over the count's cap\n{pretty}"
+        );
+    }
+    schema.drop().await;
+}

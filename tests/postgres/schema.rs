@@ -316,7 +316,7 @@ async fn a_relay_on_version_5_runs_on_through_migration_6() {
     });
     migrated.unwrap();
     expected.extend(during);
-    assert_eq!(new.schema_version().await.unwrap(), Some(8));
+    assert_eq!(new.schema_version().await.unwrap(), Some(9));
     // After: a service of the new build enqueues through the function.
     for n in 40..60 {
         let id: uuid::Uuid = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
