@@ -311,10 +311,10 @@ async fn watch_liveness(relay: Arc<RelayHandle>) -> String {
     let mut poll = tokio::time::interval(LIVENESS_POLL);
     loop {
         poll.tick().await;
-        match relay.liveness().await {
-            Err(error @ RelayError::LanesFailed { .. }) => return error.to_string(),
-            // Stopped or slow: the shutdown path and the probe cover those.
-            Ok(()) | Err(_) => {}
+        // A relay stopped or too slow to answer is not this watcher's: the shutdown path
+        // and the probe cover those.
+        if let Err(error @ RelayError::LanesFailed { .. }) = relay.liveness().await {
+            return error.to_string();
         }
     }
 }
