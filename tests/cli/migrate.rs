@@ -99,7 +99,7 @@ fn migrate_prints_its_sql_checks_the_version_and_a_newer_schema_is_refused() {
         |args: &[&'static str]| -> Vec<&'static str> { cfg.iter().chain(args).copied().collect() };
 
     let sql = sandbox.ok(&with(&["migrate", "--print-sql"]));
-    assert_eq!(sql.matches("\nBEGIN;\n").count(), 8, "{sql}");
+    assert_eq!(sql.matches("\nBEGIN;\n").count(), 9, "{sql}");
     assert!(sql.contains(&format!("CREATE SCHEMA IF NOT EXISTS \"{}\"", schema.name)));
     assert!(
         sql.contains("SET LOCAL lock_timeout = 2000;"),
