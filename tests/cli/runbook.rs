@@ -7,7 +7,6 @@
 use crate::{dead_letter_through_the_store, free_port, test_config, Sandbox};
 
 #[path = "../docs/markdown.rs"]
-#[allow(dead_code)]
 mod markdown;
 
 const RUNBOOK: &str = "docs/src/operations/runbook.md";
