@@ -304,6 +304,29 @@ fn every_default_the_pages_state_for_a_key_is_the_references() {
             .or_default()
             .push(normalized(&cell));
     }
+    // What the pages state defaults for that is no key of the file: the library's own.
+    let postgres = outbox_relay::store::postgres::PostgresConfig::default();
+    let library = [
+        (
+            "max_attempts",
+            outbox_relay::message::DEFAULT_MAX_ATTEMPTS.to_string(),
+        ),
+        (
+            "migration_statement_timeout",
+            format!("{:?}", postgres.migration_statement_timeout),
+        ),
+        (
+            "PostgresConfig::statement_timeout",
+            format!("{:?}", postgres.statement_timeout),
+        ),
+        (
+            "PostgresConfig::synchronous_commit",
+            postgres.synchronous_commit.to_string(),
+        ),
+    ];
+    for (name, default) in library {
+        by_key.entry(name.to_owned()).or_default().push(default);
+    }
     let mut problems = Vec::new();
     let mut checked = 0;
     for page in pages() {
