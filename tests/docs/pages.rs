@@ -163,3 +163,66 @@ fn the_conformance_count_the_docs_state_is_the_macros() {
         );
     }
 }
+
+/// The features of `Cargo.toml`'s `[features]` table, `default` left out.
+fn cargo_features() -> Vec<String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let table = manifest
+        .split("\n[features]\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .expect("a [features] table");
+    table
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.starts_with(' '))
+        .filter_map(|line| {
+            line.split_once(" = ")
+                .map(|(name, _)| name.trim().to_owned())
+        })
+        .filter(|name| name != "default")
+        .collect()
+}
+
+#[test]
+fn the_features_table_has_a_row_per_cargo_feature() {
+    let page = Page::read("docs/src/embedding.md");
+    let section = page
+        .section("The crate and its features")
+        .expect("the embedding page's features");
+    let rows = crate::markdown::table(section);
+    let names = |keep: &dyn Fn(&Vec<String>) -> bool| -> Vec<String> {
+        let mut names: Vec<String> = rows
+            .iter()
+            .skip(1)
+            .filter(|row| keep(row))
+            .flat_map(|row| crate::markdown::spans_of(&row[0]))
+            .collect();
+        names.sort();
+        names
+    };
+    let mut features = cargo_features();
+    features.sort();
+    assert!(features.len() > 10, "too few features read: {features:?}");
+    assert_eq!(
+        names(&|_| true),
+        features,
+        "docs/src/embedding.md's features table against Cargo.toml"
+    );
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let default_line = manifest
+        .lines()
+        .find(|line| line.starts_with("default = ["))
+        .expect("the default features");
+    let mut defaults: Vec<String> = default_line
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    defaults.sort();
+    assert_eq!(
+        names(&|row| row[1] == "yes"),
+        defaults,
+        "the features the table marks default against Cargo.toml's"
+    );
+}
