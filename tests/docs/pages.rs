@@ -226,3 +226,35 @@ fn the_features_table_has_a_row_per_cargo_feature() {
         "the features the table marks default against Cargo.toml's"
     );
 }
+
+/// The crate docs' component list: what docs.rs shows after the example, at most 20 lines
+/// (the guide's architecture page has the rest).
+#[test]
+fn the_crate_docs_list_their_components_in_at_most_20_lines() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).expect("src/lib.rs");
+    let docs: Vec<&str> = lib
+        .lines()
+        .take_while(|line| line.starts_with("//!"))
+        .map(|line| line.trim_start_matches("//!").trim_start())
+        .collect();
+    let start = docs
+        .iter()
+        .position(|line| *line == "## Components")
+        .expect("src/lib.rs has a \"## Components\" section");
+    let list: Vec<&&str> = docs[start + 1..]
+        .iter()
+        .skip_while(|line| line.is_empty())
+        .take_while(|line| !line.is_empty())
+        .collect();
+    assert!(!list.is_empty(), "the component list is empty");
+    assert!(
+        list.len() <= 20,
+        "the crate docs' component list has {} lines, over 20: the architecture page holds the rest",
+        list.len()
+    );
+    assert!(
+        docs.len() <= 100,
+        "the crate docs are {} lines: a user's first lines, the main types and the components",
+        docs.len()
+    );
+}
