@@ -274,3 +274,59 @@ fn the_command_line_reader_finds_what_a_reader_would_run() {
     let args = ["outbox-relay", "resume", "LANE"];
     assert!(crate::Cli::command().try_get_matches_from(args).is_err());
 }
+
+#[test]
+fn the_defaults_the_simulate_page_states_are_the_commands() {
+    let page = Page::read("docs/src/simulate.md");
+    let text = &page.text;
+    let start = text
+        .find("Flags (defaults):")
+        .expect("docs/src/simulate.md states the flags' defaults");
+    let end = start + text[start..].find(". ").unwrap_or(text.len() - start);
+    let simulate = crate::Cli::command();
+    let simulate = simulate
+        .find_subcommand("simulate")
+        .expect("a simulate command");
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for span in spans_of(&text[start..end]) {
+        let words: Vec<&str> = span.split_whitespace().collect();
+        for pair in words.chunks(2) {
+            let [flag, value] = pair else { continue };
+            let Some(name) = flag.strip_prefix("--") else {
+                continue;
+            };
+            let Some(arg) = simulate
+                .get_arguments()
+                .find(|a| a.get_long() == Some(name))
+            else {
+                problems.push(format!("{flag}: simulate has no such flag"));
+                continue;
+            };
+            let defaults: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            // `--keys none|N|hot` names the choices; `--outage 10m@20m` has no default.
+            if value.contains('|') || defaults.is_empty() {
+                continue;
+            }
+            checked += 1;
+            if defaults != [value.to_string()] {
+                problems.push(format!(
+                    "{flag}: the page says {value}, the command's default is {defaults:?}"
+                ));
+            }
+        }
+    }
+    assert!(
+        checked >= 6,
+        "too few defaults found on the simulate page: {checked}"
+    );
+    assert!(
+        problems.is_empty(),
+        "docs/src/simulate.md:\n{}",
+        problems.join("\n")
+    );
+}
