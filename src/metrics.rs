@@ -31,8 +31,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use metrics::Unit;
 
-#[cfg(feature = "kafka-sink")]
-#[cfg_attr(docsrs, doc(cfg(feature = "kafka-sink")))]
+// Names only, so the catalogue is whole whatever the features: the Kafka sink (feature
+// `kafka-sink`) is what records them.
 pub mod kafka;
 mod lane;
 pub mod process;
@@ -218,8 +218,8 @@ pub struct MetricInfo {
     /// One line for `# HELP`.
     pub help: &'static str,
     /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
-    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those; in [`STORE_WIDE`], none; in `kafka::KAFKA` (feature
-    /// `kafka-sink`), the sink's name.
+    /// [`LABEL_TARGET`]; in [`PROCESS`] and [`STORE_WIDE`], none of those; in
+    /// [`kafka::KAFKA`], the sink's name.
     pub labels: &'static [&'static str],
 }
 
