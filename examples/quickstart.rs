@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::{MessageFilter, NackOutcome};
 use outbox_relay::{
@@ -144,7 +143,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
     std::panic::set_hook(Box::new(|info| eprintln!("  (a handler panicked: {info})")));
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("outbox.db");
-    let store = Outbox::new(SqliteOutboxStore::open(&path).await?).with_hook(StoreMetrics);
+    let store = Outbox::new(SqliteOutboxStore::open(&path).await?);
     println!("outbox: {}", path.display());
 
     // Metrics on a loopback port for as long as the relay runs.
@@ -211,7 +210,7 @@ async fn run() -> Result<Outcome, Box<dyn std::error::Error>> {
             )
             .stats_interval(Duration::from_millis(500))
     };
-    let mut builder = OutboxRelay::builder(store.clone()).event_capacity(100_000);
+    let mut builder = OutboxRelay::builder(&store).event_capacity(100_000);
     for (_, target) in LANES {
         let handler = Target {
             name: target,

@@ -8,6 +8,7 @@
 //! curl localhost:8080/api/v1/lanes        # the relay's lanes, as JSON
 //! curl localhost:8080/metrics             # Prometheus text
 //! curl localhost:8080/readyz
+//! curl localhost:8080/healthz             # 503 once a lane has been failed for 5 minutes
 //! ```
 //!
 //! What it shows: one `Router::merge` gives a service the relay's `/metrics`, `/healthz`,
@@ -23,7 +24,9 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 use outbox_relay::config::ControlToken;
-use outbox_relay::http::{Readiness, RelayReadiness, RelaySlot, RouterConfig};
+use outbox_relay::http::{
+    Liveness, Readiness, RelayLiveness, RelayReadiness, RelaySlot, RouterConfig,
+};
 use outbox_relay::{
     handler_fn, InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay,
     RelayHandle,
@@ -66,7 +69,7 @@ async fn start(
     outbox_relay::metrics::describe();
 
     let store: Outbox = Outbox::new(InMemoryOutboxStore::new());
-    let relay = OutboxRelay::builder(store.clone())
+    let relay = OutboxRelay::builder(&store)
         .lane(
             LaneConfig::new("orders", "log"),
             handler_fn(|message| async move {
@@ -90,10 +93,19 @@ async fn start(
         tokio::runtime::Handle::current(),
         Duration::from_secs(2),
     );
+    // `/healthz` fails once a lane has been failed for 5 minutes (the supervisor's
+    // `fail_liveness_after`): a failed lane stays down until the process restarts.
+    let liveness = Liveness::new();
+    liveness.set(
+        RelayLiveness::new(relay.clone()),
+        tokio::runtime::Handle::current(),
+        Duration::from_secs(2),
+    );
     let relay_routes = outbox_relay::http::router(
         RouterConfig::new()
             .metrics(metrics)
             .readiness(readiness)
+            .liveness(liveness)
             .relay(slot)
             .token(token),
     );

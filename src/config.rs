@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::message::validate_name;
 use crate::message::ValidationError;
 use crate::relay::LaneKey;
+use crate::retention::RetentionConfig;
 use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_RETRY_AFTER_MAX};
 use crate::store::OrderingPolicy;
 
@@ -180,6 +181,13 @@ pub struct LaneConfig {
     /// A target's Retry-After (`DeliveryError::RetryAfter`) holds the whole lane's claims
     /// until then (capped at `retry.max`), not only that message's retry.
     pub retry_after_holds_lane: bool,
+    /// How long the lane's delivered messages and dead letters are kept before the relay's
+    /// automatic retention deletes them ([`RelayBuilder::retention`](crate::relay::RelayBuilder::retention)
+    /// sets how often it runs, or turns it off). Its `ordering` is the lane's own
+    /// ([`LaneConfig::ordering`]): under `Block`, keyed dead letters are kept. Default
+    /// [`RetentionConfig::default`]: delivered 7 days, dead letters 30 days;
+    /// [`RetentionConfig::keep_all`] keeps everything.
+    pub retention: RetentionConfig,
     /// Take what this process enqueues for the lane through the outbox the relay runs on
     /// (or a clone of it), without a claim: while the lane is idle, an enqueue of a message without an
     /// ordering key or delay writes it claimed by the lane and hands it over after its
@@ -227,6 +235,7 @@ impl LaneConfig {
             rate_limit: None,
             circuit_breaker: None,
             retry_after_holds_lane: false,
+            retention: RetentionConfig::default(),
             hand_off: true,
         }
     }
@@ -261,6 +270,17 @@ impl LaneConfig {
     pub fn hand_off(mut self, hand_off: bool) -> Self {
         self.hand_off = hand_off;
         self
+    }
+
+    /// Sets how long the lane's finished messages are kept ([`LaneConfig::retention`]).
+    pub fn retention(mut self, retention: RetentionConfig) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// The lane's retention with the lane's ordering policy: what a pass purges it by.
+    pub(crate) fn retention_in_force(&self) -> RetentionConfig {
+        self.retention.ordering(self.ordering)
     }
 
     /// Sets the consumer id written to `claimed_by`.
@@ -535,7 +555,9 @@ impl LaneConfig {
         if let Some((name, problem)) = self.circuit_breaker.and_then(|b| b.problem()) {
             return Err(ConfigError::new(field(name), problem));
         }
-        Ok(())
+        self.retention
+            .validate()
+            .map_err(|error| ConfigError::new(field(&error.field), error.reason))
     }
 }
 
@@ -576,6 +598,10 @@ pub const DEFAULT_RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_RESTARTS: u32 = 5;
 /// The window the restart intensity is counted in.
 pub const DEFAULT_RESTART_WINDOW: Duration = Duration::from_secs(60);
+/// How long a lane may stay failed before the relay reports itself not alive, unless
+/// configured otherwise ([`SupervisorConfig::fail_liveness_after`]): time for an alert to
+/// reach someone, short enough that a restart comes before the backlog is hours old.
+pub const DEFAULT_FAIL_LIVENESS_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// How the supervisor restarts crashed lanes.
 ///
@@ -597,6 +623,12 @@ pub struct SupervisorConfig {
     pub max_restarts: u32,
     /// The window restarts are counted in.
     pub restart_window: Duration,
+    /// How long a lane may stay [failed](crate::relay::LaneState::Failed) before
+    /// [`RelayHandle::liveness`](crate::RelayHandle::liveness) (and `/healthz`, and the
+    /// daemon, which then exits) says the process should be restarted: a failed lane stays
+    /// down until its process restarts. `None`: never. Default
+    /// [`DEFAULT_FAIL_LIVENESS_AFTER`].
+    pub fail_liveness_after: Option<Duration>,
 }
 
 impl Default for SupervisorConfig {
@@ -606,6 +638,7 @@ impl Default for SupervisorConfig {
                 .jitter(false),
             max_restarts: DEFAULT_MAX_RESTARTS,
             restart_window: DEFAULT_RESTART_WINDOW,
+            fail_liveness_after: Some(DEFAULT_FAIL_LIVENESS_AFTER),
         }
     }
 }
@@ -626,6 +659,13 @@ impl SupervisorConfig {
     /// Sets the window restarts are counted in ([`SupervisorConfig::restart_window`]).
     pub fn restart_window(mut self, window: Duration) -> Self {
         self.restart_window = window;
+        self
+    }
+
+    /// Sets how long a lane may stay failed before the process is reported not alive
+    /// ([`SupervisorConfig::fail_liveness_after`]; `None`: never).
+    pub fn fail_liveness_after(mut self, after: Option<Duration>) -> Self {
+        self.fail_liveness_after = after;
         self
     }
 

@@ -25,9 +25,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::message::ValidationError;
-use crate::metrics::StoreMetrics;
 use crate::store::slow_log::{SlowCallLog, DEFAULT_SLOW_CALL_THRESHOLD};
-use crate::store::{Outbox, StoreError};
+use crate::store::{Capabilities, Outbox, StoreError};
 
 use crate::redact::redact;
 
@@ -163,6 +162,25 @@ impl DatabaseUrl {
                 .unwrap_or_else(|| "(an address the URL does not make clear)".to_owned()),
             DatabaseUrl::Mysql { url } => host_and_port(url, MYSQL_DEFAULT_PORT)
                 .unwrap_or_else(|| "(an address the URL does not make clear)".to_owned()),
+        }
+    }
+
+    /// What the store this URL names can do ([`OutboxBackend::capabilities`](crate::store::OutboxBackend::capabilities),
+    /// but for wake-ups across processes, which depend on how it connects): what a lane
+    /// that leaves a setting to its store gets, known before the database is reached.
+    /// [`Capabilities::none`] for a store this build has not.
+    pub fn capabilities(&self) -> Capabilities {
+        match self {
+            #[cfg(feature = "sqlite")]
+            DatabaseUrl::Sqlite { .. } => crate::store::sqlite::SqliteOutboxStore::CAPABILITIES,
+            #[cfg(feature = "postgres")]
+            DatabaseUrl::Postgres { .. } => {
+                crate::store::postgres::PostgresOutboxStore::CAPABILITIES
+            }
+            #[cfg(feature = "mysql")]
+            DatabaseUrl::Mysql { .. } => crate::store::mysql::MysqlOutboxStore::CAPABILITIES,
+            #[allow(unreachable_patterns)]
+            _ => Capabilities::none(),
         }
     }
 
@@ -309,16 +327,14 @@ pub enum OpenError {
 /// Opens the store `url` names, with its schema brought up to date (or, with
 /// [`CreateMode::MustExist`], checked to be). The store logs a call slower than
 /// [`DEFAULT_SLOW_CALL_THRESHOLD`] by its name and duration ([`SlowCallLog`]) and records
-/// the store metrics ([`StoreMetrics`]).
+/// the store metrics (as every [`Outbox`] does).
 pub async fn open_store(url: &DatabaseUrl, options: &StoreOptions) -> Result<Outbox, OpenError> {
     let store = match url {
         DatabaseUrl::Sqlite { path } => open_sqlite(path, options).await?,
         DatabaseUrl::Postgres { url: raw } => postgres::open(url, raw, options).await?,
         DatabaseUrl::Mysql { url: raw } => mysql::open(url, raw, options).await?,
     };
-    Ok(store
-        .with_hook(SlowCallLog::new(DEFAULT_SLOW_CALL_THRESHOLD))
-        .with_hook(StoreMetrics))
+    Ok(store.with_hook(SlowCallLog::new(DEFAULT_SLOW_CALL_THRESHOLD)))
 }
 
 async fn open_sqlite(path: &Path, options: &StoreOptions) -> Result<Outbox, OpenError> {

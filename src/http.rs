@@ -5,7 +5,7 @@
 //! | route | group | what it answers |
 //! |---|---|---|
 //! | `GET /metrics` | [`RouteGroup::Metrics`] | the Prometheus text format |
-//! | `GET /healthz` | [`RouteGroup::Probes`] | 200 while the process is alive |
+//! | `GET /healthz` | [`RouteGroup::Probes`] | 200 while the process is alive; 503 once a lane has been failed too long ([`health`]) |
 //! | `GET /readyz` | [`RouteGroup::Probes`] | 200 or 503 with a JSON reason, from a check run at most once a second ([`health`]) |
 //! | `GET /api/v1/lanes` | [`RouteGroup::Api`] | every lane of this relay: state, counters, gates, the process-local and the fleet-wide pause |
 //! | `POST /api/v1/lanes/{lane}/{target}/pause` | [`RouteGroup::Control`] | pauses the lane for every relay on the store (`{"reason": …, "by": …}`, both optional) |
@@ -46,7 +46,7 @@ pub use control::RelaySlot;
 pub use exporter::{
     install_prometheus_exporter, install_prometheus_exporter_with_router, MetricsError,
 };
-pub use health::{Readiness, ReadinessCheck, RelayReadiness};
+pub use health::{Liveness, Readiness, ReadinessCheck, RelayLiveness, RelayReadiness};
 pub use messages::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 
 /// A group of routes, turned on or off as a whole ([`RouterConfig::routes`]).
@@ -113,6 +113,7 @@ impl std::str::FromStr for RouteGroup {
 pub struct RouterConfig {
     metrics: Option<PrometheusHandle>,
     readiness: Readiness,
+    liveness: Liveness,
     relay: RelaySlot,
     token: Option<ControlToken>,
     routes: BTreeSet<RouteGroup>,
@@ -124,6 +125,7 @@ impl Default for RouterConfig {
         Self {
             metrics: None,
             readiness: Readiness::new(),
+            liveness: Liveness::new(),
             relay: RelaySlot::new(),
             token: None,
             routes: RouteGroup::ALL.into_iter().collect(),
@@ -149,6 +151,12 @@ impl RouterConfig {
     /// Answers `/readyz` from `readiness` (its check is set once the relay runs).
     pub fn readiness(mut self, readiness: Readiness) -> Self {
         self.readiness = readiness;
+        self
+    }
+
+    /// Answers `/healthz` from `liveness` (its check is set once the relay runs).
+    pub fn liveness(mut self, liveness: Liveness) -> Self {
+        self.liveness = liveness;
         self
     }
 
@@ -196,6 +204,7 @@ impl RouterConfig {
 struct Routes {
     metrics: Option<PrometheusHandle>,
     readiness: Readiness,
+    liveness: Liveness,
     relay: RelaySlot,
     token: Option<ControlToken>,
     ui: std::sync::Arc<ui::UiState>,
@@ -207,6 +216,7 @@ pub fn router(config: RouterConfig) -> Router {
     let routes = Routes {
         metrics: config.metrics.clone(),
         readiness: config.readiness.clone(),
+        liveness: config.liveness.clone(),
         relay: config.relay.clone(),
         token: config.token.clone(),
         ui: std::sync::Arc::new(ui::UiState::new(

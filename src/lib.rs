@@ -31,9 +31,9 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Outbox::new(InMemoryOutboxStore::new()).with_hook(outbox_relay::metrics::StoreMetrics);
+//! let store = Outbox::new(InMemoryOutboxStore::new()); // records the store metrics
 //! let (delivered, mut seen) = mpsc::unbounded_channel();
-//! let relay = OutboxRelay::builder(store.clone())
+//! let relay = OutboxRelay::builder(&store)
 //!     .lane(LaneConfig::new("orders", "billing"), Billing(delivered))
 //!     .start()
 //!     .await?;
@@ -58,7 +58,7 @@
 //!   each).
 //! - [`OutboxRelay::builder`], [`LaneConfig`] and [`RelayHandle`]: lanes started, changed,
 //!   paused, watched ([`RelayEvent`]) and shut down at run time.
-//! - [`metrics`]: the metric names and the [`metrics::StoreMetrics`] hook; `http` (feature
+//! - [`metrics`]: the metric names (every `Outbox` records the store's); `http` (feature
 //!   `http`): the router for `/metrics`, the probes, the JSON API and the web UI.
 //!
 //! The library needs a tokio runtime (any flavour) and records metrics with the `metrics`

@@ -15,7 +15,9 @@
 //! [`describe`] registers those descriptions with the current recorder, and the dashboard
 //! test in `tests/grafana_assets.rs` checks the Grafana assets against the same list.
 //! [`PROCESS`] lists the process-wide ones ([`process`]): `outbox_build_info` and
-//! Prometheus' `process_*`, which the Prometheus exporter records.
+//! Prometheus' `process_*`, which the Prometheus exporter records. [`STORE_WIDE`] lists
+//! those of the store as a whole, without labels: the lanes nobody serves
+//! ([`UNSERVED_LANES`], [`UNSERVED_PENDING`], `store::served`).
 //!
 //! ## Several relay processes
 //!
@@ -43,7 +45,7 @@ pub use process::{record_build_info, BUILD_INFO, PROCESS};
 use crate::delivery::FailureKind;
 pub use crate::lane_state::LaneState;
 use crate::lane_state::{BreakerState, GateKind};
-use crate::store::{CallOutcome, Enqueued, StoreCall, StoreHook};
+use crate::store::{CallOutcome, Enqueued, StoreCall};
 /// What `http::install_prometheus_exporter` returns: renders the metrics on demand
 /// (`handle.render()`), e.g. for a service that serves `/metrics` itself.
 #[cfg(feature = "prometheus")]
@@ -123,6 +125,14 @@ pub const LANE_STATE: &str = "outbox_lane_state";
 /// Gauge: 1 for the lane's circuit breaker's current [`BreakerState`], 0 for every other,
 /// by [`LABEL_STATE`] (a lane without a breaker stays `closed`).
 pub const BREAKER_STATE: &str = "outbox_breaker_state";
+
+/// Gauge: (lane, target) pairs holding pending messages that no running relay serves
+/// (`store::served`; at most [`UNSERVED_LIMIT`](crate::store::served::UNSERVED_LIMIT)).
+/// Store-wide, no labels: every relay reports the same; aggregate with max.
+pub const UNSERVED_LANES: &str = "outbox_unserved_lanes";
+/// Gauge: pending messages in those pairs (each pair counted up to
+/// [`UNSERVED_COUNT_CAP`](crate::store::served::UNSERVED_COUNT_CAP)).
+pub const UNSERVED_PENDING: &str = "outbox_unserved_pending";
 
 // ---- Labels ---------------------------------------------------------------------------
 
@@ -208,7 +218,8 @@ pub struct MetricInfo {
     /// One line for `# HELP`.
     pub help: &'static str,
     /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
-    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those; in [`kafka::KAFKA`], the sink's name.
+    /// [`LABEL_TARGET`]; in [`PROCESS`] and [`STORE_WIDE`], none of those; in
+    /// [`kafka::KAFKA`], the sink's name.
     pub labels: &'static [&'static str],
 }
 
@@ -262,7 +273,22 @@ pub const ALL: &[MetricInfo] = &[
     info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 
-/// Registers the description and unit of every metric in [`ALL`] (and in `kafka::KAFKA`
+/// The metrics of the store as a whole that no lane owns, so without labels: the lanes
+/// nobody serves. Every relay on the store reports the same values; aggregate with max.
+#[rustfmt::skip] // one metric per line reads as a table
+pub const STORE_WIDE: &[MetricInfo] = &[
+    info(UNSERVED_LANES, Gauge, Unit::Count, "Lanes (lane, target) holding pending messages that no running relay serves (store-wide: aggregate with max).", &[]),
+    info(UNSERVED_PENDING, Gauge, Unit::Count, "Pending messages in lanes that no running relay serves, up to 10000 per lane (store-wide: aggregate with max).", &[]),
+];
+
+/// Sets the gauges of the lanes nobody serves from one report.
+pub fn record_unserved(unserved: &[crate::store::UnservedLane]) {
+    metrics::gauge!(UNSERVED_LANES).set(unserved.len() as f64);
+    metrics::gauge!(UNSERVED_PENDING)
+        .set(unserved.iter().map(|lane| lane.pending as f64).sum::<f64>());
+}
+
+/// Registers the description and unit of every metric in [`ALL`], [`STORE_WIDE`] (and in `kafka::KAFKA`
 /// with feature `kafka-sink`) with the current recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
 /// global one).
 ///
@@ -292,34 +318,29 @@ fn described() -> impl Iterator<Item = &'static MetricInfo> {
     let sinks: &[MetricInfo] = kafka::KAFKA;
     #[cfg(not(feature = "kafka-sink"))]
     let sinks: &[MetricInfo] = &[];
-    ALL.iter().chain(sinks)
+    ALL.iter().chain(STORE_WIDE).chain(sinks)
 }
 
 // ---- Label values ---------------------------------------------------------------------
 
-/// The [`StoreHook`] that records the store's metrics: `outbox_enqueued_total` and
-/// `outbox_requeued_total` per lane and target. (The lanes time their own store calls,
-/// [`STORE_CALL_DURATION_SECONDS`], with their lane and target.) Add it to every [`Outbox`](crate::Outbox) whose writes should be counted
-/// (`Outbox::new(backend).with_hook(StoreMetrics)`); the binary's outboxes have it.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StoreMetrics;
-
-impl StoreHook for StoreMetrics {
-    fn finished(&self, call: &StoreCall<'_>) {
-        match call.outcome {
-            CallOutcome::Enqueued(answers) => record_enqueued(answers),
-            CallOutcome::Requeued(lanes) => record_requeued(lanes.iter().flat_map(|lane| {
-                let n = usize::try_from(lane.count).unwrap_or(usize::MAX);
-                std::iter::repeat_n((lane.lane.as_str(), lane.target.as_str()), n)
-            })),
-            _ => {}
-        }
+/// Records a finished store call in the store's metrics: `outbox_enqueued_total` and
+/// `outbox_requeued_total` per lane and target. Every [`Outbox`](crate::Outbox) does, unless
+/// built [`without_metrics`](crate::Outbox::without_metrics). (The lanes time their own
+/// store calls, [`STORE_CALL_DURATION_SECONDS`], with their lane and target.)
+pub(crate) fn record_store_call(call: &StoreCall<'_>) {
+    match call.outcome {
+        CallOutcome::Enqueued(answers) => record_enqueued(answers),
+        CallOutcome::Requeued(lanes) => record_requeued(lanes.iter().flat_map(|lane| {
+            let n = usize::try_from(lane.count).unwrap_or(usize::MAX);
+            std::iter::repeat_n((lane.lane.as_str(), lane.target.as_str()), n)
+        })),
+        _ => {}
     }
 }
 
 /// Counts newly written messages (not duplicates) into `outbox_enqueued_total`, per lane
-/// and target. [`StoreMetrics`] calls it for every enqueue through an `Outbox`, the
-/// transactions a caller holds included.
+/// and target. Every `Outbox` calls it for every enqueue through it, the transactions a
+/// caller holds included.
 pub fn record_enqueued(enqueued: &[Enqueued]) {
     count_per_lane(
         ENQUEUED_TOTAL,
@@ -331,8 +352,8 @@ pub fn record_enqueued(enqueued: &[Enqueued]) {
 }
 
 /// Counts dead letters an operator moved back to pending into `outbox_requeued_total`,
-/// one `(lane, target)` per requeued message. [`StoreMetrics`] calls it once a requeue
-/// through an `Outbox` committed. (A retry after a
+/// one `(lane, target)` per requeued message. Every `Outbox` calls it once a requeue
+/// through it committed. (A retry after a
 /// failed delivery is not a requeue: `outbox_delivery_failures_total` counts those.)
 pub fn record_requeued<'a>(requeued: impl IntoIterator<Item = (&'a str, &'a str)>) {
     count_per_lane(REQUEUED_TOTAL, requeued);

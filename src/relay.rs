@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ use tokio::sync::broadcast;
 use crate::config::{ConfigError, LaneConfig, SupervisorConfig};
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
+use crate::retention::DEFAULT_PURGE_INTERVAL;
 use crate::store::Outbox;
 
 pub use crate::lane_state::{BreakerState, GateKind, LaneState};
@@ -37,6 +39,7 @@ mod lane_control;
 mod observe;
 mod status;
 pub(crate) mod supervisor;
+mod upkeep;
 
 pub use event::RelayEvent;
 pub(crate) use status::LaneCounters;
@@ -172,6 +175,20 @@ pub enum RelayError {
     /// An actor could not be spawned.
     #[error("could not start an actor: {0}")]
     Spawn(String),
+    /// A lane has been failed for longer than the supervisor's
+    /// [`fail_liveness_after`](SupervisorConfig::fail_liveness_after): it stays down until
+    /// the process restarts ([`RelayHandle::liveness`]).
+    #[error(
+        "lanes failed for longer than {}: {}; restart the process to start them again",
+        crate::config::duration::format_duration(*after),
+        lanes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    LanesFailed {
+        /// The lanes, in name order.
+        lanes: Vec<LaneKey>,
+        /// How long a lane may stay failed.
+        after: Duration,
+    },
     /// A command did not get its answer in time.
     #[error("the relay did not answer {command} within {timeout:?}")]
     Timeout {
@@ -187,9 +204,10 @@ pub enum RelayError {
 pub struct OutboxRelay;
 
 impl OutboxRelay {
-    /// A builder for a relay over `store`: an [`Outbox`] (hand it a clone of the one the
-    /// service enqueues through, so its lanes can take what is enqueued without a claim), or
-    /// an `Arc` of a backend (a new outbox over it, without hooks).
+    /// A builder for a relay over `store`: the outbox the service enqueues through (the
+    /// relay keeps a clone), so its lanes take what is enqueued without a claim and its
+    /// store calls are counted by the same metrics. Every [`Outbox`] records the store
+    /// metrics unless built without them, so a relay never runs on one that lost them.
     ///
     /// ```no_run
     /// # use outbox_relay::{OutboxRelay, LaneConfig, InMemoryOutboxStore, DeliveryHandler, DeliveryError, OutboxMessage, Outbox};
@@ -200,7 +218,7 @@ impl OutboxRelay {
     /// # }
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let store = Outbox::new(InMemoryOutboxStore::new());
-    /// let relay = OutboxRelay::builder(store)
+    /// let relay = OutboxRelay::builder(&store)
     ///     .lane(LaneConfig::new("orders", "billing").concurrency(16), Billing)
     ///     .start()
     ///     .await?;
@@ -209,12 +227,13 @@ impl OutboxRelay {
     /// println!("released {} claims", report.released());
     /// # Ok(()) }
     /// ```
-    pub fn builder(store: impl Into<Outbox>) -> RelayBuilder {
+    pub fn builder(store: &Outbox) -> RelayBuilder {
         RelayBuilder {
-            store: store.into(),
+            store: store.clone(),
             lanes: Vec::new(),
             supervisor: SupervisorConfig::default(),
             events: broadcast::channel(DEFAULT_EVENT_CAPACITY).0,
+            retention: Some(DEFAULT_PURGE_INTERVAL),
         }
     }
 }
@@ -225,6 +244,8 @@ pub struct RelayBuilder {
     lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
     supervisor: SupervisorConfig,
     events: broadcast::Sender<RelayEvent>,
+    /// How often retention purges; `None`: off.
+    retention: Option<Duration>,
 }
 
 impl fmt::Debug for RelayBuilder {
@@ -240,6 +261,7 @@ impl fmt::Debug for RelayBuilder {
                     .collect::<Vec<_>>(),
             )
             .field("supervisor", &self.supervisor)
+            .field("retention", &self.retention)
             .finish()
     }
 }
@@ -263,6 +285,15 @@ impl RelayBuilder {
         self
     }
 
+    /// Sets how often automatic retention purges every lane's finished messages by the lane's
+    /// [`LaneConfig::retention`] (default [`DEFAULT_PURGE_INTERVAL`], the first pass at
+    /// start); `None` turns it off for this relay. It runs beside the lanes, never on their
+    /// paths, and stops with the relay ([`crate::retention`]).
+    pub fn retention(mut self, every: Option<Duration>) -> Self {
+        self.retention = every;
+        self
+    }
+
     /// Sets how far an event subscriber may fall behind. Call it before
     /// [`RelayBuilder::subscribe`]: it starts a new channel.
     pub fn event_capacity(mut self, capacity: usize) -> Self {
@@ -274,6 +305,20 @@ impl RelayBuilder {
     /// `LaneStarted` is missed ([`RelayHandle::subscribe`] sees only what comes after it).
     pub fn subscribe(&self) -> broadcast::Receiver<RelayEvent> {
         self.events.subscribe()
+    }
+
+    /// The most store connections the lanes may hold at once: per lane, its claims in
+    /// flight ([`LaneConfig::claims_in_flight`], else the store's default) and one more for
+    /// the lease extensions, nacks and stats that go beside them. A store whose pool holds
+    /// fewer ([`OutboxBackend::max_connections`](crate::store::OutboxBackend::max_connections))
+    /// makes claims wait for connections: [`start`](Self::start) warns, with both numbers.
+    /// (PostgreSQL's wake-up listener holds one connection more, outside the pool.)
+    pub fn connections_needed(&self) -> usize {
+        let store_default = self.store.capabilities().claims_in_flight;
+        self.lanes
+            .iter()
+            .map(|(lane, _)| lane.claims_in_flight_or(store_default) + 1)
+            .sum()
     }
 
     /// Validates every lane, then starts the supervisor and its lanes.
@@ -289,6 +334,22 @@ impl RelayBuilder {
                 return Err(RelayError::DuplicateLane(key));
             }
         }
+        if let Some(pool) = self.store.as_backend().max_connections() {
+            let needed = self.connections_needed();
+            if (pool as usize) < needed {
+                // A warning, not a refusal: lanes that share their claims need fewer.
+                tracing::warn!(
+                    pool,
+                    needed,
+                    lanes = self.lanes.len(),
+                    "the store's pool holds {pool} connections, fewer than the {needed} its \
+                     {} lanes may hold at once (their claims in flight, and one each for lease \
+                     extensions): claims will wait for connections; raise the pool's \
+                     max_connections to {needed}",
+                    self.lanes.len()
+                );
+            }
+        }
         let events = self.events;
         // Read before the lanes start, so a lane paused fleet-wide never claims.
         let fleet_pauses = lane_control::initial(&self.store).await;
@@ -300,28 +361,48 @@ impl RelayBuilder {
             events: events.clone(),
             fleet_pauses: fleet_pauses.clone().unwrap_or_default(),
         };
+        let fail_liveness_after = self.supervisor.fail_liveness_after;
         let (supervisor, join) = Actor::spawn(None, RelaySupervisor, args)
             .await
             .map_err(|e| RelayError::Spawn(e.to_string()))?;
-        let watcher = fleet_pauses
-            .map(|known| lane_control::watch(store, supervisor.clone(), known).abort_handle());
+        let mut upkeep = Vec::new();
+        if let Some(known) = fleet_pauses {
+            upkeep
+                .push(lane_control::watch(store.clone(), supervisor.clone(), known).abort_handle());
+        }
+        if let Some(every) = self.retention {
+            upkeep.push(upkeep::retention(store.clone(), supervisor.clone(), every).abort_handle());
+        }
+        if store.capabilities().served_lanes {
+            upkeep.push(upkeep::served(store, supervisor.clone()).abort_handle());
+        }
         Ok(RelayHandle {
             supervisor,
             events,
             join: Mutex::new(Some(join)),
-            lane_control: watcher,
+            upkeep,
+            stopping: AtomicBool::new(false),
+            fail_liveness_after,
         })
     }
 }
 
-/// Commands a running relay. Dropping the handle does not stop the relay; call
-/// [`RelayHandle::shutdown`].
+/// Commands a running relay. Dropping it stops the relay as [`RelayHandle::shutdown`]
+/// would, with [`DEFAULT_SHUTDOWN_TIMEOUT`], without waiting for it (nobody is left to read
+/// the report); keep the handle for as long as the relay should run, and call `shutdown`
+/// to wait for the drain and read what it did.
+#[must_use = "dropping a RelayHandle stops the relay: keep it for as long as the relay should run"]
 pub struct RelayHandle {
     supervisor: ActorRef<SupervisorMsg>,
     events: broadcast::Sender<RelayEvent>,
     join: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// The fleet-wide lane-control watcher (`relay/lane_control.rs`), if the store has it.
-    lane_control: Option<tokio::task::AbortHandle>,
+    /// The tasks beside the supervisor (`relay/lane_control.rs`'s watcher; retention and
+    /// the served lanes: `relay/upkeep.rs`), stopped with the relay.
+    upkeep: Vec<tokio::task::AbortHandle>,
+    /// A shutdown was asked (by [`RelayHandle::shutdown`]): a drop asks no second one.
+    stopping: AtomicBool,
+    /// [`SupervisorConfig::fail_liveness_after`].
+    fail_liveness_after: Option<Duration>,
 }
 
 impl fmt::Debug for RelayHandle {
@@ -329,6 +410,28 @@ impl fmt::Debug for RelayHandle {
         f.debug_struct("RelayHandle")
             .field("supervisor", &self.supervisor.get_id())
             .finish()
+    }
+}
+
+/// How long a dropped [`RelayHandle`]'s shutdown lets deliveries finish before releasing
+/// their claims (the daemon's `shutdown_timeout` unless configured).
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Drop for RelayHandle {
+    fn drop(&mut self) {
+        for task in &self.upkeep {
+            task.abort();
+        }
+        if self.stopping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // The same drain as `shutdown`; its report goes to a receiver already dropped. A
+        // supervisor that stopped already takes no message, which is as well.
+        let (reply, _report) = ractor::concurrency::oneshot();
+        let _ = self.supervisor.send_message(SupervisorMsg::Shutdown(
+            DEFAULT_SHUTDOWN_TIMEOUT,
+            reply.into(),
+        ));
     }
 }
 
@@ -412,15 +515,39 @@ impl RelayHandle {
             .await
     }
 
+    /// Whether the process should go on running: `Err` with [`RelayError::LanesFailed`] once
+    /// a lane has been [failed](LaneState::Failed) for longer than the supervisor's
+    /// [`fail_liveness_after`](SupervisorConfig::fail_liveness_after) (a failed lane stays
+    /// down until the process restarts), or [`RelayError::Stopped`] once the relay stopped.
+    /// A liveness probe asks it (`http::health::RelayLiveness`, `/healthz`); a service
+    /// without probes can exit on it, as the daemon does.
+    pub async fn liveness(&self) -> Result<(), RelayError> {
+        let lanes = self.status().await?;
+        let Some(after) = self.fail_liveness_after else {
+            return Ok(());
+        };
+        let dead: Vec<LaneKey> = lanes
+            .into_iter()
+            .filter(|lane| lane.failed_for.is_some_and(|failed| failed > after))
+            .map(|lane| lane.lane)
+            .collect();
+        if dead.is_empty() {
+            Ok(())
+        } else {
+            Err(RelayError::LanesFailed { lanes: dead, after })
+        }
+    }
+
     /// Stops claiming everywhere, lets running deliveries finish, releases the claims of
     /// those that did not, and stops every actor, all within `timeout` whatever the store
     /// does: a lane whose store calls hang is stopped at the deadline and reported
     /// [`abandoned`](DrainReport::abandoned). Check [`ShutdownReport::is_clean`]: acks the
     /// store did not record mean those messages will be delivered again.
     pub async fn shutdown(&self, timeout: Duration) -> Result<ShutdownReport, RelayError> {
-        if let Some(watcher) = &self.lane_control {
-            watcher.abort();
+        for task in &self.upkeep {
+            task.abort();
         }
+        self.stopping.store(true, Ordering::Release);
         let report = self
             .ask("shutdown", timeout + COMMAND_TIMEOUT, |reply| {
                 SupervisorMsg::Shutdown(timeout, reply)

@@ -7,11 +7,15 @@
 //! are pending, which no purge touches). Dead letters without a key, and every dead letter
 //! of a `Skip` lane, go at their age; `dead_letter: None` keeps them all.
 //!
-//! The task runs apart from the lanes: a lane's claims and acks never wait on a purge
-//! beyond one batch statement (each store purges one batch per statement or transaction).
-//! Every lane is purged with its own ages, one lane after another, every
-//! [`RetentionTask::interval`]; each pass adds what it deleted to
-//! [`outbox_purged_total`](crate::metrics::PURGED_TOTAL).
+//! Every relay runs it, embedded or the daemon, unless its builder turns it off
+//! ([`RelayBuilder::retention`](crate::relay::RelayBuilder::retention)): a pass at start,
+//! then every [`DEFAULT_PURGE_INTERVAL`], over the lanes the relay runs then, each by its
+//! [`LaneConfig::retention`](crate::LaneConfig::retention). It runs apart from the lanes: a
+//! lane's claims and acks never wait on a purge beyond one batch statement (each store
+//! purges one batch per statement or transaction). Every lane is purged with its own ages,
+//! one lane after another; each pass adds what it deleted to
+//! [`outbox_purged_total`](crate::metrics::PURGED_TOTAL). The pass is a
+//! [`RetentionTask`].
 
 use std::fmt;
 use std::time::Duration;
@@ -24,7 +28,7 @@ use crate::store::{OrderingPolicy, Outbox, PurgeRequest, StoreError};
 pub const DEFAULT_DELIVERED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long dead letters are kept by default: 30 days, time for an operator to act.
 pub const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
-/// How often the retention task purges by default.
+/// How often a relay's retention purges by default.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(10 * 60);
 /// Rows per purge statement by default: small enough that no statement holds locks long.
 pub const DEFAULT_PURGE_BATCH_SIZE: usize = 1000;
@@ -114,12 +118,10 @@ impl RetentionConfig {
     }
 }
 
-/// Purges every lane by its retention, on an interval.
+/// One pass of retention over a set of lanes, each by its own [`RetentionConfig`].
 pub struct RetentionTask {
     store: Outbox,
     lanes: Vec<(LaneKey, RetentionConfig)>,
-    /// Time between passes.
-    pub interval: Duration,
     /// Rows per purge statement.
     pub batch_size: usize,
 }
@@ -128,20 +130,17 @@ impl fmt::Debug for RetentionTask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RetentionTask")
             .field("lanes", &self.lanes)
-            .field("interval", &self.interval)
             .field("batch_size", &self.batch_size)
             .finish()
     }
 }
 
 impl RetentionTask {
-    /// Purges `lanes` of `store`, every [`DEFAULT_PURGE_INTERVAL`] in batches of
-    /// [`DEFAULT_PURGE_BATCH_SIZE`].
+    /// Purges `lanes` of `store` in batches of [`DEFAULT_PURGE_BATCH_SIZE`].
     pub fn new(store: Outbox, lanes: Vec<(LaneKey, RetentionConfig)>) -> Self {
         Self {
             store,
             lanes,
-            interval: DEFAULT_PURGE_INTERVAL,
             batch_size: DEFAULT_PURGE_BATCH_SIZE,
         }
     }
@@ -170,27 +169,6 @@ impl RetentionTask {
             purged.push((lane.clone(), result));
         }
         purged
-    }
-
-    /// Purges now and then every `interval`, until `shutdown` completes. A pass under way
-    /// when `shutdown` completes is abandoned between statements: every batch is its own
-    /// transaction, so nothing is left half done.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        let mut ticks = tokio::time::interval(self.interval);
-        // A slow pass must not be followed by a burst of catch-up passes.
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tokio::pin!(shutdown);
-        loop {
-            tokio::select! {
-                _ = &mut shutdown => return,
-                _ = ticks.tick() => {
-                    tokio::select! {
-                        _ = &mut shutdown => return,
-                        _ = self.purge_once() => {}
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -316,42 +294,64 @@ mod tests {
         assert_eq!(count(&store, "forever").await, 1);
     }
 
+    /// Deliveries of `relay`'s lanes seen on `events`, until `n`.
+    async fn delivered(events: &mut tokio::sync::broadcast::Receiver<crate::RelayEvent>, n: usize) {
+        let mut seen = 0;
+        while seen < n {
+            let event = tokio::time::timeout(Duration::from_secs(60), events.recv())
+                .await
+                .expect("a delivery within a minute")
+                .expect("the relay runs");
+            if matches!(event, crate::RelayEvent::Delivered { .. }) {
+                seen += 1;
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn runs_at_start_then_every_interval_until_shutdown() {
-        let clock = Arc::new(ManualClock::new(UnixMillis::from_millis(1_000_000)));
-        let store = Outbox::new(InMemoryOutboxStore::with_clock(clock.clone()));
-        let retention = RetentionConfig {
-            delivered: Some(DAY),
-            dead_letter: None,
-            ordering: OrderingPolicy::Skip,
-        };
-        let mut task = RetentionTask::new(
-            store.clone(),
-            vec![(LaneKey::new("orders", "audit"), retention)],
+    async fn an_embedded_relay_purges_by_its_lanes_retention_until_it_stops() {
+        let store = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(
+            crate::time::TokioClock::new(),
+        )));
+        let half_an_hour = Duration::from_secs(30 * 60);
+        let sink = || crate::sinks::LogSink::new(std::io::sink());
+        let builder = crate::OutboxRelay::builder(&store)
+            .lane(
+                crate::LaneConfig::new("orders", "audit")
+                    .retention(RetentionConfig::default().delivered(Some(half_an_hour))),
+                sink(),
+            )
+            // The default: a week.
+            .lane(crate::LaneConfig::new("billing", "audit"), sink());
+        let mut events = builder.subscribe();
+        let relay = builder.start().await.expect("the relay starts");
+        for lane in ["orders", "billing"] {
+            store
+                .enqueue(OutboxMessageDraft::new(lane, "audit", json!({})).unwrap())
+                .await
+                .unwrap();
+        }
+        delivered(&mut events, 2).await;
+
+        // An hour of virtual time: passes at start and every 10 minutes.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(
+            (
+                count(&store, "orders").await,
+                count(&store, "billing").await
+            ),
+            (0, 1),
+            "half an hour's retention purged, a week's kept"
         );
-        task.interval = Duration::from_secs(60);
-        deliver_one_in(&store, &["orders"]).await;
-        clock.advance(2 * DAY);
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let running = tokio::spawn(task.run(async {
-            let _ = stopped.await;
-        }));
-        // The first pass runs at once.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(count(&store, "orders").await, 0);
 
+        relay.shutdown(Duration::from_secs(10)).await.unwrap();
         deliver_one_in(&store, &["orders"]).await;
-        clock.advance(2 * DAY);
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        assert_eq!(count(&store, "orders").await, 1, "not before the interval");
-        tokio::time::sleep(Duration::from_secs(31)).await;
-        assert_eq!(count(&store, "orders").await, 0, "purged at the next pass");
-
-        stop.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(60), running)
-            .await
-            .expect("stops on shutdown")
-            .unwrap();
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(
+            count(&store, "orders").await,
+            1,
+            "retention stopped with the relay"
+        );
     }
 
     #[test]

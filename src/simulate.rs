@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::config::LaneConfig;
 use crate::message::{OutboxStatus, DEFAULT_MAX_ATTEMPTS};
 use crate::sim::{ready, run_world, MessagePlan, Plan, Rng, Stated};
-use crate::store::OutboxBackend;
+use crate::store::{Capabilities, OutboxBackend};
 
 /// How the messages' ordering keys are spread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +93,10 @@ pub struct LaneReport {
     pub breaker_open: Duration,
     /// When the last message settled (virtual time since the start).
     pub settled_at: Duration,
+    /// The claims the lane kept out at once: its own setting, else the store's default.
+    pub claims_in_flight: usize,
+    /// Claims sent while another claim of the lane was out (none with one in flight).
+    pub overlapping_claims: u64,
 }
 
 /// Why a simulation did not produce a report.
@@ -105,11 +109,18 @@ pub struct SimulationError {
     pub at: Duration,
 }
 
-/// Plays `load` against one lane configured as `config` (its retry, lease, gates and
-/// delivery settings are used as they are; retry jitter is turned off so the seed decides
-/// every draw, and hand-offs are off).
-pub fn lane(config: &LaneConfig, load: &Load) -> Result<LaneReport, SimulationError> {
-    let mut config = config.clone();
+/// Plays `load` against one lane configured as `config` on a store that can do `store`
+/// (what the lane leaves unset is the store's default, as in production: claims in flight,
+/// [`Capabilities::claims_in_flight`]; `DatabaseUrl::capabilities` gives a URL's). Its
+/// retry, lease, gates and delivery settings are used as they are; retry jitter is turned
+/// off so the seed decides every draw, and hand-offs are off.
+pub fn lane(
+    config: &LaneConfig,
+    load: &Load,
+    store: Capabilities,
+) -> Result<LaneReport, SimulationError> {
+    let claims_in_flight = config.claims_in_flight_or(store.claims_in_flight);
+    let mut config = config.clone().claims_in_flight(claims_in_flight);
     config.name = crate::sim::LANE.to_owned();
     config.target = crate::sim::TARGET.to_owned();
     config.retry.jitter = false;
@@ -172,6 +183,8 @@ pub fn lane(config: &LaneConfig, load: &Load) -> Result<LaneReport, SimulationEr
         throttled: world.tally.throttled,
         breaker_open: world.tally.breaker_open,
         settled_at: world.tally.settled_at.unwrap_or(world.now),
+        claims_in_flight,
+        overlapping_claims: world.tally.parallel_claims,
     };
     let mut latencies = Vec::new();
     // Per key: (enqueued, settled) of each message.
@@ -218,4 +231,40 @@ pub fn lane(config: &LaneConfig, load: &Load) -> Result<LaneReport, SimulationEr
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lane that leaves its claims in flight unset gets the store's default, as in
+    /// production: two on PostgreSQL, whose claims then overlap; one on the memory store.
+    #[test]
+    fn a_lane_left_unset_takes_the_stores_defaults() {
+        let config = LaneConfig::new("orders", "billing").concurrency(32);
+        let load = Load {
+            duration: Duration::from_secs(5),
+            rate: 500.0,
+            failure_rate: 0.0,
+            ..Load::default()
+        };
+        let postgres = Capabilities::none().with_claims_in_flight(2);
+        let on_postgres = lane(&config, &load, postgres).expect("simulated");
+        let on_memory = lane(&config, &load, Capabilities::none()).expect("simulated");
+        assert_eq!(
+            (on_postgres.claims_in_flight, on_memory.claims_in_flight),
+            (2, 1)
+        );
+        assert!(
+            on_postgres.overlapping_claims > 0 && on_memory.overlapping_claims == 0,
+            "overlapping claims: {} on PostgreSQL's default, {} on the memory store's",
+            on_postgres.overlapping_claims,
+            on_memory.overlapping_claims
+        );
+        let set = lane(&config.clone().claims_in_flight(1), &load, postgres).expect("simulated");
+        assert_eq!(
+            set.claims_in_flight, 1,
+            "the lane's own setting comes first"
+        );
+    }
 }

@@ -107,6 +107,7 @@ pub use op::StoreOp;
 pub use outbox::Outbox;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use outbox::{CallerConn, CallerConnection};
+pub use served::UnservedLane;
 // A claim's reference lives with the message, the clocks and millisecond helpers in `time`;
 // their old paths stay.
 pub use crate::message::ClaimRef;
@@ -132,6 +133,7 @@ mod periodic;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod postgres;
+pub mod served;
 pub mod slow_log;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]

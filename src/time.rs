@@ -314,6 +314,17 @@ pub(crate) fn serialize_duration_millis<S: Serializer>(
     serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// Serializes an optional [`Duration`] as whole milliseconds, or `null`.
+pub(crate) fn serialize_optional_duration_millis<S: Serializer>(
+    duration: &Option<Duration>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match duration {
+        Some(duration) => serialize_duration_millis(duration, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
 /// A duration in whole milliseconds, saturating.
 pub fn duration_millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)

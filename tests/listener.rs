@@ -108,7 +108,7 @@ async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
     let counted = Arc::new(Counted::default());
     let store = Outbox::new(sqlite).with_hook(counted.clone());
     let (seen, mut delivered) = mpsc::unbounded_channel();
-    let relay: RelayHandle = OutboxRelay::builder(store.clone())
+    let relay: RelayHandle = OutboxRelay::builder(&store)
         .lane(
             LaneConfig::new("orders", "audit"),
             handler_fn(move |_message| {

@@ -92,7 +92,7 @@ async fn enqueue_and_delivery_are_one_trace_and_the_target_gets_traceparent() {
     )
     .expect("a webhook sink");
     let store = Outbox::new(InMemoryOutboxStore::new());
-    let relay = OutboxRelay::builder(store.clone())
+    let relay = OutboxRelay::builder(&store)
         .lane(LaneConfig::new("orders", "hook"), sink)
         .start()
         .await

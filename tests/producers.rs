@@ -303,7 +303,7 @@ fn keyed_values(delivered: &[OutboxMessage]) -> Vec<i64> {
 /// before it shuts down.
 async fn deliver(store: Outbox, count: usize) -> Vec<OutboxMessage> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let relay = OutboxRelay::builder(store)
+    let relay = OutboxRelay::builder(&store)
         .lane(
             LaneConfig::new("orders", "billing")
                 .concurrency(4)

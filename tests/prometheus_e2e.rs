@@ -5,8 +5,10 @@
 //! them; and then every metric of `outbox_relay::metrics::ALL` has series that moved,
 //! every process-wide metric (`outbox_relay::metrics::PROCESS`) is there, every query of
 //! every panel of `grafana/outbox-relay.json` returns data, with its job, namespace and
-//! instance variables at "All" and at the one scraped process, and every rule of
-//! `grafana/alerts.yml` evaluates without error.
+//! instance variables at "All" and at the one scraped process, every store-wide metric
+//! (`outbox_relay::metrics::STORE_WIDE`: the lanes nobody serves) counts the scenario's
+//! unserved lane, and every rule of `grafana/alerts.yml` evaluates without error, the
+//! dead-letter alert firing and the unserved-lane alert raised.
 //!
 //! One test function in a binary of its own: `install_prometheus_exporter` installs the
 //! process's global recorder, and a process gets one. The relay runs on the real clock
@@ -42,6 +44,7 @@ mod scenario;
 
 use checks::{
     check_every_alert_rule, check_every_metric, check_every_panel_query, check_process_metrics,
+    check_store_wide_metrics,
 };
 use prometheus::Prometheus;
 use scenario::run_scenario;
@@ -60,6 +63,8 @@ const WAIT: Duration = Duration::from_secs(60);
 const WEBHOOK: (&str, &str) = ("orders", "webhook");
 /// Lane two: one delivery at a time, no lease extension, a blocked ordering key.
 const LEDGER: (&str, &str) = ("billing", "ledger");
+/// A lane no relay serves: one message waits in it.
+const UNSERVED: (&str, &str) = ("order", "webhook");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_panel_and_alert_rule_works_against_a_real_prometheus() {
@@ -102,11 +107,12 @@ async fn every_metric_panel_and_alert_rule_works_against_a_real_prometheus() {
 
     let metrics = check_every_metric(prometheus).await;
     let process = check_process_metrics(prometheus, exporter).await;
+    let store_wide = check_store_wide_metrics(prometheus).await;
     let queries = check_every_panel_query(prometheus, exporter).await;
     let rules = check_every_alert_rule(prometheus).await;
     eprintln!(
-        "checked {metrics} lane metrics, {process} process metrics, {queries} panel queries \
-         and {rules} alert rules against Prometheus in {:?}",
+        "checked {metrics} lane metrics, {process} process metrics, {store_wide} store-wide \
+         metrics, {queries} panel queries and {rules} alert rules against Prometheus in {:?}",
         started.elapsed()
     );
     relay

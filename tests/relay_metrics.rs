@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::relay::{RelayBuilder, RelayEvent, RelayHandle};
 use outbox_relay::store::{ClaimRequest, TokioClock};
 use outbox_relay::{
@@ -141,7 +140,6 @@ async fn wait_for(
 
 fn memory() -> Outbox {
     Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))
-        .with_hook(StoreMetrics)
 }
 
 #[tokio::test(start_paused = true)]
@@ -156,8 +154,7 @@ async fn each_happening_moves_exactly_its_metrics() {
     let store = memory();
     store.enqueue(draft("deliver")).await.unwrap();
     let (relay, mut events) = start(
-        OutboxRelay::builder(store.clone())
-            .lane(lane("deliver"), Scripted::new(|| async { Ok(()) })),
+        OutboxRelay::builder(&store).lane(lane("deliver"), Scripted::new(|| async { Ok(()) })),
     )
     .await;
     wait_for(&mut events, |e| matches!(e, RelayEvent::Delivered { .. })).await;
@@ -197,7 +194,7 @@ async fn each_happening_moves_exactly_its_metrics() {
         .enqueue(draft("fail").with_max_attempts(2))
         .await
         .unwrap();
-    let (relay, mut events) = start(OutboxRelay::builder(store.clone()).lane(
+    let (relay, mut events) = start(OutboxRelay::builder(&store).lane(
         lane("fail"),
         Scripted::new(|| async { Err(DeliveryError::retryable("down")) }),
     ))
@@ -273,7 +270,7 @@ async fn each_happening_moves_exactly_its_metrics() {
         })
     };
     let (relay, mut events) = start(
-        OutboxRelay::builder(store.clone()).lane(
+        OutboxRelay::builder(&store).lane(
             lane("lapse")
                 .concurrency(1)
                 .prefetch(1)
@@ -333,7 +330,7 @@ async fn each_happening_moves_exactly_its_metrics() {
     // A lease extension.
     let store = memory();
     store.enqueue(draft("extend")).await.unwrap();
-    let (relay, mut events) = start(OutboxRelay::builder(store.clone()).lane(
+    let (relay, mut events) = start(OutboxRelay::builder(&store).lane(
         lane("extend").delivery_timeout(Duration::from_secs(600)),
         Scripted::new(|| async {
             tokio::time::sleep(Duration::from_secs(5)).await;
@@ -365,7 +362,8 @@ async fn each_happening_moves_exactly_its_metrics() {
     store.unavailable.store(1, Ordering::SeqCst);
     store.panic_acks.store(1, Ordering::SeqCst);
     let (relay, mut events) = start(
-        OutboxRelay::builder(store.clone()).lane(lane("crash"), Scripted::new(|| async { Ok(()) })),
+        OutboxRelay::builder(&Outbox::from_arc(store.clone()))
+            .lane(lane("crash"), Scripted::new(|| async { Ok(()) })),
     )
     .await;
     wait_for(&mut events, |e| matches!(e, RelayEvent::Delivered { .. })).await;
@@ -401,8 +399,7 @@ async fn each_happening_moves_exactly_its_metrics() {
     }
     let started = tokio::time::Instant::now();
     let (relay, _events) = start(
-        OutboxRelay::builder(store.clone())
-            .lane(lane("sampled"), Scripted::new(|| async { Ok(()) })),
+        OutboxRelay::builder(&store).lane(lane("sampled"), Scripted::new(|| async { Ok(()) })),
     )
     .await;
     let mut seen = None;

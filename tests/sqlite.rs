@@ -166,7 +166,7 @@ async fn the_file_is_in_wal_mode_and_migrations_run_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 6, "each migration recorded once");
+    assert_eq!(versions, 7, "each migration recorded once");
 }
 
 #[tokio::test]
@@ -290,10 +290,12 @@ async fn table_prefixes_keep_outboxes_apart_in_one_file() {
             "billing_outbox_counts",
             "billing_outbox_lane_control",
             "billing_outbox_migrations",
+            "billing_outbox_served_lanes",
             "shipping_outbox",
             "shipping_outbox_counts",
             "shipping_outbox_lane_control",
-            "shipping_outbox_migrations"
+            "shipping_outbox_migrations",
+            "shipping_outbox_served_lanes",
         ]
     );
 }

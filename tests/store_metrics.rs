@@ -1,5 +1,5 @@
 //! `outbox_enqueued_total`, `outbox_requeued_total` and `outbox_store_call_duration_seconds`
-//! are recorded by the `StoreMetrics` hook of an `Outbox`, not by each backend, and every
+//! are recorded by every `Outbox` (unless built `without_metrics`), not by each backend, and every
 //! way into a store counts each message exactly once (`enqueue`/`enqueue_many`/
 //! `requeue_dead_letters`, SQLite's transaction, PostgreSQL's `enqueue_in_tx`).
 //!
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use outbox_relay::metrics::{StoreMetrics, STORE_CALL_DURATION_SECONDS};
+use outbox_relay::metrics::STORE_CALL_DURATION_SECONDS;
 use outbox_relay::store::{
     ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, StoreError,
 };
@@ -147,26 +147,27 @@ fn exercised() -> BTreeMap<String, u64> {
     ])
 }
 
+/// An outbox built the short way, `Outbox::new(backend)`, counts: nothing to remember.
 #[tokio::test]
 async fn the_memory_store_counts_each_message_once() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    let store =
-        Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock()))).with_hook(StoreMetrics);
+    let store = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock())));
     exercise(&store).await;
     assert_eq!(moved(&snapshotter), exercised());
 }
 
-/// Without the hook an outbox records nothing: metrics are a hook, not the backend's work.
+/// Built `without_metrics`, an outbox records nothing: metrics are the outbox's work, not
+/// the backend's.
 #[tokio::test]
-async fn an_outbox_without_the_metrics_hook_records_nothing() {
+async fn an_outbox_without_metrics_records_nothing() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let _local = metrics::set_default_local_recorder(&recorder);
 
-    let store = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock())));
+    let store = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock()))).without_metrics();
     exercise(&store).await;
     assert!(snapshotter.snapshot().into_vec().is_empty());
 }
@@ -188,7 +189,7 @@ impl outbox_relay::store::StoreHook for Seen {
 
 /// Every call through an outbox reaches its hooks under its operation, failures included.
 /// (The lanes time their own calls into `outbox_store_call_duration_seconds`, with their
-/// lane and target: `StoreMetrics` records no histogram.)
+/// lane and target: the outbox records no histogram.)
 #[tokio::test]
 async fn every_store_call_reaches_the_hooks_by_its_operation() {
     let recorder = DebuggingRecorder::new();
@@ -196,9 +197,8 @@ async fn every_store_call_reaches_the_hooks_by_its_operation() {
     let _local = metrics::set_default_local_recorder(&recorder);
 
     let seen = Arc::new(Seen::default());
-    let store = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock())))
-        .with_hook(StoreMetrics)
-        .with_hook(seen.clone());
+    let store =
+        Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock()))).with_hook(seen.clone());
     let request = ClaimRequest::new("orders", TARGET, 10, Duration::from_secs(30), "me");
     store.enqueue(draft("orders", 1)).await.unwrap();
     store.enqueue(draft("orders", 2)).await.unwrap();
@@ -246,7 +246,7 @@ async fn every_store_call_reaches_the_hooks_by_its_operation() {
             .into_vec()
             .iter()
             .all(|(key, ..)| key.key().name() != STORE_CALL_DURATION_SECONDS),
-        "StoreMetrics records no store call histogram"
+        "the outbox records no store call histogram"
     );
 }
 
@@ -261,7 +261,7 @@ mod sqlite {
             .open()
             .await
             .expect("open sqlite store");
-        Outbox::new(store).with_hook(StoreMetrics)
+        Outbox::new(store)
     }
 
     #[tokio::test]
@@ -337,7 +337,7 @@ mod postgres {
             .await
             .expect("store");
         store.migrate().await.expect("migrate");
-        (Outbox::new(store).with_hook(StoreMetrics), pool, schema)
+        (Outbox::new(store), pool, schema)
     }
 
     async fn drop_schema(pool: &PgPool, schema: &str) {

@@ -104,7 +104,7 @@ pub async fn run(
         others_before_last: AtomicUsize::new(0),
         done: tokio::sync::Notify::new(),
     });
-    let relay = OutboxRelay::builder(bench.store.clone())
+    let relay = OutboxRelay::builder(&bench.store)
         .lane_shared(lane_config(LANE, SURVIVOR_CONCURRENCY), watch.clone())
         .start()
         .await
@@ -155,7 +155,7 @@ async fn abort_holding_claims(bench: &BenchStore, lease: Duration) -> Result<(),
                 .lease(lease)
                 .lease_extend_margin(None)
                 .delivery_timeout(lease / 2);
-            let _relay = OutboxRelay::builder(store.clone())
+            let _relay = OutboxRelay::builder(&store)
                 .lane(
                     config,
                     Hold {

@@ -217,14 +217,14 @@ pub async fn drain(
             progress: progress.clone(),
             latency,
         };
-        let relay = OutboxRelay::builder(store.clone())
+        let relay = OutboxRelay::builder(&store)
             .lane(config.clone(), handler)
             .start()
             .await
             .map_err(|e| format!("start relay: {e}"))?;
         more_relays.push(relay);
     }
-    let relay = OutboxRelay::builder(store)
+    let relay = OutboxRelay::builder(&store)
         .lane(config, handler)
         .start()
         .await

@@ -183,7 +183,7 @@ pub async fn run(bench: &BenchStore, messages: usize, path: Path) -> Result<Pick
     if path == Path::PooledPoll {
         lane = lane.max_poll_interval(POOLED_POLL);
     }
-    let builder = OutboxRelay::builder(metered).lane(lane, Started(started_tx));
+    let builder = OutboxRelay::builder(&metered).lane(lane, Started(started_tx));
     let mut events = builder.subscribe();
     let relay = builder
         .start()

@@ -77,7 +77,7 @@ impl BenchStore {
                     mysql_pool: None,
                     pg_pool: Some(store.pool().clone()),
                     table: store.messages_table().to_owned(),
-                    store: Outbox::from(Arc::new(store)),
+                    store: Outbox::new(store),
                     location: Location::Postgres {
                         url: pg_url.to_owned(),
                         schema,
@@ -96,7 +96,7 @@ impl BenchStore {
                     pg_pool: None,
                     mysql_pool: None,
                     table: store.table_name().to_owned(),
-                    store: Outbox::from(Arc::new(store)),
+                    store: Outbox::new(store),
                     location: Location::Sqlite { path },
                     _dir: Some(dir),
                 })
@@ -122,7 +122,7 @@ impl BenchStore {
                     pg_pool: None,
                     mysql_pool: Some(store.pool().clone()),
                     table: store.messages_table().to_owned(),
-                    store: Outbox::from(Arc::new(store)),
+                    store: Outbox::new(store),
                     location: Location::Mysql { url, database },
                     _dir: None,
                 })

@@ -184,7 +184,7 @@ pub async fn run(bench: &BenchStore, rows: usize, requests: usize) -> Result<UiR
     );
 
     let progress = Progress::new(0);
-    let relay = OutboxRelay::builder(bench.store.clone())
+    let relay = OutboxRelay::builder(&bench.store)
         .lane(
             lane_config(LANE, 16),
             CountingHandler {

@@ -170,7 +170,7 @@ async fn drain_through(
         last_error: Mutex::new(None),
     });
     let started = Instant::now();
-    let relay = OutboxRelay::builder(store)
+    let relay = OutboxRelay::builder(&store)
         .lane_shared(
             drain::lane_config(LANE, CONCURRENCY),
             counted.clone() as Arc<dyn DeliveryHandler>,

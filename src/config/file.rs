@@ -37,8 +37,6 @@ use serde::{Deserialize, Serialize};
 use super::duration::HumanDuration;
 use super::{default_consumer_id, ConfigError, LaneConfig, SupervisorConfig};
 use crate::database::{DatabaseUrl, StoreOptions, DEFAULT_CONNECT_TIMEOUT};
-use crate::relay::LaneKey;
-use crate::retention::RetentionConfig;
 use crate::sinks::SinkConfig;
 use crate::store::OrderingPolicy;
 
@@ -51,7 +49,7 @@ pub const DEFAULT_METRICS_LISTEN: SocketAddr = SocketAddr::V4(std::net::SocketAd
     9464,
 ));
 /// How long a graceful shutdown lets deliveries finish before releasing their claims.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+pub use crate::relay::DEFAULT_SHUTDOWN_TIMEOUT;
 
 /// What the binary runs without `--config`: the SQLite file `./outbox.db`, and one lane,
 /// `default`, delivered to target `log` by the log sink (JSON lines on stdout).
@@ -209,6 +207,52 @@ pub struct SupervisorSection {
     pub restart_backoff: Option<HumanDuration>,
     /// The longest wait before a restart. Default 30s.
     pub restart_backoff_max: Option<HumanDuration>,
+    /// How long a lane may stay failed before `/healthz` fails and the daemon exits (exit
+    /// 1), so that Kubernetes or systemd restart it; `false`: never. Default 5m.
+    pub fail_liveness_after: Option<DurationOrOff>,
+}
+
+/// A duration, or `false` for none (`supervisor.fail_liveness_after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationOrOff(pub Option<Duration>);
+
+impl Serialize for DurationOrOff {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(duration) => HumanDuration(duration).serialize(serializer),
+            None => serializer.serialize_bool(false),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationOrOff {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = DurationOrOff;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a duration such as \"5m\", or false")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<DurationOrOff, E> {
+                if v {
+                    Err(E::custom(
+                        "write a duration such as \"5m\", or false for never",
+                    ))
+                } else {
+                    Ok(DurationOrOff(None))
+                }
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<DurationOrOff, E> {
+                crate::config::duration::parse_duration(v)
+                    .map(|duration| DurationOrOff(Some(duration)))
+                    .map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl SupervisorSection {
@@ -226,6 +270,9 @@ impl SupervisorSection {
         }
         if let Some(max) = self.restart_backoff_max {
             config.restart_backoff.max = max.0;
+        }
+        if let Some(after) = self.fail_liveness_after {
+            config.fail_liveness_after = after.0;
         }
         config
     }
@@ -392,27 +439,6 @@ impl FileConfig {
             lanes.push((config, section.sink.clone()));
         }
         Ok(lanes)
-    }
-
-    /// Each lane's retention, defaults filled in, validated (the field named with its lane).
-    pub fn retention(&self) -> Result<Vec<(LaneKey, RetentionConfig)>, ConfigError> {
-        self.lanes
-            .iter()
-            .map(|section| {
-                let retention = section
-                    .retention
-                    .map(|table| table.to_config())
-                    .unwrap_or_default()
-                    .ordering(section.ordering.unwrap_or_default());
-                retention.validate().map_err(|error| {
-                    ConfigError::new(
-                        format!("lanes[{}/{}].{}", section.lane, section.target, error.field),
-                        error.reason,
-                    )
-                })?;
-                Ok((LaneKey::new(&section.lane, &section.target), retention))
-            })
-            .collect()
     }
 
     /// The ordering policy of a configured (lane, target), if configured.

@@ -1,8 +1,10 @@
 //! The probes and the scrape: `/metrics`, `/healthz`, `/readyz`, and the readiness check.
 //!
-//! `/healthz` answers 200 as long as the listener's thread runs: it says the process is
-//! alive, nothing more, so a liveness probe never restarts a relay because its database is
-//! down (a restart would not bring the database back). `/readyz` asks a [`ReadinessCheck`]
+//! `/healthz` answers 200 as long as the listener's thread runs and its [`Liveness`] check
+//! (once set) passes: [`RelayLiveness`] fails once a lane has been failed for longer than
+//! the supervisor's `fail_liveness_after` (a failed lane stays down until the process
+//! restarts, so a restart is the cure), and never because the database is down (a restart
+//! would not bring the database back). `/readyz` asks a [`ReadinessCheck`]
 //! within a timeout and answers 200 or 503 with a JSON reason; the check runs at most once
 //! per [`READINESS_PROBE_INTERVAL`] whatever the request rate (requests meanwhile get its
 //! last answer), so a `/readyz` flood cannot take the store's connections from the lanes'
@@ -159,6 +161,61 @@ impl Readiness {
     }
 }
 
+/// The check `/healthz` asks, set once the relay runs: until then, and without one,
+/// `/healthz` answers 200 while the listener runs. Asked as [`Readiness`] asks its check (on
+/// the application's runtime, within a timeout, at most once per
+/// [`READINESS_PROBE_INTERVAL`]). Cloning shares the same slot.
+#[derive(Debug, Clone, Default)]
+pub struct Liveness(Readiness);
+
+/// How long `/healthz` waits for its check before answering 503: the check asks the
+/// relay's supervisor, in process; a runtime that cannot answer within this is not well.
+pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Liveness {
+    /// A liveness that answers "alive" until [`set`](Self::set).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// From now on `/healthz` runs `check` on `runtime`, waiting at most `timeout`.
+    pub fn set(
+        &self,
+        check: impl ReadinessCheck,
+        runtime: tokio::runtime::Handle,
+        timeout: Duration,
+    ) {
+        self.0.set(check, runtime, timeout);
+    }
+
+    /// `Ok` while alive (or no check is set), otherwise the reason.
+    pub async fn ask(&self) -> Result<(), String> {
+        if self.0.current().is_none() {
+            return Ok(());
+        }
+        self.0.ask().await
+    }
+}
+
+/// Alive while the relay answers and no lane has been failed for longer than its
+/// supervisor allows ([`RelayHandle::liveness`]).
+#[derive(Debug, Clone)]
+pub struct RelayLiveness(Arc<RelayHandle>);
+
+impl RelayLiveness {
+    /// Checks the lanes of `relay`.
+    pub fn new(relay: Arc<RelayHandle>) -> Self {
+        Self(relay)
+    }
+}
+
+#[async_trait]
+impl ReadinessCheck for RelayLiveness {
+    async fn ready(&self) -> Result<(), String> {
+        self.0.liveness().await.map_err(|error| error.to_string())
+    }
+}
+
 /// Ready when the store answers a lookup and no lane has [failed](LaneState::Failed) (a
 /// lane that restarted too often stays down until an operator acts).
 #[derive(Debug, Clone)]
@@ -213,9 +270,17 @@ pub(super) async fn metrics(State(routes): State<Routes>) -> Response {
     }
 }
 
-/// `GET /healthz`: alive.
-pub(super) async fn healthz() -> Response {
-    ([(CONTENT_TYPE, "text/plain")], "ok\n").into_response()
+/// `GET /healthz`: alive, or 503 with the reason.
+pub(super) async fn healthz(State(routes): State<Routes>) -> Response {
+    match routes.liveness.ask().await {
+        Ok(()) => ([(CONTENT_TYPE, "text/plain")], "ok\n").into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(CONTENT_TYPE, "text/plain")],
+            format!("{reason}\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// `GET /readyz`: the readiness check's (cached) answer.
@@ -241,6 +306,11 @@ mod tests {
 
     /// Serves `readiness` (and an empty local recorder's metrics) on a port of its own.
     async fn listen(readiness: Readiness) -> std::net::SocketAddr {
+        listen_alive(readiness, Liveness::new()).await
+    }
+
+    /// Serves `readiness` and `liveness` on a port of its own.
+    async fn listen_alive(readiness: Readiness, liveness: Liveness) -> std::net::SocketAddr {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
@@ -255,7 +325,8 @@ mod tests {
             super::super::router(
                 super::super::RouterConfig::new()
                     .metrics(handle)
-                    .readiness(readiness),
+                    .readiness(readiness)
+                    .liveness(liveness),
             ),
             crate::config::ListenerConfig::default(),
         ));
@@ -364,6 +435,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn healthz_is_200_until_a_liveness_check_is_set_then_answers_what_it_says() {
+        let liveness = Liveness::new();
+        let addr = listen_alive(Readiness::new(), liveness.clone()).await;
+        assert_eq!(get(addr, "/healthz").await, (200, "ok\n".to_owned()));
+        liveness.set(
+            Answers(Err(
+                "lanes failed for longer than 5m: orders/audit".to_owned()
+            )),
+            tokio::runtime::Handle::current(),
+            DEFAULT_LIVENESS_TIMEOUT,
+        );
+        assert_eq!(
+            get(addr, "/healthz").await,
+            (
+                503,
+                "lanes failed for longer than 5m: orders/audit\n".to_owned()
+            )
+        );
+    }
+
+    #[tokio::test]
     async fn readyz_is_503_when_the_check_does_not_answer_within_its_timeout() {
         let readiness = Readiness::new();
         let addr = listen(readiness.clone()).await;
@@ -384,7 +476,7 @@ mod tests {
     #[tokio::test]
     async fn relay_readiness_is_ready_while_the_relay_runs_and_not_once_it_stopped() {
         let store: Outbox = Outbox::new(InMemoryOutboxStore::new());
-        let relay = OutboxRelay::builder(store.clone())
+        let relay = OutboxRelay::builder(&store)
             .lane(
                 LaneConfig::new("orders", "audit"),
                 crate::sinks::LogSink::new(std::io::sink()),

@@ -28,7 +28,7 @@ impl crate::DeliveryHandler for Idle {
 /// A relay with lane orders/audit on a memory store, and a router over it.
 async fn serving(config: RouterConfig) -> (Router, Arc<RelayHandle>, Outbox) {
     let store: Outbox = Outbox::new(InMemoryOutboxStore::new());
-    let relay = OutboxRelay::builder(store.clone())
+    let relay = OutboxRelay::builder(&store)
         .lane(LaneConfig::new("orders", "audit"), Idle)
         .start()
         .await

@@ -192,7 +192,7 @@ mod tests {
         let (captured, _default) = crate::captured_log::capture_spans();
 
         let store = Outbox::new(InMemoryOutboxStore::new());
-        let relay = OutboxRelay::builder(store.clone())
+        let relay = OutboxRelay::builder(&store)
             .lane(LaneConfig::new("orders", "audit"), Refuses)
             .start()
             .await

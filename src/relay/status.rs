@@ -39,6 +39,13 @@ pub struct LaneStatus {
     /// Paused for every relay on the store ([`Outbox::pause_lane`](crate::Outbox::pause_lane)):
     /// who, when and why. Either pause stops the lane's claims.
     pub fleet_pause: Option<crate::store::LanePause>,
+    /// How long the lane has been [failed](LaneState::Failed) (in JSON, `failed_for_ms`);
+    /// `None` while it is not.
+    #[serde(
+        rename = "failed_for_ms",
+        serialize_with = "crate::time::serialize_optional_duration_millis"
+    )]
+    pub failed_for: Option<Duration>,
 }
 
 /// A lane's claim gates, as [`LaneStatus`] reports them.

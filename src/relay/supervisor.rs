@@ -40,6 +40,8 @@ pub(crate) enum SupervisorMsg {
     Pause(LaneKey, RpcReplyPort<Result<(), RelayError>>),
     Resume(LaneKey, RpcReplyPort<Result<(), RelayError>>),
     Status(RpcReplyPort<Vec<LaneStatus>>),
+    /// Every lane's config, for the work beside the lanes (`relay/upkeep.rs`).
+    Lanes(RpcReplyPort<Vec<LaneConfig>>),
     /// Every fleet-wide pause in force, as the store has them (`lane_control.rs`).
     FleetPauses(Vec<LanePause>),
     Shutdown(Duration, RpcReplyPort<ShutdownReport>),
@@ -92,6 +94,8 @@ struct LaneEntry {
     restart_due: Option<u64>,
     restarts_total: u64,
     recent_restarts: VecDeque<Instant>,
+    /// When the lane was marked failed.
+    failed_at: Option<Instant>,
     metrics: LaneMetrics,
 }
 
@@ -188,6 +192,7 @@ impl SupervisorState {
             return;
         };
         if entry.recent_restarts.len() >= max_restarts as usize {
+            entry.failed_at = Some(now);
             tracing::error!(lane = %key, max_restarts, ?window, "lane crashed too often; marking it failed");
             self.set_state(key, LaneState::Failed);
             self.emit(RelayEvent::LaneFailed {
@@ -234,6 +239,7 @@ impl SupervisorState {
                 },
                 paused_here: entry.paused,
                 fleet_pause: entry.fleet_pause.clone(),
+                failed_for: entry.failed_at.map(|at| at.elapsed()),
             })
             .collect()
     }
@@ -302,6 +308,7 @@ impl SupervisorState {
                 restart_due: None,
                 restarts_total: 0,
                 recent_restarts: VecDeque::new(),
+                failed_at: None,
             },
         );
         Ok(key)
@@ -406,6 +413,9 @@ impl Actor for RelaySupervisor {
             SupervisorMsg::FleetPauses(pauses) => state.set_fleet_pauses(pauses),
             SupervisorMsg::Status(reply) => {
                 let _ = reply.send(state.status());
+            }
+            SupervisorMsg::Lanes(reply) => {
+                let _ = reply.send(state.lanes.values().map(|e| e.config.clone()).collect());
             }
             SupervisorMsg::Shutdown(timeout, reply) => {
                 state.shutting_down = true;

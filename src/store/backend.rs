@@ -12,7 +12,8 @@ use uuid::Uuid;
 use super::{
     AckAndClaim, BlockedKeys, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch,
     Enqueued, KeyState, LaneCount, LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack,
-    NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest, StoreError, StoreOp, WakeUp,
+    NackOutcome, OrderingPolicy, Page, PageRequest, PurgeRequest, StoreError, StoreOp,
+    UnservedLane, WakeUp,
 };
 use crate::message::{DraftLimits, OutboxMessage};
 
@@ -42,6 +43,10 @@ pub struct Capabilities {
     /// [`OutboxBackend::ack_deleting`] deletes an acked row (a lane's `keep_delivered =
     /// false`); without it, the provided method refuses.
     pub delete_on_ack: bool,
+    /// [`OutboxBackend::record_served`] and [`OutboxBackend::unserved_lanes`] keep and read
+    /// the record of the lanes running relays serve (`store::served`); without it, the
+    /// provided methods refuse and relays report no lanes nobody serves.
+    pub served_lanes: bool,
 }
 
 impl Capabilities {
@@ -54,7 +59,14 @@ impl Capabilities {
             pre_claim: false,
             claims_in_flight: 0,
             delete_on_ack: false,
+            served_lanes: false,
         }
+    }
+
+    /// With [`Capabilities::served_lanes`].
+    pub const fn with_served_lanes(mut self) -> Self {
+        self.served_lanes = true;
+        self
     }
 
     /// With [`Capabilities::delete_on_ack`].
@@ -295,6 +307,14 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     /// [`WakeUp::All`].
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp>;
 
+    /// The most connections the backend's calls may hold at once (its pool's size), for the
+    /// relay's check at start that its lanes' claims will not wait for one
+    /// ([`RelayBuilder::connections_needed`](crate::relay::RelayBuilder::connections_needed)).
+    /// `None`, the provided answer: no such bound.
+    fn max_connections(&self) -> Option<u32> {
+        None
+    }
+
     // ---- Lane control: the fleet-wide pause of a (lane, target) -----------------------
     // Each backend implements it in a file of its own (`store/<backend>/lane_control.rs`);
     // the provided methods are what a backend without lane control answers: refused for
@@ -318,6 +338,36 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     /// Every fleet-wide pause in force, by (lane, target).
     async fn lane_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
         Err(super::lane_control::unsupported(StoreOp::LanePauses))
+    }
+
+    // ---- Lanes nobody serves (`store::served`) -----------------------------------------
+    // The provided methods answer refused for good: a relay then stops asking, saying why.
+
+    /// Records that a running relay serves each (lane, target) of `lanes` until `served_for`
+    /// from now, on the store's clock; a record that already runs longer is kept.
+    async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: Duration,
+    ) -> Result<(), StoreError> {
+        let _ = (lanes, served_for);
+        Err(StoreError::denied(
+            StoreOp::RecordServed,
+            "this store keeps no record of served lanes",
+        ))
+    }
+
+    /// The (lane, target) pairs holding pending messages that no record of
+    /// [`record_served`](Self::record_served) covers now, in name order, at most `limit`,
+    /// each with its pending messages counted up to
+    /// [`UNSERVED_COUNT_CAP`](super::served::UNSERVED_COUNT_CAP). Reads each pair with
+    /// pending messages once, and counts only the unserved ones' messages.
+    async fn unserved_lanes(&self, limit: usize) -> Result<Vec<UnservedLane>, StoreError> {
+        let _ = limit;
+        Err(StoreError::denied(
+            StoreOp::UnservedLanes,
+            "this store keeps no record of served lanes",
+        ))
     }
 }
 

@@ -13,6 +13,7 @@ use rows::Rows;
 
 mod lane_control;
 mod rows;
+mod served;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ pub struct InMemoryOutboxStore {
     rows: Mutex<Rows>,
     /// The fleet-wide lane pauses, by (lane, target): `lane_control.rs`.
     pauses: Mutex<BTreeMap<(String, String), crate::store::LanePause>>,
+    /// Until when a relay serves each (lane, target): `served.rs`.
+    served: Mutex<BTreeMap<(String, String), UnixMillis>>,
     clock: Arc<dyn Clock>,
     limits: DraftLimits,
     wakeups: broadcast::Sender<WakeUp>,
@@ -60,6 +63,7 @@ impl InMemoryOutboxStore {
         Self {
             rows: Mutex::new(Rows::default()),
             pauses: Mutex::default(),
+            served: Mutex::default(),
             clock,
             limits: DraftLimits::default(),
             wakeups,
@@ -212,7 +216,9 @@ fn clear_claim(message: &mut OutboxMessage, now: UnixMillis) {
 #[async_trait]
 impl OutboxBackend for InMemoryOutboxStore {
     fn capabilities(&self) -> crate::store::Capabilities {
-        let capabilities = crate::store::Capabilities::none().with_delete_on_ack();
+        let capabilities = crate::store::Capabilities::none()
+            .with_delete_on_ack()
+            .with_served_lanes();
         if self.pre_claim {
             capabilities.with_pre_claim()
         } else {
@@ -659,6 +665,22 @@ impl OutboxBackend for InMemoryOutboxStore {
         target: &str,
     ) -> Result<Option<crate::store::LanePause>, StoreError> {
         self.lift_pause(lane, target)
+    }
+
+    async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.record_served_lanes(lanes, served_for);
+        Ok(())
+    }
+
+    async fn unserved_lanes(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::store::UnservedLane>, StoreError> {
+        Ok(self.unserved(limit))
     }
 
     async fn lane_pauses(&self) -> Result<Vec<crate::store::LanePause>, StoreError> {

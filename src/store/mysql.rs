@@ -93,6 +93,7 @@ mod lane_control;
 mod list;
 mod row;
 mod schema;
+mod served;
 mod watch;
 mod write;
 
@@ -208,6 +209,12 @@ pub struct MysqlOutboxStore {
 }
 
 impl MysqlOutboxStore {
+    /// What the store can do beyond the primitives.
+    pub const CAPABILITIES: Capabilities = Capabilities::none()
+        .with_user_transactions()
+        .with_delete_on_ack()
+        .with_served_lanes();
+
     /// Connects with the default configuration and runs the migrations.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_with(url, MysqlConfig::default()).await
@@ -373,9 +380,7 @@ macro_rules! retrying {
 #[async_trait]
 impl OutboxBackend for MysqlOutboxStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_user_transactions()
-            .with_delete_on_ack()
+        Self::CAPABILITIES
     }
 
     fn draft_limits(&self) -> DraftLimits {
@@ -492,6 +497,10 @@ impl OutboxBackend for MysqlOutboxStore {
         receiver
     }
 
+    fn max_connections(&self) -> Option<u32> {
+        Some(self.pool.options().get_max_connections())
+    }
+
     async fn pause_lane(&self, request: &LanePauseRequest) -> Result<LanePause, StoreError> {
         self.record_pause(request).await
     }
@@ -502,5 +511,20 @@ impl OutboxBackend for MysqlOutboxStore {
 
     async fn lane_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
         self.all_pauses().await
+    }
+
+    async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        self.record_served_lanes(lanes, served_for).await
+    }
+
+    async fn unserved_lanes(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::store::UnservedLane>, StoreError> {
+        self.unserved(limit).await
     }
 }

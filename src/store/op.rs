@@ -49,5 +49,9 @@ crate::named::label_values! {
         ResumeLane => "resume_lane",
         /// `lane_pauses`: the fleet-wide pauses in force.
         LanePauses => "lane_pauses",
+        /// `record_served`: a relay records the lanes it serves (`store::served`).
+        RecordServed => "record_served",
+        /// `unserved_lanes`: the lanes with pending messages that no relay serves.
+        UnservedLanes => "unserved_lanes",
     }
 }

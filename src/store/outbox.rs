@@ -29,8 +29,7 @@ use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
 /// ```
 /// # async fn example() -> Result<(), outbox_relay::StoreError> {
 /// use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxMessageDraft};
-/// let outbox = Outbox::new(InMemoryOutboxStore::new())
-///     .with_hook(outbox_relay::metrics::StoreMetrics); // outbox_enqueued_total, …
+/// let outbox = Outbox::new(InMemoryOutboxStore::new()); // counts outbox_enqueued_total, …
 /// let draft = OutboxMessageDraft::new("orders", "billing", serde_json::json!({"order": 1}))?;
 /// let written = outbox.enqueue(draft).await?;
 /// assert!(!written.duplicate);
@@ -42,6 +41,8 @@ pub struct Outbox {
     /// The same backend, to reach its own API (a transaction, `explain`, its pool).
     concrete: Arc<dyn Any + Send + Sync>,
     hooks: Arc<[Arc<dyn StoreHook>]>,
+    /// Whether calls are recorded in the crate's store metrics (`metrics::record_store_call`).
+    metrics: bool,
     hand_off: Option<Arc<HandOff>>,
     limits: DraftLimits,
     capabilities: Capabilities,
@@ -52,18 +53,25 @@ impl fmt::Debug for Outbox {
         f.debug_struct("Outbox")
             .field("backend", &self.backend)
             .field("hooks", &self.hooks)
+            .field("metrics", &self.metrics)
             .field("capabilities", &self.capabilities)
             .finish()
     }
 }
 
 impl Outbox {
-    /// An outbox over `backend`, with no hooks.
+    /// An outbox over `backend` that records the crate's store metrics
+    /// (`outbox_enqueued_total`, `outbox_requeued_total`: [`crate::metrics`]) and has no
+    /// other hooks. Give the relay this outbox ([`OutboxRelay::builder`](crate::OutboxRelay::builder)
+    /// takes it by reference and keeps a clone), so the two share hooks and hand-off.
     pub fn new<B: OutboxBackend>(backend: B) -> Self {
         Self::from_arc(Arc::new(backend))
     }
 
-    /// An outbox over a backend shared with other owners (who may call its own API).
+    /// An outbox over a backend shared with other owners (who may call its own API), as
+    /// [`Outbox::new`]. It has a hand-off registry of its own: a relay on another outbox
+    /// over the same backend takes only what is enqueued through that one, as a relay in
+    /// another process would (the simulation's relays are such).
     pub fn from_arc<B: OutboxBackend>(backend: Arc<B>) -> Self {
         let capabilities = backend.capabilities();
         Self {
@@ -72,8 +80,16 @@ impl Outbox {
             concrete: backend.clone(),
             backend,
             hooks: Arc::new([]),
+            metrics: true,
             capabilities,
         }
+    }
+
+    /// This outbox without the crate's store metrics: for a service that records its own
+    /// through a hook, or a test that counts calls itself. Clones made before keep them.
+    pub fn without_metrics(mut self) -> Self {
+        self.metrics = false;
+        self
     }
 
     /// This outbox with one more hook, told about every call made through it and its
@@ -116,7 +132,7 @@ impl Outbox {
 
     /// Tells every hook that a call finished.
     pub(crate) fn report(&self, op: StoreOp, started: Instant, outcome: CallOutcome<'_>) {
-        if self.hooks.is_empty() {
+        if self.hooks.is_empty() && !self.metrics {
             return;
         }
         let call = StoreCall {
@@ -124,6 +140,9 @@ impl Outbox {
             duration: started.elapsed(),
             outcome,
         };
+        if self.metrics {
+            crate::metrics::record_store_call(&call);
+        }
         for hook in self.hooks.iter() {
             hook.finished(&call);
         }
@@ -363,6 +382,30 @@ impl Outbox {
             .await
     }
 
+    /// Records that a running relay serves these (lane, target) pairs until `served_for`
+    /// from now ([`super::served`]; [`OutboxBackend::record_served`]).
+    pub async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.timed(
+            StoreOp::RecordServed,
+            self.backend.record_served(lanes, served_for),
+        )
+        .await
+    }
+
+    /// The (lane, target) pairs holding pending messages that no running relay serves, at
+    /// most `limit` ([`super::served`]; [`OutboxBackend::unserved_lanes`]).
+    pub async fn unserved_lanes(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<super::UnservedLane>, StoreError> {
+        self.timed(StoreOp::UnservedLanes, self.backend.unserved_lanes(limit))
+            .await
+    }
+
     /// Lists messages in enqueue order, a page at a time.
     pub async fn list(
         &self,
@@ -454,14 +497,6 @@ impl Outbox {
     /// Subscribes to wake-ups. A lagging receiver should treat the lag as [`WakeUp::All`].
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
         self.backend.subscribe()
-    }
-}
-
-/// A new outbox over a shared backend, as [`Outbox::from_arc`]: no hooks, and a hand-off
-/// registry of its own (lanes take only what is enqueued through this outbox and its clones).
-impl<B: OutboxBackend> From<Arc<B>> for Outbox {
-    fn from(backend: Arc<B>) -> Self {
-        Self::from_arc(backend)
     }
 }
 

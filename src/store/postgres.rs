@@ -40,7 +40,7 @@
 //!
 //! let store = PostgresOutboxStore::connect("postgres://app@localhost/app").await?;
 //! let mut tx = store.pool().begin().await?;
-//! let outbox = Outbox::new(store).with_hook(outbox_relay::metrics::StoreMetrics);
+//! let outbox = Outbox::new(store);
 //! // ... the service's own INSERTs and UPDATEs on `tx` ...
 //! let draft = OutboxMessageDraft::new("orders", "billing", serde_json::json!({"id": 7}))?;
 //! outbox.enqueue_in_tx(&mut tx, draft).await?;
@@ -62,6 +62,7 @@ mod lane_control;
 mod list;
 mod listener;
 mod schema;
+mod served;
 mod sql;
 mod sweep;
 mod unreadable;
@@ -149,6 +150,23 @@ pub struct PostgresOutboxStore {
 }
 
 impl PostgresOutboxStore {
+    /// What the store can do beyond the primitives, but for [`Capabilities::listen`],
+    /// which depends on whether it listens (not through a transaction pooler without
+    /// [`PostgresConfig::listen_url`]).
+    pub const CAPABILITIES: Capabilities = Capabilities::none()
+        .with_ack_and_claim()
+        .with_user_transactions()
+        .with_pre_claim()
+        // Two claims out, each on its own pooled connection and carrying its own acks: a
+        // 10 k no-op drain at c=64 went 1.50x (medians of 3 rounds, every round of two above
+        // every round of one) and 1.11x (side by side) as fast as with one where the cores
+        // had idle time (load average 1.4-1.7, 2026-12-06); with both cores taken by other
+        // work, 0.85-0.92x, as the cycles were then bound by CPU
+        // (`examples/benchmark/HISTORY.md`, "Acks per claim").
+        .with_claims_in_flight(CLAIMS_IN_FLIGHT)
+        .with_delete_on_ack()
+        .with_served_lanes();
+
     /// Connects with the default configuration (schema `public`, prefix `outbox`, the
     /// database's clock) and runs the migrations.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -167,11 +185,30 @@ impl PostgresOutboxStore {
         Ok(store)
     }
 
-    /// A store over an existing pool. Does not migrate (call [`Self::migrate`], or run the
-    /// migrations at deploy time); starts listening for wake-ups, which takes one extra
-    /// connection outside the pool.
+    /// A store over an existing pool, the service's own. Does not migrate (call
+    /// [`Self::migrate`], or run the migrations at deploy time); starts listening for
+    /// wake-ups, which takes one extra connection outside the pool.
+    ///
+    /// The relay's statements rely on their connections' session settings (`jit = off`,
+    /// [`PostgresConfig::statement_timeout`]) and on a pool that pings only a connection
+    /// idle for a second ([`pool_options`]); [`Self::connect_with`] builds such a pool.
+    /// This one keeps the service's settings: the store reads them on one connection and
+    /// logs a warning naming what differs (build the pool with
+    /// [`PostgresConfig::session_options`] and [`pool_options`], or set them for the role:
+    /// `ALTER ROLE … SET jit = off`). The pool's size is the relay's to check: a relay
+    /// whose lanes may use more connections at once than the pool holds says so at start
+    /// ([`RelayBuilder::connections_needed`](crate::relay::RelayBuilder::connections_needed)).
     pub async fn new(pool: PgPool, config: PostgresConfig) -> Result<Self, StoreError> {
         let names = Names::new(&config.schema, &config.table_prefix)?;
+        let shortfalls = config::session_shortfalls(&pool, &config).await?;
+        if !shortfalls.is_empty() {
+            tracing::warn!(
+                shortfalls = %shortfalls.join("; "),
+                "the PostgreSQL pool given to the outbox store lacks the relay's session \
+                 settings: build it with PostgresConfig::session_options and \
+                 store::postgres::pool_options, or set them for the role"
+            );
+        }
         let (wakeups, _) = broadcast::channel(WAKEUP_CHANNEL_CAPACITY);
         let listen_options = config.listen_options()?;
         // LISTEN through a transaction pooler would hear nothing reliably (the server
@@ -447,22 +484,10 @@ fn to_i64(n: usize) -> i64 {
 #[async_trait]
 impl OutboxBackend for PostgresOutboxStore {
     fn capabilities(&self) -> Capabilities {
-        let capabilities = Capabilities::none()
-            .with_ack_and_claim()
-            .with_user_transactions()
-            .with_pre_claim()
-            // Two claims out, each on its own pooled connection and carrying its own
-            // acks: a 10 k no-op drain at c=64 went 1.50x (medians of 3 rounds, every
-            // round of two above every round of one) and 1.11x (side by side) as fast as
-            // with one where the cores had idle time (load average 1.4-1.7, 2026-12-06);
-            // with both cores taken by other work, 0.85-0.92x, as the cycles were then
-            // bound by CPU (`examples/benchmark/HISTORY.md`, "Acks per claim").
-            .with_claims_in_flight(CLAIMS_IN_FLIGHT)
-            .with_delete_on_ack();
         if self.listener.is_some() {
-            capabilities.with_listen()
+            Self::CAPABILITIES.with_listen()
         } else {
-            capabilities
+            Self::CAPABILITIES
         }
     }
 
@@ -635,5 +660,24 @@ impl OutboxBackend for PostgresOutboxStore {
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         self.wakeups.subscribe()
+    }
+
+    fn max_connections(&self) -> Option<u32> {
+        Some(self.pool.options().get_max_connections())
+    }
+
+    async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.record_served_lanes(lanes, served_for).await
+    }
+
+    async fn unserved_lanes(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::store::UnservedLane>, StoreError> {
+        self.unserved(limit).await
     }
 }

@@ -68,6 +68,7 @@ mod lane_control;
 mod read;
 mod row;
 mod schema;
+mod served;
 #[cfg(test)]
 mod tests;
 mod transaction;
@@ -105,6 +106,13 @@ pub struct SqliteOutboxStore {
 }
 
 impl SqliteOutboxStore {
+    /// What the store can do beyond the primitives.
+    pub const CAPABILITIES: Capabilities = Capabilities::none()
+        .with_ack_and_claim()
+        .with_user_transactions()
+        .with_delete_on_ack()
+        .with_served_lanes();
+
     /// The newest schema version this build of the crate migrates a file to.
     pub fn latest_schema_version() -> i64 {
         schema::latest_version()
@@ -297,10 +305,7 @@ impl SqliteOutboxStore {
 #[async_trait]
 impl OutboxBackend for SqliteOutboxStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities::none()
-            .with_ack_and_claim()
-            .with_user_transactions()
-            .with_delete_on_ack()
+        Self::CAPABILITIES
     }
 
     fn draft_limits(&self) -> DraftLimits {
@@ -484,6 +489,21 @@ impl OutboxBackend for SqliteOutboxStore {
 
     async fn lane_pauses(&self) -> Result<Vec<crate::store::LanePause>, StoreError> {
         self.all_pauses().await
+    }
+
+    async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.record_served_lanes(lanes, served_for).await
+    }
+
+    async fn unserved_lanes(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<crate::store::UnservedLane>, StoreError> {
+        self.unserved(limit).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {

@@ -16,6 +16,7 @@
 //! - `payload`: the bytes of a payload are delivered unchanged, or refused alike.
 //! - `retention`: automatic retention keeps a dead letter that holds its key.
 //! - `delete_on_ack`: an ack that deletes the row (`keep_delivered = false`), fenced alike.
+//! - `served`: the lanes nobody serves, by the record of the lanes relays serve.
 
 use std::time::Duration;
 
@@ -37,6 +38,7 @@ mod ordering;
 mod payload;
 mod retention;
 mod runs;
+mod served;
 
 pub use admin::*;
 pub use backlog::*;
@@ -49,6 +51,7 @@ pub use ordering::*;
 pub use payload::*;
 pub use retention::*;
 pub use runs::*;
+pub use served::*;
 
 /// The lane most cases use.
 pub const LANE: &str = "canonical";

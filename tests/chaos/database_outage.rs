@@ -171,7 +171,7 @@ impl ProxiedRelay {
                     .jitter(false),
             )
             .max_poll_interval(IDLE_POLL);
-        let builder = OutboxRelay::builder(relayed.clone())
+        let builder = OutboxRelay::builder(&Outbox::from_arc(relayed.clone()))
             .lane(lane, Arc::clone(&handler))
             .event_capacity(100_000);
         let events = EventLog::collect(builder.subscribe());

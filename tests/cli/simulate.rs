@@ -61,7 +61,15 @@ fn simulate_of_a_flaky_target_adds_up_and_repeats_for_a_seed() {
         "7",
     ];
     let stdout = sandbox.ok(&args);
+    // The store the config names gives what the lane leaves unset.
+    assert!(
+        stdout.starts_with(
+            "simulated on the sqlite store (a lane that leaves claims_in_flight unset keeps 1 out)"
+        ),
+        "{stdout}"
+    );
     let lane = report(&stdout, "default -> log");
+    assert!(lane["claims in flight"].starts_with("1 "), "{stdout}");
     // 50/s (the default) for 600 s.
     assert_eq!(count(&lane, "enqueued"), 30_000, "{stdout}");
     assert_eq!(

@@ -80,7 +80,7 @@ pub async fn harness_with(configure: fn(PostgresConfig) -> PostgresConfig) -> Ha
             .schema(schema.clone())
             .clock(Arc::new(clock.clone())),
     );
-    let store: Outbox = Outbox::from(Arc::new(open(config.clone()).await));
+    let store: Outbox = Outbox::new(open(config.clone()).await);
     Harness {
         store,
         clock,

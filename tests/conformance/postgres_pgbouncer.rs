@@ -46,7 +46,7 @@ pub async fn harness() -> Harness {
         .clock(Arc::new(clock.clone()))
         .pooler(Pooler::Transaction)
         .listen_url(database_url());
-    let store: Outbox = Outbox::from(Arc::new(open(&bouncer, config.clone()).await));
+    let store: Outbox = Outbox::new(open(&bouncer, config.clone()).await);
     let for_cleanup = bouncer.clone();
     Harness {
         store,

@@ -118,7 +118,7 @@ async fn an_idle_relay_takes_its_own_process_keyless_enqueue_without_a_claim() {
     let counting = Arc::new(Counting::default());
     let store = open(schema.config()).await.with_hook(counting.clone());
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let builder = OutboxRelay::builder(store.clone()).lane(
+    let builder = OutboxRelay::builder(&store).lane(
         lane().concurrency(2),
         handler_fn(move |message: OutboxMessage| {
             let tx = tx.clone();
@@ -225,7 +225,7 @@ async fn enqueue_past_the_credits(claims_in_flight: usize) {
             }
         })
     };
-    let builder = OutboxRelay::builder(store.clone())
+    let builder = OutboxRelay::builder(&store)
         .lane(
             lane()
                 .concurrency(C)
@@ -299,7 +299,7 @@ fn a_handed_off_message_of_a_dead_relay_is_redelivered_after_its_lease() {
                 Ok::<(), DeliveryError>(())
             }
         });
-        let relay = OutboxRelay::builder(store.clone())
+        let relay = OutboxRelay::builder(&store)
             .lane(lane().consumer_id("relay-a"), handler)
             .start()
             .await
@@ -336,7 +336,7 @@ fn a_handed_off_message_of_a_dead_relay_is_redelivered_after_its_lease() {
                 Ok::<(), DeliveryError>(())
             }
         });
-        let builder = OutboxRelay::builder(store.clone()).lane(
+        let builder = OutboxRelay::builder(&store).lane(
             LaneConfig::new(LANE, TARGET).consumer_id("relay-b"),
             handler,
         );

@@ -300,7 +300,7 @@ async fn service_and_relay_through_pgbouncer(listen: bool) {
     let lane_config = LaneConfig::new(lane, TARGET)
         .concurrency(4)
         .max_poll_interval(Duration::from_millis(if listen { 60_000 } else { 100 }));
-    let builder = OutboxRelay::builder(relay_store.clone()).lane(lane_config, handler);
+    let builder = OutboxRelay::builder(&relay_store).lane(lane_config, handler);
     let relay = builder.start().await.expect("relay through PgBouncer");
 
     let mut committed = Vec::new();
@@ -424,7 +424,7 @@ fn a_lapsed_lease_is_redelivered_through_pgbouncer() {
                 Ok::<(), DeliveryError>(())
             }
         });
-        let relay = OutboxRelay::builder(outbox.clone())
+        let relay = OutboxRelay::builder(&outbox)
             .lane(lane.clone().consumer_id("relay-a"), handler)
             .start()
             .await
@@ -448,8 +448,7 @@ fn a_lapsed_lease_is_redelivered_through_pgbouncer() {
         assert_eq!(row.status, OutboxStatus::Claimed, "held by the dead relay");
         clock.advance(Duration::from_secs(31));
         let (handler, mut rx) = reporting();
-        let builder =
-            OutboxRelay::builder(outbox.clone()).lane(lane.consumer_id("relay-b"), handler);
+        let builder = OutboxRelay::builder(&outbox).lane(lane.consumer_id("relay-b"), handler);
         let mut events = builder.subscribe();
         let relay = builder.start().await.expect("relay b");
         let again = received(&mut rx).await;
@@ -477,7 +476,7 @@ async fn a_fleet_wide_pause_holds_through_pgbouncer() {
     let relay_store = open_through(&bouncer, pooled(&schema)).await;
     let (handler, mut rx) = reporting();
     let lane = LaneConfig::new("paused", TARGET).max_poll_interval(Duration::from_millis(100));
-    let relay = OutboxRelay::builder(relay_store.clone())
+    let relay = OutboxRelay::builder(&relay_store)
         .lane(lane, handler)
         .start()
         .await

@@ -156,6 +156,11 @@ fn is_scan(node: &Value) -> bool {
 /// [`MAX_READ`] rows; `counts`: whether the scans an aggregate reads whole count too.
 /// Prints the plan on failure.
 fn check(what: &str, plan: &Value, counts: bool) {
+    check_within(what, plan, counts, MAX_READ);
+}
+
+/// [`check`], with `max_read` rows a node may read.
+fn check_within(what: &str, plan: &Value, counts: bool, max_read: f64) {
     let root = &plan[0];
     let mut nodes = Vec::new();
     scans(root, &mut nodes, counts);
@@ -166,8 +171,8 @@ fn check(what: &str, plan: &Value, counts: bool) {
             "{what}: {node} reads the whole table\n{pretty}"
         );
         assert!(
-            *read <= MAX_READ,
-            "{what}: {node} read {read} rows, over {MAX_READ} for a limit of {LIMIT}\n{pretty}"
+            *read <= max_read,
+            "{what}: {node} read {read} rows, over {max_read} for a limit of {LIMIT}\n{pretty}"
         );
     }
     assert!(!nodes.is_empty(), "{what}: no scan found in\n{pretty}");
@@ -362,4 +367,105 @@ async fn claim_plan_is_flat_with_a_thousand_keys() {
 #[tokio::test]
 async fn claim_plan_is_flat_with_a_hot_key() {
     guard(Keys::Hot).await;
+}
+
+/// The rows of a served lane's backlog the report of the lanes nobody serves reads.
+const UNSERVED_ROWS: i64 = 1_000_000;
+
+/// The report of the lanes nobody serves at 1,000,000 pending rows: with the big lane
+/// served, every scan reads a few entries per (lane, target) (one probe of `pending_idx` per
+/// pair, one of the served table), never the lane's rows; with it unserved, its count stops
+/// at the cap. Before and after ANALYZE.
+#[tokio::test]
+async fn unserved_lanes_plan_reads_pairs_not_rows_at_a_million() {
+    use outbox_relay::store::served::UNSERVED_COUNT_CAP;
+    use outbox_relay::store::UnservedLane;
+
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    fill(&store, UNSERVED_ROWS, Keys::None).await;
+    for (lane, n) in [("ledger", 2), ("typo", 3)] {
+        for value in 0..n {
+            store
+                .enqueue(
+                    outbox_relay::OutboxMessageDraft::new(lane, "sink", serde_json::json!(value))
+                        .expect("draft"),
+                )
+                .await
+                .expect("enqueue");
+        }
+    }
+    let served = |lanes: &[&str]| -> Vec<(String, String)> {
+        lanes
+            .iter()
+            .map(|lane| ((*lane).to_owned(), "sink".to_owned()))
+            .collect()
+    };
+    store
+        .record_served(&served(&["l", "ledger"]), Duration::from_secs(600))
+        .await
+        .expect("record");
+    let typo = UnservedLane {
+        lane: "typo".into(),
+        target: "sink".into(),
+        pending: 3,
+    };
+    for label in ["before ANALYZE", "after ANALYZE"] {
+        if label == "after ANALYZE" {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "VACUUM ANALYZE {}",
+                crate::pg(&store).messages_table()
+            )))
+            .execute(crate::pg(&store).pool())
+            .await
+            .expect("analyze");
+        }
+        assert_eq!(
+            store.unserved_lanes(10).await.expect("report"),
+            std::slice::from_ref(&typo)
+        );
+        let plan = crate::pg(&store)
+            .explain(&Explained::UnservedLanes { limit: 10 })
+            .await
+            .expect("explain");
+        check(
+            &format!("unserved lanes, the big lane served, {label}"),
+            &plan,
+            true,
+        );
+    }
+
+    // Nobody serves the big lane any more: its count stops at the cap.
+    let served_table = crate::pg(&store)
+        .messages_table()
+        .replace("_messages\"", "_served_lanes\"");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DELETE FROM {served_table} WHERE lane = 'l'"
+    )))
+    .execute(crate::pg(&store).pool())
+    .await
+    .expect("the big lane's record gone");
+    let report = store.unserved_lanes(10).await.expect("report");
+    assert_eq!(
+        report,
+        [
+            UnservedLane {
+                lane: "l".into(),
+                target: "sink".into(),
+                pending: UNSERVED_COUNT_CAP,
+            },
+            typo
+        ]
+    );
+    let plan = crate::pg(&store)
+        .explain(&Explained::UnservedLanes { limit: 10 })
+        .await
+        .expect("explain");
+    check_within(
+        "unserved lanes, the big lane unserved: its count stops at the cap",
+        &plan,
+        true,
+        UNSERVED_COUNT_CAP as f64 + MAX_READ,
+    );
+    schema.drop().await;
 }

@@ -288,3 +288,105 @@ async fn a_dead_pooled_connection_fails_at_most_one_call_and_an_idle_one_none() 
         .expect("a claim after the pool's connections died while idle");
     schema.drop().await;
 }
+
+/// What a subscriber on this thread wrote, for the tests that read the library's warnings.
+#[derive(Clone, Default)]
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Log {
+    /// Logs of this thread go here (at WARN and above) until the guard drops.
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let log = Self::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .finish();
+        (log, tracing::subscriber::set_default(subscriber))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("not poisoned")).into_owned()
+    }
+}
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .expect("not poisoned")
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A relay of two lanes on `store`, started and stopped.
+async fn start_and_stop(store: &Outbox) {
+    let sink = || outbox_relay::sinks::LogSink::new(std::io::sink());
+    let relay = outbox_relay::OutboxRelay::builder(store)
+        .lane(outbox_relay::LaneConfig::new("a", "sink"), sink())
+        .lane(outbox_relay::LaneConfig::new("b", "sink"), sink())
+        .start()
+        .await
+        .expect("the relay starts");
+    relay
+        .shutdown(Duration::from_secs(10))
+        .await
+        .expect("shutdown");
+}
+
+/// The service's own pool, built the plain way: the store says what its connections lack of
+/// the relay's settings, and a relay whose lanes may hold more connections at once than the
+/// pool has says so, with both numbers (a warning: the relay runs). A pool built as the
+/// store's docs say gets neither warning.
+#[tokio::test]
+async fn a_bare_pool_is_warned_about_naming_what_it_lacks_and_the_connections_needed() {
+    let schema = SchemaGuard::new();
+    let (log, _guard) = Log::capture();
+    let bare = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&database_url())
+        .await
+        .expect("a pool");
+    let store = PostgresOutboxStore::new(bare, schema.config())
+        .await
+        .expect("a store on the bare pool");
+    store.migrate().await.expect("migrate");
+    let store = Outbox::new(store);
+    start_and_stop(&store).await;
+    let warnings = log.text();
+    for lack in [
+        "jit is on, not off",
+        "statement_timeout is 0 ms, not 30000 ms",
+        "it pings every connection it hands out",
+        // Two lanes, each two claims in flight (PostgreSQL's default) and one lease
+        // extension: six.
+        "the store's pool holds 4 connections, fewer than the 6 its 2 lanes may hold at once",
+    ] {
+        assert!(warnings.contains(lack), "no {lack:?} in:\n{warnings}");
+    }
+
+    let (log, _guard) = Log::capture();
+    let config = schema.config();
+    let pool = outbox_relay::store::postgres::pool_options(Duration::from_secs(5))
+        .max_connections(6)
+        .connect_with(config.connect_options(&database_url()).expect("options"))
+        .await
+        .expect("a pool with the relay's settings");
+    let store = Outbox::new(
+        PostgresOutboxStore::new(pool, config)
+            .await
+            .expect("a store"),
+    );
+    start_and_stop(&store).await;
+    assert_eq!(
+        log.text(),
+        "",
+        "no warning for a pool built as the docs say"
+    );
+    schema.drop().await;
+}

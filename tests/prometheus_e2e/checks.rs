@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use outbox_relay::metrics::process::{features, GIT_SHA, VERSION};
 use outbox_relay::metrics::{
     MetricKind, ALL, BUILD_INFO, LABEL_LANE, LABEL_TARGET, PROCESS, REQUEUED_TOTAL,
-    STORE_CALL_DURATION_SECONDS,
+    STORE_CALL_DURATION_SECONDS, STORE_WIDE,
 };
 use outbox_relay::store::StoreOp;
 use serde_json::Value;
@@ -351,5 +351,40 @@ pub(crate) async fn check_every_alert_rule(prometheus: &Prometheus) -> usize {
         firing,
         BTreeSet::from([WEBHOOK.0.to_owned(), LEDGER.0.to_owned()])
     );
+
+    // The scenario's lane nobody serves raises OutboxLaneUnserved: pending, its expression
+    // true on the scraped gauge, until its 5-minute `for` has passed (alerts.test.yml has
+    // it firing after that, in promtool's simulated time).
+    let raised = until(
+        prometheus,
+        "OutboxLaneUnserved to be raised",
+        || async move {
+            let data = prometheus.api("alerts", &[]).await.ok()?;
+            data["alerts"]
+                .as_array()?
+                .iter()
+                .find(|a| a["labels"]["alertname"] == "OutboxLaneUnserved")
+                .and_then(|a| a["state"].as_str().map(str::to_owned))
+        },
+    )
+    .await;
+    assert!(
+        raised == "pending" || raised == "firing",
+        "OutboxLaneUnserved is {raised}"
+    );
     rules.len()
+}
+
+/// Every store-wide metric counts the scenario's one lane nobody serves, with its one
+/// message, from the one scraped process. Returns how many metrics.
+pub(crate) async fn check_store_wide_metrics(prometheus: &Prometheus) -> usize {
+    for metric in STORE_WIDE {
+        let found = until(prometheus, metric.name, || async move {
+            let found = prometheus.query(metric.name).await.ok()?;
+            (found.len() == 1 && found[0].1 == 1.0).then_some(found)
+        })
+        .await;
+        assert_eq!(found.len(), 1, "{}: {found:?}", metric.name);
+    }
+    STORE_WIDE.len()
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use outbox_relay::config::RateLimit;
 use outbox_relay::delivery::FailureKind;
-use outbox_relay::metrics::StoreMetrics;
 use outbox_relay::relay::{LaneKey, RelayEvent};
 use outbox_relay::retention::{RetentionConfig, RetentionTask};
 use outbox_relay::store::StoreOp;
@@ -27,16 +26,25 @@ use uuid::Uuid;
 use crate::faulty_store::FaultyStore;
 use crate::handler::ScenarioHandler;
 use crate::prometheus::Prometheus;
-use crate::{until, LEDGER, WAIT, WEBHOOK};
+use crate::{until, LEDGER, UNSERVED, WAIT, WEBHOOK};
 
 pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     // The scenario enqueues and requeues through `inner`; the relay's calls go through an
     // outbox over the fault injector. Both record the store metrics.
-    let inner = Outbox::new(InMemoryOutboxStore::new()).with_hook(StoreMetrics);
+    let inner = Outbox::new(InMemoryOutboxStore::new());
+    // A producer's typo of lane `orders`: no relay serves it, and its message waits there
+    // (the lanes nobody serves, `OutboxLaneUnserved`). The producer is another service,
+    // whose enqueue counts in its own metrics, not in this process's.
+    enqueue(
+        &inner.clone().without_metrics(),
+        OutboxMessageDraft::new(UNSERVED.0, UNSERVED.1, json!({ "do": "ok" }))
+            .expect("valid draft"),
+    )
+    .await;
     let store = Arc::new(FaultyStore::new(inner.clone()));
     let handler = ScenarioHandler::default();
     let stats_interval = Duration::from_millis(200);
-    let relay = OutboxRelay::builder(Outbox::from(store.clone()).with_hook(StoreMetrics))
+    let relay = OutboxRelay::builder(&Outbox::from_arc(store.clone()))
         .lane(
             LaneConfig::new(WEBHOOK.0, WEBHOOK.1)
                 .concurrency(4)

@@ -30,7 +30,7 @@ async fn delivers_and_acks_claimed_messages() {
     let b = enqueue(&store, draft(2)).await;
     let handler = TestHandler::ok();
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane(), handler.clone())).await;
     let mut delivered = wait_delivered(&mut events, 2).await;
     delivered.sort();
     let mut expected = vec![a, b];
@@ -50,8 +50,7 @@ async fn nacks_failures_and_dead_letters_after_max_attempts() {
     let store = memory_store();
     let id = enqueue(&store, draft(1).with_max_attempts(2)).await;
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::failing()))
-            .await;
+        crate::start(OutboxRelay::builder(&store).lane(lane(), TestHandler::failing())).await;
     let first = wait_for(&mut events, "first failure", |e| {
         matches!(e, RelayEvent::Failed { .. })
     })
@@ -105,7 +104,7 @@ async fn redelivers_at_the_lapse_of_a_crashed_relays_lease() {
     let handler = TestHandler::ok();
     let poll = Duration::from_secs(600);
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(lane().max_poll_interval(poll), handler.clone()),
+        OutboxRelay::builder(&store).lane(lane().max_poll_interval(poll), handler.clone()),
     )
     .await;
     let delivered = wait_delivered(&mut events, 1).await;
@@ -149,7 +148,7 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
         })
     };
     let (relay_a, mut events_a) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(
+        OutboxRelay::builder(&store).lane(
             lane()
                 .consumer_id("relay-a")
                 // One handler and one buffered claim: the second message starts late.
@@ -180,7 +179,7 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
 
     let fast = TestHandler::ok();
     let (relay_b, mut events_b) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(lane().consumer_id("relay-b"), fast.clone()),
+        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), fast.clone()),
     )
     .await;
     assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
@@ -217,7 +216,7 @@ async fn respects_its_lane_and_target() {
     .await;
     let handler = TestHandler::ok();
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane(), handler.clone())).await;
     wait_for(&mut events, "the lane to go idle", |e| {
         matches!(e, RelayEvent::Idle { .. })
     })
@@ -248,7 +247,7 @@ async fn rejects_invalid_config_naming_the_field() {
         (lane().delivery_timeout(Duration::ZERO), "delivery_timeout"),
     ];
     for (config, field) in cases {
-        let err = OutboxRelay::builder(memory_store())
+        let err = OutboxRelay::builder(&memory_store())
             .lane(config, TestHandler::ok())
             .start()
             .await
@@ -260,14 +259,14 @@ async fn rejects_invalid_config_naming_the_field() {
             other => panic!("expected a config error naming {field}, got {other}"),
         }
     }
-    let duplicate = OutboxRelay::builder(memory_store())
+    let duplicate = OutboxRelay::builder(&memory_store())
         .lane(lane(), TestHandler::ok())
         .lane(lane(), TestHandler::ok())
         .start()
         .await
         .unwrap_err();
     assert!(matches!(duplicate, RelayError::DuplicateLane(_)));
-    let bad_window = OutboxRelay::builder(memory_store())
+    let bad_window = OutboxRelay::builder(&memory_store())
         .supervisor(SupervisorConfig::default().restart_window(Duration::ZERO))
         .start()
         .await
@@ -307,7 +306,7 @@ async fn retry_waits_for_the_backoff_and_a_retry_after_floor() {
     };
     let start = Instant::now();
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(
+        crate::start(OutboxRelay::builder(&store).lane(
             lane().retry(
                 RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(10)).jitter(false),
             ),
@@ -329,7 +328,7 @@ async fn retry_waits_for_the_backoff_and_a_retry_after_floor() {
 async fn permanent_failure_dead_letters_at_once() {
     let store = memory_store();
     let id = enqueue(&store, draft(1)).await;
-    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
+    let (relay, mut events) = crate::start(OutboxRelay::builder(&store).lane(
         lane(),
         TestHandler::new(|_| async {
             Err(outbox_relay::DeliveryError::permanent("schema rejected"))
@@ -385,7 +384,7 @@ async fn permanent_failure_dead_letters_at_once() {
 async fn a_lane_that_keeps_no_history_is_refused_on_a_store_that_cannot_delete_on_ack() {
     let store = Outbox::new(crate::faulty_store::FaultyStore::new(memory_store()));
     assert!(!store.capabilities().delete_on_ack);
-    let error = OutboxRelay::builder(store)
+    let error = OutboxRelay::builder(&store)
         .lane(lane().keep_delivered(false), TestHandler::ok())
         .start()
         .await

@@ -48,7 +48,7 @@ async fn one_claimed(
     let store = memory_store();
     let id = enqueue(&store, draft(1)).await;
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane, sleeping(handler_sleep))).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane, sleeping(handler_sleep))).await;
     wait_for(&mut events, "the claim", |e| {
         matches!(e, RelayEvent::Claimed { .. })
     })

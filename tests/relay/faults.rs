@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use outbox_relay::config::SupervisorConfig;
 use outbox_relay::delivery::FailureKind;
-use outbox_relay::relay::{LaneState, RelayEvent};
+use outbox_relay::relay::{LaneKey, LaneState, RelayError, RelayEvent};
 use outbox_relay::store::StoreOp;
 use outbox_relay::store::{MessageFilter, NackOutcome};
 use outbox_relay::{LaneConfig, OutboxRelay, OutboxStatus, RetryPolicy};
@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
+use outbox_relay::Outbox;
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
@@ -38,7 +39,7 @@ async fn crashed_lane_is_restarted_and_its_claims_redelivered_at_lease_lapse() {
     ];
     let handler = TestHandler::ok();
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&Outbox::from_arc(store.clone()))
             .lane(lane(), handler.clone())
             .event_capacity(10_000),
     )
@@ -98,7 +99,7 @@ async fn handler_panic_keeps_the_lane_up_and_the_message_is_retried() {
         })
     };
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane(), handler.clone())).await;
     let failed = wait_for(&mut events, "the panic", |e| {
         matches!(e, RelayEvent::Failed { .. })
     })
@@ -135,7 +136,7 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
     store.panic_claims_of = Some("doomed".into());
     let store = Arc::new(store);
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&Outbox::from_arc(store.clone()))
             .supervisor(
                 SupervisorConfig::default()
                     .max_restarts(3)
@@ -143,7 +144,8 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
                     .restart_backoff(
                         RetryPolicy::new(Duration::from_millis(100), Duration::from_secs(1))
                             .jitter(false),
-                    ),
+                    )
+                    .fail_liveness_after(Some(Duration::from_secs(300))),
             )
             .lane(LaneConfig::new("doomed", "projector"), TestHandler::ok())
             .lane(lane(), TestHandler::ok())
@@ -169,6 +171,32 @@ async fn lane_that_keeps_crashing_is_marked_failed_while_others_deliver() {
         .contains("injected claim panic"));
     let healthy = status.iter().find(|s| s.lane.name == "canonical").unwrap();
     assert_eq!(healthy.state, LaneState::Running);
+
+    // A failed lane stays down until the process restarts: once it has been failed for
+    // longer than `fail_liveness_after`, the relay says the process should be restarted.
+    relay
+        .liveness()
+        .await
+        .expect("alive while the lane has been failed for less than 5m");
+    tokio::time::sleep(Duration::from_secs(301)).await;
+    match relay.liveness().await {
+        Err(RelayError::LanesFailed { lanes, after }) => {
+            assert_eq!(lanes, [LaneKey::new("doomed", "projector")]);
+            assert_eq!(after, Duration::from_secs(300));
+        }
+        other => panic!("a lane failed for over 5m fails liveness, got {other:?}"),
+    }
+    let failed_for = relay
+        .status()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.lane.name == "doomed")
+        .and_then(|s| s.failed_for);
+    assert!(
+        failed_for.is_some_and(|d| d > Duration::from_secs(300)),
+        "{failed_for:?}"
+    );
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
 
@@ -183,7 +211,7 @@ async fn store_outage_leaves_the_lane_up_and_everything_is_delivered_after() {
     store.unavailable.store(6, Ordering::SeqCst);
     let handler = TestHandler::ok();
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&Outbox::from_arc(store.clone()))
             .lane(lane().concurrency(4), handler.clone())
             .event_capacity(10_000),
     )
@@ -227,7 +255,7 @@ async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
     });
     let lease = Duration::from_secs(3);
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(
+        OutboxRelay::builder(&store).lane(
             lane()
                 .lease(lease)
                 .delivery_timeout(Duration::from_secs(60)),
@@ -237,7 +265,7 @@ async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
     .await;
     // A second relay polls the same lane all along: it must never get the message.
     let rival = TestHandler::ok();
-    let rival_relay = OutboxRelay::builder(store.clone())
+    let rival_relay = OutboxRelay::builder(&store)
         .lane(
             lane()
                 .consumer_id("rival")
@@ -289,7 +317,7 @@ async fn without_extension_a_buffered_delivery_that_starts_late_lapses_and_its_l
         Ok(())
     });
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(
+        OutboxRelay::builder(&store).lane(
             lane()
                 .concurrency(1)
                 .prefetch(1)
@@ -316,10 +344,9 @@ async fn without_extension_a_buffered_delivery_that_starts_late_lapses_and_its_l
     .await;
     // Another relay takes the lapsed message and delivers it.
     let rival = TestHandler::ok();
-    let (rival_relay, mut rival_events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(lane().consumer_id("rival"), rival.clone()),
-    )
-    .await;
+    let (rival_relay, mut rival_events) =
+        crate::start(OutboxRelay::builder(&store).lane(lane().consumer_id("rival"), rival.clone()))
+            .await;
     assert_eq!(wait_delivered(&mut rival_events, 1).await, vec![id]);
     wait_for(
         &mut events,
@@ -360,8 +387,7 @@ async fn hung_handler_times_out_and_is_retried() {
         })
     };
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
-            .lane(lane().delivery_timeout(Duration::from_secs(1)), handler),
+        OutboxRelay::builder(&store).lane(lane().delivery_timeout(Duration::from_secs(1)), handler),
     )
     .await;
     let failed = wait_for(&mut events, "the timeout", |e| {

@@ -63,7 +63,7 @@ async fn a_five_minute_outage_spends_no_attempts_while_open_and_ends_with_everyt
         .concurrency(4)
         .circuit_breaker(Some(breaker))
         .retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(60)).jitter(false));
-    let builder = OutboxRelay::builder(store.clone())
+    let builder = OutboxRelay::builder(&store)
         .event_capacity(100_000)
         .lane(config, handler);
     let mut events = builder.subscribe();
@@ -143,7 +143,7 @@ async fn a_rate_limited_lane_delivers_at_its_rate_within_5_percent_over_30_virtu
     let config = lane()
         .concurrency(8)
         .rate_limit(Some(RateLimit::new(100, Duration::from_secs(1)).burst(10)));
-    let builder = OutboxRelay::builder(store.clone())
+    let builder = OutboxRelay::builder(&store)
         .event_capacity(100_000)
         .lane(config, TestHandler::ok());
     let mut events = builder.subscribe();

@@ -46,7 +46,7 @@ async fn a_thousand_messages_through_sixteen_handlers_each_delivered_once() {
         })
     };
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&store)
             .lane(lane().concurrency(16), handler.clone())
             .event_capacity(100_000),
     )
@@ -113,7 +113,7 @@ async fn per_key_order_holds_under_concurrency_and_failures() {
         })
     };
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&store)
             .lane(lane().concurrency(16), handler)
             .event_capacity(100_000),
     )
@@ -156,7 +156,7 @@ async fn shutdown_finishes_in_flight_and_releases_the_rest_for_another_relay() {
         })
     };
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(
+        OutboxRelay::builder(&store).lane(
             lane()
                 .concurrency(2)
                 .lease(Duration::from_secs(600))
@@ -203,10 +203,9 @@ async fn pause_stops_claiming_while_in_flight_finish_and_resume_continues() {
             }
         })
     };
-    let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(lane().concurrency(4), handler.clone()),
-    )
-    .await;
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(&store).lane(lane().concurrency(4), handler.clone()))
+            .await;
     wait_for(&mut events, "the first claim", |e| {
         matches!(e, RelayEvent::Claimed { .. })
     })
@@ -236,7 +235,7 @@ async fn pause_stops_claiming_while_in_flight_finish_and_resume_continues() {
 #[tokio::test(start_paused = true)]
 async fn lanes_are_added_and_removed_at_run_time() {
     let store = memory_store();
-    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone())).await;
+    let (relay, mut events) = crate::start(OutboxRelay::builder(&store)).await;
     assert!(relay.status().await.unwrap().is_empty());
     relay.add_lane(lane(), TestHandler::ok()).await.unwrap();
     let err = relay.add_lane(lane(), TestHandler::ok()).await.unwrap_err();

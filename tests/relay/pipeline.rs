@@ -72,7 +72,7 @@ fn abort_redelivers_at_most_concurrency_plus_prefetch(claims_in_flight: usize) {
         .unwrap();
     let held_by_a = runtime_a.block_on(async {
         let (relay, mut events) = crate::start(
-            OutboxRelay::builder(store.clone()).lane(
+            OutboxRelay::builder(&store).lane(
                 lane()
                     .consumer_id("relay-a")
                     .concurrency(C)
@@ -116,7 +116,7 @@ fn abort_redelivers_at_most_concurrency_plus_prefetch(claims_in_flight: usize) {
         clock.advance(Duration::from_secs(31));
         let handler_b = TestHandler::ok();
         let (relay, mut events) = crate::start(
-            OutboxRelay::builder(store.clone())
+            OutboxRelay::builder(&store)
                 .lane(
                     lane()
                         .consumer_id("relay-b")
@@ -173,7 +173,7 @@ async fn an_idle_lane_picks_up_each_message_with_few_store_calls() {
     const MESSAGES: u32 = 100;
     let store = Arc::new(FaultyStore::new(memory_store()));
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&Outbox::from_arc(store.clone()))
             .lane(lane().concurrency(8), TestHandler::ok())
             .event_capacity(10_000),
     )
@@ -215,8 +215,10 @@ async fn an_idle_lane_picks_up_each_message_with_few_store_calls() {
 async fn a_stuck_claim_does_not_delay_a_drain() {
     let store = Arc::new(FaultyStore::new(memory_store()));
     store.stall_claims.store(true, Ordering::SeqCst);
-    let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::ok())).await;
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(&Outbox::from_arc(store.clone())).lane(lane(), TestHandler::ok()),
+    )
+    .await;
     wait_for(&mut events, "the lane to start", |e| {
         matches!(e, RelayEvent::LaneStarted { .. })
     })
@@ -254,8 +256,7 @@ async fn shutdown_releases_the_prefetch_buffer() {
         Ok(())
     });
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
-            .lane(lane().concurrency(1).prefetch(2), handler.clone()),
+        OutboxRelay::builder(&store).lane(lane().concurrency(1).prefetch(2), handler.clone()),
     )
     .await;
     wait_for(
@@ -291,8 +292,10 @@ async fn an_enqueue_while_the_idle_lanes_claim_is_out_is_picked_up_at_once() {
     let store = Arc::new(FaultyStore::new(memory_store()));
     store.stall_answers.store(true, Ordering::SeqCst);
     let lane = lane().max_poll_interval(Duration::from_secs(600));
-    let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane, TestHandler::ok())).await;
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(&Outbox::from_arc(store.clone())).lane(lane, TestHandler::ok()),
+    )
+    .await;
     wait_for(&mut events, "the lane to start", |e| {
         matches!(e, RelayEvent::LaneStarted { .. })
     })

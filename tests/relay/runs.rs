@@ -14,6 +14,7 @@ use uuid::Uuid;
 
 use crate::faulty_store::FaultyStore;
 use crate::{draft, memory_store, wait_for, TestHandler};
+use outbox_relay::Outbox;
 
 const KEYS: usize = 10;
 const PER_KEY: usize = 20;
@@ -74,7 +75,7 @@ async fn key_runs_keep_each_key_in_order_through_failures() {
             RetryPolicy::new(Duration::from_millis(10), Duration::from_millis(10)).jitter(false),
         );
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&Outbox::from_arc(store.clone()))
             .lane(lane, handler)
             .event_capacity(100_000),
     )

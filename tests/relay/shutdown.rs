@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, held, memory_store, wait_for, TestHandler};
+use outbox_relay::Outbox;
 
 fn lane() -> LaneConfig {
     LaneConfig::new("canonical", "projector")
@@ -29,13 +30,51 @@ async fn holding(n: i64) -> (Arc<FaultyStore>, outbox_relay::RelayHandle, Arc<No
         enqueue(&inner, draft(value)).await;
     }
     let release = Arc::new(Notify::new());
-    let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), held(&release))).await;
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(&Outbox::from_arc(store.clone())).lane(lane(), held(&release)),
+    )
+    .await;
     wait_for(&mut events, "the claim", |e| {
         matches!(e, RelayEvent::Claimed { .. })
     })
     .await;
     (store, relay, release)
+}
+
+/// Dropping the handle stops the relay as `shutdown` would: the delivery running finishes
+/// and is recorded, the claim not yet started is handed back at once (not left to its
+/// lease), and the relay stops: its events end.
+#[tokio::test(start_paused = true)]
+async fn dropping_the_handle_shuts_the_relay_down() {
+    let store = memory_store();
+    let first = enqueue(&store, draft(1)).await;
+    let second = enqueue(&store, draft(2)).await;
+    let release = Arc::new(Notify::new());
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(&store).lane(lane().concurrency(1).prefetch(1), held(&release)),
+    )
+    .await;
+    wait_for(&mut events, "the claim", |e| {
+        matches!(e, RelayEvent::Claimed { .. })
+    })
+    .await;
+    drop(relay);
+    // A permit: the delivery finishes whether it started yet or not.
+    release.notify_one();
+    let mut delivered = Vec::new();
+    loop {
+        let event = tokio::time::timeout(crate::EVENT_TIMEOUT, events.recv())
+            .await
+            .expect("the relay stops once its handle is dropped");
+        match event {
+            Ok(RelayEvent::Delivered { outbox_id, .. }) => delivered.push(outbox_id),
+            Ok(_) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => panic!("lagged by {n}"),
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+        }
+    }
+    assert_eq!(delivered, [first], "the running delivery finished");
+    crate::claimed_at_once_by_another(&store, second).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -55,7 +94,7 @@ async fn a_clean_shutdown_says_so() {
     let store = memory_store();
     enqueue(&store, draft(1)).await;
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::ok())).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane(), TestHandler::ok())).await;
     crate::wait_delivered(&mut events, 1).await;
     let report = relay.shutdown(Duration::from_secs(2)).await.unwrap();
     assert!(report.is_clean(), "{report:?}");

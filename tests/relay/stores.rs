@@ -33,7 +33,7 @@ pub async fn delivers_acks_and_dead_letters(store: Outbox) {
         }
     });
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler)).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane(), handler)).await;
     let mut delivered = Vec::new();
     let mut dead = false;
     while delivered.is_empty() || !dead {
@@ -73,7 +73,7 @@ pub async fn redelivers_after_a_crashed_claimers_lease(store: Outbox) {
     assert_eq!(crashed.messages.len(), 1);
     let handler = TestHandler::ok();
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane(), handler.clone())).await;
     assert_eq!(wait_delivered(&mut events, 1).await, vec![id]);
     // The store's clock and ours may differ by a few milliseconds of rounding.
     let waited = before_claim.elapsed();
@@ -116,7 +116,7 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
         })
     };
     let (relay_a, mut events_a) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(
+        OutboxRelay::builder(&store).lane(
             lane()
                 .consumer_id("relay-a")
                 .concurrency(1)
@@ -158,7 +158,7 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
         "the lapsed claim is the held delivery's"
     );
     let (relay_b, mut events_b) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(lane().consumer_id("relay-b"), TestHandler::ok()),
+        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), TestHandler::ok()),
     )
     .await;
     assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
@@ -208,7 +208,7 @@ pub async fn keeps_per_key_order_with_concurrency(store: Outbox) {
         })
     };
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&store)
             .lane(lane().concurrency(8), handler)
             .event_capacity(10_000),
     )
@@ -225,7 +225,7 @@ pub async fn keeps_per_key_order_with_concurrency(store: Outbox) {
 
 pub async fn wakes_on_enqueue_without_polling(store: Outbox) {
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&store)
             // A poll this long would fail the test's timeout: only a wake-up can deliver.
             .lane(
                 lane().max_poll_interval(Duration::from_secs(3600)),
@@ -273,8 +273,7 @@ pub async fn a_lane_that_keeps_no_history_deletes_delivered_rows(store: Outbox) 
         }
     });
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
-            .lane(lane().concurrency(4).keep_delivered(false), handler),
+        OutboxRelay::builder(&store).lane(lane().concurrency(4).keep_delivered(false), handler),
     )
     .await;
     let mut delivered = Vec::new();
@@ -361,7 +360,7 @@ pub async fn sqlite() -> (Outbox, tempfile::TempDir) {
     let store = outbox_relay::SqliteOutboxStore::open(dir.path().join("outbox.db"))
         .await
         .unwrap();
-    (Outbox::from(Arc::new(store)), dir)
+    (Outbox::new(store), dir)
 }
 
 /// What a store factory leaves to clean up once a scenario passed.
@@ -425,7 +424,7 @@ pub async fn postgres() -> (Outbox, PgSchema) {
         PostgresOutboxStore::connect_with(&url, PostgresConfig::default().schema(schema.clone()))
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL is required at {url}: {e}"));
-    (Outbox::from(Arc::new(store)), PgSchema(schema))
+    (Outbox::new(store), PgSchema(schema))
 }
 
 relay_on_store!(memory_store, crate::stores::memory);

@@ -130,9 +130,9 @@ impl SqlStore {
     fn store(&self) -> Outbox {
         match self {
             #[cfg(feature = "sqlite")]
-            SqlStore::Sqlite(store, _) => Outbox::from(store.clone()),
+            SqlStore::Sqlite(store, _) => Outbox::from_arc(store.clone()),
             #[cfg(feature = "postgres")]
-            SqlStore::Postgres(store, _) => Outbox::from(store.clone()),
+            SqlStore::Postgres(store, _) => Outbox::from_arc(store.clone()),
         }
     }
 
@@ -142,7 +142,7 @@ impl SqlStore {
             #[cfg(feature = "sqlite")]
             SqlStore::Sqlite(store, _) => {
                 let sql = format!("UPDATE {} SET {set} WHERE seq = ?", store.table_name());
-                let outbox = Outbox::from(store.clone());
+                let outbox = Outbox::from_arc(store.clone());
                 let mut tx = outbox.begin().await.unwrap();
                 let done = sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(seq)
@@ -175,7 +175,7 @@ impl SqlStore {
                     "SELECT status, attempt_count, last_error FROM {} WHERE seq = ?",
                     store.table_name()
                 );
-                let outbox = Outbox::from(store.clone());
+                let outbox = Outbox::from_arc(store.clone());
                 let mut tx = outbox.begin().await.unwrap();
                 let row = sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(seq)
@@ -415,7 +415,7 @@ async fn a_relay_lane_delivers_the_ten_and_dead_letters_the_one(
         .lease(Duration::from_secs(30))
         .max_poll_interval(Duration::from_secs(30));
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane, handler.clone())).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane, handler.clone())).await;
     let mut delivered = Vec::new();
     let mut unreadable = Vec::new();
     while delivered.len() < 10 || unreadable.is_empty() {

@@ -50,7 +50,7 @@ async fn relay(
         ))
         .delivery_timeout(Duration::from_secs(30))
         .max_poll_interval(Duration::from_millis(200));
-    let builder = OutboxRelay::builder(store.clone()).lane_shared(lane, handler);
+    let builder = OutboxRelay::builder(&store).lane_shared(lane, handler);
     let events = builder.subscribe();
     let relay = builder.start().await.expect("relay starts");
     (store, relay, events)

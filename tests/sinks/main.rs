@@ -111,7 +111,7 @@ pub async fn start_relay(
     broadcast::Receiver<RelayEvent>,
 ) {
     let store = Outbox::new(InMemoryOutboxStore::new());
-    let builder = OutboxRelay::builder(store.clone()).lane_shared(fast_lane(), handler);
+    let builder = OutboxRelay::builder(&store).lane_shared(fast_lane(), handler);
     let events = builder.subscribe();
     let relay = builder.start().await.expect("relay starts");
     (store, relay, events)

@@ -63,7 +63,7 @@ async fn both(dir: &tempfile::TempDir) -> Vec<(Outbox, ManualClock)> {
             ))),
             memory_clock,
         ),
-        (Outbox::from(Arc::new(sqlite)), sqlite_clock),
+        (Outbox::new(sqlite), sqlite_clock),
     ]
 }
 

@@ -165,7 +165,7 @@ async fn agree(seed: u64, steps: usize) {
         .open()
         .await
         .unwrap();
-    let mut sides = [Side::new(memory), Side::new(Outbox::from(Arc::new(sqlite)))];
+    let mut sides = [Side::new(memory), Side::new(Outbox::new(sqlite))];
     let mut rng = StdRng::seed_from_u64(seed);
     // Messages handed out behind their head in a key run, counted on both sides.
     let mut runs_handed_out = 0;

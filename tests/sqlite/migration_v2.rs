@@ -83,7 +83,7 @@ async fn a_version_2_file_with_live_keys_migrates_and_claims_in_order() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 6);
+    assert_eq!(version, 7);
     let schema: Vec<(String, String)> =
         sqlx::query("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL")
             .fetch_all(&mut conn)

@@ -9,9 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_relay::message::DraftLimits;
 use outbox_relay::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued, LaneCount, LaneStats,
-    MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page, PageRequest,
-    PurgeRequest, StoreError, StoreOp, WakeUp,
+    Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued,
+    LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page,
+    PageRequest, PurgeRequest, StoreError, StoreOp, UnservedLane, WakeUp,
 };
 use outbox_relay::{Outbox, OutboxMessage};
 use uuid::Uuid;
@@ -183,5 +183,26 @@ impl OutboxBackend for FaultyStore {
     }
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {
         self.inner.as_backend().subscribe()
+    }
+    /// The primitives only, and the record of served lanes when the store has it.
+    fn capabilities(&self) -> Capabilities {
+        if self.inner.capabilities().served_lanes {
+            Capabilities::none().with_served_lanes()
+        } else {
+            Capabilities::none()
+        }
+    }
+    async fn record_served(
+        &self,
+        lanes: &[(String, String)],
+        served_for: Duration,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .as_backend()
+            .record_served(lanes, served_for)
+            .await
+    }
+    async fn unserved_lanes(&self, limit: usize) -> Result<Vec<UnservedLane>, StoreError> {
+        self.inner.as_backend().unserved_lanes(limit).await
     }
 }

@@ -169,7 +169,7 @@ pub async fn harness_on(on: Server) -> outbox_relay::testing::Harness {
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
     let db = TestDatabase::create_on(on).await;
     let config = MysqlConfig::default().clock(Arc::new(clock.clone()) as Arc<dyn Clock>);
-    let store = Outbox::from(Arc::new(open(&db, config.clone()).await));
+    let store = Outbox::new(open(&db, config.clone()).await);
     let dropped = db.clone();
     Harness {
         store,

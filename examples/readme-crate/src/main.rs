@@ -9,7 +9,7 @@ mod relay;
 
 use std::time::Duration;
 
-use outbox_relay::sqlx::{self, postgres::PgPoolOptions, Connection, PgConnection};
+use outbox_relay::sqlx::{self, Connection, PgConnection};
 use outbox_relay::{async_trait, DeliveryError, DeliveryHandler, OutboxMessage, RelayEvent};
 
 struct Billing;
@@ -45,7 +45,7 @@ fn database_url(server: &str, database: &str) -> String {
 }
 
 async fn run(url: &str) -> Result<(), relay::Error> {
-    let pool = PgPoolOptions::new().max_connections(8).connect(url).await?;
+    let pool = relay::pool(url).await?;
     sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY)")
         .execute(&pool)
         .await?;

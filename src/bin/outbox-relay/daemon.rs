@@ -10,10 +10,11 @@ use outbox_relay::config::duration::format_duration;
 use outbox_relay::config::file::MetricsListen;
 use outbox_relay::config::ListenerConfig;
 use outbox_relay::database::CreateMode;
-use outbox_relay::http::health::DEFAULT_READINESS_TIMEOUT;
-use outbox_relay::http::{Readiness, RelayReadiness, RelaySlot, RouterConfig};
-use outbox_relay::relay::{RelayEvent, ShutdownReport};
-use outbox_relay::retention::RetentionTask;
+use outbox_relay::http::health::{DEFAULT_LIVENESS_TIMEOUT, DEFAULT_READINESS_TIMEOUT};
+use outbox_relay::http::{
+    Liveness, Readiness, RelayLiveness, RelayReadiness, RelaySlot, RouterConfig,
+};
+use outbox_relay::relay::{RelayError, RelayEvent, RelayHandle, ShutdownReport};
 use outbox_relay::OutboxRelay;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
@@ -75,10 +76,6 @@ async fn serve(
         .config
         .supervisor()
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
-    let retention = setup
-        .config
-        .retention()
-        .map_err(|error| Failure::input(format!("config error: {error}")))?;
 
     for (old, new) in setup.config.deprecated_keys() {
         tracing::warn!(
@@ -103,6 +100,9 @@ async fn serve(
     };
     // `/readyz` answers 503 "starting" until the relay runs and the check is set below.
     let readiness = Readiness::new();
+    // `/healthz` answers 200 until the relay runs, then fails once a lane has been failed
+    // for longer than `supervisor.fail_liveness_after`.
+    let liveness = Liveness::new();
     // The API acts on the relay once it runs; its mutations need the token, and without
     // one configured they are off (403).
     let token = setup.config.listener.control_token().map_err(|error| {
@@ -111,6 +111,7 @@ async fn serve(
     let slot = RelaySlot::new();
     let mut routes = RouterConfig::new()
         .readiness(readiness.clone())
+        .liveness(liveness.clone())
         .relay(slot.clone());
     if let Some(groups) = &setup.config.listener.routes {
         // Validated with the config: every name is a group.
@@ -176,7 +177,8 @@ async fn serve(
     };
     tracing::info!(database = %setup.url, "store open");
 
-    let mut builder = OutboxRelay::builder(store.clone()).supervisor(supervisor);
+    // Retention runs beside the lanes, each by its own settings, and stops with the relay.
+    let mut builder = OutboxRelay::builder(&store).supervisor(supervisor);
     for ((lane, sink), handler) in lanes.iter().zip(handlers) {
         tracing::info!(
             lane = %lane.name,
@@ -193,11 +195,6 @@ async fn serve(
         .await
         .map_err(|error| Failure::failed(format!("cannot start the relay: {error}")))?;
     let relay = Arc::new(relay);
-    // Retention runs beside the lanes, never on their paths; it stops before the relay.
-    let (stop_retention, retention_stopped) = tokio::sync::oneshot::channel::<()>();
-    let retention = tokio::spawn(RetentionTask::new(store.clone(), retention).run(async {
-        let _ = retention_stopped.await;
-    }));
     slot.set(
         relay.clone(),
         store.clone(),
@@ -208,6 +205,11 @@ async fn serve(
         tokio::runtime::Handle::current(),
         DEFAULT_READINESS_TIMEOUT,
     );
+    liveness.set(
+        RelayLiveness::new(relay.clone()),
+        tokio::runtime::Handle::current(),
+        DEFAULT_LIVENESS_TIMEOUT,
+    );
     tokio::spawn(log_events(relay.subscribe()));
     tracing::info!(
         lanes = lanes.len(),
@@ -216,6 +218,7 @@ async fn serve(
 
     let mut running = RunningLanes::new(lanes);
     let mut refused = tokio::spawn(watch_for_refusal(relay.subscribe()));
+    let mut dead = tokio::spawn(watch_liveness(relay.clone()));
     let cause = loop {
         tokio::select! {
             signal = signals.next() => break Stop::Signal(signal),
@@ -243,6 +246,10 @@ async fn serve(
                 // The watcher only ends with a refusal, or with the relay; either way, stop.
                 Err(_) => Stop::Refused("the store-error watcher ended".to_owned()),
             },
+            dead = &mut dead => break Stop::Dead(match dead {
+                Ok(reason) => reason,
+                Err(_) => "the liveness watcher ended".to_owned(),
+            }),
         }
     };
     let signal = match &cause {
@@ -251,6 +258,10 @@ async fn serve(
             tracing::error!(%refusal, "the store refuses this relay for good; stopping");
             "store refusal"
         }
+        Stop::Dead(reason) => {
+            tracing::error!(%reason, "not alive; stopping, so that the service manager restarts the relay");
+            "failed lanes"
+        }
     };
     let timeout = setup.config.shutdown_timeout();
     tracing::info!(
@@ -258,10 +269,6 @@ async fn serve(
         timeout = %format_duration(timeout),
         "shutting down: finishing deliveries in flight, releasing the rest"
     );
-    let _ = stop_retention.send(());
-    if let Err(error) = retention.await {
-        tracing::warn!(%error, "the retention task ended abnormally");
-    }
     let report = tokio::select! {
         report = relay.shutdown(timeout) => report,
         signal = signals.next() => {
@@ -274,8 +281,8 @@ async fn serve(
     }
     .map_err(|error| Failure::failed(format!("shutdown failed: {error}")))?;
     log_report(&report);
-    if let Stop::Refused(refusal) = cause {
-        return Err(Failure::failed(refusal));
+    if let Stop::Refused(reason) | Stop::Dead(reason) = cause {
+        return Err(Failure::failed(reason));
     }
     if report.is_clean() {
         Ok(())
@@ -290,6 +297,26 @@ enum Stop {
     Signal(&'static str),
     /// A lane's store refused it for good, this many times in a row; the cause.
     Refused(String),
+    /// A lane has been failed for longer than `supervisor.fail_liveness_after`.
+    Dead(String),
+}
+
+/// How often the daemon asks the relay whether it is still alive.
+const LIVENESS_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until the relay says it is not alive ([`RelayHandle::liveness`]); returns why.
+/// Exiting then lets systemd or Kubernetes restart the relay (a failed lane stays down
+/// until its process restarts); `/healthz` says the same to a probe.
+async fn watch_liveness(relay: Arc<RelayHandle>) -> String {
+    let mut poll = tokio::time::interval(LIVENESS_POLL);
+    loop {
+        poll.tick().await;
+        // A relay stopped or too slow to answer is not this watcher's: the shutdown path
+        // and the probe cover those.
+        if let Err(error @ RelayError::LanesFailed { .. }) = relay.liveness().await {
+            return error.to_string();
+        }
+    }
 }
 
 /// How many permanent store errors in a row a lane may see before the daemon gives up: a

@@ -8,8 +8,8 @@
 //! Reading the file and building the sinks ([`RunningLanes::prepare`]) touches nothing
 //! that runs, so a SIGTERM or SIGINT meanwhile abandons the reload and stops the daemon at
 //! once; the lane changes ([`RunningLanes::apply`]) then run to their end.
-//! Only `[[lanes]]` are reloaded; the database, the metrics listener, the supervisor,
-//! retention and the shutdown timeout need a restart, which the log says.
+//! Only `[[lanes]]` are reloaded (their retention included); the database, the metrics
+//! listener, the supervisor and the shutdown timeout need a restart, which the log says.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

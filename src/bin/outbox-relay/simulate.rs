@@ -137,10 +137,14 @@ pub(crate) fn run(setup: Setup, args: SimulateArgs) -> Result<(), Failure> {
         Keys::Spread(n) => format!("{n}"),
         Keys::Hot => "hot".to_owned(),
     };
+    let store = setup.url.capabilities();
     println!(
-        "simulated {} of load at {}/s per lane, keys {keys}, max_attempts {}, failure rate {}, \
+        "simulated on the {} store (a lane that leaves claims_in_flight unset keeps {} out), \
+         {} of load at {}/s per lane, keys {keys}, max_attempts {}, failure rate {}, \
          latency {}, retry-after {} at rate {}, outages {outages}, seed {}; then a drain \
          with the target answering every delivery",
+        setup.url.kind(),
+        config_claims(store.claims_in_flight),
         show(load.duration),
         load.rate,
         load.max_attempts,
@@ -151,7 +155,7 @@ pub(crate) fn run(setup: Setup, args: SimulateArgs) -> Result<(), Failure> {
         load.seed
     );
     for (config, _) in lanes {
-        let report = lane(&config, &load).map_err(|error| {
+        let report = lane(&config, &load, store).map_err(|error| {
             Failure::failed(format!(
                 "lane {} -> {}: {error}",
                 config.name, config.target
@@ -162,10 +166,20 @@ pub(crate) fn run(setup: Setup, args: SimulateArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The claims in flight a store gives a lane that leaves them unset.
+fn config_claims(store_default: usize) -> usize {
+    outbox_relay::LaneConfig::new("lane", "target").claims_in_flight_or(store_default)
+}
+
 fn render(lane: &str, target: &str, r: &LaneReport) -> String {
     let mut out = String::new();
     let [p50, p90, p99, max] = r.latency.map(show);
     let _ = writeln!(out, "lane {lane} -> {target}");
+    let _ = writeln!(
+        out,
+        "  claims in flight  {} ({} sent while another was out)",
+        r.claims_in_flight, r.overlapping_claims
+    );
     let _ = writeln!(out, "  enqueued          {}", r.enqueued);
     let _ = writeln!(out, "  delivered         {}", r.delivered);
     let _ = writeln!(out, "  retried           {}", r.retried);

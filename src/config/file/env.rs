@@ -21,6 +21,8 @@ pub enum EnvKind {
     Integer,
     /// An address such as `0.0.0.0:9464`, or `false`/`off` for none.
     Address,
+    /// A duration such as `5m`, or `false`/`off` for none.
+    DurationOrOff,
     /// A comma-separated list (`metrics,probes,api`).
     List,
 }
@@ -108,6 +110,11 @@ pub const ENV_SETTINGS: &[EnvSetting] = &[
         "OUTBOX_SUPERVISOR_RESTART_BACKOFF_MAX",
         "supervisor.restart_backoff_max",
         EnvKind::Text,
+    ),
+    setting(
+        "OUTBOX_SUPERVISOR_FAIL_LIVENESS_AFTER",
+        "supervisor.fail_liveness_after",
+        EnvKind::DurationOrOff,
     ),
 ];
 
@@ -215,7 +222,7 @@ impl EnvSetting {
                     format!("{text:?} is not a whole number"),
                 )
             })?),
-            EnvKind::Address => match text {
+            EnvKind::Address | EnvKind::DurationOrOff => match text {
                 "false" | "off" => Value::Boolean(false),
                 address => Value::String(address.to_owned()),
             },
@@ -303,6 +310,7 @@ mod tests {
             ("OUTBOX_SUPERVISOR_RESTART_WINDOW", "2m"),
             ("OUTBOX_SUPERVISOR_RESTART_BACKOFF", "200ms"),
             ("OUTBOX_SUPERVISOR_RESTART_BACKOFF_MAX", "20s"),
+            ("OUTBOX_SUPERVISOR_FAIL_LIVENESS_AFTER", "10m"),
         ])
         .expect("a config from the environment");
         assert_eq!(config.table_prefix.as_deref(), Some("shop"));
@@ -359,8 +367,15 @@ mod tests {
             config.supervisor.restart_backoff_max.map(|d| d.0.as_secs()),
             Some(20)
         );
+        assert_eq!(
+            config.supervisor.to_config().fail_liveness_after,
+            Some(std::time::Duration::from_secs(600))
+        );
+        let never = with(&[("OUTBOX_SUPERVISOR_FAIL_LIVENESS_AFTER", "off")])
+            .expect("a config from the environment");
+        assert_eq!(never.supervisor.to_config().fail_liveness_after, None);
         // Every setting of the list was given above.
-        assert_eq!(ENV_SETTINGS.len(), 19);
+        assert_eq!(ENV_SETTINGS.len(), 20);
     }
 
     #[test]

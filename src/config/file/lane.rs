@@ -208,7 +208,7 @@ impl<'de> Deserialize<'de> for RetentionAge {
 
 impl RetentionSection {
     /// The retention, defaults filled in (not yet validated). The lane's ordering policy is
-    /// the caller's to set ([`RetentionConfig::ordering`]).
+    /// the lane's ([`LaneConfig::retention`]).
     pub fn to_config(&self) -> RetentionConfig {
         let defaults = RetentionConfig::default();
         RetentionConfig {
@@ -288,6 +288,9 @@ impl LaneSection {
         }
         if let Some(keep) = self.keep_delivered {
             config.keep_delivered = keep;
+        }
+        if let Some(retention) = self.retention {
+            config.retention = retention.to_config();
         }
         config
     }

@@ -566,10 +566,10 @@ sink = { kind = "log" }
     .unwrap();
     let day = Duration::from_secs(24 * 3600);
     let retention: Vec<(String, RetentionConfig)> = config
-        .retention()
+        .lanes()
         .unwrap()
         .into_iter()
-        .map(|(lane, retention)| (lane.to_string(), retention))
+        .map(|(lane, _)| (lane.key().to_string(), lane.retention_in_force()))
         .collect();
     assert_eq!(
         retention,
@@ -610,8 +610,11 @@ sink = { kind = "log" }
     );
 
     let short = MINIMAL.replace("sink = ", "retention = { dead_letter = \"30s\" }\nsink = ");
-    let error = parse(&short).unwrap().retention().unwrap_err();
-    assert_eq!(error.field, "lanes[orders/billing].retention.dead_letter");
+    let error = parse(&short).unwrap_err();
+    assert_eq!(
+        error.field(),
+        Some("lanes[orders/billing].retention.dead_letter")
+    );
     let unknown = MINIMAL.replace("sink = ", "retention = { delivred = \"7d\" }\nsink = ");
     assert!(error_text(&unknown).contains("delivred"));
     let truthy = MINIMAL.replace("sink = ", "retention = { dead_letter = true }\nsink = ");

@@ -176,7 +176,7 @@ mod tests {
                 .await
                 .unwrap();
         }
-        let relay = OutboxRelay::builder(store.clone())
+        let relay = OutboxRelay::builder(&store)
             .lane(LaneConfig::new("orders", "audit"), Accepts)
             .start()
             .await

@@ -20,7 +20,7 @@ use super::dialect::Dialect;
 use super::row::db_error;
 
 /// The longest table prefix: MySQL names are at most 64 characters, and the longest table
-/// adds `_lane_control`.
+/// adds `_lane_control` (or `_served_lanes`).
 pub const MAX_TABLE_PREFIX_LEN: usize = 40;
 
 /// The quoted names of one outbox's tables, and the dialect of the server they are on:
@@ -36,6 +36,8 @@ pub(super) struct Names {
     pub(super) keys: String,
     /// `{prefix}_lane_control`.
     pub(super) lane_control: String,
+    /// `{prefix}_served_lanes`.
+    pub(super) served_lanes: String,
     /// `{prefix}_migrations`.
     pub(super) migrations: String,
     /// Set once, by the store's probe before its first transaction (`MysqlOutboxStore::dialect`).
@@ -50,6 +52,7 @@ impl Names {
             messages: quoted("messages"),
             keys: quoted("keys"),
             lane_control: quoted("lane_control"),
+            served_lanes: quoted("served_lanes"),
             migrations: quoted("migrations"),
             dialect: Arc::new(OnceLock::new()),
         }
@@ -94,7 +97,7 @@ pub(super) fn validate_table_prefix(prefix: &str) -> Result<(), ValidationError>
 }
 
 /// One migration: its version and statements (`{m}` the messages table, `{k}` the keys
-/// table, `{c}` the lane-control table).
+/// table, `{c}` the lane-control table, `{s}` the served-lanes table).
 struct Migration {
     version: i64,
     /// What it adds, in a few words (the file name of its SQL).
@@ -114,6 +117,11 @@ const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "lane control",
         statements: MIGRATION_2,
+    },
+    Migration {
+        version: 3,
+        name: "served lanes",
+        statements: MIGRATION_3,
     },
 ];
 
@@ -180,6 +188,15 @@ const MIGRATION_2: &[&str] = &["CREATE TABLE IF NOT EXISTS {c} (
     PRIMARY KEY (lane, target)
 ) ENGINE = InnoDB"];
 
+/// Until when a running relay serves each (lane, target) (`store/served.rs`), in
+/// milliseconds on the store's clock; names as the messages table has them.
+const MIGRATION_3: &[&str] = &["CREATE TABLE IF NOT EXISTS {s} (
+    lane VARBINARY(255) NOT NULL,
+    target VARBINARY(255) NOT NULL,
+    served_until BIGINT NOT NULL,
+    PRIMARY KEY (lane, target)
+) ENGINE = InnoDB"];
+
 /// The newest schema version this build knows.
 pub(super) fn latest_version() -> i64 {
     MIGRATIONS.last().map_or(0, |m| m.version)
@@ -193,6 +210,7 @@ fn statements(names: &Names, migration: &Migration) -> Vec<String> {
             s.replace("{m}", &names.messages)
                 .replace("{k}", &names.keys)
                 .replace("{c}", &names.lane_control)
+                .replace("{s}", &names.served_lanes)
         })
         .collect()
 }

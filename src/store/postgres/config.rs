@@ -375,6 +375,47 @@ impl PostgresConfig {
     }
 }
 
+/// What a pool given to [`PostgresOutboxStore::new`](super::PostgresOutboxStore::new) lacks
+/// of the relay's session settings, read on one of its connections: `jit` on,
+/// `statement_timeout` other than [`PostgresConfig::statement_timeout`], a ping on every
+/// acquire. Nothing under [`Pooler::Transaction`], where every call sets them itself.
+pub(super) async fn session_shortfalls(
+    pool: &sqlx::PgPool,
+    config: &PostgresConfig,
+) -> Result<Vec<String>, StoreError> {
+    let mut shortfalls = Vec::new();
+    if config.pooler == Pooler::Transaction {
+        return Ok(shortfalls);
+    }
+    let (jit, timeout_ms): (String, i64) = sqlx::query_as(
+        "SELECT current_setting('jit'),
+                (SELECT setting::int8 FROM pg_settings WHERE name = 'statement_timeout')",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(|e| db_error(StoreOp::Connect, e))?;
+    if jit != "off" {
+        shortfalls.push(format!(
+            "jit is {jit}, not off (JIT compilation cost a claim 417 of 560 ms at 20,000 rows)"
+        ));
+    }
+    let wanted = duration_millis(config.statement_timeout);
+    if timeout_ms != wanted {
+        shortfalls.push(format!(
+            "statement_timeout is {timeout_ms} ms, not {wanted} ms (a stalled relay's claim \
+             must be cancelled before it commits claims long after)"
+        ));
+    }
+    if pool.options().get_test_before_acquire() {
+        shortfalls.push(
+            "it pings every connection it hands out (a round trip more per claim and ack; \
+             the relay's pool pings one idle for a second or more)"
+                .to_owned(),
+        );
+    }
+    Ok(shortfalls)
+}
+
 /// Rows taken out of live between two vacuums unless configured otherwise
 /// ([`PostgresConfig::vacuum_every`]).
 pub const DEFAULT_VACUUM_EVERY: u64 = 50_000;

@@ -58,6 +58,11 @@ pub enum Explained {
         /// Whether the ack deletes the rows ([`AckMode::Delete`](crate::store::AckMode)).
         delete: bool,
     },
+    /// The lanes nobody serves (`unserved_lanes`), at most `limit`.
+    UnservedLanes {
+        /// The most lanes.
+        limit: usize,
+    },
     /// The first page of a lane's keys held by a dead head (`blocked_keys`).
     BlockedKeys {
         /// The lane.
@@ -131,6 +136,14 @@ impl PostgresOutboxStore {
                     .bind(&ids)
                     .bind(&tokens)
             }
+            Explained::UnservedLanes { limit } => sqlx::query(AssertSqlSafe(format!(
+                "{EXPLAIN}{}",
+                super::served::unserved_sql(&self.names)
+            )))
+            .persistent(self.named_statements)
+            .bind(self.now())
+            .bind(super::to_i64(*limit))
+            .bind(i64::try_from(crate::store::served::UNSERVED_COUNT_CAP).unwrap_or(i64::MAX)),
             Explained::BlockedKeys {
                 lane,
                 target,

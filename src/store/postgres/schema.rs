@@ -107,6 +107,8 @@ pub(crate) struct Names {
     pub(crate) promote_heads: String,
     /// `"schema"."prefix_lane_control"`: the fleet-wide lane pauses (migration 6).
     pub(crate) lane_control: String,
+    /// `"schema"."prefix_served_lanes"`: until when a relay serves each lane (migration 9).
+    pub(crate) served_lanes: String,
 }
 
 impl Names {
@@ -129,6 +131,7 @@ impl Names {
             migrations: format!("\"{schema}\".\"{prefix}_migrations\""),
             promote_heads: format!("\"{schema}\".\"{prefix}_promote_heads\""),
             lane_control: format!("\"{schema}\".\"{prefix}_lane_control\""),
+            served_lanes: format!("\"{schema}\".\"{prefix}_served_lanes\""),
             channel,
         })
     }
@@ -215,7 +218,29 @@ enqueues, with relays stopped.",
 and acks wait for the builds, reads do not; each build reads the table once). Both can
 be built ahead of it without blocking writes, as shown below.",
     },
+    Migration {
+        version: 9,
+        name: "served lanes: which lanes a running relay serves, for the lanes nobody serves",
+        sql: served_lanes_table,
+        locks: "Creates one table: nothing is locked.",
+    },
 ];
+
+/// Migration 9's SQL: until when a running relay serves each (lane, target), renewed by
+/// every relay (`store/served.rs`; `store/postgres/served.rs`).
+fn served_lanes_table(n: &Names) -> String {
+    format!(
+        r#"
+CREATE TABLE IF NOT EXISTS {} (
+    lane          text COLLATE "C" NOT NULL,
+    target        text COLLATE "C" NOT NULL,
+    served_until  timestamptz NOT NULL,
+    PRIMARY KEY (lane, target)
+);
+"#,
+        n.served_lanes
+    )
+}
 
 /// Migration 8's SQL: the indexes the listing (`store/postgres/list.rs`) reads, so a page
 /// of a lane costs the page and not the lane, whatever its status mix.

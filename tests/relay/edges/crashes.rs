@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 use super::lane;
 use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
+use outbox_relay::Outbox;
 
 #[tokio::test(start_paused = true)]
 async fn handler_that_always_panics_dead_letters_the_message_and_the_lane_runs_on() {
@@ -28,7 +29,7 @@ async fn handler_that_always_panics_dead_letters_the_message_and_the_lane_runs_o
         Ok(())
     });
     let (relay, mut events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), handler.clone())).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane(), handler.clone())).await;
     let dead = wait_for(&mut events, "the dead letter", |e| {
         matches!(
             e,
@@ -107,7 +108,7 @@ async fn crash_with_a_delivery_running(
         })
     };
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(Arc::new(store))
+        OutboxRelay::builder(&Outbox::new(store))
             .supervisor(supervisor)
             .lane(lane().concurrency(2), handler),
     )

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::{lane, one_claimed};
 use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, memory_store, wait_for, TestHandler};
+use outbox_relay::Outbox;
 
 #[tokio::test(start_paused = true)]
 async fn remove_lane_lets_an_in_flight_delivery_finish_and_acks_it() {
@@ -67,11 +68,12 @@ async fn remove_lane_keeps_its_timeout_when_buffered_acks_cannot_be_recorded() {
     let inner = memory_store();
     let store = Arc::new(FaultyStore::new(inner.clone()));
     enqueue(&inner, draft(1)).await;
-    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
-        lane(),
-        delivers_then_breaks_the_store(&store, Duration::ZERO),
-    ))
-    .await;
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(&Outbox::from_arc(store.clone())).lane(
+            lane(),
+            delivers_then_breaks_the_store(&store, Duration::ZERO),
+        ))
+        .await;
     // Delivered, but the ack is stuck behind the outage.
     wait_for(&mut events, "the failed ack", |e| {
         matches!(
@@ -101,11 +103,12 @@ async fn shutdown_keeps_its_timeout_when_the_last_delivery_cannot_be_acked() {
     let inner = memory_store();
     let store = Arc::new(FaultyStore::new(inner.clone()));
     enqueue(&inner, draft(1)).await;
-    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
-        lane(),
-        delivers_then_breaks_the_store(&store, Duration::from_millis(500)),
-    ))
-    .await;
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(&Outbox::from_arc(store.clone())).lane(
+            lane(),
+            delivers_then_breaks_the_store(&store, Duration::from_millis(500)),
+        ))
+        .await;
     wait_for(&mut events, "the claim", |e| {
         matches!(e, RelayEvent::Claimed { .. })
     })
@@ -144,7 +147,7 @@ async fn remove_and_shutdown_at_once_both_report_the_drain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_lane_can_be_added_again_as_soon_as_remove_returns() {
     let store = memory_store();
-    let (relay, _events) = crate::start(OutboxRelay::builder(store.clone())).await;
+    let (relay, _events) = crate::start(OutboxRelay::builder(&store)).await;
     for round in 0..300 {
         relay
             .add_lane(lane(), TestHandler::ok())
@@ -162,7 +165,7 @@ async fn a_removed_lane_can_be_added_again_as_soon_as_remove_returns() {
 async fn a_second_shutdown_is_told_the_relay_has_stopped() {
     let store = memory_store();
     let (relay, _events) =
-        crate::start(OutboxRelay::builder(store.clone()).lane(lane(), TestHandler::ok())).await;
+        crate::start(OutboxRelay::builder(&store).lane(lane(), TestHandler::ok())).await;
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
     let started = Instant::now();
     let again = relay.shutdown(Duration::from_secs(1)).await;

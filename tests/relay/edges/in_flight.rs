@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 use super::{lane, one_claimed, sleeping};
 use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, held, memory_store, wait_delivered, wait_for};
+use outbox_relay::Outbox;
 
 #[tokio::test(start_paused = true)]
 async fn status_reports_deliveries_in_flight_while_they_run() {
@@ -23,10 +24,9 @@ async fn status_reports_deliveries_in_flight_while_they_run() {
     ];
     let release = Arc::new(Notify::new());
     let handler = held(&release);
-    let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(lane().concurrency(3), handler.clone()),
-    )
-    .await;
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(&store).lane(lane().concurrency(3), handler.clone()))
+            .await;
     wait_for(
         &mut events,
         "both claimed",
@@ -91,12 +91,13 @@ async fn our_own_lapsed_claim_reclaimed_is_adopted_by_the_running_delivery() {
     let store = Arc::new(FaultyStore::new(inner.clone()));
     let id = enqueue(&inner, draft(1)).await;
     let handler = sleeping(Duration::from_secs(20));
-    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
-        // A free handler, so the lane can claim the message again while delivering it.
-        lane().concurrency(2).lease(Duration::from_secs(3)),
-        handler.clone(),
-    ))
-    .await;
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(&Outbox::from_arc(store.clone())).lane(
+            // A free handler, so the lane can claim the message again while delivering it.
+            lane().concurrency(2).lease(Duration::from_secs(3)),
+            handler.clone(),
+        ))
+        .await;
     wait_for(&mut events, "the claim", |e| {
         matches!(e, RelayEvent::Claimed { .. })
     })

@@ -35,7 +35,7 @@ async fn block_lane_holds_a_dead_heads_key_lets_others_flow_and_requeue_resumes_
         })
     };
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone()).lane(
+        OutboxRelay::builder(&store).lane(
             lane()
                 .ordering(OrderingPolicy::Block)
                 .max_poll_interval(Duration::from_secs(1)),
@@ -101,7 +101,7 @@ async fn a_retrying_head_does_not_starve_another_key_at_concurrency_one() {
         })
     };
     let started = Instant::now();
-    let (relay, mut events) = crate::start(OutboxRelay::builder(store.clone()).lane(
+    let (relay, mut events) = crate::start(OutboxRelay::builder(&store).lane(
         lane().concurrency(1).retry(
             RetryPolicy::new(Duration::from_secs(10), Duration::from_secs(10)).jitter(false),
         ),

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::lane;
 use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
+use outbox_relay::Outbox;
 
 /// Whether an event the receiver still holds matches `pred` (without waiting).
 fn seen(events: &mut broadcast::Receiver<RelayEvent>, pred: impl Fn(&RelayEvent) -> bool) -> bool {
@@ -30,7 +31,7 @@ async fn shutdown_while_a_lane_waits_out_its_restart_backoff_is_prompt_and_final
     let mut store = FaultyStore::new(memory_store());
     store.panic_claims_of = Some("doomed".into());
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(Arc::new(store))
+        OutboxRelay::builder(&Outbox::new(store))
             .supervisor(SupervisorConfig::default().restart_backoff(
                 RetryPolicy::new(Duration::from_secs(60), Duration::from_secs(60)).jitter(false),
             ))
@@ -72,7 +73,7 @@ async fn pause_during_a_store_outage_then_resume_delivers_everything() {
     }
     store.unavailable.store(3, Ordering::SeqCst);
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(store.clone())
+        OutboxRelay::builder(&Outbox::from_arc(store.clone()))
             .lane(lane().concurrency(2), TestHandler::ok())
             .event_capacity(10_000),
     )
@@ -104,7 +105,7 @@ async fn a_removed_lanes_restart_timer_does_not_cut_its_successors_backoff_short
     let backoff = Duration::from_secs(10);
     let doomed = || LaneConfig::new("doomed", "projector");
     let (relay, mut events) = crate::start(
-        OutboxRelay::builder(Arc::new(store))
+        OutboxRelay::builder(&Outbox::new(store))
             .supervisor(
                 SupervisorConfig::default()
                     .restart_backoff(RetryPolicy::new(backoff, backoff).jitter(false)),

@@ -124,7 +124,7 @@ async fn a_retry_after_of_a_year_is_held_to_the_lanes_ceiling() {
     let store = Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())));
     let ceiling = Duration::from_secs(60);
     let lane = fast_lane().retry_after_max(ceiling);
-    let builder = OutboxRelay::builder(store.clone()).lane_shared(lane, sink);
+    let builder = OutboxRelay::builder(&store).lane_shared(lane, sink);
     let mut events = builder.subscribe();
     let relay = builder.start().await.expect("relay starts");
     let id = enqueue(&store, draft()).await;

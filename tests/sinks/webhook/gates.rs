@@ -36,7 +36,7 @@ async fn a_failing_target_opens_the_breaker_then_one_probe_at_a_time_until_it_re
             .max_cool_down(Duration::from_secs(5)),
     ));
     let store = Outbox::new(InMemoryOutboxStore::new());
-    let builder = OutboxRelay::builder(store.clone()).lane_shared(lane, sink);
+    let builder = OutboxRelay::builder(&store).lane_shared(lane, sink);
     let mut events = builder.subscribe();
     let relay = builder.start().await.expect("relay starts");
     for _ in 0..10 {
@@ -101,7 +101,7 @@ async fn a_429s_retry_after_holds_the_whole_lane_when_configured() {
     for _ in 0..3 {
         store.enqueue(draft()).await.unwrap();
     }
-    let builder = OutboxRelay::builder(store.clone()).lane_shared(lane, sink);
+    let builder = OutboxRelay::builder(&store).lane_shared(lane, sink);
     let mut events = builder.subscribe();
     let relay = builder.start().await.expect("relay starts");
     let mut delivered = 0;

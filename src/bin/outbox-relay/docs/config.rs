@@ -165,8 +165,8 @@ fn resolved(text: &str) -> String {
             ),
             config.postgres.to_options(),
             config.supervisor(),
+            // Each lane's retention is part of its config.
             config.lanes(),
-            config.retention(),
         )
     )
 }

@@ -77,7 +77,20 @@ const MIGRATIONS: &[Migration] = &[
         version: 6,
         statements: MIGRATION_6,
     },
+    Migration {
+        version: 7,
+        statements: &[SERVED_LANES_TABLE],
+    },
 ];
+
+/// Until when a running relay serves each (lane, target) (`store/served.rs`), in
+/// milliseconds since the epoch on the store's clock.
+const SERVED_LANES_TABLE: &str = "CREATE TABLE IF NOT EXISTS {t}_served_lanes (
+            lane TEXT NOT NULL,
+            target TEXT NOT NULL,
+            served_until INTEGER NOT NULL,
+            PRIMARY KEY (lane, target)
+        ) STRICT";
 
 /// The indexes the listing (`read.rs`'s `list_sql`) reads, so a page of a lane costs the
 /// page and not the lane, whatever its status mix: the rowid, seq, ends every entry, so

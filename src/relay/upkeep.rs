@@ -1,0 +1,116 @@
+//! The relay's store work beside its lanes, never on their paths, over the lanes the
+//! supervisor runs at each turn (so lanes added or removed at run time count): automatic
+//! retention ([`crate::retention`]), and the record of the lanes it serves with the report
+//! of the lanes nobody serves ([`crate::store::served`]). Each task ends when the
+//! supervisor stops, and [`RelayHandle`](super::RelayHandle) aborts it at shutdown.
+
+use std::time::Duration;
+
+use ractor::rpc::CallResult;
+use ractor::ActorRef;
+use tokio::task::JoinHandle;
+use tokio::time::MissedTickBehavior;
+
+use super::supervisor::SupervisorMsg;
+use crate::config::LaneConfig;
+use crate::retention::RetentionTask;
+use crate::store::served::{SERVED_FOR, SERVED_RENEWAL, UNSERVED_LIMIT};
+use crate::store::{Outbox, UnservedLane};
+
+/// How long a task waits for the supervisor's list of lanes.
+const LANES_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The lanes the supervisor runs now; `None` once it stopped.
+async fn lanes(supervisor: &ActorRef<SupervisorMsg>) -> Option<Vec<LaneConfig>> {
+    match supervisor
+        .call(SupervisorMsg::Lanes, Some(LANES_TIMEOUT))
+        .await
+    {
+        Ok(CallResult::Success(lanes)) => Some(lanes),
+        // A supervisor too busy to answer: skip this pass.
+        Ok(CallResult::Timeout) => Some(Vec::new()),
+        Ok(CallResult::SenderError) | Err(_) => None,
+    }
+}
+
+/// Purges every lane by its [`LaneConfig::retention`] now and then every `every`.
+pub(super) fn retention(
+    store: Outbox,
+    supervisor: ActorRef<SupervisorMsg>,
+    every: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        // A slow pass must not be followed by a burst of catch-up passes.
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(lanes) = lanes(&supervisor).await else {
+                return;
+            };
+            let lanes = lanes
+                .iter()
+                .map(|lane| (lane.key(), lane.retention_in_force()))
+                .collect();
+            RetentionTask::new(store.clone(), lanes).purge_once().await;
+        }
+    })
+}
+
+/// Every [`SERVED_RENEWAL`]: records the lanes the supervisor runs as served for
+/// [`SERVED_FOR`], then reports the lanes nobody serves (`store::served`) in
+/// `outbox_unserved_lanes` and `outbox_unserved_pending`, naming them in the log when the
+/// set changes. Ends, saying why, on a store that keeps no such record.
+pub(super) fn served(store: Outbox, supervisor: ActorRef<SupervisorMsg>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(SERVED_RENEWAL);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut known: Option<Vec<UnservedLane>> = None;
+        loop {
+            ticks.tick().await;
+            let Some(lanes) = lanes(&supervisor).await else {
+                return;
+            };
+            let lanes: Vec<(String, String)> = lanes
+                .into_iter()
+                .map(|lane| (lane.name, lane.target))
+                .collect();
+            let report = match store.record_served(&lanes, SERVED_FOR).await {
+                Ok(()) => store.unserved_lanes(UNSERVED_LIMIT).await,
+                Err(error) => Err(error),
+            };
+            match report {
+                Ok(unserved) => {
+                    crate::metrics::record_unserved(&unserved);
+                    if known.as_ref() != Some(&unserved) {
+                        log_unserved(&unserved);
+                        known = Some(unserved);
+                    }
+                }
+                Err(error) if error.is_permanent() => {
+                    tracing::info!(%error, "lanes nobody serves are not reported on this store");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot report the lanes nobody serves; will try again");
+                }
+            }
+        }
+    })
+}
+
+fn log_unserved(unserved: &[UnservedLane]) {
+    if unserved.is_empty() {
+        tracing::info!("every lane with pending messages is served by a running relay");
+        return;
+    }
+    let lanes: Vec<String> = unserved
+        .iter()
+        .map(|lane| format!("{}/{} ({} pending)", lane.lane, lane.target, lane.pending))
+        .collect();
+    tracing::warn!(
+        lanes = %lanes.join(", "),
+        "messages wait in lanes that no running relay serves (a lane name mistyped by a \
+         producer, or a lane no relay's config has): they are not delivered"
+    );
+}
