@@ -122,8 +122,7 @@ impl Template {
                             path.join(".")
                         ),
                     };
-                    let text =
-                        payload_field(message.payload.as_raw(), path).ok_or_else(missing)?;
+                    let text = payload_field(message.payload.as_raw(), path).ok_or_else(missing)?;
                     out.push_str(&encode(&text));
                 }
             }
@@ -366,7 +365,11 @@ mod tests {
         // The number itself goes in as written.
         let big: Template = "{payload.big}".parse().unwrap();
         assert_eq!(big.render(&message).unwrap(), "1e400");
-        assert_eq!(message.payload.as_str(), payload, "the payload is untouched");
+        assert_eq!(
+            message.payload.as_str(),
+            payload,
+            "the payload is untouched"
+        );
     }
 
     #[test]
