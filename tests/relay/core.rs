@@ -168,9 +168,10 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
         |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
     )
     .await;
-    // Relay a claims nothing more: relay b is the one to take the lapsed message.
-    relay_a.pause("canonical", "projector").await.unwrap();
+    // Relay a claims nothing more: relay b is the one to take the lapsed message (paused
+    // once the second delivery runs: a pause hands back what has not started).
     started.notified().await;
+    relay_a.pause("canonical", "projector").await.unwrap();
     wait_for(
         &mut events_a,
         "relay a's lease to lapse",

@@ -98,17 +98,29 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
     enqueue(&store, draft(1)).await;
     enqueue(&store, draft(2)).await;
     let release = Arc::new(Notify::new());
+    let holding = Arc::new(Notify::new());
     let started_one = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let held: Arc<Mutex<Option<Uuid>>> = Arc::default();
     let slow = {
-        let (release, started_one, held) = (release.clone(), started_one.clone(), held.clone());
+        let (release, holding, started_one, held) = (
+            release.clone(),
+            holding.clone(),
+            started_one.clone(),
+            held.clone(),
+        );
         TestHandler::new(move |message| {
-            let (release, started_one, held) = (release.clone(), started_one.clone(), held.clone());
+            let (release, holding, started_one, held) = (
+                release.clone(),
+                holding.clone(),
+                started_one.clone(),
+                held.clone(),
+            );
             async move {
                 if !started_one.swap(true, std::sync::atomic::Ordering::SeqCst) {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 } else {
                     *held.lock().unwrap() = Some(message.outbox_id);
+                    holding.notify_one();
                     release.notified().await;
                 }
                 Ok(())
@@ -140,7 +152,11 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
             claimed.extend(outbox_ids);
         }
     }
-    // Relay a claims nothing more: relay b is the one to take the lapsed message.
+    // Relay a claims nothing more: relay b is the one to take the lapsed message (paused
+    // once the second delivery runs: a pause hands back what has not started).
+    tokio::time::timeout(crate::EVENT_TIMEOUT, holding.notified())
+        .await
+        .expect("the second delivery starts");
     relay_a.pause("canonical", "projector").await.unwrap();
     let lapsed = wait_for(
         &mut events_a,
