@@ -29,6 +29,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use metrics::Unit;
 
+pub mod http;
 #[cfg(feature = "kafka-sink")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kafka-sink")))]
 pub mod kafka;
@@ -208,8 +209,8 @@ pub struct MetricInfo {
     /// One line for `# HELP`.
     pub help: &'static str,
     /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
-    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those; in `kafka::KAFKA` (feature
-    /// `kafka-sink`), the sink's name.
+    /// [`LABEL_TARGET`]; in [`PROCESS`], none of those; in [`http::HTTP`], a reason or a
+    /// kind; in `kafka::KAFKA` (feature `kafka-sink`), the sink's name.
     pub labels: &'static [&'static str],
 }
 
@@ -263,8 +264,8 @@ pub const ALL: &[MetricInfo] = &[
     info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 
-/// Registers the description and unit of every metric in [`ALL`] (and in `kafka::KAFKA`
-/// with feature `kafka-sink`) with the current recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
+/// Registers the description and unit of every metric in [`ALL`] and [`http::HTTP`] (and
+/// in `kafka::KAFKA` with feature `kafka-sink`) with the current recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
 /// global one).
 ///
 /// Idempotent: describing a metric again replaces its description with the same text.
@@ -287,13 +288,14 @@ pub fn describe() {
     });
 }
 
-/// Every metric [`describe`] registers: [`ALL`], then the Kafka sink's with its feature.
+/// Every metric [`describe`] registers: [`ALL`], the HTTP surface's ([`http::HTTP`]),
+/// then the Kafka sink's with its feature.
 fn described() -> impl Iterator<Item = &'static MetricInfo> {
     #[cfg(feature = "kafka-sink")]
     let sinks: &[MetricInfo] = kafka::KAFKA;
     #[cfg(not(feature = "kafka-sink"))]
     let sinks: &[MetricInfo] = &[];
-    ALL.iter().chain(sinks)
+    ALL.iter().chain(http::HTTP).chain(sinks)
 }
 
 // ---- Label values ---------------------------------------------------------------------

@@ -42,6 +42,8 @@ mod refusal;
 mod round_trip;
 #[path = "cli/secrets.rs"]
 mod secrets;
+#[path = "cli/security.rs"]
+mod security;
 #[path = "cli/simulate.rs"]
 mod simulate;
 #[path = "cli/startup.rs"]
