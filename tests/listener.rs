@@ -51,6 +51,55 @@ impl StoreHook for Counted {
     }
 }
 
+/// A listener serving the router on a runtime and a thread of its own, as the binary's
+/// exporter runs it.
+struct Side {
+    addr: std::net::SocketAddr,
+    handle: tokio::runtime::Handle,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Side {
+    fn serve(routes: RouterConfig, limits: ListenerConfig) -> Self {
+        let side = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the listener's runtime");
+        let handle = side.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            side.block_on(async {
+                let _ = stopped.await;
+            })
+        });
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+        std_listener.set_nonblocking(true).expect("non-blocking");
+        let addr = std_listener.local_addr().expect("its address");
+        handle.spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(std_listener).expect("register");
+            outbox_relay::http::listener::serve(
+                listener,
+                outbox_relay::http::router(routes),
+                limits,
+            )
+            .await;
+        });
+        Self {
+            addr,
+            handle,
+            stop,
+            thread,
+        }
+    }
+
+    /// Stops the runtime and joins its thread.
+    fn stop(self) {
+        let _ = self.stop.send(());
+        self.thread.join().expect("the listener's thread");
+    }
+}
+
 /// One `/readyz` request on a connection of its own: the status code.
 async fn readyz(addr: std::net::SocketAddr) -> u16 {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
@@ -137,34 +186,14 @@ async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
     );
     // The listener and the flood run on a runtime of their own, on a thread of their own,
     // as the binary's exporter does: what is left between the two phases is the store.
-    let side = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("the listener's runtime");
-    let side_handle = side.handle().clone();
-    let (stop_side, side_stopped) = tokio::sync::oneshot::channel::<()>();
-    let side_thread = std::thread::spawn(move || {
-        side.block_on(async {
-            let _ = side_stopped.await;
-        })
-    });
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
-    std_listener.set_nonblocking(true).expect("non-blocking");
-    let addr = std_listener.local_addr().expect("its address");
-    side_handle.spawn(async move {
-        let listener = tokio::net::TcpListener::from_std(std_listener).expect("register");
-        outbox_relay::http::listener::serve(
-            listener,
-            outbox_relay::http::router(
-                RouterConfig::new()
-                    .metrics(recorder.handle())
-                    .readiness(readiness),
-            ),
-            ListenerConfig::default().max_connections(FLOODERS + 8),
-        )
-        .await;
-    });
+    let side = Side::serve(
+        RouterConfig::new()
+            .metrics(recorder.handle())
+            .readiness(readiness),
+        ListenerConfig::default().max_connections(FLOODERS + 8),
+    );
+    let (addr, side_handle) = (side.addr, side.handle.clone());
     assert_eq!(readyz(addr).await, 200, "the relay is ready");
 
     // Without the flood.
@@ -221,8 +250,7 @@ async fn a_readyz_flood_reaches_the_store_at_most_about_once_a_second() {
         .shutdown(Duration::from_secs(30))
         .await
         .expect("shutdown");
-    let _ = stop_side.send(());
-    side_thread.join().expect("the listener's thread");
+    side.stop();
 }
 
 /// The control token of [`abandoned_reads_are_bounded_and_cancelled_and_no_lease_lapses`].
@@ -325,32 +353,13 @@ async fn abandoned_reads_are_bounded_and_cancelled_and_no_lease_lapses() {
         tokio::runtime::Handle::current(),
     );
     // The listener on a runtime and thread of its own, as the binary's exporter runs it.
-    let side = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("the listener's runtime");
-    let side_handle = side.handle().clone();
-    let (stop_side, side_stopped) = tokio::sync::oneshot::channel::<()>();
-    let side_thread = std::thread::spawn(move || {
-        side.block_on(async {
-            let _ = side_stopped.await;
-        })
-    });
-    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
-    std_listener.set_nonblocking(true).expect("non-blocking");
-    let addr = std_listener.local_addr().expect("its address");
-    let routes = RouterConfig::new()
-        .relay(slot)
-        .token(outbox_relay::config::ControlToken::new(TOKEN).expect("a token"));
-    side_handle.spawn(async move {
-        let listener = tokio::net::TcpListener::from_std(std_listener).expect("register");
-        outbox_relay::http::listener::serve(
-            listener,
-            outbox_relay::http::router(routes),
-            ListenerConfig::default(),
-        )
-        .await;
-    });
+    let side = Side::serve(
+        RouterConfig::new()
+            .relay(slot)
+            .token(outbox_relay::config::ControlToken::new(TOKEN).expect("a token")),
+        ListenerConfig::default(),
+    );
+    let (addr, side_handle) = (side.addr, side.handle.clone());
 
     let started = Instant::now();
     let flood = side_handle.spawn(async move {
@@ -398,8 +407,7 @@ async fn abandoned_reads_are_bounded_and_cancelled_and_no_lease_lapses() {
         .await
         .expect("shutdown");
     drop(relay);
-    let _ = stop_side.send(());
-    side_thread.join().expect("the listener's thread");
+    side.stop();
     let lapsed = lapses.await.expect("the event watcher");
     let (most, begun, ended) = (
         lists.most.load(Ordering::SeqCst),
