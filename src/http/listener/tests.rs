@@ -198,9 +198,10 @@ fn reserved_slots_are_bounded_in_all_and_per_peer() {
     );
 }
 
-/// Connections that each send POST headers with the token, `{`, then one byte of the
-/// body now and then (a client that holds every connection for ever, or tried to): the
-/// probes answer 200 throughout, and the drip is cut at the request deadline.
+/// `max_connections` connections that each send POST headers with the token, `{`, then
+/// one byte of the body now and then, and so hold every slot (the request deadline is
+/// beyond the test here; it has a test of its own below): the probes answer 200 throughout,
+/// from the reserved slots.
 #[tokio::test]
 async fn probes_answer_while_slow_bodies_hold_every_connection() {
     let max_connections = 8;
