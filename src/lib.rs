@@ -46,173 +46,47 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ## Features
+//! ## The main types
 //!
-//! | feature | default | what it adds |
-//! |---|---|---|
-//! | `sqlite` | yes | `SqliteOutboxStore`, the embedded store (one WAL file); re-exports `outbox_relay::sqlx` |
-//! | `prometheus` | yes | `metrics::prometheus_builder`: the Prometheus recorder with the dashboard's buckets |
-//! | `http` | yes | `http::router` (one axum router: `/metrics`, `/healthz`, `/readyz`, `/api/v1`) and `http::install_prometheus_exporter` (adds `axum`) |
-//! | `postgres` | no | `PostgresOutboxStore` (rustls TLS), enqueue inside your `sqlx` transaction; re-exports `outbox_relay::sqlx` |
-//! | `mysql` | no | `MysqlOutboxStore` for MySQL 8.0.19+ and MariaDB 10.6+ (rustls TLS), enqueue inside your `sqlx` transaction; re-exports `outbox_relay::sqlx` |
-//! | `file-config` | no | `config::file`: a relay described by a TOML file (adds `toml`) |
-//! | `webhook-sink` | no | `sinks::webhook`: Standard Webhooks, signed (adds `reqwest`) |
-//! | `nats-sink` | no | `sinks::nats`: NATS JetStream (adds `async-nats`) |
-//! | `rabbitmq-sink` | no | `sinks::rabbitmq`: AMQP 0.9.1 with publisher confirms (adds `lapin`) |
-//! | `redis-sink` | no | `sinks::redis`: Redis Streams (adds `redis`) |
-//! | `kafka-sink` | no | `sinks::kafka`: Kafka, idempotent producer, Debezium-style routing (adds `rdkafka`, which builds librdkafka from source with cmake) |
-//! | `testing` | no | `testing`: the store conformance suite for your own `OutboxBackend` |
-//! | `otel` | no | W3C trace context: `enqueue` writes the caller's into the headers, the delivery span takes it as parent (adds `opentelemetry`) |
-//! | `otlp` | no | `otel`, plus the binary's OTLP/HTTP export when an endpoint is configured |
-//! | `cli` | no | the `outbox-relay` binary (every feature above but `testing`, plus `clap` and `tracing-subscriber`) |
+//! - [`Outbox`]: the store a service enqueues through and the relay claims from, over a
+//!   backend: `SqliteOutboxStore` (the embedded default), `PostgresOutboxStore`,
+//!   `MysqlOutboxStore` or [`InMemoryOutboxStore`]. `Outbox::enqueue_in_tx` writes inside
+//!   your transaction (PostgreSQL, MySQL); `Outbox::begin` opens one on SQLite.
+//! - [`OutboxMessageDraft`] (what you write) and [`OutboxMessage`] (what a handler gets).
+//! - [`DeliveryHandler`] and [`DeliveryError`]: your delivery code, or a ready-made
+//!   [`sinks`] handler (webhook, Kafka, NATS JetStream, RabbitMQ, Redis Streams; a feature
+//!   each).
+//! - [`OutboxRelay::builder`], [`LaneConfig`] and [`RelayHandle`]: lanes started, changed,
+//!   paused, watched ([`RelayEvent`]) and shut down at run time.
+//! - [`metrics`]: the metric names and the [`metrics::StoreMetrics`] hook; `http` (feature
+//!   `http`): the router for `/metrics`, the probes, the JSON API and the web UI.
 //!
 //! The library needs a tokio runtime (any flavour) and records metrics with the `metrics`
-//! crate; it installs no exporter and no tracing subscriber of its own.
+//! crate; it installs no exporter and no tracing subscriber of its own. The SQL stores are
+//! built on sqlx 0.9, re-exported as `outbox_relay::sqlx`: use it for the pool and the
+//! transactions you enqueue in, since two sqlx versions do not share types (a major bump of
+//! sqlx is a major bump of this crate). Features: `sqlite`, `prometheus` and `http` by
+//! default; `postgres`, `mysql`, a sink's (`webhook-sink`, …), `file-config`, `otel`,
+//! `otlp`, `testing`, and `cli` for the binary.
 //!
-//! ## sqlx
+//! ## Components
 //!
-//! The SQL stores are built on sqlx 0.9, re-exported as `outbox_relay::sqlx` under
-//! the `sqlite` and `postgres` features: use it (or sqlx 0.9 itself) for the pool and the
-//! transaction you enqueue in, since two sqlx versions do not share types. A major bump of
-//! sqlx is a major bump of this crate.
+//! - [`message`]: drafts, stored messages, the payload as exact JSON text, validation.
+//! - [`store`]: the row's state machine; [`OutboxBackend`], the primitives a backend
+//!   implements; [`Outbox`], which validates, plans dedupe, captures trace context, hands
+//!   off to idle lanes and reports every call to its hooks; the backends.
+//! - [`relay`]: the builder and [`RelayHandle`]; the supervisor, the lane actors around the
+//!   pure `LaneCore` (claims, leases, acks, claim gates) and the handler actors.
+//! - [`delivery`], [`retry`], [`sinks`]: handlers, their errors, backoff, ready-made sinks.
+//! - [`config`]: lane and supervisor settings, defaults as named constants, `validate()`;
+//!   `config::file` (feature `file-config`) the TOML file the binary reads.
+//! - [`metrics`], `http`, [`trace_context`]: what the relay exports and serves.
+//! - [`retention`], [`database`], [`time`]: purging, opening a store by URL, timestamps.
+//! - `testing` (feature `testing`): the conformance suite for a backend of your own.
 //!
-//! ## Layout
-//!
-//! - [`message`]: the draft a service writes, the stored message, its status, `ClaimRef`
-//!   (a claim's message and fencing token); `message/validation.rs`: the rules a draft
-//!   must pass, `DraftLimits` and `ValidationError` (the crate's one "field + reason" error);
-//!   `message/payload.rs`: `Payload`, the body kept as the exact JSON text it was given.
-//! - [`store`]: the state machine of a row, `StoreOp` (`store/op.rs`, the one name of a
-//!   store operation) and the request and answer types; `store/backend.rs`: the
-//!   `OutboxBackend` trait, the primitives a backend implements, and its `Capabilities`;
-//!   `store/outbox.rs`: `Outbox`, the one store type everybody holds, which validates,
-//!   plans dedupe within a batch (`store/enqueue.rs`), captures trace context, keeps the
-//!   hand-off (`store/hand_off.rs`) and reports every call to its `StoreHook`s
-//!   (`store/hook.rs`), so no backend does; `store/error.rs`:
-//!   `StoreError` (the operation and the driver's error as its source, `sqlstate()`);
-//!   `store/unreadable.rs`: what a claim does with a row it cannot read back into a message
-//!   (dead-letters it alone, `ClaimBatch::unreadable`);
-//!   [`store::memory`] (the reference: per-lane indexes of key heads and leases),
-//!   `store::sqlite` (feature `sqlite`, the embedded default; `hot_query_plans` and
-//!   `list_query_plan` show how its claims and listings read their indexes),
-//!   `store::postgres` (feature `postgres`; `store/postgres/list.rs` builds a listing's SQL
-//!   from its filter, `Explained::List` shows its plan; its `call.rs` is the connection of
-//!   one call, a transaction of its own behind PgBouncer in transaction mode) and
-//!   `store::mysql` (feature `mysql`: MySQL 8 and MariaDB, per-key heads under a key-row
-//!   lock, `heads.rs`) implement it; [`store::lane_control`] is the fleet-wide pause of a
-//!   lane (`LanePause`, one
-//!   block of `OutboxBackend`, each backend's in its `lane_control.rs`);
-//!   [`store::key_state`] is where an ordering key stands (`KeyState`, `BlockedKeys`: the
-//!   key's head, the dead letters before it; provided `OutboxBackend` methods over `list`);
-//!   [`store::slow_log`] is the hook that logs a slow call by its name and duration.
-//! - [`time`]: `UnixMillis`, the type of every timestamp in the API (an instant to the
-//!   millisecond: `SystemTime` both ways, RFC 3339 in `Display` and JSON, saturating
-//!   arithmetic with `Duration`), and the clocks a store reads (`Clock`, `SystemClock`,
-//!   `ManualClock`, `TokioClock`; also at their old `store::` paths).
-//! - `testing` (feature `testing`): the store conformance suite, `Harness` and the
-//!   `conformance!` macro, so a backend outside the crate runs the same cases
-//!   (`testing/cases/`).
-//! - [`retry`]: `RetryPolicy`, exponential backoff with cap, jitter and a `Retry-After` floor
-//!   (held to the lane's `retry_after_max` by `LaneCore` before it asks).
-//! - [`delivery`]: the `DeliveryHandler` extension point, `DeliveryError` and its
-//!   `FailureKind`, `handler_fn` (a handler from a closure) and `DeliveryResultExt`.
-//! - [`sinks`]: ready-made handlers and `SinkConfig`, a lane's `sink` table, built async
-//!   and fallibly: `sinks::log` (always), `sinks::webhook`, `sinks::nats`,
-//!   `sinks::rabbitmq`, `sinks::redis`, `sinks::kafka` (one feature each: `webhook-sink`,
-//!   `nats-sink`, `rabbitmq-sink`, `redis-sink`, `kafka-sink`), and `sinks::template`
-//!   (destinations over lane, target, headers and payload fields).
-//! - [`config`]: `LaneConfig` and `SupervisorConfig`, defaults as named consts, `validate()`,
-//!   the gates' `RateLimit` and `CircuitBreakerConfig`, the listener's `ListenerConfig` and
-//!   `ControlToken` (`config/listener.rs`);
-//!   `config::duration` (`30s`-style durations) and `config::file` (feature `file-config`:
-//!   the relay as a TOML file, as the binary reads it; `config/file/env.rs` its settings
-//!   from `OUTBOX_…` variables, `ENV_SETTINGS`).
-//! - [`relay`]: the builder and `RelayHandle`, the public face of the actor system, and
-//!   `LaneState`; `relay/event.rs` (`RelayEvent`) and `relay/status.rs` (`LaneStatus` and
-//!   the counters behind it);
-//!   `relay::supervisor` (restarts lanes; `supervisor/fleet.rs`: a lane's process-local
-//!   and fleet-wide pauses, apart), `relay/lane_control.rs` (the watcher that reads the
-//!   store's lane pauses every 500 ms and hands changes to the supervisor), `relay::lane`
-//!   (the lane actor, `LaneShell`: glue that runs store calls off its mailbox),
-//!   `relay::lane::core` (`LaneCore`, the lane's logic as a sans-IO state machine:
-//!   `ClaimLoop` (when to claim, ask `next_due` or sleep), handler pool, lease book,
-//!   prefetch buffer, pending acks, and its claim gates: rate limit, circuit breaker,
-//!   Retry-After hold; one store-call, one timer and one delivery mechanism in
-//!   `core/io.rs`),
-//!   `relay::handler` (one delivery at a time under a timeout).
-//! - `sim` (tests, and feature `simulate`): the deterministic simulation of several relays
-//!   on one store in virtual time, its invariant checker, and (tests only) the seed runs
-//!   and the mutations it must catch.
-//! - `simulate` (feature `simulate`, in `cli`): one lane's real settings against a stated
-//!   load and target on that simulation, for `outbox-relay simulate`.
-//! - [`metrics`]: metric names and labels as consts (label values are the domain's
-//!   `FailureKind`, `LaneState`, `BreakerState`, `GateKind` and `StoreOp`; the three lane
-//!   ones live in `lane_state.rs`, apart from `relay`, which `metrics` never imports), `describe()`,
-//!   `StoreMetrics` (the store hook that records the store's metrics), `LaneMetrics` (the
-//!   relay's recording helpers, with `StoreCallTimer` for store call durations),
-//!   `metrics::process` (`outbox_build_info` and the `process_*` catalogue; `build.rs`
-//!   stamps the git commit), `metrics::kafka` (feature `kafka-sink`: the Kafka sink's
-//!   `outbox_kafka_*`, recorded by `sinks/kafka/statistics.rs` from the sink and
-//!   librdkafka's statistics) and, with feature `prometheus`, the recorder's buckets
-//!   (`metrics/prometheus.rs`).
-//! - `http` (feature `http`): one axum router for every route, to mount in a service's
-//!   own server (`http::router`, `RouterConfig`, `RouteGroup`); `http/health.rs` (the
-//!   probes and the readiness check, run at most once a second), `http/api.rs` (`GET
-//!   /api/v1/lanes`, the JSON error shape), `http/control.rs` (`RelaySlot`, the bearer
-//!   token, the fleet-wide `pause|resume` routes), `http/messages.rs` (`GET
-//!   /api/v1/messages`, `GET /api/v1/messages/{id}`, `POST /api/v1/dead-letters/…`),
-//!   `http::ui` (the web UI at `/ui`: `ui/session.rs` the login, CSRF and Host checks,
-//!   `ui/throughput.rs` the last hour's chart, one file per page group, `ui/assets/` the
-//!   stylesheet and script compiled in), `http/listener.rs` (the connections:
-//!   header-read and idle timeouts, a connection cap) and `http/exporter.rs`
-//!   (`install_prometheus_exporter`: the global recorder, the process metrics and the
-//!   router on a thread of their own).
-//!   `src/named.rs` (private) holds `label_values!`, the macro that makes those fixed sets.
-//! - [`trace_context`]: W3C trace context in message headers (feature `otel`): captured
-//!   at enqueue, the delivery span's parent.
-//! - [`retention`]: automatic retention: `RetentionConfig` (per-lane ages of delivered
-//!   messages and dead letters, defaults as consts; a `Block` lane's keyed dead letters are
-//!   kept) and `RetentionTask`, which purges
-//!   them in bounded batches apart from the lanes.
-//! - [`database`]: `DatabaseUrl` (`sqlite:…` or `postgres://…`) and `open_store`, which
-//!   opens the store a URL names; `database/postgres.rs`: `PostgresOptions` (the pool and
-//!   session settings of `[postgres]`) and `Pooler` (direct, or PgBouncer's transaction
-//!   mode); `database/migrations.rs`: `schema_state` and
-//!   `migration_sql` (`migrate --check` and `--print-sql`). The PostgreSQL migrations are
-//!   in `store/postgres/schema.rs` (how to add one), run by `schema/run.rs` and rendered
-//!   for DBAs by `schema/script.rs`; `schema/producer.rs` is the `{prefix}_enqueue`
-//!   function. `migrations/` holds the SQL of both stores as checked-in files.
-//! - `src/redact.rs` (private): `redact`, which keeps credentials (user info, query
-//!   values) out of every URL the crate prints: database and sink URLs alike.
-//! - `src/bin/outbox-relay/`: the binary (feature `cli`): the daemon (`run`,
-//!   `daemon.rs`) and the admin commands (`admin.rs`: `status`, `enqueue`, `dead-letters`,
-//!   `purge`, `migrate`), `pause` and `resume` (`control.rs`: the fleet-wide pause, in the
-//!   store), the SIGHUP reload (`reload.rs`), the OTLP export (`otlp.rs`) and the GATES
-//!   column of `status` (`gates.rs`, from the daemon's `GET /api/v1/lanes`).
-//!
-//! Beside `src/`:
-//!
-//! - `grafana/`: the dashboard, the Prometheus alert rules and their `promtool` tests.
-//! - `deploy/kubernetes/`: Deployment, ConfigMap, Service, ServiceMonitor and the
-//!   PrometheusRule generated from `grafana/alerts.yml`.
-//! - `examples/`: `quickstart.rs` (an order service and its relay on SQLite, the README's
-//!   first command), `service.rs` (a service mounting `http::router` beside its own route), `relay.toml` (the binary's config, every field), `claim_plans.rs`
-//!   (the PostgreSQL claim's, `next_due`'s and stats' plans and timings at 10 k–1 M rows,
-//!   and a relay cycle's server cost per message, keyed against keyless, beside its layout
-//!   floor), `benchmark/` (the benchmark: `main.rs` and its modules; `throughput.svg`, the
-//!   README's plot; `HISTORY.md`, dated results, design decisions and what was rejected;
-//!   `callgrind.sh`, a PostgreSQL cycle's backend instructions per build) and
-//!   `readme-crate/` (the README's embedding snippet as a crate of its own).
-//! - `tests/`: the conformance suite per backend (`conformance/`), relay scenarios
-//!   (`relay/`), store-specific tests (`sqlite.rs`, `postgres.rs`, `postgres_tls.rs` with
-//!   its own `ssl=on` cluster; `support/pgbouncer.rs` starts a private PgBouncer), monitoring (`relay_metrics.rs`, `store_metrics.rs`,
-//!   `grafana_assets.rs`, `prometheus_e2e.rs` against a real Prometheus,
-//!   `kubernetes_assets.rs` for `deploy/kubernetes/`), the binary end to
-//!   end (`cli.rs`, `cli/`), faults injected for real (`chaos.rs`: a relay process killed,
-//!   PostgreSQL cut away and restored, a fleet-wide pause across three relay processes
-//!   and their restarts), every sink against its real server (`sinks/`), one
-//!   trace from enqueue to delivery (`otel.rs`), the README kept equal to its crate
-//!   (`readme_crate.rs`) and `.ci/run`'s rules (`ci_script.rs`).
+//! The user guide (`docs/` in the repository, an mdBook) has the rest: getting started on
+//! PostgreSQL, embedding, the daemon and its configuration, sinks, operations, migrations
+//! for DBAs, guarantees and how they are tested, the architecture, and the benchmark.
 #![deny(
     missing_docs,
     missing_debug_implementations,
@@ -282,7 +156,18 @@ pub use store::postgres::PostgresOutboxStore;
 pub use store::sqlite::SqliteOutboxStore;
 pub use store::{OrderingPolicy, Outbox, OutboxBackend, StoreError};
 
-/// The README's examples, compiled as doc-tests so the front door stays true.
+/// The Rust snippets of the README and the user guide, compiled as doc tests, so what a
+/// reader copies builds (`tests/docs.rs` checks that every page with a snippet is here).
 #[cfg(all(doctest, feature = "sqlite", feature = "postgres", feature = "http"))]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+mod docs {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/src/getting-started.md")]
+    struct GettingStarted;
+    #[doc = include_str!("../docs/src/embedding.md")]
+    struct Embedding;
+    #[doc = include_str!("../docs/src/operations/metrics.md")]
+    struct Metrics;
+    #[doc = include_str!("../docs/src/operations/dashboard.md")]
+    struct Dashboard;
+}

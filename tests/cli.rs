@@ -40,6 +40,8 @@ mod pgbouncer_process;
 mod refusal;
 #[path = "cli/round_trip.rs"]
 mod round_trip;
+#[path = "cli/runbook.rs"]
+mod runbook;
 #[path = "cli/secrets.rs"]
 mod secrets;
 #[path = "cli/security.rs"]

@@ -6,7 +6,7 @@
 //! The same for SQLite: a plain INSERT into the view `{prefix}outbox_enqueue` from
 //! Python's `sqlite3` module, whose trigger validates, deduplicates and writes the row.
 //!
-//! And the README's Go snippet, compiled and run against PostgreSQL.
+//! And the guide's Go snippet (`docs/src/producers.md`), compiled and run against PostgreSQL.
 //!
 //! Needs PostgreSQL at `OUTBOX_TEST_DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), `python3` with `psycopg`, and Go with pgx
@@ -164,7 +164,7 @@ async fn a_python_service_enqueues_in_its_own_transactions_and_only_commits_are_
     .unwrap();
 }
 
-/// The Go program around the README's PostgreSQL Go snippet: the snippet, verbatim, is the
+/// The Go program around the guide's PostgreSQL Go snippet: the snippet, verbatim, is the
 /// body of `enqueue`, which `main` calls on a pool for the URL in its first argument.
 const GO_PROGRAM: &str = r#"package main
 
@@ -195,14 +195,14 @@ func main() {
 }
 "#;
 
-/// The first Go block of the README's "Enqueue from any language" section (PostgreSQL's).
-fn readme_go_snippet() -> String {
-    let readme = std::fs::read_to_string(format!("{}/README.md", env!("CARGO_MANIFEST_DIR")))
-        .expect("README.md");
-    let section = readme
-        .split("\n## Enqueue from any language\n")
+/// The first Go block of the guide's page "Producers in other languages" (PostgreSQL's).
+fn go_snippet() -> String {
+    let path = format!("{}/docs/src/producers.md", env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(&path).expect("docs/src/producers.md");
+    let section = page
+        .split("\n## PostgreSQL\n")
         .nth(1)
-        .expect("the README has \"Enqueue from any language\"");
+        .expect("docs/src/producers.md has a \"PostgreSQL\" section");
     let block = section
         .split("```go\n")
         .nth(1)
@@ -214,13 +214,13 @@ fn readme_go_snippet() -> String {
         .to_owned()
 }
 
-/// The README's Go snippet, compiled and run by Debian's Go against pgx (`.ci/run` installs
+/// The guide's Go snippet, compiled and run by Debian's Go against pgx (`.ci/run` installs
 /// `golang-go` and `golang-github-jackc-pgx-v4-dev`; the snippet's calls are the same in pgx
 /// v4 and v5), in a database of its own whose `public` schema holds the default outbox and
 /// an `orders` table: it writes its business row and its message in one transaction, and
 /// the relay delivers the message.
 #[tokio::test]
-async fn the_readmes_go_snippet_enqueues_in_its_own_transaction() {
+async fn the_guides_go_snippet_enqueues_in_its_own_transaction() {
     use sqlx::{Connection, Executor};
     let database = format!("t_{}", Uuid::new_v4().simple());
     let mut admin = sqlx::PgConnection::connect(&database_url()).await.unwrap();
@@ -248,11 +248,7 @@ async fn the_readmes_go_snippet_enqueues_in_its_own_transaction() {
 
     let dir = tempfile::tempdir().unwrap();
     let program = dir.path().join("main.go");
-    std::fs::write(
-        &program,
-        GO_PROGRAM.replace("SNIPPET", &readme_go_snippet()),
-    )
-    .unwrap();
+    std::fs::write(&program, GO_PROGRAM.replace("SNIPPET", &go_snippet())).unwrap();
     let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-build-cache");
     let output = Command::new("go")
         .arg("run")
@@ -267,7 +263,7 @@ async fn the_readmes_go_snippet_enqueues_in_its_own_transaction() {
         .expect("go runs (.ci/run installs golang-go)");
     assert!(
         output.status.success(),
-        "the README's Go snippet failed (are golang-go and golang-github-jackc-pgx-v4-dev \
+        "the guide's Go snippet failed (are golang-go and golang-github-jackc-pgx-v4-dev \
          installed? .ci/run installs them):\n{}",
         String::from_utf8_lossy(&output.stderr)
     );

@@ -1,7 +1,8 @@
-//! The README's "Embedding it in a service" is `examples/readme-crate/`, a crate of its own
-//! that `.ci/run` builds and runs: its `[dependencies]` are the README's Cargo lines (with
-//! outbox-relay by path) and its `src/main.rs` is the README's snippet, character for
-//! character. These tests keep the two equal, so what CI runs is what a reader copies.
+//! The README's embedding is `examples/readme-crate/`, a crate of its own that `.ci/run`
+//! builds and runs against PostgreSQL: its `[dependencies]` are the README's Cargo lines
+//! (with outbox-relay by path) and its `src/relay.rs` is the README's Rust snippet,
+//! character for character. These tests keep the two equal, so what CI runs is what a
+//! reader copies.
 
 use std::path::Path;
 
@@ -28,15 +29,15 @@ fn readme_block(heading: &str, lang: &str) -> String {
     readme[start..end].to_string()
 }
 
-const HEADING: &str = "## Embedding it in a service\n";
+const HEADING: &str = "## Three ways to run it\n";
 
 #[test]
-fn the_readme_snippet_is_the_crates_main() {
+fn the_readme_snippet_is_the_crates_relay_module() {
     let readme = readme_block(HEADING, "rust,no_run");
-    let main = read("examples/readme-crate/src/main.rs");
+    let module = read("examples/readme-crate/src/relay.rs");
     assert_eq!(
-        readme, main,
-        "README's embedding snippet and examples/readme-crate/src/main.rs differ"
+        readme, module,
+        "README's embedding snippet and examples/readme-crate/src/relay.rs differ"
     );
 }
 
@@ -50,8 +51,8 @@ fn the_readme_cargo_lines_are_the_crates_dependencies() {
     let version = env!("CARGO_PKG_VERSION");
     let major_minor = version.rsplit_once('.').map_or(version, |(head, _)| head);
     let as_published = dependencies.replace(
-        r#"outbox-relay = { path = "../.." }"#,
-        &format!(r#"outbox-relay = "{major_minor}""#),
+        r#"outbox-relay = { path = "../..", "#,
+        &format!(r#"outbox-relay = {{ version = "{major_minor}", "#),
     );
     assert_eq!(
         readme, as_published,

@@ -7,9 +7,9 @@
 //! or the relay's own output, with a generous timeout, never a fixed sleep. A failing test
 //! leaves a screenshot in `target/ui-screenshots/failed-<test>.png`.
 //!
-//! The README's screenshots (`docs/ui-lanes.png`, `docs/ui-message.png`) are taken by
+//! The guide's screenshots (`docs/src/images/ui-lanes.png`, `ui-message.png`) are taken by
 //! `dead_letters_are_found_requeued_discarded_and_keys_unblocked_on_sqlite` into
-//! `target/ui-screenshots/`; `OUTBOX_BLESS=1` also writes them to `docs/`.
+//! `target/ui-screenshots/`; `OUTBOX_BLESS=1` also writes them to `docs/src/images/`.
 //!
 //! PostgreSQL: `OUTBOX_TEST_DATABASE_URL`, default `postgres://postgres@127.0.0.1:5432/test`;
 //! an unreachable server fails the test.

@@ -31,6 +31,8 @@ use super::api::ApiError;
 use super::guessing::{Guesses, Peer, Warning};
 use super::Routes;
 use crate::config::ControlToken;
+use crate::metrics::http::AUTH_FAILURES_TOTAL;
+use crate::metrics::LABEL_KIND;
 
 /// The token the API and the UI require, shared: a listener that runs takes a new one at
 /// once ([`TokenSlot::set`]), so a token can be rotated without a restart (the binary
@@ -123,8 +125,7 @@ impl Access {
     /// `peer` presented a wrong token (`what`: "bearer token", "UI login"): counted, and
     /// logged unless a warning went out a moment ago.
     pub(super) fn failed(&self, peer: Peer, what: &'static str) {
-        metrics::counter!(crate::metrics::http::AUTH_FAILURES_TOTAL, crate::metrics::LABEL_KIND => what)
-            .increment(1);
+        metrics::counter!(AUTH_FAILURES_TOTAL, LABEL_KIND => what).increment(1);
         let warning = self.guesses().failed(peer, Instant::now());
         if let Some(Warning {
             peer,

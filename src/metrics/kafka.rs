@@ -1,5 +1,6 @@
-//! What the Kafka sink measures (feature `kafka-sink`): its producer's records waiting for
-//! their delivery report, librdkafka's queue, and each broker's round trip.
+//! What the Kafka sink measures (feature `kafka-sink`, which records them): its producer's
+//! records waiting for their delivery report, librdkafka's queue, and each broker's round
+//! trip.
 //!
 //! A producer belongs to a sink, and one sink may serve several lanes (a library user can
 //! hand the same `KafkaSink` to `lane_shared` twice), so these carry no `lane` or `target`

@@ -105,6 +105,10 @@ pub const DEFAULT_SCHEMA: &str = "public";
 /// The table prefix used unless configured otherwise: tables `outbox_messages` and
 /// `outbox_migrations`.
 pub const DEFAULT_TABLE_PREFIX: &str = "outbox";
+/// How many claims a lane on PostgreSQL keeps out at once unless its config says
+/// ([`Capabilities::claims_in_flight`]); the other stores leave it to
+/// [`DEFAULT_CLAIMS_IN_FLIGHT`](crate::config::DEFAULT_CLAIMS_IN_FLIGHT).
+pub const CLAIMS_IN_FLIGHT: usize = 2;
 /// The longest delay or lease the store writes (1,000 years): longer ones are cut to it, as
 /// the in-memory store saturates, instead of overflowing PostgreSQL's timestamps.
 const MAX_INTERVAL_MILLIS: i64 = 1_000 * 365 * 24 * 60 * 60 * 1_000;
@@ -453,7 +457,7 @@ impl OutboxBackend for PostgresOutboxStore {
             // with one where the cores had idle time (load average 1.4-1.7, 2026-12-06);
             // with both cores taken by other work, 0.85-0.92x, as the cycles were then
             // bound by CPU (`examples/benchmark/HISTORY.md`, "Acks per claim").
-            .with_claims_in_flight(2)
+            .with_claims_in_flight(CLAIMS_IN_FLIGHT)
             .with_delete_on_ack();
         if self.listener.is_some() {
             capabilities.with_listen()

@@ -468,13 +468,13 @@ fn dead_letters_are_found_requeued_discarded_and_keys_unblocked_on_sqlite() {
     assert_eq!(ids_with(store, OutboxStatus::DeadLetter, None).len(), 1);
 
     if std::env::var_os("OUTBOX_BLESS").is_some() {
-        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/images");
         for name in ["lanes", "message"] {
             std::fs::copy(
                 shots.join(format!("{name}.png")),
                 docs.join(format!("ui-{name}.png")),
             )
-            .expect("bless a README screenshot");
+            .expect("bless a screenshot of the guide");
         }
     }
 }

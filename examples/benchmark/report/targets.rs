@@ -1,6 +1,6 @@
 //! The project's performance goals, set against what the run measured: one line per
-//! measured case, saying whether it meets or misses its goal. The goals (the README's
-//! Benchmark section and `examples/benchmark/HISTORY.md` state them):
+//! measured case, saying whether it meets or misses its goal. The goals (the guide's
+//! benchmark page and `examples/benchmark/HISTORY.md` state them):
 //!
 //! - a PostgreSQL no-op drain at ≥ 0.7× the raw SQL ceiling at concurrency 64 and ≥ 0.55×
 //!   at 16, and never below 0.3× at 64; a SQLite one at ≥ 0.6× at 64;

@@ -1,60 +1,67 @@
+//! The README's embedding, run as a user's service would run it: `relay.rs` is the README's
+//! snippet, character for character (`tests/readme_crate.rs`); this file is the service
+//! around it. It makes a database of its own on the PostgreSQL server of
+//! `OUTBOX_TEST_DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`), places
+//! an order through the snippet, waits until the relay delivered its message, shuts down
+//! and drops the database.
+
+mod relay;
+
 use std::time::Duration;
 
-use outbox_relay::metrics::StoreMetrics;
-use outbox_relay::sqlx; // the sqlx the relay is built on: no second version to match
-use outbox_relay::{
-    async_trait, DeliveryError, DeliveryHandler, LaneConfig, Outbox, OutboxMessage,
-    OutboxMessageDraft, OutboxRelay, RelayEvent, SqliteOutboxStore,
-};
+use outbox_relay::sqlx::{self, postgres::PgPoolOptions, Connection, PgConnection};
+use outbox_relay::{async_trait, DeliveryError, DeliveryHandler, OutboxMessage, RelayEvent};
 
 struct Billing;
 
 #[async_trait]
 impl DeliveryHandler for Billing {
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
-        // `message.outbox_id` is the idempotency key: at-least-once means a target may see
-        // a message twice after a crash, and should drop the second.
-        publish(message).await.map_err(DeliveryError::retryable)
+        println!("billing {}: {}", message.outbox_id, message.payload.as_str());
+        Ok(())
     }
-}
-
-async fn publish(message: &OutboxMessage) -> Result<(), std::io::Error> {
-    println!("billing {}: {}", message.outbox_id, message.payload.as_str());
-    Ok(())
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // One outbox for the service and its relay: the backend, plus the store metrics.
-    let store = Outbox::new(SqliteOutboxStore::open("outbox.db").await?).with_hook(StoreMetrics);
-    let relay = OutboxRelay::builder(store.clone())
-        .lane(LaneConfig::new("orders", "billing").concurrency(16), Billing)
-        .start()
+async fn main() -> Result<(), relay::Error> {
+    let server = std::env::var("OUTBOX_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let database = format!("readme_{}", std::process::id());
+    let mut admin = PgConnection::connect(&server).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
+        .execute(&mut admin)
         .await?;
+    let outcome = run(&database_url(&server, &database)).await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE {database} WITH (FORCE)")))
+        .execute(&mut admin)
+        .await?;
+    outcome
+}
+
+/// The server's URL with another database.
+fn database_url(server: &str, database: &str) -> String {
+    let (base, _) = server.rsplit_once('/').unwrap_or((server, ""));
+    format!("{base}/{database}")
+}
+
+async fn run(url: &str) -> Result<(), relay::Error> {
+    let pool = PgPoolOptions::new().max_connections(8).connect(url).await?;
+    sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY)")
+        .execute(&pool)
+        .await?;
+    let (outbox, relay) = relay::start(pool.clone(), Billing).await?;
     let mut events = relay.subscribe();
-
-    // The order and its outbox message commit together, or neither does.
-    let mut tx = store.begin().await?;
-    sqlx::query("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, total INTEGER)")
-        .execute(tx.connection())
-        .await?;
-    let order: i64 = sqlx::query_scalar("INSERT INTO orders (total) VALUES (?) RETURNING id")
-        .bind(1999_i64)
-        .fetch_one(tx.connection())
-        .await?;
-    let draft = OutboxMessageDraft::new("orders", "billing", serde_json::json!({"order": order}))?;
-    let sent = tx.enqueue(draft).await?.message.outbox_id;
-    tx.commit().await?;
-
-    // ... serve requests; relay.status(), pause/resume/add_lane/remove_lane at run time ...
-    loop {
-        if let RelayEvent::Delivered { outbox_id, .. } = events.recv().await? {
-            if outbox_id == sent {
-                break;
+    relay::place_order(&pool, &outbox, 42).await?;
+    let delivered = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let RelayEvent::Delivered { .. } = events.recv().await? {
+                return Ok::<_, relay::Error>(());
             }
         }
-    }
-    let report = relay.shutdown(Duration::from_secs(10)).await?; // finish in-flight, release the rest
+    });
+    delivered.await.map_err(|_| "the order's message was not delivered within 60 s")??;
+    let report = relay.shutdown(Duration::from_secs(10)).await?;
     assert!(report.is_clean(), "{report:?}");
+    pool.close().await;
     Ok(())
 }

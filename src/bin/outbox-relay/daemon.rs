@@ -9,7 +9,7 @@ use std::sync::Arc;
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::config::file::ListenerSection;
 use outbox_relay::config::file::MetricsListen;
-use outbox_relay::config::{ListenerConfig, DEFAULT_API_STORE_CALLS, DEFAULT_API_STORE_TIMEOUT};
+use outbox_relay::config::ListenerConfig;
 use outbox_relay::database::CreateMode;
 use outbox_relay::http::health::DEFAULT_READINESS_TIMEOUT;
 use outbox_relay::http::{
@@ -113,23 +113,18 @@ async fn serve(
     })?;
     let slot = RelaySlot::new();
     let listener = &setup.config.listener;
+    let api = listener.api_settings();
     let mut routes = RouterConfig::new()
         .readiness(readiness.clone())
         .relay(slot.clone())
-        .open_lane_reads(listener.open_lane_reads.unwrap_or(false))
-        .secure_cookies(listener.secure_cookies.unwrap_or(false))
-        .api_store_calls(listener.api_store_calls.unwrap_or(DEFAULT_API_STORE_CALLS))
-        .api_store_timeout(
-            listener
-                .api_store_timeout
-                .map_or(DEFAULT_API_STORE_TIMEOUT, |timeout| timeout.0),
-        );
+        .allowed_hosts(api.allowed_hosts)
+        .open_lane_reads(api.open_lane_reads)
+        .secure_cookies(api.secure_cookies)
+        .api_store_calls(api.api_store_calls)
+        .api_store_timeout(api.api_store_timeout);
     if let Some(groups) = &listener.routes {
         // Validated with the config: every name is a group.
         routes = routes.routes(groups.iter().filter_map(|name| name.parse().ok()));
-    }
-    if let Some(hosts) = &listener.allowed_hosts {
-        routes = routes.allowed_hosts(hosts.iter().cloned());
     }
     if let Some(token) = token {
         routes = routes.token(token);
@@ -138,11 +133,7 @@ async fn serve(
     let tokens = routes.token_slot();
     if let MetricsListen::Listen(addr) = metrics_listen {
         let limits = listener.to_config();
-        let served = served_routes(
-            &routes,
-            tokens.current().is_some(),
-            listener.open_lane_reads == Some(true),
-        );
+        let served = served_routes(&routes, tokens.current().is_some(), api.open_lane_reads);
         install_metrics_exporter(addr, routes, limits)?;
         tracing::info!(
             %addr,

@@ -41,6 +41,8 @@ use uuid::Uuid;
 mod admin;
 mod control;
 mod daemon;
+#[cfg(test)]
+mod docs;
 mod gates;
 mod otlp;
 mod reload;

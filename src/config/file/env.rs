@@ -2,7 +2,7 @@
 //! (`OUTBOX_…`) that overrides it, so a container can run the relay from an image's config
 //! file and its environment alone. [`ENV_SETTINGS`] lists the ones this module applies;
 //! the binary's flags read the rest (`OUTBOX_CONFIG`, `OUTBOX_DATABASE_URL`,
-//! `OUTBOX_PG_…`, `OUTBOX_METRICS_LISTEN`, `OUTBOX_LOG_FORMAT`). The README's table
+//! `OUTBOX_PG_…`, `OUTBOX_METRICS_LISTEN`, `OUTBOX_LOG_FORMAT`). The guide's table
 //! "Settings from the environment" names them all, and a test holds the two together.
 //!
 //! Precedence: a flag, then its variable, then the file, then the default. An empty

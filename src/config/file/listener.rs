@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use super::MetricsListen;
 use crate::config::duration::HumanDuration;
-use crate::config::{ConfigError, ControlToken, ListenerConfig, MAX_API_STORE_CALLS};
+use crate::config::{
+    ConfigError, ControlToken, ListenerConfig, DEFAULT_API_STORE_CALLS, DEFAULT_API_STORE_TIMEOUT,
+    MAX_API_STORE_CALLS,
+};
 
 /// `[listener]`: where the HTTP listener binds, its limits, its control token, its route
 /// groups, the hosts its API and UI answer and the bound of their store calls; absent
@@ -67,7 +70,37 @@ pub struct ListenerSection {
 /// without the `http` feature).
 const ROUTE_GROUPS: [&str; 5] = ["metrics", "probes", "api", "control", "ui"];
 
+/// The settings of `[listener]` that the router takes (who may read, the hosts, the
+/// bound of the API's store calls), defaults filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApiSettings {
+    /// Host names the API and the UI answer besides IP addresses and `localhost`.
+    pub allowed_hosts: Vec<String>,
+    /// Whether `GET /api/v1/lanes` answers without the token.
+    pub open_lane_reads: bool,
+    /// Whether the UI's cookies are always `Secure`.
+    pub secure_cookies: bool,
+    /// Store calls the API and the UI run at once.
+    pub api_store_calls: usize,
+    /// How long one request's store work may take.
+    pub api_store_timeout: std::time::Duration,
+}
+
 impl ListenerSection {
+    /// The router's settings, defaults filled in (not validated: see [`Self::validate`]).
+    pub fn api_settings(&self) -> ApiSettings {
+        ApiSettings {
+            allowed_hosts: self.allowed_hosts.clone().unwrap_or_default(),
+            open_lane_reads: self.open_lane_reads.unwrap_or(false),
+            secure_cookies: self.secure_cookies.unwrap_or(false),
+            api_store_calls: self.api_store_calls.unwrap_or(DEFAULT_API_STORE_CALLS),
+            api_store_timeout: self
+                .api_store_timeout
+                .map_or(DEFAULT_API_STORE_TIMEOUT, |timeout| timeout.0),
+        }
+    }
+
     /// The limits, defaults filled in (not validated: see [`Self::validate`]).
     pub fn to_config(&self) -> ListenerConfig {
         let defaults = ListenerConfig::default();

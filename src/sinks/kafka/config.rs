@@ -584,13 +584,13 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_lists_every_setting() {
-        let readme = include_str!("../../../README.md");
-        let start = readme
-            .find("\n### Kafka\n")
-            .expect("the README's Kafka section");
-        let section = &readme[start..];
-        let section = &section[..section.find("\n### From Debezium").unwrap_or(section.len())];
+    fn the_guide_lists_every_setting() {
+        let page = include_str!("../../../docs/src/sinks.md");
+        let start = page
+            .find("\n## Kafka\n")
+            .expect("the sinks page's Kafka section");
+        let section = &page[start..];
+        let section = &section[..section.find("\n## From Debezium").unwrap_or(section.len())];
         let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `")).collect();
         let settings = serde_json::to_value(config()).unwrap();
         for key in settings.as_object().unwrap().keys() {
@@ -598,7 +598,7 @@ mod tests {
             assert!(
                 rows.iter()
                     .any(|row| row.split('|').nth(1).is_some_and(|c| c.contains(&named))),
-                "the README's Kafka settings table lacks {named}"
+                "docs/src/sinks.md's Kafka settings table lacks {named}"
             );
         }
     }
