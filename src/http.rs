@@ -15,14 +15,14 @@
 //! | `POST /api/v1/dead-letters/requeue`, `…/discard` | [`RouteGroup::Control`] | by `ids` or `lane`+`target`, `dry_run` to count first: the count |
 //! | `GET /ui/…`, `POST /ui/…` | [`RouteGroup::Ui`] | the operator's web UI ([`ui`]): lanes, messages, dead letters, blocked keys; its changes also need [`RouteGroup::Control`] |
 //!
-//! Who may call what is [`access`]'s (the one table of it is the guide's security page):
+//! Who may call what is `http/access.rs`'s (the one table of it is the guide's security page):
 //! every mutating route and every read of messages needs `Authorization: Bearer <token>`
 //! ([`RouterConfig::token`]), lane reads too unless opened
 //! ([`RouterConfig::open_lane_reads`]); without it (or with another) the answer is 401 and
 //! nothing is read or changed; with no token configured, mutations and reads of messages
 //! answer 403. The API and the UI answer only the hosts the allow-list names
 //! ([`RouterConfig::allowed_hosts`]); the probes and `/metrics` answer any. A peer that
-//! presents wrong tokens waits longer after each ([`guessing`]). Errors are JSON,
+//! presents wrong tokens waits longer after each (`http/guessing.rs`). Errors are JSON,
 //! `{"error": …, "field": …}`, `field` naming what was wrong when a field was. Request
 //! bodies of the mutating routes and the UI's forms are at most [`MAX_BODY_BYTES`], read
 //! only once the token (or session) is checked.
@@ -32,7 +32,7 @@
 //! connections), so the router can be served from any runtime, such as the exporter's own
 //! thread ([`install_prometheus_exporter`]); at most
 //! [`RouterConfig::api_store_calls`] at once, each within
-//! [`RouterConfig::api_store_timeout`], cancelled when the client goes ([`control`]).
+//! [`RouterConfig::api_store_timeout`], cancelled when the client goes (`http/control.rs`).
 
 use std::collections::BTreeSet;
 use std::fmt;

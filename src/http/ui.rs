@@ -17,7 +17,7 @@
 //! [`RouterConfig::allowed_hosts`](super::RouterConfig::allowed_hosts), and a POST's
 //! `Origin`, when sent, the same host. A mutation without a session answers 401 (its form
 //! unread), with a wrong CSRF token, host or origin 403, and changes nothing. Wrong tokens
-//! at the login make their peer wait ([`super::guessing`]). Without a token configured the
+//! at the login make their peer wait (`http/guessing.rs`). Without a token configured the
 //! lanes page is open, as the JSON API's lane reads are, every page that shows messages
 //! answers 403 (no payload without a token), and every mutation answers 403; with the
 //! `control` group off, mutations answer 403 too.
