@@ -5,15 +5,17 @@
 //!
 //! ```text
 //! curl -X POST localhost:8080/orders      # enqueues an order event, delivered to the log
-//! curl localhost:8080/api/v1/lanes        # the relay's lanes, as JSON
+//! curl -H "Authorization: Bearer $OUTBOX_API_TOKEN" localhost:8080/api/v1/lanes   # the relay's lanes, as JSON
 //! curl localhost:8080/metrics             # Prometheus text
 //! curl localhost:8080/readyz
 //! curl localhost:8080/healthz             # 503 once a lane has been failed for 5 minutes
 //! ```
 //!
 //! What it shows: one `Router::merge` gives a service the relay's `/metrics`, `/healthz`,
-//! `/readyz` and `/api/v1` on its own port, from its own runtime; the mutating API routes
-//! answer 401 without the token (`OUTBOX_API_TOKEN`, else a demo token printed at start).
+//! `/readyz` and `/api/v1` on its own port, from its own runtime; the API's routes (its
+//! lane and message reads, its mutations) answer 401 without the token
+//! (`OUTBOX_API_TOKEN`, else a demo token printed at start), as the binary's listener does
+//! (`docs/src/security.md`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -138,7 +140,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(text) => ControlToken::new(&text)?,
         Err(_) => {
             let demo = "demo-token-change-me-0123456789";
-            println!("OUTBOX_API_TOKEN unset: the API's mutations take `Bearer {demo}`");
+            println!("OUTBOX_API_TOKEN unset: the API takes `Bearer {demo}`");
             ControlToken::new(demo)?
         }
     };
@@ -159,12 +161,25 @@ mod tests {
     /// Generous: other builds share the machine.
     const WAIT: Duration = Duration::from_secs(60);
 
+    /// The token the test's service takes.
+    const TOKEN: &str = "service-test-token-0123456789";
+
     /// One request on a connection of its own: the status and the body.
     async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+        request_with(addr, method, path, "").await
+    }
+
+    /// One request with extra header lines (`name: value\r\n` each).
+    async fn request_with(
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        headers: &str,
+    ) -> (u16, String) {
         let exchange = async {
             let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
             let request = format!(
-                "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                "{method} {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
             );
             stream.write_all(request.as_bytes()).await.expect("send");
             let mut response = String::new();
@@ -189,7 +204,7 @@ mod tests {
     /// The example is also a test: `cargo test --all-features` runs it (see Cargo.toml).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_service_serves_its_routes_and_the_relays_on_one_port() {
-        let token = ControlToken::new("service-test-token-0123456789").expect("a token");
+        let token = ControlToken::new(TOKEN).expect("a token");
         let service = start("127.0.0.1:0".parse().expect("an address"), token)
             .await
             .expect("the service starts");
@@ -212,6 +227,9 @@ mod tests {
         }
 
         let (status, body) = request(service.addr, "GET", "/api/v1/lanes").await;
+        assert_eq!(status, 401, "lane reads need the token: {body}");
+        let bearer = format!("Authorization: Bearer {TOKEN}\r\n");
+        let (status, body) = request_with(service.addr, "GET", "/api/v1/lanes", &bearer).await;
         assert_eq!(status, 200, "{body}");
         let lanes: serde_json::Value = serde_json::from_str(&body).expect("JSON");
         assert_eq!(

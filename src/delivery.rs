@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::config::duration::format_duration;
 use crate::message::OutboxMessage;
 
 /// A boxed error from a user's handler.
@@ -21,6 +22,38 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub trait DeliveryHandler: Send + Sync + 'static {
     /// Delivers one message. `Ok` acks it; an error nacks it as the error says.
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError>;
+
+    /// The handler's own limit on one delivery and the setting that sets it (the Kafka
+    /// sink's `("message_timeout", 15 s)`): the relay refuses a lane whose
+    /// `delivery_timeout` is not longer, since it would give up on a call before the
+    /// handler learns its outcome. `None` (the default): no limit of its own.
+    fn own_timeout(&self) -> Option<(&'static str, Duration)> {
+        None
+    }
+}
+
+/// Refuses `config` when `handler` has a limit of its own
+/// ([`DeliveryHandler::own_timeout`]) that the lane's `delivery_timeout` does not outlast;
+/// the error names both settings.
+pub(crate) fn check_own_timeout(
+    config: &crate::config::LaneConfig,
+    handler: &dyn DeliveryHandler,
+) -> Result<(), crate::config::ConfigError> {
+    match handler.own_timeout() {
+        Some((setting, own)) if own >= config.delivery_timeout => {
+            Err(crate::config::ConfigError::new(
+                "delivery_timeout",
+                format!(
+                    "lane {}/{}: delivery_timeout ({}) must be longer than the handler's {setting} ({}), so the relay never gives up on a delivery before the handler knows its outcome",
+                    config.name,
+                    config.target,
+                    format_duration(config.delivery_timeout),
+                    format_duration(own)
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Why a delivery failed, and what the relay should do about it.

@@ -54,7 +54,10 @@ pub struct OutboxMessageDraft {
     /// in enqueue order.
     pub ordering_key: Option<String>,
     /// Enqueuing a draft with a key already used in its (lane, target) returns the first
-    /// message instead of writing a second.
+    /// message instead of writing a second, for as long as the first message's row exists:
+    /// once it is gone (deleted at its ack on a lane with `keep_delivered = false`, purged
+    /// by retention, discarded) the key is forgotten, and the same draft enqueued again is
+    /// a second message with a new `outbox_id`, delivered again.
     pub dedupe_key: Option<String>,
     /// Deliver no sooner than this long after enqueue.
     pub delay: Duration,
@@ -142,7 +145,8 @@ impl OutboxMessageDraft {
         self
     }
 
-    /// Sets the dedupe key.
+    /// Sets the dedupe key: one message per key and (lane, target) while that message's
+    /// row exists (see [`OutboxMessageDraft::dedupe_key`]).
     pub fn with_dedupe_key(mut self, key: impl Into<String>) -> Self {
         self.dedupe_key = Some(key.into());
         self

@@ -31,6 +31,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 use metrics::Unit;
 
+pub mod http;
 // Names only, so the catalogue is whole whatever the features: the Kafka sink (feature
 // `kafka-sink`) is what records them.
 pub mod kafka;
@@ -219,7 +220,7 @@ pub struct MetricInfo {
     pub help: &'static str,
     /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
     /// [`LABEL_TARGET`]; in [`PROCESS`] and [`STORE_WIDE`], none of those; in
-    /// [`kafka::KAFKA`], the sink's name.
+    /// [`http::HTTP`], a reason or a kind; in [`kafka::KAFKA`], the sink's name.
     pub labels: &'static [&'static str],
 }
 
@@ -288,8 +289,8 @@ pub fn record_unserved(unserved: &[crate::store::UnservedLane]) {
         .set(unserved.iter().map(|lane| lane.pending as f64).sum::<f64>());
 }
 
-/// Registers the description and unit of every metric in [`ALL`], [`STORE_WIDE`] (and in `kafka::KAFKA`
-/// with feature `kafka-sink`) with the current recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
+/// Registers the description and unit of every metric in [`ALL`], [`STORE_WIDE`] and
+/// [`http::HTTP`] (and in `kafka::KAFKA` with feature `kafka-sink`) with the current recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
 /// global one).
 ///
 /// Idempotent: describing a metric again replaces its description with the same text.
@@ -312,13 +313,14 @@ pub fn describe() {
     });
 }
 
-/// Every metric [`describe`] registers: [`ALL`], then the Kafka sink's with its feature.
+/// Every metric [`describe`] registers: [`ALL`], the HTTP surface's ([`http::HTTP`]),
+/// then the Kafka sink's with its feature.
 fn described() -> impl Iterator<Item = &'static MetricInfo> {
     #[cfg(feature = "kafka-sink")]
     let sinks: &[MetricInfo] = kafka::KAFKA;
     #[cfg(not(feature = "kafka-sink"))]
     let sinks: &[MetricInfo] = &[];
-    ALL.iter().chain(STORE_WIDE).chain(sinks)
+    ALL.iter().chain(STORE_WIDE).chain(http::HTTP).chain(sinks)
 }
 
 // ---- Label values ---------------------------------------------------------------------

@@ -326,9 +326,10 @@ impl RelayBuilder {
         self.supervisor.validate()?;
         let mut seen = std::collections::HashSet::new();
         let capabilities = self.store.capabilities();
-        for (config, _) in &self.lanes {
+        for (config, handler) in &self.lanes {
             config.validate()?;
             config.validate_for(capabilities)?;
+            crate::delivery::check_own_timeout(config, handler.as_ref())?;
             let key = LaneKey::new(&config.name, &config.target);
             if !seen.insert(key.clone()) {
                 return Err(RelayError::DuplicateLane(key));
@@ -467,6 +468,7 @@ impl RelayHandle {
         handler: impl DeliveryHandler,
     ) -> Result<(), RelayError> {
         config.validate()?;
+        crate::delivery::check_own_timeout(&config, &handler)?;
         let handler: Arc<dyn DeliveryHandler> = Arc::new(handler);
         self.ask("add_lane", COMMAND_TIMEOUT, |reply| {
             SupervisorMsg::AddLane(Box::new(config), handler, reply)
@@ -572,5 +574,9 @@ impl RelayHandle {
 impl<H: DeliveryHandler + ?Sized> DeliveryHandler for Arc<H> {
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
         (**self).deliver(message).await
+    }
+
+    fn own_timeout(&self) -> Option<(&'static str, Duration)> {
+        (**self).own_timeout()
     }
 }

@@ -164,6 +164,7 @@ macro_rules! conformance {
             an_ack_that_deletes_removes_only_rows_still_held_under_their_token,
             an_ack_that_deletes_frees_the_keys_next_message_and_keeps_dead_letters,
             ack_and_claim_that_deletes_deletes_then_claims_what_the_deletes_freed,
+            a_dedupe_key_is_forgotten_once_an_ack_deleted_its_row,
             // cases/served.rs
             unserved_lanes_are_those_with_pending_messages_no_record_covers,
         );

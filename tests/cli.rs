@@ -44,6 +44,8 @@ mod round_trip;
 mod runbook;
 #[path = "cli/secrets.rs"]
 mod secrets;
+#[path = "cli/security.rs"]
+mod security;
 #[path = "cli/simulate.rs"]
 mod simulate;
 #[path = "cli/startup.rs"]

@@ -11,7 +11,9 @@
 //! - `promtool` checks the PrometheusRule's rules and runs `grafana/alerts.test.yml`
 //!   against them;
 //! - the relay's own config reader parses and validates the ConfigMap's `relay.toml`,
-//!   which must listen on all interfaces, port 9464, for the probes and the scrape.
+//!   which must listen on all interfaces, port 9464, for the probes and the scrape, and
+//!   serve nothing else there: no route that reads or changes messages (`api`, `control`,
+//!   `ui`) on the Service's port.
 //!
 //! What is not checked: the objects against the Kubernetes and Prometheus Operator API
 //! schemas (a misspelt optional field would pass), and anything a cluster decides
@@ -193,4 +195,17 @@ fn check_relay_toml(text: &str) {
         addr.ip().is_unspecified() && addr.port() == 9464,
         "listener.address = {addr}: probes and scrapes come from outside the pod"
     );
+    for group in ["api", "control", "ui"] {
+        assert!(
+            !config.listener.serves(group),
+            "the Service's port serves the route group {group}: payloads and lane control \
+             would be open to the cluster; listener.routes = [\"metrics\", \"probes\"]"
+        );
+    }
+    for group in ["metrics", "probes"] {
+        assert!(
+            config.listener.serves(group),
+            "the Service's port must serve {group}"
+        );
+    }
 }

@@ -253,16 +253,18 @@ async fn each_happening_moves_exactly_its_metrics() {
         .message
         .outbox_id;
     let release = Arc::new(tokio::sync::Notify::new());
+    let holding = Arc::new(tokio::sync::Notify::new());
     let slow = {
-        let release = release.clone();
+        let (release, holding) = (release.clone(), holding.clone());
         let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         Scripted::new(move || {
-            let release = release.clone();
+            let (release, holding) = (release.clone(), holding.clone());
             let call = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async move {
                 if call == 0 {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 } else {
+                    holding.notify_one();
                     release.notified().await;
                 }
                 Ok(())
@@ -285,7 +287,9 @@ async fn each_happening_moves_exactly_its_metrics() {
         |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
     )
     .await;
-    // The lane claims nothing more: the rival below is the one to take the lapse.
+    // The lane claims nothing more: the rival below is the one to take the lapse (paused
+    // once the second delivery runs: a pause hands back what has not started).
+    holding.notified().await;
     relay.pause("lapse", "sink").await.unwrap();
     wait_for(&mut events, |e| {
         matches!(e, RelayEvent::LeaseExpired { .. })

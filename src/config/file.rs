@@ -464,5 +464,5 @@ use error::parse_error;
 pub use error::FileConfigError;
 pub use gates::{BreakerSection, RateSpec};
 pub use lane::{ExtendMargin, LaneSection, RetentionAge, RetentionSection};
-pub use listener::ListenerSection;
+pub use listener::{ApiSettings, ListenerSection};
 pub use postgres::{PostgresSection, VacuumEvery};

@@ -1,6 +1,7 @@
-//! The HTTP listener's limits ([`ListenerConfig`]) and the token its lane control routes
-//! require ([`ControlToken`]). The listener itself is `http::listener` (feature
-//! `http`); these are plain settings, so a config file parses them with or without it.
+//! The HTTP listener's limits ([`ListenerConfig`]), the token its API and UI require
+//! ([`ControlToken`]) and the bounds of the API's store calls. The listener itself is
+//! `http::listener` (feature `http`); these are plain settings, so a config file parses
+//! them with or without it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,6 +17,22 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a connection may go without a byte read or written before it is closed: a
 /// client that stops reading an answer, or a keep-alive connection left open.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a request may take once its headers are in: its body read, its answer made.
+/// A client that sends a body a byte at a time is answered `408` and closed at this
+/// deadline, however steadily it drips, so no client holds a connection for longer than
+/// `header_read_timeout + request_timeout` per request.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many store calls the API and the UI run at once; a request past it is answered
+/// `503` at once (with `Retry-After: 1`). Small, so API reads never take the store
+/// connections a lane's claims, acks and lease extensions use (SQLite reads from a pool
+/// of 4, PostgreSQL's pool defaults to 10).
+pub const DEFAULT_API_STORE_CALLS: usize = 2;
+/// The most `api_store_calls` may be: each takes a store connection the lanes may need.
+pub const MAX_API_STORE_CALLS: usize = 64;
+/// How long one API or UI request's store work may take before it is given up and
+/// answered `503`. (PostgreSQL also cancels any statement past the store's own
+/// `statement_timeout`, 30 s by default.)
+pub const DEFAULT_API_STORE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many connections the listener serves at once; past it a connection is answered
 /// `503` and closed at once. Prometheus holds one connection per target; a few probes and
 /// the CLI add a handful.
@@ -23,12 +40,14 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 64;
 /// The most `max_connections` may be: each connection is a task and a socket.
 pub const MAX_MAX_CONNECTIONS: usize = 10_000;
 
-/// The HTTP listener's limits (`/metrics`, `/healthz`, `/readyz`, the lane control routes).
+/// The HTTP listener's limits (`/metrics`, `/healthz`, `/readyz`, the API, the UI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListenerConfig {
     /// See [`DEFAULT_HEADER_READ_TIMEOUT`].
     pub header_read_timeout: Duration,
+    /// See [`DEFAULT_REQUEST_TIMEOUT`].
+    pub request_timeout: Duration,
     /// See [`DEFAULT_IDLE_TIMEOUT`].
     pub idle_timeout: Duration,
     /// See [`DEFAULT_MAX_CONNECTIONS`].
@@ -39,6 +58,7 @@ impl Default for ListenerConfig {
     fn default() -> Self {
         Self {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
         }
@@ -50,6 +70,13 @@ impl ListenerConfig {
     /// ([`DEFAULT_HEADER_READ_TIMEOUT`]).
     pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
         self.header_read_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a request may take once its headers are in
+    /// ([`DEFAULT_REQUEST_TIMEOUT`]).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
         self
     }
 
@@ -73,6 +100,12 @@ impl ListenerConfig {
                 "must be greater than zero",
             ));
         }
+        if self.request_timeout.is_zero() {
+            return Err(ConfigError::new(
+                "request_timeout",
+                "must be greater than zero",
+            ));
+        }
         if self.idle_timeout.is_zero() {
             return Err(ConfigError::new(
                 "idle_timeout",
@@ -89,7 +122,8 @@ impl ListenerConfig {
     }
 }
 
-/// The bearer token the lane control routes require (`Authorization: Bearer <token>`).
+/// The bearer token the API and the UI require (`Authorization: Bearer <token>`): every
+/// mutation and every read of messages, and lane reads unless they are opened.
 /// Its `Debug` never shows it; it is compared in time independent of where it differs.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ControlToken(Arc<str>);

@@ -27,6 +27,8 @@ pub(super) struct ApiError {
     status: StatusCode,
     message: String,
     field: Option<String>,
+    /// Seconds for a `Retry-After` header.
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -35,7 +37,14 @@ impl ApiError {
             status,
             message: message.into(),
             field: None,
+            retry_after: None,
         }
+    }
+
+    /// Asks the client to wait `seconds` before trying again (`Retry-After`).
+    pub(super) fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// The answer's status.
@@ -83,6 +92,12 @@ impl IntoResponse for ApiError {
                 axum::http::HeaderValue::from_static("Bearer"),
             );
         }
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
         response
     }
 }
@@ -90,7 +105,6 @@ impl IntoResponse for ApiError {
 /// `GET /api/v1/lanes`.
 pub(super) async fn lanes(State(routes): State<Routes>) -> Response {
     let answer = routes
-        .relay
         .run(|running| async move {
             running.relay.status().await.map_err(|error| {
                 ApiError::new(

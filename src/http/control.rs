@@ -1,26 +1,39 @@
-//! The relay the routes act on ([`RelaySlot`]), the bearer token of the mutating routes,
-//! and `POST /api/v1/lanes/{lane}/{target}/pause|resume`: the fleet-wide pause, written to
-//! the store (`store::lane_control`), so every relay on the database applies it.
+//! The relay the routes act on ([`RelaySlot`]), how their store work runs
+//! ([`StoreCalls`]), and `POST /api/v1/lanes/{lane}/{target}/pause|resume`: the fleet-wide
+//! pause, written to the store (`store::lane_control`), so every relay on the database
+//! applies it. The token is checked before any of it ([`super::access`]).
 //!
-//! Why a token on every mutation: a listener is often bound to every interface so that
-//! Prometheus can scrape it, and a local process or a browser page on the host (a no-cors
-//! POST, DNS rebinding) can reach a loopback one; none of them knows the token.
+//! Why the store work is bounded, timed and cancelled: an API read is a store query, and
+//! queries past the store's connections wait for one, so a flood of reads (or of clients
+//! that send a read and hang up) would take the connections a lane's claims, acks and
+//! lease extensions need. At most [`RouterConfig::api_store_calls`](super::RouterConfig::api_store_calls)
+//! run at once (a request past it is answered 503 at once, `Retry-After: 1`); each gets
+//! [`RouterConfig::api_store_timeout`](super::RouterConfig::api_store_timeout); and the
+//! work is dropped, its query with it, as soon as the client goes.
 
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::header::AUTHORIZATION;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
 
 use super::api::ApiError;
 use super::Routes;
+use crate::config::duration::format_duration;
+use crate::metrics::http::{
+    API_STORE_CALLS_IN_FLIGHT, API_STORE_CALLS_REFUSED_TOTAL, LABEL_REASON,
+};
 use crate::relay::{LaneKey, RelayHandle};
 use crate::store::{LanePauseRequest, Outbox};
 
@@ -69,21 +82,74 @@ impl RelaySlot {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone()
     }
+}
 
-    /// Runs `work` on the relay's runtime: 503 until the slot is set.
-    pub(super) async fn run<T, F>(&self, work: impl FnOnce(Running) -> F) -> Result<T, ApiError>
+/// How the routes' relay and store work runs: at most so many at once, each within a
+/// timeout, on the relay's runtime, cancelled when its request goes.
+#[derive(Debug, Clone)]
+pub(super) struct StoreCalls {
+    permits: Arc<Semaphore>,
+    timeout: Duration,
+}
+
+impl StoreCalls {
+    pub(super) fn new(at_once: usize, timeout: Duration) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(at_once)),
+            timeout,
+        }
+    }
+
+    /// Runs `work` on the relay's runtime: 503 until the slot is set, 503 at once when
+    /// the bound is reached, 503 when the work outlasts the timeout. Dropping the returned
+    /// future (the client hung up) aborts the work.
+    pub(super) async fn run<T, F>(
+        &self,
+        slot: &RelaySlot,
+        work: impl FnOnce(Running) -> F,
+    ) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, ApiError>> + Send + 'static,
     {
-        let running = self.current().ok_or_else(|| {
+        let running = slot.current().ok_or_else(|| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "starting: the relay is not running yet",
             )
         })?;
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            metrics::counter!(API_STORE_CALLS_REFUSED_TOTAL, LABEL_REASON => "busy").increment(1);
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy: the API's store calls are at their bound (listener.api_store_calls); try again in a second",
+            )
+            .retry_after(1));
+        };
+        let in_flight = InFlight::new(permit);
+        let timeout = self.timeout;
         let runtime = running.runtime.clone();
-        runtime.spawn(work(running)).await.map_err(|failure| {
+        let work = work(running);
+        // The permit goes into the task: the bound counts work until it has really ended,
+        // not until its request went.
+        let task = runtime.spawn(async move {
+            let _in_flight = in_flight;
+            match tokio::time::timeout(timeout, work).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    metrics::counter!(API_STORE_CALLS_REFUSED_TOTAL, LABEL_REASON => "timeout")
+                        .increment(1);
+                    Err(ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "the store did not answer within {} (listener.api_store_timeout)",
+                            format_duration(timeout)
+                        ),
+                    ))
+                }
+            }
+        });
+        AbortOnDrop(task).await.map_err(|failure| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("the request failed: {failure}"),
@@ -92,25 +158,38 @@ impl RelaySlot {
     }
 }
 
-/// 401 unless `headers` carry the configured token; 403 when none is configured.
-pub(super) fn authorize(routes: &Routes, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &routes.token else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "mutations are off: no token is configured (listener.control_token_env or listener.control_token_file)",
-        ));
-    };
-    let presented = headers
-        .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok());
-    if token.authorizes(presented) {
-        return Ok(());
+/// A permit of the bound, counted in [`API_STORE_CALLS_IN_FLIGHT`] while held.
+struct InFlight(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl InFlight {
+    fn new(permit: OwnedSemaphorePermit) -> Self {
+        metrics::gauge!(API_STORE_CALLS_IN_FLIGHT).increment(1.0);
+        Self(permit)
     }
-    Err(ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "this route needs the token: Authorization: Bearer <token>",
-    )
-    .field("authorization"))
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::gauge!(API_STORE_CALLS_IN_FLIGHT).decrement(1.0);
+    }
+}
+
+/// A spawned task that is aborted when its handle is dropped: the request future that
+/// awaits it goes when the client hangs up, and the store query goes with it.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The optional JSON body of a pause.
@@ -121,17 +200,13 @@ struct PauseBody {
     by: Option<String>,
 }
 
-/// `POST /api/v1/lanes/{lane}/{target}/{pause|resume}`.
+/// `POST /api/v1/lanes/{lane}/{target}/{pause|resume}` (the token checked already).
 pub(super) async fn lane_action(
     State(routes): State<Routes>,
     Path((lane, target, action)): Path<(String, String, String)>,
     peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = authorize(&routes, &headers) {
-        return refused.into_response();
-    }
     let pause = match action.as_str() {
         "pause" => true,
         "resume" => false,
@@ -170,7 +245,6 @@ pub(super) async fn lane_action(
     });
     let key = LaneKey::new(lane, target);
     let answer = routes
-        .relay
         .run(move |running| async move {
             let lanes = running.relay.status().await.map_err(|error| {
                 ApiError::new(

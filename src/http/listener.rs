@@ -2,27 +2,39 @@
 //! once; the routes are the router's ([`super::router`]). Each request carries the peer's
 //! address as axum's `ConnectInfo<SocketAddr>`.
 //!
-//! - A connection past [`ListenerConfig::max_connections`] is answered `503` (one
-//!   non-blocking write, no task) and closed, so a flood of connections costs the listener
-//!   almost nothing and the connections it already serves (a scrape) go on.
+//! - At most [`ListenerConfig::max_connections`] connections are served at once. Past it, a
+//!   connection takes one of [`RESERVED_CONNECTIONS`] slots kept for `/healthz`, `/readyz`
+//!   and `/metrics` (at most [`RESERVED_PER_PEER`] of them per peer address): one request,
+//!   whose headers must arrive within [`RESERVED_HEADER_READ_TIMEOUT`], answered and
+//!   closed; any other path there is answered `503`. Past those too, a connection is
+//!   answered `503` (one non-blocking write, no task) and closed. So clients that hold
+//!   every connection cannot starve the kubelet's probes (a liveness probe that fails
+//!   restarts a healthy pod) or the scrape.
 //! - hyper closes a connection whose request headers take longer than
 //!   [`ListenerConfig::header_read_timeout`], counted from its start or from the end of its
 //!   previous answer (hyper needs a timer for it: without one it waits for ever).
+//! - Once its headers are in, a request has [`ListenerConfig::request_timeout`] for the
+//!   rest: its body read and its answer made. Past it the answer is `408` and the
+//!   connection is closed, however steadily a client drips its body.
 //! - A connection with no byte read or written for [`ListenerConfig::idle_timeout`] is
 //!   closed: a client that stops reading an answer, or holds a keep-alive connection.
 
+use std::collections::HashMap;
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
@@ -31,12 +43,26 @@ use crate::config::ListenerConfig;
 /// What a connection past the cap is told before it is closed.
 const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: 21\r\nconnection: close\r\n\r\ntoo many connections\n";
 
+/// Connections served past [`ListenerConfig::max_connections`], for the probes and the
+/// scrape only.
+pub const RESERVED_CONNECTIONS: usize = 8;
+/// The most reserved connections one peer address holds at once (a kubelet's liveness and
+/// readiness probes may coincide).
+pub const RESERVED_PER_PEER: usize = 2;
+/// How long a reserved connection waits for its request's headers (a probe sends them at
+/// once).
+pub const RESERVED_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// The paths a reserved connection answers.
+const RESERVED_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
 /// Serves `router` on `listener`, one task per connection, at most
-/// `config.max_connections` at once, within `config`'s timeouts, until the future is
-/// dropped. [`install_prometheus_exporter_with_router`](super::install_prometheus_exporter_with_router)
+/// `config.max_connections` at once (and [`RESERVED_CONNECTIONS`] for the probes), within
+/// `config`'s timeouts, until the future is dropped.
+/// [`install_prometheus_exporter_with_router`](super::install_prometheus_exporter_with_router)
 /// runs it on a thread of its own; a service may run it on its own runtime.
 pub async fn serve(listener: tokio::net::TcpListener, router: Router, config: ListenerConfig) {
     let slots = Arc::new(Semaphore::new(config.max_connections));
+    let reserved = Reserved::default();
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok((stream, peer)) => (stream, peer),
@@ -47,43 +73,137 @@ pub async fn serve(listener: tokio::net::TcpListener, router: Router, config: Li
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // A fresh socket's send buffer is empty: the write does not block, and if it
-            // does not go through either, the close alone says it.
-            let _ = stream.try_write(TOO_MANY_CONNECTIONS);
-            tracing::debug!(%peer, max_connections = config.max_connections, "HTTP listener at max_connections: connection refused");
-            continue;
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => Slot::Full(slot),
+            Err(_) => match reserved.take(peer.ip()) {
+                Some(slot) => Slot::Reserved(slot),
+                None => {
+                    // A fresh socket's send buffer is empty: the write does not block, and
+                    // if it does not go through either, the close alone says it.
+                    let _ = stream.try_write(TOO_MANY_CONNECTIONS);
+                    tracing::debug!(%peer, max_connections = config.max_connections, "HTTP listener at max_connections and its reserved slots: connection refused");
+                    continue;
+                }
+            },
         };
         let router = router.clone();
         tokio::spawn(async move {
-            let _slot = slot;
-            serve_connection(stream, peer, router, config).await;
+            serve_connection(stream, peer, router, config, slot).await;
         });
     }
 }
 
-/// One connection: hyper with a header-read timeout, closed when idle too long.
+/// The slot a connection holds while it is served.
+enum Slot {
+    /// One of `max_connections`: any route, keep-alive.
+    Full(#[allow(dead_code)] OwnedSemaphorePermit),
+    /// A reserved one: the probes and the scrape, one request.
+    Reserved(#[allow(dead_code)] ReservedSlot),
+}
+
+/// The reserved slots, and how many each peer address holds.
+#[derive(Debug, Clone, Default)]
+struct Reserved(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+impl Reserved {
+    /// A reserved slot for `peer`, unless all are taken or the peer holds its share.
+    fn take(&self, peer: IpAddr) -> Option<ReservedSlot> {
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let total: usize = held.values().sum();
+        let mine = held.get(&peer).copied().unwrap_or(0);
+        if total >= RESERVED_CONNECTIONS || mine >= RESERVED_PER_PEER {
+            return None;
+        }
+        held.insert(peer, mine + 1);
+        Some(ReservedSlot {
+            reserved: self.clone(),
+            peer,
+        })
+    }
+}
+
+/// A reserved slot held; given back when dropped.
+struct ReservedSlot {
+    reserved: Reserved,
+    peer: IpAddr,
+}
+
+impl Drop for ReservedSlot {
+    fn drop(&mut self) {
+        let mut held = self
+            .reserved
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(mine) = held.get_mut(&self.peer) {
+            *mine -= 1;
+            if *mine == 0 {
+                held.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// A plain-text answer that closes the connection.
+fn closing(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::from(text));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// One connection: hyper with a header-read timeout and a deadline per request, closed
+/// when idle too long; on a reserved slot, one request to the probes or the scrape.
 async fn serve_connection(
     stream: tokio::net::TcpStream,
-    peer: std::net::SocketAddr,
+    peer: SocketAddr,
     router: Router,
     config: ListenerConfig,
+    slot: Slot,
 ) {
+    let reserved = matches!(slot, Slot::Reserved(_));
     let activity = Arc::new(Activity::new());
     let io = Tracked {
         inner: stream,
         activity: activity.clone(),
     };
+    let request_timeout = config.request_timeout;
     let service =
         hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
-            // A router is always ready, and its errors are `Infallible`: every failure is an
-            // answer.
-            router.clone().oneshot(request)
+            let router = router.clone();
+            async move {
+                if reserved && !RESERVED_PATHS.contains(&request.uri().path()) {
+                    return Ok::<_, std::convert::Infallible>(closing(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "too many connections\n",
+                    ));
+                }
+                // A router is always ready, and its errors are `Infallible`: every failure
+                // is an answer.
+                match tokio::time::timeout(request_timeout, router.oneshot(request)).await {
+                    Ok(answer) => answer,
+                    Err(_) => Ok(closing(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "the request took longer than the listener's request_timeout\n",
+                    )),
+                }
+            }
         });
+    let header_read_timeout = if reserved {
+        config.header_read_timeout.min(RESERVED_HEADER_READ_TIMEOUT)
+    } else {
+        config.header_read_timeout
+    };
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout)
+        .header_read_timeout(header_read_timeout)
+        .keep_alive(!reserved)
         .serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);
     loop {
@@ -93,17 +213,18 @@ async fn serve_connection(
                 if let Err(error) = ended {
                     tracing::debug!(%error, "an HTTP listener connection ended with an error");
                 }
-                return;
+                break;
             }
             () = tokio::time::sleep_until(idle_until) => {
                 if activity.last() + config.idle_timeout <= Instant::now() {
                     tracing::debug!(%peer, "an HTTP listener connection was idle too long: closed");
                     // Dropping the connection closes the socket.
-                    return;
+                    break;
                 }
             }
         }
     }
+    drop(slot);
 }
 
 /// When a connection last read or wrote a byte.
@@ -176,171 +297,4 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpStream;
-
-    /// Generous: other builds share the machine.
-    const WAIT: Duration = Duration::from_secs(60);
-
-    /// Serves an empty recorder's metrics within `config` on a port of its own.
-    async fn listen(config: ListenerConfig) -> std::net::SocketAddr {
-        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind a port");
-        let addr = listener.local_addr().expect("its address");
-        tokio::spawn(serve(
-            listener,
-            super::super::router(super::super::RouterConfig::new().metrics(recorder.handle())),
-            config,
-        ));
-        addr
-    }
-
-    /// Reads until the peer closes the connection (or resets it): what it sent.
-    async fn read_until_closed(stream: &mut TcpStream) -> String {
-        let mut received = Vec::new();
-        let mut buffer = [0u8; 1024];
-        loop {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => return String::from_utf8_lossy(&received).into_owned(),
-                Ok(n) => received.extend_from_slice(&buffer[..n]),
-            }
-        }
-    }
-
-    /// GETs `/metrics` on a connection of its own: the status code.
-    async fn scrape(addr: std::net::SocketAddr) -> u16 {
-        let exchange = async {
-            let mut stream = TcpStream::connect(addr).await.expect("connect");
-            stream
-                .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                .await
-                .expect("send");
-            read_until_closed(&mut stream).await
-        };
-        let response = tokio::time::timeout(WAIT, exchange)
-            .await
-            .expect("an answer");
-        response
-            .split(' ')
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or_else(|| panic!("no status line in {response:?}"))
-    }
-
-    #[tokio::test]
-    async fn a_partial_request_is_closed_within_the_header_read_timeout() {
-        let header_read_timeout = Duration::from_millis(300);
-        let addr = listen(ListenerConfig {
-            header_read_timeout,
-            ..ListenerConfig::default()
-        })
-        .await;
-        let mut stream = TcpStream::connect(addr).await.expect("connect");
-        let started = Instant::now();
-        // A request line and one header, then nothing.
-        stream
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")
-            .await
-            .expect("send");
-        let closed = tokio::time::timeout(WAIT, read_until_closed(&mut stream)).await;
-        let took = started.elapsed();
-        println!("a partial request was closed after {took:?} (header_read_timeout {header_read_timeout:?})");
-        assert!(
-            closed.is_ok(),
-            "still open after {took:?}, header_read_timeout {header_read_timeout:?}"
-        );
-        // A timer never fires early; the upper bound is the generous wait above.
-        assert!(
-            took >= header_read_timeout,
-            "closed after {took:?}, before header_read_timeout {header_read_timeout:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_connection_with_no_traffic_is_closed_after_the_idle_timeout() {
-        let idle_timeout = Duration::from_millis(300);
-        let addr = listen(ListenerConfig {
-            header_read_timeout: WAIT,
-            idle_timeout,
-            ..ListenerConfig::default()
-        })
-        .await;
-        let mut stream = TcpStream::connect(addr).await.expect("connect");
-        let started = Instant::now();
-        let closed = tokio::time::timeout(WAIT, read_until_closed(&mut stream)).await;
-        let took = started.elapsed();
-        println!("a silent connection was closed after {took:?} (idle_timeout {idle_timeout:?})");
-        assert!(
-            closed.is_ok(),
-            "still open after {took:?}, idle_timeout {idle_timeout:?}"
-        );
-        assert!(
-            took >= idle_timeout,
-            "closed after {took:?}, before idle_timeout {idle_timeout:?}"
-        );
-    }
-
-    #[tokio::test]
-    async fn connections_past_the_cap_are_refused_while_a_scrape_still_answers() {
-        let max_connections = 3;
-        // Timeouts far beyond the test: only the cap decides.
-        let addr = listen(ListenerConfig {
-            header_read_timeout: WAIT,
-            idle_timeout: WAIT,
-            max_connections,
-        })
-        .await;
-        // Every slot held by a connection that sent half a request. The kernel hands
-        // connections to `accept` in the order they came, so the next one is past the cap.
-        let mut held = Vec::new();
-        for _ in 0..max_connections {
-            let mut stream = TcpStream::connect(addr).await.expect("connect");
-            stream
-                .write_all(b"GET /metrics HTTP/1.1\r\n")
-                .await
-                .expect("send");
-            held.push(stream);
-        }
-        let mut refused = TcpStream::connect(addr).await.expect("connect");
-        let answer = tokio::time::timeout(WAIT, read_until_closed(&mut refused))
-            .await
-            .expect("the connection past the cap is answered and closed at once");
-        assert!(
-            answer.starts_with("HTTP/1.1 503") && answer.contains("too many connections"),
-            "{answer:?}"
-        );
-        // One slot frees: a scrape answers while the other held connections stay open.
-        drop(held.pop());
-        let started = Instant::now();
-        let status = tokio::time::timeout(WAIT, async {
-            loop {
-                // The slot frees when the closed connection's task ends; until then a
-                // scrape may still be refused.
-                let status = scrape(addr).await;
-                if status != 503 {
-                    return status;
-                }
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .unwrap_or_else(|_| panic!("no scrape answered within {WAIT:?} of a slot freeing"));
-        println!(
-            "a scrape answered {:?} after a slot freed",
-            started.elapsed()
-        );
-        assert_eq!(status, 200);
-        for stream in &mut held {
-            let mut byte = [0u8; 1];
-            let still_open =
-                tokio::time::timeout(Duration::from_millis(10), stream.read(&mut byte))
-                    .await
-                    .is_err();
-            assert!(still_open, "a held connection was closed");
-        }
-    }
-}
+mod tests;

@@ -18,7 +18,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -26,7 +26,6 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::api::ApiError;
-use super::control::authorize;
 use super::Routes;
 use crate::message::OutboxStatus;
 use crate::store::{MessageFilter, PageRequest};
@@ -144,7 +143,6 @@ pub(super) async fn list(State(routes): State<Routes>, RawQuery(query): RawQuery
         Err(error) => return error.into_response(),
     };
     let answer = routes
-        .relay
         .run(move |running| async move {
             let page = query.page.unwrap_or(PageRequest {
                 after: None,
@@ -171,7 +169,6 @@ pub(super) async fn one(State(routes): State<Routes>, Path(id): Path<String>) ->
         .into_response();
     };
     let answer = routes
-        .relay
         .run(move |running| async move {
             running.store.get(id).await?.ok_or_else(|| {
                 ApiError::new(StatusCode::NOT_FOUND, format!("no message {id}")).field("id")
@@ -196,16 +193,12 @@ struct BulkBody {
     dry_run: bool,
 }
 
-/// `POST /api/v1/dead-letters/{requeue|discard}`.
+/// `POST /api/v1/dead-letters/{requeue|discard}` (the token checked already).
 pub(super) async fn dead_letters(
     State(routes): State<Routes>,
     Path(action): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(refused) = authorize(&routes, &headers) {
-        return refused.into_response();
-    }
     match bulk(&routes, &action, &body).await {
         Ok(answer) => Json(answer).into_response(),
         Err(error) => error.into_response(),
@@ -269,7 +262,6 @@ async fn bulk(routes: &Routes, action: &str, body: &[u8]) -> Result<serde_json::
     };
     let dry_run = body.dry_run;
     let count = routes
-        .relay
         .run(move |running| async move {
             let store = running.store;
             let count = if dry_run {

@@ -1,5 +1,6 @@
 //! The router's routes, called in process (`tower::ServiceExt::oneshot`) on a relay over
-//! the memory store: the token on every mutating route, the JSON errors, the fleet pause.
+//! the memory store: the token on every mutating route, the JSON errors, the fleet pause;
+//! who may read and change what is in `access`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,7 +13,11 @@ use tower::ServiceExt;
 use super::*;
 use crate::{InMemoryOutboxStore, LaneConfig, Outbox, OutboxRelay, RelayHandle};
 
+mod access;
+
 const TOKEN: &str = "0123456789abcdef-api-token";
+/// The `Host` the tests' requests name (an IP literal: always allowed).
+const HOST: &str = "127.0.0.1:9464";
 /// Generous: other builds share the machine.
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -55,22 +60,32 @@ async fn call(
     authorization: Option<&str>,
     body: &str,
 ) -> (StatusCode, Value) {
-    let mut request = Request::builder().method(method).uri(path);
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", HOST);
     if let Some(value) = authorization {
         request = request.header("authorization", value);
     }
     let request = request
         .body(Body::from(body.to_owned()))
         .expect("a request");
+    let (status, _, body) = send(router, request).await;
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// Sends `request`: the status, the headers and the body.
+async fn send(
+    router: &Router,
+    request: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
     let response = router.clone().oneshot(request).await.expect("an answer");
     let status = response.status();
+    let headers = response.headers().clone();
     let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
         .await
         .expect("the body");
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    (status, headers, bytes.to_vec())
 }
 
 /// Every mutating route the router serves, each with a body it accepts.
@@ -130,6 +145,7 @@ async fn every_mutating_route_answers_401_without_the_token_and_changes_nothing(
         .await
         .expect("pause");
     dead_letter(&store).await;
+    let mut peer = 0u8;
     for (path, body) in MUTATIONS {
         for authorization in [
             None,
@@ -137,7 +153,23 @@ async fn every_mutating_route_answers_401_without_the_token_and_changes_nothing(
             Some(TOKEN),
             Some("Basic 0123456789abcdef-api-token"),
         ] {
-            let (status, answer) = call(&router, Method::POST, path, authorization, body).await;
+            // Each from an address of its own: wrong tokens make their address wait.
+            peer += 1;
+            let mut request = Request::builder()
+                .method(Method::POST)
+                .uri(path)
+                .header("host", HOST);
+            if let Some(value) = authorization {
+                request = request.header("authorization", value);
+            }
+            let mut request = request
+                .body(Body::from(body.to_owned()))
+                .expect("a request");
+            request.extensions_mut().insert(axum::extract::ConnectInfo(
+                std::net::SocketAddr::from(([10, 9, 0, peer], 4000)),
+            ));
+            let (status, _, answer) = send(&router, request).await;
+            let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
             assert_eq!(
                 status,
                 StatusCode::UNAUTHORIZED,
@@ -173,7 +205,7 @@ async fn without_a_token_configured_every_mutating_route_is_off() {
 async fn a_pause_through_the_api_is_fleet_wide_and_reported_apart_from_the_local_one() {
     let (router, relay, store) = serving(with_token()).await;
     let bearer = format!("Bearer {TOKEN}");
-    let (status, lanes) = call(&router, Method::GET, "/api/v1/lanes", None, "").await;
+    let (status, lanes) = call(&router, Method::GET, "/api/v1/lanes", Some(&bearer), "").await;
     assert_eq!(status, StatusCode::OK, "{lanes}");
     assert_eq!(
         lanes["lanes"][0]["lane"],
@@ -199,7 +231,7 @@ async fn a_pause_through_the_api_is_fleet_wide_and_reported_apart_from_the_local
     // The relay's lane-control poll applies it; `paused_here` stays false.
     let started = Instant::now();
     loop {
-        let (_, lanes) = call(&router, Method::GET, "/api/v1/lanes", None, "").await;
+        let (_, lanes) = call(&router, Method::GET, "/api/v1/lanes", Some(&bearer), "").await;
         let lane = &lanes["lanes"][0];
         if lane["state"] == "paused" {
             assert_eq!(lane["paused_here"], false, "{lane}");
@@ -318,7 +350,7 @@ async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_
         &router,
         Method::GET,
         "/api/v1/messages?lane=billing&target=audit&status=dead_letter&limit=1",
-        None,
+        Some(&bearer),
         "",
     )
     .await;
@@ -330,7 +362,7 @@ async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_
         &router,
         Method::GET,
         &format!("/api/v1/messages?lane=billing&target=audit&limit=1&after={cursor}"),
-        None,
+        Some(&bearer),
         "",
     )
     .await;
@@ -340,7 +372,7 @@ async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_
         &router,
         Method::GET,
         &format!("/api/v1/messages/{dead}"),
-        None,
+        Some(&bearer),
         "",
     )
     .await;
@@ -350,7 +382,7 @@ async fn messages_are_listed_by_lane_with_a_cursor_and_dead_letters_requeued_by_
         &router,
         Method::GET,
         "/api/v1/messages?lane=billing",
-        None,
+        Some(&bearer),
         "",
     )
     .await;

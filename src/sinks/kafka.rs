@@ -10,7 +10,10 @@
 //!   `route.by.field` and `route.topic.replacement`: `outbox.event.${routedByValue}` is
 //!   `outbox.event.{header.aggregatetype}` or `outbox.event.{payload.aggregatetype}`).
 //! - **Key**: the message's ordering key (Debezium's `aggregateid`), or the `key` template;
-//!   no key when there is neither.
+//!   no key when there is neither. Per-key order is the ordering key's: the relay delivers
+//!   a key's messages one at a time, so a record key that is not the ordering key (a `key`
+//!   template over another field) keeps no order among records that share it but not an
+//!   ordering key. The sink logs a warning the first time it produces such a record.
 //! - **Value**: the payload's bytes exactly as enqueued.
 //! - **Headers**: the message's headers (the W3C `traceparent` and `tracestate` among
 //!   them when a trace was captured at enqueue), and `id` = the `outbox_id`, as the router's
@@ -41,7 +44,8 @@
 //! | the delivery report with an offset | ack |
 //! | a broker unreachable or restarting, a request or the message timing out, a full queue, a leader moving | retryable |
 //! | a fatal producer error (the broker lost the idempotence state, say) | retryable, and a fresh producer replaces the failed one |
-//! | a record larger than `message.max.bytes` (the client's or the broker's), an unknown topic (unless `auto_create_topics`), an authorization or authentication failure, a record the broker calls invalid, a partition the topic lacks | permanent, with the broker's error text |
+//! | an authorization or SASL authentication failure | retryable (`retry_auth_failures`, default `true`): a rotated password or an ACL granted late heals, and meanwhile the lane's breaker opens instead of the backlog being dead-lettered; `retry_auth_failures = false` dead-letters them |
+//! | a record larger than `message.max.bytes` (the client's or the broker's), an unknown topic (unless `auto_create_topics`), a record the broker calls invalid, a partition the topic lacks | permanent, with the broker's error text |
 //!
 //! Metrics: the relay's own per lane (`outbox_delivery_duration_seconds` of a Kafka lane is
 //! a record's produce to its delivery report, `linger` included;
@@ -64,6 +68,7 @@
 //! rdkafka to 0.33.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -122,7 +127,10 @@ pub struct KafkaSink {
     topic: Template,
     key: Option<Template>,
     partition: Option<Template>,
-    auto_create_topics: bool,
+    outcomes: Outcomes,
+    message_timeout: Duration,
+    /// Whether the warning about a record key that is not the ordering key went out.
+    key_warned: AtomicBool,
 }
 
 impl fmt::Debug for KafkaSink {
@@ -212,7 +220,12 @@ impl KafkaSink {
             topic: config.topic.clone(),
             key: config.key.clone(),
             partition: config.partition.clone(),
-            auto_create_topics: config.auto_create_topics,
+            outcomes: Outcomes {
+                auto_create_topics: config.auto_create_topics,
+                retry_auth_failures: config.retry_auth_failures,
+            },
+            message_timeout: config.message_timeout.0,
+            key_warned: AtomicBool::new(false),
         })
     }
 
@@ -231,7 +244,7 @@ impl KafkaSink {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
             self.replace_producer(used);
         }
-        produce_failed(topic, error, self.auto_create_topics)
+        produce_failed(topic, error, self.outcomes)
     }
 
     fn replace_producer(&self, used: &SinkProducer) {
@@ -266,7 +279,22 @@ impl KafkaSink {
             .map_err(DeliveryError::permanent)?;
         validate_topic(&topic).map_err(DeliveryError::permanent)?;
         let key = match &self.key {
-            Some(template) => Some(template.render(message).map_err(DeliveryError::permanent)?),
+            Some(template) => {
+                let key = template.render(message).map_err(DeliveryError::permanent)?;
+                if message.ordering_key.as_deref() != Some(key.as_str())
+                    && !self.key_warned.swap(true, Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        lane = %message.lane,
+                        target = %message.target,
+                        outbox_id = %message.outbox_id,
+                        key = %key,
+                        ordering_key = message.ordering_key.as_deref().unwrap_or(""),
+                        "a Kafka record's key is not its ordering key: the relay orders deliveries by ordering key, so records that share this key but not an ordering key may reach their partition out of enqueue order (logged once per sink)"
+                    );
+                }
+                Some(key)
+            }
             None => message.ordering_key.clone(),
         };
         let partition = match &self.partition {
@@ -303,6 +331,12 @@ fn record_headers(message: &OutboxMessage) -> OwnedHeaders {
 
 #[async_trait]
 impl DeliveryHandler for KafkaSink {
+    /// `message_timeout`: librdkafka gives up on a record after it, and the relay must not
+    /// give up on the delivery before.
+    fn own_timeout(&self) -> Option<(&'static str, Duration)> {
+        Some(("message_timeout", self.message_timeout))
+    }
+
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
         let (topic, key, partition) = self.route(message)?;
         let mut record = FutureRecord::to(&topic)
@@ -354,12 +388,39 @@ enum Outcome {
     Permanent,
 }
 
+/// The sink's settings that decide what a failed produce means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Outcomes {
+    /// An unknown topic may exist on the next try.
+    auto_create_topics: bool,
+    /// An authorization or authentication failure may heal (a rotation, an ACL change).
+    retry_auth_failures: bool,
+}
+
+impl Default for Outcomes {
+    fn default() -> Self {
+        Self {
+            auto_create_topics: false,
+            retry_auth_failures: true,
+        }
+    }
+}
+
 /// The broker's (or the client's) answer, as the relay should take it. What a later try
 /// cannot change is permanent; whatever a restarted or re-elected broker may accept is
 /// retryable, the unknown included.
-fn outcome(code: RDKafkaErrorCode, auto_create_topics: bool) -> Outcome {
+fn outcome(code: RDKafkaErrorCode, settings: Outcomes) -> Outcome {
     use RDKafkaErrorCode as C;
     match code {
+        C::TopicAuthorizationFailed
+        | C::ClusterAuthorizationFailed
+        | C::TransactionalIdAuthorizationFailed
+        | C::SaslAuthenticationFailed
+        | C::Authentication
+            if settings.retry_auth_failures =>
+        {
+            Outcome::Retryable
+        }
         C::MessageSizeTooLarge
         | C::InvalidMessageSize
         | C::MessageBatchTooLarge
@@ -375,15 +436,17 @@ fn outcome(code: RDKafkaErrorCode, auto_create_topics: bool) -> Outcome {
         | C::UnsupportedForMessageFormat
         | C::PolicyViolation
         | C::InvalidRequiredAcks => Outcome::Permanent,
-        C::UnknownTopic | C::UnknownTopicOrPartition if !auto_create_topics => Outcome::Permanent,
+        C::UnknownTopic | C::UnknownTopicOrPartition if !settings.auto_create_topics => {
+            Outcome::Permanent
+        }
         _ => Outcome::Retryable,
     }
 }
 
-fn produce_failed(topic: &str, source: KafkaError, auto_create_topics: bool) -> DeliveryError {
+fn produce_failed(topic: &str, source: KafkaError, settings: Outcomes) -> DeliveryError {
     let permanent = source
         .rdkafka_error_code()
-        .is_some_and(|code| outcome(code, auto_create_topics) == Outcome::Permanent);
+        .is_some_and(|code| outcome(code, settings) == Outcome::Permanent);
     let error = KafkaProduceError {
         topic: topic.to_owned(),
         source,
@@ -402,15 +465,14 @@ mod tests {
     #[test]
     fn refusals_are_permanent_and_outages_retryable() {
         use RDKafkaErrorCode as C;
+        let defaults = Outcomes::default();
         for code in [
             C::MessageSizeTooLarge,
             C::UnknownTopicOrPartition,
             C::UnknownTopic,
-            C::TopicAuthorizationFailed,
-            C::SaslAuthenticationFailed,
             C::InvalidRecord,
         ] {
-            assert_eq!(outcome(code, false), Outcome::Permanent, "{code:?}");
+            assert_eq!(outcome(code, defaults), Outcome::Permanent, "{code:?}");
         }
         for code in [
             C::AllBrokersDown,
@@ -422,14 +484,43 @@ mod tests {
             C::NotEnoughReplicas,
             C::LeaderNotAvailable,
         ] {
-            assert_eq!(outcome(code, false), Outcome::Retryable, "{code:?}");
+            assert_eq!(outcome(code, defaults), Outcome::Retryable, "{code:?}");
         }
         // With topics created on first use, an unknown topic may exist on the next try.
-        assert_eq!(outcome(C::UnknownTopic, true), Outcome::Retryable);
+        let created = Outcomes {
+            auto_create_topics: true,
+            ..defaults
+        };
+        assert_eq!(outcome(C::UnknownTopic, created), Outcome::Retryable);
         assert_eq!(
-            outcome(C::UnknownTopicOrPartition, true),
+            outcome(C::UnknownTopicOrPartition, created),
             Outcome::Retryable
         );
-        assert!(!produce_failed("t", KafkaError::Canceled, false).is_permanent());
+        assert!(!produce_failed("t", KafkaError::Canceled, defaults).is_permanent());
+    }
+
+    #[test]
+    fn authorization_and_sasl_failures_are_retried_unless_the_sink_says_otherwise() {
+        use RDKafkaErrorCode as C;
+        let dead_letter = Outcomes {
+            retry_auth_failures: false,
+            ..Outcomes::default()
+        };
+        for code in [
+            C::TopicAuthorizationFailed,
+            C::ClusterAuthorizationFailed,
+            C::TransactionalIdAuthorizationFailed,
+            C::SaslAuthenticationFailed,
+            C::Authentication,
+        ] {
+            assert_eq!(
+                outcome(code, Outcomes::default()),
+                Outcome::Retryable,
+                "{code:?}"
+            );
+            assert_eq!(outcome(code, dead_letter), Outcome::Permanent, "{code:?}");
+        }
+        let config: KafkaSinkConfig = serde_json::from_str(r#"{"topic": "t"}"#).expect("a config");
+        assert!(config.retry_auth_failures, "retried by default");
     }
 }

@@ -2,8 +2,9 @@
 //! topic or record key) written over the message: `{lane}`, `{target}` and `{header.NAME}`
 //! are replaced by the message's lane, target and the value of its header `NAME`;
 //! `{payload.FIELD}` by a field of the JSON payload (`{payload.customer.id}` walks into
-//! objects; a string goes in as it is, a number or a boolean as its JSON text); `{{` and
-//! `}}` are literal braces.
+//! objects; a string goes in as it is, a number or a boolean as its JSON text, the number
+//! as written); `{{` and `}}` are literal braces. Only the objects on a field's path are read:
+//! the rest of the payload (a number beyond `f64`, say) is never parsed.
 //!
 //! ```
 //! use outbox_relay::sinks::Template;
@@ -14,10 +15,12 @@
 //! assert!(topic.uses_payload());
 //! ```
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::message::OutboxMessage;
 
@@ -99,8 +102,6 @@ impl Template {
         encode: impl Fn(&str) -> String,
     ) -> Result<String, MissingValue> {
         let mut out = String::with_capacity(self.text.len() + 16);
-        // Parsed once per render, and only when a placeholder reads it.
-        let mut payload: Option<serde_json::Value> = None;
         for part in &self.parts {
             match part {
                 Part::Literal(text) => out.push_str(text),
@@ -121,19 +122,7 @@ impl Template {
                             path.join(".")
                         ),
                     };
-                    if payload.is_none() {
-                        payload = Some(message.payload.to_value().map_err(|_| missing())?);
-                    }
-                    let mut value = payload.as_ref().ok_or_else(missing)?;
-                    for name in path {
-                        value = value.get(name).ok_or_else(missing)?;
-                    }
-                    let text = match value {
-                        serde_json::Value::String(text) => text.clone(),
-                        serde_json::Value::Number(number) => number.to_string(),
-                        serde_json::Value::Bool(flag) => flag.to_string(),
-                        _ => return Err(missing()),
-                    };
+                    let text = payload_field(message.payload.as_raw(), path).ok_or_else(missing)?;
                     out.push_str(&encode(&text));
                 }
             }
@@ -144,6 +133,27 @@ impl Template {
     /// The template filled in for `message`, values as they are.
     pub fn render(&self, message: &OutboxMessage) -> Result<String, MissingValue> {
         self.render_with(message, str::to_owned)
+    }
+}
+
+/// The field at `path` in a JSON payload, as a template fills it in: a string's text, a
+/// number as written, `true` or `false`; `None` when it is missing or anything else.
+///
+/// Only the objects on the path are read, each as raw members: nothing else is parsed into
+/// a value, so a payload holding a number beyond `f64` (`1e400`, valid JSON that every sink
+/// delivers byte for byte) still routes by its other fields.
+fn payload_field(payload: &RawValue, path: &[String]) -> Option<String> {
+    let mut value = payload;
+    for name in path {
+        // A duplicate key counts as its last occurrence, as everywhere in serde_json.
+        let members: HashMap<String, &RawValue> = serde_json::from_str(value.get()).ok()?;
+        value = members.get(name.as_str())?;
+    }
+    let text = value.get();
+    match text.as_bytes().first()? {
+        b'"' => serde_json::from_str::<String>(text).ok(),
+        b't' | b'f' | b'-' | b'0'..=b'9' => Some(text.to_owned()),
+        _ => None,
     }
 }
 
@@ -326,6 +336,40 @@ mod tests {
                 "{text}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn a_payload_field_is_read_without_parsing_unrelated_numbers() {
+        let payload = r#"{"big": 1e400, "aggregatetype": "Order", "n": {"huge": 123456789012345678901234567890, "exact": 1.50}, "e": "a\u00e9\"b"}"#;
+        let draft = crate::OutboxMessageDraft::from_payload(
+            "orders",
+            "billing",
+            crate::message::Payload::from_json(payload).unwrap(),
+        )
+        .unwrap();
+        let message = crate::message::OutboxMessage::pending(
+            draft,
+            uuid::Uuid::now_v7(),
+            1,
+            crate::time::UnixMillis::EPOCH,
+        );
+        assert!(message.payload.to_value().is_err(), "1e400 is beyond f64");
+        let template: Template =
+            "outbox.event.{payload.aggregatetype}.{payload.n.huge}.{payload.n.exact}.{payload.e}"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            template.render(&message).unwrap(),
+            "outbox.event.Order.123456789012345678901234567890.1.50.a\u{e9}\"b"
+        );
+        // The number itself goes in as written.
+        let big: Template = "{payload.big}".parse().unwrap();
+        assert_eq!(big.render(&message).unwrap(), "1e400");
+        assert_eq!(
+            message.payload.as_str(),
+            payload,
+            "the payload is untouched"
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! |---|---|
 //! | 2xx | ack |
 //! | 408, 425, 429, 5xx, connect errors, timeouts | retryable; `Retry-After` (seconds or an HTTP date) is the floor of the backoff, up to the lane's `retry_after_max` |
+//! | 401, 403 | retryable (`retry_auth_failures`, default `true`): a rotated credential or a permission granted late heals, and meanwhile the lane's breaker opens instead of the backlog being dead-lettered at full speed; `retry_auth_failures = false` dead-letters them |
 //! | 3xx (redirects are not followed unless `max_redirects` says so), 410 and every other 4xx | permanent: dead letter, with the status and the first bytes of the body |
 //!
 //! Credentials go in headers rather than in the URL: `headers_env` maps a header to the
@@ -95,6 +96,15 @@ pub struct WebhookSinkConfig {
     /// which then sit neither in the file nor in the URL.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers_env: BTreeMap<String, String>,
+    /// Whether a 401 or a 403 is retried (the default) rather than dead-lettered: the
+    /// target refusing the sink's credentials is most often a rotation or a permission not
+    /// granted yet, which every message of the backlog would meet.
+    #[serde(default = "retry_auth_failures")]
+    pub retry_auth_failures: bool,
+}
+
+fn retry_auth_failures() -> bool {
+    true
 }
 
 fn default_method() -> String {
@@ -116,6 +126,7 @@ impl WebhookSinkConfig {
             max_redirects: 0,
             headers: BTreeMap::new(),
             headers_env: BTreeMap::new(),
+            retry_auth_failures: true,
         }
     }
 
@@ -228,6 +239,7 @@ pub struct WebhookSink {
     signer: Option<WebhookSigner>,
     /// `headers` and `headers_env`, values resolved.
     configured: HeaderMap,
+    retry_auth_failures: bool,
 }
 
 impl fmt::Debug for WebhookSink {
@@ -291,6 +303,7 @@ impl WebhookSink {
             method: config.method().unwrap_or(Method::POST),
             signer,
             configured: headers::plain(&config.headers),
+            retry_auth_failures: config.retry_auth_failures,
         })
     }
 
@@ -385,7 +398,12 @@ impl DeliveryHandler for WebhookSink {
             status,
             body: String::from_utf8_lossy(&body).into_owned(),
         };
-        Err(classify(status, retry_after, error))
+        Err(classify(
+            status,
+            retry_after,
+            self.retry_auth_failures,
+            error,
+        ))
     }
 }
 
@@ -439,13 +457,17 @@ pub enum WebhookError {
     },
 }
 
-/// The outcome of a non-2xx status: retry (no sooner than `Retry-After`) or dead-letter.
+/// The outcome of a non-2xx status: retry (no sooner than `Retry-After`) or dead-letter;
+/// 401 and 403 as `retry_auth_failures` says.
 fn classify(
     status: StatusCode,
     retry_after: Option<Duration>,
+    retry_auth_failures: bool,
     error: WebhookError,
 ) -> DeliveryError {
-    let retryable = status.is_server_error() || matches!(status.as_u16(), 408 | 425 | 429);
+    let retryable = status.is_server_error()
+        || matches!(status.as_u16(), 408 | 425 | 429)
+        || (retry_auth_failures && matches!(status.as_u16(), 401 | 403));
     match (retryable, retry_after) {
         (true, Some(after)) => DeliveryError::retry_after(after, error),
         (true, None) => DeliveryError::retryable(error),
@@ -548,23 +570,50 @@ mod tests {
             status: StatusCode::from_u16(status).unwrap(),
             body: String::new(),
         };
-        for status in [408, 425, 429, 500, 502, 503] {
-            let outcome = classify(StatusCode::from_u16(status).unwrap(), None, error(status));
-            assert!(
-                matches!(outcome, DeliveryError::Retryable(_)),
-                "{status}: {outcome:?}"
-            );
+        let status = |code: u16| StatusCode::from_u16(code).unwrap();
+        for code in [408, 425, 429, 500, 502, 503] {
+            for retry_auth_failures in [true, false] {
+                let outcome = classify(status(code), None, retry_auth_failures, error(code));
+                assert!(
+                    matches!(outcome, DeliveryError::Retryable(_)),
+                    "{code}: {outcome:?}"
+                );
+            }
         }
-        for status in [301, 400, 401, 404, 410, 422] {
-            let outcome = classify(StatusCode::from_u16(status).unwrap(), None, error(status));
-            assert!(outcome.is_permanent(), "{status}: {outcome:?}");
+        for code in [301, 400, 404, 410, 422] {
+            let outcome = classify(status(code), None, true, error(code));
+            assert!(outcome.is_permanent(), "{code}: {outcome:?}");
         }
         let outcome = classify(
             StatusCode::TOO_MANY_REQUESTS,
             Some(Duration::from_secs(2)),
+            true,
             error(429),
         );
         assert_eq!(outcome.retry_after_hint(), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn an_authorization_failure_is_retried_unless_the_sink_says_otherwise() {
+        let error = |code: u16| WebhookError::Status {
+            method: Method::POST,
+            url: "http://x".into(),
+            status: StatusCode::from_u16(code).unwrap(),
+            body: String::new(),
+        };
+        for code in [401, 403] {
+            let status = StatusCode::from_u16(code).unwrap();
+            let retried = classify(status, None, true, error(code));
+            assert!(
+                matches!(retried, DeliveryError::Retryable(_)),
+                "{code}: {retried:?}"
+            );
+            let dead = classify(status, None, false, error(code));
+            assert!(dead.is_permanent(), "{code}: {dead:?}");
+        }
+        let config: WebhookSinkConfig =
+            serde_json::from_str(r#"{"url": "http://x/in"}"#).expect("a config");
+        assert!(config.retry_auth_failures, "retried by default");
     }
 
     #[test]

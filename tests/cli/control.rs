@@ -133,7 +133,7 @@ fn a_pause_without_the_control_token_is_refused_and_changes_nothing() {
     let mut daemon = sandbox.start(&["--config", "relay.toml", "run"]);
     daemon.wait_for_log("relay running");
     assert!(
-        daemon.stderr().contains("lane control is off"),
+        daemon.stderr().contains("POST /api/v1/… (off: no token)"),
         "{}",
         daemon.stderr()
     );

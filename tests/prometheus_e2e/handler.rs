@@ -10,17 +10,29 @@ use uuid::Uuid;
 
 /// Does what the payload's `do` says: `ok`; `retry_once`, `permanent_once`, `panic_once`,
 /// `retry_after_once` (an hour's Retry-After) (fail that way on the first call, succeed
-/// after); `permanent`; `hold:<gate>` (wait until the test opens the gate, then succeed);
-/// `take:<ms>` (take that long, as a slow target does, then succeed).
+/// after); `permanent`; `hold:<gate>` (say so on the gate's `held` signal, wait until the
+/// test opens the gate, then succeed); `take:<ms>` (take that long, as a slow target does,
+/// then succeed).
 #[derive(Clone, Default)]
 pub(crate) struct ScenarioHandler {
     called: Arc<Mutex<HashSet<Uuid>>>,
     gates: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
+    held: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
 }
 
 impl ScenarioHandler {
     pub(crate) fn gate(&self, name: &str) -> Arc<Notify> {
         self.gates
+            .lock()
+            .unwrap()
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Notified when a delivery starts waiting at gate `name`.
+    pub(crate) fn held(&self, name: &str) -> Arc<Notify> {
+        self.held
             .lock()
             .unwrap()
             .entry(name.to_owned())
@@ -46,6 +58,7 @@ impl DeliveryHandler for ScenarioHandler {
             )),
             _ => {
                 if let Some(gate) = action.strip_prefix("hold:") {
+                    self.held(gate).notify_one();
                     self.gate(gate).notified().await;
                 }
                 if let Some(ms) = action.strip_prefix("take:") {

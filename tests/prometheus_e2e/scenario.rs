@@ -209,7 +209,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
 
     // 4. A ledger delivery outlives its lease (no extension there): it waited behind a 2 s
     //    one claimed with it, so it starts 2 s into its 4 s lease. The lane is paused once
-    //    both are claimed, so a rival takes the lapsed message and delivers it; the relay's
+    //    it runs, so a rival takes the lapsed message and delivers it; the relay's
     //    late ack is a lost claim. The delivery is held until Prometheus has scraped it in
     //    flight.
     let pair = inner
@@ -232,6 +232,10 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         })],
     )
     .await;
+    // Paused once the held delivery runs: a pause hands back what has not started.
+    tokio::time::timeout(crate::WAIT, handler.held("lapse").notified())
+        .await
+        .expect("the held delivery starts");
     relay
         .pause(LEDGER.0, LEDGER.1)
         .await

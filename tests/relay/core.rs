@@ -167,9 +167,10 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
         |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
     )
     .await;
-    // Relay a claims nothing more: relay b is the one to take the lapsed message.
-    relay_a.pause("canonical", "projector").await.unwrap();
+    // Relay a claims nothing more: relay b is the one to take the lapsed message (paused
+    // once the second delivery runs: a pause hands back what has not started).
     started.notified().await;
+    relay_a.pause("canonical", "projector").await.unwrap();
     wait_for(
         &mut events_a,
         "relay a's lease to lapse",
@@ -272,6 +273,55 @@ async fn rejects_invalid_config_naming_the_field() {
         .await
         .unwrap_err();
     assert!(bad_window.to_string().contains("restart_window"));
+}
+
+/// A handler that gives up on a delivery after 15 s of its own, as the Kafka sink's
+/// `message_timeout` does.
+struct GivesUpAfter15s;
+
+#[async_trait::async_trait]
+impl outbox_relay::DeliveryHandler for GivesUpAfter15s {
+    async fn deliver(
+        &self,
+        _message: &outbox_relay::OutboxMessage,
+    ) -> Result<(), outbox_relay::DeliveryError> {
+        Ok(())
+    }
+
+    fn own_timeout(&self) -> Option<(&'static str, Duration)> {
+        Some(("message_timeout", Duration::from_secs(15)))
+    }
+}
+
+#[tokio::test]
+async fn a_handler_timeout_not_below_delivery_timeout_is_refused_naming_both() {
+    let too_short = lane().delivery_timeout(Duration::from_secs(15));
+    let refused = OutboxRelay::builder(&memory_store())
+        .lane(too_short.clone(), GivesUpAfter15s)
+        .start()
+        .await
+        .unwrap_err();
+    let text = refused.to_string();
+    assert!(
+        matches!(&refused, RelayError::Config(err) if err.field == "delivery_timeout")
+            && text.contains("message_timeout")
+            && text.contains("15s"),
+        "{text}"
+    );
+    let relay = OutboxRelay::builder(&memory_store())
+        .lane(
+            lane().delivery_timeout(Duration::from_secs(16)),
+            GivesUpAfter15s,
+        )
+        .start()
+        .await
+        .expect("a delivery_timeout above the handler's own starts");
+    // The same check when a lane is added at run time.
+    let mut other = too_short;
+    other.target = "other".to_owned();
+    let added = relay.add_lane(other, GivesUpAfter15s).await.unwrap_err();
+    assert!(added.to_string().contains("message_timeout"), "{added}");
+    relay.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
 #[test]

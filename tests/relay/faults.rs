@@ -307,15 +307,23 @@ async fn without_extension_a_buffered_delivery_that_starts_late_lapses_and_its_l
     let id = enqueue(&store, draft(2)).await;
     // Both claimed together at 0 under a 3 s lease: the first runs 2 s, then the second,
     // buffered, runs from 2 s to 4.8 s (each within the 2.9 s delivery timeout).
-    let slow = TestHandler::new(move |message| async move {
-        let takes = if message.outbox_id == first {
-            2_000
-        } else {
-            2_800
-        };
-        tokio::time::sleep(Duration::from_millis(takes)).await;
-        Ok(())
-    });
+    let second_started = Arc::new(tokio::sync::Notify::new());
+    let slow = {
+        let second_started = second_started.clone();
+        TestHandler::new(move |message| {
+            let second_started = second_started.clone();
+            async move {
+                let takes = if message.outbox_id == first {
+                    2_000
+                } else {
+                    second_started.notify_one();
+                    2_800
+                };
+                tokio::time::sleep(Duration::from_millis(takes)).await;
+                Ok(())
+            }
+        })
+    };
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(&store).lane(
             lane()
@@ -334,7 +342,9 @@ async fn without_extension_a_buffered_delivery_that_starts_late_lapses_and_its_l
         |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
     )
     .await;
-    // This relay claims nothing more, so the rival below is the one to take the lapse.
+    // This relay claims nothing more, so the rival below is the one to take the lapse
+    // (paused once the buffered delivery started: a pause hands back what has not).
+    second_started.notified().await;
     relay.pause("canonical", "projector").await.unwrap();
     wait_for(
         &mut events,

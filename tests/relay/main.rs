@@ -26,6 +26,9 @@ mod faults;
 mod faulty_store;
 mod gates;
 mod lifecycle;
+#[cfg(feature = "mysql")]
+#[path = "../support/mysql.rs"]
+mod mysql_support;
 mod pipeline;
 mod runs;
 mod shutdown;

@@ -1,5 +1,5 @@
 //! The core relay scenarios against every store, on the real clock: what holds for the
-//! in-memory store must hold for SQLite and PostgreSQL over real connections.
+//! in-memory store must hold for SQLite, PostgreSQL and MySQL/MariaDB over real connections.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -98,17 +98,29 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
     enqueue(&store, draft(1)).await;
     enqueue(&store, draft(2)).await;
     let release = Arc::new(Notify::new());
+    let holding = Arc::new(Notify::new());
     let started_one = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let held: Arc<Mutex<Option<Uuid>>> = Arc::default();
     let slow = {
-        let (release, started_one, held) = (release.clone(), started_one.clone(), held.clone());
+        let (release, holding, started_one, held) = (
+            release.clone(),
+            holding.clone(),
+            started_one.clone(),
+            held.clone(),
+        );
         TestHandler::new(move |message| {
-            let (release, started_one, held) = (release.clone(), started_one.clone(), held.clone());
+            let (release, holding, started_one, held) = (
+                release.clone(),
+                holding.clone(),
+                started_one.clone(),
+                held.clone(),
+            );
             async move {
                 if !started_one.swap(true, std::sync::atomic::Ordering::SeqCst) {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 } else {
                     *held.lock().unwrap() = Some(message.outbox_id);
+                    holding.notify_one();
                     release.notified().await;
                 }
                 Ok(())
@@ -140,7 +152,11 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
             claimed.extend(outbox_ids);
         }
     }
-    // Relay a claims nothing more: relay b is the one to take the lapsed message.
+    // Relay a claims nothing more: relay b is the one to take the lapsed message (paused
+    // once the second delivery runs: a pause hands back what has not started).
+    tokio::time::timeout(crate::EVENT_TIMEOUT, holding.notified())
+        .await
+        .expect("the second delivery starts");
     relay_a.pause("canonical", "projector").await.unwrap();
     let lapsed = wait_for(
         &mut events_a,
@@ -322,6 +338,99 @@ pub async fn a_lane_that_keeps_no_history_deletes_delivered_rows(store: Outbox) 
     );
 }
 
+/// A fleet-wide pause stops what the lane holds and has not started: with concurrency 1
+/// and prefetch 4, one delivery runs while four wait in the buffer; the pause hands those
+/// four back (pending again, attempt not counted) and only the running one finishes.
+pub async fn a_fleet_wide_pause_releases_the_buffered_claims(store: Outbox) {
+    use outbox_relay::relay::LaneState;
+    use outbox_relay::store::LanePauseRequest;
+
+    let ids = [
+        enqueue(&store, draft(1)).await,
+        enqueue(&store, draft(2)).await,
+        enqueue(&store, draft(3)).await,
+        enqueue(&store, draft(4)).await,
+        enqueue(&store, draft(5)).await,
+    ];
+    let started = Arc::new(Notify::new());
+    let finish = Arc::new(Notify::new());
+    let handler = {
+        let (started, finish) = (started.clone(), finish.clone());
+        TestHandler::new(move |_| {
+            let (started, finish) = (started.clone(), finish.clone());
+            async move {
+                started.notify_one();
+                finish.notified().await;
+                Ok(())
+            }
+        })
+    };
+    let config = lane()
+        .concurrency(1)
+        .prefetch(4)
+        .claims_in_flight(1)
+        .hand_off(false);
+    let (relay, mut events) =
+        crate::start(OutboxRelay::builder(&store).lane(config, handler.clone())).await;
+    // The first delivery runs; the claim that brought it took the other four too.
+    tokio::time::timeout(crate::EVENT_TIMEOUT, started.notified())
+        .await
+        .expect("the first delivery starts");
+    let held = store
+        .stats(&MessageFilter::lane("canonical", "projector"))
+        .await
+        .unwrap();
+    assert_eq!(held[0].claimed, 5, "one running, four buffered: {held:?}");
+    store
+        .pause_lane(&LanePauseRequest::new("canonical", "projector", "test"))
+        .await
+        .unwrap();
+    wait_for(&mut events, "the lane paused", |e| {
+        matches!(
+            e,
+            RelayEvent::LaneStateChanged {
+                state: LaneState::Paused,
+                ..
+            }
+        )
+    })
+    .await;
+    // The running delivery finishes; nothing starts after it.
+    finish.notify_one();
+    let delivered = wait_delivered(&mut events, 1).await;
+    // The shutdown's drain waits for the pause's release to be recorded.
+    relay.shutdown(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(
+        handler.calls(),
+        delivered,
+        "one delivery ran: the one running when the pause came"
+    );
+    let page = store
+        .list(
+            &MessageFilter::lane("canonical", "projector"),
+            outbox_relay::store::PageRequest {
+                after: None,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    for message in &page.messages {
+        if message.outbox_id == delivered[0] {
+            assert_eq!(message.status, OutboxStatus::Delivered);
+        } else {
+            assert!(ids.contains(&message.outbox_id));
+            assert_eq!(
+                (message.status, message.attempt_count),
+                (OutboxStatus::Pending, 0),
+                "{} went back unused",
+                message.outbox_id
+            );
+        }
+    }
+    assert_eq!(page.messages.len(), 5);
+}
+
 macro_rules! relay_on_store {
     ($module:ident, $make:path) => {
         mod $module {
@@ -332,6 +441,7 @@ macro_rules! relay_on_store {
                 keeps_per_key_order_with_concurrency,
                 wakes_on_enqueue_without_polling,
                 a_lane_that_keeps_no_history_deletes_delivered_rows,
+                a_fleet_wide_pause_releases_the_buffered_claims,
             );
         }
     };
@@ -427,8 +537,27 @@ pub async fn postgres() -> (Outbox, PgSchema) {
     (Outbox::new(store), PgSchema(schema))
 }
 
+/// A MySQL/MariaDB store in a database of its own on `OUTBOX_TEST_MYSQL_URL` (dropped by
+/// [`Cleanup::cleanup`]); the server must be reachable.
+#[cfg(feature = "mysql")]
+pub async fn mysql() -> (Outbox, crate::mysql_support::TestDatabase) {
+    use outbox_relay::store::mysql::MysqlConfig;
+    let db = crate::mysql_support::TestDatabase::create().await;
+    let store = crate::mysql_support::open(&db, MysqlConfig::default()).await;
+    (Outbox::new(store), db)
+}
+
+#[cfg(feature = "mysql")]
+impl Cleanup for crate::mysql_support::TestDatabase {
+    async fn cleanup(self) {
+        self.drop_now().await;
+    }
+}
+
 relay_on_store!(memory_store, crate::stores::memory);
 #[cfg(feature = "sqlite")]
 relay_on_store!(sqlite_store, crate::stores::sqlite);
 #[cfg(feature = "postgres")]
 relay_on_store!(postgres_store, crate::stores::postgres);
+#[cfg(feature = "mysql")]
+relay_on_store!(mysql_store, crate::stores::mysql);

@@ -775,3 +775,93 @@ sink = { kind = "kafka", topic = "t", message_timeout = "15s" }
     );
     assert!(error.contains("15s") && error.contains("10s"), "{error}");
 }
+
+#[tokio::test]
+async fn a_message_timeout_past_the_lanes_delivery_timeout_is_refused_by_the_library() {
+    let broker = Tansu::start(Storage::Memory, Auth::None).await;
+    let name = topic("timeouts");
+    broker.create_topic(&name, PARTITIONS).await;
+    let sink = build(&format!(
+        r#"sink = {{ kind = "kafka", brokers = "{}", topic = "{name}", message_timeout = "15s" }}"#,
+        broker.brokers()
+    ))
+    .await;
+    let lane = LaneConfig::new("orders", "billing").delivery_timeout(Duration::from_secs(10));
+    let refused = OutboxRelay::builder(&Outbox::new(InMemoryOutboxStore::new()))
+        .lane_shared(lane, sink.clone())
+        .start()
+        .await
+        .expect_err("a delivery_timeout below message_timeout");
+    let text = refused.to_string();
+    assert!(
+        text.contains("delivery_timeout")
+            && text.contains("message_timeout")
+            && text.contains("15s")
+            && text.contains("10s"),
+        "{text}"
+    );
+    let lane = LaneConfig::new("orders", "billing").delivery_timeout(Duration::from_secs(20));
+    let relay = OutboxRelay::builder(&Outbox::new(InMemoryOutboxStore::new()))
+        .lane_shared(lane, sink)
+        .start()
+        .await
+        .expect("a delivery_timeout above message_timeout starts");
+    relay.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// The log lines of a subscriber installed for this task.
+#[derive(Clone, Default)]
+struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_record_key_that_is_not_the_ordering_key_is_warned_about_once() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let broker = Tansu::start(Storage::Memory, Auth::None).await;
+    let name = topic("keyed");
+    broker.create_topic(&name, PARTITIONS).await;
+    let sink = build(&format!(
+        r#"sink = {{ kind = "kafka", brokers = "{}", topic = "{name}", key = "{{header.x-tenant}}" }}"#,
+        broker.brokers()
+    ))
+    .await;
+    let warnings = |lines: &Lines| {
+        String::from_utf8_lossy(&lines.0.lock().unwrap())
+            .matches("is not its ordering key")
+            .count()
+    };
+    // The key is the ordering key: nothing to say.
+    let same = claimed(draft().with_ordering_key("acme")).await;
+    sink.deliver(&same).await.expect("delivered");
+    assert_eq!(warnings(&lines), 0);
+    // Another ordering key, then none: one warning for the sink.
+    for message in [
+        claimed(draft().with_ordering_key("order-7")).await,
+        claimed(draft()).await,
+    ] {
+        sink.deliver(&message).await.expect("delivered");
+    }
+    assert_eq!(
+        warnings(&lines),
+        1,
+        "{}",
+        String::from_utf8_lossy(&lines.0.lock().unwrap())
+    );
+}

@@ -332,6 +332,103 @@ async fn a_500_is_retried_then_delivered() {
     relay.shutdown(Duration::from_secs(10)).await.unwrap();
 }
 
+/// A target refusing the sink's credentials (a rotation on its side first, a permission
+/// granted late): the messages are retried, not dead-lettered, and the lane's breaker
+/// opens; once the target takes them again, they are delivered.
+#[tokio::test]
+async fn a_401_and_a_403_are_retried_and_open_the_breaker_instead_of_dead_lettering() {
+    use outbox_relay::config::CircuitBreakerConfig;
+    use outbox_relay::relay::BreakerState;
+
+    let receiver = Receiver::start(vec![
+        Answer {
+            body: "invalid credentials",
+            ..Answer::status(401)
+        },
+        Answer {
+            body: "forbidden",
+            ..Answer::status(403)
+        },
+    ])
+    .await;
+    let sink = receiver.sink().await;
+    let store = outbox_relay::Outbox::new(outbox_relay::InMemoryOutboxStore::new());
+    let breaker = CircuitBreakerConfig::default()
+        .consecutive_failures(Some(2))
+        .cool_down(Duration::from_millis(200));
+    let builder = outbox_relay::OutboxRelay::builder(&store)
+        .lane_shared(super::fast_lane().circuit_breaker(Some(breaker)), sink);
+    let mut events = builder.subscribe();
+    let relay = builder.start().await.expect("relay starts");
+    let id = enqueue(&store, draft()).await;
+    let opened = tokio::time::timeout(EVENT_TIMEOUT, async {
+        loop {
+            match events.recv().await.expect("events") {
+                RelayEvent::BreakerChanged {
+                    state: BreakerState::Open,
+                    ..
+                } => return,
+                RelayEvent::Failed { outcome, error, .. } => assert!(
+                    matches!(outcome, NackOutcome::Requeued),
+                    "an authorization failure was not retried: {outcome:?} {error}"
+                ),
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        opened.is_ok(),
+        "the breaker did not open within {EVENT_TIMEOUT:?}"
+    );
+    wait_for(
+        &mut events,
+        id,
+        "delivery once the target takes the credential",
+        |e| matches!(e, RelayEvent::Delivered { .. }),
+    )
+    .await;
+    let stored = store.get(id).await.unwrap().unwrap();
+    assert_eq!(stored.status, OutboxStatus::Delivered);
+    assert_eq!(receiver.requests().len(), 3);
+    relay.shutdown(Duration::from_secs(10)).await.unwrap();
+
+    // The sink that says so dead-letters them at once.
+    let receiver = Receiver::start(vec![Answer::status(403)]).await;
+    let sink = build(&format!(
+        r#"sink = {{ kind = "webhook", url = "{}/in", retry_auth_failures = false }}"#,
+        receiver.url()
+    ))
+    .await;
+    let message = claimed(draft()).await;
+    let error = sink.deliver(&message).await.expect_err("a 403");
+    assert!(error.is_permanent(), "{error:?}");
+}
+
+/// A payload holding a number beyond `f64` is valid JSON: its URL is filled from another
+/// field, and its bytes arrive as enqueued.
+#[tokio::test]
+async fn a_payload_beyond_f64_routes_by_another_field_and_arrives_byte_for_byte() {
+    let receiver = Receiver::start(vec![]).await;
+    let sink = build(&format!(
+        r#"sink = {{ kind = "webhook", url = "{}/events/{{payload.aggregatetype}}" }}"#,
+        receiver.url()
+    ))
+    .await;
+    let payload = r#"{"aggregatetype": "Order", "id": 7, "big": 1e400, "exact": 1.50}"#;
+    let draft = outbox_relay::OutboxMessageDraft::from_payload(
+        "orders",
+        "billing",
+        outbox_relay::message::Payload::from_json(payload).unwrap(),
+    )
+    .unwrap();
+    let message = claimed(draft).await;
+    sink.deliver(&message).await.expect("delivered");
+    let requests = receiver.requests();
+    assert_eq!(requests[0].path, "/events/Order");
+    assert_eq!(requests[0].body, payload.as_bytes());
+}
+
 #[tokio::test]
 async fn a_429_with_retry_after_holds_the_next_attempt_back() {
     let receiver = Receiver::start(vec![Answer {

@@ -41,6 +41,41 @@ pub struct FaultyStore {
     /// Calls made, by kind (an `ack_and_claim` counts as an ack and a claim: this wrapper
     /// keeps the backend trait's provided two-call version).
     pub calls: Calls,
+    /// `list` calls running now, counted until their future ends, however it ends
+    /// (answered, or dropped by a caller that gave up).
+    pub lists: InFlight,
+}
+
+/// Calls of one kind running now: the most at once, how many started and ended, and a
+/// signal at every end.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    pub now: std::sync::atomic::AtomicUsize,
+    pub most: std::sync::atomic::AtomicUsize,
+    pub started: std::sync::atomic::AtomicU64,
+    pub ended: std::sync::atomic::AtomicU64,
+    pub changed: tokio::sync::Notify,
+}
+
+impl InFlight {
+    /// Counts a call in until the guard is dropped.
+    pub fn enter(&self) -> InFlightGuard<'_> {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        self.started.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(self)
+    }
+}
+
+/// One call counted in [`InFlight`].
+pub struct InFlightGuard<'a>(&'a InFlight);
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+        self.0.ended.fetch_add(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
 }
 
 /// Store calls counted by [`FaultyStore`].
@@ -65,6 +100,7 @@ impl FaultyStore {
             stall_answers: Default::default(),
             claim_delay_ms: Default::default(),
             calls: Calls::default(),
+            lists: InFlight::default(),
         }
     }
 
@@ -161,6 +197,7 @@ impl OutboxBackend for FaultyStore {
         self.inner.as_backend().stats(filter).await
     }
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
+        let _counted = self.lists.enter();
         self.inner.as_backend().list(filter, page).await
     }
     async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {

@@ -7,12 +7,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use outbox_relay::config::duration::format_duration;
+use outbox_relay::config::file::ListenerSection;
 use outbox_relay::config::file::MetricsListen;
 use outbox_relay::config::ListenerConfig;
 use outbox_relay::database::CreateMode;
 use outbox_relay::http::health::{DEFAULT_LIVENESS_TIMEOUT, DEFAULT_READINESS_TIMEOUT};
 use outbox_relay::http::{
-    Liveness, Readiness, RelayLiveness, RelayReadiness, RelaySlot, RouterConfig,
+    Liveness, Readiness, RelayLiveness, RelayReadiness, RelaySlot, RouteGroup, RouterConfig,
+    TokenSlot,
 };
 use outbox_relay::relay::{RelayError, RelayEvent, RelayHandle, ShutdownReport};
 use outbox_relay::OutboxRelay;
@@ -109,37 +111,35 @@ async fn serve(
         Failure::input(format!("config error: {}: {}", error.field, error.reason))
     })?;
     let slot = RelaySlot::new();
+    let listener = &setup.config.listener;
+    let api = listener.api_settings();
     let mut routes = RouterConfig::new()
         .readiness(readiness.clone())
         .liveness(liveness.clone())
-        .relay(slot.clone());
-    if let Some(groups) = &setup.config.listener.routes {
+        .relay(slot.clone())
+        .allowed_hosts(api.allowed_hosts)
+        .open_lane_reads(api.open_lane_reads)
+        .secure_cookies(api.secure_cookies)
+        .api_store_calls(api.api_store_calls)
+        .api_store_timeout(api.api_store_timeout);
+    if let Some(groups) = &listener.routes {
         // Validated with the config: every name is a group.
         routes = routes.routes(groups.iter().filter_map(|name| name.parse().ok()));
     }
-    if let Some(hosts) = &setup.config.listener.ui_hosts {
-        routes = routes.ui_hosts(hosts.iter().cloned());
-    }
-    let control = token.is_some();
     if let Some(token) = token {
         routes = routes.token(token);
     }
+    // SIGHUP reads the token again through this slot (a rotation).
+    let tokens = routes.token_slot();
     if let MetricsListen::Listen(addr) = metrics_listen {
-        let limits = setup.config.listener.to_config();
+        let limits = listener.to_config();
+        let served = served_routes(&routes, tokens.current().is_some(), api.open_lane_reads);
         install_metrics_exporter(addr, routes, limits)?;
-        if control {
-            tracing::info!(
-                %addr,
-                max_connections = limits.max_connections,
-                "serving Prometheus metrics, /healthz, /readyz, GET /api/v1/lanes and (with the control token) POST /api/v1/lanes/…/pause|resume"
-            );
-        } else {
-            tracing::info!(
-                %addr,
-                max_connections = limits.max_connections,
-                "serving Prometheus metrics, /healthz, /readyz and GET /api/v1/lanes; lane control is off (no listener.token_env or token_file)"
-            );
-        }
+        tracing::info!(
+            %addr,
+            max_connections = limits.max_connections,
+            "serving {served}"
+        );
     }
 
     // Sinks are built before the store is opened: a sink that cannot be built (a secret
@@ -228,6 +228,7 @@ async fn serve(
             // shutdown_timeout): a SIGTERM meanwhile waits for them rather than cut a lane
             // change in half.
             _ = hangup.recv() => {
+                reread_token(&setup.config.listener, &tokens);
                 let prepared = tokio::select! {
                     prepared = running.prepare(config_path.as_deref()) => prepared,
                     signal = signals.next() => {
@@ -501,6 +502,73 @@ fn init_logging(format: LogFormat, otlp: Option<&OtlpExport>) {
         .with(fmt)
         .with(otel)
         .try_init();
+}
+
+/// What the listener serves, for the start-up log line: every route group that is on, and
+/// who may use it.
+fn served_routes(routes: &RouterConfig, token: bool, open_lane_reads: bool) -> String {
+    let mut parts = Vec::new();
+    if routes.serves(RouteGroup::Metrics) {
+        parts.push("Prometheus metrics at /metrics".to_owned());
+    }
+    if routes.serves(RouteGroup::Probes) {
+        parts.push("/healthz and /readyz".to_owned());
+    }
+    if routes.serves(RouteGroup::Api) {
+        let lanes = if !token || open_lane_reads {
+            "open"
+        } else {
+            "with the token"
+        };
+        parts.push(format!("GET /api/v1/lanes ({lanes})"));
+        parts.push(if token {
+            "GET /api/v1/messages and /api/v1/messages/{id} (payloads and headers, with the token)"
+                .to_owned()
+        } else {
+            "GET /api/v1/messages… (off: no token)".to_owned()
+        });
+    }
+    if routes.serves(RouteGroup::Control) {
+        parts.push(if token {
+            "POST /api/v1/lanes/…/pause|resume and /api/v1/dead-letters/… (with the token)"
+                .to_owned()
+        } else {
+            "POST /api/v1/… (off: no token)".to_owned()
+        });
+    }
+    if routes.serves(RouteGroup::Ui) {
+        parts.push(if token {
+            "the web UI at /ui (a login with the token)".to_owned()
+        } else {
+            "the web UI at /ui (the lanes page only: no token)".to_owned()
+        });
+    }
+    parts.join(", ")
+}
+
+/// SIGHUP: reads the control token again from where the listener's config says (its
+/// `token_file`, rotated in place; a variable of this process cannot change) and serves
+/// the new one from now on. A listener started without a token stays without one; a token
+/// that cannot be read keeps the one in use, and says why.
+fn reread_token(listener: &ListenerSection, tokens: &TokenSlot) {
+    let Some(current) = tokens.current() else {
+        return;
+    };
+    match listener.control_token() {
+        Ok(Some(token)) if token == current => {
+            tracing::info!("SIGHUP: the control token is unchanged")
+        }
+        Ok(Some(token)) => {
+            tokens.set(token);
+            tracing::info!("SIGHUP: the control token was read again and replaces the one before");
+        }
+        Ok(None) => {}
+        Err(error) => tracing::error!(
+            field = %error.field,
+            reason = %error.reason,
+            "SIGHUP: the control token cannot be read; the one in use stays"
+        ),
+    }
 }
 
 /// Serves Prometheus metrics and the health probes on `addr`, on the exporter's own thread.

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use outbox_relay::config::file::{FileConfig, MetricsListen};
+use outbox_relay::config::ControlToken;
 use serde_json::{json, Value};
 
 /// How long `status` waits for the relay's listener.
@@ -74,8 +75,10 @@ impl LaneGates {
 
 /// The gates of every configured lane, by (lane, target), with what the relay reports.
 pub(crate) async fn lane_gates(config: &FileConfig) -> HashMap<(String, String), LaneGates> {
+    // With a token configured, lane reads need it too (unless opened).
+    let token = config.listener.control_token().ok().flatten();
     let live = match config.listen_address() {
-        MetricsListen::Listen(addr) => scrape(addr).await.unwrap_or_default(),
+        MetricsListen::Listen(addr) => scrape(addr, token.as_ref()).await.unwrap_or_default(),
         MetricsListen::Off => HashMap::new(),
     };
     let Ok(lanes) = config.lanes() else {
@@ -96,17 +99,21 @@ pub(crate) async fn lane_gates(config: &FileConfig) -> HashMap<(String, String),
         .collect()
 }
 
-/// Asks the relay's `GET /api/v1/lanes`; `None` when it does not answer in time.
-async fn scrape(addr: SocketAddr) -> Option<HashMap<(String, String), LiveGates>> {
+/// Asks the relay's `GET /api/v1/lanes`, with the token when there is one; `None` when it
+/// does not answer in time, or refuses.
+async fn scrape(
+    addr: SocketAddr,
+    token: Option<&ControlToken>,
+) -> Option<HashMap<(String, String), LiveGates>> {
     let client = reqwest::Client::builder()
         .timeout(SCRAPE_TIMEOUT)
         .build()
         .ok()?;
-    let response = client
-        .get(format!("http://{addr}/api/v1/lanes"))
-        .send()
-        .await
-        .ok()?;
+    let mut request = client.get(format!("http://{addr}/api/v1/lanes"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token.as_str());
+    }
+    let response = request.send().await.ok()?;
     if !response.status().is_success() {
         return None;
     }

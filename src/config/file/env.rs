@@ -25,6 +25,8 @@ pub enum EnvKind {
     DurationOrOff,
     /// A comma-separated list (`metrics,probes,api`).
     List,
+    /// `true` or `false`.
+    Boolean,
 }
 
 /// One setting read from the environment.
@@ -72,13 +74,38 @@ pub const ENV_SETTINGS: &[EnvSetting] = &[
     ),
     setting("OUTBOX_LISTENER_ROUTES", "listener.routes", EnvKind::List),
     setting(
-        "OUTBOX_LISTENER_UI_HOSTS",
-        "listener.ui_hosts",
+        "OUTBOX_LISTENER_ALLOWED_HOSTS",
+        "listener.allowed_hosts",
         EnvKind::List,
+    ),
+    setting(
+        "OUTBOX_LISTENER_OPEN_LANE_READS",
+        "listener.open_lane_reads",
+        EnvKind::Boolean,
+    ),
+    setting(
+        "OUTBOX_LISTENER_SECURE_COOKIES",
+        "listener.secure_cookies",
+        EnvKind::Boolean,
+    ),
+    setting(
+        "OUTBOX_LISTENER_API_STORE_CALLS",
+        "listener.api_store_calls",
+        EnvKind::Integer,
+    ),
+    setting(
+        "OUTBOX_LISTENER_API_STORE_TIMEOUT",
+        "listener.api_store_timeout",
+        EnvKind::Text,
     ),
     setting(
         "OUTBOX_LISTENER_HEADER_READ_TIMEOUT",
         "listener.header_read_timeout",
+        EnvKind::Text,
+    ),
+    setting(
+        "OUTBOX_LISTENER_REQUEST_TIMEOUT",
+        "listener.request_timeout",
         EnvKind::Text,
     ),
     setting(
@@ -226,6 +253,17 @@ impl EnvSetting {
                 "false" | "off" => Value::Boolean(false),
                 address => Value::String(address.to_owned()),
             },
+            EnvKind::Boolean => match text {
+                "true" => Value::Boolean(true),
+                "false" => Value::Boolean(false),
+                other => {
+                    return Err(FileConfigError::new(
+                        self.variable,
+                        Some(self.key.to_owned()),
+                        format!("{other:?} is not true or false"),
+                    ))
+                }
+            },
             EnvKind::List => Value::Array(
                 text.split(',')
                     .map(str::trim)
@@ -302,8 +340,16 @@ mod tests {
             ("OUTBOX_LISTENER_ADDRESS", "0.0.0.0:9470"),
             ("OUTBOX_LISTENER_TOKEN_ENV", "OUTBOX_CONTROL_TOKEN"),
             ("OUTBOX_LISTENER_ROUTES", "metrics, probes,api,control"),
-            ("OUTBOX_LISTENER_UI_HOSTS", "relay.internal, ops.example"),
+            (
+                "OUTBOX_LISTENER_ALLOWED_HOSTS",
+                "relay.internal, ops.example",
+            ),
+            ("OUTBOX_LISTENER_OPEN_LANE_READS", "true"),
+            ("OUTBOX_LISTENER_SECURE_COOKIES", "true"),
+            ("OUTBOX_LISTENER_API_STORE_CALLS", "3"),
+            ("OUTBOX_LISTENER_API_STORE_TIMEOUT", "4s"),
             ("OUTBOX_LISTENER_HEADER_READ_TIMEOUT", "2s"),
+            ("OUTBOX_LISTENER_REQUEST_TIMEOUT", "8s"),
             ("OUTBOX_LISTENER_IDLE_TIMEOUT", "9s"),
             ("OUTBOX_LISTENER_MAX_CONNECTIONS", "12"),
             ("OUTBOX_SUPERVISOR_MAX_RESTARTS", "4"),
@@ -347,11 +393,19 @@ mod tests {
             ])
         );
         assert_eq!(
-            config.listener.ui_hosts,
+            config.listener.allowed_hosts,
             Some(vec!["relay.internal".into(), "ops.example".into()])
+        );
+        assert_eq!(config.listener.open_lane_reads, Some(true));
+        assert_eq!(config.listener.secure_cookies, Some(true));
+        assert_eq!(config.listener.api_store_calls, Some(3));
+        assert_eq!(
+            config.listener.api_store_timeout.map(|d| d.0.as_secs()),
+            Some(4)
         );
         let limits = config.listener.to_config();
         assert_eq!(limits.header_read_timeout.as_secs(), 2);
+        assert_eq!(limits.request_timeout.as_secs(), 8);
         assert_eq!(limits.idle_timeout.as_secs(), 9);
         assert_eq!(limits.max_connections, 12);
         assert_eq!(config.supervisor.max_restarts, Some(4));
@@ -375,7 +429,7 @@ mod tests {
             .expect("a config from the environment");
         assert_eq!(never.supervisor.to_config().fail_liveness_after, None);
         // Every setting of the list was given above.
-        assert_eq!(ENV_SETTINGS.len(), 20);
+        assert_eq!(ENV_SETTINGS.len(), 25);
     }
 
     #[test]

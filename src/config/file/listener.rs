@@ -6,12 +6,16 @@ use serde::{Deserialize, Serialize};
 
 use super::MetricsListen;
 use crate::config::duration::HumanDuration;
-use crate::config::{ConfigError, ControlToken, ListenerConfig};
+use crate::config::{
+    ConfigError, ControlToken, ListenerConfig, DEFAULT_API_STORE_CALLS, DEFAULT_API_STORE_TIMEOUT,
+    MAX_API_STORE_CALLS,
+};
 
-/// `[listener]`: where the HTTP listener binds, its limits, its control token and its
-/// route groups; absent fields keep their defaults. Without `token_env` or `token_file`
-/// the mutating routes (`POST /api/v1/…`) are off. Binding to every interface (`0.0.0.0`,
-/// `[::]`) is refused unless a token is set or `routes` leaves `control` out.
+/// `[listener]`: where the HTTP listener binds, its limits, its control token, its route
+/// groups, the hosts its API and UI answer and the bound of their store calls; absent
+/// fields keep their defaults. Without `token_env` or `token_file` the mutating routes
+/// (`POST /api/v1/…`) and the reads of messages are off. Binding any address but loopback
+/// is refused while `api`, `control` or `ui` is served without a token.
 ///
 /// Older names, still read (the daemon warns when it meets them): the top-level
 /// `metrics_listen` for `address`, `control_token_env` for `token_env` and
@@ -25,6 +29,9 @@ pub struct ListenerSection {
     pub address: Option<MetricsListen>,
     /// How long a client may take to send a request's headers. Default 5s.
     pub header_read_timeout: Option<HumanDuration>,
+    /// How long a request may take once its headers are in (its body, its answer); past
+    /// it, `408` and closed. Default 10s.
+    pub request_timeout: Option<HumanDuration>,
     /// How long a connection may go without a byte read or written. Default 60s.
     pub idle_timeout: Option<HumanDuration>,
     /// How many connections are served at once; past it, `503` and closed. Default 64.
@@ -40,17 +47,60 @@ pub struct ListenerSection {
     /// The route groups served: any of `metrics`, `probes`, `api`, `control`, `ui`.
     /// Default: all.
     pub routes: Option<Vec<String>>,
-    /// Host names the web UI (`/ui`) answers to besides IP addresses and `localhost`: the
-    /// name operators reach the listener by (behind a proxy, a cluster DNS name). A
-    /// request with any other `Host` gets 403 (DNS rebinding). Default: none.
-    pub ui_hosts: Option<Vec<String>>,
+    /// Host names the API (`/api/v1/…`) and the web UI (`/ui`) answer to besides IP
+    /// addresses and `localhost`: the name operators reach the listener by (behind a proxy,
+    /// a cluster DNS name). A request to either with any other `Host` gets 403 (DNS
+    /// rebinding); `/metrics` and the probes answer any. Default: none.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Whether `GET /api/v1/lanes` (the lanes' status, no message) answers without the
+    /// token. Reads of messages and every mutation still need it. Default false.
+    pub open_lane_reads: Option<bool>,
+    /// Whether the UI's cookies are always marked `Secure` (a UI behind a proxy that
+    /// terminates TLS); without it, only when the request says `X-Forwarded-Proto: https`.
+    /// Default false.
+    pub secure_cookies: Option<bool>,
+    /// How many store calls the API and the UI run at once; past it, `503` at once.
+    /// Default 2.
+    pub api_store_calls: Option<usize>,
+    /// How long one API or UI request's store work may take; past it, `503`. Default 10s.
+    pub api_store_timeout: Option<HumanDuration>,
 }
 
 /// The route groups `routes` may name (`http::RouteGroup`'s names; the config parses
 /// without the `http` feature).
 const ROUTE_GROUPS: [&str; 5] = ["metrics", "probes", "api", "control", "ui"];
 
+/// The settings of `[listener]` that the router takes (who may read, the hosts, the
+/// bound of the API's store calls), defaults filled in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ApiSettings {
+    /// Host names the API and the UI answer besides IP addresses and `localhost`.
+    pub allowed_hosts: Vec<String>,
+    /// Whether `GET /api/v1/lanes` answers without the token.
+    pub open_lane_reads: bool,
+    /// Whether the UI's cookies are always `Secure`.
+    pub secure_cookies: bool,
+    /// Store calls the API and the UI run at once.
+    pub api_store_calls: usize,
+    /// How long one request's store work may take.
+    pub api_store_timeout: std::time::Duration,
+}
+
 impl ListenerSection {
+    /// The router's settings, defaults filled in (not validated: see [`Self::validate`]).
+    pub fn api_settings(&self) -> ApiSettings {
+        ApiSettings {
+            allowed_hosts: self.allowed_hosts.clone().unwrap_or_default(),
+            open_lane_reads: self.open_lane_reads.unwrap_or(false),
+            secure_cookies: self.secure_cookies.unwrap_or(false),
+            api_store_calls: self.api_store_calls.unwrap_or(DEFAULT_API_STORE_CALLS),
+            api_store_timeout: self
+                .api_store_timeout
+                .map_or(DEFAULT_API_STORE_TIMEOUT, |timeout| timeout.0),
+        }
+    }
+
     /// The limits, defaults filled in (not validated: see [`Self::validate`]).
     pub fn to_config(&self) -> ListenerConfig {
         let defaults = ListenerConfig::default();
@@ -58,6 +108,9 @@ impl ListenerSection {
             header_read_timeout: self
                 .header_read_timeout
                 .map_or(defaults.header_read_timeout, |d| d.0),
+            request_timeout: self
+                .request_timeout
+                .map_or(defaults.request_timeout, |d| d.0),
             idle_timeout: self.idle_timeout.map_or(defaults.idle_timeout, |d| d.0),
             max_connections: self.max_connections.unwrap_or(defaults.max_connections),
         }
@@ -85,17 +138,31 @@ impl ListenerSection {
             )),
             _ => Ok(()),
         }?;
-        for host in self.ui_hosts.iter().flatten() {
+        for host in self.allowed_hosts.iter().flatten() {
             let name_like = !host.is_empty()
                 && host
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
             if !name_like {
                 return Err(ConfigError::new(
-                    "listener.ui_hosts",
+                    "listener.allowed_hosts",
                     format!("{host:?} is not a host name (letters, digits, '-' and '.'; no port)"),
                 ));
             }
+        }
+        if let Some(calls) = self.api_store_calls {
+            if calls == 0 || calls > MAX_API_STORE_CALLS {
+                return Err(ConfigError::new(
+                    "listener.api_store_calls",
+                    format!("must be between 1 and {MAX_API_STORE_CALLS}"),
+                ));
+            }
+        }
+        if self.api_store_timeout.is_some_and(|d| d.0.is_zero()) {
+            return Err(ConfigError::new(
+                "listener.api_store_timeout",
+                "must be greater than zero",
+            ));
         }
         for group in self.routes.iter().flatten() {
             if !ROUTE_GROUPS.contains(&group.as_str()) {
@@ -165,28 +232,42 @@ impl ListenerSection {
             || self.control_token_file.is_some()
     }
 
-    /// Whether the mutating routes (the `control` group) are served.
-    pub fn serves_control(&self) -> bool {
+    /// Whether the route group `group` is served (`routes` absent: all are).
+    pub fn serves(&self, group: &str) -> bool {
         self.routes
             .as_ref()
-            .is_none_or(|groups| groups.iter().any(|group| group == "control"))
+            .is_none_or(|groups| groups.iter().any(|served| served == group))
     }
 
-    /// Refuses to bind `address` to every interface (`0.0.0.0`, `[::]`) while the mutating
-    /// routes are on and no token is set: whoever reaches the port could try them. `field`
-    /// names the setting that chose the address (`listener.address`, `metrics_listen`,
-    /// `--metrics-listen`, or its environment variable).
+    /// The groups served that read or change the store: `api`, `control`, `ui`.
+    fn store_groups(&self) -> Vec<&'static str> {
+        ["api", "control", "ui"]
+            .into_iter()
+            .filter(|group| self.serves(group))
+            .collect()
+    }
+
+    /// Refuses to bind `address` to anything but loopback while the API, the lane control
+    /// routes or the UI are on and no token is set: every other address (every interface,
+    /// a pod's, a host's) is reachable by others, and without a token the lane reads are
+    /// open to them (the messages and mutations are off, but an unguarded group on a
+    /// shared network is a mistake waiting to be made worse). `field` names the setting
+    /// that chose the address (`listener.address`, `metrics_listen`, `--metrics-listen`,
+    /// or its environment variable).
     pub fn check_exposure(&self, address: &MetricsListen, field: &str) -> Result<(), ConfigError> {
         let MetricsListen::Listen(addr) = address else {
             return Ok(());
         };
-        if addr.ip().is_unspecified() && self.serves_control() && !self.has_token() {
+        let exposed = !addr.ip().is_loopback();
+        let groups = self.store_groups();
+        if exposed && !groups.is_empty() && !self.has_token() {
             return Err(ConfigError::new(
                 field,
                 format!(
-                    "{addr} binds every interface while the mutating routes are on without a \
-                     token: set listener.token_env or listener.token_file, or leave `control` \
-                     out of listener.routes (or bind a loopback or pod address)"
+                    "{addr} is not a loopback address, and the listener serves {} without a \
+                     token: set listener.token_env or listener.token_file, or serve only \
+                     metrics and probes there (listener.routes = [\"metrics\", \"probes\"])",
+                    groups.join(", ")
                 ),
             ));
         }
@@ -267,10 +348,25 @@ mod tests {
                 "listener.routes",
             ),
             (
-                "[listener]\nui_hosts = [\"relay.internal:9464\"]",
-                "listener.ui_hosts",
+                "[listener]\nallowed_hosts = [\"relay.internal:9464\"]",
+                "listener.allowed_hosts",
             ),
-            ("[listener]\nui_hosts = [\"\"]", "listener.ui_hosts"),
+            (
+                "[listener]\nallowed_hosts = [\"\"]",
+                "listener.allowed_hosts",
+            ),
+            (
+                "[listener]\napi_store_calls = 0",
+                "listener.api_store_calls",
+            ),
+            (
+                "[listener]\napi_store_timeout = \"0s\"",
+                "listener.api_store_timeout",
+            ),
+            (
+                "[listener]\nrequest_timeout = \"0s\"",
+                "listener.request_timeout",
+            ),
         ] {
             let error = FileConfig::from_toml_str("test", &with(table)).expect_err(table);
             assert_eq!(error.field(), Some(field), "{table}: {error}");
@@ -289,13 +385,18 @@ mod tests {
         assert_eq!(config.listener.to_config().max_connections, 8);
         let hosts = FileConfig::from_toml_str(
             "test",
-            &with("[listener]\nroutes = [\"ui\"]\nui_hosts = [\"relay.internal\"]"),
+            &with("[listener]\nroutes = [\"ui\"]\nallowed_hosts = [\"relay.internal\"]"),
         )
         .unwrap();
         assert_eq!(
-            hosts.listener.ui_hosts.as_deref(),
+            hosts.listener.allowed_hosts.as_deref(),
             Some(&["relay.internal".to_owned()][..])
         );
+        // Never shipped under its older name: refused as any unknown key is, naming it.
+        let old =
+            FileConfig::from_toml_str("test", &with("[listener]\nui_hosts = [\"relay.internal\"]"))
+                .expect_err("ui_hosts is not a key");
+        assert!(old.to_string().contains("ui_hosts"), "{old}");
         let token = config.listener.control_token().unwrap().expect("a token");
         assert_eq!(token.as_str(), "file-control-token-0123456789");
         std::fs::write(&path, "short").unwrap();
@@ -319,7 +420,7 @@ mod tests {
     }
 
     #[test]
-    fn every_interface_needs_a_token_or_the_mutating_routes_off() {
+    fn every_address_but_loopback_needs_a_token_or_only_metrics_and_probes() {
         let with = |table: &str| {
             format!(
                 "{table}\n[[lanes]]\nlane = \"orders\"\ntarget = \"audit\"\nsink = {{ kind = \"log\" }}\n"
@@ -329,6 +430,17 @@ mod tests {
             ("[listener]\naddress = \"0.0.0.0:9464\"", "listener.address"),
             ("[listener]\naddress = \"[::]:9464\"", "listener.address"),
             ("metrics_listen = \"0.0.0.0:9464\"", "metrics_listen"),
+            // A pod's or a host's address is as reachable as every interface.
+            ("[listener]\naddress = \"10.0.0.7:9464\"", "listener.address"),
+            // Each group that reads or changes the store counts.
+            (
+                "[listener]\naddress = \"0.0.0.0:9464\"\nroutes = [\"metrics\", \"probes\", \"api\"]",
+                "listener.address",
+            ),
+            (
+                "[listener]\naddress = \"0.0.0.0:9464\"\nroutes = [\"metrics\", \"ui\"]",
+                "listener.address",
+            ),
             (
                 "[listener]\naddress = \"0.0.0.0:9464\"\nroutes = [\"metrics\", \"control\"]",
                 "listener.address",
@@ -356,16 +468,21 @@ mod tests {
         let refused =
             FileConfig::from_toml_str("test", &with("[listener]\naddress = \"0.0.0.0:9464\""))
                 .expect_err("every interface without a token");
+        let text = refused.to_string();
         assert!(
-            refused.to_string().contains("token_env") && refused.to_string().contains("routes"),
+            text.contains("token_env")
+                && text.contains("api, control, ui")
+                && text.contains("routes"),
             "{refused}"
         );
         for table in [
             "[listener]\naddress = \"0.0.0.0:9464\"\ntoken_env = \"OUTBOX_CONTROL_TOKEN\"",
             "[listener]\naddress = \"0.0.0.0:9464\"\ntoken_file = \"/run/secrets/token\"",
             "[listener]\naddress = \"0.0.0.0:9464\"\ncontrol_token_env = \"OUTBOX_CONTROL_TOKEN\"",
-            "[listener]\naddress = \"0.0.0.0:9464\"\nroutes = [\"metrics\", \"probes\", \"api\"]",
-            "[listener]\naddress = \"10.0.0.7:9464\"",
+            "[listener]\naddress = \"0.0.0.0:9464\"\nroutes = [\"metrics\", \"probes\"]",
+            "[listener]\naddress = \"10.0.0.7:9464\"\nroutes = [\"metrics\", \"probes\"]",
+            "[listener]\naddress = \"127.0.0.1:9464\"",
+            "[listener]\naddress = \"[::1]:9464\"",
             "[listener]\naddress = false",
         ] {
             FileConfig::from_toml_str("test", &with(table)).expect(table);

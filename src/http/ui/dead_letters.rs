@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::super::messages::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use super::html::{self, csrf_field, esc, lane_select, notice, url};
 use super::messages::{dead_letter_actions, lane_names, message_table};
-use super::{lane_target, reader, with_relay, writer, Form, Routes};
+use super::{lane_target, message_reader, with_relay, writer, Form, Routes};
 use crate::message::OutboxStatus;
 use crate::store::{BlockedKeys, MessageFilter, Page, PageRequest};
 
@@ -28,7 +28,7 @@ pub(super) async fn page(
     uri: Uri,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let reader = match reader(&routes, &headers, &uri) {
+    let reader = match message_reader(&routes, &headers, &uri) {
         Ok(reader) => reader,
         Err(refused) => return refused,
     };
@@ -371,7 +371,7 @@ pub(super) async fn blocked_keys(
     uri: Uri,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let reader = match reader(&routes, &headers, &uri) {
+    let reader = match message_reader(&routes, &headers, &uri) {
         Ok(reader) => reader,
         Err(refused) => return refused,
     };

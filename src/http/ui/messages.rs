@@ -12,7 +12,7 @@ use uuid::Uuid;
 use super::super::api::ApiError;
 use super::super::messages::DEFAULT_PAGE_SIZE;
 use super::html::{self, csrf_field, esc, lane_select, url};
-use super::{lane_target, reader, with_relay, Form, Routes};
+use super::{lane_target, message_reader, with_relay, Form, Routes};
 use crate::message::{OutboxMessage, OutboxStatus};
 use crate::store::{KeyState, MessageFilter, Page, PageRequest};
 use crate::time::UnixMillis;
@@ -100,7 +100,7 @@ pub(super) async fn search(
     uri: Uri,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let reader = match reader(&routes, &headers, &uri) {
+    let reader = match message_reader(&routes, &headers, &uri) {
         Ok(reader) => reader,
         Err(refused) => return refused,
     };
@@ -315,7 +315,7 @@ pub(super) async fn one(
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let reader = match reader(&routes, &headers, &uri) {
+    let reader = match message_reader(&routes, &headers, &uri) {
         Ok(reader) => reader,
         Err(refused) => return refused,
     };

@@ -1,5 +1,5 @@
-//! Who may use the UI: the sessions a login opens, the CSRF token of each, and the Host
-//! check. Pure: no I/O, no clock of its own (callers pass `Instant`s), unit-tested.
+//! Who may use the UI: the sessions a login opens, the CSRF token of each, and the login
+//! form's own. Pure: no I/O, no clock of its own (callers pass `Instant`s), unit-tested.
 //!
 //! - **Login.** The operator types the listener's control token once; the answer sets a
 //!   random session id in an `HttpOnly`, `SameSite=Strict` cookie ([`SESSION_COOKIE`]).
@@ -10,12 +10,13 @@
 //!   POST whose `csrf` field differs is refused. `SameSite=Strict` alone already keeps the
 //!   cookie off cross-site requests; the token also covers browsers that ignore it and
 //!   same-site pages (another port on the host).
-//! - **Host.** A page on an attacker's domain that resolves to the relay's address (DNS
-//!   rebinding) reaches the listener with its own name in `Host`: only IP literals,
-//!   `localhost` and the names the listener was given are served.
+//! - **The login form** has no session yet: its CSRF value is double-submitted (a cookie
+//!   and a form field that must agree), and it must be one this process issued and has not
+//!   seen used ([`Sessions::issue_login`]), so an attacker who can set a cookie (a sibling
+//!   subdomain) still cannot choose it.
+//! - The `Host` check is the router's, for the API and the UI alike (`http::access`).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use uuid::Uuid;
@@ -29,6 +30,11 @@ pub(crate) const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
 /// The most sessions kept at once; a new login past it forgets the oldest. Bounds what a
 /// caller with the token can make the process hold.
 pub(crate) const MAX_SESSIONS: usize = 256;
+/// How long a login form's CSRF value stays good.
+pub(crate) const LOGIN_TTL: Duration = Duration::from_secs(60 * 60);
+/// The most login forms' values kept at once; past it the oldest is forgotten (anyone may
+/// open the login page, so this bounds what they can make the process hold).
+pub(crate) const MAX_LOGINS: usize = 1024;
 
 /// A random secret: 244 bits from two UUID v4s, as 64 hex digits.
 pub(crate) fn secret() -> String {
@@ -53,10 +59,11 @@ pub(crate) struct Session {
     opened: Instant,
 }
 
-/// The open sessions, by id.
+/// The open sessions, by id, and the login forms' values, with when each was issued.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
     open: HashMap<String, Session>,
+    logins: HashMap<String, Instant>,
 }
 
 impl Sessions {
@@ -98,6 +105,34 @@ impl Sessions {
     pub(crate) fn close(&mut self, id: &str) {
         self.open.remove(id);
     }
+
+    /// A login form's CSRF value, issued at `now`, good once within [`LOGIN_TTL`].
+    pub(crate) fn issue_login(&mut self, now: Instant) -> String {
+        self.logins
+            .retain(|_, issued| now.duration_since(*issued) < LOGIN_TTL);
+        while self.logins.len() >= MAX_LOGINS {
+            let Some(oldest) = self
+                .logins
+                .iter()
+                .min_by_key(|(_, issued)| **issued)
+                .map(|(value, _)| value.clone())
+            else {
+                break;
+            };
+            self.logins.remove(&oldest);
+        }
+        let value = secret();
+        self.logins.insert(value.clone(), now);
+        value
+    }
+
+    /// Whether `value` is a login form's value this process issued, within [`LOGIN_TTL`]
+    /// of `now` and not used before; it is used up either way.
+    pub(crate) fn take_login(&mut self, value: &str, now: Instant) -> bool {
+        self.logins
+            .remove(value)
+            .is_some_and(|issued| now.duration_since(issued) < LOGIN_TTL)
+    }
 }
 
 /// The value of cookie `name` in a `Cookie` header.
@@ -109,33 +144,17 @@ pub(crate) fn cookie<'a>(header: &'a str, name: &str) -> Option<&'a str> {
         .map(|(_, value)| value)
 }
 
-/// A `Set-Cookie` value: `HttpOnly`, `SameSite=Strict`, scoped to `/ui`; `max_age`
-/// `None` deletes it.
-pub(crate) fn set_cookie(name: &str, value: &str, max_age: Option<Duration>) -> String {
+/// A `Set-Cookie` value: `HttpOnly`, `SameSite=Strict`, scoped to `/ui`, `Secure` when
+/// `secure` (the UI is served over TLS); `max_age` `None` deletes it.
+pub(crate) fn set_cookie(
+    name: &str,
+    value: &str,
+    max_age: Option<Duration>,
+    secure: bool,
+) -> String {
     let age = max_age.map_or(0, |age| age.as_secs());
-    format!("{name}={value}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={age}")
-}
-
-/// Whether a request's `Host` header is one the UI serves: an IP literal, `localhost`, or
-/// one of `allowed` (names compared without case, the port ignored).
-pub(crate) fn host_allowed(host: Option<&str>, allowed: &[String]) -> bool {
-    let Some(host) = host.map(str::trim).filter(|host| !host.is_empty()) else {
-        return false;
-    };
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        // [v6]:port
-        match rest.split_once(']') {
-            Some((v6, _)) => return v6.parse::<std::net::Ipv6Addr>().is_ok(),
-            None => return false,
-        }
-    } else {
-        host.rsplit_once(':')
-            .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-            .map_or(host, |(name, _)| name)
-    };
-    name.parse::<IpAddr>().is_ok()
-        || name.eq_ignore_ascii_case("localhost")
-        || allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{name}={value}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={age}{secure}")
 }
 
 /// Whether an `Origin` header (browsers send it with every POST) is the page's own host:
@@ -198,38 +217,34 @@ mod tests {
         let header = "a=1; outbox_ui_session=xyz; b=2";
         assert_eq!(cookie(header, SESSION_COOKIE), Some("xyz"));
         assert_eq!(cookie(header, "c"), None);
-        let set = set_cookie(SESSION_COOKIE, "xyz", Some(SESSION_TTL));
+        let set = set_cookie(SESSION_COOKIE, "xyz", Some(SESSION_TTL), false);
         assert!(
-            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+            set.contains("HttpOnly") && set.contains("SameSite=Strict") && !set.contains("Secure"),
             "{set}"
         );
-        assert!(set_cookie(SESSION_COOKIE, "", None).contains("Max-Age=0"));
+        assert!(set_cookie(SESSION_COOKIE, "", None, false).contains("Max-Age=0"));
+        assert!(set_cookie(SESSION_COOKIE, "xyz", Some(SESSION_TTL), true).ends_with("; Secure"));
     }
 
     #[test]
-    fn only_ip_literals_localhost_and_named_hosts_are_served() {
-        let named = vec!["relay.internal".to_owned()];
-        for host in [
-            "127.0.0.1:9464",
-            "127.0.0.1",
-            "[::1]:9464",
-            "localhost:9464",
-            "LOCALHOST",
-            "10.0.0.7",
-            "relay.internal:9464",
-        ] {
-            assert!(host_allowed(Some(host), &named), "{host}");
+    fn a_login_value_is_one_this_process_issued_used_once() {
+        let start = Instant::now();
+        let mut sessions = Sessions::default();
+        let issued = sessions.issue_login(start);
+        assert!(!sessions.take_login("attacker-chosen-value", start));
+        assert!(sessions.take_login(&issued, start));
+        assert!(!sessions.take_login(&issued, start), "used once");
+        let stale = sessions.issue_login(start);
+        assert!(!sessions.take_login(&stale, start + LOGIN_TTL));
+        let first = sessions.issue_login(start);
+        for i in 1..=MAX_LOGINS {
+            sessions.issue_login(start + Duration::from_millis(i as u64));
         }
-        for host in [
-            "evil.example:9464",
-            "evil.example",
-            "",
-            "[zz]:1",
-            "127.0.0.1.evil.example",
-        ] {
-            assert!(!host_allowed(Some(host), &named), "{host}");
-        }
-        assert!(!host_allowed(None, &named));
+        assert!(sessions.logins.len() <= MAX_LOGINS);
+        assert!(
+            !sessions.take_login(&first, start),
+            "the oldest was forgotten"
+        );
     }
 
     #[test]

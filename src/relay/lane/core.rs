@@ -209,6 +209,11 @@ impl LaneCore {
             Input::Pause => {
                 if self.mode == Mode::Running {
                     self.mode = Mode::Paused;
+                    // Only what already runs finishes: what waits in the buffer goes back
+                    // unused (pending again, its attempt not counted), as a drain releases
+                    // it. An operator pauses a misbehaving target now, not once the
+                    // prefetch has drained into it.
+                    self.release_buffer(&mut out);
                 }
             }
             Input::Resume => {
@@ -582,7 +587,8 @@ impl LaneCore {
     }
 
     /// Hands the buffered claims back unused, while running or paused (a drain has
-    /// already).
+    /// already). A paused lane holds no buffer: a pause releases it, and claims or
+    /// hand-offs that arrive while paused go straight back.
     fn release_buffer(&mut self, out: &mut Vec<Command>) {
         if !matches!(self.mode, Mode::Running | Mode::Paused) {
             return;

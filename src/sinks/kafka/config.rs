@@ -83,6 +83,9 @@ pub struct KafkaSinkConfig {
     /// The topic of each record: a [`Template`].
     pub topic: Template,
     /// The record key: a [`Template`]. Default: the message's ordering key (none without).
+    /// The relay orders deliveries by ordering key, not by this key: records that share a
+    /// Kafka key but not an ordering key may reach their partition out of enqueue order
+    /// (the sink logs a warning the first time a record's key is not its ordering key).
     #[serde(default)]
     pub key: Option<Template>,
     /// The partition: a number, or a [`Template`] rendering one. Default: the partitioner's
@@ -93,6 +96,12 @@ pub struct KafkaSinkConfig {
     /// instead of permanent. Default false.
     #[serde(default)]
     pub auto_create_topics: bool,
+    /// Whether the broker refusing the sink's credentials or permissions (SASL
+    /// authentication, topic or cluster authorization) is retried, the default, rather
+    /// than dead-lettered: a rotated password or an ACL granted late heals, and meanwhile
+    /// the lane's breaker opens instead of the backlog being dead-lettered at full speed.
+    #[serde(default = "retry_auth_failures")]
+    pub retry_auth_failures: bool,
     /// `plaintext` (default), `ssl`, `sasl_plaintext` or `sasl_ssl`.
     #[serde(default)]
     pub security_protocol: SecurityProtocol,
@@ -143,6 +152,10 @@ pub struct KafkaSinkConfig {
     /// Further librdkafka producer settings, passed as they are.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+}
+
+fn retry_auth_failures() -> bool {
+    true
 }
 
 fn default_brokers() -> String {
@@ -205,6 +218,7 @@ impl KafkaSinkConfig {
             key: None,
             partition: None,
             auto_create_topics: false,
+            retry_auth_failures: true,
             security_protocol: SecurityProtocol::default(),
             sasl_mechanism: None,
             sasl_username: None,

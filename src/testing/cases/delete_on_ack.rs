@@ -191,3 +191,39 @@ pub async fn ack_and_claim_that_deletes_deletes_then_claims_what_the_deletes_fre
     assert_eq!(answer.acked, vec![ClaimOutcome::Applied]);
     assert_unclaimed(&get(&h, second.outbox_id).await, OutboxStatus::Delivered);
 }
+
+/// A dedupe key lives as long as its row: once an ack deleted the row, the same draft
+/// enqueued again is a second message with a new `outbox_id`, delivered again (what the
+/// Guarantees and `OutboxMessageDraft::dedupe_key` say of `keep_delivered = false`).
+pub async fn a_dedupe_key_is_forgotten_once_an_ack_deleted_its_row(h: Harness) {
+    let first = put(&h, draft(1).with_dedupe_key("order-7")).await;
+    let again = h
+        .store
+        .enqueue(draft(1).with_dedupe_key("order-7"))
+        .await
+        .unwrap();
+    assert!(again.duplicate, "while its row lives, the key dedupes");
+    assert_eq!(again.message.outbox_id, first.outbox_id);
+    let batch = h.store.claim(&claim_req(1, "relay-a")).await.unwrap();
+    assert_eq!(ids(&batch), vec![first.outbox_id]);
+    if !deletes_or_refuses(&h, claim_of(&batch.messages[0])).await {
+        return;
+    }
+    let outcomes = h
+        .store
+        .ack_with(&[claim_of(&batch.messages[0])], AckMode::Delete)
+        .await
+        .unwrap();
+    assert_eq!(outcomes, vec![ClaimOutcome::Applied]);
+    let second = h
+        .store
+        .enqueue(draft(1).with_dedupe_key("order-7"))
+        .await
+        .unwrap();
+    assert!(
+        !second.duplicate,
+        "the row is gone, and its dedupe key with it"
+    );
+    assert_ne!(second.message.outbox_id, first.outbox_id);
+    assert_eq!(second.message.status, OutboxStatus::Pending);
+}

@@ -160,7 +160,7 @@ fn resolved(text: &str) -> String {
                 config.listen_address(),
                 config.listener.to_config(),
                 routes,
-                &config.listener.ui_hosts,
+                config.listener.api_settings(),
                 config.listener.control_token().map_err(|e| e.to_string()),
             ),
             config.postgres.to_options(),

@@ -39,11 +39,13 @@ impl LaneCore {
         self.store_ok();
         let took = now.saturating_duration_since(issued_at);
         self.cadence.note_claim(took);
-        // Claimed just as the drain began, or sent before the breaker opened or a
-        // Retry-After hold began: hand them straight back (a release does not count the
+        // Claimed just as the drain or a pause began, or sent before the breaker opened or
+        // a Retry-After hold began: hand them straight back (a release does not count the
         // attempt).
-        let hand_back = matches!(self.mode, Mode::Draining { .. } | Mode::Stopped)
-            || self.gates.holds_claims(now);
+        let hand_back = matches!(
+            self.mode,
+            Mode::Paused | Mode::Draining { .. } | Mode::Stopped
+        ) || self.gates.holds_claims(now);
         let claimed: Vec<Uuid> = if hand_back {
             Vec::new()
         } else {

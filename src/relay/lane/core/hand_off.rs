@@ -138,8 +138,8 @@ impl LaneCore {
     }
 
     /// A message an enqueue wrote claimed for this lane: held as a one-message claim
-    /// batch. While draining (or held by a gate) it goes straight back, as a buffered
-    /// claim would.
+    /// batch. While paused or draining (or held by a gate) it goes straight back, as a
+    /// buffered claim would.
     pub(super) fn handed_off(
         &mut self,
         now: Instant,
@@ -151,8 +151,10 @@ impl LaneCore {
         let Some(claim) = message.claim() else {
             return;
         };
-        if matches!(self.mode, Mode::Draining { .. } | Mode::Stopped)
-            || self.gates.holds_claims(now)
+        if matches!(
+            self.mode,
+            Mode::Paused | Mode::Draining { .. } | Mode::Stopped
+        ) || self.gates.holds_claims(now)
         {
             self.releasing += 1;
             out.push(Command::Store(StoreCall::Release(vec![claim])));

@@ -15,6 +15,57 @@ fn pause_holds_claims_and_resume_claims() {
 }
 
 #[test]
+fn a_pause_releases_the_buffer_and_only_running_deliveries_finish() {
+    let now = Instant::now();
+    // Concurrency 1, prefetch 4: one running, four buffered.
+    let mut core = LaneCore::new(config(1, 4), false);
+    let messages: Vec<_> = (0..5).map(|_| message(None)).collect();
+    let out = running_with(&mut core, now, &messages);
+    let [(slot, running)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(running, messages[0].outbox_id);
+    assert_eq!(core.buffered(), 4);
+    let out = core.handle(now, Input::Pause);
+    let buffered: Vec<Uuid> = messages[1..].iter().map(|m| m.outbox_id).collect();
+    assert_eq!(released(&out), buffered, "the buffer goes back: {out:?}");
+    assert_eq!(core.buffered(), 0);
+    core.handle(
+        now,
+        Input::Store(StoreAnswer::Released {
+            sent: 4,
+            result: Ok(vec![ClaimOutcome::Applied; 4]),
+        }),
+    );
+    // The running delivery finishes and is acked; its slot takes nothing.
+    let out = core.handle(now, done(slot, &messages[0]));
+    assert!(delivered(&out).is_empty(), "{out:?}");
+    assert_eq!(acks(&out), vec![messages[0].claim().unwrap()]);
+    assert!(claims(&out).is_empty(), "no claim while paused: {out:?}");
+    let out = core.handle(now, acked_all(1));
+    assert!(
+        delivered(&out).is_empty() && claims(&out).is_empty(),
+        "{out:?}"
+    );
+    // Resumed: it claims again (the released rows are due now).
+    assert_eq!(claims(&core.handle(now, Input::Resume)), vec![5]);
+}
+
+#[test]
+fn a_claim_that_comes_back_after_a_pause_goes_back_unused() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(2, 2), false);
+    assert_eq!(claims(&core.handle(now, Input::Start)), vec![4]);
+    core.handle(now, Input::Pause);
+    let messages: Vec<_> = (0..3).map(|_| message(None)).collect();
+    let out = core.handle(now, batch(&core, &messages));
+    assert!(delivered(&out).is_empty(), "{out:?}");
+    let ids: Vec<Uuid> = messages.iter().map(|m| m.outbox_id).collect();
+    assert_eq!(released(&out), ids, "{out:?}");
+    assert_eq!((core.in_flight(), core.buffered(), core.held()), (0, 0, 0));
+}
+
+#[test]
 fn a_drain_releases_the_buffer_and_stops_once_deliveries_are_recorded() {
     let now = Instant::now();
     let mut core = LaneCore::new(config(1, 2), false);

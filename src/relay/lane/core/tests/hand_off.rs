@@ -165,10 +165,11 @@ fn pause_and_drain_revoke_and_a_message_handed_off_during_the_drain_is_released(
     assert!(revokes(&out), "{out:?}");
     let out = core.handle(now, Input::CreditsRevoked(1));
     assert!(grants(&out).is_empty(), "no grant while paused: {out:?}");
-    // One was in transit: it still arrives, and a paused lane delivers what it holds.
+    // One was in transit: it still arrives, and a paused lane hands it back unused.
     let late = message(None);
     let out = core.handle(now, handed(&late, now));
-    assert_eq!(delivered(&out).len(), 1, "{out:?}");
+    assert!(delivered(&out).is_empty(), "{out:?}");
+    assert_eq!(released(&out), vec![late.outbox_id], "{out:?}");
 
     let mut core = LaneCore::new(config(2, 0).hand_off(true), false);
     assert_eq!(idle(&mut core, now), vec![2]);
