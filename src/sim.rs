@@ -18,7 +18,7 @@
 //! shell's commands; `world/calls.rs`: store calls, `world/target.rs`: deliveries,
 //! `world/faults.rs`: faults and traces), `relay.rs` (the state of one relay process),
 //! `check.rs` (the invariants), `rng.rs` (the seeded stream), `shrink.rs` (fewer messages
-//! and faults that still fail), `mutation.rs` (deliberate bugs the checks must catch),
+//! and faults that still fail), `mutation.rs` (which deliberate bug, `crate::mutation`, a thread's runs switch on),
 //! `tests.rs` (the seed runs).
 //!
 //! Running it: `cargo test --all-features --lib sim::` runs the CI budget (2,000 seeds)
@@ -27,8 +27,13 @@
 //! `OUTBOX_SIM_SECONDS=1800 cargo test --all-features --lib sim::tests::seeds_for_a_while
 //! -- --ignored --nocapture` runs new seeds for half an hour.
 //!
-//! What it does not model: drains and lane add/remove, the supervisor's restart policy (a
-//! crash takes the whole process), retry jitter (off, so every draw comes from the seed),
+//! The production code it runs: `LaneCore` (its decision lines, with a deliberate bug
+//! switched on as a value: `crate::mutation`), the memory store under an `Outbox`, the
+//! hand-off registry, the supervisor's restart policy for lane crashes
+//! (`relay::supervisor::restarts`) and the handler's timeout rule
+//! (`relay::handler::within_timeout`).
+//!
+//! What it does not model: drains and lane add/remove, retry jitter (off, so every draw comes from the seed),
 //! and one lane per run. Hand-offs are drawn as the lane core sees them, without the lane
 //! actor's rule that turns hand-off off beside several claims in flight.
 
@@ -129,6 +134,16 @@ pub(crate) fn settle_bound(plan: &Plan) -> Duration {
         + per_message * plan.messages.len() as u32
 }
 
+/// The longest a delivery may run past its lapse beside the next holder of its key: it
+/// started only with `start margin` of its lease left (`delivery_timeout`, or with lease
+/// extension at most `lease_extend_margin`), and runs at most `delivery_timeout`.
+pub(crate) fn overlap_bound(config: &crate::config::LaneConfig) -> Duration {
+    let margin = config
+        .lease_extend_margin
+        .map_or(config.delivery_timeout, |m| m.min(config.delivery_timeout));
+    config.delivery_timeout.saturating_sub(margin)
+}
+
 /// A run that broke an invariant.
 #[derive(Debug, Clone)]
 pub(crate) struct Failure {
@@ -188,6 +203,8 @@ pub(crate) fn run_world(plan: &Plan) -> Result<World<'_>, Failure> {
         }
     }
     world.check_all_rows();
+    world.tally.overlaps = world.check.overlaps;
+    world.tally.longest_overlap = world.check.longest_overlap;
     match world.check.violation.take() {
         Some(what) => Err(fail(&world, what)),
         None => Ok(world),

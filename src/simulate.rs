@@ -159,6 +159,7 @@ pub fn lane(
         latency: Duration::from_millis(1),
         messages,
         faults: Vec::new(),
+        supervisor: crate::config::SupervisorConfig::default(),
         faults_end: load.duration,
         stated: Some(Stated {
             failure_rate: load.failure_rate,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::rng::Rng;
-use crate::config::{CircuitBreakerConfig, LaneConfig, RateLimit};
+use crate::config::{CircuitBreakerConfig, LaneConfig, RateLimit, SupervisorConfig};
 use crate::retry::RetryPolicy;
 use crate::store::OrderingPolicy;
 
@@ -54,6 +54,11 @@ pub(crate) enum Fault {
     ClockJump(i64),
     /// An operator pauses a relay's lane for `for_`.
     Pause { relay: usize, for_: Duration },
+    /// A relay's lane actor fails while its process lives: its deliveries and claims die
+    /// with it, and the supervisor's restart policy ([`Restarts`](crate::relay::supervisor::restarts::Restarts))
+    /// says when it starts again, or that it stays failed (then the process's liveness
+    /// fails after `fail_liveness_after` and the process is restarted).
+    LaneCrash { relay: usize },
 }
 
 /// How the target answers, as percentages of deliveries (the rest succeed), until the
@@ -99,6 +104,8 @@ pub(crate) struct Plan {
     pub(crate) faults_end: Duration,
     /// The target as stated, when not drawn from the seed.
     pub(crate) stated: Option<Stated>,
+    /// Each relay process's supervisor: how it restarts a crashed lane.
+    pub(crate) supervisor: SupervisorConfig,
 }
 
 impl Plan {
@@ -190,6 +197,16 @@ impl Plan {
                 ..message
             })
             .collect();
+        // The fault classes added since, and the supervisor: from a stream of their own, so
+        // the draws above (and the seeds kept as regression tests) stay as they were.
+        let mut more = rng.fork(8);
+        let supervisor = supervisor_config(&mut more, config.lease);
+        faults.extend((0..size.faults.div_ceil(4)).map(|_| {
+            let at = Duration::from_millis(more.below(faults_end.as_millis() as u64));
+            let relay = more.below(relays as u64) as usize;
+            (at, Fault::LaneCrash { relay })
+        }));
+        faults.sort_by_key(|(at, _)| *at);
         Self {
             seed,
             relays,
@@ -200,6 +217,7 @@ impl Plan {
             faults,
             faults_end,
             stated: None,
+            supervisor,
         }
     }
 
@@ -220,6 +238,18 @@ pub(crate) const LONG_POLL: Duration = Duration::from_secs(600);
 
 /// A backward clock jump is at most this (a store's clock stepped back by NTP).
 pub(crate) const MAX_BACKWARD_JUMP_MS: u64 = 1_000;
+
+/// A supervisor whose restarts all come within two leases (the settle bound's "a crashed
+/// relay comes back within two leases"), which gives up on a lane in some runs.
+fn supervisor_config(rng: &mut Rng, lease: Duration) -> SupervisorConfig {
+    let lease_ms = lease.as_millis() as u64;
+    let base = rng.millis(5, 200);
+    SupervisorConfig::default()
+        .max_restarts(rng.between(0, 4) as u32)
+        .restart_window(rng.millis(lease_ms, lease_ms * 10))
+        .restart_backoff(RetryPolicy::new(base, base.max(rng.millis(5, lease_ms))).jitter(false))
+        .fail_liveness_after(Some(rng.millis(10, lease_ms * 2)))
+}
 
 fn lane_config(rng: &mut Rng) -> LaneConfig {
     let lease = rng.millis(1_000, 8_000);

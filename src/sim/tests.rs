@@ -96,7 +96,7 @@ fn seeds_hold_every_invariant() {
     let started = Instant::now();
     let (ran, failed) = run_seeds(first, count, None, None, false);
     println!(
-        "simulation: {ran} seeds ({} messages, {} faults each) in {:.1?}",
+        "simulation: {ran} seeds ({} messages, {} faults each, and lane crashes) in {:.1?}",
         SIZE.messages,
         SIZE.faults,
         started.elapsed()
@@ -210,6 +210,59 @@ fn every_mutation_is_caught() {
     assert!(
         missed.is_empty(),
         "not caught in {budget} seeds: {missed:?}"
+    );
+}
+
+/// How many of the CI budget's seeds catch each mutation (all of them run, none stops at
+/// the first failure): a quiet mutation, caught by few seeds, says the seeds reach rare
+/// interleavings. Long (every mutation over the whole budget): run with `--ignored`.
+#[test]
+#[ignore = "long: every mutation over the whole CI budget"]
+fn how_many_seeds_catch_each_mutation() {
+    let budget = env("OUTBOX_SIM_SEEDS").unwrap_or(2_000);
+    for mutation in Mutation::ALL {
+        let started = Instant::now();
+        let (ran, failed) = run_seeds(0, budget, None, Some(mutation), false);
+        println!(
+            "mutation {mutation:?}: caught by {} of {ran} seeds ({:.2} %), first seed {:?} ({:.1?})",
+            failed.len(),
+            failed.len() as f64 * 100.0 / ran.max(1) as f64,
+            failed.first().map(|(seed, _)| *seed),
+            started.elapsed()
+        );
+    }
+}
+
+/// A delivery runs past its lapse beside the next holder's only as long as the start
+/// margin allows (`delivery_timeout` less the margin; the checker fails a run otherwise):
+/// the seeds hold it, and fail it with the margin taken out (`Mutation::NoStartMargin`).
+/// Prints the overlaps past a lapse the seeds saw, and the longest.
+#[test]
+fn the_start_margin_bounds_how_long_a_delivery_overlaps_the_next_holder() {
+    let seeds = 0..300u64;
+    let (mut overlaps, mut longest) = (0, Duration::ZERO);
+    for seed in seeds.clone() {
+        match run(&Plan::draw(seed, SIZE)) {
+            Ok(tally) => {
+                overlaps += tally.overlaps;
+                longest = longest.max(tally.longest_overlap);
+            }
+            Err(failure) => panic!("seed {seed} at {:?}: {}", failure.at, failure.what),
+        }
+    }
+    mutation::set(Some(Mutation::NoStartMargin));
+    let caught = seeds
+        .clone()
+        .find(|seed| run(&Plan::draw(*seed, SIZE)).is_err());
+    mutation::set(None);
+    println!(
+        "{} seeds: {overlaps} overlaps past a lapse, the longest {longest:?}; without the start \
+         margin, seed {caught:?} fails",
+        seeds.end - seeds.start
+    );
+    assert!(
+        caught.is_some(),
+        "no seed of {seeds:?} fails without the start margin"
     );
 }
 

@@ -127,6 +127,10 @@ pub(crate) struct Tally {
     pub(crate) reordered_answers: u64,
     /// Messages handed off to a lane (written claimed by an enqueue of its process).
     pub(crate) handed_off: u64,
+    /// Deliveries that ran past their lapse beside a later delivery of their key (or of
+    /// themselves), and the longest such overlap.
+    pub(crate) overlaps: u64,
+    pub(crate) longest_overlap: Duration,
 }
 
 pub(crate) struct World<'p> {
@@ -170,7 +174,7 @@ impl<'p> World<'p> {
             relays: (0..plan.relays)
                 .map(|_| Relay::new(plan.config.clone()))
                 .collect(),
-            check: Checker::new(plan.config.ordering),
+            check: Checker::new(plan.config.ordering, super::overlap_bound(&plan.config)),
             faults: StoreFaults::default(),
             target_recovered: false,
             handler_generation: 0,

@@ -2,6 +2,7 @@
 
 use super::{Event, World};
 use crate::relay::lane::core::Input;
+use crate::relay::supervisor::restarts::{Restart, Restarts};
 use crate::sim::plan::Fault;
 
 impl World<'_> {
@@ -19,7 +20,29 @@ impl World<'_> {
                     for delivery in self.relays[relay].crash() {
                         self.check.ended(delivery, false);
                     }
+                    // A new process: a new supervisor, which has restarted nothing yet.
+                    self.relays[relay].restarts = Restarts::default();
                     self.after(down, Event::Restart(relay));
+                }
+            }
+            Fault::LaneCrash { relay } => {
+                if self.relays[relay].alive() {
+                    for delivery in self.relays[relay].crash() {
+                        self.check.ended(delivery, false);
+                    }
+                    let now = self.instant();
+                    let supervisor = self.plan.supervisor;
+                    let r = &mut self.relays[relay];
+                    match r.restarts.crashed(now, &supervisor) {
+                        Restart::After { after, .. } => self.after(after, Event::Restart(relay)),
+                        // The lane stays failed; the process's liveness fails after
+                        // `fail_liveness_after`, and its orchestrator starts a new one.
+                        Restart::GiveUp => {
+                            r.restarts = Restarts::default();
+                            let after = supervisor.fail_liveness_after.unwrap_or_default();
+                            self.after(after, Event::Restart(relay));
+                        }
+                    }
                 }
             }
             Fault::ClockJump(ms) => {

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::claim_loop::idle_sleep;
 use super::{ClaimOut, Command, LaneCore, Mode, StoreCall, TimerKind, MIN_IDLE_SLEEP};
+use crate::mutation::Mutation;
 use crate::relay::RelayEvent;
 use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimRef, StoreError};
@@ -141,7 +142,12 @@ impl LaneCore {
         out: &mut Vec<Command>,
     ) {
         // The store started the leases after the send: none lapses before this.
-        let Some(batch) = self.book.open(claims, sent_at + self.config.lease) else {
+        let from = if self.mutated(Mutation::LeaseTimedFromAnswer) {
+            now
+        } else {
+            sent_at
+        };
+        let Some(batch) = self.book.open(claims, from + self.config.lease) else {
             return;
         };
         let started = if self.config.lease_extend_margin.is_some() {
