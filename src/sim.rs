@@ -204,7 +204,6 @@ pub(crate) fn run_world(plan: &Plan) -> Result<World<'_>, Failure> {
     }
     world.check_all_rows();
     world.tally.overlaps = world.check.overlaps;
-    world.tally.longest_overlap = world.check.longest_overlap;
     match world.check.violation.take() {
         Some(what) => Err(fail(&world, what)),
         None => Ok(world),

@@ -89,9 +89,30 @@ pub(crate) struct Checker {
     /// Overlaps going on: the two deliveries, since when, and whether a forward jump of
     /// the store's clock exempts them from the bound.
     overlapping: Vec<(u64, u64, Duration, bool)>,
-    /// Overlaps past a lapse seen, and the longest (of those that ended).
-    pub(crate) overlaps: u64,
-    pub(crate) longest_overlap: Duration,
+    /// Overlaps past a lapse seen, and the longest (of those that ended); those after a
+    /// forward jump of the store's clock apart.
+    pub(crate) overlaps: Overlaps,
+}
+
+/// Deliveries that ran past their lapse beside a later delivery of their key (or of
+/// themselves): how many, the longest, and the same after a forward jump of the store's
+/// clock (which no lane can foresee).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Overlaps {
+    pub(crate) count: u64,
+    pub(crate) longest: Duration,
+    pub(crate) after_jump: u64,
+    pub(crate) longest_after_jump: Duration,
+}
+
+impl Overlaps {
+    /// The two together (over several runs).
+    pub(crate) fn add(&mut self, other: Overlaps) {
+        self.count += other.count;
+        self.longest = self.longest.max(other.longest);
+        self.after_jump += other.after_jump;
+        self.longest_after_jump = self.longest_after_jump.max(other.longest_after_jump);
+    }
 }
 
 impl Checker {
@@ -114,8 +135,7 @@ impl Checker {
             claimed_ids: BTreeSet::new(),
             overlap_bound,
             overlapping: Vec::new(),
-            overlaps: 0,
-            longest_overlap: Duration::ZERO,
+            overlaps: Overlaps::default(),
         }
     }
 
@@ -587,7 +607,13 @@ impl Checker {
                 begun.push((*number, this, self.now, jumped));
             }
         }
-        self.overlaps += begun.len() as u64;
+        for (.., jumped) in &begun {
+            if *jumped {
+                self.overlaps.after_jump += 1;
+            } else {
+                self.overlaps.count += 1;
+            }
+        }
         self.overlapping.extend(begun);
     }
 
@@ -604,7 +630,11 @@ impl Checker {
         self.overlapping = going_on;
         for (a, b, since, jumped) in ended {
             let lasted = self.now.saturating_sub(since);
-            self.longest_overlap = self.longest_overlap.max(lasted);
+            if jumped {
+                self.overlaps.longest_after_jump = self.overlaps.longest_after_jump.max(lasted);
+            } else {
+                self.overlaps.longest = self.overlaps.longest.max(lasted);
+            }
             // The store's clock reads whole milliseconds: a lapse may show 1 ms early.
             if !jumped && lasted > self.overlap_bound + Duration::from_millis(2) {
                 self.fail(format!(

@@ -129,8 +129,7 @@ pub(crate) struct Tally {
     pub(crate) handed_off: u64,
     /// Deliveries that ran past their lapse beside a later delivery of their key (or of
     /// themselves), and the longest such overlap.
-    pub(crate) overlaps: u64,
-    pub(crate) longest_overlap: Duration,
+    pub(crate) overlaps: super::check::Overlaps,
 }
 
 pub(crate) struct World<'p> {

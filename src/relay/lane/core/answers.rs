@@ -107,7 +107,10 @@ impl LaneCore {
                 // Our own delivery (or buffered claim) outlived its lease and we claimed it
                 // again. One delivery is enough: it adopts the fresh claim (the book moves
                 // it to this batch), so its ack lands with the current token. (A finished
-                // one's ack carries the old token, so it is delivered again.)
+                // one's ack carries the old token, so it is delivered again.) A buffered
+                // copy takes the fresh claim's token and attempt: the handler is handed the
+                // claim it runs under.
+                self.buffer.renew(message);
                 continue;
             }
             if message.attempt_count > 1 {
