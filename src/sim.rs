@@ -4,9 +4,12 @@
 //! chance drawn from one seed: the order of inputs that arrive together, store latency,
 //! handler durations and outcomes, the messages (keys, delays, dedupe keys, and which
 //! process enqueues them: an idle lane of that process may take them as hand-offs), the
-//! lane's settings (gates, claims in flight and hand-off included) and the faults (store calls that fail before they commit or
-//! commit and lose their answer, a slow or silent store, crashes and restarts with new
-//! consumer ids, store clock jumps, pauses). A checker watches every store change and every
+//! lane's settings (gates, claims in flight and hand-off included) and the faults (store
+//! calls that fail before they commit or commit and lose their answer, a slow or silent
+//! store, one relay cut off from the store while the others reach it, crashes and restarts
+//! with new consumer ids, lane crashes under the supervisor's restart policy, store clock
+//! jumps, a relay process frozen and its clock jumping on, lost wake-ups, enqueues that
+//! fail, pauses). A checker watches every store change and every
 //! delivery ([`check`]); a failing seed replays exactly and its schedule is shrunk first.
 //!
 //! Why here: the simulation drives the crate's private core and store types directly (no
@@ -85,7 +88,9 @@ fn tail(plan: &Plan) -> Duration {
 /// - a hung delivery runs to its `delivery_timeout`;
 /// - a store call sent into a silent store returns up to the slow fault's extra latency
 ///   (at most 1.5 leases) plus two legs;
-/// - a crashed relay comes back within two leases, and its claims lapse within one;
+/// - a crashed relay (or lane, by the supervisor's policy) comes back within two leases,
+///   and its claims lapse within one; a frozen relay runs again after its freeze;
+/// - a lost wake-up leaves its message to the poll ceiling (only in runs that lose any);
 /// - a retry waits at most `retry.max`, or the target's longest `Retry-After` (also the
 ///   longest Retry-After hold), a breaker at most `max_cool_down`, a store backoff at most
 ///   `store_backoff.max`;
@@ -109,6 +114,21 @@ pub(crate) fn settle_bound(plan: &Plan) -> Duration {
         })
         .max()
         .unwrap_or_default();
+    let frozen = plan
+        .faults
+        .iter()
+        .filter_map(|(_, f)| match f {
+            plan::Fault::Freeze { for_, .. } => Some(*for_),
+            _ => None,
+        })
+        .max()
+        .unwrap_or_default();
+    let lost_wake_up = plan
+        .faults
+        .iter()
+        .any(|(_, f)| matches!(f, plan::Fault::LoseWakeUps { .. }))
+        .then_some(c.max_poll_interval)
+        .unwrap_or_default();
     let retry = c.retry.max.max(plan.target.longest_retry_after);
     let breaker = c
         .circuit_breaker
@@ -125,6 +145,8 @@ pub(crate) fn settle_bound(plan: &Plan) -> Duration {
         + Duration::from_millis(plan.backward_jumps())
         + c.delivery_timeout
         + slow
+        + frozen
+        + lost_wake_up
         + plan.latency * 2
         + c.lease * 3
         + retry

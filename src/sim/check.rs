@@ -18,7 +18,8 @@
 //! - past a lapse, a delivery still running beside a later delivery of its key (or of
 //!   itself) on a live claim overlaps it: each such overlap is counted and timed, and none
 //!   may last longer than the lane's start margin allows (`delivery_timeout` less the
-//!   margin, `LaneCore::start_margin`), unless the store's clock jumped forward since;
+//!   margin, `LaneCore::start_margin`), unless the store's clock jumped forward since or
+//!   the delivery's process froze while it ran;
 //! - the store's stats count what the rows say.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -89,20 +90,23 @@ pub(crate) struct Checker {
     /// Overlaps going on: the two deliveries, since when, and whether a forward jump of
     /// the store's clock exempts them from the bound.
     overlapping: Vec<(u64, u64, Duration, bool)>,
+    /// Deliveries whose process froze while they ran.
+    frozen: HashSet<u64>,
     /// Overlaps past a lapse seen, and the longest (of those that ended); those after a
     /// forward jump of the store's clock apart.
     pub(crate) overlaps: Overlaps,
 }
 
 /// Deliveries that ran past their lapse beside a later delivery of their key (or of
-/// themselves): how many, the longest, and the same after a forward jump of the store's
-/// clock (which no lane can foresee).
+/// themselves): how many, the longest, and the same for those excused from the bound (a
+/// forward jump of the store's clock since the claim, or a process frozen while it ran:
+/// no lane can foresee the one or act during the other).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Overlaps {
     pub(crate) count: u64,
     pub(crate) longest: Duration,
-    pub(crate) after_jump: u64,
-    pub(crate) longest_after_jump: Duration,
+    pub(crate) excused: u64,
+    pub(crate) longest_excused: Duration,
 }
 
 impl Overlaps {
@@ -110,8 +114,8 @@ impl Overlaps {
     pub(crate) fn add(&mut self, other: Overlaps) {
         self.count += other.count;
         self.longest = self.longest.max(other.longest);
-        self.after_jump += other.after_jump;
-        self.longest_after_jump = self.longest_after_jump.max(other.longest_after_jump);
+        self.excused += other.excused;
+        self.longest_excused = self.longest_excused.max(other.longest_excused);
     }
 }
 
@@ -135,6 +139,7 @@ impl Checker {
             claimed_ids: BTreeSet::new(),
             overlap_bound,
             overlapping: Vec::new(),
+            frozen: HashSet::new(),
             overlaps: Overlaps::default(),
         }
     }
@@ -607,14 +612,12 @@ impl Checker {
                 begun.push((*number, this, self.now, jumped));
             }
         }
-        for (.., jumped) in &begun {
-            if *jumped {
-                self.overlaps.after_jump += 1;
-            } else {
-                self.overlaps.count += 1;
-            }
-        }
         self.overlapping.extend(begun);
+    }
+
+    /// These deliveries' process froze while they ran: their overlaps are excused.
+    pub(crate) fn froze(&mut self, deliveries: impl IntoIterator<Item = u64>) {
+        self.frozen.extend(deliveries);
     }
 
     /// A delivery ended (`ok`: the target took it).
@@ -630,13 +633,16 @@ impl Checker {
         self.overlapping = going_on;
         for (a, b, since, jumped) in ended {
             let lasted = self.now.saturating_sub(since);
-            if jumped {
-                self.overlaps.longest_after_jump = self.overlaps.longest_after_jump.max(lasted);
+            let excused = jumped || self.frozen.contains(&a);
+            if excused {
+                self.overlaps.excused += 1;
+                self.overlaps.longest_excused = self.overlaps.longest_excused.max(lasted);
             } else {
+                self.overlaps.count += 1;
                 self.overlaps.longest = self.overlaps.longest.max(lasted);
             }
             // The store's clock reads whole milliseconds: a lapse may show 1 ms early.
-            if !jumped && lasted > self.overlap_bound + Duration::from_millis(2) {
+            if !excused && lasted > self.overlap_bound + Duration::from_millis(2) {
                 self.fail(format!(
                     "delivery {a} ran {lasted:?} past its lapse beside delivery {b} of the same \
                      key, over the start margin's bound {:?}",

@@ -59,6 +59,23 @@ pub(crate) enum Fault {
     /// says when it starts again, or that it stays failed (then the process's liveness
     /// fails after `fail_liveness_after` and the process is restarted).
     LaneCrash { relay: usize },
+    /// One relay is cut off from the store for `for_` while the others reach it: each call
+    /// it sends fails before it commits, or (`answers_lost`) commits and loses its answer.
+    Cut {
+        relay: usize,
+        for_: Duration,
+        answers_lost: bool,
+    },
+    /// The wake-ups meant for a relay in the next `for_` are lost (a listener connection
+    /// that dropped and connected again): only its own claims and its poll find work.
+    LoseWakeUps { relay: usize, for_: Duration },
+    /// The next `n` enqueues fail before they commit (a hand-off credit they took goes
+    /// back to its lane).
+    FailEnqueues(u32),
+    /// A relay's process stops for `for_` (a long GC or `SIGSTOP` pause, a paused VM):
+    /// nothing of it runs, and then what it missed comes at once; its clock reads `for_`
+    /// later from one input to the next.
+    Freeze { relay: usize, for_: Duration },
 }
 
 /// How the target answers, as percentages of deliveries (the rest succeed), until the
@@ -201,10 +218,27 @@ impl Plan {
         // the draws above (and the seeds kept as regression tests) stay as they were.
         let mut more = rng.fork(8);
         let supervisor = supervisor_config(&mut more, config.lease);
-        faults.extend((0..size.faults.div_ceil(4)).map(|_| {
+        faults.extend((0..size.faults.div_ceil(2)).map(|_| {
             let at = Duration::from_millis(more.below(faults_end.as_millis() as u64));
             let relay = more.below(relays as u64) as usize;
-            (at, Fault::LaneCrash { relay })
+            let fault = match more.weighted(&[(2, 0u8), (3, 1), (2, 2), (2, 3), (1, 4)]) {
+                0 => Fault::LaneCrash { relay },
+                1 => Fault::Cut {
+                    relay,
+                    for_: more.millis(50, lease * 2),
+                    answers_lost: more.percent(30),
+                },
+                2 => Fault::LoseWakeUps {
+                    relay,
+                    for_: more.millis(10, 3_000),
+                },
+                3 => Fault::FailEnqueues(more.between(1, 3) as u32),
+                _ => Fault::Freeze {
+                    relay,
+                    for_: more.millis(10, lease * 2),
+                },
+            };
+            (at, fault)
         }));
         faults.sort_by_key(|(at, _)| *at);
         Self {

@@ -104,6 +104,10 @@ struct StoreFaults {
     lose_answer: u32,
     slow_until: Duration,
     slow_extra: Duration,
+    /// Per relay: cut off from the store until then, its calls meeting that fate.
+    cut: Vec<Option<(Duration, Fate)>>,
+    /// Per relay: its wake-ups are lost until then.
+    wakeups_lost_until: Vec<Duration>,
 }
 
 /// What a run saw.
@@ -154,6 +158,8 @@ pub(crate) struct World<'p> {
     /// What the takers' sinks were handed during an enqueue, by relay and epoch, for the
     /// world to carry to the lanes.
     handed: Arc<Mutex<Vec<(usize, u64, HandOffEvent)>>>,
+    /// Per relay: its process is frozen until then.
+    frozen_until: Vec<Duration>,
 }
 
 impl<'p> World<'p> {
@@ -183,7 +189,10 @@ impl<'p> World<'p> {
                 .map(|_| Outbox::from_arc(store.clone()))
                 .collect(),
             handed: Arc::default(),
+            frozen_until: vec![Duration::ZERO; plan.relays],
         };
+        world.faults.cut = vec![None; plan.relays];
+        world.faults.wakeups_lost_until = vec![Duration::ZERO; plan.relays];
         for (i, message) in plan.messages.iter().enumerate() {
             world.at(message.at, Event::Enqueue(i));
         }
@@ -244,6 +253,11 @@ impl<'p> World<'p> {
             return false;
         }
         let ((at, _), event) = entry.remove_entry();
+        if let Some(until) = self.frozen_for(&event).filter(|until| *until > at) {
+            // Its process is frozen: it sees this when it runs again.
+            self.at(until, event);
+            return true;
+        }
         self.now = at;
         self.check.now = at;
         self.tally.events += 1;
@@ -252,6 +266,20 @@ impl<'p> World<'p> {
         }
         self.handle(event);
         true
+    }
+
+    /// Until when the relay process an event is for is frozen, if it is one's.
+    fn frozen_for(&self, event: &Event) -> Option<Duration> {
+        let relay = match event {
+            Event::Enqueue(i) => self.plan.messages[*i].via?,
+            Event::Restart(relay)
+            | Event::Resume { relay, .. }
+            | Event::Lane { relay, .. }
+            | Event::Wake { relay, .. }
+            | Event::Done { relay, .. } => *relay,
+            Event::Fault(_) | Event::FaultsEnd | Event::Store { .. } => return None,
+        };
+        self.frozen_until.get(relay).copied()
     }
 
     fn handle(&mut self, event: Event) {
@@ -669,7 +697,10 @@ impl<'p> World<'p> {
                 return
             }
         };
-        let fate = if self.faults.fail_before > 0 {
+        let cut = self.faults.cut.get(relay).copied().flatten();
+        let fate = if let Some((_, fate)) = cut.filter(|(until, _)| self.now < *until) {
+            fate
+        } else if self.faults.fail_before > 0 {
             self.faults.fail_before -= 1;
             Fate::FailsBeforeCommit
         } else if self.faults.lose_answer > 0 {
@@ -694,7 +725,12 @@ impl<'p> World<'p> {
     /// Forwards the store's wake-ups to every live relay's mailbox, one queued at a time.
     pub(crate) fn look_for_wakeups(&mut self) {
         for relay in 0..self.relays.len() {
-            if self.relays[relay].woken() && !self.relays[relay].wake_queued {
+            let lost = self
+                .faults
+                .wakeups_lost_until
+                .get(relay)
+                .is_some_and(|until| self.now < *until);
+            if self.relays[relay].woken() && !lost && !self.relays[relay].wake_queued {
                 self.relays[relay].wake_queued = true;
                 let epoch = self.relays[relay].epoch;
                 let leg = self.leg();

@@ -1,6 +1,6 @@
 //! Faults as the world applies them, and events in one line for traces.
 
-use super::{Event, World};
+use super::{Event, Fate, World};
 use crate::relay::lane::core::Input;
 use crate::relay::supervisor::restarts::{Restart, Restarts};
 use crate::sim::plan::Fault;
@@ -24,6 +24,33 @@ impl World<'_> {
                     self.relays[relay].restarts = Restarts::default();
                     self.after(down, Event::Restart(relay));
                 }
+            }
+            Fault::Cut {
+                relay,
+                for_,
+                answers_lost,
+            } => {
+                let fate = if answers_lost {
+                    Fate::AnswerLost
+                } else {
+                    Fate::FailsBeforeCommit
+                };
+                self.faults.cut[relay] = Some((self.now + for_, fate));
+            }
+            Fault::LoseWakeUps { relay, for_ } => {
+                let until = &mut self.faults.wakeups_lost_until[relay];
+                *until = (*until).max(self.now + for_);
+            }
+            Fault::FailEnqueues(n) => self.store.fail_next_writes(n),
+            Fault::Freeze { relay, for_ } => {
+                let until = &mut self.frozen_until[relay];
+                *until = (*until).max(self.now + for_);
+                let running: Vec<u64> = self.relays[relay]
+                    .running
+                    .values()
+                    .map(|(delivery, _)| *delivery)
+                    .collect();
+                self.check.froze(running);
             }
             Fault::LaneCrash { relay } => {
                 if self.relays[relay].alive() {
