@@ -160,6 +160,7 @@ pub fn lane(
         messages,
         faults: Vec::new(),
         supervisor: crate::config::SupervisorConfig::default(),
+        clock_skew_ppm: Vec::new(),
         faults_end: load.duration,
         stated: Some(Stated {
             failure_rate: load.failure_rate,

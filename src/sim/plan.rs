@@ -123,6 +123,9 @@ pub(crate) struct Plan {
     pub(crate) stated: Option<Stated>,
     /// Each relay process's supervisor: how it restarts a crashed lane.
     pub(crate) supervisor: SupervisorConfig,
+    /// How fast each relay's monotonic clock runs against the store's, in parts per
+    /// million (negative: slow, so the lane reads a lease as lasting longer than it does).
+    pub(crate) clock_skew_ppm: Vec<i64>,
 }
 
 impl Plan {
@@ -241,6 +244,10 @@ impl Plan {
             (at, fault)
         }));
         faults.sort_by_key(|(at, _)| *at);
+        // Up to 0.2 % either way: four times what NTP may slew a clock by.
+        let clock_skew_ppm = (0..relays)
+            .map(|_| more.between(0, 4_000) as i64 - 2_000)
+            .collect();
         Self {
             seed,
             relays,
@@ -252,7 +259,13 @@ impl Plan {
             faults_end,
             stated: None,
             supervisor,
+            clock_skew_ppm,
         }
+    }
+
+    /// `relay`'s clock skew (none if the plan says nothing of it).
+    pub(crate) fn clock_skew_ppm(&self, relay: usize) -> i64 {
+        self.clock_skew_ppm.get(relay).copied().unwrap_or(0)
     }
 
     /// The sum of the backward clock jumps, in milliseconds.

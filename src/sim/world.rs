@@ -45,6 +45,12 @@ pub(crate) fn ready<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// What a clock `ppm` parts per million fast (slow, if negative) reads after `elapsed`.
+fn skewed(elapsed: Duration, ppm: i64) -> Duration {
+    let nanos = elapsed.as_nanos() as i128 * (1_000_000 + ppm as i128) / 1_000_000;
+    Duration::from_nanos(nanos.max(0) as u64)
+}
+
 /// What a store call meets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fate {
@@ -160,6 +166,8 @@ pub(crate) struct World<'p> {
     handed: Arc<Mutex<Vec<(usize, u64, HandOffEvent)>>>,
     /// Per relay: its process is frozen until then.
     frozen_until: Vec<Duration>,
+    /// Events in a row at the same virtual instant.
+    same_instant: u64,
 }
 
 impl<'p> World<'p> {
@@ -190,6 +198,7 @@ impl<'p> World<'p> {
                 .collect(),
             handed: Arc::default(),
             frozen_until: vec![Duration::ZERO; plan.relays],
+            same_instant: 0,
         };
         world.faults.cut = vec![None; plan.relays];
         world.faults.wakeups_lost_until = vec![Duration::ZERO; plan.relays];
@@ -223,12 +232,22 @@ impl<'p> World<'p> {
         UnixMillis::from_millis(EPOCH_MS + self.now.as_millis() as i64 + self.offset_ms)
     }
 
-    fn instant(&self) -> Instant {
-        self.base + self.now
+    /// What `relay`'s clock reads now: its monotonic clock runs fast or slow against the
+    /// store's by the plan's skew.
+    fn instant(&self, relay: usize) -> Instant {
+        self.base + skewed(self.now, self.plan.clock_skew_ppm(relay))
     }
 
-    fn virtual_at(&self, at: Instant) -> Duration {
-        at.saturating_duration_since(self.base)
+    /// When, in virtual time, `relay`'s clock reads `at`.
+    fn virtual_at(&self, relay: usize, at: Instant) -> Duration {
+        let read = at.saturating_duration_since(self.base);
+        let ppm = self.plan.clock_skew_ppm(relay);
+        // The inverse of `instant`, rounded up to the nanosecond: a timer never fires
+        // before the relay's clock reads its instant (else a gate asked again would wait
+        // again, at once, for ever).
+        let scale = 1_000_000 + ppm as i128;
+        let nanos = (read.as_nanos() as i128 * 1_000_000 + scale - 1) / scale;
+        Duration::from_nanos(nanos.max(0) as u64)
     }
 
     /// One leg of a store round trip: the usual latency, and more while the store is slow.
@@ -257,6 +276,13 @@ impl<'p> World<'p> {
             // Its process is frozen: it sees this when it runs again.
             self.at(until, event);
             return true;
+        }
+        // A livelock (a timer that sets itself again for the same instant) stops the run
+        // with a failure to replay, instead of running for ever.
+        self.same_instant = if at == self.now { self.same_instant + 1 } else { 0 };
+        if self.same_instant > 100_000 {
+            self.check
+                .fail(format!("livelock: over 100,000 events at {at:?}, e.g. {}", short(&event)));
         }
         self.now = at;
         self.check.now = at;
@@ -407,7 +433,7 @@ impl<'p> World<'p> {
                     self.relays[relay].in_transit += 1;
                     Input::HandedOff {
                         message,
-                        sent_at: self.instant(),
+                        sent_at: self.instant(relay),
                     }
                 }
                 HandOffEvent::Returned(n) => {
@@ -512,7 +538,7 @@ impl<'p> World<'p> {
                     self.relays[relay].tokens.insert(message.outbox_id, token);
                 }
             }
-            for command in core.handle(self.instant(), input) {
+            for command in core.handle(self.instant(relay), input) {
                 if let Command::RevokeCredits = command {
                     // Answered at once, before any other input, as the actor does.
                     let left = self.relays[relay]
@@ -542,7 +568,7 @@ impl<'p> World<'p> {
 
     fn lane_at(&mut self, relay: usize, at: Instant, input: Input) {
         let epoch = self.relays[relay].epoch;
-        let at = self.virtual_at(at);
+        let at = self.virtual_at(relay, at);
         self.at(
             at,
             Event::Lane {
@@ -646,7 +672,7 @@ impl<'p> World<'p> {
                     slot,
                     reason: "handler stopped".to_owned(),
                 };
-                let at = self.instant();
+                let at = self.instant(relay);
                 return self.lane_at(relay, at, input);
             }
             Command::TimerAt {

@@ -57,7 +57,7 @@ impl World<'_> {
                     for delivery in self.relays[relay].crash() {
                         self.check.ended(delivery, false);
                     }
-                    let now = self.instant();
+                    let now = self.instant(relay);
                     let supervisor = self.plan.supervisor;
                     let r = &mut self.relays[relay];
                     match r.restarts.crashed(now, &supervisor) {
