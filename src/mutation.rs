@@ -1,6 +1,9 @@
 //! Deliberate bugs at the lane's real decision points, for the simulation to prove its
 //! checks bite (`sim::tests::every_mutation_is_caught`).
 //!
+//! The memory store's two (`AckSkipsToken`, `LapsedClaimsBehindPending`, and
+//! `StaleAckAcceptedOnce`) are switched on per thread (`sim::mutation`).
+//!
 //! A lane holds an `Option<Mutation>` and its decision lines ask it
 //! ([`LaneCore::mutated_by`](crate::relay::lane::core::LaneCore::mutated_by)): the simulation runs
 //! the very lines production runs, with one value switched. Production builds never
@@ -36,9 +39,9 @@ pub(crate) enum Mutation {
     /// A claim's earliest lapse is timed from its answer, not from its send (a slow answer
     /// makes the lane trust a lease the store may already count as lapsed).
     LeaseTimedFromAnswer,
-    /// A lease extension leaves out the finished claims whose ack or nack is not yet
-    /// recorded.
-    FinishedClaimsNotExtended,
+    /// The memory store takes one ack whose token is stale (the row claimed again since),
+    /// once in a run: fencing that fails rarely.
+    StaleAckAcceptedOnce,
     /// A buffered message starts whenever its lease still holds, however near its end (no
     /// start margin): a delivery then runs past its lapse.
     NoStartMargin,
@@ -56,7 +59,7 @@ impl Mutation {
         Mutation::ClaimRoomIgnoresCredits,
         Mutation::FailedRunNotReleased,
         Mutation::LeaseTimedFromAnswer,
-        Mutation::FinishedClaimsNotExtended,
+        Mutation::StaleAckAcceptedOnce,
         Mutation::NoStartMargin,
     ];
 }

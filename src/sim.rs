@@ -176,6 +176,7 @@ pub(crate) struct Failure {
 /// Runs one schedule to the end.
 #[cfg(test)]
 pub(crate) fn run(plan: &Plan) -> Result<Tally, Failure> {
+    mutation::run_begins();
     run_world(plan).map(|world| world.tally)
 }
 

@@ -204,12 +204,18 @@ fn a_failing_schedule_shrinks_and_its_cut_replays() {
 }
 
 /// Every deliberate mutation is caught within the CI budget's seeds: the simulation's
-/// checks bite. Prints, for each, the seeds it took.
+/// checks bite. Prints, for each, the seeds it took. `NoStartMargin` is caught by seed
+/// 1,499 of the budget, so its own test
+/// (`the_start_margin_bounds_how_long_a_delivery_overlaps_the_next_holder`) catches it on
+/// seeds drawn prone to it instead, at a fraction of the time.
 #[test]
 fn every_mutation_is_caught() {
     let budget = env("OUTBOX_SIM_SEEDS").unwrap_or(2_000);
     let mut missed = Vec::new();
-    for mutation in Mutation::ALL {
+    for mutation in Mutation::ALL
+        .into_iter()
+        .filter(|m| *m != Mutation::NoStartMargin)
+    {
         let started = Instant::now();
         let (ran, failed, _) = run_seeds(0, budget, None, Some(mutation), true);
         match failed.first() {
@@ -234,7 +240,12 @@ fn every_mutation_is_caught() {
 #[ignore = "long: every mutation over the whole CI budget"]
 fn how_many_seeds_catch_each_mutation() {
     let budget = env("OUTBOX_SIM_SEEDS").unwrap_or(2_000);
-    for mutation in Mutation::ALL {
+    // `OUTBOX_SIM_MUTATIONS=LostWakeUp,NoStartMargin`: only those.
+    let only = std::env::var("OUTBOX_SIM_MUTATIONS").ok();
+    for mutation in Mutation::ALL.into_iter().filter(|m| {
+        only.as_ref()
+            .is_none_or(|only| only.split(',').any(|o| o == format!("{m:?}")))
+    }) {
         let started = Instant::now();
         let (ran, failed, _) = run_seeds(0, budget, None, Some(mutation), false);
         println!(

@@ -279,10 +279,16 @@ impl<'p> World<'p> {
         }
         // A livelock (a timer that sets itself again for the same instant) stops the run
         // with a failure to replay, instead of running for ever.
-        self.same_instant = if at == self.now { self.same_instant + 1 } else { 0 };
+        self.same_instant = if at == self.now {
+            self.same_instant + 1
+        } else {
+            0
+        };
         if self.same_instant > 100_000 {
-            self.check
-                .fail(format!("livelock: over 100,000 events at {at:?}, e.g. {}", short(&event)));
+            self.check.fail(format!(
+                "livelock: over 100,000 events at {at:?}, e.g. {}",
+                short(&event)
+            ));
         }
         self.now = at;
         self.check.now = at;

@@ -375,12 +375,14 @@ impl OutboxBackend for InMemoryOutboxStore {
                 let current = rows.claimed_with(claim);
                 #[cfg(test)]
                 let current = current.or_else(|| {
-                    use crate::sim::mutation::{active, Mutation};
+                    use crate::sim::mutation::{active, once, Mutation};
                     let any = rows
                         .by_id(claim.outbox_id)
                         .filter(|m| m.status == OutboxStatus::Claimed);
-                    any.filter(|_| active(Mutation::AckSkipsToken))
-                        .map(|m| m.seq)
+                    any.filter(|_| {
+                        active(Mutation::AckSkipsToken) || once(Mutation::StaleAckAcceptedOnce)
+                    })
+                    .map(|m| m.seq)
                 });
                 let acked = current.and_then(|seq| {
                     rows.update(seq, |message| {

@@ -8,7 +8,6 @@ use uuid::Uuid;
 
 use super::{Command, LaneCore, StoreCall, TimerKind};
 use crate::message::OutboxMessage;
-use crate::mutation::Mutation;
 use crate::relay::RelayEvent;
 use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
@@ -40,14 +39,6 @@ impl LaneCore {
             self.lapse_and_report(&ids, out);
             return;
         }
-        let claims = if self.mutated(Mutation::FinishedClaimsNotExtended) {
-            claims
-                .into_iter()
-                .filter(|c| !self.book.is_finished(c.outbox_id))
-                .collect()
-        } else {
-            claims
-        };
         if let Some(generation) = self.book.bump(batch, now) {
             out.push(Command::Store(StoreCall::Extend {
                 batch,
