@@ -15,6 +15,11 @@
 //!   delivery only after every earlier message of its key succeeded (or, under `Skip`, was
 //!   dead-lettered), and nothing past a dead head under `Block`;
 //! - a lane starts no message whose lease it was told had lapsed;
+//! - past a lapse, a delivery still running beside a later delivery of its key (or of
+//!   itself) on a live claim overlaps it: each such overlap is counted and timed, and none
+//!   may last longer than the lane's start margin allows (`delivery_timeout` less the
+//!   margin, `LaneCore::start_margin`), unless the store's clock jumped forward since or
+//!   the delivery's process froze while it ran;
 //! - the store's stats count what the rows say.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -80,10 +85,44 @@ pub(crate) struct Checker {
     pub(crate) jumped_forward: Option<Duration>,
     /// The rows claimed now.
     claimed_ids: BTreeSet<Uuid>,
+    /// The longest a delivery may run past its lapse beside the next holder's.
+    overlap_bound: Duration,
+    /// Overlaps going on: the two deliveries, since when, and whether a forward jump of
+    /// the store's clock exempts them from the bound.
+    overlapping: Vec<(u64, u64, Duration, bool)>,
+    /// Deliveries whose process froze while they ran.
+    frozen: HashSet<u64>,
+    /// Overlaps past a lapse seen, and the longest (of those that ended); those after a
+    /// forward jump of the store's clock apart.
+    pub(crate) overlaps: Overlaps,
+}
+
+/// Deliveries that ran past their lapse beside a later delivery of their key (or of
+/// themselves): how many, the longest, and the same for those excused from the bound (a
+/// forward jump of the store's clock since the claim, or a process frozen while it ran:
+/// no lane can foresee the one or act during the other).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Overlaps {
+    pub(crate) count: u64,
+    pub(crate) longest: Duration,
+    pub(crate) excused: u64,
+    pub(crate) longest_excused: Duration,
+}
+
+impl Overlaps {
+    /// The two together (over several runs).
+    pub(crate) fn add(&mut self, other: Overlaps) {
+        self.count += other.count;
+        self.longest = self.longest.max(other.longest);
+        self.excused += other.excused;
+        self.longest_excused = self.longest_excused.max(other.longest_excused);
+    }
 }
 
 impl Checker {
-    pub(crate) fn new(ordering: OrderingPolicy) -> Self {
+    /// A checker for a lane of `ordering` whose deliveries may overlap the next holder's
+    /// by at most `overlap_bound`.
+    pub(crate) fn new(ordering: OrderingPolicy, overlap_bound: Duration) -> Self {
         Self {
             ordering,
             rows: HashMap::new(),
@@ -98,6 +137,10 @@ impl Checker {
             claimed_at: HashMap::new(),
             jumped_forward: None,
             claimed_ids: BTreeSet::new(),
+            overlap_bound,
+            overlapping: Vec::new(),
+            frozen: HashSet::new(),
+            overlaps: Overlaps::default(),
         }
     }
 
@@ -488,6 +531,10 @@ impl Checker {
                 message.attempt_count
             ));
         }
+        let this = self.next_delivery + 1;
+        if live {
+            self.overlaps_begin(this, id, message.ordering_key.as_deref(), now);
+        }
         if let (true, Some(key)) = (live, &message.ordering_key) {
             for running in self.running.values() {
                 if running.key.as_deref() != Some(key.as_str()) {
@@ -546,11 +593,61 @@ impl Checker {
         self.next_delivery
     }
 
+    /// Delivery `this` of `id` starts at `now` on a live claim: every delivery of the same
+    /// message or key still running on a claim that is no longer live overlaps it.
+    fn overlaps_begin(&mut self, this: u64, id: Uuid, key: Option<&str>, now: UnixMillis) {
+        let mut begun = Vec::new();
+        for (number, running) in &self.running {
+            let same = running.outbox_id == id || (key.is_some() && running.key.as_deref() == key);
+            let live = self.rows.get(&running.outbox_id).is_some_and(|row| {
+                row.status == OutboxStatus::Claimed
+                    && row.claim_token == Some(running.token)
+                    && row.lease_expires_at.is_some_and(|at| at > now)
+            });
+            if same && !live {
+                let claimed_at = self.claimed_at.get(&(running.outbox_id, running.token));
+                let jumped = self
+                    .jumped_forward
+                    .is_some_and(|jump| claimed_at.is_none_or(|at| jump >= *at));
+                begun.push((*number, this, self.now, jumped));
+            }
+        }
+        self.overlapping.extend(begun);
+    }
+
+    /// These deliveries' process froze while they ran: their overlaps are excused.
+    pub(crate) fn froze(&mut self, deliveries: impl IntoIterator<Item = u64>) {
+        self.frozen.extend(deliveries);
+    }
+
     /// A delivery ended (`ok`: the target took it).
     pub(crate) fn ended(&mut self, delivery: u64, ok: bool) {
         if let Some(running) = self.running.remove(&delivery) {
             if ok {
                 self.succeeded.insert(running.outbox_id);
+            }
+        }
+        let (ended, going_on) = std::mem::take(&mut self.overlapping)
+            .into_iter()
+            .partition(|(a, b, _, _)| *a == delivery || *b == delivery);
+        self.overlapping = going_on;
+        for (a, b, since, jumped) in ended {
+            let lasted = self.now.saturating_sub(since);
+            let excused = jumped || self.frozen.contains(&a);
+            if excused {
+                self.overlaps.excused += 1;
+                self.overlaps.longest_excused = self.overlaps.longest_excused.max(lasted);
+            } else {
+                self.overlaps.count += 1;
+                self.overlaps.longest = self.overlaps.longest.max(lasted);
+            }
+            // The store's clock reads whole milliseconds: a lapse may show 1 ms early.
+            if !excused && lasted > self.overlap_bound + Duration::from_millis(2) {
+                self.fail(format!(
+                    "delivery {a} ran {lasted:?} past its lapse beside delivery {b} of the same \
+                     key, over the start margin's bound {:?}",
+                    self.overlap_bound
+                ));
             }
         }
     }
