@@ -73,10 +73,7 @@ fn default_tier_features(manifest: &toml::Table) -> BTreeSet<String> {
 
 /// The features a target's source requires with a crate-level `#![cfg(…)]`.
 fn source_features(source: &str) -> Vec<String> {
-    let Some(cfg) = source
-        .lines()
-        .find(|line| line.starts_with("#![cfg("))
-    else {
+    let Some(cfg) = source.lines().find(|line| line.starts_with("#![cfg(")) else {
         return Vec::new();
     };
     cfg.split("feature = \"")
@@ -116,7 +113,11 @@ fn every_test_target_runs_in_a_tier() {
         };
         targets.push((name, std::fs::read_to_string(source).unwrap()));
     }
-    assert!(targets.len() > 20, "only {} test targets found", targets.len());
+    assert!(
+        targets.len() > 20,
+        "only {} test targets found",
+        targets.len()
+    );
     let declared = manifest["test"].as_array().expect("[[test]] tables");
     let mut orphans = Vec::new();
     for (name, source) in &targets {
@@ -141,7 +142,10 @@ fn every_test_target_runs_in_a_tier() {
     // And no tier names a target that does not exist.
     let names: BTreeSet<&String> = targets.iter().map(|(name, _)| name).collect();
     let unknown: Vec<&String> = selected.iter().filter(|s| !names.contains(s)).collect();
-    assert!(unknown.is_empty(), ".ci/run selects no such targets: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        ".ci/run selects no such targets: {unknown:?}"
+    );
 }
 
 #[test]
@@ -151,14 +155,20 @@ fn contributing_shows_the_command_of_every_tier() {
     assert!(tiers.len() >= 8, "tiers: {tiers:?}");
     for run in bash_array(&script, "TIER_RUNS") {
         let tier = run.split(':').next().unwrap().to_owned();
-        assert!(tiers.contains(&tier), "TIER_RUNS names tier {tier:?}, which TIERS lacks");
+        assert!(
+            tiers.contains(&tier),
+            "TIER_RUNS names tier {tier:?}, which TIERS lacks"
+        );
     }
     let contributing = repo_file("CONTRIBUTING.md");
     let missing: Vec<&String> = tiers
         .iter()
         .filter(|tier| !contributing.contains(&format!("`.ci/run {tier}`")))
         .collect();
-    assert!(missing.is_empty(), "CONTRIBUTING.md lacks `.ci/run TIER` for {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "CONTRIBUTING.md lacks `.ci/run TIER` for {missing:?}"
+    );
 }
 
 #[test]
@@ -191,8 +201,12 @@ fn ci_keeps_the_packages_of_servers_the_tests_start_from_starting_theirs() {
             .position(|line| *line == "}")
             .expect("the function ends");
     let body = &lines[function..end];
-    let policy = body.iter().position(|l| l.contains("exit 101") && l.contains("$policy"));
-    let install = body.iter().position(|l| l.starts_with("apt_install \"$@\""));
+    let policy = body
+        .iter()
+        .position(|l| l.contains("exit 101") && l.contains("$policy"));
+    let install = body
+        .iter()
+        .position(|l| l.starts_with("apt_install \"$@\""));
     assert!(
         matches!((policy, install), (Some(p), Some(i)) if p < i),
         "apt_install_without_starting installs without a policy-rc.d that forbids starting \
@@ -200,11 +214,15 @@ fn ci_keeps_the_packages_of_servers_the_tests_start_from_starting_theirs() {
     );
     for package in ["prometheus", "pgbouncer"] {
         assert!(
-            lines.iter().any(|l| l.ends_with(&format!("apt_install_without_starting {package}"))),
+            lines
+                .iter()
+                .any(|l| l.ends_with(&format!("apt_install_without_starting {package}"))),
             "{package} is not installed through apt_install_without_starting"
         );
         assert!(
-            !lines.iter().any(|l| l.contains(&format!("apt_install {package}"))),
+            !lines
+                .iter()
+                .any(|l| l.contains(&format!("apt_install {package}"))),
             "{package} is installed with a plain apt_install, which lets it start its server"
         );
     }
