@@ -128,8 +128,8 @@ fn every_test_target_runs_in_a_tier() {
             .and_then(|f| f.as_array())
             .map(|f| f.iter().map(|v| v.as_str().unwrap().to_owned()).collect())
             .unwrap_or_default();
-        let needs = required.iter().chain(&source_features(source)).cloned();
-        let in_plain_cargo_test = needs.into_iter().all(|f| plain.contains(&f));
+        let in_source = source_features(source);
+        let in_plain_cargo_test = required.iter().chain(&in_source).all(|f| plain.contains(f));
         if !in_plain_cargo_test && !selected.contains(name) {
             orphans.push(name.clone());
         }
@@ -191,16 +191,12 @@ fn ci_never_kills_processes_by_name() {
 fn ci_keeps_the_packages_of_servers_the_tests_start_from_starting_theirs() {
     let script = ci_script();
     let lines = command_lines(&script);
-    let function = lines
-        .iter()
-        .position(|line| *line == "apt_install_without_starting() {")
+    // The function's body: up to the closing brace at the start of a line.
+    let start = script
+        .find("\napt_install_without_starting() {\n")
         .expect(".ci/run has apt_install_without_starting");
-    let end = function
-        + lines[function..]
-            .iter()
-            .position(|line| *line == "}")
-            .expect("the function ends");
-    let body = &lines[function..end];
+    let end = start + script[start..].find("\n}\n").expect("the function ends");
+    let body = command_lines(&script[start..end]);
     let policy = body
         .iter()
         .position(|l| l.contains("exit 101") && l.contains("$policy"));
