@@ -238,7 +238,7 @@ async fn enqueue_past_the_credits(claims_in_flight: usize) {
             handler,
         )
         .lane(
-            LaneConfig::new(LANE, SENTINEL),
+            LaneConfig::new(LANE, SENTINEL).hand_off(false),
             handler_fn(|_message: OutboxMessage| async { Ok::<(), DeliveryError>(()) }),
         )
         .event_capacity(10_000);
