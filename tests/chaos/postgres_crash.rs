@@ -128,6 +128,16 @@ fn a_postgres_crash_under_asynchronous_commit_loses_nothing_and_keeps_per_key_or
         .iter()
         .map(|name| fleet.relay(name).times_logged(STORE_ERROR))
         .collect();
+    // WAL inserted but not yet written out: what an immediate stop can forget. Commits
+    // that waited for the disk leave none behind them.
+    let unwritten: i64 = runtime
+        .block_on(
+            sqlx::query_scalar(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), pg_current_wal_lsn())::int8",
+            )
+            .fetch_one(pg(&store).pool()),
+        )
+        .expect("the WAL positions");
     let crashed_at = Instant::now();
     cluster.crash();
     let lines_at_crash = fleet.stream.len();
@@ -207,7 +217,8 @@ fn a_postgres_crash_under_asynchronous_commit_loses_nothing_and_keeps_per_key_or
         .count();
     eprintln!(
         "PostgreSQL crash: {MESSAGES} messages, {KEYS} keys, 4 relays, synchronous_commit \
-         {synchronous_commit}; {held} claims held just before the crash, {lines_at_crash} \
+         {synchronous_commit}; {held} claims held and {unwritten} bytes of WAL unwritten just \
+         before the crash, {lines_at_crash} \
          lines printed; recovered: {recovered_claimed} claimed, {} pending, {} delivered; \
          printed before the rows were read yet left undelivered: {forgotten_acks} claimed (the \
          ack not yet made, or forgotten), {forgotten_claims} pending (the claim forgotten); \
