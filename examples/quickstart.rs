@@ -400,7 +400,7 @@ async fn main() {
 
 #[cfg(test)]
 mod tests {
-    /// The example is also a test: `cargo test --all-features` runs it (see Cargo.toml).
+    /// The example is also a test: `cargo test` runs it (see Cargo.toml).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn quickstart_runs_as_designed() {
         let outcome = super::run().await.expect("the quickstart runs");

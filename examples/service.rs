@@ -201,7 +201,7 @@ mod tests {
         (status, body)
     }
 
-    /// The example is also a test: `cargo test --all-features` runs it (see Cargo.toml).
+    /// The example is also a test: `cargo test` runs it (see Cargo.toml).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_service_serves_its_routes_and_the_relays_on_one_port() {
         let token = ControlToken::new(TOKEN).expect("a token");

@@ -32,7 +32,7 @@ use crate::redact::redact;
 
 mod migrations;
 mod mysql;
-mod postgres;
+pub mod postgres;
 
 pub use migrations::{migration_sql, schema_state, SchemaState};
 pub use postgres::{

@@ -24,10 +24,10 @@
 //! and faults that still fail), `mutation.rs` (which deliberate bug, `crate::mutation`, a thread's runs switch on),
 //! `tests.rs` (the seed runs).
 //!
-//! Running it: `cargo test --all-features --lib sim::` runs the CI budget (2,000 seeds)
-//! and the mutations; a failure prints the command that replays it
-//! (`OUTBOX_SIM_SEED`, `OUTBOX_SIM_CUT`; `OUTBOX_SIM_TRACE=1` prints every event);
-//! `OUTBOX_SIM_SECONDS=1800 cargo test --all-features --lib sim::tests::seeds_for_a_while
+//! Running it: `cargo test --lib sim::` runs the CI budget (2,000 seeds) and the
+//! mutations; a failure prints the command that replays it (`sim::tests::replay`, ignored
+//! unless asked for, with `OUTBOX_SIM_SEED`, `OUTBOX_SIM_CUT`; `OUTBOX_SIM_TRACE=1` prints
+//! every event); `OUTBOX_SIM_SECONDS=1800 cargo test --lib sim::tests::seeds_for_a_while
 //! -- --ignored --nocapture` runs new seeds for half an hour.
 //!
 //! The production code it runs: `LaneCore` (its decision lines, with a deliberate bug

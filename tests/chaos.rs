@@ -17,6 +17,10 @@
 //!   itself: one SIGKILLed mid-batch, then the server SIGKILLed and started again while the
 //!   others deliver; nothing lost, per-key order kept, only what was claimed at a kill
 //!   attempted again.
+//! - [`postgres_crash`]: four `outbox-relay run` processes on a PostgreSQL cluster the
+//!   test makes itself, crashed (`pg_ctl -m immediate stop`) with at least 20 claims held,
+//!   under the relay's asynchronous commit: nothing lost, per-key order kept, every
+//!   duplicate one the crash left undelivered after it was printed.
 //! - [`lane_control`]: three `outbox-relay run` processes on one database (PostgreSQL, and
 //!   one SQLite file); `outbox-relay pause` stops their claims within a second (printed),
 //!   a restart of all three keeps the lane paused, `resume` restarts delivery.
@@ -57,6 +61,8 @@ mod lane_control;
 mod mysql;
 #[path = "chaos/partition.rs"]
 mod partition;
+#[path = "chaos/postgres_crash.rs"]
+mod postgres_crash;
 #[path = "support/stderr.rs"]
 mod stderr;
 #[path = "support/tcp_proxy.rs"]

@@ -1,25 +1,19 @@
 //! The Grafana dashboard and the Prometheus alert rules in `grafana/` agree with
-//! `outbox_relay::metrics::ALL`, and Prometheus's own `promtool` accepts them.
-//!
-//! `promtool` comes with Debian's `prometheus` package (`apt-get install -y prometheus`).
-//! Without it the promtool test fails, loudly; outside CI, `OUTBOX_SKIP_PROMTOOL=1` turns
-//! that failure into a printed notice. With `CI=true` it is never skipped.
+//! `outbox_relay::metrics::ALL`. That Prometheus's own `promtool` accepts them is
+//! `tests/promtool.rs` (the monitoring tier: it needs Prometheus's tools).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use outbox_relay::metrics::{MetricKind, ALL, PROCESS, STORE_WIDE};
 use outbox_relay::relay::{BreakerState, LaneState};
 use serde_json::Value;
 
+// Shared with tests/promtool.rs, which reads the fields of a query this file does not.
+#[allow(dead_code)]
 #[path = "support/dashboard.rs"]
 mod dashboard;
 
-use dashboard::{
-    dashboard, panel_queries, panels, read, repo_path, substitute_selected, PanelQuery, DASHBOARD,
-};
+use dashboard::{dashboard, panel_queries, panels, read, substitute_selected, DASHBOARD};
 
 const ALERTS: &str = "grafana/alerts.yml";
 const ALERT_TESTS: &str = "grafana/alerts.test.yml";
@@ -294,98 +288,6 @@ fn the_breaker_panel_knows_every_breaker_state() {
     for state in declared {
         assert!(mapped.contains(&state), "no value mapping shows {state}");
     }
-}
-
-// ---- promtool -------------------------------------------------------------------------
-
-/// `promtool`: `$PROMTOOL`, else the first on `PATH`.
-fn promtool() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("PROMTOOL") {
-        return Some(PathBuf::from(path));
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join("promtool"))
-        .find(|candidate| candidate.is_file())
-}
-
-/// Finds promtool or decides what its absence means: a failure in CI, a failure by
-/// default, a loud notice with `OUTBOX_SKIP_PROMTOOL=1` outside CI.
-fn require_promtool() -> Option<PathBuf> {
-    if let Some(path) = promtool() {
-        return Some(path);
-    }
-    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let skip = std::env::var("OUTBOX_SKIP_PROMTOOL").is_ok_and(|v| v == "1");
-    let how = "install Debian's prometheus package (apt-get install -y prometheus), \
-               or set PROMTOOL to its path";
-    if in_ci {
-        panic!("promtool not found, and CI=true never skips: {how}");
-    }
-    if !skip {
-        panic!(
-            "promtool not found: the alert rules and the dashboard's PromQL are unchecked. \
-             {how}; or set OUTBOX_SKIP_PROMTOOL=1 to skip this check on this machine"
-        );
-    }
-    // Straight to the process's stderr: libtest captures `eprintln!` of passing tests,
-    // and this notice must be seen.
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\
-         !! SKIPPED (OUTBOX_SKIP_PROMTOOL=1): promtool not found; grafana/alerts.yml and  !!\n\
-         !! the dashboard's PromQL were NOT checked. To check them: {how}.\n\
-         !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n"
-    );
-    None
-}
-
-fn run_promtool(promtool: &Path, args: &[&str], dir: &Path) {
-    let output = Command::new(promtool)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", promtool.display()));
-    assert!(
-        output.status.success(),
-        "promtool {} failed ({}):\n{}{}",
-        args.join(" "),
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// The dashboard's queries as recording rules, so `promtool check rules` parses each.
-fn dashboard_queries_as_rules(queries: &[PanelQuery]) -> String {
-    let mut rules = String::from("groups:\n  - name: dashboard-queries\n    rules:\n");
-    for query in queries {
-        rules.push_str(&format!(
-            "      # panel {} {:?}, query {}\n      - record: dashboard:panel_{}_{}\n        expr: |\n",
-            query.panel_id, query.panel_title, query.ref_id, query.panel_id, query.ref_id
-        ));
-        for line in query.expr.lines() {
-            rules.push_str(&format!("          {line}\n"));
-        }
-    }
-    rules
-}
-
-#[test]
-fn promtool_accepts_the_rules_their_unit_tests_and_every_dashboard_query() {
-    let Some(promtool) = require_promtool() else {
-        return;
-    };
-    let grafana = repo_path("grafana");
-    run_promtool(&promtool, &["check", "rules", "alerts.yml"], &grafana);
-    run_promtool(&promtool, &["test", "rules", "alerts.test.yml"], &grafana);
-
-    let queries = panel_queries(&dashboard());
-    assert!(queries.len() >= 20, "only {} queries found", queries.len());
-    let scratch = tempfile::tempdir().expect("temporary directory");
-    let rules = scratch.path().join("dashboard-queries.yml");
-    std::fs::write(&rules, dashboard_queries_as_rules(&queries)).expect("write rules");
-    let rules = rules.to_str().expect("utf-8 path");
-    run_promtool(&promtool, &["check", "rules", rules], scratch.path());
 }
 
 /// Every variable at "All".

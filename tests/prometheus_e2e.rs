@@ -1,4 +1,3 @@
-#![cfg(feature = "http")]
 //! End to end: a relay that delivers, fails, retries, dead-letters, panics, extends and
 //! loses leases, meets a store error and restarts a lane records its metrics; the
 //! Prometheus exporter serves them; a real Prometheus (`/usr/bin/prometheus`) scrapes

@@ -1,5 +1,6 @@
 //! Opening the PostgreSQL store from a URL: [`PostgresOptions`], the pool and session
-//! settings a daemon configures, and the connection that checks the address first.
+//! settings a daemon configures, the store's defaults (also without the `postgres`
+//! feature), and the connection that checks the address first.
 
 use std::time::Duration;
 
@@ -17,6 +18,29 @@ use super::{CreateMode, OpenError, StoreOptions};
 pub const DEFAULT_POOL_MIN_CONNECTIONS: u32 = 0;
 /// The most connections the pool opens, unless configured otherwise (sqlx's default).
 pub const DEFAULT_POOL_MAX_CONNECTIONS: u32 = 10;
+
+/// How many claims a lane on PostgreSQL keeps out at once unless its config says
+/// ([`Capabilities::claims_in_flight`](crate::store::Capabilities::claims_in_flight)); the
+/// other stores leave it to
+/// [`DEFAULT_CLAIMS_IN_FLIGHT`](crate::config::DEFAULT_CLAIMS_IN_FLIGHT).
+pub const CLAIMS_IN_FLIGHT: usize = 2;
+
+/// Rows taken out of live between two vacuums unless configured otherwise
+/// ([`PostgresConfig::vacuum_every`](crate::store::postgres::PostgresConfig::vacuum_every)).
+pub const DEFAULT_VACUUM_EVERY: u64 = 50_000;
+
+/// How long a migration step waits for a lock unless configured otherwise
+/// ([`PostgresConfig::migration_lock_timeout`](crate::store::postgres::PostgresConfig::migration_lock_timeout)).
+pub const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The migrations' statement timeout unless configured otherwise
+/// ([`PostgresConfig::migration_statement_timeout`](crate::store::postgres::PostgresConfig::migration_statement_timeout)): room for index builds on a table of
+/// millions of rows.
+pub const DEFAULT_MIGRATION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// The statement timeout unless configured otherwise: far above any claim or ack (a few
+/// milliseconds), far below the 40 s a dead relay's claim once ran before committing.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the store's connections reach PostgreSQL (`PostgresConfig::pooler`, `[postgres] pooler`,
 /// `OUTBOX_PG_POOLER`).
@@ -139,10 +163,10 @@ impl Default for PostgresOptions {
             pool_min_connections: DEFAULT_POOL_MIN_CONNECTIONS,
             pool_max_connections: DEFAULT_POOL_MAX_CONNECTIONS,
             acquire_timeout: None,
-            statement_timeout: Duration::from_secs(30),
-            lock_timeout: Duration::from_secs(5),
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+            lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
             synchronous_commit: false,
-            vacuum_every: Some(50_000),
+            vacuum_every: Some(DEFAULT_VACUUM_EVERY),
             listen_url: None,
             pooler: Pooler::Session,
         }

@@ -90,10 +90,12 @@ use crate::store::{
     OrderingPolicy, OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
     WAKEUP_CHANNEL_CAPACITY,
 };
-pub use config::{
-    pool_options, Pooler, PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
-    DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
-    PING_IF_IDLE_FOR,
+pub use config::{pool_options, Pooler, PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, PING_IF_IDLE_FOR};
+// The store's defaults live beside the daemon's PostgreSQL settings, which builds without
+// the `postgres` feature read too (the docs' checks, a config validated without the driver).
+pub use crate::database::postgres::{
+    CLAIMS_IN_FLIGHT, DEFAULT_MIGRATION_LOCK_TIMEOUT, DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
 };
 use decode::{db_error, unsigned};
 pub use explain::Explained;
@@ -106,10 +108,6 @@ pub const DEFAULT_SCHEMA: &str = "public";
 /// The table prefix used unless configured otherwise: tables `outbox_messages` and
 /// `outbox_migrations`.
 pub const DEFAULT_TABLE_PREFIX: &str = "outbox";
-/// How many claims a lane on PostgreSQL keeps out at once unless its config says
-/// ([`Capabilities::claims_in_flight`]); the other stores leave it to
-/// [`DEFAULT_CLAIMS_IN_FLIGHT`](crate::config::DEFAULT_CLAIMS_IN_FLIGHT).
-pub const CLAIMS_IN_FLIGHT: usize = 2;
 /// The longest delay or lease the store writes (1,000 years): longer ones are cut to it, as
 /// the in-memory store saturates, instead of overflowing PostgreSQL's timestamps.
 const MAX_INTERVAL_MILLIS: i64 = 1_000 * 365 * 24 * 60 * 60 * 1_000;

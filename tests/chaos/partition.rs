@@ -399,57 +399,71 @@ async fn a_relay_cut_off_from_the_database_keeps_per_key_order_and_loses_nothing
     let mut faults = Vec::new();
     let mut next = 0;
     for cut in 0..CUTS {
-        // Both relays at work on a wave, and `a` holding claims. After a cut, `a` may still
-        // be backing off or reconnecting while `b` drains the whole wave: then another wave
-        // goes in, until `a` is seen holding claims.
+        // Both relays at work on a wave, and `a` holding claims when the fault lands: a
+        // cut that finds `a` holding nothing tests no takeover, so the fault is lifted and
+        // tried again on a fresh wave. After a cut, `a` may still be backing off or
+        // reconnecting while `b` drains the whole wave: then another wave goes in, until
+        // `a` is seen holding claims.
         let started = Instant::now();
-        loop {
-            let wave = enqueue_wave(&store, next..next + WAVE).await;
-            next += WAVE;
-            let wave_ids: HashSet<Uuid> = wave.iter().map(|s| s.id).collect();
-            sent.extend(wave);
-            let drained = wait_until_async(
-                &format!("fault {cut}: deliveries of the wave, and claims held by a or none left"),
-                DEADLINE.saturating_sub(started.elapsed()),
-                async || {
-                    a.assert_alive();
-                    b.assert_alive();
-                    let arrived = receiver
-                        .arrivals()
-                        .iter()
-                        .filter(|id| wave_ids.contains(id))
-                        .collect::<HashSet<_>>()
-                        .len();
-                    if arrived >= WAVE / 8 && !held_by_a().await.is_empty() {
-                        Some(false)
-                    } else {
-                        (arrived == WAVE).then_some(true)
-                    }
-                },
-            )
-            .await;
-            if !drained {
-                break;
+        let (fault_at, held) = loop {
+            loop {
+                let wave = enqueue_wave(&store, next..next + WAVE).await;
+                next += WAVE;
+                let wave_ids: HashSet<Uuid> = wave.iter().map(|s| s.id).collect();
+                sent.extend(wave);
+                let drained = wait_until_async(
+                    &format!(
+                        "fault {cut}: deliveries of the wave, and claims held by a or none left"
+                    ),
+                    DEADLINE.saturating_sub(started.elapsed()),
+                    async || {
+                        a.assert_alive();
+                        b.assert_alive();
+                        let arrived = receiver
+                            .arrivals()
+                            .iter()
+                            .filter(|id| wave_ids.contains(id))
+                            .collect::<HashSet<_>>()
+                            .len();
+                        if arrived >= WAVE / 8 && !held_by_a().await.is_empty() {
+                            Some(false)
+                        } else {
+                            (arrived == WAVE).then_some(true)
+                        }
+                    },
+                )
+                .await;
+                if !drained {
+                    break;
+                }
             }
-        }
 
-        let fault_at = Instant::now();
-        proxy.set(Fault::Blackhole);
-        // Whatever the server had already received from `a` has finished: its sessions
-        // wait for bytes that do not come. What `a` holds now is what it holds at the cut.
-        wait_until_async("a's sessions to go quiet", DEADLINE, async || {
-            let active: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE application_name = $1 AND state = 'active'",
-            )
-            .bind(&a_app)
-            .fetch_one(crate::pg(&store).pool())
-            .await
-            .expect("count a's active sessions");
-            (active == 0).then_some(())
-        })
-        .await;
-        let held = held_by_a().await;
+            let fault_at = Instant::now();
+            proxy.set(Fault::Blackhole);
+            // Whatever the server had already received from `a` has finished: its sessions
+            // wait for bytes that do not come. What `a` holds now is what it holds at the cut.
+            wait_until_async("a's sessions to go quiet", DEADLINE, async || {
+                let active: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity
+                     WHERE application_name = $1 AND state = 'active'",
+                )
+                .bind(&a_app)
+                .fetch_one(crate::pg(&store).pool())
+                .await
+                .expect("count a's active sessions");
+                (active == 0).then_some(())
+            })
+            .await;
+            let held = held_by_a().await;
+            if !held.is_empty() {
+                break (fault_at, held);
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "fault {cut}: relay a held no claim at any cut for {DEADLINE:?}"
+            );
+            proxy.set(Fault::None);
+        };
         // The blackhole's length (the fault's shape, not a wait for a result).
         wait_until_async("the blackhole's length", DEADLINE, async || {
             (fault_at.elapsed() >= BLACKHOLE).then_some(())
@@ -518,6 +532,10 @@ async fn a_relay_cut_off_from_the_database_keeps_per_key_order_and_loses_nothing
             );
         }
     }
+    assert!(
+        faults.iter().all(|f| !f.held.is_empty()),
+        "a fault found relay a holding no claim, so b took nothing over: {faults:?}"
+    );
     assert!(
         duplicates <= bound,
         "{duplicates} duplicates, more than the {bound} claims a held at the cuts"

@@ -23,7 +23,7 @@ fn schema_exists(name: &str) -> bool {
 }
 
 #[test]
-fn read_only_commands_write_no_ddl_and_migrate_does() {
+fn read_only_commands_write_no_ddl_and_migrate_does_on_postgres() {
     let schema = Schema {
         name: format!("cli_{}", uuid::Uuid::new_v4().simple()),
     };
@@ -81,7 +81,7 @@ fn execute(sql: String) {
 /// connecting, an exit code for "behind" (3) and "ahead" (4), and a relay that refuses a
 /// schema newer than it knows, naming both versions.
 #[test]
-fn migrate_prints_its_sql_checks_the_version_and_a_newer_schema_is_refused() {
+fn migrate_prints_its_sql_checks_the_version_and_a_newer_schema_is_refused_on_postgres() {
     let schema = Schema {
         name: format!("cli_{}", uuid::Uuid::new_v4().simple()),
     };

@@ -38,7 +38,7 @@ impl Drop for TestRole {
 }
 
 #[test]
-fn a_role_without_rights_makes_the_relay_exit_1_naming_the_cause() {
+fn a_role_without_rights_on_postgres_makes_the_relay_exit_1_naming_the_cause() {
     let schema = Schema {
         name: format!("cli_{}", uuid::Uuid::new_v4().simple()),
     };

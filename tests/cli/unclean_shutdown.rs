@@ -8,7 +8,7 @@ use crate::refusal::{sql, TestRole};
 use crate::{free_port, lane_status, postgres_url, test_config, Sandbox, Schema, WAIT};
 
 #[test]
-fn a_shutdown_whose_acks_cannot_be_recorded_exits_1_and_says_so() {
+fn a_shutdown_whose_acks_postgres_cannot_record_exits_1_and_says_so() {
     let schema = Schema {
         name: format!("cli_{}", uuid::Uuid::new_v4().simple()),
     };

@@ -23,6 +23,8 @@ use super::{open, SchemaGuard};
 
 const LANE: &str = "handoff";
 const TARGET: &str = "sink";
+/// A second target of the lane, whose delivery marks a point in the wake-ups' order.
+const SENTINEL: &str = "sentinel";
 const WAIT: Duration = Duration::from_secs(20);
 
 /// Counts the messages the relay's claims took: a hook on the outbox.
@@ -225,6 +227,8 @@ async fn enqueue_past_the_credits(claims_in_flight: usize) {
             }
         })
     };
+    // A second lane, without hand-off: what reaches it goes through the wake-ups, in the
+    // order PostgreSQL notified them.
     let builder = OutboxRelay::builder(&store)
         .lane(
             lane()
@@ -232,6 +236,10 @@ async fn enqueue_past_the_credits(claims_in_flight: usize) {
                 .prefetch(P)
                 .claims_in_flight(claims_in_flight),
             handler,
+        )
+        .lane(
+            LaneConfig::new(LANE, SENTINEL).hand_off(false),
+            handler_fn(|_message: OutboxMessage| async { Ok::<(), DeliveryError>(()) }),
         )
         .event_capacity(10_000);
     let mut events = builder.subscribe();
@@ -256,21 +264,31 @@ async fn enqueue_past_the_credits(claims_in_flight: usize) {
     })
     .await
     .expect("deliveries start");
-    // The lane has seen the wake-up once its (empty) claim or its revoke is done; give
-    // it a moment of real time, then look: never more than C+P claimed.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The window: the saturated lane has had the wake-up of the three. A message for the
+    // second lane, committed after them, is notified after them, and the lanes' wake-up
+    // tasks read one broadcast in that order: once it is delivered, the first lane's
+    // wake-up came and went. Then look: never more than C+P claimed.
+    let sentinel = store
+        .enqueue(OutboxMessageDraft::new(LANE, SENTINEL, serde_json::json!({})).expect("draft"))
+        .await
+        .unwrap();
+    delivered(&mut events, sentinel.message.outbox_id).await;
     let stats = store
         .stats(&MessageFilter::lane(LANE, TARGET))
         .await
         .unwrap();
     assert_eq!(stats[0].claimed as usize, C + P, "{stats:?}");
     assert_eq!(stats[0].pending, 3, "{stats:?}");
-    assert_eq!(counting.claimed(), 0);
+    assert_eq!(
+        counting.claimed(),
+        1,
+        "only the second lane's message was claimed"
+    );
 
     gate.add_permits(100);
     let ids: Vec<Uuid> = written.iter().map(|e| e.message.outbox_id).collect();
     delivered_all(&mut events, &ids).await;
-    assert_eq!(counting.claimed(), 3, "the rest were claimed normally");
+    assert_eq!(counting.claimed(), 1 + 3, "the rest were claimed normally");
     relay.shutdown(Duration::from_secs(5)).await.unwrap();
     schema.drop().await;
 }

@@ -13,10 +13,11 @@ use outbox_relay::store::{LaneStats, MessageFilter, PageRequest, PurgeRequest};
 use outbox_relay::{OrderingPolicy, OutboxMessage, OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 
-use crate::{
-    AdminCommand, DeadLettersCommand, EnqueueArgs, Failure, ListArgs, MigrateArgs, PurgeArgs,
-    Selector, Setup, StatusArgs,
+use crate::cli::{
+    AdminCommand, DeadLettersCommand, EnqueueArgs, ListArgs, MigrateArgs, PurgeArgs, Selector,
+    StatusArgs,
 };
+use crate::{Failure, Setup};
 
 /// Library warnings (a store retrying, say) go to stderr; the command's output to stdout.
 pub(crate) fn init_logging() {

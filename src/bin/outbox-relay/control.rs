@@ -6,7 +6,8 @@
 use outbox_relay::database::CreateMode;
 use outbox_relay::store::LanePauseRequest;
 
-use crate::{ControlArgs, Failure, Setup};
+use crate::cli::ControlArgs;
+use crate::{Failure, Setup};
 
 /// Who a pause from this command is recorded as, unless `--by` says: `cli:USER@HOST`.
 fn default_author() -> String {

@@ -21,9 +21,10 @@ use outbox_relay::OutboxRelay;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::cli::{LogFormat, RunArgs};
 use crate::otlp::OtlpExport;
 use crate::reload::RunningLanes;
-use crate::{Failure, LogFormat, RunArgs, Setup};
+use crate::{Failure, Setup};
 
 /// Runs the relay: config checked, metrics endpoint up, store open, lanes started; then
 /// waits for a signal and shuts down gracefully.

@@ -5,94 +5,10 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use clap::Args;
-use outbox_relay::config::duration::parse_duration;
 use outbox_relay::simulate::{lane, Keys, LaneReport, Load};
 
+use crate::cli::SimulateArgs;
 use crate::{Failure, Setup};
-
-#[derive(Debug, Args)]
-pub(crate) struct SimulateArgs {
-    /// How long messages are enqueued, in virtual time; a drain follows, with the target
-    /// answering every delivery.
-    #[arg(long, value_parser = parse_duration, default_value = "1h", value_name = "DURATION")]
-    duration: Duration,
-    /// Messages per second per lane (N, N/s, N/m or N/h).
-    #[arg(long, value_parser = parse_rate, default_value = "50/s", value_name = "RATE")]
-    rate: f64,
-    /// Ordering keys: `none`, N (uniform over N keys), or `hot` (one key takes half).
-    #[arg(long, value_parser = parse_keys, default_value = "none", value_name = "none|N|hot")]
-    keys: Keys,
-    /// Each message's max_attempts.
-    #[arg(long, default_value_t = outbox_relay::message::DEFAULT_MAX_ATTEMPTS,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    max_attempts: u32,
-    /// Share of deliveries that fail (retryable), 0 to 1.
-    #[arg(long, value_parser = parse_share, default_value = "0.1", value_name = "SHARE")]
-    failure_rate: f64,
-    /// How long each delivery takes.
-    #[arg(long, value_parser = parse_duration, default_value = "20ms", value_name = "DURATION")]
-    latency: Duration,
-    /// The Retry-After the target asks for (with --retry-after-rate).
-    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DURATION")]
-    retry_after: Duration,
-    /// Share of deliveries answered with a Retry-After, 0 to 1.
-    #[arg(long, value_parser = parse_share, default_value = "0.0", value_name = "SHARE")]
-    retry_after_rate: f64,
-    /// The target is down for LENGTH starting at START (e.g. 10m@20m); repeatable.
-    #[arg(long = "outage", value_parser = parse_outage, value_name = "LENGTH@START")]
-    outages: Vec<(Duration, Duration)>,
-    /// The seed of every draw: one seed, one report.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-}
-
-fn parse_rate(s: &str) -> Result<f64, String> {
-    let (count, per) = s.split_once('/').unwrap_or((s, "s"));
-    let seconds = match per.trim() {
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        other => return Err(format!("unknown unit {other:?} (use /s, /m or /h)")),
-    };
-    match count.trim().parse::<f64>() {
-        Ok(count) if count.is_finite() && count > 0.0 && count / seconds <= 10_000.0 => {
-            Ok(count / seconds)
-        }
-        _ => Err(format!(
-            "{s:?} is not a rate above 0 and at most 10000/s (e.g. 50/s)"
-        )),
-    }
-}
-
-fn parse_keys(s: &str) -> Result<Keys, String> {
-    match s.trim() {
-        "none" => Ok(Keys::None),
-        "hot" => Ok(Keys::Hot),
-        n => match n.parse::<u32>() {
-            Ok(n) if n > 0 => Ok(Keys::Spread(n)),
-            _ => Err(format!(
-                "{s:?} is not `none`, `hot` or a number of keys above 0"
-            )),
-        },
-    }
-}
-
-fn parse_share(s: &str) -> Result<f64, String> {
-    match s.trim().parse::<f64>() {
-        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
-        _ => Err(format!("{s:?} is not a share from 0 to 1 (e.g. 0.1)")),
-    }
-}
-
-fn parse_outage(s: &str) -> Result<(Duration, Duration), String> {
-    let (length, start) = s
-        .split_once('@')
-        .ok_or_else(|| format!("{s:?} is not LENGTH@START (e.g. 10m@20m)"))?;
-    let length = parse_duration(length).map_err(|error| error.to_string())?;
-    let start = parse_duration(start).map_err(|error| error.to_string())?;
-    Ok((start, length))
-}
 
 /// A duration for the report: milliseconds under 10 s, else seconds, else minutes.
 fn show(d: Duration) -> String {

@@ -1,9 +1,10 @@
-//! The Kafka sink's settings: what the config file says, validated, and the librdkafka
-//! producer settings they make.
+//! The Kafka sink's settings: what the config file says, validated (in every build), and
+//! the librdkafka producer settings they make (feature `kafka-sink`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+#[cfg(feature = "kafka-sink")]
 use rdkafka::config::ClientConfig;
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +15,7 @@ use super::{
 use crate::config::duration::{format_duration, HumanDuration};
 use crate::config::ConfigError;
 use crate::sinks::template::Template;
+#[cfg(feature = "kafka-sink")]
 use crate::sinks::{read_secret, read_variable, SinkBuildError};
 
 /// How the producer talks to the brokers (librdkafka's `security.protocol`).
@@ -64,6 +66,7 @@ pub enum SaslMechanism {
 }
 
 impl SaslMechanism {
+    #[cfg(feature = "kafka-sink")]
     fn as_librdkafka(self) -> &'static str {
         match self {
             SaslMechanism::Plain => "PLAIN",
@@ -386,6 +389,7 @@ impl KafkaSinkConfig {
     }
 
     /// The producer's librdkafka settings, secrets read from the environment.
+    #[cfg(feature = "kafka-sink")]
     pub(super) fn client_config(&self, field: &str) -> Result<ClientConfig, SinkBuildError> {
         let mut config = ClientConfig::new();
         // A default that `properties` may replace; the sink's own settings come after them
@@ -441,6 +445,7 @@ impl KafkaSinkConfig {
     }
 }
 
+#[cfg(feature = "kafka-sink")]
 fn millis(duration: Duration) -> String {
     duration.as_millis().max(1).to_string()
 }
@@ -548,6 +553,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "kafka-sink")]
     #[test]
     fn the_producer_is_idempotent_and_takes_its_password_from_the_environment() {
         let mut config = config();

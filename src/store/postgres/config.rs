@@ -16,7 +16,10 @@ pub use crate::database::Pooler;
 
 use super::decode::db_error;
 use super::schema::Names;
-use super::{DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
+use super::{
+    DEFAULT_MIGRATION_LOCK_TIMEOUT, DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_SCHEMA,
+    DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TABLE_PREFIX, DEFAULT_VACUUM_EVERY,
+};
 
 /// Where and how a [`PostgresOutboxStore`](super::PostgresOutboxStore) keeps its outbox.
 #[derive(Debug, Clone)]
@@ -416,28 +419,11 @@ pub(super) async fn session_shortfalls(
     Ok(shortfalls)
 }
 
-/// Rows taken out of live between two vacuums unless configured otherwise
-/// ([`PostgresConfig::vacuum_every`]).
-pub const DEFAULT_VACUUM_EVERY: u64 = 50_000;
-
 /// How long a store call made through the pool of
 /// [`connect_with`](super::PostgresOutboxStore::connect_with) waits for a connection before
 /// it fails with [`StoreError::Unavailable`]. Short, so a relay
 /// notices an outage (and backs off) in seconds rather than sqlx's default 30 s.
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long a migration step waits for a lock unless configured otherwise
-/// ([`PostgresConfig::migration_lock_timeout`]).
-pub const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The migrations' statement timeout unless configured otherwise
-/// ([`PostgresConfig::migration_statement_timeout`]): room for index builds on a table of
-/// millions of rows.
-pub const DEFAULT_MIGRATION_STATEMENT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-
-/// The statement timeout unless configured otherwise: far above any claim or ack (a few
-/// milliseconds), far below the 40 s a dead relay's claim once ran before committing.
-pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {

@@ -126,7 +126,7 @@ fn every_command_line_in_the_docs_parses() {
     let mut refused = Vec::new();
     for line in &lines {
         let args = std::iter::once("outbox-relay".to_owned()).chain(concrete(&line.words));
-        if let Err(error) = crate::Cli::command().try_get_matches_from(args) {
+        if let Err(error) = crate::cli::Cli::command().try_get_matches_from(args) {
             use clap::error::ErrorKind;
             // "`outbox-relay purge`" in a sentence names a command; it is no command line.
             let a_name = matches!(error.kind(), ErrorKind::MissingRequiredArgument)
@@ -184,7 +184,7 @@ fn every_flag_the_commands_table_names_exists() {
         .expect("the daemon page's Commands");
     let rows = table(section);
     assert_eq!(rows[0][0], "command");
-    let cli = crate::Cli::command();
+    let cli = crate::cli::Cli::command();
     let mut problems = Vec::new();
     let mut named = BTreeSet::new();
     for row in &rows[1..] {
@@ -272,7 +272,9 @@ fn the_command_line_reader_finds_what_a_reader_would_run() {
     assert_eq!(words("kubectl rollout restart deploy/outbox-relay"), None);
     // A runbook command as the issue found it: clap refuses it.
     let args = ["outbox-relay", "resume", "LANE"];
-    assert!(crate::Cli::command().try_get_matches_from(args).is_err());
+    assert!(crate::cli::Cli::command()
+        .try_get_matches_from(args)
+        .is_err());
 }
 
 #[test]
@@ -283,7 +285,7 @@ fn the_defaults_the_simulate_page_states_are_the_commands() {
         .find("Flags (defaults):")
         .expect("docs/src/simulate.md states the flags' defaults");
     let end = start + text[start..].find(". ").unwrap_or(text.len() - start);
-    let simulate = crate::Cli::command();
+    let simulate = crate::cli::Cli::command();
     let simulate = simulate
         .find_subcommand("simulate")
         .expect("a simulate command");

@@ -248,7 +248,7 @@ fn the_claims_in_flight_default_is_the_stores() {
         .find(|row| row.key == "lanes.claims_in_flight")
         .expect("claims_in_flight in the reference");
     let spans = spans_of(&row.default);
-    let postgres = outbox_relay::store::postgres::CLAIMS_IN_FLIGHT.to_string();
+    let postgres = outbox_relay::database::postgres::CLAIMS_IN_FLIGHT.to_string();
     let others = outbox_relay::config::DEFAULT_CLAIMS_IN_FLIGHT.to_string();
     assert_eq!(
         spans,
@@ -305,7 +305,10 @@ fn every_default_the_pages_state_for_a_key_is_the_references() {
             .push(normalized(&cell));
     }
     // What the pages state defaults for that is no key of the file: the library's own.
-    let postgres = outbox_relay::store::postgres::PostgresConfig::default();
+    // The store's defaults as the daemon's PostgreSQL settings hold them (the library's
+    // unit test `defaults_are_the_stores` keeps the two equal).
+    use outbox_relay::database::postgres as pg;
+    let postgres = pg::PostgresOptions::default();
     let library = [
         (
             "max_attempts",
@@ -313,7 +316,7 @@ fn every_default_the_pages_state_for_a_key_is_the_references() {
         ),
         (
             "migration_statement_timeout",
-            format!("{:?}", postgres.migration_statement_timeout),
+            format!("{:?}", pg::DEFAULT_MIGRATION_STATEMENT_TIMEOUT),
         ),
         (
             "PostgresConfig::statement_timeout",

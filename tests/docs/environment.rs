@@ -13,7 +13,7 @@ use super::CONFIG_PAGE;
 /// The variables the binary's flags read, with each flag's long name.
 fn flag_variables() -> BTreeMap<String, String> {
     let mut variables = BTreeMap::new();
-    let cli = crate::Cli::command();
+    let cli = crate::cli::Cli::command();
     let mut commands = vec![&cli];
     commands.extend(cli.get_subcommands());
     for command in commands {
