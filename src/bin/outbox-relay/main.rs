@@ -13,6 +13,7 @@
 //! outbox-relay migrate --check            # exit 3 behind, 4 ahead of this build
 //! outbox-relay pause --lane orders --target audit --reason "broker upgrade"
 //! outbox-relay resume --lane orders --target audit   # every relay on the database
+//! outbox-relay probe readyz               # a container's HEALTHCHECK: exit 0 on 200
 //! kill -HUP <pid>                        # the daemon reloads its lanes from --config
 //! ```
 //!
@@ -45,6 +46,7 @@ mod daemon;
 mod docs;
 mod gates;
 mod otlp;
+mod probe;
 mod reload;
 mod simulate;
 
@@ -215,6 +217,9 @@ enum Command {
     /// Play a stated load against a stated target behaviour through each lane's real
     /// settings, for hours of virtual time in seconds; print per lane what it did.
     Simulate(simulate::SimulateArgs),
+    /// Ask the running relay's listener for /healthz or /readyz: exit 0 on 200, 1
+    /// otherwise. For a container's HEALTHCHECK, where there is no shell or curl.
+    Probe(probe::ProbeArgs),
     #[command(flatten)]
     Admin(AdminCommand),
 }
@@ -552,6 +557,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Pause(args) => control::run(setup, true, args).await,
         Command::Resume(args) => control::run(setup, false, args).await,
         Command::Simulate(args) => simulate::run(setup, args),
+        Command::Probe(args) => probe::run(setup, args),
         Command::Admin(command) => {
             admin::init_logging();
             admin::run(setup, command).await
