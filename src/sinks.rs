@@ -49,6 +49,27 @@ pub mod webhook;
 pub use self::log::{LogSink, LogSinkConfig};
 pub use self::template::Template;
 
+/// Every sink kind the crate has, as `(kind, the cargo feature that builds it, whether this
+/// build has it)`; the log sink is always built (its feature is empty). A config naming a
+/// kind this build lacks is refused with the feature that brings it, not as an unknown word.
+pub const KINDS: [(&str, &str, bool); 6] = [
+    ("log", "", true),
+    ("webhook", "webhook-sink", cfg!(feature = "webhook-sink")),
+    ("nats", "nats-sink", cfg!(feature = "nats-sink")),
+    ("rabbitmq", "rabbitmq-sink", cfg!(feature = "rabbitmq-sink")),
+    ("redis", "redis-sink", cfg!(feature = "redis-sink")),
+    ("kafka", "kafka-sink", cfg!(feature = "kafka-sink")),
+];
+
+/// The cargo feature that builds the sink `kind` when this build lacks it; `None` for a kind
+/// this build has, and for a word that is no sink kind at all.
+pub fn missing_feature(kind: &str) -> Option<&'static str> {
+    KINDS
+        .iter()
+        .find(|(known, _, built)| *known == kind && !built)
+        .map(|(_, feature, _)| *feature)
+}
+
 /// Which sink delivers a lane, as the config file names it:
 /// `sink = { kind = "log" }`, `sink = { kind = "webhook", url = "…" }`, …
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

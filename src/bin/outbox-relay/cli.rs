@@ -181,6 +181,9 @@ pub(crate) enum Command {
     /// Play a stated load against a stated target behaviour through each lane's real
     /// settings, for hours of virtual time in seconds; print per lane what it did.
     Simulate(SimulateArgs),
+    /// Ask the running relay's listener for /healthz or /readyz: exit 0 on 200, 1
+    /// otherwise. For a container's HEALTHCHECK, where there is no shell or curl.
+    Probe(ProbeArgs),
     #[command(flatten)]
     Admin(AdminCommand),
 }
@@ -456,4 +459,24 @@ fn parse_outage(s: &str) -> Result<(Duration, Duration), String> {
     let length = parse_duration(length).map_err(|error| error.to_string())?;
     let start = parse_duration(start).map_err(|error| error.to_string())?;
     Ok((start, length))
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ProbeArgs {
+    /// Which probe: `healthz` (the process works; a lane failed for too long fails it) or
+    /// `readyz` (the relay runs and reaches its database).
+    #[arg(value_enum, default_value_t = Probe::Healthz)]
+    pub(crate) probe: Probe,
+    /// The listener's address (ADDR), overriding the config file, as for `run`.
+    #[arg(long, env = "OUTBOX_METRICS_LISTEN", value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<MetricsListen>,
+    /// How long the connection and the answer may take together.
+    #[arg(long, value_parser = parse_duration, default_value = "2s", value_name = "DURATION")]
+    pub(crate) timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Probe {
+    Healthz,
+    Readyz,
 }

@@ -13,6 +13,7 @@
 //! outbox-relay migrate --check            # exit 3 behind, 4 ahead of this build
 //! outbox-relay pause --lane orders --target audit --reason "broker upgrade"
 //! outbox-relay resume --lane orders --target audit   # every relay on the database
+//! outbox-relay probe readyz               # a container's HEALTHCHECK: exit 0 on 200
 //! kill -HUP <pid>                        # the daemon reloads its lanes from --config
 //! ```
 //!
@@ -43,6 +44,7 @@ mod control;
 mod daemon;
 mod gates;
 mod otlp;
+mod probe;
 mod reload;
 mod simulate;
 
@@ -190,6 +192,7 @@ async fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Pause(args) => control::run(setup, true, args).await,
         Command::Resume(args) => control::run(setup, false, args).await,
         Command::Simulate(args) => simulate::run(setup, args),
+        Command::Probe(args) => probe::run(setup, args),
         Command::Admin(command) => {
             admin::init_logging();
             admin::run(setup, command).await

@@ -62,9 +62,22 @@ impl fmt::Display for FileConfigError {
 impl std::error::Error for FileConfigError {}
 
 /// Turns toml's error into one line naming the file, the position and, when the position
-/// points at a `key = value` line, the key.
+/// points at a `key = value` line, the key. A sink kind this build lacks is said so, with
+/// the feature that brings it.
 pub(super) fn parse_error(origin: &str, text: &str, error: &toml::de::Error) -> FileConfigError {
     let mut out = FileConfigError::new(origin, None, error.message().trim().to_owned());
+    let unbuilt = sink_not_built(text, crate::sinks::missing_feature);
+    if let Some((field, kind, feature)) = unbuilt {
+        // Only when it is what toml stumbled on, so the position below stays the kind's.
+        if out.message.contains(&format!("unknown variant `{kind}`")) {
+            out.field = Some(field);
+            out.message = format!(
+                "the sink kind `{kind}` is not in this build of outbox-relay: it needs the \
+                 cargo feature `{feature}` (`cargo install outbox-relay --features \
+                 cli,{feature}`; the container image has every sink)"
+            );
+        }
+    }
     if let Some(span) = error.span() {
         let start = span.start.min(text.len());
         let before = &text[..start];
@@ -81,10 +94,90 @@ pub(super) fn parse_error(origin: &str, text: &str, error: &toml::de::Error) -> 
                 && key
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            if is_key && !out.message.contains(&format!("`{key}`")) {
+            if is_key && out.field.is_none() && !out.message.contains(&format!("`{key}`")) {
                 out.field = Some(key.to_owned());
             }
         }
     }
     out
+}
+
+/// The first lane whose `sink.kind` is a kind `missing_feature` says this build lacks:
+/// `(field, kind, feature)`. serde alone would call it an unknown variant, as it does a
+/// misspelt kind, and leave the reader to guess which cargo feature was left out.
+fn sink_not_built(
+    text: &str,
+    missing_feature: impl Fn(&str) -> Option<&'static str>,
+) -> Option<(String, String, &'static str)> {
+    let table: toml::Table = toml::from_str(text).ok()?;
+    let lanes = table.get("lanes")?.as_array()?;
+    lanes.iter().enumerate().find_map(|(i, lane)| {
+        let kind = lane.get("sink")?.get("kind")?.as_str()?;
+        let feature = missing_feature(kind)?;
+        let name = |key: &str| lane.get(key).and_then(toml::Value::as_str);
+        let lane_key = match (name("lane"), name("target")) {
+            (Some(lane), Some(target)) => format!("{lane}/{target}"),
+            _ => i.to_string(),
+        };
+        Some((
+            format!("lanes[{lane_key}].sink.kind"),
+            kind.to_owned(),
+            feature,
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KAFKA_LANE: &str = r#"
+[[lanes]]
+lane = "orders"
+target = "billing"
+sink = { kind = "log" }
+
+[[lanes]]
+lane = "orders"
+target = "ledger"
+sink = { kind = "kafka", brokers = "127.0.0.1:9092", topic = "orders" }
+"#;
+
+    #[test]
+    fn a_sink_kind_this_build_lacks_names_the_lane_and_the_feature() {
+        let lacks_kafka = |kind: &str| (kind == "kafka").then_some("kafka-sink");
+        assert_eq!(
+            sink_not_built(KAFKA_LANE, lacks_kafka),
+            Some((
+                "lanes[orders/ledger].sink.kind".to_owned(),
+                "kafka".to_owned(),
+                "kafka-sink"
+            ))
+        );
+        assert_eq!(sink_not_built(KAFKA_LANE, |_| None), None);
+    }
+
+    #[test]
+    fn every_sink_kind_the_crate_has_parses_or_names_its_feature() {
+        for (kind, feature, built) in crate::sinks::KINDS {
+            let text = format!(
+                "[[lanes]]\nlane = \"a\"\ntarget = \"b\"\nsink = {{ kind = \"{kind}\" }}\n"
+            );
+            let Err(error) = super::super::FileConfig::from_toml_str("relay.toml", &text) else {
+                assert!(built, "{kind}: parsed without its feature");
+                continue;
+            };
+            if built {
+                // Built, the kind parses: what fails is a setting the bare kind lacks.
+                assert!(
+                    !error.message().contains("not in this build"),
+                    "{kind}: {error}"
+                );
+            } else {
+                assert_eq!(error.field(), Some("lanes[a/b].sink.kind"), "{error}");
+                assert!(error.message().contains(&format!("`{feature}`")), "{error}");
+                assert_eq!(error.position(), Some((4, 17)), "{error}");
+            }
+        }
+    }
 }
