@@ -396,7 +396,7 @@ fn all_handed_off(mut plan: Plan) -> Plan {
 ///   is `Mutation::LapsedClaimStarts`.
 #[test]
 fn seeds_that_found_bugs_pass() {
-    let regressions: &[(u64, Mutation)] = &[(5, Mutation::LapsedClaimStarts)];
+    let regressions: &[(u64, Mutation)] = &[(10, Mutation::LapsedClaimStarts)];
     for &(seed, bug) in regressions {
         let plan = Plan::draw(seed, SIZE);
         if let Err(failure) = run(&plan) {
