@@ -66,8 +66,7 @@ impl std::error::Error for FileConfigError {}
 /// the feature that brings it.
 pub(super) fn parse_error(origin: &str, text: &str, error: &toml::de::Error) -> FileConfigError {
     let mut out = FileConfigError::new(origin, None, error.message().trim().to_owned());
-    let unbuilt = sink_not_built(text, crate::sinks::missing_feature);
-    if let Some((field, kind, feature)) = unbuilt {
+    if let Some((field, kind, feature)) = sink_not_built(text, crate::sinks::missing_feature) {
         // Only when it is what toml stumbled on, so the position below stays the kind's.
         if out.message.contains(&format!("unknown variant `{kind}`")) {
             out.field = Some(field);
