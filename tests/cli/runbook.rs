@@ -1,7 +1,7 @@
 //! The runbook's commands (`docs/src/operations/runbook.md`) do what it says: each one,
 //! with its placeholders filled in (`LANE`, `TARGET`, a dead letter's `ID`) and its
 //! `--config` pointed at a sandbox's SQLite file holding dead letters, exits 0. That they
-//! parse is checked with every other command line of the docs (`src/bin/outbox-relay/docs.rs`);
+//! parse is checked with every other command line of the docs (`tests/docs/commands.rs`);
 //! here they run.
 
 use crate::{dead_letter_through_the_store, free_port, test_config, Sandbox};

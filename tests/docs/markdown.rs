@@ -3,8 +3,7 @@
 //! and tables. A small reader of the Markdown this project writes (CommonMark fences,
 //! pipe tables, `[text](target)` links), not a general one.
 //!
-//! Shared by `tests/docs.rs` and the binary's own checks (`src/bin/outbox-relay/docs.rs`),
-//! which include this file by path.
+//! Shared by `tests/docs.rs` and `tests/cli/runbook.rs`, which include this file by path.
 
 #![allow(dead_code)] // each includer uses its own part
 
