@@ -123,12 +123,15 @@ pub(crate) fn settle_bound(plan: &Plan) -> Duration {
         })
         .max()
         .unwrap_or_default();
-    let lost_wake_up = plan
+    let lost_wake_up = if plan
         .faults
         .iter()
         .any(|(_, f)| matches!(f, plan::Fault::LoseWakeUps { .. }))
-        .then_some(c.max_poll_interval)
-        .unwrap_or_default();
+    {
+        c.max_poll_interval
+    } else {
+        Duration::ZERO
+    };
     let retry = c.retry.max.max(plan.target.longest_retry_after);
     let breaker = c
         .circuit_breaker
