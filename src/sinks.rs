@@ -50,15 +50,17 @@ pub use self::log::{LogSink, LogSinkConfig};
 pub use self::template::Template;
 
 /// Every sink kind the crate has, as `(kind, the cargo feature that builds it, whether this
-/// build has it)`; the log sink is always built (its feature is empty). A config naming a
-/// kind this build lacks is refused with the feature that brings it, not as an unknown word.
+/// build parses it)`; the log sink is always built (its feature is empty). A config naming a
+/// kind this build cannot parse is refused with the feature that brings it, not as an
+/// unknown word. Kafka's settings parse in every build: without `kafka-sink`, building the
+/// sink is refused at start instead, naming the lane's field and the feature.
 pub const KINDS: [(&str, &str, bool); 6] = [
     ("log", "", true),
     ("webhook", "webhook-sink", cfg!(feature = "webhook-sink")),
     ("nats", "nats-sink", cfg!(feature = "nats-sink")),
     ("rabbitmq", "rabbitmq-sink", cfg!(feature = "rabbitmq-sink")),
     ("redis", "redis-sink", cfg!(feature = "redis-sink")),
-    ("kafka", "kafka-sink", cfg!(feature = "kafka-sink")),
+    ("kafka", "kafka-sink", true),
 ];
 
 /// The cargo feature that builds the sink `kind` when this build lacks it; `None` for a kind
