@@ -10,9 +10,7 @@
 //! - `KillHandler` ends the delivery, and its supervision event comes back as `HandlerDied`;
 //! - wake-ups are the store's broadcast, coalesced into one `Wake` in the mailbox;
 //! - a crash drops everything (the epoch moves on, so the dead incarnation's timers and
-//!   answers are ignored), and a restart is a new `LaneCore` with a new consumer id;
-//! - a lane crash in a living process is restarted when the supervisor's restart policy
-//!   says (`relay::supervisor::restarts`, the production type).
+//!   answers are ignored), and a restart is a new `LaneCore` with a new consumer id.
 
 use std::collections::{HashMap, HashSet};
 
@@ -21,7 +19,6 @@ use uuid::Uuid;
 
 use crate::config::LaneConfig;
 use crate::relay::lane::core::{ClaimId, LaneCore, Slot};
-use crate::relay::supervisor::restarts::Restarts;
 use crate::store::hand_off::Registration;
 use crate::store::WakeUp;
 
@@ -60,9 +57,6 @@ pub(crate) struct Relay {
     pub(crate) in_transit: usize,
     /// Hand-off credits taken and not used, on their way back to the lane.
     pub(crate) returning: usize,
-    /// The process's supervisor's restarts of the lane (kept across lane crashes, new with
-    /// the process).
-    pub(crate) restarts: Restarts,
 }
 
 impl Relay {
@@ -85,7 +79,6 @@ impl Relay {
             registration: None,
             in_transit: 0,
             returning: 0,
-            restarts: Restarts::default(),
         }
     }
 
@@ -122,10 +115,7 @@ impl Relay {
     ) {
         self.incarnation += 1;
         self.config.consumer_id = format!("relay{index}.{}", self.incarnation);
-        let core = LaneCore::new(self.config.clone(), false);
-        #[cfg(test)]
-        let core = core.mutated_by(super::mutation::current());
-        self.core = Some(core);
+        self.core = Some(LaneCore::new(self.config.clone(), false));
         self.handlers = (0..self.config.concurrency)
             .map(|_| {
                 *generation += 1;

@@ -10,7 +10,6 @@ use uuid::Uuid;
 use super::pool::{Running, Slot};
 use super::{ClaimId, Command, LaneCore, Mode, StoreCall};
 use crate::message::UnixMillis;
-use crate::mutation::Mutation;
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::{LaneKey, RelayEvent};
 use crate::store::StoreOp;
@@ -265,9 +264,7 @@ impl LaneCore {
         };
         let result = result.map_err(|failure| self.hold_to_ceiling(outbox_id, failure, out));
         if let (Err(_), Some(key)) = (&result, &running.message.ordering_key) {
-            if !self.mutated(Mutation::FailedRunNotReleased) {
-                self.release_key(key, out);
-            }
+            self.release_key(key, out);
         }
         self.note_delivery_time(elapsed);
         match &result {
