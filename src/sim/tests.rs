@@ -207,7 +207,7 @@ fn a_failing_schedule_shrinks_and_its_cut_replays() {
 
 /// Every deliberate mutation is caught within the CI budget's seeds: the simulation's
 /// checks bite. Prints, for each, the seeds it took. `NoStartMargin` is caught by seed
-/// 1,499 of the budget, so its own test
+/// 1,525 of the budget (of 2,000; the only one), so its own test
 /// (`the_start_margin_bounds_how_long_a_delivery_overlaps_the_next_holder`) catches it on
 /// seeds drawn prone to it instead, at a fraction of the time.
 #[test]
