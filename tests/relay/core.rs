@@ -135,7 +135,7 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
     let id = enqueue(&store, draft(1)).await;
     let jittery = Arc::new(FaultyStore::new(store.clone()));
     jittery.hold_acks.store(true, Ordering::SeqCst);
-    let slow = TestHandler::ok();
+    let handler_a = TestHandler::ok();
     let (relay_a, mut events_a) = crate::start(
         OutboxRelay::builder(&Outbox::from_arc(jittery.clone())).lane(
             lane()
@@ -143,7 +143,7 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
                 .lease(Duration::from_secs(3))
                 .lease_extend_margin(None)
                 .delivery_timeout(Duration::from_secs(2)),
-            slow.clone(),
+            handler_a.clone(),
         ),
     )
     .await;
@@ -151,15 +151,15 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
     tokio::time::timeout(crate::EVENT_TIMEOUT, jittery.ack_held.notified())
         .await
         .expect("relay a's ack goes out");
-    assert_eq!(slow.calls(), vec![id]);
+    assert_eq!(handler_a.calls(), vec![id]);
     // Relay a claims nothing more: relay b is the one to take the lapsed message.
     relay_a.pause("canonical", "projector").await.unwrap();
 
     // Relay b takes the lapsed message and is still delivering it when relay a's ack lands.
     let (b_started, b_release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let fast = crate::started_then_held(&b_started, &b_release);
+    let handler_b = crate::started_then_held(&b_started, &b_release);
     let (relay_b, mut events_b) = crate::start(
-        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), fast.clone()),
+        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), handler_b.clone()),
     )
     .await;
     tokio::time::timeout(crate::EVENT_TIMEOUT, b_started.notified())
@@ -184,7 +184,7 @@ async fn late_ack_after_network_jitter_is_a_lost_claim() {
     );
     b_release.notify_one();
     assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
-    assert_eq!(fast.calls(), vec![id]);
+    assert_eq!(handler_b.calls(), vec![id]);
     let delivered = store.get(id).await.unwrap().unwrap();
     assert_eq!(
         (delivered.status, delivered.claimed_by),

@@ -102,14 +102,14 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
     cut_off.fail_extends.store(true, Ordering::SeqCst);
     let started = Arc::new(Notify::new());
     let release = Arc::new(Notify::new());
-    let slow = crate::started_then_held(&started, &release);
+    let handler_a = crate::started_then_held(&started, &release);
     let (relay_a, mut events_a) = crate::start(
         OutboxRelay::builder(&Outbox::from_arc(cut_off.clone())).lane(
             lane()
                 .consumer_id("relay-a")
                 .lease(Duration::from_secs(2))
                 .delivery_timeout(Duration::from_secs(60)),
-            slow.clone(),
+            handler_a.clone(),
         ),
     )
     .await;
@@ -126,9 +126,9 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
     .await;
     // Relay b takes the lapsed message, and is still delivering it when relay a's ack lands.
     let (b_started, b_release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let fast = crate::started_then_held(&b_started, &b_release);
+    let handler_b = crate::started_then_held(&b_started, &b_release);
     let (relay_b, mut events_b) = crate::start(
-        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), fast.clone()),
+        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), handler_b.clone()),
     )
     .await;
     tokio::time::timeout(crate::EVENT_TIMEOUT, b_started.notified())
@@ -158,7 +158,7 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
         (message.status, message.claimed_by),
         (OutboxStatus::Delivered, None)
     );
-    assert_eq!((slow.calls(), fast.calls()), (vec![id], vec![id]));
+    assert_eq!((handler_a.calls(), handler_b.calls()), (vec![id], vec![id]));
     relay_a.shutdown(Duration::from_secs(5)).await.unwrap();
     relay_b.shutdown(Duration::from_secs(5)).await.unwrap();
 }
