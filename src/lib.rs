@@ -109,6 +109,7 @@ pub mod http;
 mod lane_state;
 pub mod message;
 pub mod metrics;
+mod mutation;
 mod named;
 mod redact;
 pub mod relay;

@@ -4,9 +4,12 @@
 //! chance drawn from one seed: the order of inputs that arrive together, store latency,
 //! handler durations and outcomes, the messages (keys, delays, dedupe keys, and which
 //! process enqueues them: an idle lane of that process may take them as hand-offs), the
-//! lane's settings (gates, claims in flight and hand-off included) and the faults (store calls that fail before they commit or
-//! commit and lose their answer, a slow or silent store, crashes and restarts with new
-//! consumer ids, store clock jumps, pauses). A checker watches every store change and every
+//! lane's settings (gates, claims in flight and hand-off included) and the faults (store
+//! calls that fail before they commit or commit and lose their answer, a slow or silent
+//! store, one relay cut off from the store while the others reach it, crashes and restarts
+//! with new consumer ids, lane crashes under the supervisor's restart policy, store clock
+//! jumps, a relay process frozen and its clock jumping on, lost wake-ups, enqueues that
+//! fail, pauses). A checker watches every store change and every
 //! delivery ([`check`]); a failing seed replays exactly and its schedule is shrunk first.
 //!
 //! Why here: the simulation drives the crate's private core and store types directly (no
@@ -18,7 +21,7 @@
 //! shell's commands; `world/calls.rs`: store calls, `world/target.rs`: deliveries,
 //! `world/faults.rs`: faults and traces), `relay.rs` (the state of one relay process),
 //! `check.rs` (the invariants), `rng.rs` (the seeded stream), `shrink.rs` (fewer messages
-//! and faults that still fail), `mutation.rs` (deliberate bugs the checks must catch),
+//! and faults that still fail), `mutation.rs` (which deliberate bug, `crate::mutation`, a thread's runs switch on),
 //! `tests.rs` (the seed runs).
 //!
 //! Running it: `cargo test --lib sim::` runs the CI budget (2,000 seeds) and the
@@ -27,8 +30,13 @@
 //! every event); `OUTBOX_SIM_SECONDS=1800 cargo test --lib sim::tests::seeds_for_a_while
 //! -- --ignored --nocapture` runs new seeds for half an hour.
 //!
-//! What it does not model: drains and lane add/remove, the supervisor's restart policy (a
-//! crash takes the whole process), retry jitter (off, so every draw comes from the seed),
+//! The production code it runs: `LaneCore` (its decision lines, with a deliberate bug
+//! switched on as a value: `crate::mutation`), the memory store under an `Outbox`, the
+//! hand-off registry, the supervisor's restart policy for lane crashes
+//! (`relay::supervisor::restarts`) and the handler's timeout rule
+//! (`relay::handler::within_timeout`).
+//!
+//! What it does not model: drains and lane add/remove, retry jitter (off, so every draw comes from the seed),
 //! and one lane per run. Hand-offs are drawn as the lane core sees them, without the lane
 //! actor's rule that turns hand-off off beside several claims in flight.
 
@@ -80,7 +88,9 @@ fn tail(plan: &Plan) -> Duration {
 /// - a hung delivery runs to its `delivery_timeout`;
 /// - a store call sent into a silent store returns up to the slow fault's extra latency
 ///   (at most 1.5 leases) plus two legs;
-/// - a crashed relay comes back within two leases, and its claims lapse within one;
+/// - a crashed relay (or lane, by the supervisor's policy) comes back within two leases,
+///   and its claims lapse within one; a frozen relay runs again after its freeze;
+/// - a lost wake-up leaves its message to the poll ceiling (only in runs that lose any);
 /// - a retry waits at most `retry.max`, or the target's longest `Retry-After` (also the
 ///   longest Retry-After hold), a breaker at most `max_cool_down`, a store backoff at most
 ///   `store_backoff.max`;
@@ -104,6 +114,24 @@ pub(crate) fn settle_bound(plan: &Plan) -> Duration {
         })
         .max()
         .unwrap_or_default();
+    let frozen = plan
+        .faults
+        .iter()
+        .filter_map(|(_, f)| match f {
+            plan::Fault::Freeze { for_, .. } => Some(*for_),
+            _ => None,
+        })
+        .max()
+        .unwrap_or_default();
+    let lost_wake_up = if plan
+        .faults
+        .iter()
+        .any(|(_, f)| matches!(f, plan::Fault::LoseWakeUps { .. }))
+    {
+        c.max_poll_interval
+    } else {
+        Duration::ZERO
+    };
     let retry = c.retry.max.max(plan.target.longest_retry_after);
     let breaker = c
         .circuit_breaker
@@ -120,6 +148,8 @@ pub(crate) fn settle_bound(plan: &Plan) -> Duration {
         + Duration::from_millis(plan.backward_jumps())
         + c.delivery_timeout
         + slow
+        + frozen
+        + lost_wake_up
         + plan.latency * 2
         + c.lease * 3
         + retry
@@ -127,6 +157,16 @@ pub(crate) fn settle_bound(plan: &Plan) -> Duration {
         + c.store_backoff.max
         + Duration::from_secs(3)
         + per_message * plan.messages.len() as u32
+}
+
+/// The longest a delivery may run past its lapse beside the next holder of its key: it
+/// started only with `start margin` of its lease left (`delivery_timeout`, or with lease
+/// extension at most `lease_extend_margin`), and runs at most `delivery_timeout`.
+pub(crate) fn overlap_bound(config: &crate::config::LaneConfig) -> Duration {
+    let margin = config
+        .lease_extend_margin
+        .map_or(config.delivery_timeout, |m| m.min(config.delivery_timeout));
+    config.delivery_timeout.saturating_sub(margin)
 }
 
 /// A run that broke an invariant.
@@ -139,6 +179,7 @@ pub(crate) struct Failure {
 /// Runs one schedule to the end.
 #[cfg(test)]
 pub(crate) fn run(plan: &Plan) -> Result<Tally, Failure> {
+    mutation::run_begins();
     run_world(plan).map(|world| world.tally)
 }
 
@@ -188,6 +229,7 @@ pub(crate) fn run_world(plan: &Plan) -> Result<World<'_>, Failure> {
         }
     }
     world.check_all_rows();
+    world.tally.overlaps = world.check.overlaps;
     match world.check.violation.take() {
         Some(what) => Err(fail(&world, what)),
         None => Ok(world),

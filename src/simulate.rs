@@ -159,6 +159,8 @@ pub fn lane(
         latency: Duration::from_millis(1),
         messages,
         faults: Vec::new(),
+        supervisor: crate::config::SupervisorConfig::default(),
+        clock_skew_ppm: Vec::new(),
         faults_end: load.duration,
         stated: Some(Stated {
             failure_rate: load.failure_rate,

@@ -55,6 +55,21 @@ impl DeliveryFailure {
     }
 }
 
+/// How a delivery ends under the handler's `timeout`: the handler's answer when it came
+/// within it (`answer`), else (`None`: the deadline passed first, and the delivery's future
+/// was dropped) a retryable timeout failure, so the message is retried. The handler actor
+/// and the simulation (`sim::world::target`) both end deliveries through this.
+pub(crate) fn within_timeout(
+    timeout: Duration,
+    answer: Option<Result<(), DeliveryError>>,
+) -> Result<(), DeliveryFailure> {
+    match answer {
+        Some(Ok(())) => Ok(()),
+        Some(Err(error)) => Err(DeliveryFailure::from_error(&error)),
+        None => Err(DeliveryFailure::timeout(timeout)),
+    }
+}
+
 /// What a handler tells whoever gave it the message: which delivery finished, and how.
 /// Its own type, so a handler does not know its lane's message type (the lane converts it).
 #[derive(Debug)]
@@ -129,16 +144,13 @@ impl Actor for HandlerActor {
         // With feature `otel`: a child of the context the enqueue wrote into the headers.
         crate::trace_context::adopt(&span, &message);
         let started = Instant::now();
-        let result = match tokio::time::timeout(
+        let answer = tokio::time::timeout(
             state.timeout,
             state.handler.deliver(&message).instrument(span.clone()),
         )
         .await
-        {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(DeliveryFailure::from_error(&error)),
-            Err(_) => Err(DeliveryFailure::timeout(state.timeout)),
-        };
+        .ok();
+        let result = within_timeout(state.timeout, answer);
         span.record(
             "outcome",
             match &result {

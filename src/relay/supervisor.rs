@@ -5,7 +5,7 @@
 //! crashes more than `max_restarts` times within `restart_window` is marked failed and stays
 //! down, visible in status and metrics, while the other lanes go on.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +25,9 @@ use crate::relay::{
 use crate::store::{LanePause, Outbox};
 
 mod fleet;
+pub(crate) mod restarts;
+
+use restarts::{Restart, Restarts};
 
 pub(crate) enum SupervisorMsg {
     AddLane(
@@ -92,8 +95,8 @@ struct LaneEntry {
     /// The token of the restart this lane waits for. Tokens are unique across the
     /// supervisor, so a timer of a removed lane never restarts a re-added one.
     restart_due: Option<u64>,
-    restarts_total: u64,
-    recent_restarts: VecDeque<Instant>,
+    /// Its restarts, by the restart policy ([`Restarts`]).
+    restarts: Restarts,
     /// When the lane was marked failed.
     failed_at: Option<Instant>,
     metrics: LaneMetrics,
@@ -166,8 +169,6 @@ impl SupervisorState {
 
     /// A lane relay died unasked: restart it after a backoff, or mark it failed.
     fn lane_crashed(&mut self, myself: &ActorRef<SupervisorMsg>, key: &LaneKey, error: String) {
-        let window = self.config.restart_window;
-        let max_restarts = self.config.max_restarts;
         self.restart_tokens += 1;
         let token = self.restart_tokens;
         let Some(entry) = self.lanes.get_mut(key) else {
@@ -176,13 +177,7 @@ impl SupervisorState {
         entry.actor = None;
         entry.counters.set_last_error(error.clone());
         let now = Instant::now();
-        while entry
-            .recent_restarts
-            .front()
-            .is_some_and(|at| now.duration_since(*at) > window)
-        {
-            entry.recent_restarts.pop_front();
-        }
+        let restart = entry.restarts.crashed(now, &self.config);
         tracing::error!(lane = %key, %error, "lane relay crashed");
         self.emit(RelayEvent::LaneCrashed {
             lane: key.clone(),
@@ -191,21 +186,21 @@ impl SupervisorState {
         let Some(entry) = self.lanes.get_mut(key) else {
             return;
         };
-        if entry.recent_restarts.len() >= max_restarts as usize {
-            entry.failed_at = Some(now);
-            tracing::error!(lane = %key, max_restarts, ?window, "lane crashed too often; marking it failed");
-            self.set_state(key, LaneState::Failed);
-            self.emit(RelayEvent::LaneFailed {
-                lane: key.clone(),
-                error,
-            });
-            return;
-        }
-        entry.recent_restarts.push_back(now);
-        entry.restarts_total += 1;
+        let (after, restarts) = match restart {
+            Restart::After { after, restarts } => (after, restarts),
+            Restart::GiveUp => {
+                entry.failed_at = Some(now);
+                let (max_restarts, window) = (self.config.max_restarts, self.config.restart_window);
+                tracing::error!(lane = %key, max_restarts, ?window, "lane crashed too often; marking it failed");
+                self.set_state(key, LaneState::Failed);
+                self.emit(RelayEvent::LaneFailed {
+                    lane: key.clone(),
+                    error,
+                });
+                return;
+            }
+        };
         entry.restart_due = Some(token);
-        let restarts = entry.recent_restarts.len() as u32;
-        let after = self.config.restart_backoff.delay(restarts, None);
         self.set_state(key, LaneState::Restarting);
         self.emit(RelayEvent::LaneRestarting {
             lane: key.clone(),
@@ -224,7 +219,7 @@ impl SupervisorState {
                 lane: key.clone(),
                 state: entry.state,
                 in_flight: entry.counters.in_flight.load(Relaxed),
-                restarts: entry.restarts_total,
+                restarts: entry.restarts.total(),
                 last_error: entry.counters.last_error(),
                 claimed: entry.counters.claimed.load(Relaxed),
                 delivered: entry.counters.delivered.load(Relaxed),
@@ -306,8 +301,7 @@ impl SupervisorState {
                 stopping: false,
                 incarnation: 0,
                 restart_due: None,
-                restarts_total: 0,
-                recent_restarts: VecDeque::new(),
+                restarts: Restarts::default(),
                 failed_at: None,
             },
         );

@@ -15,6 +15,11 @@
 //!   delivery only after every earlier message of its key succeeded (or, under `Skip`, was
 //!   dead-lettered), and nothing past a dead head under `Block`;
 //! - a lane starts no message whose lease it was told had lapsed;
+//! - past a lapse, a delivery still running beside a later delivery of its key (or of
+//!   itself) on a live claim overlaps it: each such overlap is counted and timed, and none
+//!   may last longer than the lane's start margin allows (`delivery_timeout` less the
+//!   margin, `LaneCore::start_margin`), unless the store's clock jumped forward since or
+//!   the delivery's process froze while it ran;
 //! - the store's stats count what the rows say.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -25,6 +30,10 @@ use uuid::Uuid;
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
 use crate::store::StoreOp;
 use crate::store::{ClaimRef, LaneStats, Nack, NackDisposition, OrderingPolicy};
+
+mod overlap;
+
+pub(crate) use overlap::Overlaps;
 
 /// What a store call was, as far as the checker needs to know.
 #[derive(Debug)]
@@ -80,10 +89,22 @@ pub(crate) struct Checker {
     pub(crate) jumped_forward: Option<Duration>,
     /// The rows claimed now.
     claimed_ids: BTreeSet<Uuid>,
+    /// The longest a delivery may run past its lapse beside the next holder's.
+    overlap_bound: Duration,
+    /// Overlaps going on: the two deliveries, since when, and whether a forward jump of
+    /// the store's clock exempts them from the bound.
+    overlapping: Vec<(u64, u64, Duration, bool)>,
+    /// Deliveries whose process froze while they ran.
+    frozen: HashSet<u64>,
+    /// Overlaps past a lapse seen, and the longest (of those that ended); those after a
+    /// forward jump of the store's clock apart.
+    pub(crate) overlaps: Overlaps,
 }
 
 impl Checker {
-    pub(crate) fn new(ordering: OrderingPolicy) -> Self {
+    /// A checker for a lane of `ordering` whose deliveries may overlap the next holder's
+    /// by at most `overlap_bound`.
+    pub(crate) fn new(ordering: OrderingPolicy, overlap_bound: Duration) -> Self {
         Self {
             ordering,
             rows: HashMap::new(),
@@ -98,6 +119,10 @@ impl Checker {
             claimed_at: HashMap::new(),
             jumped_forward: None,
             claimed_ids: BTreeSet::new(),
+            overlap_bound,
+            overlapping: Vec::new(),
+            frozen: HashSet::new(),
+            overlaps: Overlaps::default(),
         }
     }
 
@@ -488,6 +513,10 @@ impl Checker {
                 message.attempt_count
             ));
         }
+        let this = self.next_delivery + 1;
+        if live {
+            self.overlaps_begin(this, id, message.ordering_key.as_deref(), now);
+        }
         if let (true, Some(key)) = (live, &message.ordering_key) {
             for running in self.running.values() {
                 if running.key.as_deref() != Some(key.as_str()) {
@@ -553,6 +582,7 @@ impl Checker {
                 self.succeeded.insert(running.outbox_id);
             }
         }
+        self.overlaps_end(delivery);
     }
 
     /// The store's stats against the rows.

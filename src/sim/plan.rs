@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::rng::Rng;
-use crate::config::{CircuitBreakerConfig, LaneConfig, RateLimit};
+use crate::config::{CircuitBreakerConfig, LaneConfig, RateLimit, SupervisorConfig};
 use crate::retry::RetryPolicy;
 use crate::store::OrderingPolicy;
 
@@ -54,6 +54,28 @@ pub(crate) enum Fault {
     ClockJump(i64),
     /// An operator pauses a relay's lane for `for_`.
     Pause { relay: usize, for_: Duration },
+    /// A relay's lane actor fails while its process lives: its deliveries and claims die
+    /// with it, and the supervisor's restart policy ([`Restarts`](crate::relay::supervisor::restarts::Restarts))
+    /// says when it starts again, or that it stays failed (then the process's liveness
+    /// fails after `fail_liveness_after` and the process is restarted).
+    LaneCrash { relay: usize },
+    /// One relay is cut off from the store for `for_` while the others reach it: each call
+    /// it sends fails before it commits, or (`answers_lost`) commits and loses its answer.
+    Cut {
+        relay: usize,
+        for_: Duration,
+        answers_lost: bool,
+    },
+    /// The wake-ups meant for a relay in the next `for_` are lost (a listener connection
+    /// that dropped and connected again): only its own claims and its poll find work.
+    LoseWakeUps { relay: usize, for_: Duration },
+    /// The next `n` enqueues fail before they commit (a hand-off credit they took goes
+    /// back to its lane).
+    FailEnqueues(u32),
+    /// A relay's process stops for `for_` (a long GC or `SIGSTOP` pause, a paused VM):
+    /// nothing of it runs, and then what it missed comes at once; its clock reads `for_`
+    /// later from one input to the next.
+    Freeze { relay: usize, for_: Duration },
 }
 
 /// How the target answers, as percentages of deliveries (the rest succeed), until the
@@ -99,6 +121,11 @@ pub(crate) struct Plan {
     pub(crate) faults_end: Duration,
     /// The target as stated, when not drawn from the seed.
     pub(crate) stated: Option<Stated>,
+    /// Each relay process's supervisor: how it restarts a crashed lane.
+    pub(crate) supervisor: SupervisorConfig,
+    /// How fast each relay's monotonic clock runs against the store's, in parts per
+    /// million (negative: slow, so the lane reads a lease as lasting longer than it does).
+    pub(crate) clock_skew_ppm: Vec<i64>,
 }
 
 impl Plan {
@@ -190,6 +217,37 @@ impl Plan {
                 ..message
             })
             .collect();
+        // The fault classes added since, and the supervisor: from a stream of their own, so
+        // the draws above (and the seeds kept as regression tests) stay as they were.
+        let mut more = rng.fork(8);
+        let supervisor = supervisor_config(&mut more, config.lease);
+        faults.extend((0..size.faults.div_ceil(2)).map(|_| {
+            let at = Duration::from_millis(more.below(faults_end.as_millis() as u64));
+            let relay = more.below(relays as u64) as usize;
+            let fault = match more.weighted(&[(2, 0u8), (3, 1), (2, 2), (2, 3), (1, 4)]) {
+                0 => Fault::LaneCrash { relay },
+                1 => Fault::Cut {
+                    relay,
+                    for_: more.millis(50, lease * 2),
+                    answers_lost: more.percent(30),
+                },
+                2 => Fault::LoseWakeUps {
+                    relay,
+                    for_: more.millis(10, 3_000),
+                },
+                3 => Fault::FailEnqueues(more.between(1, 3) as u32),
+                _ => Fault::Freeze {
+                    relay,
+                    for_: more.millis(10, lease * 2),
+                },
+            };
+            (at, fault)
+        }));
+        faults.sort_by_key(|(at, _)| *at);
+        // Up to 0.2 % either way: four times what NTP may slew a clock by.
+        let clock_skew_ppm = (0..relays)
+            .map(|_| more.between(0, 4_000) as i64 - 2_000)
+            .collect();
         Self {
             seed,
             relays,
@@ -200,7 +258,14 @@ impl Plan {
             faults,
             faults_end,
             stated: None,
+            supervisor,
+            clock_skew_ppm,
         }
+    }
+
+    /// `relay`'s clock skew (none if the plan says nothing of it).
+    pub(crate) fn clock_skew_ppm(&self, relay: usize) -> i64 {
+        self.clock_skew_ppm.get(relay).copied().unwrap_or(0)
     }
 
     /// The sum of the backward clock jumps, in milliseconds.
@@ -220,6 +285,18 @@ pub(crate) const LONG_POLL: Duration = Duration::from_secs(600);
 
 /// A backward clock jump is at most this (a store's clock stepped back by NTP).
 pub(crate) const MAX_BACKWARD_JUMP_MS: u64 = 1_000;
+
+/// A supervisor whose restarts all come within two leases (the settle bound's "a crashed
+/// relay comes back within two leases"), which gives up on a lane in some runs.
+fn supervisor_config(rng: &mut Rng, lease: Duration) -> SupervisorConfig {
+    let lease_ms = lease.as_millis() as u64;
+    let base = rng.millis(5, 200);
+    SupervisorConfig::default()
+        .max_restarts(rng.between(0, 4) as u32)
+        .restart_window(rng.millis(lease_ms, lease_ms * 10))
+        .restart_backoff(RetryPolicy::new(base, base.max(rng.millis(5, lease_ms))).jitter(false))
+        .fail_liveness_after(Some(rng.millis(10, lease_ms * 2)))
+}
 
 fn lane_config(rng: &mut Rng) -> LaneConfig {
     let lease = rng.millis(1_000, 8_000);

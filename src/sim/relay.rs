@@ -10,7 +10,9 @@
 //! - `KillHandler` ends the delivery, and its supervision event comes back as `HandlerDied`;
 //! - wake-ups are the store's broadcast, coalesced into one `Wake` in the mailbox;
 //! - a crash drops everything (the epoch moves on, so the dead incarnation's timers and
-//!   answers are ignored), and a restart is a new `LaneCore` with a new consumer id.
+//!   answers are ignored), and a restart is a new `LaneCore` with a new consumer id;
+//! - a lane crash in a living process is restarted when the supervisor's restart policy
+//!   says (`relay::supervisor::restarts`, the production type).
 
 use std::collections::{HashMap, HashSet};
 
@@ -19,6 +21,7 @@ use uuid::Uuid;
 
 use crate::config::LaneConfig;
 use crate::relay::lane::core::{ClaimId, LaneCore, Slot};
+use crate::relay::supervisor::restarts::Restarts;
 use crate::store::hand_off::Registration;
 use crate::store::WakeUp;
 
@@ -57,6 +60,9 @@ pub(crate) struct Relay {
     pub(crate) in_transit: usize,
     /// Hand-off credits taken and not used, on their way back to the lane.
     pub(crate) returning: usize,
+    /// The process's supervisor's restarts of the lane (kept across lane crashes, new with
+    /// the process).
+    pub(crate) restarts: Restarts,
 }
 
 impl Relay {
@@ -79,6 +85,7 @@ impl Relay {
             registration: None,
             in_transit: 0,
             returning: 0,
+            restarts: Restarts::default(),
         }
     }
 
@@ -115,7 +122,10 @@ impl Relay {
     ) {
         self.incarnation += 1;
         self.config.consumer_id = format!("relay{index}.{}", self.incarnation);
-        self.core = Some(LaneCore::new(self.config.clone(), false));
+        let core = LaneCore::new(self.config.clone(), false);
+        #[cfg(test)]
+        let core = core.mutated_by(super::mutation::current());
+        self.core = Some(core);
         self.handlers = (0..self.config.concurrency)
             .map(|_| {
                 *generation += 1;

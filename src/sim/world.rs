@@ -45,6 +45,12 @@ pub(crate) fn ready<F: Future>(future: F) -> F::Output {
     }
 }
 
+/// What a clock `ppm` parts per million fast (slow, if negative) reads after `elapsed`.
+fn skewed(elapsed: Duration, ppm: i64) -> Duration {
+    let nanos = elapsed.as_nanos() as i128 * (1_000_000 + ppm as i128) / 1_000_000;
+    Duration::from_nanos(nanos.max(0) as u64)
+}
+
 /// What a store call meets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fate {
@@ -104,6 +110,10 @@ struct StoreFaults {
     lose_answer: u32,
     slow_until: Duration,
     slow_extra: Duration,
+    /// Per relay: cut off from the store until then, its calls meeting that fate.
+    cut: Vec<Option<(Duration, Fate)>>,
+    /// Per relay: its wake-ups are lost until then.
+    wakeups_lost_until: Vec<Duration>,
 }
 
 /// What a run saw.
@@ -127,6 +137,9 @@ pub(crate) struct Tally {
     pub(crate) reordered_answers: u64,
     /// Messages handed off to a lane (written claimed by an enqueue of its process).
     pub(crate) handed_off: u64,
+    /// Deliveries that ran past their lapse beside a later delivery of their key (or of
+    /// themselves), and the longest such overlap.
+    pub(crate) overlaps: super::check::Overlaps,
 }
 
 pub(crate) struct World<'p> {
@@ -151,6 +164,10 @@ pub(crate) struct World<'p> {
     /// What the takers' sinks were handed during an enqueue, by relay and epoch, for the
     /// world to carry to the lanes.
     handed: Arc<Mutex<Vec<(usize, u64, HandOffEvent)>>>,
+    /// Per relay: its process is frozen until then.
+    frozen_until: Vec<Duration>,
+    /// Events in a row at the same virtual instant.
+    same_instant: u64,
 }
 
 impl<'p> World<'p> {
@@ -170,7 +187,7 @@ impl<'p> World<'p> {
             relays: (0..plan.relays)
                 .map(|_| Relay::new(plan.config.clone()))
                 .collect(),
-            check: Checker::new(plan.config.ordering),
+            check: Checker::new(plan.config.ordering, super::overlap_bound(&plan.config)),
             faults: StoreFaults::default(),
             target_recovered: false,
             handler_generation: 0,
@@ -180,7 +197,11 @@ impl<'p> World<'p> {
                 .map(|_| Outbox::from_arc(store.clone()))
                 .collect(),
             handed: Arc::default(),
+            frozen_until: vec![Duration::ZERO; plan.relays],
+            same_instant: 0,
         };
+        world.faults.cut = vec![None; plan.relays];
+        world.faults.wakeups_lost_until = vec![Duration::ZERO; plan.relays];
         for (i, message) in plan.messages.iter().enumerate() {
             world.at(message.at, Event::Enqueue(i));
         }
@@ -211,12 +232,22 @@ impl<'p> World<'p> {
         UnixMillis::from_millis(EPOCH_MS + self.now.as_millis() as i64 + self.offset_ms)
     }
 
-    fn instant(&self) -> Instant {
-        self.base + self.now
+    /// What `relay`'s clock reads now: its monotonic clock runs fast or slow against the
+    /// store's by the plan's skew.
+    fn instant(&self, relay: usize) -> Instant {
+        self.base + skewed(self.now, self.plan.clock_skew_ppm(relay))
     }
 
-    fn virtual_at(&self, at: Instant) -> Duration {
-        at.saturating_duration_since(self.base)
+    /// When, in virtual time, `relay`'s clock reads `at`.
+    fn virtual_at(&self, relay: usize, at: Instant) -> Duration {
+        let read = at.saturating_duration_since(self.base);
+        let ppm = self.plan.clock_skew_ppm(relay);
+        // The inverse of `instant`, rounded up to the nanosecond: a timer never fires
+        // before the relay's clock reads its instant (else a gate asked again would wait
+        // again, at once, for ever).
+        let scale = 1_000_000 + ppm as i128;
+        let nanos = (read.as_nanos() as i128 * 1_000_000 + scale - 1) / scale;
+        Duration::from_nanos(nanos.max(0) as u64)
     }
 
     /// One leg of a store round trip: the usual latency, and more while the store is slow.
@@ -241,6 +272,24 @@ impl<'p> World<'p> {
             return false;
         }
         let ((at, _), event) = entry.remove_entry();
+        if let Some(until) = self.frozen_for(&event).filter(|until| *until > at) {
+            // Its process is frozen: it sees this when it runs again.
+            self.at(until, event);
+            return true;
+        }
+        // A livelock (a timer that sets itself again for the same instant) stops the run
+        // with a failure to replay, instead of running for ever.
+        self.same_instant = if at == self.now {
+            self.same_instant + 1
+        } else {
+            0
+        };
+        if self.same_instant > 100_000 {
+            self.check.fail(format!(
+                "livelock: over 100,000 events at {at:?}, e.g. {}",
+                short(&event)
+            ));
+        }
         self.now = at;
         self.check.now = at;
         self.tally.events += 1;
@@ -249,6 +298,20 @@ impl<'p> World<'p> {
         }
         self.handle(event);
         true
+    }
+
+    /// Until when the relay process an event is for is frozen, if it is one's.
+    fn frozen_for(&self, event: &Event) -> Option<Duration> {
+        let relay = match event {
+            Event::Enqueue(i) => self.plan.messages[*i].via?,
+            Event::Restart(relay)
+            | Event::Resume { relay, .. }
+            | Event::Lane { relay, .. }
+            | Event::Wake { relay, .. }
+            | Event::Done { relay, .. } => *relay,
+            Event::Fault(_) | Event::FaultsEnd | Event::Store { .. } => return None,
+        };
+        self.frozen_until.get(relay).copied()
     }
 
     fn handle(&mut self, event: Event) {
@@ -376,7 +439,7 @@ impl<'p> World<'p> {
                     self.relays[relay].in_transit += 1;
                     Input::HandedOff {
                         message,
-                        sent_at: self.instant(),
+                        sent_at: self.instant(relay),
                     }
                 }
                 HandOffEvent::Returned(n) => {
@@ -481,7 +544,7 @@ impl<'p> World<'p> {
                     self.relays[relay].tokens.insert(message.outbox_id, token);
                 }
             }
-            for command in core.handle(self.instant(), input) {
+            for command in core.handle(self.instant(relay), input) {
                 if let Command::RevokeCredits = command {
                     // Answered at once, before any other input, as the actor does.
                     let left = self.relays[relay]
@@ -511,7 +574,7 @@ impl<'p> World<'p> {
 
     fn lane_at(&mut self, relay: usize, at: Instant, input: Input) {
         let epoch = self.relays[relay].epoch;
-        let at = self.virtual_at(at);
+        let at = self.virtual_at(relay, at);
         self.at(
             at,
             Event::Lane {
@@ -615,7 +678,7 @@ impl<'p> World<'p> {
                     slot,
                     reason: "handler stopped".to_owned(),
                 };
-                let at = self.instant();
+                let at = self.instant(relay);
                 return self.lane_at(relay, at, input);
             }
             Command::TimerAt {
@@ -666,7 +729,10 @@ impl<'p> World<'p> {
                 return
             }
         };
-        let fate = if self.faults.fail_before > 0 {
+        let cut = self.faults.cut.get(relay).copied().flatten();
+        let fate = if let Some((_, fate)) = cut.filter(|(until, _)| self.now < *until) {
+            fate
+        } else if self.faults.fail_before > 0 {
             self.faults.fail_before -= 1;
             Fate::FailsBeforeCommit
         } else if self.faults.lose_answer > 0 {
@@ -691,7 +757,12 @@ impl<'p> World<'p> {
     /// Forwards the store's wake-ups to every live relay's mailbox, one queued at a time.
     pub(crate) fn look_for_wakeups(&mut self) {
         for relay in 0..self.relays.len() {
-            if self.relays[relay].woken() && !self.relays[relay].wake_queued {
+            let lost = self
+                .faults
+                .wakeups_lost_until
+                .get(relay)
+                .is_some_and(|until| self.now < *until);
+            if self.relays[relay].woken() && !lost && !self.relays[relay].wake_queued {
                 self.relays[relay].wake_queued = true;
                 let epoch = self.relays[relay].epoch;
                 let leg = self.leg();

@@ -14,6 +14,7 @@ use rows::Rows;
 mod lane_control;
 mod rows;
 mod served;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -25,8 +26,8 @@ use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatu
 use crate::store::{
     ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued, LaneCount,
     LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue, OrderingPolicy,
-    OutboxBackend, Page, PageRequest, PreClaim, PurgeRequest, StoreError, SystemClock, WakeUp,
-    LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
+    OutboxBackend, Page, PageRequest, PreClaim, PurgeRequest, StoreError, StoreOp, SystemClock,
+    WakeUp, LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
 };
 
 /// An outbox held in memory: nothing survives the process.
@@ -43,6 +44,9 @@ pub struct InMemoryOutboxStore {
     /// Whether it says [`Capabilities::pre_claim`](crate::store::Capabilities::pre_claim)
     /// ([`InMemoryOutboxStore::with_pre_claim`]).
     pre_claim: bool,
+    /// Writes of drafts still to fail before they commit (the simulation's failing
+    /// enqueues: `fail_next_writes`).
+    failing_writes: AtomicU32,
 }
 
 impl Default for InMemoryOutboxStore {
@@ -68,7 +72,16 @@ impl InMemoryOutboxStore {
             limits: DraftLimits::default(),
             wakeups,
             pre_claim: false,
+            failing_writes: AtomicU32::new(0),
         }
+    }
+
+    /// The next `n` writes of drafts fail before they commit, as an enqueue whose database
+    /// went away: the simulation's fault, to check what an enqueue that fails leaves (no
+    /// row, and any hand-off credit it took back with its lane).
+    #[cfg(any(test, feature = "simulate"))]
+    pub(crate) fn fail_next_writes(&self, n: u32) {
+        self.failing_writes.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Says [`Capabilities::pre_claim`](crate::store::Capabilities::pre_claim), so an
@@ -231,6 +244,15 @@ impl OutboxBackend for InMemoryOutboxStore {
     }
 
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
+        let failing = self
+            .failing_writes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(StoreError::unavailable(
+                StoreOp::Enqueue,
+                "the write failed before it committed (an injected fault)",
+            ));
+        }
         let now = self.clock.now_millis();
         let mut woken = HashSet::new();
         let answers = {
@@ -353,12 +375,14 @@ impl OutboxBackend for InMemoryOutboxStore {
                 let current = rows.claimed_with(claim);
                 #[cfg(test)]
                 let current = current.or_else(|| {
-                    use crate::sim::mutation::{active, Mutation};
+                    use crate::sim::mutation::{active, once, Mutation};
                     let any = rows
                         .by_id(claim.outbox_id)
                         .filter(|m| m.status == OutboxStatus::Claimed);
-                    any.filter(|_| active(Mutation::AckSkipsToken))
-                        .map(|m| m.seq)
+                    any.filter(|_| {
+                        active(Mutation::AckSkipsToken) || once(Mutation::StaleAckAcceptedOnce)
+                    })
+                    .map(|m| m.seq)
                 });
                 let acked = current.and_then(|seq| {
                     rows.update(seq, |message| {

@@ -1,5 +1,6 @@
 //! The seed relay's scenarios, rewritten for the actor system, and config validation.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, memory_store, wait_delivered, wait_for, TestHandler};
 
 fn lane() -> LaneConfig {
@@ -122,81 +124,72 @@ async fn redelivers_at_the_lapse_of_a_crashed_relays_lease() {
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
 
+/// Relay a delivers well within its lease, but its ack is held up on the way to the store
+/// until after the lease lapsed (extension off) and relay b took the message to deliver it
+/// again: when relay a's ack arrives at last, the store finds relay a's claim gone and
+/// changes nothing, and relay b's delivery goes on to its own ack. The start margin cannot
+/// prevent this: the delivery ended in time.
 #[tokio::test(start_paused = true)]
 async fn late_ack_after_network_jitter_is_a_lost_claim() {
     let store = memory_store();
-    let first = enqueue(&store, draft(1)).await;
-    let id = enqueue(&store, draft(2)).await;
-    let started = Arc::new(Notify::new());
-    let release = Arc::new(Notify::new());
-    // Both claimed at once under a 3 s lease. The first takes 2 s; the second, buffered
-    // behind it, starts at 2 s and hangs until released: its lease lapses while it runs
-    // (its 2.9 s delivery timeout would end it at 4.9 s).
-    let slow = {
-        let (started, release) = (started.clone(), release.clone());
-        TestHandler::new(move |message| {
-            let (started, release) = (started.clone(), release.clone());
-            async move {
-                if message.outbox_id == first {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                } else {
-                    started.notify_one();
-                    release.notified().await;
-                }
-                Ok(())
-            }
-        })
-    };
+    let id = enqueue(&store, draft(1)).await;
+    let jittery = Arc::new(FaultyStore::new(store.clone()));
+    jittery.hold_acks.store(true, Ordering::SeqCst);
+    let handler_a = TestHandler::ok();
     let (relay_a, mut events_a) = crate::start(
-        OutboxRelay::builder(&store).lane(
+        OutboxRelay::builder(&Outbox::from_arc(jittery.clone())).lane(
             lane()
                 .consumer_id("relay-a")
-                // One handler and one buffered claim: the second message starts late.
-                .concurrency(1)
-                .prefetch(1)
                 .lease(Duration::from_secs(3))
                 .lease_extend_margin(None)
-                .delivery_timeout(Duration::from_millis(2_900)),
-            slow.clone(),
+                .delivery_timeout(Duration::from_secs(2)),
+            handler_a.clone(),
         ),
     )
     .await;
-    wait_for(
-        &mut events_a,
-        "both claimed at once",
-        |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
-    )
-    .await;
-    // Relay a claims nothing more: relay b is the one to take the lapsed message (paused
-    // once the second delivery runs: a pause hands back what has not started).
-    started.notified().await;
+    let claimed_at = Instant::now();
+    tokio::time::timeout(crate::EVENT_TIMEOUT, jittery.ack_held.notified())
+        .await
+        .expect("relay a's ack goes out");
+    assert_eq!(handler_a.calls(), vec![id]);
+    // Relay a claims nothing more: relay b is the one to take the lapsed message.
     relay_a.pause("canonical", "projector").await.unwrap();
-    wait_for(
-        &mut events_a,
-        "relay a's lease to lapse",
-        |e| matches!(e, RelayEvent::LeaseExpired { outbox_ids, .. } if outbox_ids == &vec![id]),
-    )
-    .await;
 
-    let fast = TestHandler::ok();
+    // Relay b takes the lapsed message and is still delivering it when relay a's ack lands.
+    let (b_started, b_release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let handler_b = crate::started_then_held(&b_started, &b_release);
     let (relay_b, mut events_b) = crate::start(
-        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), fast.clone()),
+        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), handler_b.clone()),
     )
     .await;
-    assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
-
-    release.notify_one();
+    tokio::time::timeout(crate::EVENT_TIMEOUT, b_started.notified())
+        .await
+        .expect("relay b delivers the lapsed message");
+    assert!(
+        claimed_at.elapsed() >= Duration::from_secs(3),
+        "relay b took the message before relay a's lease lapsed"
+    );
+    jittery.ack_gate.notify_one();
     wait_for(
         &mut events_a,
         "relay a's late ack",
         |e| matches!(e, RelayEvent::LostClaim { outbox_id, .. } if *outbox_id == id),
     )
     .await;
-    assert_eq!(slow.calls(), vec![first, id]);
-    assert_eq!(fast.calls(), vec![id]);
+    let held = store.get(id).await.unwrap().unwrap();
+    assert_eq!(
+        (held.status, held.attempt_count, held.claimed_by.as_deref()),
+        (OutboxStatus::Claimed, 2, Some("relay-b")),
+        "relay a's late ack changed nothing: relay b still holds the message"
+    );
+    b_release.notify_one();
+    assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
+    assert_eq!(handler_b.calls(), vec![id]);
     let delivered = store.get(id).await.unwrap().unwrap();
-    assert_eq!(delivered.status, OutboxStatus::Delivered);
-    assert_eq!(delivered.claimed_by, None);
+    assert_eq!(
+        (delivered.status, delivered.claimed_by),
+        (OutboxStatus::Delivered, None)
+    );
     assert_eq!(relay_a.status().await.unwrap()[0].lost_claims, 1);
     relay_a.shutdown(Duration::from_secs(1)).await.unwrap();
     relay_b.shutdown(Duration::from_secs(1)).await.unwrap();

@@ -12,6 +12,7 @@ use outbox_relay::relay::{LaneKey, LaneState, RelayError, RelayEvent};
 use outbox_relay::store::StoreOp;
 use outbox_relay::store::{MessageFilter, NackOutcome};
 use outbox_relay::{LaneConfig, OutboxRelay, OutboxStatus, RetryPolicy};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::faulty_store::FaultyStore;
@@ -297,33 +298,26 @@ async fn slow_delivery_has_its_lease_extended_and_is_delivered_once() {
 }
 
 /// Without extension a delivery must fit in its lease (the config refuses a
-/// `delivery_timeout` that does not), but one that waited in the prefetch buffer starts
-/// late: its claim's lease ran from the claim, and lapses while it runs.
+/// `delivery_timeout` that does not), but one that waited in the prefetch buffer would start
+/// late: its claim's lease ran from the claim. It is not started with less than its
+/// delivery timeout left: it goes back unused and is claimed again with a whole lease, so
+/// it never runs past a lapse.
 #[tokio::test(start_paused = true)]
-async fn without_extension_a_buffered_delivery_that_starts_late_lapses_and_its_late_ack_is_fenced()
-{
+async fn without_extension_a_buffered_message_too_late_to_start_is_handed_back_unstarted() {
     let store = memory_store();
     let first = enqueue(&store, draft(1)).await;
     let id = enqueue(&store, draft(2)).await;
-    // Both claimed together at 0 under a 3 s lease: the first runs 2 s, then the second,
-    // buffered, runs from 2 s to 4.8 s (each within the 2.9 s delivery timeout).
-    let second_started = Arc::new(tokio::sync::Notify::new());
-    let slow = {
-        let second_started = second_started.clone();
-        TestHandler::new(move |message| {
-            let second_started = second_started.clone();
-            async move {
-                let takes = if message.outbox_id == first {
-                    2_000
-                } else {
-                    second_started.notify_one();
-                    2_800
-                };
-                tokio::time::sleep(Duration::from_millis(takes)).await;
-                Ok(())
-            }
-        })
-    };
+    // Both claimed together at 0 under a 3 s lease: the first runs 2 s, and the second,
+    // buffered, would then have 1 s of its lease left for a delivery of up to 2.9 s.
+    let slow = TestHandler::new(move |message| async move {
+        let takes = if message.outbox_id == first {
+            2_000
+        } else {
+            2_800
+        };
+        tokio::time::sleep(Duration::from_millis(takes)).await;
+        Ok(())
+    });
     let (relay, mut events) = crate::start(
         OutboxRelay::builder(&store).lane(
             lane()
@@ -336,44 +330,124 @@ async fn without_extension_a_buffered_delivery_that_starts_late_lapses_and_its_l
         ),
     )
     .await;
-    wait_for(
-        &mut events,
-        "both claimed at once",
-        |e| matches!(e, RelayEvent::Claimed { outbox_ids, .. } if outbox_ids.len() == 2),
+    let mut claims = Vec::new();
+    let mut delivered = Vec::new();
+    while delivered.len() < 2 {
+        match wait_for(&mut events, "both delivered", |e| {
+            matches!(
+                e,
+                RelayEvent::Claimed { .. }
+                    | RelayEvent::Delivered { .. }
+                    | RelayEvent::LeaseExpired { .. }
+                    | RelayEvent::LostClaim { .. }
+            )
+        })
+        .await
+        {
+            RelayEvent::Claimed {
+                outbox_ids,
+                redeliveries,
+                ..
+            } => claims.push((outbox_ids, redeliveries)),
+            RelayEvent::Delivered { outbox_id, .. } => delivered.push(outbox_id),
+            // Had the second started on its first claim, that claim would lapse at 3 s,
+            // mid-delivery.
+            other => panic!("a delivery ran past its lease: {other:?}"),
+        }
+    }
+    // Handed back when the first ended, and claimed again before it was delivered: alone,
+    // and not as a redelivery (the hand-back did not count its attempt).
+    assert_eq!(claims, [(vec![first, id], 0), (vec![id], 0)]);
+    assert_eq!(delivered, [first, id]);
+    assert_eq!(slow.calls(), [first, id], "each delivered once");
+    let message = store.get(id).await.unwrap().unwrap();
+    assert_eq!(
+        (message.status, message.attempt_count),
+        (OutboxStatus::Delivered, 1)
+    );
+    assert_eq!(relay.status().await.unwrap()[0].lost_claims, 0);
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+/// With extension on, a delivery may run longer than its lease: its lease is kept by
+/// extending it. When the extensions fail (the relay cannot reach the store), the lease
+/// lapses while the delivery runs; another relay takes the message, and the slow
+/// delivery's ack, when it ends, is fenced: the store changes nothing, and the other
+/// relay's delivery goes on to its own ack.
+#[tokio::test(start_paused = true)]
+async fn a_delivery_whose_lease_extensions_fail_runs_past_its_lapse_and_its_late_ack_is_fenced() {
+    let inner = memory_store();
+    let id = enqueue(&inner, draft(1)).await;
+    let store = Arc::new(FaultyStore::new(inner.clone()));
+    store.fail_extends.store(true, Ordering::SeqCst);
+    let (started, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let slow = crate::started_then_held(&started, &release);
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(&Outbox::from_arc(store.clone())).lane(
+            lane()
+                .lease(Duration::from_secs(2))
+                .delivery_timeout(Duration::from_secs(60)),
+            slow.clone(),
+        ),
     )
     .await;
-    // This relay claims nothing more, so the rival below is the one to take the lapse
-    // (paused once the buffered delivery started: a pause hands back what has not).
-    second_started.notified().await;
+    tokio::time::timeout(crate::EVENT_TIMEOUT, started.notified())
+        .await
+        .expect("the delivery starts");
+    // This relay claims nothing more, so the rival below is the one to take the lapse.
     relay.pause("canonical", "projector").await.unwrap();
+    wait_for(&mut events, "a failed extension", |e| {
+        matches!(
+            e,
+            RelayEvent::StoreError {
+                op: StoreOp::ExtendLease,
+                ..
+            }
+        )
+    })
+    .await;
     wait_for(
         &mut events,
         "the lapse",
         |e| matches!(e, RelayEvent::LeaseExpired { outbox_ids, .. } if outbox_ids == &vec![id]),
     )
     .await;
-    // Another relay takes the lapsed message and delivers it.
-    let rival = TestHandler::ok();
+    // Another relay takes the lapsed message, and is still delivering it when the slow
+    // delivery ends and acks.
+    let (rival_started, rival_release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let rival = crate::started_then_held(&rival_started, &rival_release);
     let (rival_relay, mut rival_events) =
-        crate::start(OutboxRelay::builder(&store).lane(lane().consumer_id("rival"), rival.clone()))
+        crate::start(OutboxRelay::builder(&inner).lane(lane().consumer_id("rival"), rival.clone()))
             .await;
-    assert_eq!(wait_delivered(&mut rival_events, 1).await, vec![id]);
+    tokio::time::timeout(crate::EVENT_TIMEOUT, rival_started.notified())
+        .await
+        .expect("the rival delivers the lapsed message");
+    release.notify_one();
     wait_for(
         &mut events,
         "the fenced late ack",
         |e| matches!(e, RelayEvent::LostClaim { outbox_id, .. } if *outbox_id == id),
     )
     .await;
-    let message = store.get(id).await.unwrap().unwrap();
+    let message = inner.get(id).await.unwrap().unwrap();
     assert_eq!(
-        (message.status, message.attempt_count),
-        (OutboxStatus::Delivered, 2)
+        (
+            message.status,
+            message.attempt_count,
+            message.claimed_by.as_deref()
+        ),
+        (OutboxStatus::Claimed, 2, Some("rival")),
+        "the late ack changed nothing: the rival still holds the message"
     );
+    rival_release.notify_one();
+    assert_eq!(wait_delivered(&mut rival_events, 1).await, vec![id]);
+    let message = inner.get(id).await.unwrap().unwrap();
     assert_eq!(
-        slow.calls(),
-        [first, id],
-        "the slow relay delivered both once"
+        (message.status, message.claimed_by),
+        (OutboxStatus::Delivered, None)
     );
+    assert_eq!(slow.calls(), [id]);
+    assert_eq!(rival.calls(), [id]);
     assert_eq!(relay.status().await.unwrap()[0].lost_claims, 1);
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
     rival_relay.shutdown(Duration::from_secs(1)).await.unwrap();

@@ -99,6 +99,23 @@ pub fn held(release: &Arc<tokio::sync::Notify>) -> TestHandler {
     })
 }
 
+/// A handler that signals `started` as each delivery starts, and finishes it when
+/// `release` is notified.
+pub fn started_then_held(
+    started: &Arc<tokio::sync::Notify>,
+    release: &Arc<tokio::sync::Notify>,
+) -> TestHandler {
+    let (started, release) = (started.clone(), release.clone());
+    TestHandler::new(move |_| {
+        let (started, release) = (started.clone(), release.clone());
+        async move {
+            started.notify_one();
+            release.notified().await;
+            Ok(())
+        }
+    })
+}
+
 /// An in-memory store on tokio's clock.
 pub fn memory_store() -> Outbox {
     Outbox::new(InMemoryOutboxStore::with_clock(Arc::new(TokioClock::new())))

@@ -2,6 +2,7 @@
 //! in-memory store must hold for SQLite, PostgreSQL and MySQL/MariaDB over real connections.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use outbox_relay::{LaneConfig, Outbox, OutboxRelay, OutboxStatus, RetryPolicy};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::faulty_store::FaultyStore;
 use crate::{draft, enqueue, wait_delivered, wait_for, TestHandler};
 
 fn lane() -> LaneConfig {
@@ -89,95 +91,49 @@ pub async fn redelivers_after_a_crashed_claimers_lease(store: Outbox) {
     relay.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
-/// Relay a claims two messages under a 4 s lease without extension: the one that starts
-/// first takes 2 s, the other, buffered behind it, starts then and is held until relay b
-/// delivered it. Its lease lapses 2 s into it (its 3.9 s delivery timeout would end it at
-/// 5.9 s); relay a's late ack is fenced. Which message starts first is not fixed: with two
-/// claims in flight (PostgreSQL's default), the second claim's answer may come back first.
+/// Relay a's delivery runs longer than its 2 s lease, and relay a cannot extend the lease
+/// (its extensions fail): the lease lapses mid-delivery, relay b takes the message, and
+/// relay a's ack, when its delivery ends, is fenced by the store itself: relay b's claim
+/// stands and its own ack goes through (relay a reaches this store through a wrapper that
+/// only fails its extensions).
 pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
-    enqueue(&store, draft(1)).await;
-    enqueue(&store, draft(2)).await;
+    let id = enqueue(&store, draft(1)).await;
+    let cut_off = Arc::new(FaultyStore::new(store.clone()));
+    cut_off.fail_extends.store(true, Ordering::SeqCst);
+    let started = Arc::new(Notify::new());
     let release = Arc::new(Notify::new());
-    let holding = Arc::new(Notify::new());
-    let started_one = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let held: Arc<Mutex<Option<Uuid>>> = Arc::default();
-    let slow = {
-        let (release, holding, started_one, held) = (
-            release.clone(),
-            holding.clone(),
-            started_one.clone(),
-            held.clone(),
-        );
-        TestHandler::new(move |message| {
-            let (release, holding, started_one, held) = (
-                release.clone(),
-                holding.clone(),
-                started_one.clone(),
-                held.clone(),
-            );
-            async move {
-                if !started_one.swap(true, std::sync::atomic::Ordering::SeqCst) {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                } else {
-                    *held.lock().unwrap() = Some(message.outbox_id);
-                    holding.notify_one();
-                    release.notified().await;
-                }
-                Ok(())
-            }
-        })
-    };
+    let handler_a = crate::started_then_held(&started, &release);
     let (relay_a, mut events_a) = crate::start(
-        OutboxRelay::builder(&store).lane(
+        OutboxRelay::builder(&Outbox::from_arc(cut_off.clone())).lane(
             lane()
                 .consumer_id("relay-a")
-                .concurrency(1)
-                .prefetch(1)
-                .lease(Duration::from_secs(4))
-                .lease_extend_margin(None)
-                .delivery_timeout(Duration::from_millis(3_900)),
-            slow,
+                .lease(Duration::from_secs(2))
+                .delivery_timeout(Duration::from_secs(60)),
+            handler_a.clone(),
         ),
     )
     .await;
-    // Both held at once: in one claim, or in two side by side (`claims_in_flight`).
-    let mut claimed = std::collections::HashSet::new();
-    while claimed.len() < 2 {
-        if let RelayEvent::Claimed { outbox_ids, .. } =
-            wait_for(&mut events_a, "both claimed at once", |e| {
-                matches!(e, RelayEvent::Claimed { .. })
-            })
-            .await
-        {
-            claimed.extend(outbox_ids);
-        }
-    }
-    // Relay a claims nothing more: relay b is the one to take the lapsed message (paused
-    // once the second delivery runs: a pause hands back what has not started).
-    tokio::time::timeout(crate::EVENT_TIMEOUT, holding.notified())
+    tokio::time::timeout(crate::EVENT_TIMEOUT, started.notified())
         .await
-        .expect("the second delivery starts");
+        .expect("relay a's delivery starts");
+    // Relay a claims nothing more: relay b is the one to take the lapsed message.
     relay_a.pause("canonical", "projector").await.unwrap();
-    let lapsed = wait_for(
+    wait_for(
         &mut events_a,
         "relay a's lapse",
-        |e| matches!(e, RelayEvent::LeaseExpired { outbox_ids, .. } if outbox_ids.len() == 1),
+        |e| matches!(e, RelayEvent::LeaseExpired { outbox_ids, .. } if outbox_ids == &vec![id]),
     )
     .await;
-    let RelayEvent::LeaseExpired { outbox_ids, .. } = lapsed else {
-        unreachable!("wait_for answers what its predicate accepted")
-    };
-    let id = outbox_ids[0];
-    assert_eq!(
-        *held.lock().unwrap(),
-        Some(id),
-        "the lapsed claim is the held delivery's"
-    );
+    // Relay b takes the lapsed message, and is still delivering it when relay a's ack lands.
+    let (b_started, b_release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let handler_b = crate::started_then_held(&b_started, &b_release);
     let (relay_b, mut events_b) = crate::start(
-        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), TestHandler::ok()),
+        OutboxRelay::builder(&store).lane(lane().consumer_id("relay-b"), handler_b.clone()),
     )
     .await;
-    assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
+    tokio::time::timeout(crate::EVENT_TIMEOUT, b_started.notified())
+        .await
+        .expect("relay b delivers the lapsed message");
     release.notify_one();
     wait_for(
         &mut events_a,
@@ -186,7 +142,23 @@ pub async fn late_ack_of_a_slow_relay_is_fenced(store: Outbox) {
     )
     .await;
     let message = store.get(id).await.unwrap().unwrap();
-    assert_eq!(message.status, OutboxStatus::Delivered);
+    assert_eq!(
+        (
+            message.status,
+            message.attempt_count,
+            message.claimed_by.as_deref()
+        ),
+        (OutboxStatus::Claimed, 2, Some("relay-b")),
+        "relay a's late ack changed nothing: relay b still holds the message"
+    );
+    b_release.notify_one();
+    assert_eq!(wait_delivered(&mut events_b, 1).await, vec![id]);
+    let message = store.get(id).await.unwrap().unwrap();
+    assert_eq!(
+        (message.status, message.claimed_by),
+        (OutboxStatus::Delivered, None)
+    );
+    assert_eq!((handler_a.calls(), handler_b.calls()), (vec![id], vec![id]));
     relay_a.shutdown(Duration::from_secs(5)).await.unwrap();
     relay_b.shutdown(Duration::from_secs(5)).await.unwrap();
 }

@@ -30,6 +30,15 @@ pub struct FaultyStore {
     pub extend_calls: Mutex<Vec<usize>>,
     /// Acks, nacks and releases never answer: a connection gone silent.
     pub silent: AtomicBool,
+    /// While set, every ack waits for `ack_gate` before it reaches the store (and signals
+    /// `ack_held` as it starts waiting): an ack held up on its way, by the network or by a
+    /// process paused mid-call.
+    pub hold_acks: AtomicBool,
+    pub ack_gate: tokio::sync::Notify,
+    pub ack_held: tokio::sync::Notify,
+    /// While set, every lease extension fails with `Unavailable`: a relay that cannot reach
+    /// the store to keep its leases.
+    pub fail_extends: AtomicBool,
     /// While set, every claim waits for `claim_gate` (a store call that hangs).
     pub stall_claims: std::sync::atomic::AtomicBool,
     pub claim_gate: tokio::sync::Notify,
@@ -95,6 +104,10 @@ impl FaultyStore {
             unavailable: AtomicU32::new(0),
             extend_calls: Mutex::default(),
             silent: AtomicBool::new(false),
+            hold_acks: AtomicBool::new(false),
+            ack_gate: Default::default(),
+            ack_held: Default::default(),
+            fail_extends: AtomicBool::new(false),
             stall_claims: Default::default(),
             claim_gate: Default::default(),
             stall_answers: Default::default(),
@@ -160,6 +173,10 @@ impl OutboxBackend for FaultyStore {
             panic!("injected ack panic");
         }
         self.silence().await;
+        if self.hold_acks.load(Ordering::SeqCst) {
+            self.ack_held.notify_one();
+            self.ack_gate.notified().await;
+        }
         self.calls.acks.fetch_add(1, Ordering::SeqCst);
         self.outage()?;
         self.inner.as_backend().ack(claims).await
@@ -174,6 +191,12 @@ impl OutboxBackend for FaultyStore {
         lease: Duration,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         self.extend_calls.lock().unwrap().push(claims.len());
+        if self.fail_extends.load(Ordering::SeqCst) {
+            return Err(StoreError::unavailable(
+                StoreOp::ExtendLease,
+                "connection refused (injected)",
+            ));
+        }
         self.inner.as_backend().extend_lease(claims, lease).await
     }
     async fn release(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {

@@ -39,6 +39,7 @@ use tokio::time::Instant;
 
 use crate::config::LaneConfig;
 use crate::message::OutboxMessage;
+use crate::mutation::Mutation;
 use crate::relay::{LaneKey, RelayEvent};
 use crate::store::StoreError;
 use crate::store::StoreOp;
@@ -124,6 +125,8 @@ pub(crate) struct LaneCore {
     hand_off: bool,
     /// The hand-off credits granted to the taker ([`hand_off`]).
     credits: Credits,
+    /// The deliberate bug the simulation switched on, if any; always `None` in production.
+    mutation: Option<Mutation>,
 }
 
 impl LaneCore {
@@ -149,7 +152,22 @@ impl LaneCore {
             cadence: Cadence::default(),
             hand_off: false,
             credits: Credits::default(),
+            mutation: None,
         }
+    }
+
+    /// Switches a deliberate bug on at the decision lines that ask for it ([`Mutation`]):
+    /// the simulation's way to prove its checks catch it.
+    #[cfg(test)]
+    pub(crate) fn mutated_by(mut self, mutation: Option<Mutation>) -> Self {
+        self.mutation = mutation;
+        self.claim_loop.mutate(mutation);
+        self
+    }
+
+    /// Whether `mutation` is switched on in this lane.
+    fn mutated(&self, mutation: Mutation) -> bool {
+        self.mutation == Some(mutation)
     }
 
     /// The actor registered a taker for this lane: grant it credits while idle, if the
@@ -314,12 +332,7 @@ impl LaneCore {
     /// busier, but would break that bound. Hand-off credits outstanding (in the taker, or
     /// taken by an enqueue and on their way) count as held.
     fn claim_limit(&self) -> usize {
-        #[cfg(not(test))]
-        let outstanding = self.credits_outstanding();
-        #[cfg(test)]
-        let outstanding = if crate::sim::mutation::active(
-            crate::sim::mutation::Mutation::ClaimRoomIgnoresCredits,
-        ) {
+        let outstanding = if self.mutated(Mutation::ClaimRoomIgnoresCredits) {
             0
         } else {
             self.credits_outstanding()
@@ -339,12 +352,7 @@ impl LaneCore {
     /// claims out may still bring (so the `concurrency + prefetch` bound holds with several
     /// out), at most `batch_size`. Hand-off credits take all of it (no claim is out then).
     fn room_with(&self, free: usize) -> usize {
-        #[cfg(not(test))]
-        let out_limit = self.claim_loop.out_limit();
-        #[cfg(test)]
-        let out_limit = if crate::sim::mutation::active(
-            crate::sim::mutation::Mutation::ClaimRoomIgnoresClaimsOut,
-        ) {
+        let out_limit = if self.mutated(Mutation::ClaimRoomIgnoresClaimsOut) {
             0
         } else {
             self.claim_loop.out_limit()
@@ -390,25 +398,27 @@ impl LaneCore {
         }
         while self.pool.idle() > 0 {
             let pool = &self.pool;
-            #[cfg(test)]
-            let pool_running = |key: &str| {
-                use crate::sim::mutation::{active, Mutation};
-                !active(Mutation::KeyNextBeforeOutcome) && pool.key_running(key)
-            };
-            #[cfg(not(test))]
-            let pool_running = |key: &str| pool.key_running(key);
+            let key_next_early = self.mutated(Mutation::KeyNextBeforeOutcome);
+            let pool_running = |key: &str| !key_next_early && pool.key_running(key);
             let Some(message) = self.buffer.next(pool_running) else {
                 break;
             };
-            #[cfg(not(test))]
-            let lapsed_starts = false;
-            #[cfg(test)]
-            let lapsed_starts =
-                crate::sim::mutation::active(crate::sim::mutation::Mutation::LapsedClaimStarts);
+            let lapsed_starts = self.mutated(Mutation::LapsedClaimStarts);
             if self.book.may_have_lapsed(message.outbox_id, now) && !lapsed_starts {
                 // Never started past its lease: another claimer may hold it by now, or be
                 // delivering its key's message before it again.
                 self.drop_lapsed(&message, out);
+                continue;
+            }
+            let margin = if self.mutated(Mutation::NoStartMargin) {
+                Duration::ZERO
+            } else {
+                self.start_margin()
+            };
+            if self.book.may_have_lapsed(message.outbox_id, now + margin) && !lapsed_starts {
+                // Its lease holds, but not for the start margin: handed back unused, so
+                // it cannot run past its lapse beside the next claimer's delivery.
+                self.release_unstarted(&message, out);
                 continue;
             }
             if let Some(slot) = self.pool.start(&message, now) {

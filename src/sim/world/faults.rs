@@ -1,7 +1,8 @@
 //! Faults as the world applies them, and events in one line for traces.
 
-use super::{Event, World};
+use super::{Event, Fate, World};
 use crate::relay::lane::core::Input;
+use crate::relay::supervisor::restarts::{Restart, Restarts};
 use crate::sim::plan::Fault;
 
 impl World<'_> {
@@ -19,7 +20,56 @@ impl World<'_> {
                     for delivery in self.relays[relay].crash() {
                         self.check.ended(delivery, false);
                     }
+                    // A new process: a new supervisor, which has restarted nothing yet.
+                    self.relays[relay].restarts = Restarts::default();
                     self.after(down, Event::Restart(relay));
+                }
+            }
+            Fault::Cut {
+                relay,
+                for_,
+                answers_lost,
+            } => {
+                let fate = if answers_lost {
+                    Fate::AnswerLost
+                } else {
+                    Fate::FailsBeforeCommit
+                };
+                self.faults.cut[relay] = Some((self.now + for_, fate));
+            }
+            Fault::LoseWakeUps { relay, for_ } => {
+                let until = &mut self.faults.wakeups_lost_until[relay];
+                *until = (*until).max(self.now + for_);
+            }
+            Fault::FailEnqueues(n) => self.store.fail_next_writes(n),
+            Fault::Freeze { relay, for_ } => {
+                let until = &mut self.frozen_until[relay];
+                *until = (*until).max(self.now + for_);
+                let running: Vec<u64> = self.relays[relay]
+                    .running
+                    .values()
+                    .map(|(delivery, _)| *delivery)
+                    .collect();
+                self.check.froze(running);
+            }
+            Fault::LaneCrash { relay } => {
+                if self.relays[relay].alive() {
+                    for delivery in self.relays[relay].crash() {
+                        self.check.ended(delivery, false);
+                    }
+                    let now = self.instant(relay);
+                    let supervisor = self.plan.supervisor;
+                    let r = &mut self.relays[relay];
+                    match r.restarts.crashed(now, &supervisor) {
+                        Restart::After { after, .. } => self.after(after, Event::Restart(relay)),
+                        // The lane stays failed; the process's liveness fails after
+                        // `fail_liveness_after`, and its orchestrator starts a new one.
+                        Restart::GiveUp => {
+                            r.restarts = Restarts::default();
+                            let after = supervisor.fail_liveness_after.unwrap_or_default();
+                            self.after(after, Event::Restart(relay));
+                        }
+                    }
                 }
             }
             Fault::ClockJump(ms) => {

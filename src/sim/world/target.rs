@@ -1,13 +1,13 @@
 //! The target: each delivery's duration and outcome, drawn from the seed (ok, retryable,
 //! permanent, Retry-After, panic, hang past the delivery timeout) until the faults stop;
-//! then every delivery succeeds.
+//! then every delivery succeeds. The handler's timeout rule ([`within_timeout`]) ends it.
 
 use std::time::Duration;
 
 use super::{Ending, Event, World};
 use crate::delivery::DeliveryError;
 use crate::message::OutboxMessage;
-use crate::relay::handler::DeliveryFailure;
+use crate::relay::handler::within_timeout;
 use crate::relay::lane::core::Slot;
 
 impl World<'_> {
@@ -27,38 +27,38 @@ impl World<'_> {
         let target = self.plan.target;
         let timeout = self.plan.config.delivery_timeout;
         let mut took = Duration::from_micros(self.rng.below(target.slowest.as_micros() as u64 + 1));
-        let failure =
-            |error: DeliveryError| Ending::Result(Err(DeliveryFailure::from_error(&error)));
-        let ending = if let Some(stated) = &self.plan.stated {
+        let fails = |error: DeliveryError| Some(Err(error));
+        // What the handler answers (`None`: it panics), and after `took`.
+        let answer = if let Some(stated) = &self.plan.stated {
             took = stated.latency;
             let now = self.now;
             let chance = |rng: &mut super::Rng, rate: f64| {
                 ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < rate
             };
             if self.target_recovered {
-                Ending::Result(Ok(()))
+                Some(Ok(()))
             } else if stated
                 .outages
                 .iter()
                 .any(|(start, length)| now >= *start && now < *start + *length)
             {
-                failure(DeliveryError::retryable(std::io::Error::other(
+                fails(DeliveryError::retryable(std::io::Error::other(
                     "target down",
                 )))
             } else if chance(&mut self.rng, stated.failure_rate) {
-                failure(DeliveryError::retryable(std::io::Error::other(
+                fails(DeliveryError::retryable(std::io::Error::other(
                     "target busy",
                 )))
             } else if chance(&mut self.rng, stated.retry_after_rate) {
-                failure(DeliveryError::retry_after(
+                fails(DeliveryError::retry_after(
                     stated.retry_after,
                     std::io::Error::other("target throttled"),
                 ))
             } else {
-                Ending::Result(Ok(()))
+                Some(Ok(()))
             }
         } else if self.target_recovered {
-            Ending::Result(Ok(()))
+            Some(Ok(()))
         } else {
             let draw = self.rng.below(100);
             let mut cut = 0;
@@ -67,11 +67,11 @@ impl World<'_> {
                 draw < cut
             };
             if next(target.retryable) {
-                failure(DeliveryError::retryable(std::io::Error::other(
+                fails(DeliveryError::retryable(std::io::Error::other(
                     "target busy",
                 )))
             } else if next(target.permanent) {
-                failure(DeliveryError::permanent(std::io::Error::other(
+                fails(DeliveryError::permanent(std::io::Error::other(
                     "target refused",
                 )))
             } else if next(target.retry_after) {
@@ -79,18 +79,30 @@ impl World<'_> {
                     self.rng
                         .between(1, target.longest_retry_after.as_millis() as u64),
                 );
-                failure(DeliveryError::retry_after(
+                fails(DeliveryError::retry_after(
                     after,
                     std::io::Error::other("target throttled"),
                 ))
             } else if next(target.panic) {
-                Ending::Panic
-            } else if next(target.hang) {
-                took = timeout;
-                Ending::Result(Err(DeliveryFailure::timeout(timeout)))
+                None
             } else {
-                Ending::Result(Ok(()))
+                // A hang: it would succeed, long after the handler gave up on it.
+                if next(target.hang) {
+                    took = timeout * 2;
+                }
+                Some(Ok(()))
             }
+        };
+        // The handler actor's deadline (`tokio::time::timeout`, which polls the delivery
+        // first) in virtual time: an answer after `timeout` is never heard, and the
+        // handler's own rule ends the delivery.
+        let ending = match answer {
+            Some(answer) => {
+                let heard = (took <= timeout).then_some(answer);
+                took = took.min(timeout);
+                Ending::Result(within_timeout(timeout, heard))
+            }
+            None => Ending::Panic,
         };
         let r = &mut self.relays[relay];
         let handler = r.handlers[slot];

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::claim_loop::idle_sleep;
 use super::{ClaimOut, Command, LaneCore, Mode, StoreCall, TimerKind, MIN_IDLE_SLEEP};
+use crate::mutation::Mutation;
 use crate::relay::RelayEvent;
 use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimRef, StoreError};
@@ -106,7 +107,10 @@ impl LaneCore {
                 // Our own delivery (or buffered claim) outlived its lease and we claimed it
                 // again. One delivery is enough: it adopts the fresh claim (the book moves
                 // it to this batch), so its ack lands with the current token. (A finished
-                // one's ack carries the old token, so it is delivered again.)
+                // one's ack carries the old token, so it is delivered again.) A buffered
+                // copy takes the fresh claim's token and attempt: the handler is handed the
+                // claim it runs under.
+                self.buffer.renew(message);
                 continue;
             }
             if message.attempt_count > 1 {
@@ -141,7 +145,12 @@ impl LaneCore {
         out: &mut Vec<Command>,
     ) {
         // The store started the leases after the send: none lapses before this.
-        let Some(batch) = self.book.open(claims, sent_at + self.config.lease) else {
+        let from = if self.mutated(Mutation::LeaseTimedFromAnswer) {
+            now
+        } else {
+            sent_at
+        };
+        let Some(batch) = self.book.open(claims, from + self.config.lease) else {
             return;
         };
         let started = if self.config.lease_extend_margin.is_some() {

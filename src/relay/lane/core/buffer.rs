@@ -55,6 +55,19 @@ impl Buffer {
         self.len += 1;
     }
 
+    /// Puts `message` in the place of its buffered copy (the same message, claimed again
+    /// under a fresh token and attempt); nothing if it is not buffered.
+    pub(crate) fn renew(&mut self, message: OutboxMessage) {
+        let copy = self
+            .fresh
+            .iter_mut()
+            .chain(self.parked.values_mut().flatten())
+            .find(|(_, m)| m.outbox_id == message.outbox_id);
+        if let Some((_, m)) = copy {
+            *m = message;
+        }
+    }
+
     /// No delivery of `key` runs any more: its first parked message may go.
     pub(crate) fn key_freed(&mut self, key: String) {
         if let Some((place, _)) = self.parked.get(&key).and_then(|queue| queue.front()) {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::mutation::Mutation;
 use crate::store::NextDue;
 
 /// Names one claim (or `ack_and_claim`) the lane sent, so its answer finds it among the
@@ -64,6 +65,9 @@ pub(super) struct ClaimLoop {
     /// The generation of the latest poll timer (an idle sleep or the poll ceiling): an
     /// older one that fires is ignored.
     poll_generation: u64,
+    /// The deliberate bug the simulation switched on ([`Mutation::LostWakeUp`] is this
+    /// type's); always `None` in production.
+    mutation: Option<Mutation>,
 }
 
 impl Default for ClaimLoop {
@@ -84,7 +88,14 @@ impl ClaimLoop {
             idle_timer_set: false,
             known_due: None,
             poll_generation: 0,
+            mutation: None,
         }
+    }
+
+    /// Switches a deliberate bug on ([`LaneCore::mutated_by`](super::LaneCore::mutated_by)).
+    #[cfg(test)]
+    pub(super) fn mutate(&mut self, mutation: Option<Mutation>) {
+        self.mutation = mutation;
     }
 
     /// No claim-pipeline call is out.
@@ -150,11 +161,7 @@ impl ClaimLoop {
         self.store_has_more = true;
         self.idle_timer_set = false;
         self.known_due = None;
-        #[cfg(not(test))]
-        let lost_wake_up = false;
-        #[cfg(test)]
-        let lost_wake_up = crate::sim::mutation::active(crate::sim::mutation::Mutation::LostWakeUp);
-        if !lost_wake_up {
+        if self.mutation != Some(Mutation::LostWakeUp) {
             for claim in &mut self.claims {
                 claim.more_since = true;
             }

@@ -90,6 +90,37 @@ impl LaneCore {
         }
     }
 
+    /// How long a claim's lease must still surely hold for its delivery to start: the
+    /// delivery timeout, so a delivery ends before its lapse; with lease extension, at most
+    /// the extension margin, so its batch's next extension is still ahead of it (a delivery
+    /// then runs past its lapse only when that extension fails, and by less than
+    /// `delivery_timeout - lease_extend_margin`).
+    pub(super) fn start_margin(&self) -> Duration {
+        match self.config.lease_extend_margin {
+            Some(margin) => margin.min(self.config.delivery_timeout),
+            None => self.config.delivery_timeout,
+        }
+    }
+
+    /// A buffered message taken to start whose lease will not hold for the start margin:
+    /// it goes back unused (its attempt not counted), and with it the rest of its key run,
+    /// which must not start before it.
+    pub(super) fn release_unstarted(&mut self, message: &OutboxMessage, out: &mut Vec<Command>) {
+        tracing::info!(lane = %self.key, outbox_id = %message.outbox_id,
+            "lease too near its end for the delivery timeout; handed back unstarted");
+        self.gates.forget(message.outbox_id);
+        let claims: Vec<_> = self.book.close(message.outbox_id).into_iter().collect();
+        if !claims.is_empty() {
+            self.releasing += 1;
+            out.push(Command::Store(StoreCall::Release(claims)));
+        }
+        if let Some(key) = &message.ordering_key {
+            self.release_key(key, out);
+        }
+        // Claimable again once the release lands.
+        self.store_may_have_more();
+    }
+
     /// A buffered message taken to start whose lease may have lapsed: it is not started
     /// (another claimer may hold it by now), and counts as lapsed.
     pub(super) fn drop_lapsed(&mut self, message: &OutboxMessage, out: &mut Vec<Command>) {

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::pool::{Running, Slot};
 use super::{ClaimId, Command, LaneCore, Mode, StoreCall};
 use crate::message::UnixMillis;
+use crate::mutation::Mutation;
 use crate::relay::handler::DeliveryFailure;
 use crate::relay::{LaneKey, RelayEvent};
 use crate::store::StoreOp;
@@ -264,7 +265,9 @@ impl LaneCore {
         };
         let result = result.map_err(|failure| self.hold_to_ceiling(outbox_id, failure, out));
         if let (Err(_), Some(key)) = (&result, &running.message.ordering_key) {
-            self.release_key(key, out);
+            if !self.mutated(Mutation::FailedRunNotReleased) {
+                self.release_key(key, out);
+            }
         }
         self.note_delivery_time(elapsed);
         match &result {

@@ -255,3 +255,83 @@ fn a_buffered_message_starts_only_while_its_lease_surely_holds() {
         vec![messages[1].outbox_id]
     );
 }
+
+/// Without extension, a buffered message starts only while its lease surely holds for the
+/// delivery timeout (the start margin): else it goes back unused, and the rest of its key
+/// run with it, so no delivery can run past its lapse beside the next holder's.
+#[test]
+fn a_buffered_message_whose_lease_would_not_outlast_its_delivery_timeout_goes_back_unused() {
+    let now = Instant::now();
+    let margin = || {
+        config(1, 3)
+            .lease_extend_margin(None)
+            .delivery_timeout(Duration::from_secs(10))
+    };
+    let (first, head, next) = (message(None), message(Some("k")), message(Some("k")));
+    let messages = [first.clone(), head.clone(), next.clone()];
+    let started =
+        |out: &[Command]| -> Vec<Uuid> { delivered(out).into_iter().map(|(_, id)| id).collect() };
+
+    // 15 s of the 30 s lease left, more than the timeout: the key's head starts.
+    let mut core = LaneCore::new(margin(), false);
+    let out = running_with(&mut core, now, &messages);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(now + Duration::from_secs(15), done(slot, &first));
+    assert_eq!(started(&out), vec![head.outbox_id], "{out:?}");
+
+    // 5 s left, less than the timeout: the head and the rest of its key go back unused.
+    let mut core = LaneCore::new(margin(), false);
+    let out = running_with(&mut core, now, &messages);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(now + Duration::from_secs(25), done(slot, &first));
+    assert!(started(&out).is_empty(), "{out:?}");
+    let mut back = released(&out);
+    back.sort();
+    let mut want = vec![head.outbox_id, next.outbox_id];
+    want.sort();
+    assert_eq!(back, want, "{out:?}");
+    assert!(
+        !has(&out, |c| matches!(
+            c,
+            Command::Emit(RelayEvent::LeaseExpired { .. })
+        )),
+        "handed back, not lapsed: {out:?}"
+    );
+    assert_eq!(core.buffered(), 0);
+}
+
+/// A message the lane holds in its buffer, claimed again by its own claim (its lease
+/// lapsed on the way, a hand-off late in the mailbox), is delivered once, under the fresh
+/// claim: the handler gets its token and attempt, as the ack will.
+#[test]
+fn our_own_buffered_message_claimed_again_goes_to_the_handler_under_the_fresh_claim() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 2), false);
+    let [x, y] = [message(None), message(None)];
+    let out = running_with(&mut core, now, &[x.clone(), y.clone()]);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let out = core.handle(now, Input::Wake);
+    assert_eq!(claims(&out), vec![1], "{out:?}");
+    let again = reclaimed(&y);
+    let out = core.handle(now, batch(&core, std::slice::from_ref(&again)));
+    assert!(delivered(&out).is_empty(), "{out:?}");
+    assert_eq!(core.buffered(), 1, "one copy of y waits");
+    let out = core.handle(now, done(slot, &x));
+    let handed = out
+        .iter()
+        .find_map(|c| match c {
+            Command::Deliver { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("y does not start: {out:?}"));
+    assert_eq!(
+        (handed.outbox_id, handed.claim_token, handed.attempt_count),
+        (y.outbox_id, again.claim_token, again.attempt_count)
+    );
+}
