@@ -16,8 +16,8 @@
 //! - **Cost.** A claim reads lapsed claims and due key heads in index order and stops at
 //!   its limit; rows queued behind a key's head are not in the index it scans (the
 //!   key-head marker, `schema/heads.rs`). One statement per ordering policy, never a bind
-//!   parameter that changes the plan. [`PostgresOutboxStore::explain`] shows the plan on
-//!   your data.
+//!   parameter that changes the plan. `PostgresOutboxStore::explain` (feature `plans`) shows
+//!   the plan on your data.
 //! - **Session settings.** The pool [`PostgresOutboxStore::connect_with`] builds runs with
 //!   `jit = off` and [`PostgresConfig::statement_timeout`]; build your own pool with
 //!   [`PostgresConfig::session_options`] to get the same. Through a transaction pooler
@@ -55,6 +55,7 @@ mod config;
 mod cycle;
 mod decode;
 mod enqueue;
+#[cfg(feature = "plans")]
 mod explain;
 mod fenced;
 mod key_state;
@@ -98,6 +99,8 @@ pub use crate::database::postgres::{
     DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
 };
 use decode::{db_error, unsigned};
+#[cfg(feature = "plans")]
+#[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
 pub use explain::Explained;
 use fenced::FencedBatch;
 use schema::Names;
