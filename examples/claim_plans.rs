@@ -4,7 +4,7 @@
 //! statement, as `PostgresOutboxStore::explain` runs it (`jit = off`, rolled back).
 //!
 //! ```text
-//! cargo run --release --features postgres --example claim_plans -- [postgres-url] [max-rows]
+//! cargo run --release --features postgres,plans --example claim_plans -- [postgres-url] [max-rows]
 //! ```
 //!
 //! Defaults: `postgres://postgres@127.0.0.1:5432/test`, 1,000,000. Each case fills a

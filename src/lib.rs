@@ -67,7 +67,7 @@
 //! transactions you enqueue in, since two sqlx versions do not share types (a major bump of
 //! sqlx is a major bump of this crate). Features: `sqlite`, `prometheus` and `http` by
 //! default; `postgres`, `mysql`, a sink's (`webhook-sink`, …), `file-config`, `otel`,
-//! `otlp`, `testing`, and `cli` for the binary.
+//! `otlp`, `testing`, `plans`, and `cli` for the binary.
 //!
 //! ## Components
 //!

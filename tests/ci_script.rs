@@ -82,6 +82,17 @@ fn source_features(source: &str) -> Vec<String> {
         .collect()
 }
 
+/// The features a target's modules require, each with a `#[cfg(feature = "…")]` line of its
+/// own in the target's file (`tests/postgres.rs`'s plan guards need `plans`).
+fn module_features(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("#[cfg(feature = \""))
+        .filter_map(|rest| rest.strip_suffix("\")]"))
+        .map(str::to_owned)
+        .collect()
+}
+
 #[test]
 fn every_test_target_runs_in_a_tier() {
     let manifest: toml::Table = toml::from_str(&repo_file("Cargo.toml")).expect("Cargo.toml");
@@ -132,6 +143,12 @@ fn every_test_target_runs_in_a_tier() {
         let in_plain_cargo_test = required.iter().chain(&in_source).all(|f| plain.contains(f));
         if !in_plain_cargo_test && !selected.contains(name) {
             orphans.push(name.clone());
+        }
+        // A module behind a feature plain `cargo test` lacks runs only in a tier's
+        // `--all-features` build.
+        let modules_in_plain = module_features(source).iter().all(|f| plain.contains(f));
+        if !modules_in_plain && !selected.contains(name) {
+            orphans.push(format!("{name} (a module behind a feature)"));
         }
     }
     assert!(

@@ -18,8 +18,10 @@ mod caller_tx;
 mod differential;
 #[path = "support/differential.rs"]
 mod differential_support;
+#[cfg(feature = "plans")]
 #[path = "mysql/list_plans.rs"]
 mod list_plans;
+#[cfg(feature = "plans")]
 #[path = "mysql/plans.rs"]
 mod plans;
 #[path = "mysql/wakeups.rs"]

@@ -22,6 +22,7 @@ use serde_json::json;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;
 
+#[cfg(feature = "plans")]
 #[path = "postgres/ack_plans.rs"]
 mod ack_plans;
 #[path = "postgres/cycle.rs"]
@@ -36,12 +37,14 @@ mod hand_off;
 mod heads;
 #[path = "postgres/keys.rs"]
 mod keys;
+#[cfg(feature = "plans")]
 #[path = "postgres/list_plans.rs"]
 mod list_plans;
 #[path = "postgres/pgbouncer.rs"]
 mod pgbouncer;
 #[path = "support/pgbouncer.rs"]
 mod pgbouncer_process;
+#[cfg(feature = "plans")]
 #[path = "postgres/plans.rs"]
 mod plans;
 #[path = "postgres/retention.rs"]

@@ -15,6 +15,7 @@ mod full_disk;
 mod migration;
 #[path = "sqlite/migration_v2.rs"]
 mod migration_v2;
+#[cfg(feature = "plans")]
 #[path = "sqlite/plans.rs"]
 mod plans;
 #[path = "sqlite/run_cycle.rs"]

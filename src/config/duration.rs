@@ -111,6 +111,51 @@ impl<'de> serde::Deserialize<'de> for HumanDuration {
     }
 }
 
+/// A [`Duration`] field read and written as [`HumanDuration`]
+/// (`#[serde(with = "crate::config::duration::human")]`).
+pub(crate) mod human {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Serialize};
+
+    use super::HumanDuration;
+
+    pub(crate) fn serialize<S: serde::Serializer>(
+        duration: &Duration,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        HumanDuration(*duration).serialize(serializer)
+    }
+
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Duration, D::Error> {
+        HumanDuration::deserialize(deserializer).map(Duration::from)
+    }
+}
+
+/// An optional [`Duration`] field read and written as [`HumanDuration`].
+pub(crate) mod human_option {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Serialize};
+
+    use super::HumanDuration;
+
+    pub(crate) fn serialize<S: serde::Serializer>(
+        duration: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        duration.map(HumanDuration).serialize(serializer)
+    }
+
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Option::<HumanDuration>::deserialize(deserializer).map(|d| d.map(Duration::from))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

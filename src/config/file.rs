@@ -8,8 +8,10 @@
 //! (the binary gives it precedence), so a password need not sit in the file.
 //!
 //! This file holds the top level ([`FileConfig`], its defaults, loading and validation);
-//! `file/listener.rs` the `[listener]` table, `file/postgres.rs` the `[postgres]` table, `file/lane.rs` a `[[lanes]]` entry, `file/gates.rs` its claim gates' fields, and
-//! `file/error.rs` the error that names the file, the position and the field.
+//! `file/listener.rs` the `[listener]` table, `file/lane.rs` a `[[lanes]]` entry,
+//! `file/gates.rs` its claim gates' fields, and
+//! `file/error.rs` the error that names the file, the position and the field. The
+//! `[postgres]` table is read straight into [`PostgresOptions`], the store's own settings.
 //!
 //! ```
 //! use outbox_relay::config::file::FileConfig;
@@ -36,7 +38,7 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::HumanDuration;
 use super::{default_consumer_id, ConfigError, LaneConfig, SupervisorConfig};
-use crate::database::{DatabaseUrl, StoreOptions, DEFAULT_CONNECT_TIMEOUT};
+use crate::database::{DatabaseUrl, PostgresOptions, StoreOptions, DEFAULT_CONNECT_TIMEOUT};
 use crate::sinks::SinkConfig;
 use crate::store::OrderingPolicy;
 
@@ -92,7 +94,7 @@ pub struct FileConfig {
     pub listener: ListenerSection,
     /// The PostgreSQL pool and session settings (ignored for SQLite).
     #[serde(default)]
-    pub postgres: PostgresSection,
+    pub postgres: PostgresOptions,
     /// How long a graceful shutdown lets deliveries finish. Default 30s.
     #[serde(default)]
     pub shutdown_timeout: Option<HumanDuration>,
@@ -347,7 +349,9 @@ impl FileConfig {
         };
         self.listener
             .check_exposure(&self.listen_address(), field)?;
-        self.postgres.to_options()?;
+        self.postgres
+            .validate()
+            .map_err(|error| ConfigError::new(format!("postgres.{}", error.field), error.reason))?;
         self.supervisor()?;
         self.lanes()?;
         Ok(())
@@ -382,14 +386,14 @@ impl FileConfig {
     }
 
     /// Where in the database the outbox lives, how long to try reaching it, and the
-    /// PostgreSQL settings (`[postgres]`; a file that failed to validate gets the defaults,
-    /// but [`Self::load`] and [`Self::from_toml_str`] validate).
+    /// PostgreSQL settings (`[postgres]`, as read: [`Self::load`] and [`Self::from_toml_str`]
+    /// validate them, and opening the store does again).
     pub fn store_options(&self) -> StoreOptions {
         StoreOptions {
             table_prefix: self.table_prefix.clone(),
             schema: self.schema.clone(),
             connect_timeout: self.connect_timeout(),
-            postgres: self.postgres.to_options().unwrap_or_default(),
+            postgres: self.postgres.clone(),
             ..StoreOptions::default()
         }
     }
@@ -455,7 +459,6 @@ mod error;
 mod gates;
 mod lane;
 mod listener;
-mod postgres;
 #[cfg(test)]
 mod tests;
 
@@ -465,4 +468,3 @@ pub use error::FileConfigError;
 pub use gates::{BreakerSection, RateSpec};
 pub use lane::{ExtendMargin, LaneSection, RetentionAge, RetentionSection};
 pub use listener::{ApiSettings, ListenerSection};
-pub use postgres::{PostgresSection, VacuumEvery};

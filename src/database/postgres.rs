@@ -1,6 +1,8 @@
 //! Opening the PostgreSQL store from a URL: [`PostgresOptions`], the pool and session
-//! settings a daemon configures, the store's defaults (also without the `postgres`
-//! feature), and the connection that checks the address first.
+//! settings (the config file's `[postgres]` table as it is read, and the part of
+//! [`PostgresConfig`](crate::store::postgres::PostgresConfig) they make up), the store's
+//! defaults (also without the `postgres` feature), and the connection that checks the
+//! address first.
 
 use std::time::Duration;
 
@@ -106,10 +108,27 @@ impl FromStr for Pooler {
     }
 }
 
-/// The pool and session settings of a PostgreSQL store opened from a URL (the daemon's
-/// `[postgres]` table and `OUTBOX_PG_*` variables). Each default is the store's own
-/// ([`crate::store::postgres::PostgresConfig`] documents what each one does).
-#[derive(Clone, PartialEq, Eq)]
+/// The pool and session settings of a PostgreSQL store: the daemon's `[postgres]` table,
+/// read into this type as it stands (absent keys keep the defaults below), and its
+/// `OUTBOX_PG_*` variables; in a library build, [`PostgresConfig::settings`], which
+/// documents what each one does.
+///
+/// ```toml
+/// [postgres]
+/// pool_min_connections = 0      # kept open when idle
+/// pool_max_connections = 10     # the wake-up listener's connection is one more
+/// acquire_timeout = "10s"       # default: connect_timeout
+/// statement_timeout = "30s"
+/// lock_timeout = "5s"           # a migration step's wait for a lock
+/// synchronous_commit = false    # the relay's own commits (enqueues always wait)
+/// vacuum_every = 50000          # rows taken out of live between vacuums, or false
+/// # listen_url = "postgres://relay@db:5432/app"  # LISTEN here, not through a pooler
+/// pooler = "session"            # or "transaction": PgBouncer's pool_mode = transaction
+/// ```
+///
+/// [`PostgresConfig::settings`]: crate::store::postgres::PostgresConfig::settings
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct PostgresOptions {
     /// Connections kept open when idle. Default [`DEFAULT_POOL_MIN_CONNECTIONS`].
     pub pool_min_connections: u32,
@@ -117,24 +136,117 @@ pub struct PostgresOptions {
     /// Default [`DEFAULT_POOL_MAX_CONNECTIONS`].
     pub pool_max_connections: u32,
     /// How long a store call waits for a pool connection; `None` (the default) waits the
-    /// `connect_timeout`.
+    /// `connect_timeout` of a store opened from a URL, [`DEFAULT_ACQUIRE_TIMEOUT`] in a pool
+    /// `PostgresOutboxStore::connect_with` builds. (A pool passed to
+    /// `PostgresOutboxStore::new` keeps its own settings, its sizes too.)
+    #[serde(with = "crate::config::duration::human_option")]
     pub acquire_timeout: Option<Duration>,
-    /// `statement_timeout` of the relay's connections. Default 30 s.
+    /// PostgreSQL's `statement_timeout` on the store's connections: a statement still
+    /// running after this is cancelled, so a claim sent by a relay that died or stalled
+    /// cannot commit claims long after (a SIGKILLed relay's claims once committed 40 s
+    /// later). Set on the connections of the pool `connect_with` builds, with `jit = off`;
+    /// for your own pool use `PostgresConfig::session_options`. It applies to every
+    /// statement on that pool, a service's own statements in a transaction begun on the
+    /// store's `pool()` included (`SET LOCAL statement_timeout` lifts it for one
+    /// transaction). Default [`DEFAULT_STATEMENT_TIMEOUT`]; at least 1 ms, at most
+    /// `i32::MAX` ms.
+    #[serde(with = "crate::config::duration::human")]
     pub statement_timeout: Duration,
-    /// How long a migration step waits for a lock before it gives up, nothing applied.
-    /// Default 5 s.
+    /// How long a migration step waits for a lock (`lock_timeout`) before it gives up with
+    /// an error naming the table and who holds it, nothing applied. A schema change waiting
+    /// for a lock on the outbox table (behind a long transaction that enqueued) holds every
+    /// later enqueue behind it; a few seconds of that is the price of a migration, minutes
+    /// are an outage. Default [`DEFAULT_MIGRATION_LOCK_TIMEOUT`]; at most `i32::MAX` ms.
+    #[serde(with = "crate::config::duration::human")]
     pub lock_timeout: Duration,
-    /// Whether the relay's own commits wait for the disk. Default false.
+    /// Whether the relay's own transactions (claim, ack, nack, and their combinations) wait
+    /// for their commit to reach the disk. `false` (the default) commits them with
+    /// `SET LOCAL synchronous_commit = off`: a claim's commit then costs no disk flush (most
+    /// of an idle pickup's latency, and a round trip's worth of every busy cycle).
+    ///
+    /// Why that is safe for an outbox: durability of a message is the enqueue's, and the
+    /// enqueue (in the caller's transaction, or `Outbox::enqueue_many`) keeps the session's
+    /// setting. A database crash can lose only the last few hundred milliseconds of the
+    /// relay's state changes, in commit order (the write-ahead log is one sequence, and
+    /// every synchronous commit flushes all that came before it): a lost claim or ack makes
+    /// the message pending again and it is delivered again, which at-least-once delivery
+    /// allows; per-key order holds, since what is lost is a suffix. Set it to `true` to
+    /// keep every relay commit synchronous (fewer duplicates after a database crash, a disk
+    /// flush per claim and ack).
     pub synchronous_commit: bool,
-    /// After how many rows taken out of live the relay vacuums the table; `None` leaves it
-    /// to autovacuum. Default 50,000.
+    /// After how many rows the relay took out of live (acked or dead-lettered) it runs a
+    /// `VACUUM` of the messages table in the background; `None` (`false` in the file) leaves
+    /// the table to autovacuum. Without it, claims on a long drain slow down as they step
+    /// over the index entries of the rows already drained (see `store/postgres/vacuum.rs`:
+    /// a 1 M backlog drained at a third of the 10 k rate). Each vacuum reads the table's
+    /// indexes whole, so on a very large table raise it. Default [`DEFAULT_VACUUM_EVERY`].
+    #[serde(with = "vacuum_every")]
     pub vacuum_every: Option<u64>,
-    /// Where the wake-up listener connects for its `LISTEN` (PostgreSQL directly, when the
-    /// database URL names a pooler); `None` (the default): where the pool connects.
+    /// Where the wake-up listener connects for its `LISTEN`, when not where the pool
+    /// connects: a direct connection to PostgreSQL when the pool goes through a pooler
+    /// that does not keep a client on one server connection. `None` (the default) listens
+    /// over a connection made with the pool's own options.
     pub listen_url: Option<String>,
-    /// What sits between the relay and PostgreSQL: [`Pooler::Session`] (the default: a
-    /// direct connection) or [`Pooler::Transaction`] (PgBouncer's transaction mode).
+    /// What sits between the store and PostgreSQL. [`Pooler::Session`] (the default): a
+    /// direct connection, or a pooler that keeps a client on one server connection. Under
+    /// [`Pooler::Transaction`] (PgBouncer's `pool_mode = transaction`) the store keeps to
+    /// what such a pooler allows: no startup `options`, no named prepared statements, every
+    /// call in a transaction of its own that sets `jit` and `statement_timeout` with
+    /// `SET LOCAL`, and no `LISTEN` through the pooler (see [`Pooler::Transaction`]).
     pub pooler: Pooler,
+}
+
+/// How long a store call made through the pool of `PostgresOutboxStore::connect_with` waits
+/// for a connection, unless configured otherwise, before it fails with
+/// [`StoreError::Unavailable`](crate::store::StoreError::Unavailable). Short, so a relay
+/// notices an outage (and backs off) in seconds rather than sqlx's default 30 s.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `vacuum_every` in the file: a number of rows, or `false`.
+mod vacuum_every {
+    use std::fmt;
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        rows: &Option<u64>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match rows {
+            Some(rows) => serializer.serialize_u64(*rows),
+            None => serializer.serialize_bool(false),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<u64>, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Option<u64>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number of rows, or false to leave the table to autovacuum")
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, rows: u64) -> Result<Option<u64>, E> {
+                Ok(Some(rows))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, rows: i64) -> Result<Option<u64>, E> {
+                u64::try_from(rows)
+                    .map(Some)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(rows), &self))
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<Option<u64>, E> {
+                if on {
+                    // `true` names no number.
+                    return Err(E::invalid_value(serde::de::Unexpected::Bool(on), &self));
+                }
+                Ok(None)
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// Every field, the listen URL without its credentials.
@@ -226,7 +338,7 @@ impl PostgresOptions {
         if self.vacuum_every == Some(0) {
             return Err(ValidationError::new(
                 "vacuum_every",
-                "must be at least 1 (or false to leave the table to autovacuum)",
+                "must be at least 1 (or None, `false` in the file, to leave the table to autovacuum)",
             ));
         }
         Ok(())
@@ -238,18 +350,17 @@ impl PostgresOptions {
 pub(super) fn config(
     options: &StoreOptions,
 ) -> Result<crate::store::postgres::PostgresConfig, ValidationError> {
-    let pg = &options.postgres;
-    pg.validate()?;
-    let mut config = crate::store::postgres::PostgresConfig::default()
-        .acquire_timeout(pg.acquire_timeout.unwrap_or(options.connect_timeout))
-        .statement_timeout(pg.statement_timeout)
-        .migration_lock_timeout(pg.lock_timeout)
-        .synchronous_commit(pg.synchronous_commit)
-        .vacuum_every(pg.vacuum_every)
-        .pooler(pg.pooler);
-    if let Some(url) = &pg.listen_url {
-        config = config.listen_url(url);
-    }
+    // Validated first, so an error names the settings' field (`lock_timeout`).
+    options.postgres.validate()?;
+    let mut settings = options.postgres.clone();
+    // A store opened from a URL waits for a connection as long as for the database.
+    settings
+        .acquire_timeout
+        .get_or_insert(options.connect_timeout);
+    let mut config = crate::store::postgres::PostgresConfig {
+        settings,
+        ..Default::default()
+    };
     if let Some(schema) = &options.schema {
         config = config.schema(schema);
     }
@@ -314,12 +425,17 @@ pub(super) async fn connect(
     // Closing politely is a courtesy to the server; the probe did its job either way.
     let _ = probe.close().await;
     // jit = off and the statement timeout on every pooled connection of the relay.
-    let pool = crate::store::postgres::pool_options(config.acquire_timeout)
-        .min_connections(options.postgres.pool_min_connections)
-        .max_connections(options.postgres.pool_max_connections)
-        .connect_with(connect)
-        .await
-        .map_err(|error| unreachable(error.to_string()))?;
+    let settings = &config.settings;
+    let pool = crate::store::postgres::pool_options(
+        settings
+            .acquire_timeout
+            .unwrap_or(crate::store::postgres::DEFAULT_ACQUIRE_TIMEOUT),
+    )
+    .min_connections(settings.pool_min_connections)
+    .max_connections(settings.pool_max_connections)
+    .connect_with(connect)
+    .await
+    .map_err(|error| unreachable(error.to_string()))?;
     PostgresOutboxStore::new(pool, config)
         .await
         .map_err(|error| unreachable(error.to_string()))
@@ -434,21 +550,23 @@ mod tests {
         };
         let config = config(&options).unwrap();
         assert_eq!(config.schema, "relay");
-        assert_eq!(config.acquire_timeout, Duration::from_secs(2));
-        assert_eq!(config.statement_timeout, Duration::from_secs(7));
-        assert_eq!(config.migration_lock_timeout, Duration::from_secs(3));
-        assert!(config.synchronous_commit);
-        assert_eq!(config.vacuum_every, None);
-        assert_eq!(config.pooler, Pooler::Transaction);
+        let settings = &config.settings;
+        assert_eq!(settings.acquire_timeout, Some(Duration::from_secs(2)));
+        assert_eq!(settings.statement_timeout, Duration::from_secs(7));
+        assert_eq!(settings.lock_timeout, Duration::from_secs(3));
+        assert!(settings.synchronous_commit);
+        assert_eq!(settings.vacuum_every, None);
+        assert_eq!(settings.pooler, Pooler::Transaction);
         assert_eq!(
-            config.listen_url.as_deref(),
+            settings.listen_url.as_deref(),
             Some("postgres://relay:hunter2@db/app")
         );
-        let shown = format!("{:?}", options.postgres);
-        assert!(
-            !shown.contains("hunter2") && shown.contains("db/app"),
-            "{shown}"
-        );
+        for shown in [format!("{:?}", options.postgres), format!("{config:?}")] {
+            assert!(
+                !shown.contains("hunter2") && shown.contains("db/app"),
+                "{shown}"
+            );
+        }
     }
 
     /// The daemon's defaults are the library's: one set of numbers in the docs.
@@ -461,6 +579,6 @@ mod tests {
         assert_eq!(ok.lock_timeout, pg::DEFAULT_MIGRATION_LOCK_TIMEOUT);
         assert_eq!(ok.vacuum_every, Some(pg::DEFAULT_VACUUM_EVERY));
         let config = pg::PostgresConfig::default();
-        assert_eq!(ok.synchronous_commit, config.synchronous_commit);
+        assert_eq!(ok, config.settings);
     }
 }

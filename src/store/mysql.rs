@@ -86,6 +86,7 @@ use crate::time::UnixMillis;
 mod admin;
 mod claim;
 mod dialect;
+#[cfg(feature = "plans")]
 mod explain;
 mod fenced;
 mod heads;
@@ -98,8 +99,9 @@ mod watch;
 mod write;
 
 pub use dialect::Dialect;
-pub use explain::{Access, ClaimPlan, Explain, TableRead};
-pub use list::ListPlan;
+#[cfg(feature = "plans")]
+#[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
+pub use explain::{Access, ClaimPlan, Explain, ListPlan, TableRead};
 pub use schema::MAX_TABLE_PREFIX_LEN;
 pub use watch::{WATCH_MAX_INTERVAL, WATCH_MIN_INTERVAL};
 

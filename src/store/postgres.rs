@@ -16,8 +16,8 @@
 //! - **Cost.** A claim reads lapsed claims and due key heads in index order and stops at
 //!   its limit; rows queued behind a key's head are not in the index it scans (the
 //!   key-head marker, `schema/heads.rs`). One statement per ordering policy, never a bind
-//!   parameter that changes the plan. [`PostgresOutboxStore::explain`] shows the plan on
-//!   your data.
+//!   parameter that changes the plan. `PostgresOutboxStore::explain` (feature `plans`) shows
+//!   the plan on your data.
 //! - **Session settings.** The pool [`PostgresOutboxStore::connect_with`] builds runs with
 //!   `jit = off` and [`PostgresConfig::statement_timeout`]; build your own pool with
 //!   [`PostgresConfig::session_options`] to get the same. Through a transaction pooler
@@ -55,6 +55,7 @@ mod config;
 mod cycle;
 mod decode;
 mod enqueue;
+#[cfg(feature = "plans")]
 mod explain;
 mod fenced;
 mod key_state;
@@ -90,14 +91,16 @@ use crate::store::{
     OrderingPolicy, OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
     WAKEUP_CHANNEL_CAPACITY,
 };
-pub use config::{pool_options, Pooler, PostgresConfig, DEFAULT_ACQUIRE_TIMEOUT, PING_IF_IDLE_FOR};
+pub use config::{pool_options, Pooler, PostgresConfig, PING_IF_IDLE_FOR};
 // The store's defaults live beside the daemon's PostgreSQL settings, which builds without
 // the `postgres` feature read too (the docs' checks, a config validated without the driver).
 pub use crate::database::postgres::{
-    CLAIMS_IN_FLIGHT, DEFAULT_MIGRATION_LOCK_TIMEOUT, DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
-    DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
+    PostgresOptions, CLAIMS_IN_FLIGHT, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
+    DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
 };
 use decode::{db_error, unsigned};
+#[cfg(feature = "plans")]
+#[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
 pub use explain::Explained;
 use fenced::FencedBatch;
 use schema::Names;
@@ -174,10 +177,14 @@ impl PostgresOutboxStore {
     /// Connects with `config` and runs the migrations.
     pub async fn connect_with(url: &str, config: PostgresConfig) -> Result<Self, StoreError> {
         config.validate()?;
-        let pool = config::pool_options(config.acquire_timeout)
-            .connect_with(config.connect_options(url)?)
-            .await
-            .map_err(|e| db_error(StoreOp::Connect, e))?;
+        let settings = &config.settings;
+        let pool =
+            config::pool_options(settings.acquire_timeout.unwrap_or(DEFAULT_ACQUIRE_TIMEOUT))
+                .min_connections(settings.pool_min_connections)
+                .max_connections(settings.pool_max_connections)
+                .connect_with(config.connect_options(url)?)
+                .await
+                .map_err(|e| db_error(StoreOp::Connect, e))?;
         let store = Self::new(pool, config).await?;
         store.migrate().await?;
         Ok(store)
@@ -188,7 +195,7 @@ impl PostgresOutboxStore {
     /// wake-ups, which takes one extra connection outside the pool.
     ///
     /// The relay's statements rely on their connections' session settings (`jit = off`,
-    /// [`PostgresConfig::statement_timeout`]) and on a pool that pings only a connection
+    /// [`PostgresOptions::statement_timeout`]) and on a pool that pings only a connection
     /// idle for a second ([`pool_options`]); [`Self::connect_with`] builds such a pool.
     /// This one keeps the service's settings: the store reads them on one connection and
     /// logs a warning naming what differs (build the pool with
@@ -211,21 +218,22 @@ impl PostgresOutboxStore {
         let listen_options = config.listen_options()?;
         // LISTEN through a transaction pooler would hear nothing reliably (the server
         // connection it ran on goes to other clients): the lanes poll instead (`Pooler`).
-        let listener = if config.pooler == Pooler::Transaction && listen_options.is_none() {
+        let listener = if config.settings.pooler == Pooler::Transaction && listen_options.is_none()
+        {
             None
         } else {
             let channel = names.channel.clone();
             Some(listener::start(&pool, listen_options, channel, wakeups.clone()).await?)
         };
-        let sql = Statements::new(&names, !config.synchronous_commit);
+        let sql = Statements::new(&names, !config.settings.synchronous_commit);
         let sweep_sql = sweep::SweepSql::new(&names, &config);
         let cycle_ready = schema::function_exists_in_pool(&pool, &sql.cycle_name).await?;
         Ok(Self {
             sql,
-            async_commit: !config.synchronous_commit,
+            async_commit: !config.settings.synchronous_commit,
             cycle_function: config.cycle_function,
             migration_timeouts: schema::MigrationTimeouts {
-                lock: config.migration_lock_timeout,
+                lock: config.settings.lock_timeout,
                 statement: config.migration_statement_timeout,
             },
             cycle_ready: AtomicBool::new(cycle_ready),
@@ -234,7 +242,7 @@ impl PostgresOutboxStore {
             relay_begin_sql: config.relay_begin(),
             begin_sql: config.begin(),
             named_statements: config.named_statements(),
-            vacuum: vacuum::Vacuum::new(config.vacuum_every),
+            vacuum: vacuum::Vacuum::new(config.settings.vacuum_every),
             sweep_sql,
             sweeps: sweep::Sweeps::default(),
             limits: config.limits,
@@ -304,7 +312,7 @@ impl PostgresOutboxStore {
         }
         let names = Names::new(&config.schema, &config.table_prefix)?;
         let timeouts = schema::MigrationTimeouts {
-            lock: config.migration_lock_timeout,
+            lock: config.settings.lock_timeout,
             statement: config.migration_statement_timeout,
         };
         Ok(schema::script(&names, timeouts, from, to))

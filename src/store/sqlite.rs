@@ -62,6 +62,7 @@ use crate::store::{
 
 mod builder;
 mod checkpoint;
+#[cfg(feature = "plans")]
 mod explain;
 mod filter;
 mod lane_control;
@@ -78,6 +79,8 @@ pub use builder::{
     SqliteStoreBuilder, DEFAULT_BUSY_TIMEOUT, DEFAULT_CACHE_SIZE, DEFAULT_READ_CONNECTIONS,
     MAX_MEMORY_SIZE, MIN_CACHE_SIZE,
 };
+#[cfg(feature = "plans")]
+#[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
 pub use explain::QueryPlan;
 pub use schema::MAX_TABLE_PREFIX_LEN;
 pub use transaction::SqliteOutboxTx;

@@ -101,7 +101,7 @@ fn a_postgres_crash_under_asynchronous_commit_loses_nothing_and_keeps_per_key_or
     assert_eq!(
         (
             synchronous_commit,
-            PostgresConfig::default().synchronous_commit
+            PostgresConfig::default().settings.synchronous_commit
         ),
         ("off", false),
         "the relay commits its own transactions asynchronously by default"

@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use outbox_relay::config::file::{FileConfig, ListenerSection, PostgresSection, SupervisorSection};
+use outbox_relay::config::file::{FileConfig, ListenerSection, SupervisorSection};
+use outbox_relay::database::PostgresOptions;
 
 use super::markdown::{pages, spans_of, table, Page};
 use super::CONFIG_PAGE;
@@ -91,7 +92,7 @@ pub(super) fn parser_keys() -> BTreeSet<String> {
         ),
         (
             "postgres.",
-            json(serde_json::to_value(PostgresSection::default())),
+            json(serde_json::to_value(PostgresOptions::default())),
         ),
         (
             "supervisor.",
@@ -163,7 +164,7 @@ fn resolved(text: &str) -> String {
                 config.listener.api_settings(),
                 config.listener.control_token().map_err(|e| e.to_string()),
             ),
-            config.postgres.to_options(),
+            &config.postgres,
             config.supervisor(),
             // Each lane's retention is part of its config.
             config.lanes(),

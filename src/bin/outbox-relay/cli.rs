@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use outbox_relay::config::duration::{parse_duration, HumanDuration};
-use outbox_relay::config::file::{MetricsListen, PostgresSection, VacuumEvery};
+use outbox_relay::config::duration::parse_duration;
+use outbox_relay::config::file::MetricsListen;
 use outbox_relay::database::Pooler;
+use outbox_relay::database::PostgresOptions;
 use outbox_relay::simulate::Keys;
 use outbox_relay::ValidationError;
 use uuid::Uuid;
@@ -118,40 +119,43 @@ pub(crate) struct PostgresArgs {
 
 impl PostgresArgs {
     /// Puts each given setting over the file's `[postgres]` table.
-    pub(crate) fn apply(&self, section: &mut PostgresSection) {
-        let duration = |d: Option<Duration>| d.map(HumanDuration);
+    pub(crate) fn apply(&self, settings: &mut PostgresOptions) {
         if let Some(n) = self.pg_pool_min_connections {
-            section.pool_min_connections = Some(n);
+            settings.pool_min_connections = n;
         }
         if let Some(n) = self.pg_pool_max_connections {
-            section.pool_max_connections = Some(n);
+            settings.pool_max_connections = n;
         }
-        if let Some(d) = duration(self.pg_acquire_timeout) {
-            section.acquire_timeout = Some(d);
+        if let Some(d) = self.pg_acquire_timeout {
+            settings.acquire_timeout = Some(d);
         }
-        if let Some(d) = duration(self.pg_statement_timeout) {
-            section.statement_timeout = Some(d);
+        if let Some(d) = self.pg_statement_timeout {
+            settings.statement_timeout = d;
         }
-        if let Some(d) = duration(self.pg_lock_timeout) {
-            section.lock_timeout = Some(d);
+        if let Some(d) = self.pg_lock_timeout {
+            settings.lock_timeout = d;
         }
         if let Some(on) = self.pg_synchronous_commit {
-            section.synchronous_commit = Some(on);
+            settings.synchronous_commit = on;
         }
-        if let Some(every) = self.pg_vacuum_every {
-            section.vacuum_every = Some(every);
+        if let Some(VacuumEvery(rows)) = self.pg_vacuum_every {
+            settings.vacuum_every = rows;
         }
         if let Some(pooler) = self.pg_pooler {
-            section.pooler = Some(pooler);
+            settings.pooler = pooler;
         }
         if let Some(url) = self.pg_listen_url.as_deref().map(str::trim) {
             // An empty one (an unset variable in a compose file) keeps the file's.
             if !url.is_empty() {
-                section.listen_url = Some(url.to_owned());
+                settings.listen_url = Some(url.to_owned());
             }
         }
     }
 }
+
+/// `--pg-vacuum-every`: a number of rows, or `None` for `false` (autovacuum only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct VacuumEvery(pub(crate) Option<u64>);
 
 fn parse_pooler(s: &str) -> Result<Pooler, String> {
     s.trim().parse().map_err(|e: ValidationError| e.reason)
@@ -159,10 +163,10 @@ fn parse_pooler(s: &str) -> Result<Pooler, String> {
 
 fn parse_vacuum_every(s: &str) -> Result<VacuumEvery, String> {
     match s.trim() {
-        "false" | "off" => Ok(VacuumEvery::Enabled(false)),
+        "false" | "off" => Ok(VacuumEvery(None)),
         rows => rows
             .parse()
-            .map(VacuumEvery::Rows)
+            .map(|rows| VacuumEvery(Some(rows)))
             .map_err(|_| format!("{rows:?} is not a number of rows (or false)")),
     }
 }

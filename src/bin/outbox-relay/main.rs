@@ -117,9 +117,10 @@ impl Setup {
         }
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
         global.postgres.apply(&mut config.postgres);
-        config.postgres.to_options().map_err(|error| {
+        config.postgres.validate().map_err(|error| {
             Failure::input(format!(
-                "config error: {} (from the config file, a flag or its OUTBOX_PG_ variable): {}",
+                "config error: postgres.{} (from the config file, a flag or its OUTBOX_PG_ \
+                 variable): {}",
                 error.field, error.reason
             ))
         })?;

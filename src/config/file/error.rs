@@ -94,11 +94,30 @@ pub(super) fn parse_error(origin: &str, text: &str, error: &toml::de::Error) -> 
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
             if is_key && out.field.is_none() && !out.message.contains(&format!("`{key}`")) {
-                out.field = Some(key.to_owned());
+                out.field = Some(match enclosing_table(&text[..line_start]) {
+                    Some(table) => format!("{table}.{key}"),
+                    None => key.to_owned(),
+                });
             }
         }
     }
     out
+}
+
+/// The name of the `[table]` whose keys the lines `above` end in (`postgres`), as the validation
+/// errors name its fields (`postgres.vacuum_every`); none at the top level or in an array
+/// of tables (`[[lanes]]`, whose errors name the lane instead).
+fn enclosing_table(above: &str) -> Option<&str> {
+    let header = above
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| line.starts_with('['))?;
+    if header.starts_with("[[") {
+        return None;
+    }
+    let name = header.strip_prefix('[')?.split(']').next()?.trim();
+    (!name.is_empty()).then_some(name)
 }
 
 /// The first lane whose `sink.kind` is a kind `missing_feature` says this build lacks:

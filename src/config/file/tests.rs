@@ -93,11 +93,8 @@ fn the_example_file_parses_and_sets_every_field() {
         );
     }
     // The [postgres] table shows every field, with the defaults it documents.
-    assert_eq!(
-        config.postgres.to_options().unwrap(),
-        crate::database::PostgresOptions::default()
-    );
-    for key in serde_json::to_value(crate::config::file::PostgresSection::default())
+    assert_eq!(config.postgres, crate::database::PostgresOptions::default());
+    for key in serde_json::to_value(crate::database::PostgresOptions::default())
         .unwrap()
         .as_object()
         .unwrap()
@@ -142,6 +139,8 @@ fn the_postgres_table_sets_the_pool_and_session_and_names_a_bad_field() {
         ("vacuum_every = 0", "postgres.vacuum_every"),
         ("vacuum_every = true", "postgres.vacuum_every"),
         ("lock_timeout = \"0s\"", "postgres.lock_timeout"),
+        ("statement_timeout = \"soon\"", "postgres.statement_timeout"),
+        ("pool_max_connections = -1", "postgres.pool_max_connections"),
         ("listen_url = \"mysql://db/app\"", "postgres.listen_url"),
         ("pooler = \"statement\"", "pooler"),
     ] {

@@ -14,7 +14,7 @@ use sqlx::{AssertSqlSafe, Row};
 
 use serde_json::Value;
 
-use crate::store::{ClaimRequest, StoreError, StoreOp};
+use crate::store::{ClaimRequest, MessageFilter, PageRequest, StoreError, StoreOp};
 
 use super::claim::{
     first_dead_sql, next_lapse_sql, run_sql, running_sql, scan_sql, stops_sql, Scan,
@@ -178,6 +178,7 @@ fn plan_sorts(plan: &Value) -> bool {
 impl MysqlOutboxStore {
     /// Explains the statements a claim for `request` runs, and `next_due`'s, with the keys
     /// of the lane's first due heads as their key lists (a key `-` when there is none).
+    #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
     pub async fn explain_claim(
         &self,
         request: &ClaimRequest,
@@ -295,8 +296,55 @@ impl MysqlOutboxStore {
     }
 }
 
+/// The server's plan of one listing call ([`MysqlOutboxStore::explain_list`]).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ListPlan {
+    /// The statement as explained.
+    pub sql: String,
+    /// The server's `EXPLAIN FORMAT=JSON` answer, or with
+    /// [`Explain::Analyze`] MariaDB's `ANALYZE FORMAT=JSON` or
+    /// MySQL's `EXPLAIN ANALYZE FORMAT=JSON` answer (the rows each table really read), in
+    /// the server's own JSON (see [`ClaimPlan`]).
+    pub plan: serde_json::Value,
+}
+
+impl MysqlOutboxStore {
+    /// Explains the statement one listing call under `filter` runs for `page`, when the
+    /// filter [scans](MessageFilter::scans) (an enqueue time range or an error text): for
+    /// operators who want to see what a listing reads on their data, and for the guard test
+    /// that pins it. Nothing is changed (`ANALYZE` runs the read-only statement).
+    #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
+    pub async fn explain_list(
+        &self,
+        filter: &MessageFilter,
+        page: PageRequest,
+        how: Explain,
+    ) -> Result<ListPlan, StoreError> {
+        const OP: StoreOp = StoreOp::Maintenance;
+        let dialect = self.probe_dialect(OP).await?;
+        let sql = super::list::scanning_sql(&self.names.messages, filter, page);
+        let text = format!("{} {}", prefix(how, dialect), sql.clause);
+        let mut conn = self.pool.acquire().await.map_err(|e| db_error(OP, e))?;
+        json_format(&mut conn, how, dialect, true, OP).await?;
+        let row = sql
+            .bind(sqlx::query(AssertSqlSafe(text)))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| db_error(OP, e));
+        json_format(&mut conn, how, dialect, false, OP).await?;
+        let row = row?;
+        let plan: String = row.try_get(0).map_err(|e| db_error(OP, e))?;
+        let plan = serde_json::from_str(&plan).map_err(|e| StoreError::database(OP, e))?;
+        Ok(ListPlan {
+            sql: sql.clause,
+            plan,
+        })
+    }
+}
+
 /// The statement prefix that explains (or analyzes) a statement on `dialect`.
-pub(super) fn prefix(how: Explain, dialect: Dialect) -> &'static str {
+fn prefix(how: Explain, dialect: Dialect) -> &'static str {
     match (how, dialect) {
         (Explain::Plan, _) => "EXPLAIN FORMAT=JSON",
         (Explain::Analyze, Dialect::MariaDb) => "ANALYZE FORMAT=JSON",
@@ -307,7 +355,7 @@ pub(super) fn prefix(how: Explain, dialect: Dialect) -> &'static str {
 /// MySQL analyzes only into its second JSON format (the default from 9.0 on): `start`
 /// sets it on the connection for an analyze, and the end (`start = false`) sets it back,
 /// since the connection goes back to the pool. Nothing to do otherwise.
-pub(super) async fn json_format(
+async fn json_format(
     conn: &mut sqlx::mysql::MySqlConnection,
     how: Explain,
     dialect: Dialect,

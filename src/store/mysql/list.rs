@@ -69,19 +69,6 @@ pub(super) fn scanning_sql(messages: &str, filter: &MessageFilter, page: PageReq
     Where { clause, values }
 }
 
-/// The server's plan of one listing call ([`MysqlOutboxStore::explain_list`]).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ListPlan {
-    /// The statement as explained.
-    pub sql: String,
-    /// The server's `EXPLAIN FORMAT=JSON` answer, or with
-    /// [`Explain::Analyze`](super::Explain::Analyze) MariaDB's `ANALYZE FORMAT=JSON` or
-    /// MySQL's `EXPLAIN ANALYZE FORMAT=JSON` answer (the rows each table really read), in
-    /// the server's own JSON (see [`ClaimPlan`](super::ClaimPlan)).
-    pub plan: serde_json::Value,
-}
-
 impl MysqlOutboxStore {
     pub(super) async fn list_scanning(
         &self,
@@ -108,37 +95,6 @@ impl MysqlOutboxStore {
         let budget = list_budget(filter, page.limit);
         let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
         Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
-    }
-
-    /// Explains the statement one listing call under `filter` runs for `page`, when the
-    /// filter [scans](MessageFilter::scans) (an enqueue time range or an error text): for
-    /// operators who want to see what a listing reads on their data, and for the guard test
-    /// that pins it. Nothing is changed (`ANALYZE` runs the read-only statement).
-    pub async fn explain_list(
-        &self,
-        filter: &MessageFilter,
-        page: PageRequest,
-        how: super::Explain,
-    ) -> Result<ListPlan, StoreError> {
-        const OP: StoreOp = StoreOp::Maintenance;
-        let dialect = self.probe_dialect(OP).await?;
-        let sql = scanning_sql(&self.names.messages, filter, page);
-        let text = format!("{} {}", super::explain::prefix(how, dialect), sql.clause);
-        let mut conn = self.pool.acquire().await.map_err(|e| db_error(OP, e))?;
-        super::explain::json_format(&mut conn, how, dialect, true, OP).await?;
-        let row = sql
-            .bind(sqlx::query(AssertSqlSafe(text)))
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| db_error(OP, e));
-        super::explain::json_format(&mut conn, how, dialect, false, OP).await?;
-        let row = row?;
-        let plan: String = row.try_get(0).map_err(|e| db_error(OP, e))?;
-        let plan = serde_json::from_str(&plan).map_err(|e| StoreError::database(OP, e))?;
-        Ok(ListPlan {
-            sql: sql.clause,
-            plan,
-        })
     }
 }
 

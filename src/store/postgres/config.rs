@@ -13,13 +13,11 @@ use crate::store::StoreOp;
 use crate::store::{duration_millis, Clock, StoreError};
 
 pub use crate::database::Pooler;
+use crate::database::PostgresOptions;
 
 use super::decode::db_error;
 use super::schema::Names;
-use super::{
-    DEFAULT_MIGRATION_LOCK_TIMEOUT, DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_SCHEMA,
-    DEFAULT_STATEMENT_TIMEOUT, DEFAULT_TABLE_PREFIX, DEFAULT_VACUUM_EVERY,
-};
+use super::{DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
 
 /// Where and how a [`PostgresOutboxStore`](super::PostgresOutboxStore) keeps its outbox.
 #[derive(Debug, Clone)]
@@ -36,40 +34,10 @@ pub struct PostgresConfig {
     /// The store's clock. `None` (the default) uses the database's clock, which every relay
     /// shares; tests inject a [`crate::store::ManualClock`].
     pub clock: Option<Arc<dyn Clock>>,
-    /// How long a call waits for a pool connection (only for the pool `connect_with`
-    /// builds; a pool passed to `new` keeps its own settings).
-    pub acquire_timeout: Duration,
-    /// PostgreSQL's `statement_timeout` on the store's connections: a statement still
-    /// running after this is cancelled, so a claim sent by a relay that died or stalled
-    /// cannot commit claims long after (a SIGKILLed relay's claims once committed 40 s
-    /// later). Set on the connections of the pool `connect_with` builds, with `jit = off`;
-    /// for your own pool use [`PostgresConfig::session_options`]. It applies to every
-    /// statement on that pool, a service's own statements in a transaction begun on
-    /// [`pool()`](super::PostgresOutboxStore::pool) included (`SET LOCAL statement_timeout`
-    /// lifts it for one transaction). At most `i32::MAX` ms.
-    pub statement_timeout: Duration,
-    /// Whether the relay's own transactions (claim, ack, nack, and their combinations) wait
-    /// for their commit to reach the disk. `false` (the default) commits them with
-    /// `SET LOCAL synchronous_commit = off`: a claim's commit then costs no disk flush (most
-    /// of an idle pickup's latency, and a round trip's worth of every busy cycle).
-    ///
-    /// Why that is safe for an outbox: durability of a message is the enqueue's, and the
-    /// enqueue (in the caller's transaction, or [`Outbox::enqueue_many`](crate::store::Outbox::enqueue_many))
-    /// keeps the session's setting. A database crash can lose only the last few hundred
-    /// milliseconds of the relay's state changes, in commit order (the write-ahead log is
-    /// one sequence, and every synchronous commit flushes all that came before it): a lost
-    /// claim or ack makes the message pending again and it is delivered again, which
-    /// at-least-once delivery allows; per-key order holds, since what is lost is a suffix.
-    /// Set it to `true` to keep every relay commit synchronous (fewer duplicates after a
-    /// database crash, a disk flush per claim and ack).
-    pub synchronous_commit: bool,
-    /// After how many rows the relay took out of live (acked or dead-lettered) it runs a
-    /// `VACUUM` of the messages table in the background; `None` leaves the table to
-    /// autovacuum. Without it, claims on a long drain slow down as they step over the index
-    /// entries of the rows already drained (see `vacuum.rs`: a 1 M backlog drained at a third
-    /// of the 10 k rate). Each vacuum reads the table's indexes whole, so on a very large
-    /// table raise it. Default [`DEFAULT_VACUUM_EVERY`].
-    pub vacuum_every: Option<u64>,
+    /// The pool and session settings, the ones the daemon's `[postgres]` table sets:
+    /// pool sizes, timeouts, asynchronous commit, vacuums, the listener's URL, the pooler.
+    /// Each field documents itself; the builder methods below set them one by one.
+    pub settings: PostgresOptions,
     /// Whether the relay's cycle (ack what finished, claim the next batch, and answer
     /// `next_due` when it is empty) runs as one call of a server-side function: one round
     /// trip instead of a transaction of up to five statements. [`migrate`] creates the
@@ -81,29 +49,11 @@ pub struct PostgresConfig {
     ///
     /// [`migrate`]: super::PostgresOutboxStore::migrate
     pub cycle_function: bool,
-    /// How long a migration step waits for a lock (`lock_timeout`) before it gives up with
-    /// an error naming the table and who holds it, nothing applied. A schema change waiting
-    /// for a lock on the outbox table (behind a long transaction that enqueued) holds every
-    /// later enqueue behind it; a few seconds of that is the price of a migration, minutes
-    /// are an outage. Default [`DEFAULT_MIGRATION_LOCK_TIMEOUT`]; at most `i32::MAX` ms.
-    pub migration_lock_timeout: Duration,
     /// The `statement_timeout` of the migrations (index builds on a large table outlast
-    /// [`Self::statement_timeout`], but must not run without bound). It also bounds the
-    /// wait for another process's migration. Default
+    /// the settings' `statement_timeout`, but must not run without bound). It also bounds
+    /// the wait for another process's migration. Default
     /// [`DEFAULT_MIGRATION_STATEMENT_TIMEOUT`]; at most `i32::MAX` ms.
     pub migration_statement_timeout: Duration,
-    /// Where the wake-up listener connects for its `LISTEN`, when not where the pool
-    /// connects: a direct connection to PostgreSQL when the pool goes through a pooler
-    /// that does not keep a client on one server connection. `None` (the default) listens
-    /// over a connection made with the pool's own options.
-    pub listen_url: Option<String>,
-    /// What sits between the store and PostgreSQL. [`Pooler::Session`] (the default): a
-    /// direct connection, or a pooler that keeps a client on one server connection. Under
-    /// [`Pooler::Transaction`] (PgBouncer's `pool_mode = transaction`) the store keeps to
-    /// what such a pooler allows: no startup `options`, no named prepared statements, every
-    /// call in a transaction of its own that sets `jit` and `statement_timeout` with
-    /// `SET LOCAL`, and no `LISTEN` through the pooler (see [`Pooler::Transaction`]).
-    pub pooler: Pooler,
 }
 
 /// A pooled connection idle at least this long is pinged before use; a busier one is not.
@@ -135,15 +85,9 @@ impl Default for PostgresConfig {
             table_prefix: DEFAULT_TABLE_PREFIX.to_owned(),
             limits: DraftLimits::default(),
             clock: None,
-            acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
-            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
-            synchronous_commit: false,
-            vacuum_every: Some(DEFAULT_VACUUM_EVERY),
+            settings: PostgresOptions::default(),
             cycle_function: true,
-            migration_lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
             migration_statement_timeout: DEFAULT_MIGRATION_STATEMENT_TIMEOUT,
-            listen_url: None,
-            pooler: Pooler::Session,
         }
     }
 }
@@ -175,32 +119,32 @@ impl PostgresConfig {
 
     /// Sets how long a call waits for a pool connection.
     pub fn acquire_timeout(mut self, timeout: Duration) -> Self {
-        self.acquire_timeout = timeout;
+        self.settings.acquire_timeout = Some(timeout);
         self
     }
 
     /// Sets the statement timeout of the store's connections.
     pub fn statement_timeout(mut self, timeout: Duration) -> Self {
-        self.statement_timeout = timeout;
+        self.settings.statement_timeout = timeout;
         self
     }
 
     /// Sets whether the relay's own commits wait for the disk (see
-    /// [`Self::synchronous_commit`]).
+    /// [`PostgresOptions::synchronous_commit`]).
     pub fn synchronous_commit(mut self, synchronous: bool) -> Self {
-        self.synchronous_commit = synchronous;
+        self.settings.synchronous_commit = synchronous;
         self
     }
 
     /// Sets after how many retired rows the relay vacuums the table (`None`: never).
     pub fn vacuum_every(mut self, rows: Option<u64>) -> Self {
-        self.vacuum_every = rows;
+        self.settings.vacuum_every = rows;
         self
     }
 
-    /// Sets how long a migration step waits for a lock ([`Self::migration_lock_timeout`]).
+    /// Sets how long a migration step waits for a lock ([`PostgresOptions::lock_timeout`]).
     pub fn migration_lock_timeout(mut self, timeout: Duration) -> Self {
-        self.migration_lock_timeout = timeout;
+        self.settings.lock_timeout = timeout;
         self
     }
 
@@ -210,33 +154,33 @@ impl PostgresConfig {
         self
     }
 
-    /// Sets where the wake-up listener connects ([`Self::listen_url`]).
+    /// Sets where the wake-up listener connects ([`PostgresOptions::listen_url`]).
     pub fn listen_url(mut self, url: impl Into<String>) -> Self {
-        self.listen_url = Some(url.into());
+        self.settings.listen_url = Some(url.into());
         self
     }
 
-    /// Sets what sits between the store and PostgreSQL ([`Self::pooler`]).
+    /// Sets what sits between the store and PostgreSQL ([`PostgresOptions::pooler`]).
     pub fn pooler(mut self, pooler: Pooler) -> Self {
-        self.pooler = pooler;
+        self.settings.pooler = pooler;
         self
     }
 
     /// Whether statements may be prepared under a name and cached on the connection
     /// (not through a transaction pooler: see [`Pooler::Transaction`]).
     pub(super) fn named_statements(&self) -> bool {
-        self.pooler == Pooler::Session
+        self.settings.pooler == Pooler::Session
     }
 
     /// The statements after `BEGIN` that give a transaction the session settings, when
     /// the connections could not get them at startup ([`Pooler::Transaction`]); empty
     /// otherwise.
     fn local_settings(&self) -> String {
-        match self.pooler {
+        match self.settings.pooler {
             Pooler::Session => String::new(),
             Pooler::Transaction => format!(
                 "; SET LOCAL jit = off; SET LOCAL statement_timeout = {}",
-                duration_millis(self.statement_timeout)
+                duration_millis(self.settings.statement_timeout)
             ),
         }
     }
@@ -248,10 +192,11 @@ impl PostgresConfig {
         format!("BEGIN{}", self.local_settings())
     }
 
-    /// The connect options of the wake-up listener, when [`Self::listen_url`] names them.
+    /// The connect options of the wake-up listener, when [`PostgresOptions::listen_url`] names them.
     pub(super) fn listen_options(&self) -> Result<Option<PgConnectOptions>, ValidationError> {
         use sqlx::ConnectOptions as _;
-        self.listen_url
+        self.settings
+            .listen_url
             .as_deref()
             .map(|url| {
                 if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
@@ -286,9 +231,9 @@ impl PostgresConfig {
 
     /// The statement that opens one of the relay's transactions: [`Self::begin`], with
     /// asynchronous commit in the same round trip (a simple query of several statements)
-    /// unless [`Self::synchronous_commit`].
+    /// unless [`PostgresOptions::synchronous_commit`].
     pub(super) fn relay_begin(&self) -> String {
-        if self.synchronous_commit {
+        if self.settings.synchronous_commit {
             self.begin()
         } else {
             format!(
@@ -314,14 +259,14 @@ impl PostgresConfig {
     pub fn session_options(&self, options: PgConnectOptions) -> PgConnectOptions {
         use sqlx::ConnectOptions as _;
         let options = options.disable_statement_logging();
-        if self.pooler == Pooler::Transaction {
+        if self.settings.pooler == Pooler::Transaction {
             return options.statement_cache_capacity(0).extra_float_digits(None);
         }
         options.options([
             ("jit", "off".to_owned()),
             (
                 "statement_timeout",
-                duration_millis(self.statement_timeout).to_string(),
+                duration_millis(self.settings.statement_timeout).to_string(),
             ),
         ])
     }
@@ -332,46 +277,29 @@ impl PostgresConfig {
         Ok(self.session_options(options))
     }
 
-    /// Checks the schema, prefix and timeouts; the error names the field at fault.
+    /// Checks the settings, the schema, the prefix and the migrations' timeout; the error
+    /// names the field at fault.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        if self.acquire_timeout.is_zero() {
+        self.settings.validate().map_err(|mut error| {
+            // The builder's name for the settings' `lock_timeout`.
+            if error.field == "lock_timeout" {
+                error.field = "migration_lock_timeout".into();
+            }
+            error
+        })?;
+        let timeout = self.migration_statement_timeout;
+        // Zero would mean "no timeout" to PostgreSQL; under a millisecond rounds to it.
+        if timeout < Duration::from_millis(1) {
             return Err(ValidationError::new(
-                "acquire_timeout",
-                "must be greater than zero",
-            ));
-        }
-        // Zero would mean "no timeout" to PostgreSQL, which is what this setting prevents;
-        // under a millisecond rounds to zero.
-        if self.statement_timeout < Duration::from_millis(1) {
-            return Err(ValidationError::new(
-                "statement_timeout",
+                "migration_statement_timeout",
                 "must be at least 1 ms",
             ));
         }
-        if self.vacuum_every == Some(0) {
+        if duration_millis(timeout) > i64::from(i32::MAX) {
             return Err(ValidationError::new(
-                "vacuum_every",
-                "must be at least 1 (or None to leave the table to autovacuum)",
-            ));
-        }
-        for (field, timeout) in [
-            ("statement_timeout", self.statement_timeout),
-            ("migration_lock_timeout", self.migration_lock_timeout),
-            (
                 "migration_statement_timeout",
-                self.migration_statement_timeout,
-            ),
-        ] {
-            // Zero would mean "no timeout" to PostgreSQL; under a millisecond rounds to it.
-            if timeout < Duration::from_millis(1) {
-                return Err(ValidationError::new(field, "must be at least 1 ms"));
-            }
-            if duration_millis(timeout) > i64::from(i32::MAX) {
-                return Err(ValidationError::new(
-                    field,
-                    format!("must be at most {} ms", i32::MAX),
-                ));
-            }
+                format!("must be at most {} ms", i32::MAX),
+            ));
         }
         self.listen_options()?;
         Names::new(&self.schema, &self.table_prefix).map(|_| ())
@@ -387,7 +315,7 @@ pub(super) async fn session_shortfalls(
     config: &PostgresConfig,
 ) -> Result<Vec<String>, StoreError> {
     let mut shortfalls = Vec::new();
-    if config.pooler == Pooler::Transaction {
+    if config.settings.pooler == Pooler::Transaction {
         return Ok(shortfalls);
     }
     let (jit, timeout_ms): (String, i64) = sqlx::query_as(
@@ -402,7 +330,7 @@ pub(super) async fn session_shortfalls(
             "jit is {jit}, not off (JIT compilation cost a claim 417 of 560 ms at 20,000 rows)"
         ));
     }
-    let wanted = duration_millis(config.statement_timeout);
+    let wanted = duration_millis(config.settings.statement_timeout);
     if timeout_ms != wanted {
         shortfalls.push(format!(
             "statement_timeout is {timeout_ms} ms, not {wanted} ms (a stalled relay's claim \
@@ -419,12 +347,6 @@ pub(super) async fn session_shortfalls(
     Ok(shortfalls)
 }
 
-/// How long a store call made through the pool of
-/// [`connect_with`](super::PostgresOutboxStore::connect_with) waits for a connection before
-/// it fails with [`StoreError::Unavailable`]. Short, so a relay
-/// notices an outage (and backs off) in seconds rather than sqlx's default 30 s.
-pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,7 +354,7 @@ mod tests {
     #[test]
     fn the_relays_transactions_commit_asynchronously_unless_asked_not_to() {
         let config = PostgresConfig::default();
-        assert!(!config.synchronous_commit);
+        assert!(!config.settings.synchronous_commit);
         assert_eq!(
             config.relay_begin(),
             "BEGIN; SET LOCAL synchronous_commit = off"
@@ -484,8 +406,8 @@ mod tests {
     fn migration_timeouts_are_bounded_and_named() {
         let config = PostgresConfig::default();
         assert_eq!(
-            config.migration_lock_timeout,
-            DEFAULT_MIGRATION_LOCK_TIMEOUT
+            config.settings.lock_timeout,
+            super::super::DEFAULT_MIGRATION_LOCK_TIMEOUT
         );
         for (config, field) in [
             (
@@ -512,7 +434,10 @@ mod tests {
     #[test]
     fn vacuum_every_must_be_at_least_one_row() {
         let config = PostgresConfig::default();
-        assert_eq!(config.vacuum_every, Some(DEFAULT_VACUUM_EVERY));
+        assert_eq!(
+            config.settings.vacuum_every,
+            Some(super::super::DEFAULT_VACUUM_EVERY)
+        );
         assert!(config.clone().vacuum_every(None).validate().is_ok());
         let error = config.vacuum_every(Some(0)).validate().unwrap_err();
         assert_eq!(error.field, "vacuum_every");

@@ -77,6 +77,7 @@ pub enum Explained {
 impl PostgresOutboxStore {
     /// Runs `statement` under `EXPLAIN (ANALYZE, FORMAT JSON)` with `jit = off` (as the
     /// relay's connections run), rolls it back, and answers PostgreSQL's JSON plan.
+    #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
     pub async fn explain(&self, statement: &Explained) -> Result<serde_json::Value, StoreError> {
         let op = StoreOp::Maintenance;
         let mut tx = self.begin(op).await?;

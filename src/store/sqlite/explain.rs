@@ -28,6 +28,7 @@ impl SqliteOutboxStore {
     /// statements a relay runs every cycle: each claim selection under both ordering
     /// policies, `next_due` under both, the batch writes (the claim's marking and
     /// dead-lettering, ack, nack, extend_lease, release), and the stats of one lane.
+    #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
     pub async fn hot_query_plans(&self) -> Result<Vec<QueryPlan>, StoreError> {
         let sql = &self.sql;
         let mut statements: Vec<(String, String)> = Vec::new();
@@ -84,6 +85,7 @@ impl SqliteOutboxStore {
 
     /// The plan SQLite chooses for a page of the listing (`Outbox::list`, `GET
     /// /api/v1/messages`) under `filter`: what each of its status ranges reads.
+    #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
     pub async fn list_query_plan(
         &self,
         filter: &MessageFilter,
