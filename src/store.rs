@@ -97,6 +97,7 @@ use uuid::Uuid;
 pub use admin::{
     LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, LIST_SCAN_PAGES,
 };
+pub(crate) use backend::single_batch;
 pub use backend::{AckMode, Capabilities, OutboxBackend};
 pub use enqueue::{DraftBatch, PreClaim};
 pub use error::StoreError;
@@ -316,15 +317,16 @@ pub enum NackOutcome {
     LostClaim,
 }
 
-/// The answer to [`Outbox::ack_and_claim`]: what became of the acks, and the claim
-/// that followed them.
+/// The answer to an ack with a claim after it: what became of the acks, and the claim.
+/// `C` is what the claim answers: one [`ClaimBatch`] from [`Outbox::ack_and_claim`], one
+/// per request (`Vec<ClaimBatch>`) from [`OutboxBackend::ack_and_claim`].
 #[derive(Debug)]
-pub struct AckAndClaim {
+pub struct AckAndClaim<C = ClaimBatch> {
     /// One answer per ack, in order (as [`Outbox::ack`] gives them).
     pub acked: Vec<ClaimOutcome>,
     /// The claim. An error here means the acks were recorded but the claim was not made: a
     /// caller must not ack them again, only claim again later.
-    pub claimed: Result<ClaimBatch, StoreError>,
+    pub claimed: Result<C, StoreError>,
 }
 
 /// A nudge that new work may be claimable, so an idle relay need not wait for its poll.

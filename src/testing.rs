@@ -101,6 +101,7 @@ macro_rules! conformance {
             wrong_token_or_unclaimed_row_is_a_lost_claim,
             extend_lease_moves_the_lapse,
             ack_batch_answers_each_claim_in_order,
+            a_claim_of_many_requests_answers_each_with_its_own_lanes_messages,
             // cases/ordering.rs
             claim_order_is_due_time_then_enqueue_sequence,
             claim_takes_at_most_limit_oldest_first,

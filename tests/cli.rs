@@ -55,7 +55,6 @@ mod stderr;
 #[path = "cli/unclean_shutdown.rs"]
 mod unclean_shutdown;
 
-use outbox_relay::store::OutboxBackend as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -378,9 +377,10 @@ fn dead_letter_through_the_store(db: &Path, lane: &str, count: usize) {
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let store = SqliteOutboxStore::open(db).await.unwrap();
+        let store = std::sync::Arc::new(SqliteOutboxStore::open(db).await.unwrap());
+        let outbox = outbox_relay::Outbox::from_arc(store.clone());
         let request = ClaimRequest::new(lane, "audit", 100, Duration::from_secs(30), "test");
-        let claimed = store.claim(&request).await.unwrap().messages;
+        let claimed = outbox.claim(&request).await.unwrap().messages;
         assert_eq!(claimed.len(), count);
         let nacks: Vec<Nack> = claimed
             .iter()
@@ -391,7 +391,7 @@ fn dead_letter_through_the_store(db: &Path, lane: &str, count: usize) {
             })
             .collect();
         assert_eq!(
-            store.nack(&nacks).await.unwrap(),
+            outbox.nack(&nacks).await.unwrap(),
             vec![NackOutcome::DeadLettered; count]
         );
         store.close().await;

@@ -40,8 +40,8 @@ pub struct Capabilities {
     /// to the lane's default. A backend whose claims run on separate connections in
     /// parallel gains from more than one; one that serialises writers does not.
     pub claims_in_flight: usize,
-    /// [`OutboxBackend::ack_deleting`] deletes an acked row (a lane's `keep_delivered =
-    /// false`); without it, the provided method refuses.
+    /// [`OutboxBackend::ack`] takes [`AckMode::Delete`]: it deletes an acked row (a lane's
+    /// `keep_delivered = false`); without it, the [`Outbox`](super::Outbox) refuses that mode.
     pub delete_on_ack: bool,
     /// [`OutboxBackend::record_served`] and [`OutboxBackend::unserved_lanes`] keep and read
     /// the record of the lanes running relays serve (`store::served`); without it, the
@@ -113,9 +113,9 @@ pub enum AckMode {
     /// Marks it `delivered`; retention purges it later. The default.
     #[default]
     KeepDelivered,
-    /// Deletes it, under the same fencing check ([`OutboxBackend::ack_deleting`]): one
-    /// write per message less, and nothing for retention to purge. Dead letters are kept
-    /// as before.
+    /// Deletes it, under the same fencing check, on a backend that says
+    /// [`Capabilities::delete_on_ack`]: one write per message less, and nothing for
+    /// retention to purge. Dead letters are kept as before.
     Delete,
 }
 
@@ -148,19 +148,39 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     /// with its token and lease, its attempt counted; a duplicate is answered as stored.
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError>;
 
-    /// Claims up to `limit` claimable messages of one (lane, target). See the module docs.
+    /// Claims, for each request, up to its `limit` claimable messages of its (lane, target),
+    /// under its lease and consumer id: one [`ClaimBatch`] per request, in order, each with
+    /// its own lane's messages only. See the module docs.
     ///
-    /// A claim that returns no message should also answer [`ClaimBatch::next_due`], and one
-    /// that returns fewer than `limit` may. A backend that leaves it
+    /// A batch with no message should also answer [`ClaimBatch::next_due`], and one with
+    /// fewer than its `limit` may. A backend that leaves it
     /// [`NextDue::Unknown`](super::NextDue::Unknown) only costs an idle relay a `next_due`
     /// call.
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError>;
+    ///
+    /// The [`Outbox`](super::Outbox) sends one request at a time; a slice is what lets one
+    /// statement claim for many lanes without another change of this trait. A backend may
+    /// claim for more than one by claiming one request after another (the crate's backends
+    /// do, in one transaction where they can). An `Err` answers no batch: what was claimed
+    /// before it is then held by nobody and comes back when its leases lapse, as the claims
+    /// of a call whose answer was lost do.
+    async fn claim(&self, requests: &[ClaimRequest]) -> Result<Vec<ClaimBatch>, StoreError>;
 
-    /// Marks claims delivered. One answer per claim, in order.
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError>;
+    /// Acks claims as `mode` says: a row still `claimed` under the claim's token is marked
+    /// delivered ([`AckMode::KeepDelivered`]) or deleted ([`AckMode::Delete`]); anything
+    /// else is a lost claim and changes nothing. Either way a keyed row's successor becomes
+    /// claimable. One answer per claim, in order.
+    ///
+    /// The [`Outbox`](super::Outbox) asks for [`AckMode::Delete`] only of a backend that says
+    /// [`Capabilities::delete_on_ack`]; it refuses it for the others.
+    async fn ack(
+        &self,
+        claims: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError>;
 
-    /// Acks finished deliveries, then claims the next messages. The provided method makes
-    /// two calls; a backend that can do both in one round trip overrides it and says
+    /// Acks finished deliveries as `mode` says ([`ack`](Self::ack)), then claims for
+    /// `requests` ([`claim`](Self::claim)). The provided method makes the two calls; a
+    /// backend that can do both in one round trip overrides it and says
     /// [`Capabilities::ack_and_claim`].
     ///
     /// An `Err` means nothing is known to be recorded: the acks may be tried again. Once the
@@ -168,45 +188,15 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     async fn ack_and_claim(
         &self,
         acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
+        requests: &[ClaimRequest],
+        mode: AckMode,
+    ) -> Result<AckAndClaim<Vec<ClaimBatch>>, StoreError> {
         let acked = if acks.is_empty() {
             Vec::new()
         } else {
-            self.ack(acks).await?
+            self.ack(acks, mode).await?
         };
-        let claimed = self.claim(request).await;
-        Ok(AckAndClaim { acked, claimed })
-    }
-
-    /// Acks claims by deleting their rows: with the same fencing as [`ack`](Self::ack), a
-    /// row goes only while it is `claimed` under the claim's token; anything else is a lost
-    /// claim and changes nothing. One answer per claim, in order. A keyed row's successor
-    /// becomes claimable as after an ack. A backend that implements it says
-    /// [`Capabilities::delete_on_ack`]; the provided method refuses with
-    /// [`StoreError::Unsupported`].
-    async fn ack_deleting(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let _ = claims;
-        Err(StoreError::Unsupported {
-            op: StoreOp::Ack,
-            what: "this store cannot delete a row at its ack (keep_delivered = false)".to_owned(),
-        })
-    }
-
-    /// [`ack_and_claim`](Self::ack_and_claim), its acks deleting their rows
-    /// ([`ack_deleting`](Self::ack_deleting)), with the same contract. The provided method
-    /// makes two calls; a backend that can make one overrides it.
-    async fn ack_deleting_and_claim(
-        &self,
-        acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
-        let acked = if acks.is_empty() {
-            Vec::new()
-        } else {
-            self.ack_deleting(acks).await?
-        };
-        let claimed = self.claim(request).await;
+        let claimed = self.claim(requests).await;
         Ok(AckAndClaim { acked, claimed })
     }
 
@@ -376,4 +366,15 @@ pub(crate) fn single(mut answers: Vec<Enqueued>) -> Result<Enqueued, StoreError>
     answers
         .pop()
         .ok_or_else(|| StoreError::database(super::StoreOp::Enqueue, "wrote nothing"))
+}
+
+/// The one batch of a one-request claim.
+pub(crate) fn single_batch(batches: Vec<ClaimBatch>) -> Result<ClaimBatch, StoreError> {
+    match <[ClaimBatch; 1]>::try_from(batches) {
+        Ok([batch]) => Ok(batch),
+        Err(batches) => Err(StoreError::database(
+            StoreOp::Claim,
+            format!("a claim of one request answered {} batches", batches.len()),
+        )),
+    }
 }

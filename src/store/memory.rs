@@ -24,10 +24,10 @@ use uuid::Uuid;
 
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued, LaneCount,
-    LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue, OrderingPolicy,
-    OutboxBackend, Page, PageRequest, PreClaim, PurgeRequest, StoreError, StoreOp, SystemClock,
-    WakeUp, LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
+    AckMode, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued,
+    LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
+    OrderingPolicy, OutboxBackend, Page, PageRequest, PreClaim, PurgeRequest, StoreError, StoreOp,
+    SystemClock, WakeUp, LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
 };
 
 /// An outbox held in memory: nothing survives the process.
@@ -226,6 +226,128 @@ fn clear_claim(message: &mut OutboxMessage, now: UnixMillis) {
     message.updated_at = now;
 }
 
+/// One request's claim, on rows the caller holds locked.
+fn claim_in(rows: &mut Rows, request: &ClaimRequest, now: UnixMillis) -> ClaimBatch {
+    let mut batch = ClaimBatch::default();
+    let ordering = request.ordering;
+    // Lapsed claims that used their last attempt end in the dead letter, whatever the
+    // limit: a message that crashes its claimer every time must not be handed out again.
+    // Under Skip that frees its key for the next message, which may go out below.
+    let doomed = lapsed_heads(rows, request, now, |m| m.attempt_count >= m.max_attempts);
+    for seq in doomed {
+        let dead = rows.update(seq, |message| {
+            message.status = OutboxStatus::DeadLetter;
+            message.last_error = Some(LEASE_LAPSED_ERROR.to_owned());
+            clear_claim(message, now);
+            message.outbox_id
+        });
+        batch.dead_lettered.extend(dead);
+    }
+    // Lapsed claims first, because they became claimable earliest and their keys are
+    // blocked; then due pending heads. Each is read in index order and stops at the
+    // limit. The two sets never share a key (a key has one head), so choosing both
+    // before claiming either gives what claiming in between would.
+    let mut chosen = lapsed_heads(rows, request, now, |m| m.attempt_count < m.max_attempts);
+    chosen.truncate(request.limit);
+    #[cfg(test)]
+    let lapsed_behind =
+        crate::sim::mutation::active(crate::sim::mutation::Mutation::LapsedClaimsBehindPending)
+            .then(|| std::mem::take(&mut chosen));
+    // Each due head brings its key run (up to `key_run - 1` more of its key), right
+    // behind it; the limit counts them all.
+    if let Some(lane) = rows.lane(&request.lane, &request.target) {
+        let heads = lane
+            .ready()
+            .take_while(|(due, _)| *due <= now)
+            .filter_map(|(_, seq)| rows.get(seq))
+            .filter(|m| rows.key_allows(lane, m, ordering, now));
+        for head in heads {
+            if chosen.len() >= request.limit {
+                break;
+            }
+            chosen.push(head.seq);
+            if let Some(key) = &head.ordering_key {
+                let room = (request.limit - chosen.len()).min(request.run_len() - 1);
+                chosen.extend(lane.run_after(rows, key, head.seq, room, ordering, now));
+            }
+        }
+    }
+    #[cfg(test)]
+    if let Some(lapsed) = lapsed_behind {
+        let room = request.limit.saturating_sub(chosen.len());
+        chosen.extend(lapsed.into_iter().take(room));
+    }
+    let lease_until = now.saturating_add(request.lease);
+    for seq in chosen {
+        let claimed = rows.update(seq, |message| {
+            message.status = OutboxStatus::Claimed;
+            message.attempt_count = message.attempt_count.saturating_add(1);
+            message.claimed_by = Some(request.consumer_id.clone());
+            message.claim_token = Some(Uuid::new_v4());
+            message.lease_expires_at = Some(lease_until);
+            message.updated_at = now;
+            message.clone()
+        });
+        batch.messages.extend(claimed);
+    }
+    if batch.messages.len() < request.limit {
+        batch.next_due = NextDue::Known(next_due_in(
+            rows,
+            &request.lane,
+            &request.target,
+            ordering,
+            now,
+        ));
+    }
+    batch
+}
+
+/// Marks the rows of claims still held delivered.
+fn ack_keeping(rows: &mut Rows, claims: &[ClaimRef], now: UnixMillis) -> Vec<ClaimOutcome> {
+    claims
+        .iter()
+        .map(|claim| {
+            let current = rows.claimed_with(claim);
+            #[cfg(test)]
+            let current = current.or_else(|| {
+                use crate::sim::mutation::{active, once, Mutation};
+                let any = rows
+                    .by_id(claim.outbox_id)
+                    .filter(|m| m.status == OutboxStatus::Claimed);
+                any.filter(|_| {
+                    active(Mutation::AckSkipsToken) || once(Mutation::StaleAckAcceptedOnce)
+                })
+                .map(|m| m.seq)
+            });
+            let acked = current.and_then(|seq| {
+                rows.update(seq, |message| {
+                    message.status = OutboxStatus::Delivered;
+                    message.delivered_at = Some(now);
+                    clear_claim(message, now);
+                })
+            });
+            match acked {
+                Some(()) => ClaimOutcome::Applied,
+                None => ClaimOutcome::LostClaim,
+            }
+        })
+        .collect()
+}
+
+/// Deletes the rows of claims still held.
+fn ack_deleting(rows: &mut Rows, claims: &[ClaimRef]) -> Vec<ClaimOutcome> {
+    claims
+        .iter()
+        .map(|claim| match rows.claimed_with(claim) {
+            Some(seq) => {
+                rows.remove(seq);
+                ClaimOutcome::Applied
+            }
+            None => ClaimOutcome::LostClaim,
+        })
+        .collect()
+}
+
 #[async_trait]
 impl OutboxBackend for InMemoryOutboxStore {
     fn capabilities(&self) -> crate::store::Capabilities {
@@ -289,128 +411,27 @@ impl OutboxBackend for InMemoryOutboxStore {
         Ok(answers)
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+    /// Claims request after request, under one lock: as one transaction would.
+    async fn claim(&self, requests: &[ClaimRequest]) -> Result<Vec<ClaimBatch>, StoreError> {
         let now = self.clock.now_millis();
         let mut rows = self.rows();
-        let mut batch = ClaimBatch::default();
-        let ordering = request.ordering;
-        // Lapsed claims that used their last attempt end in the dead letter, whatever the
-        // limit: a message that crashes its claimer every time must not be handed out again.
-        // Under Skip that frees its key for the next message, which may go out below.
-        let doomed = lapsed_heads(&rows, request, now, |m| m.attempt_count >= m.max_attempts);
-        for seq in doomed {
-            let dead = rows.update(seq, |message| {
-                message.status = OutboxStatus::DeadLetter;
-                message.last_error = Some(LEASE_LAPSED_ERROR.to_owned());
-                clear_claim(message, now);
-                message.outbox_id
-            });
-            batch.dead_lettered.extend(dead);
-        }
-        // Lapsed claims first, because they became claimable earliest and their keys are
-        // blocked; then due pending heads. Each is read in index order and stops at the
-        // limit. The two sets never share a key (a key has one head), so choosing both
-        // before claiming either gives what claiming in between would.
-        let mut chosen = lapsed_heads(&rows, request, now, |m| m.attempt_count < m.max_attempts);
-        chosen.truncate(request.limit);
-        #[cfg(test)]
-        let lapsed_behind =
-            crate::sim::mutation::active(crate::sim::mutation::Mutation::LapsedClaimsBehindPending)
-                .then(|| std::mem::take(&mut chosen));
-        // Each due head brings its key run (up to `key_run - 1` more of its key), right
-        // behind it; the limit counts them all.
-        if let Some(lane) = rows.lane(&request.lane, &request.target) {
-            let heads = lane
-                .ready()
-                .take_while(|(due, _)| *due <= now)
-                .filter_map(|(_, seq)| rows.get(seq))
-                .filter(|m| rows.key_allows(lane, m, ordering, now));
-            for head in heads {
-                if chosen.len() >= request.limit {
-                    break;
-                }
-                chosen.push(head.seq);
-                if let Some(key) = &head.ordering_key {
-                    let room = (request.limit - chosen.len()).min(request.run_len() - 1);
-                    chosen.extend(lane.run_after(&rows, key, head.seq, room, ordering, now));
-                }
-            }
-        }
-        #[cfg(test)]
-        if let Some(lapsed) = lapsed_behind {
-            let room = request.limit.saturating_sub(chosen.len());
-            chosen.extend(lapsed.into_iter().take(room));
-        }
-        let lease_until = now.saturating_add(request.lease);
-        for seq in chosen {
-            let claimed = rows.update(seq, |message| {
-                message.status = OutboxStatus::Claimed;
-                message.attempt_count = message.attempt_count.saturating_add(1);
-                message.claimed_by = Some(request.consumer_id.clone());
-                message.claim_token = Some(Uuid::new_v4());
-                message.lease_expires_at = Some(lease_until);
-                message.updated_at = now;
-                message.clone()
-            });
-            batch.messages.extend(claimed);
-        }
-        if batch.messages.len() < request.limit {
-            batch.next_due = NextDue::Known(next_due_in(
-                &rows,
-                &request.lane,
-                &request.target,
-                ordering,
-                now,
-            ));
-        }
-        Ok(batch)
-    }
-
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let now = self.clock.now_millis();
-        let mut rows = self.rows();
-        Ok(claims
+        Ok(requests
             .iter()
-            .map(|claim| {
-                let current = rows.claimed_with(claim);
-                #[cfg(test)]
-                let current = current.or_else(|| {
-                    use crate::sim::mutation::{active, once, Mutation};
-                    let any = rows
-                        .by_id(claim.outbox_id)
-                        .filter(|m| m.status == OutboxStatus::Claimed);
-                    any.filter(|_| {
-                        active(Mutation::AckSkipsToken) || once(Mutation::StaleAckAcceptedOnce)
-                    })
-                    .map(|m| m.seq)
-                });
-                let acked = current.and_then(|seq| {
-                    rows.update(seq, |message| {
-                        message.status = OutboxStatus::Delivered;
-                        message.delivered_at = Some(now);
-                        clear_claim(message, now);
-                    })
-                });
-                match acked {
-                    Some(()) => ClaimOutcome::Applied,
-                    None => ClaimOutcome::LostClaim,
-                }
-            })
+            .map(|request| claim_in(&mut rows, request, now))
             .collect())
     }
 
-    async fn ack_deleting(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+    async fn ack(
+        &self,
+        claims: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let now = self.clock.now_millis();
         let mut rows = self.rows();
-        Ok(claims
-            .iter()
-            .map(|claim| match rows.claimed_with(claim) {
-                Some(seq) => {
-                    rows.remove(seq);
-                    ClaimOutcome::Applied
-                }
-                None => ClaimOutcome::LostClaim,
-            })
-            .collect())
+        Ok(match mode {
+            AckMode::KeepDelivered => ack_keeping(&mut rows, claims, now),
+            AckMode::Delete => ack_deleting(&mut rows, claims),
+        })
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {

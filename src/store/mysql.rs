@@ -400,34 +400,27 @@ impl OutboxBackend for MysqlOutboxStore {
         Ok(answers)
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        retrying!(self.claim_once(request))
+    /// Every request's claim in one transaction, one after another.
+    async fn claim(&self, requests: &[ClaimRequest]) -> Result<Vec<ClaimBatch>, StoreError> {
+        retrying!(self.claim_once(requests))
     }
 
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        retrying!(self.ack_once(claims, AckMode::KeepDelivered))
+    async fn ack(
+        &self,
+        claims: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        retrying!(self.ack_once(claims, mode))
     }
 
-    async fn ack_deleting(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        retrying!(self.ack_once(claims, AckMode::Delete))
-    }
-
-    /// One transaction for both (one commit, not two): the claim sees what the acks freed.
+    /// One transaction for both (one commit, not two): the claims see what the acks freed.
     async fn ack_and_claim(
         &self,
         acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
-        retrying!(self.ack_and_claim_once(acks, request, AckMode::KeepDelivered))
-    }
-
-    /// As [`Self::ack_and_claim`], the acks deleting their rows.
-    async fn ack_deleting_and_claim(
-        &self,
-        acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
-        retrying!(self.ack_and_claim_once(acks, request, AckMode::Delete))
+        requests: &[ClaimRequest],
+        mode: AckMode,
+    ) -> Result<AckAndClaim<Vec<ClaimBatch>>, StoreError> {
+        retrying!(self.ack_and_claim_once(acks, requests, mode))
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {

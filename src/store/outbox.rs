@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use super::backend::{single, AckMode};
+use super::backend::{single, single_batch, AckMode};
 use super::enqueue::{self, PreClaim};
 use super::hand_off::{HandOff, Taken};
 use super::{
@@ -243,7 +243,11 @@ impl Outbox {
     /// [module docs](super).
     pub async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
         let started = Instant::now();
-        let answer = self.backend.claim(request).await;
+        let answer = self
+            .backend
+            .claim(std::slice::from_ref(request))
+            .await
+            .and_then(single_batch);
         match &answer {
             Ok(batch) => self.report(StoreOp::Claim, started, CallOutcome::Claimed(batch)),
             Err(error) => self.report(StoreOp::Claim, started, CallOutcome::Failed(error)),
@@ -253,7 +257,7 @@ impl Outbox {
 
     /// Marks claims delivered. One answer per claim, in order.
     pub async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.timed(StoreOp::Ack, self.backend.ack(claims)).await
+        self.ack_with(claims, AckMode::KeepDelivered).await
     }
 
     /// Acks claims as `mode` says: marks their rows delivered, or deletes them
@@ -265,13 +269,24 @@ impl Outbox {
         claims: &[ClaimRef],
         mode: AckMode,
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        match mode {
-            AckMode::KeepDelivered => self.ack(claims).await,
-            AckMode::Delete => {
-                self.timed(StoreOp::Ack, self.backend.ack_deleting(claims))
-                    .await
-            }
+        self.timed(StoreOp::Ack, async {
+            self.can_ack(mode)?;
+            self.backend.ack(claims, mode).await
+        })
+        .await
+    }
+
+    /// Refuses [`AckMode::Delete`] unless the backend says
+    /// [`Capabilities::delete_on_ack`](super::Capabilities::delete_on_ack).
+    fn can_ack(&self, mode: AckMode) -> Result<(), StoreError> {
+        if mode == AckMode::Delete && !self.capabilities.delete_on_ack {
+            return Err(StoreError::Unsupported {
+                op: StoreOp::Ack,
+                what: "this store cannot delete a row at its ack (keep_delivered = false)"
+                    .to_owned(),
+            });
         }
+        Ok(())
     }
 
     /// Acks finished deliveries, then claims the next messages: one round trip where the
@@ -294,9 +309,22 @@ impl Outbox {
         mode: AckMode,
     ) -> Result<AckAndClaim, StoreError> {
         let started = Instant::now();
-        let answer = match mode {
-            AckMode::KeepDelivered => self.backend.ack_and_claim(acks, request).await,
-            AckMode::Delete => self.backend.ack_deleting_and_claim(acks, request).await,
+        // With no acks the mode says nothing, and there is nothing to refuse.
+        let mode = if acks.is_empty() {
+            AckMode::KeepDelivered
+        } else {
+            mode
+        };
+        let answer = match self.can_ack(mode) {
+            Err(error) => Err(error),
+            Ok(()) => self
+                .backend
+                .ack_and_claim(acks, std::slice::from_ref(request), mode)
+                .await
+                .map(|answer| AckAndClaim {
+                    acked: answer.acked,
+                    claimed: answer.claimed.and_then(single_batch),
+                }),
         };
         match &answer {
             Ok(AckAndClaim {

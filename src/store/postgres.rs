@@ -385,21 +385,34 @@ impl PostgresOutboxStore {
         Ok(batch)
     }
 
-    /// The ack as `mode` says: one transaction, its keys' heads promoted.
-    async fn ack_as(
-        &self,
-        claims: &[ClaimRef],
-        mode: AckMode,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        let mut tx = self.relay_begin(StoreOp::Ack).await?;
-        let outcomes = self.ack_in(&mut tx, claims, mode).await?;
-        tx.commit().await.map_err(|e| db_error(StoreOp::Ack, e))?;
-        self.retired_acks(&outcomes);
-        Ok(outcomes)
+    /// One request's claim: one round trip where it can be.
+    async fn claim_one(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+        self.sweep_soon(&request.lane, &request.target);
+        if self.has_cycle() {
+            // One round trip, `next_due` included when the claim is empty.
+            let cycle = self.cycle(&[], request, AckMode::KeepDelivered).await?;
+            if !cycle.lapsed_last {
+                return Ok(cycle.batch);
+            }
+            return self.claim_dead_lettering(request).await;
+        }
+        // The common case is one statement, one round trip (`claim_fast`); only a lane with
+        // a lapsed last attempt to dead-letter pays for the transaction that does it.
+        let (mut batch, lapsed_last) = self.claim_fast(request).await?;
+        if lapsed_last {
+            // The one-statement claim claimed nothing: it leaves the lane to this one.
+            batch = self.claim_dead_lettering(request).await?;
+        } else if batch.messages.is_empty() {
+            batch.next_due = NextDue::Known(
+                self.next_due_alone(&request.lane, &request.target, request.ordering)
+                    .await?,
+            );
+        }
+        Ok(batch)
     }
 
-    /// `ack_and_claim`, its acks as `mode` says.
-    async fn ack_and_claim_as(
+    /// `ack_and_claim` for one request, its acks as `mode` says.
+    async fn ack_and_claim_one(
         &self,
         acks: &[ClaimRef],
         request: &ClaimRequest,
@@ -466,7 +479,7 @@ impl PostgresOutboxStore {
         if acks.is_empty() {
             return Ok(Vec::new());
         }
-        self.ack_as(acks, mode).await
+        self.ack(acks, mode).await
     }
 
     async fn conn(&self, op: StoreOp) -> Result<PoolConnection<Postgres>, StoreError> {
@@ -505,54 +518,51 @@ impl OutboxBackend for PostgresOutboxStore {
         self.write_pooled(drafts).await
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        self.sweep_soon(&request.lane, &request.target);
-        if self.has_cycle() {
-            // One round trip, `next_due` included when the claim is empty.
-            let cycle = self.cycle(&[], request, AckMode::KeepDelivered).await?;
-            if !cycle.lapsed_last {
-                return Ok(cycle.batch);
-            }
-            return self.claim_dead_lettering(request).await;
+    /// Claims request after request, each as it would be alone.
+    async fn claim(&self, requests: &[ClaimRequest]) -> Result<Vec<ClaimBatch>, StoreError> {
+        let mut batches = Vec::with_capacity(requests.len());
+        for request in requests {
+            batches.push(self.claim_one(request).await?);
         }
-        // The common case is one statement, one round trip (`claim_fast`); only a lane with
-        // a lapsed last attempt to dead-letter pays for the transaction that does it.
-        let (mut batch, lapsed_last) = self.claim_fast(request).await?;
-        if lapsed_last {
-            // The one-statement claim claimed nothing: it leaves the lane to this one.
-            batch = self.claim_dead_lettering(request).await?;
-        } else if batch.messages.is_empty() {
-            batch.next_due = NextDue::Known(
-                self.next_due_alone(&request.lane, &request.target, request.ordering)
-                    .await?,
-            );
-        }
-        Ok(batch)
+        Ok(batches)
     }
 
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.ack_as(claims, AckMode::KeepDelivered).await
+    /// The ack as `mode` says: one transaction, its keys' heads promoted.
+    async fn ack(
+        &self,
+        claims: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        let mut tx = self.relay_begin(StoreOp::Ack).await?;
+        let outcomes = self.ack_in(&mut tx, claims, mode).await?;
+        tx.commit().await.map_err(|e| db_error(StoreOp::Ack, e))?;
+        self.retired_acks(&outcomes);
+        Ok(outcomes)
     }
 
-    async fn ack_deleting(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.ack_as(claims, AckMode::Delete).await
-    }
-
+    /// The acks and the first request's claim in one round trip (or one transaction); each
+    /// further request is claimed after them, as [`claim`](Self::claim) claims it.
     async fn ack_and_claim(
         &self,
         acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
-        self.ack_and_claim_as(acks, request, AckMode::KeepDelivered)
-            .await
-    }
-
-    async fn ack_deleting_and_claim(
-        &self,
-        acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
-        self.ack_and_claim_as(acks, request, AckMode::Delete).await
+        requests: &[ClaimRequest],
+        mode: AckMode,
+    ) -> Result<AckAndClaim<Vec<ClaimBatch>>, StoreError> {
+        let Some((first, rest)) = requests.split_first() else {
+            return Ok(AckAndClaim {
+                acked: self.ack_alone(acks, mode).await?,
+                claimed: Ok(Vec::new()),
+            });
+        };
+        let AckAndClaim { acked, claimed } = self.ack_and_claim_one(acks, first, mode).await?;
+        let claimed = match claimed {
+            Ok(batch) => self
+                .claim(rest)
+                .await
+                .map(|more| std::iter::once(batch).chain(more).collect()),
+            Err(error) => Err(error),
+        };
+        Ok(AckAndClaim { acked, claimed })
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {

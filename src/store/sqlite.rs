@@ -261,50 +261,6 @@ fn begin_statement(commit: Commit, synchronous_commit: bool) -> &'static str {
     }
 }
 
-impl SqliteOutboxStore {
-    async fn ack_as(
-        &self,
-        claims: &[ClaimRef],
-        mode: AckMode,
-    ) -> Result<Vec<ClaimOutcome>, StoreError> {
-        const OP: StoreOp = StoreOp::Ack;
-        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
-        let now = self.clock.now_millis();
-        let result = write::ack(&self.sql, &mut tx, claims, now, mode).await;
-        self.finish(tx, result, OP).await
-    }
-
-    /// One write transaction: the acks, then the claim, one commit. A failed claim rolls back
-    /// to a savepoint after the acks, so the acks still commit and the failure is reported in
-    /// [`AckAndClaim::claimed`].
-    async fn ack_and_claim_as(
-        &self,
-        acks: &[ClaimRef],
-        request: &ClaimRequest,
-        mode: AckMode,
-    ) -> Result<AckAndClaim, StoreError> {
-        const OP: StoreOp = StoreOp::AckAndClaim;
-        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
-        let now = self.clock.now_millis();
-        let acked = match write::ack(&self.sql, &mut tx, acks, now, mode).await {
-            Ok(acked) => acked,
-            Err(error) => return self.finish(tx, Err(error), OP).await,
-        };
-        let claimed = match write::savepoint(&mut tx, "claim").await {
-            Ok(()) => {
-                let claimed = write::claim(&self.sql, &mut tx, request, now).await;
-                match write::end_savepoint(&mut tx, "claim", claimed.is_ok()).await {
-                    Ok(()) => claimed,
-                    Err(error) => return self.finish(tx, Err(error), OP).await,
-                }
-            }
-            Err(error) => Err(error),
-        };
-        self.finish(tx, Ok(()), OP).await?;
-        Ok(AckAndClaim { acked, claimed })
-    }
-}
-
 #[async_trait]
 impl OutboxBackend for SqliteOutboxStore {
     fn capabilities(&self) -> Capabilities {
@@ -326,37 +282,55 @@ impl OutboxBackend for SqliteOutboxStore {
         Ok(answers)
     }
 
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
+    /// Every request's claim in one write transaction, one after another: one commit.
+    async fn claim(&self, requests: &[ClaimRequest]) -> Result<Vec<ClaimBatch>, StoreError> {
         const OP: StoreOp = StoreOp::Claim;
         let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
         let now = self.clock.now_millis();
-        let result = write::claim(&self.sql, &mut tx, request, now).await;
+        let result = write::claim_each(&self.sql, &mut tx, requests, now).await;
         self.finish(tx, result, OP).await
     }
 
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.ack_as(claims, AckMode::KeepDelivered).await
+    async fn ack(
+        &self,
+        claims: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        const OP: StoreOp = StoreOp::Ack;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
+        let now = self.clock.now_millis();
+        let result = write::ack(&self.sql, &mut tx, claims, now, mode).await;
+        self.finish(tx, result, OP).await
     }
 
-    async fn ack_deleting(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.ack_as(claims, AckMode::Delete).await
-    }
-
+    /// One write transaction: the acks, then the claims, one commit. A failed claim rolls
+    /// back to a savepoint after the acks, so the acks still commit and the failure is
+    /// reported in [`AckAndClaim::claimed`].
     async fn ack_and_claim(
         &self,
         acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
-        self.ack_and_claim_as(acks, request, AckMode::KeepDelivered)
-            .await
-    }
-
-    async fn ack_deleting_and_claim(
-        &self,
-        acks: &[ClaimRef],
-        request: &ClaimRequest,
-    ) -> Result<AckAndClaim, StoreError> {
-        self.ack_and_claim_as(acks, request, AckMode::Delete).await
+        requests: &[ClaimRequest],
+        mode: AckMode,
+    ) -> Result<AckAndClaim<Vec<ClaimBatch>>, StoreError> {
+        const OP: StoreOp = StoreOp::AckAndClaim;
+        let (_turn, mut tx) = self.begin_write(OP, Commit::Relay).await?;
+        let now = self.clock.now_millis();
+        let acked = match write::ack(&self.sql, &mut tx, acks, now, mode).await {
+            Ok(acked) => acked,
+            Err(error) => return self.finish(tx, Err(error), OP).await,
+        };
+        let claimed = match write::savepoint(&mut tx, "claim").await {
+            Ok(()) => {
+                let claimed = write::claim_each(&self.sql, &mut tx, requests, now).await;
+                match write::end_savepoint(&mut tx, "claim", claimed.is_ok()).await {
+                    Ok(()) => claimed,
+                    Err(error) => return self.finish(tx, Err(error), OP).await,
+                }
+            }
+            Err(error) => Err(error),
+        };
+        self.finish(tx, Ok(()), OP).await?;
+        Ok(AckAndClaim { acked, claimed })
     }
 
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {

@@ -1,8 +1,8 @@
 //! The conformance suite against a backend written outside the crate: it implements
 //! `OutboxBackend` (the primitives) and nothing else, and passes the suite through the
-//! public `testing` module and an `Outbox`, which does the validation, dedupe planning and
-//! the two-call `ack_and_claim` for it. Its rows live in an in-memory store used as its
-//! storage engine, reached only through the primitives.
+//! public `testing` module and an `Outbox`, which does the validation and dedupe planning
+//! for it (the trait's provided `ack_and_claim` makes its two calls). Its rows live in an
+//! in-memory store used as its storage engine, reached only through the primitives.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_relay::message::DraftLimits;
 use outbox_relay::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued, LaneCount,
-    LaneStats, ManualClock, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page,
-    PageRequest, PurgeRequest, StoreError, WakeUp,
+    AckMode, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued,
+    LaneCount, LaneStats, ManualClock, MessageFilter, Nack, NackOutcome, OrderingPolicy,
+    OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
 };
 use outbox_relay::testing::Harness;
 use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxMessage};
@@ -41,11 +41,15 @@ impl OutboxBackend for ExternalBackend {
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
         self.storage.write_drafts(drafts).await
     }
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        self.storage.claim(request).await
+    async fn claim(&self, requests: &[ClaimRequest]) -> Result<Vec<ClaimBatch>, StoreError> {
+        self.storage.claim(requests).await
     }
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
-        self.storage.ack(claims).await
+    async fn ack(
+        &self,
+        claims: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
+        self.storage.ack(claims, mode).await
     }
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
         self.storage.nack(nacks).await

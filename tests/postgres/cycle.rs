@@ -92,8 +92,9 @@ async fn claims_run_through_the_cycle_function_that_migrate_creates() {
         .await
         .expect("store");
     store.enqueue(draft("l", 4)).await.expect("enqueue");
-    let claimed = statements.claim(&request()).await.expect("claim");
-    assert_eq!(claimed.messages.len(), 1);
+    let claimed = statements.claim(&[request()]).await.expect("claim");
+    assert_eq!(claimed.len(), 1, "one batch per request");
+    assert_eq!(claimed[0].messages.len(), 1);
     // And migrate brings the function back.
     statements.migrate().await.expect("migrate");
     assert_eq!(cycle_functions(&schema.0).await, functions);

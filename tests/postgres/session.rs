@@ -273,14 +273,17 @@ async fn a_dead_pooled_connection_fails_at_most_one_call_and_an_idle_one_none() 
         }
         pids.len()
     };
-    store.claim(&request).await.expect("claim");
+    store
+        .claim(std::slice::from_ref(&request))
+        .await
+        .expect("claim");
     let killed = kill_pool().await;
     assert!(killed > 0, "the pool held no connection");
     // Used at once, without a ping: each dead connection fails one call and is dropped,
     // so within one call per connection the store works again.
     let mut results = Vec::new();
     while results.len() <= killed {
-        let result = store.claim(&request).await;
+        let result = store.claim(std::slice::from_ref(&request)).await;
         let ok = result.is_ok();
         results.push(result);
         if ok {
@@ -296,7 +299,7 @@ async fn a_dead_pooled_connection_fails_at_most_one_call_and_an_idle_one_none() 
     tokio::time::sleep(PING_IF_IDLE_FOR + Duration::from_millis(200)).await;
     // Idle long enough: the ping finds it dead, and the call gets a fresh connection.
     store
-        .claim(&request)
+        .claim(std::slice::from_ref(&request))
         .await
         .expect("a claim after the pool's connections died while idle");
     schema.drop().await;

@@ -15,13 +15,14 @@ async fn close_lets_go_of_the_file_after_background_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("outbox.db");
     let store = std::sync::Arc::new(SqliteOutboxStore::open(&path).await.unwrap());
-    Outbox::from_arc(store.clone())
+    let outbox = Outbox::from_arc(store.clone());
+    outbox
         .enqueue_many((0..200).map(draft).collect())
         .await
         .unwrap();
     // Enough commits for several background checkpoints.
     for _ in 0..100 {
-        store.claim(&claim_req(2)).await.unwrap();
+        outbox.claim(&claim_req(2)).await.unwrap();
     }
     store.close().await;
     // SQLite checkpoints and deletes the WAL when the file's last connection closes.

@@ -2,13 +2,13 @@
 //! the backfill marks each key's first live row and counts every status, so the file
 //! claims and reports as if it had always had them.
 
-use outbox_relay::store::OutboxBackend as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{ClaimRequest, ManualClock, MessageFilter, OrderingPolicy};
 use outbox_relay::time::UnixMillis;
+use outbox_relay::Outbox;
 use sqlx::Connection;
 
 /// The table as version 1 of the schema made it (copied, since migrations are never edited).
@@ -91,11 +91,13 @@ async fn a_version_1_file_migrates_with_heads_and_counts_backfilled() {
     conn.close().await.unwrap();
 
     let clock = ManualClock::new(UnixMillis::from_millis(NOW));
-    let store = SqliteOutboxStore::builder(&path)
-        .clock(Arc::new(clock.clone()))
-        .open()
-        .await
-        .unwrap();
+    let store = Outbox::new(
+        SqliteOutboxStore::builder(&path)
+            .clock(Arc::new(clock.clone()))
+            .open()
+            .await
+            .unwrap(),
+    );
     let stats = store
         .stats(&MessageFilter::lane("orders", "billing"))
         .await

@@ -2,13 +2,13 @@
 //! with live keyed rows: the key index is replaced, the head triggers are re-created over
 //! it, and the file still claims every key in order and hands each key's head on.
 
-use outbox_relay::store::OutboxBackend as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{ClaimBatch, ClaimRequest, ManualClock};
 use outbox_relay::time::UnixMillis;
+use outbox_relay::Outbox;
 use sqlx::{Connection, Row};
 
 /// The schema as versions 1 and 2 made it: `sqlite_master` of a file those migrations
@@ -70,11 +70,13 @@ async fn a_version_2_file_with_live_keys_migrates_and_claims_in_order() {
     conn.close().await.unwrap();
 
     let clock = ManualClock::new(UnixMillis::from_millis(NOW));
-    let store = SqliteOutboxStore::builder(&path)
-        .clock(Arc::new(clock.clone()))
-        .open()
-        .await
-        .unwrap();
+    let store = Outbox::new(
+        SqliteOutboxStore::builder(&path)
+            .clock(Arc::new(clock.clone()))
+            .open()
+            .await
+            .unwrap(),
+    );
 
     // The schema moved on: the live index in, the old one out, no trigger naming it.
     let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();

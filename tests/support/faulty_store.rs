@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use outbox_relay::message::DraftLimits;
 use outbox_relay::store::{
-    Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued,
+    AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued,
     LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page,
     PageRequest, PurgeRequest, StoreError, StoreOp, UnservedLane, WakeUp,
 };
@@ -145,9 +145,11 @@ impl OutboxBackend for FaultyStore {
     async fn write_drafts(&self, drafts: DraftBatch) -> Result<Vec<Enqueued>, StoreError> {
         self.inner.as_backend().write_drafts(drafts).await
     }
-    async fn claim(&self, request: &ClaimRequest) -> Result<ClaimBatch, StoreError> {
-        if self.panic_claims_of.as_deref() == Some(request.lane.as_str()) {
-            panic!("injected claim panic in lane {}", request.lane);
+    async fn claim(&self, requests: &[ClaimRequest]) -> Result<Vec<ClaimBatch>, StoreError> {
+        if let Some(lane) = self.panic_claims_of.as_deref() {
+            if requests.iter().any(|request| request.lane == lane) {
+                panic!("injected claim panic in lane {lane}");
+            }
         }
         self.calls.claims.fetch_add(1, Ordering::SeqCst);
         if self.stall_claims.load(Ordering::SeqCst) {
@@ -158,13 +160,17 @@ impl OutboxBackend for FaultyStore {
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         self.outage()?;
-        let answer = self.inner.as_backend().claim(request).await;
+        let answer = self.inner.as_backend().claim(requests).await;
         if self.stall_answers.load(Ordering::SeqCst) {
             self.claim_gate.notified().await;
         }
         answer
     }
-    async fn ack(&self, claims: &[ClaimRef]) -> Result<Vec<ClaimOutcome>, StoreError> {
+    async fn ack(
+        &self,
+        claims: &[ClaimRef],
+        mode: AckMode,
+    ) -> Result<Vec<ClaimOutcome>, StoreError> {
         if self
             .panic_acks
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -179,7 +185,7 @@ impl OutboxBackend for FaultyStore {
         }
         self.calls.acks.fetch_add(1, Ordering::SeqCst);
         self.outage()?;
-        self.inner.as_backend().ack(claims).await
+        self.inner.as_backend().ack(claims, mode).await
     }
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
         self.silence().await;

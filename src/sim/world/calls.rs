@@ -12,7 +12,10 @@ use crate::relay::lane::core::{Input, StoreAnswer, StoreCall};
 use crate::sim::check::Call;
 use crate::sim::plan::{LANE, TARGET};
 use crate::store::StoreOp;
-use crate::store::{AckAndClaim, ClaimBatch, ClaimRef, ClaimRequest, OutboxBackend, StoreError};
+use crate::store::{
+    single_batch, AckAndClaim, AckMode, ClaimBatch, ClaimRef, ClaimRequest, OutboxBackend,
+    StoreError,
+};
 
 fn outage(op: StoreOp) -> StoreError {
     StoreError::unavailable(
@@ -42,14 +45,14 @@ impl World<'_> {
     }
 
     fn ack(&mut self, acks: &[ClaimRef], now: UnixMillis) -> Vec<crate::store::ClaimOutcome> {
-        let outcomes = ready(self.store.ack(acks)).unwrap_or_default();
+        let outcomes = ready(self.store.ack(acks, AckMode::KeepDelivered)).unwrap_or_default();
         let after = self.rows_of(World::claim_refs(acks));
         self.check.observe(Call::Ack(acks), now, &after);
         outcomes
     }
 
     fn claim(&mut self, request: &ClaimRequest, now: UnixMillis) -> Result<ClaimBatch, StoreError> {
-        let batch = ready(self.store.claim(request))?;
+        let batch = single_batch(ready(self.store.claim(std::slice::from_ref(request)))?)?;
         // The claimed rows are in the answer as the store holds them.
         let mut after = self.rows_of(batch.dead_lettered.iter().copied());
         after.extend(batch.messages.iter().map(|m| (m.outbox_id, m.clone())));

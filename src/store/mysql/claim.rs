@@ -37,16 +37,32 @@ use super::MysqlOutboxStore;
 const PAGE: usize = 64;
 
 impl MysqlOutboxStore {
+    /// Every request's claim, one after another, in one transaction.
     pub(super) async fn claim_once(
         &self,
-        request: &ClaimRequest,
-    ) -> Result<ClaimBatch, StoreError> {
+        requests: &[ClaimRequest],
+    ) -> Result<Vec<ClaimBatch>, StoreError> {
         const OP: StoreOp = StoreOp::Claim;
         let mut tx = self.begin(OP).await?;
-        let batch = claim(&mut tx, &self.names, request, self.now()).await?;
+        let batches = claim_each(&mut tx, &self.names, requests, self.now()).await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
-        Ok(batch)
+        Ok(batches)
     }
+}
+
+/// Claims for each request in turn ([`claim`]), in the caller's transaction: one batch per
+/// request, in order.
+pub(super) async fn claim_each(
+    conn: &mut MySqlConnection,
+    names: &Names,
+    requests: &[ClaimRequest],
+    now: UnixMillis,
+) -> Result<Vec<ClaimBatch>, StoreError> {
+    let mut batches = Vec::with_capacity(requests.len());
+    for request in requests {
+        batches.push(claim(conn, names, request, now).await?);
+    }
+    Ok(batches)
 }
 
 /// A row read by the claim: its place in the lane and its key.
@@ -344,7 +360,7 @@ async fn lapsed(
 }
 
 /// Claims for `request` on `conn` (inside the caller's transaction).
-pub(super) async fn claim(
+async fn claim(
     conn: &mut MySqlConnection,
     names: &Names,
     request: &ClaimRequest,

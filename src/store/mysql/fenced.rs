@@ -11,7 +11,7 @@ use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 use crate::message::ClaimRef;
-use crate::store::{AckAndClaim, AckMode, ClaimRequest};
+use crate::store::{AckAndClaim, AckMode, ClaimBatch, ClaimRequest};
 use crate::store::{ClaimOutcome, Nack, NackDisposition, NackOutcome, StoreError, StoreOp};
 use crate::time::UnixMillis;
 
@@ -222,20 +222,20 @@ impl MysqlOutboxStore {
         Ok(answers)
     }
 
-    /// Acks, then claims, in one transaction: one commit for both, and the claim sees what
+    /// Acks, then claims, in one transaction: one commit for both, and the claims see what
     /// the acks freed. A failed claim rolls the acks back with it and answers the error:
     /// nothing is recorded, so the acks may be sent again (the `ack_and_claim` contract).
     pub(super) async fn ack_and_claim_once(
         &self,
         acks: &[ClaimRef],
-        request: &ClaimRequest,
+        requests: &[ClaimRequest],
         mode: AckMode,
-    ) -> Result<AckAndClaim, StoreError> {
+    ) -> Result<AckAndClaim<Vec<ClaimBatch>>, StoreError> {
         const OP: StoreOp = StoreOp::Claim;
         let now = self.now();
         let mut tx = self.begin(OP).await?;
         let acked = ack_on(&mut tx, &self.names, acks, mode, now).await?;
-        let claimed = claim::claim(&mut tx, &self.names, request, now).await?;
+        let claimed = claim::claim_each(&mut tx, &self.names, requests, now).await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
         Ok(AckAndClaim {
             acked,

@@ -147,13 +147,28 @@ pub(super) async fn enqueue(
     Ok(answers)
 }
 
+/// Claims for each request in turn ([`claim`]), in the caller's transaction: one batch
+/// per request, in order.
+pub(super) async fn claim_each(
+    sql: &Statements,
+    conn: &mut SqliteConnection,
+    requests: &[ClaimRequest],
+    now: UnixMillis,
+) -> Result<Vec<ClaimBatch>, StoreError> {
+    let mut batches = Vec::with_capacity(requests.len());
+    for request in requests {
+        batches.push(claim(sql, conn, request, now).await?);
+    }
+    Ok(batches)
+}
+
 /// Dead-letters lapsed claims that used their last attempt, then claims up to `limit` rows:
 /// lapsed claims first (they became claimable earliest, and their keys are blocked), then
 /// due pending rows, each due head with its key run when the request asks for runs. Every
 /// selection reads an index in order, takes only key heads (the `key_head` mark) and stops
 /// at its limit, as the memory store does with its own indexes; a run is read from its
 /// key's index, from the head on, and stops at its length.
-pub(super) async fn claim(
+async fn claim(
     sql: &Statements,
     conn: &mut SqliteConnection,
     request: &ClaimRequest,

@@ -3,8 +3,8 @@
 
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
-    ClaimOutcome, ClaimRequest, Clock, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
-    PageRequest,
+    AckMode, ClaimOutcome, ClaimRequest, Clock, MessageFilter, Nack, NackDisposition, NackOutcome,
+    NextDue, PageRequest,
 };
 use crate::OutboxStatus;
 
@@ -473,6 +473,55 @@ pub async fn extend_lease_moves_the_lapse(h: Harness) {
             .unwrap(),
         [ClaimOutcome::LostClaim]
     );
+}
+
+/// A backend's claim takes many requests (as one statement claiming for many lanes will):
+/// one batch per request, in order, each with its own lane's messages under its own
+/// consumer; `ack_and_claim` likewise, after its acks.
+pub async fn a_claim_of_many_requests_answers_each_with_its_own_lanes_messages(h: Harness) {
+    let a1 = put(&h, draft(1)).await;
+    let a2 = put(&h, draft(2)).await;
+    let o1 = put(&h, draft_in("other", TARGET, 3)).await;
+    let backend = h.store.as_backend();
+    assert!(
+        backend.claim(&[]).await.unwrap().is_empty(),
+        "no request, no batch"
+    );
+    let requests = [
+        claim_req(10, "relay-a"),
+        ClaimRequest::new("other", TARGET, 10, LEASE, "relay-b"),
+        ClaimRequest::new("empty", TARGET, 10, LEASE, "relay-c"),
+    ];
+    let batches = backend.claim(&requests).await.unwrap();
+    assert_eq!(batches.len(), 3, "one batch per request: {batches:?}");
+    assert_eq!(ids(&batches[0]), vec![a1.outbox_id, a2.outbox_id]);
+    assert_eq!(ids(&batches[1]), vec![o1.outbox_id]);
+    assert!(batches[2].messages.is_empty(), "{batches:?}");
+    for (batch, consumer) in batches.iter().zip(["relay-a", "relay-b"]) {
+        for message in &batch.messages {
+            assert_eq!(message.claimed_by.as_deref(), Some(consumer));
+        }
+    }
+
+    let a3 = put(&h, draft(4)).await;
+    let o2 = put(&h, draft_in("other", TARGET, 5)).await;
+    let answer = backend
+        .ack_and_claim(
+            &[claim_of(&batches[0].messages[0]), forged(a2.outbox_id)],
+            &requests[..2],
+            AckMode::KeepDelivered,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.acked,
+        vec![ClaimOutcome::Applied, ClaimOutcome::LostClaim]
+    );
+    let claimed = answer.claimed.expect("the claims after the acks");
+    assert_eq!(claimed.len(), 2, "one batch per request: {claimed:?}");
+    assert_eq!(ids(&claimed[0]), vec![a3.outbox_id]);
+    assert_eq!(ids(&claimed[1]), vec![o2.outbox_id]);
+    assert_eq!(get(&h, a1.outbox_id).await.status, OutboxStatus::Delivered);
 }
 
 pub async fn ack_batch_answers_each_claim_in_order(h: Harness) {
