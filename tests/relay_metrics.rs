@@ -235,18 +235,22 @@ async fn each_happening_moves_exactly_its_metrics() {
         expect(&[("outbox_requeued_total", 1)])
     );
 
-    // A lease expiry, and the lost claim of the late ack. Without extension a delivery
-    // fits in its lease, but one buffered behind another starts late: two are claimed
-    // under a 3 s lease, the first takes 2 s, the second runs from 2 s until released and
+    // A lease expiry, and the lost claim of the late ack. A delivery starts only while its
+    // lease holds for the start margin, so it lapses only when an extension fails: two are
+    // claimed under a 3 s lease whose extensions (due 0.9 s before its end) all fail; the
+    // first takes 2 s, the second starts at 2 s with 1 s left, runs until released, and
     // lapses at 3 s.
-    let store = memory();
-    let first = store
+    let inner = memory();
+    let faulty = Arc::new(FaultyStore::new(inner.clone()));
+    faulty.fail_extends.store(true, Ordering::SeqCst);
+    let store = Outbox::from_arc(faulty.clone());
+    let first = inner
         .enqueue(draft("lapse"))
         .await
         .unwrap()
         .message
         .outbox_id;
-    let id = store
+    let id = inner
         .enqueue(draft("lapse"))
         .await
         .unwrap()
@@ -276,7 +280,7 @@ async fn each_happening_moves_exactly_its_metrics() {
             lane("lapse")
                 .concurrency(1)
                 .prefetch(1)
-                .lease_extend_margin(None)
+                .lease_extend_margin(Some(Duration::from_millis(900)))
                 .delivery_timeout(Duration::from_millis(2_900)),
             slow,
         ),
@@ -296,7 +300,7 @@ async fn each_happening_moves_exactly_its_metrics() {
     })
     .await;
     // Another relay (here, the store directly) takes the lapsed message and acks it.
-    let rival = store
+    let rival = inner
         .claim(&ClaimRequest::new(
             "lapse",
             "sink",
@@ -308,7 +312,7 @@ async fn each_happening_moves_exactly_its_metrics() {
         .unwrap();
     assert_eq!(rival.messages[0].outbox_id, id);
     assert_ne!(id, first);
-    store
+    inner
         .ack(&[rival.messages[0].claim().unwrap()])
         .await
         .unwrap();
@@ -317,6 +321,12 @@ async fn each_happening_moves_exactly_its_metrics() {
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
     let mut got = moved(&snapshotter, "lapse");
     got.remove("outbox_claim_batch_size");
+    // The failing extensions are retried by the lane's backoff until the lapse: at least one.
+    let failed_extensions = got.remove("outbox_store_errors_total{op=extend_lease}");
+    assert!(
+        failed_extensions.is_some_and(|n| n >= 1),
+        "failed extensions: {failed_extensions:?}, all moved: {got:?}"
+    );
     assert_eq!(
         got,
         expect(&[
