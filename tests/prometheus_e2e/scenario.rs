@@ -66,12 +66,13 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         .lane(
             LaneConfig::new(LEDGER.0, LEDGER.1)
                 .concurrency(1)
-                // One claim waits behind the one handler: without extension a delivery
-                // fits in its lease, but one that waited starts late and lapses (step 4).
+                // One claim waits behind the one handler. A delivery starts only while its
+                // lease holds for the extension margin; it lapses when the extension due a
+                // second before the lease's end fails (step 4), long before its timeout.
                 .prefetch(1)
                 .lease(Duration::from_secs(4))
-                .lease_extend_margin(None)
-                .delivery_timeout(Duration::from_millis(3_900))
+                .lease_extend_margin(Some(Duration::from_secs(1)))
+                .delivery_timeout(Duration::from_secs(30))
                 .ordering(OrderingPolicy::Block)
                 .retry(
                     RetryPolicy::new(Duration::from_millis(50), Duration::from_millis(200))
@@ -207,11 +208,12 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     )
     .await;
 
-    // 4. A ledger delivery outlives its lease (no extension there): it waited behind a 2 s
-    //    one claimed with it, so it starts 2 s into its 4 s lease. The lane is paused once
-    //    it runs, so a rival takes the lapsed message and delivers it; the relay's
+    // 4. A ledger delivery outlives its lease, whose extension fails: it waited behind a
+    //    2 s one claimed with it, so it starts 2 s into its 4 s lease. The lane is paused
+    //    once it runs, so a rival takes the lapsed message and delivers it; the relay's
     //    late ack is a lost claim. The delivery is held until Prometheus has scraped it in
     //    flight.
+    store.fail_extends.store(true, Ordering::SeqCst);
     let pair = inner
         .enqueue_many(
             ["take:2000", "hold:lapse"]
@@ -248,6 +250,7 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
         })],
     )
     .await;
+    store.fail_extends.store(false, Ordering::SeqCst);
     let rival = inner
         .claim(
             &ClaimRequest::new(LEDGER.0, LEDGER.1, 1, Duration::from_secs(60), "rival")
