@@ -228,13 +228,15 @@ async fn the_writer_checkpoints_only_past_the_fallback_bound_with_background_che
 /// once it holds `restart_pages`, so it stays small although the writer's own automatic
 /// checkpoint waits for 10,000 pages (40 MiB). Without the checkpoints' second pass the WAL
 /// of these 3,000 commits grew to 41 MB (to that bound); with it, 1–2 MB on a quiet
-/// machine and 8 MB with CI and the test suite running beside it. The bound leaves room
-/// for a checkpoint task that a loaded machine runs late.
+/// machine, and up to 26 MB with every library test of every feature running beside it
+/// (the WAL grows by what the writer commits while a checkpoint's first pass copies and
+/// syncs, and a loaded disk syncs slowly). The bound, 32 MiB, stays under the fallback's
+/// 40 MiB that the WAL reaches without the second pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_checkpoints_keep_the_wal_small_under_steady_relay_commits() {
     use crate::store::ClaimRequest;
     const COMMITS: usize = 3_000;
-    const WAL_BOUND: u64 = 20 << 20;
+    const WAL_BOUND: u64 = 32 << 20;
     let dir = tempfile::tempdir().unwrap();
     let store = crate::store::Outbox::new(
         SqliteOutboxStore::builder(dir.path().join("outbox.db"))
