@@ -97,6 +97,7 @@ use uuid::Uuid;
 pub use admin::{
     LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, LIST_SCAN_PAGES,
 };
+#[cfg(any(test, feature = "simulate"))]
 pub(crate) use backend::single_batch;
 pub use backend::{AckMode, Capabilities, OutboxBackend};
 pub use enqueue::{DraftBatch, PreClaim};
