@@ -96,7 +96,7 @@ impl SimStore {
 #[cfg(all(test, feature = "sqlite"))]
 mod sqlite {
     use std::sync::atomic::{AtomicU32, Ordering};
-    use std::sync::Arc;
+    use std::sync::{Arc, OnceLock};
     use std::time::Duration;
 
     use async_trait::async_trait;
@@ -134,14 +134,10 @@ mod sqlite {
                 tempfile::tempdir()
             }
             .expect("a temporary directory for the simulation's SQLite store");
+            let path = dir.path().join("outbox.db");
+            std::fs::write(&path, migrated()).expect("the migrated file copied");
             let store = runtime
-                .block_on(
-                    SqliteOutboxStore::builder(dir.path().join("outbox.db"))
-                        .clock(Arc::new(clock.clone()))
-                        .background_checkpoints(false)
-                        .read_connections(1)
-                        .open(),
-                )
+                .block_on(open(&path, clock))
                 .expect("the simulation's SQLite store opens");
             Self {
                 store: Arc::new(FailingWrites {
@@ -152,6 +148,41 @@ mod sqlite {
                 _dir: dir,
             }
         }
+    }
+
+    /// The store on the file at `path`, as a run opens it.
+    async fn open(
+        path: &std::path::Path,
+        clock: &ManualClock,
+    ) -> Result<SqliteOutboxStore, StoreError> {
+        SqliteOutboxStore::builder(path)
+            .clock(Arc::new(clock.clone()))
+            .background_checkpoints(false)
+            .read_connections(1)
+            .open()
+            .await
+    }
+
+    /// An empty file with every migration applied, made once per process and copied for
+    /// each run: migrating costs as much as a small run's calls.
+    fn migrated() -> &'static [u8] {
+        static MIGRATED: OnceLock<Vec<u8>> = OnceLock::new();
+        MIGRATED.get_or_init(|| {
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let path = dir.path().join("outbox.db");
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a current-thread runtime");
+            runtime.block_on(async {
+                let store = open(&path, &ManualClock::new(crate::message::UnixMillis::EPOCH))
+                    .await
+                    .expect("the template SQLite store opens");
+                // The last connection to close checkpoints the WAL into the file.
+                store.close().await;
+            });
+            std::fs::read(&path).expect("the migrated file reads")
+        })
     }
 
     impl Drop for Sqlite {
