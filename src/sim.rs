@@ -1,6 +1,7 @@
 //! Deterministic simulation of the whole relay: several relays, each a model of the lane
 //! actor's shell around a real [`LaneCore`](crate::relay::lane::core::LaneCore), compete for
-//! one lane of the reference store on one thread, in virtual time, with every source of
+//! one lane of one store (the memory store, or SQLite for every fourth seed of the seed
+//! runs: `world/store.rs`) on one thread, in virtual time, with every source of
 //! chance drawn from one seed: the order of inputs that arrive together, store latency,
 //! handler durations and outcomes, the messages (keys, delays, dedupe keys, and which
 //! process enqueues them: an idle lane of that process may take them as hand-offs), the
@@ -31,7 +32,7 @@
 //! -- --ignored --nocapture` runs new seeds for half an hour.
 //!
 //! The production code it runs: `LaneCore` (its decision lines, with a deliberate bug
-//! switched on as a value: `crate::mutation`), the memory store under an `Outbox`, the
+//! switched on as a value: `crate::mutation`), the memory store or SQLite under an `Outbox`, the
 //! hand-off registry, the supervisor's restart policy for lane crashes
 //! (`relay::supervisor::restarts`) and the handler's timeout rule
 //! (`relay::handler::within_timeout`).
@@ -59,17 +60,15 @@ mod world;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use plan::Plan;
 #[cfg(test)]
 pub(crate) use plan::Size;
 #[cfg(feature = "simulate")]
 pub(crate) use plan::{MessagePlan, Stated, TargetPlan, LANE, TARGET};
+pub(crate) use plan::{Plan, Store};
 #[cfg(feature = "simulate")]
 pub(crate) use rng::Rng;
 #[cfg(test)]
 pub(crate) use shrink::{shrink, Cut};
-#[cfg(feature = "simulate")]
-pub(crate) use world::ready;
 #[cfg(test)]
 use world::Tally;
 pub(crate) use world::World;
@@ -186,7 +185,24 @@ pub(crate) fn run(plan: &Plan) -> Result<Tally, Failure> {
 /// Runs one schedule to the end, and hands back the world as it ended (its store holds
 /// every row).
 pub(crate) fn run_world(plan: &Plan) -> Result<World<'_>, Failure> {
+    drive(World::new(plan))
+}
+
+/// Runs one schedule to the end, recording every event in full.
+#[cfg(all(test, feature = "sqlite"))]
+pub(crate) fn run_recorded(plan: &Plan) -> Result<(Tally, Vec<String>), Failure> {
+    mutation::run_begins();
     let mut world = World::new(plan);
+    world.record = Some(Vec::new());
+    drive(world).map(|mut world| {
+        let record = world.record.take().unwrap_or_default();
+        (world.tally, record)
+    })
+}
+
+/// Takes `world`'s events until every message settled and the tail ran out.
+fn drive(mut world: World<'_>) -> Result<World<'_>, Failure> {
+    let plan = world.plan;
     let bound = settle_bound(plan);
     world.tally.bound = bound;
     let fail = |world: &World<'_>, what: String| Failure {

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use crate::config::LaneConfig;
 use crate::message::{OutboxStatus, DEFAULT_MAX_ATTEMPTS};
-use crate::sim::{ready, run_world, MessagePlan, Plan, Rng, Stated};
-use crate::store::{Capabilities, OutboxBackend};
+use crate::sim::{run_world, MessagePlan, Plan, Rng, Stated};
+use crate::store::Capabilities;
 
 /// How the messages' ordering keys are spread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +161,7 @@ pub fn lane(
         faults: Vec::new(),
         supervisor: crate::config::SupervisorConfig::default(),
         clock_skew_ppm: Vec::new(),
+        store: crate::sim::Store::Memory,
         faults_end: load.duration,
         stated: Some(Stated {
             failure_rate: load.failure_rate,
@@ -192,7 +193,7 @@ pub fn lane(
     // Per key: (enqueued, settled) of each message.
     let mut keys: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
     for id in world.check.ids() {
-        let Ok(Some(row)) = ready(world.store.get(id)) else {
+        let Ok(Some(row)) = world.store.run(world.store.backend().get(id)) else {
             continue;
         };
         let settled = match row.status {

@@ -99,6 +99,9 @@ pub(crate) struct Checker {
     /// Overlaps past a lapse seen, and the longest (of those that ended); those after a
     /// forward jump of the store's clock apart.
     pub(crate) overlaps: Overlaps,
+    /// First deliveries started past a dead head of their key (`Block`) that a forward
+    /// jump of the store's clock since their claim excused.
+    pub(crate) past_dead_after_jump: u64,
 }
 
 impl Checker {
@@ -123,6 +126,7 @@ impl Checker {
             overlapping: Vec::new(),
             frozen: HashSet::new(),
             overlaps: Overlaps::default(),
+            past_dead_after_jump: 0,
         }
     }
 
@@ -540,9 +544,12 @@ impl Checker {
                 let state = &self.keys[key];
                 // A head dead-lettered after this claim, because a forward jump of the
                 // store's clock lapsed its lease early, is news the lane cannot have.
-                let past_dead = self.ordering == OrderingPolicy::Block
-                    && state.first_dead.is_some_and(|d| d < message.seq)
-                    && !jumped;
+                let behind_dead = self.ordering == OrderingPolicy::Block
+                    && state.first_dead.is_some_and(|d| d < message.seq);
+                let past_dead = behind_dead && !jumped;
+                if behind_dead && jumped {
+                    self.past_dead_after_jump += 1;
+                }
                 let earlier: Vec<Uuid> = state
                     .seqs
                     .range(state.settled_below..message.seq)

@@ -126,6 +126,20 @@ pub(crate) struct Plan {
     /// How fast each relay's monotonic clock runs against the store's, in parts per
     /// million (negative: slow, so the lane reads a lease as lasting longer than it does).
     pub(crate) clock_skew_ppm: Vec<i64>,
+    /// The store the run drives (the memory store, as drawn; the seed runs put every
+    /// fourth seed on SQLite).
+    pub(crate) store: Store,
+}
+
+/// The store a run drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Store {
+    /// The memory store, saying `pre_claim`: enqueues through a relay process hand off.
+    Memory,
+    /// SQLite in a temporary file, as a user of the embedded default runs it: no
+    /// `pre_claim`, so no hand-offs (every message is claimed).
+    #[cfg(all(test, feature = "sqlite"))]
+    Sqlite,
 }
 
 impl Plan {
@@ -260,6 +274,7 @@ impl Plan {
             stated: None,
             supervisor,
             clock_skew_ppm,
+            store: Store::Memory,
         }
     }
 

@@ -1,6 +1,6 @@
 //! The simulated world: one thread, virtual time, one seed. An event queue ordered by
 //! virtual time (ties broken by a draw from the seed, so inputs that arrive at once come
-//! in a seeded order), the reference store on a manual clock, the relays, the target and
+//! in a seeded order), the store on a manual clock (`store.rs`), the relays, the target and
 //! the faults. Every store call and delivery goes through the checker.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::check::Checker;
-use super::plan::{Plan, LANE, TARGET};
+use super::plan::{Plan, Store, LANE, TARGET};
 use super::relay::Relay;
 use super::rng::Rng;
 use crate::message::{OutboxMessageDraft, UnixMillis};
@@ -20,12 +20,14 @@ use crate::relay::handler::DeliveryFailure;
 use crate::relay::lane::core::{ClaimId, Command, Input, Slot, StoreAnswer, StoreCall};
 use crate::relay::RelayEvent;
 use crate::store::hand_off::{HandOffEvent, HandOffSink};
-use crate::store::memory::InMemoryOutboxStore;
-use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, Outbox, OutboxBackend};
+use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, Outbox};
 
 mod calls;
 mod faults;
+mod store;
 mod target;
+
+use store::SimStore;
 
 use faults::short;
 
@@ -149,7 +151,7 @@ pub(crate) struct World<'p> {
     base: Instant,
     clock: ManualClock,
     offset_ms: i64,
-    pub(crate) store: Arc<InMemoryOutboxStore>,
+    pub(crate) store: SimStore,
     queue: BTreeMap<(Duration, u64), Event>,
     pub(crate) relays: Vec<Relay>,
     pub(crate) check: Checker,
@@ -159,6 +161,9 @@ pub(crate) struct World<'p> {
     pub(crate) tally: Tally,
     /// Prints every event (`OUTBOX_SIM_TRACE=1`), to read a replayed seed.
     trace: bool,
+    /// Every event in full, when asked for (`sim::run_recorded`): two runs of a seed
+    /// compare theirs.
+    pub(crate) record: Option<Vec<String>>,
     /// Each relay process's store object: its own hand-off registry over the shared store.
     outboxes: Vec<Outbox>,
     /// What the takers' sinks were handed during an enqueue, by relay and epoch, for the
@@ -173,8 +178,12 @@ pub(crate) struct World<'p> {
 impl<'p> World<'p> {
     pub(crate) fn new(plan: &'p Plan) -> Self {
         let clock = ManualClock::new(UnixMillis::from_millis(EPOCH_MS));
-        let store =
-            Arc::new(InMemoryOutboxStore::with_clock(Arc::new(clock.clone())).with_pre_claim());
+        let store = match plan.store {
+            Store::Memory => SimStore::memory(&clock),
+            #[cfg(all(test, feature = "sqlite"))]
+            Store::Sqlite => SimStore::sqlite(&clock),
+        };
+        let outboxes = (0..plan.relays).map(|_| store.outbox()).collect();
         let mut world = Self {
             plan,
             rng: Rng::new(plan.seed).fork(6),
@@ -182,7 +191,7 @@ impl<'p> World<'p> {
             base: Instant::now(),
             clock,
             offset_ms: 0,
-            store: store.clone(),
+            store,
             queue: BTreeMap::new(),
             relays: (0..plan.relays)
                 .map(|_| Relay::new(plan.config.clone()))
@@ -193,9 +202,8 @@ impl<'p> World<'p> {
             handler_generation: 0,
             tally: Tally::default(),
             trace: std::env::var_os("OUTBOX_SIM_TRACE").is_some(),
-            outboxes: (0..plan.relays)
-                .map(|_| Outbox::from_arc(store.clone()))
-                .collect(),
+            record: None,
+            outboxes,
             handed: Arc::default(),
             frozen_until: vec![Duration::ZERO; plan.relays],
             same_instant: 0,
@@ -295,6 +303,9 @@ impl<'p> World<'p> {
         self.tally.events += 1;
         if self.trace {
             eprintln!("{at:?} {}", short(&event));
+        }
+        if let Some(record) = &mut self.record {
+            record.push(format!("{at:?} {event:?}"));
         }
         self.handle(event);
         true
@@ -415,11 +426,11 @@ impl<'p> World<'p> {
         // process with credits takes a keyless, undelayed draft, written claimed for it.
         let outbox = match planned.via {
             Some(relay) => self.outboxes[relay].clone(),
-            None => Outbox::from_arc(self.store.clone()),
+            None => self.store.outbox(),
         };
         // A dedupe key reused with another payload is a conflict: nothing is written,
         // which the checker's row count sees.
-        if let Ok(enqueued) = ready(outbox.enqueue(draft)) {
+        if let Ok(enqueued) = self.store.run(outbox.enqueue(draft)) {
             self.check.enqueued(&enqueued.message, enqueued.duplicate);
         }
         self.forward_hand_offs();
@@ -466,7 +477,7 @@ impl<'p> World<'p> {
     }
 
     fn start(&mut self, relay: usize) {
-        let receiver = self.store.subscribe();
+        let receiver = self.store.backend().subscribe();
         self.relays[relay].start(relay, receiver, &mut self.handler_generation);
         self.register_taker(relay);
         self.feed(relay, Input::Start);
@@ -775,7 +786,7 @@ impl<'p> World<'p> {
     pub(crate) fn check_stats(&mut self) {
         self.clock.set(self.store_now());
         let filter = MessageFilter::lane(LANE, TARGET);
-        if let Ok(stats) = ready(self.store.stats(&filter)) {
+        if let Ok(stats) = self.store.run(self.store.backend().stats(&filter)) {
             let stats = stats.into_iter().next().unwrap_or_default();
             self.check.stats(&stats);
         }
@@ -786,7 +797,7 @@ impl<'p> World<'p> {
         let ids = self.check.ids();
         let rows: Vec<_> = ids
             .into_iter()
-            .filter_map(|id| ready(self.store.get(id)).ok().flatten())
+            .filter_map(|id| self.store.run(self.store.backend().get(id)).ok().flatten())
             .collect();
         self.check.all_rows(&rows);
         self.check_stats();

@@ -6,15 +6,14 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use super::{ready, Fate, World};
+use super::{Fate, World};
 use crate::message::{OutboxMessage, UnixMillis};
 use crate::relay::lane::core::{Input, StoreAnswer, StoreCall};
 use crate::sim::check::Call;
 use crate::sim::plan::{LANE, TARGET};
 use crate::store::StoreOp;
 use crate::store::{
-    single_batch, AckAndClaim, AckMode, ClaimBatch, ClaimRef, ClaimRequest, OutboxBackend,
-    StoreError,
+    single_batch, AckAndClaim, AckMode, ClaimBatch, ClaimRef, ClaimRequest, StoreError,
 };
 
 fn outage(op: StoreOp) -> StoreError {
@@ -29,7 +28,8 @@ impl World<'_> {
     fn rows_of(&self, ids: impl IntoIterator<Item = Uuid>) -> HashMap<Uuid, OutboxMessage> {
         ids.into_iter()
             .filter_map(|id| {
-                ready(self.store.get(id))
+                self.store
+                    .run(self.store.backend().get(id))
                     .ok()
                     .flatten()
                     .map(|row| (id, row))
@@ -45,14 +45,20 @@ impl World<'_> {
     }
 
     fn ack(&mut self, acks: &[ClaimRef], now: UnixMillis) -> Vec<crate::store::ClaimOutcome> {
-        let outcomes = ready(self.store.ack(acks, AckMode::KeepDelivered)).unwrap_or_default();
+        let outcomes = self
+            .store
+            .run(self.store.backend().ack(acks, AckMode::KeepDelivered))
+            .unwrap_or_default();
         let after = self.rows_of(World::claim_refs(acks));
         self.check.observe(Call::Ack(acks), now, &after);
         outcomes
     }
 
     fn claim(&mut self, request: &ClaimRequest, now: UnixMillis) -> Result<ClaimBatch, StoreError> {
-        let batch = single_batch(ready(self.store.claim(std::slice::from_ref(request)))?)?;
+        let batch = single_batch(
+            self.store
+                .run(self.store.backend().claim(std::slice::from_ref(request)))?,
+        )?;
         // The claimed rows are in the answer as the store holds them.
         let mut after = self.rows_of(batch.dead_lettered.iter().copied());
         after.extend(batch.messages.iter().map(|m| (m.outbox_id, m.clone())));
@@ -140,7 +146,10 @@ impl World<'_> {
                 let result = if failed {
                     Err(outage(StoreOp::Nack))
                 } else {
-                    let outcomes = ready(self.store.nack(&nacks)).unwrap_or_default();
+                    let outcomes = self
+                        .store
+                        .run(self.store.backend().nack(&nacks))
+                        .unwrap_or_default();
                     let after = self.rows_of(World::nack_refs(&nacks));
                     self.check.observe(Call::Nack(&nacks), now, &after);
                     if lost {
@@ -153,7 +162,9 @@ impl World<'_> {
             }
             StoreCall::NextDue => {
                 let ordering = self.relays[relay].config.ordering;
-                let result = ready(self.store.next_due(LANE, TARGET, ordering));
+                let result = self
+                    .store
+                    .run(self.store.backend().next_due(LANE, TARGET, ordering));
                 StoreAnswer::NextDue(if failed || lost {
                     Err(outage(StoreOp::NextDue))
                 } else {
@@ -169,8 +180,10 @@ impl World<'_> {
                 let result = if failed {
                     Err(outage(StoreOp::ExtendLease))
                 } else {
-                    let outcomes =
-                        ready(self.store.extend_lease(&claims, lease)).unwrap_or_default();
+                    let outcomes = self
+                        .store
+                        .run(self.store.backend().extend_lease(&claims, lease))
+                        .unwrap_or_default();
                     let after = self.rows_of(World::claim_refs(&claims));
                     self.check
                         .observe(Call::Extend(&claims, lease), now, &after);
@@ -192,7 +205,10 @@ impl World<'_> {
                 let result = if failed {
                     Err(outage(StoreOp::Release))
                 } else {
-                    let outcomes = ready(self.store.release(&claims)).unwrap_or_default();
+                    let outcomes = self
+                        .store
+                        .run(self.store.backend().release(&claims))
+                        .unwrap_or_default();
                     let after = self.rows_of(World::claim_refs(&claims));
                     self.check.observe(Call::Release(&claims), now, &after);
                     if lost {
