@@ -1,5 +1,5 @@
-//! One HTTP surface (feature `http`): [`router`] builds every route as an axum
-//! [`Router`](axum::Router), which a service mounts in its own server and the binary serves
+//! One HTTP surface (feature `http`): [`router`] builds every route as an
+//! [`axum::Router`], which a service mounts in its own server and the binary serves
 //! on its listener ([`listener`]: timeouts, a connection cap).
 //!
 //! | route | group | what it answers |

@@ -10,7 +10,7 @@
 //! | `/ui/dead-letters` | filter, select, requeue or discard in bulk, after a confirmation that shows the count |
 //! | `/ui/blocked-keys` | keys held by a dead head (what `OrderingPolicy::Block` holds back), with the action that frees each |
 //!
-//! Who may use it ([`session`]): with a control token configured, every page needs a login
+//! Who may use it (the `session` module): with a control token configured, every page needs a login
 //! (the token, typed once, opens a session kept in an `HttpOnly`, `SameSite=Strict`
 //! cookie, `Secure` behind TLS); every form carries the session's CSRF token; the `Host`
 //! header must be an IP literal, `localhost` or a name given to

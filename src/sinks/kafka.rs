@@ -6,7 +6,7 @@
 //! sink = { kind = "kafka", brokers = "127.0.0.1:9092", topic = "outbox.event.{payload.aggregatetype}" }
 //! ```
 //!
-//! - **Topic**: a [`Template`] over lane, target, headers and payload fields (Debezium's
+//! - **Topic**: a [`Template`](crate::sinks::template::Template) over lane, target, headers and payload fields (Debezium's
 //!   `route.by.field` and `route.topic.replacement`: `outbox.event.${routedByValue}` is
 //!   `outbox.event.{header.aggregatetype}` or `outbox.event.{payload.aggregatetype}`).
 //! - **Key**: the message's ordering key (Debezium's `aggregateid`), or the `key` template;

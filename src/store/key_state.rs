@@ -11,7 +11,7 @@
 use super::{MessageFilter, OutboxBackend, PageRequest, StoreError};
 use crate::message::{OutboxMessage, OutboxStatus};
 
-/// The most dead letters [`blocked_keys`] reads to fill one page of keys: past it, the
+/// The most dead letters `blocked_keys` reads to fill one page of keys: past it, the
 /// page ends early (with a cursor), so a lane with a long unkeyed dead tail costs a bounded
 /// read per page.
 pub const BLOCKED_KEYS_SCAN: usize = 2000;
