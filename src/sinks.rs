@@ -72,6 +72,11 @@ pub fn missing_feature(kind: &str) -> Option<&'static str> {
         .map(|(_, feature, _)| *feature)
 }
 
+/// Why a Kafka lane is refused by a build without the feature `kafka-sink`: at the config
+/// check, before the daemon opens its listener or reaches a database.
+#[cfg(not(feature = "kafka-sink"))]
+const NO_KAFKA: &str = "this build has no Kafka sink: build with the feature `kafka-sink`";
+
 /// Which sink delivers a lane, as the config file names it:
 /// `sink = { kind = "log" }`, `sink = { kind = "webhook", url = "…" }`, …
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,7 +139,10 @@ impl SinkConfig {
             SinkConfig::RabbitMq(config) => config.validate(field),
             #[cfg(feature = "redis-sink")]
             SinkConfig::Redis(config) => config.validate(field),
+            #[cfg(feature = "kafka-sink")]
             SinkConfig::Kafka(config) => config.validate(field),
+            #[cfg(not(feature = "kafka-sink"))]
+            SinkConfig::Kafka(_) => Err(ConfigError::new(field, NO_KAFKA)),
         }
     }
 
@@ -178,12 +186,7 @@ impl SinkConfig {
             #[cfg(feature = "kafka-sink")]
             SinkConfig::Kafka(config) => Arc::new(kafka::KafkaSink::build(config, field).await?),
             #[cfg(not(feature = "kafka-sink"))]
-            SinkConfig::Kafka(_) => {
-                return Err(SinkBuildError::new(
-                    field,
-                    "this build has no Kafka sink: build with the feature `kafka-sink`",
-                ))
-            }
+            SinkConfig::Kafka(_) => return Err(SinkBuildError::new(field, NO_KAFKA)),
         })
     }
 }
@@ -370,6 +373,23 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "lanes[a/b].sink.secret_env: the environment variable OUTBOX_TEST_SURELY_UNSET_VARIABLE is not set"
+        );
+    }
+
+    /// A build without Kafka refuses a Kafka lane when the config is checked, so the daemon
+    /// stops with exit 2 before it opens its listener or reaches the database.
+    #[cfg(not(feature = "kafka-sink"))]
+    #[test]
+    fn a_build_without_kafka_refuses_a_kafka_lane_at_the_config_check() {
+        let sink: SinkConfig = serde_json::from_value(serde_json::json!({
+            "kind": "kafka", "brokers": "127.0.0.1:9092", "topic": "orders"
+        }))
+        .unwrap();
+        let error = sink.validate("lanes[orders/ledger].sink").unwrap_err();
+        assert_eq!(error.field, "lanes[orders/ledger].sink");
+        assert_eq!(
+            error.reason,
+            "this build has no Kafka sink: build with the feature `kafka-sink`"
         );
     }
 }
