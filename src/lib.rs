@@ -126,6 +126,9 @@ pub mod store;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 pub mod time;
+#[cfg(any(feature = "webhook-sink", feature = "otlp"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "webhook-sink", feature = "otlp"))))]
+pub mod tls;
 
 /// The attribute that implements [`DeliveryHandler`] (and [`OutboxBackend`]), re-exported so a
 /// service needs no `async-trait` line of its own.

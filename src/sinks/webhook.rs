@@ -55,7 +55,7 @@ use super::template::{percent_encode, Template};
 use super::{payload_bytes, read_secret, SinkBuildError};
 use crate::config::duration::HumanDuration;
 use crate::config::ConfigError;
-use crate::delivery::{DeliveryError, DeliveryHandler};
+use crate::delivery::{BoxError, DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
 use crate::redact::redact;
 
@@ -283,11 +283,12 @@ impl WebhookSink {
     /// The sink `config` describes, signing with `signer` (a library user's own secret,
     /// rather than one from the environment); `config.secret_env` and `config.headers_env`
     /// are ignored (`config.headers` are sent; an invalid one is left out, as `validate`
-    /// would have refused it).
+    /// would have refused it). https trusts the system's certificate store
+    /// ([`crate::tls::client_config`]).
     pub fn new(
         config: &WebhookSinkConfig,
         signer: Option<WebhookSigner>,
-    ) -> Result<Self, reqwest::Error> {
+    ) -> Result<Self, BoxError> {
         let redirects = match config.max_redirects {
             0 => reqwest::redirect::Policy::none(),
             n => reqwest::redirect::Policy::limited(n),
@@ -295,6 +296,7 @@ impl WebhookSink {
         let client = reqwest::Client::builder()
             .timeout(config.timeout.0)
             .redirect(redirects)
+            .tls_backend_preconfigured(crate::tls::client_config(None)?)
             .build()?;
         Ok(Self {
             client,

@@ -107,6 +107,7 @@ async fn scrape(
 ) -> Option<HashMap<(String, String), LiveGates>> {
     let client = reqwest::Client::builder()
         .timeout(SCRAPE_TIMEOUT)
+        .tls_backend_preconfigured(outbox_relay::tls::client_config(None).ok()?)
         .build()
         .ok()?;
     let mut request = client.get(format!("http://{addr}/api/v1/lanes"));

@@ -13,15 +13,12 @@
 //! `OTEL_SERVICE_NAME` says otherwise.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 
 use crate::Failure;
 
@@ -83,7 +80,7 @@ impl OtlpExport {
             (None, Some((name, path))) => (Some(PathBuf::from(path)), name),
             (None, None) => (None, ""),
         };
-        let tls = tls_config(ca_file.as_deref())
+        let tls = outbox_relay::tls::client_config(ca_file.as_deref())
             .map_err(|error| Failure::input(format!("config error: {ca_origin}: {error}")))?;
         let client = http_client(tls)
             .map_err(|error| Failure::failed(format!("OTLP export to {endpoint}: {error}")))?;
@@ -124,44 +121,14 @@ impl OtlpExport {
     }
 }
 
-/// TLS for https endpoints: the system's roots (those that load; a store with none left
-/// still reaches plain http and a collector signed by `ca_file`), plus every certificate
-/// of the PEM file `ca_file`.
-fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    let system = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(system.certs);
-    if let Some(path) = ca_file {
-        let shown = path.display();
-        let pem = std::fs::read(path).map_err(|error| format!("cannot read {shown}: {error}"))?;
-        let certificates: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-            .collect::<Result<_, _>>()
-            .map_err(|error| format!("{shown} is not a PEM certificate file: {error}"))?;
-        if certificates.is_empty() {
-            return Err(format!("{shown} holds no PEM certificate"));
-        }
-        for certificate in certificates {
-            roots
-                .add(certificate)
-                .map_err(|error| format!("{shown}: a certificate cannot be trusted: {error}"))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|error| format!("no TLS version in common with the crypto provider: {error}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
-}
-
 /// The exporter's blocking HTTP client over `tls`. Built on a thread of its own, as the
 /// SDK builds its default one: the blocking client starts (and, on failure, drops) a
 /// runtime of its own, which may not happen on a thread of the daemon's runtime.
-fn http_client(tls: rustls::ClientConfig) -> Result<otlp_http::blocking::Client, String> {
+fn http_client(tls: rustls::ClientConfig) -> Result<reqwest::blocking::Client, String> {
     std::thread::Builder::new()
         .name("otlp-client-build".to_owned())
         .spawn(move || {
-            otlp_http::blocking::Client::builder()
+            reqwest::blocking::Client::builder()
                 .tls_backend_preconfigured(tls)
                 .timeout(REQUEST_TIMEOUT)
                 .build()
