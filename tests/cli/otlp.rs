@@ -1,6 +1,7 @@
 //! The daemon's OTLP export: on when the config or the environment names an endpoint
 //! (spans arrive at a collector written here as OTLP/HTTP protobuf, over plain http or
-//! over https with a certificate signed by a CA made for the test), off without one.
+//! over https with a certificate signed by a CA made for the test), off without one. And
+//! the webhook sink's https, which shares the export's TLS config (`outbox_relay::tls`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -333,4 +334,46 @@ fn an_unreadable_ca_file_is_a_config_error_naming_it() {
     );
     let refused = sandbox.fails(2, &["--config", "relay.toml", "run"]);
     assert!(refused.contains("holds no PEM certificate"), "{refused}");
+}
+
+/// The webhook sink trusts the system's certificate store, which `SSL_CERT_FILE` points at
+/// the test's CA here: a POST over https reaches the endpoint with the message's body.
+#[test]
+fn a_webhook_lane_posts_over_https_to_an_endpoint_the_system_store_trusts() {
+    let sandbox = Sandbox::new();
+    let (port, seen) = collector(Some(collector_tls(&sandbox.path(""))));
+    let config = test_config("sqlite:relay.db", "", free_port()).replace(
+        r#"sink = { kind = "log" }"#,
+        &format!(r#"sink = {{ kind = "webhook", url = "https://localhost:{port}/hook" }}"#),
+    );
+    sandbox.write("relay.toml", &config);
+    let mut command = command(&sandbox);
+    command
+        .env("SSL_CERT_FILE", sandbox.path("ca.pem"))
+        .env_remove("SSL_CERT_DIR");
+    let daemon = Daemon::start(command);
+    let id = sandbox.enqueue(
+        &["--config", "relay.toml"],
+        "orders",
+        "audit",
+        &["--payload", "1"],
+    );
+    let deadline = Instant::now() + WAIT;
+    let request = loop {
+        if let Some(request) = seen.lock().unwrap().requests.first().cloned() {
+            break request;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no webhook request arrived; TLS errors: {:?}",
+            seen.lock().unwrap().handshake_errors
+        );
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(request.path, "/hook");
+    assert_eq!(request.body, b"1");
+    assert_eq!(request.header("webhook-id"), Some(id.as_str()));
+    let (status, log) = daemon.terminate();
+    assert!(status.success(), "exit {status}:\n{log}");
+    assert_eq!(seen.lock().unwrap().handshake_errors, Vec::<String>::new());
 }
