@@ -2,13 +2,10 @@
 //! signed by a CA it makes itself (openssl), then connects with `sslmode=require`, and with
 //! `verify-full` against that CA. Without the CA, `verify-full` must refuse the server.
 //!
-//! Needs PostgreSQL's server binaries (`/usr/lib/postgresql/*/bin`: initdb, pg_ctl) and
-//! `openssl`; a missing one fails the test, loudly. As root, the cluster runs as the
-//! `postgres` user (initdb refuses root).
+//! The cluster is `tests/support/postgres_cluster.rs`'s; it and `openssl` fail the test
+//! loudly when missing.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
@@ -19,141 +16,31 @@ use sqlx::{ConnectOptions, Connection};
 
 #[path = "support/certificates.rs"]
 mod certificates;
+#[path = "support/postgres_cluster.rs"]
+mod postgres_cluster;
 
-/// The directory holding initdb and pg_ctl.
-fn postgres_bin() -> PathBuf {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL server binaries under /usr/lib/postgresql")
-        .filter_map(|entry| entry.ok().map(|e| e.path().join("bin")))
-        .filter(|bin| bin.join("initdb").exists())
-        .collect();
-    found.sort();
-    found.pop().expect("initdb under /usr/lib/postgresql/*/bin")
+use postgres_cluster::Cluster;
+
+/// A cluster with `ssl = on` and a certificate for localhost and 127.0.0.1 signed by the
+/// test's CA (`ca.pem` in the cluster's directory), that takes TLS connections only: a plain
+/// one is refused, so a passing test used TLS.
+fn tls_cluster() -> (Cluster, PathBuf) {
+    let mut ca = PathBuf::new();
+    let cluster = Cluster::start_with(|root| {
+        certificates::make_certificates(root, "outbox-relay test CA", "server");
+        ca = root.join("ca.pem");
+        let conf = "ssl = on\nssl_cert_file = '../server.pem'\nssl_key_file = '../server.key'\nfsync = off";
+        let hba = "local all all trust\nhostssl all all 127.0.0.1/32 trust\n";
+        (conf.to_owned(), Some(hba.to_owned()))
+    });
+    (cluster, ca)
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
-/// `program`, to be run as the `postgres` user when we are root.
-fn as_postgres(program: &Path) -> Command {
-    if is_root() {
-        let mut command = Command::new("runuser");
-        command.args(["-u", "postgres", "--"]).arg(program);
-        command
-    } else {
-        Command::new(program)
-    }
-}
-
-/// Runs `program args` (as `postgres` when we are root); fails the test if it fails.
-fn run(program: &Path, args: &[&str]) {
-    let out = as_postgres(program)
-        .args(args)
-        .output()
-        .expect("run a PostgreSQL tool");
-    assert!(
-        out.status.success(),
-        "{} {args:?}: {}\n{}",
-        program.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A PostgreSQL cluster of the test's own, stopped when dropped.
-struct Cluster {
-    _dir: tempfile::TempDir,
-    data: PathBuf,
-    bin: PathBuf,
-    port: u16,
-    ca: PathBuf,
-}
-
-impl Cluster {
-    fn start() -> Self {
-        let bin = postgres_bin();
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().to_owned();
-        certificates::make_certificates(&root, "outbox-relay test CA", "server");
-        let data = root.join("data");
-        if is_root() {
-            let status = Command::new("chown")
-                .args(["-R", "postgres:postgres"])
-                .arg(&root)
-                .status()
-                .unwrap();
-            assert!(status.success(), "chown the cluster directory");
-        }
-        run(
-            &bin.join("initdb"),
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-            ],
-        );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let conf = format!(
-            "port = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{root}'\n\
-             ssl = on\nssl_cert_file = '{root}/server.pem'\nssl_key_file = '{root}/server.key'\n\
-             fsync = off\n",
-            root = root.display()
-        );
-        let conf_path = data.join("postgresql.conf");
-        let mut text = std::fs::read_to_string(&conf_path).unwrap();
-        text.push_str(&conf);
-        std::fs::write(&conf_path, text).unwrap();
-        // TLS connections only: a plain one is refused, so a passing test used TLS.
-        std::fs::write(
-            data.join("pg_hba.conf"),
-            "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
-        )
-        .unwrap();
-        run(
-            &bin.join("pg_ctl"),
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-l",
-                root.join("server.log").to_str().unwrap(),
-                "-w",
-                "-t",
-                "120",
-                "start",
-            ],
-        );
-        Self {
-            ca: root.join("ca.pem"),
-            _dir: dir,
-            data,
-            bin,
-            port,
-        }
-    }
-
-    fn url(&self, host: &str, params: &str) -> String {
-        format!("postgres://postgres@{host}:{}/postgres?{params}", self.port)
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // Pass or fail, the test's server must not outlive it.
-        let _ = as_postgres(&self.bin.join("pg_ctl"))
-            .args(["-D", self.data.to_str().unwrap(), "-m", "immediate", "stop"])
-            .output();
-    }
+fn url(cluster: &Cluster, host: &str, params: &str) -> String {
+    format!(
+        "postgres://postgres@{host}:{}/postgres?{params}",
+        cluster.port()
+    )
 }
 
 /// Whether the session `url` opens is encrypted, as the server sees it.
@@ -199,20 +86,21 @@ async fn round_trip(url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connects_over_tls_with_require_and_verify_full() {
-    let cluster = Cluster::start();
-    let require = cluster.url("127.0.0.1", "sslmode=require");
+    let (cluster, ca) = tls_cluster();
+    let require = url(&cluster, "127.0.0.1", "sslmode=require");
     assert!(session_uses_tls(&require).await);
     round_trip(&require).await;
 
-    let verify = cluster.url(
+    let verify = url(
+        &cluster,
         "localhost",
-        &format!("sslmode=verify-full&sslrootcert={}", cluster.ca.display()),
+        &format!("sslmode=verify-full&sslrootcert={}", ca.display()),
     );
     assert!(session_uses_tls(&verify).await);
     round_trip(&verify).await;
 
     // Without the CA the self-signed chain is not trusted: verification is real.
-    let untrusted = cluster.url("localhost", "sslmode=verify-full");
+    let untrusted = url(&cluster, "localhost", "sslmode=verify-full");
     let refused = PostgresOutboxStore::connect_with(&untrusted, PostgresConfig::default()).await;
     assert!(refused.is_err(), "verify-full trusted an unknown CA");
 }

@@ -1,11 +1,15 @@
 //! A PostgreSQL cluster of a test's own (`initdb`, `pg_ctl`), for a test that crashes and
-//! restarts its server: the shared server at `OUTBOX_TEST_DATABASE_URL` must not go down
-//! under the other tests. Trust authentication, a port of its own on 127.0.0.1, its socket
-//! in its own directory. Stopped (`immediate`) and removed when dropped, pass or fail.
+//! restarts its server (the shared server at `OUTBOX_TEST_DATABASE_URL` must not go down
+//! under the other tests) or needs settings of its own (TLS). Trust authentication, a port
+//! of its own on 127.0.0.1, its socket in its own directory. Stopped (`immediate`) and
+//! removed when dropped, pass or fail.
 //!
 //! Needs PostgreSQL's server binaries (`/usr/lib/postgresql/*/bin`); a missing one fails
 //! the test, naming the package. As root, the cluster runs as the `postgres` user (initdb
 //! refuses root).
+
+// Each test target that includes this file uses part of it.
+#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -60,9 +64,18 @@ pub struct Cluster {
 impl Cluster {
     /// Makes a cluster with `conf` appended to its `postgresql.conf`, and starts it.
     pub fn start(conf: &str) -> Self {
+        Self::start_with(|_| (conf.to_owned(), None))
+    }
+
+    /// Makes a cluster: `prepare` puts its files in the cluster's directory (certificates)
+    /// and answers the lines to append to `postgresql.conf` (paths relative to the data
+    /// directory, `../` for the cluster's) and, if not the default, all of `pg_hba.conf`.
+    /// Then starts it.
+    pub fn start_with(prepare: impl FnOnce(&Path) -> (String, Option<String>)) -> Self {
         let bin = postgres_bin();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let root = dir.path().to_owned();
+        let (conf, hba) = prepare(&root);
         if is_root() {
             let status = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
@@ -102,6 +115,9 @@ impl Cluster {
             cluster.root.display()
         ));
         std::fs::write(&conf_path, text).expect("write postgresql.conf");
+        if let Some(hba) = hba {
+            std::fs::write(cluster.data.join("pg_hba.conf"), hba).expect("write pg_hba.conf");
+        }
         cluster.restart();
         cluster
     }
@@ -182,6 +198,11 @@ impl Cluster {
             self.root.display(),
             self.port
         )
+    }
+
+    /// The server's TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// How many times the server was started.
