@@ -1,33 +1,9 @@
 -- outbox-relay PostgreSQL schema migration 6: the producer contract: an enqueue function for any language.
 -- For schema "public", table prefix "outbox" (`outbox-relay migrate --print-sql` prints
--- it for yours); the relay's `migrate` runs the same file, with its configured timeouts.
+-- it for yours). Generated from the code, which runs the same statements; do not edit.
 -- Run in order, each once: a second run fails on the version it records, changing nothing.
 --
 -- Creates one function: nothing is locked.
---
--- The producer contract, `"public"."outbox_enqueue"(…)`, a function any
--- service calls inside its own transaction, in any language, to enqueue one message with
--- the checks and bookkeeping of the Rust API:
---
--- - **validation**, with the same messages as `ValidationError` (`invalid lane:
---   is required`), SQLSTATE `22023`; the limits are the defaults (`DraftLimits`):
---   a store configured with other limits does not change them. Two differences: a NUL
---   in the payload is reported without its JSON path, and a control character is quoted
---   as PostgreSQL quotes it;
--- - **dedupe**: the same `dedupe_key` in the same (lane, target) with the same content
---   answers the first message and `duplicate = true`; with other content it raises the
---   message of `StoreError::Conflict`, SQLSTATE `23505`;
--- - **key heads**: the row is marked its key's head when the key has no live row, as the
---   Rust enqueue marks it, and the deferred `check_head` trigger looks again at commit
---   (`src/store/postgres/schema/heads.rs`);
--- - **wake-up**: it notifies the outbox's channel, once per transaction and lane.
---
--- BEGIN;
--- INSERT INTO orders ...;
--- SELECT outbox_id, duplicate FROM "public"."outbox_enqueue"(
---     'orders', 'billing', '{"order": 42}',
---     ordering_key => 'customer-7', dedupe_key => 'order-42-created');
--- COMMIT;
 BEGIN;
 SET LOCAL statement_timeout = 900000;
 SELECT pg_advisory_xact_lock(hashtextextended('outbox-relay migrate public', 0));
