@@ -206,7 +206,8 @@ pub(crate) const FILES: &[File] = &[
 const DEFAULT_SCHEMA: &str = "public";
 const DEFAULT_PREFIX: &str = "outbox";
 
-/// `text`, written for the default names (schema `public`, prefix `outbox`), for `names`.
+/// `text`, written for the default names (schema `public`, prefix `outbox`), for `names`:
+/// a migration's file, or a statement of `store/postgres/sql/`.
 ///
 /// It renames, in one pass, only what a file spells for the default names: quoted
 /// identifiers (`"public"`, `"outbox"`, `"outbox_…`), the key of the migrations' advisory
