@@ -1,4 +1,6 @@
-//! The SQL of every operation, formatted once per store with its table name.
+//! The SQL of every operation, made once per store for its table name: the statements of
+//! `sql/*.sql` (written for the default names and renamed like the migrations), and the
+//! ones formatted here.
 //!
 //! Conventions, so each statement reads the same way:
 //! - `$1` is always "now" in Unix milliseconds when a clock was injected, or NULL, and
@@ -146,6 +148,12 @@ pub(crate) fn ack_delete(t: &str, ids: &str, tokens: &str) -> String {
     )
 }
 
+/// A statement of `sql/*.sql`, written for the default names, for `names`
+/// ([`super::schema::for_names`]).
+fn file(names: &Names, text: &str) -> Arc<str> {
+    super::schema::for_names(names, text).into()
+}
+
 /// Every statement of one store.
 #[derive(Debug)]
 pub(crate) struct Statements {
@@ -253,8 +261,7 @@ impl Statements {
                    ON m.lane = k.lane AND m.target = k.target AND m.dedupe_key = k.dedupe_key"
             )
             .into(),
-            // $1 ids.
-            delete_ids: format!("DELETE FROM {t} WHERE outbox_id = ANY($1::uuid[])").into(),
+            delete_ids: file(names, include_str!("sql/delete_ids.sql")),
             claim_skip: claim::claim(t, &cols_m, OrderingPolicy::Skip).into(),
             claim_block: claim::claim(t, &cols_m, OrderingPolicy::Block).into(),
             claim_fast_skip: claim::claim_fast(t, &cols_m, OrderingPolicy::Skip, async_commit)
@@ -265,43 +272,8 @@ impl Statements {
             ack: ack(t, "$2", "$3").into(),
             // $1 ids, $2 tokens.
             ack_delete: ack_delete(t, "$1", "$2").into(),
-            // $1 now, $2 ids, $3 tokens, $4 errors, $5 retry delays (NULL: permanent).
-            // The CASEs read the row before the update: attempts left decide the outcome.
-            nack: format!(
-                "WITH input AS (
-                    SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::int8[])
-                    WITH ORDINALITY AS i(outbox_id, claim_token, error, retry_ms, ord)
-                 )
-                 UPDATE {t} m SET
-                    status = CASE WHEN i.retry_ms IS NOT NULL
-                                   AND m.attempt_count < m.max_attempts
-                             THEN 'pending' ELSE 'dead_letter' END,
-                    available_at = CASE WHEN i.retry_ms IS NOT NULL
-                                         AND m.attempt_count < m.max_attempts
-                                   THEN {NOW} + i.retry_ms * interval '1 millisecond'
-                                   ELSE m.available_at END,
-                    last_error = i.error, claimed_by = NULL, claim_token = NULL,
-                    lease_expires_at = NULL, updated_at = {NOW}
-                 FROM input i
-                 WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
-                   AND m.claim_token = i.claim_token
-                 RETURNING i.ord, m.status, m.lane, m.target, m.ordering_key"
-            )
-            .into(),
-            // $1 now, $2 ids, $3 tokens, $4 lease in ms.
-            extend_lease: format!(
-                "WITH input AS (
-                    SELECT * FROM unnest($2::uuid[], $3::uuid[])
-                    WITH ORDINALITY AS i(outbox_id, claim_token, ord)
-                 )
-                 UPDATE {t} m SET lease_expires_at = {NOW} + $4::int8 * interval '1 millisecond',
-                        updated_at = {NOW}
-                 FROM input i
-                 WHERE m.outbox_id = i.outbox_id AND m.status = 'claimed'
-                   AND m.claim_token = i.claim_token
-                 RETURNING i.ord"
-            )
-            .into(),
+            nack: file(names, include_str!("sql/nack.sql")),
+            extend_lease: file(names, include_str!("sql/extend_lease.sql")),
             // $1 now, $2 ids, $3 tokens, $4 channel.
             release: format!(
                 "WITH input AS (
@@ -427,31 +399,8 @@ impl Statements {
                 filter = filter("m", 1),
             )
             .into(),
-            // $1 now, $2 age in ms, $3 batch size, $4 status, $5/$6 lane and target or
-            // NULL for every lane, $7 keep keyed rows (dead letters of a `Block` lane,
-            // each holding its key). SKIP LOCKED: a row someone is touching is left for the
-            // next purge rather than waited for.
-            purge: format!(
-                "DELETE FROM {t} WHERE outbox_id IN (
-                    SELECT outbox_id FROM {t}
-                    WHERE status IN ('delivered', 'dead_letter') AND status = $4
-                      AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
-                      AND ($5::text IS NULL OR (lane = $5 AND target = $6))
-                      AND (NOT $7::bool OR ordering_key IS NULL)
-                    LIMIT $3
-                    FOR UPDATE SKIP LOCKED)"
-            )
-            .into(),
-            // What purge would delete, all batches together (a dry run). $1 now, $2 age in
-            // ms, $3 status, $4/$5 lane and target or NULL, $6 keep keyed rows.
-            purge_count: format!(
-                "SELECT count(*) FROM {t}
-                 WHERE status IN ('delivered', 'dead_letter') AND status = $3
-                   AND updated_at < {NOW} - $2::int8 * interval '1 millisecond'
-                   AND ($4::text IS NULL OR (lane = $4 AND target = $5))
-                   AND (NOT $6::bool OR ordering_key IS NULL)"
-            )
-            .into(),
+            purge: file(names, include_str!("sql/purge.sql")),
+            purge_count: file(names, include_str!("sql/purge_count.sql")),
         }
     }
 }

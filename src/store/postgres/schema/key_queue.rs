@@ -1,4 +1,5 @@
-//! Migration 4: a key's live rows in two indexes, one per status, and the probes over them.
+//! A key's live rows in two indexes, one per status, and the probes over them (migration 4:
+//! `migrations/postgres/V4__key_indexes_by_status.sql`).
 //!
 //! # Why two indexes
 //!
@@ -117,50 +118,6 @@ pub(crate) fn run_bound(t: &str, key: &KeyOf, after: &str) -> String {
                    ORDER BY c.seq LIMIT 1), {max})",
         matches = key.matches("c"),
         max = i64::MAX,
-    )
-}
-
-/// Migration 4: the two indexes, then `promote_heads` and `check_head` again over them
-/// (`heads.rs` writes both functions, given how they look for a key's live rows).
-pub(super) fn migration(n: &super::Names) -> String {
-    let (t, p, s) = (&n.messages, &n.prefix, &n.schema);
-    let promote = super::heads::promote_heads_function(n, &super::heads::promote_update(n));
-    let check = super::heads::check_head_function(
-        n,
-        &live_exists(
-            t,
-            "e",
-            &KeyOf::new("NEW.lane", "NEW.target", "NEW.ordering_key"),
-            " AND e.seq < NEW.seq",
-        ),
-    );
-    format!(
-        r#"
--- A key's pending rows, by seq: heads, runs, "is an earlier row pending?".
-CREATE INDEX IF NOT EXISTS "{p}_key_pending_idx" ON {t} (lane, target, ordering_key, seq)
-    WHERE status = 'pending' AND ordering_key IS NOT NULL;
--- A key's claimed rows, by seq: "is a row of this key in flight, or earlier and claimed?".
-DROP INDEX IF EXISTS "{s}"."{p}_key_claimed_idx";
-CREATE INDEX IF NOT EXISTS "{p}_key_claimed_idx" ON {t} (lane, target, ordering_key, seq)
-    WHERE status = 'claimed' AND ordering_key IS NOT NULL;
--- Both statuses in one index: a claim wrote a keyed row into it and into key_claimed_idx.
-DROP INDEX IF EXISTS "{s}"."{p}_key_live_idx";
--- Stats' index of pending rows, rebuilt so that no key probe can pick it: its predicate
--- names created_at, which only the stats' conditions name. (Before ANALYZE, the planner
--- probed "an earlier pending row of this key" through the old one, reading every pending
--- row of the lane for each head.)
-DROP INDEX IF EXISTS "{s}"."{p}_pending_idx";
-CREATE INDEX IF NOT EXISTS "{p}_pending_idx" ON {t} (lane, target, created_at)
-    WHERE status = 'pending' AND created_at IS NOT NULL;
--- The lease index, rebuilt for the same reason: "is an earlier row of this key claimed?"
--- was read from it (every claimed row of the lane) instead of key_claimed_idx. Every
--- statement that reads it compares lease_expires_at, which implies the predicate.
-DROP INDEX IF EXISTS "{s}"."{p}_lease_idx";
-CREATE INDEX IF NOT EXISTS "{p}_lease_idx" ON {t} (lane, target, lease_expires_at, seq)
-    WHERE status = 'claimed' AND lease_expires_at IS NOT NULL;
-{promote}
-{check}
-"#
     )
 }
 

@@ -1,9 +1,9 @@
 //! Running the migrations: one transaction per migration, each under the advisory lock
 //! that serialises migrating processes, a `statement_timeout` and a `lock_timeout`.
 //!
-//! The runner executes the very text `script.rs` renders for a DBA (the prelude's `SET
-//! LOCAL`s and advisory lock, then the migration's body), one statement of the prelude at a
-//! time so that a lock wait that expires is reported with the step it stopped.
+//! The runner executes the text `script.rs` prints for a DBA (the prelude's `SET LOCAL`s
+//! and advisory lock, then the body of the migration's file), one statement of the prelude
+//! at a time so that a lock wait that expires is reported with the step it stopped.
 
 use sqlx::postgres::PgPool;
 use sqlx::AssertSqlSafe;
@@ -11,8 +11,8 @@ use sqlx::AssertSqlSafe;
 use crate::store::{StoreError, StoreOp};
 
 use super::super::decode::db_error;
-use super::script::{body, prelude};
-use super::{Names, MIGRATIONS};
+use super::script::{body, name, prelude};
+use super::{Names, FILES};
 
 /// How long a migration may wait and run ([`super::super::PostgresConfig`]'s
 /// `migration_lock_timeout` and `migration_statement_timeout`).
@@ -194,11 +194,11 @@ async fn apply_next(
             return Err(schema_newer(op, names, newest));
         }
     }
-    let Some(migration) = MIGRATIONS.iter().find(|m| !applied.contains(&m.version)) else {
+    let Some(file) = FILES.iter().find(|f| !applied.contains(&f.version)) else {
         return Ok(Applied::Nothing);
     };
-    *step = format!("migration {} ({})", migration.version, migration.name);
-    sqlx::raw_sql(AssertSqlSafe(body(names, migration)))
+    *step = format!("migration {} ({})", file.version, name(file));
+    sqlx::raw_sql(AssertSqlSafe(body(names, file)))
         .execute(&mut *tx)
         .await
         .map_err(|e| db_error(op, e))?;

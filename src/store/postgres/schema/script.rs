@@ -1,10 +1,10 @@
-//! The migrations as SQL a DBA runs: each in its own transaction, with the text the relay
-//! itself runs (`run.rs` executes [`prelude`] and [`body`]), so a file checked in under
-//! `migrations/postgres/`, a `psql -f`, a Flyway or goose run and the relay's own `migrate`
-//! apply the same statements and record the same version.
+//! The migrations as SQL: the files under `migrations/postgres/`, written for the default
+//! names, are the source. A DBA runs them as they are (or `outbox-relay migrate
+//! --print-sql` for other names), and the relay's `migrate` runs each file's body after
+//! its own [`prelude`], so both apply the same statements and record the same version.
 
 use super::run::MigrationTimeouts;
-use super::{Migration, Names, MIGRATIONS};
+use super::{for_names, File, Names, FILES};
 use crate::store::duration_millis;
 
 /// The statements every migration transaction starts with: the statement timeout (which
@@ -29,133 +29,58 @@ pub(crate) fn prelude(names: &Names, timeouts: MigrationTimeouts) -> [String; 3]
     ]
 }
 
-/// What one migration does, after the prelude: it records its version first, so a second
-/// run of the same file fails at once on the migrations table's primary key with nothing
-/// changed; the first migration also creates the schema and the migrations table.
-pub(crate) fn body(names: &Names, migration: &Migration) -> String {
-    let mut text = String::new();
-    if migration.version == 1 {
-        text.push_str(&format!(
-            "CREATE SCHEMA IF NOT EXISTS \"{schema}\";
-CREATE TABLE IF NOT EXISTS {migrations} (
-    version    integer     PRIMARY KEY,
-    name       text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-);
-",
-            schema = names.schema,
-            migrations = names.migrations,
-        ));
-    }
-    text.push_str(&format!(
-        "INSERT INTO {} (version, name) VALUES ({}, '{}');\n",
-        names.migrations,
-        migration.version,
-        migration.name.replace('\'', "''"),
-    ));
-    text.push_str((migration.sql)(names).trim_matches('\n'));
-    text.push('\n');
-    text
+/// What every file holds between its header and its body: `BEGIN;` and [`prelude`] for
+/// the default names and timeouts.
+const FILE_PRELUDE: &str = "BEGIN;
+SET LOCAL statement_timeout = 900000;
+SELECT pg_advisory_xact_lock(hashtextextended('outbox-relay migrate public', 0));
+SET LOCAL lock_timeout = 5000;
+";
+
+/// A file's header (comments) and body (its statements after the prelude, before
+/// `COMMIT;`), for the default names.
+fn split(file: &File) -> (&'static str, &'static str) {
+    let (header, rest) = file
+        .text
+        .split_once(FILE_PRELUDE)
+        .unwrap_or(("", file.text));
+    (header, rest.strip_suffix("COMMIT;\n").unwrap_or(rest))
+}
+
+/// What `file` does after the prelude, for `names`: it records its version first, so a
+/// second run fails at once on the migrations table's primary key with nothing changed;
+/// the first migration also creates the schema and the migrations table.
+pub(crate) fn body(names: &Names, file: &File) -> String {
+    for_names(names, split(file).1)
+}
+
+/// What `file` does, from its header's first line
+/// (`-- outbox-relay PostgreSQL schema migration 2: key heads: ….`).
+pub(crate) fn name(file: &File) -> &'static str {
+    let first = file.text.lines().next().unwrap_or_default();
+    let name = first.split_once(": ").map_or(first, |(_, name)| name);
+    name.strip_suffix('.').unwrap_or(name)
 }
 
 /// The SQL of the migrations after `from` up to `to` (both versions; `to` at most the
-/// latest), each in a transaction of its own, with a header saying what it locks and how
-/// to run it on a table with rows.
+/// latest): their files for `names`, with `timeouts` in each prelude.
 pub(crate) fn script(names: &Names, timeouts: MigrationTimeouts, from: i32, to: i32) -> String {
-    MIGRATIONS
+    FILES
         .iter()
-        .filter(|m| m.version > from && m.version <= to)
-        .map(|m| file(names, timeouts, m))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// One migration's file.
-fn file(names: &Names, timeouts: MigrationTimeouts, migration: &Migration) -> String {
-    let mut text = format!(
-        "-- outbox-relay PostgreSQL schema migration {version}: {name}.
--- For schema \"{schema}\", table prefix \"{prefix}\" (`outbox-relay migrate --print-sql` prints
--- it for yours). Generated from the code, which runs the same statements; do not edit.
--- Run in order, each once: a second run fails on the version it records, changing nothing.
---
-{locks}
-",
-        version = migration.version,
-        name = migration.name,
-        schema = names.schema,
-        prefix = names.prefix,
-        locks = comment(migration.locks),
-    );
-    let online = online_preparation(names, migration);
-    if !online.is_empty() {
-        text.push_str(
-            "--\n-- On a table with rows, build its new indexes first without blocking writes, one\n\
-             -- statement at a time outside a transaction (a build that fails leaves an INVALID\n\
-             -- index: DROP INDEX CONCURRENTLY it and build it again); this migration's\n\
-             -- CREATE INDEX IF NOT EXISTS then finds them built:\n",
-        );
-        for statement in &online {
-            text.push_str(&comment(&format!("{statement};")));
-            text.push('\n');
-        }
-    }
-    text.push_str("BEGIN;\n");
-    for statement in prelude(names, timeouts) {
-        text.push_str(&statement);
-        text.push_str(";\n");
-    }
-    text.push_str(&body(names, migration));
-    text.push_str("COMMIT;\n");
-    text
-}
-
-/// `text` as SQL comment lines.
-fn comment(text: &str) -> String {
-    text.lines()
-        .map(|line| {
-            if line.is_empty() {
-                "--".to_owned()
-            } else {
-                format!("-- {line}")
+        .filter(|f| f.version > from && f.version <= to)
+        .map(|f| {
+            let mut text = for_names(names, split(f).0);
+            text.push_str("BEGIN;\n");
+            for statement in prelude(names, timeouts) {
+                text.push_str(&statement);
+                text.push_str(";\n");
             }
+            text.push_str(&body(names, f));
+            text.push_str("COMMIT;\n");
+            text
         })
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// The statements that prepare `migration` online: its column additions (`ADD COLUMN IF
-/// NOT EXISTS`, a catalog change when the default is a constant) and, as `CREATE INDEX
-/// CONCURRENTLY`, each index it creates under a name it does not drop first (an index it
-/// drops and makes again under the same name cannot be built ahead of it).
-pub(crate) fn online_preparation(names: &Names, migration: &Migration) -> Vec<String> {
-    let sql = (migration.sql)(names);
-    let mut prepared = Vec::new();
-    let mut rest = sql.as_str();
-    while let Some(end) = rest.find(';') {
-        let statement = strip_comments(&rest[..end]);
-        rest = &rest[end + 1..];
-        if statement.starts_with("ALTER TABLE") && statement.contains("ADD COLUMN IF NOT EXISTS") {
-            prepared.push(statement);
-        } else if let Some(after) = statement.strip_prefix("CREATE INDEX IF NOT EXISTS ") {
-            let index = after.split_whitespace().next().unwrap_or_default();
-            let dropped = format!("DROP INDEX IF EXISTS \"{}\".{index}", names.schema);
-            if !sql.contains(&dropped) {
-                prepared.push(format!("CREATE INDEX CONCURRENTLY IF NOT EXISTS {after}"));
-            }
-        }
-    }
-    prepared
-}
-
-/// A statement without its `--` comment lines, trimmed.
-fn strip_comments(statement: &str) -> String {
-    statement
-        .lines()
-        .filter(|line| !line.trim_start().starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .trim()
-        .to_owned()
 }
 
 #[cfg(test)]
@@ -170,18 +95,82 @@ mod tests {
     }
 
     #[test]
+    fn each_file_is_a_header_the_prelude_a_body_and_commit() {
+        let names = Names::new("public", "outbox").unwrap();
+        let prelude: String = prelude(&names, timeouts())
+            .iter()
+            .map(|s| format!("{s};\n"))
+            .collect();
+        assert_eq!(format!("BEGIN;\n{prelude}"), FILE_PRELUDE);
+        for (index, file) in FILES.iter().enumerate() {
+            let v = file.version;
+            assert_eq!(usize::try_from(v).unwrap(), index + 1);
+            assert_eq!(file.text.matches(FILE_PRELUDE).count(), 1, "{v}");
+            assert!(file.text.ends_with(";\nCOMMIT;\n"), "{v}");
+            let (header, body) = split(file);
+            assert!(header.lines().all(|l| l.starts_with("--")), "{v}");
+            assert!(header.starts_with(&format!(
+                "-- outbox-relay PostgreSQL schema migration {v}: "
+            )));
+            let record = format!(
+                "INSERT INTO \"public\".\"outbox_migrations\" (version, name) VALUES ({v}, '{}');\n",
+                name(file)
+            );
+            assert!(body.contains(&record), "{v}: {record}");
+            assert_eq!(body.starts_with(&record), v != 1, "{v}");
+            assert_eq!(script(&names, timeouts(), v - 1, v), file.text);
+        }
+    }
+
+    /// The substitution renames what the files spell for the default names, and only
+    /// that: no unquoted word, even one starting with the prefix.
+    #[test]
+    fn for_names_renames_only_the_default_names() {
+        let all: String = FILES.iter().map(|f| f.text).collect();
+        let default = Names::new("public", "outbox").unwrap();
+        assert_eq!(for_names(&default, &all), all);
+        let names = Names::new("app", "box").unwrap();
+        let renamed = for_names(&names, &all);
+        for gone in [
+            "\"public\"",
+            "\"outbox",
+            "'public.outbox'",
+            "migrate public",
+            "458410234",
+        ] {
+            assert!(all.contains(gone), "{gone}");
+            assert!(!renamed.contains(gone), "{gone}");
+        }
+        for kept in [
+            "outbox_id",
+            "outbox_relay.head_lock_held",
+            "outbox-relay migrate",
+        ] {
+            assert_eq!(
+                renamed.matches(kept).count(),
+                all.matches(kept).count(),
+                "{kept}"
+            );
+        }
+        assert!(renamed.contains("CREATE TABLE IF NOT EXISTS \"app\".\"box_messages\""));
+        assert!(renamed.contains("'app.box'"));
+        let class = super::super::heads::head_lock_class(&names);
+        assert!(renamed.contains(&format!("pg_advisory_xact_lock({class}, v_key)")));
+        // One pass: a new name that spells a default one is not renamed again.
+        let swapped = Names::new("outbox_x", "public").unwrap();
+        let text = for_names(&swapped, "\"public\".\"outbox_messages\"");
+        assert_eq!(text, "\"outbox_x\".\"public_messages\"");
+    }
+
+    #[test]
     fn each_migration_is_a_transaction_that_records_its_version_first() {
         let names = Names::new("app", "box").unwrap();
         let text = script(&names, timeouts(), 0, super::super::latest_version());
-        assert_eq!(
-            text.matches("\nBEGIN;\n").count(),
-            MIGRATIONS.len(),
-            "{text}"
-        );
-        assert_eq!(text.matches("COMMIT;\n").count(), MIGRATIONS.len());
+        assert_eq!(text.matches("\nBEGIN;\n").count(), FILES.len(), "{text}");
+        assert_eq!(text.matches("\nCOMMIT;\n").count(), FILES.len());
         assert_eq!(
             text.matches("SET LOCAL lock_timeout = 5000").count(),
-            MIGRATIONS.len()
+            FILES.len()
         );
         let first = script(&names, timeouts(), 0, 1);
         let insert = first
@@ -200,21 +189,35 @@ mod tests {
         assert!(script(&names, timeouts(), latest, latest).is_empty());
     }
 
+    /// A file's online preparation (its header's `CREATE INDEX CONCURRENTLY`s) builds
+    /// exactly the indexes its body creates under a name it does not drop first, with the
+    /// body's definitions, so that the body then finds them built.
     #[test]
-    fn online_preparation_builds_only_new_index_names_concurrently() {
-        let names = Names::new("public", "outbox").unwrap();
-        let v2 = online_preparation(&names, &MIGRATIONS[1]);
-        assert!(
-            v2[0].contains("ADD COLUMN IF NOT EXISTS key_head"),
-            "{v2:?}"
-        );
-        assert!(v2[1..]
-            .iter()
-            .all(|s| s.starts_with("CREATE INDEX CONCURRENTLY IF NOT EXISTS")));
-        assert!(v2.iter().any(|s| s.contains("\"outbox_head_idx\"")));
-        let v4 = online_preparation(&names, &MIGRATIONS[3]);
-        assert_eq!(v4.len(), 1, "{v4:?}");
-        assert!(v4[0].contains("\"outbox_key_pending_idx\""));
-        assert!(online_preparation(&names, &MIGRATIONS[4]).is_empty());
+    fn online_preparation_builds_the_bodys_new_indexes() {
+        for file in FILES {
+            let (header, body) = split(file);
+            let prepared: Vec<String> = header
+                .split("-- CREATE INDEX CONCURRENTLY IF NOT EXISTS ")
+                .skip(1)
+                .map(|s| {
+                    let statement = s.split_once(';').map_or(s, |(s, _)| s);
+                    statement.replace("\n--     ", "\n    ")
+                })
+                .collect();
+            let created: Vec<String> = body
+                .split("\nCREATE INDEX IF NOT EXISTS ")
+                .skip(1)
+                .map(|s| s.split_once(';').map_or(s, |(s, _)| s).to_owned())
+                .filter(|s| {
+                    let index = s.split_whitespace().next().unwrap_or_default();
+                    !body.contains(&format!("DROP INDEX IF EXISTS \"public\".{index}"))
+                })
+                .collect();
+            assert_eq!(prepared, created, "migration {}", file.version);
+        }
+        let v2 = split(&FILES[1]).0;
+        assert!(v2.contains(
+            "-- ALTER TABLE \"public\".\"outbox_messages\" ADD COLUMN IF NOT EXISTS key_head"
+        ));
     }
 }
