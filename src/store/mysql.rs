@@ -95,6 +95,7 @@ mod list;
 mod row;
 mod schema;
 mod served;
+mod sql;
 mod watch;
 mod write;
 
@@ -274,8 +275,8 @@ impl MysqlOutboxStore {
     }
 
     /// The SQL of the migrations after version `from` up to version `to`, for the table
-    /// prefix `prefix`: the statements [`Self::migrate`] runs, for a DBA to read or run with
-    /// their own tool. `to` is at most [`Self::latest_schema_version`]; an empty range gives
+    /// prefix `prefix`: the files in `migrations/mysql/` with the prefix's table names,
+    /// whose statements [`Self::migrate`] runs, for a DBA to read or run with their own tool. `to` is at most [`Self::latest_schema_version`]; an empty range gives
     /// an empty text.
     ///
     /// ```
