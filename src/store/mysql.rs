@@ -90,6 +90,7 @@ mod dialect;
 mod explain;
 mod fenced;
 mod heads;
+mod in_list;
 mod lane_control;
 mod list;
 mod row;
