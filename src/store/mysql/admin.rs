@@ -326,15 +326,11 @@ impl MysqlOutboxStore {
             lanes.push((lane, target));
         }
         let locked = heads::lock(&mut tx, &self.names, &keys, OP).await?;
-        InList::new(format!(
-            "UPDATE {} SET status = 'pending', attempt_count = 0, available_at = ?, \
-             updated_at = ?, key_head = 0 WHERE seq IN (?)",
-            self.names.messages
-        ))
-        .bind(now)
-        .bind(now)
-        .execute(&mut tx, &seqs, OP)
-        .await?;
+        InList::new(self.names.sql(include_str!("sql/requeue.sql")))
+            .bind(now)
+            .bind(now)
+            .execute(&mut tx, &seqs, OP)
+            .await?;
         heads::refresh(&mut tx, &self.names, &locked, OP).await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
         Ok(LaneCount::tally(lanes))

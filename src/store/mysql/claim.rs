@@ -177,26 +177,17 @@ pub(super) fn running_keys<'a>(
     (lane, target): (&'a str, &'a str),
     now: UnixMillis,
 ) -> InList<'a> {
-    InList::new(format!(
-        "SELECT DISTINCT ordering_key FROM {} FORCE INDEX (by_key) WHERE lane = ? AND target = ? \
-         AND ordering_key IN (?) AND status = 'claimed' AND lease_expires_at > ?",
-        names.messages
-    ))
-    .bind(lane)
-    .bind(target)
-    .bind_after(now.as_millis())
+    InList::new(names.sql(include_str!("sql/running_keys.sql")))
+        .bind(lane)
+        .bind(target)
+        .bind_after(now.as_millis())
 }
 
 /// The gate's statement for each key's first dead letter, of (lane, target).
 pub(super) fn first_dead<'a>(names: &Names, (lane, target): (&'a str, &'a str)) -> InList<'a> {
-    InList::new(format!(
-        "SELECT ordering_key, MIN(seq) AS first FROM {} FORCE INDEX (by_key) \
-         WHERE lane = ? AND target = ? AND ordering_key IN (?) \
-         AND status = 'dead_letter' GROUP BY ordering_key",
-        names.messages
-    ))
-    .bind(lane)
-    .bind(target)
+    InList::new(names.sql(include_str!("sql/first_dead.sql")))
+        .bind(lane)
+        .bind(target)
 }
 
 /// Where each of `n` key runs must stop; binds lane, target, key and head seq per key.
@@ -486,16 +477,11 @@ async fn claim(
         }
         if !sorted.held_back.is_empty() {
             let ids: Vec<Uuid> = sorted.held_back.iter().map(|c| c.outbox_id).collect();
-            InList::new(format!(
-                "UPDATE {} SET status = 'pending', attempt_count = attempt_count - 1, \
-                 available_at = ?, claimed_by = NULL, claim_token = NULL, \
-                 lease_expires_at = NULL, updated_at = ? WHERE outbox_id IN (?)",
-                names.messages
-            ))
-            .bind(now.as_millis())
-            .bind(now.as_millis())
-            .execute(conn, &ids, OP)
-            .await?;
+            InList::new(names.sql(include_str!("sql/held_back.sql")))
+                .bind(now.as_millis())
+                .bind(now.as_millis())
+                .execute(conn, &ids, OP)
+                .await?;
         }
     }
 
@@ -639,16 +625,11 @@ pub(super) async fn dead_letter(
     op: StoreOp,
 ) -> Result<(), StoreError> {
     let held = heads::lock_existing(conn, names, keys, op).await?;
-    InList::new(format!(
-        "UPDATE {} SET status = 'dead_letter', last_error = ?, claimed_by = NULL, \
-         claim_token = NULL, lease_expires_at = NULL, key_head = 0, updated_at = ? \
-         WHERE seq IN (?)",
-        names.messages
-    ))
-    .bind(error)
-    .bind(now.as_millis())
-    .execute(conn, seqs, op)
-    .await?;
+    InList::new(names.sql(include_str!("sql/dead_letter.sql")))
+        .bind(error)
+        .bind(now.as_millis())
+        .execute(conn, seqs, op)
+        .await?;
     heads::refresh(conn, names, &held, op).await
 }
 

@@ -52,13 +52,9 @@ async fn held(
 ) -> Result<HashMap<Uuid, Held>, StoreError> {
     let ids: Vec<Uuid> = claims.collect::<BTreeSet<Uuid>>().into_iter().collect();
     let mut held = HashMap::with_capacity(ids.len());
-    let rows = InList::new(format!(
-        "SELECT seq, outbox_id, lane, target, ordering_key, status, claim_token, key_head, \
-         attempt_count, max_attempts FROM {} WHERE outbox_id IN (?) ORDER BY seq FOR UPDATE",
-        names.messages
-    ))
-    .fetch(conn, &ids, op)
-    .await?;
+    let rows = InList::new(names.sql(include_str!("sql/fenced_rows.sql")))
+        .fetch(conn, &ids, op)
+        .await?;
     for row in rows {
         let get = |e| db_error(op, e);
         let corrupt = |bad| StoreError::Corrupt {
@@ -139,15 +135,10 @@ pub(super) async fn ack_on(
     let locked = heads::lock_existing(conn, names, &keys, OP).await?;
     let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
     let write = match mode {
-        AckMode::Delete => InList::new(format!("DELETE FROM {} WHERE seq IN (?)", names.messages)),
-        AckMode::KeepDelivered => InList::new(format!(
-            "UPDATE {} SET status = 'delivered', delivered_at = ?, updated_at = ?, \
-             claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, key_head = 0 \
-             WHERE seq IN (?)",
-            names.messages
-        ))
-        .bind(now.as_millis())
-        .bind(now.as_millis()),
+        AckMode::Delete => InList::new(names.sql(include_str!("sql/ack_delete.sql"))),
+        AckMode::KeepDelivered => InList::new(names.sql(include_str!("sql/ack_delivered.sql")))
+            .bind(now.as_millis())
+            .bind(now.as_millis()),
     };
     write.execute(conn, &seqs, OP).await?;
     heads::refresh(conn, names, &locked, OP).await?;
@@ -228,34 +219,24 @@ impl MysqlOutboxStore {
             .filter_map(|(r, _)| r.key())
             .collect();
         let locked = heads::lock_existing(&mut tx, &self.names, &keys, OP).await?;
+        let retry_sql = self.names.sql(include_str!("sql/nack_retry.sql"));
         for (row, nack, delay) in &retry {
-            sqlx::query(AssertSqlSafe(format!(
-                "UPDATE {} SET status = 'pending', available_at = ?, last_error = ?, \
-                 claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, updated_at = ? \
-                 WHERE seq = ?",
-                self.names.messages
-            )))
-            .bind(now.saturating_add(*delay).as_millis())
-            .bind(&nack.error)
-            .bind(now.as_millis())
-            .bind(row.seq)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db_error(OP, e))?;
+            sqlx::query(AssertSqlSafe(retry_sql.as_str()))
+                .bind(now.saturating_add(*delay).as_millis())
+                .bind(&nack.error)
+                .bind(now.as_millis())
+                .bind(row.seq)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db_error(OP, e))?;
         }
+        // One statement per row: each has its own error.
         for (row, nack) in &dead {
-            sqlx::query(AssertSqlSafe(format!(
-                "UPDATE {} SET status = 'dead_letter', last_error = ?, claimed_by = NULL, \
-                 claim_token = NULL, lease_expires_at = NULL, key_head = 0, updated_at = ? \
-                 WHERE seq = ?",
-                self.names.messages
-            )))
-            .bind(&nack.error)
-            .bind(now.as_millis())
-            .bind(row.seq)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db_error(OP, e))?;
+            InList::new(self.names.sql(include_str!("sql/dead_letter.sql")))
+                .bind(&nack.error)
+                .bind(now.as_millis())
+                .execute(&mut tx, &[row.seq], OP)
+                .await?;
         }
         heads::refresh(&mut tx, &self.names, &locked, OP).await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
@@ -276,14 +257,11 @@ impl MysqlOutboxStore {
         let held = held(&mut tx, &self.names, claims.iter().map(|c| c.outbox_id), OP).await?;
         let applied = fence(&held, claims);
         let seqs: Vec<i64> = applied.iter().flatten().map(|r| r.seq).collect();
-        InList::new(format!(
-            "UPDATE {} SET lease_expires_at = ?, updated_at = ? WHERE seq IN (?)",
-            self.names.messages
-        ))
-        .bind(now.saturating_add(lease).as_millis())
-        .bind(now.as_millis())
-        .execute(&mut tx, &seqs, OP)
-        .await?;
+        InList::new(self.names.sql(include_str!("sql/extend.sql")))
+            .bind(now.saturating_add(lease).as_millis())
+            .bind(now.as_millis())
+            .execute(&mut tx, &seqs, OP)
+            .await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
         Ok(outcomes(&applied))
     }
@@ -302,16 +280,11 @@ impl MysqlOutboxStore {
         let held = held(&mut tx, &self.names, claims.iter().map(|c| c.outbox_id), OP).await?;
         let applied = fence(&held, claims);
         let seqs: Vec<i64> = applied.iter().flatten().map(|r| r.seq).collect();
-        InList::new(format!(
-            "UPDATE {} SET status = 'pending', available_at = ?, \
-             attempt_count = IF(attempt_count > 0, attempt_count - 1, 0), claimed_by = NULL, \
-             claim_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE seq IN (?)",
-            self.names.messages
-        ))
-        .bind(now.as_millis())
-        .bind(now.as_millis())
-        .execute(&mut tx, &seqs, OP)
-        .await?;
+        InList::new(self.names.sql(include_str!("sql/release.sql")))
+            .bind(now.as_millis())
+            .bind(now.as_millis())
+            .execute(&mut tx, &seqs, OP)
+            .await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
         let lanes = applied
             .iter()

@@ -235,15 +235,9 @@ async fn mark_and_record(
     seqs: &[i64],
     op: StoreOp,
 ) -> Result<(), StoreError> {
-    InList::new(format!(
-        "UPDATE {m} m JOIN {k} k ON k.lane = m.lane AND k.target = m.target \
-         AND k.ordering_key = m.ordering_key \
-         SET m.key_head = 1, k.head_seq = m.seq WHERE m.seq IN (?)",
-        m = names.messages,
-        k = names.keys,
-    ))
-    .execute(conn, seqs, op)
-    .await?;
+    InList::new(names.sql(include_str!("sql/mark_heads.sql")))
+        .execute(conn, seqs, op)
+        .await?;
     Ok(())
 }
 
@@ -254,12 +248,9 @@ async fn clear_mark(
     seqs: &[i64],
     op: StoreOp,
 ) -> Result<(), StoreError> {
-    InList::new(format!(
-        "UPDATE {} SET key_head = 0 WHERE seq IN (?) AND key_head <> 0",
-        names.messages
-    ))
-    .execute(conn, seqs, op)
-    .await?;
+    InList::new(names.sql(include_str!("sql/clear_marks.sql")))
+        .execute(conn, seqs, op)
+        .await?;
     Ok(())
 }
 

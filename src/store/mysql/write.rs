@@ -253,12 +253,9 @@ async fn read_seqs(
 ) -> Result<HashMap<Uuid, i64>, StoreError> {
     let ids: Vec<Uuid> = rows.iter().map(|row| row.outbox_id).collect();
     let mut seqs = HashMap::with_capacity(rows.len());
-    for row in InList::new(format!(
-        "SELECT outbox_id, seq FROM {} WHERE outbox_id IN (?)",
-        names.messages
-    ))
-    .fetch(conn, &ids, OP)
-    .await?
+    for row in InList::new(names.sql(include_str!("sql/fresh_seqs.sql")))
+        .fetch(conn, &ids, OP)
+        .await?
     {
         let id: Uuid = row.try_get("outbox_id").map_err(|e| db_error(OP, e))?;
         let seq: i64 = row.try_get("seq").map_err(|e| db_error(OP, e))?;

@@ -69,25 +69,3 @@ fn each_file_takes_the_lock_and_records_its_version_last() {
         }
     }
 }
-
-/// The prefix reaches every table because the files quote every table name (and
-/// nothing else): no table name appears unquoted outside comments.
-#[test]
-fn the_files_quote_every_table_name() {
-    for (version, text) in between(0, latest_version()) {
-        for statement in sql::statements(text) {
-            let unquoted = statement
-                .split('`')
-                .step_by(2)
-                .collect::<Vec<_>>()
-                .join(" ");
-            for table in sql::TABLES {
-                let name = format!("outbox_{table}");
-                assert!(
-                    !unquoted.contains(&format!(" {name}")),
-                    "V{version}: {name} unquoted in {statement}"
-                );
-            }
-        }
-    }
-}

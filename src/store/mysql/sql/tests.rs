@@ -76,3 +76,53 @@ fn a_script_splits_at_semicolons_outside_quotes_and_comments() {
         vec!["'starts with a string'"]
     );
 }
+
+/// Every `.sql` file of `dir` (under the crate's root): (name, text).
+fn sql_files(dir: &str) -> Vec<(String, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "sql"))
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&path).unwrap())
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{}", dir.display());
+    files
+}
+
+/// The prefix reaches every table because the files quote every table name (and the
+/// renaming reads nothing else): no table name of the default prefix is left outside
+/// backquotes in code.
+#[test]
+fn the_sql_files_quote_every_table_name() {
+    for (name, text) in sql_files("migrations/mysql")
+        .into_iter()
+        .chain(sql_files("src/store/mysql/sql"))
+    {
+        for piece in pieces(&text) {
+            if let Piece::Code(code) = piece {
+                for table in TABLES {
+                    let unquoted = format!("{DEFAULT_TABLE_PREFIX}_{table}");
+                    assert!(!code.contains(&unquoted), "{name}: {unquoted} unquoted");
+                }
+            }
+        }
+        let renamed = for_prefix(&text, "shop");
+        for statement in statements(&renamed) {
+            assert!(!statement.contains("`outbox_"), "{name}: {statement}");
+        }
+    }
+}
+
+/// A statement file holds one statement, with at most one list (`in_list.rs`).
+#[test]
+fn each_statement_file_is_one_statement() {
+    for (name, text) in sql_files("src/store/mysql/sql") {
+        assert_eq!(statements(&text).len(), 1, "{name}");
+        assert!(text.matches("IN (?)").count() <= 1, "{name}");
+    }
+}
