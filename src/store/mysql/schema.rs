@@ -36,10 +36,6 @@ pub(super) struct Names {
     /// `{prefix}_keys`: one row per ordering key with live messages, the key's lock and
     /// its head's sequence.
     pub(super) keys: String,
-    /// `{prefix}_lane_control`.
-    pub(super) lane_control: String,
-    /// `{prefix}_served_lanes`.
-    pub(super) served_lanes: String,
     /// `{prefix}_migrations`.
     pub(super) migrations: String,
     /// Set once, by the store's probe before its first transaction (`MysqlOutboxStore::dialect`).
@@ -53,8 +49,6 @@ impl Names {
             prefix: prefix.to_owned(),
             messages: quoted("messages"),
             keys: quoted("keys"),
-            lane_control: quoted("lane_control"),
-            served_lanes: quoted("served_lanes"),
             migrations: quoted("migrations"),
             dialect: Arc::new(OnceLock::new()),
         }
