@@ -25,8 +25,9 @@ use super::sql;
 /// adds `_lane_control` (or `_served_lanes`).
 pub const MAX_TABLE_PREFIX_LEN: usize = 40;
 
-/// The quoted names of one outbox's tables, and the dialect of the server they are on:
-/// what the text of a statement depends on.
+/// What the text of one outbox's statements depends on: its prefix (which [`Self::sql`]
+/// gives the `.sql` files), the quoted names of the two tables that statements built in
+/// Rust name, and the dialect of the server.
 #[derive(Debug, Clone)]
 pub(super) struct Names {
     /// The prefix, unquoted.
@@ -36,8 +37,6 @@ pub(super) struct Names {
     /// `{prefix}_keys`: one row per ordering key with live messages, the key's lock and
     /// its head's sequence.
     pub(super) keys: String,
-    /// `{prefix}_migrations`.
-    pub(super) migrations: String,
     /// Set once, by the store's probe before its first transaction (`MysqlOutboxStore::dialect`).
     dialect: Arc<OnceLock<Dialect>>,
 }
@@ -49,7 +48,6 @@ impl Names {
             prefix: prefix.to_owned(),
             messages: quoted("messages"),
             keys: quoted("keys"),
-            migrations: quoted("migrations"),
             dialect: Arc::new(OnceLock::new()),
         }
     }
@@ -201,10 +199,9 @@ async fn applied_on(
     if exists == 0 {
         return Ok(None);
     }
-    sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT MAX(version) FROM {}",
-        names.migrations
-    )))
+    sqlx::query_scalar(AssertSqlSafe(
+        names.sql(include_str!("sql/applied_version.sql")),
+    ))
     .fetch_one(conn)
     .await
     .map_err(|e| db_error(StoreOp::Migrate, e))
