@@ -1,21 +1,9 @@
--- outbox-relay MySQL schema migration 1: messages and keys.
--- Written for the table prefix `outbox`: `outbox-relay migrate --print-sql` prints it for
--- the configured one (only the quoted table names `outbox_…` and the string 'outbox' change).
--- MySQL commits each DDL statement on its own, so this is no transaction: it holds the
--- named lock of the prefix's migrations, every statement is idempotent and the version is
--- recorded last: a run cut short can be run again, and a second run of a finished file
--- fails on its version, having changed nothing.
+-- outbox-relay MySQL schema migration 1: messages and keys, for the prefix outbox.
+-- Generated from the code, which runs the same statements; do not edit.
+-- MySQL commits each DDL statement on its own: every statement is idempotent
+-- and the version is recorded last, so a run cut short can be run again.
 SELECT GET_LOCK(CONCAT('outbox-relay migrate ', DATABASE(), '.', 'outbox'), 30);
 CREATE TABLE IF NOT EXISTS `outbox_migrations` (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL) ENGINE = InnoDB;
--- The messages.
--- - Names and keys are VARBINARY: compared byte for byte, as every other store does (a
---   `_bin` collation would still ignore trailing spaces under PAD SPACE).
--- - payload and headers are the exact JSON text (utf8mb4_bin).
--- - ready_at and lapse_at are the claim's two indexes: NULL for every row the claim must
---   not see, so a range on them skips the finished tail (src/store/mysql.rs).
--- - by_key (lane, target, ordering_key, status, seq) answers every per-key probe (a key's
---   first pending, first claimed, first dead letter) in one index dive.
--- - pending serves the oldest-pending age and finished the purge.
 CREATE TABLE IF NOT EXISTS `outbox_messages` (
     seq BIGINT NOT NULL AUTO_INCREMENT,
     outbox_id BINARY(16) NOT NULL,
@@ -49,8 +37,6 @@ CREATE TABLE IF NOT EXISTS `outbox_messages` (
     KEY pending (lane, target, status, available_at, created_at),
     KEY finished (status, updated_at)
 ) ENGINE = InnoDB;
--- The keys: one row per ordering key with live messages, the key's lock and its head's
--- sequence (src/store/mysql/heads.rs).
 CREATE TABLE IF NOT EXISTS `outbox_keys` (
     lane VARBINARY(255) NOT NULL,
     target VARBINARY(255) NOT NULL,

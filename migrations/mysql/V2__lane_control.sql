@@ -1,8 +1,9 @@
--- outbox-relay MySQL schema migration 2: lane control.
--- Written for the table prefix `outbox` and run as it is: see V1's header.
+-- outbox-relay MySQL schema migration 2: lane control, for the prefix outbox.
+-- Generated from the code, which runs the same statements; do not edit.
+-- MySQL commits each DDL statement on its own: every statement is idempotent
+-- and the version is recorded last, so a run cut short can be run again.
 SELECT GET_LOCK(CONCAT('outbox-relay migrate ', DATABASE(), '.', 'outbox'), 30);
 CREATE TABLE IF NOT EXISTS `outbox_migrations` (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL) ENGINE = InnoDB;
--- One row per (lane, target) paused for every relay on the database.
 CREATE TABLE IF NOT EXISTS `outbox_lane_control` (
     lane VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     target VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,

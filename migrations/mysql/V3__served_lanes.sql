@@ -1,9 +1,9 @@
--- outbox-relay MySQL schema migration 3: served lanes.
--- Written for the table prefix `outbox` and run as it is: see V1's header.
+-- outbox-relay MySQL schema migration 3: served lanes, for the prefix outbox.
+-- Generated from the code, which runs the same statements; do not edit.
+-- MySQL commits each DDL statement on its own: every statement is idempotent
+-- and the version is recorded last, so a run cut short can be run again.
 SELECT GET_LOCK(CONCAT('outbox-relay migrate ', DATABASE(), '.', 'outbox'), 30);
 CREATE TABLE IF NOT EXISTS `outbox_migrations` (version BIGINT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL) ENGINE = InnoDB;
--- Until when a running relay serves each (lane, target) (src/store/served.rs), in
--- milliseconds on the store's clock; names as the messages table has them.
 CREATE TABLE IF NOT EXISTS `outbox_served_lanes` (
     lane VARBINARY(255) NOT NULL,
     target VARBINARY(255) NOT NULL,

@@ -20,6 +20,7 @@ use crate::store::{StoreError, StoreOp};
 use super::dialect::Dialect;
 use super::row::db_error;
 use super::sql;
+use super::DEFAULT_TABLE_PREFIX;
 
 /// The longest table prefix: MySQL names are at most 64 characters, and the longest table
 /// adds `_lane_control` (or `_served_lanes`).
@@ -96,8 +97,24 @@ pub(super) fn validate_table_prefix(prefix: &str) -> Result<(), ValidationError>
 }
 
 /// Every migration, in order (version 1 first): the files DBAs run, written for the prefix
-/// `outbox` (`sql.rs`). Shipped files never change; a new version is a new file.
+/// `outbox` (`sql.rs`). A shipped file never changes, to the byte (tools such as Flyway and
+/// `sqlx migrate` checksum what they applied; so 1 to 3 keep the header that calls them
+/// generated, from before the files were the source); a new version is a new file.
 /// `tests/migration_files.rs` checks that the directory holds these and no other.
+///
+/// What the tables hold:
+/// - Names and keys are `VARBINARY`: compared byte for byte, as every other store does (a
+///   `_bin` collation would still ignore trailing spaces under `PAD SPACE`).
+/// - `payload` and `headers` are the exact JSON text (`utf8mb4_bin`).
+/// - `ready_at` and `lapse_at` are the claim's two indexes: `NULL` for every row the claim
+///   must not see, so a range on them skips the finished tail (module docs of the store).
+/// - The messages' `by_key` index (lane, target, ordering_key, status, seq) answers every
+///   per-key probe (a key's first pending, first claimed, first dead letter) in one index
+///   dive; `pending` serves the oldest-pending age and `finished` the purge.
+/// - `{prefix}_keys`: one row per ordering key with live messages (`heads.rs`).
+/// - `{prefix}_lane_control` (2): one row per (lane, target) paused for every relay.
+/// - `{prefix}_served_lanes` (3): until when a running relay serves each (lane, target)
+///   (`store/served.rs`), in milliseconds on the store's clock.
 const MIGRATIONS: &[&str] = &[
     include_str!("../../../migrations/mysql/V1__messages_and_keys.sql"),
     include_str!("../../../migrations/mysql/V2__lane_control.sql"),
@@ -132,10 +149,18 @@ fn between(from: i64, to: i64) -> impl Iterator<Item = (i64, &'static str)> {
 /// The SQL of the migrations after `from` up to `to`, for `names`' prefix: the files, as
 /// [`migrate`] runs them.
 pub(super) fn script(names: &Names, from: i64, to: i64) -> String {
-    between(from, to)
+    let files = between(from, to)
         .map(|(_, text)| names.sql(text))
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    if files.is_empty() || names.prefix == DEFAULT_TABLE_PREFIX {
+        return files;
+    }
+    // The files' comments name the default prefix; their statements name this one.
+    format!(
+        "-- The files of migrations/mysql/ for the table prefix {}.\n{files}",
+        names.prefix
+    )
 }
 
 /// Brings the tables to the newest version: under the migration lock, runs each file the

@@ -27,6 +27,10 @@ fn the_script_is_the_files_for_the_prefix() {
         .find("INSERT INTO `shop_migrations` (version, applied_at) VALUES (1,")
         .unwrap();
     assert!(table < recorded, "{text}");
+    assert!(
+        text.starts_with("-- The files of migrations/mysql/ for the table prefix shop.\n"),
+        "{text}"
+    );
     for statement in sql::statements(&text) {
         assert!(!statement.contains("`outbox_"), "{statement}");
     }
