@@ -1,7 +1,7 @@
-//! The store's SQL as text: the files (`migrations/mysql/`) are written for the default
-//! table prefix `outbox`, so a DBA runs them as they are; [`for_prefix`] makes them the
-//! configured prefix's, and [`statements`] splits a file into the statements the store
-//! sends one by one.
+//! The store's SQL as text: the migrations (`migrations/mysql/`) and the statements in
+//! `sql/` are written for the default table prefix `outbox`, so a DBA runs them as they
+//! are; [`for_prefix`] makes them the configured prefix's, and [`statements`] splits a
+//! migration into the statements the store sends one by one.
 //!
 //! Both read the text the way the server does: backquoted names, quoted strings and
 //! comments are each one piece, so a `;` or an `outbox_` inside them is not taken for
