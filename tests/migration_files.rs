@@ -44,16 +44,6 @@ fn slug(name: &str) -> String {
 /// The files the code gives: (file name, text), one per version.
 fn expected_files(kind: &str) -> Vec<(String, String)> {
     match kind {
-        "mysql" => (1..=MysqlOutboxStore::latest_schema_version())
-            .map(|v| {
-                let text = MysqlOutboxStore::migration_sql("outbox", v - 1, v).unwrap();
-                // "-- outbox-relay MySQL schema migration 2: lane control, for …" → lane_control
-                let first = text.lines().next().unwrap();
-                let name = first.split_once(&format!("migration {v}: ")).unwrap().1;
-                let name = name.split([',', ':', '.']).next().unwrap();
-                (format!("V{v}__{}.sql", slug(name)), text)
-            })
-            .collect(),
         _ => (1..=SqliteOutboxStore::latest_schema_version())
             .map(|v| {
                 let text = SqliteOutboxStore::migration_sql("", v - 1, v).unwrap();
@@ -138,9 +128,47 @@ fn the_checked_in_sqlite_files_are_the_codes_migrations() {
     check_files("sqlite");
 }
 
+/// The MySQL files are the source the store includes: every file of the directory, in
+/// version order, is the migration of its version (no file left out, none out of order).
 #[test]
-fn the_checked_in_mysql_files_are_the_codes_migrations() {
-    check_files("mysql");
+fn the_mysql_directory_holds_the_migrations_the_store_runs() {
+    let files = mysql_files();
+    let versions: Vec<i64> = (1..=MysqlOutboxStore::latest_schema_version()).collect();
+    assert_eq!(
+        files.iter().map(|(v, _, _)| *v).collect::<Vec<_>>(),
+        versions,
+        "{}: V1__… to V{}__…, one file each",
+        migrations_dir("mysql").display(),
+        versions.len()
+    );
+    for (version, name, text) in files {
+        assert_eq!(
+            MysqlOutboxStore::migration_sql("outbox", version - 1, version).unwrap(),
+            text,
+            "{name} is not the store's migration {version}: list it in src/store/mysql/schema.rs"
+        );
+    }
+}
+
+/// The MySQL files, in version order: (version, file name, text).
+fn mysql_files() -> Vec<(i64, String, String)> {
+    let dir = migrations_dir("mysql");
+    let mut files: Vec<(i64, String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".sql"))
+        .map(|name| {
+            let version = name
+                .strip_prefix('V')
+                .and_then(|rest| rest.split_once("__"))
+                .and_then(|(n, _)| n.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: not V<n>__<what>.sql"));
+            let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+            (version, name, text)
+        })
+        .collect();
+    files.sort();
+    files
 }
 
 #[path = "support/mysql.rs"]
@@ -209,7 +237,7 @@ async fn mysql_tables(pool: &sqlx::MySqlPool) -> Vec<String> {
 async fn the_mysql_files_give_the_schema_migrate_gives() {
     let by_files = mysql_support::TestDatabase::create().await;
     let by_code = mysql_support::TestDatabase::create().await;
-    for (name, text) in expected_files("mysql") {
+    for (_, name, text) in mysql_files() {
         mysql_client(&by_files.name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let code_store = mysql_support::open(&by_code, MysqlConfig::default()).await;
@@ -231,7 +259,7 @@ async fn the_mysql_files_give_the_schema_migrate_gives() {
     let request = ClaimRequest::new("l", "t", 10, std::time::Duration::from_secs(5), "r");
     assert_eq!(outbox.claim(&request).await.unwrap().messages.len(), 1);
 
-    let (name, first) = &expected_files("mysql")[0];
+    let (_, name, first) = &mysql_files()[0];
     let again = mysql_client(&by_files.name, first);
     assert!(
         again.as_ref().is_err_and(|e| e.contains("Duplicate entry")),

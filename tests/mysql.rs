@@ -5,7 +5,7 @@
 //! server is unreachable. Each test creates a database of its own and drops it. In `mysql/`: the differential run
 //! against the in-memory reference store (`differential.rs`), the EXPLAIN guards on the
 //! claim's cost (`plans.rs`) and on a scanning listing's (`list_plans.rs`), wake-ups and
-//! pickup latency (`wakeups.rs`), and the caller's transaction with the key-head lock
+//! pickup latency (`wakeups.rs`), the migrations' runs (`migrate.rs`), and the caller's transaction with the key-head lock
 //! (`caller_tx.rs`).
 #![cfg(feature = "mysql")]
 
@@ -21,6 +21,8 @@ mod differential_support;
 #[cfg(feature = "plans")]
 #[path = "mysql/list_plans.rs"]
 mod list_plans;
+#[path = "mysql/migrate.rs"]
+mod migrate;
 #[cfg(feature = "plans")]
 #[path = "mysql/plans.rs"]
 mod plans;

@@ -90,11 +90,13 @@ mod dialect;
 mod explain;
 mod fenced;
 mod heads;
+mod in_list;
 mod lane_control;
 mod list;
 mod row;
 mod schema;
 mod served;
+mod sql;
 mod watch;
 mod write;
 
@@ -274,8 +276,8 @@ impl MysqlOutboxStore {
     }
 
     /// The SQL of the migrations after version `from` up to version `to`, for the table
-    /// prefix `prefix`: the statements [`Self::migrate`] runs, for a DBA to read or run with
-    /// their own tool. `to` is at most [`Self::latest_schema_version`]; an empty range gives
+    /// prefix `prefix`: the files in `migrations/mysql/` with the prefix's table names,
+    /// whose statements [`Self::migrate`] runs, for a DBA to read or run with their own tool. `to` is at most [`Self::latest_schema_version`]; an empty range gives
     /// an empty text.
     ///
     /// ```

@@ -13,6 +13,7 @@ use crate::store::{
 };
 
 use super::heads::{self, Key};
+use super::in_list::InList;
 use super::row::{db_error, decode, marks, opt_text, status_word, text, COLUMNS};
 use super::MysqlOutboxStore;
 
@@ -325,19 +326,11 @@ impl MysqlOutboxStore {
             lanes.push((lane, target));
         }
         let locked = heads::lock(&mut tx, &self.names, &keys, OP).await?;
-        for chunk in seqs.chunks(500) {
-            let sql = format!(
-                "UPDATE {} SET status = 'pending', attempt_count = 0, available_at = ?, \
-                 updated_at = ?, key_head = 0 WHERE seq IN ({})",
-                self.names.messages,
-                marks(chunk.len())
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql)).bind(now).bind(now);
-            for seq in chunk {
-                query = query.bind(seq);
-            }
-            query.execute(&mut *tx).await.map_err(|e| db_error(OP, e))?;
-        }
+        InList::new(self.names.sql(include_str!("sql/requeue.sql")))
+            .bind(now)
+            .bind(now)
+            .execute(&mut tx, &seqs, OP)
+            .await?;
         heads::refresh(&mut tx, &self.names, &locked, OP).await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
         Ok(LaneCount::tally(lanes))

@@ -29,6 +29,7 @@ use crate::store::{
 use crate::time::UnixMillis;
 
 use super::heads::{self, Key};
+use super::in_list::InList;
 use super::row::{claimed, db_error, marks, opt_text, ClaimUpdate, COLUMNS};
 use super::schema::Names;
 use super::MysqlOutboxStore;
@@ -170,27 +171,23 @@ async fn scan(
         .collect()
 }
 
-/// The gate's statement for keys under a running lease; binds lane, target, the `n` keys
-/// and now.
-pub(super) fn running_sql(names: &Names, n: usize) -> String {
-    format!(
-        "SELECT DISTINCT ordering_key FROM {} FORCE INDEX (by_key) WHERE lane = ? AND target = ? \
-         AND ordering_key IN ({}) AND status = 'claimed' AND lease_expires_at > ?",
-        names.messages,
-        marks(n)
-    )
+/// The gate's statement for keys under a running lease, of (lane, target) at `now`.
+pub(super) fn running_keys<'a>(
+    names: &Names,
+    (lane, target): (&'a str, &'a str),
+    now: UnixMillis,
+) -> InList<'a> {
+    InList::new(names.sql(include_str!("sql/running_keys.sql")))
+        .bind(lane)
+        .bind(target)
+        .bind_after(now.as_millis())
 }
 
-/// The gate's statement for each key's first dead letter; binds lane, target and the `n`
-/// keys.
-pub(super) fn first_dead_sql(names: &Names, n: usize) -> String {
-    format!(
-        "SELECT ordering_key, MIN(seq) AS first FROM {} FORCE INDEX (by_key) \
-         WHERE lane = ? AND target = ? AND ordering_key IN ({}) \
-         AND status = 'dead_letter' GROUP BY ordering_key",
-        names.messages,
-        marks(n)
-    )
+/// The gate's statement for each key's first dead letter, of (lane, target).
+pub(super) fn first_dead<'a>(names: &Names, (lane, target): (&'a str, &'a str)) -> InList<'a> {
+    InList::new(names.sql(include_str!("sql/first_dead.sql")))
+        .bind(lane)
+        .bind(target)
 }
 
 /// Where each of `n` key runs must stop; binds lane, target, key and head seq per key.
@@ -259,31 +256,19 @@ impl Gates {
         if keys.is_empty() {
             return Ok(gates);
         }
-        let sql = running_sql(names, keys.len());
-        let mut query = sqlx::query(AssertSqlSafe(sql)).bind(lane).bind(target);
-        for key in keys {
-            query = query.bind(*key);
-        }
-        for row in query
-            .bind(now.as_millis())
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| db_error(op, e))?
+        let keys: Vec<&str> = keys.iter().copied().collect();
+        for row in running_keys(names, (lane, target), now)
+            .fetch(conn, &keys, op)
+            .await?
         {
             if let Ok(Some(key)) = opt_text(&row, "ordering_key") {
                 gates.running.insert(key);
             }
         }
         if ordering == OrderingPolicy::Block {
-            let sql = first_dead_sql(names, keys.len());
-            let mut query = sqlx::query(AssertSqlSafe(sql)).bind(lane).bind(target);
-            for key in keys {
-                query = query.bind(*key);
-            }
-            for row in query
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(|e| db_error(op, e))?
+            for row in first_dead(names, (lane, target))
+                .fetch(conn, &keys, op)
+                .await?
             {
                 let first: i64 = row.try_get("first").map_err(|e| db_error(op, e))?;
                 if let Ok(Some(key)) = opt_text(&row, "ordering_key") {
@@ -491,23 +476,12 @@ async fn claim(
             heads::refresh(conn, names, &held, OP).await?;
         }
         if !sorted.held_back.is_empty() {
-            let sql = format!(
-                "UPDATE {} SET status = 'pending', attempt_count = attempt_count - 1, \
-                 available_at = ?, claimed_by = NULL, claim_token = NULL, \
-                 lease_expires_at = NULL, updated_at = ? WHERE outbox_id IN ({})",
-                names.messages,
-                marks(sorted.held_back.len())
-            );
-            let mut query = sqlx::query(AssertSqlSafe(sql))
+            let ids: Vec<Uuid> = sorted.held_back.iter().map(|c| c.outbox_id).collect();
+            InList::new(names.sql(include_str!("sql/held_back.sql")))
                 .bind(now.as_millis())
-                .bind(now.as_millis());
-            for claim in &sorted.held_back {
-                query = query.bind(claim.outbox_id);
-            }
-            query
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| db_error(OP, e))?;
+                .bind(now.as_millis())
+                .execute(conn, &ids, OP)
+                .await?;
         }
     }
 
@@ -651,23 +625,11 @@ pub(super) async fn dead_letter(
     op: StoreOp,
 ) -> Result<(), StoreError> {
     let held = heads::lock_existing(conn, names, keys, op).await?;
-    let sql = format!(
-        "UPDATE {} SET status = 'dead_letter', last_error = ?, claimed_by = NULL, \
-         claim_token = NULL, lease_expires_at = NULL, key_head = 0, updated_at = ? \
-         WHERE seq IN ({})",
-        names.messages,
-        marks(seqs.len())
-    );
-    let mut query = sqlx::query(AssertSqlSafe(sql))
+    InList::new(names.sql(include_str!("sql/dead_letter.sql")))
         .bind(error)
-        .bind(now.as_millis());
-    for seq in seqs {
-        query = query.bind(seq);
-    }
-    query
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| db_error(op, e))?;
+        .bind(now.as_millis())
+        .execute(conn, seqs, op)
+        .await?;
     heads::refresh(conn, names, &held, op).await
 }
 

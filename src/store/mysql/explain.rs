@@ -16,9 +16,7 @@ use serde_json::Value;
 
 use crate::store::{ClaimRequest, MessageFilter, PageRequest, StoreError, StoreOp};
 
-use super::claim::{
-    first_dead_sql, next_lapse_sql, run_sql, running_sql, scan_sql, stops_sql, Scan,
-};
+use super::claim::{first_dead, next_lapse_sql, run_sql, running_keys, scan_sql, stops_sql, Scan};
 use super::row::{db_error, opt_text};
 use super::{Dialect, MysqlOutboxStore};
 
@@ -230,31 +228,22 @@ impl MysqlOutboxStore {
             });
         }
         let n = heads.len();
-        let sql = running_sql(&self.names, n);
-        let mut query = sqlx::query(AssertSqlSafe(format!("{prefix} {sql}")))
-            .bind(lane)
-            .bind(target);
-        for (key, _) in &heads {
-            query = query.bind(key.as_str());
+        let keys: Vec<&str> = heads.iter().map(|(key, _)| key.as_str()).collect();
+        for (statement, list) in [
+            (
+                "running_keys",
+                running_keys(&self.names, (lane, target), now),
+            ),
+            ("first_dead", first_dead(&self.names, (lane, target))),
+        ] {
+            let sql = list.sql(n);
+            let query = list.query(format!("{prefix} {sql}"), &keys);
+            plans.push(ClaimPlan {
+                statement,
+                plan: plan_of(query.fetch_one(&mut *conn).await, OP)?,
+                sql,
+            });
         }
-        let query = query.bind(now.as_millis());
-        plans.push(ClaimPlan {
-            statement: "running_keys",
-            plan: plan_of(query.fetch_one(&mut *conn).await, OP)?,
-            sql,
-        });
-        let sql = first_dead_sql(&self.names, n);
-        let mut query = sqlx::query(AssertSqlSafe(format!("{prefix} {sql}")))
-            .bind(lane)
-            .bind(target);
-        for (key, _) in &heads {
-            query = query.bind(key.as_str());
-        }
-        plans.push(ClaimPlan {
-            statement: "first_dead",
-            plan: plan_of(query.fetch_one(&mut *conn).await, OP)?,
-            sql,
-        });
         let sql = stops_sql(&self.names, n, request.ordering);
         let mut query = sqlx::query(AssertSqlSafe(format!("{prefix} {sql}")));
         for (key, seq) in &heads {

@@ -17,7 +17,8 @@ use crate::time::UnixMillis;
 
 use super::claim;
 use super::heads::{self, Key};
-use super::row::{db_error, marks, opt_text, text};
+use super::in_list::InList;
+use super::row::{db_error, opt_text, text};
 use super::schema::Names;
 use super::MysqlOutboxStore;
 
@@ -49,48 +50,34 @@ async fn held(
     claims: impl Iterator<Item = Uuid>,
     op: StoreOp,
 ) -> Result<HashMap<Uuid, Held>, StoreError> {
-    let ids: BTreeSet<Uuid> = claims.collect();
+    let ids: Vec<Uuid> = claims.collect::<BTreeSet<Uuid>>().into_iter().collect();
     let mut held = HashMap::with_capacity(ids.len());
-    let ids: Vec<Uuid> = ids.into_iter().collect();
-    for chunk in ids.chunks(500) {
-        let sql = format!(
-            "SELECT seq, outbox_id, lane, target, ordering_key, status, claim_token, key_head, \
-             attempt_count, max_attempts FROM {} WHERE outbox_id IN ({}) ORDER BY seq FOR UPDATE",
-            names.messages,
-            marks(chunk.len())
+    let rows = InList::new(names.sql(include_str!("sql/fenced_rows.sql")))
+        .fetch(conn, &ids, op)
+        .await?;
+    for row in rows {
+        let get = |e| db_error(op, e);
+        let corrupt = |bad| StoreError::Corrupt {
+            id: "?".into(),
+            reason: format!("{op}: {bad:?}"),
+        };
+        let id: Uuid = row.try_get("outbox_id").map_err(get)?;
+        let status: String = row.try_get("status").map_err(get)?;
+        let key_head: i8 = row.try_get("key_head").map_err(get)?;
+        held.insert(
+            id,
+            Held {
+                seq: row.try_get("seq").map_err(get)?,
+                lane: text(&row, "lane").map_err(corrupt)?,
+                target: text(&row, "target").map_err(corrupt)?,
+                key: opt_text(&row, "ordering_key").map_err(corrupt)?,
+                claimed: status == "claimed",
+                token: row.try_get("claim_token").map_err(get)?,
+                key_head: key_head == 1,
+                attempts: row.try_get("attempt_count").map_err(get)?,
+                max_attempts: row.try_get("max_attempts").map_err(get)?,
+            },
         );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for id in chunk {
-            query = query.bind(id);
-        }
-        for row in query
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| db_error(op, e))?
-        {
-            let get = |e| db_error(op, e);
-            let corrupt = |bad| StoreError::Corrupt {
-                id: "?".into(),
-                reason: format!("{op}: {bad:?}"),
-            };
-            let id: Uuid = row.try_get("outbox_id").map_err(get)?;
-            let status: String = row.try_get("status").map_err(get)?;
-            let key_head: i8 = row.try_get("key_head").map_err(get)?;
-            held.insert(
-                id,
-                Held {
-                    seq: row.try_get("seq").map_err(get)?,
-                    lane: text(&row, "lane").map_err(corrupt)?,
-                    target: text(&row, "target").map_err(corrupt)?,
-                    key: opt_text(&row, "ordering_key").map_err(corrupt)?,
-                    claimed: status == "claimed",
-                    token: row.try_get("claim_token").map_err(get)?,
-                    key_head: key_head == 1,
-                    attempts: row.try_get("attempt_count").map_err(get)?,
-                    max_attempts: row.try_get("max_attempts").map_err(get)?,
-                },
-            );
-        }
     }
     Ok(held)
 }
@@ -117,32 +104,6 @@ fn outcomes(applied: &[Option<&Held>]) -> Vec<ClaimOutcome> {
             None => ClaimOutcome::LostClaim,
         })
         .collect()
-}
-
-/// Runs `sql` with `binds` first, then the sequences.
-async fn by_seq(
-    conn: &mut MySqlConnection,
-    sql_before_in: &str,
-    seqs: &[i64],
-    binds: &[i64],
-    op: StoreOp,
-) -> Result<(), StoreError> {
-    if seqs.is_empty() {
-        return Ok(());
-    }
-    let sql = format!("{sql_before_in} ({})", marks(seqs.len()));
-    let mut query = sqlx::query(AssertSqlSafe(sql));
-    for b in binds {
-        query = query.bind(b);
-    }
-    for seq in seqs {
-        query = query.bind(seq);
-    }
-    query
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| db_error(op, e))?;
-    Ok(())
 }
 
 /// Acks `claims` on `conn`, inside the caller's transaction: marks each row still held
@@ -173,33 +134,13 @@ pub(super) async fn ack_on(
         .collect();
     let locked = heads::lock_existing(conn, names, &keys, OP).await?;
     let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
-    match mode {
-        AckMode::Delete => {
-            by_seq(
-                conn,
-                &format!("DELETE FROM {} WHERE seq IN", names.messages),
-                &seqs,
-                &[],
-                OP,
-            )
-            .await?
-        }
-        AckMode::KeepDelivered => {
-            by_seq(
-                conn,
-                &format!(
-                    "UPDATE {} SET status = 'delivered', delivered_at = ?, updated_at = ?, \
-                     claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, key_head = 0 \
-                     WHERE seq IN",
-                    names.messages
-                ),
-                &seqs,
-                &[now.as_millis(), now.as_millis()],
-                OP,
-            )
-            .await?
-        }
-    }
+    let write = match mode {
+        AckMode::Delete => InList::new(names.sql(include_str!("sql/ack_delete.sql"))),
+        AckMode::KeepDelivered => InList::new(names.sql(include_str!("sql/ack_delivered.sql")))
+            .bind(now.as_millis())
+            .bind(now.as_millis()),
+    };
+    write.execute(conn, &seqs, OP).await?;
     heads::refresh(conn, names, &locked, OP).await?;
     Ok(outcomes(&applied))
 }
@@ -278,34 +219,24 @@ impl MysqlOutboxStore {
             .filter_map(|(r, _)| r.key())
             .collect();
         let locked = heads::lock_existing(&mut tx, &self.names, &keys, OP).await?;
+        let retry_sql = self.names.sql(include_str!("sql/nack_retry.sql"));
         for (row, nack, delay) in &retry {
-            sqlx::query(AssertSqlSafe(format!(
-                "UPDATE {} SET status = 'pending', available_at = ?, last_error = ?, \
-                 claimed_by = NULL, claim_token = NULL, lease_expires_at = NULL, updated_at = ? \
-                 WHERE seq = ?",
-                self.names.messages
-            )))
-            .bind(now.saturating_add(*delay).as_millis())
-            .bind(&nack.error)
-            .bind(now.as_millis())
-            .bind(row.seq)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db_error(OP, e))?;
+            sqlx::query(AssertSqlSafe(retry_sql.as_str()))
+                .bind(now.saturating_add(*delay).as_millis())
+                .bind(&nack.error)
+                .bind(now.as_millis())
+                .bind(row.seq)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db_error(OP, e))?;
         }
+        // One statement per row: each has its own error.
         for (row, nack) in &dead {
-            sqlx::query(AssertSqlSafe(format!(
-                "UPDATE {} SET status = 'dead_letter', last_error = ?, claimed_by = NULL, \
-                 claim_token = NULL, lease_expires_at = NULL, key_head = 0, updated_at = ? \
-                 WHERE seq = ?",
-                self.names.messages
-            )))
-            .bind(&nack.error)
-            .bind(now.as_millis())
-            .bind(row.seq)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db_error(OP, e))?;
+            InList::new(self.names.sql(include_str!("sql/dead_letter.sql")))
+                .bind(&nack.error)
+                .bind(now.as_millis())
+                .execute(&mut tx, &[row.seq], OP)
+                .await?;
         }
         heads::refresh(&mut tx, &self.names, &locked, OP).await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
@@ -326,17 +257,11 @@ impl MysqlOutboxStore {
         let held = held(&mut tx, &self.names, claims.iter().map(|c| c.outbox_id), OP).await?;
         let applied = fence(&held, claims);
         let seqs: Vec<i64> = applied.iter().flatten().map(|r| r.seq).collect();
-        by_seq(
-            &mut tx,
-            &format!(
-                "UPDATE {} SET lease_expires_at = ?, updated_at = ? WHERE seq IN",
-                self.names.messages
-            ),
-            &seqs,
-            &[now.saturating_add(lease).as_millis(), now.as_millis()],
-            OP,
-        )
-        .await?;
+        InList::new(self.names.sql(include_str!("sql/extend.sql")))
+            .bind(now.saturating_add(lease).as_millis())
+            .bind(now.as_millis())
+            .execute(&mut tx, &seqs, OP)
+            .await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
         Ok(outcomes(&applied))
     }
@@ -355,19 +280,11 @@ impl MysqlOutboxStore {
         let held = held(&mut tx, &self.names, claims.iter().map(|c| c.outbox_id), OP).await?;
         let applied = fence(&held, claims);
         let seqs: Vec<i64> = applied.iter().flatten().map(|r| r.seq).collect();
-        by_seq(
-            &mut tx,
-            &format!(
-                "UPDATE {} SET status = 'pending', available_at = ?, \
-                 attempt_count = IF(attempt_count > 0, attempt_count - 1, 0), claimed_by = NULL, \
-                 claim_token = NULL, lease_expires_at = NULL, updated_at = ? WHERE seq IN",
-                self.names.messages
-            ),
-            &seqs,
-            &[now.as_millis(), now.as_millis()],
-            OP,
-        )
-        .await?;
+        InList::new(self.names.sql(include_str!("sql/release.sql")))
+            .bind(now.as_millis())
+            .bind(now.as_millis())
+            .execute(&mut tx, &seqs, OP)
+            .await?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
         let lanes = applied
             .iter()

@@ -14,7 +14,8 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::store::{StoreError, StoreOp};
 
-use super::row::{db_error, marks};
+use super::in_list::InList;
+use super::row::db_error;
 use super::schema::Names;
 
 /// One ordering key: (lane, target, key).
@@ -173,7 +174,7 @@ pub(super) async fn refresh(
                 forget.push(*key);
             }
         }
-        set_mark(conn, names, &unmark, 0, op).await?;
+        clear_mark(conn, names, &unmark, op).await?;
         mark_and_record(conn, names, &mark, op).await?;
         if !forget.is_empty() {
             let sql = format!(
@@ -234,52 +235,22 @@ async fn mark_and_record(
     seqs: &[i64],
     op: StoreOp,
 ) -> Result<(), StoreError> {
-    if seqs.is_empty() {
-        return Ok(());
-    }
-    let sql = format!(
-        "UPDATE {m} m JOIN {k} k ON k.lane = m.lane AND k.target = m.target \
-         AND k.ordering_key = m.ordering_key \
-         SET m.key_head = 1, k.head_seq = m.seq WHERE m.seq IN ({})",
-        marks(seqs.len()),
-        m = names.messages,
-        k = names.keys,
-    );
-    let mut query = sqlx::query(AssertSqlSafe(sql));
-    for seq in seqs {
-        query = query.bind(seq);
-    }
-    query
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| db_error(op, e))?;
+    InList::new(names.sql(include_str!("sql/mark_heads.sql")))
+        .execute(conn, seqs, op)
+        .await?;
     Ok(())
 }
 
-/// Sets `key_head` of the rows `seqs` to `value`.
-async fn set_mark(
+/// Clears the head mark of the rows `seqs`.
+async fn clear_mark(
     conn: &mut MySqlConnection,
     names: &Names,
     seqs: &[i64],
-    value: i32,
     op: StoreOp,
 ) -> Result<(), StoreError> {
-    if seqs.is_empty() {
-        return Ok(());
-    }
-    let sql = format!(
-        "UPDATE {} SET key_head = {value} WHERE seq IN ({}) AND key_head <> {value}",
-        names.messages,
-        marks(seqs.len())
-    );
-    let mut query = sqlx::query(AssertSqlSafe(sql));
-    for seq in seqs {
-        query = query.bind(seq);
-    }
-    query
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| db_error(op, e))?;
+    InList::new(names.sql(include_str!("sql/clear_marks.sql")))
+        .execute(conn, seqs, op)
+        .await?;
     Ok(())
 }
 

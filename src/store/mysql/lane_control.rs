@@ -10,8 +10,6 @@ use crate::store::lane_control::validate_lane;
 use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};
 use crate::time::UnixMillis;
 
-const COLUMNS: &str = "lane, target, paused_by, reason, paused_at";
-
 impl MysqlOutboxStore {
     pub(super) async fn record_pause(
         &self,
@@ -26,13 +24,9 @@ impl MysqlOutboxStore {
             reason: request.reason.clone(),
             paused_at: self.now(),
         };
-        // The new values bound twice, not read back with `VALUES(col)`: MySQL deprecated
-        // that, and MariaDB has no row alias, so this is the text both servers accept.
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO {} ({COLUMNS}) VALUES (?, ?, ?, ?, ?) \
-             ON DUPLICATE KEY UPDATE paused_by = ?, reason = ?, paused_at = ?",
-            self.names.lane_control
-        )))
+        sqlx::query(AssertSqlSafe(
+            self.names.sql(include_str!("sql/pause_lane.sql")),
+        ))
         .bind(&pause.lane)
         .bind(&pause.target)
         .bind(&pause.paused_by)
@@ -54,11 +48,10 @@ impl MysqlOutboxStore {
     ) -> Result<Option<LanePause>, StoreError> {
         const OP: StoreOp = StoreOp::ResumeLane;
         validate_lane(lane, target)?;
-        let table = &self.names.lane_control;
         let mut tx = self.begin(OP).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM {table} WHERE lane = ? AND target = ? FOR UPDATE"
-        )))
+        let row = sqlx::query(AssertSqlSafe(
+            self.names.sql(include_str!("sql/lane_pause_locked.sql")),
+        ))
         .bind(lane)
         .bind(target)
         .fetch_optional(&mut *tx)
@@ -67,9 +60,9 @@ impl MysqlOutboxStore {
         let Some(row) = row else {
             return Ok(None);
         };
-        sqlx::query(AssertSqlSafe(format!(
-            "DELETE FROM {table} WHERE lane = ? AND target = ?"
-        )))
+        sqlx::query(AssertSqlSafe(
+            self.names.sql(include_str!("sql/resume_lane.sql")),
+        ))
         .bind(lane)
         .bind(target)
         .execute(&mut *tx)
@@ -81,10 +74,9 @@ impl MysqlOutboxStore {
 
     pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
         const OP: StoreOp = StoreOp::LanePauses;
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM {} ORDER BY lane, target",
-            self.names.lane_control
-        )))
+        let rows = sqlx::query(AssertSqlSafe(
+            self.names.sql(include_str!("sql/lane_pauses.sql")),
+        ))
         .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error(OP, e))?;

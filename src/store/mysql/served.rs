@@ -28,11 +28,9 @@ impl MysqlOutboxStore {
         let until = self.now().saturating_add(served_for).as_millis();
         let mut tx = self.begin(OP).await?;
         for (lane, target) in lanes {
-            sqlx::query(AssertSqlSafe(format!(
-                "INSERT INTO {} (lane, target, served_until) VALUES (?, ?, ?) \
-                 ON DUPLICATE KEY UPDATE served_until = GREATEST(served_until, ?)",
-                self.names.served_lanes
-            )))
+            sqlx::query(AssertSqlSafe(
+                self.names.sql(include_str!("sql/serve_lane.sql")),
+            ))
             .bind(lane.as_bytes())
             .bind(target.as_bytes())
             .bind(until)
@@ -46,11 +44,9 @@ impl MysqlOutboxStore {
 
     pub(super) async fn unserved(&self, limit: usize) -> Result<Vec<UnservedLane>, StoreError> {
         const OP: StoreOp = StoreOp::UnservedLanes;
-        let m = &self.names.messages;
-        let served: HashSet<(Vec<u8>, Vec<u8>)> = sqlx::query(AssertSqlSafe(format!(
-            "SELECT lane, target FROM {} WHERE served_until > ?",
-            self.names.served_lanes
-        )))
+        let served: HashSet<(Vec<u8>, Vec<u8>)> = sqlx::query(AssertSqlSafe(
+            self.names.sql(include_str!("sql/served_lanes.sql")),
+        ))
         .bind(self.now().as_millis())
         .fetch_all(&self.pool)
         .await
@@ -64,28 +60,25 @@ impl MysqlOutboxStore {
         while unserved.len() < limit {
             let next = match &at {
                 None => {
-                    sqlx::query(AssertSqlSafe(format!(
-                        "SELECT lane, target FROM {m} FORCE INDEX (pending) \
-                         ORDER BY lane, target LIMIT 1"
-                    )))
+                    sqlx::query(AssertSqlSafe(
+                        self.names.sql(include_str!("sql/first_pair.sql")),
+                    ))
                     .fetch_optional(&self.pool)
                     .await
                 }
                 Some((lane, target)) => {
-                    let same_lane = sqlx::query(AssertSqlSafe(format!(
-                        "SELECT lane, target FROM {m} FORCE INDEX (pending) \
-                         WHERE lane = ? AND target > ? ORDER BY target LIMIT 1"
-                    )))
+                    let same_lane = sqlx::query(AssertSqlSafe(
+                        self.names.sql(include_str!("sql/next_target.sql")),
+                    ))
                     .bind(lane)
                     .bind(target)
                     .fetch_optional(&self.pool)
                     .await;
                     match same_lane {
                         Ok(None) => {
-                            sqlx::query(AssertSqlSafe(format!(
-                                "SELECT lane, target FROM {m} FORCE INDEX (pending) \
-                                 WHERE lane > ? ORDER BY lane, target LIMIT 1"
-                            )))
+                            sqlx::query(AssertSqlSafe(
+                                self.names.sql(include_str!("sql/next_lane.sql")),
+                            ))
                             .bind(lane)
                             .fetch_optional(&self.pool)
                             .await
@@ -103,10 +96,9 @@ impl MysqlOutboxStore {
                 row.try_get("target").map_err(|e| db_error(OP, e))?,
             );
             if !served.contains(&pair) {
-                let pending: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-                    "SELECT COUNT(*) FROM (SELECT 1 FROM {m} FORCE INDEX (pending) \
-                     WHERE lane = ? AND target = ? AND status = 'pending' LIMIT ?) AS counted"
-                )))
+                let pending: i64 = sqlx::query_scalar(AssertSqlSafe(
+                    self.names.sql(include_str!("sql/pending_in_pair.sql")),
+                ))
                 .bind(&pair.0)
                 .bind(&pair.1)
                 .bind(i64::try_from(UNSERVED_COUNT_CAP).unwrap_or(i64::MAX))

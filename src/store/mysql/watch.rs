@@ -60,9 +60,12 @@ impl Watch {
             return;
         }
         let pool = pool.clone();
-        let table = names.messages.clone();
+        let statements = Statements {
+            newest: names.sql(include_str!("sql/newest_seq.sql")),
+            lanes_between: names.sql(include_str!("sql/lanes_between.sql")),
+        };
         let wakeups = Arc::downgrade(wakeups);
-        *running = Some(runtime.spawn(poll(pool, table, wakeups)));
+        *running = Some(runtime.spawn(poll(pool, statements, wakeups)));
     }
 }
 
@@ -76,7 +79,13 @@ impl Drop for Watch {
     }
 }
 
-async fn poll(pool: MySqlPool, table: String, wakeups: Weak<broadcast::Sender<WakeUp>>) {
+/// The poll's two statements, for the store's prefix.
+struct Statements {
+    newest: String,
+    lanes_between: String,
+}
+
+async fn poll(pool: MySqlPool, statements: Statements, wakeups: Weak<broadcast::Sender<WakeUp>>) {
     let mut seen: Option<i64> = None;
     let mut interval = WATCH_MIN_INTERVAL;
     loop {
@@ -85,7 +94,7 @@ async fn poll(pool: MySqlPool, table: String, wakeups: Weak<broadcast::Sender<Wa
             _ => return,
         }
         let newest: Result<Option<i64>, sqlx::Error> =
-            sqlx::query_scalar(AssertSqlSafe(format!("SELECT MAX(seq) FROM {table}")))
+            sqlx::query_scalar(AssertSqlSafe(statements.newest.as_str()))
                 .fetch_one(&pool)
                 .await;
         let moved = match (newest, seen) {
@@ -95,7 +104,7 @@ async fn poll(pool: MySqlPool, table: String, wakeups: Weak<broadcast::Sender<Wa
                 false
             }
             (Ok(Some(newest)), Some(last)) if newest > last => {
-                let woken = lanes_between(&pool, &table, last, newest).await;
+                let woken = lanes_between(&pool, &statements.lanes_between, last, newest).await;
                 if let Some(sender) = wakeups.upgrade() {
                     match woken {
                         Some(lanes) => {
@@ -130,21 +139,19 @@ async fn poll(pool: MySqlPool, table: String, wakeups: Weak<broadcast::Sender<Wa
 /// many to read (wake every lane) or the read failed.
 async fn lanes_between(
     pool: &MySqlPool,
-    table: &str,
+    sql: &str,
     last: i64,
     newest: i64,
 ) -> Option<Vec<(String, String)>> {
     if newest - last > MAX_ROWS_READ {
         return None;
     }
-    let rows = sqlx::query(AssertSqlSafe(format!(
-        "SELECT DISTINCT lane, target FROM {table} WHERE seq > ? AND seq <= ?"
-    )))
-    .bind(last)
-    .bind(newest)
-    .fetch_all(pool)
-    .await
-    .ok()?;
+    let rows = sqlx::query(AssertSqlSafe(sql))
+        .bind(last)
+        .bind(newest)
+        .fetch_all(pool)
+        .await
+        .ok()?;
     rows.iter()
         .map(|row| Some((text(row, "lane").ok()?, text(row, "target").ok()?)))
         .collect()

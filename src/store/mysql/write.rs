@@ -12,7 +12,8 @@ use crate::store::{DraftBatch, Enqueued, StoreError, StoreOp};
 use crate::time::UnixMillis;
 
 use super::heads::{self, Key};
-use super::row::{db_error, decode, error_number, marks, COLUMNS};
+use super::in_list::InList;
+use super::row::{db_error, decode, error_number, COLUMNS};
 use super::schema::Names;
 use super::MysqlOutboxStore;
 
@@ -250,26 +251,15 @@ async fn read_seqs(
     names: &Names,
     rows: &[FreshRow<'_>],
 ) -> Result<HashMap<Uuid, i64>, StoreError> {
+    let ids: Vec<Uuid> = rows.iter().map(|row| row.outbox_id).collect();
     let mut seqs = HashMap::with_capacity(rows.len());
-    for chunk in rows.chunks(500) {
-        let sql = format!(
-            "SELECT outbox_id, seq FROM {} WHERE outbox_id IN ({})",
-            names.messages,
-            marks(chunk.len())
-        );
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for row in chunk {
-            query = query.bind(row.outbox_id);
-        }
-        for row in query
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| db_error(OP, e))?
-        {
-            let id: Uuid = row.try_get("outbox_id").map_err(|e| db_error(OP, e))?;
-            let seq: i64 = row.try_get("seq").map_err(|e| db_error(OP, e))?;
-            seqs.insert(id, seq);
-        }
+    for row in InList::new(names.sql(include_str!("sql/fresh_seqs.sql")))
+        .fetch(conn, &ids, OP)
+        .await?
+    {
+        let id: Uuid = row.try_get("outbox_id").map_err(|e| db_error(OP, e))?;
+        let seq: i64 = row.try_get("seq").map_err(|e| db_error(OP, e))?;
+        seqs.insert(id, seq);
     }
     Ok(seqs)
 }

@@ -1,0 +1,2 @@
+-- The watch's poll (watch.rs): the newest sequence, one dive to the primary key's end.
+SELECT MAX(seq) FROM `outbox_messages`
