@@ -2,7 +2,8 @@
 //! table and indexes they read (in `schema/migrations.rs`). The table prefix is a validated identifier, so it
 //! is spliced into the SQL once, at open; values are always bound.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, LazyLock};
 
 use crate::message::ValidationError;
 use crate::store::OrderingPolicy;
@@ -53,9 +54,91 @@ pub(super) fn validate_table_prefix(prefix: &str) -> Result<(), ValidationError>
 
 mod migrations;
 
-pub(super) use migrations::{
-    latest_version, migrations_table, pending_migrations, record_version, script,
-};
+pub(super) use migrations::{latest_version, next_migration, script, MIGRATIONS_TABLE};
+
+/// The names the migration files create (tables, indexes, triggers, views): `outbox` and
+/// `outbox_*`, the only words [`for_table`] renames.
+static CREATED: LazyLock<BTreeSet<&'static str>> = LazyLock::new(|| {
+    let mut names = BTreeSet::new();
+    for text in migrations::texts() {
+        let words: Vec<&str> = pieces(text)
+            .filter_map(|(word, piece)| word.then_some(piece))
+            .collect();
+        let mut rest = words.as_slice();
+        while let Some((first, tail)) = rest.split_first() {
+            rest = tail;
+            if !first.eq_ignore_ascii_case("CREATE") {
+                continue;
+            }
+            // CREATE [UNIQUE] TABLE|INDEX|TRIGGER|VIEW [IF NOT EXISTS] name
+            let mut after = tail;
+            if after
+                .first()
+                .is_some_and(|w| w.eq_ignore_ascii_case("UNIQUE"))
+            {
+                after = &after[1..];
+            }
+            after = after.get(1..).unwrap_or_default();
+            if after.first().is_some_and(|w| w.eq_ignore_ascii_case("IF")) {
+                after = after.get(3..).unwrap_or_default();
+            }
+            if let Some(name) = after.first() {
+                names.insert(*name);
+            }
+        }
+    }
+    names
+});
+
+/// The pieces of `sql` in order, each with whether it is a word (a run of ASCII letters,
+/// digits and `_`) of the SQL itself: string literals, quoted identifiers and `--`
+/// comments are pieces of their own that are not words, whatever they hold.
+fn pieces(sql: &str) -> impl Iterator<Item = (bool, &str)> {
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let bytes = sql.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let start = at;
+        let first = *bytes.get(start)?;
+        let end = |from: usize, stop: &dyn Fn(u8) -> bool| {
+            bytes[from..]
+                .iter()
+                .position(|b| stop(*b))
+                .map_or(bytes.len(), |n| from + n)
+        };
+        let word = is_word(first);
+        at = match first {
+            b'\'' | b'"' => (end(start + 1, &|b| b == first) + 1).min(bytes.len()),
+            b'-' if bytes.get(start + 1) == Some(&b'-') => end(start, &|b| b == b'\n'),
+            _ if word => end(start, &|b| !is_word(b)),
+            // Up to the next byte that can start a piece: never inside a UTF-8 character.
+            _ => end(start + 1, &|b| {
+                is_word(b) || matches!(b, b'\'' | b'"' | b'-')
+            }),
+        };
+        Some((word, &sql[start..at]))
+    })
+}
+
+/// `sql`, written for the default table `outbox`, for the table `table` (the table prefix,
+/// then `outbox`): each word that names an object the migration files create (`outbox`,
+/// `outbox_counts`, `outbox_key_live`, …) has its leading `outbox` replaced by `table`.
+/// Nothing else changes: not a column such as `outbox_id`, not a string literal, not a
+/// comment, not a quoted identifier (so the files name their objects unquoted). The one
+/// substitution for the SQL the store reads from files.
+pub(super) fn for_table(sql: &str, table: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16 * (table.len() + 1));
+    for (word, piece) in pieces(sql) {
+        match piece.strip_prefix("outbox") {
+            Some(rest) if word && CREATED.contains(piece) => {
+                out.push_str(table);
+                out.push_str(rest);
+            }
+            _ => out.push_str(piece),
+        }
+    }
+    out
+}
 
 /// The term that lets a probe use the partial index `{t}_key_live`: SQLite proves a partial
 /// index usable only from a WHERE term that repeats the index's own, so a probe for
@@ -410,13 +493,86 @@ mod tests {
         }
         assert!(sql.block.claim_ready.contains("'dead_letter'"));
         assert!(!sql.skip.claim_ready.contains("'dead_letter'"));
-        for (_, statements) in pending_migrations("app_outbox", 0) {
-            for statement in statements {
-                assert!(!statement.contains('{'), "{statement}");
+    }
+
+    /// Only the names the migrations create are renamed: a column that merely starts
+    /// with the default name (`outbox_id`), a word that contains it, a string and a comment
+    /// keep it.
+    #[test]
+    fn for_table_renames_only_the_created_names() {
+        let sql = "-- outbox_counts of outbox\nSELECT outbox_id, 'outbox', \"outbox\", xoutbox, \
+                   outbox_idx, outbox_counts.n FROM outbox JOIN outbox_counts \
+                   INDEXED BY outbox_key_live WHERE outbox.seq > 0 -- outbox\n\
+                   AND x = 'it''s outbox' -- é\nAND y = 'é outbox'";
+        assert_eq!(
+            for_table(sql, "app_outbox"),
+            "-- outbox_counts of outbox\nSELECT outbox_id, 'outbox', \"outbox\", xoutbox, \
+             outbox_idx, app_outbox_counts.n FROM app_outbox JOIN app_outbox_counts \
+             INDEXED BY app_outbox_key_live WHERE app_outbox.seq > 0 -- outbox\n\
+             AND x = 'it''s outbox' -- é\nAND y = 'é outbox'"
+        );
+        assert_eq!(for_table(sql, "outbox"), sql);
+        for name in [
+            "outbox",
+            "outbox_migrations",
+            "outbox_counts",
+            "outbox_enqueue_insert",
+        ] {
+            assert!(CREATED.contains(name), "{name}: {CREATED:?}");
+        }
+        assert!(
+            CREATED.iter().all(|name| name.starts_with("outbox")),
+            "{CREATED:?}"
+        );
+        assert!(!CREATED.contains("outbox_id"));
+    }
+
+    /// No name the migrations create is also a column's, so no column is ever renamed.
+    #[tokio::test]
+    async fn no_created_name_is_a_column() {
+        use sqlx::{AssertSqlSafe, Connection};
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        sqlx::raw_sql(AssertSqlSafe(script("outbox", 0, latest_version())))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let columns: Vec<String> = sqlx::query_scalar(
+            "SELECT p.name FROM sqlite_master m, pragma_table_info(m.name) p
+             WHERE m.type IN ('table', 'view')",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert!(columns.iter().any(|c| c == "outbox_id"), "{columns:?}");
+        for column in &columns {
+            assert!(
+                !CREATED.contains(column.as_str()),
+                "{column} is also a created name"
+            );
+        }
+        let objects: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        for object in &objects {
+            assert!(CREATED.contains(object.as_str()), "{object}: {CREATED:?}");
+        }
+    }
+
+    /// Every migration made for a prefixed table names that table's objects only.
+    #[test]
+    fn the_migrations_for_a_prefix_name_only_its_objects() {
+        let script = script("app_outbox", 0, latest_version());
+        for (word, piece) in pieces(&script) {
+            if word && CREATED.contains(piece) {
+                panic!("{piece} left unrenamed");
             }
         }
-        assert!(pending_migrations("app_outbox", 0)[0].1[0].contains("app_outbox ("));
-        assert!(pending_migrations("app_outbox", latest_version()).is_empty());
+        assert!(script.contains("CREATE TABLE IF NOT EXISTS app_outbox_migrations"));
+        assert!(script.contains("outbox_id TEXT NOT NULL UNIQUE"));
     }
 
     #[test]
