@@ -362,6 +362,16 @@ mod tests {
         assert!(script.contains("outbox_id TEXT NOT NULL UNIQUE"));
     }
 
+    /// The statements that read messages select the columns `row::decode` reads, in order.
+    #[test]
+    fn message_statements_select_the_columns_decode_reads() {
+        let sql = Statements::new("");
+        let flat = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        for statement in [&sql.find_dedupe, &sql.get, &sql.mark_claimed] {
+            assert!(flat(statement).contains(&flat(COLUMNS)), "{statement}");
+        }
+    }
+
     #[test]
     fn sqlite_reserved_prefixes_are_refused() {
         for bad in ["sqlite_", "SQLite_x", "sqlite_app_"] {

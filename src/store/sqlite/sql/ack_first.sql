@@ -8,5 +8,6 @@ UPDATE outbox SET status = 'delivered', delivered_at = ?2,
             json_extract(value, '$[1]') AS token
         FROM json_each(?1)) AS given
     WHERE outbox.outbox_id = given.id AND +outbox.status = 'claimed'
-        AND outbox.claim_token = given.token AND (outbox.ordering_key IS NULL OR outbox.key_head IS NULL)
+        AND outbox.claim_token = given.token
+        AND (outbox.ordering_key IS NULL OR outbox.key_head IS NULL)
     RETURNING outbox_id

@@ -13,4 +13,6 @@ UPDATE outbox SET status = 'claimed',
             json_extract(value, '$[1]') AS token
         FROM json_each(?1)) AS given
     WHERE outbox.seq = given.pick
-    RETURNING seq, outbox_id, lane, target, payload, headers, ordering_key, dedupe_key, status, attempt_count, max_attempts, available_at, claimed_by, claim_token, lease_expires_at, last_error, created_at, updated_at, delivered_at
+    RETURNING seq, outbox_id, lane, target, payload, headers, ordering_key, dedupe_key,
+        status, attempt_count, max_attempts, available_at, claimed_by, claim_token,
+        lease_expires_at, last_error, created_at, updated_at, delivered_at
