@@ -191,6 +191,13 @@ pub(super) struct Statements {
     pub(super) get: Arc<str>,
     pub(super) purge_batch: Arc<str>,
     pub(super) purge_count: Arc<str>,
+    /// Lane control (`lane_control.rs`): pause, resume, every pause.
+    pub(super) pause_lane: Arc<str>,
+    pub(super) resume_lane: Arc<str>,
+    pub(super) lane_pauses: Arc<str>,
+    /// Served lanes (`served.rs`): record one, read the unserved.
+    pub(super) record_served: Arc<str>,
+    pub(super) unserved: Arc<str>,
 }
 
 impl Statements {
@@ -236,6 +243,11 @@ impl Statements {
             get: file!("get"),
             purge_batch: file!("purge_batch"),
             purge_count: file!("purge_count"),
+            pause_lane: file!("pause_lane"),
+            resume_lane: file!("resume_lane"),
+            lane_pauses: file!("lane_pauses"),
+            record_served: file!("record_served"),
+            unserved: file!("unserved"),
             table,
         }
     }
