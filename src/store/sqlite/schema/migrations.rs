@@ -115,6 +115,44 @@ mod tests {
         assert_eq!(present, listed);
     }
 
+    /// The words of a file's statements, comments left out: what a database that ran it
+    /// holds. Comments may change; statements never do once shipped.
+    fn statement_words(text: &str) -> String {
+        let statements: String = super::super::pieces(text)
+            .filter(|(_, piece)| !piece.starts_with("--"))
+            .map(|(_, piece)| piece)
+            .collect();
+        statements.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    /// A shipped migration's statements never change (a database that ran it would not
+    /// run the new text): append a file instead. FNV-1a over [`statement_words`].
+    #[test]
+    fn shipped_migrations_keep_their_statements() {
+        let shipped: [u64; 7] = [
+            0x5858_1082_9269_1c9a,
+            0x9226_343f_dea4_53bd,
+            0x95ce_76f0_eb78_135a,
+            0x4d37_9a0a_bcea_4b02,
+            0x2670_66a5_d989_ce47,
+            0xf494_7d1f_df5d_ed98,
+            0x7322_3c68_aca4_8ce6,
+        ];
+        let fnv1a64 = |bytes: &[u8]| {
+            bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+                (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+            })
+        };
+        let now: Vec<u64> = texts()
+            .map(|text| fnv1a64(statement_words(text).as_bytes()))
+            .collect();
+        assert_eq!(
+            now[..shipped.len()],
+            shipped,
+            "a shipped migration's statements changed: {now:#x?}"
+        );
+    }
+
     #[test]
     fn the_next_migration_follows_the_applied_version() {
         let (version, first) = next_migration("app_outbox", 0).unwrap();
