@@ -1,8 +1,8 @@
 //! The migrations a DBA owns: the SQL files under `migrations/` are what the code runs
-//! (PostgreSQL's are the source, embedded in the build; for the others this test fails
-//! when they differ, and `OUTBOX_BLESS=1` rewrites them), running them with
-//! the database's own client gives the schema the relay's `migrate` gives, and a second
-//! run of a file changes nothing.
+//! (each store's files are the source, embedded in the build and renamed for the configured
+//! names; each directory holds exactly the files its store runs), running them with the
+//! database's own client gives the schema the relay's `migrate` gives, and a second run of a
+//! file changes nothing.
 //!
 //! PostgreSQL must be reachable at `OUTBOX_TEST_DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), and `psql` and `sqlite3` be on PATH
@@ -32,72 +32,6 @@ fn migrations_dir(kind: &str) -> PathBuf {
         .join(kind)
 }
 
-/// `name` as a file name part: lowercase words joined by `_`.
-fn slug(name: &str) -> String {
-    name.split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_ascii_lowercase)
-        .collect::<Vec<_>>()
-        .join("_")
-}
-
-/// The files the code gives: (file name, text), one per version.
-fn expected_files(kind: &str) -> Vec<(String, String)> {
-    match kind {
-        _ => (1..=SqliteOutboxStore::latest_schema_version())
-            .map(|v| {
-                let text = SqliteOutboxStore::migration_sql("", v - 1, v).unwrap();
-                (format!("V{v}__outbox_schema.sql"), text)
-            })
-            .collect(),
-    }
-}
-
-/// Compares (or, with `OUTBOX_BLESS=1`, writes) the checked-in files of `kind`.
-fn check_files(kind: &str) {
-    let dir = migrations_dir(kind);
-    let expected = expected_files(kind);
-    let bless = std::env::var("OUTBOX_BLESS").is_ok_and(|v| v == "1");
-    if bless {
-        std::fs::create_dir_all(&dir).unwrap();
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_some_and(|e| e == "sql") {
-                std::fs::remove_file(path).unwrap();
-            }
-        }
-        for (name, text) in &expected {
-            std::fs::write(dir.join(name), text).unwrap();
-        }
-    }
-    let mut present: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".sql"))
-        .collect();
-    present.sort();
-    let mut names: Vec<String> = expected.iter().map(|(n, _)| n.clone()).collect();
-    names.sort();
-    assert_eq!(
-        present,
-        names,
-        "the files in {} are not the code's migrations: run \
-         `OUTBOX_BLESS=1 cargo test --all-features --test migration_files` and commit them",
-        dir.display()
-    );
-    for (name, text) in expected {
-        let on_disk = std::fs::read_to_string(dir.join(&name)).unwrap();
-        assert!(
-            on_disk == text,
-            "{}/{name} differs from the code's migration: run \
-             `OUTBOX_BLESS=1 cargo test --all-features --test migration_files` and commit it",
-            dir.display()
-        );
-    }
-}
-
-/// PostgreSQL's files are the source, embedded in the build: each version has one file,
-/// and `--print-sql` for the default names and timeouts prints it as it is.
 #[test]
 fn the_postgres_files_are_the_builds_migrations() {
     let dir = migrations_dir("postgres");
@@ -121,11 +55,6 @@ fn the_postgres_files_are_the_builds_migrations() {
                 .unwrap();
         assert!(on_disk == printed, "{name} is not what the build runs");
     }
-}
-
-#[test]
-fn the_checked_in_sqlite_files_are_the_codes_migrations() {
-    check_files("sqlite");
 }
 
 /// The MySQL files are the source the store includes: every file of the directory, in
@@ -392,19 +321,12 @@ async fn psql_running_the_files_gives_the_relays_schema() {
     }
 }
 
-/// The SQLite files through the `sqlite3` shell give a file the store opens as it is (no
-/// migration left to run) and works on.
-#[tokio::test]
-async fn sqlite3_running_the_files_gives_the_stores_schema() {
-    let dir = std::env::temp_dir().join(format!("outbox-files-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let by_dba = dir.join("dba.db");
-    let by_store = dir.join("store.db");
-    let sql = SqliteOutboxStore::migration_sql("", 0, SqliteOutboxStore::latest_schema_version())
-        .unwrap();
+/// Runs `sql` with the `sqlite3` shell on the file `path`, stopping at the first error; its
+/// output on failure.
+fn sqlite3(path: &Path, sql: &str) -> Result<(), String> {
     let output = Command::new("sqlite3")
         .arg("-bail")
-        .arg(&by_dba)
+        .arg(path)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -415,10 +337,52 @@ async fn sqlite3_running_the_files_gives_the_stores_schema() {
             child.wait_with_output()
         })
         .expect("sqlite3 runs (install sqlite3)");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// The SQLite files, in version order: (name, text).
+fn sqlite_files() -> Vec<(String, String)> {
+    let dir = migrations_dir("sqlite");
+    let mut files: Vec<(i64, String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".sql"))
+        .map(|name| {
+            let version = name[1..].split("__").next().unwrap().parse().unwrap();
+            let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+            (version, name, text)
+        })
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|(_, name, text)| (name, text))
+        .collect()
+}
+
+/// The SQLite files through the `sqlite3` shell, as they are, give the file the store
+/// makes; `migrate --print-sql`'s text for a table prefix gives the file the store makes
+/// with that prefix. Either opens as it is (no migration left to run) and works; running a
+/// file again fails on its version and changes nothing.
+#[tokio::test]
+async fn sqlite3_running_the_files_gives_the_stores_schema() {
+    let dir = std::env::temp_dir().join(format!("outbox-files-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files = sqlite_files();
+    assert_eq!(
+        files.len() as i64,
+        SqliteOutboxStore::latest_schema_version()
+    );
+    let latest = SqliteOutboxStore::latest_schema_version();
+    let as_written: Vec<&str> = files.iter().map(|(_, text)| text.as_str()).collect();
+    assert_eq!(
+        SqliteOutboxStore::migration_sql("", 0, latest).unwrap(),
+        as_written.join("\n"),
+        "the SQL for the default table is the files as they are"
     );
     let schema = |path: &Path| {
         let output = Command::new("sqlite3")
@@ -428,28 +392,59 @@ async fn sqlite3_running_the_files_gives_the_stores_schema() {
             .unwrap();
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
-    // Read while the store is open: its connections closing in the background checkpoint
-    // the WAL and remove it, which a concurrent reader can meet half done.
-    let opened = SqliteOutboxStore::open(&by_store).await.unwrap();
-    let (dba, store_schema) = (schema(&by_dba), schema(&by_store));
-    drop(opened);
-    assert!(dba.contains("outbox_key_live"), "{dba}");
-    assert_eq!(dba, store_schema);
+    for prefix in ["", "app_"] {
+        let by_dba = dir.join(format!("{prefix}dba.db"));
+        let by_store = dir.join(format!("{prefix}store.db"));
+        if prefix.is_empty() {
+            for (name, text) in &files {
+                sqlite3(&by_dba, text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        } else {
+            let sql = SqliteOutboxStore::migration_sql(prefix, 0, latest).unwrap();
+            sqlite3(&by_dba, &sql).unwrap();
+        }
+        // Read while the store is open: its connections closing in the background
+        // checkpoint the WAL and remove it, which a concurrent reader can meet half done.
+        let opened = SqliteOutboxStore::builder(&by_store)
+            .table_prefix(prefix)
+            .open()
+            .await
+            .unwrap();
+        let (dba, store_schema) = (schema(&by_dba), schema(&by_store));
+        drop(opened);
+        assert!(dba.contains(&format!("{prefix}outbox_key_live")), "{dba}");
+        assert_eq!(dba, store_schema);
 
-    let store = Outbox::new(SqliteOutboxStore::open(&by_dba).await.unwrap());
-    let draft = OutboxMessageDraft::new("l", "t", serde_json::json!({"n": 1})).unwrap();
-    store.enqueue(draft).await.unwrap();
-    let claimed = store
-        .claim(&ClaimRequest::new(
-            "l",
-            "t",
-            10,
-            std::time::Duration::from_secs(30),
-            "c",
-        ))
-        .await
-        .unwrap();
-    assert_eq!(claimed.messages.len(), 1);
-    drop(store);
+        let last = SqliteOutboxStore::migration_sql(prefix, latest - 1, latest).unwrap();
+        let again = sqlite3(&by_dba, &last);
+        assert!(
+            again
+                .as_ref()
+                .is_err_and(|e| e.contains("UNIQUE constraint failed")),
+            "migration {latest} run twice: {again:?}"
+        );
+        assert_eq!(schema(&by_dba), dba);
+
+        let store = SqliteOutboxStore::builder(&by_dba)
+            .table_prefix(prefix)
+            .open()
+            .await
+            .unwrap();
+        assert_eq!(store.table_name(), format!("{prefix}outbox"));
+        let store = Outbox::new(store);
+        let draft = OutboxMessageDraft::new("l", "t", serde_json::json!({"n": 1})).unwrap();
+        store.enqueue(draft).await.unwrap();
+        let claimed = store
+            .claim(&ClaimRequest::new(
+                "l",
+                "t",
+                10,
+                std::time::Duration::from_secs(30),
+                "c",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(claimed.messages.len(), 1);
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,5 +1,5 @@
 -- outbox-relay MySQL schema migration 3: served lanes, for the prefix outbox.
--- Generated from the code, which runs the same statements; do not edit.
+-- The relay embeds this file and runs these very statements.
 -- MySQL commits each DDL statement on its own: every statement is idempotent
 -- and the version is recorded last, so a run cut short can be run again.
 SELECT GET_LOCK(CONCAT('outbox-relay migrate ', DATABASE(), '.', 'outbox'), 30);

@@ -1,6 +1,6 @@
 -- outbox-relay PostgreSQL schema migration 1: messages table and its indexes.
 -- For schema "public", table prefix "outbox" (`outbox-relay migrate --print-sql` prints
--- it for yours). Generated from the code, which runs the same statements; do not edit.
+-- it for yours). The relay embeds this file and runs these very statements.
 -- Run in order, each once: a second run fails on the version it records, changing nothing.
 --
 -- Creates the tables and their indexes: nothing that exists is locked.

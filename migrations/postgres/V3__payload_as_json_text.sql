@@ -1,6 +1,6 @@
 -- outbox-relay PostgreSQL schema migration 3: payload as json text: delivered byte for byte.
 -- For schema "public", table prefix "outbox" (`outbox-relay migrate --print-sql` prints
--- it for yours). Generated from the code, which runs the same statements; do not edit.
+-- it for yours). The relay embeds this file and runs these very statements.
 -- Run in order, each once: a second run fails on the version it records, changing nothing.
 --
 -- Rewrites the table (payload from jsonb to json) under an ACCESS EXCLUSIVE lock:

@@ -1,6 +1,6 @@
 -- outbox-relay PostgreSQL schema migration 5: key columns in the C collation: index comparisons are memcmp.
 -- For schema "public", table prefix "outbox" (`outbox-relay migrate --print-sql` prints
--- it for yours). Generated from the code, which runs the same statements; do not edit.
+-- it for yours). The relay embeds this file and runs these very statements.
 -- Run in order, each once: a second run fails on the version it records, changing nothing.
 --
 -- Changes five columns' collation to "C" under an ACCESS EXCLUSIVE lock: the

@@ -1,6 +1,6 @@
 -- outbox-relay PostgreSQL schema migration 7: lane control: fleet-wide pauses with who, when and why.
 -- For schema "public", table prefix "outbox" (`outbox-relay migrate --print-sql` prints
--- it for yours). Generated from the code, which runs the same statements; do not edit.
+-- it for yours). The relay embeds this file and runs these very statements.
 -- Run in order, each once: a second run fails on the version it records, changing nothing.
 --
 -- Creates one table: nothing is locked.

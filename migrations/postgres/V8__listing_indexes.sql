@@ -1,6 +1,6 @@
 -- outbox-relay PostgreSQL schema migration 8: listing indexes: every page of a lane reads an index in enqueue order.
 -- For schema "public", table prefix "outbox" (`outbox-relay migrate --print-sql` prints
--- it for yours). Generated from the code, which runs the same statements; do not edit.
+-- it for yours). The relay embeds this file and runs these very statements.
 -- Run in order, each once: a second run fails on the version it records, changing nothing.
 --
 -- Builds list_idx and list_key_idx, each under a SHARE lock (enqueues, claims

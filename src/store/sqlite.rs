@@ -153,8 +153,7 @@ impl SqliteOutboxStore {
                 format!("is {to}; it must be between from ({from}) and {latest}, the latest this build knows"),
             ));
         }
-        let sql = Statements::new(prefix);
-        Ok(schema::script(&sql.table, &sql.migrations_table, from, to))
+        Ok(schema::script(&Statements::new(prefix).table, from, to))
     }
 
     /// Opens (creating if missing) the outbox in the file at `path`, with default settings.

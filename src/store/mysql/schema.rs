@@ -97,9 +97,8 @@ pub(super) fn validate_table_prefix(prefix: &str) -> Result<(), ValidationError>
 }
 
 /// Every migration, in order (version 1 first): the files DBAs run, written for the prefix
-/// `outbox` (`sql.rs`). A shipped file never changes, to the byte (tools such as Flyway and
-/// `sqlx migrate` checksum what they applied; so 1 to 3 keep the header that calls them
-/// generated, from before the files were the source); a new version is a new file.
+/// `outbox` (`sql.rs`). A released file never changes, to the byte (tools such as Flyway and
+/// `sqlx migrate` checksum what they applied); a new version is a new file.
 /// `tests/migration_files.rs` checks that the directory holds these and no other.
 ///
 /// What the tables hold:

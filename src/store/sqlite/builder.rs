@@ -299,14 +299,16 @@ fn create_private(path: &Path) {
 }
 
 /// Runs the migrations this file lacks, each in a transaction of its own with the row that
-/// records it (the statements of `SqliteOutboxStore::migration_sql`): a failure leaves the
-/// earlier ones applied and itself not at all. A file migrated by a newer build is refused.
+/// records it (the files of `SqliteOutboxStore::migration_sql`, between their `BEGIN
+/// IMMEDIATE` and `COMMIT`): a failure leaves the earlier ones applied and itself not at
+/// all. A file migrated by a newer build is refused.
 async fn migrate(writer: &SqlitePool, sql: &Statements) -> Result<(), StoreError> {
     const OP: StoreOp = StoreOp::Migrate;
     loop {
         let mut tx = writer.begin_with("BEGIN IMMEDIATE").await.map_err(db(OP))?;
-        sqlx::query(AssertSqlSafe(schema::migrations_table(
-            &sql.migrations_table,
+        sqlx::query(AssertSqlSafe(schema::for_table(
+            schema::MIGRATIONS_TABLE,
+            &sql.table,
         )))
         .execute(&mut *tx)
         .await
@@ -331,19 +333,13 @@ async fn migrate(writer: &SqlitePool, sql: &Statements) -> Result<(), StoreError
                 ),
             ));
         }
-        let Some((version, statements)) = schema::pending_migrations(&sql.table, applied)
-            .into_iter()
-            .next()
-        else {
+        let Some((_, statements)) = schema::next_migration(&sql.table, applied) else {
             return tx.commit().await.map_err(db(OP));
         };
-        let record = schema::record_version(&sql.migrations_table, version);
-        for statement in std::iter::once(record).chain(statements) {
-            sqlx::query(AssertSqlSafe(statement))
-                .execute(&mut *tx)
-                .await
-                .map_err(db(OP))?;
-        }
+        sqlx::raw_sql(AssertSqlSafe(statements))
+            .execute(&mut *tx)
+            .await
+            .map_err(db(OP))?;
         tx.commit().await.map_err(db(OP))?;
     }
 }

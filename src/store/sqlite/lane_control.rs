@@ -1,26 +1,22 @@
-//! The SQLite store's lane control: the `{table}_lane_control` table (migration 4), one
+//! The SQLite store's lane control: the `{table}_lane_control` table (migration 5), one
 //! row per paused (lane, target). Writes take the write turn like every other write.
 
 use sqlx::Row;
 
 use super::row::db;
+use super::write::query;
 use super::{Commit, SqliteOutboxStore};
 use crate::store::lane_control::validate_lane;
 use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};
 use crate::time::UnixMillis;
 
 impl SqliteOutboxStore {
-    fn lane_control_table(&self) -> String {
-        format!("{}_lane_control", self.sql.table)
-    }
-
     pub(super) async fn record_pause(
         &self,
         request: &LanePauseRequest,
     ) -> Result<LanePause, StoreError> {
         const OP: StoreOp = StoreOp::PauseLane;
         request.validate()?;
-        let table = self.lane_control_table();
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
         let now = self.clock.now_millis();
         let pause = LanePause {
@@ -30,21 +26,16 @@ impl SqliteOutboxStore {
             reason: request.reason.clone(),
             paused_at: now,
         };
-        let written = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO {table} (lane, target, paused_by, reason, paused_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (lane, target) DO UPDATE SET paused_by = excluded.paused_by,
-                 reason = excluded.reason, paused_at = excluded.paused_at"
-        )))
-        .bind(&pause.lane)
-        .bind(&pause.target)
-        .bind(&pause.paused_by)
-        .bind(&pause.reason)
-        .bind(now.as_millis())
-        .execute(&mut *tx)
-        .await
-        .map(drop)
-        .map_err(db(OP));
+        let written = query(&self.sql.pause_lane)
+            .bind(&pause.lane)
+            .bind(&pause.target)
+            .bind(&pause.paused_by)
+            .bind(&pause.reason)
+            .bind(now.as_millis())
+            .execute(&mut *tx)
+            .await
+            .map(drop)
+            .map_err(db(OP));
         self.finish(tx, written, OP).await?;
         Ok(pause)
     }
@@ -56,31 +47,23 @@ impl SqliteOutboxStore {
     ) -> Result<Option<LanePause>, StoreError> {
         const OP: StoreOp = StoreOp::ResumeLane;
         validate_lane(lane, target)?;
-        let table = self.lane_control_table();
         let (_turn, mut tx) = self.begin_write(OP, Commit::Durable).await?;
-        let lifted = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "DELETE FROM {table} WHERE lane = ?1 AND target = ?2
-             RETURNING lane, target, paused_by, reason, paused_at"
-        )))
-        .bind(lane)
-        .bind(target)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db(OP))
-        .and_then(|row| row.map(|row| pause_of(&row, OP)).transpose());
+        let lifted = query(&self.sql.resume_lane)
+            .bind(lane)
+            .bind(target)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db(OP))
+            .and_then(|row| row.map(|row| pause_of(&row, OP)).transpose());
         self.finish(tx, lifted, OP).await
     }
 
     pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
         const OP: StoreOp = StoreOp::LanePauses;
-        let table = self.lane_control_table();
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT lane, target, paused_by, reason, paused_at FROM {table}
-             ORDER BY lane, target"
-        )))
-        .fetch_all(&self.reader)
-        .await
-        .map_err(db(OP))?;
+        let rows = query(&self.sql.lane_pauses)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db(OP))?;
         rows.iter().map(|row| pause_of(row, OP)).collect()
     }
 }

@@ -380,3 +380,43 @@ async fn a_new_database_file_is_created_0600_and_an_existing_one_keeps_its_mode(
     SqliteOutboxStore::builder(&shared).open().await.unwrap();
     assert_eq!(mode_of(&shared), 0o640);
 }
+
+/// Lane control and served lanes under a table prefix: the statements read from files name
+/// the prefixed tables, and a pause is recorded, listed and lifted.
+#[tokio::test]
+async fn lane_control_and_served_lanes_use_the_prefixed_tables() {
+    use crate::store::LanePauseRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Outbox::new(
+        SqliteOutboxStore::builder(dir.path().join("outbox.db"))
+            .table_prefix("app_")
+            .open()
+            .await
+            .unwrap(),
+    );
+    let pause = store
+        .pause_lane(&LanePauseRequest::new("l", "t", "ops"))
+        .await
+        .unwrap();
+    assert_eq!(store.lane_pauses().await.unwrap(), vec![pause.clone()]);
+    let paused: i64 = sqlx::query_scalar("SELECT count(*) FROM app_outbox_lane_control")
+        .fetch_one(&sqlite(&store).reader)
+        .await
+        .unwrap();
+    assert_eq!(paused, 1);
+    assert_eq!(store.resume_lane("l", "t").await.unwrap(), Some(pause));
+    assert!(store.lane_pauses().await.unwrap().is_empty());
+
+    let draft = crate::OutboxMessageDraft::new("l", "t", serde_json::json!({})).unwrap();
+    store.enqueue(draft).await.unwrap();
+    let unserved = store.unserved_lanes(10).await.unwrap();
+    assert_eq!((unserved.len(), unserved[0].pending), (1, 1));
+    store
+        .record_served(
+            &[("l".to_owned(), "t".to_owned())],
+            std::time::Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert!(store.unserved_lanes(10).await.unwrap().is_empty());
+}

@@ -48,7 +48,7 @@ fn rounds<T>(items: &[T], claim: impl Fn(&T) -> &ClaimRef) -> Vec<Vec<&T>> {
     rounds
 }
 
-/// `[[outbox_id, claim_token], ...]`, as `GIVEN_CLAIMS` reads it.
+/// `[[outbox_id, claim_token], ...]`, as the batch statements read it (`sql/ack.sql`).
 fn claims_json(claims: &[&ClaimRef]) -> Result<String, StoreError> {
     let pairs: Vec<(String, String)> = claims
         .iter()

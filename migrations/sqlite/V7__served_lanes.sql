@@ -1,6 +1,10 @@
--- outbox-relay SQLite schema migration 7, for the table outbox.
--- Generated from the code, which runs the same statements; do not edit.
--- Run in order, each once: a second run fails on the version it records.
+-- outbox-relay SQLite schema migration 7: served lanes.
+-- Written for the default table, outbox (no table prefix): `outbox-relay migrate --print-sql`
+-- prints the statements for yours. Run in order, each once: the version is recorded first,
+-- so a second run fails on it, changing nothing.
+--
+-- Until when a running relay serves each (lane, target), in milliseconds since the epoch
+-- on the store's clock.
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS outbox_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);
 INSERT INTO outbox_migrations (version, applied_at) VALUES (7, CAST(strftime('%s', 'now') AS INTEGER) * 1000);

@@ -1,6 +1,16 @@
--- outbox-relay SQLite schema migration 4, for the table outbox.
--- Generated from the code, which runs the same statements; do not edit.
--- Run in order, each once: a second run fails on the version it records.
+-- outbox-relay SQLite schema migration 4: the producer contract.
+-- Written for the default table, outbox (no table prefix): `outbox-relay migrate --print-sql`
+-- prints the statements for yours. Run in order, each once: the version is recorded first,
+-- so a second run fails on it, changing nothing.
+--
+-- A service in any language enqueues with a plain INSERT into the view outbox_enqueue, in
+-- its own transaction; the view's trigger validates the row as the Rust API does (same
+-- fields, same rules and limits; SQLite 3.40's RAISE takes only a fixed message, so a
+-- message names the field and the rule, not the value), drops a duplicate of a dedupe key
+-- with the same content (RAISE(IGNORE): no row, no error), refuses one with other content,
+-- and writes the row; the table's own triggers mark key heads and keep the counts. A relay
+-- in another process picks it up at its next poll (max_poll_interval): SQLite has no
+-- notifications between processes.
 BEGIN IMMEDIATE;
 CREATE TABLE IF NOT EXISTS outbox_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL);
 INSERT INTO outbox_migrations (version, applied_at) VALUES (4, CAST(strftime('%s', 'now') AS INTEGER) * 1000);
