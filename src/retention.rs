@@ -21,7 +21,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::config::ConfigError;
-use crate::relay::LaneKey;
+use crate::lane::LaneKey;
 use crate::store::{OrderingPolicy, Outbox, PurgeRequest, StoreError};
 
 /// How long delivered messages are kept by default: a week, time to answer "was it sent?".

@@ -15,10 +15,10 @@ use super::check::Checker;
 use super::plan::{Plan, Store, LANE, TARGET};
 use super::relay::Relay;
 use super::rng::Rng;
+use crate::delivery::DeliveryFailure;
+use crate::lane::RelayEvent;
 use crate::message::{OutboxMessageDraft, UnixMillis};
-use crate::relay::handler::DeliveryFailure;
 use crate::relay::lane::core::{ClaimId, Command, Input, Slot, StoreAnswer, StoreCall};
-use crate::relay::RelayEvent;
 use crate::store::hand_off::{HandOffEvent, HandOffSink};
 use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, Outbox};
 

@@ -38,9 +38,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::LaneConfig;
+use crate::lane::{LaneKey, RelayEvent};
 use crate::message::OutboxMessage;
 use crate::mutation::Mutation;
-use crate::relay::{LaneKey, RelayEvent};
 use crate::store::StoreError;
 use crate::store::StoreOp;
 use gate::{BreakerState, GateKind};

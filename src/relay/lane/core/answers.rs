@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::claim_loop::idle_sleep;
 use super::{ClaimOut, Command, LaneCore, Mode, StoreCall, TimerKind, MIN_IDLE_SLEEP};
+use crate::lane::RelayEvent;
 use crate::mutation::Mutation;
-use crate::relay::RelayEvent;
 use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimRef, StoreError};
 

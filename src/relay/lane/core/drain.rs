@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Command, LaneCore, Mode, StoreCall, TimerKind};
-use crate::relay::{DrainReport, RelayEvent};
+use crate::lane::{DrainReport, RelayEvent};
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
 
 impl LaneCore {

@@ -12,8 +12,8 @@
 use tokio::time::Instant;
 
 use super::{Command, LaneCore, Mode, StoreCall};
+use crate::lane::RelayEvent;
 use crate::message::OutboxMessage;
-use crate::relay::RelayEvent;
 
 /// The lane's side of its taker's credits.
 #[derive(Debug, Default)]

@@ -13,9 +13,9 @@ use uuid::Uuid;
 pub(crate) use super::claim_loop::ClaimId;
 use super::gate::GateKind;
 use super::Slot;
+use crate::delivery::DeliveryFailure;
+use crate::lane::{DrainReport, RelayEvent};
 use crate::message::{OutboxMessage, UnixMillis};
-use crate::relay::handler::DeliveryFailure;
-use crate::relay::{DrainReport, RelayEvent};
 use crate::store::{
     AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, Nack, NackOutcome, StoreError,
 };

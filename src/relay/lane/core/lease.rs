@@ -7,8 +7,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::{Command, LaneCore, StoreCall, TimerKind};
+use crate::lane::RelayEvent;
 use crate::message::OutboxMessage;
-use crate::relay::RelayEvent;
 use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
 

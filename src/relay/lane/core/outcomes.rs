@@ -9,10 +9,10 @@ use uuid::Uuid;
 
 use super::pool::{Running, Slot};
 use super::{ClaimId, Command, LaneCore, Mode, StoreCall};
+use crate::delivery::DeliveryFailure;
+use crate::lane::{LaneKey, RelayEvent};
 use crate::message::UnixMillis;
 use crate::mutation::Mutation;
-use crate::relay::handler::DeliveryFailure;
-use crate::relay::{LaneKey, RelayEvent};
 use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError};
 

@@ -9,9 +9,9 @@ use uuid::Uuid;
 
 use super::*;
 use crate::delivery::DeliveryError;
+use crate::delivery::DeliveryFailure;
+use crate::lane::DrainReport;
 use crate::message::{OutboxMessageDraft, OutboxStatus, UnixMillis};
-use crate::relay::handler::DeliveryFailure;
-use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
 use crate::store::StoreOp;
 use crate::store::{

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::*;
 use crate::delivery::DeliveryError;
-use crate::relay::BreakerState;
+use crate::lane::BreakerState;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum RowState {
