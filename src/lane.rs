@@ -67,7 +67,7 @@ crate::named::label_values! {
 }
 
 /// Names one lane: a lane is always a (name, target) pair, relayed by its own lane relay
-/// with its own [`LaneConfig`]. Displayed as `name/target`.
+/// with its own [`LaneConfig`](crate::LaneConfig). Displayed as `name/target`.
 ///
 /// Its `name` is the `lane` its messages are written with (the draft's and the store's
 /// field); a name with two targets is two lanes.
