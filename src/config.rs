@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use crate::lane::LaneKey;
 use crate::message::validate_name;
 use crate::message::ValidationError;
-use crate::relay::LaneKey;
 use crate::retention::RetentionConfig;
 use crate::retry::{RetryPolicy, DEFAULT_BASE_DELAY, DEFAULT_MAX_DELAY, DEFAULT_RETRY_AFTER_MAX};
 use crate::store::OrderingPolicy;

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::duration::format_duration;
 use crate::message::OutboxMessage;
 
 /// A boxed error from a user's handler.
@@ -29,30 +28,6 @@ pub trait DeliveryHandler: Send + Sync + 'static {
     /// handler learns its outcome. `None` (the default): no limit of its own.
     fn own_timeout(&self) -> Option<(&'static str, Duration)> {
         None
-    }
-}
-
-/// Refuses `config` when `handler` has a limit of its own
-/// ([`DeliveryHandler::own_timeout`]) that the lane's `delivery_timeout` does not outlast;
-/// the error names both settings.
-pub(crate) fn check_own_timeout(
-    config: &crate::config::LaneConfig,
-    handler: &dyn DeliveryHandler,
-) -> Result<(), crate::config::ConfigError> {
-    match handler.own_timeout() {
-        Some((setting, own)) if own >= config.delivery_timeout => {
-            Err(crate::config::ConfigError::new(
-                "delivery_timeout",
-                format!(
-                    "lane {}/{}: delivery_timeout ({}) must be longer than the handler's {setting} ({}), so the relay never gives up on a delivery before the handler knows its outcome",
-                    config.name,
-                    config.target,
-                    format_duration(config.delivery_timeout),
-                    format_duration(own)
-                ),
-            ))
-        }
-        _ => Ok(()),
     }
 }
 
@@ -231,6 +206,59 @@ where
 {
     async fn deliver(&self, message: &OutboxMessage) -> Result<(), DeliveryError> {
         (self.deliver)(message.clone()).await
+    }
+}
+
+/// Why a delivery did not succeed, reduced to what the lane needs to nack it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeliveryFailure {
+    pub(crate) kind: FailureKind,
+    pub(crate) error: String,
+    pub(crate) permanent: bool,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl DeliveryFailure {
+    pub(crate) fn from_error(error: &DeliveryError) -> Self {
+        Self {
+            kind: FailureKind::from(error),
+            error: error.to_string(),
+            permanent: error.is_permanent(),
+            retry_after: error.retry_after_hint(),
+        }
+    }
+
+    pub(crate) fn timeout(after: Duration) -> Self {
+        Self {
+            kind: FailureKind::Timeout,
+            error: format!("delivery timed out after {after:?}"),
+            permanent: false,
+            retry_after: None,
+        }
+    }
+
+    pub(crate) fn panic(text: &str) -> Self {
+        Self {
+            kind: FailureKind::Panic,
+            error: format!("handler panicked: {text}"),
+            permanent: false,
+            retry_after: None,
+        }
+    }
+}
+
+/// How a delivery ends under the handler's `timeout`: the handler's answer when it came
+/// within it (`answer`), else (`None`: the deadline passed first, and the delivery's future
+/// was dropped) a retryable timeout failure, so the message is retried. The handler actor
+/// and the simulation (`sim::world::target`) both end deliveries through this.
+pub(crate) fn within_timeout(
+    timeout: Duration,
+    answer: Option<Result<(), DeliveryError>>,
+) -> Result<(), DeliveryFailure> {
+    match answer {
+        Some(Ok(())) => Ok(()),
+        Some(Err(error)) => Err(DeliveryFailure::from_error(&error)),
+        None => Err(DeliveryFailure::timeout(timeout)),
     }
 }
 

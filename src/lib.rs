@@ -106,7 +106,7 @@ pub mod delivery;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
-mod lane_state;
+mod lane;
 pub mod message;
 pub mod metrics;
 mod mutation;

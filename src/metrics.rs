@@ -44,8 +44,8 @@ pub use lane::{LaneMetrics, StoreCallTimer};
 pub use process::{record_build_info, BUILD_INFO, PROCESS};
 
 use crate::delivery::FailureKind;
-pub use crate::lane_state::LaneState;
-use crate::lane_state::{BreakerState, GateKind};
+pub use crate::lane::LaneState;
+use crate::lane::{BreakerState, GateKind};
 use crate::store::{CallOutcome, Enqueued, StoreCall};
 /// What `http::install_prometheus_exporter` returns: renders the metrics on demand
 /// (`handle.render()`), e.g. for a service that serves `/metrics` itself.

@@ -10,9 +10,11 @@
 //! timers, dispatch, acks: the logic, sans-IO) and carries out its commands; `handler` runs
 //! one delivery at a time under a timeout.
 //!
-//! `event` holds [`RelayEvent`], what the relay reports as it runs; `status` holds what
-//! [`RelayHandle::status`] answers ([`LaneStatus`], [`GateStatus`]) and the counters behind
-//! it.
+//! The lane's words ([`LaneKey`], [`RelayEvent`], [`DrainReport`], [`LaneState`],
+//! [`BreakerState`], [`GateKind`]) are defined in the crate's low `lane` module, which the
+//! configuration, the metrics and the lane core import without this module; they are
+//! re-exported here. `status` holds what [`RelayHandle::status`] answers ([`LaneStatus`],
+//! [`GateStatus`]) and the counters behind it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -30,9 +32,8 @@ use crate::message::OutboxMessage;
 use crate::retention::DEFAULT_PURGE_INTERVAL;
 use crate::store::Outbox;
 
-pub use crate::lane_state::{BreakerState, GateKind, LaneState};
+pub use crate::lane::{BreakerState, DrainReport, GateKind, LaneKey, LaneState, RelayEvent};
 
-mod event;
 pub(crate) mod handler;
 pub(crate) mod lane;
 mod lane_control;
@@ -41,74 +42,12 @@ mod status;
 pub(crate) mod supervisor;
 mod upkeep;
 
-pub use event::RelayEvent;
-pub(crate) use status::LaneCounters;
 pub use status::{GateStatus, LaneStatus};
 
 use supervisor::{RelaySupervisor, SupervisorArgs, SupervisorMsg};
 
 /// How many events a slow subscriber may fall behind before it sees a lag.
 pub const DEFAULT_EVENT_CAPACITY: usize = 4096;
-
-/// Names one lane: a lane is always a (name, target) pair, relayed by its own lane relay
-/// with its own [`LaneConfig`]. Displayed as `name/target`.
-///
-/// Its `name` is the `lane` its messages are written with (the draft's and the store's
-/// field); a name with two targets is two lanes.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-pub struct LaneKey {
-    /// The lane's name: the `lane` of its messages. (Serialized as `lane`, its name in the
-    /// status JSON and the metrics labels.)
-    #[serde(rename = "lane")]
-    pub name: String,
-    /// The target.
-    pub target: String,
-}
-
-impl LaneKey {
-    /// The lane of messages written with lane name `name`, delivered to `target`.
-    pub fn new(name: impl Into<String>, target: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            target: target.into(),
-        }
-    }
-}
-
-impl fmt::Display for LaneKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.name, self.target)
-    }
-}
-
-/// What draining a lane did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct DrainReport {
-    /// Deliveries that finished while draining.
-    pub completed: usize,
-    /// Claims handed back to the store unfinished (deliveries abandoned at the timeout):
-    /// due at once for any relay, the attempt not counted.
-    pub released: usize,
-    /// Finished deliveries whose ack or nack the store did not record by the deadline
-    /// (it was down or too slow). Their claims lapse with their leases and the messages are
-    /// delivered again.
-    pub unrecorded: usize,
-    /// Unfinished deliveries whose claims the store would not take back at the deadline.
-    /// They lapse with their leases and the messages are delivered again then.
-    pub unreleased: usize,
-    /// The lane did not finish draining by the deadline (a store call hung, or the lane
-    /// crashed while draining) and was stopped. What it still held lapses with its leases
-    /// and is delivered again; how much is unknown.
-    pub abandoned: bool,
-}
-
-impl DrainReport {
-    /// Whether every finished delivery was recorded and every unfinished claim handed back:
-    /// nothing of this lane will be delivered again because of the shutdown.
-    pub fn is_clean(&self) -> bool {
-        self.unrecorded == 0 && self.unreleased == 0 && !self.abandoned
-    }
-}
 
 /// What a graceful shutdown did, per lane.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -153,6 +92,30 @@ impl ShutdownReport {
     /// will be delivered again.
     pub fn is_clean(&self) -> bool {
         self.lanes.values().all(DrainReport::is_clean)
+    }
+}
+
+/// Refuses `config` when `handler` has a limit of its own
+/// ([`DeliveryHandler::own_timeout`]) that the lane's `delivery_timeout` does not outlast;
+/// the error names both settings.
+fn check_own_timeout(
+    config: &LaneConfig,
+    handler: &dyn DeliveryHandler,
+) -> Result<(), ConfigError> {
+    match handler.own_timeout() {
+        Some((setting, own)) if own >= config.delivery_timeout => {
+            Err(ConfigError::new(
+                "delivery_timeout",
+                format!(
+                    "lane {}/{}: delivery_timeout ({}) must be longer than the handler's {setting} ({}), so the relay never gives up on a delivery before the handler knows its outcome",
+                    config.name,
+                    config.target,
+                    crate::config::duration::format_duration(config.delivery_timeout),
+                    crate::config::duration::format_duration(own)
+                ),
+            ))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -329,7 +292,7 @@ impl RelayBuilder {
         for (config, handler) in &self.lanes {
             config.validate()?;
             config.validate_for(capabilities)?;
-            crate::delivery::check_own_timeout(config, handler.as_ref())?;
+            check_own_timeout(config, handler.as_ref())?;
             let key = LaneKey::new(&config.name, &config.target);
             if !seen.insert(key.clone()) {
                 return Err(RelayError::DuplicateLane(key));
@@ -468,7 +431,7 @@ impl RelayHandle {
         handler: impl DeliveryHandler,
     ) -> Result<(), RelayError> {
         config.validate()?;
-        crate::delivery::check_own_timeout(&config, &handler)?;
+        check_own_timeout(&config, &handler)?;
         let handler: Arc<dyn DeliveryHandler> = Arc::new(handler);
         self.ask("add_lane", COMMAND_TIMEOUT, |reply| {
             SupervisorMsg::AddLane(Box::new(config), handler, reply)

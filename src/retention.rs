@@ -20,8 +20,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::config::ConfigError;
-use crate::relay::LaneKey;
+use crate::lane::LaneKey;
+use crate::message::ValidationError;
 use crate::store::{OrderingPolicy, Outbox, PurgeRequest, StoreError};
 
 /// How long delivered messages are kept by default: a week, time to answer "was it sent?".
@@ -90,13 +90,13 @@ impl RetentionConfig {
     }
 
     /// Fails on an age under [`MIN_RETENTION`], naming the field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), ValidationError> {
         for (field, age) in [
             ("retention.delivered", self.delivered),
             ("retention.dead_letter", self.dead_letter),
         ] {
             if age.is_some_and(|age| age < MIN_RETENTION) {
-                return Err(ConfigError::new(
+                return Err(ValidationError::new(
                     field,
                     format!("must be at least {MIN_RETENTION:?} (or \"forever\")"),
                 ));

@@ -31,10 +31,11 @@ use tokio::task::JoinHandle;
 use super::api::ApiError;
 use super::Routes;
 use crate::config::duration::format_duration;
+use crate::lane::LaneKey;
 use crate::metrics::http::{
     API_STORE_CALLS_IN_FLIGHT, API_STORE_CALLS_REFUSED_TOTAL, LABEL_REASON,
 };
-use crate::relay::{LaneKey, RelayHandle};
+use crate::relay::RelayHandle;
 use crate::store::{LanePauseRequest, Outbox};
 
 /// The relay and store the routes act on, set once the relay runs; until then the API

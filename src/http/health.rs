@@ -25,7 +25,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::Routes;
-use crate::relay::LaneState;
+use crate::lane::LaneState;
 use crate::relay::RelayHandle;
 use crate::store::Outbox;
 

@@ -13,62 +13,8 @@ use tracing::Instrument;
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, DerivedActorRef};
 use uuid::Uuid;
 
-use crate::delivery::FailureKind;
-use crate::delivery::{DeliveryError, DeliveryHandler};
+use crate::delivery::{within_timeout, DeliveryFailure, DeliveryHandler};
 use crate::message::OutboxMessage;
-
-/// Why a delivery did not succeed, reduced to what the lane needs to nack it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DeliveryFailure {
-    pub(crate) kind: FailureKind,
-    pub(crate) error: String,
-    pub(crate) permanent: bool,
-    pub(crate) retry_after: Option<Duration>,
-}
-
-impl DeliveryFailure {
-    pub(crate) fn from_error(error: &DeliveryError) -> Self {
-        Self {
-            kind: FailureKind::from(error),
-            error: error.to_string(),
-            permanent: error.is_permanent(),
-            retry_after: error.retry_after_hint(),
-        }
-    }
-
-    pub(crate) fn timeout(after: Duration) -> Self {
-        Self {
-            kind: FailureKind::Timeout,
-            error: format!("delivery timed out after {after:?}"),
-            permanent: false,
-            retry_after: None,
-        }
-    }
-
-    pub(crate) fn panic(text: &str) -> Self {
-        Self {
-            kind: FailureKind::Panic,
-            error: format!("handler panicked: {text}"),
-            permanent: false,
-            retry_after: None,
-        }
-    }
-}
-
-/// How a delivery ends under the handler's `timeout`: the handler's answer when it came
-/// within it (`answer`), else (`None`: the deadline passed first, and the delivery's future
-/// was dropped) a retryable timeout failure, so the message is retried. The handler actor
-/// and the simulation (`sim::world::target`) both end deliveries through this.
-pub(crate) fn within_timeout(
-    timeout: Duration,
-    answer: Option<Result<(), DeliveryError>>,
-) -> Result<(), DeliveryFailure> {
-    match answer {
-        Some(Ok(())) => Ok(()),
-        Some(Err(error)) => Err(DeliveryFailure::from_error(&error)),
-        None => Err(DeliveryFailure::timeout(timeout)),
-    }
-}
 
 /// What a handler tells whoever gave it the message: which delivery finished, and how.
 /// Its own type, so a handler does not know its lane's message type (the lane converts it).
@@ -179,7 +125,8 @@ mod tests {
 
     use serde_json::json;
 
-    use crate::relay::RelayEvent;
+    use crate::delivery::DeliveryError;
+    use crate::lane::RelayEvent;
     use crate::{InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay};
 
     use super::*;

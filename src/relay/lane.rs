@@ -22,10 +22,11 @@ use tokio::time::Instant;
 
 use crate::config::LaneConfig;
 use crate::delivery::DeliveryHandler;
+use crate::lane::{DrainReport, LaneKey, RelayEvent};
 use crate::metrics::LaneMetrics;
 use crate::relay::handler::{DeliveryReport, HandlerActor, HandlerArgs, HandlerMsg};
 use crate::relay::observe;
-use crate::relay::{DrainReport, LaneCounters, LaneKey, RelayEvent};
+use crate::relay::status::LaneCounters;
 use crate::store::hand_off::{HandOffEvent, HandOffSink, Registration};
 use crate::store::{LaneStats, OrderingPolicy, Outbox, StoreError, StoreOp};
 

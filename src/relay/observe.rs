@@ -1,7 +1,8 @@
 //! Turns relay events into metrics, so the lane and the supervisor record in one place.
 
+use crate::lane::RelayEvent;
 use crate::metrics::LaneMetrics;
-use crate::relay::{LaneCounters, RelayEvent};
+use crate::relay::status::LaneCounters;
 use crate::store::NackOutcome;
 
 /// Records the metrics an event stands for.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{BreakerState, LaneKey, LaneState};
+use crate::lane::{BreakerState, LaneKey, LaneState};
 
 /// A lane's status, as [`RelayHandle::status`](super::RelayHandle::status) reports it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

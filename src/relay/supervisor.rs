@@ -15,13 +15,12 @@ use tokio::time::Instant;
 
 use crate::config::{LaneConfig, SupervisorConfig};
 use crate::delivery::DeliveryHandler;
+use crate::lane::{DrainReport, LaneKey, LaneState, RelayEvent};
 use crate::metrics::LaneMetrics;
 use crate::relay::lane::{LaneArgs, LaneMsg, LaneRelay};
 use crate::relay::observe;
-use crate::relay::{
-    DrainReport, GateStatus, LaneCounters, LaneKey, LaneState, LaneStatus, RelayError, RelayEvent,
-    ShutdownReport,
-};
+use crate::relay::status::LaneCounters;
+use crate::relay::{GateStatus, LaneStatus, RelayError, ShutdownReport};
 use crate::store::{LanePause, Outbox};
 
 mod fleet;

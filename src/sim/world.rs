@@ -15,10 +15,10 @@ use super::check::Checker;
 use super::plan::{Plan, Store, LANE, TARGET};
 use super::relay::Relay;
 use super::rng::Rng;
+use crate::delivery::DeliveryFailure;
+use crate::lane::RelayEvent;
 use crate::message::{OutboxMessageDraft, UnixMillis};
-use crate::relay::handler::DeliveryFailure;
-use crate::relay::lane::core::{ClaimId, Command, Input, Slot, StoreAnswer, StoreCall};
-use crate::relay::RelayEvent;
+use crate::relay::lane::core::{ClaimId, Command, Input, Slot, StoreAnswer, StoreRequest};
 use crate::store::hand_off::{HandOffEvent, HandOffSink};
 use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, Outbox};
 
@@ -90,7 +90,7 @@ pub(crate) enum Event {
     Store {
         relay: usize,
         epoch: u64,
-        call: StoreCall,
+        call: StoreRequest,
         fate: Fate,
     },
     Done {
@@ -660,7 +660,8 @@ impl<'p> World<'p> {
 
     fn carry_out(&mut self, relay: usize, command: Command) {
         if let Command::Store(
-            StoreCall::Claim { claim, limit, .. } | StoreCall::AckAndClaim { claim, limit, .. },
+            StoreRequest::Claim { claim, limit, .. }
+            | StoreRequest::AckAndClaim { claim, limit, .. },
         ) = &command
         {
             let r = &mut self.relays[relay];

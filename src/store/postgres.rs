@@ -94,7 +94,7 @@ use crate::store::{
 pub use config::{pool_options, Pooler, PostgresConfig, PING_IF_IDLE_FOR};
 // The store's defaults live beside the daemon's PostgreSQL settings, which builds without
 // the `postgres` feature read too (the docs' checks, a config validated without the driver).
-pub use crate::database::postgres::{
+pub use crate::database::postgres::options::{
     PostgresOptions, CLAIMS_IN_FLIGHT, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
     DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
 };

@@ -19,7 +19,8 @@ use super::throughput::{chart, Minute};
 use super::{
     lane_target, reader, redirect, start_sampler, this_minute, with_relay, writer, Routes,
 };
-use crate::relay::{LaneState, LaneStatus};
+use crate::lane::LaneState;
+use crate::relay::LaneStatus;
 use crate::store::{LanePauseRequest, LaneStats, MessageFilter};
 
 /// Seconds between the script's refreshes of the lanes table.

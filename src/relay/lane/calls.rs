@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use ractor::ActorRef;
 use tracing::Instrument;
 
-use super::core::{Input, StoreAnswer, StoreCall};
+use super::core::{Input, StoreAnswer, StoreRequest};
 use super::{spans, LaneMsg, LaneShell};
 use crate::store::{ClaimRequest, Clock, MessageFilter, StoreOp, SystemClock};
 
@@ -76,13 +76,13 @@ impl LaneShell {
     }
 
     /// Runs a store call off the mailbox; its answer comes back as [`Input::Store`].
-    pub(super) fn call(&self, myself: &ActorRef<LaneMsg>, call: StoreCall) {
+    pub(super) fn call(&self, myself: &ActorRef<LaneMsg>, call: StoreRequest) {
         let store = self.store.clone();
         // `outbox_store_call_duration_seconds{lane, target, op}` of each store call below.
         let timer = self.metrics.store_call_timer();
         let mode = self.config.ack_mode();
         match call {
-            StoreCall::Claim {
+            StoreRequest::Claim {
                 claim,
                 limit,
                 key_run,
@@ -97,7 +97,7 @@ impl LaneShell {
                     answer(StoreAnswer::Claimed { claim, result })
                 });
             }
-            StoreCall::AckAndClaim {
+            StoreRequest::AckAndClaim {
                 claim,
                 acks,
                 limit,
@@ -121,7 +121,7 @@ impl LaneShell {
                     })
                 });
             }
-            StoreCall::Ack(acks) => {
+            StoreRequest::Ack(acks) => {
                 let span = spans::ack(&self.config.name, &self.config.target, acks.len(), false);
                 spawn_call(myself, async move {
                     let started = std::time::Instant::now();
@@ -132,12 +132,12 @@ impl LaneShell {
                     answer(StoreAnswer::Acked { result, wall_ms })
                 })
             }
-            StoreCall::Nack(nacks) => spawn_call(myself, async move {
+            StoreRequest::Nack(nacks) => spawn_call(myself, async move {
                 answer(StoreAnswer::Nacked(
                     timer.time(StoreOp::Nack, store.nack(&nacks)).await,
                 ))
             }),
-            StoreCall::NextDue => {
+            StoreRequest::NextDue => {
                 let (lane, target, ordering) = (
                     self.config.name.clone(),
                     self.config.target.clone(),
@@ -150,7 +150,7 @@ impl LaneShell {
                     ))
                 });
             }
-            StoreCall::Extend {
+            StoreRequest::Extend {
                 batch,
                 generation,
                 claims,
@@ -167,7 +167,7 @@ impl LaneShell {
                     })
                 });
             }
-            StoreCall::Release(claims) => spawn_call(myself, async move {
+            StoreRequest::Release(claims) => spawn_call(myself, async move {
                 let result = timer.time(StoreOp::Release, store.release(&claims)).await;
                 answer(StoreAnswer::Released {
                     sent: claims.len(),

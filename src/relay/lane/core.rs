@@ -38,9 +38,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::LaneConfig;
+use crate::lane::{LaneKey, RelayEvent};
 use crate::message::OutboxMessage;
 use crate::mutation::Mutation;
-use crate::relay::{LaneKey, RelayEvent};
 use crate::store::StoreError;
 use crate::store::StoreOp;
 use gate::{BreakerState, GateKind};
@@ -66,7 +66,7 @@ use cadence::Cadence;
 use claim_loop::{ClaimLoop, ClaimOut};
 use gate::{Admit, Gates};
 use hand_off::Credits;
-pub(crate) use io::{ClaimId, Command, Input, StoreAnswer, StoreCall, TimerKind};
+pub(crate) use io::{ClaimId, Command, Input, StoreAnswer, StoreRequest, TimerKind};
 use outcomes::Outcomes;
 use pool::HandlerPool;
 pub(crate) use pool::Slot;
@@ -470,7 +470,7 @@ impl LaneCore {
                     }
                     None => {
                         self.claim_loop.asking_due();
-                        out.push(Command::Store(StoreCall::NextDue));
+                        out.push(Command::Store(StoreRequest::NextDue));
                     }
                 }
             }
@@ -624,7 +624,7 @@ impl LaneCore {
         }
         if !claims.is_empty() {
             self.releasing += 1;
-            out.push(Command::Store(StoreCall::Release(claims)));
+            out.push(Command::Store(StoreRequest::Release(claims)));
         }
     }
 

@@ -150,7 +150,7 @@ mod tests {
     use serde_json::json;
 
     use crate::delivery::{DeliveryError, DeliveryHandler};
-    use crate::relay::RelayEvent;
+    use crate::lane::RelayEvent;
     use crate::Outbox;
     use crate::{InMemoryOutboxStore, LaneConfig, OutboxMessage, OutboxMessageDraft, OutboxRelay};
 

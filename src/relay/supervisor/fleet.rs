@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use super::{LaneEntry, SupervisorState};
+use crate::lane::{LaneKey, LaneState};
 use crate::relay::lane::LaneMsg;
-use crate::relay::{LaneKey, LaneState};
 use crate::store::LanePause;
 
 /// The pauses by the lane they hold.

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::{Fate, World};
 use crate::message::{OutboxMessage, UnixMillis};
-use crate::relay::lane::core::{Input, StoreAnswer, StoreCall};
+use crate::relay::lane::core::{Input, StoreAnswer, StoreRequest};
 use crate::sim::check::Call;
 use crate::sim::plan::{LANE, TARGET};
 use crate::store::StoreOp;
@@ -75,14 +75,14 @@ impl World<'_> {
 
     /// The call's request reaches the store: it runs (unless it fails first), and its
     /// answer sets off back to the lane.
-    pub(super) fn execute(&mut self, relay: usize, epoch: u64, call: StoreCall, fate: Fate) {
+    pub(super) fn execute(&mut self, relay: usize, epoch: u64, call: StoreRequest, fate: Fate) {
         self.tally.store_calls += 1;
         let now = self.store_now();
         self.clock.set(now);
         let lost = fate == Fate::AnswerLost;
         let failed = fate == Fate::FailsBeforeCommit;
         let answer = match call {
-            StoreCall::Claim {
+            StoreRequest::Claim {
                 claim,
                 limit,
                 key_run,
@@ -102,7 +102,7 @@ impl World<'_> {
                     },
                 }
             }
-            StoreCall::AckAndClaim {
+            StoreRequest::AckAndClaim {
                 claim,
                 acks,
                 limit,
@@ -126,7 +126,7 @@ impl World<'_> {
                     wall_ms: now,
                 }
             }
-            StoreCall::Ack(acks) => {
+            StoreRequest::Ack(acks) => {
                 let result = if failed {
                     Err(outage(StoreOp::Ack))
                 } else {
@@ -142,7 +142,7 @@ impl World<'_> {
                     wall_ms: now,
                 }
             }
-            StoreCall::Nack(nacks) => {
+            StoreRequest::Nack(nacks) => {
                 let result = if failed {
                     Err(outage(StoreOp::Nack))
                 } else {
@@ -160,7 +160,7 @@ impl World<'_> {
                 };
                 StoreAnswer::Nacked(result)
             }
-            StoreCall::NextDue => {
+            StoreRequest::NextDue => {
                 let ordering = self.relays[relay].config.ordering;
                 let result = self
                     .store
@@ -171,7 +171,7 @@ impl World<'_> {
                     result
                 })
             }
-            StoreCall::Extend {
+            StoreRequest::Extend {
                 batch,
                 generation,
                 claims,
@@ -200,7 +200,7 @@ impl World<'_> {
                     result,
                 }
             }
-            StoreCall::Release(claims) => {
+            StoreRequest::Release(claims) => {
                 let sent = claims.len();
                 let result = if failed {
                     Err(outage(StoreOp::Release))

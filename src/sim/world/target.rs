@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use super::{Ending, Event, World};
+use crate::delivery::within_timeout;
 use crate::delivery::DeliveryError;
 use crate::message::OutboxMessage;
-use crate::relay::handler::within_timeout;
 use crate::relay::lane::core::Slot;
 
 impl World<'_> {

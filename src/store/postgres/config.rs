@@ -12,8 +12,8 @@ use crate::message::{DraftLimits, ValidationError};
 use crate::store::StoreOp;
 use crate::store::{duration_millis, Clock, StoreError};
 
-pub use crate::database::Pooler;
-use crate::database::PostgresOptions;
+pub use crate::database::postgres::options::Pooler;
+use crate::database::postgres::options::PostgresOptions;
 
 use super::decode::db_error;
 use super::schema::Names;

@@ -1,7 +1,7 @@
 //! Automatic retention over the store: what a pass of `RetentionTask` deletes, and what it
 //! must keep (a dead letter that holds its key on a `Block` lane).
 
-use crate::relay::LaneKey;
+use crate::lane::LaneKey;
 use crate::retention::{RetentionConfig, RetentionTask, DEFAULT_DEAD_LETTER_RETENTION};
 use crate::store::{ClaimRequest, Nack, NackDisposition, NackOutcome, OrderingPolicy};
 use crate::OutboxStatus;

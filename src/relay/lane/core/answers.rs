@@ -7,9 +7,9 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::claim_loop::idle_sleep;
-use super::{ClaimOut, Command, LaneCore, Mode, StoreCall, TimerKind, MIN_IDLE_SLEEP};
+use super::{ClaimOut, Command, LaneCore, Mode, StoreRequest, TimerKind, MIN_IDLE_SLEEP};
+use crate::lane::RelayEvent;
 use crate::mutation::Mutation;
-use crate::relay::RelayEvent;
 use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimRef, StoreError};
 
@@ -96,7 +96,7 @@ impl LaneCore {
         let claims: Vec<ClaimRef> = batch.messages.iter().filter_map(|m| m.claim()).collect();
         if hand_back {
             self.releasing += 1;
-            out.push(Command::Store(StoreCall::Release(claims)));
+            out.push(Command::Store(StoreRequest::Release(claims)));
             return;
         }
         let mut ids = Vec::with_capacity(got);

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Command, LaneCore, Mode, StoreCall, TimerKind};
-use crate::relay::{DrainReport, RelayEvent};
+use super::{Command, LaneCore, Mode, StoreRequest, TimerKind};
+use crate::lane::{DrainReport, RelayEvent};
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
 
 impl LaneCore {
@@ -31,7 +31,7 @@ impl LaneCore {
             .collect();
         if !claims.is_empty() {
             self.releasing += 1;
-            out.push(Command::Store(StoreCall::Release(claims)));
+            out.push(Command::Store(StoreRequest::Release(claims)));
         }
     }
 
@@ -58,7 +58,7 @@ impl LaneCore {
         }
         if !claims.is_empty() {
             self.releasing += 1;
-            out.push(Command::Store(StoreCall::Release(claims)));
+            out.push(Command::Store(StoreRequest::Release(claims)));
         }
     }
 

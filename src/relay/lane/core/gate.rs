@@ -22,7 +22,7 @@ mod rate;
 pub(crate) use breaker::{BreakerAdmit, CircuitBreaker, Transition, Verdict};
 pub(crate) use rate::TokenBucket;
 
-pub(crate) use crate::lane_state::{BreakerState, GateKind};
+pub(crate) use crate::lane::{BreakerState, GateKind};
 
 /// The gates' answer to "may the lane claim now?".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

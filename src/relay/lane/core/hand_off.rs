@@ -11,9 +11,9 @@
 
 use tokio::time::Instant;
 
-use super::{Command, LaneCore, Mode, StoreCall};
+use super::{Command, LaneCore, Mode, StoreRequest};
+use crate::lane::RelayEvent;
 use crate::message::OutboxMessage;
-use crate::relay::RelayEvent;
 
 /// The lane's side of its taker's credits.
 #[derive(Debug, Default)]
@@ -157,7 +157,7 @@ impl LaneCore {
         ) || self.gates.holds_claims(now)
         {
             self.releasing += 1;
-            out.push(Command::Store(StoreCall::Release(vec![claim])));
+            out.push(Command::Store(StoreRequest::Release(vec![claim])));
             return;
         }
         if self.book.holds_unfinished(message.outbox_id) {

@@ -13,9 +13,9 @@ use uuid::Uuid;
 pub(crate) use super::claim_loop::ClaimId;
 use super::gate::GateKind;
 use super::Slot;
+use crate::delivery::DeliveryFailure;
+use crate::lane::{DrainReport, RelayEvent};
 use crate::message::{OutboxMessage, UnixMillis};
-use crate::relay::handler::DeliveryFailure;
-use crate::relay::{DrainReport, RelayEvent};
 use crate::store::{
     AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, Nack, NackOutcome, StoreError,
 };
@@ -80,10 +80,11 @@ pub(crate) enum TimerKind {
     Lease { batch: u64 },
 }
 
-/// A store call of the lane: run off the mailbox, answered with the matching
-/// [`StoreAnswer`].
+/// What the lane asks of its store (claims, acks, nacks, lease extensions, releases): run
+/// off the mailbox, answered with the matching [`StoreAnswer`]. (Not the store's own
+/// [`StoreCall`](crate::store::StoreCall), a finished call as a hook sees it.)
 #[derive(Debug)]
-pub(crate) enum StoreCall {
+pub(crate) enum StoreRequest {
     /// Claim up to `limit` messages, with key runs of up to `key_run`
     /// ([`crate::store::ClaimRequest::key_run`]); `claim` names it in the answer.
     Claim {
@@ -115,38 +116,38 @@ pub(crate) enum StoreCall {
     Release(Vec<ClaimRef>),
 }
 
-/// The answer to a [`StoreCall`].
+/// The answer to a [`StoreRequest`].
 #[derive(Debug)]
 pub(crate) enum StoreAnswer {
-    /// The answer to [`StoreCall::Claim`] `claim`.
+    /// The answer to [`StoreRequest::Claim`] `claim`.
     Claimed {
         claim: ClaimId,
         result: Result<ClaimBatch, StoreError>,
     },
-    /// The answer to [`StoreCall::AckAndClaim`] `claim`; `wall_ms` is this machine's clock
+    /// The answer to [`StoreRequest::AckAndClaim`] `claim`; `wall_ms` is this machine's clock
     /// after it.
     AckedAndClaimed {
         claim: ClaimId,
         result: Result<AckAndClaim, StoreError>,
         wall_ms: UnixMillis,
     },
-    /// The answer to [`StoreCall::Ack`].
+    /// The answer to [`StoreRequest::Ack`].
     Acked {
         result: Result<Vec<ClaimOutcome>, StoreError>,
         wall_ms: UnixMillis,
     },
-    /// The answer to [`StoreCall::Nack`].
+    /// The answer to [`StoreRequest::Nack`].
     Nacked(Result<Vec<NackOutcome>, StoreError>),
-    /// The answer to [`StoreCall::NextDue`].
+    /// The answer to [`StoreRequest::NextDue`].
     NextDue(Result<Option<Duration>, StoreError>),
-    /// The answer to [`StoreCall::Extend`].
+    /// The answer to [`StoreRequest::Extend`].
     Extended {
         batch: u64,
         generation: u64,
         claims: Vec<ClaimRef>,
         result: Result<Vec<ClaimOutcome>, StoreError>,
     },
-    /// The answer to [`StoreCall::Release`] of `sent` claims.
+    /// The answer to [`StoreRequest::Release`] of `sent` claims.
     Released {
         /// How many claims the release carried.
         sent: usize,
@@ -159,7 +160,7 @@ pub(crate) enum StoreAnswer {
 #[derive(Debug)]
 pub(crate) enum Command {
     /// Run this store call off the mailbox; answer with [`Input::Store`].
-    Store(StoreCall),
+    Store(StoreRequest),
     /// Add this many hand-off credits to the lane's taker.
     GrantCredits(usize),
     /// Take every credit the taker has left, answering [`Input::CreditsRevoked`] before

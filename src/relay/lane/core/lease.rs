@@ -6,9 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::{Command, LaneCore, StoreCall, TimerKind};
+use super::{Command, LaneCore, StoreRequest, TimerKind};
+use crate::lane::RelayEvent;
 use crate::message::OutboxMessage;
-use crate::relay::RelayEvent;
 use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
 
@@ -40,7 +40,7 @@ impl LaneCore {
             return;
         }
         if let Some(generation) = self.book.bump(batch, now) {
-            out.push(Command::Store(StoreCall::Extend {
+            out.push(Command::Store(StoreRequest::Extend {
                 batch,
                 generation,
                 claims,
@@ -112,7 +112,7 @@ impl LaneCore {
         let claims: Vec<_> = self.book.close(message.outbox_id).into_iter().collect();
         if !claims.is_empty() {
             self.releasing += 1;
-            out.push(Command::Store(StoreCall::Release(claims)));
+            out.push(Command::Store(StoreRequest::Release(claims)));
         }
         if let Some(key) = &message.ordering_key {
             self.release_key(key, out);

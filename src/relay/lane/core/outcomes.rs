@@ -8,11 +8,11 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::pool::{Running, Slot};
-use super::{ClaimId, Command, LaneCore, Mode, StoreCall};
+use super::{ClaimId, Command, LaneCore, Mode, StoreRequest};
+use crate::delivery::DeliveryFailure;
+use crate::lane::{LaneKey, RelayEvent};
 use crate::message::UnixMillis;
 use crate::mutation::Mutation;
-use crate::relay::handler::DeliveryFailure;
-use crate::relay::{LaneKey, RelayEvent};
 use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError};
 
@@ -201,7 +201,7 @@ impl LaneCore {
         };
         match self.outcomes.start_flush() {
             None => {}
-            Some(Flush::Acks(acks)) => out.push(Command::Store(StoreCall::Ack(acks))),
+            Some(Flush::Acks(acks)) => out.push(Command::Store(StoreRequest::Ack(acks))),
             Some(Flush::Nacks) => {
                 let nacks = self
                     .outcomes
@@ -209,7 +209,7 @@ impl LaneCore {
                     .iter()
                     .map(|f| self.nack_of(f))
                     .collect();
-                out.push(Command::Store(StoreCall::Nack(nacks)));
+                out.push(Command::Store(StoreRequest::Nack(nacks)));
             }
         }
         rode
@@ -221,13 +221,13 @@ impl LaneCore {
         let claim = self.claim_sent(now, limit, out);
         let key_run = self.key_run(limit);
         let call = match self.outcomes.ride_on(claim) {
-            Some(acks) => StoreCall::AckAndClaim {
+            Some(acks) => StoreRequest::AckAndClaim {
                 claim,
                 acks,
                 limit,
                 key_run,
             },
-            None => StoreCall::Claim {
+            None => StoreRequest::Claim {
                 claim,
                 limit,
                 key_run,

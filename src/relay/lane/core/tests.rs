@@ -9,9 +9,9 @@ use uuid::Uuid;
 
 use super::*;
 use crate::delivery::DeliveryError;
+use crate::delivery::DeliveryFailure;
+use crate::lane::DrainReport;
 use crate::message::{OutboxMessageDraft, OutboxStatus, UnixMillis};
-use crate::relay::handler::DeliveryFailure;
-use crate::relay::DrainReport;
 use crate::retry::RetryPolicy;
 use crate::store::StoreOp;
 use crate::store::{
@@ -105,8 +105,8 @@ fn claims(commands: &[Command]) -> Vec<usize> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Store(StoreCall::Claim { limit, .. })
-            | Command::Store(StoreCall::AckAndClaim { limit, .. }) => Some(*limit),
+            Command::Store(StoreRequest::Claim { limit, .. })
+            | Command::Store(StoreRequest::AckAndClaim { limit, .. }) => Some(*limit),
             _ => None,
         })
         .collect()
@@ -126,8 +126,8 @@ fn acks(commands: &[Command]) -> Vec<ClaimRef> {
     commands
         .iter()
         .flat_map(|c| match c {
-            Command::Store(StoreCall::Ack(acks))
-            | Command::Store(StoreCall::AckAndClaim { acks, .. }) => acks.clone(),
+            Command::Store(StoreRequest::Ack(acks))
+            | Command::Store(StoreRequest::AckAndClaim { acks, .. }) => acks.clone(),
             _ => Vec::new(),
         })
         .collect()
@@ -163,7 +163,7 @@ fn released(commands: &[Command]) -> Vec<Uuid> {
     commands
         .iter()
         .flat_map(|c| match c {
-            Command::Store(StoreCall::Release(claims)) => {
+            Command::Store(StoreRequest::Release(claims)) => {
                 claims.iter().map(|c| c.outbox_id).collect()
             }
             _ => Vec::new(),
@@ -216,7 +216,7 @@ fn claimed_messages_fill_free_slots_and_the_rest_wait_in_the_buffer() {
     assert!(claims(&out).is_empty());
     assert!(!has(&out, |c| matches!(
         c,
-        Command::Store(StoreCall::NextDue)
+        Command::Store(StoreRequest::NextDue)
     )));
 }
 
@@ -235,7 +235,7 @@ fn a_finished_delivery_is_acked_at_once_and_its_slot_takes_the_buffered_message(
     // The claim came back full, so a claim is due: the ack rides with it.
     assert!(has(&out, |c| matches!(
         c,
-        Command::Store(StoreCall::AckAndClaim { limit: 1, .. })
+        Command::Store(StoreRequest::AckAndClaim { limit: 1, .. })
     )));
 }
 
@@ -262,7 +262,7 @@ fn one_flush_at_a_time_and_what_finishes_meanwhile_goes_out_together() {
     let out = core.handle(now, done(slots[0], &messages[0]));
     assert!(has(
         &out,
-        |c| matches!(c, Command::Store(StoreCall::Ack(a)) if a.len() == 1)
+        |c| matches!(c, Command::Store(StoreRequest::Ack(a)) if a.len() == 1)
     ));
     let out = core.handle(now, done(slots[1], &messages[1]));
     let out2 = core.handle(now, done(slots[2], &messages[2]));
@@ -294,14 +294,14 @@ fn the_idle_path_claims_once_per_wake_and_rides_a_claim_on_the_last_ack() {
     assert!(
         !has(&out, |c| matches!(
             c,
-            Command::Store(StoreCall::NextDue) | Command::Store(StoreCall::Ack(_))
+            Command::Store(StoreRequest::NextDue) | Command::Store(StoreRequest::Ack(_))
         )),
         "{out:?}"
     );
     assert!(
         has(&out, |c| matches!(
             c,
-            Command::Store(StoreCall::AckAndClaim { acks, limit: 4, .. }) if acks == &[first.claim().unwrap()]
+            Command::Store(StoreRequest::AckAndClaim { acks, limit: 4, .. }) if acks == &[first.claim().unwrap()]
         )),
         "the last ack carries the claim that answers next_due: {out:?}"
     );
@@ -322,7 +322,7 @@ fn the_idle_path_claims_once_per_wake_and_rides_a_claim_on_the_last_ack() {
         }),
     );
     assert!(
-        !has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue))),
+        !has(&out, |c| matches!(c, Command::Store(StoreRequest::NextDue))),
         "{out:?}"
     );
     assert!(has(&out, |c| matches!(
@@ -360,7 +360,7 @@ fn a_short_claim_that_said_when_next_is_due_is_slept_on_after_a_plain_ack() {
     assert_eq!(acks(&out), vec![first.claim().unwrap()]);
     let out = core.handle(now, acked_all(1));
     assert!(
-        !has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue))),
+        !has(&out, |c| matches!(c, Command::Store(StoreRequest::NextDue))),
         "{out:?}"
     );
     assert!(has(&out, |c| matches!(
@@ -377,7 +377,7 @@ fn a_stale_idle_tick_is_ignored_and_the_current_one_claims() {
     let out = core.handle(now, batch(&core, &[]));
     assert!(has(&out, |c| matches!(
         c,
-        Command::Store(StoreCall::NextDue)
+        Command::Store(StoreRequest::NextDue)
     )));
     let out = core.handle(now, Input::Store(StoreAnswer::NextDue(Ok(None))));
     let Some(generation) = out.iter().find_map(|c| match c {
@@ -460,7 +460,7 @@ fn a_failed_ack_is_kept_and_sent_again_after_the_backoff() {
     assert!(
         has(&out, |c| matches!(
             c,
-            Command::Store(StoreCall::AckAndClaim { .. })
+            Command::Store(StoreRequest::AckAndClaim { .. })
         )),
         "{out:?}"
     );
@@ -504,7 +504,7 @@ fn a_failure_is_nacked_with_the_retry_policys_delay() {
     let nack = out
         .iter()
         .find_map(|c| match c {
-            Command::Store(StoreCall::Nack(nacks)) => nacks.first().cloned(),
+            Command::Store(StoreRequest::Nack(nacks)) => nacks.first().cloned(),
             _ => None,
         })
         .unwrap_or_else(|| panic!("{out:?}"));
@@ -522,7 +522,7 @@ fn a_failure_is_nacked_with_the_retry_policys_delay() {
         Command::Emit(RelayEvent::Failed { .. })
     )));
     assert!(
-        has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue))),
+        has(&out, |c| matches!(c, Command::Store(StoreRequest::NextDue))),
         "the retry's due time is new"
     );
 }
@@ -546,9 +546,9 @@ fn a_dead_handler_is_replaced_and_its_delivery_nacked_as_a_panic() {
         matches!(out[0], Command::ReplaceHandler(s) if s == slot),
         "{out:?}"
     );
-    let Some(Command::Store(StoreCall::Nack(nacks))) = out
+    let Some(Command::Store(StoreRequest::Nack(nacks))) = out
         .iter()
-        .find(|c| matches!(c, Command::Store(StoreCall::Nack(_))))
+        .find(|c| matches!(c, Command::Store(StoreRequest::Nack(_))))
     else {
         panic!("{out:?}")
     };
@@ -580,7 +580,7 @@ fn while_deliveries_run_the_poll_ceiling_still_claims_without_next_due() {
     let out = running_with(&mut core, now, std::slice::from_ref(&first));
     assert!(!has(&out, |c| matches!(
         c,
-        Command::Store(StoreCall::NextDue)
+        Command::Store(StoreRequest::NextDue)
     )));
     let Some(generation) = out.iter().find_map(|c| match c {
         Command::TimerAt {
@@ -600,7 +600,7 @@ fn while_deliveries_run_the_poll_ceiling_still_claims_without_next_due() {
     assert_eq!(claims(&out), vec![1]);
     let out = core.handle(now + DEFAULT_MAX_POLL, batch(&core, &[]));
     assert!(
-        !has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue))),
+        !has(&out, |c| matches!(c, Command::Store(StoreRequest::NextDue))),
         "{out:?}"
     );
     assert!(

@@ -82,9 +82,9 @@ fn a_drain_releases_the_buffer_and_stops_once_deliveries_are_recorded() {
         &out,
         |c| matches!(c, Command::TimerAt { kind: TimerKind::DrainDeadline, at, .. } if *at == now + Duration::from_secs(10))
     ));
-    let Some(Command::Store(StoreCall::Release(released))) = out
+    let Some(Command::Store(StoreRequest::Release(released))) = out
         .iter()
-        .find(|c| matches!(c, Command::Store(StoreCall::Release(_))))
+        .find(|c| matches!(c, Command::Store(StoreRequest::Release(_))))
     else {
         panic!("{out:?}")
     };
@@ -142,7 +142,7 @@ fn a_drain_deadline_abandons_running_deliveries_and_releases_their_claims() {
     assert!(slots.iter().all(|s| killed.contains(s)));
     assert!(has(
         &out,
-        |c| matches!(c, Command::Store(StoreCall::Release(r)) if r.len() == 2)
+        |c| matches!(c, Command::Store(StoreRequest::Release(r)) if r.len() == 2)
     ));
     let out = core.handle(
         now,

@@ -5,7 +5,7 @@
 use super::sim::{RowState, Sim};
 use super::*;
 use crate::config::{CircuitBreakerConfig, RateLimit};
-use crate::relay::{BreakerState, GateKind};
+use crate::lane::{BreakerState, GateKind};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)

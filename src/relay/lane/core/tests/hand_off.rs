@@ -100,7 +100,7 @@ fn a_handed_off_message_is_held_like_a_claim_and_acked_without_a_claim() {
     let out = core.handle(arrived, done(slot, &first));
     assert_eq!(acks(&out), vec![first.claim().unwrap()]);
     assert!(
-        has(&out, |c| matches!(c, Command::Store(StoreCall::Ack(_)))),
+        has(&out, |c| matches!(c, Command::Store(StoreRequest::Ack(_)))),
         "{out:?}"
     );
     assert!(claims(&out).is_empty() && !revokes(&out), "{out:?}");
@@ -108,7 +108,8 @@ fn a_handed_off_message_is_held_like_a_claim_and_acked_without_a_claim() {
     let out = core.handle(arrived, acked_all(1));
     assert_eq!(grants(&out), vec![1], "{out:?}");
     assert!(
-        claims(&out).is_empty() && !has(&out, |c| matches!(c, Command::Store(StoreCall::NextDue)))
+        claims(&out).is_empty()
+            && !has(&out, |c| matches!(c, Command::Store(StoreRequest::NextDue)))
     );
 }
 
@@ -203,7 +204,7 @@ fn pause_and_drain_revoke_and_a_message_handed_off_during_the_drain_is_released(
     assert!(delivered(&out).is_empty(), "{out:?}");
     assert!(has(&out, |c| matches!(
         c,
-        Command::Store(StoreCall::Release(claims)) if claims == &[late.claim().unwrap()]
+        Command::Store(StoreRequest::Release(claims)) if claims == &[late.claim().unwrap()]
     )));
 }
 

@@ -21,7 +21,7 @@ fn wake_at(commands: &[Command]) -> Option<Instant> {
 
 fn asks_next_due(commands: &[Command]) -> bool {
     has(commands, |c| {
-        matches!(c, Command::Store(StoreCall::NextDue))
+        matches!(c, Command::Store(StoreRequest::NextDue))
     })
 }
 
@@ -105,7 +105,7 @@ fn a_nack_forgets_the_answer_and_the_lane_asks_next_due() {
         },
     );
     assert!(
-        has(&out, |c| matches!(c, Command::Store(StoreCall::Nack(_)))),
+        has(&out, |c| matches!(c, Command::Store(StoreRequest::Nack(_)))),
         "{out:?}"
     );
     let out = core.handle(

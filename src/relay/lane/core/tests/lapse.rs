@@ -43,7 +43,7 @@ fn extension(commands: &[Command]) -> (u64, Vec<ClaimRef>) {
     commands
         .iter()
         .find_map(|c| match c {
-            Command::Store(StoreCall::Extend {
+            Command::Store(StoreRequest::Extend {
                 generation, claims, ..
             }) => Some((*generation, claims.clone())),
             _ => None,

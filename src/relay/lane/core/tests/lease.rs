@@ -24,13 +24,13 @@ fn a_lease_check_extends_running_and_buffered_claims_and_reports_a_lost_one_once
         at,
         Input::timer(TimerKind::Lease { batch: batch_id }, generation),
     );
-    let Some(Command::Store(StoreCall::Extend {
+    let Some(Command::Store(StoreRequest::Extend {
         claims: extending,
         generation: next,
         ..
     })) = out
         .into_iter()
-        .find(|c| matches!(c, Command::Store(StoreCall::Extend { .. })))
+        .find(|c| matches!(c, Command::Store(StoreRequest::Extend { .. })))
     else {
         panic!("no extension")
     };
@@ -94,9 +94,9 @@ fn a_lease_check_extends_running_and_buffered_claims_and_reports_a_lost_one_once
         at,
         Input::timer(TimerKind::Lease { batch: batch_id }, *again),
     );
-    let Some(Command::Store(StoreCall::Extend { claims: left, .. })) = out
+    let Some(Command::Store(StoreRequest::Extend { claims: left, .. })) = out
         .iter()
-        .find(|c| matches!(c, Command::Store(StoreCall::Extend { .. })))
+        .find(|c| matches!(c, Command::Store(StoreRequest::Extend { .. })))
     else {
         panic!("{out:?}")
     };
@@ -208,13 +208,13 @@ fn a_buffered_message_starts_only_while_its_lease_surely_holds() {
         now + Duration::from_secs(20),
         Input::timer(TimerKind::Lease { batch: batch_id }, generation),
     );
-    let Some(Command::Store(StoreCall::Extend {
+    let Some(Command::Store(StoreRequest::Extend {
         claims: extending,
         generation: next,
         ..
     })) = out
         .into_iter()
-        .find(|c| matches!(c, Command::Store(StoreCall::Extend { .. })))
+        .find(|c| matches!(c, Command::Store(StoreRequest::Extend { .. })))
     else {
         panic!("no extension")
     };
@@ -234,7 +234,7 @@ fn a_buffered_message_starts_only_while_its_lease_surely_holds() {
     );
     assert!(has(&out, |c| matches!(
         c,
-        Command::Store(StoreCall::Extend { .. })
+        Command::Store(StoreRequest::Extend { .. })
     )));
     let applied = vec![ClaimOutcome::Applied; extending.len()];
     core.handle(

@@ -61,7 +61,7 @@ fn quick_handlers_are_waited_for_then_acked_with_a_claim_of_the_whole_window() {
     assert_eq!(acks(&out).len(), 4);
     assert!(has(&out, |c| matches!(
         c,
-        Command::Store(StoreCall::AckAndClaim { limit: 4, .. })
+        Command::Store(StoreRequest::AckAndClaim { limit: 4, .. })
     )));
 }
 

@@ -13,8 +13,10 @@ fn claims_sent(commands: &[Command]) -> Vec<(ClaimId, usize)> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Store(StoreCall::Claim { claim, limit, .. })
-            | Command::Store(StoreCall::AckAndClaim { claim, limit, .. }) => Some((*claim, *limit)),
+            Command::Store(StoreRequest::Claim { claim, limit, .. })
+            | Command::Store(StoreRequest::AckAndClaim { claim, limit, .. }) => {
+                Some((*claim, *limit))
+            }
             _ => None,
         })
         .collect()
@@ -196,7 +198,7 @@ fn a_wake_up_between_two_short_answers_makes_the_lane_claim_again() {
     );
     assert!(!has(&out, |c| matches!(
         c,
-        Command::Store(StoreCall::NextDue)
+        Command::Store(StoreRequest::NextDue)
     )));
 }
 
@@ -208,7 +210,7 @@ fn a_short_answer_with_the_other_claim_out_sleeps_on_nothing_until_that_one_is_b
     assert!(
         !has(&out, |c| matches!(
             c,
-            Command::Emit(RelayEvent::Idle { .. }) | Command::Store(StoreCall::NextDue)
+            Command::Emit(RelayEvent::Idle { .. }) | Command::Store(StoreRequest::NextDue)
         )),
         "the other claim is out: {out:?}"
     );
@@ -353,10 +355,10 @@ fn claims_with_acks(commands: &[Command]) -> Vec<(ClaimId, Vec<ClaimRef>, usize)
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Store(StoreCall::Claim { claim, limit, .. }) => {
+            Command::Store(StoreRequest::Claim { claim, limit, .. }) => {
                 Some((*claim, Vec::new(), *limit))
             }
-            Command::Store(StoreCall::AckAndClaim {
+            Command::Store(StoreRequest::AckAndClaim {
                 claim, acks, limit, ..
             }) => Some((*claim, acks.clone(), *limit)),
             _ => None,

@@ -29,8 +29,8 @@ fn key_runs(commands: &[Command]) -> Vec<usize> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::Store(StoreCall::Claim { key_run, .. })
-            | Command::Store(StoreCall::AckAndClaim { key_run, .. }) => Some(*key_run),
+            Command::Store(StoreRequest::Claim { key_run, .. })
+            | Command::Store(StoreRequest::AckAndClaim { key_run, .. }) => Some(*key_run),
             _ => None,
         })
         .collect()
@@ -79,7 +79,7 @@ fn a_failed_run_message_hands_the_rest_of_its_key_back() {
     assert_eq!(released(&out), ids(&[&k2, &k3]), "{out:?}");
     assert!(has(
         &out,
-        |c| matches!(c, Command::Store(StoreCall::Nack(n)) if n[0].claim == k1.claim().unwrap())
+        |c| matches!(c, Command::Store(StoreRequest::Nack(n)) if n[0].claim == k1.claim().unwrap())
     ));
     assert!(
         started(&out).is_empty(),

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::*;
 use crate::delivery::DeliveryError;
-use crate::relay::BreakerState;
+use crate::lane::BreakerState;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum RowState {
@@ -196,13 +196,13 @@ impl Sim {
     fn carry_out(&mut self, command: Command) -> Option<Input> {
         let now = self.now;
         match command {
-            Command::Store(StoreCall::Claim { claim, limit, .. }) => {
+            Command::Store(StoreRequest::Claim { claim, limit, .. }) => {
                 Some(Input::Store(StoreAnswer::Claimed {
                     claim,
                     result: Ok(self.claim(limit)),
                 }))
             }
-            Command::Store(StoreCall::AckAndClaim {
+            Command::Store(StoreRequest::AckAndClaim {
                 claim, acks, limit, ..
             }) => {
                 let acked = self.ack(&acks);
@@ -216,11 +216,11 @@ impl Sim {
                     wall_ms: UnixMillis::EPOCH,
                 }))
             }
-            Command::Store(StoreCall::Ack(acks)) => Some(Input::Store(StoreAnswer::Acked {
+            Command::Store(StoreRequest::Ack(acks)) => Some(Input::Store(StoreAnswer::Acked {
                 result: Ok(self.ack(&acks)),
                 wall_ms: UnixMillis::EPOCH,
             })),
-            Command::Store(StoreCall::Nack(nacks)) => {
+            Command::Store(StoreRequest::Nack(nacks)) => {
                 let max_attempts = self.max_attempts;
                 let outcomes = nacks
                     .iter()
@@ -246,7 +246,7 @@ impl Sim {
             // The sim's lanes take no hand-offs.
             Command::GrantCredits(_) => None,
             Command::RevokeCredits => Some(Input::CreditsRevoked(0)),
-            Command::Store(StoreCall::NextDue) => {
+            Command::Store(StoreRequest::NextDue) => {
                 let due = self
                     .rows
                     .iter()
@@ -255,7 +255,7 @@ impl Sim {
                     .min();
                 Some(Input::Store(StoreAnswer::NextDue(Ok(due))))
             }
-            Command::Store(StoreCall::Extend {
+            Command::Store(StoreRequest::Extend {
                 batch,
                 generation,
                 claims,
@@ -265,7 +265,7 @@ impl Sim {
                 result: Ok(vec![ClaimOutcome::Applied; claims.len()]),
                 claims,
             })),
-            Command::Store(StoreCall::Release(claims)) => {
+            Command::Store(StoreRequest::Release(claims)) => {
                 let outcomes = claims
                     .iter()
                     .map(|claim| match self.current(claim) {
