@@ -173,11 +173,33 @@ impl OutboxMessageDraft {
         self.lane == message.lane
             && self.target == message.target
             && self.payload == message.payload
-            && crate::trace_context::same_headers(&self.headers, &message.headers)
+            && same_headers(&self.headers, &message.headers)
             && self.ordering_key == message.ordering_key
             && self.dedupe_key == message.dedupe_key
             && self.max_attempts == message.max_attempts
     }
+}
+
+/// The W3C `traceparent` header ([`crate::trace_context`] writes it into drafts).
+pub const TRACEPARENT: &str = "traceparent";
+/// The W3C `tracestate` header.
+pub const TRACESTATE: &str = "tracestate";
+
+/// Whether `name` is one of the trace context headers.
+pub(crate) fn is_trace_header(name: &str) -> bool {
+    name.eq_ignore_ascii_case(TRACEPARENT) || name.eq_ignore_ascii_case(TRACESTATE)
+}
+
+/// Headers equal but for the trace context ones.
+fn same_headers(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
+    let outside = |headers: &'_ BTreeMap<String, String>| {
+        headers
+            .iter()
+            .filter(|(name, _)| !is_trace_header(name))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect::<Vec<_>>()
+    };
+    outside(a) == outside(b)
 }
 
 /// Where a message is in its life. See [`crate::store`] for who moves it and when.

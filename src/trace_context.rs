@@ -20,31 +20,9 @@
 //! Dedupe ignores both headers ([`OutboxMessageDraft::matches`]): enqueuing the same draft
 //! again from another trace is the harmless retry it always was, not a conflict.
 
-use std::collections::BTreeMap;
-
 use crate::message::{OutboxMessage, OutboxMessageDraft};
 
-/// The W3C `traceparent` header.
-pub const TRACEPARENT: &str = "traceparent";
-/// The W3C `tracestate` header.
-pub const TRACESTATE: &str = "tracestate";
-
-/// Whether `name` is one of the trace context headers.
-pub(crate) fn is_trace_header(name: &str) -> bool {
-    name.eq_ignore_ascii_case(TRACEPARENT) || name.eq_ignore_ascii_case(TRACESTATE)
-}
-
-/// Headers equal but for the trace context ones.
-pub(crate) fn same_headers(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> bool {
-    let outside = |headers: &'_ BTreeMap<String, String>| {
-        headers
-            .iter()
-            .filter(|(name, _)| !is_trace_header(name))
-            .map(|(name, value)| (name.clone(), value.clone()))
-            .collect::<Vec<_>>()
-    };
-    outside(a) == outside(b)
-}
+pub use crate::message::{TRACEPARENT, TRACESTATE};
 
 /// Writes the current trace context, through an `outbox.create` span, into each draft's
 /// headers. Called by every store's enqueue after the drafts were validated (so the two
@@ -76,7 +54,8 @@ mod otel {
     use opentelemetry_sdk::propagation::TraceContextPropagator;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-    use super::{is_trace_header, TRACEPARENT};
+    use super::TRACEPARENT;
+    use crate::message::is_trace_header;
     use crate::message::{OutboxMessage, OutboxMessageDraft};
 
     struct Headers<'a>(&'a mut BTreeMap<String, String>);
