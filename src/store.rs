@@ -137,6 +137,8 @@ mod periodic;
 pub mod postgres;
 pub mod served;
 pub mod slow_log;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+mod sql;
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite;

@@ -97,7 +97,7 @@ mod row;
 mod schema;
 mod served;
 mod sql;
-mod watch;
+mod wake;
 mod write;
 
 pub use dialect::Dialect;
@@ -105,7 +105,7 @@ pub use dialect::Dialect;
 #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
 pub use explain::{Access, ClaimPlan, Explain, ListPlan, TableRead};
 pub use schema::MAX_TABLE_PREFIX_LEN;
-pub use watch::{WATCH_MAX_INTERVAL, WATCH_MIN_INTERVAL};
+pub use wake::{WATCH_MAX_INTERVAL, WATCH_MIN_INTERVAL};
 
 use row::db_error;
 use schema::Names;
@@ -124,7 +124,7 @@ pub const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest a message enqueued by another process waits before an idle relay of this
 /// process is woken for it, plus one round trip: MySQL has no notifications between
 /// processes, so an adaptive poll of the newest sequence finds it ([`WATCH_MAX_INTERVAL`],
-/// `watch.rs`). An enqueue through the same store wakes its lanes at once.
+/// `wake.rs`). An enqueue through the same store wakes its lanes at once.
 /// `tests/mysql/wakeups.rs` measures both.
 pub const PICKUP_LATENCY: Duration = WATCH_MAX_INTERVAL;
 
@@ -208,8 +208,8 @@ pub struct MysqlOutboxStore {
     clock: Arc<dyn Clock>,
     migration_lock_timeout: Duration,
     wakeups: Arc<broadcast::Sender<WakeUp>>,
-    /// The adaptive poll that wakes lanes for other processes' enqueues (`watch.rs`).
-    watch: watch::Watch,
+    /// The adaptive poll that wakes lanes for other processes' enqueues (`wake.rs`).
+    watch: wake::Watch,
 }
 
 impl MysqlOutboxStore {
@@ -254,7 +254,7 @@ impl MysqlOutboxStore {
             clock: config.clock,
             migration_lock_timeout: config.migration_lock_timeout,
             wakeups: Arc::new(wakeups),
-            watch: watch::Watch::default(),
+            watch: wake::Watch::default(),
         })
     }
 
@@ -487,7 +487,7 @@ impl OutboxBackend for MysqlOutboxStore {
     }
 
     /// This store's enqueues and requeues at once; other processes' enqueues through the
-    /// adaptive poll, which runs while anybody subscribes (`watch.rs`).
+    /// adaptive poll, which runs while anybody subscribes (`wake.rs`).
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         let receiver = self.wakeups.subscribe();
         self.watch.ensure(&self.pool, &self.names, &self.wakeups);

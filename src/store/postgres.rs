@@ -61,13 +61,13 @@ mod fenced;
 mod key_state;
 mod lane_control;
 mod list;
-mod listener;
 mod schema;
 mod served;
 mod sql;
 mod sweep;
 mod unreadable;
 mod vacuum;
+mod wake;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -147,7 +147,7 @@ pub struct PostgresOutboxStore {
     cycle_ready: AtomicBool,
     wakeups: broadcast::Sender<WakeUp>,
     /// `None`: not listening (a transaction pooler and no [`PostgresConfig::listen_url`]).
-    listener: Option<listener::ListenerGuard>,
+    listener: Option<wake::ListenerGuard>,
 }
 
 impl PostgresOutboxStore {
@@ -223,7 +223,7 @@ impl PostgresOutboxStore {
             None
         } else {
             let channel = names.channel.clone();
-            Some(listener::start(&pool, listen_options, channel, wakeups.clone()).await?)
+            Some(wake::start(&pool, listen_options, channel, wakeups.clone()).await?)
         };
         let sql = Statements::new(&names, !config.settings.synchronous_commit);
         let sweep_sql = sweep::SweepSql::new(&names, &config);

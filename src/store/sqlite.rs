@@ -64,8 +64,8 @@ mod builder;
 mod checkpoint;
 #[cfg(feature = "plans")]
 mod explain;
-mod filter;
 mod lane_control;
+mod list;
 mod read;
 mod row;
 mod schema;

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
 use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
-use crate::store::{StoreError, StoreOp};
+use crate::store::{sql, StoreError, StoreOp};
 use crate::time::UnixMillis;
 
 /// The columns a message is read from.
@@ -22,34 +22,24 @@ pub(super) fn marks(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-/// Maps a driver error onto the store's error kinds.
+/// Maps a driver error onto the store's error kinds ([`sql::store_error`] with MySQL's
+/// error numbers).
 pub(super) fn db_error(op: StoreOp, error: sqlx::Error) -> StoreError {
-    match &error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => StoreError::unavailable(op, error),
-        sqlx::Error::Database(_) => match number(&error) {
-            // Server shutdown, too many connections, lost connection, read-only server.
-            Some(1053 | 1040 | 2006 | 2013 | 1927) => StoreError::unavailable(op, error),
-            // No privilege, unknown database or table, access denied, read-only.
-            Some(1044 | 1045 | 1142 | 1143 | 1049 | 1146 | 1290 | 1792) => {
-                StoreError::denied(op, error)
-            }
-            _ => StoreError::database(op, error),
-        },
-        sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::TypeNotFound { .. } => StoreError::Corrupt {
-            id: "?".into(),
-            reason: format!("{op}: {error}"),
-        },
-        _ => StoreError::database(op, error),
-    }
+    sql::store_error(op, error, &CODES)
 }
+
+/// Unavailable: server shutdown, too many connections, lost connection, read-only server.
+/// Denied: no privilege, unknown database or table, access denied, read-only.
+const CODES: sql::Codes = sql::Codes {
+    code: |db| {
+        db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .map(|e| e.number().to_string())
+    },
+    unavailable: &["1053", "1040", "2006", "2013", "1927"],
+    denied: &[
+        "1044", "1045", "1142", "1143", "1049", "1146", "1290", "1792",
+    ],
+};
 
 /// The server's error number (1213 a deadlock, 1062 a duplicate key).
 fn number(error: &sqlx::Error) -> Option<u16> {

@@ -9,53 +9,24 @@ use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
 use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
-use crate::store::StoreError;
 use crate::store::StoreOp;
+use crate::store::{sql, StoreError};
 
-/// Maps a sqlx error of operation `op`. Lost or unreachable connections are
-/// [`StoreError::Unavailable`] (retryable); rows that do not decode are
-/// [`StoreError::Corrupt`]; everything else is [`StoreError::Database`].
+/// Maps a sqlx error of operation `op` ([`sql::store_error`] with PostgreSQL's codes).
 pub(crate) fn db_error(op: StoreOp, error: sqlx::Error) -> StoreError {
-    match &error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => StoreError::unavailable(op, error),
-        sqlx::Error::Database(db) if db.code().is_some_and(|code| is_unavailable(&code)) => {
-            StoreError::unavailable(op, error)
-        }
-        sqlx::Error::Database(db) if db.code().is_some_and(|code| is_denied(&code)) => {
-            StoreError::denied(op, error)
-        }
-        sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::TypeNotFound { .. } => StoreError::Corrupt {
-            id: "?".into(),
-            reason: format!("{op}: {error}"),
-        },
-        _ => StoreError::database(op, error),
-    }
+    sql::store_error(op, error, &CODES)
 }
 
 /// SQLSTATEs that mean the server cannot serve us right now, not that the request is wrong:
 /// class 08 (connection exception), shutdown and startup (57P01..57P03), too many
-/// connections (53300).
-fn is_unavailable(code: &str) -> bool {
-    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
-}
-
-/// SQLSTATEs that no retry can cure: no privilege (42501), a read-only transaction or
-/// standby (25006), a missing schema (3F000) or table (42P01), a refused login (28000,
-/// 28P01).
-fn is_denied(code: &str) -> bool {
-    matches!(
-        code,
-        "42501" | "25006" | "3F000" | "42P01" | "28000" | "28P01"
-    )
-}
+/// connections (53300). Those no retry can cure: no privilege (42501), a read-only
+/// transaction or standby (25006), a missing schema (3F000) or table (42P01), a refused
+/// login (28000, 28P01).
+const CODES: sql::Codes = sql::Codes {
+    code: |db| db.code().map(String::from),
+    unavailable: &["08*", "57P01", "57P02", "57P03", "53300"],
+    denied: &["42501", "25006", "3F000", "42P01", "28000", "28P01"],
+};
 
 /// Reads one message from a row selected with [`super::sql::columns`].
 pub(crate) fn message(row: &PgRow) -> Result<OutboxMessage, StoreError> {

@@ -1,15 +1,15 @@
 //! The PostgreSQL store's lane control: the `{prefix}_lane_control` table (migration 6),
 //! one row per paused (lane, target), its time the database's clock (or the store's test
 //! clock). Each call is one statement that commits at once, and a pause or a resume
-//! notifies the store's channel (`listener.rs`'s `LANE_CONTROL_PAYLOAD`) in it, so relays
+//! notifies the store's channel (`wake.rs`'s `LANE_CONTROL_PAYLOAD`) in it, so relays
 //! apply it within a round trip; their poll stays as the fallback.
 
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, Row};
 
 use super::decode::db_error;
-use super::listener::LANE_CONTROL_PAYLOAD;
 use super::sql::NOW;
+use super::wake::LANE_CONTROL_PAYLOAD;
 use super::PostgresOutboxStore;
 use crate::store::lane_control::validate_lane;
 use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};

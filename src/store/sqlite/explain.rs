@@ -8,7 +8,7 @@ use sqlx::Row;
 use crate::store::StoreOp;
 use crate::store::{MessageFilter, OrderingPolicy, PageRequest, StoreError};
 
-use super::filter::FilterSql;
+use super::list::FilterSql;
 use super::read::{blocked_keys_sql, counts_sql, list_sql};
 use super::row::db;
 use super::write::dynamic;

@@ -13,7 +13,7 @@ use crate::store::admin::list_budget;
 use crate::store::StoreOp;
 use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError};
 
-use super::filter::FilterSql;
+use super::list::FilterSql;
 use super::row::{db, decode, uuid_text};
 use super::schema::{Statements, COLUMNS};
 use super::write::{dynamic, query};

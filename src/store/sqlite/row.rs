@@ -9,8 +9,8 @@ use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
 use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
-use crate::store::StoreError;
 use crate::store::StoreOp;
+use crate::store::{sql, StoreError};
 
 /// Reads a message from a row selected with `schema::COLUMNS`.
 pub(super) fn decode(row: &SqliteRow) -> Result<OutboxMessage, StoreError> {
@@ -141,48 +141,25 @@ pub(super) fn int(value: impl TryInto<i64>) -> i64 {
     value.try_into().unwrap_or(i64::MAX)
 }
 
-// Primary SQLite result codes (the low byte of an extended code) that mean "not now"
-// rather than "never": another process holds the write lock past busy_timeout, or the disk
-// or file cannot be used at the moment.
-const SQLITE_PERM: i64 = 3;
-const SQLITE_BUSY: i64 = 5;
-const SQLITE_LOCKED: i64 = 6;
-const SQLITE_IOERR: i64 = 10;
-const SQLITE_FULL: i64 = 13;
-const SQLITE_CANTOPEN: i64 = 14;
-const SQLITE_READONLY: i64 = 8;
-const SQLITE_AUTH: i64 = 23;
-
-/// Maps a `sqlx` error of operation `op` onto the store's error.
+/// Maps a `sqlx` error of operation `op` onto the store's error ([`sql::store_error`] with
+/// SQLite's primary result codes).
 pub(super) fn store_error(op: StoreOp, error: sqlx::Error) -> StoreError {
-    match error {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => StoreError::unavailable(op, error),
-        sqlx::Error::Database(ref db) => {
-            let primary = db
-                .code()
-                .and_then(|code| code.parse::<i64>().ok())
-                .map(|code| code & 0xff);
-            match primary {
-                Some(
-                    SQLITE_BUSY | SQLITE_LOCKED | SQLITE_IOERR | SQLITE_FULL | SQLITE_CANTOPEN,
-                ) => StoreError::unavailable(op, error),
-                Some(SQLITE_READONLY | SQLITE_PERM | SQLITE_AUTH) => StoreError::denied(op, error),
-                _ => StoreError::database(op, error),
-            }
-        }
-        sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. } => StoreError::Corrupt {
-            id: "?".into(),
-            reason: format!("{op}: {error}"),
-        },
-        other => StoreError::database(op, other),
-    }
+    sql::store_error(op, error, &CODES)
 }
+
+/// Primary result codes (the low byte of an extended code) that mean "not now" rather than
+/// "never": another process holds the write lock past busy_timeout (BUSY 5, LOCKED 6), or
+/// the disk or file cannot be used at the moment (IOERR 10, FULL 13, CANTOPEN 14). Denied:
+/// READONLY 8, PERM 3, AUTH 23.
+const CODES: sql::Codes = sql::Codes {
+    code: |db| {
+        db.code()
+            .and_then(|code| code.parse::<i64>().ok())
+            .map(|code| (code & 0xff).to_string())
+    },
+    unavailable: &["5", "6", "10", "13", "14"],
+    denied: &["8", "3", "23"],
+};
 
 /// `map_err` adapter: `.map_err(db(op))`.
 pub(super) fn db(op: StoreOp) -> impl Fn(sqlx::Error) -> StoreError {

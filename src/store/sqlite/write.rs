@@ -27,7 +27,7 @@ use crate::store::{
     UnreadableRow,
 };
 
-use super::filter::FilterSql;
+use super::list::FilterSql;
 use super::row::{self, db, decode, int, json_text, parse_uuid, uuid_text};
 use super::schema::Statements;
 

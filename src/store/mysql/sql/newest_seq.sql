@@ -1,2 +1,2 @@
--- The watch's poll (watch.rs): the newest sequence, one dive to the primary key's end.
+-- The watch's poll (wake.rs): the newest sequence, one dive to the primary key's end.
 SELECT MAX(seq) FROM `outbox_messages`
