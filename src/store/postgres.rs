@@ -53,7 +53,6 @@ mod call;
 mod claim;
 mod config;
 mod cycle;
-mod decode;
 mod enqueue;
 #[cfg(feature = "plans")]
 mod explain;
@@ -61,6 +60,7 @@ mod fenced;
 mod key_state;
 mod lane_control;
 mod list;
+mod row;
 mod schema;
 mod served;
 mod sql;
@@ -98,11 +98,11 @@ pub use crate::database::postgres::options::{
     PostgresOptions, CLAIMS_IN_FLIGHT, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_MIGRATION_LOCK_TIMEOUT,
     DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DEFAULT_VACUUM_EVERY,
 };
-use decode::{db_error, unsigned};
 #[cfg(feature = "plans")]
 #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
 pub use explain::Explained;
 use fenced::FencedBatch;
+use row::{db_error, unsigned};
 use schema::Names;
 use sql::Statements;
 

@@ -13,7 +13,7 @@ use crate::store::StoreOp;
 use crate::store::{LaneCount, LaneStats, MessageFilter, PurgeRequest, StoreError};
 use crate::time::UnixMillis;
 
-use super::decode::{self, db_error, unsigned};
+use super::row::{db_error, unsigned};
 use super::{interval, to_i64, PostgresOutboxStore};
 
 /// Binds `filter`'s seven values in the order `sql.rs`'s `filter` reads them.
@@ -107,7 +107,7 @@ impl PostgresOutboxStore {
             .await
             .map_err(|e| db_error(StoreOp::Get, e))?;
         call.finish(StoreOp::Get).await?;
-        row.as_ref().map(decode::message).transpose()
+        row.as_ref().map(super::row::message).transpose()
     }
 
     pub(super) async fn requeue_dead(

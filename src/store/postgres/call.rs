@@ -15,7 +15,7 @@ use sqlx::{AssertSqlSafe, Postgres, Transaction};
 
 use crate::store::{StoreError, StoreOp};
 
-use super::decode::db_error;
+use super::row::db_error;
 use super::PostgresOutboxStore;
 
 /// The connection of one store call; [`Call::finish`] ends it.

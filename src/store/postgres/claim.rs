@@ -16,8 +16,8 @@ use crate::store::{
     OrderingPolicy, StoreError,
 };
 
-use super::decode::db_error;
 use super::fenced::FencedBatch;
+use super::row::db_error;
 use super::unreadable::sort_rows;
 use super::{interval, to_i64, unsigned, PostgresOutboxStore};
 

@@ -15,7 +15,7 @@ use crate::store::{duration_millis, Clock, StoreError};
 pub use crate::database::postgres::options::Pooler;
 use crate::database::postgres::options::PostgresOptions;
 
-use super::decode::db_error;
+use super::row::db_error;
 use super::schema::Names;
 use super::{DEFAULT_MIGRATION_STATEMENT_TIMEOUT, DEFAULT_SCHEMA, DEFAULT_TABLE_PREFIX};
 

@@ -13,8 +13,8 @@ use crate::store::{
     AckMode, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy,
 };
 
-use super::decode::{db_error, unsigned};
 use super::fenced::FencedBatch;
+use super::row::{db_error, unsigned};
 use super::unreadable::sort_rows;
 use super::{to_i64, PostgresOutboxStore};
 

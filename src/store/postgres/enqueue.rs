@@ -14,7 +14,7 @@ use crate::message::{OutboxMessage, OutboxMessageDraft};
 use crate::store::StoreOp;
 use crate::store::{DraftBatch, Enqueued, StoreError};
 
-use super::decode::{self, db_error};
+use super::row::{self, db_error};
 use super::{interval, PostgresOutboxStore};
 
 /// A batch being written: its drafts, each with the id it is inserted under, and the claim
@@ -277,7 +277,7 @@ impl PostgresOutboxStore {
             .await
             .map_err(|e| db_error(StoreOp::Enqueue, e))?;
         rows.iter()
-            .map(|row| decode::message(row).map(|m| (m.outbox_id, m)))
+            .map(|row| row::message(row).map(|m| (m.outbox_id, m)))
             .collect()
     }
 
@@ -299,7 +299,7 @@ impl PostgresOutboxStore {
             .map_err(|e| db_error(StoreOp::Enqueue, e))?;
         let mut holders = HashMap::new();
         for row in &rows {
-            let message = decode::message(row)?;
+            let message = row::message(row)?;
             if let Some(key) = message.dedupe_key.clone() {
                 holders.insert((message.lane.clone(), message.target.clone(), key), message);
             }

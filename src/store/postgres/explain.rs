@@ -11,8 +11,8 @@ use crate::store::{
     ClaimRef, ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, StoreError,
 };
 
-use super::decode::db_error;
 use super::list::list_sql;
+use super::row::db_error;
 use super::PostgresOutboxStore;
 
 /// A statement to explain with [`PostgresOutboxStore::explain`].

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, ClaimRef, StoreError};
 
-use super::decode::db_error;
+use super::row::db_error;
 use super::PostgresOutboxStore;
 
 impl PostgresOutboxStore {

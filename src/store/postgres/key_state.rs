@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
-use super::decode::db_error;
+use super::row::db_error;
 use super::{to_i64, PostgresOutboxStore};
 use crate::store::{
     BlockedKey, BlockedKeys, MessageFilter, OutboxBackend, PageRequest, StoreError, StoreOp,

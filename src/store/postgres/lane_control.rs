@@ -7,7 +7,7 @@
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::decode::db_error;
+use super::row::db_error;
 use super::sql::NOW;
 use super::wake::LANE_CONTROL_PAYLOAD;
 use super::PostgresOutboxStore;

@@ -23,7 +23,7 @@ use crate::message::OutboxStatus;
 use crate::store::admin::list_budget;
 use crate::store::{MessageFilter, Page, PageRequest, StoreError, StoreOp};
 
-use super::decode::{self, db_error};
+use super::row::{self, db_error};
 use super::sql::{columns, instant};
 use super::{to_i64, PostgresOutboxStore};
 
@@ -187,7 +187,7 @@ impl PostgresOutboxStore {
                 .try_get::<bool, _>("list_hit")
                 .map_err(|e| db_error(op, e))?
             {
-                hits.push(decode::message(row)?);
+                hits.push(row::message(row)?);
             }
         }
         let budget = list_budget(filter, page.limit);

@@ -26,7 +26,7 @@ use sqlx::AssertSqlSafe;
 use crate::message::ValidationError;
 use crate::store::{StoreError, StoreOp};
 
-use super::decode::db_error;
+use super::row::db_error;
 
 pub(super) mod heads;
 pub(crate) mod key_queue;

@@ -8,7 +8,7 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
-use super::decode::{db_error, unsigned};
+use super::row::{db_error, unsigned};
 use super::schema::Names;
 use super::sql::NOW;
 use super::{to_i64, PostgresOutboxStore};

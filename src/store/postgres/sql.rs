@@ -33,7 +33,7 @@ fn millis(expr: &str) -> String {
     format!("floor(extract(epoch FROM {expr}) * 1000)::int8")
 }
 
-/// The columns [`super::decode::message`] reads, with their SQL types as selected:
+/// The columns [`super::row::message`] reads, with their SQL types as selected:
 /// timestamps leave as Unix milliseconds (`int8`). One list for the select list
 /// ([`columns`]) and for the result type of the cycle function (`sql/cycle.rs`).
 pub(crate) const MESSAGE_COLUMNS: [(&str, &str); 19] = [
@@ -58,7 +58,7 @@ pub(crate) const MESSAGE_COLUMNS: [(&str, &str); 19] = [
     ("delivered_at", "int8"),
 ];
 
-/// The select list [`super::decode::message`] reads, for table alias `a`.
+/// The select list [`super::row::message`] reads, for table alias `a`.
 pub(crate) fn columns(a: &str) -> String {
     MESSAGE_COLUMNS
         .iter()

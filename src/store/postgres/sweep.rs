@@ -39,7 +39,7 @@ use crate::message::UnixMillis;
 use crate::store::StoreError;
 use crate::store::StoreOp;
 
-use super::decode::db_error;
+use super::row::db_error;
 use super::schema::heads::{head_lock_class, head_lock_key};
 use super::schema::key_queue::{live_exists, KeyOf};
 use super::schema::Names;

@@ -11,8 +11,8 @@ use crate::store::StoreOp;
 use crate::store::{ClaimBatch, ClaimRef, OrderingPolicy, StoreError, UnreadableRow};
 
 use super::claim::LeftKeys;
-use super::decode::{self, db_error};
 use super::fenced::FencedBatch;
+use super::row::{self, db_error};
 use super::PostgresOutboxStore;
 
 /// Reads the message rows of a claim (those with an `outbox_id`), each on its own, and
@@ -26,7 +26,7 @@ pub(super) fn sort_rows<'r>(
     for row in rows {
         let id: Option<Uuid> = row.try_get("outbox_id").map_err(|e| db_error(op, e))?;
         if id.is_some() {
-            claimed.push(decode::claimed(row, op)?);
+            claimed.push(row::claimed(row, op)?);
         }
     }
     Ok(unreadable::sort(claimed, ordering))

@@ -15,7 +15,7 @@ use crate::store::{StoreError, WakeUp};
 /// a relay of a build that does not know it reads it as "every lane should look".
 pub(super) const LANE_CONTROL_PAYLOAD: &str = "\tlane_control";
 
-use super::decode::db_error;
+use super::row::db_error;
 
 /// The first wait before listening again after the connection was lost.
 const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(100);

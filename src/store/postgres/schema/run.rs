@@ -10,7 +10,7 @@ use sqlx::AssertSqlSafe;
 
 use crate::store::{StoreError, StoreOp};
 
-use super::super::decode::db_error;
+use super::super::row::db_error;
 use super::script::{body, name, prelude};
 use super::{Names, FILES};
 
