@@ -85,22 +85,25 @@ async fn a_run_cut_short_is_completed_and_an_older_version_gets_what_it_lacks() 
     let db = TestDatabase::create().await;
     let pool = db.pool(2).await;
     // Migration 1 as a DBA ran it, then migration 2 cut short before its version: its table
-    // is there, its version is not.
+    // is there, its version is not. One session runs both and then lets go of the named lock
+    // the cut file took (on another session of the pool, the lock would stay held).
+    let mut session = pool.acquire().await.expect("a connection");
     let first = MysqlOutboxStore::migration_sql("shop", 0, 1).expect("migration 1");
     sqlx::raw_sql(AssertSqlSafe(first))
-        .execute(&pool)
+        .execute(&mut *session)
         .await
         .expect("migration 1");
     let second = MysqlOutboxStore::migration_sql("shop", 1, 2).expect("migration 2");
     let cut = &second[..second.find("INSERT INTO").expect("the version's INSERT")];
     sqlx::raw_sql(AssertSqlSafe(cut.to_owned()))
-        .execute(&pool)
+        .execute(&mut *session)
         .await
         .expect("migration 2 without its version");
     sqlx::query("SELECT RELEASE_ALL_LOCKS()")
-        .execute(&pool)
+        .execute(&mut *session)
         .await
         .expect("release");
+    drop(session);
     let store = MysqlOutboxStore::new(pool.clone(), MysqlConfig::default().table_prefix("shop"))
         .expect("store");
     assert_eq!(store.schema_version().await.expect("version"), Some(1));
