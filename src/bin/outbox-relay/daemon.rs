@@ -79,6 +79,10 @@ async fn serve(
         .config
         .supervisor()
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
+    for (lane, sink) in &lanes {
+        sink.check_built(&format!("lanes[{}].sink", lane.key()))
+            .map_err(|error| Failure::input(format!("config error: {error}")))?;
+    }
 
     for (old, new) in setup.config.deprecated_keys() {
         tracing::warn!(
