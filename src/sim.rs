@@ -44,6 +44,8 @@
 // The seed drawing (plans, faults, the Rng's helpers) serves the seed runs; under
 // `simulate` alone it is unused.
 #![cfg_attr(not(test), allow(dead_code))]
+// The plan and the checker are public for `testing::simulation` alone.
+#![cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 
 use std::time::Duration;
 
@@ -60,11 +62,15 @@ mod world;
 #[cfg(test)]
 mod tests;
 
-#[cfg(test)]
-pub(crate) use plan::Size;
+#[cfg(feature = "testing")]
+pub use check::{Call, Checker, Overlaps};
+#[cfg(feature = "testing")]
+pub use plan::Fault;
+#[cfg(any(test, feature = "testing"))]
+pub use plan::Size;
 #[cfg(feature = "simulate")]
-pub(crate) use plan::{MessagePlan, Stated, TargetPlan, LANE, TARGET};
-pub(crate) use plan::{Plan, Store};
+pub use plan::{MessagePlan, Stated, TargetPlan, LANE, TARGET};
+pub use plan::{Plan, Store};
 #[cfg(feature = "simulate")]
 pub(crate) use rng::Rng;
 #[cfg(test)]
@@ -102,7 +108,7 @@ fn tail(plan: &Plan) -> Duration {
 /// - then each message, one after another in the worst case (one hot key), costs a claim
 ///   and an ack round trip (two legs each), a delivery and a claim linger, plus one
 ///   rate-limit interval when a rate limit is set.
-pub(crate) fn settle_bound(plan: &Plan) -> Duration {
+pub fn settle_bound(plan: &Plan) -> Duration {
     let c = &plan.config;
     let slow = plan
         .faults
@@ -161,7 +167,7 @@ pub(crate) fn settle_bound(plan: &Plan) -> Duration {
 /// The longest a delivery may run past its lapse beside the next holder of its key: it
 /// started only with `start margin` of its lease left (`delivery_timeout`, or with lease
 /// extension at most `lease_extend_margin`), and runs at most `delivery_timeout`.
-pub(crate) fn overlap_bound(config: &crate::config::LaneConfig) -> Duration {
+pub fn overlap_bound(config: &crate::config::LaneConfig) -> Duration {
     let margin = config
         .lease_extend_margin
         .map_or(config.delivery_timeout, |m| m.min(config.delivery_timeout));

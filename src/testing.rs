@@ -50,6 +50,7 @@ use crate::Outbox;
 // contract in `store`; they are not an API of their own.
 #[doc(hidden)]
 pub mod cases;
+pub mod simulation;
 
 /// Opens another store handle over the same data.
 pub type Opener = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Outbox> + Send>> + Send + Sync>;

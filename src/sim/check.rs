@@ -33,18 +33,24 @@ use crate::store::{ClaimRef, LaneStats, Nack, NackDisposition, OrderingPolicy};
 
 mod overlap;
 
-pub(crate) use overlap::Overlaps;
+pub use overlap::Overlaps;
 
 /// What a store call was, as far as the checker needs to know.
 #[derive(Debug)]
-pub(crate) enum Call<'a> {
+pub enum Call<'a> {
+    /// An ack of these claims.
     Ack(&'a [ClaimRef]),
+    /// A nack of these.
     Nack(&'a [Nack]),
+    /// An extension of these claims' leases by this lease.
     Extend(&'a [ClaimRef], Duration),
+    /// A release of these claims.
     Release(&'a [ClaimRef]),
     /// A claim and what it answered: claimed messages (in order) and dead-lettered ids.
     Claim {
+        /// The messages it handed out.
         claimed: &'a [OutboxMessage],
+        /// The messages it dead-lettered (a lapse of their last attempt).
         dead: &'a [Uuid],
     },
 }
@@ -71,7 +77,7 @@ struct Running {
 
 /// The checker's state. The first violation is kept; the run stops on it.
 #[derive(Debug)]
-pub(crate) struct Checker {
+pub struct Checker {
     ordering: OrderingPolicy,
     rows: HashMap<Uuid, OutboxMessage>,
     keys: HashMap<String, KeyState>,
@@ -107,7 +113,7 @@ pub(crate) struct Checker {
 impl Checker {
     /// A checker for a lane of `ordering` whose deliveries may overlap the next holder's
     /// by at most `overlap_bound`.
-    pub(crate) fn new(ordering: OrderingPolicy, overlap_bound: Duration) -> Self {
+    pub fn new(ordering: OrderingPolicy, overlap_bound: Duration) -> Self {
         Self {
             ordering,
             rows: HashMap::new(),
@@ -130,23 +136,54 @@ impl Checker {
         }
     }
 
+    /// Sets the time now, since the run began (the overlaps past a lapse are timed by it).
+    pub fn set_now(&mut self, now: Duration) {
+        self.now = now;
+    }
+
+    /// The store's clock jumped forward now: a lease it lapsed early is no fault of a lane.
+    pub fn clock_jumped_forward(&mut self) {
+        self.jumped_forward = Some(self.now);
+    }
+
+    /// The first invariant broken, if one was (taken: the checker forgets it).
+    pub fn take_violation(&mut self) -> Option<String> {
+        self.violation.take()
+    }
+
+    /// The overlaps past a lapse seen so far.
+    pub fn overlaps(&self) -> Overlaps {
+        self.overlaps
+    }
+
+    /// The row `id` as the checker last saw it.
+    pub fn row(&self, id: Uuid) -> Option<&OutboxMessage> {
+        self.rows.get(&id)
+    }
+
+    /// How many deliveries started.
+    pub fn deliveries(&self) -> u64 {
+        self.deliveries
+    }
+
     pub(crate) fn fail(&mut self, what: String) {
         if self.violation.is_none() {
             self.violation = Some(what);
         }
     }
 
-    pub(crate) fn messages(&self) -> usize {
+    /// How many rows were written.
+    pub fn messages(&self) -> usize {
         self.rows.len()
     }
 
     /// Every row written.
-    pub(crate) fn ids(&self) -> Vec<Uuid> {
+    pub fn ids(&self) -> Vec<Uuid> {
         self.rows.keys().copied().collect()
     }
 
     /// An enqueue's answer.
-    pub(crate) fn enqueued(&mut self, message: &OutboxMessage, duplicate: bool) {
+    pub fn enqueued(&mut self, message: &OutboxMessage, duplicate: bool) {
         let id = message.outbox_id;
         if duplicate {
             if !self.rows.contains_key(&id) {
@@ -187,7 +224,7 @@ impl Checker {
 
     /// A store call ran at `now` (the store's clock); `after` holds every row it touched,
     /// read back after it.
-    pub(crate) fn observe(
+    pub fn observe(
         &mut self,
         call: Call<'_>,
         now: UnixMillis,
@@ -487,7 +524,7 @@ impl Checker {
 
     /// A delivery starts at `now` (the store's clock); `lapse_known`: the lane had been told
     /// this claim's lease lapsed. Returns the delivery's number for [`Checker::ended`].
-    pub(crate) fn started(
+    pub fn started(
         &mut self,
         message: &OutboxMessage,
         now: UnixMillis,
@@ -583,7 +620,7 @@ impl Checker {
     }
 
     /// A delivery ended (`ok`: the target took it).
-    pub(crate) fn ended(&mut self, delivery: u64, ok: bool) {
+    pub fn ended(&mut self, delivery: u64, ok: bool) {
         if let Some(running) = self.running.remove(&delivery) {
             if ok {
                 self.succeeded.insert(running.outbox_id);
@@ -593,7 +630,7 @@ impl Checker {
     }
 
     /// The store's stats against the rows.
-    pub(crate) fn stats(&mut self, stats: &LaneStats) {
+    pub fn stats(&mut self, stats: &LaneStats) {
         let count =
             |status: OutboxStatus| self.rows.values().filter(|r| r.status == status).count() as u64;
         let want = (
@@ -617,7 +654,7 @@ impl Checker {
 
     /// Every row the store holds, against the shadow: nothing changed behind a call's back,
     /// nothing lost, nothing invented.
-    pub(crate) fn all_rows(&mut self, rows: &[OutboxMessage]) {
+    pub fn all_rows(&mut self, rows: &[OutboxMessage]) {
         if rows.len() != self.rows.len() {
             return self.fail(format!(
                 "the store holds {} rows, {} were written",
@@ -637,7 +674,7 @@ impl Checker {
 
     /// Messages not yet settled: not delivered, not dead, not held behind a dead head of
     /// their key under `Block`.
-    pub(crate) fn unsettled(&self) -> Vec<Uuid> {
+    pub fn unsettled(&self) -> Vec<Uuid> {
         self.rows
             .values()
             .filter(|row| matches!(row.status, OutboxStatus::Pending | OutboxStatus::Claimed))

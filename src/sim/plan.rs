@@ -11,34 +11,40 @@ use crate::retry::RetryPolicy;
 use crate::store::OrderingPolicy;
 
 /// The one lane every relay of a run serves.
-pub(crate) const LANE: &str = "orders";
+pub const LANE: &str = "orders";
 /// Its target.
-pub(crate) const TARGET: &str = "billing";
+pub const TARGET: &str = "billing";
 
 /// How big a run is.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Size {
-    pub(crate) messages: usize,
-    pub(crate) faults: usize,
+pub struct Size {
+    /// Messages enqueued.
+    pub messages: usize,
+    /// Faults of the first kinds drawn (and half as many of the newer kinds).
+    pub faults: usize,
 }
 
 /// One message to enqueue.
 #[derive(Debug, Clone)]
-pub(crate) struct MessagePlan {
+pub struct MessagePlan {
     /// When (virtual time since the start) it is enqueued.
-    pub(crate) at: Duration,
-    pub(crate) key: Option<String>,
-    pub(crate) delay: Option<Duration>,
-    pub(crate) dedupe: Option<String>,
-    pub(crate) max_attempts: u32,
+    pub at: Duration,
+    /// Its ordering key.
+    pub key: Option<String>,
+    /// Its delay (`OutboxMessageDraft::with_delay`).
+    pub delay: Option<Duration>,
+    /// Its dedupe key.
+    pub dedupe: Option<String>,
+    /// Its `max_attempts`.
+    pub max_attempts: u32,
     /// The relay process whose store object enqueues it (`None`: a process without a
     /// relay): a lane of that process may take it as a hand-off.
-    pub(crate) via: Option<usize>,
+    pub via: Option<usize>,
 }
 
 /// A fault and when it strikes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Fault {
+pub enum Fault {
     /// The next `n` store calls fail before they commit.
     FailBeforeCommit(u32),
     /// The next `n` store calls commit, and their answers are lost (the caller sees an
@@ -46,94 +52,140 @@ pub(crate) enum Fault {
     LoseAnswer(u32),
     /// Every store call issued in the next `for_` takes up to `extra` longer (past the
     /// lease: a silent store).
-    Slow { for_: Duration, extra: Duration },
+    Slow {
+        /// How long the store stays slow.
+        for_: Duration,
+        /// The most a call's leg takes longer.
+        extra: Duration,
+    },
     /// A relay's process dies (its state is gone, its claims lapse); it starts again after
     /// `down`, with a new consumer id.
-    Crash { relay: usize, down: Duration },
+    Crash {
+        /// Which relay process.
+        relay: usize,
+        /// How long it stays down.
+        down: Duration,
+    },
     /// The store's clock jumps (milliseconds; negative is backwards).
     ClockJump(i64),
     /// An operator pauses a relay's lane for `for_`.
-    Pause { relay: usize, for_: Duration },
+    Pause {
+        /// Which relay process.
+        relay: usize,
+        /// How long the lane stays paused.
+        for_: Duration,
+    },
     /// A relay's lane actor fails while its process lives: its deliveries and claims die
     /// with it, and the supervisor's restart policy ([`Restarts`](crate::relay::supervisor::restarts::Restarts))
     /// says when it starts again, or that it stays failed (then the process's liveness
     /// fails after `fail_liveness_after` and the process is restarted).
-    LaneCrash { relay: usize },
+    LaneCrash {
+        /// Which relay process.
+        relay: usize,
+    },
     /// One relay is cut off from the store for `for_` while the others reach it: each call
     /// it sends fails before it commits, or (`answers_lost`) commits and loses its answer.
     Cut {
+        /// Which relay process.
         relay: usize,
+        /// How long it stays cut off.
         for_: Duration,
+        /// Its calls commit and lose their answers (else they fail before committing).
         answers_lost: bool,
     },
     /// The wake-ups meant for a relay in the next `for_` are lost (a listener connection
     /// that dropped and connected again): only its own claims and its poll find work.
-    LoseWakeUps { relay: usize, for_: Duration },
+    LoseWakeUps {
+        /// Which relay process.
+        relay: usize,
+        /// For how long.
+        for_: Duration,
+    },
     /// The next `n` enqueues fail before they commit (a hand-off credit they took goes
     /// back to its lane).
     FailEnqueues(u32),
     /// A relay's process stops for `for_` (a long GC or `SIGSTOP` pause, a paused VM):
     /// nothing of it runs, and then what it missed comes at once; its clock reads `for_`
     /// later from one input to the next.
-    Freeze { relay: usize, for_: Duration },
+    Freeze {
+        /// Which relay process.
+        relay: usize,
+        /// For how long.
+        for_: Duration,
+    },
 }
 
 /// How the target answers, as percentages of deliveries (the rest succeed), until the
 /// faults stop; then every delivery succeeds.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct TargetPlan {
-    pub(crate) retryable: u64,
-    pub(crate) permanent: u64,
-    pub(crate) retry_after: u64,
-    pub(crate) panic: u64,
-    pub(crate) hang: u64,
+pub struct TargetPlan {
+    /// Fails, retryable.
+    pub retryable: u64,
+    /// Fails for good.
+    pub permanent: u64,
+    /// Asks to be retried after a while (up to `longest_retry_after`).
+    pub retry_after: u64,
+    /// Panics.
+    pub panic: u64,
+    /// Hangs past the delivery timeout.
+    pub hang: u64,
     /// The longest ordinary delivery.
-    pub(crate) slowest: Duration,
+    pub slowest: Duration,
     /// The longest Retry-After the target asks for.
-    pub(crate) longest_retry_after: Duration,
+    pub longest_retry_after: Duration,
 }
 
 /// A target behaviour an operator states (`outbox-relay simulate`), in place of the seed's
 /// drawn one: every delivery takes `latency`; during an outage it fails (retryable); else
 /// it fails with `failure_rate`, or asks for `retry_after` with `retry_after_rate`.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Stated {
-    pub(crate) failure_rate: f64,
-    pub(crate) latency: Duration,
-    pub(crate) retry_after: Duration,
-    pub(crate) retry_after_rate: f64,
+pub struct Stated {
+    /// The share of deliveries that fail, retryable.
+    pub failure_rate: f64,
+    /// How long each delivery takes.
+    pub latency: Duration,
+    /// The Retry-After the target asks for.
+    pub retry_after: Duration,
+    /// The share of deliveries that ask for `retry_after`.
+    pub retry_after_rate: f64,
     /// (start, length) of each outage, since the start of the run.
-    pub(crate) outages: Vec<(Duration, Duration)>,
+    pub outages: Vec<(Duration, Duration)>,
 }
 
 /// A whole run.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
-    pub(crate) seed: u64,
-    pub(crate) relays: usize,
-    pub(crate) config: LaneConfig,
-    pub(crate) target: TargetPlan,
+pub struct Plan {
+    /// The seed it was drawn from.
+    pub seed: u64,
+    /// How many relay processes serve the lane.
+    pub relays: usize,
+    /// The lane's settings, the same in every relay (the consumer id aside).
+    pub config: LaneConfig,
+    /// How the target answers.
+    pub target: TargetPlan,
     /// The longest store round trip leg (request or answer) without a fault.
-    pub(crate) latency: Duration,
-    pub(crate) messages: Vec<MessagePlan>,
-    pub(crate) faults: Vec<(Duration, Fault)>,
+    pub latency: Duration,
+    /// The messages, in the order drawn (not by enqueue time).
+    pub messages: Vec<MessagePlan>,
+    /// The faults and when they strike, by time.
+    pub faults: Vec<(Duration, Fault)>,
     /// When the faults stop (every fault strikes before; the target recovers then).
-    pub(crate) faults_end: Duration,
+    pub faults_end: Duration,
     /// The target as stated, when not drawn from the seed.
-    pub(crate) stated: Option<Stated>,
+    pub stated: Option<Stated>,
     /// Each relay process's supervisor: how it restarts a crashed lane.
-    pub(crate) supervisor: SupervisorConfig,
+    pub supervisor: SupervisorConfig,
     /// How fast each relay's monotonic clock runs against the store's, in parts per
     /// million (negative: slow, so the lane reads a lease as lasting longer than it does).
-    pub(crate) clock_skew_ppm: Vec<i64>,
+    pub clock_skew_ppm: Vec<i64>,
     /// The store the run drives (the memory store, as drawn; the seed runs put every
     /// fourth seed on SQLite).
-    pub(crate) store: Store,
+    pub store: Store,
 }
 
 /// The store a run drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Store {
+pub enum Store {
     /// The memory store, saying `pre_claim`: enqueues through a relay process hand off.
     Memory,
     /// SQLite in a temporary file, as a user of the embedded default runs it: no
@@ -144,7 +196,7 @@ pub(crate) enum Store {
 
 impl Plan {
     /// The schedule of `seed`.
-    pub(crate) fn draw(seed: u64, size: Size) -> Self {
+    pub fn draw(seed: u64, size: Size) -> Self {
         let mut rng = Rng::new(seed);
         let mut lane = rng.fork(1);
         let config = lane_config(&mut lane);
@@ -279,12 +331,12 @@ impl Plan {
     }
 
     /// `relay`'s clock skew (none if the plan says nothing of it).
-    pub(crate) fn clock_skew_ppm(&self, relay: usize) -> i64 {
+    pub fn clock_skew_ppm(&self, relay: usize) -> i64 {
         self.clock_skew_ppm.get(relay).copied().unwrap_or(0)
     }
 
     /// The sum of the backward clock jumps, in milliseconds.
-    pub(crate) fn backward_jumps(&self) -> u64 {
+    pub fn backward_jumps(&self) -> u64 {
         self.faults
             .iter()
             .map(|(_, f)| match f {

@@ -13,16 +13,20 @@ use crate::message::{OutboxStatus, UnixMillis};
 /// forward jump of the store's clock since the claim, or a process frozen while it ran:
 /// no lane can foresee the one or act during the other).
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Overlaps {
-    pub(crate) count: u64,
-    pub(crate) longest: Duration,
-    pub(crate) excused: u64,
-    pub(crate) longest_excused: Duration,
+pub struct Overlaps {
+    /// Overlaps held to the bound.
+    pub count: u64,
+    /// The longest of them.
+    pub longest: Duration,
+    /// Overlaps excused from it.
+    pub excused: u64,
+    /// The longest of those.
+    pub longest_excused: Duration,
 }
 
 impl Overlaps {
     /// The two together (over several runs).
-    pub(crate) fn add(&mut self, other: Overlaps) {
+    pub fn add(&mut self, other: Overlaps) {
         self.count += other.count;
         self.longest = self.longest.max(other.longest);
         self.excused += other.excused;
