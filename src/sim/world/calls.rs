@@ -54,6 +54,51 @@ impl World<'_> {
         outcomes
     }
 
+    /// The acks and the claim in one call, as the lane sends them: one transaction on
+    /// SQLite, an ack then a claim on the memory store.
+    fn ack_and_claim(
+        &mut self,
+        acks: &[ClaimRef],
+        request: &ClaimRequest,
+        now: UnixMillis,
+    ) -> Result<AckAndClaim, StoreError> {
+        let answer = self.store.run(self.store.backend().ack_and_claim(
+            acks,
+            std::slice::from_ref(request),
+            AckMode::KeepDelivered,
+        ))?;
+        let claimed = answer.claimed.and_then(single_batch);
+        // The rows as the call left them. One the claim handed out again was not the ack's
+        // to change (an ack that changed it left it delivered, for no claim to take): for
+        // the ack, it is as the checker last saw it; the claim's check judges the claim.
+        let mut after = self.rows_of(World::claim_refs(acks));
+        for message in claimed.iter().flat_map(|batch| &batch.messages) {
+            if let (Some(row), Some(before)) = (
+                after.get_mut(&message.outbox_id),
+                self.check.row(message.outbox_id),
+            ) {
+                *row = before.clone();
+            }
+        }
+        self.check.observe(Call::Ack(acks), now, &after);
+        if let Ok(batch) = &claimed {
+            let mut after = self.rows_of(batch.dead_lettered.iter().copied());
+            after.extend(batch.messages.iter().map(|m| (m.outbox_id, m.clone())));
+            self.check.observe(
+                Call::Claim {
+                    claimed: &batch.messages,
+                    dead: &batch.dead_lettered,
+                },
+                now,
+                &after,
+            );
+        }
+        Ok(AckAndClaim {
+            acked: answer.acked,
+            claimed,
+        })
+    }
+
     fn claim(&mut self, request: &ClaimRequest, now: UnixMillis) -> Result<ClaimBatch, StoreError> {
         let batch = single_batch(
             self.store
@@ -112,12 +157,11 @@ impl World<'_> {
                 let result = if failed {
                     Err(outage(StoreOp::AckAndClaim))
                 } else {
-                    let acked = self.ack(&acks, now);
-                    let claimed = self.claim(&request, now);
+                    let answer = self.ack_and_claim(&acks, &request, now);
                     if lost {
                         Err(outage(StoreOp::AckAndClaim))
                     } else {
-                        Ok(AckAndClaim { acked, claimed })
+                        answer
                     }
                 };
                 StoreAnswer::AckedAndClaimed {
