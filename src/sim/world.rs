@@ -142,6 +142,18 @@ pub(crate) struct Tally {
     /// Deliveries that ran past their lapse beside a later delivery of their key (or of
     /// themselves), and the longest such overlap.
     pub(crate) overlaps: super::check::Overlaps,
+    /// Per fault class, how often a fault of it took effect: a call it failed, slowed or
+    /// cut off, a live process or lane it crashed or paused, a wake-up it lost, an enqueue
+    /// it failed, an event a freeze held back, a lapse seen by a relay whose clock is
+    /// skewed by 0.1 % or more.
+    pub(crate) fault_effects: BTreeMap<&'static str, u64>,
+}
+
+impl Tally {
+    /// A fault of `class` took effect.
+    pub(crate) fn mattered(&mut self, class: &'static str) {
+        *self.fault_effects.entry(class).or_default() += 1;
+    }
 }
 
 pub(crate) struct World<'p> {
@@ -263,10 +275,13 @@ impl<'p> World<'p> {
         let mut leg =
             Duration::from_micros(self.rng.below(self.plan.latency.as_micros() as u64 + 1));
         if self.now < self.faults.slow_until {
-            leg += Duration::from_micros(
-                self.rng
-                    .below(self.faults.slow_extra.as_micros() as u64 + 1),
-            );
+            let extra = self
+                .rng
+                .below(self.faults.slow_extra.as_micros() as u64 + 1);
+            if extra > 0 {
+                self.tally.mattered("slow store");
+            }
+            leg += Duration::from_micros(extra);
         }
         leg
     }
@@ -282,6 +297,7 @@ impl<'p> World<'p> {
         let ((at, _), event) = entry.remove_entry();
         if let Some(until) = self.frozen_for(&event).filter(|until| *until > at) {
             // Its process is frozen: it sees this when it runs again.
+            self.tally.mattered("frozen process");
             self.at(until, event);
             return true;
         }
@@ -430,8 +446,10 @@ impl<'p> World<'p> {
         };
         // A dedupe key reused with another payload is a conflict: nothing is written,
         // which the checker's row count sees.
-        if let Ok(enqueued) = self.store.run(outbox.enqueue(draft)) {
-            self.check.enqueued(&enqueued.message, enqueued.duplicate);
+        match self.store.run(outbox.enqueue(draft)) {
+            Ok(enqueued) => self.check.enqueued(&enqueued.message, enqueued.duplicate),
+            Err(crate::store::StoreError::Conflict { .. }) => {}
+            Err(_) => self.tally.mattered("failing enqueues"),
         }
         self.forward_hand_offs();
         self.look_for_wakeups();
@@ -699,6 +717,9 @@ impl<'p> World<'p> {
                 generation,
             } => return self.lane_at(relay, at, Input::timer(kind, generation)),
             Command::Emit(RelayEvent::LeaseExpired { outbox_ids, .. }) => {
+                if self.plan.clock_skew_ppm(relay).abs() >= 1_000 {
+                    self.tally.mattered("relay clock skew");
+                }
                 let r = &mut self.relays[relay];
                 for id in outbox_ids {
                     if let Some(token) = r.tokens.get(&id) {
@@ -743,12 +764,15 @@ impl<'p> World<'p> {
         };
         let cut = self.faults.cut.get(relay).copied().flatten();
         let fate = if let Some((_, fate)) = cut.filter(|(until, _)| self.now < *until) {
+            self.tally.mattered("cut-off relay");
             fate
         } else if self.faults.fail_before > 0 {
             self.faults.fail_before -= 1;
+            self.tally.mattered("store call fails before commit");
             Fate::FailsBeforeCommit
         } else if self.faults.lose_answer > 0 {
             self.faults.lose_answer -= 1;
+            self.tally.mattered("store answer lost");
             Fate::AnswerLost
         } else {
             Fate::Answered
@@ -774,7 +798,11 @@ impl<'p> World<'p> {
                 .wakeups_lost_until
                 .get(relay)
                 .is_some_and(|until| self.now < *until);
-            if self.relays[relay].woken() && !lost && !self.relays[relay].wake_queued {
+            let woken = self.relays[relay].woken();
+            if woken && lost {
+                self.tally.mattered("lost wake-ups");
+            }
+            if woken && !lost && !self.relays[relay].wake_queued {
                 self.relays[relay].wake_queued = true;
                 let epoch = self.relays[relay].epoch;
                 let leg = self.leg();

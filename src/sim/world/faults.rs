@@ -17,6 +17,7 @@ impl World<'_> {
             }
             Fault::Crash { relay, down } => {
                 if self.relays[relay].alive() {
+                    self.tally.mattered("relay process crash");
                     for delivery in self.relays[relay].crash() {
                         self.check.ended(delivery, false);
                     }
@@ -54,6 +55,7 @@ impl World<'_> {
             }
             Fault::LaneCrash { relay } => {
                 if self.relays[relay].alive() {
+                    self.tally.mattered("lane crash");
                     for delivery in self.relays[relay].crash() {
                         self.check.ended(delivery, false);
                     }
@@ -73,6 +75,11 @@ impl World<'_> {
                 }
             }
             Fault::ClockJump(ms) => {
+                self.tally.mattered(if ms > 0 {
+                    "store clock jump forward"
+                } else {
+                    "store clock jump back"
+                });
                 self.offset_ms += ms;
                 if ms > 0 {
                     self.check.jumped_forward = Some(self.now);
@@ -81,6 +88,7 @@ impl World<'_> {
             Fault::Pause { relay, for_ } => {
                 let r = &mut self.relays[relay];
                 if r.alive() && !r.paused {
+                    self.tally.mattered("pause");
                     r.paused = true;
                     let epoch = r.epoch;
                     self.feed(relay, Input::Pause);
