@@ -2,7 +2,9 @@
 //! its own, a store on it), the caller's transaction, and how database errors read. In
 //! `postgres/`: migrations, indexes and naming (`schema.rs`), LISTEN/NOTIFY wake-ups
 //! (`wakeups.rs`), ordering and dedupe keys under contention (`keys.rs`), the differential
-//! run against the in-memory reference store (`differential.rs`), the key-head marker under
+//! run against the in-memory reference store (`differential.rs`), schedules the simulation
+//! draws played by several relays at once and judged by its checker (`drawn_plans.rs`), the
+//! key-head marker under
 //! concurrency (`heads.rs`), the EXPLAIN guards on the claim's cost (`plans.rs`) and the ack's
 //! (`ack_plans.rs`), the
 //! connections' session settings (`session.rs`), the cycle function (`cycle.rs`), local
@@ -29,6 +31,10 @@ mod ack_plans;
 mod cycle;
 #[path = "postgres/differential.rs"]
 mod differential;
+#[path = "postgres/drawn_plans.rs"]
+mod drawn_plans;
+#[path = "support/drawn_plan.rs"]
+mod drawn_plan;
 #[path = "support/differential.rs"]
 mod differential_support;
 #[path = "postgres/hand_off.rs"]
