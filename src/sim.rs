@@ -16,7 +16,10 @@
 //! Why here: the simulation drives the crate's private core and store types directly (no
 //! actors, no tokio). The seed runs, the shrinker and the mutations are `cfg(test)`; the
 //! world, the plan and the checker also build under the `simulate` feature, where
-//! `crate::simulate` plays an operator's stated load and target against one lane.
+//! `crate::simulate` plays an operator's stated load and target against one lane; the plan
+//! and the checker are public under `testing` (`crate::testing::simulation`), where the SQL
+//! stores' tests play drawn schedules with production relays against a real database
+//! (`tests/support/drawn_plan.rs`).
 //!
 //! Layout: `plan.rs` (the schedule a seed draws), `world.rs` (the event loop and the
 //! shell's commands; `world/calls.rs`: store calls, `world/target.rs`: deliveries,
@@ -36,6 +39,11 @@
 //! hand-off registry, the supervisor's restart policy for lane crashes
 //! (`relay::supervisor::restarts`) and the handler's timeout rule
 //! (`relay::handler::within_timeout`).
+//!
+//! An ack-and-claim is one store call, as the lane sends it (one transaction on SQLite).
+//! Each fault class's effects are tallied (`Tally::fault_effects`):
+//! `sim::tests::how_many_seeds_each_fault_class_reaches` prints, over the CI budget, the
+//! seeds each class reaches.
 //!
 //! What it does not model: drains and lane add/remove, retry jitter (off, so every draw comes from the seed),
 //! and one lane per run. Hand-offs are drawn as the lane core sees them, without the lane

@@ -31,12 +31,12 @@ mod ack_plans;
 mod cycle;
 #[path = "postgres/differential.rs"]
 mod differential;
-#[path = "postgres/drawn_plans.rs"]
-mod drawn_plans;
-#[path = "support/drawn_plan.rs"]
-mod drawn_plan;
 #[path = "support/differential.rs"]
 mod differential_support;
+#[path = "support/drawn_plan.rs"]
+mod drawn_plan;
+#[path = "postgres/drawn_plans.rs"]
+mod drawn_plans;
 #[path = "postgres/hand_off.rs"]
 mod hand_off;
 #[path = "postgres/heads.rs"]

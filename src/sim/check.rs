@@ -524,12 +524,7 @@ impl Checker {
 
     /// A delivery starts at `now` (the store's clock); `lapse_known`: the lane had been told
     /// this claim's lease lapsed. Returns the delivery's number for [`Checker::ended`].
-    pub fn started(
-        &mut self,
-        message: &OutboxMessage,
-        now: UnixMillis,
-        lapse_known: bool,
-    ) -> u64 {
+    pub fn started(&mut self, message: &OutboxMessage, now: UnixMillis, lapse_known: bool) -> u64 {
         let id = message.outbox_id;
         self.deliveries += 1;
         let token = message.claim_token.unwrap_or_default();

@@ -383,14 +383,26 @@ fn how_many_seeds_each_fault_class_reaches() {
         }
     }
     let (ran, failed, _, reached) = run_seeds(0, budget, None, None, false);
-    assert!(failed.is_empty(), "{} seeds failed:{}", failed.len(), report(&failed));
-    println!("{:<32} {:>8} {:>8} {:>9} {:>6}", "fault class", "drawn", "reached", "share", "first");
+    assert!(
+        failed.is_empty(),
+        "{} seeds failed:{}",
+        failed.len(),
+        report(&failed)
+    );
+    println!(
+        "{:<32} {:>8} {:>8} {:>9} {:>6}",
+        "fault class", "drawn", "reached", "share", "first"
+    );
     for (class, drawn) in &drawn_in {
         let (seeds, first) = reached.get(class).copied().unwrap_or((0, 0));
         println!(
             "{class:<32} {drawn:>8} {seeds:>8} {:>8.1}% {:>6}",
             seeds as f64 * 100.0 / ran.max(1) as f64,
-            if seeds > 0 { first.to_string() } else { "-".to_owned() }
+            if seeds > 0 {
+                first.to_string()
+            } else {
+                "-".to_owned()
+            }
         );
     }
 }

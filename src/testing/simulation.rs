@@ -11,6 +11,6 @@
 //! calls overlap serializes them around their read-back.
 
 pub use crate::sim::{
-    overlap_bound, settle_bound, Call, Checker, Fault, MessagePlan, Overlaps, Plan, Size,
-    Stated, Store, TargetPlan, LANE, TARGET,
+    overlap_bound, settle_bound, Call, Checker, Fault, MessagePlan, Overlaps, Plan, Size, Stated,
+    Store, TargetPlan, LANE, TARGET,
 };

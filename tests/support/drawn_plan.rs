@@ -135,9 +135,7 @@ impl Shared {
 
     /// The store's clock now: the real time since the start, moved by the clock jumps.
     fn store_now(&self, state: &State) -> UnixMillis {
-        UnixMillis::from_millis(
-            START_MILLIS + self.elapsed().as_millis() as i64 + state.offset_ms,
-        )
+        UnixMillis::from_millis(START_MILLIS + self.elapsed().as_millis() as i64 + state.offset_ms)
     }
 }
 
@@ -294,7 +292,10 @@ impl Recording {
                 .values()
                 .map(|r| (r.outbox_id, r.status, r.claim_token, r.lease_expires_at))
                 .collect();
-            eprintln!("{:?} relay {:?} at {now}: {call:?} -> {rows:?}", turn.at, self.relay);
+            eprintln!(
+                "{:?} relay {:?} at {now}: {call:?} -> {rows:?}",
+                turn.at, self.relay
+            );
         }
         let mut state = self.shared.state();
         state.checker.set_now(turn.at);
@@ -317,7 +318,6 @@ impl Recording {
             &after,
         );
     }
-
 }
 
 #[async_trait]
@@ -339,7 +339,10 @@ impl OutboxBackend for Recording {
             failing
         };
         if failing {
-            let failed = Err(outage(StoreOp::Enqueue, "the write failed before it committed"));
+            let failed = Err(outage(
+                StoreOp::Enqueue,
+                "the write failed before it committed",
+            ));
             return turn.leave(StoreOp::Enqueue, failed).await;
         }
         let answers = self.shared.inner.write_drafts(drafts).await;
@@ -356,7 +359,9 @@ impl OutboxBackend for Recording {
     async fn claim(&self, requests: &[ClaimRequest]) -> Result<Vec<ClaimBatch>, StoreError> {
         let turn = self.enter().await;
         if let Fate::FailsBeforeCommit = turn.fate {
-            return turn.leave(StoreOp::Claim, Err(outage(StoreOp::Claim, "dropped"))).await;
+            return turn
+                .leave(StoreOp::Claim, Err(outage(StoreOp::Claim, "dropped")))
+                .await;
         }
         let batches = self.shared.inner.claim(requests).await;
         if let Ok(batches) = &batches {
@@ -374,11 +379,15 @@ impl OutboxBackend for Recording {
     ) -> Result<Vec<ClaimOutcome>, StoreError> {
         let turn = self.enter().await;
         if let Fate::FailsBeforeCommit = turn.fate {
-            return turn.leave(StoreOp::Ack, Err(outage(StoreOp::Ack, "dropped"))).await;
+            return turn
+                .leave(StoreOp::Ack, Err(outage(StoreOp::Ack, "dropped")))
+                .await;
         }
         let outcomes = self.shared.inner.ack(claims, mode).await;
         if outcomes.is_ok() {
-            let after = self.rows(claims.iter().map(|c| c.outbox_id).collect()).await;
+            let after = self
+                .rows(claims.iter().map(|c| c.outbox_id).collect())
+                .await;
             self.observe(Call::Ack(claims), &turn, &after);
         }
         turn.leave(StoreOp::Ack, outcomes).await
@@ -426,11 +435,15 @@ impl OutboxBackend for Recording {
     async fn nack(&self, nacks: &[Nack]) -> Result<Vec<NackOutcome>, StoreError> {
         let turn = self.enter().await;
         if let Fate::FailsBeforeCommit = turn.fate {
-            return turn.leave(StoreOp::Nack, Err(outage(StoreOp::Nack, "dropped"))).await;
+            return turn
+                .leave(StoreOp::Nack, Err(outage(StoreOp::Nack, "dropped")))
+                .await;
         }
         let outcomes = self.shared.inner.nack(nacks).await;
         if outcomes.is_ok() {
-            let after = self.rows(nacks.iter().map(|n| n.claim.outbox_id).collect()).await;
+            let after = self
+                .rows(nacks.iter().map(|n| n.claim.outbox_id).collect())
+                .await;
             self.observe(Call::Nack(nacks), &turn, &after);
         }
         turn.leave(StoreOp::Nack, outcomes).await
@@ -448,7 +461,9 @@ impl OutboxBackend for Recording {
         }
         let outcomes = self.shared.inner.extend_lease(claims, lease).await;
         if outcomes.is_ok() {
-            let after = self.rows(claims.iter().map(|c| c.outbox_id).collect()).await;
+            let after = self
+                .rows(claims.iter().map(|c| c.outbox_id).collect())
+                .await;
             self.observe(Call::Extend(claims, lease), &turn, &after);
         }
         turn.leave(op, outcomes).await
@@ -462,7 +477,9 @@ impl OutboxBackend for Recording {
         }
         let outcomes = self.shared.inner.release(claims).await;
         if outcomes.is_ok() {
-            let after = self.rows(claims.iter().map(|c| c.outbox_id).collect()).await;
+            let after = self
+                .rows(claims.iter().map(|c| c.outbox_id).collect())
+                .await;
             self.observe(Call::Release(claims), &turn, &after);
         }
         turn.leave(op, outcomes).await
@@ -503,7 +520,10 @@ impl OutboxBackend for Recording {
         filter: &MessageFilter,
     ) -> Result<Vec<LaneCount>, StoreError> {
         let _turn = self.enter_as(false).await;
-        self.shared.inner.requeue_dead_letters_per_lane(filter).await
+        self.shared
+            .inner
+            .requeue_dead_letters_per_lane(filter)
+            .await
     }
 
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
@@ -528,8 +548,9 @@ impl OutboxBackend for Recording {
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(broadcast::error::RecvError::Closed) => return,
                 };
-                let lost = relay
-                    .is_some_and(|relay| shared.elapsed() < shared.state().wakeups_lost_until[relay]);
+                let lost = relay.is_some_and(|relay| {
+                    shared.elapsed() < shared.state().wakeups_lost_until[relay]
+                });
                 if !lost && sender.send(wake).is_err() {
                     return;
                 }
@@ -698,8 +719,7 @@ struct Process {
 fn quicker(mut plan: Plan) -> Plan {
     let d = |d: Duration| d / SLOWER;
     let c = plan.config.clone();
-    let retry = c.retry.clone();
-    let backoff = c.store_backoff.clone();
+    let (retry, backoff) = (c.retry, c.store_backoff);
     plan.config = c
         .clone()
         .lease(d(c.lease))
@@ -708,7 +728,9 @@ fn quicker(mut plan: Plan) -> Plan {
         .claim_linger(d(c.claim_linger))
         .max_poll_interval(d(c.max_poll_interval))
         .retry(outbox_relay::RetryPolicy::new(d(retry.base), d(retry.max)).jitter(false))
-        .store_backoff(outbox_relay::RetryPolicy::new(d(backoff.base), d(backoff.max)).jitter(false));
+        .store_backoff(
+            outbox_relay::RetryPolicy::new(d(backoff.base), d(backoff.max)).jitter(false),
+        );
     for message in &mut plan.messages {
         message.at = d(message.at);
         message.delay = message.delay.map(d);
@@ -794,7 +816,10 @@ async fn start(shared: &Arc<Shared>, plan: &Arc<Plan>, relay: usize, incarnation
 pub async fn play(seed: u64, store: Arc<dyn OutboxBackend>, clock: ManualClock) -> Played {
     let plan = Arc::new(quicker(Plan::draw(seed, SIZE)));
     if trace() {
-        eprintln!("{} relays, {:?}\nfaults {:?}", plan.relays, plan.config, plan.faults);
+        eprintln!(
+            "{} relays, {:?}\nfaults {:?}",
+            plan.relays, plan.config, plan.faults
+        );
     }
     // The real clock is coarser than virtual time: timers fire late on a loaded machine, so
     // an overlap past a lapse may run past the bound by that much.
@@ -952,7 +977,10 @@ pub async fn play(seed: u64, store: Arc<dyn OutboxBackend>, clock: ManualClock) 
                     state.fail_enqueues = 0;
                     state.slow_until = Duration::ZERO;
                     state.cut.iter_mut().for_each(|cut| *cut = None);
-                    state.wakeups_lost_until.iter_mut().for_each(|t| *t = Duration::ZERO);
+                    state
+                        .wakeups_lost_until
+                        .iter_mut()
+                        .for_each(|t| *t = Duration::ZERO);
                     state.panic_next.iter_mut().for_each(|p| *p = false);
                 }
                 shared.recovered.store(true, Ordering::SeqCst);
@@ -1008,7 +1036,9 @@ pub async fn play(seed: u64, store: Arc<dyn OutboxBackend>, clock: ManualClock) 
         .expect("stats");
     let mut state = shared.state();
     state.checker.all_rows(&rows);
-    state.checker.stats(&stats.into_iter().next().unwrap_or_default());
+    state
+        .checker
+        .stats(&stats.into_iter().next().unwrap_or_default());
     if let Some(what) = state.checker.take_violation() {
         panic!("seed {seed} (at its end): {what}");
     }
