@@ -52,20 +52,21 @@ use sqlx::{Sqlite, Transaction};
 use tokio::sync::{broadcast, Mutex, MutexGuard};
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::message::{DraftLimits, OutboxMessage};
 use crate::store::StoreOp;
 use crate::store::{
-    AckAndClaim, AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
+    AckAndClaim, AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch,
+    Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
     OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
 };
+use crate::time::Clock;
 
 mod builder;
 mod checkpoint;
 #[cfg(feature = "plans")]
 mod explain;
 mod lane_control;
-mod list;
 mod read;
 mod row;
 mod schema;
