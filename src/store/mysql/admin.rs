@@ -288,7 +288,7 @@ impl MysqlOutboxStore {
             lanes.push((lane, target));
         }
         let locked = heads::lock(&mut tx, &self.names, &keys, OP).await?;
-        InList::new(self.names.sql(include_str!("sql/requeue.sql")))
+        InList::new(&self.names.sql.requeue)
             .bind(now)
             .bind(now)
             .execute(&mut tx, &seqs, OP)
