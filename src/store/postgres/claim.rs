@@ -8,11 +8,12 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::message::ClaimRef;
 use crate::store::AckMode;
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Nack, NackDisposition, NackOutcome, NextDue,
+    ClaimBatch, ClaimOutcome, ClaimRequest, Nack, NackDisposition, NackOutcome, NextDue,
     OrderingPolicy, StoreError,
 };
 

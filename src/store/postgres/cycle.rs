@@ -7,11 +7,10 @@ use std::time::Duration;
 use sqlx::Row;
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::store::StoreError;
 use crate::store::StoreOp;
-use crate::store::{
-    AckMode, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy,
-};
+use crate::store::{AckMode, ClaimBatch, ClaimOutcome, ClaimRequest, NextDue, OrderingPolicy};
 
 use super::fenced::FencedBatch;
 use super::row::{db_error, unsigned};

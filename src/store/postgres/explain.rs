@@ -5,11 +5,10 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::message::ClaimRef;
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
-use crate::store::{
-    ClaimRef, ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, StoreError,
-};
+use crate::store::{ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, StoreError};
 
 use super::list::list_sql;
 use super::row::db_error;
