@@ -319,10 +319,10 @@ impl OutboxBackend for SqliteOutboxStore {
             Ok(acked) => acked,
             Err(error) => return self.finish(tx, Err(error), OP).await,
         };
-        let claimed = match write::savepoint(&mut tx, "claim").await {
+        let claimed = match write::savepoint(&mut tx).await {
             Ok(()) => {
                 let claimed = write::claim_each(&self.sql, &mut tx, requests, now).await;
-                match write::end_savepoint(&mut tx, "claim", claimed.is_ok()).await {
+                match write::end_savepoint(&mut tx, claimed.is_ok()).await {
                     Ok(()) => claimed,
                     Err(error) => return self.finish(tx, Err(error), OP).await,
                 }

@@ -94,9 +94,9 @@ impl PostgresOutboxStore {
         };
         let query = match statement {
             Explained::Claim(request) => self
-                .claim_query(EXPLAIN.to_owned(), request, false)
+                .claim_query(EXPLAIN, request, false)
                 .bind(LEASE_LAPSED_ERROR),
-            Explained::FastClaim(request) => self.claim_query(EXPLAIN.to_owned(), request, true),
+            Explained::FastClaim(request) => self.claim_query(EXPLAIN, request, true),
             Explained::NextDue {
                 lane,
                 target,

@@ -381,28 +381,27 @@ async fn settle_unreadable(
     Ok(dead)
 }
 
-/// Opens a savepoint: a part of the transaction that can be undone alone.
-pub(super) async fn savepoint(conn: &mut SqliteConnection, name: &str) -> Result<(), StoreError> {
-    dynamic(format!("SAVEPOINT {name}"))
+/// Opens the claim's savepoint: a part of the transaction that can be undone alone.
+pub(super) async fn savepoint(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    sqlx::query("SAVEPOINT claim")
         .execute(&mut *conn)
         .await
         .map_err(db(StoreOp::Enqueue))?;
     Ok(())
 }
 
-/// Keeps (`keep`) or undoes what was written since the savepoint, and closes it.
+/// Keeps (`keep`) or undoes what was written since the claim's savepoint, and closes it.
 pub(super) async fn end_savepoint(
     conn: &mut SqliteConnection,
-    name: &str,
     keep: bool,
 ) -> Result<(), StoreError> {
     if !keep {
-        dynamic(format!("ROLLBACK TO {name}"))
+        sqlx::query("ROLLBACK TO claim")
             .execute(&mut *conn)
             .await
             .map_err(db(StoreOp::Enqueue))?;
     }
-    dynamic(format!("RELEASE {name}"))
+    sqlx::query("RELEASE claim")
         .execute(&mut *conn)
         .await
         .map_err(db(StoreOp::Enqueue))?;
