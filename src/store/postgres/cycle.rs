@@ -55,7 +55,10 @@ impl PostgresOutboxStore {
         let fenced = FencedBatch::new(acks);
         let mut call = self.call(op).await?;
         let rows = self
-            .bind_request(AssertSqlSafe(Arc::clone(&self.sql.cycle)).into_sql_str(), request)
+            .bind_request(
+                AssertSqlSafe(Arc::clone(&self.sql.cycle)).into_sql_str(),
+                request,
+            )
             .bind(&fenced.ids)
             .bind(&fenced.tokens)
             .bind(request.ordering == OrderingPolicy::Block)
