@@ -175,7 +175,8 @@ impl RetentionTask {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{ClaimRequest, ManualClock, MessageFilter, PageRequest};
+    use crate::store::{ClaimRequest, MessageFilter, PageRequest};
+    use crate::time::ManualClock;
     use crate::time::UnixMillis;
     use crate::{InMemoryOutboxStore, OutboxMessageDraft, OutboxStatus};
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};

@@ -94,6 +94,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use crate::message::{ClaimRef, OutboxMessage};
 pub use admin::{
     LaneCount, LaneStats, MessageFilter, Page, PageRequest, PurgeRequest, LIST_SCAN_PAGES,
 };
@@ -110,11 +111,6 @@ pub use outbox::Outbox;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use outbox::{CallerConn, CallerConnection};
 pub use served::UnservedLane;
-// A claim's reference lives with the message, the clocks and millisecond helpers in `time`;
-// their old paths stay.
-pub use crate::message::ClaimRef;
-use crate::message::OutboxMessage;
-pub use crate::time::{duration_millis, Clock, ManualClock, SystemClock, TokioClock};
 
 mod admin;
 mod backend;

@@ -9,7 +9,7 @@
 //! ```
 //! // tests/conformance.rs of a crate with its own backend (here: the in-memory store)
 //! use std::sync::Arc;
-//! use outbox_relay::store::ManualClock;
+//! use outbox_relay::time::ManualClock;
 //! use outbox_relay::testing::Harness;
 //! use outbox_relay::time::UnixMillis;
 //! use outbox_relay::{InMemoryOutboxStore, Outbox};
@@ -35,7 +35,7 @@
 //! ```
 //!
 //! Cases never sleep: time moves only through [`Harness::clock`], so the backend must read
-//! "now" from the [`Clock`](crate::store::Clock) it is given. They never depend on a
+//! "now" from the [`Clock`](crate::time::Clock) it is given. They never depend on a
 //! backend detail (row order of an answer that promises none, the text of a database
 //! error). A case panics (an `assert!`) when the backend breaks the contract.
 
@@ -43,7 +43,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::store::ManualClock;
+use crate::time::ManualClock;
 use crate::Outbox;
 
 // The cases are public for the macro to reach, and documented by their names and the

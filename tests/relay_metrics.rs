@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use outbox_relay::relay::{RelayBuilder, RelayEvent, RelayHandle};
-use outbox_relay::store::{ClaimRequest, TokioClock};
+use outbox_relay::store::ClaimRequest;
+use outbox_relay::time::TokioClock;
 use outbox_relay::{
     DeliveryError, InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay,
     RetryPolicy,

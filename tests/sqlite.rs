@@ -28,9 +28,9 @@ use std::time::Duration;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{
-    ClaimOutcome, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, NackOutcome,
-    PageRequest,
+    ClaimOutcome, ClaimRequest, MessageFilter, Nack, NackDisposition, NackOutcome, PageRequest,
 };
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::{Outbox, OutboxMessage, OutboxMessageDraft, OutboxStatus, StoreError};
 use serde_json::json;
@@ -465,7 +465,7 @@ async fn ack_and_claim_frees_a_key_and_claims_its_next_message_in_one_call() {
         .unwrap();
     let head = store.claim(&claim_req(10)).await.unwrap().messages;
     assert_eq!(head.len(), 1);
-    let forged = outbox_relay::store::ClaimRef {
+    let forged = outbox_relay::message::ClaimRef {
         outbox_id: k2.message.outbox_id,
         claim_token: uuid::Uuid::new_v4(),
     };

@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use outbox_relay::metrics::STORE_CALL_DURATION_SECONDS;
-use outbox_relay::store::{
-    ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, StoreError,
-};
+use outbox_relay::store::{ClaimRequest, MessageFilter, Nack, NackDisposition, StoreError};
+use outbox_relay::time::ManualClock;
 use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxMessageDraft};
 use serde_json::json;
 

@@ -27,9 +27,10 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
 use crate::store::StoreOp;
-use crate::store::{ClaimRef, LaneStats, Nack, NackDisposition, OrderingPolicy};
+use crate::store::{LaneStats, Nack, NackDisposition, OrderingPolicy};
 
 mod overlap;
 

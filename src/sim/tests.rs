@@ -591,7 +591,9 @@ fn a_forward_clock_jump_past_the_lease_is_no_violation() {
 /// extends that message's lease and starts it. The checker as it ends.
 fn forward_jump_past_a_dead_head(jump_seen: bool) -> super::check::Checker {
     use super::check::{Call, Checker};
-    use crate::store::{ClaimRef, ClaimRequest, Clock, ManualClock, OrderingPolicy, Outbox};
+    use crate::message::ClaimRef;
+    use crate::store::{ClaimRequest, OrderingPolicy, Outbox};
+    use crate::time::{Clock, ManualClock};
     use std::collections::HashMap;
 
     let start = crate::message::UnixMillis::from_millis(1_800_000_000_000);

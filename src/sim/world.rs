@@ -17,10 +17,12 @@ use super::relay::Relay;
 use super::rng::Rng;
 use crate::delivery::DeliveryFailure;
 use crate::lane::RelayEvent;
+use crate::message::ClaimRef;
 use crate::message::{OutboxMessageDraft, UnixMillis};
 use crate::relay::lane::core::{ClaimId, Command, Input, Slot, StoreAnswer, StoreRequest};
 use crate::store::hand_off::{HandOffEvent, HandOffSink};
-use crate::store::{ClaimRef, ManualClock, MessageFilter, Nack, Outbox};
+use crate::store::{MessageFilter, Nack, Outbox};
+use crate::time::ManualClock;
 
 mod calls;
 mod faults;

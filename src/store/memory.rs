@@ -22,13 +22,15 @@ use async_trait::async_trait;
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::store::{
-    AckMode, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued,
-    LaneCount, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome, NextDue,
-    OrderingPolicy, OutboxBackend, Page, PageRequest, PreClaim, PurgeRequest, StoreError, StoreOp,
-    SystemClock, WakeUp, LEASE_LAPSED_ERROR, WAKEUP_CHANNEL_CAPACITY,
+    AckMode, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch, Enqueued, LaneCount, LaneStats,
+    MessageFilter, Nack, NackDisposition, NackOutcome, NextDue, OrderingPolicy, OutboxBackend,
+    Page, PageRequest, PreClaim, PurgeRequest, StoreError, StoreOp, WakeUp, LEASE_LAPSED_ERROR,
+    WAKEUP_CHANNEL_CAPACITY,
 };
+use crate::time::{Clock, SystemClock};
 
 /// An outbox held in memory: nothing survives the process.
 #[derive(Debug)]

@@ -73,15 +73,17 @@ use sqlx::{MySql, Transaction};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::message::{DraftLimits, OutboxMessage, ValidationError};
 use crate::store::{AckAndClaim, AckMode};
 use crate::store::{
-    Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued,
-    LaneCount, LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack, NackOutcome,
-    OrderingPolicy, OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, StoreOp,
-    SystemClock, WakeUp, WAKEUP_CHANNEL_CAPACITY,
+    Capabilities, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch, Enqueued, LaneCount,
+    LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
+    OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, StoreOp, WakeUp,
+    WAKEUP_CHANNEL_CAPACITY,
 };
 use crate::time::UnixMillis;
+use crate::time::{Clock, SystemClock};
 
 mod admin;
 mod claim;
@@ -141,7 +143,7 @@ pub struct MysqlConfig {
     pub table_prefix: String,
     /// The limits drafts are validated against.
     pub limits: DraftLimits,
-    /// The store's clock (tests inject a [`ManualClock`](crate::store::ManualClock)).
+    /// The store's clock (tests inject a [`ManualClock`](crate::time::ManualClock)).
     pub clock: Arc<dyn Clock>,
     /// How long a call waits for a pool connection (only for the pool
     /// [`MysqlOutboxStore::connect_with`] builds).

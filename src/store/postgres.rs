@@ -82,15 +82,16 @@ use uuid::Uuid;
 
 pub use schema::{MAX_SCHEMA_LEN, MAX_TABLE_PREFIX_LEN};
 
+use crate::message::ClaimRef;
 use crate::message::{DraftLimits, OutboxMessage, UnixMillis};
 use crate::store::AckMode;
 use crate::store::StoreOp;
 use crate::store::{
-    duration_millis, AckAndClaim, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest,
-    Clock, DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, NextDue,
-    OrderingPolicy, OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
-    WAKEUP_CHANNEL_CAPACITY,
+    AckAndClaim, Capabilities, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch, Enqueued,
+    LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, NextDue, OrderingPolicy, OutboxBackend,
+    Page, PageRequest, PurgeRequest, StoreError, WakeUp, WAKEUP_CHANNEL_CAPACITY,
 };
+use crate::time::{duration_millis, Clock};
 pub use config::{pool_options, Pooler, PostgresConfig, PING_IF_IDLE_FOR};
 // The store's defaults live beside the daemon's PostgreSQL settings, which builds without
 // the `postgres` feature read too (the docs' checks, a config validated without the driver).

@@ -1,8 +1,13 @@
 //! What the SQL stores (PostgreSQL, MySQL, SQLite) share, with each dialect's differences
 //! passed in as data: how a driver error maps onto [`StoreError`], given the dialect's table
-//! of server codes ([`Codes`]).
+//! of server codes ([`Codes`]), and a listing filter as a `WHERE` fragment in the dialect's
+//! words ([`Where`]).
 
 use crate::store::{StoreError, StoreOp};
+
+mod filter;
+
+pub(crate) use filter::{Dialect, IdList, Terms, Value, Where};
 
 /// A dialect's server error codes that say whether trying again may help.
 #[derive(Debug)]

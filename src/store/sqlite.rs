@@ -52,20 +52,21 @@ use sqlx::{Sqlite, Transaction};
 use tokio::sync::{broadcast, Mutex, MutexGuard};
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::message::{DraftLimits, OutboxMessage};
 use crate::store::StoreOp;
 use crate::store::{
-    AckAndClaim, AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock,
-    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
+    AckAndClaim, AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch,
+    Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
     OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
 };
+use crate::time::Clock;
 
 mod builder;
 mod checkpoint;
 #[cfg(feature = "plans")]
 mod explain;
 mod lane_control;
-mod list;
 mod read;
 mod row;
 mod schema;
@@ -318,10 +319,10 @@ impl OutboxBackend for SqliteOutboxStore {
             Ok(acked) => acked,
             Err(error) => return self.finish(tx, Err(error), OP).await,
         };
-        let claimed = match write::savepoint(&mut tx, "claim").await {
+        let claimed = match write::savepoint(&mut tx).await {
             Ok(()) => {
                 let claimed = write::claim_each(&self.sql, &mut tx, requests, now).await;
-                match write::end_savepoint(&mut tx, "claim", claimed.is_ok()).await {
+                match write::end_savepoint(&mut tx, claimed.is_ok()).await {
                     Ok(()) => claimed,
                     Err(error) => return self.finish(tx, Err(error), OP).await,
                 }

@@ -20,7 +20,8 @@
 
 use std::time::Duration;
 
-use crate::store::{ClaimBatch, ClaimRef, ClaimRequest, MessageFilter, PageRequest};
+use crate::message::ClaimRef;
+use crate::store::{ClaimBatch, ClaimRequest, MessageFilter, PageRequest};
 use crate::{OutboxMessage, OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 use uuid::Uuid;

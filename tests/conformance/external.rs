@@ -8,13 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox_relay::message::ClaimRef;
 use outbox_relay::message::DraftLimits;
 use outbox_relay::store::{
-    AckMode, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Clock, DraftBatch, Enqueued,
-    LaneCount, LaneStats, ManualClock, MessageFilter, Nack, NackOutcome, OrderingPolicy,
-    OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
+    AckMode, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch, Enqueued, LaneCount, LaneStats,
+    MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page, PageRequest,
+    PurgeRequest, StoreError, WakeUp,
 };
 use outbox_relay::testing::Harness;
+use outbox_relay::time::{Clock, ManualClock};
 use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxMessage};
 use uuid::Uuid;
 

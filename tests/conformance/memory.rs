@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use outbox_relay::store::ManualClock;
+use outbox_relay::time::ManualClock;
 use outbox_relay::{InMemoryOutboxStore, Outbox};
 
 use outbox_relay::testing::Harness;

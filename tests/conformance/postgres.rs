@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use outbox_relay::store::postgres::{PostgresConfig, PostgresOutboxStore};
-use outbox_relay::store::ManualClock;
+use outbox_relay::time::ManualClock;
 use outbox_relay::Outbox;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use outbox_relay::store::postgres::{Pooler, PostgresConfig, PostgresOutboxStore};
-use outbox_relay::store::ManualClock;
 use outbox_relay::testing::Harness;
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::Outbox;
 use sqlx::postgres::PgPoolOptions;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
-use outbox_relay::store::{Clock, ManualClock};
+use outbox_relay::time::{Clock, ManualClock};
 use outbox_relay::Outbox;
 
 use outbox_relay::testing::Harness;

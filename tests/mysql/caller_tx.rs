@@ -7,8 +7,9 @@
 
 use std::time::Duration;
 
+use outbox_relay::message::ClaimRef;
 use outbox_relay::store::mysql::MysqlConfig;
-use outbox_relay::store::{ClaimRef, ClaimRequest};
+use outbox_relay::store::ClaimRequest;
 use outbox_relay::{Outbox, OutboxMessage, OutboxMessageDraft};
 use serde_json::json;
 use sqlx::{AssertSqlSafe, Connection};

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use outbox_relay::store::mysql::MysqlConfig;
-use outbox_relay::store::ManualClock;
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::Outbox;
 

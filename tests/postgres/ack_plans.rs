@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
+use outbox_relay::message::ClaimRef;
 use outbox_relay::store::postgres::Explained;
-use outbox_relay::store::{AckMode, ClaimOutcome, ClaimRef, ClaimRequest};
+use outbox_relay::store::{AckMode, ClaimOutcome, ClaimRequest};
 use outbox_relay::Outbox;
 use serde_json::Value;
 

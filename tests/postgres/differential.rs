@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use outbox_relay::store::ManualClock;
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 
 use crate::differential_support::{differential_run, seeds, START_MILLIS};

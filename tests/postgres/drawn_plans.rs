@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use outbox_relay::store::ManualClock;
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 
 use crate::drawn_plan::{play, seeds, START_MILLIS};

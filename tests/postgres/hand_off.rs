@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
-use outbox_relay::store::{
-    CallOutcome, ClaimOutcome, ManualClock, MessageFilter, StoreCall, StoreHook,
-};
+use outbox_relay::store::{CallOutcome, ClaimOutcome, MessageFilter, StoreCall, StoreHook};
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::{Clock, SystemClock};
 use outbox_relay::{
     handler_fn, DeliveryError, LaneConfig, Outbox, OutboxMessage, OutboxMessageDraft, OutboxRelay,

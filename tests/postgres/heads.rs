@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_relay::store::{ClaimRef, ClaimRequest, MessageFilter};
+use outbox_relay::message::ClaimRef;
+use outbox_relay::store::{ClaimRequest, MessageFilter};
 use outbox_relay::{Outbox, OutboxMessageDraft};
 use serde_json::json;
 

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_relay::store::{
-    ClaimOutcome, ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition,
-};
+use outbox_relay::message::ClaimRef;
+use outbox_relay::store::{ClaimOutcome, ClaimRequest, MessageFilter, Nack, NackDisposition};
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::{InMemoryOutboxStore, Outbox};
 

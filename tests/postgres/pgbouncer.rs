@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use outbox_relay::relay::RelayEvent;
 use outbox_relay::store::postgres::{Pooler, PostgresConfig, PostgresOutboxStore};
-use outbox_relay::store::{ClaimOutcome, LanePauseRequest, ManualClock, MessageFilter, WakeUp};
+use outbox_relay::store::{ClaimOutcome, LanePauseRequest, MessageFilter, WakeUp};
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::{Clock, SystemClock};
 use outbox_relay::{
     handler_fn, DeliveryError, LaneConfig, Outbox, OutboxMessage, OutboxMessageDraft, OutboxRelay,

@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
+use outbox_relay::message::ClaimRef;
 use outbox_relay::store::postgres::Explained;
-use outbox_relay::store::{ClaimRef, ClaimRequest, OrderingPolicy};
+use outbox_relay::store::{ClaimRequest, OrderingPolicy};
 use outbox_relay::Outbox;
 use serde_json::Value;
 

@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use outbox_relay::config::RateLimit;
 use outbox_relay::delivery::FailureKind;
+use outbox_relay::message::ClaimRef;
 use outbox_relay::relay::{LaneKey, RelayEvent};
 use outbox_relay::retention::{RetentionConfig, RetentionTask};
 use outbox_relay::store::StoreOp;
-use outbox_relay::store::{
-    ClaimOutcome, ClaimRef, ClaimRequest, MessageFilter, NackOutcome, OrderingPolicy,
-};
+use outbox_relay::store::{ClaimOutcome, ClaimRequest, MessageFilter, NackOutcome, OrderingPolicy};
 use outbox_relay::{
     InMemoryOutboxStore, LaneConfig, Outbox, OutboxMessageDraft, OutboxRelay, RelayHandle,
     RetryPolicy,

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use outbox_relay::relay::RelayEvent;
-use outbox_relay::store::TokioClock;
+use outbox_relay::time::TokioClock;
 use outbox_relay::{
     DeliveryError, DeliveryHandler, InMemoryOutboxStore, Outbox, OutboxMessage, OutboxMessageDraft,
 };

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
-use outbox_relay::store::{Clock, ManualClock, MessageFilter, SystemClock};
+use outbox_relay::store::MessageFilter;
+use outbox_relay::time::{Clock, ManualClock, SystemClock};
 use outbox_relay::{InMemoryOutboxStore, LaneConfig, Outbox, OutboxRelay};
 use uuid::Uuid;
 

@@ -7,11 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_relay::message::ClaimRef;
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{
-    ClaimOutcome, ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition,
-    NackOutcome, OrderingPolicy, Outbox,
+    ClaimOutcome, ClaimRequest, MessageFilter, Nack, NackDisposition, NackOutcome, OrderingPolicy,
+    Outbox,
 };
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::{InMemoryOutboxStore, OutboxMessage, OutboxMessageDraft};
 use serde_json::json;

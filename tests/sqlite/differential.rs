@@ -10,11 +10,13 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_relay::message::ClaimRef;
 use outbox_relay::store::sqlite::SqliteOutboxStore;
 use outbox_relay::store::{
-    ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, OrderingPolicy,
-    PageRequest, PurgeRequest, WakeUp,
+    ClaimRequest, MessageFilter, Nack, NackDisposition, OrderingPolicy, PageRequest, PurgeRequest,
+    WakeUp,
 };
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::{
     InMemoryOutboxStore, Outbox, OutboxMessage, OutboxMessageDraft, OutboxStatus, StoreError,

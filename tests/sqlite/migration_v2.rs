@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::store::sqlite::SqliteOutboxStore;
-use outbox_relay::store::{ClaimBatch, ClaimRequest, ManualClock};
+use outbox_relay::store::{ClaimBatch, ClaimRequest};
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::Outbox;
 use sqlx::{Connection, Row};

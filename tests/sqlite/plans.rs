@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use outbox_relay::store::sqlite::{QueryPlan, SqliteOutboxStore};
 use outbox_relay::store::{
-    ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, OrderingPolicy, Outbox,
-    PageRequest,
+    ClaimRequest, MessageFilter, Nack, NackDisposition, OrderingPolicy, Outbox, PageRequest,
 };
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::{OutboxMessageDraft, OutboxStatus};
 use serde_json::json;

@@ -7,10 +7,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_relay::message::ClaimRef;
 use outbox_relay::store::{
-    ClaimRef, ClaimRequest, ManualClock, MessageFilter, Nack, NackDisposition, OrderingPolicy,
-    PageRequest, PurgeRequest, StoreError,
+    ClaimRequest, MessageFilter, Nack, NackDisposition, OrderingPolicy, PageRequest, PurgeRequest,
+    StoreError,
 };
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxMessage, OutboxMessageDraft};
 use rand::rngs::StdRng;

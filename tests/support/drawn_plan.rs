@@ -30,7 +30,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use outbox_relay::store::{ManualClock, MessageFilter, OutboxBackend};
+use outbox_relay::store::{MessageFilter, OutboxBackend};
+use outbox_relay::time::ManualClock;
 use outbox_relay::testing::simulation::{
     overlap_bound, settle_bound, Checker, Fault, Plan, Size, LANE, TARGET,
 };

@@ -7,11 +7,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use outbox_relay::message::ClaimRef;
 use outbox_relay::message::DraftLimits;
 use outbox_relay::store::{
-    AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, DraftBatch, Enqueued,
-    LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page,
-    PageRequest, PurgeRequest, StoreError, StoreOp, UnservedLane, WakeUp,
+    AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch, Enqueued, LaneCount,
+    LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page, PageRequest,
+    PurgeRequest, StoreError, StoreOp, UnservedLane, WakeUp,
 };
 use outbox_relay::{Outbox, OutboxMessage};
 use uuid::Uuid;

@@ -161,9 +161,9 @@ pub async fn harness_oracle_mysql() -> outbox_relay::testing::Harness {
 /// A fresh store in a database of its own on `on`, on a manual clock.
 #[cfg(feature = "testing")]
 pub async fn harness_on(on: Server) -> outbox_relay::testing::Harness {
-    use outbox_relay::store::{Clock, ManualClock};
     use outbox_relay::testing::Harness;
     use outbox_relay::time::UnixMillis;
+    use outbox_relay::time::{Clock, ManualClock};
     use outbox_relay::Outbox;
 
     let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));

@@ -14,7 +14,8 @@ use tracing::Instrument;
 
 use super::core::{Input, StoreAnswer, StoreRequest};
 use super::{spans, LaneMsg, LaneShell};
-use crate::store::{ClaimRequest, Clock, MessageFilter, StoreOp, SystemClock};
+use crate::store::{ClaimRequest, MessageFilter, StoreOp};
+use crate::time::{Clock, SystemClock};
 
 /// Runs a store call off the mailbox; its answer comes back as a message. A lane that
 /// stopped meanwhile no longer hears it: its claims lapse or were released.

@@ -7,14 +7,13 @@ use std::collections::HashMap;
 use uuid::Uuid;
 
 use super::{Fate, World};
+use crate::message::ClaimRef;
 use crate::message::{OutboxMessage, UnixMillis};
 use crate::relay::lane::core::{Input, StoreAnswer, StoreRequest};
 use crate::sim::check::Call;
 use crate::sim::plan::{LANE, TARGET};
 use crate::store::StoreOp;
-use crate::store::{
-    single_batch, AckAndClaim, AckMode, ClaimBatch, ClaimRef, ClaimRequest, StoreError,
-};
+use crate::store::{single_batch, AckAndClaim, AckMode, ClaimBatch, ClaimRequest, StoreError};
 
 fn outage(op: StoreOp) -> StoreError {
     StoreError::unavailable(

@@ -23,7 +23,8 @@ use std::sync::Arc;
 
 use super::ready;
 use crate::store::memory::InMemoryOutboxStore;
-use crate::store::{ManualClock, Outbox, OutboxBackend};
+use crate::store::{Outbox, OutboxBackend};
+use crate::time::ManualClock;
 
 /// The store of one run.
 #[derive(Debug)]
@@ -103,15 +104,17 @@ mod sqlite {
     use tokio::sync::broadcast;
     use uuid::Uuid;
 
+    use crate::message::ClaimRef;
     use crate::message::{DraftLimits, OutboxMessage};
     use crate::store::key_state::{BlockedKeys, KeyState};
     use crate::store::sqlite::SqliteOutboxStore;
     use crate::store::{
-        AckAndClaim, AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest,
-        DraftBatch, Enqueued, LaneCount, LanePause, LanePauseRequest, LaneStats, ManualClock,
-        MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page, PageRequest,
-        PurgeRequest, StoreError, StoreOp, UnservedLane, WakeUp,
+        AckAndClaim, AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch,
+        Enqueued, LaneCount, LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack,
+        NackOutcome, OrderingPolicy, OutboxBackend, Page, PageRequest, PurgeRequest, StoreError,
+        StoreOp, UnservedLane, WakeUp,
     };
+    use crate::time::ManualClock;
 
     /// SQLite, its runtime and its directory.
     #[derive(Debug)]

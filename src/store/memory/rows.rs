@@ -8,8 +8,9 @@ use std::ops::Bound;
 
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
-use crate::store::{ClaimRef, OrderingPolicy};
+use crate::store::OrderingPolicy;
 
 type LaneKey = (String, String);
 

@@ -14,81 +14,41 @@ use crate::store::{
 
 use super::heads::{self, Key};
 use super::in_list::InList;
-use super::row::{db_error, decode, marks, opt_text, status_word, text, COLUMNS};
+use super::row::{db_error, decode, opt_text, status_word, text, COLUMNS};
 use super::MysqlOutboxStore;
+use crate::store::sql::{self, Value, Where};
 
-/// A filter as a `WHERE` clause and its values, in order.
-pub(super) struct Where {
-    pub(super) clause: String,
-    pub(super) values: Vec<Value>,
+/// MySQL's words for a filter.
+const DIALECT: sql::Dialect = sql::Dialect {
+    numbered: false,
+    instant: |p| p.to_owned(),
+    // A plain substring, case-sensitive: `last_error` has a binary collation, and INSTR
+    // reads no pattern characters.
+    contains: "INSTR",
+    ids: sql::IdList::Marks,
+    status_literal: true,
+    indexed_text: |p| p.to_owned(),
+};
+
+/// `filter`'s `terms` as a `WHERE` clause over the messages table, unaliased.
+pub(super) fn filter_where(filter: &MessageFilter, terms: sql::Terms) -> Where {
+    Where::of(&DIALECT, filter, "", terms, 0)
 }
 
-/// A value bound to a filter's clause.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Value {
-    Text(String),
-    Id(Uuid),
-    Millis(i64),
-}
-
-impl Where {
-    pub(super) fn of(filter: &MessageFilter, with_status: bool) -> Self {
-        let mut parts = vec!["1 = 1".to_owned()];
-        let mut values = Vec::new();
-        if let Some(lane) = &filter.lane {
-            parts.push("lane = ?".into());
-            values.push(Value::Text(lane.clone()));
-        }
-        if let Some(target) = &filter.target {
-            parts.push("target = ?".into());
-            values.push(Value::Text(target.clone()));
-        }
-        if let (true, Some(status)) = (with_status, filter.status) {
-            parts.push(format!("status = '{}'", status_word(status)));
-        }
-        if let Some(key) = &filter.ordering_key {
-            parts.push("ordering_key = ?".into());
-            values.push(Value::Text(key.clone()));
-        }
-        if !filter.ids.is_empty() {
-            parts.push(format!("outbox_id IN ({})", marks(filter.ids.len())));
-            values.extend(filter.ids.iter().map(|id| Value::Id(*id)));
-        }
-        // `[after, before)` on the enqueue time, in the store clock's milliseconds.
-        let (after, before) = filter.enqueued_millis();
-        if let Some(after) = after {
-            parts.push("created_at >= ?".into());
-            values.push(Value::Millis(after.as_millis()));
-        }
-        if let Some(before) = before {
-            parts.push("created_at < ?".into());
-            values.push(Value::Millis(before.as_millis()));
-        }
-        // A plain substring, case-sensitive: `last_error` has a binary collation, and
-        // INSTR reads no pattern characters (LIKE would read `%` and `_`).
-        if let Some(text) = &filter.error_contains {
-            parts.push("INSTR(last_error, ?) > 0".into());
-            values.push(Value::Text(text.clone()));
-        }
-        Where {
-            clause: parts.join(" AND "),
-            values,
-        }
+/// `values` bound to `query`, in order.
+pub(super) fn bind<'q>(
+    mut query: Query<'q, MySql, MySqlArguments>,
+    values: &'q [Value],
+) -> Query<'q, MySql, MySqlArguments> {
+    for value in values {
+        query = match value {
+            Value::Text(text) => query.bind(text.as_str()),
+            Value::Int(n) => query.bind(*n),
+            Value::Id(id) => query.bind(*id),
+            Value::Ids(ids) => ids.iter().fold(query, |query, id| query.bind(*id)),
+        };
     }
-
-    pub(super) fn bind<'q>(
-        &'q self,
-        mut query: Query<'q, MySql, MySqlArguments>,
-    ) -> Query<'q, MySql, MySqlArguments> {
-        for value in &self.values {
-            query = match value {
-                Value::Text(text) => query.bind(text.as_str()),
-                Value::Id(id) => query.bind(*id),
-                Value::Millis(millis) => query.bind(*millis),
-            };
-        }
-        query
-    }
+    query
 }
 
 impl MysqlOutboxStore {
@@ -115,13 +75,12 @@ impl MysqlOutboxStore {
         if filter.scans() {
             return self.list_scanning(filter, page).await;
         }
-        let filter_sql = Where::of(filter, true);
+        let filter_sql = filter_where(filter, sql::Terms::All);
         let sql = format!(
             "SELECT {COLUMNS} FROM {} WHERE {} AND seq > ? ORDER BY seq LIMIT ?",
             self.names.messages, filter_sql.clause
         );
-        let query = filter_sql
-            .bind(sqlx::query(AssertSqlSafe(sql)))
+        let query = bind(sqlx::query(AssertSqlSafe(sql)), &filter_sql.values)
             .bind(page.after.unwrap_or(i64::MIN))
             .bind(u64::try_from(page.limit.saturating_add(1)).unwrap_or(u64::MAX));
         let rows = query
@@ -142,13 +101,13 @@ impl MysqlOutboxStore {
         }
         let now = self.now().as_millis();
         let m = &self.names.messages;
-        let lane_filter = Where::of(
+        let lane_filter = filter_where(
             &MessageFilter {
                 lane: filter.lane.clone(),
                 target: filter.target.clone(),
                 ..MessageFilter::default()
             },
-            false,
+            sql::Terms::All,
         );
         // Counts per status from the `pending` index alone (lane, target, status lead it).
         let sql = format!(
@@ -156,8 +115,7 @@ impl MysqlOutboxStore {
              GROUP BY lane, target, status",
             lane_filter.clause
         );
-        let rows = lane_filter
-            .bind(sqlx::query(AssertSqlSafe(sql)))
+        let rows = bind(sqlx::query(AssertSqlSafe(sql)), &lane_filter.values)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(OP, e))?;
@@ -224,14 +182,19 @@ impl MysqlOutboxStore {
     async fn stats_by_rows(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
         const OP: StoreOp = StoreOp::Stats;
         let now = self.now();
-        let filter_sql = Where::of(filter, false);
+        let filter_sql = filter_where(
+            &MessageFilter {
+                status: None,
+                ..filter.clone()
+            },
+            sql::Terms::All,
+        );
         let sql = format!(
             "SELECT lane, target, status, ordering_key, available_at, created_at FROM {} \
              WHERE {} ORDER BY seq",
             self.names.messages, filter_sql.clause
         );
-        let rows = filter_sql
-            .bind(sqlx::query(AssertSqlSafe(sql)))
+        let rows = bind(sqlx::query(AssertSqlSafe(sql)), &filter_sql.values)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(OP, e))?;
@@ -298,14 +261,13 @@ impl MysqlOutboxStore {
         const OP: StoreOp = StoreOp::RequeueDeadLetters;
         let now = self.now().as_millis();
         let filter = filter.clone().with_status(OutboxStatus::DeadLetter);
-        let filter_sql = Where::of(&filter, true);
+        let filter_sql = filter_where(&filter, sql::Terms::All);
         let mut tx = self.begin(OP).await?;
         let sql = format!(
             "SELECT seq, lane, target, ordering_key FROM {} WHERE {} ORDER BY seq FOR UPDATE",
             self.names.messages, filter_sql.clause
         );
-        let rows = filter_sql
-            .bind(sqlx::query(AssertSqlSafe(sql)))
+        let rows = bind(sqlx::query(AssertSqlSafe(sql)), &filter_sql.values)
             .fetch_all(&mut *tx)
             .await
             .map_err(|e| db_error(OP, e))?;
@@ -326,7 +288,7 @@ impl MysqlOutboxStore {
             lanes.push((lane, target));
         }
         let locked = heads::lock(&mut tx, &self.names, &keys, OP).await?;
-        InList::new(self.names.sql(include_str!("sql/requeue.sql")))
+        InList::new(&self.names.sql.requeue)
             .bind(now)
             .bind(now)
             .execute(&mut tx, &seqs, OP)
@@ -339,13 +301,12 @@ impl MysqlOutboxStore {
     pub(super) async fn discard_once(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         const OP: StoreOp = StoreOp::DiscardDeadLetters;
         let filter = filter.clone().with_status(OutboxStatus::DeadLetter);
-        let filter_sql = Where::of(&filter, true);
+        let filter_sql = filter_where(&filter, sql::Terms::All);
         let sql = format!(
             "DELETE FROM {} WHERE {}",
             self.names.messages, filter_sql.clause
         );
-        let done = filter_sql
-            .bind(sqlx::query(AssertSqlSafe(sql)))
+        let done = bind(sqlx::query(AssertSqlSafe(sql)), &filter_sql.values)
             .execute(&self.pool)
             .await
             .map_err(|e| db_error(OP, e))?;

@@ -173,21 +173,19 @@ async fn scan(
 
 /// The gate's statement for keys under a running lease, of (lane, target) at `now`.
 pub(super) fn running_keys<'a>(
-    names: &Names,
+    names: &'a Names,
     (lane, target): (&'a str, &'a str),
     now: UnixMillis,
 ) -> InList<'a> {
-    InList::new(names.sql(include_str!("sql/running_keys.sql")))
+    InList::new(&names.sql.running_keys)
         .bind(lane)
         .bind(target)
         .bind_after(now.as_millis())
 }
 
 /// The gate's statement for each key's first dead letter, of (lane, target).
-pub(super) fn first_dead<'a>(names: &Names, (lane, target): (&'a str, &'a str)) -> InList<'a> {
-    InList::new(names.sql(include_str!("sql/first_dead.sql")))
-        .bind(lane)
-        .bind(target)
+pub(super) fn first_dead<'a>(names: &'a Names, (lane, target): (&'a str, &'a str)) -> InList<'a> {
+    InList::new(&names.sql.first_dead).bind(lane).bind(target)
 }
 
 /// Where each of `n` key runs must stop; binds lane, target, key and head seq per key.
@@ -477,7 +475,7 @@ async fn claim(
         }
         if !sorted.held_back.is_empty() {
             let ids: Vec<Uuid> = sorted.held_back.iter().map(|c| c.outbox_id).collect();
-            InList::new(names.sql(include_str!("sql/held_back.sql")))
+            InList::new(&names.sql.held_back)
                 .bind(now.as_millis())
                 .bind(now.as_millis())
                 .execute(conn, &ids, OP)
@@ -625,7 +623,7 @@ pub(super) async fn dead_letter(
     op: StoreOp,
 ) -> Result<(), StoreError> {
     let held = heads::lock_existing(conn, names, keys, op).await?;
-    InList::new(names.sql(include_str!("sql/dead_letter.sql")))
+    InList::new(&names.sql.dead_letter)
         .bind(error)
         .bind(now.as_millis())
         .execute(conn, seqs, op)

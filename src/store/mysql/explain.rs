@@ -316,8 +316,7 @@ impl MysqlOutboxStore {
         let text = format!("{} {}", prefix(how, dialect), sql.clause);
         let mut conn = self.pool.acquire().await.map_err(|e| db_error(OP, e))?;
         json_format(&mut conn, how, dialect, true, OP).await?;
-        let row = sql
-            .bind(sqlx::query(AssertSqlSafe(text)))
+        let row = super::admin::bind(sqlx::query(AssertSqlSafe(text)), &sql.values)
             .fetch_one(&mut *conn)
             .await
             .map_err(|e| db_error(OP, e));

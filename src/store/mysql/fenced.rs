@@ -4,6 +4,7 @@
 //! once), then one statement per kind of change.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::mysql::MySqlConnection;
@@ -52,7 +53,7 @@ async fn held(
 ) -> Result<HashMap<Uuid, Held>, StoreError> {
     let ids: Vec<Uuid> = claims.collect::<BTreeSet<Uuid>>().into_iter().collect();
     let mut held = HashMap::with_capacity(ids.len());
-    let rows = InList::new(names.sql(include_str!("sql/fenced_rows.sql")))
+    let rows = InList::new(&names.sql.fenced_rows)
         .fetch(conn, &ids, op)
         .await?;
     for row in rows {
@@ -135,8 +136,8 @@ pub(super) async fn ack_on(
     let locked = heads::lock_existing(conn, names, &keys, OP).await?;
     let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
     let write = match mode {
-        AckMode::Delete => InList::new(names.sql(include_str!("sql/ack_delete.sql"))),
-        AckMode::KeepDelivered => InList::new(names.sql(include_str!("sql/ack_delivered.sql")))
+        AckMode::Delete => InList::new(&names.sql.ack_delete),
+        AckMode::KeepDelivered => InList::new(&names.sql.ack_delivered)
             .bind(now.as_millis())
             .bind(now.as_millis()),
     };
@@ -219,9 +220,9 @@ impl MysqlOutboxStore {
             .filter_map(|(r, _)| r.key())
             .collect();
         let locked = heads::lock_existing(&mut tx, &self.names, &keys, OP).await?;
-        let retry_sql = self.names.sql(include_str!("sql/nack_retry.sql"));
+        let retry_sql = Arc::clone(&self.names.sql.nack_retry);
         for (row, nack, delay) in &retry {
-            sqlx::query(AssertSqlSafe(retry_sql.as_str()))
+            sqlx::query(AssertSqlSafe(Arc::clone(&retry_sql)))
                 .bind(now.saturating_add(*delay).as_millis())
                 .bind(&nack.error)
                 .bind(now.as_millis())
@@ -232,7 +233,7 @@ impl MysqlOutboxStore {
         }
         // One statement per row: each has its own error.
         for (row, nack) in &dead {
-            InList::new(self.names.sql(include_str!("sql/dead_letter.sql")))
+            InList::new(&self.names.sql.dead_letter)
                 .bind(&nack.error)
                 .bind(now.as_millis())
                 .execute(&mut tx, &[row.seq], OP)
@@ -257,7 +258,7 @@ impl MysqlOutboxStore {
         let held = held(&mut tx, &self.names, claims.iter().map(|c| c.outbox_id), OP).await?;
         let applied = fence(&held, claims);
         let seqs: Vec<i64> = applied.iter().flatten().map(|r| r.seq).collect();
-        InList::new(self.names.sql(include_str!("sql/extend.sql")))
+        InList::new(&self.names.sql.extend)
             .bind(now.saturating_add(lease).as_millis())
             .bind(now.as_millis())
             .execute(&mut tx, &seqs, OP)
@@ -280,7 +281,7 @@ impl MysqlOutboxStore {
         let held = held(&mut tx, &self.names, claims.iter().map(|c| c.outbox_id), OP).await?;
         let applied = fence(&held, claims);
         let seqs: Vec<i64> = applied.iter().flatten().map(|r| r.seq).collect();
-        InList::new(self.names.sql(include_str!("sql/release.sql")))
+        InList::new(&self.names.sql.release)
             .bind(now.as_millis())
             .bind(now.as_millis())
             .execute(&mut tx, &seqs, OP)

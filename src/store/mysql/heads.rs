@@ -235,7 +235,7 @@ async fn mark_and_record(
     seqs: &[i64],
     op: StoreOp,
 ) -> Result<(), StoreError> {
-    InList::new(names.sql(include_str!("sql/mark_heads.sql")))
+    InList::new(&names.sql.mark_heads)
         .execute(conn, seqs, op)
         .await?;
     Ok(())
@@ -248,7 +248,7 @@ async fn clear_mark(
     seqs: &[i64],
     op: StoreOp,
 ) -> Result<(), StoreError> {
-    InList::new(names.sql(include_str!("sql/clear_marks.sql")))
+    InList::new(&names.sql.clear_marks)
         .execute(conn, seqs, op)
         .await?;
     Ok(())

@@ -58,13 +58,13 @@ impl From<Uuid> for Param<'_> {
 /// then those given with [`Self::bind_after`].
 #[derive(Debug, Clone)]
 pub(super) struct InList<'a> {
-    sql: String,
+    sql: &'a str,
     before: Vec<Param<'a>>,
     after: Vec<Param<'a>>,
 }
 
 impl<'a> InList<'a> {
-    pub(super) fn new(sql: String) -> Self {
+    pub(super) fn new(sql: &'a str) -> Self {
         debug_assert_eq!(sql.matches(PLACE).count(), 1, "one `{PLACE}` in {sql}");
         Self {
             sql,

@@ -1,6 +1,8 @@
 //! The MySQL store's lane control: the `{prefix}_lane_control` table (migration 2), one row
 //! per paused (lane, target), its time the store's clock. Each call commits at once.
 
+use std::sync::Arc;
+
 use sqlx::mysql::MySqlRow;
 use sqlx::{AssertSqlSafe, Row};
 
@@ -24,20 +26,18 @@ impl MysqlOutboxStore {
             reason: request.reason.clone(),
             paused_at: self.now(),
         };
-        sqlx::query(AssertSqlSafe(
-            self.names.sql(include_str!("sql/pause_lane.sql")),
-        ))
-        .bind(&pause.lane)
-        .bind(&pause.target)
-        .bind(&pause.paused_by)
-        .bind(&pause.reason)
-        .bind(pause.paused_at.as_millis())
-        .bind(&pause.paused_by)
-        .bind(&pause.reason)
-        .bind(pause.paused_at.as_millis())
-        .execute(&self.pool)
-        .await
-        .map_err(|e| db_error(OP, e))?;
+        sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.pause_lane)))
+            .bind(&pause.lane)
+            .bind(&pause.target)
+            .bind(&pause.paused_by)
+            .bind(&pause.reason)
+            .bind(pause.paused_at.as_millis())
+            .bind(&pause.paused_by)
+            .bind(&pause.reason)
+            .bind(pause.paused_at.as_millis())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
         Ok(pause)
     }
 
@@ -49,37 +49,31 @@ impl MysqlOutboxStore {
         const OP: StoreOp = StoreOp::ResumeLane;
         validate_lane(lane, target)?;
         let mut tx = self.begin(OP).await?;
-        let row = sqlx::query(AssertSqlSafe(
-            self.names.sql(include_str!("sql/lane_pause_locked.sql")),
-        ))
-        .bind(lane)
-        .bind(target)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| db_error(OP, e))?;
+        let row = sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.lane_pause_locked)))
+            .bind(lane)
+            .bind(target)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| db_error(OP, e))?;
         let Some(row) = row else {
             return Ok(None);
         };
-        sqlx::query(AssertSqlSafe(
-            self.names.sql(include_str!("sql/resume_lane.sql")),
-        ))
-        .bind(lane)
-        .bind(target)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| db_error(OP, e))?;
+        sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.resume_lane)))
+            .bind(lane)
+            .bind(target)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error(OP, e))?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
         pause_of(&row, OP).map(Some)
     }
 
     pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
         const OP: StoreOp = StoreOp::LanePauses;
-        let rows = sqlx::query(AssertSqlSafe(
-            self.names.sql(include_str!("sql/lane_pauses.sql")),
-        ))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| db_error(OP, e))?;
+        let rows = sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.lane_pauses)))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
         rows.iter().map(|row| pause_of(row, OP)).collect()
     }
 }

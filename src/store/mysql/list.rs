@@ -12,9 +12,10 @@ use sqlx::{AssertSqlSafe, Row};
 use crate::store::admin::list_budget;
 use crate::store::{MessageFilter, Page, PageRequest, StoreError, StoreOp};
 
-use super::admin::{Value, Where};
+use super::admin::{bind, filter_where};
 use super::row::{db_error, decode, COLUMNS};
 use super::MysqlOutboxStore;
+use crate::store::sql::{Terms, Value, Where};
 
 /// The statement of a scanning listing and its values, in order. Its rows: the matches and
 /// the last row read (`list_hit` 0 unless it matches), each with how many rows were read
@@ -25,24 +26,8 @@ use super::MysqlOutboxStore;
 /// common table expression named three times was read three times by MariaDB 10.11); the
 /// full rows are then fetched by primary key for the matches and the last row read alone.
 pub(super) fn scanning_sql(messages: &str, filter: &MessageFilter, page: PageRequest) -> Where {
-    let scanned = Where::of(
-        &MessageFilter {
-            enqueued_after: filter.enqueued_after,
-            enqueued_before: filter.enqueued_before,
-            error_contains: filter.error_contains.clone(),
-            ..MessageFilter::all()
-        },
-        false,
-    );
-    let indexed = Where::of(
-        &MessageFilter {
-            enqueued_after: None,
-            enqueued_before: None,
-            error_contains: None,
-            ..filter.clone()
-        },
-        true,
-    );
+    let scanned = filter_where(filter, Terms::Scanned);
+    let indexed = filter_where(filter, Terms::Indexed);
     let budget = list_budget(filter, page.limit);
     let limit = page.limit.saturating_add(1);
     let columns = COLUMNS
@@ -65,7 +50,7 @@ pub(super) fn scanning_sql(messages: &str, filter: &MessageFilter, page: PageReq
     );
     let mut values = scanned.values;
     values.extend(indexed.values);
-    values.push(Value::Millis(page.after.unwrap_or(i64::MIN)));
+    values.push(Value::Int(page.after.unwrap_or(i64::MIN)));
     Where { clause, values }
 }
 
@@ -77,8 +62,7 @@ impl MysqlOutboxStore {
     ) -> Result<Page, StoreError> {
         const OP: StoreOp = StoreOp::List;
         let sql = scanning_sql(&self.names.messages, filter, page);
-        let rows = sql
-            .bind(sqlx::query(AssertSqlSafe(sql.clause.clone())))
+        let rows = bind(sqlx::query(AssertSqlSafe(sql.clause.clone())), &sql.values)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(OP, e))?;
@@ -135,11 +119,11 @@ mod tests {
         assert_eq!(
             sql.values,
             vec![
-                Value::Millis(5_000),
+                Value::Int(5_000),
                 Value::Text("timeout".into()),
                 Value::Text("orders".into()),
                 Value::Text("billing".into()),
-                Value::Millis(7),
+                Value::Int(7),
             ]
         );
     }

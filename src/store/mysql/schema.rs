@@ -38,9 +38,66 @@ pub(super) struct Names {
     /// `{prefix}_keys`: one row per ordering key with live messages, the key's lock and
     /// its head's sequence.
     pub(super) keys: String,
+    /// The `.sql` files' statements for this prefix, renamed once here.
+    pub(super) sql: Arc<Statements>,
     /// Set once, by the store's probe before its first transaction (`MysqlOutboxStore::dialect`).
     dialect: Arc<OnceLock<Dialect>>,
 }
+
+/// The statements of `sql/NAME.sql`, one field each, written for the default prefix
+/// `outbox` and renamed for a store's prefix once, when the store is built (`sql.rs`), so no
+/// call renames text.
+macro_rules! statements {
+    ($($name:ident),* $(,)?) => {
+        /// The `.sql` files' statements for one table prefix.
+        #[derive(Debug)]
+        pub(super) struct Statements {
+            $(pub(super) $name: Arc<str>,)*
+        }
+
+        impl Statements {
+            fn new(prefix: &str) -> Self {
+                Self {
+                    $($name: sql::for_prefix(
+                        include_str!(concat!("sql/", stringify!($name), ".sql")),
+                        prefix,
+                    )
+                    .into(),)*
+                }
+            }
+        }
+    };
+}
+
+statements!(
+    ack_delete,
+    ack_delivered,
+    applied_version,
+    clear_marks,
+    dead_letter,
+    extend,
+    fenced_rows,
+    first_dead,
+    first_pair,
+    fresh_seqs,
+    held_back,
+    lane_pause_locked,
+    lane_pauses,
+    lanes_between,
+    mark_heads,
+    nack_retry,
+    newest_seq,
+    next_lane,
+    next_target,
+    pause_lane,
+    pending_in_pair,
+    release,
+    requeue,
+    resume_lane,
+    running_keys,
+    serve_lane,
+    served_lanes,
+);
 
 impl Names {
     pub(super) fn new(prefix: &str) -> Self {
@@ -49,6 +106,7 @@ impl Names {
             prefix: prefix.to_owned(),
             messages: quoted("messages"),
             keys: quoted("keys"),
+            sql: Arc::new(Statements::new(prefix)),
             dialect: Arc::new(OnceLock::new()),
         }
     }
@@ -68,11 +126,6 @@ impl Names {
     /// Records the dialect the probe found (the first answer stays: one server per pool).
     pub(super) fn learn_dialect(&self, dialect: Dialect) -> Dialect {
         *self.dialect.get_or_init(|| dialect)
-    }
-
-    /// `text`, written for the default prefix `outbox`, for this prefix (`sql.rs`).
-    pub(super) fn sql(&self, text: &str) -> String {
-        sql::for_prefix(text, &self.prefix)
     }
 }
 
@@ -149,7 +202,7 @@ fn between(from: i64, to: i64) -> impl Iterator<Item = (i64, &'static str)> {
 /// [`migrate`] runs them.
 pub(super) fn script(names: &Names, from: i64, to: i64) -> String {
     let files = between(from, to)
-        .map(|(_, text)| names.sql(text))
+        .map(|(_, text)| sql::for_prefix(text, &names.prefix))
         .collect::<Vec<_>>()
         .join("\n");
     if files.is_empty() || names.prefix == DEFAULT_TABLE_PREFIX {
@@ -172,11 +225,12 @@ pub(super) async fn migrate(
 ) -> Result<(), StoreError> {
     const OP: StoreOp = StoreOp::Migrate;
     let mut conn = pool.acquire().await.map_err(|e| db_error(OP, e))?;
-    let got: Option<i64> = sqlx::query_scalar(AssertSqlSafe(names.sql(TAKE_LOCK)))
-        .bind(lock_timeout.as_secs().max(1))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|e| db_error(OP, e))?;
+    let got: Option<i64> =
+        sqlx::query_scalar(AssertSqlSafe(sql::for_prefix(TAKE_LOCK, &names.prefix)))
+            .bind(lock_timeout.as_secs().max(1))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| db_error(OP, e))?;
     if got != Some(1) {
         return Err(StoreError::unavailable(
             OP,
@@ -189,7 +243,7 @@ pub(super) async fn migrate(
     let result = async {
         let applied = applied_on(&mut conn, names).await?.unwrap_or(0);
         for (_, text) in between(applied, latest_version()) {
-            for statement in sql::statements(&names.sql(text)) {
+            for statement in sql::statements(&sql::for_prefix(text, &names.prefix)) {
                 conn.execute(AssertSqlSafe(statement.to_owned()))
                     .await
                     .map_err(|e| db_error(OP, e))?;
@@ -223,12 +277,10 @@ async fn applied_on(
     if exists == 0 {
         return Ok(None);
     }
-    sqlx::query_scalar(AssertSqlSafe(
-        names.sql(include_str!("sql/applied_version.sql")),
-    ))
-    .fetch_one(conn)
-    .await
-    .map_err(|e| db_error(StoreOp::Migrate, e))
+    sqlx::query_scalar(AssertSqlSafe(Arc::clone(&names.sql.applied_version)))
+        .fetch_one(conn)
+        .await
+        .map_err(|e| db_error(StoreOp::Migrate, e))
 }
 
 /// The applied version: `None` when the prefix holds no outbox.

@@ -9,6 +9,7 @@
 //! walk of every row on the other. Only the unserved pairs' messages are counted.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, Row};
@@ -28,60 +29,52 @@ impl MysqlOutboxStore {
         let until = self.now().saturating_add(served_for).as_millis();
         let mut tx = self.begin(OP).await?;
         for (lane, target) in lanes {
-            sqlx::query(AssertSqlSafe(
-                self.names.sql(include_str!("sql/serve_lane.sql")),
-            ))
-            .bind(lane.as_bytes())
-            .bind(target.as_bytes())
-            .bind(until)
-            .bind(until)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| db_error(OP, e))?;
+            sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.serve_lane)))
+                .bind(lane.as_bytes())
+                .bind(target.as_bytes())
+                .bind(until)
+                .bind(until)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db_error(OP, e))?;
         }
         tx.commit().await.map_err(|e| db_error(OP, e))
     }
 
     pub(super) async fn unserved(&self, limit: usize) -> Result<Vec<UnservedLane>, StoreError> {
         const OP: StoreOp = StoreOp::UnservedLanes;
-        let served: HashSet<(Vec<u8>, Vec<u8>)> = sqlx::query(AssertSqlSafe(
-            self.names.sql(include_str!("sql/served_lanes.sql")),
-        ))
-        .bind(self.now().as_millis())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| db_error(OP, e))?
-        .iter()
-        .map(|row| Ok((row.try_get("lane")?, row.try_get("target")?)))
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(|e| db_error(OP, e))?;
+        let served: HashSet<(Vec<u8>, Vec<u8>)> =
+            sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.served_lanes)))
+                .bind(self.now().as_millis())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| db_error(OP, e))?
+                .iter()
+                .map(|row| Ok((row.try_get("lane")?, row.try_get("target")?)))
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(|e| db_error(OP, e))?;
         let mut unserved = Vec::new();
         let mut at: Option<(Vec<u8>, Vec<u8>)> = None;
         while unserved.len() < limit {
             let next = match &at {
                 None => {
-                    sqlx::query(AssertSqlSafe(
-                        self.names.sql(include_str!("sql/first_pair.sql")),
-                    ))
-                    .fetch_optional(&self.pool)
-                    .await
+                    sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.first_pair)))
+                        .fetch_optional(&self.pool)
+                        .await
                 }
                 Some((lane, target)) => {
-                    let same_lane = sqlx::query(AssertSqlSafe(
-                        self.names.sql(include_str!("sql/next_target.sql")),
-                    ))
-                    .bind(lane)
-                    .bind(target)
-                    .fetch_optional(&self.pool)
-                    .await;
+                    let same_lane =
+                        sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.next_target)))
+                            .bind(lane)
+                            .bind(target)
+                            .fetch_optional(&self.pool)
+                            .await;
                     match same_lane {
                         Ok(None) => {
-                            sqlx::query(AssertSqlSafe(
-                                self.names.sql(include_str!("sql/next_lane.sql")),
-                            ))
-                            .bind(lane)
-                            .fetch_optional(&self.pool)
-                            .await
+                            sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.next_lane)))
+                                .bind(lane)
+                                .fetch_optional(&self.pool)
+                                .await
                         }
                         other => other,
                     }
@@ -96,15 +89,14 @@ impl MysqlOutboxStore {
                 row.try_get("target").map_err(|e| db_error(OP, e))?,
             );
             if !served.contains(&pair) {
-                let pending: i64 = sqlx::query_scalar(AssertSqlSafe(
-                    self.names.sql(include_str!("sql/pending_in_pair.sql")),
-                ))
-                .bind(&pair.0)
-                .bind(&pair.1)
-                .bind(i64::try_from(UNSERVED_COUNT_CAP).unwrap_or(i64::MAX))
-                .fetch_one(&self.pool)
-                .await
-                .map_err(|e| db_error(OP, e))?;
+                let pending: i64 =
+                    sqlx::query_scalar(AssertSqlSafe(Arc::clone(&self.names.sql.pending_in_pair)))
+                        .bind(&pair.0)
+                        .bind(&pair.1)
+                        .bind(i64::try_from(UNSERVED_COUNT_CAP).unwrap_or(i64::MAX))
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(|e| db_error(OP, e))?;
                 if pending > 0 {
                     unserved.push(UnservedLane {
                         lane: String::from_utf8_lossy(&pair.0).into_owned(),

@@ -61,8 +61,8 @@ impl Watch {
         }
         let pool = pool.clone();
         let statements = Statements {
-            newest: names.sql(include_str!("sql/newest_seq.sql")),
-            lanes_between: names.sql(include_str!("sql/lanes_between.sql")),
+            newest: Arc::clone(&names.sql.newest_seq),
+            lanes_between: Arc::clone(&names.sql.lanes_between),
         };
         let wakeups = Arc::downgrade(wakeups);
         *running = Some(runtime.spawn(poll(pool, statements, wakeups)));
@@ -81,8 +81,8 @@ impl Drop for Watch {
 
 /// The poll's two statements, for the store's prefix.
 struct Statements {
-    newest: String,
-    lanes_between: String,
+    newest: Arc<str>,
+    lanes_between: Arc<str>,
 }
 
 async fn poll(pool: MySqlPool, statements: Statements, wakeups: Weak<broadcast::Sender<WakeUp>>) {
@@ -94,7 +94,7 @@ async fn poll(pool: MySqlPool, statements: Statements, wakeups: Weak<broadcast::
             _ => return,
         }
         let newest: Result<Option<i64>, sqlx::Error> =
-            sqlx::query_scalar(AssertSqlSafe(statements.newest.as_str()))
+            sqlx::query_scalar(AssertSqlSafe(Arc::clone(&statements.newest)))
                 .fetch_one(&pool)
                 .await;
         let moved = match (newest, seen) {
@@ -139,14 +139,14 @@ async fn poll(pool: MySqlPool, statements: Statements, wakeups: Weak<broadcast::
 /// many to read (wake every lane) or the read failed.
 async fn lanes_between(
     pool: &MySqlPool,
-    sql: &str,
+    sql: &Arc<str>,
     last: i64,
     newest: i64,
 ) -> Option<Vec<(String, String)>> {
     if newest - last > MAX_ROWS_READ {
         return None;
     }
-    let rows = sqlx::query(AssertSqlSafe(sql))
+    let rows = sqlx::query(AssertSqlSafe(Arc::clone(sql)))
         .bind(last)
         .bind(newest)
         .fetch_all(pool)

@@ -253,7 +253,7 @@ async fn read_seqs(
 ) -> Result<HashMap<Uuid, i64>, StoreError> {
     let ids: Vec<Uuid> = rows.iter().map(|row| row.outbox_id).collect();
     let mut seqs = HashMap::with_capacity(rows.len());
-    for row in InList::new(names.sql(include_str!("sql/fresh_seqs.sql")))
+    for row in InList::new(&names.sql.fresh_seqs)
         .fetch(conn, &ids, OP)
         .await?
     {

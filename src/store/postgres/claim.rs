@@ -3,16 +3,18 @@
 //! (see `schema/heads.rs` for why it must be a statement of its own, after the UPDATE).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgRow};
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 
+use crate::message::ClaimRef;
 use crate::store::AckMode;
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
-    ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, Nack, NackDisposition, NackOutcome, NextDue,
+    ClaimBatch, ClaimOutcome, ClaimRequest, Nack, NackDisposition, NackOutcome, NextDue,
     OrderingPolicy, StoreError,
 };
 
@@ -82,7 +84,7 @@ impl PostgresOutboxStore {
     ) -> Result<ClaimBatch, StoreError> {
         let op = StoreOp::Claim;
         let rows = self
-            .claim_query(String::new(), request, false)
+            .claim_query("", request, false)
             .bind(LEASE_LAPSED_ERROR)
             .fetch_all(&mut *conn)
             .await
@@ -121,7 +123,7 @@ impl PostgresOutboxStore {
     /// binds `$8` (the lapsed-lease error) after.
     pub(super) fn claim_query<'q>(
         &self,
-        prefix: String,
+        prefix: &str,
         request: &'q ClaimRequest,
         fast: bool,
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
@@ -131,7 +133,13 @@ impl PostgresOutboxStore {
             (OrderingPolicy::Skip, true) => &self.sql.claim_fast_skip,
             (OrderingPolicy::Block, true) => &self.sql.claim_fast_block,
         };
-        self.bind_request(prefix + sql, request)
+        // Without a prefix (every claim but an EXPLAIN's), the store's text itself.
+        let sql = if prefix.is_empty() {
+            AssertSqlSafe(Arc::clone(sql)).into_sql_str()
+        } else {
+            AssertSqlSafe(format!("{prefix}{sql}")).into_sql_str()
+        };
+        self.bind_request(sql, request)
             .bind(to_i64(request.run_len()))
     }
 
@@ -139,10 +147,10 @@ impl PostgresOutboxStore {
     /// limit, lease, consumer (the claim statements and the cycle function alike).
     pub(super) fn bind_request<'q>(
         &self,
-        sql: String,
+        sql: SqlStr,
         request: &'q ClaimRequest,
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        sqlx::query(AssertSqlSafe(sql))
+        sqlx::query(sql)
             .persistent(self.named_statements)
             .bind(self.now())
             .bind(&request.lane)
@@ -162,7 +170,7 @@ impl PostgresOutboxStore {
         let op = StoreOp::Claim;
         let mut call = self.call(op).await?;
         let rows = self
-            .claim_query(String::new(), request, true)
+            .claim_query("", request, true)
             .fetch_all(&mut *call)
             .await
             .map_err(|e| db_error(op, e))?;

@@ -9,8 +9,9 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::Connection;
 
 use crate::message::{DraftLimits, ValidationError};
+use crate::store::StoreError;
 use crate::store::StoreOp;
-use crate::store::{duration_millis, Clock, StoreError};
+use crate::time::{duration_millis, Clock};
 
 pub use crate::database::postgres::options::Pooler;
 use crate::database::postgres::options::PostgresOptions;
@@ -32,7 +33,7 @@ pub struct PostgresConfig {
     /// The limits drafts are validated against.
     pub limits: DraftLimits,
     /// The store's clock. `None` (the default) uses the database's clock, which every relay
-    /// shares; tests inject a [`crate::store::ManualClock`].
+    /// shares; tests inject a [`crate::time::ManualClock`].
     pub clock: Option<Arc<dyn Clock>>,
     /// The pool and session settings, the ones the daemon's `[postgres]` table sets:
     /// pool sizes, timeouts, asynchronous commit, vacuums, the listener's URL, the pooler.

@@ -2,16 +2,16 @@
 //! the heads the acks left, claims, and answers `next_due` for an empty claim.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::Row;
+use sqlx::{AssertSqlSafe, Row, SqlSafeStr};
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::store::StoreError;
 use crate::store::StoreOp;
-use crate::store::{
-    AckMode, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest, NextDue, OrderingPolicy,
-};
+use crate::store::{AckMode, ClaimBatch, ClaimOutcome, ClaimRequest, NextDue, OrderingPolicy};
 
 use super::fenced::FencedBatch;
 use super::row::{db_error, unsigned};
@@ -55,7 +55,10 @@ impl PostgresOutboxStore {
         let fenced = FencedBatch::new(acks);
         let mut call = self.call(op).await?;
         let rows = self
-            .bind_request(self.sql.cycle.to_string(), request)
+            .bind_request(
+                AssertSqlSafe(Arc::clone(&self.sql.cycle)).into_sql_str(),
+                request,
+            )
             .bind(&fenced.ids)
             .bind(&fenced.tokens)
             .bind(request.ordering == OrderingPolicy::Block)

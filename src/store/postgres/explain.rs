@@ -5,11 +5,10 @@
 
 use sqlx::{AssertSqlSafe, Row};
 
+use crate::message::ClaimRef;
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
-use crate::store::{
-    ClaimRef, ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, StoreError,
-};
+use crate::store::{ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, StoreError};
 
 use super::list::list_sql;
 use super::row::db_error;
@@ -95,9 +94,9 @@ impl PostgresOutboxStore {
         };
         let query = match statement {
             Explained::Claim(request) => self
-                .claim_query(EXPLAIN.to_owned(), request, false)
+                .claim_query(EXPLAIN, request, false)
                 .bind(LEASE_LAPSED_ERROR),
-            Explained::FastClaim(request) => self.claim_query(EXPLAIN.to_owned(), request, true),
+            Explained::FastClaim(request) => self.claim_query(EXPLAIN, request, true),
             Explained::NextDue {
                 lane,
                 target,

@@ -9,8 +9,9 @@ use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::store::StoreOp;
-use crate::store::{ClaimOutcome, ClaimRef, StoreError};
+use crate::store::{ClaimOutcome, StoreError};
 
 use super::row::db_error;
 use super::PostgresOutboxStore;

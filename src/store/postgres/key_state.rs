@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use super::row::db_error;
 use super::{to_i64, PostgresOutboxStore};
+use crate::store::sql::Terms;
 use crate::store::{
     BlockedKey, BlockedKeys, MessageFilter, OutboxBackend, PageRequest, StoreError, StoreOp,
 };
@@ -20,59 +21,24 @@ impl PostgresOutboxStore {
     /// statement names only the filter's fields, so each count has the plan of its own
     /// (a generic `($1 IS NULL OR …)` plan would read the table).
     pub(super) async fn count_dead(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
-        let t = &self.names.messages;
-        let mut sql = format!("SELECT count(*) FROM {t} m WHERE m.status = 'dead_letter'");
-        let mut n = 0;
-        let mut next = || {
-            n += 1;
-            n
+        let dead = filter
+            .clone()
+            .with_status(crate::message::OutboxStatus::DeadLetter);
+        let dead = super::list::filter_where(&dead, "m.", Terms::All, 0);
+        let sql = super::list::ListSql {
+            text: format!(
+                "SELECT count(*) FROM {} m WHERE {}",
+                self.names.messages, dead.clause
+            ),
+            values: dead.values,
         };
-        if filter.lane.is_some() {
-            sql.push_str(&format!(" AND m.lane = ${}", next()));
-        }
-        if filter.target.is_some() {
-            sql.push_str(&format!(" AND m.target = ${}", next()));
-        }
-        if filter.ordering_key.is_some() {
-            sql.push_str(&format!(" AND m.ordering_key = ${}", next()));
-        }
-        if !filter.ids.is_empty() {
-            sql.push_str(&format!(" AND m.outbox_id = ANY(${})", next()));
-        }
-        let (after, before) = filter.enqueued_millis();
-        if after.is_some() {
-            let at = super::sql::instant(&format!("${}", next()));
-            sql.push_str(&format!(" AND m.created_at >= {at}"));
-        }
-        if before.is_some() {
-            let at = super::sql::instant(&format!("${}", next()));
-            sql.push_str(&format!(" AND m.created_at < {at}"));
-        }
-        if filter.error_contains.is_some() {
-            sql.push_str(&format!(" AND strpos(m.last_error, ${}) > 0", next()));
-        }
         let op = StoreOp::Stats;
         let mut call = self.call(op).await?;
-        let mut query =
-            sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).persistent(self.named_statements);
-        for value in [&filter.lane, &filter.target, &filter.ordering_key]
-            .into_iter()
-            .flatten()
-        {
-            query = query.bind(value);
-        }
-        if !filter.ids.is_empty() {
-            query = query.bind(&filter.ids);
-        }
-        for millis in [after, before].into_iter().flatten() {
-            query = query.bind(millis.as_millis());
-        }
-        if let Some(text) = &filter.error_contains {
-            query = query.bind(text);
-        }
-        let count = query
+        let query = sql.query("").persistent(self.named_statements);
+        let count: i64 = query
             .fetch_one(&mut *call)
             .await
+            .and_then(|row| row.try_get(0))
             .map_err(|e| db_error(op, e))?;
         call.finish(op).await?;
         Ok(u64::try_from(count).unwrap_or(0))

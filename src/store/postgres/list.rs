@@ -17,7 +17,6 @@
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Postgres, Row};
-use uuid::Uuid;
 
 use crate::message::OutboxStatus;
 use crate::store::admin::list_budget;
@@ -26,13 +25,27 @@ use crate::store::{MessageFilter, Page, PageRequest, StoreError, StoreOp};
 use super::row::{self, db_error};
 use super::sql::{columns, instant};
 use super::{to_i64, PostgresOutboxStore};
+use crate::store::sql::{self, Terms, Value};
 
-/// A value bound to a listing's statement.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Value {
-    Text(String),
-    Int(i64),
-    Ids(Vec<Uuid>),
+/// PostgreSQL's words for a filter.
+const DIALECT: sql::Dialect = sql::Dialect {
+    numbered: true,
+    instant,
+    // strpos, not LIKE: the text is a plain substring, '%' and '_' included.
+    contains: "strpos",
+    ids: sql::IdList::Array,
+    status_literal: true,
+    indexed_text: |p| p.to_owned(),
+};
+
+/// `filter`'s `terms` over table alias `alias`, its placeholders numbered after `bound`.
+pub(super) fn filter_where(
+    filter: &MessageFilter,
+    alias: &str,
+    terms: sql::Terms,
+    bound: usize,
+) -> sql::Where {
+    sql::Where::of(&DIALECT, filter, alias, terms, bound)
 }
 
 /// A listing's statement and its values in `$n` order.
@@ -56,6 +69,7 @@ impl ListSql {
             query = match value {
                 Value::Text(text) => query.bind(text),
                 Value::Int(n) => query.bind(n),
+                Value::Id(id) => query.bind(id),
                 Value::Ids(ids) => query.bind(ids),
             };
         }
@@ -67,48 +81,28 @@ impl ListSql {
 /// row read (`list_hit` false unless it matches), each with how many rows were read
 /// (`list_read`).
 pub(super) fn list_sql(t: &str, filter: &MessageFilter, page: PageRequest) -> ListSql {
+    // The checked terms, bound once and shared by every arm.
+    let hit = filter_where(filter, "m.", Terms::Scanned, 0);
     let mut sql = ListSql {
         text: String::new(),
-        values: Vec::new(),
+        values: hit.values,
     };
-    // The checked terms, bound once and shared by every arm.
-    let mut hit = vec!["true".to_owned()];
-    let (after, before) = filter.enqueued_millis();
-    if let Some(after) = after {
-        let p = sql.bind(Value::Int(after.as_millis()));
-        hit.push(format!("m.created_at >= {}", instant(&p)));
-    }
-    if let Some(before) = before {
-        let p = sql.bind(Value::Int(before.as_millis()));
-        hit.push(format!("m.created_at < {}", instant(&p)));
-    }
-    if let Some(text) = &filter.error_contains {
-        // strpos, not LIKE: the text is a plain substring, '%' and '_' included.
-        let p = sql.bind(Value::Text(text.clone()));
-        hit.push(format!("strpos(m.last_error, {p}) > 0"));
-    }
-    let hit = hit.join(" AND ");
+    let hit = hit.clause;
 
     // The indexed terms. `seq > 0` (every row: seq counts from 1) is list_idx's predicate,
     // which only these statements state, so no claim or probe of the relay can pick it.
+    // The status is each arm's own.
     let mut terms = vec!["m.seq > 0".to_owned()];
     if let Some(after) = page.after {
         terms.push(format!("m.seq > {}", sql.bind(Value::Int(after))));
     }
-    for (column, value) in [
-        ("lane", &filter.lane),
-        ("target", &filter.target),
-        ("ordering_key", &filter.ordering_key),
-    ] {
-        if let Some(value) = value {
-            let p = sql.bind(Value::Text(value.clone()));
-            terms.push(format!("m.{column} = {p}"));
-        }
-    }
-    if !filter.ids.is_empty() {
-        let p = sql.bind(Value::Ids(filter.ids.clone()));
-        terms.push(format!("m.outbox_id = ANY({p}::uuid[])"));
-    }
+    let unsorted = MessageFilter {
+        status: None,
+        ..filter.clone()
+    };
+    let indexed = filter_where(&unsorted, "m.", Terms::Indexed, sql.values.len());
+    terms.push(indexed.clause);
+    sql.values.extend(indexed.values);
     // One arm per status when a lane is listed whole: the statuses' ranges of list_idx
     // (or of list_key_idx) merged in seq order.
     let one_lane = filter.lane.is_some() && filter.target.is_some() && filter.ids.is_empty();

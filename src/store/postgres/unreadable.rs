@@ -6,9 +6,10 @@ use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::Row;
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::store::unreadable::{self, SortedClaim};
 use crate::store::StoreOp;
-use crate::store::{ClaimBatch, ClaimRef, OrderingPolicy, StoreError, UnreadableRow};
+use crate::store::{ClaimBatch, OrderingPolicy, StoreError, UnreadableRow};
 
 use super::claim::LeftKeys;
 use super::fenced::FencedBatch;

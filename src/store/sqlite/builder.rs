@@ -14,7 +14,8 @@ use tokio::sync::{broadcast, Mutex};
 
 use crate::message::{DraftLimits, ValidationError};
 use crate::store::StoreOp;
-use crate::store::{Clock, StoreError, SystemClock, WAKEUP_CHANNEL_CAPACITY};
+use crate::store::{StoreError, WAKEUP_CHANNEL_CAPACITY};
+use crate::time::{Clock, SystemClock};
 
 use super::checkpoint::{Checkpoints, FALLBACK_AUTOCHECKPOINT, RESTART_PAGES};
 use super::row::db;

@@ -8,11 +8,11 @@ use sqlx::Row;
 use crate::store::StoreOp;
 use crate::store::{MessageFilter, OrderingPolicy, PageRequest, StoreError};
 
-use super::list::FilterSql;
 use super::read::{blocked_keys_sql, counts_sql, list_sql};
 use super::row::db;
-use super::write::dynamic;
+use super::write::{bind, dynamic, filter_where};
 use super::SqliteOutboxStore;
+use crate::store::sql::Terms;
 
 /// One statement's plan, as `EXPLAIN QUERY PLAN` words it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,8 +58,8 @@ impl SqliteOutboxStore {
             statements.push((name.into(), text.to_string()));
         }
         let lane = MessageFilter::lane("lane", "target");
-        let counted = FilterSql::new(&lane, "");
-        let live = FilterSql::new(&lane, "l.");
+        let counted = filter_where(&lane, "", Terms::All);
+        let live = filter_where(&lane, "l.", Terms::All);
         statements.push(("stats counts".into(), counts_sql(sql, &counted.clause)));
         statements.push(("stats oldest_due".into(), sql.oldest_due.to_string()));
         statements.push((
@@ -91,12 +91,8 @@ impl SqliteOutboxStore {
         filter: &MessageFilter,
         page: PageRequest,
     ) -> Result<QueryPlan, StoreError> {
-        let (text, binds) = list_sql(&self.sql.table, filter, page);
-        let mut statement = dynamic(format!("EXPLAIN QUERY PLAN {text}"));
-        for value in binds {
-            statement = statement.bind(value);
-        }
-        let rows = statement
+        let (text, values) = list_sql(&self.sql.table, filter, page);
+        let rows = bind(dynamic(format!("EXPLAIN QUERY PLAN {text}")), values)
             .fetch_all(&self.reader)
             .await
             .map_err(db(StoreOp::Maintenance))?;

@@ -13,10 +13,10 @@ use crate::store::admin::list_budget;
 use crate::store::StoreOp;
 use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError};
 
-use super::list::FilterSql;
 use super::row::{db, decode, uuid_text};
 use super::schema::{Statements, COLUMNS};
-use super::write::{dynamic, query};
+use super::write::{bind, dynamic, filter_where, query};
+use crate::store::sql::{Terms, Value};
 
 /// How long until the next row of a lane may be claimable (see the trait's `next_due`). On
 /// the read pool, or on the writer inside a claim's transaction (which answers it too).
@@ -64,12 +64,11 @@ pub(super) async fn list(
 ) -> Result<Page, StoreError> {
     const OP: StoreOp = StoreOp::List;
     let budget = list_budget(filter, page.limit);
-    let (text, binds) = list_sql(&sql.table, filter, page);
-    let mut statement = dynamic(text);
-    for value in binds {
-        statement = statement.bind(value);
-    }
-    let rows = statement.fetch_all(pool).await.map_err(db(OP))?;
+    let (text, values) = list_sql(&sql.table, filter, page);
+    let rows = bind(dynamic(text), values)
+        .fetch_all(pool)
+        .await
+        .map_err(db(OP))?;
     let mut hits = Vec::with_capacity(rows.len());
     let (mut last_read, mut read) = (None, 0i64);
     for row in &rows {
@@ -94,10 +93,10 @@ pub(super) fn list_sql(
     table: &str,
     filter: &MessageFilter,
     page: PageRequest,
-) -> (String, Vec<String>) {
+) -> (String, Vec<Value>) {
     let start = page.after.map_or(i64::MIN, |after| after.saturating_add(1));
-    let budget = list_budget(filter, page.limit).to_string();
-    let scanned = FilterSql::scanned(filter, "");
+    let budget = list_budget(filter, page.limit);
+    let scanned = filter_where(filter, "", Terms::Scanned);
     let one_lane = filter.ids.is_empty() && filter.lane.is_some() && filter.target.is_some();
     let by_status = filter.status.is_none() && one_lane;
     let statuses: Vec<Option<OutboxStatus>> = if by_status {
@@ -113,36 +112,39 @@ pub(super) fn list_sql(
         _ => String::new(),
     };
     let mut arms = Vec::new();
-    let mut binds = Vec::new();
+    let mut values = Vec::new();
     for status in statuses {
-        let indexed = FilterSql::indexed(
+        let indexed = filter_where(
             &MessageFilter {
                 status,
                 ..filter.clone()
             },
             "",
+            Terms::Indexed,
         );
         arms.push(format!(
             "SELECT {COLUMNS}, CASE WHEN {hit} THEN 1 ELSE 0 END AS list_hit
              FROM {table}{index}
-             WHERE seq > 0 AND seq >= CAST(? AS INTEGER) AND {indexed}",
+             WHERE seq > 0 AND seq >= ? AND {indexed}",
             hit = scanned.clause,
             indexed = indexed.clause,
         ));
-        binds.extend(scanned.binds.iter().cloned());
-        binds.push(start.to_string());
-        binds.extend(indexed.binds);
+        values.extend(scanned.values.iter().cloned());
+        values.push(Value::Int(start));
+        values.extend(indexed.values);
     }
-    binds.push(budget);
-    binds.push(page.limit.saturating_add(1).to_string());
+    values.push(Value::Int(i64::try_from(budget).unwrap_or(i64::MAX)));
+    values.push(Value::Int(
+        i64::try_from(page.limit.saturating_add(1)).unwrap_or(i64::MAX),
+    ));
     let text = format!(
-        "WITH scanned AS MATERIALIZED ({arms} ORDER BY seq LIMIT CAST(? AS INTEGER))
+        "WITH scanned AS MATERIALIZED ({arms} ORDER BY seq LIMIT ?)
          SELECT *, (SELECT COUNT(*) FROM scanned) AS list_read FROM scanned
          WHERE list_hit OR seq = (SELECT MAX(seq) FROM scanned)
-         ORDER BY seq LIMIT CAST(? AS INTEGER)",
+         ORDER BY seq LIMIT ?",
         arms = arms.join(" UNION ALL "),
     );
-    (text, binds)
+    (text, values)
 }
 
 /// Counts per (lane, target), read in one transaction so the counts and the blocked keys
@@ -162,8 +164,8 @@ pub(super) async fn stats(
     let by_lane_only = filter.ordering_key.is_none() && filter.ids.is_empty() && !filter.scans();
     let mut tx = pool.begin().await.map_err(db(OP))?;
 
-    let counted = FilterSql::new(&filter, "");
-    let mut statement = if by_lane_only {
+    let counted = filter_where(&filter, "", Terms::All);
+    let statement = if by_lane_only {
         dynamic(counts_sql(sql, &counted.clause))
     } else {
         dynamic(format!(
@@ -174,10 +176,10 @@ pub(super) async fn stats(
         ))
         .bind(now)
     };
-    for value in counted.binds {
-        statement = statement.bind(value);
-    }
-    let rows = statement.fetch_all(&mut *tx).await.map_err(db(OP))?;
+    let rows = bind(statement, counted.values)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db(OP))?;
     let mut lanes: BTreeMap<(String, String), LaneStats> = BTreeMap::new();
     for row in rows {
         let lane: String = row.try_get(0).map_err(db(OP))?;
@@ -224,18 +226,14 @@ pub(super) async fn stats(
     // A key is blocked when its first dead letter comes before its head (its first live
     // row). Driven by the keys that have dead letters, one probe each: a long live queue is
     // never read.
-    let dead = FilterSql::new(&filter, "");
-    let live = FilterSql::new(&filter, "l.");
-    let mut statement = dynamic(blocked_keys_sql(sql, &dead.clause, &live.clause));
-    for value in dead
-        .binds
-        .into_iter()
-        .chain(live.binds.clone())
-        .chain(live.binds)
-    {
-        statement = statement.bind(value);
-    }
-    let rows = statement.fetch_all(&mut *tx).await.map_err(db(OP))?;
+    let dead = filter_where(&filter, "", Terms::All);
+    let live = filter_where(&filter, "l.", Terms::All);
+    let statement = dynamic(blocked_keys_sql(sql, &dead.clause, &live.clause));
+    let values = [dead.values, live.values.clone(), live.values].concat();
+    let rows = bind(statement, values)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db(OP))?;
     for row in rows {
         let lane: String = row.try_get(0).map_err(db(OP))?;
         let target: String = row.try_get(1).map_err(db(OP))?;

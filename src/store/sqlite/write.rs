@@ -19,6 +19,7 @@ use sqlx::{AssertSqlSafe, Row, Sqlite};
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
+use crate::store::sql::{self, Value, Where};
 use crate::store::unreadable::{self, ClaimedRow, SortedClaim, Unreadable};
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
@@ -27,7 +28,6 @@ use crate::store::{
     UnreadableRow,
 };
 
-use super::list::FilterSql;
 use super::row::{self, db, decode, int, json_text, parse_uuid, uuid_text};
 use super::schema::Statements;
 
@@ -45,6 +45,33 @@ pub(super) fn query<'q>(sql: &Arc<str>) -> Query<'q> {
 /// A statement built for one call (a filter's terms vary).
 pub(super) fn dynamic<'q>(sql: String) -> Query<'q> {
     sqlx::query(AssertSqlSafe(sql))
+}
+
+/// SQLite's words for a filter.
+const DIALECT: sql::Dialect = sql::Dialect {
+    numbered: false,
+    instant: |p| p.to_owned(),
+    // instr, not LIKE: the text is a plain substring, and case-sensitive as the other
+    // stores compare it.
+    contains: "instr",
+    ids: sql::IdList::Json,
+    status_literal: false,
+    indexed_text: |p| format!("({p} || '')"),
+};
+
+/// `filter`'s `terms` as a `WHERE` fragment over table alias `alias` (`"l."`, or `""`).
+pub(super) fn filter_where(filter: &MessageFilter, alias: &str, terms: sql::Terms) -> Where {
+    Where::of(&DIALECT, filter, alias, terms, 0)
+}
+
+/// `values` bound to `query`, in order.
+pub(super) fn bind<'q>(query: Query<'q>, values: Vec<Value>) -> Query<'q> {
+    values.into_iter().fold(query, |query, value| match value {
+        Value::Text(text) => query.bind(text),
+        Value::Int(n) => query.bind(n),
+        Value::Id(id) => query.bind(uuid_text(id)),
+        Value::Ids(ids) => ids.into_iter().fold(query, |q, id| q.bind(uuid_text(id))),
+    })
 }
 
 /// Lanes to wake once the transaction has committed.
@@ -354,28 +381,27 @@ async fn settle_unreadable(
     Ok(dead)
 }
 
-/// Opens a savepoint: a part of the transaction that can be undone alone.
-pub(super) async fn savepoint(conn: &mut SqliteConnection, name: &str) -> Result<(), StoreError> {
-    dynamic(format!("SAVEPOINT {name}"))
+/// Opens the claim's savepoint: a part of the transaction that can be undone alone.
+pub(super) async fn savepoint(conn: &mut SqliteConnection) -> Result<(), StoreError> {
+    sqlx::query("SAVEPOINT claim")
         .execute(&mut *conn)
         .await
         .map_err(db(StoreOp::Enqueue))?;
     Ok(())
 }
 
-/// Keeps (`keep`) or undoes what was written since the savepoint, and closes it.
+/// Keeps (`keep`) or undoes what was written since the claim's savepoint, and closes it.
 pub(super) async fn end_savepoint(
     conn: &mut SqliteConnection,
-    name: &str,
     keep: bool,
 ) -> Result<(), StoreError> {
     if !keep {
-        dynamic(format!("ROLLBACK TO {name}"))
+        sqlx::query("ROLLBACK TO claim")
             .execute(&mut *conn)
             .await
             .map_err(db(StoreOp::Enqueue))?;
     }
-    dynamic(format!("RELEASE {name}"))
+    sqlx::query("RELEASE claim")
         .execute(&mut *conn)
         .await
         .map_err(db(StoreOp::Enqueue))?;
@@ -390,18 +416,19 @@ pub(super) async fn requeue_dead_letters(
     filter: &MessageFilter,
     now: UnixMillis,
 ) -> Result<Vec<(String, String)>, StoreError> {
-    let filter = FilterSql::new(&filter.clone().with_status(OutboxStatus::DeadLetter), "");
-    let mut statement = dynamic(format!(
+    let filter = filter_where(
+        &filter.clone().with_status(OutboxStatus::DeadLetter),
+        "",
+        sql::Terms::All,
+    );
+    let statement = dynamic(format!(
         "UPDATE {} SET status = 'pending', attempt_count = 0, available_at = ?, updated_at = ?
          WHERE {} RETURNING lane, target",
         sql.table, filter.clause
     ))
     .bind(now)
     .bind(now);
-    for value in filter.binds {
-        statement = statement.bind(value);
-    }
-    let rows = statement
+    let rows = bind(statement, filter.values)
         .fetch_all(&mut *conn)
         .await
         .map_err(db(StoreOp::RequeueDeadLetters))?;
@@ -420,12 +447,13 @@ pub(super) async fn discard_dead_letters(
     conn: &mut SqliteConnection,
     filter: &MessageFilter,
 ) -> Result<u64, StoreError> {
-    let filter = FilterSql::new(&filter.clone().with_status(OutboxStatus::DeadLetter), "");
-    let mut statement = dynamic(format!("DELETE FROM {} WHERE {}", sql.table, filter.clause));
-    for value in filter.binds {
-        statement = statement.bind(value);
-    }
-    let done = statement
+    let filter = filter_where(
+        &filter.clone().with_status(OutboxStatus::DeadLetter),
+        "",
+        sql::Terms::All,
+    );
+    let statement = dynamic(format!("DELETE FROM {} WHERE {}", sql.table, filter.clause));
+    let done = bind(statement, filter.values)
         .execute(&mut *conn)
         .await
         .map_err(db(StoreOp::DiscardDeadLetters))?;

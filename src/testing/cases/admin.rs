@@ -5,7 +5,8 @@ use crate::store::{
     ClaimOutcome, ClaimRequest, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
     PageRequest, WakeUp,
 };
-use crate::store::{Clock, OrderingPolicy, PurgeRequest};
+use crate::store::{OrderingPolicy, PurgeRequest};
+use crate::time::Clock;
 use crate::OutboxStatus;
 use tokio::sync::broadcast;
 

@@ -5,8 +5,9 @@
 //!
 //! [`Capabilities::delete_on_ack`]: crate::store::Capabilities::delete_on_ack
 
-use crate::store::{AckMode, ClaimOutcome, Clock, MessageFilter, Nack, NackDisposition};
+use crate::store::{AckMode, ClaimOutcome, MessageFilter, Nack, NackDisposition};
 use crate::store::{ClaimRequest, StoreError};
+use crate::time::Clock;
 use crate::OutboxStatus;
 
 use super::*;

@@ -3,9 +3,10 @@
 
 use crate::store::LEASE_LAPSED_ERROR;
 use crate::store::{
-    AckMode, ClaimOutcome, ClaimRequest, Clock, MessageFilter, Nack, NackDisposition, NackOutcome,
+    AckMode, ClaimOutcome, ClaimRequest, MessageFilter, Nack, NackDisposition, NackOutcome,
     NextDue, PageRequest,
 };
+use crate::time::Clock;
 use crate::OutboxStatus;
 
 use super::*;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_relay::relay::RelayEvent;
-use outbox_relay::store::{Clock, ManualClock};
 use outbox_relay::time::UnixMillis;
+use outbox_relay::time::{Clock, ManualClock};
 use outbox_relay::{InMemoryOutboxStore, Outbox, OutboxRelay, OutboxStatus};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;

@@ -9,9 +9,10 @@ use uuid::Uuid;
 use super::claim_loop::idle_sleep;
 use super::{ClaimOut, Command, LaneCore, Mode, StoreRequest, TimerKind, MIN_IDLE_SLEEP};
 use crate::lane::RelayEvent;
+use crate::message::ClaimRef;
 use crate::mutation::Mutation;
 use crate::store::StoreOp;
-use crate::store::{ClaimBatch, ClaimRef, StoreError};
+use crate::store::{ClaimBatch, StoreError};
 
 impl LaneCore {
     pub(super) fn claimed(

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::store::ClaimRef;
+use crate::message::ClaimRef;
 
 /// A claim the lane holds, and the batch whose timer keeps its lease.
 #[derive(Debug, Clone, Copy)]

@@ -7,7 +7,8 @@ use tokio::time::Instant;
 
 use super::{Command, LaneCore, Mode, StoreRequest, TimerKind};
 use crate::lane::{DrainReport, RelayEvent};
-use crate::store::{ClaimOutcome, ClaimRef, StoreError};
+use crate::message::ClaimRef;
+use crate::store::{ClaimOutcome, StoreError};
 
 impl LaneCore {
     pub(super) fn drain(&mut self, now: Instant, timeout: Duration, out: &mut Vec<Command>) {

@@ -15,10 +15,9 @@ use super::gate::GateKind;
 use super::Slot;
 use crate::delivery::DeliveryFailure;
 use crate::lane::{DrainReport, RelayEvent};
+use crate::message::ClaimRef;
 use crate::message::{OutboxMessage, UnixMillis};
-use crate::store::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, Nack, NackOutcome, StoreError,
-};
+use crate::store::{AckAndClaim, ClaimBatch, ClaimOutcome, Nack, NackOutcome, StoreError};
 
 /// What happened, as the lane actor tells it to the core.
 #[derive(Debug)]

@@ -8,9 +8,10 @@ use uuid::Uuid;
 
 use super::{Command, LaneCore, StoreRequest, TimerKind};
 use crate::lane::RelayEvent;
+use crate::message::ClaimRef;
 use crate::message::OutboxMessage;
 use crate::store::StoreOp;
-use crate::store::{ClaimOutcome, ClaimRef, StoreError};
+use crate::store::{ClaimOutcome, StoreError};
 
 impl LaneCore {
     /// When to look at a batch's lease: before it lapses if extension is on, at the lapse if not.

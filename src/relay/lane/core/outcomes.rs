@@ -11,10 +11,11 @@ use super::pool::{Running, Slot};
 use super::{ClaimId, Command, LaneCore, Mode, StoreRequest};
 use crate::delivery::DeliveryFailure;
 use crate::lane::{LaneKey, RelayEvent};
+use crate::message::ClaimRef;
 use crate::message::UnixMillis;
 use crate::mutation::Mutation;
 use crate::store::StoreOp;
-use crate::store::{ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError};
+use crate::store::{ClaimOutcome, Nack, NackDisposition, NackOutcome, StoreError};
 
 /// A finished delivery waiting for its ack to be recorded.
 #[derive(Debug)]

@@ -11,12 +11,11 @@ use super::*;
 use crate::delivery::DeliveryError;
 use crate::delivery::DeliveryFailure;
 use crate::lane::DrainReport;
+use crate::message::ClaimRef;
 use crate::message::{OutboxMessageDraft, OutboxStatus, UnixMillis};
 use crate::retry::RetryPolicy;
 use crate::store::StoreOp;
-use crate::store::{
-    AckAndClaim, ClaimBatch, ClaimOutcome, ClaimRef, NackDisposition, NackOutcome, NextDue,
-};
+use crate::store::{AckAndClaim, ClaimBatch, ClaimOutcome, NackDisposition, NackOutcome, NextDue};
 
 mod drain;
 mod gates;

@@ -2,7 +2,7 @@ use super::*;
 
 #[test]
 fn the_list_takes_one_placeholder_per_value() {
-    let list = InList::new("UPDATE t SET a = ? WHERE seq IN (?) AND b > ?".to_owned())
+    let list = InList::new("UPDATE t SET a = ? WHERE seq IN (?) AND b > ?")
         .bind(1_i64)
         .bind_after(2_i64);
     assert_eq!(

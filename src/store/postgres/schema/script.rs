@@ -5,7 +5,7 @@
 
 use super::run::MigrationTimeouts;
 use super::{for_names, File, Names, FILES};
-use crate::store::duration_millis;
+use crate::time::duration_millis;
 
 /// The statements every migration transaction starts with: the statement timeout (which
 /// also bounds the wait for another process's migration), the advisory lock that queues

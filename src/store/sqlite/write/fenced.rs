@@ -11,13 +11,12 @@ use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::Row;
 use uuid::Uuid;
 
+use crate::message::ClaimRef;
 use crate::message::{OutboxStatus, UnixMillis};
 use crate::store::sqlite::row::{db, json_text, parse_uuid, uuid_text};
 use crate::store::sqlite::schema::Statements;
 use crate::store::StoreOp;
-use crate::store::{
-    AckMode, ClaimOutcome, ClaimRef, Nack, NackDisposition, NackOutcome, StoreError,
-};
+use crate::store::{AckMode, ClaimOutcome, Nack, NackDisposition, NackOutcome, StoreError};
 
 use super::{query, Query, Woken};
 
