@@ -92,7 +92,7 @@ pub const MAX_PREFETCH_PER_HANDLER: usize = 4;
 /// How far a lane's prefetch may grow while its deliveries finish faster than a claim round
 /// trip, unless configured otherwise ([`LaneConfig::prefetch_max`]). A no-op drain on
 /// PostgreSQL at concurrency 16 held at most 32 claims (`concurrency + prefetch`) and ran at
-/// 0.56 × the rate of concurrency 64 (benchmark history, "Claims ahead of the handlers").
+/// 0.56 × the rate of concurrency 64 (benchmark history, "Two claims by default").
 pub const DEFAULT_PREFETCH_MAX: usize = 128;
 /// The grown prefetch waits at most this share of the lease in the buffer, by the lane's
 /// average delivery time: a claim it takes starts long before its lease needs extending.

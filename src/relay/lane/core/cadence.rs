@@ -158,3 +158,40 @@ impl Cadence {
             .clamp(1, cap.max(1))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds() -> PrefetchBounds {
+        PrefetchBounds {
+            floor: 4,
+            ceiling: 64,
+            concurrency: 4,
+            max_wait: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn the_prefetch_grows_at_most_twofold_per_claim_and_falls_at_once() {
+        let mut cadence = Cadence::new(4);
+        cadence.adjust_prefetch(bounds(), true);
+        assert_eq!(cadence.prefetch(), 4, "untimed");
+        cadence.note_claim(Duration::from_millis(2));
+        cadence.note_delivery(Duration::from_micros(10));
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            cadence.adjust_prefetch(bounds(), true);
+            seen.push(cadence.prefetch());
+        }
+        assert_eq!(seen, [8, 16, 32, 64, 64, 64]);
+        cadence.adjust_prefetch(bounds(), false);
+        assert_eq!(cadence.prefetch(), 64, "a delivery alone never grows it");
+        // Deliveries of a second against claims of 2 ms: 4 × 2 × 2 ms / ~1 s is none.
+        for _ in 0..20 {
+            cadence.note_delivery(Duration::from_secs(1));
+        }
+        cadence.adjust_prefetch(bounds(), false);
+        assert_eq!(cadence.prefetch(), 4, "back to the floor at once");
+    }
+}
