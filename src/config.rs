@@ -86,8 +86,19 @@ pub const DEFAULT_CLAIMS_IN_FLIGHT: usize = 1;
 pub const MAX_CLAIMS_IN_FLIGHT: usize = 8;
 /// The largest prefetch, in multiples of the concurrency. A buffered message's lease is
 /// already running; with at most this many handler turns ahead of it, it starts well within
-/// its lease (and lease extension covers buffered claims too).
+/// its lease (and lease extension covers buffered claims too). The prefetch that grows past
+/// it while deliveries are quick ([`LaneConfig::prefetch_max`]) is bounded by time instead.
 pub const MAX_PREFETCH_PER_HANDLER: usize = 4;
+/// How far a lane's prefetch may grow while its deliveries finish faster than a claim round
+/// trip, unless configured otherwise ([`LaneConfig::prefetch_max`]): 0, not past `prefetch`.
+/// A no-op drain on PostgreSQL at concurrency 16 held at most 32 claims
+/// (`concurrency + prefetch`) and ran at 0.56 × the rate of concurrency 64 (benchmark
+/// history, "Two claims by default"); a grown prefetch is for such lanes, and becomes the
+/// default once the benchmark shows what it gains and the crash bound it costs.
+pub const DEFAULT_PREFETCH_MAX: usize = 0;
+/// The grown prefetch waits at most this share of the lease in the buffer, by the lane's
+/// average delivery time: a claim it takes starts long before its lease needs extending.
+pub const PREFETCH_LEASE_SHARE: u32 = 8;
 
 /// A configuration problem, naming the field: the crate's one "field + reason" error,
 /// [`ValidationError`], under the name the config API has always used.
@@ -113,6 +124,27 @@ pub struct LaneConfig {
     /// claim round trip. 0 claims only for free handlers. At most
     /// [`MAX_PREFETCH_PER_HANDLER`] × `concurrency`. Drain and shutdown release them.
     pub prefetch: usize,
+    /// How far the prefetch grows while deliveries finish faster than a claim round trip:
+    /// the lane then claims ahead as many as its handlers finish in two claim round trips
+    /// (by the moving averages of both), at least `prefetch` and at most this; when
+    /// deliveries slow, it shrinks back to `prefetch`. So a lane of quick handlers is not
+    /// bound by its slots, and one of slow handlers holds what it held before.
+    ///
+    /// **The crash bound.** A lane holds at most [`LaneConfig::most_held`] =
+    /// `concurrency + max(prefetch, prefetch_max)` claims (running, buffered, finished and
+    /// not yet acked, handed off on their way): what a crashed relay delivers again at most.
+    /// 0 keeps the prefetch at `prefetch` (the bound is then `concurrency + prefetch`).
+    ///
+    /// **Lease safety.** A grown prefetch passes [`MAX_PREFETCH_PER_HANDLER`] × `concurrency`
+    /// only in time, never in handler turns: it is claimed only while what it buffers waits,
+    /// by the average delivery time, no longer than two claim round trips and no longer
+    /// than a [`PREFETCH_LEASE_SHARE`]th of the lease (`prefetch / concurrency × delivery
+    /// time`). Handlers that turn slow shrink it with their next deliveries, and what it
+    /// buffered before is covered as every buffered claim is: lease extension renews it,
+    /// and a message whose lease will not hold for the start margin is handed back unused,
+    /// never started past its lapse. Default [`DEFAULT_PREFETCH_MAX`], at most
+    /// [`MAX_PREFETCH`].
+    pub prefetch_max: usize,
     /// How long a claim (and the acks riding on it) may wait for running handlers to
     /// finish, when they hold room it could take. The lane holds at most `concurrency +
     /// prefetch` claims, a running handler's until it is acked, so a claim sent the moment
@@ -133,10 +165,11 @@ pub struct LaneConfig {
     /// [`MAX_KEY_RUN`].
     pub key_run: usize,
     /// How many claims (or claim-and-ack cycles) the lane keeps out at once, each on its own
-    /// store connection and each for its share of the window (`concurrency + prefetch`, at
-    /// most `batch_size`, divided by this). With one out, a lane's rate is one store round
-    /// trip's; with two, their round trips overlap. Per-key order, leases, gates, drain
-    /// and the `concurrency + prefetch` bound on what a crash redelivers hold as with one.
+    /// store connection and each for its share of the window (`concurrency` plus the
+    /// prefetch in force, at most `batch_size`, divided by this). With one out, a lane's
+    /// rate is one store round trip's; with two, their round trips overlap. Per-key order,
+    /// leases, gates, drain and the bound on what a crash redelivers
+    /// ([`LaneConfig::most_held`]) hold as with one.
     /// `None` takes the store's default
     /// ([`Capabilities::claims_in_flight`](crate::store::Capabilities::claims_in_flight):
     /// 2 on PostgreSQL, 1 on the other stores shipped here), else
@@ -219,6 +252,7 @@ impl LaneConfig {
             concurrency: DEFAULT_CONCURRENCY,
             batch_size: DEFAULT_BATCH_SIZE,
             prefetch: DEFAULT_PREFETCH,
+            prefetch_max: DEFAULT_PREFETCH_MAX,
             claim_linger: DEFAULT_CLAIM_LINGER,
             key_run: DEFAULT_KEY_RUN,
             claims_in_flight: None,
@@ -302,6 +336,31 @@ impl LaneConfig {
     pub fn prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = prefetch;
         self
+    }
+
+    /// Sets how far the prefetch grows while deliveries are quick
+    /// ([`LaneConfig::prefetch_max`]; 0: not past `prefetch`).
+    ///
+    /// ```
+    /// use outbox_relay::LaneConfig;
+    /// let lane = LaneConfig::new("orders", "billing").concurrency(16).prefetch_max(64);
+    /// assert_eq!(lane.most_held(), 16 + 64);
+    /// assert_eq!(lane.prefetch_max(0).most_held(), 16 + 16);
+    /// ```
+    pub fn prefetch_max(mut self, prefetch_max: usize) -> Self {
+        self.prefetch_max = prefetch_max;
+        self
+    }
+
+    /// The most claims the lane holds at once, `concurrency + max(prefetch, prefetch_max)`:
+    /// the most a crashed relay delivers again for this lane ([`LaneConfig::prefetch_max`]).
+    pub fn most_held(&self) -> usize {
+        self.concurrency + self.prefetch_ceiling()
+    }
+
+    /// The most the prefetch grows to: `max(prefetch, prefetch_max)`.
+    pub(crate) fn prefetch_ceiling(&self) -> usize {
+        self.prefetch.max(self.prefetch_max)
     }
 
     /// Sets how long a claim may wait for running handlers ([`LaneConfig::claim_linger`]).
@@ -501,6 +560,12 @@ impl LaneConfig {
             return Err(ConfigError::new(
                 field("prefetch"),
                 format!("{} is over the limit of {MAX_PREFETCH}", self.prefetch),
+            ));
+        }
+        if self.prefetch_max > MAX_PREFETCH {
+            return Err(ConfigError::new(
+                field("prefetch_max"),
+                format!("{} is over the limit of {MAX_PREFETCH}", self.prefetch_max),
             ));
         }
         if self.prefetch > self.concurrency.saturating_mul(MAX_PREFETCH_PER_HANDLER) {
@@ -730,6 +795,9 @@ mod tests {
                 .prefetch(MAX_PREFETCH + 1),
         );
         assert_eq!(error.field, "lanes[orders/billing].prefetch");
+        assert!(error.reason.contains("limit of 1000"), "{error}");
+        let error = refused(lane().prefetch_max(MAX_PREFETCH + 1));
+        assert_eq!(error.field, "lanes[orders/billing].prefetch_max");
         assert!(error.reason.contains("limit of 1000"), "{error}");
     }
 

@@ -28,10 +28,10 @@ pub(crate) enum Mutation {
     /// short.
     LostWakeUp,
     /// A claim's limit leaves out what the lane's other claims out may bring (so several
-    /// claims out together pass `concurrency + prefetch`).
+    /// claims out together pass the lane's bound, `LaneConfig::most_held`).
     ClaimRoomIgnoresClaimsOut,
     /// A claim's limit leaves out the hand-off credits taken and still on their way (so a
-    /// lane that takes hand-offs holds more than `concurrency + prefetch`).
+    /// lane that takes hand-offs holds more than `LaneConfig::most_held`).
     ClaimRoomIgnoresCredits,
     /// A failed delivery leaves the rest of its key run in the buffer (they may start
     /// before the failed one is retried).

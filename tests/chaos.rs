@@ -21,6 +21,9 @@
 //!   test makes itself, crashed (`pg_ctl -m immediate stop`) with at least 20 claims held,
 //!   under the relay's asynchronous commit: nothing lost, per-key order kept, every
 //!   duplicate one the crash left undelivered after it was printed.
+//! - [`claim_bound`]: a relay process of quick deliveries, its prefetch grown past the
+//!   concurrency, SIGKILLed while it holds at least 80 % of its lane's crash bound
+//!   (`LaneConfig::most_held`): no more than that bound is delivered again.
 //! - [`lane_control`]: three `outbox-relay run` processes on one database (PostgreSQL, and
 //!   one SQLite file); `outbox-relay pause` stops their claims within a second (printed),
 //!   a restart of all three keeps the lane paused, `resume` restarts delivery.
@@ -49,6 +52,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 // The test's parts live in tests/chaos/ (a crate root looks for modules beside itself).
+#[path = "chaos/claim_bound.rs"]
+mod claim_bound;
 #[path = "chaos/database_outage.rs"]
 mod database_outage;
 #[path = "chaos/fleet.rs"]

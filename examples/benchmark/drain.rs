@@ -169,6 +169,11 @@ pub fn lane_config(lane: &str, concurrency: usize) -> LaneConfig {
         Ok(n) => config.prefetch(n.parse().unwrap_or(concurrency)),
         Err(_) => config,
     };
+    // For side-by-side runs at other prefetch ceilings (0: the prefetch never grows).
+    let config = match std::env::var("OUTBOX_BENCH_PREFETCH_MAX") {
+        Ok(n) => config.prefetch_max(n.parse().unwrap_or(0)),
+        Err(_) => config,
+    };
     // For side-by-side runs with and without key runs (1 = heads only).
     let config = match std::env::var("OUTBOX_BENCH_KEY_RUN") {
         Ok(run) => config.key_run(run.parse().unwrap_or(1)),

@@ -415,5 +415,14 @@ fn lane_config(rng: &mut Rng) -> LaneConfig {
     // Hand-offs: an enqueue through a relay process's store object hands a keyless, undelayed
     // draft to that process's idle lane (`store::hand_off`), interleaving credits, revokes
     // and handed-off messages with claims, wake-ups, gates and crashes.
-    config.hand_off(rng.percent(50))
+    let config = config.hand_off(rng.percent(50));
+    // A prefetch that grows while deliveries are quick: off in some runs (the bound is then
+    // `concurrency + prefetch`, which a claim that forgets the claims out or the credits
+    // passes soon), up to a few times the concurrency in the others.
+    let prefetch_max = if rng.percent(40) {
+        0
+    } else {
+        rng.between(0, 8 * concurrency as u64) as usize
+    };
+    config.prefetch_max(prefetch_max)
 }

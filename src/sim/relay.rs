@@ -56,7 +56,7 @@ pub(crate) struct Relay {
     /// dropped with the process.
     pub(crate) registration: Option<Registration>,
     /// Handed-off messages on their way to the lane (written claimed for it, not yet in
-    /// its mailbox): held, for the `concurrency + prefetch` bound.
+    /// its mailbox): held, for the bound `LaneConfig::most_held`.
     pub(crate) in_transit: usize,
     /// Hand-off credits taken and not used, on their way back to the lane.
     pub(crate) returning: usize,

@@ -633,8 +633,9 @@ impl<'p> World<'p> {
     }
 
     /// A relay keeps at most its `claims_in_flight` claims out, and what they may bring,
-    /// with what runs and waits in its buffer, stays within `concurrency + prefetch`: the
-    /// bound on what a crash delivers again.
+    /// with what runs and waits in its buffer, stays within
+    /// [`LaneConfig::most_held`](crate::LaneConfig::most_held): the bound on what a crash
+    /// delivers again.
     fn check_claim_room(&mut self, relay: usize) {
         let r = &self.relays[relay];
         let Some(core) = r.core.as_ref() else {
@@ -649,11 +650,12 @@ impl<'p> World<'p> {
         }
         let promised: usize = r.claims_out.iter().map(|(_, limit)| limit).sum();
         let held = core.in_flight() + core.buffered() + r.in_transit;
-        let window = r.config.concurrency + r.config.prefetch;
+        let window = r.config.most_held();
         if promised + held > window {
             self.check.fail(format!(
                 "relay {relay} holds {held} (running, buffered and handed off on the way) with \
-                 claims of {promised} out: over concurrency + prefetch = {window}"
+                 claims of {promised} out: over concurrency + max(prefetch, prefetch_max) = \
+                 {window}"
             ));
         }
     }

@@ -12,7 +12,7 @@
 //!
 //! Why credits and not a question to the lane: the enqueue must decide before its INSERT,
 //! without waiting on the lane's actor, and the lane must never hold more than
-//! `concurrency + prefetch` claims. The lane grants at most its room, and before any claim,
+//! [`LaneConfig::most_held`](crate::LaneConfig::most_held) claims. The lane grants at most its room, and before any claim,
 //! drain, pause or breaker opening revokes what is left ([`Taker::revoke`]); the credits
 //! already taken are then in transit, and the lane counts them against its room until each
 //! arrives or comes back.

@@ -116,6 +116,17 @@ impl RelayProcess {
         self.killed.load(Ordering::SeqCst)
     }
 
+    /// SIGSTOP (`stop`) or SIGCONT: the process freezes where it is, or goes on.
+    pub(crate) fn freeze(&self, stop: bool) {
+        let pid = self.child.lock().unwrap().id();
+        let signal = if stop { "-STOP" } else { "-CONT" };
+        let sent = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill {signal} failed");
+    }
+
     /// SIGTERM, then the exit status.
     pub(crate) fn sigterm(&self) -> std::process::ExitStatus {
         let pid = self.child.lock().unwrap().id();
@@ -239,11 +250,20 @@ impl Fleet {
         relays: &[(&'static str, String)],
         schema: Option<&str>,
     ) -> Self {
+        Self::start_with(dir, relays, |url, name| relay_config(url, schema, name))
+    }
+
+    /// [`Fleet::start`] with each relay's config from `config(database URL, name)`.
+    pub(crate) fn start_with(
+        dir: &Path,
+        relays: &[(&'static str, String)],
+        config: impl Fn(&str, &str) -> String,
+    ) -> Self {
         let configs: Vec<PathBuf> = relays
             .iter()
             .map(|(name, url)| {
                 let path = dir.join(format!("{name}.toml"));
-                std::fs::write(&path, relay_config(url, schema, name)).expect("write config");
+                std::fs::write(&path, config(url, name)).expect("write config");
                 path
             })
             .collect();

@@ -22,7 +22,9 @@ fn lane() -> LaneConfig {
 /// A relay with concurrency C and prefetch P is aborted like a SIGKILL (its runtime is
 /// dropped: no shutdown, no release, no further ack) while C deliveries hang and P messages
 /// wait in its buffer. A second relay on the same store takes over when the leases lapse.
-/// Only what the first relay held may be delivered again: at most C+P messages.
+/// Only what the first relay held may be delivered again: at most C+P messages. (The
+/// prefetch stays at P here, `prefetch_max` 0; the chaos test `claim_bound` kills a relay
+/// process whose prefetch grew.)
 #[test]
 fn after_an_abort_at_most_concurrency_plus_prefetch_messages_are_delivered_again() {
     abort_redelivers_at_most_concurrency_plus_prefetch(1);
@@ -78,6 +80,7 @@ fn abort_redelivers_at_most_concurrency_plus_prefetch(claims_in_flight: usize) {
                     .consumer_id("relay-a")
                     .concurrency(C)
                     .prefetch(P)
+                    .prefetch_max(0)
                     .claims_in_flight(claims_in_flight),
                 handler_a.clone(),
             ),
@@ -123,6 +126,7 @@ fn abort_redelivers_at_most_concurrency_plus_prefetch(claims_in_flight: usize) {
                         .consumer_id("relay-b")
                         .concurrency(C)
                         .prefetch(P)
+                        .prefetch_max(0)
                         .claims_in_flight(claims_in_flight),
                     handler_b.clone(),
                 )
@@ -323,4 +327,110 @@ async fn an_enqueue_while_the_idle_lanes_claim_is_out_is_picked_up_at_once() {
         "one claim more"
     );
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
+/// A lane whose quick deliveries grew its prefetch (`prefetch_max`), then turn to 1 s each
+/// at concurrency 16: the prefetch falls back to the configured one, and what the grown one
+/// buffered starts within its lease. No lease lapses (extension is off, so a lapse would
+/// show), no claim handed back and taken again, and after the slowdown no claim asks for
+/// more than `concurrency + prefetch`. Claims take 2 ms, on tokio's paused clock.
+#[tokio::test(start_paused = true)]
+async fn slow_deliveries_after_quick_ones_shrink_the_prefetch_and_no_lease_lapses() {
+    const C: usize = 16;
+    const QUICK: usize = 600;
+    const TOTAL: usize = 1_000;
+    let store = Arc::new(FaultyStore::new(memory_store()));
+    for i in 0..TOTAL {
+        enqueue(&store.inner, draft(i as i64)).await;
+    }
+    store.claim_delay_ms.store(2, Ordering::SeqCst);
+    let started = Arc::new(AtomicUsize::new(0));
+    let slow_done = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (started, slow_done) = (started.clone(), slow_done.clone());
+        TestHandler::new(move |_| {
+            let n = started.fetch_add(1, Ordering::SeqCst);
+            let slow_done = slow_done.clone();
+            async move {
+                if n >= QUICK {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    slow_done.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(())
+            }
+        })
+    };
+    let config = lane()
+        .concurrency(C)
+        .lease_extend_margin(None)
+        .delivery_timeout(Duration::from_secs(5))
+        .prefetch_max(128);
+    assert_eq!((config.prefetch, config.most_held()), (C, C + 128));
+    let (relay, mut events) = crate::start(
+        OutboxRelay::builder(&Outbox::from_arc(store.clone()))
+            .lane(config, handler.clone())
+            .event_capacity(100_000),
+    )
+    .await;
+    let mut claimed: Vec<Uuid> = Vec::new();
+    let (mut largest_quick, mut largest_slow) = (0, 0);
+    let mut delivered = HashSet::new();
+    let mut lapsed = Vec::new();
+    let mut redeliveries = 0;
+    while delivered.len() < TOTAL {
+        match wait_for(&mut events, "every message delivered", |e| {
+            matches!(
+                e,
+                RelayEvent::Claimed { .. }
+                    | RelayEvent::Delivered { .. }
+                    | RelayEvent::LeaseExpired { .. }
+            )
+        })
+        .await
+        {
+            RelayEvent::Claimed {
+                outbox_ids,
+                redeliveries: again,
+                ..
+            } => {
+                redeliveries += again;
+                // Sent after a slow delivery finished: the lane had timed the slowdown.
+                if slow_done.load(Ordering::SeqCst) >= 2 * C {
+                    largest_slow = largest_slow.max(outbox_ids.len());
+                } else {
+                    largest_quick = largest_quick.max(outbox_ids.len());
+                }
+                claimed.extend(outbox_ids);
+            }
+            RelayEvent::Delivered { outbox_id, .. } => {
+                delivered.insert(outbox_id);
+            }
+            RelayEvent::LeaseExpired { outbox_ids, .. } => lapsed.extend(outbox_ids),
+            _ => {}
+        }
+    }
+    let distinct: HashSet<&Uuid> = claimed.iter().collect();
+    let report = format!(
+        "largest claim while quick {largest_quick}, after the slowdown {largest_slow}; \
+         {} claimed, {} distinct; {} lapsed, {redeliveries} redeliveries",
+        claimed.len(),
+        distinct.len(),
+        lapsed.len()
+    );
+    println!("{report}");
+    assert!(lapsed.is_empty(), "{report}");
+    assert_eq!(redeliveries, 0, "{report}");
+    assert_eq!(
+        claimed.len(),
+        TOTAL,
+        "none handed back and claimed again: {report}"
+    );
+    assert!(largest_quick > 2 * C, "the prefetch grew: {report}");
+    assert!(largest_slow <= 2 * C, "and shrank back: {report}");
+    assert_eq!(
+        handler.calls().len(),
+        TOTAL,
+        "each delivered once: {report}"
+    );
+    relay.shutdown(Duration::from_secs(5)).await.unwrap();
 }

@@ -77,6 +77,9 @@ pub struct LaneSection {
     pub batch_size: Option<usize>,
     /// Claimed messages kept waiting for a free handler. Default: the concurrency.
     pub prefetch: Option<usize>,
+    /// How far the prefetch grows while deliveries are quicker than a claim round trip
+    /// (0: not past `prefetch`). Default 0.
+    pub prefetch_max: Option<usize>,
     /// How long a claim may wait for running handlers to finish. Default 500µs.
     pub claim_linger: Option<HumanDuration>,
     /// The most messages of one ordering key a claim takes at once (1: heads only).
@@ -238,6 +241,7 @@ impl LaneSection {
         }
         set(self.batch_size, &mut config.batch_size);
         set(self.prefetch, &mut config.prefetch);
+        set(self.prefetch_max, &mut config.prefetch_max);
         set(self.key_run, &mut config.key_run);
         if let Some(claims) = self.claims_in_flight {
             config = config.claims_in_flight(claims);

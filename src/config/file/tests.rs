@@ -397,6 +397,10 @@ fn bad_values_name_their_field() {
             "lanes[orders/billing].prefetch",
         ),
         (
+            MINIMAL.replace("sink =", "prefetch_max = 1001\nsink ="),
+            "lanes[orders/billing].prefetch_max",
+        ),
+        (
             MINIMAL.replace("sink =", "key_run = 0\nsink ="),
             "lanes[orders/billing].key_run",
         ),
@@ -469,6 +473,11 @@ fn the_prefetch_follows_the_concurrency_unless_set() {
         parse(&MINIMAL.replace("sink =", "prefetch = 0\nconcurrency = 12\nsink =")).unwrap();
     let (lane, _) = &config.lanes().unwrap()[0];
     assert_eq!((lane.concurrency, lane.prefetch), (12, 0));
+    assert_eq!(lane.most_held(), 12 + crate::config::DEFAULT_PREFETCH_MAX);
+    let config =
+        parse(&MINIMAL.replace("sink =", "prefetch_max = 100\nconcurrency = 12\nsink =")).unwrap();
+    let (lane, _) = &config.lanes().unwrap()[0];
+    assert_eq!((lane.prefetch_max, lane.most_held()), (100, 112));
 }
 
 #[test]

@@ -62,7 +62,7 @@ mod tests;
 
 use book::LeaseBook;
 use buffer::Buffer;
-use cadence::Cadence;
+use cadence::{Cadence, PrefetchBounds};
 use claim_loop::{ClaimLoop, ClaimOut};
 use gate::{Admit, Gates};
 use hand_off::Credits;
@@ -134,6 +134,7 @@ impl LaneCore {
     pub(crate) fn new(config: LaneConfig, paused: bool) -> Self {
         let gates = Gates::new(&config);
         let claim_loop = ClaimLoop::new(config.claims_in_flight_or_default());
+        let cadence = Cadence::new(config.prefetch);
         Self {
             key: LaneKey::new(&config.name, &config.target),
             pool: HandlerPool::new(config.concurrency),
@@ -149,7 +150,7 @@ impl LaneCore {
             gate_timer: None,
             gate_generation: 0,
             throttled: None,
-            cadence: Cadence::default(),
+            cadence,
             hand_off: false,
             credits: Credits::default(),
             mutation: None,
@@ -326,8 +327,9 @@ impl LaneCore {
 
     /// How many messages a claim may take now: free slots plus prefetch room.
     ///
-    /// So the lane never holds more than `concurrency + prefetch` claims (running, buffered
-    /// or being acked: what a crash would have delivered again). A claim that also asked
+    /// So the lane never holds more than `concurrency` plus the prefetch in force, at most
+    /// [`LaneConfig::most_held`] claims (running, buffered or being acked: what a crash
+    /// would have delivered again). A claim that also asked
     /// for what running handlers will finish while it is out would keep fast handlers
     /// busier, but would break that bound. Hand-off credits outstanding (in the taker, or
     /// taken by an enqueue and on their way) count as held.
@@ -348,27 +350,29 @@ impl LaneCore {
         self.room_with(free).min(self.claim_share())
     }
 
-    /// The room with `free` handler slots: those plus the prefetch room, less what the
-    /// claims out may still bring (so the `concurrency + prefetch` bound holds with several
-    /// out), at most `batch_size`. Hand-off credits take all of it (no claim is out then).
+    /// The room with `free` handler slots: those plus the room left in the prefetch in force
+    /// ([`Cadence::prefetch`]), less what the claims out may still bring (so the bound,
+    /// [`LaneConfig::most_held`], holds with several out), at most `batch_size`. Hand-off
+    /// credits take all of it (no claim is out then).
     fn room_with(&self, free: usize) -> usize {
         let out_limit = if self.mutated(Mutation::ClaimRoomIgnoresClaimsOut) {
             0
         } else {
             self.claim_loop.out_limit()
         };
-        (free + self.config.prefetch)
+        (free + self.cadence.prefetch())
             .saturating_sub(self.buffer.len())
             .saturating_sub(out_limit)
             .min(self.config.batch_size)
     }
 
-    /// The most one claim takes: the whole window (`concurrency + prefetch`, at most
-    /// `batch_size`) with one claim in flight; with N, an Nth of it (rounded up). Else the
-    /// first claim of a drain would take the whole window and the others would find no
-    /// room: the round trips overlap only when each claim takes a part.
+    /// The most one claim takes: the whole window (`concurrency` plus the prefetch in force,
+    /// at most `batch_size`) with one claim in flight; with N, an Nth of it (rounded up).
+    /// Else the first claim of a drain would take the whole window and the others would
+    /// find no room: the round trips overlap only when each claim takes a part.
     fn claim_share(&self) -> usize {
-        let window = (self.config.concurrency + self.config.prefetch).min(self.config.batch_size);
+        let window =
+            (self.config.concurrency + self.cadence.prefetch()).min(self.config.batch_size);
         window.div_ceil(self.claim_loop.max_claims())
     }
 
@@ -521,9 +525,34 @@ impl LaneCore {
         self.cadence.key_run(limit, self.config.key_run)
     }
 
-    /// Adds a finished delivery's run time to the moving average.
+    /// Adds a finished delivery's run time to the moving average; the prefetch shrinks
+    /// with deliveries that slow down.
     pub(super) fn note_delivery_time(&mut self, took: Duration) {
         self.cadence.note_delivery(took);
+        self.cadence.adjust_prefetch(self.prefetch_bounds(), false);
+    }
+
+    /// Adds a claim's round trip to the moving average; the prefetch grows (at most
+    /// twofold) while deliveries are quicker than claims ([`Cadence::adjust_prefetch`]).
+    pub(super) fn note_claim_time(&mut self, took: Duration) {
+        self.cadence.note_claim(took);
+        self.cadence.adjust_prefetch(self.prefetch_bounds(), true);
+    }
+
+    /// What the prefetch may be, by the lane's config ([`LaneConfig::prefetch_max`]).
+    fn prefetch_bounds(&self) -> PrefetchBounds {
+        PrefetchBounds {
+            floor: self.config.prefetch,
+            ceiling: self.config.prefetch_ceiling(),
+            concurrency: self.config.concurrency,
+            max_wait: self.config.lease / crate::config::PREFETCH_LEASE_SHARE,
+        }
+    }
+
+    /// How many claimed messages the lane keeps ahead of its handlers now.
+    #[cfg(test)]
+    pub(crate) fn prefetch_in_force(&self) -> usize {
+        self.cadence.prefetch()
     }
 
     /// How many messages a claim may take now, by the free room and the gates; when a gate

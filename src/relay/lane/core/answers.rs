@@ -40,7 +40,7 @@ impl LaneCore {
         };
         self.store_ok();
         let took = now.saturating_duration_since(issued_at);
-        self.cadence.note_claim(took);
+        self.note_claim_time(took);
         // Claimed just as the drain or a pause began, or sent before the breaker opened or
         // a Retry-After hold began: hand them straight back (a release does not count the
         // attempt).

@@ -1,6 +1,7 @@
 //! The claim cadence: whether a claim waits a moment for running handlers (the linger),
-//! and how long a key run it asks for, both from moving averages of how long deliveries
-//! and claims take. Pure: the time comes in as a value.
+//! how long a key run it asks for, and how far ahead of the handlers the lane claims (the
+//! prefetch in force), all from moving averages of how long deliveries and claims take.
+//! Pure: the time comes in as a value.
 
 use std::time::Duration;
 
@@ -18,9 +19,12 @@ pub(crate) const RUNS_PER_CLAIM: usize = 8;
 /// 1.35 × the drain rate; at 64 the bigger cycles only cost more per row.)
 pub(crate) const LINGER_ENOUGH: usize = 64;
 
-/// The averages and the linger in progress.
-#[derive(Debug, Default)]
+/// The averages, the linger in progress and the prefetch in force.
+#[derive(Debug)]
 pub(super) struct Cadence {
+    /// How many claimed messages the lane keeps ahead of its handlers now: between the
+    /// lane's `prefetch` and `max(prefetch, prefetch_max)` ([`Cadence::adjust_prefetch`]).
+    prefetch: usize,
     /// Until when the next claim waits for running handlers ([`crate::LaneConfig::claim_linger`]).
     linger_until: Option<Instant>,
     /// How long deliveries take, as a moving average (an eighth of each new one): a claim
@@ -39,7 +43,63 @@ fn moved(average: Option<Duration>, took: Duration) -> Duration {
     }
 }
 
+/// What the prefetch may be, from the lane's config ([`crate::LaneConfig::prefetch_max`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PrefetchBounds {
+    /// The configured prefetch: the least, and all before both averages are known.
+    pub(super) floor: usize,
+    /// `max(prefetch, prefetch_max)`: the most.
+    pub(super) ceiling: usize,
+    /// The lane's handlers.
+    pub(super) concurrency: usize,
+    /// The grown prefetch waits at most this long in the buffer (a share of the lease).
+    pub(super) max_wait: Duration,
+}
+
 impl Cadence {
+    /// A cadence with nothing timed yet, claiming `prefetch` ahead.
+    pub(super) fn new(prefetch: usize) -> Self {
+        Self {
+            prefetch,
+            linger_until: None,
+            delivery_time: None,
+            claim_time: None,
+        }
+    }
+
+    /// How many claimed messages the lane keeps ahead of its handlers now.
+    pub(super) fn prefetch(&self) -> usize {
+        self.prefetch
+    }
+
+    /// Moves the prefetch toward what keeps the handlers busy for two claim round trips:
+    /// `concurrency × 2 × claim time ÷ delivery time`, no longer in the buffer than
+    /// `max_wait` by the average delivery time, within `[floor, ceiling]`. It falls to that
+    /// at once (handlers that slow down must not be fed claims that wait into their
+    /// leases) and grows at most twofold per claim answer (`grow`), so one quick sample
+    /// cannot fill the lane. Two round trips, since a claimed message is held from one
+    /// claim's send until the ack riding on a later claim comes back.
+    pub(super) fn adjust_prefetch(&mut self, bounds: PrefetchBounds, grow: bool) {
+        let target = match (self.claim_time, self.delivery_time) {
+            (Some(claim), Some(delivery)) => {
+                let delivery = delivery.as_nanos().max(1);
+                let handlers = bounds.concurrency as u128;
+                let busy = handlers * 2 * claim.as_nanos() / delivery;
+                let lease_safe = handlers * bounds.max_wait.as_nanos() / delivery;
+                usize::try_from(busy.min(lease_safe)).unwrap_or(usize::MAX)
+            }
+            _ => bounds.floor,
+        };
+        let target = target.clamp(bounds.floor, bounds.ceiling.max(bounds.floor));
+        self.prefetch = if target <= self.prefetch {
+            target
+        } else if grow {
+            target.min(self.prefetch.max(1).saturating_mul(2))
+        } else {
+            self.prefetch
+        };
+    }
+
     /// A delivery finished after `took`.
     pub(super) fn note_delivery(&mut self, took: Duration) {
         self.delivery_time = Some(moved(self.delivery_time, took));
@@ -96,5 +156,42 @@ impl Cadence {
             .unwrap_or(usize::MAX)
             .min(share)
             .clamp(1, cap.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds() -> PrefetchBounds {
+        PrefetchBounds {
+            floor: 4,
+            ceiling: 64,
+            concurrency: 4,
+            max_wait: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn the_prefetch_grows_at_most_twofold_per_claim_and_falls_at_once() {
+        let mut cadence = Cadence::new(4);
+        cadence.adjust_prefetch(bounds(), true);
+        assert_eq!(cadence.prefetch(), 4, "untimed");
+        cadence.note_claim(Duration::from_millis(2));
+        cadence.note_delivery(Duration::from_micros(10));
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            cadence.adjust_prefetch(bounds(), true);
+            seen.push(cadence.prefetch());
+        }
+        assert_eq!(seen, [8, 16, 32, 64, 64, 64]);
+        cadence.adjust_prefetch(bounds(), false);
+        assert_eq!(cadence.prefetch(), 64, "a delivery alone never grows it");
+        // Deliveries of a second against claims of 2 ms: 4 × 2 × 2 ms / ~1 s is none.
+        for _ in 0..20 {
+            cadence.note_delivery(Duration::from_secs(1));
+        }
+        cadence.adjust_prefetch(bounds(), false);
+        assert_eq!(cadence.prefetch(), 4, "back to the floor at once");
     }
 }

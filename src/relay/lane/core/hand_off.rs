@@ -2,7 +2,8 @@
 //! may hand the lane without a claim, granted while the lane is idle and revoked before it
 //! claims, drains, pauses or its breaker opens.
 //!
-//! The lane never holds more than `concurrency + prefetch` claims: with `outstanding` the
+//! The lane never holds more than its room allows (`concurrency` plus the prefetch in
+//! force, at most [`LaneConfig::most_held`](crate::LaneConfig::most_held)): with `outstanding` the
 //! credits granted and not yet settled (still in the taker, or taken by an enqueue and in
 //! transit), `held + outstanding` stays within the room, since a grant is at most the room
 //! left, a taken credit becomes a held claim when its message arrives, and a claim asks for

@@ -25,13 +25,17 @@ mod lapse;
 mod lease;
 mod linger;
 mod parallel;
+mod prefetch;
 mod runs;
 mod sim;
 
+/// A lane whose prefetch stays at `prefetch` (the grown prefetch has its own tests,
+/// `tests/prefetch.rs`).
 fn config(concurrency: usize, prefetch: usize) -> LaneConfig {
     LaneConfig::new("orders", "billing")
         .concurrency(concurrency)
         .prefetch(prefetch)
+        .prefetch_max(0)
         .claim_linger(Duration::ZERO)
         .lease(Duration::from_secs(30))
         .retry(RetryPolicy::new(Duration::from_secs(1), Duration::from_secs(60)).jitter(false))
