@@ -31,10 +31,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use outbox_relay::store::{MessageFilter, OutboxBackend};
-use outbox_relay::time::ManualClock;
 use outbox_relay::testing::simulation::{
     overlap_bound, settle_bound, Checker, Fault, Plan, Size, LANE, TARGET,
 };
+use outbox_relay::time::ManualClock;
 use outbox_relay::time::UnixMillis;
 use outbox_relay::{Outbox, OutboxMessageDraft, OutboxRelay, RelayHandle};
 use rand::rngs::StdRng;

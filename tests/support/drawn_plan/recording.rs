@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use outbox_relay::message::DraftLimits;
+use outbox_relay::message::{ClaimRef, DraftLimits};
 use outbox_relay::store::{
-    AckAndClaim, AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest,
-    DraftBatch, Enqueued, LaneCount, LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack,
-    NackOutcome, OrderingPolicy, OutboxBackend, Page, PageRequest, PurgeRequest, StoreError,
-    StoreOp, UnservedLane, WakeUp,
+    AckAndClaim, AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch,
+    Enqueued, LaneCount, LanePause, LanePauseRequest, LaneStats, MessageFilter, Nack, NackOutcome,
+    OrderingPolicy, OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, StoreOp,
+    UnservedLane, WakeUp,
 };
 use outbox_relay::testing::simulation::Call;
 use outbox_relay::time::UnixMillis;
