@@ -67,15 +67,17 @@ impl World<'_> {
             AckMode::KeepDelivered,
         ))?;
         let claimed = answer.claimed.and_then(single_batch);
-        // The rows as the call left them. One the claim handed out again was not the ack's
-        // to change (an ack that changed it left it delivered, for no claim to take): for
-        // the ack, it is as the checker last saw it; the claim's check judges the claim.
+        // The rows as the call left them. One the claim handed out again, or dead-lettered
+        // as a lapsed last attempt, was not the ack's to change (an ack that changed it left
+        // it delivered, for no claim to take): for the ack, it is as the checker last saw
+        // it; the claim's check judges the claim.
         let mut after = self.rows_of(World::claim_refs(acks));
-        for message in claimed.iter().flat_map(|batch| &batch.messages) {
-            if let (Some(row), Some(before)) = (
-                after.get_mut(&message.outbox_id),
-                self.check.row(message.outbox_id),
-            ) {
+        let taken_by_the_claim = claimed.iter().flat_map(|batch| {
+            let claimed = batch.messages.iter().map(|message| message.outbox_id);
+            claimed.chain(batch.dead_lettered.iter().copied())
+        });
+        for id in taken_by_the_claim {
+            if let (Some(row), Some(before)) = (after.get_mut(&id), self.check.row(id)) {
                 *row = before.clone();
             }
         }
