@@ -76,8 +76,8 @@ pub enum Fault {
         for_: Duration,
     },
     /// A relay's lane actor fails while its process lives: its deliveries and claims die
-    /// with it, and the supervisor's restart policy ([`Restarts`](crate::relay::supervisor::restarts::Restarts))
-    /// says when it starts again, or that it stays failed (then the process's liveness
+    /// with it, and the supervisor's restart policy (the production one) says when it
+    /// starts again, or that it stays failed (then the process's liveness
     /// fails after `fail_liveness_after` and the process is restarted).
     LaneCrash {
         /// Which relay process.
