@@ -83,16 +83,7 @@ impl World<'_> {
         }
         self.check.observe(Call::Ack(acks), now, &after);
         if let Ok(batch) = &claimed {
-            let mut after = self.rows_of(batch.dead_lettered.iter().copied());
-            after.extend(batch.messages.iter().map(|m| (m.outbox_id, m.clone())));
-            self.check.observe(
-                Call::Claim {
-                    claimed: &batch.messages,
-                    dead: &batch.dead_lettered,
-                },
-                now,
-                &after,
-            );
+            self.observe_claim(batch, now);
         }
         Ok(AckAndClaim {
             acked: answer.acked,
@@ -105,7 +96,13 @@ impl World<'_> {
             self.store
                 .run(self.store.backend().claim(std::slice::from_ref(request)))?,
         )?;
-        // The claimed rows are in the answer as the store holds them.
+        self.observe_claim(&batch, now);
+        Ok(batch)
+    }
+
+    /// The checker sees a claim's batch: the claimed rows are in the answer as the store
+    /// holds them, the dead-lettered ones are read back.
+    fn observe_claim(&mut self, batch: &ClaimBatch, now: UnixMillis) {
         let mut after = self.rows_of(batch.dead_lettered.iter().copied());
         after.extend(batch.messages.iter().map(|m| (m.outbox_id, m.clone())));
         self.check.observe(
@@ -116,7 +113,25 @@ impl World<'_> {
             now,
             &after,
         );
-        Ok(batch)
+    }
+
+    /// Runs a call under its fate: a call that fails before it commits does not run; one
+    /// whose answer is lost runs and its answer is an outage.
+    fn fated<T>(
+        &mut self,
+        fate: Fate,
+        op: StoreOp,
+        call: impl FnOnce(&mut Self) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        if fate == Fate::FailsBeforeCommit {
+            return Err(outage(op));
+        }
+        let answer = call(self);
+        if fate == Fate::AnswerLost {
+            Err(outage(op))
+        } else {
+            answer
+        }
     }
 
     /// The call's request reaches the store: it runs (unless it fails first), and its
@@ -125,8 +140,6 @@ impl World<'_> {
         self.tally.store_calls += 1;
         let now = self.store_now();
         self.clock.set(now);
-        let lost = fate == Fate::AnswerLost;
-        let failed = fate == Fate::FailsBeforeCommit;
         let answer = match call {
             StoreRequest::Claim {
                 claim,
@@ -134,19 +147,8 @@ impl World<'_> {
                 key_run,
             } => {
                 let request = self.claim_request(relay, limit, key_run);
-                let result = if failed {
-                    Err(outage(StoreOp::Claim))
-                } else {
-                    self.claim(&request, now)
-                };
-                StoreAnswer::Claimed {
-                    claim,
-                    result: if lost {
-                        Err(outage(StoreOp::Claim))
-                    } else {
-                        result
-                    },
-                }
+                let result = self.fated(fate, StoreOp::Claim, |w| w.claim(&request, now));
+                StoreAnswer::Claimed { claim, result }
             }
             StoreRequest::AckAndClaim {
                 claim,
@@ -155,66 +157,36 @@ impl World<'_> {
                 key_run,
             } => {
                 let request = self.claim_request(relay, limit, key_run);
-                let result = if failed {
-                    Err(outage(StoreOp::AckAndClaim))
-                } else {
-                    let answer = self.ack_and_claim(&acks, &request, now);
-                    if lost {
-                        Err(outage(StoreOp::AckAndClaim))
-                    } else {
-                        answer
-                    }
-                };
+                let result = self.fated(fate, StoreOp::AckAndClaim, |w| {
+                    w.ack_and_claim(&acks, &request, now)
+                });
                 StoreAnswer::AckedAndClaimed {
                     claim,
                     result,
                     wall_ms: now,
                 }
             }
-            StoreRequest::Ack(acks) => {
-                let result = if failed {
-                    Err(outage(StoreOp::Ack))
-                } else {
-                    let outcomes = self.ack(&acks, now);
-                    if lost {
-                        Err(outage(StoreOp::Ack))
-                    } else {
-                        Ok(outcomes)
-                    }
-                };
-                StoreAnswer::Acked {
-                    result,
-                    wall_ms: now,
-                }
-            }
+            StoreRequest::Ack(acks) => StoreAnswer::Acked {
+                result: self.fated(fate, StoreOp::Ack, |w| Ok(w.ack(&acks, now))),
+                wall_ms: now,
+            },
             StoreRequest::Nack(nacks) => {
-                let result = if failed {
-                    Err(outage(StoreOp::Nack))
-                } else {
-                    let outcomes = self
+                StoreAnswer::Nacked(self.fated(fate, StoreOp::Nack, |w| {
+                    let outcomes = w
                         .store
-                        .run(self.store.backend().nack(&nacks))
+                        .run(w.store.backend().nack(&nacks))
                         .unwrap_or_default();
-                    let after = self.rows_of(World::nack_refs(&nacks));
-                    self.check.observe(Call::Nack(&nacks), now, &after);
-                    if lost {
-                        Err(outage(StoreOp::Nack))
-                    } else {
-                        Ok(outcomes)
-                    }
-                };
-                StoreAnswer::Nacked(result)
+                    let after = w.rows_of(World::nack_refs(&nacks));
+                    w.check.observe(Call::Nack(&nacks), now, &after);
+                    Ok(outcomes)
+                }))
             }
             StoreRequest::NextDue => {
                 let ordering = self.relays[relay].config.ordering;
-                let result = self
-                    .store
-                    .run(self.store.backend().next_due(LANE, TARGET, ordering));
-                StoreAnswer::NextDue(if failed || lost {
-                    Err(outage(StoreOp::NextDue))
-                } else {
-                    result
-                })
+                StoreAnswer::NextDue(self.fated(fate, StoreOp::NextDue, |w| {
+                    w.store
+                        .run(w.store.backend().next_due(LANE, TARGET, ordering))
+                }))
             }
             StoreRequest::Extend {
                 batch,
@@ -222,22 +194,15 @@ impl World<'_> {
                 claims,
             } => {
                 let lease = self.relays[relay].config.lease;
-                let result = if failed {
-                    Err(outage(StoreOp::ExtendLease))
-                } else {
-                    let outcomes = self
+                let result = self.fated(fate, StoreOp::ExtendLease, |w| {
+                    let outcomes = w
                         .store
-                        .run(self.store.backend().extend_lease(&claims, lease))
+                        .run(w.store.backend().extend_lease(&claims, lease))
                         .unwrap_or_default();
-                    let after = self.rows_of(World::claim_refs(&claims));
-                    self.check
-                        .observe(Call::Extend(&claims, lease), now, &after);
-                    if lost {
-                        Err(outage(StoreOp::ExtendLease))
-                    } else {
-                        Ok(outcomes)
-                    }
-                };
+                    let after = w.rows_of(World::claim_refs(&claims));
+                    w.check.observe(Call::Extend(&claims, lease), now, &after);
+                    Ok(outcomes)
+                });
                 StoreAnswer::Extended {
                     batch,
                     generation,
@@ -247,21 +212,15 @@ impl World<'_> {
             }
             StoreRequest::Release(claims) => {
                 let sent = claims.len();
-                let result = if failed {
-                    Err(outage(StoreOp::Release))
-                } else {
-                    let outcomes = self
+                let result = self.fated(fate, StoreOp::Release, |w| {
+                    let outcomes = w
                         .store
-                        .run(self.store.backend().release(&claims))
+                        .run(w.store.backend().release(&claims))
                         .unwrap_or_default();
-                    let after = self.rows_of(World::claim_refs(&claims));
-                    self.check.observe(Call::Release(&claims), now, &after);
-                    if lost {
-                        Err(outage(StoreOp::Release))
-                    } else {
-                        Ok(outcomes)
-                    }
-                };
+                    let after = w.rows_of(World::claim_refs(&claims));
+                    w.check.observe(Call::Release(&claims), now, &after);
+                    Ok(outcomes)
+                });
                 StoreAnswer::Released { sent, result }
             }
         };
