@@ -83,6 +83,22 @@ fn a_relay_killed_holding_most_of_its_grown_prefetch_redelivers_at_most_the_boun
             .expect("count sessions")
     };
 
+    let victim_ports = || -> Vec<u16> {
+        runtime
+            .block_on(
+                sqlx::query_scalar::<_, Option<i32>>(
+                    "SELECT client_port FROM pg_stat_activity WHERE application_name = $1",
+                )
+                .bind(&victim_app)
+                .fetch_all(crate::pg(&store).pool()),
+            )
+            .expect("the victim's client ports")
+            .into_iter()
+            .flatten()
+            .filter_map(|port| u16::try_from(port).ok())
+            .collect()
+    };
+
     // Freeze, count, kill or go on: the count of a frozen relay whose statements have all
     // come back is what it holds when it dies.
     let want = (BOUND * 4).div_ceil(5);
@@ -95,12 +111,22 @@ fn a_relay_killed_holding_most_of_its_grown_prefetch_redelivers_at_most_the_boun
             || victim.stderr(),
         );
         victim.relay("victim").freeze(true);
-        wait_until(
+        // A statement the relay wrote just before the freeze can still sit unread in its
+        // server's socket while every session shows idle; a count is taken only while no
+        // victim session runs a statement or has one unread, and it must hold across two
+        // such looks.
+        let quiet = || sessions(true) == 0 && unread_by_the_server(&victim_ports()) == 0;
+        let held = wait_until(
             "the frozen victim's statements to finish",
-            || (sessions(true) == 0).then_some(()),
+            || {
+                if !quiet() {
+                    return None;
+                }
+                let held = claims_of(&runtime, &store, "victim").len();
+                (quiet() && claims_of(&runtime, &store, "victim").len() == held).then_some(held)
+            },
             String::new,
         );
-        let held = claims_of(&runtime, &store, "victim").len();
         counted.push(held);
         if held >= want {
             victim.relay("victim").sigkill();
@@ -163,4 +189,41 @@ fn a_relay_killed_holding_most_of_its_grown_prefetch_redelivers_at_most_the_boun
         again.len(),
         started.elapsed()
     );
+}
+
+/// The bytes the server's sockets of these client ports have received and not yet read
+/// (`rx_queue` in `/proc/net/tcp` and `tcp6`, the server on this machine).
+fn unread_by_the_server(client_ports: &[u16]) -> u64 {
+    let server_port = url::Url::parse(&postgres_url())
+        .ok()
+        .and_then(|url| url.port())
+        .unwrap_or(5432);
+    let mut unread = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let port = |address: &str| {
+                address
+                    .rsplit(':')
+                    .next()
+                    .and_then(|hex| u16::from_str_radix(hex, 16).ok())
+            };
+            let (Some(local), Some(remote), Some(queues)) = (
+                fields.get(1).and_then(|a| port(a)),
+                fields.get(2).and_then(|a| port(a)),
+                fields.get(4),
+            ) else {
+                continue;
+            };
+            if local == server_port && client_ports.contains(&remote) {
+                unread += queues
+                    .split(':')
+                    .nth(1)
+                    .and_then(|rx| u64::from_str_radix(rx, 16).ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    unread
 }
