@@ -62,14 +62,4 @@ pub(crate) fn store_error(op: StoreOp, error: sqlx::Error, codes: &Codes) -> Sto
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_entry_ending_in_a_star_is_a_prefix() {
-        assert!(Codes::lists(&["08*", "53300"], "08006"));
-        assert!(Codes::lists(&["08*", "53300"], "53300"));
-        assert!(!Codes::lists(&["08*", "53300"], "5330"));
-        assert!(!Codes::lists(&["08*"], "42P01"));
-    }
-}
+mod tests;
