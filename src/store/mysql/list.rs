@@ -7,6 +7,7 @@
 //! where it stopped, as on PostgreSQL and SQLite. `tests/mysql/list_plans.rs` pins what a
 //! call reads at 100 000 rows.
 
+use sqlx::mysql::MySqlRow;
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::store::admin::list_budget;
@@ -15,7 +16,7 @@ use crate::store::{MessageFilter, Page, PageRequest, StoreError, StoreOp};
 use super::admin::{bind, filter_where};
 use super::row::{db_error, decode, COLUMNS};
 use super::MysqlOutboxStore;
-use crate::store::sql::{Terms, Value, Where};
+use crate::store::sql::{self, Terms, Value, Where};
 
 /// The statement of a scanning listing and its values, in order. Its rows: the matches and
 /// the last row read (`list_hit` 0 unless it matches), each with how many rows were read
@@ -66,19 +67,8 @@ impl MysqlOutboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(OP, e))?;
-        let mut hits = Vec::with_capacity(rows.len());
-        let (mut last_read, mut read) = (None, 0i64);
-        for row in &rows {
-            last_read = Some(row.try_get::<i64, _>("seq").map_err(|e| db_error(OP, e))?);
-            read = row.try_get("list_read").map_err(|e| db_error(OP, e))?;
-            let hit: i64 = row.try_get("list_hit").map_err(|e| db_error(OP, e))?;
-            if hit != 0 {
-                hits.push(decode(row)?);
-            }
-        }
-        let budget = list_budget(filter, page.limit);
-        let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
-        Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
+        let hit = |row: &MySqlRow| row.try_get::<i64, _>("list_hit").map(|hit| hit != 0);
+        sql::scanned_page(&rows, filter, page, db_error, hit, decode)
     }
 }
 

@@ -172,21 +172,14 @@ impl PostgresOutboxStore {
             .await
             .map_err(|e| db_error(op, e))?;
         call.finish(op).await?;
-        let mut hits = Vec::with_capacity(rows.len());
-        let (mut last_read, mut read) = (None, 0i64);
-        for row in &rows {
-            last_read = Some(row.try_get::<i64, _>("seq").map_err(|e| db_error(op, e))?);
-            read = row.try_get("list_read").map_err(|e| db_error(op, e))?;
-            if row
-                .try_get::<bool, _>("list_hit")
-                .map_err(|e| db_error(op, e))?
-            {
-                hits.push(row::message(row)?);
-            }
-        }
-        let budget = list_budget(filter, page.limit);
-        let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
-        Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
+        sql::scanned_page(
+            &rows,
+            filter,
+            page,
+            db_error,
+            |row| row.try_get("list_hit"),
+            row::message,
+        )
     }
 }
 

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn live(first: Option<i64>, old_marked: bool) -> Live {

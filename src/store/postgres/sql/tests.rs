@@ -1,4 +1,3 @@
-
 use super::super::schema::Names;
 use super::Statements;
 

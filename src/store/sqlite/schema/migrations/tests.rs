@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Each file is named for its version, is one transaction, and creates the migrations
