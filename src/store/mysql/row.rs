@@ -99,7 +99,7 @@ pub(super) fn status_word(status: OutboxStatus) -> &'static str {
     status.as_str()
 }
 
-fn status_of(word: &str) -> Result<OutboxStatus, BadColumn> {
+pub(super) fn status_of(word: &str) -> Result<OutboxStatus, BadColumn> {
     OutboxStatus::ALL
         .into_iter()
         .find(|s| s.as_str() == word)
