@@ -141,6 +141,7 @@ impl BadColumn {
 
     /// `column` as sqlx failed to decode it, without sqlx's "error occurred while decoding
     /// column" around the reason (the column is named already).
+    #[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
     pub(crate) fn decoding(column: &'static str, error: sqlx::Error) -> Self {
         match error {
             sqlx::Error::ColumnDecode { source, .. } => Self::new(column, source),
@@ -162,13 +163,15 @@ impl BadColumn {
     }
 }
 
-/// The headers column's JSON text as a header map.
+/// The headers column's JSON text as a header map (PostgreSQL's is `jsonb`, read as such).
+#[cfg_attr(not(any(feature = "sqlite", feature = "mysql")), allow(dead_code))]
 pub(crate) fn headers(json: &str) -> Result<BTreeMap<String, String>, BadColumn> {
     serde_json::from_str(json)
         .map_err(|e| BadColumn::new("headers", format!("is not a JSON object of strings: {e}")))
 }
 
-/// A count column's integer as a count.
+/// A count column's integer as a count (MySQL's columns are unsigned, read as such).
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) fn count(column: &'static str, value: i64) -> Result<u32, BadColumn> {
     u32::try_from(value).map_err(|_| {
         BadColumn::new(
