@@ -2,6 +2,7 @@
 //! messages (list, stats, requeue, discard), purge's request, a page of a listing, and the
 //! counts per (lane, target) that stats and the bulk operations answer with.
 
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use uuid::Uuid;
@@ -283,6 +284,75 @@ impl Page {
             messages: hits,
             next_cursor: last_read,
         }
+    }
+}
+
+/// Stats counted message by message in enqueue order, for a filter (by key, by ids, or
+/// scanning) that the per-status counts cannot answer.
+#[derive(Debug, Default)]
+pub(crate) struct StatsTally {
+    lanes: BTreeMap<(String, String), LaneStats>,
+    /// Per key, what came first in enqueue order: a dead letter or a live message. A key is
+    /// blocked when a dead letter comes before its head (its first live message).
+    dead_first: HashSet<(String, String, String)>,
+    has_live: HashSet<(String, String, String)>,
+    blocked: HashSet<(String, String, String)>,
+}
+
+impl StatsTally {
+    /// Counts the next message in enqueue order, at `now`. Only a due message is old: one
+    /// delayed by an hour is not waiting.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add(
+        &mut self,
+        lane: &str,
+        target: &str,
+        key: Option<&str>,
+        status: OutboxStatus,
+        available_at: UnixMillis,
+        created_at: UnixMillis,
+        now: UnixMillis,
+    ) {
+        let stats = self
+            .lanes
+            .entry((lane.to_owned(), target.to_owned()))
+            .or_insert_with(|| LaneStats {
+                lane: lane.to_owned(),
+                target: target.to_owned(),
+                ..LaneStats::default()
+            });
+        match status {
+            OutboxStatus::Pending => {
+                stats.pending += 1;
+                let age = now.saturating_duration_since(created_at);
+                if available_at <= now && stats.oldest_pending_age.is_none_or(|old| age > old) {
+                    stats.oldest_pending_age = Some(age);
+                }
+            }
+            OutboxStatus::Claimed => stats.claimed += 1,
+            OutboxStatus::Delivered => stats.delivered += 1,
+            OutboxStatus::DeadLetter => stats.dead_letter += 1,
+        }
+        if let Some(key) = key {
+            let slot = (lane.to_owned(), target.to_owned(), key.to_owned());
+            let live = matches!(status, OutboxStatus::Pending | OutboxStatus::Claimed);
+            if status == OutboxStatus::DeadLetter && !self.has_live.contains(&slot) {
+                self.dead_first.insert(slot);
+            } else if live && self.has_live.insert(slot.clone()) && self.dead_first.contains(&slot)
+            {
+                self.blocked.insert(slot);
+            }
+        }
+    }
+
+    /// The stats of every (lane, target) counted, in (lane, target) order.
+    pub(crate) fn finish(mut self) -> Vec<LaneStats> {
+        for (lane, target, _) in self.blocked {
+            if let Some(stats) = self.lanes.get_mut(&(lane, target)) {
+                stats.blocked_keys += 1;
+            }
+        }
+        self.lanes.into_values().collect()
     }
 }
 

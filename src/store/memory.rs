@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use crate::message::ClaimRef;
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
+use crate::store::admin::StatsTally;
 use crate::store::{
     AckMode, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch, Enqueued, LaneCount, LaneStats,
     MessageFilter, Nack, NackDisposition, NackOutcome, NextDue, OrderingPolicy, OutboxBackend,
@@ -544,50 +545,19 @@ impl OutboxBackend for InMemoryOutboxStore {
         if filter.ordering_key.is_none() && filter.ids.is_empty() && !filter.scans() {
             return Ok(lane_stats(&rows, &filter, now));
         }
-        let mut lanes: BTreeMap<(String, String), LaneStats> = BTreeMap::new();
-        // Per key, what came first in enqueue order: a dead letter or a live message. A key
-        // is blocked when a dead letter comes before its head (its first live message).
-        let mut dead_first: HashSet<(String, String, String)> = HashSet::new();
-        let mut has_live: HashSet<(String, String, String)> = HashSet::new();
-        let mut blocked: HashSet<(String, String, String)> = HashSet::new();
+        let mut tally = StatsTally::default();
         for m in rows.all().filter(|m| filter.matches(m)) {
-            let stats = lanes
-                .entry((m.lane.clone(), m.target.clone()))
-                .or_insert_with(|| LaneStats {
-                    lane: m.lane.clone(),
-                    target: m.target.clone(),
-                    ..LaneStats::default()
-                });
-            match m.status {
-                OutboxStatus::Pending => {
-                    stats.pending += 1;
-                    // Only a due message is old: one delayed by an hour is not waiting.
-                    let age = now.saturating_duration_since(m.created_at);
-                    let due = m.available_at <= now;
-                    if due && stats.oldest_pending_age.is_none_or(|oldest| age > oldest) {
-                        stats.oldest_pending_age = Some(age);
-                    }
-                }
-                OutboxStatus::Claimed => stats.claimed += 1,
-                OutboxStatus::Delivered => stats.delivered += 1,
-                OutboxStatus::DeadLetter => stats.dead_letter += 1,
-            }
-            if let Some(key) = &m.ordering_key {
-                let slot = (m.lane.clone(), m.target.clone(), key.clone());
-                let live = matches!(m.status, OutboxStatus::Pending | OutboxStatus::Claimed);
-                if m.status == OutboxStatus::DeadLetter && !has_live.contains(&slot) {
-                    dead_first.insert(slot);
-                } else if live && has_live.insert(slot.clone()) && dead_first.contains(&slot) {
-                    blocked.insert(slot);
-                }
-            }
+            tally.add(
+                &m.lane,
+                &m.target,
+                m.ordering_key.as_deref(),
+                m.status,
+                m.available_at,
+                m.created_at,
+                now,
+            );
         }
-        for (lane, target, _) in blocked {
-            if let Some(stats) = lanes.get_mut(&(lane, target)) {
-                stats.blocked_keys += 1;
-            }
-        }
-        Ok(lanes.into_values().collect())
+        Ok(tally.finish())
     }
 
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {

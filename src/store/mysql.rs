@@ -290,19 +290,7 @@ impl MysqlOutboxStore {
     /// ```
     pub fn migration_sql(prefix: &str, from: i64, to: i64) -> Result<String, ValidationError> {
         schema::validate_table_prefix(prefix)?;
-        let latest = schema::latest_version();
-        if !(0..=latest).contains(&from) {
-            return Err(ValidationError::new(
-                "from",
-                format!("is {from}; this build knows versions 0 to {latest}"),
-            ));
-        }
-        if !(from..=latest).contains(&to) {
-            return Err(ValidationError::new(
-                "to",
-                format!("is {to}; it must be between from ({from}) and {latest}, the latest this build knows"),
-            ));
-        }
+        crate::store::sql::migration_range(from, to, schema::latest_version())?;
         Ok(schema::script(&Names::new(prefix), from, to))
     }
 

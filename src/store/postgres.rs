@@ -296,21 +296,12 @@ impl PostgresOutboxStore {
         from: i32,
         to: i32,
     ) -> Result<String, crate::message::ValidationError> {
-        use crate::message::ValidationError;
         config.validate()?;
-        let latest = schema::latest_version();
-        if !(0..=latest).contains(&from) {
-            return Err(ValidationError::new(
-                "from",
-                format!("is {from}; this build knows versions 0 to {latest}"),
-            ));
-        }
-        if !(from..=latest).contains(&to) {
-            return Err(ValidationError::new(
-                "to",
-                format!("is {to}; it must be between from ({from}) and {latest}, the latest this build knows"),
-            ));
-        }
+        crate::store::sql::migration_range(
+            from.into(),
+            to.into(),
+            schema::latest_version().into(),
+        )?;
         let names = Names::new(&config.schema, &config.table_prefix)?;
         let timeouts = schema::MigrationTimeouts {
             lock: config.settings.lock_timeout,

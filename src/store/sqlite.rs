@@ -139,21 +139,8 @@ impl SqliteOutboxStore {
         from: i64,
         to: i64,
     ) -> Result<String, crate::message::ValidationError> {
-        use crate::message::ValidationError;
         schema::validate_table_prefix(prefix)?;
-        let latest = schema::latest_version();
-        if !(0..=latest).contains(&from) {
-            return Err(ValidationError::new(
-                "from",
-                format!("is {from}; this build knows versions 0 to {latest}"),
-            ));
-        }
-        if !(from..=latest).contains(&to) {
-            return Err(ValidationError::new(
-                "to",
-                format!("is {to}; it must be between from ({from}) and {latest}, the latest this build knows"),
-            ));
-        }
+        crate::store::sql::migration_range(from, to, schema::latest_version())?;
         Ok(schema::script(&Statements::new(prefix).table, from, to))
     }
 

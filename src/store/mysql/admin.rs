@@ -1,6 +1,6 @@
 //! The admin side: list, get, stats, requeue, discard, purge.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::mysql::MySqlArguments;
 use sqlx::query::Query;
@@ -14,9 +14,11 @@ use crate::store::{
 
 use super::heads::{self, Key};
 use super::in_list::InList;
-use super::row::{db_error, decode, opt_text, status_word, text, COLUMNS};
+use super::row::{db_error, decode, opt_text, status_of, status_word, text, COLUMNS};
 use super::MysqlOutboxStore;
+use crate::store::admin::StatsTally;
 use crate::store::sql::{self, Value, Where};
+use crate::time::UnixMillis;
 
 /// MySQL's words for a filter.
 const DIALECT: sql::Dialect = sql::Dialect {
@@ -202,56 +204,25 @@ impl MysqlOutboxStore {
             id: "?".into(),
             reason: format!("{OP}: {bad:?}"),
         };
-        let mut lanes: BTreeMap<(String, String), LaneStats> = BTreeMap::new();
-        let mut dead_first: HashSet<Key> = HashSet::new();
-        let mut has_live: HashSet<Key> = HashSet::new();
-        let mut blocked: HashSet<Key> = HashSet::new();
+        let mut tally = StatsTally::default();
         for row in &rows {
-            let lane = text(row, "lane").map_err(corrupt)?;
-            let target = text(row, "target").map_err(corrupt)?;
-            let key = opt_text(row, "ordering_key").map_err(corrupt)?;
             let status: String = row.try_get("status").map_err(|e| db_error(OP, e))?;
-            let available: i64 = row.try_get("available_at").map_err(|e| db_error(OP, e))?;
-            let created: i64 = row.try_get("created_at").map_err(|e| db_error(OP, e))?;
-            let stats = lanes
-                .entry((lane.clone(), target.clone()))
-                .or_insert_with(|| LaneStats {
-                    lane: lane.clone(),
-                    target: target.clone(),
-                    ..LaneStats::default()
-                });
-            match status.as_str() {
-                "pending" => {
-                    stats.pending += 1;
-                    let age = std::time::Duration::from_millis(
-                        u64::try_from(now.as_millis() - created).unwrap_or(0),
-                    );
-                    if available <= now.as_millis()
-                        && stats.oldest_pending_age.is_none_or(|oldest| age > oldest)
-                    {
-                        stats.oldest_pending_age = Some(age);
-                    }
-                }
-                "claimed" => stats.claimed += 1,
-                "delivered" => stats.delivered += 1,
-                _ => stats.dead_letter += 1,
-            }
-            if let Some(key) = key {
-                let slot = (lane, target, key);
-                let live = matches!(status.as_str(), "pending" | "claimed");
-                if status == "dead_letter" && !has_live.contains(&slot) {
-                    dead_first.insert(slot);
-                } else if live && has_live.insert(slot.clone()) && dead_first.contains(&slot) {
-                    blocked.insert(slot);
-                }
-            }
+            let millis = |column| {
+                row.try_get(column)
+                    .map(UnixMillis::from_millis)
+                    .map_err(|e| db_error(OP, e))
+            };
+            tally.add(
+                &text(row, "lane").map_err(corrupt)?,
+                &text(row, "target").map_err(corrupt)?,
+                opt_text(row, "ordering_key").map_err(corrupt)?.as_deref(),
+                status_of(&status).map_err(corrupt)?,
+                millis("available_at")?,
+                millis("created_at")?,
+                now,
+            );
         }
-        for (lane, target, _) in blocked {
-            if let Some(stats) = lanes.get_mut(&(lane, target)) {
-                stats.blocked_keys += 1;
-            }
-        }
-        Ok(lanes.into_values().collect())
+        Ok(tally.finish())
     }
 
     pub(super) async fn requeue_once(

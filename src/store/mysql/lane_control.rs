@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use sqlx::mysql::MySqlRow;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::AssertSqlSafe;
 
 use super::row::db_error;
 use super::MysqlOutboxStore;
 use crate::store::lane_control::validate_lane;
+use crate::store::sql::lane_pause;
 use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};
-use crate::time::UnixMillis;
 
 impl MysqlOutboxStore {
     pub(super) async fn record_pause(
@@ -65,7 +64,7 @@ impl MysqlOutboxStore {
             .await
             .map_err(|e| db_error(OP, e))?;
         tx.commit().await.map_err(|e| db_error(OP, e))?;
-        pause_of(&row, OP).map(Some)
+        lane_pause(&row, OP, db_error).map(Some)
     }
 
     pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
@@ -74,17 +73,8 @@ impl MysqlOutboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(OP, e))?;
-        rows.iter().map(|row| pause_of(row, OP)).collect()
+        rows.iter()
+            .map(|row| lane_pause(row, OP, db_error))
+            .collect()
     }
-}
-
-fn pause_of(row: &MySqlRow, op: StoreOp) -> Result<LanePause, StoreError> {
-    let get = |e| db_error(op, e);
-    Ok(LanePause {
-        lane: row.try_get("lane").map_err(get)?,
-        target: row.try_get("target").map_err(get)?,
-        paused_by: row.try_get("paused_by").map_err(get)?,
-        reason: row.try_get("reason").map_err(get)?,
-        paused_at: UnixMillis::from_millis(row.try_get("paused_at").map_err(get)?),
-    })
 }

@@ -7,6 +7,7 @@
 //! where it stopped, as on PostgreSQL and SQLite. `tests/mysql/list_plans.rs` pins what a
 //! call reads at 100 000 rows.
 
+use sqlx::mysql::MySqlRow;
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::store::admin::list_budget;
@@ -15,7 +16,7 @@ use crate::store::{MessageFilter, Page, PageRequest, StoreError, StoreOp};
 use super::admin::{bind, filter_where};
 use super::row::{db_error, decode, COLUMNS};
 use super::MysqlOutboxStore;
-use crate::store::sql::{Terms, Value, Where};
+use crate::store::sql::{self, Terms, Value, Where};
 
 /// The statement of a scanning listing and its values, in order. Its rows: the matches and
 /// the last row read (`list_hit` 0 unless it matches), each with how many rows were read
@@ -66,65 +67,10 @@ impl MysqlOutboxStore {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(OP, e))?;
-        let mut hits = Vec::with_capacity(rows.len());
-        let (mut last_read, mut read) = (None, 0i64);
-        for row in &rows {
-            last_read = Some(row.try_get::<i64, _>("seq").map_err(|e| db_error(OP, e))?);
-            read = row.try_get("list_read").map_err(|e| db_error(OP, e))?;
-            let hit: i64 = row.try_get("list_hit").map_err(|e| db_error(OP, e))?;
-            if hit != 0 {
-                hits.push(decode(row)?);
-            }
-        }
-        let budget = list_budget(filter, page.limit);
-        let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
-        Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
+        let hit = |row: &MySqlRow| row.try_get::<i64, _>("list_hit").map(|hit| hit != 0);
+        sql::scanned_page(&rows, filter, page, db_error, hit, decode)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::{Duration, SystemTime};
-
-    use super::*;
-
-    #[test]
-    fn the_scanned_terms_are_checked_on_a_bounded_read_in_sequence_order() {
-        let after = SystemTime::UNIX_EPOCH + Duration::from_millis(5_000);
-        let filter = MessageFilter::lane("orders", "billing")
-            .enqueued_between(Some(after), None)
-            .with_error_containing("timeout");
-        let page = PageRequest {
-            after: Some(7),
-            limit: 10,
-        };
-        let sql = scanning_sql("`outbox_messages`", &filter, page);
-        // Ten pages' worth of rows read at most, eleven answered at most.
-        assert!(
-            sql.clause.contains("ORDER BY seq LIMIT 110) scanned"),
-            "{}",
-            sql.clause
-        );
-        assert!(sql.clause.ends_with("LIMIT 11"), "{}", sql.clause);
-        assert!(
-            sql.clause
-                .contains("(1 = 1 AND created_at >= ? AND INSTR(last_error, ?) > 0) IS TRUE"),
-            "{}",
-            sql.clause
-        );
-        assert!(!sql
-            .clause
-            .contains("lane = ? AND target = ? AND created_at"));
-        // The scanned terms' values, then the indexed ones, then the cursor.
-        assert_eq!(
-            sql.values,
-            vec![
-                Value::Int(5_000),
-                Value::Text("timeout".into()),
-                Value::Text("orders".into()),
-                Value::Text("billing".into()),
-                Value::Int(7),
-            ]
-        );
-    }
-}
+mod tests;

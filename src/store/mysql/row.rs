@@ -1,15 +1,14 @@
 //! Between `OutboxMessage` and a MySQL row: the columns read, decoding, the mapping of
 //! `sqlx` errors onto [`StoreError`], and the small SQL text helpers the statements share.
 
-use std::collections::BTreeMap;
-
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
-use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
-use crate::store::{sql, StoreError, StoreOp};
+use crate::store::sql::{self, BadColumn};
+use crate::store::unreadable::{ClaimedRow, Unreadable};
+use crate::store::{StoreError, StoreOp};
 use crate::time::UnixMillis;
 
 /// The columns a message is read from.
@@ -80,22 +79,6 @@ pub(super) fn opt_text(row: &MySqlRow, column: &'static str) -> Result<Option<St
         .transpose()
 }
 
-/// A column of a row that does not decode, and why.
-#[derive(Debug)]
-pub(super) struct BadColumn {
-    column: &'static str,
-    reason: String,
-}
-
-impl BadColumn {
-    fn new(column: &'static str, reason: impl std::fmt::Display) -> Self {
-        Self {
-            column,
-            reason: reason.to_string(),
-        }
-    }
-}
-
 fn column<'r, T>(row: &'r MySqlRow, name: &'static str) -> Result<T, BadColumn>
 where
     T: sqlx::Decode<'r, sqlx::MySql> + sqlx::Type<sqlx::MySql>,
@@ -116,7 +99,7 @@ pub(super) fn status_word(status: OutboxStatus) -> &'static str {
     status.as_str()
 }
 
-fn status_of(word: &str) -> Result<OutboxStatus, BadColumn> {
+pub(super) fn status_of(word: &str) -> Result<OutboxStatus, BadColumn> {
     OutboxStatus::ALL
         .into_iter()
         .find(|s| s.as_str() == word)
@@ -134,9 +117,7 @@ fn read(row: &MySqlRow) -> Result<OutboxMessage, BadColumn> {
         lane: text(row, "lane")?,
         target: text(row, "target")?,
         payload: Payload::from_json(payload).map_err(|e| BadColumn::new("payload", e))?,
-        headers: serde_json::from_str::<BTreeMap<String, String>>(&headers).map_err(|e| {
-            BadColumn::new("headers", format!("is not a JSON object of strings: {e}"))
-        })?,
+        headers: sql::headers(&headers)?,
         ordering_key: opt_text(row, "ordering_key")?,
         dedupe_key: opt_text(row, "dedupe_key")?,
         status: status_of(&status)?,
@@ -159,10 +140,7 @@ pub(super) fn decode(row: &MySqlRow) -> Result<OutboxMessage, StoreError> {
         let id = row
             .try_get::<Uuid, _>("outbox_id")
             .map_or_else(|_| "?".to_owned(), |id| id.to_string());
-        StoreError::Corrupt {
-            id,
-            reason: format!("{}: {}", bad.column, bad.reason),
-        }
+        bad.corrupt(id)
     })
 }
 
@@ -184,7 +162,7 @@ pub(super) fn claimed(row: &MySqlRow, update: &ClaimUpdate<'_>, claim_token: Uui
             outbox_id: row.try_get("outbox_id").ok(),
             claim_token,
             ordering_key: opt_text(row, "ordering_key").ok().flatten(),
-            error: unreadable_error(bad.column, bad.reason),
+            error: bad.unreadable(),
         }),
     }
 }

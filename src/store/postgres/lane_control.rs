@@ -4,16 +4,15 @@
 //! notifies the store's channel (`wake.rs`'s `LANE_CONTROL_PAYLOAD`) in it, so relays
 //! apply it within a round trip; their poll stays as the fallback.
 
-use sqlx::postgres::PgRow;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::AssertSqlSafe;
 
 use super::row::db_error;
 use super::sql::NOW;
 use super::wake::LANE_CONTROL_PAYLOAD;
 use super::PostgresOutboxStore;
 use crate::store::lane_control::validate_lane;
+use crate::store::sql::lane_pause;
 use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};
-use crate::time::UnixMillis;
 
 /// The columns a pause is read from, its time as Unix milliseconds.
 const COLUMNS: &str = "lane, target, paused_by, reason, \
@@ -52,7 +51,7 @@ impl PostgresOutboxStore {
         .await
         .map_err(|e| db_error(OP, e))?;
         call.finish(OP).await?;
-        pause_of(&row, OP)
+        lane_pause(&row, OP, db_error)
     }
 
     pub(super) async fn lift_pause(
@@ -79,7 +78,7 @@ impl PostgresOutboxStore {
         .await
         .map_err(|e| db_error(OP, e))?;
         call.finish(OP).await?;
-        row.map(|row| pause_of(&row, OP)).transpose()
+        row.map(|row| lane_pause(&row, OP, db_error)).transpose()
     }
 
     pub(super) async fn all_pauses(&self) -> Result<Vec<LanePause>, StoreError> {
@@ -94,17 +93,8 @@ impl PostgresOutboxStore {
         .await
         .map_err(|e| db_error(OP, e))?;
         call.finish(OP).await?;
-        rows.iter().map(|row| pause_of(row, OP)).collect()
+        rows.iter()
+            .map(|row| lane_pause(row, OP, db_error))
+            .collect()
     }
-}
-
-fn pause_of(row: &PgRow, op: StoreOp) -> Result<LanePause, StoreError> {
-    let get = |e| db_error(op, e);
-    Ok(LanePause {
-        lane: row.try_get("lane").map_err(get)?,
-        target: row.try_get("target").map_err(get)?,
-        paused_by: row.try_get("paused_by").map_err(get)?,
-        reason: row.try_get("reason").map_err(get)?,
-        paused_at: UnixMillis::from_millis(row.try_get("paused_at").map_err(get)?),
-    })
 }

@@ -172,73 +172,16 @@ impl PostgresOutboxStore {
             .await
             .map_err(|e| db_error(op, e))?;
         call.finish(op).await?;
-        let mut hits = Vec::with_capacity(rows.len());
-        let (mut last_read, mut read) = (None, 0i64);
-        for row in &rows {
-            last_read = Some(row.try_get::<i64, _>("seq").map_err(|e| db_error(op, e))?);
-            read = row.try_get("list_read").map_err(|e| db_error(op, e))?;
-            if row
-                .try_get::<bool, _>("list_hit")
-                .map_err(|e| db_error(op, e))?
-            {
-                hits.push(row::message(row)?);
-            }
-        }
-        let budget = list_budget(filter, page.limit);
-        let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
-        Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
+        sql::scanned_page(
+            &rows,
+            filter,
+            page,
+            db_error,
+            |row| row.try_get("list_hit"),
+            row::message,
+        )
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lane_is_read_by_status_and_only_set_fields_become_terms() {
-        let page = PageRequest {
-            after: Some(7),
-            limit: 10,
-        };
-        let sql = list_sql("t", &MessageFilter::lane("orders", "billing"), page);
-        assert_eq!(sql.text.matches(" UNION ALL ").count(), 3, "{}", sql.text);
-        assert!(
-            sql.text
-                .contains("m.status >= 'dead_letter' AND m.status <= 'dead_letter'"),
-            "{}",
-            sql.text
-        );
-        assert!(!sql.text.contains("IS NULL"), "{}", sql.text);
-        assert_eq!(
-            sql.values,
-            [
-                Value::Int(7),
-                Value::Text("orders".into()),
-                Value::Text("billing".into()),
-                Value::Int(11),
-                Value::Int(11),
-            ]
-        );
-
-        let scanning = MessageFilter::lane("orders", "billing")
-            .with_status(OutboxStatus::DeadLetter)
-            .with_error_containing("timeout");
-        let sql = list_sql(
-            "t",
-            &scanning,
-            PageRequest {
-                after: None,
-                limit: 10,
-            },
-        );
-        assert!(!sql.text.contains(" UNION ALL "), "{}", sql.text);
-        assert!(
-            sql.text.contains("strpos(m.last_error, $1) > 0"),
-            "{}",
-            sql.text
-        );
-        // Ten pages' worth of rows read at most, eleven matches answered at most.
-        assert_eq!(sql.values.last(), Some(&Value::Int(11)));
-        assert_eq!(sql.values[sql.values.len() - 2], Value::Int(110));
-    }
-}
+mod tests;

@@ -8,9 +8,9 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
-use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
-use crate::store::StoreOp;
-use crate::store::{sql, StoreError};
+use crate::store::sql::{self, BadColumn};
+use crate::store::unreadable::{ClaimedRow, Unreadable};
+use crate::store::{StoreError, StoreOp};
 
 /// Maps a sqlx error of operation `op` ([`sql::store_error`] with PostgreSQL's codes).
 pub(crate) fn db_error(op: StoreOp, error: sqlx::Error) -> StoreError {
@@ -30,14 +30,8 @@ const CODES: sql::Codes = sql::Codes {
 
 /// Reads one message from a row selected with [`super::sql::columns`].
 pub(crate) fn message(row: &PgRow) -> Result<OutboxMessage, StoreError> {
-    let outbox_id: Uuid = row.try_get("outbox_id").map_err(|e| StoreError::Corrupt {
-        id: "?".into(),
-        reason: format!("outbox_id: {}", reason(e)),
-    })?;
-    read(row, outbox_id).map_err(|bad| StoreError::Corrupt {
-        id: outbox_id.to_string(),
-        reason: format!("{}: {}", bad.column, bad.reason),
-    })
+    let outbox_id: Uuid = get(row, "outbox_id").map_err(|bad| bad.corrupt("?"))?;
+    read(row, outbox_id).map_err(|bad| bad.corrupt(outbox_id.to_string()))
 }
 
 /// Reads one row a claim returned: the message, or, when a column of it cannot be read, what
@@ -59,31 +53,19 @@ pub(crate) fn claimed(row: &PgRow, op: StoreOp) -> Result<ClaimedRow, StoreError
                 outbox_id: Some(outbox_id),
                 claim_token,
                 ordering_key: row.try_get("ordering_key").map_err(|e| db_error(op, e))?,
-                error: unreadable_error(bad.column, bad.reason),
+                error: bad.unreadable(),
             }))
         }
     }
 }
 
-/// A column of a row that does not decode, and why.
-struct BadColumn {
-    column: &'static str,
-    reason: String,
-}
-
 /// The message in `row`, or the first column that does not decode.
 fn read(row: &PgRow, outbox_id: Uuid) -> Result<OutboxMessage, BadColumn> {
     let status: String = get(row, "status")?;
-    let status: OutboxStatus = status.parse().map_err(|e| BadColumn {
-        column: "status",
-        reason: format!("{e}"),
-    })?;
+    let status: OutboxStatus = status.parse().map_err(|e| BadColumn::new("status", e))?;
     let headers: serde_json::Value = get(row, "headers")?;
-    let headers: BTreeMap<String, String> =
-        serde_json::from_value(headers).map_err(|e| BadColumn {
-            column: "headers",
-            reason: format!("is not a JSON object of strings: {e}"),
-        })?;
+    let headers: BTreeMap<String, String> = serde_json::from_value(headers)
+        .map_err(|e| BadColumn::new("headers", format!("is not a JSON object of strings: {e}")))?;
     Ok(OutboxMessage {
         outbox_id,
         seq: get(row, "seq")?,
@@ -94,8 +76,8 @@ fn read(row: &PgRow, outbox_id: Uuid) -> Result<OutboxMessage, BadColumn> {
         ordering_key: get(row, "ordering_key")?,
         dedupe_key: get(row, "dedupe_key")?,
         status,
-        attempt_count: count(row, "attempt_count")?,
-        max_attempts: count(row, "max_attempts")?,
+        attempt_count: sql::count("attempt_count", get(row, "attempt_count")?)?,
+        max_attempts: sql::count("max_attempts", get(row, "max_attempts")?)?,
         available_at: get(row, "available_at")?,
         claimed_by: get(row, "claimed_by")?,
         claim_token: get(row, "claim_token")?,
@@ -111,27 +93,8 @@ fn get<'r, T>(row: &'r PgRow, column: &'static str) -> Result<T, BadColumn>
 where
     T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
 {
-    row.try_get(column).map_err(|e| BadColumn {
-        column,
-        reason: reason(e),
-    })
-}
-
-fn count(row: &PgRow, column: &'static str) -> Result<u32, BadColumn> {
-    let value: i64 = get(row, column)?;
-    u32::try_from(value).map_err(|_| BadColumn {
-        column,
-        reason: format!("{value} is out of range (0 to {})", u32::MAX),
-    })
-}
-
-/// What went wrong in a column's decoding, without sqlx's "error occurred while decoding
-/// column" around it (the column is named by the caller).
-fn reason(error: sqlx::Error) -> String {
-    match error {
-        sqlx::Error::ColumnDecode { source, .. } => source.to_string(),
-        other => other.to_string(),
-    }
+    row.try_get(column)
+        .map_err(|e| BadColumn::decoding(column, e))
 }
 
 /// A non-negative count read from the database.

@@ -1,14 +1,12 @@
 //! The SQLite store's lane control: the `{table}_lane_control` table (migration 5), one
 //! row per paused (lane, target). Writes take the write turn like every other write.
 
-use sqlx::Row;
-
-use super::row::db;
+use super::row::{db, store_error};
 use super::write::query;
 use super::{Commit, SqliteOutboxStore};
 use crate::store::lane_control::validate_lane;
+use crate::store::sql::lane_pause;
 use crate::store::{LanePause, LanePauseRequest, StoreError, StoreOp};
-use crate::time::UnixMillis;
 
 impl SqliteOutboxStore {
     pub(super) async fn record_pause(
@@ -54,7 +52,7 @@ impl SqliteOutboxStore {
             .fetch_optional(&mut *tx)
             .await
             .map_err(db(OP))
-            .and_then(|row| row.map(|row| pause_of(&row, OP)).transpose());
+            .and_then(|row| row.map(|row| lane_pause(&row, OP, store_error)).transpose());
         self.finish(tx, lifted, OP).await
     }
 
@@ -64,16 +62,8 @@ impl SqliteOutboxStore {
             .fetch_all(&self.reader)
             .await
             .map_err(db(OP))?;
-        rows.iter().map(|row| pause_of(row, OP)).collect()
+        rows.iter()
+            .map(|row| lane_pause(row, OP, store_error))
+            .collect()
     }
-}
-
-fn pause_of(row: &sqlx::sqlite::SqliteRow, op: StoreOp) -> Result<LanePause, StoreError> {
-    Ok(LanePause {
-        lane: row.try_get("lane").map_err(db(op))?,
-        target: row.try_get("target").map_err(db(op))?,
-        paused_by: row.try_get("paused_by").map_err(db(op))?,
-        reason: row.try_get("reason").map_err(db(op))?,
-        paused_at: UnixMillis::from_millis(row.try_get("paused_at").map_err(db(op))?),
-    })
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sqlx::sqlite::SqlitePool;
+use sqlx::sqlite::{SqlitePool, SqliteRow};
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -13,7 +13,7 @@ use crate::store::admin::list_budget;
 use crate::store::StoreOp;
 use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError};
 
-use super::row::{db, decode, uuid_text};
+use super::row::{db, decode, store_error, uuid_text};
 use super::schema::{Statements, COLUMNS};
 use super::write::{bind, dynamic, filter_where, query};
 use crate::store::sql::{Terms, Value};
@@ -62,24 +62,13 @@ pub(super) async fn list(
     filter: &MessageFilter,
     page: PageRequest,
 ) -> Result<Page, StoreError> {
-    const OP: StoreOp = StoreOp::List;
-    let budget = list_budget(filter, page.limit);
     let (text, values) = list_sql(&sql.table, filter, page);
     let rows = bind(dynamic(text), values)
         .fetch_all(pool)
         .await
-        .map_err(db(OP))?;
-    let mut hits = Vec::with_capacity(rows.len());
-    let (mut last_read, mut read) = (None, 0i64);
-    for row in &rows {
-        last_read = Some(row.try_get::<i64, _>("seq").map_err(db(OP))?);
-        read = row.try_get("list_read").map_err(db(OP))?;
-        if row.try_get::<bool, _>("list_hit").map_err(db(OP))? {
-            hits.push(decode(row)?);
-        }
-    }
-    let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
-    Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
+        .map_err(db(StoreOp::List))?;
+    let hit = |row: &SqliteRow| row.try_get("list_hit");
+    crate::store::sql::scanned_page(&rows, filter, page, store_error, hit, decode)
 }
 
 /// A listing's statement and its values. The rows are read in seq order by the filter's

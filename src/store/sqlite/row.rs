@@ -1,23 +1,21 @@
 //! Between `OutboxMessage` and a SQLite row: decoding, the text forms of ids, statuses and
 //! JSON columns, and the mapping of `sqlx` errors onto [`StoreError`].
 
-use std::collections::BTreeMap;
-
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxStatus, Payload};
-use crate::store::unreadable::{unreadable_error, ClaimedRow, Unreadable};
-use crate::store::StoreOp;
-use crate::store::{sql, StoreError};
+use crate::store::sql::{self, BadColumn};
+use crate::store::unreadable::{ClaimedRow, Unreadable};
+use crate::store::{StoreError, StoreOp};
 
 /// Reads a message from a row selected with `schema::COLUMNS`.
 pub(super) fn decode(row: &SqliteRow) -> Result<OutboxMessage, StoreError> {
     read(row).map_err(|bad| {
         // The id first, so every later complaint can name the row.
         let id: String = row.try_get("outbox_id").unwrap_or_else(|_| "?".to_owned());
-        corrupt(&id, bad.column, bad.reason)
+        bad.corrupt(id)
     })
 }
 
@@ -39,23 +37,8 @@ pub(super) fn claimed(row: &SqliteRow, claim_token: Uuid) -> Result<ClaimedRow, 
         outbox_id,
         claim_token,
         ordering_key: row.try_get("ordering_key").ok().flatten(),
-        error: unreadable_error(bad.column, bad.reason),
+        error: bad.unreadable(),
     }))
-}
-
-/// A column of a row that does not decode, and why.
-struct BadColumn {
-    column: &'static str,
-    reason: String,
-}
-
-impl BadColumn {
-    fn new(column: &'static str, reason: impl std::fmt::Display) -> Self {
-        Self {
-            column,
-            reason: reason.to_string(),
-        }
-    }
 }
 
 /// The message in `row`, or the first column that does not decode.
@@ -72,16 +55,14 @@ fn read(row: &SqliteRow) -> Result<OutboxMessage, BadColumn> {
         lane: column(row, "lane")?,
         target: column(row, "target")?,
         payload: Payload::from_json(payload).map_err(|e| BadColumn::new("payload", e))?,
-        headers: serde_json::from_str::<BTreeMap<String, String>>(&headers).map_err(|e| {
-            BadColumn::new("headers", format!("is not a JSON object of strings: {e}"))
-        })?,
+        headers: sql::headers(&headers)?,
         ordering_key: column(row, "ordering_key")?,
         dedupe_key: column(row, "dedupe_key")?,
         status: status_text
             .parse::<OutboxStatus>()
             .map_err(|e| BadColumn::new("status", e))?,
-        attempt_count: count(row, "attempt_count")?,
-        max_attempts: count(row, "max_attempts")?,
+        attempt_count: sql::count("attempt_count", column(row, "attempt_count")?)?,
+        max_attempts: sql::count("max_attempts", column(row, "max_attempts")?)?,
         available_at: column(row, "available_at")?,
         claimed_by: column(row, "claimed_by")?,
         claim_token: claim_token
@@ -99,27 +80,14 @@ fn column<'r, T>(row: &'r SqliteRow, name: &'static str) -> Result<T, BadColumn>
 where
     T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
 {
-    row.try_get(name).map_err(|e| match e {
-        sqlx::Error::ColumnDecode { source, .. } => BadColumn::new(name, source),
-        other => BadColumn::new(name, other),
-    })
-}
-
-fn count(row: &SqliteRow, name: &'static str) -> Result<u32, BadColumn> {
-    let value: i64 = column(row, name)?;
-    u32::try_from(value)
-        .map_err(|_| BadColumn::new(name, format!("{value} is out of range (0 to {})", u32::MAX)))
+    row.try_get(name).map_err(|e| BadColumn::decoding(name, e))
 }
 
 pub(super) fn parse_uuid(text: &str, field: &str, id: &str) -> Result<Uuid, StoreError> {
-    Uuid::parse_str(text).map_err(|e| corrupt(id, field, e))
-}
-
-fn corrupt(id: &str, field: &str, error: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt {
+    Uuid::parse_str(text).map_err(|e| StoreError::Corrupt {
         id: id.to_owned(),
-        reason: format!("{field}: {error}"),
-    }
+        reason: format!("{field}: {e}"),
+    })
 }
 
 /// Ids and tokens are stored as hyphenated lowercase text: readable in the `sqlite3` shell,
@@ -167,32 +135,4 @@ pub(super) fn db(op: StoreOp) -> impl Fn(sqlx::Error) -> StoreError {
 }
 
 #[cfg(test)]
-mod refusal_tests {
-    use sqlx::sqlite::SqliteConnectOptions;
-    use sqlx::{ConnectOptions, Connection};
-
-    use super::*;
-
-    /// A read-only database answers every write with SQLITE_READONLY: permanent, so a relay
-    /// gives up instead of backing off forever.
-    #[tokio::test]
-    async fn a_read_only_database_is_a_permanent_refusal() {
-        let mut conn = SqliteConnectOptions::new()
-            .in_memory(true)
-            .connect()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        sqlx::raw_sql("CREATE TABLE t (x integer); PRAGMA query_only = ON")
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let error = sqlx::raw_sql("INSERT INTO t VALUES (1)")
-            .execute(&mut conn)
-            .await
-            .expect_err("the write is refused");
-        let mapped = store_error(StoreOp::Claim, error);
-        assert!(mapped.is_permanent(), "{mapped:?}");
-        assert!(!mapped.is_retryable(), "{mapped:?}");
-        let _ = conn.close().await;
-    }
-}
+mod tests;
