@@ -33,6 +33,9 @@
 //!   of each page over `--ui-requests` requests, against the 100 ms p95 bound.
 //! - `history`: delete on ack against keep history, each beside its raw ceiling (an UPDATE
 //!   or a DELETE ack), and the default claims in flight against one (`levers.rs`).
+//! - `lanes`: PostgreSQL, one relay with 1, 100, 1,000 and 10,000 lanes (`--lanes`): start
+//!   to ready, idle CPU, database commits/s, store calls/s and RSS over `--lanes-window-s`,
+//!   one message per lane, and a drain of `--lanes-per-lane` messages per lane (`lanes.rs`).
 //! - `replicas`: 1, 2 and 3 `outbox-relay` processes on one PostgreSQL lane, concurrency
 //!   split and full each (`levers.rs`; needs the binary built beside this program).
 //!
@@ -43,6 +46,7 @@
 mod crash;
 mod drain;
 mod kafka;
+mod lanes;
 mod levers;
 mod metered;
 mod options;
@@ -237,6 +241,14 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
         match levers::replicas(options).await {
             Ok(rows) => results.replicas = rows,
             Err(error) => results.errors.push(format!("{label} replicas: {error}")),
+        }
+    }
+    if options.runs(Section::Lanes) && kind == StoreKind::Postgres {
+        for &n in &options.lanes {
+            match lanes::run(n, options).await {
+                Ok(row) => results.lanes.push(row),
+                Err(error) => results.errors.push(format!("{label} {n} lanes: {error}")),
+            }
         }
     }
     if options.runs(Section::Kafka) && sql {

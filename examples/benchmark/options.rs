@@ -93,10 +93,12 @@ pub enum Section {
     History,
     /// 1, 2, 3 relay processes on one PostgreSQL lane.
     Replicas,
+    /// Many lanes in one relay on PostgreSQL: ready, idle costs, pickup, drain.
+    Lanes,
 }
 
 impl Section {
-    const ALL: [Section; 11] = [
+    const ALL: [Section; 12] = [
         Section::Single,
         Section::Ceiling,
         Section::Drain,
@@ -108,6 +110,7 @@ impl Section {
         Section::Ui,
         Section::History,
         Section::Replicas,
+        Section::Lanes,
     ];
 
     fn parse(name: &str) -> Result<Self, String> {
@@ -123,9 +126,10 @@ impl Section {
             "ui" => Section::Ui,
             "history" => Section::History,
             "replicas" => Section::Replicas,
+            "lanes" => Section::Lanes,
             other => {
                 return Err(format!(
-                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook, kafka, ui, history, replicas)"
+                    "--sections: unknown section {other:?} (single, ceiling, drain, crash, pickup, slow, webhook, kafka, ui, history, replicas, lanes)"
                 ))
             }
         })
@@ -170,6 +174,14 @@ pub struct Options {
     pub replica_concurrency: usize,
     /// The concurrencies of the history rows (each row is five drains of a fresh backlog).
     pub history_concurrency: Vec<usize>,
+    /// The lane counts of the `lanes` rows, the idle window of each, the messages per
+    /// lane of its drain, whether the Prometheus recorder is installed, and each lane's
+    /// concurrency.
+    pub lanes: Vec<usize>,
+    pub lanes_window: Duration,
+    pub lanes_per_lane: usize,
+    pub lanes_metrics: bool,
+    pub lanes_concurrency: usize,
 }
 
 impl Default for Options {
@@ -203,6 +215,11 @@ impl Default for Options {
             replica_backlog: 50_000,
             replica_concurrency: 64,
             history_concurrency: vec![64],
+            lanes: vec![1, 100, 1_000, 10_000],
+            lanes_window: Duration::from_secs(60),
+            lanes_per_lane: 20,
+            lanes_metrics: true,
+            lanes_concurrency: 2,
         }
     }
 }
@@ -297,11 +314,27 @@ impl Options {
                 "--history-concurrency" => options.history_concurrency = list(&value)?,
                 "--replica-backlog" => options.replica_backlog = number(&value)?.max(1),
                 "--replica-concurrency" => options.replica_concurrency = number(&value)?.max(3),
+                "--lanes" => options.lanes = list(&value)?,
+                "--lanes-window-s" => {
+                    options.lanes_window = Duration::from_secs(number(&value)?.max(1) as u64)
+                }
+                "--lanes-concurrency" => options.lanes_concurrency = number(&value)?.max(1),
+                "--lanes-per-lane" => options.lanes_per_lane = number(&value)?.max(1),
+                "--lanes-metrics" => {
+                    options.lanes_metrics = match value.as_str() {
+                        "on" => true,
+                        "off" => false,
+                        other => return Err(format!("--lanes-metrics: on or off, not {other:?}")),
+                    }
+                }
                 other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
             }
         }
         if options.concurrency.contains(&0) {
             return Err("--concurrency: every value must be at least 1".to_owned());
+        }
+        if options.lanes.contains(&0) {
+            return Err("--lanes: every lane count must be at least 1".to_owned());
         }
         if options.sizes.contains(&0) {
             return Err("--sizes: every size must be at least 1".to_owned());
@@ -329,7 +362,7 @@ usage: benchmark [flags]
   --keys none,1000,hot     key distributions: none, a key count, or hot (one hot key
                            among 1,000 cold keys)
   --sections LIST          single,ceiling,drain,crash,pickup,slow,webhook,kafka,ui,
-                           history,replicas (default all)
+                           history,replicas,lanes (default all)
   --rounds N               runs every raw ceiling and no-op drain N times, rounds
                            interleaved, then the slow handler N times; the report
                            gives each case's median (default 1)
@@ -354,6 +387,15 @@ usage: benchmark [flags]
   --replica-backlog N      rows of each replicas case (default 50000)
   --replica-concurrency N  the lane's concurrency in the replicas row, split over the
                            processes or full each (default 64)
+  --lanes 1,100,1000,10000 lane counts of the lanes rows (PostgreSQL, one relay, lanes
+                           of concurrency 2, a no-op handler, a database of their own)
+  --lanes-window-s N       the idle window of each lanes row: CPU, commits/s (from
+                           pg_stat_database), store calls and RSS over it (default 60;
+                           PostgreSQL publishes counts up to 10 s late: short is a smoke run)
+  --lanes-concurrency N    each lane's concurrency in the lanes rows (default 2)
+  --lanes-per-lane K       messages per lane of the lanes rows' drain (default 20)
+  --lanes-metrics on|off   the lanes rows with the Prometheus recorder installed, as the
+                           daemon runs, or none (default on; once on, on for the process)
 environment:
   OUTBOX_BENCH_RELAY_BIN=PATH       the outbox-relay binary of the replicas row (default:
                            target/release/outbox-relay beside this program)

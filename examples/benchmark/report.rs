@@ -96,6 +96,7 @@ pub struct Results {
     pub ui: Vec<crate::ui::UiRow>,
     pub histories: Vec<crate::levers::HistoryRow>,
     pub replicas: Vec<crate::levers::ReplicaRow>,
+    pub lanes: Vec<crate::lanes::LanesRow>,
     pub errors: Vec<String>,
 }
 
@@ -193,6 +194,7 @@ impl Results {
         if !self.replicas.is_empty() {
             let _ = writeln!(w, "{}", crate::levers::ReplicaRow::markdown(&self.replicas));
         }
+        crate::lanes::LanesRow::markdown(&self.lanes, w);
         self.checks(w);
         if !self.errors.is_empty() {
             let _ = writeln!(w, "## Errors\n");
