@@ -418,8 +418,8 @@ environment:
                            (SqliteStoreBuilder::background_checkpoints; default on)
   OUTBOX_BENCH_PREFETCH=N           the relays' LaneConfig::prefetch (default: the
                            concurrency), to compare prefetch depths
-  OUTBOX_BENCH_PREFETCH_MAX=N       the relays' LaneConfig::prefetch_max (default 0,
-                           the prefetch never grows), to compare ceilings
+  OUTBOX_BENCH_PREFETCH_MAX=N       the relays' LaneConfig::prefetch_max (default
+                           128; 0: the prefetch never grows), to compare ceilings
   OUTBOX_BENCH_PERF_CTL=CTL,ACK     fifos of `perf record --control=fifo:CTL,ACK -D -1`:
                            sampling is enabled for each drain only
   OUTBOX_BENCH_VACUUM_EVERY=N       PostgreSQL stores vacuum after N retired rows
