@@ -119,8 +119,10 @@ async fn an_idle_relay_takes_its_own_process_keyless_enqueue_without_a_claim() {
     let counting = Arc::new(Counting::default());
     let store = open(schema.config()).await.with_hook(counting.clone());
     let (tx, mut rx) = mpsc::unbounded_channel();
+    // The prefetch stays at 2 (`prefetch_max` 0), so the lane's room, and with it its
+    // credits, stays `concurrency + prefetch` = 4 however quick the deliveries are.
     let builder = OutboxRelay::builder(&store).lane(
-        lane().concurrency(2),
+        lane().concurrency(2).prefetch_max(0),
         handler_fn(move |message: OutboxMessage| {
             let tx = tx.clone();
             async move {
