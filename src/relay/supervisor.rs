@@ -46,7 +46,7 @@ pub(crate) enum SupervisorMsg {
     Lanes(RpcReplyPort<Vec<LaneConfig>>),
     /// Every fleet-wide pause in force, as the store has them (`lane_control.rs`).
     FleetPauses(Vec<LanePause>),
-    /// A backlog sample of every lane (`relay/upkeep.rs`): each lane relay gets its own.
+    /// A backlog sample of every lane (`relay/upkeep.rs`): each lane's gauges are set from it.
     Backlog(BacklogSample),
     Shutdown(Duration, RpcReplyPort<ShutdownReport>),
     /// A restart backoff ran out; honoured only if the lane still waits for this token.
@@ -58,7 +58,9 @@ pub(crate) enum SupervisorMsg {
 
 /// One store call's stats of every lane the supervisor ran when it was made.
 pub(crate) struct BacklogSample {
-    /// The lanes that have messages (a lane absent has none), or why the call failed.
+    /// The lanes asked for: a lane added since waits for the next sample.
+    pub(crate) lanes: Vec<(String, String)>,
+    /// The lanes asked for that have messages (one absent has none), or why the call failed.
     pub(crate) stats: Result<Vec<LaneStats>, Arc<StoreError>>,
     /// How long the call took: each lane records it as its `stats` store call.
     pub(crate) took: Duration,
@@ -136,12 +138,15 @@ impl SupervisorState {
     /// Sets each lane's backlog gauges from `sample`, and records the call as each lane's
     /// `stats` call; a failed call leaves the gauges as they were and counts as each lane's
     /// store error (not its last error, nor a backoff: its claims go on).
-    fn hand_out_backlog(&mut self, sample: BacklogSample) {
+    fn hand_out_backlog(&self, sample: BacklogSample) {
+        let asked = sample
+            .lanes
+            .into_iter()
+            .map(|(name, target)| LaneKey { name, target });
         let stats = match sample.stats {
             Ok(stats) => stats,
             Err(error) => {
-                let keys: Vec<LaneKey> = self.lanes.keys().cloned().collect();
-                for lane in keys {
+                for lane in asked.filter(|key| self.lanes.contains_key(key)) {
                     self.emit(RelayEvent::StoreError {
                         lane,
                         op: StoreOp::Stats,
@@ -152,14 +157,15 @@ impl SupervisorState {
                 return;
             }
         };
-        let mut stats: HashMap<(String, String), LaneStats> = stats
+        let mut stats: HashMap<LaneKey, LaneStats> = stats
             .into_iter()
-            .map(|s| ((s.lane.clone(), s.target.clone()), s))
+            .map(|s| (LaneKey::new(&s.lane, &s.target), s))
             .collect();
-        for (key, entry) in &self.lanes {
-            let mut lane = stats
-                .remove(&(key.name.clone(), key.target.clone()))
-                .unwrap_or_default();
+        for key in asked {
+            let Some(entry) = self.lanes.get(&key) else {
+                continue; // removed since
+            };
+            let mut lane = stats.remove(&key).unwrap_or_default();
             if entry.config.ordering == OrderingPolicy::Skip {
                 // The store counts the keys Block would hold; a Skip lane holds none.
                 lane.blocked_keys = 0;

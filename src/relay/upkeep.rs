@@ -1,8 +1,9 @@
 //! The relay's store work beside its lanes, never on their paths, over the lanes the
 //! supervisor runs at each turn (so lanes added or removed at run time count): the backlog
 //! gauges' samples, automatic retention ([`crate::retention`]), and the record of the lanes
-//! it serves with the report of the lanes nobody serves ([`crate::store::served`]). Each task ends when the
-//! supervisor stops, and [`RelayHandle`](super::RelayHandle) aborts it at shutdown.
+//! it serves with the report of the lanes nobody serves ([`crate::store::served`]). Each
+//! task ends when the supervisor stops, and [`RelayHandle`](super::RelayHandle) aborts it
+//! at shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +61,7 @@ pub(super) fn backlog(store: Outbox, supervisor: ActorRef<SupervisorMsg>) -> Joi
                 let started = Instant::now();
                 let stats = store.lanes_stats(&lanes).await.map_err(Arc::new);
                 let sample = BacklogSample {
+                    lanes,
                     stats,
                     took: started.elapsed(),
                 };
