@@ -203,7 +203,8 @@ pub struct LaneConfig {
     pub ordering: OrderingPolicy,
     /// The longest an idle lane sleeps before looking at the store again.
     pub max_poll_interval: Duration,
-    /// How often backlog gauges are sampled from the store.
+    /// How often backlog gauges are sampled from the store. A relay samples all its lanes
+    /// in one store call, as often as the shortest `stats_interval` among them asks.
     pub stats_interval: Duration,
     /// Backoff after store errors (claims, acks, nacks, `next_due`, lease extension); no
     /// jitter unless turned on.

@@ -329,7 +329,7 @@ impl RelayBuilder {
         let (supervisor, join) = Actor::spawn(None, RelaySupervisor, args)
             .await
             .map_err(|e| RelayError::Spawn(e.to_string()))?;
-        let mut upkeep = Vec::new();
+        let mut upkeep = vec![upkeep::backlog(store.clone(), supervisor.clone()).abort_handle()];
         if let Some(known) = fleet_pauses {
             upkeep
                 .push(lane_control::watch(store.clone(), supervisor.clone(), known).abort_handle());
@@ -360,8 +360,8 @@ pub struct RelayHandle {
     supervisor: ActorRef<SupervisorMsg>,
     events: broadcast::Sender<RelayEvent>,
     join: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    /// The tasks beside the supervisor (`relay/lane_control.rs`'s watcher; retention and
-    /// the served lanes: `relay/upkeep.rs`), stopped with the relay.
+    /// The tasks beside the supervisor (`relay/lane_control.rs`'s watcher; the backlog
+    /// samples, retention and the served lanes: `relay/upkeep.rs`), stopped with the relay.
     upkeep: Vec<tokio::task::AbortHandle>,
     /// A shutdown was asked (by [`RelayHandle::shutdown`]): a drop asks no second one.
     stopping: AtomicBool,

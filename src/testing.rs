@@ -131,6 +131,7 @@ macro_rules! conformance {
             list_filters_by_enqueue_time_and_error_text,
             a_rare_match_is_found_across_short_pages,
             stats_count_every_status_per_lane,
+            lanes_stats_answer_for_many_lanes_at_once,
             requeue_dead_letters_by_ids_and_by_lane,
             discard_deletes_only_dead_letters,
             purge_deletes_old_finished_rows_in_batches,

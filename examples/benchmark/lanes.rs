@@ -37,6 +37,10 @@ const SETTLE: Duration = Duration::from_secs(11);
 /// How often the recorder is rendered, as a Prometheus scrape would.
 const SCRAPE_EVERY: Duration = Duration::from_secs(15);
 
+/// What one step of a row measured, or why it failed: a row keeps the steps it measured
+/// and shows the failed one's error in its cell.
+pub type Step<T> = Result<T, String>;
+
 /// One lane count's measurements.
 #[derive(Debug, Clone)]
 pub struct LanesRow {
@@ -45,37 +49,50 @@ pub struct LanesRow {
     pub concurrency: usize,
     /// From the relay's start to every lane's first idle sleep (its first claim answered);
     /// `None`: not every lane within `--drain-timeout-s`, and how many were.
-    pub ready: Option<Duration>,
+    pub ready: Step<Option<Duration>>,
     pub ready_lanes: usize,
     pub ready_timeout: Duration,
-    /// The idle window the next three were taken over.
-    pub window: Duration,
-    /// The process's CPU time over the window, as a share of one core.
-    pub idle_cpu: f64,
-    /// Transactions committed in the lanes' database per second over the window.
-    pub idle_commits: f64,
-    /// Store calls per second over the window, by operation.
-    pub idle_calls: BTreeMap<&'static str, f64>,
-    /// Resident memory before the relay started and at the end of the window.
+    /// What the idle lanes cost over the window.
+    pub idle: Step<Idle>,
+    /// Resident memory before the relay started.
     pub rss_before: u64,
-    pub rss_idle: u64,
-    /// Lines of the Prometheus exposition at the end of the window (0: metrics off).
-    pub metric_lines: usize,
     /// One message enqueued into each lane: from the enqueue's start to the last delivery.
-    pub one_each: Option<Duration>,
+    pub one_each: Step<Option<Duration>>,
     /// `lanes × per_lane` messages enqueued at once: from the enqueue's start to the last
     /// delivery.
     pub drain_messages: usize,
-    pub drain: Option<Duration>,
+    pub drain: Step<Option<Duration>>,
     /// The connections the lanes may hold at once, against the pool's size.
     pub connections_needed: usize,
     pub pool: Option<u32>,
 }
 
+/// What the idle lanes cost over the window.
+#[derive(Debug, Clone)]
+pub struct Idle {
+    /// The window the rest were taken over.
+    pub window: Duration,
+    /// The process's CPU time over the window, as a share of one core.
+    pub cpu: f64,
+    /// Transactions committed in the lanes' database per second over the window.
+    pub commits: f64,
+    /// Store calls per second over the window, by operation.
+    pub calls: BTreeMap<&'static str, f64>,
+    /// Resident memory at the end of the window.
+    pub rss: u64,
+    /// Lines of the Prometheus exposition at the end of the window (0: metrics off).
+    pub metric_lines: usize,
+}
+
+/// A failed step's cell: its error, with what would end a Markdown cell escaped.
+fn failed(error: &str) -> String {
+    format!("failed: {}", error.replace('|', "\\|").replace('\n', " "))
+}
+
 impl LanesRow {
     pub fn drain_rate(&self) -> Option<f64> {
-        self.drain
-            .map(|took| self.drain_messages as f64 / took.as_secs_f64().max(1e-9))
+        let took = self.drain.as_ref().ok().copied().flatten()?;
+        Some(self.drain_messages as f64 / took.as_secs_f64().max(1e-9))
     }
 
     pub fn markdown(rows: &[LanesRow], w: &mut String) {
@@ -99,43 +116,69 @@ impl LanesRow {
             "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
         );
         for r in rows {
-            let calls: Vec<String> = r
-                .idle_calls
-                .iter()
-                .filter(|(_, rate)| **rate > 0.0)
-                .map(|(op, rate)| format!("{op} {rate:.1}"))
-                .collect();
-            let per_lane = r.rss_idle.saturating_sub(r.rss_before) as f64 / r.lanes as f64;
+            let ready = match &r.ready {
+                Ok(Some(t)) => format!("{:.2} s", t.as_secs_f64()),
+                Ok(None) => format!(
+                    "{} of {} lanes after {} s",
+                    r.ready_lanes,
+                    r.lanes,
+                    r.ready_timeout.as_secs()
+                ),
+                Err(error) => failed(error),
+            };
+            let idle: [String; 6] = match &r.idle {
+                Ok(idle) => {
+                    let calls: Vec<String> = idle
+                        .calls
+                        .iter()
+                        .filter(|(_, rate)| **rate > 0.0)
+                        .map(|(op, rate)| format!("{op} {rate:.1}"))
+                        .collect();
+                    let per_lane = idle.rss.saturating_sub(r.rss_before) as f64 / r.lanes as f64;
+                    [
+                        format!("{:.1} % of a core", idle.cpu * 100.0),
+                        format!("{:.1} (over {} s)", idle.commits, idle.window.as_secs()),
+                        calls.join(", "),
+                        format!("{:.0} MiB ({:.0} MiB)", mib(idle.rss), mib(r.rss_before)),
+                        format!("{:.1} KiB", per_lane / 1024.0),
+                        idle.metric_lines.to_string(),
+                    ]
+                }
+                Err(error) => {
+                    let cell = failed(error);
+                    [
+                        cell.clone(),
+                        cell.clone(),
+                        cell.clone(),
+                        format!("{cell} ({:.0} MiB)", mib(r.rss_before)),
+                        cell.clone(),
+                        cell,
+                    ]
+                }
+            };
+            let one_each = match &r.one_each {
+                Ok(Some(t)) => format!("{:.2} s", t.as_secs_f64()),
+                Ok(None) => "timed out".to_owned(),
+                Err(error) => failed(error),
+            };
+            let drain = match (&r.drain, r.drain_rate()) {
+                (Ok(Some(took)), Some(rate)) => format!(
+                    "{:.1} k msg/s ({} in {:.1} s)",
+                    rate / 1e3,
+                    r.drain_messages,
+                    took.as_secs_f64()
+                ),
+                (Err(error), _) => failed(error),
+                _ => format!("timed out ({})", r.drain_messages),
+            };
+            let [cpu, commits, calls, rss, per_lane, metric_lines] = idle;
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {:.1} % of a core | {:.1} (over {} s) | {} | {:.0} MiB ({:.0} MiB) | {:.1} KiB | {} | {} | {} / {} | {} |",
+                "| {} | {} | {ready} | {cpu} | {commits} | {calls} | {rss} | {per_lane} | {one_each} | {drain} | {} / {} | {metric_lines} |",
                 r.lanes,
                 r.concurrency,
-                r.ready.map_or(
-                    format!("{} of {} lanes after {} s", r.ready_lanes, r.lanes, r.ready_timeout.as_secs()),
-                    |t| format!("{:.2} s", t.as_secs_f64())
-                ),
-                r.idle_cpu * 100.0,
-                r.idle_commits,
-                r.window.as_secs(),
-                calls.join(", "),
-                mib(r.rss_idle),
-                mib(r.rss_before),
-                per_lane / 1024.0,
-                r.one_each
-                    .map_or("timed out".to_owned(), |t| format!("{:.2} s", t.as_secs_f64())),
-                match (r.drain_rate(), r.drain) {
-                    (Some(rate), Some(took)) => format!(
-                        "{:.1} k msg/s ({} in {:.1} s)",
-                        rate / 1e3,
-                        r.drain_messages,
-                        took.as_secs_f64()
-                    ),
-                    _ => format!("timed out ({})", r.drain_messages),
-                },
                 r.connections_needed,
                 r.pool.map_or("–".to_owned(), |p| p.to_string()),
-                r.metric_lines,
             );
         }
         let _ = writeln!(w);
@@ -369,39 +412,48 @@ async fn measure(
     })
     .await
     {
-        Ok(ready) => Some(ready?),
+        Ok(ready) => ready.map(Some),
         // Measured all the same: the idle window then shows what keeps them busy.
-        Err(_) => None,
+        Err(_) => Ok(None),
     };
     let ready_lanes = idle.len();
     drop(events);
     tokio::time::sleep(SETTLE).await;
 
-    let (cpu0, commits0, calls0, t0) = (
-        cpu_time()?,
-        xact_commit(admin, database).await?,
-        counts.snapshot(),
-        Instant::now(),
-    );
-    tokio::time::sleep(options.lanes_window).await;
-    let window = t0.elapsed();
-    let (cpu1, commits1, calls1) = (
-        cpu_time()?,
-        xact_commit(admin, database).await?,
-        counts.snapshot(),
-    );
-    let rss_idle = rss()?;
-    let metric_lines = metrics.map_or(0, |m| m.render().lines().count());
-    let per_s = |n: f64| n / window.as_secs_f64();
-    let idle_calls = calls1
-        .iter()
-        .map(|(op, n)| {
-            (
-                *op,
-                per_s((n - calls0.get(op).copied().unwrap_or(0)) as f64),
-            )
+    let idle = async {
+        let (cpu0, commits0, calls0, t0) = (
+            cpu_time()?,
+            xact_commit(admin, database).await?,
+            counts.snapshot(),
+            Instant::now(),
+        );
+        tokio::time::sleep(options.lanes_window).await;
+        let window = t0.elapsed();
+        let (cpu1, commits1, calls1) = (
+            cpu_time()?,
+            xact_commit(admin, database).await?,
+            counts.snapshot(),
+        );
+        let per_s = |n: f64| n / window.as_secs_f64();
+        let calls = calls1
+            .iter()
+            .map(|(op, n)| {
+                (
+                    *op,
+                    per_s((n - calls0.get(op).copied().unwrap_or(0)) as f64),
+                )
+            })
+            .collect();
+        Ok::<Idle, String>(Idle {
+            window,
+            cpu: (cpu1.saturating_sub(cpu0)).as_secs_f64() / window.as_secs_f64(),
+            commits: per_s((commits1 - commits0) as f64),
+            calls,
+            rss: rss()?,
+            metric_lines: metrics.map_or(0, |m| m.render().lines().count()),
         })
-        .collect();
+    }
+    .await;
 
     // Round-robin over the lanes, `per_lane` each, numbered from `from`.
     let drafts = |per_lane: usize, from: usize| -> Result<Vec<OutboxMessageDraft>, String> {
@@ -430,17 +482,23 @@ async fn measure(
             Ok::<(), String>(())
         }
     };
-    let one_each = deliveries
-        .expect(lanes, options.drain_timeout, write(drafts(1, 0)?))
-        .await?;
+    let one_each = match drafts(1, 0) {
+        Ok(drafts) => {
+            deliveries
+                .expect(lanes, options.drain_timeout, write(drafts))
+                .await
+        }
+        Err(error) => Err(error),
+    };
     let drain_messages = lanes * options.lanes_per_lane;
-    let drain = deliveries
-        .expect(
-            drain_messages,
-            options.drain_timeout,
-            write(drafts(options.lanes_per_lane, lanes)?),
-        )
-        .await?;
+    let drain = match drafts(options.lanes_per_lane, lanes) {
+        Ok(drafts) => {
+            deliveries
+                .expect(drain_messages, options.drain_timeout, write(drafts))
+                .await
+        }
+        Err(error) => Err(error),
+    };
     if let Err(error) = relay.shutdown(Duration::from_secs(30)).await {
         eprintln!("benchmark: relay shutdown: {error}");
     }
@@ -450,13 +508,8 @@ async fn measure(
         ready,
         ready_lanes,
         ready_timeout: options.drain_timeout,
-        window,
-        idle_cpu: (cpu1.saturating_sub(cpu0)).as_secs_f64() / window.as_secs_f64(),
-        idle_commits: per_s((commits1 - commits0) as f64),
-        idle_calls,
+        idle,
         rss_before,
-        rss_idle,
-        metric_lines,
         one_each,
         drain_messages,
         drain,
@@ -464,14 +517,11 @@ async fn measure(
         pool,
     };
     println!(
-        "PostgreSQL {lanes} lanes of c={}: ready {:?} ({} lanes); idle {:.1} % CPU, {:.1} commits/s, calls/s {:?}; RSS {:.0} MiB ({:.0} before); one each {:?}; drain {:?} msg/s",
+        "PostgreSQL {lanes} lanes of c={}: ready {:?} ({} lanes); idle {:?}; RSS before {:.0} MiB; one each {:?}; drain {:?} msg/s",
         row.concurrency,
         row.ready,
         row.ready_lanes,
-        row.idle_cpu * 100.0,
-        row.idle_commits,
-        row.idle_calls,
-        mib(row.rss_idle),
+        row.idle,
         mib(row.rss_before),
         row.one_each,
         row.drain_rate().map(|r| r.round()),

@@ -28,7 +28,7 @@ use crate::relay::handler::{DeliveryReport, HandlerActor, HandlerArgs, HandlerMs
 use crate::relay::observe;
 use crate::relay::status::LaneCounters;
 use crate::store::hand_off::{HandOffEvent, HandOffSink, Registration};
-use crate::store::{LaneStats, OrderingPolicy, Outbox, StoreError, StoreOp};
+use crate::store::Outbox;
 
 mod calls;
 pub(crate) mod core;
@@ -50,10 +50,6 @@ pub(crate) enum LaneMsg {
         timeout: Duration,
         reply: oneshot::Sender<DrainReport>,
     },
-    /// Sample the store's stats for the backlog gauges.
-    StatsTick,
-    /// The stats sample's answer.
-    StatsSampled(Result<Vec<LaneStats>, StoreError>),
     /// A store call panicked on its task: the lane fails as if it had panicked itself, so
     /// its supervisor restarts it.
     StoreCallPanicked(String),
@@ -101,7 +97,6 @@ impl Drop for AbortOnDrop {
 /// actors and the metrics, and carries out the core's commands. (What an operator sees of a
 /// lane is [`LaneState`](crate::relay::LaneState), kept by the supervisor.)
 pub(crate) struct LaneShell {
-    key: LaneKey,
     config: LaneConfig,
     core: LaneCore,
     store: Outbox,
@@ -222,35 +217,6 @@ impl LaneShell {
         Ok(())
     }
 
-    fn stats_sampled(
-        &self,
-        myself: &ActorRef<LaneMsg>,
-        result: Result<Vec<LaneStats>, StoreError>,
-    ) {
-        match result {
-            Ok(stats) => {
-                let mut stats = stats.into_iter().next().unwrap_or_default();
-                if self.config.ordering == OrderingPolicy::Skip {
-                    // The store counts the keys Block would hold; a Skip lane holds none.
-                    stats.blocked_keys = 0;
-                }
-                self.metrics.backlog(&stats);
-            }
-            Err(error) => {
-                // Only the gauges go stale: not the lane's last error, nor a backoff.
-                let event = RelayEvent::StoreError {
-                    lane: self.key.clone(),
-                    op: StoreOp::Stats,
-                    error: error.to_string(),
-                    permanent: error.is_permanent(),
-                };
-                observe::record(&self.metrics, &event);
-                let _ = self.events.send(event);
-            }
-        }
-        myself.send_after(self.config.stats_interval, || LaneMsg::StatsTick);
-    }
-
     /// Puts a fresh handler actor in `slot`.
     async fn spawn_handler(
         &mut self,
@@ -303,7 +269,6 @@ impl Actor for LaneRelay {
         config.claims_in_flight =
             Some(config.claims_in_flight_or(args.store.capabilities().claims_in_flight));
         let mut state = LaneShell {
-            key: key.clone(),
             core: LaneCore::new(config.clone(), args.paused),
             store: args.store,
             handler: args.handler,
@@ -379,8 +344,6 @@ impl Actor for LaneRelay {
         // A new incarnation after a crash finds the old one's claims still leased: the first
         // claim takes what else is due, and its `next_due` sleep ends when those leases lapse.
         let _ = myself.send_message(LaneMsg::Core(Input::Start));
-        // The backlog gauges' first sample is taken now, not one `stats_interval` later.
-        let _ = myself.send_message(LaneMsg::StatsTick);
         Ok(state)
     }
 
@@ -425,8 +388,6 @@ impl Actor for LaneRelay {
                 state.replies.push(reply);
                 state.feed(&myself, Input::Drain { timeout }).await?
             }
-            LaneMsg::StatsTick => state.sample_stats(&myself),
-            LaneMsg::StatsSampled(result) => state.stats_sampled(&myself, result),
             LaneMsg::StoreCallPanicked(text) => return Err(text.into()),
         }
         Ok(())

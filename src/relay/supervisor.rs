@@ -21,7 +21,7 @@ use crate::relay::lane::{LaneArgs, LaneMsg, LaneRelay};
 use crate::relay::observe;
 use crate::relay::status::LaneCounters;
 use crate::relay::{GateStatus, LaneStatus, RelayError, ShutdownReport};
-use crate::store::{LanePause, Outbox};
+use crate::store::{LanePause, LaneStats, OrderingPolicy, Outbox, StoreError, StoreOp};
 
 mod fleet;
 pub(crate) mod restarts;
@@ -46,12 +46,24 @@ pub(crate) enum SupervisorMsg {
     Lanes(RpcReplyPort<Vec<LaneConfig>>),
     /// Every fleet-wide pause in force, as the store has them (`lane_control.rs`).
     FleetPauses(Vec<LanePause>),
+    /// A backlog sample of every lane (`relay/upkeep.rs`): each lane's gauges are set from it.
+    Backlog(BacklogSample),
     Shutdown(Duration, RpcReplyPort<ShutdownReport>),
     /// A restart backoff ran out; honoured only if the lane still waits for this token.
     Restart(LaneKey, u64),
     /// A removed lane's relay (this actor) has drained and exited: forget the lane, then
     /// say so, and the removal is answered, so the caller's next command finds it gone.
     Removed(LaneKey, ActorId, oneshot::Sender<()>),
+}
+
+/// One store call's stats of every lane the supervisor ran when it was made.
+pub(crate) struct BacklogSample {
+    /// The lanes asked for: a lane added since waits for the next sample.
+    pub(crate) lanes: Vec<(String, String)>,
+    /// The lanes asked for that have messages (one absent has none), or why the call failed.
+    pub(crate) stats: Result<Vec<LaneStats>, Arc<StoreError>>,
+    /// How long the call took: each lane records it as its `stats` store call.
+    pub(crate) took: Duration,
 }
 
 /// How long a removal waits for a drained lane relay to exit (it does so at once).
@@ -121,6 +133,49 @@ impl SupervisorState {
             observe::record(&entry.metrics, &event);
         }
         let _ = self.events.send(event);
+    }
+
+    /// Sets each lane's backlog gauges from `sample`, and records the call as each lane's
+    /// `stats` call; a failed call leaves the gauges as they were and counts as each lane's
+    /// store error (not its last error, nor a backoff: its claims go on).
+    fn hand_out_backlog(&self, sample: BacklogSample) {
+        let asked = sample
+            .lanes
+            .into_iter()
+            .map(|(name, target)| LaneKey { name, target });
+        let stats = match sample.stats {
+            Ok(stats) => stats,
+            Err(error) => {
+                for lane in asked.filter(|key| self.lanes.contains_key(key)) {
+                    self.emit(RelayEvent::StoreError {
+                        lane,
+                        op: StoreOp::Stats,
+                        error: error.to_string(),
+                        permanent: error.is_permanent(),
+                    });
+                }
+                return;
+            }
+        };
+        let mut stats: HashMap<LaneKey, LaneStats> = stats
+            .into_iter()
+            .map(|s| (LaneKey::new(&s.lane, &s.target), s))
+            .collect();
+        for key in asked {
+            let Some(entry) = self.lanes.get(&key) else {
+                continue; // removed since
+            };
+            let mut lane = stats.remove(&key).unwrap_or_default();
+            if entry.config.ordering == OrderingPolicy::Skip {
+                // The store counts the keys Block would hold; a Skip lane holds none.
+                lane.blocked_keys = 0;
+            }
+            entry.metrics.backlog(&lane);
+            entry
+                .metrics
+                .store_call_timer()
+                .record(StoreOp::Stats, sample.took);
+        }
     }
 
     fn set_state(&mut self, key: &LaneKey, state: LaneState) {
@@ -404,6 +459,7 @@ impl Actor for RelaySupervisor {
                 let _ = reply.send(answer);
             }
             SupervisorMsg::FleetPauses(pauses) => state.set_fleet_pauses(pauses),
+            SupervisorMsg::Backlog(sample) => state.hand_out_backlog(sample),
             SupervisorMsg::Status(reply) => {
                 let _ = reply.send(state.status());
             }

@@ -381,6 +381,13 @@ pub struct LaneStats {
     pub blocked_keys: u64,
 }
 
+/// Sorts `lanes` by lane and target, by bytes (not by a database's collation), keeping one
+/// of each.
+pub(crate) fn sort_lanes(lanes: &mut Vec<LaneStats>) {
+    lanes.sort_by(|a, b| (&a.lane, &a.target).cmp(&(&b.lane, &b.target)));
+    lanes.dedup_by(|a, b| (&a.lane, &a.target) == (&b.lane, &b.target));
+}
+
 /// How many messages an operation touched in one (lane, target).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaneCount {

@@ -228,6 +228,20 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     /// ignored). Lanes with no messages are absent.
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError>;
 
+    /// The stats of each of `lanes` (lane, target) that has messages, sorted by lane and
+    /// target; a lane without messages is absent, as in [`stats`](Self::stats). A relay
+    /// samples the backlog of all its lanes with one such call (`relay/upkeep.rs`), so a
+    /// backend answers it in one statement where it can; this default asks
+    /// [`stats`](Self::stats) lane by lane.
+    async fn lanes_stats(&self, lanes: &[(String, String)]) -> Result<Vec<LaneStats>, StoreError> {
+        let mut all = Vec::new();
+        for (lane, target) in lanes {
+            all.extend(self.stats(&MessageFilter::lane(lane, target)).await?);
+        }
+        super::admin::sort_lanes(&mut all);
+        Ok(all)
+    }
+
     /// Lists messages in enqueue order, a page at a time.
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError>;
 

@@ -383,6 +383,16 @@ impl Outbox {
         self.timed(StoreOp::Stats, self.backend.stats(filter)).await
     }
 
+    /// The stats of each of `lanes` (lane, target) that has messages, in one call where the
+    /// backend can ([`OutboxBackend::lanes_stats`]); timed as a `stats` call.
+    pub async fn lanes_stats(
+        &self,
+        lanes: &[(String, String)],
+    ) -> Result<Vec<LaneStats>, StoreError> {
+        self.timed(StoreOp::Stats, self.backend.lanes_stats(lanes))
+            .await
+    }
+
     /// Pauses (lane, target) for every relay on this store, until
     /// [`resume_lane`](Self::resume_lane); see [`OutboxBackend::pause_lane`].
     pub async fn pause_lane(

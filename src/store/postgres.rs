@@ -608,6 +608,10 @@ impl OutboxBackend for PostgresOutboxStore {
         self.stats_of(filter).await
     }
 
+    async fn lanes_stats(&self, lanes: &[(String, String)]) -> Result<Vec<LaneStats>, StoreError> {
+        self.lanes_stats_of(lanes).await
+    }
+
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
         self.list_page(filter, page).await
     }

@@ -366,6 +366,19 @@ impl OutboxBackend for SqliteOutboxStore {
         read::stats(&self.sql, &self.reader, filter, now).await
     }
 
+    /// Every lane's stats in one transaction (the counts table and one probe per lane with
+    /// pending messages), then those of `lanes`: a file a relay serves holds few others.
+    async fn lanes_stats(&self, lanes: &[(String, String)]) -> Result<Vec<LaneStats>, StoreError> {
+        let now = self.clock.now_millis();
+        let wanted: std::collections::HashSet<(&str, &str)> = lanes
+            .iter()
+            .map(|(lane, target)| (lane.as_str(), target.as_str()))
+            .collect();
+        let mut all = read::stats(&self.sql, &self.reader, &MessageFilter::all(), now).await?;
+        all.retain(|s| wanted.contains(&(s.lane.as_str(), s.target.as_str())));
+        Ok(all)
+    }
+
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
         read::list(&self.sql, &self.reader, filter, page).await
     }

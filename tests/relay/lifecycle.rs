@@ -256,3 +256,47 @@ async fn lanes_are_added_and_removed_at_run_time() {
     assert!(err.to_string().contains("no lane canonical/projector"));
     relay.shutdown(Duration::from_secs(1)).await.unwrap();
 }
+
+/// The `stats` calls through an outbox, as the virtual instants they finished at.
+#[derive(Debug)]
+struct StatsCalls(tokio::sync::mpsc::UnboundedSender<tokio::time::Instant>);
+
+impl outbox_relay::store::StoreHook for StatsCalls {
+    fn finished(&self, call: &outbox_relay::store::StoreCall<'_>) {
+        if call.op == outbox_relay::store::StoreOp::Stats {
+            let _ = self.0.send(tokio::time::Instant::now());
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_backlog_of_every_lane_is_sampled_with_one_store_call_per_interval() {
+    let (calls, mut stats) = tokio::sync::mpsc::unbounded_channel();
+    let store = memory_store().with_hook(Arc::new(StatsCalls(calls)));
+    let every = Duration::from_secs(10);
+    let mut builder = OutboxRelay::builder(&store);
+    for n in 0..5 {
+        builder = builder.lane(
+            LaneConfig::new(format!("lane-{n}"), "projector")
+                .stats_interval(every)
+                .max_poll_interval(Duration::from_secs(3600)),
+            TestHandler::ok(),
+        );
+    }
+    let relay = builder.start().await.unwrap();
+    let mut at = Vec::new();
+    while at.len() < 3 {
+        let call = tokio::time::timeout(crate::EVENT_TIMEOUT, stats.recv())
+            .await
+            .expect("a stats call")
+            .expect("the hook lives");
+        at.push(call);
+    }
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(
+        gaps,
+        [every, every],
+        "one call for the five lanes per interval, at {at:?}"
+    );
+    relay.shutdown(Duration::from_secs(1)).await.unwrap();
+}

@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::core::{Input, StoreAnswer, StoreRequest};
 use super::{spans, LaneMsg, LaneShell};
-use crate::store::{ClaimRequest, MessageFilter, StoreOp};
+use crate::store::{ClaimRequest, StoreOp};
 use crate::time::{Clock, SystemClock};
 
 /// Runs a store call off the mailbox; its answer comes back as a message. A lane that
@@ -176,14 +176,5 @@ impl LaneShell {
                 })
             }),
         }
-    }
-
-    pub(super) fn sample_stats(&self, myself: &ActorRef<LaneMsg>) {
-        let store = self.store.clone();
-        let filter = MessageFilter::lane(&self.config.name, &self.config.target);
-        let timer = self.metrics.store_call_timer();
-        spawn_call(myself, async move {
-            LaneMsg::StatsSampled(timer.time(StoreOp::Stats, store.stats(&filter)).await)
-        });
     }
 }

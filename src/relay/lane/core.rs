@@ -16,7 +16,9 @@
 //! it went: a busy cycle costs one round trip, and with two claims out two cycles overlap),
 //! or goes alone when no claim is due and nothing else is in flight.
 //!
-//! The quiet idle path: a wake-up makes one claim. A claim that comes back short also
+//! The quiet idle path: a poll makes one claim, whatever `claims_in_flight` says; a second
+//! goes beside it only once the store has shown more (a claim came back full, or news came:
+//! a wake-up, a resume, an ack that frees a key). A claim that comes back short also
 //! answers `next_due` ([`ClaimBatch::next_due`]), so when the lane then holds nothing (no
 //! delivery running, nothing buffered, no ack waiting) it sleeps on that answer: an idle
 //! lane pays one claim and one ack per message. Anything since the claim that may make a
@@ -486,12 +488,13 @@ impl LaneCore {
         self.finish_drain_if_done(out);
     }
 
-    /// Further claims beside those out, while the store may have more, the lane may keep
+    /// Further claims beside those out, while the store has shown it may have more
+    /// ([`ClaimLoop::may_claim_beside`]: an idle poll asks with one claim), the lane may keep
     /// more out ([`LaneConfig::claims_in_flight`]) and has room for them: each carries the
     /// acks waiting when it goes, so two claims' store cycles overlap with their acks.
     fn claim_beside(&mut self, now: Instant, out: &mut Vec<Command>) {
         while self.claim_loop.is_claiming()
-            && self.claim_loop.store_has_more()
+            && self.claim_loop.may_claim_beside()
             && self.may_claim_now()
             && self.credits_settled()
         {

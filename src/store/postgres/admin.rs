@@ -9,12 +9,46 @@ use sqlx::{AssertSqlSafe, Postgres, Row};
 use uuid::Uuid;
 
 use crate::message::OutboxMessage;
+use crate::store::admin::sort_lanes;
 use crate::store::StoreOp;
 use crate::store::{LaneCount, LaneStats, MessageFilter, PurgeRequest, StoreError};
 use crate::time::UnixMillis;
 
 use super::row::{db_error, unsigned};
 use super::{interval, to_i64, PostgresOutboxStore};
+
+/// The stats in `rows` (of `stats` or `lanes_stats`), lanes without messages left out,
+/// sorted by lane and target.
+fn stats_rows(rows: &[PgRow]) -> Result<Vec<LaneStats>, StoreError> {
+    let op = StoreOp::Stats;
+    let get = |row: &PgRow, column: &str| -> Result<u64, StoreError> {
+        row.try_get::<i64, _>(column)
+            .map(unsigned)
+            .map_err(|e| db_error(op, e))
+    };
+    let mut lanes: Vec<LaneStats> = rows
+        .iter()
+        .map(|row| {
+            let oldest: Option<i64> = row
+                .try_get("oldest_pending_ms")
+                .map_err(|e| db_error(op, e))?;
+            Ok(LaneStats {
+                lane: row.try_get("lane").map_err(|e| db_error(op, e))?,
+                target: row.try_get("target").map_err(|e| db_error(op, e))?,
+                pending: get(row, "pending")?,
+                claimed: get(row, "claimed")?,
+                delivered: get(row, "delivered")?,
+                dead_letter: get(row, "dead_letter")?,
+                oldest_pending_age: oldest.map(|ms| Duration::from_millis(unsigned(ms))),
+                blocked_keys: get(row, "blocked_keys")?,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    // `lanes_stats` answers for an empty lane too; a lane without messages is absent.
+    lanes.retain(|l| l.pending + l.claimed + l.delivered + l.dead_letter > 0);
+    sort_lanes(&mut lanes);
+    Ok(lanes)
+}
 
 /// Binds `filter`'s seven values in the order `sql.rs`'s `filter` reads them.
 fn bind_filter<'q>(
@@ -37,23 +71,17 @@ impl PostgresOutboxStore {
         &self,
         filter: &MessageFilter,
     ) -> Result<Vec<LaneStats>, StoreError> {
-        let op = StoreOp::Stats;
-        let mut call = self.call(op).await?;
-        let rows = match (&filter.lane, &filter.target) {
-            // One lane (what a relay asks for): every figure from an index.
+        match (&filter.lane, &filter.target) {
+            // One lane (what the admin tools ask most): every figure from an index.
             (Some(lane), Some(target))
                 if filter.ordering_key.is_none() && filter.ids.is_empty() && !filter.scans() =>
             {
-                sqlx::query(AssertSqlSafe(self.sql.lane_stats.clone()))
-                    .persistent(self.named_statements)
-                    .bind(self.now())
-                    .bind(lane)
-                    .bind(target)
-                    .fetch_all(&mut *call)
-                    .await
+                self.lanes_stats_of(&[(lane.clone(), target.clone())]).await
             }
             _ => {
-                bind_filter(
+                let op = StoreOp::Stats;
+                let mut call = self.call(op).await?;
+                let rows = bind_filter(
                     sqlx::query(AssertSqlSafe(self.sql.stats.clone()))
                         .persistent(self.named_statements)
                         .bind(self.now()),
@@ -61,38 +89,35 @@ impl PostgresOutboxStore {
                 )
                 .fetch_all(&mut *call)
                 .await
+                .map_err(|e| db_error(op, e))?;
+                call.finish(op).await?;
+                stats_rows(&rows)
             }
         }
-        .map_err(|e| db_error(op, e))?;
-        call.finish(op).await?;
-        let get = |row: &PgRow, column: &str| -> Result<u64, StoreError> {
-            row.try_get::<i64, _>(column)
-                .map(unsigned)
-                .map_err(|e| db_error(op, e))
-        };
-        let mut lanes: Vec<LaneStats> = rows
+    }
+
+    /// The stats of each of `lanes` in one statement, one index descent per lane and
+    /// figure (`lanes_stats` in `sql.rs`).
+    pub(super) async fn lanes_stats_of(
+        &self,
+        lanes: &[(String, String)],
+    ) -> Result<Vec<LaneStats>, StoreError> {
+        let op = StoreOp::Stats;
+        let (names, targets): (Vec<&str>, Vec<&str>) = lanes
             .iter()
-            .map(|row| {
-                let oldest: Option<i64> = row
-                    .try_get("oldest_pending_ms")
-                    .map_err(|e| db_error(op, e))?;
-                Ok(LaneStats {
-                    lane: row.try_get("lane").map_err(|e| db_error(op, e))?,
-                    target: row.try_get("target").map_err(|e| db_error(op, e))?,
-                    pending: get(row, "pending")?,
-                    claimed: get(row, "claimed")?,
-                    delivered: get(row, "delivered")?,
-                    dead_letter: get(row, "dead_letter")?,
-                    oldest_pending_age: oldest.map(|ms| Duration::from_millis(unsigned(ms))),
-                    blocked_keys: get(row, "blocked_keys")?,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        // `lane_stats` answers for an empty lane too; a lane without messages is absent.
-        lanes.retain(|l| l.pending + l.claimed + l.delivered + l.dead_letter > 0);
-        // Sorted here, by bytes as the reference store does, not by the database collation.
-        lanes.sort_by(|a, b| (&a.lane, &a.target).cmp(&(&b.lane, &b.target)));
-        Ok(lanes)
+            .map(|(lane, target)| (lane.as_str(), target.as_str()))
+            .unzip();
+        let mut call = self.call(op).await?;
+        let rows = sqlx::query(AssertSqlSafe(self.sql.lanes_stats.clone()))
+            .persistent(self.named_statements)
+            .bind(self.now())
+            .bind(&names)
+            .bind(&targets)
+            .fetch_all(&mut *call)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        call.finish(op).await?;
+        stats_rows(&rows)
     }
 
     pub(super) async fn get_one(

@@ -117,11 +117,11 @@ impl PostgresOutboxStore {
                 list.query(EXPLAIN).persistent(self.named_statements)
             }
             Explained::LaneStats { lane, target } => {
-                sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.lane_stats)))
+                sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.lanes_stats)))
                     .persistent(self.named_statements)
                     .bind(self.now())
-                    .bind(lane)
-                    .bind(target)
+                    .bind(std::slice::from_ref(lane))
+                    .bind(std::slice::from_ref(target))
             }
             Explained::Ack { delete: true, .. } => {
                 sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.ack_delete)))

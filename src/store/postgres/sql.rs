@@ -174,7 +174,7 @@ pub(crate) struct Statements {
     pub(crate) next_due_skip: Arc<str>,
     pub(crate) next_due_block: Arc<str>,
     pub(crate) stats: Arc<str>,
-    pub(crate) lane_stats: Arc<str>,
+    pub(crate) lanes_stats: Arc<str>,
     /// `SELECT promote_heads($1 lanes, $2 targets, $3 keys)`: see schema/heads.rs.
     pub(crate) promote_heads: Arc<str>,
     pub(crate) get: Arc<str>,
@@ -302,43 +302,45 @@ impl Statements {
                 names.promote_heads
             )
             .into(),
-            // $1 now, $2 lane, $3 target: the stats of one lane, each figure from one
-            // partial index (index-only counts), none from a scan of the table. Blocked
-            // keys: a key is blocked when a dead letter has a live row after it and none
-            // before it (then its first dead letter comes before its head); four probes per
-            // dead letter, two per key index (OFFSET 0 keeps each a probe even before
-            // ANALYZE, when the planner once read the whole live index instead: it stops
-            // PostgreSQL from making an EXISTS an anti-join or a hashed subplan). The oldest
-            // pending age counts only due rows (a message delayed by an hour is not old):
-            // read in created_at order, stopping at the first due one. `created_at IS NOT
-            // NULL` (always true) names `pending_idx`'s predicate, which no key probe names
-            // (migration 4, schema/key_queue.rs).
-            lane_stats: format!(
-                "SELECT $2::text AS lane, $3::text AS target,
-                    (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
+            // $1 now, $2 lanes, $3 targets (one element each per lane): the stats of each
+            // lane, each figure from one partial index (index-only counts, one descent per
+            // lane), none from a scan of the table: a relay samples all its lanes with one
+            // statement. Blocked keys: a key is blocked when a dead letter has a live row
+            // after it and none before it (then its first dead letter comes before its
+            // head); four probes per dead letter, two per key index (OFFSET 0 keeps each a
+            // probe even before ANALYZE, when the planner once read the whole live index
+            // instead: it stops PostgreSQL from making an EXISTS an anti-join or a hashed
+            // subplan). The oldest pending age counts only due rows (a message delayed by an
+            // hour is not old): read in created_at order, stopping at the first due one.
+            // `created_at IS NOT NULL` (always true) names `pending_idx`'s predicate, which
+            // no key probe names (migration 4, schema/key_queue.rs).
+            lanes_stats: format!(
+                "SELECT q.lane, q.target,
+                    (SELECT count(*) FROM {t} m WHERE m.lane = q.lane AND m.target = q.target
                        AND m.status = 'pending' AND m.created_at IS NOT NULL) AS pending,
-                    (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
+                    (SELECT count(*) FROM {t} m WHERE m.lane = q.lane AND m.target = q.target
                        AND m.status = 'claimed') AS claimed,
-                    (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
+                    (SELECT count(*) FROM {t} m WHERE m.lane = q.lane AND m.target = q.target
                        AND m.status = 'delivered') AS delivered,
-                    (SELECT count(*) FROM {t} m WHERE m.lane = $2 AND m.target = $3
+                    (SELECT count(*) FROM {t} m WHERE m.lane = q.lane AND m.target = q.target
                        AND m.status = 'dead_letter') AS dead_letter,
-                    (SELECT {age} FROM {t} m WHERE m.lane = $2 AND m.target = $3
+                    (SELECT {age} FROM {t} m WHERE m.lane = q.lane AND m.target = q.target
                        AND m.status = 'pending' AND m.created_at IS NOT NULL
                        AND m.available_at <= {NOW}
                      ORDER BY m.created_at LIMIT 1) AS oldest_pending_ms,
                     (SELECT count(DISTINCT d.ordering_key) FROM {t} d
-                     WHERE d.lane = $2 AND d.target = $3 AND d.status = 'dead_letter'
+                     WHERE d.lane = q.lane AND d.target = q.target AND d.status = 'dead_letter'
                        AND d.ordering_key IS NOT NULL
                        AND {behind} AND NOT {before})
-                    AS blocked_keys",
+                    AS blocked_keys
+                 FROM unnest($2::text[], $3::text[]) AS q(lane, target)",
                 age = millis(&format!("({NOW} - m.created_at)")),
                 behind = live_exists(t, "l", &KeyOf::of("d"), " AND l.seq > d.seq OFFSET 0"),
                 before = live_exists(t, "f", &KeyOf::of("d"), " AND f.seq < d.seq OFFSET 0"),
             )
             .into(),
-            // $1 now, $2..$8 filter: any filter, for admin tools (one lane's stats use
-            // `lane_stats`). A blocked key: a live row with a dead-lettered earlier row of its
+            // $1 now, $2..$8 filter: any filter, for admin tools (a relay's lanes use
+            // `lanes_stats`). A blocked key: a live row with a dead-lettered earlier row of its
             // key that no live row comes before (so before the key's head), all among the rows
             // the filter selects.
             stats: format!(

@@ -233,6 +233,65 @@ pub async fn stats_count_every_status_per_lane(h: Harness) {
     );
 }
 
+/// [`Outbox::lanes_stats`](crate::Outbox::lanes_stats): the stats of many lanes in one
+/// call, each as [`Outbox::stats`](crate::Outbox::stats) of its lane answers them; a lane
+/// without messages, and one not asked for, are absent.
+pub async fn lanes_stats_answer_for_many_lanes_at_once(h: Harness) {
+    let none: Vec<(String, String)> = Vec::new();
+    assert!(h.store.lanes_stats(&none).await.unwrap().is_empty());
+    // A blocked key in the default lane: its head dead-lettered, a message behind it.
+    put(&h, keyed(1, "k").with_max_attempts(1)).await;
+    put(&h, keyed(2, "k")).await;
+    dead_letter(&h, LANE, TARGET, "boom").await;
+    h.clock.advance(ms(5_000));
+    put(&h, draft(3)).await;
+    put(&h, draft_in("other", TARGET, 4)).await;
+    put(&h, draft_in("other", "elsewhere", 5)).await;
+    put(&h, draft_in("unasked", TARGET, 6)).await;
+    h.clock.advance(ms(1_500));
+
+    let asked: Vec<(String, String)> = [
+        ("other", "elsewhere"),
+        ("empty", TARGET),
+        (LANE, TARGET),
+        ("other", TARGET),
+        (LANE, TARGET),
+    ]
+    .iter()
+    .map(|(lane, target)| ((*lane).to_owned(), (*target).to_owned()))
+    .collect();
+    let stats = h.store.lanes_stats(&asked).await.unwrap();
+    let mut each = Vec::new();
+    for (lane, target) in [(LANE, TARGET), ("other", "elsewhere"), ("other", TARGET)] {
+        each.extend(
+            h.store
+                .stats(&MessageFilter::lane(lane, target))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        stats, each,
+        "one per lane with messages, sorted, as each lane's own stats"
+    );
+    let mine = lane_stats(&stats, LANE, TARGET);
+    assert_eq!(
+        (
+            mine.pending,
+            mine.claimed,
+            mine.dead_letter,
+            mine.blocked_keys
+        ),
+        (2, 0, 1, 1)
+    );
+    assert_eq!(mine.oldest_pending_age, Some(ms(6_500)));
+    let other = lane_stats(&stats, "other", TARGET);
+    assert_eq!(
+        (other.pending, other.oldest_pending_age),
+        (1, Some(ms(1_500)))
+    );
+}
+
 pub async fn requeue_dead_letters_by_ids_and_by_lane(h: Harness) {
     put(&h, draft(1)).await;
     put(&h, draft(2)).await;

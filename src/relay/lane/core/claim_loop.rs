@@ -57,6 +57,11 @@ pub(super) struct ClaimLoop {
     /// wake-up, tick, resume or retry came since. A short claim clears it, unless one of
     /// those came while it was out.
     store_has_more: bool,
+    /// Whether the store has shown it may hold more than one claim takes: a claim filled
+    /// its limit, or news came (a wake-up, a resume, an ack that frees a key). A poll timer
+    /// is no such sign: an idle poll asks with one claim, and a second goes beside it only
+    /// once the store has shown more (see [`ClaimLoop::may_claim_beside`]).
+    shown_more: bool,
     /// Whether an idle sleep from `next_due` is scheduled and still meaningful.
     idle_timer_set: bool,
     /// The last short claim's `next_due` answer, as an instant (`Some(None)`: nothing to
@@ -85,6 +90,7 @@ impl ClaimLoop {
             next_id: 0,
             asking_due: false,
             store_has_more: false,
+            shown_more: false,
             idle_timer_set: false,
             known_due: None,
             poll_generation: 0,
@@ -135,6 +141,15 @@ impl ClaimLoop {
         self.store_has_more
     }
 
+    /// Whether a claim may go out beside those out: the store may have more, and has shown
+    /// it (not only a poll timer's guess). An idle lane with two claims in flight would
+    /// otherwise send two claims at every poll, one of them always empty: with many idle
+    /// lanes, most of the store's work. A draining lane's claims come back full, so it keeps
+    /// its claims overlapping.
+    pub(super) fn may_claim_beside(&self) -> bool {
+        self.store_has_more && self.shown_more
+    }
+
     /// Whether the lane sleeps on a `next_due` answer.
     pub(super) fn sleeping(&self) -> bool {
         self.idle_timer_set
@@ -159,6 +174,7 @@ impl ClaimLoop {
     /// `next_due` and a planned sleep no longer hold.
     pub(super) fn may_have_more(&mut self) {
         self.store_has_more = true;
+        self.shown_more = true;
         self.idle_timer_set = false;
         self.known_due = None;
         if self.mutation != Some(Mutation::LostWakeUp) {
@@ -215,6 +231,7 @@ impl ClaimLoop {
     /// bring work (and its own `next_due`).
     pub(super) fn came_back_short(&mut self, now: Instant, next_due: &NextDue) {
         self.store_has_more = false;
+        self.shown_more = false;
         self.known_due = match next_due {
             NextDue::Known(due) if self.claims.is_empty() => Some(due.map(|wait| now + wait)),
             _ => None,
@@ -226,6 +243,7 @@ impl ClaimLoop {
     /// before it said (their snapshots' order is unknown).
     pub(super) fn came_back_full(&mut self) {
         self.store_has_more = true;
+        self.shown_more = true;
         self.idle_timer_set = false;
         self.known_due = None;
         self.check_invariant();
@@ -272,12 +290,15 @@ impl ClaimLoop {
         self.poll_generation
     }
 
-    /// A poll timer fired: whether it was the latest one (then the store may have work).
+    /// A poll timer fired: whether it was the latest one (then the store may have work,
+    /// which one claim finds out).
     pub(super) fn poll_fired(&mut self, generation: u64) -> bool {
         if generation != self.poll_generation {
             return false;
         }
+        let shown = self.shown_more && self.store_has_more;
         self.may_have_more();
+        self.shown_more = shown;
         true
     }
 
@@ -292,6 +313,10 @@ impl ClaimLoop {
         debug_assert!(
             !(self.asking_due && self.is_claiming()),
             "next_due asked while a claim is out: {self:?}"
+        );
+        debug_assert!(
+            !self.shown_more || self.store_has_more,
+            "the store showed more to a lane that does not want to claim: {self:?}"
         );
         debug_assert!(
             !self.store_has_more || (!self.idle_timer_set && self.known_due.is_none()),

@@ -482,3 +482,50 @@ fn a_failed_claim_puts_its_acks_back_for_the_next_and_the_other_keeps_its_own() 
         "the failed ack rides on a claim again: {out:?}"
     );
 }
+
+/// The generation of the poll timer among `commands`: the lane sleeps until it fires.
+fn poll_timer(commands: &[Command]) -> Option<u64> {
+    commands.iter().find_map(|c| match c {
+        Command::TimerAt {
+            kind: TimerKind::Poll,
+            generation,
+            ..
+        } => Some(*generation),
+        _ => None,
+    })
+}
+
+#[test]
+fn an_idle_poll_sends_one_claim_and_a_full_answer_sends_the_second_beside_it() {
+    let now = Instant::now();
+    let (mut core, first, second) = two_out(now);
+    core.handle(now, answer(first, &[], NextDue::Known(None)));
+    let out = core.handle(now, answer(second, &[], NextDue::Known(None)));
+    let mut generation = poll_timer(&out).expect("asleep on the poll ceiling");
+    for poll in 1..=5 {
+        let at = now + DEFAULT_MAX_POLL * poll;
+        let sent = claims_sent(&core.handle(at, Input::timer(TimerKind::Poll, generation)));
+        let [(claim, 4)] = sent[..] else {
+            panic!("poll {poll}: one claim, for its share of the window: {sent:?}");
+        };
+        let out = core.handle(at, answer(claim, &[], NextDue::Known(None)));
+        assert!(claims_sent(&out).is_empty(), "poll {poll}: {out:?}");
+        generation = poll_timer(&out).expect("asleep again");
+    }
+    // A poll whose claim comes back full: the store has shown more, and once the handlers
+    // free room the lane keeps two claims out again, as a draining lane does.
+    let at = now + DEFAULT_MAX_POLL * 6;
+    let sent = claims_sent(&core.handle(at, Input::timer(TimerKind::Poll, generation)));
+    let [(claim, 4)] = sent[..] else {
+        panic!("one claim: {sent:?}");
+    };
+    let full: Vec<_> = (0..4).map(|_| message(None)).collect();
+    let out = core.handle(at, answer(claim, &full, NextDue::Unknown));
+    let mut sent = claims_sent(&out);
+    assert_eq!(sent.len(), 1, "the room left takes one claim: {out:?}");
+    for (slot, id) in delivered(&out) {
+        let message = full.iter().find(|m| m.outbox_id == id).expect("claimed");
+        sent.extend(claims_sent(&core.handle(at, done(slot, message))));
+    }
+    assert_eq!(sent.len(), 2, "two claims out, none answered: {sent:?}");
+}
