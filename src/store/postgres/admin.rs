@@ -16,7 +16,8 @@ use crate::time::UnixMillis;
 use super::row::{db_error, unsigned};
 use super::{interval, to_i64, PostgresOutboxStore};
 
-/// Binds `filter`'s seven values in the order `sql.rs`'s `filter` reads them.
+/// Binds `filter`'s seven values in the order `sql/stats.sql`, `requeue.sql` and `discard.sql`
+/// read them.
 fn bind_filter<'q>(
     query: Query<'q, Postgres, PgArguments>,
     filter: &'q MessageFilter,
