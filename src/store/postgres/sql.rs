@@ -107,6 +107,15 @@ pub(crate) struct Statements {
     pub(crate) discard: Arc<str>,
     pub(crate) purge: Arc<str>,
     pub(crate) purge_count: Arc<str>,
+    /// The keys a dead letter holds (`key_state.rs`).
+    pub(crate) blocked_keys: Arc<str>,
+    /// Lane control (`lane_control.rs`): pause, resume, every pause.
+    pub(crate) pause_lane: Arc<str>,
+    pub(crate) resume_lane: Arc<str>,
+    pub(crate) lane_pauses: Arc<str>,
+    /// Served lanes (`served.rs`): record some, read the unserved.
+    pub(crate) record_served: Arc<str>,
+    pub(crate) unserved: Arc<str>,
     /// The cycle function (`cycle.rs`): its name, which carries a hash of its text, the
     /// `CREATE FUNCTION` that `migrate` runs when the database lacks it, and its call.
     pub(crate) cycle_name: String,
@@ -165,6 +174,12 @@ impl Statements {
             discard: file!("discard"),
             purge: file!("purge"),
             purge_count: file!("purge_count"),
+            blocked_keys: file!("blocked_keys"),
+            pause_lane: file!("pause_lane"),
+            resume_lane: file!("resume_lane"),
+            lane_pauses: file!("lane_pauses"),
+            record_served: file!("record_served"),
+            unserved: file!("unserved"),
         }
     }
 }
