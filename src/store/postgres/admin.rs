@@ -50,7 +50,8 @@ fn stats_rows(rows: &[PgRow]) -> Result<Vec<LaneStats>, StoreError> {
     Ok(lanes)
 }
 
-/// Binds `filter`'s seven values in the order `sql.rs`'s `filter` reads them.
+/// Binds `filter`'s seven values in the order `sql/stats.sql`, `requeue.sql` and `discard.sql`
+/// read them.
 fn bind_filter<'q>(
     query: Query<'q, Postgres, PgArguments>,
     filter: &'q MessageFilter,
@@ -97,7 +98,7 @@ impl PostgresOutboxStore {
     }
 
     /// The stats of each of `lanes` in one statement, one index descent per lane and
-    /// figure (`lanes_stats` in `sql.rs`).
+    /// figure (`sql/lanes_stats.sql`).
     pub(super) async fn lanes_stats_of(
         &self,
         lanes: &[(String, String)],

@@ -136,26 +136,24 @@ impl PostgresOutboxStore {
                     .bind(&ids)
                     .bind(&tokens)
             }
-            Explained::UnservedLanes { limit } => sqlx::query(AssertSqlSafe(format!(
-                "{EXPLAIN}{}",
-                super::served::unserved_sql(&self.names)
-            )))
-            .persistent(self.named_statements)
-            .bind(self.now())
-            .bind(super::to_i64(*limit))
-            .bind(i64::try_from(crate::store::served::UNSERVED_COUNT_CAP).unwrap_or(i64::MAX)),
+            Explained::UnservedLanes { limit } => {
+                sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.unserved)))
+                    .persistent(self.named_statements)
+                    .bind(self.now())
+                    .bind(super::to_i64(*limit))
+                    .bind(
+                        i64::try_from(crate::store::served::UNSERVED_COUNT_CAP).unwrap_or(i64::MAX),
+                    )
+            }
             Explained::BlockedKeys {
                 lane,
                 target,
                 limit,
-            } => sqlx::query(AssertSqlSafe(format!(
-                "{EXPLAIN}{}",
-                super::key_state::blocked_keys_sql(&self.names.messages)
-            )))
-            .bind(lane)
-            .bind(target)
-            .bind(None::<i64>)
-            .bind(super::to_i64(*limit)),
+            } => sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.blocked_keys)))
+                .bind(lane)
+                .bind(target)
+                .bind(None::<i64>)
+                .bind(super::to_i64(*limit)),
         };
         let row = query
             .fetch_one(&mut *tx)

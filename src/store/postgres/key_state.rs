@@ -52,19 +52,12 @@ impl PostgresOutboxStore {
         limit: usize,
     ) -> Result<BlockedKeys, StoreError> {
         let limit = limit.max(1);
-        // $1 lane, $2 target, $3 after (seq), $4 limit. A key is held when its earliest
-        // dead letter comes before its earliest live row.
-        // The earliest dead letter of each key, read from the dead letters' index alone
-        // (its id is read for the page's rows only; the CTE is materialized so the planner does not walk the seq index for the ORDER BY
-        // instead, reading the lane's whole history), then each key's head: the earlier of
-        // its first pending and its first claimed row, each from its status's key index.
-        let sql = blocked_keys_sql(&self.names.messages);
         // Planned for its values at every call (an unnamed statement) rather than from a
         // cached generic plan: at 1 M rows the blocked keys page measured p50 176 ms with
         // the cached statement and 39 ms with this, on a busier machine (the benchmark's
         // UI row).
         let mut call = self.call(StoreOp::List).await?;
-        let rows = sqlx::query(AssertSqlSafe(sql))
+        let rows = sqlx::query(AssertSqlSafe(self.sql.blocked_keys.clone()))
             .persistent(false)
             .bind(lane)
             .bind(target)
@@ -129,42 +122,4 @@ impl PostgresOutboxStore {
             next_cursor: if rows.len() == limit { last_seq } else { None },
         })
     }
-}
-
-/// The statement of [`PostgresOutboxStore::blocked_keys_of`] on table `t`: $1 lane, $2
-/// target, $3 after (seq), $4 limit. A key is held when its earliest dead letter comes
-/// before its earliest live row.
-pub(super) fn blocked_keys_sql(t: &str) -> String {
-    format!(
-        "WITH heads AS MATERIALIZED (
-            SELECT d.seq, d.ordering_key FROM {t} d
-            WHERE d.lane = $1 AND d.target = $2 AND d.status = 'dead_letter'
-              AND d.ordering_key IS NOT NULL
-              AND ($3::int8 IS NULL OR d.seq > $3)
-              AND NOT EXISTS (
-                SELECT 1 FROM {t} e
-                WHERE e.lane = d.lane AND e.target = d.target
-                  AND e.ordering_key = d.ordering_key AND e.status = 'dead_letter'
-                  AND e.seq < d.seq)
-         )
-         SELECT h.seq, (SELECT m.outbox_id FROM {t} m WHERE m.seq = h.seq) AS dead_id,
-                held.outbox_id AS held_id
-         FROM heads h
-         CROSS JOIN LATERAL (
-            SELECT x.outbox_id, x.seq FROM (
-                (SELECT l.outbox_id, l.seq FROM {t} l
-                 WHERE l.lane = $1 AND l.target = $2 AND l.ordering_key = h.ordering_key
-                   AND l.status = 'pending'
-                 ORDER BY l.seq LIMIT 1)
-                UNION ALL
-                (SELECT l.outbox_id, l.seq FROM {t} l
-                 WHERE l.lane = $1 AND l.target = $2 AND l.ordering_key = h.ordering_key
-                   AND l.status = 'claimed'
-                 ORDER BY l.seq LIMIT 1)
-            ) x
-            ORDER BY x.seq LIMIT 1
-         ) held
-         WHERE held.seq > h.seq
-         ORDER BY h.seq LIMIT $4"
-    )
 }

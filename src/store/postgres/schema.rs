@@ -102,12 +102,6 @@ pub(crate) struct Names {
     /// The LISTEN/NOTIFY channel: distinct per (schema, prefix), so two outboxes in one
     /// database (test schemas, two services) never wake each other.
     pub(crate) channel: String,
-    /// `"schema"."prefix_promote_heads"`: see `schema/heads.rs`.
-    pub(crate) promote_heads: String,
-    /// `"schema"."prefix_lane_control"`: the fleet-wide lane pauses (migration 6).
-    pub(crate) lane_control: String,
-    /// `"schema"."prefix_served_lanes"`: until when a relay serves each lane (migration 9).
-    pub(crate) served_lanes: String,
 }
 
 impl Names {
@@ -128,9 +122,6 @@ impl Names {
             prefix: prefix.to_owned(),
             messages: format!("\"{schema}\".\"{prefix}_messages\""),
             migrations: format!("\"{schema}\".\"{prefix}_migrations\""),
-            promote_heads: format!("\"{schema}\".\"{prefix}_promote_heads\""),
-            lane_control: format!("\"{schema}\".\"{prefix}_lane_control\""),
-            served_lanes: format!("\"{schema}\".\"{prefix}_served_lanes\""),
             channel,
         })
     }

@@ -40,10 +40,7 @@ use crate::store::StoreError;
 use crate::store::StoreOp;
 
 use super::row::db_error;
-use super::schema::heads::{head_lock_class, head_lock_key};
-use super::schema::key_queue::{live_exists, KeyOf};
-use super::schema::Names;
-use super::sql::NOW;
+use super::schema::{for_names, Names};
 use super::{to_i64, PostgresOutboxStore};
 
 /// How often a lane's claims start a sweep at most.
@@ -66,42 +63,11 @@ pub(super) struct SweepSql {
     named: bool,
 }
 
-/// "An earlier live row of `{r}`'s key exists": one probe of each key index.
-fn behind_a_live_row(t: &str, r: &str) -> String {
-    live_exists(t, "e", &KeyOf::of(r), &format!(" AND e.seq < {r}.seq"))
-}
-
 impl SweepSql {
     pub(super) fn new(names: &Names, config: &super::PostgresConfig) -> Self {
-        let t = &names.messages;
-        let class = head_lock_class(names);
-        let key = head_lock_key("s.lane", "s.target", "s.ordering_key");
-        let stray = behind_a_live_row(t, "f");
-        let still_stray = behind_a_live_row(t, "m");
         Self {
-            // MATERIALIZED: the stray test runs on the front only, and the lock function
-            // only on stray rows, each once.
-            find: format!(
-                "WITH front AS MATERIALIZED (
-                    SELECT m.outbox_id, m.lane, m.target, m.ordering_key, m.seq FROM {t} m
-                    WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
-                      AND m.available_at <= {NOW}
-                    ORDER BY m.available_at, m.seq
-                    LIMIT $4
-                 ),
-                 stray AS MATERIALIZED (
-                    SELECT f.* FROM front f WHERE f.ordering_key IS NOT NULL AND {stray}
-                 )
-                 SELECT s.outbox_id FROM stray s
-                 WHERE pg_try_advisory_xact_lock({class}, {key})"
-            )
-            .into(),
-            clear: format!(
-                "UPDATE {t} m SET key_head = false
-                 WHERE m.outbox_id = ANY($1::uuid[]) AND m.status = 'pending' AND m.key_head
-                   AND {still_stray}"
-            )
-            .into(),
+            find: for_names(names, include_str!("sql/sweep_find.sql")).into(),
+            clear: for_names(names, include_str!("sql/sweep_clear.sql")).into(),
             // READ COMMITTED whatever the session's default: the second statement must see
             // what committed while the first took the locks.
             begin: config

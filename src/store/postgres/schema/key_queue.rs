@@ -62,21 +62,6 @@ impl KeyOf {
 /// The two live statuses, each with its own key index.
 const LIVE: [&str; 2] = ["pending", "claimed"];
 
-/// "A live row `e` of `key` exists with `cond`" (a condition on `e`, starting with `AND`,
-/// or empty): one probe of each key index, each stopping at its first row.
-pub(crate) fn live_exists(t: &str, e: &str, key: &KeyOf, cond: &str) -> String {
-    let arms: Vec<String> = LIVE
-        .iter()
-        .map(|status| {
-            format!(
-                "EXISTS (SELECT 1 FROM {t} {e} WHERE {matches} AND {e}.status = '{status}'{cond})",
-                matches = key.matches(e),
-            )
-        })
-        .collect();
-    format!("({})", arms.join(" OR "))
-}
-
 /// A query answering `outbox_id` and `seq` of the lowest row (by `seq`) of `key` in
 /// `status` with `cond` (on `e`), if any: one descent of that status's key index.
 fn lowest_in(t: &str, e: &str, key: &KeyOf, status: &str, cond: &str) -> String {

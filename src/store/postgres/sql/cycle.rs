@@ -20,7 +20,7 @@
 //! (a rolling deploy) each call the one they were built with (`schema.rs`).
 
 use super::claim::{fast_ctes, lapsed_last, next_due};
-use super::{ack, ack_delete, MESSAGE_COLUMNS};
+use super::MESSAGE_COLUMNS;
 use crate::store::OrderingPolicy;
 
 /// Parameters, in order: `$1` now, `$2` lane, `$3` target, `$4` limit, `$5` lease in ms,
@@ -50,8 +50,9 @@ fn returns() -> String {
 /// The body of the cycle function for table `t`; `promote` marks the heads of the keys in
 /// `v_lanes`, `v_targets` and `v_keys` (`schema/heads.rs`, `promote_inline`): inline, not
 /// a call of `promote_heads`, which cost a nested function call and a statement per key
-/// lock on every cycle that acked keyed rows.
-pub(crate) fn body(t: &str, promote: &str, cols_m: &str) -> String {
+/// lock on every cycle that acked keyed rows. `ack` and `ack_delete`: the store's
+/// statements `sql/ack.sql` and `sql/ack_delete.sql` for `t` ([`ack_step`]).
+pub(crate) fn body(t: &str, promote: &str, cols_m: &str, ack: &str, ack_delete: &str) -> String {
     let claim = |policy| {
         format!(
             "WITH {ctes}
@@ -115,8 +116,8 @@ BEGIN
     RETURN QUERY SELECT v_acked, v_lapsed, v_due, {nulls};
 END
 ",
-        ack = ack(t, "$7", "$8"),
-        ack_delete = ack_delete(t, "$7", "$8"),
+        ack = ack_step(ack, "unnest($2::uuid[], $3::uuid[])"),
+        ack_delete = ack_step(ack_delete, "unnest($1::uuid[], $2::uuid[])"),
         acked = "coalesce(array_agg(a.ord), '{}'),
                array_agg(a.lane) FILTER (WHERE a.ordering_key IS NOT NULL),
                array_agg(a.target) FILTER (WHERE a.ordering_key IS NOT NULL),
@@ -128,6 +129,14 @@ END
         due_skip = next_due(t, OrderingPolicy::Skip),
         nulls = nulls.join(", "),
     )
+}
+
+/// An ack statement as a step of the function: the same text, but for its ids and tokens,
+/// `input` (their `unnest` in the statement), which the function has at `$7` and `$8`. Its
+/// only other parameter, `$1` now, is the function's `$1` too.
+fn ack_step(statement: &str, input: &str) -> String {
+    debug_assert!(statement.contains(input), "{statement}");
+    statement.replace(input, "unnest($7::uuid[], $8::uuid[])")
 }
 
 /// `CREATE FUNCTION` of the cycle function `name` with `body`.

@@ -6,7 +6,10 @@ fn the_cycle_function_promotes_heads_inline_locking_each_key_in_sorted_order() {
     let names = Names::new("s", "outbox").unwrap();
     let create = Statements::new(&names, true).cycle_create;
     // No nested call of promote_heads: its locks and UPDATE are statements of the body.
-    assert!(!create.contains(&names.promote_heads), "{create}");
+    assert!(
+        !create.contains("\"s\".\"outbox_promote_heads\""),
+        "{create}"
+    );
     let lock = create
         .find("PERFORM pg_advisory_xact_lock(")
         .expect("the key locks");
