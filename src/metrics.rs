@@ -40,7 +40,7 @@ pub mod process;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 
-pub use lane::{LaneMetrics, StoreCallTimer};
+pub use lane::{LaneMetrics, StoreCallTimer, SHARED_LANE};
 pub use process::{record_build_info, BUILD_INFO, PROCESS};
 
 use crate::delivery::FailureKind;

@@ -11,6 +11,9 @@ use metrics::{Counter, Gauge, Histogram, Label};
 use super::*;
 use crate::store::{LaneStats, StoreOp};
 
+/// The `lane` label of the histograms lanes share ([`LaneMetrics::of`]).
+pub const SHARED_LANE: &str = "*";
+
 /// The store calls a lane makes: the `op` values of its `outbox_store_errors_total`, each
 /// registered at the lane's start.
 const LANE_OPS: [StoreOp; 8] = [
@@ -90,19 +93,35 @@ pub struct LaneMetrics {
 impl LaneMetrics {
     /// Registers every metric of `lane` and `target` with the current recorder.
     pub fn new(lane: &str, target: &str) -> Self {
-        let labels = vec![
-            Label::new(LABEL_LANE, lane.to_owned()),
-            Label::new(LABEL_TARGET, target.to_owned()),
-        ];
+        Self::registered(lane, target, false)
+    }
+
+    /// Registers the metrics of a lane as its config asks: with
+    /// [`LaneConfig::shared_histograms`](crate::LaneConfig::shared_histograms), its
+    /// histograms are the series every such lane of its target shares, labelled
+    /// `lane="*"`.
+    pub fn of(config: &crate::LaneConfig) -> Self {
+        Self::registered(&config.name, &config.target, config.shared_histograms)
+    }
+
+    fn registered(lane: &str, target: &str, shared_histograms: bool) -> Self {
+        let labels_of = |lane: &str| {
+            vec![
+                Label::new(LABEL_LANE, lane.to_owned()),
+                Label::new(LABEL_TARGET, target.to_owned()),
+            ]
+        };
+        let labels = labels_of(lane);
+        let histogram_labels = labels_of(if shared_histograms { SHARED_LANE } else { lane });
         // Each labelled family gets one handle per fixed value: `extra` adds that label.
-        let with = |extra: &'static str, value: &'static str| {
+        let with = |labels: &Vec<Label>, extra: &'static str, value: &'static str| {
             let mut labels = labels.clone();
             labels.push(Label::from_static_parts(extra, value));
             labels
         };
         let counter = |name: &'static str| metrics::counter!(name, labels.clone());
         let gauge = |name: &'static str| metrics::gauge!(name, labels.clone());
-        let histogram = |name: &'static str| metrics::histogram!(name, labels.clone());
+        let histogram = |name: &'static str| metrics::histogram!(name, histogram_labels.clone());
         // Retention records through `record_purged`; registered here so every lane has its
         // series, at 0, from its start (a rate over a missing series is no data, not 0).
         let _ = counter(PURGED_TOTAL);
@@ -114,7 +133,7 @@ impl LaneMetrics {
             delivered: counter(DELIVERED_TOTAL),
             failures: std::array::from_fn(|i| {
                 let kind = FailureKind::ALL[i].as_str();
-                metrics::counter!(DELIVERY_FAILURES_TOTAL, with(LABEL_KIND, kind))
+                metrics::counter!(DELIVERY_FAILURES_TOTAL, with(&labels, LABEL_KIND, kind))
             }),
             requeued: counter(REQUEUED_TOTAL),
             dead_lettered: counter(DEAD_LETTERED_TOTAL),
@@ -126,11 +145,14 @@ impl LaneMetrics {
             restarts: counter(RELAY_RESTARTS_TOTAL),
             store_errors: std::array::from_fn(|i| {
                 let op = LANE_OPS[i].as_str();
-                metrics::counter!(STORE_ERRORS_TOTAL, with(LABEL_OP, op))
+                metrics::counter!(STORE_ERRORS_TOTAL, with(&labels, LABEL_OP, op))
             }),
             store_calls: StoreCallTimer(Arc::new(std::array::from_fn(|i| {
                 let op = LANE_OPS[i].as_str();
-                metrics::histogram!(STORE_CALL_DURATION_SECONDS, with(LABEL_OP, op))
+                metrics::histogram!(
+                    STORE_CALL_DURATION_SECONDS,
+                    with(&histogram_labels, LABEL_OP, op)
+                )
             }))),
             delivery_duration: histogram(DELIVERY_DURATION_SECONDS),
             end_to_end_latency: histogram(END_TO_END_LATENCY_SECONDS),
@@ -142,15 +164,15 @@ impl LaneMetrics {
             blocked_keys: gauge(BLOCKED_KEYS),
             lane_state: std::array::from_fn(|i| {
                 let state = LaneState::ALL[i].as_str();
-                metrics::gauge!(LANE_STATE, with(LABEL_STATE, state))
+                metrics::gauge!(LANE_STATE, with(&labels, LABEL_STATE, state))
             }),
             breaker_state: std::array::from_fn(|i| {
                 let state = BreakerState::ALL[i].as_str();
-                metrics::gauge!(BREAKER_STATE, with(LABEL_STATE, state))
+                metrics::gauge!(BREAKER_STATE, with(&labels, LABEL_STATE, state))
             }),
             throttled: std::array::from_fn(|i| {
                 let gate = GateKind::ALL[i].as_str();
-                metrics::histogram!(THROTTLED_SECONDS, with(LABEL_GATE, gate))
+                metrics::histogram!(THROTTLED_SECONDS, with(&histogram_labels, LABEL_GATE, gate))
             }),
         }
     }
@@ -476,6 +498,61 @@ mod tests {
                 (CLAIMED_TOTAL, "", Moved::Counter(3)),
                 (CLAIM_BATCH_SIZE, "", Moved::Histogram(vec![3.0, 0.0])),
             ])
+        );
+    }
+
+    #[test]
+    fn lanes_sharing_histograms_record_into_one_series_and_keep_their_own_counters() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || {
+            let shared = |lane: &str| {
+                let config = crate::LaneConfig::new(lane, "webhook").shared_histograms(true);
+                LaneMetrics::of(&config)
+            };
+            let ms = Duration::from_millis;
+            shared("tenant-a").delivered(ms(250), ms(2_000));
+            shared("tenant-b").delivered(ms(500), ms(1_000));
+            LaneMetrics::of(&crate::LaneConfig::new("orders", "webhook"))
+                .delivered(ms(100), ms(3_000));
+        });
+        let mut delivered = BTreeMap::new();
+        let mut durations = BTreeMap::new();
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let (_, key) = key.into_parts();
+            let label = |name: &str| {
+                key.labels()
+                    .find(|l| l.key() == name)
+                    .map(|l| l.value().to_owned())
+            };
+            assert_eq!(label(LABEL_TARGET).as_deref(), Some("webhook"));
+            let lane = label(LABEL_LANE).expect("every series has its lane label");
+            match (key.name(), value) {
+                (DELIVERED_TOTAL, DebugValue::Counter(n)) => {
+                    delivered.insert(lane, n);
+                }
+                (DELIVERY_DURATION_SECONDS, DebugValue::Histogram(v)) => {
+                    durations.insert(lane, v.into_iter().map(|x| x.0).collect::<Vec<_>>());
+                }
+                _ => {}
+            }
+        }
+        let lanes = |entries: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            entries.iter().map(|(l, n)| (l.to_string(), *n)).collect()
+        };
+        assert_eq!(
+            delivered,
+            lanes(&[("orders", 1), ("tenant-a", 1), ("tenant-b", 1)]),
+            "counters stay per lane"
+        );
+        assert_eq!(
+            durations,
+            [
+                (SHARED_LANE.to_owned(), vec![0.25, 0.5]),
+                ("orders".to_owned(), vec![0.1]),
+            ]
+            .into(),
+            "the sharing lanes have no histogram of their own"
         );
     }
 

@@ -274,7 +274,7 @@ impl Actor for LaneRelay {
             handler: args.handler,
             counters: args.counters,
             events: args.events,
-            metrics: LaneMetrics::new(&config.name, &config.target),
+            metrics: LaneMetrics::of(&config),
             handlers: Vec::new(),
             slots: HashMap::new(),
             replies: Vec::new(),

@@ -344,7 +344,7 @@ impl SupervisorState {
         self.lanes.insert(
             key.clone(),
             LaneEntry {
-                metrics: LaneMetrics::new(&config.name, &config.target),
+                metrics: LaneMetrics::of(&config),
                 config,
                 handler,
                 counters: Arc::default(),

@@ -128,6 +128,9 @@ pub struct LaneSection {
     /// Take what this process enqueues through the relay's store without a claim
     /// (PostgreSQL; embedded relays). Default true.
     pub hand_off: Option<bool>,
+    /// Record the lane's histograms into series shared by every lane of its target set
+    /// so, labelled `lane="*"`. Default false.
+    pub shared_histograms: Option<bool>,
     /// How long finished messages are kept, e.g. `{ delivered = "7d", dead_letter = "30d" }`
     /// (`"forever"` keeps a status; a `block` lane keeps its keyed dead letters anyway).
     /// Absent ages take [`DEFAULT_DELIVERED_RETENTION`](crate::retention::DEFAULT_DELIVERED_RETENTION)
@@ -289,6 +292,9 @@ impl LaneSection {
         }
         if let Some(hand_off) = self.hand_off {
             config.hand_off = hand_off;
+        }
+        if let Some(shared) = self.shared_histograms {
+            config.shared_histograms = shared;
         }
         if let Some(keep) = self.keep_delivered {
             config.keep_delivered = keep;
