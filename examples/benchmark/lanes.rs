@@ -11,7 +11,7 @@
 //! is a smoke run; 60 s is the measurement. Lanes are of concurrency 2
 //! (`--lanes-concurrency`) with a no-op handler, every other setting at its default; with `--lanes-metrics on` (the default) the
 //! Prometheus recorder is installed as the daemon installs it, and rendered every 15 s as a
-//! scrape would.
+//! scrape would; `shared` also has the lanes share their histograms.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -378,7 +378,9 @@ async fn measure(
     let mut builder = OutboxRelay::builder(&store).event_capacity(lanes * 8 + 1024);
     for name in &names {
         builder = builder.lane_shared(
-            LaneConfig::new(name, TARGET).concurrency(options.lanes_concurrency),
+            LaneConfig::new(name, TARGET)
+                .concurrency(options.lanes_concurrency)
+                .shared_histograms(options.lanes_shared_histograms),
             handler.clone(),
         );
     }

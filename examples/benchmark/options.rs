@@ -181,6 +181,7 @@ pub struct Options {
     pub lanes_window: Duration,
     pub lanes_per_lane: usize,
     pub lanes_metrics: bool,
+    pub lanes_shared_histograms: bool,
     pub lanes_concurrency: usize,
 }
 
@@ -219,6 +220,7 @@ impl Default for Options {
             lanes_window: Duration::from_secs(60),
             lanes_per_lane: 20,
             lanes_metrics: true,
+            lanes_shared_histograms: false,
             lanes_concurrency: 2,
         }
     }
@@ -321,10 +323,13 @@ impl Options {
                 "--lanes-concurrency" => options.lanes_concurrency = number(&value)?.max(1),
                 "--lanes-per-lane" => options.lanes_per_lane = number(&value)?.max(1),
                 "--lanes-metrics" => {
-                    options.lanes_metrics = match value.as_str() {
-                        "on" => true,
-                        "off" => false,
-                        other => return Err(format!("--lanes-metrics: on or off, not {other:?}")),
+                    (options.lanes_metrics, options.lanes_shared_histograms) = match value.as_str() {
+                        "on" => (true, false),
+                        "shared" => (true, true),
+                        "off" => (false, false),
+                        other => {
+                            return Err(format!("--lanes-metrics: on, shared or off, not {other:?}"))
+                        }
                     }
                 }
                 other => return Err(format!("unknown flag {other}\n\n{USAGE}")),
@@ -394,8 +399,10 @@ usage: benchmark [flags]
                            PostgreSQL publishes counts up to 10 s late: short is a smoke run)
   --lanes-concurrency N    each lane's concurrency in the lanes rows (default 2)
   --lanes-per-lane K       messages per lane of the lanes rows' drain (default 20)
-  --lanes-metrics on|off   the lanes rows with the Prometheus recorder installed, as the
-                           daemon runs, or none (default on; once on, on for the process)
+  --lanes-metrics on|shared|off  the lanes rows with the Prometheus recorder installed, as
+                           the daemon runs; shared: the lanes share their histograms
+                           (LaneConfig::shared_histograms); off: none (default on; once
+                           on, on for the process)
 environment:
   OUTBOX_BENCH_RELAY_BIN=PATH       the outbox-relay binary of the replicas row (default:
                            target/release/outbox-relay beside this program)
