@@ -1,5 +1,7 @@
 //! Who may use the API and the UI, checked before a handler reads anything: the `Host`
-//! allow-list, the token ([`TokenSlot`]) and the pace of wrong tokens ([`super::guessing`]).
+//! allow-list, the token ([`TokenSlot`]), the UI's sessions (`ui/session.rs`) and the pace
+//! of wrong tokens ([`super::guessing`]); and a refusal as each answers it, JSON for the API
+//! and a page for the UI.
 //!
 //! | request | needs |
 //! |---|---|
@@ -18,17 +20,19 @@
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::header::{AUTHORIZATION, HOST};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::header::{AUTHORIZATION, COOKIE, HOST, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::api::ApiError;
 use super::guessing::{Guesses, Peer, Warning};
+use super::ui::html::error_page;
+use super::ui::session::{self, Session, Sessions, SESSION_COOKIE};
 use super::Routes;
 use crate::config::ControlToken;
 use crate::metrics::http::AUTH_FAILURES_TOTAL;
@@ -91,6 +95,8 @@ pub(super) struct Access {
     open_lane_reads: bool,
     pub(super) secure_cookies: bool,
     guesses: Mutex<Guesses>,
+    /// The UI's open sessions and login forms: a session also opens the API's reads.
+    sessions: Mutex<Sessions>,
 }
 
 impl Access {
@@ -106,13 +112,31 @@ impl Access {
             open_lane_reads,
             secure_cookies,
             guesses: Mutex::default(),
+            sessions: Mutex::default(),
         }
     }
 
-    fn guesses(&self) -> std::sync::MutexGuard<'_, Guesses> {
+    fn guesses(&self) -> MutexGuard<'_, Guesses> {
         self.guesses
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The UI's sessions and login forms.
+    pub(super) fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The open session whose cookie `headers` carry: its id and state.
+    pub(super) fn session(&self, headers: &HeaderMap) -> Option<(String, Session)> {
+        let id = headers
+            .get(COOKIE)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|cookies| session::cookie(cookies, SESSION_COOKIE))?;
+        let session = self.sessions().get(id, Instant::now())?;
+        Some((id.to_owned(), session))
     }
 
     /// Whether `peer` may present a token now; else the 429 to answer.
@@ -197,6 +221,30 @@ impl Refusal {
             .field("authorization")
             .retry_after(seconds)
             .into_response(),
+        }
+    }
+
+    /// The refusal as the UI answers it (a page).
+    pub(super) fn into_page(self) -> Response {
+        match self {
+            Refusal::Host => error_page(
+                StatusCode::FORBIDDEN,
+                "this Host is not served: use the relay's IP address, localhost, or a name in listener.allowed_hosts",
+            ),
+            Refusal::TooManyFailures(seconds) => {
+                let mut page = error_page(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &format!("too many wrong tokens from this address: try again in {seconds}s"),
+                );
+                page.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from(seconds));
+                page
+            }
+            Refusal::Off(_) => error_page(
+                StatusCode::FORBIDDEN,
+                "this page shows messages, which are off: the listener has no control token (listener.token_env or listener.token_file)",
+            ),
+            Refusal::Unauthorized => error_page(StatusCode::UNAUTHORIZED, "log in first"),
         }
     }
 }
@@ -300,7 +348,7 @@ pub(super) async fn allowed_host(
         return next.run(request).await;
     }
     if request.uri().path().starts_with("/ui") {
-        super::ui::refused(Refusal::Host)
+        Refusal::Host.into_page()
     } else {
         Refusal::Host.into_api()
     }
@@ -338,7 +386,7 @@ pub(super) async fn mutations(
 }
 
 async fn guarded(routes: &Routes, request: Request, next: Next, need: Need) -> Response {
-    let session = need != Need::Mutation && super::ui::has_session(routes, request.headers());
+    let session = need != Need::Mutation && routes.access.session(request.headers()).is_some();
     match authorize(routes, request.headers(), peer_of(&request), need, session) {
         Ok(()) => next.run(request).await,
         Err(refusal) => refusal.into_api(),

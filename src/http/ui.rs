@@ -31,26 +31,26 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, HOST, LOCATION, ORIGIN, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use super::access::Refusal;
+use super::access::{Need, Refusal};
 use super::api::ApiError;
 use super::control::Running;
 use super::Routes;
 use html::error_page;
-use session::{Session, Sessions, SESSION_COOKIE};
+use session::Session;
 use throughput::Throughput;
 
 mod dead_letters;
-mod html;
+pub(super) mod html;
 mod lanes;
 mod login;
 mod messages;
@@ -60,11 +60,10 @@ mod throughput;
 const CSS: &str = include_str!("ui/assets/ui.css");
 const JS: &str = include_str!("ui/assets/ui.js");
 
-/// What the UI keeps between requests: the sessions, the throughput history and what the
-/// router was configured with.
+/// What the UI keeps between requests: the throughput history, the lanes' counts and what
+/// the router was configured with (the sessions are the access checks', `http/access.rs`).
 #[derive(Debug)]
 pub(super) struct UiState {
-    sessions: Mutex<Sessions>,
     throughput: Mutex<Throughput>,
     sampler_started: AtomicBool,
     counts: Mutex<lanes::CountsCache>,
@@ -75,18 +74,11 @@ impl UiState {
     /// `control`: whether the mutating routes are on.
     pub(super) fn new(control: bool) -> Self {
         Self {
-            sessions: Mutex::default(),
             throughput: Mutex::default(),
             sampler_started: AtomicBool::new(false),
             counts: Mutex::default(),
             control,
         }
-    }
-
-    fn sessions(&self) -> MutexGuard<'_, Sessions> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn counts(&self) -> MutexGuard<'_, lanes::CountsCache> {
@@ -125,35 +117,6 @@ pub(super) fn routes(state: &Routes) -> Router<Routes> {
         .merge(forms)
 }
 
-/// A refusal of the access checks as a page.
-pub(super) fn refused(refusal: Refusal) -> Response {
-    match refusal {
-        Refusal::Host => error_page(
-            StatusCode::FORBIDDEN,
-            "this Host is not served: use the relay's IP address, localhost, or a name in listener.allowed_hosts",
-        ),
-        Refusal::TooManyFailures(seconds) => {
-            let mut page = error_page(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!("too many wrong tokens from this address: try again in {seconds}s"),
-            );
-            page.headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
-            page
-        }
-        Refusal::Off(_) => error_page(
-            StatusCode::FORBIDDEN,
-            "this page shows messages, which are off: the listener has no control token (listener.token_env or listener.token_file)",
-        ),
-        Refusal::Unauthorized => error_page(StatusCode::UNAUTHORIZED, "log in first"),
-    }
-}
-
-/// Whether `headers` carry the cookie of an open session.
-pub(super) fn has_session(routes: &Routes, headers: &HeaderMap) -> bool {
-    session_of(routes, headers).is_some()
-}
-
 /// Middleware of the UI's forms (every POST but the login): the origin, the token and the
 /// session are checked before the form is read; the handler then checks its CSRF token.
 async fn session_before_form(
@@ -182,20 +145,13 @@ fn header(headers: &HeaderMap, name: axum::http::header::HeaderName) -> Option<&
     headers.get(name).and_then(|value| value.to_str().ok())
 }
 
-fn session_of(routes: &Routes, headers: &HeaderMap) -> Option<(String, Session)> {
-    let id =
-        header(headers, COOKIE).and_then(|cookies| session::cookie(cookies, SESSION_COOKIE))?;
-    let session = routes.ui.sessions().get(id, Instant::now())?;
-    Some((id.to_owned(), session))
-}
-
 /// May this request read the lanes page at `uri`? A login page redirect when a session is
 /// needed and missing.
 pub(super) fn reader(routes: &Routes, headers: &HeaderMap, uri: &Uri) -> Result<Reader, Response> {
     if routes.access.tokens.current().is_none() {
         return Ok(Reader { csrf: None });
     }
-    match session_of(routes, headers) {
+    match routes.access.session(headers) {
         Some((_, session)) => Ok(Reader {
             csrf: (routes.ui.control).then_some(session.csrf),
         }),
@@ -214,7 +170,7 @@ pub(super) fn message_reader(
     uri: &Uri,
 ) -> Result<Reader, Response> {
     if routes.access.tokens.current().is_none() {
-        return Err(refused(Refusal::Off(super::access::Need::Messages)));
+        return Err(Refusal::Off(Need::Messages).into_page());
     }
     reader(routes, headers, uri)
 }
@@ -270,7 +226,7 @@ fn may_change(
             "changes are off: the listener has no control token, or its control routes are off",
         ));
     }
-    session_of(routes, headers).ok_or_else(|| {
+    routes.access.session(headers).ok_or_else(|| {
         error_page(
             StatusCode::UNAUTHORIZED,
             "log in first: this change needs a session",

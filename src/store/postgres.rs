@@ -57,6 +57,7 @@ mod enqueue;
 #[cfg(feature = "plans")]
 mod explain;
 mod fenced;
+mod heads;
 mod key_state;
 mod lane_control;
 mod list;

@@ -71,6 +71,7 @@ mod read;
 mod row;
 mod schema;
 mod served;
+mod statement;
 #[cfg(test)]
 mod tests;
 mod transaction;

@@ -12,7 +12,7 @@ use axum::response::Response;
 
 use super::html::{self, error_page, esc};
 use super::session::{self, LOGIN_COOKIE, SESSION_COOKIE, SESSION_TTL};
-use super::{add_cookie, header, may_change, redirect, refused, secure_cookies, Form, Routes};
+use super::{add_cookie, header, may_change, redirect, secure_cookies, Form, Routes};
 use crate::http::access::peer_of;
 
 /// Where a login goes next: a path under `/ui` only, never another site.
@@ -24,7 +24,7 @@ pub(super) fn next_page(next: Option<&str>) -> &str {
 /// The login form: its double-submit value is one the server chose and remembers
 /// ([`Sessions::issue_login`]), in the form and in a cookie.
 fn login_form(routes: &Routes, headers: &HeaderMap, next: &str, message: Option<&str>) -> Response {
-    let nonce = routes.ui.sessions().issue_login(Instant::now());
+    let nonce = routes.access.sessions().issue_login(Instant::now());
     let alert = message.map_or(String::new(), |message| {
         format!("<p class=\"error\" role=\"alert\">{}</p>", esc(message))
     });
@@ -99,7 +99,7 @@ pub(super) async fn submit(State(routes): State<Routes>, request: Request) -> Re
         );
     };
     if let Err(wait) = routes.access.admit(peer) {
-        return refused(wait);
+        return wait.into_page();
     }
     let Ok(body) = axum::body::to_bytes(body, crate::http::MAX_BODY_BYTES).await else {
         return error_page(StatusCode::PAYLOAD_TOO_LARGE, "the login form is too large");
@@ -113,7 +113,7 @@ pub(super) async fn submit(State(routes): State<Routes>, request: Request) -> Re
     let nonce_ok = match (cookie, form.get("csrf")) {
         (Some(cookie), Some(field)) => {
             session::same_secret(cookie, field)
-                && routes.ui.sessions().take_login(field, Instant::now())
+                && routes.access.sessions().take_login(field, Instant::now())
         }
         _ => false,
     };
@@ -134,7 +134,7 @@ pub(super) async fn submit(State(routes): State<Routes>, request: Request) -> Re
         );
     }
     routes.access.succeeded(peer);
-    let id = routes.ui.sessions().open(Instant::now());
+    let id = routes.access.sessions().open(Instant::now());
     let secure = secure_cookies(&routes, &headers);
     let mut response = redirect(&next);
     add_cookie(
@@ -168,7 +168,7 @@ pub(super) async fn logout(
             "the form's CSRF token is missing or stale",
         );
     }
-    routes.ui.sessions().close(&id);
+    routes.access.sessions().close(&id);
     let mut response = redirect("/ui/login");
     add_cookie(
         &mut response,

@@ -1,12 +1,12 @@
 //! The claim and the operations that take rows out of live (ack, a dead-lettering nack),
 //! each in one transaction with the `promote_heads` call that keeps every key's head marked
-//! (see `schema/heads.rs` for why it must be a statement of its own, after the UPDATE).
+//! (`heads.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 
 use crate::message::ClaimRef;
@@ -19,63 +19,12 @@ use crate::store::{
 };
 
 use super::fenced::FencedBatch;
+use super::heads::LeftKeys;
 use super::row::db_error;
 use super::unreadable::sort_rows;
 use super::{interval, to_i64, unsigned, PostgresOutboxStore};
 
-/// Keys whose live rows changed, for `promote_heads`: (lane, target, key) as three arrays.
-#[derive(Debug, Default)]
-pub(super) struct LeftKeys {
-    lanes: Vec<String>,
-    targets: Vec<String>,
-    keys: Vec<String>,
-}
-
-impl LeftKeys {
-    fn push(&mut self, lane: String, target: String, key: String) {
-        self.lanes.push(lane);
-        self.targets.push(target);
-        self.keys.push(key);
-    }
-
-    /// Reads `lane`, `target` and `ordering_key` of a row that left live; a row without a
-    /// key has no head to promote.
-    pub(super) fn push_row(&mut self, row: &PgRow, op: StoreOp) -> Result<(), StoreError> {
-        let key: Option<String> = row.try_get("ordering_key").map_err(|e| db_error(op, e))?;
-        if let Some(key) = key {
-            self.push(
-                row.try_get("lane").map_err(|e| db_error(op, e))?,
-                row.try_get("target").map_err(|e| db_error(op, e))?,
-                key,
-            );
-        }
-        Ok(())
-    }
-}
-
 impl PostgresOutboxStore {
-    /// Marks the new head of each key in `left`, inside the transaction that took rows of
-    /// those keys out of live, after it did.
-    pub(super) async fn promote_heads(
-        &self,
-        conn: &mut PgConnection,
-        left: &LeftKeys,
-        op: StoreOp,
-    ) -> Result<(), StoreError> {
-        if left.keys.is_empty() {
-            return Ok(());
-        }
-        sqlx::query(AssertSqlSafe(self.sql.promote_heads.clone()))
-            .bind(&left.lanes)
-            .bind(&left.targets)
-            .bind(&left.keys)
-            .persistent(self.named_statements)
-            .execute(conn)
-            .await
-            .map_err(|e| db_error(op, e))?;
-        Ok(())
-    }
-
     /// The claim, on `conn` inside a transaction the caller commits.
     pub(super) async fn claim_in(
         &self,

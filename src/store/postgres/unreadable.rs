@@ -11,8 +11,8 @@ use crate::store::unreadable::{self, SortedClaim};
 use crate::store::StoreOp;
 use crate::store::{ClaimBatch, OrderingPolicy, StoreError, UnreadableRow};
 
-use super::claim::LeftKeys;
 use super::fenced::FencedBatch;
+use super::heads::LeftKeys;
 use super::row::{self, db_error};
 use super::PostgresOutboxStore;
 

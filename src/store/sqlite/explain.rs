@@ -10,7 +10,7 @@ use crate::store::{MessageFilter, OrderingPolicy, PageRequest, StoreError};
 
 use super::read::{blocked_keys_sql, counts_sql, list_sql};
 use super::row::db;
-use super::write::{bind, dynamic, filter_where};
+use super::statement::{bind, dynamic, filter_where};
 use super::SqliteOutboxStore;
 use crate::store::sql::Terms;
 

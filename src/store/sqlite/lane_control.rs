@@ -2,7 +2,7 @@
 //! row per paused (lane, target). Writes take the write turn like every other write.
 
 use super::row::{db, store_error};
-use super::write::query;
+use super::statement::query;
 use super::{Commit, SqliteOutboxStore};
 use crate::store::lane_control::validate_lane;
 use crate::store::sql::lane_pause;

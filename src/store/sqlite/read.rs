@@ -15,7 +15,7 @@ use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, 
 
 use super::row::{db, decode, store_error, uuid_text};
 use super::schema::{Statements, COLUMNS};
-use super::write::{bind, dynamic, filter_where, query};
+use super::statement::{bind, dynamic, filter_where, query};
 use crate::store::sql::{Terms, Value};
 
 /// How long until the next row of a lane may be claimable (see the trait's `next_due`). On

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sqlx::Row;
 
 use super::row::db;
-use super::write::query;
+use super::statement::query;
 use super::{Commit, SqliteOutboxStore};
 use crate::store::served::UNSERVED_COUNT_CAP;
 use crate::store::{StoreError, StoreOp, UnservedLane};

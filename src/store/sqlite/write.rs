@@ -15,11 +15,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{AssertSqlSafe, Row, Sqlite};
+use sqlx::Row;
 use uuid::Uuid;
 
 use crate::message::{OutboxMessage, OutboxMessageDraft, OutboxStatus, UnixMillis};
-use crate::store::sql::{self, Value, Where};
+use crate::store::sql;
 use crate::store::unreadable::{self, ClaimedRow, SortedClaim, Unreadable};
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
@@ -30,49 +30,11 @@ use crate::store::{
 
 use super::row::{self, db, decode, int, json_text, parse_uuid, uuid_text};
 use super::schema::Statements;
+use super::statement::{bind, dynamic, filter_where, query};
 
 mod fenced;
 
 pub(super) use fenced::{ack, extend_lease, nack, release};
-
-type Query<'q> = sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
-
-/// A prepared-and-cached statement from [`Statements`].
-pub(super) fn query<'q>(sql: &Arc<str>) -> Query<'q> {
-    sqlx::query(AssertSqlSafe(Arc::clone(sql)))
-}
-
-/// A statement built for one call (a filter's terms vary).
-pub(super) fn dynamic<'q>(sql: String) -> Query<'q> {
-    sqlx::query(AssertSqlSafe(sql))
-}
-
-/// SQLite's words for a filter.
-const DIALECT: sql::Dialect = sql::Dialect {
-    numbered: false,
-    instant: |p| p.to_owned(),
-    // instr, not LIKE: the text is a plain substring, and case-sensitive as the other
-    // stores compare it.
-    contains: "instr",
-    ids: sql::IdList::Json,
-    status_literal: false,
-    indexed_text: |p| format!("({p} || '')"),
-};
-
-/// `filter`'s `terms` as a `WHERE` fragment over table alias `alias` (`"l."`, or `""`).
-pub(super) fn filter_where(filter: &MessageFilter, alias: &str, terms: sql::Terms) -> Where {
-    Where::of(&DIALECT, filter, alias, terms, 0)
-}
-
-/// `values` bound to `query`, in order.
-pub(super) fn bind<'q>(query: Query<'q>, values: Vec<Value>) -> Query<'q> {
-    values.into_iter().fold(query, |query, value| match value {
-        Value::Text(text) => query.bind(text),
-        Value::Int(n) => query.bind(n),
-        Value::Id(id) => query.bind(uuid_text(id)),
-        Value::Ids(ids) => ids.into_iter().fold(query, |q, id| q.bind(uuid_text(id))),
-    })
-}
 
 /// Lanes to wake once the transaction has committed.
 pub(super) type Woken = HashSet<(String, String)>;

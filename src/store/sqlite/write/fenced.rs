@@ -15,10 +15,11 @@ use crate::message::ClaimRef;
 use crate::message::{OutboxStatus, UnixMillis};
 use crate::store::sqlite::row::{db, json_text, parse_uuid, uuid_text};
 use crate::store::sqlite::schema::Statements;
+use crate::store::sqlite::statement::{query, Query};
 use crate::store::StoreOp;
 use crate::store::{AckMode, ClaimOutcome, Nack, NackDisposition, NackOutcome, StoreError};
 
-use super::{query, Query, Woken};
+use super::Woken;
 
 /// The claims of one call split into rounds for the batch statements: each
 /// (outbox_id, claim_token) pair once, and each message at most once per round, so a row
