@@ -6,7 +6,8 @@
 //! against the in-memory reference store (`differential.rs`), schedules the simulation draws
 //! played by several relays at once and judged by its checker (`drawn_plans.rs`, on the
 //! main server), the EXPLAIN guards on the
-//! claim's cost (`plans.rs`) and on a scanning listing's (`list_plans.rs`), wake-ups and
+//! claim's cost (`plans.rs`), on `lanes_stats`'s one statement (`lanes_stats.rs`, with its
+//! statement count) and on a scanning listing's (`list_plans.rs`), wake-ups and
 //! pickup latency (`wakeups.rs`), the migrations' runs (`migrate.rs`), and the caller's transaction with the key-head lock
 //! (`caller_tx.rs`).
 #![cfg(feature = "mysql")]
@@ -24,6 +25,8 @@ mod differential_support;
 mod drawn_plan;
 #[path = "mysql/drawn_plans.rs"]
 mod drawn_plans;
+#[path = "mysql/lanes_stats.rs"]
+mod lanes_stats;
 #[cfg(feature = "plans")]
 #[path = "mysql/list_plans.rs"]
 mod list_plans;

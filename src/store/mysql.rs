@@ -451,6 +451,10 @@ impl OutboxBackend for MysqlOutboxStore {
         self.stats_of(filter).await
     }
 
+    async fn lanes_stats(&self, lanes: &[(String, String)]) -> Result<Vec<LaneStats>, StoreError> {
+        self.lanes_stats_of(lanes).await
+    }
+
     async fn list(&self, filter: &MessageFilter, page: PageRequest) -> Result<Page, StoreError> {
         self.list_of(filter, page).await
     }

@@ -1,8 +1,10 @@
 //! The admin side: list, get, stats, requeue, discard, purge.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
 
-use sqlx::mysql::MySqlArguments;
+use sqlx::mysql::{MySqlArguments, MySqlRow};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, MySql, Row};
 use uuid::Uuid;
@@ -16,7 +18,7 @@ use super::heads::{self, Key};
 use super::in_list::InList;
 use super::row::{db_error, decode, opt_text, status_of, status_word, text, COLUMNS};
 use super::MysqlOutboxStore;
-use crate::store::admin::StatsTally;
+use crate::store::admin::{sort_lanes, StatsTally};
 use crate::store::sql::{self, Value, Where};
 use crate::time::UnixMillis;
 
@@ -97,12 +99,23 @@ impl MysqlOutboxStore {
         &self,
         filter: &MessageFilter,
     ) -> Result<Vec<LaneStats>, StoreError> {
-        const OP: StoreOp = StoreOp::Stats;
         if filter.ordering_key.is_some() || !filter.ids.is_empty() || filter.scans() {
             return self.stats_by_rows(filter).await;
         }
-        let now = self.now().as_millis();
-        let m = &self.names.messages;
+        let lanes = match (&filter.lane, &filter.target) {
+            (Some(lane), Some(target)) => vec![(lane.clone(), target.clone())],
+            _ => self.lanes_with_messages(filter).await?,
+        };
+        self.lanes_stats_of(&lanes).await
+    }
+
+    /// The (lane, target) pairs with messages under `filter`'s lane and target, from the
+    /// `pending` index alone (lane and target lead it).
+    async fn lanes_with_messages(
+        &self,
+        filter: &MessageFilter,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        const OP: StoreOp = StoreOp::Stats;
         let lane_filter = filter_where(
             &MessageFilter {
                 lane: filter.lane.clone(),
@@ -111,73 +124,84 @@ impl MysqlOutboxStore {
             },
             sql::Terms::All,
         );
-        // Counts per status from the `pending` index alone (lane, target, status lead it).
         let sql = format!(
-            "SELECT lane, target, status, COUNT(*) AS n FROM {m} FORCE INDEX (pending) WHERE {} \
-             GROUP BY lane, target, status",
-            lane_filter.clause
+            "SELECT DISTINCT lane, target FROM {} FORCE INDEX (pending) WHERE {}",
+            self.names.messages, lane_filter.clause
         );
         let rows = bind(sqlx::query(AssertSqlSafe(sql)), &lane_filter.values)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| db_error(OP, e))?;
-        let mut lanes: BTreeMap<(String, String), LaneStats> = BTreeMap::new();
         let corrupt = |bad| StoreError::Corrupt {
             id: "?".into(),
             reason: format!("{OP}: {bad:?}"),
         };
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    text(row, "lane").map_err(corrupt)?,
+                    text(row, "target").map_err(corrupt)?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The stats of each of `lanes` with messages, sorted, in one statement whatever their
+    /// number (`sql/lanes_stats.sql`): the lanes go as one JSON array bound to one
+    /// placeholder, so a relay's thousand lanes are one statement, not three per lane.
+    pub(super) async fn lanes_stats_of(
+        &self,
+        lanes: &[(String, String)],
+    ) -> Result<Vec<LaneStats>, StoreError> {
+        const OP: StoreOp = StoreOp::Stats;
+        if lanes.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Each lane once; a pair serializes as a JSON array `[lane, target]`.
+        let asked: BTreeSet<(&str, &str)> = lanes
+            .iter()
+            .map(|(lane, target)| (lane.as_str(), target.as_str()))
+            .collect();
+        let asked = serde_json::to_string(&asked).map_err(|e| StoreError::database(OP, e))?;
+        let now = self.now().as_millis();
+        let rows = sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.lanes_stats)))
+            .bind(now)
+            .bind(asked)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+        let corrupt = |bad| StoreError::Corrupt {
+            id: "?".into(),
+            reason: format!("{OP}: {bad:?}"),
+        };
+        let count = |row: &MySqlRow, column: &str| -> Result<u64, StoreError> {
+            let n: i64 = row.try_get(column).map_err(|e| db_error(OP, e))?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        };
+        let mut stats = Vec::with_capacity(rows.len());
         for row in &rows {
-            let lane = text(row, "lane").map_err(corrupt)?;
-            let target = text(row, "target").map_err(corrupt)?;
-            let status: String = row.try_get("status").map_err(|e| db_error(OP, e))?;
-            let n: i64 = row.try_get("n").map_err(|e| db_error(OP, e))?;
-            let stats = lanes
-                .entry((lane.clone(), target.clone()))
-                .or_insert_with(|| LaneStats {
-                    lane,
-                    target,
-                    ..LaneStats::default()
-                });
-            let n = u64::try_from(n).unwrap_or(0);
-            match status.as_str() {
-                "pending" => stats.pending = n,
-                "claimed" => stats.claimed = n,
-                "delivered" => stats.delivered = n,
-                _ => stats.dead_letter = n,
+            let oldest: Option<i64> = row
+                .try_get("oldest_created_at")
+                .map_err(|e| db_error(OP, e))?;
+            let lane = LaneStats {
+                lane: text(row, "lane").map_err(corrupt)?,
+                target: text(row, "target").map_err(corrupt)?,
+                pending: count(row, "pending")?,
+                claimed: count(row, "claimed")?,
+                delivered: count(row, "delivered")?,
+                dead_letter: count(row, "dead_letter")?,
+                oldest_pending_age: oldest.map(|created| {
+                    Duration::from_millis(u64::try_from(now - created).unwrap_or(0))
+                }),
+                blocked_keys: count(row, "blocked_keys")?,
+            };
+            // A lane asked for answers a row even without messages; such a lane is absent.
+            if lane.pending + lane.claimed + lane.delivered + lane.dead_letter > 0 {
+                stats.push(lane);
             }
         }
-        for ((lane, target), stats) in lanes.iter_mut() {
-            // The oldest due pending message: a range of the `pending` index.
-            let oldest: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-                "SELECT MIN(created_at) FROM {m} FORCE INDEX (pending) WHERE lane = ? AND target = ? \
-                 AND status = 'pending' AND available_at <= ?"
-            )))
-            .bind(lane.as_str())
-            .bind(target.as_str())
-            .bind(now)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| db_error(OP, e))?;
-            stats.oldest_pending_age = oldest.map(|created| {
-                std::time::Duration::from_millis(u64::try_from(now - created).unwrap_or(0))
-            });
-            // Blocked keys: a head with a dead letter before it. One row per live key, one
-            // index dive each.
-            let blocked: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
-                "SELECT COUNT(*) FROM {k} h WHERE h.lane = ? AND h.target = ? \
-                 AND h.head_seq IS NOT NULL AND EXISTS (SELECT 1 FROM {m} d FORCE INDEX (by_key) \
-                 WHERE d.lane = h.lane AND d.target = h.target AND d.ordering_key = h.ordering_key \
-                 AND d.status = 'dead_letter' AND d.seq < h.head_seq)",
-                k = self.names.keys
-            )))
-            .bind(lane.as_str())
-            .bind(target.as_str())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| db_error(OP, e))?;
-            stats.blocked_keys = u64::try_from(blocked).unwrap_or(0);
-        }
-        Ok(lanes.into_values().collect())
+        sort_lanes(&mut stats);
+        Ok(stats)
     }
 
     /// Stats of the messages a key or id filter picks, counted from their rows.

@@ -20,12 +20,13 @@ use super::claim::{first_dead, next_lapse_sql, run_sql, running_keys, scan_sql, 
 use super::row::{db_error, opt_text};
 use super::{Dialect, MysqlOutboxStore};
 
-/// One statement of a claim and the server's plan for it.
+/// One statement of a claim, or `lanes_stats`'s ([`MysqlOutboxStore::explain_lanes_stats`]),
+/// and the server's plan for it.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClaimPlan {
     /// Which statement: `lapsed`, `ready`, `running_keys`, `first_dead`, `run_stops`,
-    /// `run`, `next_lapse` or `next_due_ready`.
+    /// `run`, `next_lapse`, `next_due_ready`; or `lanes_stats`.
     pub statement: &'static str,
     /// The statement as explained.
     pub sql: String,
@@ -282,6 +283,37 @@ impl MysqlOutboxStore {
         json_format(&mut conn, how, dialect, false, OP).await?;
         conn.rollback().await.map_err(|e| db_error(OP, e))?;
         Ok(plans)
+    }
+}
+
+impl MysqlOutboxStore {
+    /// Explains the one statement [`lanes_stats`](crate::store::OutboxBackend::lanes_stats)
+    /// runs for `lanes` (`sql/lanes_stats.sql`): for the guard test that pins it to index
+    /// reads under each lane (`tests/mysql/lanes_stats.rs`). Nothing is changed (`ANALYZE`
+    /// runs the read-only statement).
+    #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
+    pub async fn explain_lanes_stats(
+        &self,
+        lanes: &[(String, String)],
+        how: Explain,
+    ) -> Result<ClaimPlan, StoreError> {
+        const OP: StoreOp = StoreOp::Maintenance;
+        let dialect = self.probe_dialect(OP).await?;
+        let sql = self.names.sql.lanes_stats.to_string();
+        let asked = serde_json::to_string(lanes).map_err(|e| StoreError::database(OP, e))?;
+        let mut conn = self.pool.acquire().await.map_err(|e| db_error(OP, e))?;
+        json_format(&mut conn, how, dialect, true, OP).await?;
+        let row = sqlx::query(AssertSqlSafe(format!("{} {sql}", prefix(how, dialect))))
+            .bind(self.now().as_millis())
+            .bind(asked)
+            .fetch_one(&mut *conn)
+            .await;
+        json_format(&mut conn, how, dialect, false, OP).await?;
+        Ok(ClaimPlan {
+            statement: "lanes_stats",
+            plan: plan_of(row, OP)?,
+            sql,
+        })
     }
 }
 

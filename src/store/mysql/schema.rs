@@ -84,6 +84,7 @@ statements!(
     lane_pause_locked,
     lane_pauses,
     lanes_between,
+    lanes_stats,
     mark_heads,
     nack_retry,
     newest_seq,
