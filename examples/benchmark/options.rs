@@ -323,12 +323,15 @@ impl Options {
                 "--lanes-concurrency" => options.lanes_concurrency = number(&value)?.max(1),
                 "--lanes-per-lane" => options.lanes_per_lane = number(&value)?.max(1),
                 "--lanes-metrics" => {
-                    (options.lanes_metrics, options.lanes_shared_histograms) = match value.as_str() {
+                    (options.lanes_metrics, options.lanes_shared_histograms) = match value.as_str()
+                    {
                         "on" => (true, false),
                         "shared" => (true, true),
                         "off" => (false, false),
                         other => {
-                            return Err(format!("--lanes-metrics: on, shared or off, not {other:?}"))
+                            return Err(format!(
+                                "--lanes-metrics: on, shared or off, not {other:?}"
+                            ))
                         }
                     }
                 }
