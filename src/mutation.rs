@@ -45,11 +45,15 @@ pub(crate) enum Mutation {
     /// A buffered message starts whenever its lease still holds, however near its end (no
     /// start margin): a delivery then runs past its lapse.
     NoStartMargin,
+    /// An extension's "lost claim" for a token the lane no longer holds (the message was
+    /// released and claimed again since) lapses the fresh claim of the same message: its
+    /// key's next message then starts before it.
+    LostTokenLapsesFreshClaim,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub(crate) const ALL: [Mutation; 11] = [
+    pub(crate) const ALL: [Mutation; 12] = [
         Mutation::AckSkipsToken,
         Mutation::LapsedClaimStarts,
         Mutation::KeyNextBeforeOutcome,
@@ -61,5 +65,6 @@ impl Mutation {
         Mutation::LeaseTimedFromAnswer,
         Mutation::StaleAckAcceptedOnce,
         Mutation::NoStartMargin,
+        Mutation::LostTokenLapsesFreshClaim,
     ];
 }

@@ -95,6 +95,15 @@ impl LeaseBook {
         self.held.contains_key(&outbox_id)
     }
 
+    /// Whether the lane holds this very claim (the message under this token): a message
+    /// released and claimed again is held under its fresh token, and an answer about the
+    /// old one is not about it.
+    pub(crate) fn holds_claim(&self, claim: &ClaimRef) -> bool {
+        self.held
+            .get(&claim.outbox_id)
+            .is_some_and(|held| held.claim.claim_token == claim.claim_token)
+    }
+
     /// Whether the lane holds a claim on this message whose delivery has not finished
     /// (buffered or running).
     pub(crate) fn holds_unfinished(&self, outbox_id: Uuid) -> bool {

@@ -10,6 +10,7 @@ use super::{Command, LaneCore, StoreRequest, TimerKind};
 use crate::lane::RelayEvent;
 use crate::message::ClaimRef;
 use crate::message::OutboxMessage;
+use crate::mutation::Mutation;
 use crate::store::StoreOp;
 use crate::store::{ClaimOutcome, StoreError};
 
@@ -160,11 +161,22 @@ impl LaneCore {
                     .iter()
                     .filter(|o| **o == ClaimOutcome::Applied)
                     .count();
+                let by_message = self.mutated(Mutation::LostTokenLapsesFreshClaim);
                 let lapsed: Vec<Uuid> = claims
                     .iter()
                     .zip(&outcomes)
-                    // Settled meanwhile (acked, released) is not a lapse.
-                    .filter(|(c, o)| **o == ClaimOutcome::LostClaim && self.book.holds(c.outbox_id))
+                    // Settled meanwhile (acked, released) is not a lapse, nor is the loss
+                    // of a token the lane no longer holds: a message released and claimed
+                    // again since is held under its fresh token, and dropping it would
+                    // let its key's next message start before it.
+                    .filter(|(c, o)| {
+                        **o == ClaimOutcome::LostClaim
+                            && if by_message {
+                                self.book.holds(c.outbox_id)
+                            } else {
+                                self.book.holds_claim(c)
+                            }
+                    })
                     .map(|(c, _)| c.outbox_id)
                     .collect();
                 if extended > 0 {
@@ -188,7 +200,11 @@ impl LaneCore {
                     // Past the earliest lapse with no extension applied: the store may
                     // hand these claims to another claimer now. None of them starts here
                     // again; running ones go on, their acks fenced by the store.
-                    let ids: Vec<Uuid> = claims.iter().map(|c| c.outbox_id).collect();
+                    let ids: Vec<Uuid> = claims
+                        .iter()
+                        .filter(|c| self.book.holds_claim(c))
+                        .map(|c| c.outbox_id)
+                        .collect();
                     self.lapse_and_report(&ids, out);
                 }
                 // Try again well before the margin is used up.

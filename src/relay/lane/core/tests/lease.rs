@@ -335,3 +335,89 @@ fn our_own_buffered_message_claimed_again_goes_to_the_handler_under_the_fresh_cl
         (y.outbox_id, again.claim_token, again.attempt_count)
     );
 }
+
+#[test]
+fn the_loss_of_a_released_token_leaves_the_fresh_claim_of_the_same_message_alone() {
+    let now = Instant::now();
+    let mut core = LaneCore::new(config(1, 2), false);
+    // One message runs; the head of key k waits in the buffer.
+    let running = message(None);
+    let head = message(Some("k"));
+    let out = running_with(&mut core, now, &[running.clone(), head.clone()]);
+    let [(slot, _)] = delivered(&out)[..] else {
+        panic!("{out:?}")
+    };
+    let Some((batch_id, generation)) = out.iter().find_map(|c| match c {
+        Command::TimerAt {
+            kind: TimerKind::Lease { batch },
+            generation,
+            ..
+        } => Some((*batch, *generation)),
+        _ => None,
+    }) else {
+        panic!("{out:?}")
+    };
+    let at = now + Duration::from_secs(20);
+    let out = core.handle(
+        at,
+        Input::timer(TimerKind::Lease { batch: batch_id }, generation),
+    );
+    let Some(Command::Store(StoreRequest::Extend {
+        claims: extending,
+        generation: next,
+        ..
+    })) = out
+        .into_iter()
+        .find(|c| matches!(c, Command::Store(StoreRequest::Extend { .. })))
+    else {
+        panic!("no extension")
+    };
+    // While the extension is out, a pause hands the head back, and after the resume the
+    // lane claims it again (a fresh token) with the key's next message.
+    core.handle(at, Input::Pause);
+    assert_eq!(core.buffered(), 0);
+    assert_eq!(claims(&core.handle(at, Input::Resume)).len(), 1);
+    let again = reclaimed(&head);
+    let next_of_key = message(Some("k"));
+    core.handle(at, batch(&core, &[again.clone(), next_of_key.clone()]));
+    assert_eq!(core.buffered(), 2);
+    // The extension answers: the head's old token is lost (released). That is no lapse of
+    // the fresh claim.
+    let outcomes = extending
+        .iter()
+        .map(|c| {
+            if c.outbox_id == head.outbox_id {
+                ClaimOutcome::LostClaim
+            } else {
+                ClaimOutcome::Applied
+            }
+        })
+        .collect();
+    let out = core.handle(
+        at,
+        Input::Store(StoreAnswer::Extended {
+            batch: batch_id,
+            generation: next,
+            claims: extending,
+            result: Ok(outcomes),
+        }),
+    );
+    assert!(
+        !has(&out, |c| matches!(
+            c,
+            Command::Emit(RelayEvent::LeaseExpired { .. })
+        )),
+        "{out:?}"
+    );
+    assert_eq!(core.buffered(), 2, "the fresh claim stays");
+    // The key's order holds: its head goes first, under its fresh token.
+    let out = core.handle(at, done(slot, &running));
+    let started: Vec<_> = out
+        .iter()
+        .filter_map(|c| match c {
+            Command::Deliver { message, .. } => Some((message.outbox_id, message.claim_token)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, vec![(again.outbox_id, again.claim_token)]);
+}
