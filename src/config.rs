@@ -201,7 +201,13 @@ pub struct LaneConfig {
     pub retry_after_max: Duration,
     /// What a dead-lettered head does to its key.
     pub ordering: OrderingPolicy,
-    /// The longest an idle lane sleeps before looking at the store again.
+    /// How often the store is looked at for this lane when nothing tells it of new work
+    /// (a lost wake-up, another relay's nack or claim). The relay's due watcher asks for
+    /// every lane at once, as often as the shortest `max_poll_interval` among them asks,
+    /// and pokes a lane whose next message falls due before its next look; an idle lane
+    /// itself only sleeps until its next known due time. A lane holding claims still
+    /// claims again at least this often, so a retry that falls due beside long deliveries
+    /// is not left waiting for them.
     pub max_poll_interval: Duration,
     /// How often backlog gauges are sampled from the store. A relay samples all its lanes
     /// in one store call, as often as the shortest `stats_interval` among them asks.

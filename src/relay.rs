@@ -329,7 +329,10 @@ impl RelayBuilder {
         let (supervisor, join) = Actor::spawn(None, RelaySupervisor, args)
             .await
             .map_err(|e| RelayError::Spawn(e.to_string()))?;
-        let mut upkeep = vec![upkeep::backlog(store.clone(), supervisor.clone()).abort_handle()];
+        let mut upkeep = vec![
+            upkeep::backlog(store.clone(), supervisor.clone()).abort_handle(),
+            upkeep::due(store.clone(), supervisor.clone()).abort_handle(),
+        ];
         if let Some(known) = fleet_pauses {
             upkeep
                 .push(lane_control::watch(store.clone(), supervisor.clone(), known).abort_handle());

@@ -103,7 +103,9 @@ fn tail(plan: &Plan) -> Duration {
 ///   (at most 1.5 leases) plus two legs;
 /// - a crashed relay (or lane, by the supervisor's policy) comes back within two leases,
 ///   and its claims lapse within one; a frozen relay runs again after its freeze;
-/// - a lost wake-up leaves its message to the poll ceiling (only in runs that lose any);
+/// - a lost wake-up leaves its message to the poll ceiling, or in the plans that run the
+///   due watcher to its next pass, `max_poll_interval` either way (only in runs that lose
+///   any);
 /// - a retry waits at most `retry.max`, or the target's longest `Retry-After` (also the
 ///   longest Retry-After hold), a breaker at most `max_cool_down`, a store backoff at most
 ///   `store_backoff.max`;

@@ -162,6 +162,8 @@ pub fn lane(
         supervisor: crate::config::SupervisorConfig::default(),
         clock_skew_ppm: Vec::new(),
         store: crate::sim::Store::Memory,
+        // As every production relay runs it.
+        watched: true,
         faults_end: load.duration,
         stated: Some(Stated {
             failure_rate: load.failure_rate,

@@ -148,6 +148,7 @@ macro_rules! conformance {
             // cases/idle.rs
             a_short_claim_answers_next_due_as_of_its_end,
             a_short_claims_next_due_skips_rows_held_behind_their_key,
+            lanes_next_due_answers_each_lane_as_next_due_does,
             // cases/runs.rs
             key_run_follows_its_head_in_order,
             key_run_counts_towards_the_limit,

@@ -43,6 +43,8 @@ pub(crate) enum LaneMsg {
     Delivered(DeliveryReport),
     /// The store says new work may be claimable.
     Wake,
+    /// The relay's due watcher says a message of this lane may be claimable at this time.
+    Due(Instant),
     Pause,
     Resume,
     /// Stop claiming, finish or release what is running, answer, stop.
@@ -269,7 +271,8 @@ impl Actor for LaneRelay {
         config.claims_in_flight =
             Some(config.claims_in_flight_or(args.store.capabilities().claims_in_flight));
         let mut state = LaneShell {
-            core: LaneCore::new(config.clone(), args.paused),
+            // Every relay runs the due watcher (`relay/upkeep.rs`): its idle lanes do not poll.
+            core: LaneCore::new(config.clone(), args.paused).watched(),
             store: args.store,
             handler: args.handler,
             counters: args.counters,
@@ -382,6 +385,7 @@ impl Actor for LaneRelay {
                 state.wake_queued.store(false, Ordering::Release);
                 state.feed(&myself, Input::Wake).await?
             }
+            LaneMsg::Due(at) => state.feed(&myself, Input::DueAt(at)).await?,
             LaneMsg::Pause => state.feed(&myself, Input::Pause).await?,
             LaneMsg::Resume => state.feed(&myself, Input::Resume).await?,
             LaneMsg::Drain { timeout, reply } => {

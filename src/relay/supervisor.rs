@@ -48,6 +48,9 @@ pub(crate) enum SupervisorMsg {
     FleetPauses(Vec<LanePause>),
     /// A backlog sample of every lane (`relay/upkeep.rs`): each lane's gauges are set from it.
     Backlog(BacklogSample),
+    /// When lanes' next messages fall due, by the due watcher (`relay/upkeep.rs`): each
+    /// time goes to its lane.
+    Due(Vec<(LaneKey, Instant)>),
     Shutdown(Duration, RpcReplyPort<ShutdownReport>),
     /// A restart backoff ran out; honoured only if the lane still waits for this token.
     Restart(LaneKey, u64),
@@ -460,6 +463,13 @@ impl Actor for RelaySupervisor {
             }
             SupervisorMsg::FleetPauses(pauses) => state.set_fleet_pauses(pauses),
             SupervisorMsg::Backlog(sample) => state.hand_out_backlog(sample),
+            SupervisorMsg::Due(due) => {
+                for (key, at) in due {
+                    if let Some(actor) = state.lanes.get(&key).and_then(|e| e.actor.as_ref()) {
+                        let _ = actor.send_message(LaneMsg::Due(at));
+                    }
+                }
+            }
             SupervisorMsg::Status(reply) => {
                 let _ = reply.send(state.status());
             }

@@ -181,6 +181,12 @@ pub struct Plan {
     /// The store the run drives (the memory store, as drawn; the seed runs put every
     /// fourth seed on SQLite).
     pub store: Store,
+    /// Whether each relay process runs the due watcher, as production relays do
+    /// (`relay/upkeep.rs`): its idle lane then arms no poll ceiling, and every
+    /// `max_poll_interval` the world asks the store's `lanes_next_due` for the lane and
+    /// pokes it with what falls due before the next pass. Drawn for half the seeds, so the
+    /// lane's own ceiling poll stays covered too.
+    pub watched: bool,
 }
 
 /// The store a run drives.
@@ -314,6 +320,8 @@ impl Plan {
         let clock_skew_ppm = (0..relays)
             .map(|_| more.between(0, 4_000) as i64 - 2_000)
             .collect();
+        // From a stream of its own, forked last, so the draws above stay as they were.
+        let watched = rng.fork(9).percent(50);
         Self {
             seed,
             relays,
@@ -327,6 +335,7 @@ impl Plan {
             supervisor,
             clock_skew_ppm,
             store: Store::Memory,
+            watched,
         }
     }
 

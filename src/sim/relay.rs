@@ -12,7 +12,9 @@
 //! - a crash drops everything (the epoch moves on, so the dead incarnation's timers and
 //!   answers are ignored), and a restart is a new `LaneCore` with a new consumer id;
 //! - a lane crash in a living process is restarted when the supervisor's restart policy
-//!   says (`relay::supervisor::restarts`, the production type).
+//!   says (`relay::supervisor::restarts`, the production type);
+//! - the due watcher (`relay/upkeep.rs`), in the plans that run it, is the world's
+//!   `Event::Watch`: a pass every `max_poll_interval` that asks the store and pokes the lane.
 
 use std::collections::{HashMap, HashSet};
 
@@ -63,10 +65,12 @@ pub(crate) struct Relay {
     /// The process's supervisor's restarts of the lane (kept across lane crashes, new with
     /// the process).
     pub(crate) restarts: Restarts,
+    /// Whether the process runs the due watcher ([`Plan::watched`](crate::sim::Plan)).
+    pub(crate) watched: bool,
 }
 
 impl Relay {
-    pub(crate) fn new(config: LaneConfig) -> Self {
+    pub(crate) fn new(config: LaneConfig, watched: bool) -> Self {
         Self {
             epoch: 0,
             incarnation: 0,
@@ -86,6 +90,7 @@ impl Relay {
             in_transit: 0,
             returning: 0,
             restarts: Restarts::default(),
+            watched,
         }
     }
 
@@ -123,6 +128,7 @@ impl Relay {
         self.incarnation += 1;
         self.config.consumer_id = format!("relay{index}.{}", self.incarnation);
         let core = LaneCore::new(self.config.clone(), false);
+        let core = if self.watched { core.watched() } else { core };
         #[cfg(test)]
         let core = core.mutated_by(super::mutation::current());
         self.core = Some(core);

@@ -268,10 +268,15 @@ fn a_failing_schedule_shrinks_and_its_cut_replays() {
 fn every_mutation_is_caught() {
     let budget = env("OUTBOX_SIM_SEEDS").unwrap_or(2_000);
     let mut missed = Vec::new();
-    for mutation in Mutation::ALL
-        .into_iter()
-        .filter(|m| *m != Mutation::NoStartMargin)
-    {
+    // Two have tests of their own: `NoStartMargin` (an overlap, not a failure), and
+    // `LostTokenLapsesFreshClaim`, which few seeds reach (the first is 1242, about five
+    // minutes of seeds): `seeds_that_found_bugs_pass` proves seed 1242 still catches it.
+    for mutation in Mutation::ALL.into_iter().filter(|m| {
+        !matches!(
+            m,
+            Mutation::NoStartMargin | Mutation::LostTokenLapsesFreshClaim
+        )
+    }) {
         let started = Instant::now();
         let (ran, failed, _, _) = run_seeds(0, budget, None, Some(mutation), true);
         match failed.first() {
@@ -541,12 +546,23 @@ fn all_handed_off(mut plan: Plan) -> Plan {
 ///   lease could have lapsed, and another relay had claimed the message again; the lane
 ///   started it anyway: two deliveries of one key at once. Fixed: a lane starts a claim
 ///   only while its lease surely holds (`LeaseBook::may_have_lapsed`); putting the bug back
-///   is `Mutation::LapsedClaimStarts`.
+///   is `Mutation::LapsedClaimStarts`. Played as drawn then, with no due watcher.
+/// - A buffered key head was handed back (a pause) while its lease extension was out, and
+///   claimed again with the key's next message; the extension's "lost claim" for the old
+///   token lapsed the fresh claim, and the next message started first. Fixed: an
+///   extension's answer counts only for the token it extended (`LeaseBook::holds_claim`);
+///   putting the bug back is `Mutation::LostTokenLapsesFreshClaim`.
 #[test]
 fn seeds_that_found_bugs_pass() {
-    let regressions: &[(u64, Mutation)] = &[(10, Mutation::LapsedClaimStarts)];
-    for &(seed, bug) in regressions {
-        let plan = Plan::draw(seed, SIZE);
+    let regressions: &[(u64, bool, Mutation)] = &[
+        (10, false, Mutation::LapsedClaimStarts),
+        (1242, true, Mutation::LostTokenLapsesFreshClaim),
+    ];
+    for &(seed, watched, bug) in regressions {
+        let plan = Plan {
+            watched,
+            ..Plan::draw(seed, SIZE)
+        };
         if let Err(failure) = run(&plan) {
             panic!("seed {seed} at {:?}: {}", failure.at, failure.what);
         }

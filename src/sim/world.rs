@@ -89,6 +89,8 @@ pub(crate) enum Event {
         relay: usize,
         epoch: u64,
     },
+    /// A pass of `relay`'s due watcher.
+    Watch(usize),
     Store {
         relay: usize,
         epoch: u64,
@@ -208,7 +210,7 @@ impl<'p> World<'p> {
             store,
             queue: BTreeMap::new(),
             relays: (0..plan.relays)
-                .map(|_| Relay::new(plan.config.clone()))
+                .map(|_| Relay::new(plan.config.clone(), plan.watched))
                 .collect(),
             check: Checker::new(plan.config.ordering, super::overlap_bound(&plan.config)),
             faults: StoreFaults::default(),
@@ -233,6 +235,9 @@ impl<'p> World<'p> {
         world.at(plan.faults_end, Event::FaultsEnd);
         for relay in 0..plan.relays {
             world.start(relay);
+            if plan.watched {
+                world.at(Duration::ZERO, Event::Watch(relay));
+            }
         }
         world
     }
@@ -337,6 +342,7 @@ impl<'p> World<'p> {
             | Event::Resume { relay, .. }
             | Event::Lane { relay, .. }
             | Event::Wake { relay, .. }
+            | Event::Watch(relay)
             | Event::Done { relay, .. } => *relay,
             Event::Fault(_) | Event::FaultsEnd | Event::Store { .. } => return None,
         };
@@ -383,6 +389,7 @@ impl<'p> World<'p> {
                     self.feed(relay, Input::Wake);
                 }
             }
+            Event::Watch(relay) => self.watch(relay),
             Event::Store {
                 relay,
                 epoch,

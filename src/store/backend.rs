@@ -224,6 +224,21 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
         ordering: OrderingPolicy,
     ) -> Result<Option<Duration>, StoreError>;
 
+    /// [`next_due`](Self::next_due) of each of `lanes` (lane, target, ordering policy), in
+    /// order. A relay's due watcher asks this for all its lanes at once (`relay/upkeep.rs`)
+    /// so its idle lanes need no poll of their own, so a backend answers it in one
+    /// statement where it can; this default asks lane by lane.
+    async fn lanes_next_due(
+        &self,
+        lanes: &[(String, String, OrderingPolicy)],
+    ) -> Result<Vec<Option<Duration>>, StoreError> {
+        let mut due = Vec::with_capacity(lanes.len());
+        for (lane, target, ordering) in lanes {
+            due.push(self.next_due(lane, target, *ordering).await?);
+        }
+        Ok(due)
+    }
+
     /// Counts per (lane, target) among the messages the filter selects (its status is
     /// ignored). Lanes with no messages are absent.
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError>;

@@ -69,7 +69,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::{MySql, Transaction};
+use sqlx::{AssertSqlSafe, MySql, Row, Transaction};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -445,6 +445,49 @@ impl OutboxBackend for MysqlOutboxStore {
             .await
             .map_err(|e| db_error(StoreOp::NextDue, e))?;
         claim::next_due(&mut conn, &self.names, lane, target, ordering, self.now()).await
+    }
+
+    /// One statement finds the lanes with a live row (`sql/live_lanes.sql`); only those are
+    /// asked `next_due`, one after another on the same connection. An idle relay's lanes
+    /// with nothing pending or claimed cost that one statement.
+    async fn lanes_next_due(
+        &self,
+        lanes: &[(String, String, OrderingPolicy)],
+    ) -> Result<Vec<Option<Duration>>, StoreError> {
+        const OP: StoreOp = StoreOp::NextDue;
+        if lanes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let asked: Vec<(&str, &str)> = lanes
+            .iter()
+            .map(|(lane, target, _)| (lane.as_str(), target.as_str()))
+            .collect();
+        let asked = serde_json::to_string(&asked).map_err(|e| StoreError::database(OP, e))?;
+        let mut conn = self.pool.acquire().await.map_err(|e| db_error(OP, e))?;
+        let rows = sqlx::query(AssertSqlSafe(Arc::clone(&self.names.sql.live_lanes)))
+            .bind(asked)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+        let mut live = vec![false; lanes.len()];
+        for row in &rows {
+            let i: i64 = row.try_get("i").map_err(|e| db_error(OP, e))?;
+            let found: i64 = row.try_get("live").map_err(|e| db_error(OP, e))?;
+            let place = usize::try_from(i - 1).ok();
+            if let Some(slot) = place.and_then(|i| live.get_mut(i)) {
+                *slot = found != 0;
+            }
+        }
+        let now = self.now();
+        let mut due = Vec::with_capacity(lanes.len());
+        for ((lane, target, ordering), live) in lanes.iter().zip(live) {
+            due.push(if live {
+                claim::next_due(&mut conn, &self.names, lane, target, *ordering, now).await?
+            } else {
+                None
+            });
+        }
+        Ok(due)
     }
 
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {

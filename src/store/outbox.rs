@@ -378,6 +378,17 @@ impl Outbox {
         .await
     }
 
+    /// [`next_due`](Self::next_due) of each of `lanes` (lane, target, ordering policy), in
+    /// order, in one call where the backend can ([`OutboxBackend::lanes_next_due`]); timed
+    /// as a `next_due` call.
+    pub async fn lanes_next_due(
+        &self,
+        lanes: &[(String, String, OrderingPolicy)],
+    ) -> Result<Vec<Option<Duration>>, StoreError> {
+        self.timed(StoreOp::NextDue, self.backend.lanes_next_due(lanes))
+            .await
+    }
+
     /// Counts per (lane, target) among the messages the filter selects.
     pub async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
         self.timed(StoreOp::Stats, self.backend.stats(filter)).await

@@ -605,6 +605,13 @@ impl OutboxBackend for PostgresOutboxStore {
         self.next_due_alone(lane, target, ordering).await
     }
 
+    async fn lanes_next_due(
+        &self,
+        lanes: &[(String, String, OrderingPolicy)],
+    ) -> Result<Vec<Option<Duration>>, StoreError> {
+        self.lanes_next_due_of(lanes).await
+    }
+
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
         self.stats_of(filter).await
     }

@@ -362,6 +362,14 @@ impl OutboxBackend for SqliteOutboxStore {
         read::next_due(&self.sql, &self.reader, lane, target, ordering, now).await
     }
 
+    async fn lanes_next_due(
+        &self,
+        lanes: &[(String, String, OrderingPolicy)],
+    ) -> Result<Vec<Option<Duration>>, StoreError> {
+        let now = self.clock.now_millis();
+        read::lanes_next_due(&self.sql, &self.reader, lanes, now).await
+    }
+
     async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
         let now = self.clock.now_millis();
         read::stats(&self.sql, &self.reader, filter, now).await

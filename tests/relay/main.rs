@@ -25,6 +25,7 @@ mod faults;
 #[path = "../support/faulty_store.rs"]
 mod faulty_store;
 mod gates;
+mod idle;
 mod lifecycle;
 #[cfg(feature = "mysql")]
 #[path = "../support/mysql.rs"]

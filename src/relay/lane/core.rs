@@ -127,6 +127,9 @@ pub(crate) struct LaneCore {
     hand_off: bool,
     /// The hand-off credits granted to the taker ([`hand_off`]).
     credits: Credits,
+    /// Whether the relay's due watcher looks after this lane while it is idle
+    /// ([`LaneCore::watched`]): then an idle lane arms no poll ceiling of its own.
+    watched: bool,
     /// The deliberate bug the simulation switched on, if any; always `None` in production.
     mutation: Option<Mutation>,
 }
@@ -155,8 +158,20 @@ impl LaneCore {
             cadence,
             hand_off: false,
             credits: Credits::default(),
+            watched: false,
             mutation: None,
         }
+    }
+
+    /// The relay's due watcher (`relay/upkeep.rs`) looks after this lane: every pass it asks
+    /// the store when each lane's next message is due and hands the lane that time
+    /// ([`Input::DueAt`]), so an idle lane sleeps until its own known due time, a wake-up or
+    /// that poke, and never polls on its `max_poll_interval`. What the ceiling poll was
+    /// there for (a lost wake-up, another process's nack, claim or lapse) the watcher sees
+    /// in one statement for every lane. A lane holding claims keeps its ceiling.
+    pub(crate) fn watched(mut self) -> Self {
+        self.watched = true;
+        self
     }
 
     /// Switches a deliberate bug on at the decision lines that ask for it ([`Mutation`]):
@@ -226,6 +241,7 @@ impl LaneCore {
         }
         match input {
             Input::Start | Input::Wake => self.store_may_have_more(),
+            Input::DueAt(at) => self.due_at(now, at, &mut out),
             Input::Timer { kind, generation } => self.timer(now, kind, generation, &mut out),
             Input::Pause => {
                 if self.mode == Mode::Running {
@@ -284,6 +300,22 @@ impl LaneCore {
             }
             TimerKind::DrainDeadline => self.drain_deadline(now, out),
             TimerKind::Lease { batch } => self.lease_due(now, batch, generation, out),
+        }
+    }
+
+    /// The due watcher says a message may be claimable at `at`: a lane asleep claims if that
+    /// is now, and else sleeps no later than `at` ([`ClaimLoop::due_at`]). A lane that is
+    /// not asleep is at work on the store already (a claim or `next_due` out, claims held
+    /// under the poll ceiling, a backoff or gate timer): its own answers say as much, and
+    /// the watcher's next pass says it again, so a busy lane makes no extra claim for it.
+    fn due_at(&mut self, now: Instant, at: Instant, out: &mut Vec<Command>) {
+        if self.mode != Mode::Running || !self.claim_loop.sleeping() {
+            return; // a resume claims anyway
+        }
+        if at <= now {
+            self.claim_loop.due_now();
+        } else if let Some(generation) = self.claim_loop.due_at(at) {
+            out.push(Command::timer(TimerKind::Poll, at, generation));
         }
     }
 

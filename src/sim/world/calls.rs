@@ -3,10 +3,11 @@
 //! failed before it committed, or committed with its answer lost).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use uuid::Uuid;
 
-use super::{Fate, World};
+use super::{skewed, Event, Fate, World};
 use crate::message::ClaimRef;
 use crate::message::{OutboxMessage, UnixMillis};
 use crate::relay::lane::core::{Input, StoreAnswer, StoreRequest};
@@ -132,6 +133,49 @@ impl World<'_> {
         } else {
             answer
         }
+    }
+
+    /// A pass of `relay`'s due watcher (`relay/upkeep.rs`), as its request reaches the
+    /// store: the store's `lanes_next_due` for the lane, and, when that falls before the
+    /// next pass, a poke ([`Input::DueAt`]) that reaches the lane with the answer one leg
+    /// later. A relay cut off from the store pokes "now", as the watcher does when its call
+    /// fails. The watcher's beat runs on while its process is down, poking nothing.
+    pub(super) fn watch(&mut self, relay: usize) {
+        let every = self.relays[relay].config.max_poll_interval;
+        self.after(every, Event::Watch(relay));
+        if !self.relays[relay].alive() {
+            return;
+        }
+        self.tally.store_calls += 1;
+        self.clock.set(self.store_now());
+        let cut = self.faults.cut.get(relay).copied().flatten();
+        let due = if cut.is_some_and(|(until, _)| self.now < until) {
+            Some(Duration::ZERO)
+        } else {
+            let lanes = [(
+                LANE.to_owned(),
+                TARGET.to_owned(),
+                self.relays[relay].config.ordering,
+            )];
+            self.store
+                .run(self.store.backend().lanes_next_due(&lanes))
+                .map_or(Some(Duration::ZERO), |due| due.first().copied().flatten())
+        };
+        let Some(due) = due.filter(|due| *due <= every) else {
+            return;
+        };
+        let leg = self.leg();
+        // The watcher reads the due time against its own clock when the answer comes.
+        let at = self.base + skewed(self.now + leg, self.plan.clock_skew_ppm(relay)) + due;
+        let epoch = self.relays[relay].epoch;
+        self.after(
+            leg,
+            Event::Lane {
+                relay,
+                epoch,
+                input: Input::DueAt(at),
+            },
+        );
     }
 
     /// The call's request reaches the store: it runs (unless it fails first), and its

@@ -279,6 +279,13 @@ mod sqlite {
             self.inner.next_due(lane, target, ordering).await
         }
 
+        async fn lanes_next_due(
+            &self,
+            lanes: &[(String, String, OrderingPolicy)],
+        ) -> Result<Vec<Option<Duration>>, StoreError> {
+            self.inner.lanes_next_due(lanes).await
+        }
+
         async fn stats(&self, filter: &MessageFilter) -> Result<Vec<LaneStats>, StoreError> {
             self.inner.stats(filter).await
         }

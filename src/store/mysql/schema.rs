@@ -85,6 +85,7 @@ statements!(
     lane_pauses,
     lanes_between,
     lanes_stats,
+    live_lanes,
     mark_heads,
     nack_retry,
     newest_seq,

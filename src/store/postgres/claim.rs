@@ -145,6 +145,49 @@ impl PostgresOutboxStore {
         Ok(due)
     }
 
+    /// `next_due` of each of `lanes`, in order, in one statement (`sql/claim.rs`,
+    /// `lanes_next_due`).
+    pub(super) async fn lanes_next_due_of(
+        &self,
+        lanes: &[(String, String, OrderingPolicy)],
+    ) -> Result<Vec<Option<Duration>>, StoreError> {
+        let op = StoreOp::NextDue;
+        let mut skip: (Vec<&str>, Vec<&str>, Vec<i32>) = Default::default();
+        let mut block: (Vec<&str>, Vec<&str>, Vec<i32>) = Default::default();
+        for (i, (lane, target, ordering)) in lanes.iter().enumerate() {
+            let part = match ordering {
+                OrderingPolicy::Skip => &mut skip,
+                OrderingPolicy::Block => &mut block,
+            };
+            part.0.push(lane);
+            part.1.push(target);
+            part.2.push(i32::try_from(i).unwrap_or(i32::MAX));
+        }
+        let mut call = self.call(op).await?;
+        let rows = sqlx::query(AssertSqlSafe(self.sql.lanes_next_due.clone()))
+            .persistent(self.named_statements)
+            .bind(self.now())
+            .bind(&skip.0)
+            .bind(&skip.1)
+            .bind(&skip.2)
+            .bind(&block.0)
+            .bind(&block.1)
+            .bind(&block.2)
+            .fetch_all(&mut *call)
+            .await
+            .map_err(|e| db_error(op, e))?;
+        call.finish(op).await?;
+        let mut due = vec![None; lanes.len()];
+        for row in &rows {
+            let i: i32 = row.try_get("i").map_err(|e| db_error(op, e))?;
+            let wait: Option<i64> = row.try_get("wait_ms").map_err(|e| db_error(op, e))?;
+            if let Some(slot) = usize::try_from(i).ok().and_then(|i| due.get_mut(i)) {
+                *slot = wait.map(|ms| Duration::from_millis(unsigned(ms)));
+            }
+        }
+        Ok(due)
+    }
+
     /// `next_due` on `executor`: a call's connection, or a claim's transaction.
     pub(super) async fn next_due_on<'c>(
         &self,

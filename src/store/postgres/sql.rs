@@ -98,6 +98,8 @@ pub(crate) struct Statements {
     pub(crate) release: Arc<str>,
     pub(crate) next_due_skip: Arc<str>,
     pub(crate) next_due_block: Arc<str>,
+    /// `next_due` of many lanes at once (`claim::lanes_next_due`).
+    pub(crate) lanes_next_due: Arc<str>,
     pub(crate) stats: Arc<str>,
     pub(crate) lanes_stats: Arc<str>,
     /// `SELECT promote_heads($1 lanes, $2 targets, $3 keys)`: see schema/heads.rs.
@@ -166,6 +168,7 @@ impl Statements {
             release: file!("release"),
             next_due_skip: claim::next_due(t, OrderingPolicy::Skip).into(),
             next_due_block: claim::next_due(t, OrderingPolicy::Block).into(),
+            lanes_next_due: claim::lanes_next_due(t).into(),
             promote_heads: file!("promote_heads"),
             lanes_stats: file!("lanes_stats"),
             stats: file!("stats"),

@@ -40,6 +40,22 @@ pub(super) async fn next_due<'c>(
     Ok(earliest.map(|at| at.saturating_duration_since(now)))
 }
 
+/// [`next_due`] of each of `lanes`, in order, in one read transaction on `pool`: every
+/// answer as of one snapshot, one connection for all of them.
+pub(super) async fn lanes_next_due(
+    sql: &Statements,
+    pool: &SqlitePool,
+    lanes: &[(String, String, OrderingPolicy)],
+    now: UnixMillis,
+) -> Result<Vec<Option<Duration>>, StoreError> {
+    let mut tx = pool.begin().await.map_err(db(StoreOp::NextDue))?;
+    let mut due = Vec::with_capacity(lanes.len());
+    for (lane, target, ordering) in lanes {
+        due.push(next_due(sql, &mut *tx, lane, target, *ordering, now).await?);
+    }
+    Ok(due)
+}
+
 /// One message by id.
 pub(super) async fn get(
     sql: &Statements,

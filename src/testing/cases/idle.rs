@@ -1,7 +1,7 @@
 //! What a short claim tells an idle relay: `ClaimBatch::next_due`, the `next_due` answer as
 //! of the end of the claim, so a relay that then acks what it got sleeps without asking.
 
-use crate::store::{ClaimRequest, NextDue, OrderingPolicy};
+use crate::store::{ClaimRequest, Nack, NackDisposition, NextDue, OrderingPolicy};
 
 use super::*;
 
@@ -96,4 +96,58 @@ pub async fn a_short_claims_next_due_skips_rows_held_behind_their_key(h: Harness
     let empty = h.store.claim(&request).await.unwrap();
     assert_eq!(empty.next_due, NextDue::Known(Some(ms(5_000))));
     assert_eq!(empty.next_due, asked(&h).await);
+}
+
+pub async fn lanes_next_due_answers_each_lane_as_next_due_does(h: Harness) {
+    let none: Vec<(String, String, OrderingPolicy)> = Vec::new();
+    assert!(h.store.lanes_next_due(&none).await.unwrap().is_empty());
+    // The default lane: a key whose head is dead (held under Block, not under Skip), and
+    // a delayed message.
+    put(&h, keyed(1, "k").with_max_attempts(1)).await;
+    put(&h, keyed(2, "k")).await;
+    let head = claim_one(&h, &claim_req(10, "r")).await;
+    h.store
+        .nack(&[Nack {
+            claim: claim_of(&head),
+            error: "boom".into(),
+            disposition: NackDisposition::Permanent,
+        }])
+        .await
+        .unwrap();
+    put(&h, draft(3).with_delay(ms(3_000))).await;
+    // "leased": a running lease; "later": a delayed message; "empty": nothing.
+    put(&h, draft_in("leased", TARGET, 4)).await;
+    let request = ClaimRequest::new("leased", TARGET, 10, ms(2_000), "r");
+    assert_eq!(h.store.claim(&request).await.unwrap().messages.len(), 1);
+    put(&h, draft_in("later", TARGET, 5).with_delay(ms(7_000))).await;
+    h.clock.advance(ms(500));
+
+    let asked: Vec<(String, String, OrderingPolicy)> = [
+        ("later", OrderingPolicy::Block),
+        (LANE, OrderingPolicy::Block),
+        ("empty", OrderingPolicy::Skip),
+        (LANE, OrderingPolicy::Skip),
+        ("leased", OrderingPolicy::Skip),
+        ("later", OrderingPolicy::Skip),
+    ]
+    .iter()
+    .map(|(lane, ordering)| ((*lane).to_owned(), TARGET.to_owned(), *ordering))
+    .collect();
+    let due = h.store.lanes_next_due(&asked).await.unwrap();
+    let mut each = Vec::new();
+    for (lane, target, ordering) in &asked {
+        each.push(h.store.next_due(lane, target, *ordering).await.unwrap());
+    }
+    assert_eq!(due, each, "in the asked order, as each lane's own next_due");
+    assert_eq!(
+        due,
+        [
+            Some(ms(6_500)),
+            Some(ms(2_500)),
+            None,
+            Some(ms(0)),
+            Some(ms(1_500)),
+            Some(ms(6_500)),
+        ]
+    );
 }

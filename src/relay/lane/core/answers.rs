@@ -200,7 +200,10 @@ impl LaneCore {
     }
 
     /// Sleeps until the next message is due (`None`: nothing to wait for), within the poll
-    /// ceiling.
+    /// ceiling; a watched lane ([`LaneCore::watched`]) without the ceiling: the due
+    /// watcher's pass is its ceiling, and costs this lane nothing when nothing is due. The
+    /// `Idle` event says the longest the lane sleeps before something looks at the store
+    /// for it (its timer, or the watcher's next pass).
     pub(super) fn sleep_until_due(
         &mut self,
         now: Instant,
@@ -211,8 +214,15 @@ impl LaneCore {
             return; // paused or draining since it was asked: no sleep to plan
         }
         let sleep = idle_sleep(due, MIN_IDLE_SLEEP, self.config.max_poll_interval);
-        let generation = self.claim_loop.sleep();
-        out.push(Command::timer(TimerKind::Poll, now + sleep, generation));
+        let until = if self.watched {
+            due.and_then(|due| now.checked_add(due.max(MIN_IDLE_SLEEP)))
+        } else {
+            Some(now + sleep)
+        };
+        let generation = self.claim_loop.sleep(until);
+        if let Some(at) = until {
+            out.push(Command::timer(TimerKind::Poll, at, generation));
+        }
         self.emit(
             out,
             RelayEvent::Idle {

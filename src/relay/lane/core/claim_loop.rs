@@ -62,8 +62,11 @@ pub(super) struct ClaimLoop {
     /// is no such sign: an idle poll asks with one claim, and a second goes beside it only
     /// once the store has shown more (see [`ClaimLoop::may_claim_beside`]).
     shown_more: bool,
-    /// Whether an idle sleep from `next_due` is scheduled and still meaningful.
+    /// Whether an idle sleep from `next_due` is planned and still meaningful.
     idle_timer_set: bool,
+    /// When that sleep's timer fires (`None`: no timer, for a watched lane with nothing
+    /// due: the relay's due watcher pokes it).
+    idle_until: Option<Instant>,
     /// The last short claim's `next_due` answer, as an instant (`Some(None)`: nothing to
     /// wait for), while nothing since may have made a message claimable sooner.
     known_due: Option<Option<Instant>>,
@@ -92,6 +95,7 @@ impl ClaimLoop {
             store_has_more: false,
             shown_more: false,
             idle_timer_set: false,
+            idle_until: None,
             known_due: None,
             poll_generation: 0,
             mutation: None,
@@ -274,12 +278,28 @@ impl ClaimLoop {
         self.asking_due = false;
         self.check_invariant();
     }
-    /// The lane sleeps on the next due time: the generation of its timer.
-    pub(super) fn sleep(&mut self) -> u64 {
+
+    /// The lane sleeps on the next due time, with a timer at `until` (`None`: none): the
+    /// generation of its timer.
+    pub(super) fn sleep(&mut self, until: Option<Instant>) -> u64 {
         self.poll_generation += 1;
         self.idle_timer_set = true;
+        self.idle_until = until;
         self.check_invariant();
         self.poll_generation
+    }
+
+    /// The relay's due watcher says a message may be claimable at `at`, later than now:
+    /// the generation of a poll timer to set for `at` when the lane sleeps past it (or
+    /// with no timer). `None` when its sleep ends by then or it does not sleep.
+    pub(super) fn due_at(&mut self, at: Instant) -> Option<u64> {
+        if !self.idle_timer_set || self.idle_until.is_some_and(|until| until <= at) {
+            return None;
+        }
+        self.poll_generation += 1;
+        self.idle_until = Some(at);
+        self.check_invariant();
+        Some(self.poll_generation)
     }
 
     /// A poll-ceiling timer goes out (a short claim while the lane holds claims): its
@@ -296,10 +316,17 @@ impl ClaimLoop {
         if generation != self.poll_generation {
             return false;
         }
+        self.due_now();
+        true
+    }
+
+    /// A message may be claimable now (a poll timer fired, or the relay's due watcher
+    /// says so): one claim finds out. Unlike a wake-up it shows nothing more, so no second
+    /// claim goes beside it.
+    pub(super) fn due_now(&mut self) {
         let shown = self.shown_more && self.store_has_more;
         self.may_have_more();
         self.shown_more = shown;
-        true
     }
 
     /// The invariant in the type's docs; a no-op in release builds.
@@ -403,7 +430,7 @@ mod tests {
         cl.asking_due();
         assert!(!cl.is_idle());
         cl.due_answered();
-        let generation = cl.sleep();
+        let generation = cl.sleep(Some(at(5)));
         assert!(cl.sleeping());
         cl.forget_due();
         assert!(!cl.sleeping());
@@ -418,7 +445,7 @@ mod tests {
     #[test]
     fn only_the_latest_poll_timer_counts() {
         let mut cl = ClaimLoop::default();
-        let first = cl.sleep();
+        let first = cl.sleep(Some(at(5)));
         let second = cl.poll_ceiling();
         assert!(!cl.poll_fired(first));
         assert!(!cl.store_has_more());

@@ -26,6 +26,9 @@ pub(crate) enum Input {
     Start,
     /// The store says new work may be claimable.
     Wake,
+    /// The relay's due watcher says a message of this lane may be claimable at this time
+    /// (a retry falling due, a lease lapsing, a message a wake-up did not announce).
+    DueAt(Instant),
     /// A timer of [`Command::TimerAt`] fired; honoured only if its generation is still the
     /// current one for its kind.
     Timer { kind: TimerKind, generation: u64 },

@@ -28,6 +28,7 @@ mod parallel;
 mod prefetch;
 mod runs;
 mod sim;
+mod watched;
 
 /// A lane whose prefetch stays at `prefetch` (the grown prefetch has its own tests,
 /// `tests/prefetch.rs`).

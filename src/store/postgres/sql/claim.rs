@@ -507,5 +507,30 @@ pub(super) fn next_due(t: &str, policy: OrderingPolicy) -> String {
     )
 }
 
+/// [`next_due`] of many lanes in one statement: $1 now; $2 lanes, $3 targets and $4 their
+/// places in the asked list, of the lanes under `Skip`; $5, $6, $7 of those under `Block`
+/// (the policy is statement text, so each has its own branch). Rows `(i, wait_ms)`: each
+/// lane's answer is `next_due`'s statement over that lane, so it costs what one lane's does
+/// (each branch one index descent per lane), and an idle relay asks for all its lanes with
+/// one statement per pass instead of every lane polling.
+pub(super) fn lanes_next_due(t: &str) -> String {
+    let per_lane = |policy, first: u8| {
+        let due = next_due(t, policy)
+            .replace("$2", "q.lane")
+            .replace("$3", "q.target");
+        format!(
+            "SELECT q.i, ({due}) AS wait_ms
+             FROM unnest(${first}::text[], ${}::text[], ${}::int4[]) AS q(lane, target, i)",
+            first + 1,
+            first + 2
+        )
+    };
+    format!(
+        "{}\nUNION ALL\n{}",
+        per_lane(OrderingPolicy::Skip, 2),
+        per_lane(OrderingPolicy::Block, 5)
+    )
+}
+
 #[cfg(test)]
 mod tests;
