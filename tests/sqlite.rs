@@ -15,6 +15,8 @@ mod full_disk;
 mod migration;
 #[path = "sqlite/migration_v2.rs"]
 mod migration_v2;
+#[path = "sqlite/migration_v8.rs"]
+mod migration_v8;
 #[cfg(feature = "plans")]
 #[path = "sqlite/plans.rs"]
 mod plans;
@@ -167,7 +169,7 @@ async fn the_file_is_in_wal_mode_and_migrations_run_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 7, "each migration recorded once");
+    assert_eq!(versions, 8, "each migration recorded once");
 }
 
 #[tokio::test]

@@ -29,8 +29,8 @@
 //!   receiver, against the log sink, alternating per round: msg/s of each and the ratio.
 //! - `kafka`: the same with the Kafka sink producing to a local tansu broker (idempotent,
 //!   `acks=all`), against the log sink.
-//! - `ui`: the web UI's pages on a 1 M-row PostgreSQL table (`--ui-rows`): p50, p95 and max
-//!   of each page over `--ui-requests` requests, against the 100 ms p95 bound.
+//! - `ui`: the web UI's pages on a 1 M-row PostgreSQL or SQLite table (`--ui-rows`): p50,
+//!   p95 and max of each page over `--ui-requests` requests, against the 100 ms p95 bound.
 //! - `history`: delete on ack against keep history, each beside its raw ceiling (an UPDATE
 //!   or a DELETE ack), and the default claims in flight against one (`levers.rs`).
 //! - `lanes`: PostgreSQL, one relay with 1, 100, 1,000 and 10,000 lanes (`--lanes`): start
@@ -275,7 +275,7 @@ async fn run_store(kind: StoreKind, options: &Options, results: &mut Results) {
             Err(error) => results.errors.push(format!("{label} Kafka row: {error}")),
         }
     }
-    if options.runs(Section::Ui) && kind == StoreKind::Postgres {
+    if options.runs(Section::Ui) && matches!(kind, StoreKind::Postgres | StoreKind::Sqlite) {
         let (rows, requests) = (options.ui_rows, options.ui_requests);
         match in_fresh_store(kind, options, |bench| async move {
             ui::run(&bench, rows, requests).await

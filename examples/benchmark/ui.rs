@@ -1,4 +1,4 @@
-//! The web UI's pages against a 1 M-row PostgreSQL table: each page requested one after
+//! The web UI's pages against a 1 M-row PostgreSQL or SQLite table: each page requested one after
 //! another through `http::router` (in process, no network: what is measured is the
 //! handler, the store's reads and the HTML), with a relay running on the lane, as the
 //! daemon serves them. The table looks like a long-lived outbox: mostly delivered history,
@@ -17,7 +17,7 @@ use tower::ServiceExt;
 
 use crate::drain::{lane_config, CountingHandler, Progress};
 use crate::options::{Keys, StoreKind};
-use crate::stores::{fill, BenchStore, TARGET};
+use crate::stores::{fill, BenchStore, Location, TARGET};
 
 const LANE: &str = "ui";
 /// The ordering keys the rows are spread over.
@@ -39,6 +39,8 @@ pub struct PageRow {
 /// The UI row: the table it ran on and each page's timings.
 #[derive(Debug, Clone, Default)]
 pub struct UiRow {
+    /// The store's name.
+    pub store: &'static str,
     pub rows: usize,
     pub dead_letters: u64,
     pub pending: u64,
@@ -50,10 +52,11 @@ impl UiRow {
     pub fn markdown(&self, w: &mut String) {
         let _ = writeln!(
             w,
-            "## Web UI pages, PostgreSQL, {} rows\n\n{} dead letters, {} pending (due in a day), the rest \
+            "## Web UI pages, {}, {} rows\n\n{} dead letters, {} pending (due in a day), the rest \
              delivered, over {KEYS} ordering keys; a relay runs on the lane. Each page requested {} \
              times one after another through `http::router` in process (handler, store reads, HTML; \
              no network). Bound: p95 under 100 ms.\n",
+            self.store,
             crate::report::size(self.rows),
             self.dead_letters,
             self.pending,
@@ -129,23 +132,9 @@ fn post(path: &str, cookie: &str, form: String) -> Request<Body> {
         .expect("a request")
 }
 
-/// Fills the store, starts a relay, logs in and times every page `requests` times.
-pub async fn run(bench: &BenchStore, rows: usize, requests: usize) -> Result<UiRow, String> {
-    let pool = bench
-        .pg_pool
-        .as_ref()
-        .ok_or("the UI row runs on PostgreSQL")?;
-    let filled = fill(
-        &bench.store,
-        StoreKind::Postgres,
-        LANE,
-        Keys::Many(KEYS),
-        rows,
-    )
-    .await?;
-    // Payload `n` is the row's number: most are delivered, one in DEAD_EVERY dead, one in
-    // PENDING_EVERY pending but due in a day (so the relay claims nothing meanwhile).
-    let t = &bench.table;
+/// Payload `n` is the row's number: most are delivered, one in DEAD_EVERY dead, one in
+/// PENDING_EVERY pending but due in a day (so the relay claims nothing meanwhile).
+async fn shape_postgres(pool: &sqlx::PgPool, t: &str) -> Result<(), String> {
     let shape = format!(
         "UPDATE {t} SET
             status = CASE WHEN (payload->>'n')::int8 % {DEAD_EVERY} = 0 THEN 'dead_letter'
@@ -175,14 +164,73 @@ pub async fn run(bench: &BenchStore, rows: usize, requests: usize) -> Result<UiR
             .await
             .map_err(|e| format!("shape the table ({statement}): {e}"))?;
     }
-    drop(conn);
+    Ok(())
+}
+
+/// The same shape on SQLite, through a connection of its own to the store's file (the
+/// store's triggers keep its key heads and counts), then `ANALYZE`.
+async fn shape_sqlite(path: &std::path::Path, t: &str) -> Result<(), String> {
+    use sqlx::Connection as _;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| format!("clock: {e}"))?
+        .as_millis();
+    let day = 86_400_000;
+    let n = "json_extract(payload, '$.n')";
+    let shape = format!(
+        "UPDATE {t} SET
+            status = CASE WHEN {n} % {DEAD_EVERY} = 0 THEN 'dead_letter'
+                          WHEN {n} % {PENDING_EVERY} = 1 THEN 'pending'
+                          ELSE 'delivered' END,
+            attempt_count = 1,
+            last_error = CASE WHEN {n} % {DEAD_EVERY} = 0
+                              THEN 'target answered 422: unknown customer' END,
+            delivered_at = CASE WHEN {n} % {DEAD_EVERY} <> 0
+                                 AND {n} % {PENDING_EVERY} <> 1 THEN {now} END,
+            available_at = {now} + {day}"
+    );
+    let url = format!("sqlite://{}", path.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    for statement in [
+        "PRAGMA busy_timeout = 60000".to_owned(),
+        shape,
+        "ANALYZE".to_owned(),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
+            .execute(&mut conn)
+            .await
+            .map_err(|e| format!("shape the table ({statement}): {e}"))?;
+    }
+    conn.close().await.map_err(|e| format!("close: {e}"))
+}
+
+fn store_name(kind: StoreKind) -> &'static str {
+    match kind {
+        StoreKind::Postgres => "PostgreSQL",
+        StoreKind::Sqlite => "SQLite",
+        StoreKind::Mysql => "MySQL",
+        StoreKind::Memory => "memory",
+    }
+}
+
+/// Fills the store, starts a relay, logs in and times every page `requests` times.
+pub async fn run(bench: &BenchStore, rows: usize, requests: usize) -> Result<UiRow, String> {
+    let kind = bench.kind;
+    let filled = fill(&bench.store, kind, LANE, Keys::Many(KEYS), rows).await?;
+    match (&bench.pg_pool, &bench.location) {
+        (Some(pool), _) => shape_postgres(pool, &bench.table).await?,
+        (None, Location::Sqlite { path }) => shape_sqlite(path, &bench.table).await?,
+        _ => return Err("the UI row runs on PostgreSQL and SQLite".into()),
+    }
     bench.settle().await;
+    let store = store_name(kind);
     println!(
-        "PostgreSQL UI row: {} rows written and shaped in {:.0} s",
+        "{store} UI row: {} rows written and shaped in {:.0} s",
         filled.total,
         filled.took.as_secs_f64()
     );
-
     let progress = Progress::new(0);
     let relay = OutboxRelay::builder(&bench.store)
         .lane(
@@ -296,6 +344,7 @@ pub async fn run(bench: &BenchStore, rows: usize, requests: usize) -> Result<UiR
         ),
     ];
     let mut row = UiRow {
+        store,
         rows: filled.total,
         dead_letters: stats.dead_letter,
         pending: stats.pending,
@@ -329,7 +378,7 @@ pub async fn run(bench: &BenchStore, rows: usize, requests: usize) -> Result<UiR
             max: at(1.0),
         };
         println!(
-            "PostgreSQL UI {name}: p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms",
+            "{store} UI {name}: p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms",
             page.p50.as_secs_f64() * 1e3,
             page.p95.as_secs_f64() * 1e3,
             page.max.as_secs_f64() * 1e3

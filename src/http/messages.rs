@@ -8,7 +8,9 @@
 //!   time range (RFC 3339, `[enqueued_after, enqueued_before)`) and the error text (a
 //!   case-sensitive substring of `last_error`) are checked on the rows the index yields,
 //!   at most [`LIST_SCAN_PAGES`](crate::store::LIST_SCAN_PAGES) pages' worth per call: such
-//!   a page may be short, even empty, with a `next_cursor` to go on from. An unknown
+//!   a page may be short, even empty, with a `next_cursor` to go on from (on SQLite, so
+//!   may a page of `claimed` or `delivered` messages, a status its listing indexes do not
+//!   hold). An unknown
 //!   parameter is refused, naming it.
 //! - `GET /api/v1/messages/{id}`: one message, every field.
 //! - `POST /api/v1/dead-letters/requeue|discard` with `{"ids": […]}` or

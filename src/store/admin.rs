@@ -162,7 +162,9 @@ impl MessageFilter {
 
     /// Whether the filter has a term no index orders by (the enqueue time range or the
     /// error text): a listing then reads a bounded number of rows per page and may answer
-    /// a short page with a cursor ([`LIST_SCAN_PAGES`]).
+    /// a short page with a cursor ([`LIST_SCAN_PAGES`]). SQLite also checks a lane's
+    /// `claimed` and `delivered` status on the rows it reads, so those pages may be short
+    /// too.
     pub fn scans(&self) -> bool {
         self.enqueued_after.is_some()
             || self.enqueued_before.is_some()
@@ -200,8 +202,9 @@ impl MessageFilter {
 }
 
 /// How many pages' worth of rows (`limit + 1` each) one listing call reads at most when
-/// its filter [scans](MessageFilter::scans): a time range or an error text is checked on
-/// the rows the lane's index yields in enqueue order, and the SQL stores stop after this
+/// its filter [scans](MessageFilter::scans): a time range or an error text (on SQLite, a
+/// `claimed` or `delivered` status too) is checked on the rows the lane's index yields in
+/// enqueue order, and the SQL stores stop after this
 /// many, answering the matches found so far and a cursor to go on from. Such a page can
 /// be short, even empty, and still have a `next_cursor`: the listing is done only when
 /// `next_cursor` is `None`. The cost of one call stays a small multiple of the page.

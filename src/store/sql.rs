@@ -8,9 +8,8 @@
 use std::collections::BTreeMap;
 
 use crate::message::{OutboxMessage, ValidationError};
-use crate::store::admin::list_budget;
 use crate::store::unreadable::unreadable_error;
-use crate::store::{LanePause, MessageFilter, Page, PageRequest, StoreError, StoreOp};
+use crate::store::{LanePause, Page, PageRequest, StoreError, StoreOp};
 use crate::time::UnixMillis;
 
 mod filter;
@@ -71,10 +70,12 @@ pub(crate) fn store_error(op: StoreOp, error: sqlx::Error, codes: &Codes) -> Sto
 
 /// A scanning listing's page from the rows its statement returned: the matches (`hit`)
 /// and the last row read, each with its `seq` and how many rows were read (`list_read`),
-/// at most [`list_budget`] of them. `error` maps the driver's errors.
+/// at most `budget` of them (the read was cut short when it reached it):
+/// [`list_budget`](crate::store::admin::list_budget), or more where a store checks more
+/// terms on the rows it reads. `error` maps the driver's errors.
 pub(crate) fn scanned_page<R>(
     rows: &[R],
-    filter: &MessageFilter,
+    budget: usize,
     page: PageRequest,
     error: fn(StoreOp, sqlx::Error) -> StoreError,
     hit: impl Fn(&R) -> Result<bool, sqlx::Error>,
@@ -95,7 +96,7 @@ where
             hits.push(decode(row)?);
         }
     }
-    let exhausted = usize::try_from(read).is_ok_and(|read| read >= list_budget(filter, page.limit));
+    let exhausted = usize::try_from(read).is_ok_and(|read| read >= budget);
     Ok(Page::from_scan(hits, page.limit, last_read, exhausted))
 }
 

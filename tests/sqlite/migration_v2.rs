@@ -86,7 +86,7 @@ async fn a_version_2_file_with_live_keys_migrates_and_claims_in_order() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
     let schema: Vec<(String, String)> =
         sqlx::query("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL")
             .fetch_all(&mut conn)

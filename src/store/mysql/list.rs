@@ -68,7 +68,8 @@ impl MysqlOutboxStore {
             .await
             .map_err(|e| db_error(OP, e))?;
         let hit = |row: &MySqlRow| row.try_get::<i64, _>("list_hit").map(|hit| hit != 0);
-        sql::scanned_page(&rows, filter, page, db_error, hit, decode)
+        let budget = list_budget(filter, page.limit);
+        sql::scanned_page(&rows, budget, page, db_error, hit, decode)
     }
 }
 

@@ -174,7 +174,7 @@ impl PostgresOutboxStore {
         call.finish(op).await?;
         sql::scanned_page(
             &rows,
-            filter,
+            list_budget(filter, page.limit),
             page,
             db_error,
             |row| row.try_get("list_hit"),

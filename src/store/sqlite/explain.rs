@@ -84,18 +84,21 @@ impl SqliteOutboxStore {
     }
 
     /// The plan SQLite chooses for a page of the listing (`Outbox::list`, `GET
-    /// /api/v1/messages`) under `filter`: what each of its status ranges reads.
+    /// /api/v1/messages`) under `filter`: the index range it reads.
     #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
     pub async fn list_query_plan(
         &self,
         filter: &MessageFilter,
         page: PageRequest,
     ) -> Result<QueryPlan, StoreError> {
-        let (text, values) = list_sql(&self.sql.table, filter, page);
-        let rows = bind(dynamic(format!("EXPLAIN QUERY PLAN {text}")), values)
-            .fetch_all(&self.reader)
-            .await
-            .map_err(db(StoreOp::Maintenance))?;
+        let list = list_sql(&self.sql.table, filter, page);
+        let rows = bind(
+            dynamic(format!("EXPLAIN QUERY PLAN {}", list.text)),
+            list.values,
+        )
+        .fetch_all(&self.reader)
+        .await
+        .map_err(db(StoreOp::Maintenance))?;
         let steps = rows
             .iter()
             .map(|row| row.try_get::<String, _>(3))

@@ -420,3 +420,49 @@ async fn lane_control_and_served_lanes_use_the_prefixed_tables() {
         .unwrap();
     assert!(store.unserved_lanes(10).await.unwrap().is_empty());
 }
+
+/// A page after a cursor seeks to it: the listing's one index seek is the cursor's
+/// `seq >= ?` (`SeekGE`), never the partial index's `seq > 0` (`SeekGT`), which SQLite
+/// takes when that term comes first and which reads the lane from its start up to the
+/// cursor. Its query plan names the same range either way.
+#[tokio::test]
+async fn listing_pages_seek_to_their_cursor() {
+    use crate::message::OutboxStatus;
+    use crate::store::{MessageFilter, PageRequest};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteOutboxStore::open(dir.path().join("outbox.db"))
+        .await
+        .unwrap();
+    let lane = MessageFilter::lane("orders", "billing");
+    let keyed = MessageFilter {
+        ordering_key: Some("k".into()),
+        ..lane.clone()
+    };
+    let mut filters = vec![lane.clone(), keyed.clone()];
+    for status in OutboxStatus::ALL {
+        filters.push(lane.clone().with_status(status));
+        filters.push(keyed.clone().with_status(status));
+    }
+    for filter in filters {
+        let page = PageRequest {
+            after: Some(3_000),
+            limit: 50,
+        };
+        let list = read::list_sql(&store.sql.table, &filter, page);
+        let program: Vec<String> = statement::bind(
+            statement::dynamic(format!("EXPLAIN {}", list.text)),
+            list.values,
+        )
+        .fetch_all(&store.reader)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<String, _>(1))
+        .collect();
+        let seeks: Vec<&String> = program.iter().filter(|op| op.starts_with("Seek")).collect();
+        assert!(
+            seeks.iter().any(|op| *op == "SeekGE") && !seeks.iter().any(|op| *op == "SeekGT"),
+            "{filter:?}: {seeks:?}"
+        );
+    }
+}

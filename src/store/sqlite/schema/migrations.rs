@@ -25,6 +25,7 @@ const FILES: &[(&str, &str)] = &[
     migration!("V5__lane_control.sql"),
     migration!("V6__listing_indexes.sql"),
     migration!("V7__served_lanes.sql"),
+    migration!("V8__listing_indexes_a_status_change_leaves_alone.sql"),
 ];
 
 /// The statement that creates the migrations table (every file and every run starts with
