@@ -23,11 +23,12 @@ WITH draft AS (
                          claimed_by, claim_token, lease_ms, ord)
 ),
 -- `behind_sure`: an earlier draft of the key has no dedupe key, so this INSERT writes it
--- for certain (one with a dedupe key may be a duplicate, not written).
+-- for certain (one with a dedupe key may be a duplicate, not written). Counted over `w`,
+-- the frame `nth` is numbered over, so one pass of the window computes both.
 ranked AS (
     SELECT d.*, row_number() OVER w AS nth,
-           coalesce(bool_or(d.dedupe_key IS NULL) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING
-                                                          AND 1 PRECEDING), false) AS behind_sure
+           count(*) FILTER (WHERE d.dedupe_key IS NULL) OVER w
+               > (d.dedupe_key IS NULL)::int AS behind_sure
     FROM draft d
     WINDOW w AS (PARTITION BY d.lane, d.target, d.ordering_key ORDER BY d.ord)
 ),
