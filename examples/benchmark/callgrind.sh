@@ -7,14 +7,19 @@
 #
 # Each BIN is an `outbox-relay` binary (for instance target/release/outbox-relay, copied
 # aside per build). The script makes a scratch PostgreSQL cluster in $CG (default
-# /tmp/outbox-callgrind, port $PORT, default 5499), migrates two databases with every BIN
-# (each build adds its own cycle function, named by a hash of its text), fills them with
+# /tmp/outbox-callgrind, port $PORT, default 5499), migrates two databases per BIN with it
+# (so a build with a migration of its own counts on its own schema), fills them with
 # $ROWS pending rows (default 100,000; `cgn` without keys, `cgk` round robin over 1,000 keys,
 # as `examples/claim_plans.rs` fills them), then, with the server stopped, runs
 # `postgres --single` under callgrind on a fresh copy of the data for each database and
 # build: a procedure calls the cycle function $CYCLES times (default 100), each call acking
-# the call before's claims and claiming 64 rows in key runs of up to $RUN (default 8), and
-# commits after each. Only the CALL is counted (--toggle-collect=ExecuteCallStmt).
+# the call before's claims (marking them delivered) and claiming 64 rows in key runs of up
+# to $RUN (default 8), and commits after each. Only the CALL is counted
+# (--toggle-collect=ExecuteCallStmt); $CG/callgrind.<db>.<function> is kept for
+# callgrind_annotate.
+#
+# $SETUP, when set, is SQL run in every database after the migration: a schema variant
+# counted with the same build (an index a build before a migration still had, say).
 #
 # Needs valgrind and PostgreSQL 15's server binaries ($PGBIN, default
 # /usr/lib/postgresql/15/bin). Run as root (the cluster runs as user postgres) or as the
@@ -55,9 +60,12 @@ functions() {
 }
 
 declare -a FNS=()
-for db in cgn cgk; do
-    sql -d postgres -c "CREATE DATABASE $db"
-    cat > "$CG/$db.toml" <<TOML
+i=0
+for bin in "$@"; do
+    for kind in cgn cgk; do
+        db=${kind}_$i
+        sql -d postgres -c "CREATE DATABASE $db"
+        cat > "$CG/$db.toml" <<TOML
 database_url = "postgres://postgres@127.0.0.1:$PORT/$db"
 schema = "bench"
 [[lanes]]
@@ -65,23 +73,15 @@ lane = "l"
 target = "sink"
 sink = { kind = "log" }
 TOML
-    i=0
-    for bin in "$@"; do
-        before=$(functions "$db")
         "$bin" --config "$CG/$db.toml" migrate > /dev/null
-        fn=$(comm -13 <(echo "$before") <(functions "$db") | head -1)
-        if [ -z "$fn" ]; then
-            # This build's function is there already (another BIN of the same SQL).
-            fn=${FNS[$i]:-}
-        fi
+        [ -z "${SETUP:-}" ] || sql -d $db -c "$SETUP"
+        fn=$(functions "$db" | head -1)
         [ -n "$fn" ] || { echo "callgrind.sh: $bin made no cycle function" >&2; exit 1; }
         FNS[$i]=$fn
-        i=$((i + 1))
-    done
-    if [ $db = cgk ]; then key="'k' || (i % 1000)"; head="i <= 1000"; else key=NULL; head=true; fi
-    t=$(sql -d $db -Atc "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
-                         WHERE schemaname = 'bench' AND tablename LIKE '%messages'")
-    sql -d $db <<SQL
+        if [ $kind = cgk ]; then key="'k' || (i % 1000)"; head="i <= 1000"; else key=NULL; head=true; fi
+        t=$(sql -d $db -Atc "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables
+                             WHERE schemaname = 'bench' AND tablename LIKE '%messages'")
+        sql -d $db <<SQL
 BEGIN;
 -- The deferred check_head trigger would leave every unmarked row unmarked: skipping it
 -- writes the same rows (as claim_plans' fill).
@@ -94,9 +94,6 @@ FROM generate_series(1, $ROWS::int8) AS i,
      LATERAL (SELECT now() - interval '1 hour' + i * interval '1 millisecond') AS n(ts);
 COMMIT;
 VACUUM ANALYZE $t;
-SQL
-    for fn in $(printf '%s\n' "${FNS[@]}" | sort -u); do
-        sql -d $db <<SQL
 CREATE PROCEDURE bench.loop_$fn(p_n int8) LANGUAGE plpgsql AS \$\$
 DECLARE ids uuid[] := '{}'; tokens uuid[] := '{}';
 BEGIN
@@ -104,13 +101,15 @@ BEGIN
     SELECT coalesce(array_agg(x.outbox_id) FILTER (WHERE x.outbox_id IS NOT NULL), '{}'),
            coalesce(array_agg(x.claim_token) FILTER (WHERE x.outbox_id IS NOT NULL), '{}')
     INTO ids, tokens
-    FROM bench.$fn(NULL, 'l', 'sink', 64, 60000, 'callgrind', ids, tokens, false, true, $RUN) x;
+    FROM bench.$fn(NULL, 'l', 'sink', 64, 60000, 'callgrind', ids, tokens, false, true, $RUN,
+                   false) x;
     COMMIT;
   END LOOP;
 END \$\$;
 SQL
+        sql -d $db -c CHECKPOINT
     done
-    sql -d $db -c CHECKPOINT
+    i=$((i + 1))
 done
 as_owner "$PGBIN/pg_ctl -D $CG/data -w stop" > /dev/null
 trap - EXIT
@@ -136,9 +135,10 @@ count() {
     rm -rf "$run"
 }
 
-for fn in $(printf '%s\n' "${FNS[@]}" | awk '!seen[$0]++'); do
-    n=$(count cgn "$fn")
-    k=$(count cgk "$fn")
+for i in "${!FNS[@]}"; do
+    fn=${FNS[$i]}
+    n=$(count cgn_$i "$fn")
+    k=$(count cgk_$i "$fn")
     awk -v f="$fn" -v n="$n" -v k="$k" \
         'BEGIN { printf "%s keyless %d keyed %d keyed/keyless %.3f\n", f, n, k, k / n }'
 done

@@ -150,6 +150,48 @@ async fn an_enqueue_committed_after_its_head_was_acked_becomes_the_head() {
     schema.drop().await;
 }
 
+/// The rows of a batch's key after its first (`key_in_batch`) skip the commit check only
+/// behind a row the batch writes for certain: behind a duplicate (its dedupe key taken,
+/// nothing written) the next row is checked, and heads a key with no live row.
+#[tokio::test]
+async fn a_row_behind_a_duplicate_in_its_batch_becomes_the_head() {
+    let schema = SchemaGuard::new();
+    let store = open(schema.config()).await;
+    store
+        .enqueue(keyed("k", 1).with_dedupe_key("d"))
+        .await
+        .expect("enqueue");
+    let first = store.claim(&request(10)).await.expect("claim");
+    store.ack(&refs(&first.messages)).await.expect("ack");
+
+    let written = store
+        .enqueue_many(vec![
+            keyed("k", 1).with_dedupe_key("d"),
+            keyed("k", 2),
+            keyed("k", 3),
+        ])
+        .await
+        .expect("enqueue the batch");
+    assert!(written[0].duplicate, "the delivered message's duplicate");
+    let t = crate::pg(&store).messages_table();
+    let in_batch: Vec<bool> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT key_in_batch FROM {t} WHERE status = 'pending' ORDER BY seq"
+    )))
+    .fetch_all(crate::pg(&store).pool())
+    .await
+    .expect("key_in_batch");
+    assert_eq!(
+        in_batch,
+        vec![false, true],
+        "only the row behind value 2 skips"
+    );
+    assert_eq!(headless_keys(&store).await, Vec::<String>::new());
+    let next = store.claim(&request(10)).await.expect("claim");
+    assert_eq!(next.messages.len(), 1, "the key's next row, alone");
+    assert_eq!(next.messages[0].payload, json!({ "value": 2 }));
+    schema.drop().await;
+}
+
 /// Both sides wait on the key's lock at once (held by a third connection), then race.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ack_and_a_commit_racing_on_the_key_lock_leave_a_head() {

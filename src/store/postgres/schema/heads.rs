@@ -32,7 +32,13 @@
 //!   batch). A row written behind a live row stays unmarked, and is checked again by the
 //!   deferred trigger `check_head` when its transaction commits: the caller's transaction
 //!   may be long, and the head it saw may be acked meanwhile, by an ack that could not see
-//!   the uncommitted row and so promoted nothing.
+//!   the uncommitted row and so promoted nothing. Not so a row written behind an earlier
+//!   row of its key that the same INSERT writes for certain (one without a dedupe key,
+//!   which cannot be a duplicate left out): it carries `key_in_batch` (migration 10), which
+//!   the trigger's `WHEN` skips. That earlier row is still live at commit (no other
+//!   transaction can see it before; one of this transaction that takes it out of live
+//!   promotes, and sees this row), so the check could only find it. A keyed batch of 5,000
+//!   rows over 1,000 keys runs the check for its 1,000 first rows instead of all 5,000.
 //! - **ack, a nack that dead-letters, a claim that dead-letters a lapsed last attempt**
 //!   take a row out of live. In the same transaction, after that UPDATE, they call
 //!   `promote_heads` with the keys they touched, which marks the lowest live row of each.

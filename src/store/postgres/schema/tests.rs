@@ -40,7 +40,7 @@ fn long_names_get_a_stable_short_channel() {
 /// migration instead. (FNV-1a of each file.)
 #[test]
 fn shipped_migrations_keep_their_text() {
-    let shipped: [(i32, u64); 9] = [
+    let shipped: [(i32, u64); 10] = [
         (1, 0x04c5_190a_c292_1f41),
         (2, 0xa88f_ec8e_783d_4ac4),
         (3, 0xacad_8d78_03d3_0823),
@@ -50,6 +50,7 @@ fn shipped_migrations_keep_their_text() {
         (7, 0xb839_886e_4571_83d8),
         (8, 0x2ede_af9e_fba8_0cbb),
         (9, 0x8243_e1da_7878_4289),
+        (10, 0xc877_d99b_e492_9ab4),
     ];
     for (version, hash) in shipped {
         let file = FILES.iter().find(|f| f.version == version).unwrap();

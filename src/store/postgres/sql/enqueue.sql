@@ -2,8 +2,10 @@
 -- `seq` follows it.
 --
 -- `key_head`: the first row of a key that has no live row is its head; the deferred
--- `check_head` trigger looks again at commit for the others (schema/heads.rs). The probe
--- of each key index ends in `OFFSET 0` to stay a probe (schema/key_queue.rs).
+-- `check_head` trigger looks again at commit for the others (schema/heads.rs), but for
+-- `key_in_batch` rows: those behind an earlier row of their key that this INSERT writes
+-- for certain (`behind_sure`), which is live at commit. The probe of each key index ends
+-- in `OFFSET 0` to stay a probe (schema/key_queue.rs).
 --
 -- A dedupe key already taken inserts nothing (the caller then reads the holder); ON
 -- CONFLICT waits for a concurrent inserter of the same key to finish first, so racing
@@ -20,15 +22,20 @@ WITH draft AS (
                          ordering_key, dedupe_key, delay_ms, max_attempts,
                          claimed_by, claim_token, lease_ms, ord)
 ),
+-- `behind_sure`: an earlier draft of the key has no dedupe key, so this INSERT writes it
+-- for certain (one with a dedupe key may be a duplicate, not written). Counted over `w`,
+-- the frame `nth` is numbered over, so one pass of the window computes both.
 ranked AS (
-    SELECT d.*, row_number() OVER (
-        PARTITION BY d.lane, d.target, d.ordering_key ORDER BY d.ord) AS nth
+    SELECT d.*, row_number() OVER w AS nth,
+           count(*) FILTER (WHERE d.dedupe_key IS NULL) OVER w
+               > (d.dedupe_key IS NULL)::int AS behind_sure
     FROM draft d
+    WINDOW w AS (PARTITION BY d.lane, d.target, d.ordering_key ORDER BY d.ord)
 ),
 ins AS (
     INSERT INTO "public"."outbox_messages" AS m (outbox_id, lane, target, payload, headers,
         ordering_key, dedupe_key, status, attempt_count, max_attempts,
-        available_at, created_at, updated_at, key_head,
+        available_at, created_at, updated_at, key_head, key_in_batch,
         claimed_by, claim_token, lease_expires_at)
     SELECT d.outbox_id, d.lane, d.target, d.payload::json, d.headers, d.ordering_key,
            d.dedupe_key,
@@ -45,6 +52,7 @@ ins AS (
                OR EXISTS (SELECT 1 FROM "public"."outbox_messages" e
                           WHERE e.lane = d.lane AND e.target = d.target
                             AND e.ordering_key = d.ordering_key AND e.status = 'claimed' OFFSET 0))),
+           d.ordering_key IS NOT NULL AND d.behind_sure,
            d.claimed_by, d.claim_token,
            COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp())
                + d.lease_ms * interval '1 millisecond'

@@ -11,14 +11,16 @@
 -- The oldest pending age counts only due rows (a message delayed by an hour is not old):
 -- read in created_at order, stopping at the first due one. `created_at IS NOT NULL`
 -- (always true) names `pending_idx`'s predicate, which no key probe names (migration 4,
--- schema/key_queue.rs).
+-- schema/key_queue.rs). The delivered count reads `list_idx`'s delivered range (`seq > 0`,
+-- always true, names its predicate): migration 10 dropped `delivered_idx`, which every ack
+-- wrote an entry into beside list_idx's.
 SELECT q.lane, q.target,
     (SELECT count(*) FROM "public"."outbox_messages" m WHERE m.lane = q.lane AND m.target = q.target
        AND m.status = 'pending' AND m.created_at IS NOT NULL) AS pending,
     (SELECT count(*) FROM "public"."outbox_messages" m WHERE m.lane = q.lane AND m.target = q.target
        AND m.status = 'claimed') AS claimed,
     (SELECT count(*) FROM "public"."outbox_messages" m WHERE m.lane = q.lane AND m.target = q.target
-       AND m.status = 'delivered') AS delivered,
+       AND m.status = 'delivered' AND m.seq > 0) AS delivered,
     (SELECT count(*) FROM "public"."outbox_messages" m WHERE m.lane = q.lane AND m.target = q.target
        AND m.status = 'dead_letter') AS dead_letter,
     (SELECT floor(extract(epoch FROM (COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp())
