@@ -99,7 +99,7 @@ fn migrate_prints_its_sql_checks_the_version_and_a_newer_schema_is_refused_on_po
         |args: &[&'static str]| -> Vec<&'static str> { cfg.iter().chain(args).copied().collect() };
 
     let sql = sandbox.ok(&with(&["migrate", "--print-sql"]));
-    assert_eq!(sql.matches("\nBEGIN;\n").count(), 9, "{sql}");
+    assert_eq!(sql.matches("\nBEGIN;\n").count(), 10, "{sql}");
     assert!(sql.contains(&format!("CREATE SCHEMA IF NOT EXISTS \"{}\"", schema.name)));
     assert!(
         sql.contains("SET LOCAL lock_timeout = 2000;"),
@@ -122,8 +122,8 @@ fn migrate_prints_its_sql_checks_the_version_and_a_newer_schema_is_refused_on_po
         "{tail}"
     );
     assert!(!tail.contains("migration 5:"), "{tail}");
-    let error = sandbox.fails(2, &with(&["migrate", "--print-sql", "--to", "10"]));
-    assert!(error.contains("to") && error.contains('9'), "{error}");
+    let error = sandbox.fails(2, &with(&["migrate", "--print-sql", "--to", "11"]));
+    assert!(error.contains("to") && error.contains("10"), "{error}");
 
     let behind = sandbox.fails(3, &with(&["migrate", "--check"]));
     assert!(behind.contains("no outbox schema"), "{behind}");
@@ -131,28 +131,28 @@ fn migrate_prints_its_sql_checks_the_version_and_a_newer_schema_is_refused_on_po
     sandbox.ok(&with(&["migrate"]));
     let current = sandbox.ok(&with(&["migrate", "--check"]));
     assert!(
-        current.contains("schema version 9") && current.contains("up to date"),
+        current.contains("schema version 10") && current.contains("up to date"),
         "{current}"
     );
     execute(format!(
-        "DELETE FROM \"{}\".outbox_migrations WHERE version = 9",
+        "DELETE FROM \"{}\".outbox_migrations WHERE version = 10",
         schema.name
     ));
     let behind = sandbox.fails(3, &with(&["migrate", "--check"]));
     assert!(
-        behind.contains("schema version 8, behind this build's 9"),
+        behind.contains("schema version 9, behind this build's 10"),
         "{behind}"
     );
     sandbox.ok(&with(&["migrate"]));
 
     // A newer build migrated it.
     execute(format!(
-        "INSERT INTO \"{}\".outbox_migrations (version, name) VALUES (10, 'from a newer build')",
+        "INSERT INTO \"{}\".outbox_migrations (version, name) VALUES (11, 'from a newer build')",
         schema.name
     ));
     let ahead = sandbox.fails(4, &with(&["migrate", "--check"]));
     assert!(
-        ahead.contains("schema version 10, newer than the version this build knows (9)"),
+        ahead.contains("schema version 11, newer than the version this build knows (10)"),
         "{ahead}"
     );
     // Refused before anything is written, with or without migrating: exit 2, as for
@@ -160,8 +160,8 @@ fn migrate_prints_its_sql_checks_the_version_and_a_newer_schema_is_refused_on_po
     for args in [&["run"][..], &["run", "--no-migrate"], &["status"]] {
         let refused = sandbox.fails(2, &with(args));
         assert!(
-            refused.contains("schema version 10, newer than the version this build")
-                && refused.contains("knows (9)"),
+            refused.contains("schema version 11, newer than the version this build")
+                && refused.contains("knows (10)"),
             "{args:?}: {refused}"
         );
     }
