@@ -171,14 +171,16 @@ async fn a_pooled_connection_commits_the_message_at_once() {
 /// says `LOCK WAIT`, or the ack's connection is in its locking read of the keys table.
 /// (MariaDB reads a row it finds by a unique key while it plans the statement, in the
 /// `Statistics` state, and a lock wait there shows the transaction `RUNNING`.) The caller's
-/// transaction holds that row's lock, so an ack in that read waits for its commit.
+/// transaction holds that row's lock, so an ack in that read waits for its commit. The
+/// read may wait before InnoDB has begun the ack's transaction, so a connection counts
+/// whether or not `INNODB_TRX` lists one for it.
 async fn wait_for_a_lock_wait(db: &TestDatabase) {
     let admin = db.pool(1).await;
     let deadline = tokio::time::Instant::now() + ACK_DEADLINE;
     loop {
         let waiting: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
-             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST p \
+             LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID \
              WHERE p.DB = ? AND (t.trx_state = 'LOCK WAIT' \
                 OR (p.INFO LIKE '%\\_keys%' AND p.INFO LIKE '%FOR UPDATE'))",
         )
