@@ -4,8 +4,8 @@
 //!   outbox row with the service's business rows: both commit or neither does.
 //! - **Many relays, one database.** A claim is one statement that commits at once,
 //!   `FOR UPDATE SKIP LOCKED`, and enforces per-key order itself, so relays in different
-//!   processes never hold two messages of one key (see `sql/claim.rs` for the argument). No lock
-//!   is held while a handler runs; leases and fencing tokens do the rest.
+//!   processes never hold two messages of one key (see `sql/claim_block.sql` for the
+//!   argument). No lock is held while a handler runs; leases and fencing tokens do the rest.
 //! - **The database's clock.** Due times and lease deadlines are computed by PostgreSQL, so
 //!   relays on machines with skewed clocks agree. A [`Clock`] injected through
 //!   [`PostgresConfig::clock`] replaces it (tests).

@@ -1,4 +1,4 @@
-//! The cycle function (`src/store/postgres/sql/cycle.rs`): `migrate` creates it, the store's
+//! The cycle function (`src/store/postgres/sql/cycle.sql`): `migrate` creates it, the store's
 //! claims and ack-and-claims go through it (one round trip), and a store over a database
 //! without it runs the same steps as statements.
 

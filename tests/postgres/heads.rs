@@ -328,7 +328,7 @@ async fn ack_and_claim_hands_out_the_successor_of_an_acked_head() {
     schema.drop().await;
 }
 
-/// The cycle function marks the lowest *pending* row of each acked key (`promote_inline`),
+/// The cycle function marks the lowest *pending* row of each acked key (`sql/cycle.sql`),
 /// so acking part of a run marks the row behind the rest of the run while that rest is in
 /// flight: a stray mark, which must not hand that row out before the run is acked, nor
 /// leave the key without a head once it is.

@@ -145,20 +145,21 @@ pub(super) fn scan_sql(
     (sql, column)
 }
 
-/// One page of a scan after `(at, seq)`, locked with `SKIP LOCKED` when `lock`.
+/// One page of a scan after `(at, seq)`, locked with `SKIP LOCKED` when `lock`, with the
+/// per-key rule (under `ordering`) of the keys its heads name.
 #[allow(clippy::too_many_arguments)]
 async fn scan(
     conn: &mut MySqlConnection,
     names: &Names,
-    lane: &str,
-    target: &str,
+    (lane, target): (&str, &str),
     which: Scan,
+    ordering: OrderingPolicy,
     now: UnixMillis,
     after: Option<(i64, i64)>,
     limit: usize,
     lock: bool,
     op: StoreOp,
-) -> Result<Vec<Candidate>, StoreError> {
+) -> Result<(Vec<Candidate>, Gates), StoreError> {
     let (sql, column) = scan_sql(names, which, now, after, limit, lock);
     let rows = sqlx::query(AssertSqlSafe(sql))
         .bind(lane)
@@ -166,9 +167,13 @@ async fn scan(
         .fetch_all(&mut *conn)
         .await
         .map_err(|e| db_error(op, e))?;
-    rows.into_iter()
+    let page = rows
+        .into_iter()
         .map(|row| candidate(row, column, op))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    let keys = keys_of(&page);
+    let gates = Gates::read(conn, names, (lane, target), &keys, ordering, now, op).await?;
+    Ok((page, gates))
 }
 
 /// The gate's statement for keys under a running lease, of (lane, target) at `now`.
@@ -307,12 +312,13 @@ async fn lapsed(
     let mut all = Vec::new();
     let mut after = None;
     loop {
-        let page = scan(
+        let lane = (request.lane.as_str(), request.target.as_str());
+        let (page, gates) = scan(
             conn,
             names,
-            &request.lane,
-            &request.target,
+            lane,
             Scan::Lapsed,
+            request.ordering,
             now,
             after,
             PAGE,
@@ -322,16 +328,6 @@ async fn lapsed(
         .await?;
         let full = page.len() == PAGE;
         after = page.last().map(|c| (c.at, c.seq));
-        let gates = Gates::read(
-            conn,
-            names,
-            (&request.lane, &request.target),
-            &keys_of(&page),
-            request.ordering,
-            now,
-            op,
-        )
-        .await?;
         all.extend(page.into_iter().map(|c| {
             let allowed = gates.allow(&c);
             (c, allowed)
@@ -388,12 +384,13 @@ async fn claim(
     let mut after = None;
     while chosen.len() < request.limit {
         let want = request.limit - chosen.len();
-        let page = scan(
+        let lane = (request.lane.as_str(), request.target.as_str());
+        let (page, gates) = scan(
             conn,
             names,
-            &request.lane,
-            &request.target,
+            lane,
             Scan::Ready,
+            request.ordering,
             now,
             after,
             want,
@@ -403,16 +400,6 @@ async fn claim(
         .await?;
         let full = page.len() == want;
         after = page.last().map(|c| (c.at, c.seq));
-        let gates = Gates::read(
-            conn,
-            names,
-            (&request.lane, &request.target),
-            &keys_of(&page),
-            request.ordering,
-            now,
-            OP,
-        )
-        .await?;
         let heads: Vec<Candidate> = page.into_iter().filter(|c| gates.allow(c)).collect();
         let runs = runs(conn, names, request, &heads, now, OP).await?;
         let mut runs = runs.into_iter();
@@ -655,22 +642,21 @@ pub(super) async fn next_due(
     for which in [Scan::Lapsed, Scan::AllReady] {
         let mut after = None;
         let found = loop {
-            let page = scan(
-                conn, names, lane, target, which, now, after, PAGE, false, OP,
+            let (page, gates) = scan(
+                conn,
+                names,
+                (lane, target),
+                which,
+                ordering,
+                now,
+                after,
+                PAGE,
+                false,
+                OP,
             )
             .await?;
             let full = page.len() == PAGE;
             after = page.last().map(|c| (c.at, c.seq));
-            let gates = Gates::read(
-                conn,
-                names,
-                (lane, target),
-                &keys_of(&page),
-                ordering,
-                now,
-                OP,
-            )
-            .await?;
             if let Some(first) = page.iter().find(|c| gates.allow(c)) {
                 break Some(match which {
                     Scan::Lapsed => now,

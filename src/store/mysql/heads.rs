@@ -174,8 +174,14 @@ pub(super) async fn refresh(
                 forget.push(*key);
             }
         }
-        clear_mark(conn, names, &unmark, op).await?;
-        mark_and_record(conn, names, &mark, op).await?;
+        // Each new head is marked and recorded in its key's row by one statement (the
+        // key rows are locked by `lock`, so each exists).
+        InList::new(&names.sql.clear_marks)
+            .execute(conn, &unmark, op)
+            .await?;
+        InList::new(&names.sql.mark_heads)
+            .execute(conn, &mark, op)
+            .await?;
         if !forget.is_empty() {
             let sql = format!(
                 "DELETE FROM {} WHERE {}",
@@ -225,33 +231,6 @@ impl Change {
             forget: live.first.is_none(),
         }
     }
-}
-
-/// Marks each of the rows `seqs` as its key's head and records it in the key's row, in one
-/// statement (the key rows are locked by [`lock`], so each exists).
-async fn mark_and_record(
-    conn: &mut MySqlConnection,
-    names: &Names,
-    seqs: &[i64],
-    op: StoreOp,
-) -> Result<(), StoreError> {
-    InList::new(&names.sql.mark_heads)
-        .execute(conn, seqs, op)
-        .await?;
-    Ok(())
-}
-
-/// Clears the head mark of the rows `seqs`.
-async fn clear_mark(
-    conn: &mut MySqlConnection,
-    names: &Names,
-    seqs: &[i64],
-    op: StoreOp,
-) -> Result<(), StoreError> {
-    InList::new(&names.sql.clear_marks)
-        .execute(conn, seqs, op)
-        .await?;
-    Ok(())
 }
 
 /// Each key's first live message: two index dives per key (its first pending and its first

@@ -109,7 +109,7 @@ impl PostgresOutboxStore {
             .bind(&request.consumer_id)
     }
 
-    /// The one-statement claim (`sql/claim.rs`, `claim_fast`), on the pool: the batch, and
+    /// The one-statement claim (`sql/claim_fast_*.sql`), on the pool: the batch, and
     /// whether the lane has a lapsed last attempt that only [`Self::claim_in`] dead-letters.
     /// Its `next_due` is left `Unknown`.
     pub(super) async fn claim_fast(
@@ -145,7 +145,7 @@ impl PostgresOutboxStore {
         Ok(due)
     }
 
-    /// `next_due` of each of `lanes`, in order, in one statement (`sql/claim.rs`,
+    /// `next_due` of each of `lanes`, in order, in one statement (`sql/lanes_next_due.sql`,
     /// `lanes_next_due`).
     pub(super) async fn lanes_next_due_of(
         &self,

@@ -1,4 +1,4 @@
-//! The relay's cycle in one round trip: the cycle function (`sql/cycle.rs`) acks, promotes
+//! The relay's cycle in one round trip: the cycle function (`sql/cycle.sql`) acks, promotes
 //! the heads the acks left, claims, and answers `next_due` for an empty claim.
 
 use std::sync::atomic::Ordering;

@@ -29,7 +29,6 @@ use crate::store::{StoreError, StoreOp};
 use super::row::db_error;
 
 pub(super) mod heads;
-pub(crate) mod key_queue;
 mod run;
 mod script;
 
@@ -214,7 +213,7 @@ const DEFAULT_PREFIX: &str = "outbox";
 /// such as the column `outbox_id` or the setting `outbox_relay.head_lock_held`, is never
 /// renamed; and in one pass, a new name that spells a default one is not renamed again.
 pub(crate) fn for_names(names: &Names, text: &str) -> String {
-    let class = |messages: &str| format!("({}, ", heads::lock_class_of(messages));
+    let class = |messages: &str| format!("({}, ", heads::head_lock_class(messages));
     let default_messages = format!("\"{DEFAULT_SCHEMA}\".\"{DEFAULT_PREFIX}_messages\"");
     let (schema, prefix) = (&names.schema, &names.prefix);
     let renames = [

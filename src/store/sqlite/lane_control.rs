@@ -1,7 +1,7 @@
 //! The SQLite store's lane control: the `{table}_lane_control` table (migration 5), one
 //! row per paused (lane, target). Writes take the write turn like every other write.
 
-use super::row::{db, store_error};
+use super::row::{db, db_error};
 use super::statement::query;
 use super::{Commit, SqliteOutboxStore};
 use crate::store::lane_control::validate_lane;
@@ -52,7 +52,7 @@ impl SqliteOutboxStore {
             .fetch_optional(&mut *tx)
             .await
             .map_err(db(OP))
-            .and_then(|row| row.map(|row| lane_pause(&row, OP, store_error)).transpose());
+            .and_then(|row| row.map(|row| lane_pause(&row, OP, db_error)).transpose());
         self.finish(tx, lifted, OP).await
     }
 
@@ -63,7 +63,7 @@ impl SqliteOutboxStore {
             .await
             .map_err(db(OP))?;
         rows.iter()
-            .map(|row| lane_pause(row, OP, store_error))
+            .map(|row| lane_pause(row, OP, db_error))
             .collect()
     }
 }

@@ -13,7 +13,7 @@ use crate::store::admin::{list_budget, LIST_SCAN_PAGES};
 use crate::store::StoreOp;
 use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError};
 
-use super::row::{db, decode, store_error, uuid_text};
+use super::row::{db, db_error, decode, uuid_text};
 use super::schema::{Statements, COLUMNS};
 use super::statement::{bind, dynamic, filter_where, query};
 use crate::store::sql::{Terms, Value};
@@ -84,7 +84,7 @@ pub(super) async fn list(
         .await
         .map_err(db(StoreOp::List))?;
     let hit = |row: &SqliteRow| row.try_get("list_hit");
-    crate::store::sql::scanned_page(&rows, list.budget, page, store_error, hit, decode)
+    crate::store::sql::scanned_page(&rows, list.budget, page, db_error, hit, decode)
 }
 
 /// A listing's statement, its values, and the most rows it reads.

@@ -111,7 +111,7 @@ pub(super) fn int(value: impl TryInto<i64>) -> i64 {
 
 /// Maps a `sqlx` error of operation `op` onto the store's error ([`sql::store_error`] with
 /// SQLite's primary result codes).
-pub(super) fn store_error(op: StoreOp, error: sqlx::Error) -> StoreError {
+pub(super) fn db_error(op: StoreOp, error: sqlx::Error) -> StoreError {
     sql::store_error(op, error, &CODES)
 }
 
@@ -131,7 +131,7 @@ const CODES: sql::Codes = sql::Codes {
 
 /// `map_err` adapter: `.map_err(db(op))`.
 pub(super) fn db(op: StoreOp) -> impl Fn(sqlx::Error) -> StoreError {
-    move |error| store_error(op, error)
+    move |error| db_error(op, error)
 }
 
 #[cfg(test)]

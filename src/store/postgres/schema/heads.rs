@@ -13,7 +13,7 @@
 //! the rows queued behind it, and the claim scans `head_idx`, which holds only due-ordered
 //! pending rows with the marker set. Per-key order is then checked on the few rows the scan
 //! meets, with O(log n) probes into the key indexes (`key_pending_idx`, `key_claimed_idx`,
-//! `dead_idx`; see `key_queue.rs`):
+//! `dead_idx`; see below):
 //! the marker only decides what is read, never what is handed out. A stray `true` costs one
 //! skipped row; a missing `true` on a key's head would leave the key stuck forever, so that
 //! is the invariant every writer keeps:
@@ -66,69 +66,36 @@
 //! another promoter waits for. It therefore waits only for its first key; for a further key
 //! it cannot take at once it marks its row (a stray mark) instead of waiting. Under
 //! REPEATABLE READ or SERIALIZABLE the check cannot see newer commits, so it marks its row.
-
-use super::Names;
+//!
+//! # Why two key indexes
+//!
+//! Until migration 4 (`V4__key_indexes_by_status.sql`) one index, `key_live_idx` (lane,
+//! target, ordering_key, seq), held every pending and claimed row with a key, and
+//! `key_claimed_idx` (lane, target, ordering_key) the claimed ones again. PostgreSQL cannot
+//! update a row in place when a column that an index names or filters on changes (no HOT
+//! update), so a claim, which changes `status`, writes a new version of the row and an
+//! entry for it into every index whose predicate the new version meets: a keyless row 3
+//! entries (`outbox_id`, `seq`, `lease_idx`), a keyed row 5, both key indexes included.
+//! Index inserts are a third of the server's time in a drain, keyed or not (`perf`), so
+//! this was a good part of a keyed claim's extra cost. Measured server-side
+//! (`examples/claim_plans.rs`' cycle loop, 100 k pending rows over 1,000 keys, the build
+//! before against this one, alternating), a keyed message went from 0.65 to 0.66–0.68 of a
+//! keyless one's rate: a small part of the gap, which is the rest of the keyed row's writes
+//! (`examples/benchmark/HISTORY.md`, "One key index per status", has the numbers).
+//!
+//! So `key_pending_idx` holds pending rows and `key_claimed_idx` (now with `seq`) claimed
+//! ones, and a claimed keyed row gets one key index entry, not two. "The key has a live
+//! row" becomes two probes, one into each, each naming one status so that one partial
+//! index serves it; "the key's lowest live row" the lower of the first row of each. A key
+//! run reads pending rows only and stops before the key's first claimed row after its head
+//! (`sql/claim_*.sql`). A probe that must stay a probe ends in `OFFSET 0`, which keeps
+//! PostgreSQL from turning an EXISTS into a hashed subplan over every claimed row.
 
 /// The advisory lock class (`pg_advisory_xact_lock(class, key)`) of one outbox's key-head
-/// locks: derived from the table name, so two outboxes in one database never share a lock.
-pub(crate) fn head_lock_class(names: &Names) -> i32 {
-    lock_class_of(&names.messages)
-}
-
-/// [`head_lock_class`] of the messages table `messages`.
-pub(super) fn lock_class_of(messages: &str) -> i32 {
+/// locks, for its messages table `messages`: derived from the table name, so two outboxes
+/// in one database never share a lock.
+pub(crate) fn head_lock_class(messages: &str) -> i32 {
     let hash = super::fnv1a64(messages.as_bytes());
     // The low 32 bits, as PostgreSQL's int4: any fixed mapping does.
     (hash as u32) as i32
-}
-
-/// The lock key of one (lane, target, key) in SQL, from three text expressions.
-pub(crate) fn head_lock_key(lane: &str, target: &str, key: &str) -> String {
-    format!("hashtext({lane} || chr(31) || {target} || chr(31) || {key})")
-}
-
-/// The statements that mark the lowest live row of each key in the arrays `lanes`,
-/// `targets` and `keys` (PL/pgSQL expressions), after taking each key's lock in sorted
-/// order, as `promote_heads` does: the cycle function runs them inline. Two statements, so
-/// the UPDATE's snapshot is taken after the locks.
-///
-/// Unlike `promote_heads`, this marks the key's lowest *pending* row, one probe of
-/// `key_pending_idx` instead of two (the lowest of each key index). That keeps the
-/// invariant: if the lowest live row is pending, it is that row; if it is claimed, it
-/// carries the mark already (a claim marks what it claims, and only the sweep clears a
-/// mark, from pending rows). The pending row marked behind a claimed one is a stray mark,
-/// which costs a claim that meets it one refused head and which the ack of the claimed
-/// row would have written anyway. Measured by callgrind (`examples/benchmark/callgrind.sh`):
-/// 1.3 % fewer instructions a keyed cycle.
-pub(crate) fn promote_inline(n: &Names, lanes: &str, targets: &str, keys: &str) -> String {
-    let class = head_lock_class(n);
-    let key_u = head_lock_key("u.lane", "u.target", "u.ordering_key");
-    format!(
-        "PERFORM pg_advisory_xact_lock({class}, s.k)
-    FROM (SELECT DISTINCT {key_u} AS k
-          FROM unnest({lanes}, {targets}, {keys}) AS u(lane, target, ordering_key)
-          WHERE u.ordering_key IS NOT NULL
-          ORDER BY 1) s;
-    {update};",
-        update = promote_update_with(
-            &n.messages,
-            lanes,
-            targets,
-            keys,
-            &super::key_queue::lowest_pending(&n.messages, "e", &super::key_queue::KeyOf::of("u")),
-        ),
-    )
-}
-
-/// The UPDATE that marks the row `lowest` finds for each key `u` given.
-fn promote_update_with(t: &str, lanes: &str, targets: &str, keys: &str, lowest: &str) -> String {
-    format!(
-        "UPDATE {t} m SET key_head = true
-    FROM (SELECT DISTINCT u.lane, u.target, u.ordering_key
-          FROM unnest({lanes}, {targets}, {keys}) AS u(lane, target, ordering_key)
-          WHERE u.ordering_key IS NOT NULL) u
-    CROSS JOIN LATERAL (
-        {lowest}) h
-    WHERE m.outbox_id = h.outbox_id AND NOT m.key_head"
-    )
 }

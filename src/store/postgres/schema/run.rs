@@ -84,7 +84,7 @@ fn schema_newer(op: StoreOp, names: &Names, found: i32) -> StoreError {
 /// anything can still call this against an already migrated database.
 ///
 /// `functions`: (name, `CREATE FUNCTION`) pairs of functions derived from this build's
-/// statements (the cycle function, `sql/cycle.rs`), each created when the database lacks
+/// statements (the cycle function, `sql/cycle.sql`), each created when the database lacks
 /// it. Their names carry a hash of their text, so a function is never replaced under a
 /// relay of another build: each build adds its own.
 ///

@@ -5,7 +5,7 @@
 -- `check_head` trigger looks again at commit for the others (schema/heads.rs), but for
 -- `key_in_batch` rows: those behind an earlier row of their key that this INSERT writes
 -- for certain (`behind_sure`), which is live at commit. The probe of each key index ends
--- in `OFFSET 0` to stay a probe (schema/key_queue.rs).
+-- in `OFFSET 0` to stay a probe (schema/heads.rs).
 --
 -- A dedupe key already taken inserts nothing (the caller then reads the holder); ON
 -- CONFLICT waits for a concurrent inserter of the same key to finish first, so racing

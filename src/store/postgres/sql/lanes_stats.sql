@@ -11,7 +11,7 @@
 -- The oldest pending age counts only due rows (a message delayed by an hour is not old):
 -- read in created_at order, stopping at the first due one. `created_at IS NOT NULL`
 -- (always true) names `pending_idx`'s predicate, which no key probe names (migration 4,
--- schema/key_queue.rs). The delivered count reads `list_idx`'s delivered range (`seq > 0`,
+-- schema/heads.rs). The delivered count reads `list_idx`'s delivered range (`seq > 0`,
 -- always true, names its predicate): migration 10 dropped `delivered_idx`, which every ack
 -- wrote an entry into beside list_idx's.
 SELECT q.lane, q.target,

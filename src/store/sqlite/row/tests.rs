@@ -20,7 +20,7 @@ async fn a_read_only_database_is_a_permanent_refusal() {
         .execute(&mut conn)
         .await
         .expect_err("the write is refused");
-    let mapped = store_error(StoreOp::Claim, error);
+    let mapped = db_error(StoreOp::Claim, error);
     assert!(mapped.is_permanent(), "{mapped:?}");
     assert!(!mapped.is_retryable(), "{mapped:?}");
     let _ = conn.close().await;

@@ -67,7 +67,7 @@ fn for_names_renames_only_the_default_names() {
     }
     assert!(renamed.contains("CREATE TABLE IF NOT EXISTS \"app\".\"box_messages\""));
     assert!(renamed.contains("'app.box'"));
-    let class = super::super::heads::head_lock_class(&names);
+    let class = super::super::heads::head_lock_class(&names.messages);
     assert!(renamed.contains(&format!("pg_advisory_xact_lock({class}, v_key)")));
     // One pass: a new name that spells a default one is not renamed again.
     let swapped = Names::new("outbox_x", "public").unwrap();

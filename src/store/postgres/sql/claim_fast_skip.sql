@@ -1,0 +1,86 @@
+-- The one-statement claim under Skip: `claim_fast_block.sql` says what each part does
+-- and why it is written so. Under Skip a dead letter holds no key: no `dead_idx` probe.
+WITH lapsed_last AS MATERIALIZED (SELECT EXISTS (
+            SELECT 1 FROM "public"."outbox_messages" l
+            WHERE l.lane = $2 AND l.target = $3 AND l.status = 'claimed'
+              AND l.attempt_count >= l.max_attempts AND l.lease_expires_at <= COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp())) AS yes),
+         lapsed AS MATERIALIZED (
+            SELECT m.outbox_id, 0 AS src, m.lease_expires_at AS due_at, m.seq FROM "public"."outbox_messages" m
+            WHERE m.lane = $2 AND m.target = $3 AND m.status = 'claimed'
+              AND m.lease_expires_at <= COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp()) AND m.attempt_count < m.max_attempts
+               AND NOT (SELECT yes FROM lapsed_last) AND (m.ordering_key IS NULL OR (
+            NOT EXISTS (SELECT 1 FROM "public"."outbox_messages" e WHERE e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key
+                AND e.status = 'pending' AND e.seq < m.seq)
+            AND NOT EXISTS (SELECT 1 FROM "public"."outbox_messages" e WHERE e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key AND e.status = 'claimed'
+                AND ((e.seq < m.seq) OR e.lease_expires_at > COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp())) OFFSET 0)))
+            ORDER BY m.lease_expires_at, m.seq
+            LIMIT $4
+            FOR UPDATE OF m SKIP LOCKED
+         ),
+         due AS MATERIALIZED (
+            SELECT m.outbox_id, m.available_at AS due_at, m.seq, m.ordering_key, k.seqs
+            FROM "public"."outbox_messages" m
+            LEFT JOIN LATERAL (
+                SELECT c.busy, ARRAY(
+                    SELECT q.seq FROM "public"."outbox_messages" q
+                    WHERE q.lane = m.lane AND q.target = m.target AND q.ordering_key = m.ordering_key AND q.status = 'pending'
+                      AND q.seq < coalesce(c.first, 9223372036854775807)
+                    ORDER BY q.seq
+                    LIMIT $7::int8) AS seqs
+                FROM (
+                    SELECT bool_or(e.seq < m.seq OR e.lease_expires_at > COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp())) AS busy,
+                           min(e.seq) AS first
+                    FROM "public"."outbox_messages" e
+                    WHERE e.lane = m.lane AND e.target = m.target AND e.ordering_key = m.ordering_key AND e.status = 'claimed') c
+                WHERE m.ordering_key IS NOT NULL
+                OFFSET 0) k ON true
+            WHERE m.lane = $2 AND m.target = $3 AND m.status = 'pending' AND m.key_head
+              AND m.available_at <= COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp())  AND NOT (SELECT yes FROM lapsed_last)
+              AND CASE WHEN m.ordering_key IS NULL THEN true
+                       ELSE NOT k.busy IS TRUE AND k.seqs[1] = m.seq END
+            ORDER BY m.available_at, m.seq
+            LIMIT greatest($4 - (SELECT count(*) FROM lapsed), 0)
+            FOR UPDATE OF m SKIP LOCKED
+         ),
+         pending AS (
+            SELECT r.outbox_id, 1 AS src, h.due_at, h.seq, r.pos
+            FROM due h
+            CROSS JOIN LATERAL (
+                SELECT h.outbox_id, 0::int8 AS pos
+                UNION ALL
+                SELECT n.outbox_id, n.pos FROM (
+                    SELECT e.outbox_id, row_number() OVER w AS pos,
+                           bool_and(e.status = 'pending' AND e.available_at <= COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp()))
+                               OVER w AS ok
+                    FROM (
+                        SELECT e.outbox_id, e.seq, e.status, e.available_at FROM "public"."outbox_messages" e
+                        WHERE cardinality(h.seqs) > 1 AND e.seq = ANY (h.seqs[2:])
+                        ORDER BY e.seq
+                        FOR UPDATE OF e
+                    ) e
+                    WINDOW w AS (ORDER BY e.seq)
+                ) n
+                WHERE n.ok
+            ) r
+            LIMIT greatest($4 - (SELECT count(*) FROM lapsed), 0)
+         ),
+         to_claim AS (
+            SELECT u.*, row_number() OVER (ORDER BY u.src, u.due_at, u.seq, u.pos) AS ord
+            FROM (
+                SELECT l.outbox_id, l.src, l.due_at, l.seq, 0::int8 AS pos FROM lapsed l
+                UNION ALL
+                SELECT * FROM pending
+            ) u
+         ),
+         claimed AS (
+            UPDATE "public"."outbox_messages" m SET status = 'claimed', attempt_count = m.attempt_count + 1,
+                   claimed_by = $6, claim_token = gen_random_uuid(),
+                   lease_expires_at = COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp()) + $5::int8 * interval '1 millisecond',
+                   updated_at = COALESCE(timestamptz 'epoch' + $1::int8 * interval '1 millisecond', statement_timestamp()), key_head = true
+            WHERE m.outbox_id = ANY (ARRAY(SELECT outbox_id FROM to_claim))
+            RETURNING m.outbox_id, m.seq, m.lane, m.target, m.payload, m.headers, m.ordering_key, m.dedupe_key, m.status, m.attempt_count, m.max_attempts, floor(extract(epoch FROM m.available_at) * 1000)::int8 AS available_at, m.claimed_by, m.claim_token, floor(extract(epoch FROM m.lease_expires_at) * 1000)::int8 AS lease_expires_at, m.last_error, floor(extract(epoch FROM m.created_at) * 1000)::int8 AS created_at, floor(extract(epoch FROM m.updated_at) * 1000)::int8 AS updated_at, floor(extract(epoch FROM m.delivered_at) * 1000)::int8 AS delivered_at
+         )
+         SELECT (SELECT yes FROM lapsed_last) AS lapsed_last, c.*
+         FROM (SELECT 1) one
+         LEFT JOIN (claimed c JOIN to_claim o ON o.outbox_id = c.outbox_id) ON true
+         ORDER BY o.ord
