@@ -118,6 +118,8 @@ pub(crate) struct Statements {
     /// Served lanes (`served.rs`): record some, read the unserved.
     pub(crate) record_served: Arc<str>,
     pub(crate) unserved: Arc<str>,
+    /// The lanes lane patterns match (`served.rs`).
+    pub(crate) pending_lanes: Arc<str>,
     /// The cycle function (`cycle.rs`): its name, which carries a hash of its text, the
     /// `CREATE FUNCTION` that `migrate` runs when the database lacks it, and its call.
     pub(crate) cycle_name: String,
@@ -183,6 +185,7 @@ impl Statements {
             lane_pauses: file!("lane_pauses"),
             record_served: file!("record_served"),
             unserved: file!("unserved"),
+            pending_lanes: file!("pending_lanes"),
         }
     }
 }
