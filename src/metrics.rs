@@ -134,6 +134,12 @@ pub const UNSERVED_LANES: &str = "outbox_unserved_lanes";
 /// Gauge: pending messages in those pairs (each pair counted up to
 /// [`UNSERVED_COUNT_CAP`](crate::store::served::UNSERVED_COUNT_CAP)).
 pub const UNSERVED_PENDING: &str = "outbox_unserved_pending";
+/// Gauge: the lanes a lane pattern runs now in this process, labelled with the pattern
+/// (`lane="tenant-*"`) and its target (`relay/supervisor/patterns.rs`).
+pub const PATTERN_LANES: &str = "outbox_pattern_lanes";
+/// Gauge: the lanes matching a lane pattern that hold pending messages but were not
+/// started, the pattern running `max_lanes` already; labelled as [`PATTERN_LANES`].
+pub const PATTERN_LANES_OVER_LIMIT: &str = "outbox_pattern_lanes_over_limit";
 
 // ---- Labels ---------------------------------------------------------------------------
 
@@ -271,6 +277,8 @@ pub const ALL: &[MetricInfo] = &[
     info(BLOCKED_KEYS, Gauge, Unit::Count, "Ordering keys held back behind a dead-lettered message (store-wide: aggregate with max).", LANE_TARGET),
     info(LANE_STATE, Gauge, Unit::Count, "1 for the lane relay's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
     info(THROTTLED_SECONDS, Histogram, Unit::Seconds, "Spells a lane wanted to claim but a claim gate held it back, by gate; the sum is the time throttled.", &[LABEL_LANE, LABEL_TARGET, LABEL_GATE]),
+    info(PATTERN_LANES, Gauge, Unit::Count, "Lanes a lane pattern runs in this process (lane is the pattern).", LANE_TARGET),
+    info(PATTERN_LANES_OVER_LIMIT, Gauge, Unit::Count, "Lanes matching a lane pattern that hold pending messages but are not started: the pattern runs max_lanes already (lane is the pattern).", LANE_TARGET),
     info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 
@@ -287,6 +295,20 @@ pub fn record_unserved(unserved: &[crate::store::UnservedLane]) {
     metrics::gauge!(UNSERVED_LANES).set(unserved.len() as f64);
     metrics::gauge!(UNSERVED_PENDING)
         .set(unserved.iter().map(|lane| lane.pending as f64).sum::<f64>());
+}
+
+/// Sets a lane pattern's gauges: the lanes it runs, and those it matched past its limit.
+pub(crate) fn record_pattern(
+    pattern: &crate::config::LanePattern,
+    running: usize,
+    over_limit: usize,
+) {
+    let labels = [
+        (LABEL_LANE, pattern.pattern().to_owned()),
+        (LABEL_TARGET, pattern.target().to_owned()),
+    ];
+    metrics::gauge!(PATTERN_LANES, &labels).set(running as f64);
+    metrics::gauge!(PATTERN_LANES_OVER_LIMIT, &labels).set(over_limit as f64);
 }
 
 /// Registers the description and unit of every metric in [`ALL`], [`STORE_WIDE`] and

@@ -13,18 +13,21 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
 
-use crate::config::{LaneConfig, SupervisorConfig};
+use crate::config::{LaneConfig, LanePattern, SupervisorConfig};
 use crate::delivery::DeliveryHandler;
 use crate::lane::{DrainReport, LaneKey, LaneState, RelayEvent};
 use crate::metrics::LaneMetrics;
 use crate::relay::lane::{LaneArgs, LaneMsg, LaneRelay};
 use crate::relay::observe;
 use crate::relay::status::LaneCounters;
-use crate::relay::{GateStatus, LaneStatus, RelayError, ShutdownReport};
+use crate::relay::{GateStatus, LaneStatus, RelayError, ShutdownReport, DEFAULT_SHUTDOWN_TIMEOUT};
 use crate::store::{LanePause, LaneStats, OrderingPolicy, Outbox, StoreError, StoreOp};
 
 mod fleet;
+pub(crate) mod patterns;
 pub(crate) mod restarts;
+
+use patterns::{PatternEntry, PendingSample};
 
 use restarts::{Restart, Restarts};
 
@@ -46,6 +49,9 @@ pub(crate) enum SupervisorMsg {
     Lanes(RpcReplyPort<Vec<LaneConfig>>),
     /// Every fleet-wide pause in force, as the store has them (`lane_control.rs`).
     FleetPauses(Vec<LanePause>),
+    /// The lanes the lane patterns match that hold pending messages, by the pattern
+    /// watcher (`relay/upkeep.rs`): those not running are started (`supervisor/patterns.rs`).
+    Pending(PendingSample),
     /// A backlog sample of every lane (`relay/upkeep.rs`): each lane's gauges are set from it.
     Backlog(BacklogSample),
     /// When lanes' next messages fall due, by the due watcher (`relay/upkeep.rs`): each
@@ -86,6 +92,10 @@ pub(crate) struct SupervisorArgs {
     pub(crate) store: Outbox,
     pub(crate) config: SupervisorConfig,
     pub(crate) lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
+    /// The lane patterns, validated, and their first pass's answer (`relay/upkeep.rs`):
+    /// their lanes start with the relay, before the served lanes are first recorded.
+    pub(crate) patterns: Vec<(LanePattern, Arc<dyn DeliveryHandler>)>,
+    pub(crate) first_pending: Option<PendingSample>,
     pub(crate) events: broadcast::Sender<RelayEvent>,
     /// The fleet-wide pauses read before the start, so a paused lane never claims.
     pub(crate) fleet_pauses: Vec<LanePause>,
@@ -114,6 +124,10 @@ struct LaneEntry {
     /// When the lane was marked failed.
     failed_at: Option<Instant>,
     metrics: LaneMetrics,
+    /// The lane pattern that runs it (its index), or `None` for a lane of its own.
+    pattern: Option<usize>,
+    /// A pattern's lane: since when it has had nothing pending and nothing in flight.
+    idle_since: Option<Instant>,
 }
 
 pub(crate) struct SupervisorState {
@@ -128,6 +142,11 @@ pub(crate) struct SupervisorState {
     /// The fleet-wide pauses last read from the store, lanes this relay runs or not (a lane
     /// added later starts paused if it is in here).
     fleet_pauses: BTreeMap<LaneKey, LanePause>,
+    /// The lane patterns (`patterns.rs`).
+    patterns: Vec<PatternEntry>,
+    /// Pattern lanes draining to make way for a lane added explicitly: no pattern starts
+    /// them again meanwhile.
+    adopting: std::collections::BTreeSet<LaneKey>,
 }
 
 impl SupervisorState {
@@ -344,6 +363,7 @@ impl SupervisorState {
         if self.lanes.contains_key(&key) {
             return Err(RelayError::DuplicateLane(key));
         }
+        self.adopting.remove(&key);
         self.lanes.insert(
             key.clone(),
             LaneEntry {
@@ -360,6 +380,8 @@ impl SupervisorState {
                 restart_due: None,
                 restarts: Restarts::default(),
                 failed_at: None,
+                pattern: None,
+                idle_since: None,
             },
         );
         Ok(key)
@@ -385,10 +407,19 @@ impl Actor for RelaySupervisor {
             shutting_down: false,
             restart_tokens: 0,
             fleet_pauses: fleet::by_lane(args.fleet_pauses),
+            patterns: args
+                .patterns
+                .into_iter()
+                .map(|(pattern, handler)| PatternEntry::new(pattern, handler))
+                .collect(),
+            adopting: std::collections::BTreeSet::new(),
         };
         for (config, handler) in args.lanes {
             let key = state.add_lane(config, handler)?;
             state.start_lane(&myself, &key).await;
+        }
+        if let Some(first) = args.first_pending {
+            state.serve_patterns(&myself, first).await;
         }
         Ok(state)
     }
@@ -400,6 +431,35 @@ impl Actor for RelaySupervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            SupervisorMsg::AddLane(config, handler, reply)
+                if !state.shutting_down && state.is_pattern_lane(&config.key()) =>
+            {
+                // A lane of its own wins over a pattern's: the pattern's lane drains, then
+                // this one is added.
+                let key = config.key();
+                state.adopting.insert(key.clone());
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    let removed = me
+                        .call(
+                            |reply| SupervisorMsg::RemoveLane(key, DEFAULT_SHUTDOWN_TIMEOUT, reply),
+                            None,
+                        )
+                        .await;
+                    let answer = match removed {
+                        Ok(ractor::rpc::CallResult::Success(_)) => me
+                            .call(|reply| SupervisorMsg::AddLane(config, handler, reply), None)
+                            .await
+                            .map_err(|_| RelayError::Stopped)
+                            .and_then(|added| match added {
+                                ractor::rpc::CallResult::Success(answer) => answer,
+                                _ => Err(RelayError::Stopped),
+                            }),
+                        _ => Err(RelayError::Stopped),
+                    };
+                    let _ = reply.send(answer);
+                });
+            }
             SupervisorMsg::AddLane(config, handler, reply) => {
                 let answer = if state.shutting_down {
                     Err(RelayError::Stopped)
@@ -463,6 +523,11 @@ impl Actor for RelaySupervisor {
             }
             SupervisorMsg::FleetPauses(pauses) => state.set_fleet_pauses(pauses),
             SupervisorMsg::Backlog(sample) => state.hand_out_backlog(sample),
+            SupervisorMsg::Pending(sample) => {
+                if !state.shutting_down {
+                    state.serve_patterns(&myself, sample).await;
+                }
+            }
             SupervisorMsg::Due(due) => {
                 for (key, at) in due {
                     if let Some(actor) = state.lanes.get(&key).and_then(|e| e.actor.as_ref()) {

@@ -104,7 +104,9 @@ pub async fn pending_lanes_are_the_pending_pairs_a_prefix_matches(h: Harness) {
     // Nothing pending in tenant-3 (claimed).
     put(&h, draft_in("tenant-3", "billing", 1)).await;
     store
-        .claim(&ClaimRequest::new("tenant-3", "billing", 1, LEASE, "relay-a"))
+        .claim(&ClaimRequest::new(
+            "tenant-3", "billing", 1, LEASE, "relay-a",
+        ))
         .await
         .unwrap();
 
