@@ -140,11 +140,13 @@ pub struct LaneSection {
     /// A `[[lane_patterns]]` entry's limit: the most lanes it runs. Default
     /// [`DEFAULT_MAX_PATTERN_LANES`](crate::config::DEFAULT_MAX_PATTERN_LANES). Refused in
     /// `[[lanes]]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_lanes: Option<usize>,
     /// A `[[lane_patterns]]` entry's lanes are stopped after this long with nothing pending
     /// and nothing in flight, or `false` for never. Default
     /// [`DEFAULT_PATTERN_IDLE_STOP`](crate::config::DEFAULT_PATTERN_IDLE_STOP). Refused in
     /// `[[lanes]]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_stop: Option<super::DurationOrOff>,
     /// What delivers the lane's messages.
     pub sink: SinkConfig,
