@@ -225,7 +225,8 @@ pub struct MetricInfo {
     /// One line for `# HELP`.
     pub help: &'static str,
     /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
-    /// [`LABEL_TARGET`]; in [`PROCESS`] and [`STORE_WIDE`], none of those; in
+    /// [`LABEL_TARGET`]; in [`PATTERNS`], the same with the pattern as the lane; in
+    /// [`PROCESS`] and [`STORE_WIDE`], none of those; in
     /// [`http::HTTP`], a reason or a kind; in [`kafka::KAFKA`], the sink's name.
     pub labels: &'static [&'static str],
 }
@@ -277,8 +278,6 @@ pub const ALL: &[MetricInfo] = &[
     info(BLOCKED_KEYS, Gauge, Unit::Count, "Ordering keys held back behind a dead-lettered message (store-wide: aggregate with max).", LANE_TARGET),
     info(LANE_STATE, Gauge, Unit::Count, "1 for the lane relay's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
     info(THROTTLED_SECONDS, Histogram, Unit::Seconds, "Spells a lane wanted to claim but a claim gate held it back, by gate; the sum is the time throttled.", &[LABEL_LANE, LABEL_TARGET, LABEL_GATE]),
-    info(PATTERN_LANES, Gauge, Unit::Count, "Lanes a lane pattern runs in this process (lane is the pattern).", LANE_TARGET),
-    info(PATTERN_LANES_OVER_LIMIT, Gauge, Unit::Count, "Lanes matching a lane pattern that hold pending messages but are not started: the pattern runs max_lanes already (lane is the pattern).", LANE_TARGET),
     info(BREAKER_STATE, Gauge, Unit::Count, "1 for the lane's circuit breaker's current state, 0 for the others.", &[LABEL_LANE, LABEL_TARGET, LABEL_STATE]),
 ];
 
@@ -288,6 +287,14 @@ pub const ALL: &[MetricInfo] = &[
 pub const STORE_WIDE: &[MetricInfo] = &[
     info(UNSERVED_LANES, Gauge, Unit::Count, "Lanes (lane, target) holding pending messages that no running relay serves (store-wide: aggregate with max).", &[]),
     info(UNSERVED_PENDING, Gauge, Unit::Count, "Pending messages in lanes that no running relay serves, up to 10000 per lane (store-wide: aggregate with max).", &[]),
+];
+
+/// The metrics of a lane pattern, labelled `lane` with the pattern (`tenant-*`) and
+/// `target`: they describe the pattern, not one lane, so they are not in [`ALL`].
+#[rustfmt::skip] // one metric per line reads as a table
+pub const PATTERNS: &[MetricInfo] = &[
+    info(PATTERN_LANES, Gauge, Unit::Count, "Lanes a lane pattern runs in this process (lane is the pattern).", LANE_TARGET),
+    info(PATTERN_LANES_OVER_LIMIT, Gauge, Unit::Count, "Lanes matching a lane pattern that hold pending messages but are not started: the pattern runs max_lanes already (lane is the pattern).", LANE_TARGET),
 ];
 
 /// Sets the gauges of the lanes nobody serves from one report.
@@ -311,7 +318,7 @@ pub(crate) fn record_pattern(
     metrics::gauge!(PATTERN_LANES_OVER_LIMIT, &labels).set(over_limit as f64);
 }
 
-/// Registers the description and unit of every metric in [`ALL`], [`STORE_WIDE`] and
+/// Registers the description and unit of every metric in [`ALL`], [`STORE_WIDE`], [`PATTERNS`] and
 /// [`http::HTTP`] (and in `kafka::KAFKA` with feature `kafka-sink`) with the current recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
 /// global one).
 ///
@@ -342,7 +349,11 @@ fn described() -> impl Iterator<Item = &'static MetricInfo> {
     let sinks: &[MetricInfo] = kafka::KAFKA;
     #[cfg(not(feature = "kafka-sink"))]
     let sinks: &[MetricInfo] = &[];
-    ALL.iter().chain(STORE_WIDE).chain(http::HTTP).chain(sinks)
+    ALL.iter()
+        .chain(STORE_WIDE)
+        .chain(PATTERNS)
+        .chain(http::HTTP)
+        .chain(sinks)
 }
 
 // ---- Label values ---------------------------------------------------------------------
