@@ -61,6 +61,28 @@ impl StoreHook for Recorded {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lane_that_appears_is_served_with_the_patterns_settings() {
     let (store, _dir) = crate::stores::sqlite().await;
+    lane_appears(store).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_lane_that_appears_is_served_with_the_patterns_settings() {
+    use crate::stores::Cleanup;
+    let (store, schema) = crate::stores::postgres().await;
+    lane_appears(store).await;
+    schema.cleanup().await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_lane_that_appears_is_served_with_the_patterns_settings() {
+    use crate::stores::Cleanup;
+    let (store, db) = crate::stores::mysql().await;
+    lane_appears(store).await;
+    db.cleanup().await;
+}
+
+async fn lane_appears(store: outbox_relay::Outbox) {
     let handler = TestHandler::ok();
     let builder = OutboxRelay::builder(&store).lane_pattern(tenants(10), handler.clone());
     let (relay, mut events) = start(builder).await;
