@@ -6,10 +6,13 @@
 
 #![cfg(feature = "sqlite")]
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use outbox_relay::config::{LanePattern, RateLimit};
+use outbox_relay::metrics;
 use outbox_relay::relay::{LaneKey, LaneState, RelayEvent};
 use outbox_relay::store::{StoreCall, StoreHook, StoreOp, UnservedLane};
 use outbox_relay::{LaneConfig, OutboxMessageDraft, OutboxRelay};
@@ -17,6 +20,26 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::{enqueue, memory_store, start, wait_delivered, wait_for, TestHandler};
+
+/// What the test's log subscriber wrote; clones share the buffer.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl Log {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 fn to(lane: &str, target: &str) -> OutboxMessageDraft {
     OutboxMessageDraft::new(lane, target, json!({ "lane": lane })).unwrap()
@@ -123,8 +146,44 @@ async fn lane_appears(store: outbox_relay::Outbox) {
     relay.shutdown(Duration::from_secs(5)).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// The pattern gauges labelled `lane="tenant-*",target="billing"`, by name, as one
+/// snapshot holds them (a snapshot drains the recorder).
+fn pattern_gauges(snapshotter: &Snapshotter) -> BTreeMap<String, f64> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| {
+            let key = key.key();
+            let labels: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
+            match value {
+                DebugValue::Gauge(value)
+                    if labels == [("lane", "tenant-*"), ("target", "billing")] =>
+                {
+                    Some((key.name().to_owned(), value.into_inner()))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// On one thread, so the relay's actors record into this test's metrics recorder and log
+/// into its subscriber.
+#[tokio::test]
 async fn a_pattern_runs_at_most_max_lanes_the_rest_reported_unserved() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _metrics = ::metrics::set_default_local_recorder(&recorder);
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _log = tracing::subscriber::set_default(subscriber);
+
     let (store, _dir) = crate::stores::sqlite().await;
     let (tx, mut recorded) = mpsc::unbounded_channel();
     let store = store.with_hook(Arc::new(Recorded(tx)));
@@ -151,6 +210,35 @@ async fn a_pattern_runs_at_most_max_lanes_the_rest_reported_unserved() {
     assert_eq!(
         rate_limit_of(&relay, "tenant-9").await.as_deref(),
         Some("7/1s (burst 7)")
+    );
+    // The supervisor answered status after the pass that started the pattern's lanes: that
+    // pass set the pattern's gauges and logged the lane left out.
+    assert_eq!(
+        pattern_gauges(&snapshotter),
+        BTreeMap::from([
+            // The pattern's running lanes, the explicit tenant-9 not among them.
+            (metrics::PATTERN_LANES.to_owned(), 2.0),
+            // tenant-3, past max_lanes.
+            (metrics::PATTERN_LANES_OVER_LIMIT.to_owned(), 1.0),
+        ])
+    );
+    let warnings: Vec<String> = log
+        .text()
+        .lines()
+        .filter(|line| line.contains("not started"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "logged once, not again on each pass: {warnings:?}"
+    );
+    assert!(
+        warnings[0].contains("pattern=tenant-*")
+            && warnings[0].contains("max_lanes=2")
+            && warnings[0].contains("lanes=tenant-3"),
+        "{}",
+        warnings[0]
     );
 
     // The relay recorded its lanes, pattern lanes among them, at start: only the lane past
