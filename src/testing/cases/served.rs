@@ -123,6 +123,17 @@ pub async fn pending_lanes_are_the_pending_pairs_a_prefix_matches(h: Harness) {
         [pair("tenant-", "billing"), pair("tenant-12", "billing")],
         "at most the limit, in name order"
     );
+    // A prefix is text, not a pattern: `_` and `%` in it match only themselves.
+    for wild in ["tenant_", "tenant%", "%"] {
+        assert_eq!(
+            store
+                .pending_lanes(&[pair(wild, "billing")], 10)
+                .await
+                .unwrap(),
+            [],
+            "{wild}"
+        );
+    }
     let both = [pair("tenant-1", "billing"), pair("tenant-", "audit")];
     assert_eq!(
         store.pending_lanes(&both, 10).await.unwrap(),
