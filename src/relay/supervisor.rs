@@ -20,13 +20,15 @@ use crate::metrics::LaneMetrics;
 use crate::relay::lane::{LaneArgs, LaneMsg, LaneRelay};
 use crate::relay::observe;
 use crate::relay::status::LaneCounters;
-use crate::relay::{GateStatus, LaneStatus, RelayError, ShutdownReport, DEFAULT_SHUTDOWN_TIMEOUT};
-use crate::store::{LanePause, LaneStats, OrderingPolicy, Outbox, StoreError, StoreOp};
+use crate::relay::{GateStatus, LaneStatus, RelayError, ShutdownReport};
+use crate::store::{LanePause, Outbox};
 
+mod backlog;
 mod fleet;
 pub(crate) mod patterns;
 pub(crate) mod restarts;
 
+pub(crate) use backlog::BacklogSample;
 use patterns::{PatternEntry, PendingSample};
 
 use restarts::{Restart, Restarts};
@@ -63,16 +65,6 @@ pub(crate) enum SupervisorMsg {
     /// A removed lane's relay (this actor) has drained and exited: forget the lane, then
     /// say so, and the removal is answered, so the caller's next command finds it gone.
     Removed(LaneKey, ActorId, oneshot::Sender<()>),
-}
-
-/// One store call's stats of every lane the supervisor ran when it was made.
-pub(crate) struct BacklogSample {
-    /// The lanes asked for: a lane added since waits for the next sample.
-    pub(crate) lanes: Vec<(String, String)>,
-    /// The lanes asked for that have messages (one absent has none), or why the call failed.
-    pub(crate) stats: Result<Vec<LaneStats>, Arc<StoreError>>,
-    /// How long the call took: each lane records it as its `stats` store call.
-    pub(crate) took: Duration,
 }
 
 /// How long a removal waits for a drained lane relay to exit (it does so at once).
@@ -155,49 +147,6 @@ impl SupervisorState {
             observe::record(&entry.metrics, &event);
         }
         let _ = self.events.send(event);
-    }
-
-    /// Sets each lane's backlog gauges from `sample`, and records the call as each lane's
-    /// `stats` call; a failed call leaves the gauges as they were and counts as each lane's
-    /// store error (not its last error, nor a backoff: its claims go on).
-    fn hand_out_backlog(&self, sample: BacklogSample) {
-        let asked = sample
-            .lanes
-            .into_iter()
-            .map(|(name, target)| LaneKey { name, target });
-        let stats = match sample.stats {
-            Ok(stats) => stats,
-            Err(error) => {
-                for lane in asked.filter(|key| self.lanes.contains_key(key)) {
-                    self.emit(RelayEvent::StoreError {
-                        lane,
-                        op: StoreOp::Stats,
-                        error: error.to_string(),
-                        permanent: error.is_permanent(),
-                    });
-                }
-                return;
-            }
-        };
-        let mut stats: HashMap<LaneKey, LaneStats> = stats
-            .into_iter()
-            .map(|s| (LaneKey::new(&s.lane, &s.target), s))
-            .collect();
-        for key in asked {
-            let Some(entry) = self.lanes.get(&key) else {
-                continue; // removed since
-            };
-            let mut lane = stats.remove(&key).unwrap_or_default();
-            if entry.config.ordering == OrderingPolicy::Skip {
-                // The store counts the keys Block would hold; a Skip lane holds none.
-                lane.blocked_keys = 0;
-            }
-            entry.metrics.backlog(&lane);
-            entry
-                .metrics
-                .store_call_timer()
-                .record(StoreOp::Stats, sample.took);
-        }
     }
 
     fn set_state(&mut self, key: &LaneKey, state: LaneState) {
@@ -434,31 +383,7 @@ impl Actor for RelaySupervisor {
             SupervisorMsg::AddLane(config, handler, reply)
                 if !state.shutting_down && state.is_pattern_lane(&config.key()) =>
             {
-                // A lane of its own wins over a pattern's: the pattern's lane drains, then
-                // this one is added.
-                let key = config.key();
-                state.adopting.insert(key.clone());
-                let me = myself.clone();
-                tokio::spawn(async move {
-                    let removed = me
-                        .call(
-                            |reply| SupervisorMsg::RemoveLane(key, DEFAULT_SHUTDOWN_TIMEOUT, reply),
-                            None,
-                        )
-                        .await;
-                    let answer = match removed {
-                        Ok(ractor::rpc::CallResult::Success(_)) => me
-                            .call(|reply| SupervisorMsg::AddLane(config, handler, reply), None)
-                            .await
-                            .map_err(|_| RelayError::Stopped)
-                            .and_then(|added| match added {
-                                ractor::rpc::CallResult::Success(answer) => answer,
-                                _ => Err(RelayError::Stopped),
-                            }),
-                        _ => Err(RelayError::Stopped),
-                    };
-                    let _ = reply.send(answer);
-                });
+                state.adopt(&myself, config, handler, reply);
             }
             SupervisorMsg::AddLane(config, handler, reply) => {
                 let answer = if state.shutting_down {

@@ -13,14 +13,14 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use ractor::ActorRef;
+use ractor::{ActorRef, RpcReplyPort};
 use tokio::time::Instant;
 
 use super::{SupervisorMsg, SupervisorState};
-use crate::config::LanePattern;
+use crate::config::{LaneConfig, LanePattern};
 use crate::delivery::DeliveryHandler;
 use crate::lane::LaneKey;
-use crate::relay::DEFAULT_SHUTDOWN_TIMEOUT;
+use crate::relay::{RelayError, DEFAULT_SHUTDOWN_TIMEOUT};
 
 /// A pattern and the lanes it matched but could not start.
 pub(crate) struct PatternEntry {
@@ -165,5 +165,40 @@ impl SupervisorState {
         self.lanes
             .get(key)
             .is_some_and(|entry| entry.pattern.is_some())
+    }
+
+    /// Adds lane `config`, which a pattern runs now, as a lane of its own (it wins over the
+    /// pattern): the pattern's lane drains first (`RemoveLane`), then the lane is added and
+    /// `reply` answered; meanwhile no pattern starts it again.
+    pub(super) fn adopt(
+        &mut self,
+        myself: &ActorRef<SupervisorMsg>,
+        config: Box<LaneConfig>,
+        handler: Arc<dyn DeliveryHandler>,
+        reply: RpcReplyPort<Result<(), RelayError>>,
+    ) {
+        let key = config.key();
+        self.adopting.insert(key.clone());
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let removed = me
+                .call(
+                    |reply| SupervisorMsg::RemoveLane(key, DEFAULT_SHUTDOWN_TIMEOUT, reply),
+                    None,
+                )
+                .await;
+            let answer = match removed {
+                Ok(ractor::rpc::CallResult::Success(_)) => me
+                    .call(|reply| SupervisorMsg::AddLane(config, handler, reply), None)
+                    .await
+                    .map_err(|_| RelayError::Stopped)
+                    .and_then(|added| match added {
+                        ractor::rpc::CallResult::Success(answer) => answer,
+                        _ => Err(RelayError::Stopped),
+                    }),
+                _ => Err(RelayError::Stopped),
+            };
+            let _ = reply.send(answer);
+        });
     }
 }
