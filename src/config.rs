@@ -19,6 +19,7 @@ pub mod duration;
 pub mod file;
 mod gates;
 mod listener;
+mod pattern;
 
 pub use gates::{
     CircuitBreakerConfig, FailureRatio, RateLimit, DEFAULT_BREAKER_CONSECUTIVE_FAILURES,
@@ -30,6 +31,8 @@ pub use listener::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_REQUEST_TIMEOUT, MAX_API_STORE_CALLS, MAX_MAX_CONNECTIONS, MIN_CONTROL_TOKEN_LEN,
 };
+pub(crate) use pattern::check_overlap;
+pub use pattern::{LanePattern, DEFAULT_MAX_PATTERN_LANES, DEFAULT_PATTERN_IDLE_STOP};
 
 /// Deliveries a lane keeps in flight unless configured otherwise.
 pub const DEFAULT_CONCURRENCY: usize = 8;

@@ -134,6 +134,12 @@ pub const UNSERVED_LANES: &str = "outbox_unserved_lanes";
 /// Gauge: pending messages in those pairs (each pair counted up to
 /// [`UNSERVED_COUNT_CAP`](crate::store::served::UNSERVED_COUNT_CAP)).
 pub const UNSERVED_PENDING: &str = "outbox_unserved_pending";
+/// Gauge: the lanes a lane pattern runs now in this process, labelled with the pattern
+/// (`lane="tenant-*"`) and its target (`relay/supervisor/patterns.rs`).
+pub const PATTERN_LANES: &str = "outbox_pattern_lanes";
+/// Gauge: the lanes matching a lane pattern that hold pending messages but were not
+/// started, the pattern running `max_lanes` already; labelled as [`PATTERN_LANES`].
+pub const PATTERN_LANES_OVER_LIMIT: &str = "outbox_pattern_lanes_over_limit";
 
 // ---- Labels ---------------------------------------------------------------------------
 
@@ -219,7 +225,8 @@ pub struct MetricInfo {
     /// One line for `# HELP`.
     pub help: &'static str,
     /// Its label names: in [`ALL`], always starting with [`LABEL_LANE`] and
-    /// [`LABEL_TARGET`]; in [`PROCESS`] and [`STORE_WIDE`], none of those; in
+    /// [`LABEL_TARGET`]; in [`PATTERNS`], the same with the pattern as the lane; in
+    /// [`PROCESS`] and [`STORE_WIDE`], none of those; in
     /// [`http::HTTP`], a reason or a kind; in [`kafka::KAFKA`], the sink's name.
     pub labels: &'static [&'static str],
 }
@@ -282,6 +289,14 @@ pub const STORE_WIDE: &[MetricInfo] = &[
     info(UNSERVED_PENDING, Gauge, Unit::Count, "Pending messages in lanes that no running relay serves, up to 10000 per lane (store-wide: aggregate with max).", &[]),
 ];
 
+/// The metrics of a lane pattern, labelled `lane` with the pattern (`tenant-*`) and
+/// `target`: they describe the pattern, not one lane, so they are not in [`ALL`].
+#[rustfmt::skip] // one metric per line reads as a table
+pub const PATTERNS: &[MetricInfo] = &[
+    info(PATTERN_LANES, Gauge, Unit::Count, "Lanes a lane pattern runs in this process (lane is the pattern).", LANE_TARGET),
+    info(PATTERN_LANES_OVER_LIMIT, Gauge, Unit::Count, "Lanes matching a lane pattern that hold pending messages but are not started: the pattern runs max_lanes already (lane is the pattern).", LANE_TARGET),
+];
+
 /// Sets the gauges of the lanes nobody serves from one report.
 pub fn record_unserved(unserved: &[crate::store::UnservedLane]) {
     metrics::gauge!(UNSERVED_LANES).set(unserved.len() as f64);
@@ -289,7 +304,21 @@ pub fn record_unserved(unserved: &[crate::store::UnservedLane]) {
         .set(unserved.iter().map(|lane| lane.pending as f64).sum::<f64>());
 }
 
-/// Registers the description and unit of every metric in [`ALL`], [`STORE_WIDE`] and
+/// Sets a lane pattern's gauges: the lanes it runs, and those it matched past its limit.
+pub(crate) fn record_pattern(
+    pattern: &crate::config::LanePattern,
+    running: usize,
+    over_limit: usize,
+) {
+    let labels = [
+        (LABEL_LANE, pattern.pattern().to_owned()),
+        (LABEL_TARGET, pattern.target().to_owned()),
+    ];
+    metrics::gauge!(PATTERN_LANES, &labels).set(running as f64);
+    metrics::gauge!(PATTERN_LANES_OVER_LIMIT, &labels).set(over_limit as f64);
+}
+
+/// Registers the description and unit of every metric in [`ALL`], [`STORE_WIDE`], [`PATTERNS`] and
 /// [`http::HTTP`] (and in `kafka::KAFKA` with feature `kafka-sink`) with the current recorder (the thread's local one inside [`metrics::with_local_recorder`], else the
 /// global one).
 ///
@@ -320,7 +349,11 @@ fn described() -> impl Iterator<Item = &'static MetricInfo> {
     let sinks: &[MetricInfo] = kafka::KAFKA;
     #[cfg(not(feature = "kafka-sink"))]
     let sinks: &[MetricInfo] = &[];
-    ALL.iter().chain(STORE_WIDE).chain(http::HTTP).chain(sinks)
+    ALL.iter()
+        .chain(STORE_WIDE)
+        .chain(PATTERNS)
+        .chain(http::HTTP)
+        .chain(sinks)
 }
 
 // ---- Label values ---------------------------------------------------------------------

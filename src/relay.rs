@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use ractor::{Actor, ActorRef};
 use tokio::sync::broadcast;
 
-use crate::config::{ConfigError, LaneConfig, SupervisorConfig};
+use crate::config::{ConfigError, LaneConfig, LanePattern, SupervisorConfig};
 use crate::delivery::{DeliveryError, DeliveryHandler};
 use crate::message::OutboxMessage;
 use crate::retention::DEFAULT_PURGE_INTERVAL;
@@ -194,6 +194,7 @@ impl OutboxRelay {
         RelayBuilder {
             store: store.clone(),
             lanes: Vec::new(),
+            patterns: Vec::new(),
             supervisor: SupervisorConfig::default(),
             events: broadcast::channel(DEFAULT_EVENT_CAPACITY).0,
             retention: Some(DEFAULT_PURGE_INTERVAL),
@@ -205,6 +206,7 @@ impl OutboxRelay {
 pub struct RelayBuilder {
     store: Outbox,
     lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
+    patterns: Vec<(LanePattern, Arc<dyn DeliveryHandler>)>,
     supervisor: SupervisorConfig,
     events: broadcast::Sender<RelayEvent>,
     /// How often retention purges; `None`: off.
@@ -223,6 +225,14 @@ impl fmt::Debug for RelayBuilder {
                     .map(|(c, _)| c.key().to_string())
                     .collect::<Vec<_>>(),
             )
+            .field(
+                "patterns",
+                &self
+                    .patterns
+                    .iter()
+                    .map(|(p, _)| p.key().to_string())
+                    .collect::<Vec<_>>(),
+            )
             .field("supervisor", &self.supervisor)
             .field("retention", &self.retention)
             .finish()
@@ -239,6 +249,46 @@ impl RelayBuilder {
     /// Adds a lane delivered by a shared handler.
     pub fn lane_shared(mut self, config: LaneConfig, handler: Arc<dyn DeliveryHandler>) -> Self {
         self.lanes.push((config, handler));
+        self
+    }
+
+    /// Adds a lane pattern: every lane whose name matches it, toward its target, is relayed
+    /// by `handler` (one, shared by the pattern's lanes) with the pattern's settings,
+    /// started within its `max_poll_interval` of its first pending message, up to its
+    /// `max_lanes` ([`LanePattern`]). A lane added with [`lane`](Self::lane) or
+    /// [`RelayHandle::add_lane`] wins over a pattern that matches it.
+    ///
+    /// ```no_run
+    /// # use outbox_relay::{OutboxRelay, LaneConfig, InMemoryOutboxStore, DeliveryHandler, DeliveryError, OutboxMessage, Outbox};
+    /// # use outbox_relay::config::LanePattern;
+    /// # struct Billing;
+    /// # #[async_trait::async_trait]
+    /// # impl DeliveryHandler for Billing {
+    /// #     async fn deliver(&self, _m: &OutboxMessage) -> Result<(), DeliveryError> { Ok(()) }
+    /// # }
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = Outbox::new(InMemoryOutboxStore::new());
+    /// let tenants = LanePattern::new(LaneConfig::new("tenant-*", "billing").concurrency(2))
+    ///     .max_lanes(1_000);
+    /// let relay = OutboxRelay::builder(&store)
+    ///     .lane_pattern(tenants, Billing)
+    ///     .start()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lane_pattern(mut self, pattern: LanePattern, handler: impl DeliveryHandler) -> Self {
+        self.patterns.push((pattern, Arc::new(handler)));
+        self
+    }
+
+    /// Adds a lane pattern delivered by a shared handler (see
+    /// [`lane_pattern`](Self::lane_pattern)).
+    pub fn lane_pattern_shared(
+        mut self,
+        pattern: LanePattern,
+        handler: Arc<dyn DeliveryHandler>,
+    ) -> Self {
+        self.patterns.push((pattern, handler));
         self
     }
 
@@ -298,6 +348,13 @@ impl RelayBuilder {
                 return Err(RelayError::DuplicateLane(key));
             }
         }
+        for (pattern, handler) in &self.patterns {
+            pattern.validate()?;
+            pattern.lane.validate_for(capabilities)?;
+            check_own_timeout(&pattern.lane, handler.as_ref())?;
+        }
+        let patterns: Vec<LanePattern> = self.patterns.iter().map(|(p, _)| p.clone()).collect();
+        crate::config::check_overlap(&patterns)?;
         if let Some(pool) = self.store.as_backend().max_connections() {
             let needed = self.connections_needed();
             if (pool as usize) < needed {
@@ -318,10 +375,13 @@ impl RelayBuilder {
         // Read before the lanes start, so a lane paused fleet-wide never claims.
         let fleet_pauses = lane_control::initial(&self.store).await;
         let store = self.store.clone();
+        let first_pending = upkeep::first_pending(&store, &patterns).await;
         let args = SupervisorArgs {
             store: self.store,
             config: self.supervisor,
             lanes: self.lanes,
+            patterns: self.patterns,
+            first_pending,
             events: events.clone(),
             fleet_pauses: fleet_pauses.clone().unwrap_or_default(),
         };
@@ -333,6 +393,11 @@ impl RelayBuilder {
             upkeep::backlog(store.clone(), supervisor.clone()).abort_handle(),
             upkeep::due(store.clone(), supervisor.clone()).abort_handle(),
         ];
+        if !patterns.is_empty() {
+            upkeep.push(
+                upkeep::patterns(store.clone(), supervisor.clone(), &patterns).abort_handle(),
+            );
+        }
         if let Some(known) = fleet_pauses {
             upkeep
                 .push(lane_control::watch(store.clone(), supervisor.clone(), known).abort_handle());

@@ -171,6 +171,7 @@ macro_rules! conformance {
             a_dedupe_key_is_forgotten_once_an_ack_deleted_its_row,
             // cases/served.rs
             unserved_lanes_are_those_with_pending_messages_no_record_covers,
+            pending_lanes_are_the_pending_pairs_a_prefix_matches,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {

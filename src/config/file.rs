@@ -37,7 +37,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::duration::HumanDuration;
-use super::{default_consumer_id, ConfigError, LaneConfig, SupervisorConfig};
+use super::{default_consumer_id, ConfigError, LaneConfig, LanePattern, SupervisorConfig};
 use crate::database::{DatabaseUrl, PostgresOptions, StoreOptions, DEFAULT_CONNECT_TIMEOUT};
 use crate::sinks::SinkConfig;
 use crate::store::OrderingPolicy;
@@ -104,9 +104,14 @@ pub struct FileConfig {
     /// How crashed lanes are restarted.
     #[serde(default)]
     pub supervisor: SupervisorSection,
-    /// The lanes: at least one.
+    /// The lanes: at least one, or a lane pattern.
     #[serde(default)]
     pub lanes: Vec<LaneSection>,
+    /// The lane patterns (`lane = "tenant-*"`): every lane matching one, toward its target,
+    /// with its settings ([`LanePattern`]). Each entry takes a `[[lanes]]` entry's keys and
+    /// `max_lanes` and `idle_stop`.
+    #[serde(default)]
+    pub lane_patterns: Vec<LaneSection>,
     /// Where the binary exports its spans over OTLP/HTTP (protobuf), e.g.
     /// `http://127.0.0.1:4318` or `https://otlp.example.com` (`/v1/traces` is appended).
     /// Default: none, unless the environment names one
@@ -310,10 +315,10 @@ impl FileConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.database_url()
             .map_err(|error| ConfigError::new("database_url", error.to_string()))?;
-        if self.lanes.is_empty() {
+        if self.lanes.is_empty() && self.lane_patterns.is_empty() {
             return Err(ConfigError::new(
                 "lanes",
-                "at least one [[lanes]] entry is required",
+                "at least one [[lanes]] or [[lane_patterns]] entry is required",
             ));
         }
         if self.shutdown_timeout().is_zero() {
@@ -354,6 +359,7 @@ impl FileConfig {
             .map_err(|error| ConfigError::new(format!("postgres.{}", error.field), error.reason))?;
         self.supervisor()?;
         self.lanes()?;
+        self.lane_patterns()?;
         Ok(())
     }
 
@@ -430,6 +436,17 @@ impl FileConfig {
                     "is set without a rate_limit",
                 ));
             }
+            for (key, set) in [
+                ("max_lanes", section.max_lanes.is_some()),
+                ("idle_stop", section.idle_stop.is_some()),
+            ] {
+                if set {
+                    return Err(ConfigError::new(
+                        format!("lanes[{}].{key}", config.key()),
+                        "only a [[lane_patterns]] entry takes it",
+                    ));
+                }
+            }
             config.validate()?;
             section
                 .sink
@@ -445,11 +462,46 @@ impl FileConfig {
         Ok(lanes)
     }
 
-    /// The ordering policy of a configured (lane, target), if configured.
+    /// Each lane pattern and its sink, validated; patterns of one target whose prefixes
+    /// overlap refused.
+    pub fn lane_patterns(&self) -> Result<Vec<(LanePattern, SinkConfig)>, ConfigError> {
+        let consumer_id = self.consumer_id.clone().unwrap_or_else(default_consumer_id);
+        let mut patterns = Vec::with_capacity(self.lane_patterns.len());
+        for section in &self.lane_patterns {
+            let pattern = section.to_pattern(&consumer_id);
+            if section.rate_burst.is_some() && section.rate_limit.is_none() {
+                return Err(ConfigError::new(
+                    format!("lane_patterns[{}].rate_burst", pattern.key()),
+                    "is set without a rate_limit",
+                ));
+            }
+            pattern.validate()?;
+            section.sink.validate_for_lane(
+                &pattern.lane,
+                &format!("lane_patterns[{}].sink", pattern.key()),
+            )?;
+            patterns.push((pattern, section.sink.clone()));
+        }
+        let all: Vec<LanePattern> = patterns.iter().map(|(p, _)| p.clone()).collect();
+        super::check_overlap(&all)?;
+        Ok(patterns)
+    }
+
+    /// The ordering policy of a configured (lane, target), if configured: its `[[lanes]]`
+    /// entry's, else that of the lane pattern that matches it.
     pub fn ordering_of(&self, lane: &str, target: &str) -> Option<OrderingPolicy> {
+        let pattern = || {
+            self.lane_patterns.iter().find(|p| {
+                p.target == target
+                    && p.lane
+                        .strip_suffix('*')
+                        .is_some_and(|prefix| lane.starts_with(prefix))
+            })
+        };
         self.lanes
             .iter()
             .find(|l| l.lane == lane && l.target == target)
+            .or_else(pattern)
             .map(|l| l.ordering.unwrap_or_default())
     }
 }

@@ -13,7 +13,7 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, Supervi
 use tokio::sync::{broadcast, oneshot};
 use tokio::time::Instant;
 
-use crate::config::{LaneConfig, SupervisorConfig};
+use crate::config::{LaneConfig, LanePattern, SupervisorConfig};
 use crate::delivery::DeliveryHandler;
 use crate::lane::{DrainReport, LaneKey, LaneState, RelayEvent};
 use crate::metrics::LaneMetrics;
@@ -21,10 +21,15 @@ use crate::relay::lane::{LaneArgs, LaneMsg, LaneRelay};
 use crate::relay::observe;
 use crate::relay::status::LaneCounters;
 use crate::relay::{GateStatus, LaneStatus, RelayError, ShutdownReport};
-use crate::store::{LanePause, LaneStats, OrderingPolicy, Outbox, StoreError, StoreOp};
+use crate::store::{LanePause, Outbox};
 
+mod backlog;
 mod fleet;
+pub(crate) mod patterns;
 pub(crate) mod restarts;
+
+pub(crate) use backlog::BacklogSample;
+use patterns::{PatternEntry, PendingSample};
 
 use restarts::{Restart, Restarts};
 
@@ -46,6 +51,9 @@ pub(crate) enum SupervisorMsg {
     Lanes(RpcReplyPort<Vec<LaneConfig>>),
     /// Every fleet-wide pause in force, as the store has them (`lane_control.rs`).
     FleetPauses(Vec<LanePause>),
+    /// The lanes the lane patterns match that hold pending messages, by the pattern
+    /// watcher (`relay/upkeep.rs`): those not running are started (`supervisor/patterns.rs`).
+    Pending(PendingSample),
     /// A backlog sample of every lane (`relay/upkeep.rs`): each lane's gauges are set from it.
     Backlog(BacklogSample),
     /// When lanes' next messages fall due, by the due watcher (`relay/upkeep.rs`): each
@@ -57,16 +65,6 @@ pub(crate) enum SupervisorMsg {
     /// A removed lane's relay (this actor) has drained and exited: forget the lane, then
     /// say so, and the removal is answered, so the caller's next command finds it gone.
     Removed(LaneKey, ActorId, oneshot::Sender<()>),
-}
-
-/// One store call's stats of every lane the supervisor ran when it was made.
-pub(crate) struct BacklogSample {
-    /// The lanes asked for: a lane added since waits for the next sample.
-    pub(crate) lanes: Vec<(String, String)>,
-    /// The lanes asked for that have messages (one absent has none), or why the call failed.
-    pub(crate) stats: Result<Vec<LaneStats>, Arc<StoreError>>,
-    /// How long the call took: each lane records it as its `stats` store call.
-    pub(crate) took: Duration,
 }
 
 /// How long a removal waits for a drained lane relay to exit (it does so at once).
@@ -86,6 +84,10 @@ pub(crate) struct SupervisorArgs {
     pub(crate) store: Outbox,
     pub(crate) config: SupervisorConfig,
     pub(crate) lanes: Vec<(LaneConfig, Arc<dyn DeliveryHandler>)>,
+    /// The lane patterns, validated, and their first pass's answer (`relay/upkeep.rs`):
+    /// their lanes start with the relay, before the served lanes are first recorded.
+    pub(crate) patterns: Vec<(LanePattern, Arc<dyn DeliveryHandler>)>,
+    pub(crate) first_pending: Option<PendingSample>,
     pub(crate) events: broadcast::Sender<RelayEvent>,
     /// The fleet-wide pauses read before the start, so a paused lane never claims.
     pub(crate) fleet_pauses: Vec<LanePause>,
@@ -114,6 +116,10 @@ struct LaneEntry {
     /// When the lane was marked failed.
     failed_at: Option<Instant>,
     metrics: LaneMetrics,
+    /// The lane pattern that runs it (its index), or `None` for a lane of its own.
+    pattern: Option<usize>,
+    /// A pattern's lane: since when it has had nothing pending and nothing in flight.
+    idle_since: Option<Instant>,
 }
 
 pub(crate) struct SupervisorState {
@@ -128,6 +134,11 @@ pub(crate) struct SupervisorState {
     /// The fleet-wide pauses last read from the store, lanes this relay runs or not (a lane
     /// added later starts paused if it is in here).
     fleet_pauses: BTreeMap<LaneKey, LanePause>,
+    /// The lane patterns (`patterns.rs`).
+    patterns: Vec<PatternEntry>,
+    /// Pattern lanes draining to make way for a lane added explicitly: no pattern starts
+    /// them again meanwhile.
+    adopting: std::collections::BTreeSet<LaneKey>,
 }
 
 impl SupervisorState {
@@ -136,49 +147,6 @@ impl SupervisorState {
             observe::record(&entry.metrics, &event);
         }
         let _ = self.events.send(event);
-    }
-
-    /// Sets each lane's backlog gauges from `sample`, and records the call as each lane's
-    /// `stats` call; a failed call leaves the gauges as they were and counts as each lane's
-    /// store error (not its last error, nor a backoff: its claims go on).
-    fn hand_out_backlog(&self, sample: BacklogSample) {
-        let asked = sample
-            .lanes
-            .into_iter()
-            .map(|(name, target)| LaneKey { name, target });
-        let stats = match sample.stats {
-            Ok(stats) => stats,
-            Err(error) => {
-                for lane in asked.filter(|key| self.lanes.contains_key(key)) {
-                    self.emit(RelayEvent::StoreError {
-                        lane,
-                        op: StoreOp::Stats,
-                        error: error.to_string(),
-                        permanent: error.is_permanent(),
-                    });
-                }
-                return;
-            }
-        };
-        let mut stats: HashMap<LaneKey, LaneStats> = stats
-            .into_iter()
-            .map(|s| (LaneKey::new(&s.lane, &s.target), s))
-            .collect();
-        for key in asked {
-            let Some(entry) = self.lanes.get(&key) else {
-                continue; // removed since
-            };
-            let mut lane = stats.remove(&key).unwrap_or_default();
-            if entry.config.ordering == OrderingPolicy::Skip {
-                // The store counts the keys Block would hold; a Skip lane holds none.
-                lane.blocked_keys = 0;
-            }
-            entry.metrics.backlog(&lane);
-            entry
-                .metrics
-                .store_call_timer()
-                .record(StoreOp::Stats, sample.took);
-        }
     }
 
     fn set_state(&mut self, key: &LaneKey, state: LaneState) {
@@ -344,6 +312,7 @@ impl SupervisorState {
         if self.lanes.contains_key(&key) {
             return Err(RelayError::DuplicateLane(key));
         }
+        self.adopting.remove(&key);
         self.lanes.insert(
             key.clone(),
             LaneEntry {
@@ -360,6 +329,8 @@ impl SupervisorState {
                 restart_due: None,
                 restarts: Restarts::default(),
                 failed_at: None,
+                pattern: None,
+                idle_since: None,
             },
         );
         Ok(key)
@@ -385,10 +356,19 @@ impl Actor for RelaySupervisor {
             shutting_down: false,
             restart_tokens: 0,
             fleet_pauses: fleet::by_lane(args.fleet_pauses),
+            patterns: args
+                .patterns
+                .into_iter()
+                .map(|(pattern, handler)| PatternEntry::new(pattern, handler))
+                .collect(),
+            adopting: std::collections::BTreeSet::new(),
         };
         for (config, handler) in args.lanes {
             let key = state.add_lane(config, handler)?;
             state.start_lane(&myself, &key).await;
+        }
+        if let Some(first) = args.first_pending {
+            state.serve_patterns(&myself, first).await;
         }
         Ok(state)
     }
@@ -400,6 +380,11 @@ impl Actor for RelaySupervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            SupervisorMsg::AddLane(config, handler, reply)
+                if !state.shutting_down && state.is_pattern_lane(&config.key()) =>
+            {
+                state.adopt(&myself, config, handler, reply);
+            }
             SupervisorMsg::AddLane(config, handler, reply) => {
                 let answer = if state.shutting_down {
                     Err(RelayError::Stopped)
@@ -463,6 +448,11 @@ impl Actor for RelaySupervisor {
             }
             SupervisorMsg::FleetPauses(pauses) => state.set_fleet_pauses(pauses),
             SupervisorMsg::Backlog(sample) => state.hand_out_backlog(sample),
+            SupervisorMsg::Pending(sample) => {
+                if !state.shutting_down {
+                    state.serve_patterns(&myself, sample).await;
+                }
+            }
             SupervisorMsg::Due(due) => {
                 for (key, at) in due {
                     if let Some(actor) = state.lanes.get(&key).and_then(|e| e.actor.as_ref()) {

@@ -14,8 +14,9 @@ use ractor::ActorRef;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::supervisor::patterns::PendingSample;
 use super::supervisor::{BacklogSample, SupervisorMsg};
-use crate::config::{LaneConfig, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_STATS_INTERVAL};
+use crate::config::{LaneConfig, LanePattern, DEFAULT_MAX_POLL_INTERVAL, DEFAULT_STATS_INTERVAL};
 use crate::lane::LaneKey;
 use crate::retention::RetentionTask;
 use crate::store::served::{SERVED_FOR, SERVED_RENEWAL, UNSERVED_LIMIT};
@@ -132,6 +133,88 @@ pub(super) fn due(store: Outbox, supervisor: ActorRef<SupervisorMsg>) -> JoinHan
             tokio::time::sleep(every).await;
         }
     })
+}
+
+/// The pattern watcher: every shortest `max_poll_interval` among the lane patterns, asks
+/// the store which lanes they match hold pending messages, all patterns in one call
+/// ([`Outbox::pending_lanes`]); the supervisor starts those it does not run and stops its
+/// idle ones (`supervisor/patterns.rs`). The first pass is made before the relay starts
+/// ([`first_pending`]), so this one begins after an interval.
+pub(super) fn patterns(
+    store: Outbox,
+    supervisor: ActorRef<SupervisorMsg>,
+    patterns: &[LanePattern],
+) -> JoinHandle<()> {
+    let every = patterns
+        .iter()
+        .map(|pattern| pattern.lane.max_poll_interval)
+        .min()
+        .unwrap_or(DEFAULT_MAX_POLL_INTERVAL);
+    let asked = PatternQuestion::of(patterns);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let sample = asked.ask(&store).await;
+            if supervisor
+                .send_message(SupervisorMsg::Pending(sample))
+                .is_err()
+            {
+                return;
+            }
+        }
+    })
+}
+
+/// The pattern watcher's first pass, made before the supervisor starts; `None` without
+/// patterns.
+pub(super) async fn first_pending(
+    store: &Outbox,
+    patterns: &[LanePattern],
+) -> Option<PendingSample> {
+    if patterns.is_empty() {
+        return None;
+    }
+    Some(PatternQuestion::of(patterns).ask(store).await)
+}
+
+/// What the pattern watcher asks the store each pass.
+struct PatternQuestion {
+    /// (prefix, target) of each pattern.
+    prefixes: Vec<(String, String)>,
+    /// Every pattern's limit, and [`UNSERVED_LIMIT`] more, so the lanes past a limit are
+    /// seen (and named) too.
+    limit: usize,
+}
+
+impl PatternQuestion {
+    fn of(patterns: &[LanePattern]) -> Self {
+        Self {
+            prefixes: patterns
+                .iter()
+                .map(|p| (p.prefix().to_owned(), p.target().to_owned()))
+                .collect(),
+            limit: patterns
+                .iter()
+                .map(|p| p.max_lanes)
+                .fold(UNSERVED_LIMIT, usize::saturating_add),
+        }
+    }
+
+    async fn ask(&self, store: &Outbox) -> PendingSample {
+        match store.pending_lanes(&self.prefixes, self.limit).await {
+            Ok(pending) => PendingSample {
+                truncated: pending.len() >= self.limit,
+                pending: Some(pending),
+            },
+            Err(error) => {
+                tracing::warn!(%error, "cannot ask which lanes the lane patterns match; will try again");
+                PendingSample {
+                    pending: None,
+                    truncated: true,
+                }
+            }
+        }
+    }
 }
 
 /// Purges every lane by its [`LaneConfig::retention`] now and then every `every`.

@@ -388,6 +388,32 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
             "this store keeps no record of served lanes",
         ))
     }
+
+    /// The (lane, target) pairs holding pending messages whose lane begins with a prefix
+    /// given for its target (`prefixes`: (prefix, target)), in name order, at most `limit`:
+    /// how a relay finds the lanes its lane patterns serve (`relay/patterns.rs`), for all
+    /// its patterns in one call per pass. A backend answers it reading each pair holding
+    /// pending messages once, never their messages; this default reads every lane's
+    /// [`stats`](Self::stats), which costs the whole table.
+    async fn pending_lanes(
+        &self,
+        prefixes: &[(String, String)],
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        if prefixes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut stats = self.stats(&MessageFilter::default()).await?;
+        super::admin::sort_lanes(&mut stats);
+        Ok(super::served::matching(
+            stats
+                .into_iter()
+                .filter(|lane| lane.pending > 0)
+                .map(|lane| (lane.lane, lane.target)),
+            prefixes,
+            limit,
+        ))
+    }
 }
 
 /// The one answer of a one-draft write.

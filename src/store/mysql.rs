@@ -561,4 +561,12 @@ impl OutboxBackend for MysqlOutboxStore {
     ) -> Result<Vec<crate::store::UnservedLane>, StoreError> {
         self.unserved(limit).await
     }
+
+    async fn pending_lanes(
+        &self,
+        prefixes: &[(String, String)],
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.matching_lanes(prefixes, limit).await
+    }
 }

@@ -53,5 +53,7 @@ crate::named::label_values! {
         RecordServed => "record_served",
         /// `unserved_lanes`: the lanes with pending messages that no relay serves.
         UnservedLanes => "unserved_lanes",
+        /// `pending_lanes`: the lanes with pending messages that lane patterns match.
+        PendingLanes => "pending_lanes",
     }
 }

@@ -455,6 +455,21 @@ impl Outbox {
             .await
     }
 
+    /// The (lane, target) pairs holding pending messages whose lane begins with a prefix
+    /// given for its target, in name order, at most `limit` (lane patterns;
+    /// [`OutboxBackend::pending_lanes`]).
+    pub async fn pending_lanes(
+        &self,
+        prefixes: &[(String, String)],
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.timed(
+            StoreOp::PendingLanes,
+            self.backend.pending_lanes(prefixes, limit),
+        )
+        .await
+    }
+
     /// Lists messages in enqueue order, a page at a time.
     pub async fn list(
         &self,

@@ -8,6 +8,11 @@
 //! `outbox_unserved_lanes` and `outbox_unserved_pending`, gauges without labels (the pairs'
 //! names, which may be anything a producer wrote, go to the log).
 //!
+//! The same walk over the pairs holding pending messages finds the lanes a relay's lane
+//! patterns serve ([`Outbox::pending_lanes`](super::Outbox::pending_lanes)), with no
+//! record: a pattern serves each lane it matches in every relay that has the pattern, as
+//! a `[[lanes]]` entry would.
+//!
 //! A relay that stops renewing (stopped, killed, cut off) stops covering its lanes
 //! [`SERVED_FOR`] after its last renewal. A lane paused (here or fleet-wide) or failed in a
 //! running relay is still served: other gauges and alerts say so.
@@ -37,4 +42,24 @@ pub struct UnservedLane {
     pub target: String,
     /// Its pending messages, counted up to [`UNSERVED_COUNT_CAP`].
     pub pending: u64,
+}
+
+/// The pairs of `pending` (in name order) whose lane begins with a prefix given for its
+/// target, at most `limit`: the answer of
+/// [`OutboxBackend::pending_lanes`](super::OutboxBackend::pending_lanes) from the store's
+/// pairs holding pending messages.
+pub(crate) fn matching(
+    pending: impl IntoIterator<Item = (String, String)>,
+    prefixes: &[(String, String)],
+    limit: usize,
+) -> Vec<(String, String)> {
+    pending
+        .into_iter()
+        .filter(|(lane, target)| {
+            prefixes
+                .iter()
+                .any(|(prefix, t)| t == target && lane.starts_with(prefix.as_str()))
+        })
+        .take(limit)
+        .collect()
 }

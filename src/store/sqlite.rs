@@ -492,6 +492,14 @@ impl OutboxBackend for SqliteOutboxStore {
         self.unserved(limit).await
     }
 
+    async fn pending_lanes(
+        &self,
+        prefixes: &[(String, String)],
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.matching_lanes(prefixes, limit).await
+    }
+
     fn subscribe(&self) -> broadcast::Receiver<WakeUp> {
         self.wakeups.subscribe()
     }

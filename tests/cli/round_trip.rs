@@ -319,3 +319,33 @@ fn postgres_run_through_pgbouncer_in_transaction_mode() {
     assert!(status.success(), "exit {status}:\n{log}");
     assert!(relay_stopped_cleanly(&log), "{log}");
 }
+
+#[test]
+fn a_lane_pattern_serves_a_lane_first_written_while_the_daemon_runs() {
+    let sandbox = Sandbox::new();
+    let port = free_port();
+    let pattern = r#"
+[[lane_patterns]]
+lane = "tenant-*"
+target = "billing"
+max_lanes = 10
+max_poll_interval = "200ms"
+sink = { kind = "log" }
+"#;
+    sandbox.write("relay.toml", &test_config("sqlite:relay.db", pattern, port));
+    let cfg = ["--config", "relay.toml"];
+    let mut relay = sandbox.start(&["--config", "relay.toml", "run"]);
+    relay.wait_for_log("relay running");
+
+    let id = sandbox.enqueue(&cfg, "tenant-1041", "billing", &["--payload", "{}"]);
+    let line = relay.delivery();
+    assert_eq!(line["outbox_id"], id.as_str());
+    assert_eq!(line["lane"], "tenant-1041");
+    assert_eq!(line["target"], "billing");
+    let (status, stderr) = relay.terminate();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("starting a lane of a lane pattern"),
+        "{stderr}"
+    );
+}

@@ -19,6 +19,7 @@ const TABLES: &[(&str, &str)] = &[
     ("`[[lanes]]`", "lanes."),
     ("A lane's `retention`", "lanes.retention."),
     ("A lane's `breaker`", "lanes.breaker."),
+    ("`[[lane_patterns]]`", "lane_patterns."),
 ];
 
 /// One row of the reference: the dotted key, and its default cell as written.
@@ -57,6 +58,9 @@ fn reference() -> Vec<Row> {
 /// A lane the reference's checks add keys to.
 const LANE: &str =
     "[[lanes]]\nlane = \"orders\"\ntarget = \"billing\"\nsink = { kind = \"log\" }\n";
+/// A lane pattern the reference's checks add a pattern's own keys to (after [`LANE`]).
+const PATTERN: &str =
+    "[[lane_patterns]]\nlane = \"tenant-*\"\ntarget = \"billing\"\nsink = { kind = \"log\" }\n";
 
 fn parse(text: &str) -> FileConfig {
     FileConfig::from_toml_str("the reference", text)
@@ -79,7 +83,13 @@ pub(super) fn parser_keys() -> BTreeSet<String> {
     ));
     let mut keys = BTreeSet::new();
     let json = |v: serde_json::Result<serde_json::Value>| object_keys(v.expect("serializes"));
-    let tables = ["listener", "postgres", "supervisor", "lanes"];
+    let tables = [
+        "listener",
+        "postgres",
+        "supervisor",
+        "lanes",
+        "lane_patterns",
+    ];
     for key in json(serde_json::to_value(&config)) {
         if !tables.contains(&key.as_str()) {
             keys.insert(key);
@@ -108,6 +118,15 @@ pub(super) fn parser_keys() -> BTreeSet<String> {
             json(serde_json::to_value(config.lanes[0].breaker)),
         ),
     ];
+    // A pattern's own keys; the rest are a lane's, documented once under `[[lanes]]`.
+    let patterns = parse(&format!(
+        "{LANE}{PATTERN}max_lanes = 5\nidle_stop = \"1m\"\n"
+    ));
+    let lane_keys = json(serde_json::to_value(&config.lanes[0]));
+    let pattern_keys = json(serde_json::to_value(&patterns.lane_patterns[0]))
+        .into_iter()
+        .filter(|key| !lane_keys.contains(key) || key == "lane" || key == "target");
+    keys.extend(pattern_keys.map(|name| format!("lane_patterns.{name}")));
     for (prefix, names) in sections {
         keys.extend(names.into_iter().map(|name| format!("{prefix}{name}")));
     }
@@ -168,6 +187,7 @@ fn resolved(text: &str) -> String {
             config.supervisor(),
             // Each lane's retention is part of its config.
             config.lanes(),
+            config.lane_patterns(),
         )
     )
 }
@@ -181,6 +201,7 @@ fn with_key(key: &str, value: &str) -> String {
             None => format!("{LANE}{rest} = {value}\n"),
             Some((table, field)) => format!("{LANE}{table} = {{ {field} = {value} }}\n"),
         },
+        Some(("lane_patterns", field)) => format!("{LANE}{PATTERN}{field} = {value}\n"),
         Some((table, field)) => format!("[{table}]\n{field} = {value}\n{LANE}"),
     }
 }
@@ -190,6 +211,8 @@ fn with_key(key: &str, value: &str) -> String {
 fn base_for(key: &str) -> String {
     if key.starts_with("lanes.breaker.") {
         format!("{LANE}breaker = {{ }}\n")
+    } else if key.starts_with("lane_patterns.") {
+        format!("{LANE}{PATTERN}")
     } else {
         LANE.to_owned()
     }

@@ -1,6 +1,6 @@
 //! The metrics the documentation names are the crate's: the table of
 //! `docs/src/operations/metrics.md` has one row per metric of the catalogue
-//! (`metrics::ALL`, `metrics::PROCESS`, `metrics::STORE_WIDE`, `metrics::http::HTTP`,
+//! (`metrics::ALL`, `metrics::PROCESS`, `metrics::STORE_WIDE`, `metrics::PATTERNS`, `metrics::http::HTTP`,
 //! `metrics::kafka::KAFKA`), with its kind and labels, and nothing else; every metric name
 //! anywhere in the README and the guide is one of them; and every metric the crate's
 //! sources record is in the catalogue.
@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use outbox_relay::metrics::{
-    http::HTTP, kafka::KAFKA, MetricInfo, MetricKind, ALL, PROCESS, STORE_WIDE,
+    http::HTTP, kafka::KAFKA, MetricInfo, MetricKind, ALL, PATTERNS, PROCESS, STORE_WIDE,
 };
 
 use crate::markdown::{pages, root, spans_of, table, Page};
@@ -19,6 +19,7 @@ fn catalogue() -> Vec<&'static MetricInfo> {
     ALL.iter()
         .chain(PROCESS)
         .chain(STORE_WIDE)
+        .chain(PATTERNS)
         .chain(HTTP)
         .chain(KAFKA)
         .collect()

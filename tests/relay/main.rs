@@ -30,6 +30,7 @@ mod lifecycle;
 #[cfg(feature = "mysql")]
 #[path = "../support/mysql.rs"]
 mod mysql_support;
+mod patterns;
 mod pipeline;
 mod runs;
 mod shutdown;

@@ -79,8 +79,16 @@ async fn serve(
         .config
         .supervisor()
         .map_err(|error| Failure::input(format!("config error: {error}")))?;
+    let patterns = setup
+        .config
+        .lane_patterns()
+        .map_err(|error| Failure::input(format!("config error: {error}")))?;
     for (lane, sink) in &lanes {
         sink.check_built(&format!("lanes[{}].sink", lane.key()))
+            .map_err(|error| Failure::input(format!("config error: {error}")))?;
+    }
+    for (pattern, sink) in &patterns {
+        sink.check_built(&format!("lane_patterns[{}].sink", pattern.key()))
             .map_err(|error| Failure::input(format!("config error: {error}")))?;
     }
 
@@ -161,9 +169,18 @@ async fn serve(
                 .map_err(|error| Failure::input(format!("config error: {error}")))?;
             handlers.push(handler);
         }
-        Ok::<_, Failure>(handlers)
+        // One handler per pattern, shared by its lanes (one connection to its target).
+        let mut pattern_handlers = Vec::with_capacity(patterns.len());
+        for (pattern, sink) in &patterns {
+            let handler = sink
+                .build(&format!("lane_patterns[{}].sink", pattern.key()))
+                .await
+                .map_err(|error| Failure::input(format!("config error: {error}")))?;
+            pattern_handlers.push(handler);
+        }
+        Ok::<_, Failure>((handlers, pattern_handlers))
     };
-    let handlers = tokio::select! {
+    let (handlers, pattern_handlers) = tokio::select! {
         handlers = building => handlers?,
         signal = signals.next() => {
             tracing::info!(signal, "stopped during start-up, while the sinks were being built");
@@ -194,6 +211,16 @@ async fn serve(
             "lane configured"
         );
         builder = builder.lane_shared(lane.clone(), handler);
+    }
+    for ((pattern, sink), handler) in patterns.iter().zip(pattern_handlers) {
+        tracing::info!(
+            pattern = %pattern.pattern(),
+            target = %pattern.target(),
+            sink = sink.kind(),
+            max_lanes = pattern.max_lanes,
+            "lane pattern configured"
+        );
+        builder = builder.lane_pattern_shared(pattern.clone(), handler);
     }
     let relay = builder
         .start()

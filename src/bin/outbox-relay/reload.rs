@@ -9,7 +9,9 @@
 //! that runs, so a SIGTERM or SIGINT meanwhile abandons the reload and stops the daemon at
 //! once; the lane changes ([`RunningLanes::apply`]) then run to their end.
 //! Only `[[lanes]]` are reloaded (their retention included); the database, the metrics
-//! listener, the supervisor and the shutdown timeout need a restart, which the log says.
+//! listener, the supervisor, the shutdown timeout and the `[[lane_patterns]]` need a
+//! restart, which the log says. A lane removed from `[[lanes]]` that a pattern matches is
+//! the pattern's at its next pass; one added that a pattern runs takes over from it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

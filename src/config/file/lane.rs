@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{BreakerSection, RateSpec};
 use crate::config::duration::HumanDuration;
-use crate::config::LaneConfig;
+use crate::config::{LaneConfig, LanePattern};
 use crate::retention::RetentionConfig;
 use crate::retry::RetryPolicy;
 use crate::sinks::SinkConfig;
@@ -137,6 +137,17 @@ pub struct LaneSection {
     /// and [`DEFAULT_DEAD_LETTER_RETENTION`](crate::retention::DEFAULT_DEAD_LETTER_RETENTION).
     #[serde(default)]
     pub retention: Option<RetentionSection>,
+    /// A `[[lane_patterns]]` entry's limit: the most lanes it runs. Default
+    /// [`DEFAULT_MAX_PATTERN_LANES`](crate::config::DEFAULT_MAX_PATTERN_LANES). Refused in
+    /// `[[lanes]]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_lanes: Option<usize>,
+    /// A `[[lane_patterns]]` entry's lanes are stopped after this long with nothing pending
+    /// and nothing in flight, or `false` for never. Default
+    /// [`DEFAULT_PATTERN_IDLE_STOP`](crate::config::DEFAULT_PATTERN_IDLE_STOP). Refused in
+    /// `[[lanes]]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_stop: Option<super::DurationOrOff>,
     /// What delivers the lane's messages.
     pub sink: SinkConfig,
 }
@@ -230,6 +241,22 @@ impl RetentionSection {
 }
 
 impl LaneSection {
+    /// A `[[lane_patterns]]` entry as a [`LanePattern`], defaults filled in (not yet
+    /// validated): its lanes share their histograms unless `shared_histograms = false`.
+    pub fn to_pattern(&self, consumer_id: &str) -> LanePattern {
+        let mut pattern = LanePattern::new(self.to_config(consumer_id));
+        if let Some(shared) = self.shared_histograms {
+            pattern = pattern.shared_histograms(shared);
+        }
+        if let Some(max_lanes) = self.max_lanes {
+            pattern = pattern.max_lanes(max_lanes);
+        }
+        if let Some(after) = self.idle_stop {
+            pattern = pattern.idle_stop(after.0);
+        }
+        pattern
+    }
+
     /// The lane config, defaults filled in (not yet validated).
     pub fn to_config(&self, consumer_id: &str) -> LaneConfig {
         let mut config = LaneConfig::new(&self.lane, &self.target).consumer_id(consumer_id);

@@ -708,3 +708,126 @@ fn bad_gate_values_name_their_field() {
         assert!(error.message().contains(reason), "{line}: {error}");
     }
 }
+
+const TENANTS: &str = r#"
+[[lane_patterns]]
+lane = "tenant-*"
+target = "billing"
+max_lanes = 500
+idle_stop = "30m"
+concurrency = 2
+sink = { kind = "log" }
+"#;
+
+#[test]
+fn a_lane_pattern_takes_a_lanes_settings_its_limit_and_its_idle_stop() {
+    let config = parse(TENANTS).unwrap();
+    assert!(
+        config.lanes().unwrap().is_empty(),
+        "a pattern alone is a config"
+    );
+    let patterns = config.lane_patterns().unwrap();
+    let (pattern, sink) = &patterns[0];
+    assert_eq!(pattern.pattern(), "tenant-*");
+    assert_eq!(pattern.prefix(), "tenant-");
+    assert_eq!(pattern.max_lanes, 500);
+    assert_eq!(pattern.idle_stop, Some(Duration::from_secs(30 * 60)));
+    assert_eq!(pattern.lane.concurrency, 2);
+    assert!(
+        pattern.lane.shared_histograms,
+        "a pattern's lanes share histograms"
+    );
+    assert_eq!(sink, &SinkConfig::Log(LogSinkConfig::default()));
+    assert_eq!(
+        config.ordering_of("tenant-7", "billing"),
+        Some(OrderingPolicy::Skip)
+    );
+    assert_eq!(config.ordering_of("tenant-7", "audit"), None);
+
+    let defaults = parse(&TENANTS.replace("max_lanes = 500\nidle_stop = \"30m\"\n", ""))
+        .unwrap()
+        .lane_patterns()
+        .unwrap();
+    assert_eq!(
+        defaults[0].0.max_lanes,
+        crate::config::DEFAULT_MAX_PATTERN_LANES
+    );
+    assert_eq!(
+        defaults[0].0.idle_stop,
+        Some(crate::config::DEFAULT_PATTERN_IDLE_STOP)
+    );
+    let never = parse(&TENANTS.replace(
+        "idle_stop = \"30m\"",
+        "idle_stop = false\nshared_histograms = false",
+    ))
+    .unwrap()
+    .lane_patterns()
+    .unwrap();
+    assert_eq!(never[0].0.idle_stop, None);
+    assert!(!never[0].0.lane.shared_histograms);
+}
+
+#[test]
+fn a_bad_lane_pattern_is_refused_naming_what_is_wrong() {
+    for (bad, field, reason) in [
+        (
+            "tenant-*-eu",
+            "lane_patterns[tenant-*-eu/billing].lane",
+            "not a pattern",
+        ),
+        (
+            "tenant-",
+            "lane_patterns[tenant-/billing].lane",
+            "not a pattern",
+        ),
+        (
+            "ten ant-*",
+            "lane_patterns[ten ant-*/billing].lane",
+            "its prefix contains",
+        ),
+    ] {
+        let error = error(&TENANTS.replace("tenant-*", bad));
+        assert_eq!(error.field(), Some(field), "{error}");
+        assert!(error.to_string().contains(reason), "{error}");
+    }
+    let zero = error(&TENANTS.replace("max_lanes = 500", "max_lanes = 0"));
+    assert_eq!(
+        zero.field(),
+        Some("lane_patterns[tenant-*/billing].max_lanes")
+    );
+    assert!(zero.to_string().contains("greater than zero"), "{zero}");
+    let setting = error(&TENANTS.replace("concurrency = 2", "concurrency = 0"));
+    assert_eq!(
+        setting.field(),
+        Some("lane_patterns[tenant-*/billing].concurrency")
+    );
+
+    let overlap = error(&format!(
+        "{TENANTS}{}",
+        TENANTS.replace("tenant-*", "tenant-1*")
+    ));
+    assert_eq!(overlap.field(), Some("lane_patterns[tenant-1*/billing]"));
+    assert!(
+        overlap
+            .to_string()
+            .contains("overlaps lane_patterns[tenant-*/billing]"),
+        "{overlap}"
+    );
+    // Another target does not overlap.
+    parse(&format!(
+        "{TENANTS}{}",
+        TENANTS
+            .replace("tenant-*", "tenant-1*")
+            .replace("billing", "audit")
+    ))
+    .unwrap();
+
+    let in_lanes = error(&MINIMAL.replace("sink =", "max_lanes = 3\nsink ="));
+    assert_eq!(in_lanes.field(), Some("lanes[orders/billing].max_lanes"));
+    assert!(
+        in_lanes
+            .to_string()
+            .contains("only a [[lane_patterns]] entry"),
+        "{in_lanes}"
+    );
+}

@@ -93,6 +93,7 @@ statements!(
     next_target,
     pause_lane,
     pending_in_pair,
+    pending_lanes,
     release,
     requeue,
     resume_lane,

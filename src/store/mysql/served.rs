@@ -7,6 +7,11 @@
 //! lane, else the next lane; a pending message of the pair?), rather than with one
 //! statement: a `GROUP BY` or a row comparison is a loose index scan on one server and a
 //! walk of every row on the other. Only the unserved pairs' messages are counted.
+//!
+//! The lanes lane patterns match are found otherwise: a prefix of a byte string bounds one
+//! range of `pending`, and for one target the lanes with a pending message in it are one
+//! `GROUP BY lane` that MariaDB reads as a loose index scan, two dives per lane of the
+//! range (`sql/pending_lanes.sql`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -109,4 +114,47 @@ impl MysqlOutboxStore {
         }
         Ok(unserved)
     }
+
+    /// One statement per prefix (`sql/pending_lanes.sql`), each a walk of the prefix's lanes
+    /// only; the answers merged in name order.
+    pub(super) async fn matching_lanes(
+        &self,
+        prefixes: &[(String, String)],
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        const OP: StoreOp = StoreOp::PendingLanes;
+        let mut pending = Vec::new();
+        for (prefix, target) in prefixes {
+            let lanes: Vec<Vec<u8>> =
+                sqlx::query_scalar(AssertSqlSafe(Arc::clone(&self.names.sql.pending_lanes)))
+                    .bind(like_prefix(prefix))
+                    .bind(target.as_bytes())
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| db_error(OP, e))?;
+            pending.extend(
+                lanes
+                    .into_iter()
+                    .map(|lane| (String::from_utf8_lossy(&lane).into_owned(), target.clone())),
+            );
+        }
+        pending.sort();
+        pending.dedup();
+        pending.truncate(limit);
+        Ok(pending)
+    }
+}
+
+/// The LIKE pattern of the names `prefix` begins, `!` its escape character.
+fn like_prefix(prefix: &str) -> Vec<u8> {
+    let mut pattern = Vec::with_capacity(prefix.len() + 1);
+    for byte in prefix.bytes() {
+        if matches!(byte, b'!' | b'%' | b'_') {
+            pattern.push(b'!');
+        }
+        pattern.push(byte);
+    }
+    pattern.push(b'%');
+    pattern
 }

@@ -59,4 +59,37 @@ impl PostgresOutboxStore {
             })
             .collect()
     }
+
+    pub(super) async fn matching_lanes(
+        &self,
+        prefixes: &[(String, String)],
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        const OP: StoreOp = StoreOp::PendingLanes;
+        if prefixes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (starts, targets): (Vec<&str>, Vec<&str>) = prefixes
+            .iter()
+            .map(|(prefix, target)| (prefix.as_str(), target.as_str()))
+            .unzip();
+        let mut call = self.call(OP).await?;
+        let rows = sqlx::query(AssertSqlSafe(self.sql.pending_lanes.clone()))
+            .bind(&starts)
+            .bind(&targets)
+            .bind(to_i64(limit))
+            .persistent(self.named_statements)
+            .fetch_all(&mut *call)
+            .await
+            .map_err(|e| db_error(OP, e))?;
+        call.finish(OP).await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("lane").map_err(|e| db_error(OP, e))?,
+                    row.try_get("target").map_err(|e| db_error(OP, e))?,
+                ))
+            })
+            .collect()
+    }
 }

@@ -186,6 +186,8 @@ pub(crate) struct Statements {
     /// Served lanes (`served.rs`): record some, read the unserved.
     pub(crate) record_served: Arc<str>,
     pub(crate) unserved: Arc<str>,
+    /// The lanes lane patterns match (`served.rs`).
+    pub(crate) pending_lanes: Arc<str>,
     /// The cycle function (`sql/cycle.sql`): its name, which carries a hash of its text, the
     /// `CREATE FUNCTION` that `migrate` runs when the database lacks it, and its call.
     pub(crate) cycle_name: String,
@@ -254,6 +256,7 @@ impl Statements {
             lane_pauses: file!("lane_pauses"),
             record_served: file!("record_served"),
             unserved: file!("unserved"),
+            pending_lanes: file!("pending_lanes"),
         }
     }
 }

@@ -198,6 +198,8 @@ pub(super) struct Statements {
     /// Served lanes (`served.rs`): record one, read the unserved.
     pub(super) record_served: Arc<str>,
     pub(super) unserved: Arc<str>,
+    /// Every pair holding pending messages, for the lanes lane patterns match.
+    pub(super) pending_lanes: Arc<str>,
 }
 
 impl Statements {
@@ -248,6 +250,7 @@ impl Statements {
             lane_pauses: file!("lane_pauses"),
             record_served: file!("record_served"),
             unserved: file!("unserved"),
+            pending_lanes: file!("pending_lanes"),
             table,
         }
     }

@@ -61,4 +61,31 @@ impl SqliteOutboxStore {
             })
             .collect()
     }
+
+    /// Every pair holding pending messages is read (one index probe each, in process) and
+    /// matched here: SQLite binds no arrays.
+    pub(super) async fn matching_lanes(
+        &self,
+        prefixes: &[(String, String)],
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        const OP: StoreOp = StoreOp::PendingLanes;
+        if prefixes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = query(&self.sql.pending_lanes)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db(OP))?;
+        let pairs = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("lane").map_err(db(OP))?,
+                    row.try_get("target").map_err(db(OP))?,
+                ))
+            })
+            .collect::<Result<Vec<(String, String)>, StoreError>>()?;
+        Ok(crate::store::served::matching(pairs, prefixes, limit))
+    }
 }

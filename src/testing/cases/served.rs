@@ -88,3 +88,55 @@ pub async fn unserved_lanes_are_those_with_pending_messages_no_record_covers(h: 
         unserved("orders", "billing", 2)
     );
 }
+
+/// Lane patterns find their lanes: the pairs holding pending messages whose lane begins
+/// with a prefix given for its target, in name order, at most the limit; a prefix of
+/// another target, and a lane with nothing pending, are no match.
+pub async fn pending_lanes_are_the_pending_pairs_a_prefix_matches(h: Harness) {
+    let store = &h.store;
+    let tenants = [pair("tenant-", "billing")];
+    assert_eq!(store.pending_lanes(&tenants, 10).await.unwrap(), []);
+    assert_eq!(store.pending_lanes(&[], 10).await.unwrap(), []);
+    for lane in ["tenant-7", "tenant-12", "tenantx", "tenant-", "other"] {
+        put(&h, draft_in(lane, "billing", 1)).await;
+    }
+    put(&h, draft_in("tenant-9", "audit", 1)).await;
+    // Nothing pending in tenant-3 (claimed).
+    put(&h, draft_in("tenant-3", "billing", 1)).await;
+    store
+        .claim(&ClaimRequest::new(
+            "tenant-3", "billing", 1, LEASE, "relay-a",
+        ))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        store.pending_lanes(&tenants, 10).await.unwrap(),
+        [
+            pair("tenant-", "billing"),
+            pair("tenant-12", "billing"),
+            pair("tenant-7", "billing")
+        ]
+    );
+    assert_eq!(
+        store.pending_lanes(&tenants, 2).await.unwrap(),
+        [pair("tenant-", "billing"), pair("tenant-12", "billing")],
+        "at most the limit, in name order"
+    );
+    // A prefix is text, not a pattern: `_` and `%` in it match only themselves.
+    for wild in ["tenant_", "tenant%", "%"] {
+        assert_eq!(
+            store
+                .pending_lanes(&[pair(wild, "billing")], 10)
+                .await
+                .unwrap(),
+            [],
+            "{wild}"
+        );
+    }
+    let both = [pair("tenant-1", "billing"), pair("tenant-", "audit")];
+    assert_eq!(
+        store.pending_lanes(&both, 10).await.unwrap(),
+        [pair("tenant-12", "billing"), pair("tenant-9", "audit")]
+    );
+}
