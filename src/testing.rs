@@ -160,6 +160,7 @@ macro_rules! conformance {
             concurrent_claimers_with_key_runs_keep_per_key_order,
             // cases/keys.rs
             key_state_and_blocked_keys_name_the_dead_head_and_what_it_holds,
+            blocked_keys_page_by_their_earliest_dead_letter,
             // cases/payload.rs
             payload_bytes_are_kept_through_enqueue_claim_and_list,
             a_raw_payload_retried_with_its_dedupe_key_is_a_duplicate,

@@ -56,8 +56,8 @@ use crate::message::ClaimRef;
 use crate::message::{DraftLimits, OutboxMessage};
 use crate::store::StoreOp;
 use crate::store::{
-    AckAndClaim, AckMode, Capabilities, ClaimBatch, ClaimOutcome, ClaimRequest, DraftBatch,
-    Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
+    AckAndClaim, AckMode, BlockedKeys, Capabilities, ClaimBatch, ClaimOutcome, ClaimRequest,
+    DraftBatch, Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
     OutboxBackend, Page, PageRequest, PurgeRequest, StoreError, WakeUp,
 };
 use crate::time::Clock;
@@ -66,6 +66,7 @@ mod builder;
 mod checkpoint;
 #[cfg(feature = "plans")]
 mod explain;
+mod key_state;
 mod lane_control;
 mod read;
 mod row;
@@ -394,6 +395,20 @@ impl OutboxBackend for SqliteOutboxStore {
 
     async fn get(&self, outbox_id: Uuid) -> Result<Option<OutboxMessage>, StoreError> {
         read::get(&self.sql, &self.reader, outbox_id).await
+    }
+
+    async fn count_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
+        key_state::count_dead_letters(&self.sql, &self.reader, filter).await
+    }
+
+    async fn blocked_keys(
+        &self,
+        lane: &str,
+        target: &str,
+        after: Option<i64>,
+        limit: usize,
+    ) -> Result<BlockedKeys, StoreError> {
+        key_state::blocked_keys(&self.sql, &self.reader, lane, target, after, limit).await
     }
 
     async fn requeue_dead_letters_per_lane(

@@ -329,3 +329,76 @@ async fn listing_pages_read_the_lane_index_in_order_before_and_after_analyze() {
     let store = open().await.unwrap();
     check_listing(&store, "after ANALYZE").await;
 }
+
+/// The operator's reads of dead letters read only indexes of dead letters and of live key
+/// rows, never the lane's history: the blocked keys page the lane's keyed dead letters
+/// (`outbox_dead_keys`), each key's head down to its status in `outbox_key_live`, and the
+/// page's messages by seq; a count of dead letters the lane's (`outbox_list_dead`) or the
+/// key's (`outbox_dead_keys`) range. The one sort is of the held keys, in the blocked keys
+/// page.
+async fn check_dead_letter_reads(store: &SqliteOutboxStore, when: &str) {
+    let plans = store.dead_letter_query_plans().await.unwrap();
+    assert_eq!(plans.len(), 3, "{when}: {plans:#?}");
+    for plan in &plans {
+        let shown = format!("{when}, {}:\n  {}", plan.statement, plan.steps.join("\n  "));
+        let expected: &[&str] = match plan.statement.as_str() {
+            "blocked_keys" => &[
+                "SEARCH d USING COVERING INDEX outbox_dead_keys (lane=? AND target=?",
+                "SEARCH l USING COVERING INDEX outbox_key_live \
+                 (lane=? AND target=? AND ordering_key=? AND status=?)",
+                "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)",
+            ],
+            "count_dead_letters (lane)" => {
+                &["USING COVERING INDEX outbox_list_dead (lane=? AND target=?)"]
+            }
+            "count_dead_letters (key)" => &["USING COVERING INDEX outbox_dead_keys \
+                 (lane=? AND target=? AND ordering_key=?)"],
+            other => panic!("an unexpected statement {other}: {shown}"),
+        };
+        for index in expected {
+            assert!(
+                plan.steps.iter().any(|step| step.contains(index)),
+                "{index} unused: {shown}"
+            );
+        }
+        for step in &plan.steps {
+            let read = step.starts_with("SEARCH ") || step.starts_with("SCAN ");
+            assert!(
+                !read
+                    || step.starts_with("SCAN h")
+                    || step.starts_with("SCAN probed")
+                    || expected.iter().any(|index| step.contains(index)),
+                "an unexpected read: {shown}"
+            );
+        }
+        let sorts = plan
+            .steps
+            .iter()
+            .filter(|step| step.contains("TEMP B-TREE"))
+            .count();
+        let allowed = usize::from(plan.statement == "blocked_keys");
+        assert!(sorts <= allowed, "a sort: {shown}");
+    }
+}
+
+#[tokio::test]
+async fn dead_letter_reads_use_dead_letter_indexes_before_and_after_analyze() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox.db");
+    let clock = ManualClock::new(UnixMillis::from_millis(1_700_000_000_000));
+    let open = || {
+        SqliteOutboxStore::builder(&path)
+            .clock(Arc::new(clock.clone()))
+            .open()
+    };
+    let store = Arc::new(open().await.unwrap());
+    fill(&Outbox::from_arc(store.clone()), &clock).await;
+    check_dead_letter_reads(&store, "without statistics").await;
+    store.close().await;
+    let url = format!("sqlite://{}", path.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("ANALYZE").execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+    let store = open().await.unwrap();
+    check_dead_letter_reads(&store, "after ANALYZE").await;
+}

@@ -1,18 +1,20 @@
 //! The query plans of the statements whose cost must not grow with a lane's backlog: a
 //! claim (both ordering policies, its selections and its batch writes), the acks, nacks,
-//! lease extensions and releases, `next_due` and a lane's stats. Guard tests read them, and
-//! so can an operator wondering why a file got slow.
+//! lease extensions and releases, `next_due` and a lane's stats; and of the operator's reads
+//! of dead letters, which must not grow with a lane's history. Guard tests read them, and so
+//! can an operator wondering why a file got slow.
 
 use sqlx::Row;
 
 use crate::store::StoreOp;
 use crate::store::{MessageFilter, OrderingPolicy, PageRequest, StoreError};
 
+use super::key_state::count_dead_sql;
 use super::read::{blocked_keys_sql, counts_sql, list_sql};
 use super::row::db;
 use super::statement::{bind, dynamic, filter_where};
 use super::SqliteOutboxStore;
-use crate::store::sql::Terms;
+use crate::store::sql::{Terms, Value};
 
 /// One statement's plan, as `EXPLAIN QUERY PLAN` words it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,18 +71,55 @@ impl SqliteOutboxStore {
         let mut plans = Vec::with_capacity(statements.len());
         for (statement, text) in statements {
             // Unbound parameters are NULL: the plan does not depend on their values.
-            let rows = dynamic(format!("EXPLAIN QUERY PLAN {text}"))
-                .fetch_all(&self.reader)
-                .await
-                .map_err(db(StoreOp::Maintenance))?;
-            let steps = rows
-                .iter()
-                .map(|row| row.try_get::<String, _>(3))
-                .collect::<Result<_, _>>()
-                .map_err(db(StoreOp::Maintenance))?;
-            plans.push(QueryPlan { statement, steps });
+            plans.push(self.query_plan(statement, &text, Vec::new()).await?);
         }
         Ok(plans)
+    }
+
+    /// The plans SQLite chooses for the operator's reads of a lane's dead letters: a page of
+    /// the keys a dead head holds (`Outbox::blocked_keys`, the web UI's blocked keys page),
+    /// and the count of the dead letters a requeue or a discard would change
+    /// (`Outbox::count_dead_letters`) of a lane and of one key.
+    #[cfg_attr(docsrs, doc(cfg(feature = "plans")))]
+    pub async fn dead_letter_query_plans(&self) -> Result<Vec<QueryPlan>, StoreError> {
+        let lane = MessageFilter::lane("lane", "target");
+        let key = MessageFilter {
+            ordering_key: Some("key".into()),
+            ..lane.clone()
+        };
+        let (lane_count, lane_values) = count_dead_sql(&self.sql.table, &lane);
+        let (key_count, key_values) = count_dead_sql(&self.sql.table, &key);
+        let mut plans = Vec::with_capacity(3);
+        for (statement, text, values) in [
+            (
+                "blocked_keys",
+                self.sql.blocked_keys.to_string(),
+                Vec::new(),
+            ),
+            ("count_dead_letters (lane)", lane_count, lane_values),
+            ("count_dead_letters (key)", key_count, key_values),
+        ] {
+            plans.push(self.query_plan(statement.into(), &text, values).await?);
+        }
+        Ok(plans)
+    }
+
+    async fn query_plan(
+        &self,
+        statement: String,
+        text: &str,
+        values: Vec<Value>,
+    ) -> Result<QueryPlan, StoreError> {
+        let rows = bind(dynamic(format!("EXPLAIN QUERY PLAN {text}")), values)
+            .fetch_all(&self.reader)
+            .await
+            .map_err(db(StoreOp::Maintenance))?;
+        let steps = rows
+            .iter()
+            .map(|row| row.try_get::<String, _>(3))
+            .collect::<Result<_, _>>()
+            .map_err(db(StoreOp::Maintenance))?;
+        Ok(QueryPlan { statement, steps })
     }
 
     /// The plan SQLite chooses for a page of the listing (`Outbox::list`, `GET
@@ -92,21 +131,7 @@ impl SqliteOutboxStore {
         page: PageRequest,
     ) -> Result<QueryPlan, StoreError> {
         let list = list_sql(&self.sql.table, filter, page);
-        let rows = bind(
-            dynamic(format!("EXPLAIN QUERY PLAN {}", list.text)),
-            list.values,
-        )
-        .fetch_all(&self.reader)
-        .await
-        .map_err(db(StoreOp::Maintenance))?;
-        let steps = rows
-            .iter()
-            .map(|row| row.try_get::<String, _>(3))
-            .collect::<Result<_, _>>()
-            .map_err(db(StoreOp::Maintenance))?;
-        Ok(QueryPlan {
-            statement: format!("list {filter:?}"),
-            steps,
-        })
+        self.query_plan(format!("list {filter:?}"), &list.text, list.values)
+            .await
     }
 }

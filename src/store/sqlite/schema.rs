@@ -189,6 +189,8 @@ pub(super) struct Statements {
     /// When the oldest due pending row of a lane was enqueued. Binds: now, lane, target.
     pub(super) oldest_due: Arc<str>,
     pub(super) get: Arc<str>,
+    /// A page of the keys a dead head holds. Binds: lane, target, after, limit.
+    pub(super) blocked_keys: Arc<str>,
     pub(super) purge_batch: Arc<str>,
     pub(super) purge_count: Arc<str>,
     /// Lane control (`lane_control.rs`): pause, resume, every pause.
@@ -243,6 +245,7 @@ impl Statements {
             release: file!("release"),
             oldest_due: file!("oldest_due"),
             get: file!("get"),
+            blocked_keys: file!("blocked_keys"),
             purge_batch: file!("purge_batch"),
             purge_count: file!("purge_count"),
             pause_lane: file!("pause_lane"),

@@ -141,3 +141,62 @@ pub async fn key_state_and_blocked_keys_name_the_dead_head_and_what_it_holds(h: 
         .expect("blocked_keys");
     assert!(blocked.keys.is_empty(), "{blocked:?}");
 }
+
+pub async fn blocked_keys_page_by_their_earliest_dead_letter(h: Harness) {
+    // k1: two dead letters, then a pending head; k2: a dead letter, then a pending head;
+    // k3: a dead letter, then a claimed head.
+    let x1 = put(&h, keyed(1, "k1")).await;
+    let y1 = put(&h, keyed(2, "k2")).await;
+    let z1 = put(&h, keyed(3, "k3")).await;
+    for dead in [&x1, &y1, &z1] {
+        assert_eq!(kill_next(&h).await.outbox_id, dead.outbox_id);
+    }
+    let x2 = put(&h, keyed(4, "k1")).await;
+    assert_eq!(kill_next(&h).await.outbox_id, x2.outbox_id);
+    let z2 = put(&h, keyed(5, "k3")).await;
+    assert_eq!(
+        claim_one(&h, &claim_req(1, "relay-a")).await.outbox_id,
+        z2.outbox_id
+    );
+    let x3 = put(&h, keyed(6, "k1")).await;
+    let y2 = put(&h, keyed(7, "k2")).await;
+
+    let first = h
+        .store
+        .blocked_keys(LANE, TARGET, None, 2)
+        .await
+        .expect("blocked_keys");
+    let pairs = |page: &crate::store::BlockedKeys| -> Vec<(String, Uuid, Uuid)> {
+        page.keys
+            .iter()
+            .map(|k| {
+                (
+                    k.ordering_key.clone(),
+                    k.dead_head.outbox_id,
+                    k.held.outbox_id,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        pairs(&first),
+        [
+            ("k1".to_owned(), x1.outbox_id, x3.outbox_id),
+            ("k2".to_owned(), y1.outbox_id, y2.outbox_id),
+        ]
+    );
+    let cursor = first.next_cursor.expect("a full page has a cursor");
+    // The next page: k3, held by its claimed head; k1's later dead letter x2 comes after the
+    // cursor, but k1 was listed by its earliest.
+    let second = h
+        .store
+        .blocked_keys(LANE, TARGET, Some(cursor), 2)
+        .await
+        .expect("blocked_keys");
+    assert_eq!(
+        pairs(&second),
+        [("k3".to_owned(), z1.outbox_id, z2.outbox_id)]
+    );
+    assert_eq!(second.next_cursor, None, "{second:?}");
+    assert_eq!(second.keys[0].held.status, OutboxStatus::Claimed);
+}
