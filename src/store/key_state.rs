@@ -186,3 +186,46 @@ pub(crate) async fn blocked_keys<B: OutboxBackend + ?Sized>(
         }
     }
 }
+
+/// A page of blocked keys from the (dead head, held message) id pairs a store's own
+/// statement found, in its order: both messages of every key in one read by id. A row that
+/// changed between the two reads (requeued, delivered, discarded) drops its key from the
+/// page.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn blocked_keys_from_pairs<B: OutboxBackend + ?Sized>(
+    backend: &B,
+    pairs: Vec<(uuid::Uuid, uuid::Uuid)>,
+    next_cursor: Option<i64>,
+) -> Result<BlockedKeys, StoreError> {
+    let ids: Vec<uuid::Uuid> = pairs
+        .iter()
+        .flat_map(|(dead, held)| [*dead, *held])
+        .collect();
+    let found = if ids.is_empty() {
+        Vec::new()
+    } else {
+        let page = PageRequest {
+            after: None,
+            limit: ids.len(),
+        };
+        backend
+            .list(&MessageFilter::all().with_ids(ids), page)
+            .await?
+            .messages
+    };
+    let mut by_id: std::collections::HashMap<uuid::Uuid, OutboxMessage> =
+        found.into_iter().map(|m| (m.outbox_id, m)).collect();
+    let keys = pairs
+        .into_iter()
+        .filter_map(|(dead, held)| {
+            let dead_head = by_id.remove(&dead)?;
+            let held = by_id.remove(&held)?;
+            Some(BlockedKey {
+                ordering_key: dead_head.ordering_key.clone()?,
+                dead_head,
+                held,
+            })
+        })
+        .collect();
+    Ok(BlockedKeys { keys, next_cursor })
+}

@@ -408,7 +408,10 @@ impl OutboxBackend for SqliteOutboxStore {
         after: Option<i64>,
         limit: usize,
     ) -> Result<BlockedKeys, StoreError> {
-        key_state::blocked_keys(&self.sql, &self.reader, lane, target, after, limit).await
+        let (pairs, next_cursor) =
+            key_state::blocked_key_pairs(&self.sql, &self.reader, lane, target, after, limit)
+                .await?;
+        crate::store::key_state::blocked_keys_from_pairs(self, pairs, next_cursor).await
     }
 
     async fn requeue_dead_letters_per_lane(

@@ -4,17 +4,13 @@
 //! method pages through every dead letter of the lane in enqueue order and asks each key's
 //! state in three more reads.
 
-use std::collections::HashMap;
-
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 use super::row::db_error;
 use super::{to_i64, PostgresOutboxStore};
 use crate::store::sql::Terms;
-use crate::store::{
-    BlockedKey, BlockedKeys, MessageFilter, OutboxBackend, PageRequest, StoreError, StoreOp,
-};
+use crate::store::{BlockedKeys, MessageFilter, StoreError, StoreOp};
 
 impl PostgresOutboxStore {
     /// The dead letters `filter` selects, counted from the dead letters' index: the
@@ -82,44 +78,7 @@ impl PostgresOutboxStore {
                 pairs.push((dead, held));
             }
         }
-        // Both messages of every key in one read by id.
-        let ids: Vec<Uuid> = pairs
-            .iter()
-            .flat_map(|(dead, held)| [*dead, *held])
-            .collect();
-        let found = if ids.is_empty() {
-            Vec::new()
-        } else {
-            self.list(
-                &MessageFilter {
-                    ids: ids.clone(),
-                    ..MessageFilter::default()
-                },
-                PageRequest {
-                    after: None,
-                    limit: ids.len(),
-                },
-            )
-            .await?
-            .messages
-        };
-        let mut by_id: HashMap<Uuid, _> = found.into_iter().map(|m| (m.outbox_id, m)).collect();
-        let keys = pairs
-            .into_iter()
-            .filter_map(|(dead, held)| {
-                // A row that changed between the two reads (requeued, delivered) drops out.
-                let dead_head = by_id.remove(&dead)?;
-                let held = by_id.remove(&held)?;
-                Some(BlockedKey {
-                    ordering_key: dead_head.ordering_key.clone()?,
-                    dead_head,
-                    held,
-                })
-            })
-            .collect();
-        Ok(BlockedKeys {
-            keys,
-            next_cursor: if rows.len() == limit { last_seq } else { None },
-        })
+        let next_cursor = if rows.len() == limit { last_seq } else { None };
+        crate::store::key_state::blocked_keys_from_pairs(self, pairs, next_cursor).await
     }
 }

@@ -1,22 +1,20 @@
 //! The operator's reads of dead letters, each from an index of dead letters alone: how many a
 //! filter selects (what a requeue or a discard would change), and the keys a dead head holds
-//! (one statement over the lane's keyed dead letters, then one read of both messages by id),
+//! (one statement over the lane's keyed dead letters, then one read of both messages by id,
+//! `store::key_state::blocked_keys_from_pairs`),
 //! where the trait's provided methods count every status and the blocked keys again
 //! ([`stats`](super::read::stats)), and page through the lane's dead letters asking each
 //! key's state in three more reads.
-
-use std::collections::HashMap;
 
 use sqlx::sqlite::SqlitePool;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::read::list;
 use super::row::{db, parse_uuid};
 use super::schema::Statements;
 use super::statement::{bind, dynamic, filter_where, query};
 use crate::store::sql::{Terms, Value};
-use crate::store::{BlockedKey, BlockedKeys, MessageFilter, PageRequest, StoreError, StoreOp};
+use crate::store::{MessageFilter, StoreError, StoreOp};
 
 /// The count of the dead letters `filter` selects (its status ignored), and its values.
 /// It reads the dead letters' index that holds the filter's rows: a key's
@@ -63,15 +61,15 @@ pub(super) async fn count_dead_letters(
 
 /// The keys of (lane, target) a dead head holds, whose earliest dead letter comes after
 /// `after`, by the enqueue order of that dead letter, at most `limit` (`blocked_keys.sql`);
-/// then both messages of each key in one read by id.
-pub(super) async fn blocked_keys(
+/// as (dead head, held message) id pairs, and the cursor of the next page.
+pub(super) async fn blocked_key_pairs(
     sql: &Statements,
     pool: &SqlitePool,
     lane: &str,
     target: &str,
     after: Option<i64>,
     limit: usize,
-) -> Result<BlockedKeys, StoreError> {
+) -> Result<(Vec<(Uuid, Uuid)>, Option<i64>), StoreError> {
     const OP: StoreOp = StoreOp::List;
     let limit = limit.max(1);
     let rows = query(&sql.blocked_keys)
@@ -93,37 +91,5 @@ pub(super) async fn blocked_keys(
         pairs.push((id("dead_id")?, id("held_id")?));
         last_seq = Some(seq);
     }
-    let ids: Vec<Uuid> = pairs
-        .iter()
-        .flat_map(|(dead, held)| [*dead, *held])
-        .collect();
-    let found = if ids.is_empty() {
-        Vec::new()
-    } else {
-        let by_ids = MessageFilter::all().with_ids(ids.iter().copied());
-        let page = PageRequest {
-            after: None,
-            limit: ids.len(),
-        };
-        list(sql, pool, &by_ids, page).await?.messages
-    };
-    let mut by_id: HashMap<Uuid, _> = found.into_iter().map(|m| (m.outbox_id, m)).collect();
-    let keys = pairs
-        .into_iter()
-        .filter_map(|(dead, held)| {
-            // A row that changed between the two reads (requeued, delivered, discarded)
-            // drops its key from the page.
-            let dead_head = by_id.remove(&dead)?;
-            let held = by_id.remove(&held)?;
-            Some(BlockedKey {
-                ordering_key: dead_head.ordering_key.clone()?,
-                dead_head,
-                held,
-            })
-        })
-        .collect();
-    Ok(BlockedKeys {
-        keys,
-        next_cursor: if rows.len() == limit { last_seq } else { None },
-    })
+    Ok((pairs, if rows.len() == limit { last_seq } else { None }))
 }
