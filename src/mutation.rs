@@ -30,6 +30,11 @@ pub(crate) enum Mutation {
     /// A claim's limit leaves out what the lane's other claims out may bring (so several
     /// claims out together pass the lane's bound, `LaneConfig::most_held`).
     ClaimRoomIgnoresClaimsOut,
+    /// A claim's limit leaves out the finished deliveries whose outcomes are recorded apart
+    /// from it (the nacks, a plain ack flush in flight): their slots are free, but until
+    /// the store records them their messages are still claimed, so the lane holds more
+    /// than `LaneConfig::most_held` in the store.
+    ClaimRoomIgnoresUnrecordedOutcomes,
     /// A claim's limit leaves out the hand-off credits taken and still on their way (so a
     /// lane that takes hand-offs holds more than `LaneConfig::most_held`).
     ClaimRoomIgnoresCredits,
@@ -53,13 +58,14 @@ pub(crate) enum Mutation {
 
 impl Mutation {
     /// Every mutation.
-    pub(crate) const ALL: [Mutation; 12] = [
+    pub(crate) const ALL: [Mutation; 13] = [
         Mutation::AckSkipsToken,
         Mutation::LapsedClaimStarts,
         Mutation::KeyNextBeforeOutcome,
         Mutation::LapsedClaimsBehindPending,
         Mutation::LostWakeUp,
         Mutation::ClaimRoomIgnoresClaimsOut,
+        Mutation::ClaimRoomIgnoresUnrecordedOutcomes,
         Mutation::ClaimRoomIgnoresCredits,
         Mutation::FailedRunNotReleased,
         Mutation::LeaseTimedFromAnswer,

@@ -269,8 +269,8 @@ fn every_mutation_is_caught() {
     let budget = env("OUTBOX_SIM_SEEDS").unwrap_or(2_000);
     let mut missed = Vec::new();
     // Two have tests of their own: `NoStartMargin` (an overlap, not a failure), and
-    // `LostTokenLapsesFreshClaim`, which few seeds reach (the first is 1242, about five
-    // minutes of seeds): `seeds_that_found_bugs_pass` proves seed 1242 still catches it.
+    // `LostTokenLapsesFreshClaim`, which the seeds rarely reach: the lane's test
+    // `a_lost_token_that_lapses_the_fresh_claim_breaks_the_keys_order` builds its case.
     for mutation in Mutation::ALL.into_iter().filter(|m| {
         !matches!(
             m,
@@ -554,9 +554,14 @@ fn all_handed_off(mut plan: Plan) -> Plan {
 ///   putting the bug back is `Mutation::LostTokenLapsesFreshClaim`.
 #[test]
 fn seeds_that_found_bugs_pass() {
-    let regressions: &[(u64, bool, Mutation)] = &[
-        (10, false, Mutation::LapsedClaimStarts),
-        (1242, true, Mutation::LostTokenLapsesFreshClaim),
+    // Each seed passes; where a bug is named, the seed still reaches it with the bug put
+    // back. Seed 1242 found `LostTokenLapsesFreshClaim`, an interleaving the seeds rarely
+    // draw: it no longer comes up there (nor in seeds 0..4,000 watched or 0..3,000
+    // unwatched), so the lane's own test builds it step by step and catches the bug
+    // (`a_lost_token_that_lapses_the_fresh_claim_breaks_the_keys_order`).
+    let regressions: &[(u64, bool, Option<Mutation>)] = &[
+        (10, false, Some(Mutation::LapsedClaimStarts)),
+        (1242, true, None),
     ];
     for &(seed, watched, bug) in regressions {
         let plan = Plan {
@@ -566,6 +571,9 @@ fn seeds_that_found_bugs_pass() {
         if let Err(failure) = run(&plan) {
             panic!("seed {seed} at {:?}: {}", failure.at, failure.what);
         }
+        let Some(bug) = bug else {
+            continue;
+        };
         mutation::set(Some(bug));
         let with_bug = run(&plan);
         mutation::set(None);

@@ -655,14 +655,21 @@ impl<'p> World<'p> {
                 "relay {relay} has {out} claims out, over its claims_in_flight {max}"
             ));
         }
-        let promised: usize = r.claims_out.iter().map(|(_, limit)| limit).sum();
-        let held = core.in_flight() + core.buffered() + r.in_transit;
+        // Each claim out leaves the store holding its limit or the acks riding on it,
+        // whichever is more (one transaction records both).
+        let promised: usize = r
+            .claims_out
+            .iter()
+            .map(|(claim, limit)| (*limit).max(core.riding_on(*claim)))
+            .sum();
+        let held =
+            core.in_flight() + core.buffered() + r.in_transit + core.settling_apart_from_claims();
         let window = r.config.most_held();
         if promised + held > window {
             self.check.fail(format!(
-                "relay {relay} holds {held} (running, buffered and handed off on the way) with \
-                 claims of {promised} out: over concurrency + max(prefetch, prefetch_max) = \
-                 {window}"
+                "relay {relay} holds {held} in the store (running, buffered, handed off on the \
+                 way, finished or released and not recorded) with claims of {promised} out: over \
+                 concurrency + max(prefetch, prefetch_max) = {window}"
             ));
         }
     }

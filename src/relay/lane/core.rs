@@ -41,7 +41,7 @@ use tokio::time::Instant;
 
 use crate::config::LaneConfig;
 use crate::lane::{LaneKey, RelayEvent};
-use crate::message::OutboxMessage;
+use crate::message::{ClaimRef, OutboxMessage};
 use crate::mutation::Mutation;
 use crate::store::StoreError;
 use crate::store::StoreOp;
@@ -112,7 +112,8 @@ pub(crate) struct LaneCore {
     /// what the store's last answers said ([`ClaimLoop`] states its invariant).
     claim_loop: ClaimLoop,
     backoff: Backoff,
-    /// Release calls in flight (a drain waits for their count).
+    /// Claims handed back by release calls in flight: still claimed in the store until
+    /// the release lands (a claim's room leaves them out; a drain waits for none).
     releasing: usize,
     gates: Gates,
     /// The gate timer scheduled, if any: its generation and when it fires.
@@ -226,6 +227,21 @@ impl LaneCore {
     /// The circuit breaker's state, if the lane has one.
     pub(crate) fn breaker_state(&self) -> Option<BreakerState> {
         self.gates.breaker_state()
+    }
+
+    /// Messages still claimed in the store that the lane no longer runs or buffers and no
+    /// claim out carries: finished deliveries whose outcomes are not recorded yet, and
+    /// claims handed back by a release in flight. (The simulation counts them in what the
+    /// lane holds there.)
+    #[cfg(any(test, feature = "simulate"))]
+    pub(crate) fn settling_apart_from_claims(&self) -> usize {
+        self.outcomes.waiting_acks() + self.outcomes.apart() + self.releasing
+    }
+
+    /// The acks riding on claim `claim`.
+    #[cfg(any(test, feature = "simulate"))]
+    pub(crate) fn riding_on(&self, claim: ClaimId) -> usize {
+        self.outcomes.riding_on(claim)
     }
 
     /// Claims the lane holds (running, buffered, or finished and not yet recorded).
@@ -385,19 +401,41 @@ impl LaneCore {
     }
 
     /// The room with `free` handler slots: those plus the room left in the prefetch in force
-    /// ([`Cadence::prefetch`]), less what the claims out may still bring (so the bound,
-    /// [`LaneConfig::most_held`], holds with several out), at most `batch_size`. Hand-off
-    /// credits take all of it (no claim is out then).
+    /// ([`Cadence::prefetch`]), less what the store may hold for the claims out and for the
+    /// finished deliveries that no claim carries (so the bound, [`LaneConfig::most_held`],
+    /// holds in the store with several claims out), at most `batch_size`. Hand-off credits
+    /// take all of it (no claim is out then).
+    ///
+    /// A finished delivery's slot is free before its outcome is recorded, and until then
+    /// its message is still claimed in the store. The acks waiting ride on this claim and
+    /// are recorded in its transaction, so the store never holds them and its rows
+    /// together; the nacks and a plain flush in flight are recorded apart.
     fn room_with(&self, free: usize) -> usize {
-        let out_limit = if self.mutated(Mutation::ClaimRoomIgnoresClaimsOut) {
+        let out = if self.mutated(Mutation::ClaimRoomIgnoresClaimsOut) {
             0
         } else {
-            self.claim_loop.out_limit()
+            self.claims_out_at_worst()
+        };
+        let apart = if self.mutated(Mutation::ClaimRoomIgnoresUnrecordedOutcomes) {
+            0
+        } else {
+            self.outcomes.apart() + self.releasing
         };
         (free + self.cadence.prefetch())
             .saturating_sub(self.buffer.len())
-            .saturating_sub(out_limit)
+            .saturating_sub(out)
+            .saturating_sub(apart)
             .min(self.config.batch_size)
+    }
+
+    /// What the store may hold for the claims out, at worst: each claim's limit, or the
+    /// acks riding on it where they are more (recorded in the claim's own transaction:
+    /// before it commits the store holds the acked rows, after it the claimed ones).
+    fn claims_out_at_worst(&self) -> usize {
+        self.claim_loop
+            .out_limits()
+            .map(|(claim, limit)| limit.max(self.outcomes.riding_on(claim)))
+            .sum()
     }
 
     /// The most one claim takes: the whole window (`concurrency` plus the prefetch in force,
@@ -677,6 +715,15 @@ impl LaneCore {
         self.release_buffered(|m| m.ordering_key.as_deref() == Some(key), out);
     }
 
+    /// Hands `claims` back to the store, in one release call (none for no claims).
+    pub(super) fn release(&mut self, claims: Vec<ClaimRef>, out: &mut Vec<Command>) {
+        if claims.is_empty() {
+            return;
+        }
+        self.releasing += claims.len();
+        out.push(Command::Store(StoreRequest::Release(claims)));
+    }
+
     /// Hands back the buffered claims `which` picks, in one release.
     fn release_buffered(&mut self, which: impl Fn(&OutboxMessage) -> bool, out: &mut Vec<Command>) {
         let back = self.buffer.take_where(which);
@@ -686,10 +733,7 @@ impl LaneCore {
             self.gates.forget(message.outbox_id);
             claims.extend(self.book.close(message.outbox_id));
         }
-        if !claims.is_empty() {
-            self.releasing += 1;
-            out.push(Command::Store(StoreRequest::Release(claims)));
-        }
+        self.release(claims, out);
     }
 
     /// A claim of up to `limit` goes out now: its id.

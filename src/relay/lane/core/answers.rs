@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::claim_loop::idle_sleep;
-use super::{ClaimOut, Command, LaneCore, Mode, StoreRequest, TimerKind, MIN_IDLE_SLEEP};
+use super::{ClaimOut, Command, LaneCore, Mode, TimerKind, MIN_IDLE_SLEEP};
 use crate::lane::RelayEvent;
 use crate::message::ClaimRef;
 use crate::mutation::Mutation;
@@ -96,8 +96,7 @@ impl LaneCore {
         }
         let claims: Vec<ClaimRef> = batch.messages.iter().filter_map(|m| m.claim()).collect();
         if hand_back {
-            self.releasing += 1;
-            out.push(Command::Store(StoreRequest::Release(claims)));
+            self.release(claims, out);
             return;
         }
         let mut ids = Vec::with_capacity(got);

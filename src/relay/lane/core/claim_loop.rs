@@ -123,9 +123,9 @@ impl ClaimLoop {
         self.max_claims
     }
 
-    /// What the claims out may take, together: room the lane has promised them.
-    pub(super) fn out_limit(&self) -> usize {
-        self.claims.iter().map(|c| c.limit).sum()
+    /// The claims out and what each may take: room the lane has promised them.
+    pub(super) fn out_limits(&self) -> impl Iterator<Item = (ClaimId, usize)> + '_ {
+        self.claims.iter().map(|c| (c.id, c.limit))
     }
 
     /// Whether another claim may go out now: no `next_due` call is out and fewer than
@@ -482,7 +482,7 @@ mod tests {
             assert!(cl.may_claim(), "room for a second claim");
             let second = cl.claim_sent(at(1), 4);
             assert!(!cl.may_claim(), "two of two out");
-            assert_eq!(cl.out_limit(), 12);
+            assert_eq!(cl.out_limits().map(|(_, limit)| limit).sum::<usize>(), 12);
             let order = if reversed {
                 [second, first]
             } else {
@@ -494,7 +494,10 @@ mod tests {
             let b = cl.claim_answered(order[1]).expect("out");
             assert_eq!(b.id, order[1]);
             assert_eq!(
-                (a.limit + b.limit, cl.out_limit()),
+                (
+                    a.limit + b.limit,
+                    cl.out_limits().map(|(_, limit)| limit).sum::<usize>()
+                ),
                 (12, 0),
                 "each answer carries its own claim's limit"
             );

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Command, LaneCore, Mode, StoreRequest, TimerKind};
+use super::{Command, LaneCore, Mode, TimerKind};
 use crate::lane::{DrainReport, RelayEvent};
 use crate::message::ClaimRef;
 use crate::store::{ClaimOutcome, StoreError};
@@ -30,10 +30,7 @@ impl LaneCore {
             .into_iter()
             .filter_map(|m| self.book.close(m.outbox_id))
             .collect();
-        if !claims.is_empty() {
-            self.releasing += 1;
-            out.push(Command::Store(StoreRequest::Release(claims)));
-        }
+        self.release(claims, out);
     }
 
     pub(super) fn drain_deadline(&mut self, now: Instant, out: &mut Vec<Command>) {
@@ -57,14 +54,11 @@ impl LaneCore {
                 claims.push(claim);
             }
         }
-        if !claims.is_empty() {
-            self.releasing += 1;
-            out.push(Command::Store(StoreRequest::Release(claims)));
-        }
+        self.release(claims, out);
     }
 
     pub(super) fn released(&mut self, sent: usize, result: Result<Vec<ClaimOutcome>, StoreError>) {
-        self.releasing = self.releasing.saturating_sub(1);
+        self.releasing = self.releasing.saturating_sub(sent);
         // Released rows are due now.
         self.forget_due();
         let (applied, failed) = match result {

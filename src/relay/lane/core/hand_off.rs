@@ -12,7 +12,7 @@
 
 use tokio::time::Instant;
 
-use super::{Command, LaneCore, Mode, StoreRequest};
+use super::{Command, LaneCore, Mode};
 use crate::lane::RelayEvent;
 use crate::message::OutboxMessage;
 
@@ -157,8 +157,7 @@ impl LaneCore {
             Mode::Paused | Mode::Draining { .. } | Mode::Stopped
         ) || self.gates.holds_claims(now)
         {
-            self.releasing += 1;
-            out.push(Command::Store(StoreRequest::Release(vec![claim])));
+            self.release(vec![claim], out);
             return;
         }
         if self.book.holds_unfinished(message.outbox_id) {

@@ -112,10 +112,7 @@ impl LaneCore {
             "lease too near its end for the delivery timeout; handed back unstarted");
         self.gates.forget(message.outbox_id);
         let claims: Vec<_> = self.book.close(message.outbox_id).into_iter().collect();
-        if !claims.is_empty() {
-            self.releasing += 1;
-            out.push(Command::Store(StoreRequest::Release(claims)));
-        }
+        self.release(claims, out);
         if let Some(key) = &message.ordering_key {
             self.release_key(key, out);
         }

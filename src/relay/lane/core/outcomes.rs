@@ -79,6 +79,26 @@ impl Outcomes {
         self.acks.len() + self.nacks.len() + riding + self.acking.len() + self.nacking.len()
     }
 
+    /// The acks riding on claim `claim`.
+    pub(super) fn riding_on(&self, claim: ClaimId) -> usize {
+        self.riding
+            .iter()
+            .find(|(id, _)| *id == claim)
+            .map_or(0, |(_, acks)| acks.len())
+    }
+
+    /// Acks waiting for a flush (the next claim carries them).
+    #[cfg(any(test, feature = "simulate"))]
+    pub(super) fn waiting_acks(&self) -> usize {
+        self.acks.len()
+    }
+
+    /// Outcomes that no claim carries or will carry: the nacks, and the plain flush in
+    /// flight. (The acks waiting ride on the next claim, recorded in its transaction.)
+    pub(super) fn apart(&self) -> usize {
+        self.nacks.len() + self.acking.len() + self.nacking.len()
+    }
+
     /// A plain flush is in flight.
     fn plain_flushing(&self) -> bool {
         !self.acking.is_empty() || !self.nacking.is_empty()

@@ -175,6 +175,19 @@ fn released(commands: &[Command]) -> Vec<Uuid> {
         .collect()
 }
 
+/// The store recorded `n` nacks (retries).
+fn nacked(n: usize) -> Input {
+    Input::Store(StoreAnswer::Nacked(Ok(vec![NackOutcome::Requeued; n])))
+}
+
+/// The store took back `n` released claims.
+fn released_all(n: usize) -> Input {
+    Input::Store(StoreAnswer::Released {
+        sent: n,
+        result: Ok(vec![ClaimOutcome::Applied; n]),
+    })
+}
+
 fn acked_all(n: usize) -> Input {
     Input::Store(StoreAnswer::Acked {
         result: Ok(vec![ClaimOutcome::Applied; n]),

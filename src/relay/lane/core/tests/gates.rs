@@ -252,8 +252,14 @@ fn an_opening_hands_back_the_buffer_and_a_claim_answered_after_it_unused() {
     let out = running_with(&mut core, now, &messages[..4]);
     let slots: Vec<Slot> = delivered(&out).into_iter().map(|(s, _)| s).collect();
     assert_eq!(slots.len(), 2);
-    // The first failure frees a slot for a buffered message, and a claim goes out.
+    // The first failure frees a slot for a buffered message, and once its nack is
+    // recorded a claim goes out.
     let out = core.handle(now, failed(slots[0], &messages[0]));
+    assert!(
+        claims(&out).is_empty(),
+        "the nack still holds its message: {out:?}"
+    );
+    let out = core.handle(now, nacked(1));
     assert_eq!(claims(&out), vec![1], "{out:?}");
     // The second opens the breaker while that claim is in flight: the buffered message
     // goes back unused.
@@ -286,9 +292,12 @@ fn a_breaker_lane_claims_nothing_during_the_cool_down_and_asks_again_when_it_end
     let [(slot, _)] = delivered(&out)[..] else {
         panic!("{out:?}")
     };
-    // The failure opens the breaker; the lane still wants to claim, so a timer is set
-    // for the cool-down's end.
+    // The failure opens the breaker; once its nack is recorded (until then the failed
+    // message is still claimed, and fills the lane's bound) the lane wants to claim, so a
+    // timer is set for the cool-down's end.
     let out = core.handle(now, failed(slot, &messages[0]));
+    assert!(claims(&out).is_empty(), "{out:?}");
+    let out = core.handle(now, nacked(1));
     let gate_at = out.iter().find_map(|c| match c {
         Command::TimerAt {
             kind: TimerKind::Gate,
@@ -351,6 +360,8 @@ fn a_retry_after_hold_hands_back_the_buffer_and_claims_nothing_until_it_ends() {
     assert_eq!(released(&out), vec![messages[1].outbox_id], "{out:?}");
     assert!(delivered(&out).is_empty(), "{out:?}");
     assert!(claims(&out).is_empty(), "{out:?}");
+    assert!(claims(&core.handle(now, nacked(1))).is_empty());
+    assert!(claims(&core.handle(now, released_all(1))).is_empty());
     let out = core.handle(now + secs(29), Input::Wake);
     assert!(claims(&out).is_empty(), "{out:?}");
     let out = core.handle(now + secs(30), Input::Wake);
@@ -396,6 +407,7 @@ fn a_probe_answered_with_a_429_reopens_for_twice_the_cool_down_then_probes_again
         },
     );
     assert_eq!(core.breaker_state(), Some(BreakerState::Open), "{out:?}");
+    assert!(claims(&core.handle(now + secs(10), nacked(1))).is_empty());
     // The re-opening doubled the cool-down: nothing until 30 s.
     let out = core.handle(now + secs(29), Input::Wake);
     assert!(claims(&out).is_empty(), "{out:?}");

@@ -336,10 +336,24 @@ fn our_own_buffered_message_claimed_again_goes_to_the_handler_under_the_fresh_cl
     );
 }
 
-#[test]
-fn the_loss_of_a_released_token_leaves_the_fresh_claim_of_the_same_message_alone() {
+/// What [`lost_token_of_a_released_head`] saw.
+struct LostToken {
+    /// The extension's answer emitted a lease expiry.
+    expired: bool,
+    /// Claims buffered after that answer.
+    buffered: usize,
+    /// The messages started when the slot freed, with their tokens.
+    started: Vec<(Uuid, Option<Uuid>)>,
+    /// The head of key k as claimed again, with its fresh token.
+    head: (Uuid, Option<Uuid>),
+}
+
+/// A key's head handed back (a pause) while its lease extension is out, claimed again
+/// with the key's next message; then the extension answers that the head's old token is
+/// lost. With `mutation` switched on in the lane.
+fn lost_token_of_a_released_head(mutation: Option<Mutation>) -> LostToken {
     let now = Instant::now();
-    let mut core = LaneCore::new(config(1, 2), false);
+    let mut core = LaneCore::new(config(1, 2), false).mutated_by(mutation);
     // One message runs; the head of key k waits in the buffer.
     let running = message(None);
     let head = message(Some("k"));
@@ -402,15 +416,10 @@ fn the_loss_of_a_released_token_leaves_the_fresh_claim_of_the_same_message_alone
             result: Ok(outcomes),
         }),
     );
-    assert!(
-        !has(&out, |c| matches!(
-            c,
-            Command::Emit(RelayEvent::LeaseExpired { .. })
-        )),
-        "{out:?}"
-    );
-    assert_eq!(core.buffered(), 2, "the fresh claim stays");
-    // The key's order holds: its head goes first, under its fresh token.
+    let expired = has(&out, |c| {
+        matches!(c, Command::Emit(RelayEvent::LeaseExpired { .. }))
+    });
+    let buffered = core.buffered();
     let out = core.handle(at, done(slot, &running));
     let started: Vec<_> = out
         .iter()
@@ -419,5 +428,32 @@ fn the_loss_of_a_released_token_leaves_the_fresh_claim_of_the_same_message_alone
             _ => None,
         })
         .collect();
-    assert_eq!(started, vec![(again.outbox_id, again.claim_token)]);
+    LostToken {
+        expired,
+        buffered,
+        started,
+        head: (again.outbox_id, again.claim_token),
+    }
+}
+
+#[test]
+fn the_loss_of_a_released_token_leaves_the_fresh_claim_of_the_same_message_alone() {
+    let seen = lost_token_of_a_released_head(None);
+    assert!(!seen.expired, "the loss of the old token is no lapse");
+    assert_eq!(seen.buffered, 2, "the fresh claim stays");
+    // The key's order holds: its head goes first, under its fresh token.
+    assert_eq!(seen.started, vec![seen.head]);
+}
+
+/// The bug this guards against, put back (`Mutation::LostTokenLapsesFreshClaim`): the old
+/// token's loss lapses the fresh claim, and the key's next message starts before its head.
+#[test]
+fn a_lost_token_that_lapses_the_fresh_claim_breaks_the_keys_order() {
+    let seen = lost_token_of_a_released_head(Some(Mutation::LostTokenLapsesFreshClaim));
+    assert!(seen.expired);
+    assert_ne!(
+        seen.started,
+        vec![seen.head],
+        "the key's head no longer goes first"
+    );
 }

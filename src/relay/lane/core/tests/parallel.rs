@@ -292,7 +292,7 @@ fn a_gate_closing_with_claims_out_hands_both_answers_back() {
         "the freed slot is claimed beside the other: {out:?}"
     );
     // The target asks the lane to hold while two claims are out.
-    core.handle(
+    let out = core.handle(
         now,
         Input::DeliveryDone {
             slot: slots[1].0,
@@ -304,12 +304,15 @@ fn a_gate_closing_with_claims_out_hands_both_answers_back() {
             elapsed: Duration::from_millis(5),
         },
     );
+    assert!(claims(&out).is_empty(), "{out:?}");
+    assert!(claims(&core.handle(now, nacked(1))).is_empty());
     for claim in [second, third[0].0] {
         let late = [message(None)];
         let out = core.handle(now + secs(1), answer(claim, &late, NextDue::Unknown));
         assert_eq!(released(&out), vec![late[0].outbox_id], "{out:?}");
         assert!(delivered(&out).is_empty(), "{out:?}");
         assert!(claims(&out).is_empty(), "{out:?}");
+        assert!(claims(&core.handle(now + secs(1), released_all(1))).is_empty());
     }
     assert_eq!(claims(&core.handle(now + secs(30), Input::Wake)).len(), 2);
 }
