@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use outbox_relay::metrics::{MetricKind, ALL, PROCESS, STORE_WIDE};
+use outbox_relay::metrics::{MetricKind, ALL, PATTERNS, PROCESS, STORE_WIDE};
 use outbox_relay::relay::{BreakerState, LaneState};
 use serde_json::Value;
 
@@ -56,6 +56,7 @@ fn declared_metrics(tokens: &BTreeSet<String>) -> (BTreeSet<&'static str>, BTree
             .iter()
             .chain(PROCESS)
             .chain(STORE_WIDE)
+            .chain(PATTERNS)
             .find(|m| m.name == token && m.kind != MetricKind::Histogram);
         match histogram_series.or(plain) {
             Some(metric) => {
@@ -88,11 +89,13 @@ fn dashboard_and_alerts_use_declared_metrics_and_the_dashboard_shows_them_all() 
         missing.is_empty(),
         "{DASHBOARD} shows no panel of {missing:?}"
     );
-    // The process-wide metrics (`outbox_build_info` and Prometheus' `process_*`) and the
-    // store-wide ones (the lanes nobody serves).
+    // The process-wide metrics (`outbox_build_info` and Prometheus' `process_*`), the
+    // store-wide ones (the lanes nobody serves) and the lane patterns' (labelled with the
+    // pattern, not a lane).
     let missing: Vec<_> = PROCESS
         .iter()
         .chain(STORE_WIDE)
+        .chain(PATTERNS)
         .map(|m| m.name)
         .filter(|name| !promql.contains(name))
         .collect();

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_relay::config::RateLimit;
+use outbox_relay::config::{LanePattern, RateLimit};
 use outbox_relay::delivery::FailureKind;
 use outbox_relay::message::ClaimRef;
 use outbox_relay::relay::{LaneKey, RelayEvent};
@@ -79,6 +79,15 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
                 )
                 .max_poll_interval(Duration::from_millis(500))
                 .stats_interval(stats_interval),
+            handler.clone(),
+        )
+        // A lane pattern no message matches: each pass of its watcher records its gauges
+        // (no lanes running, none over its limit), which the dashboard's pattern panel shows.
+        .lane_pattern(
+            LanePattern::new(
+                LaneConfig::new("tenant-*", WEBHOOK.1)
+                    .max_poll_interval(Duration::from_millis(500)),
+            ),
             handler.clone(),
         )
         .event_capacity(100_000)
