@@ -5,8 +5,9 @@
 //! What several statements share is written once, in a part (`sql/part/<name>.sql`), and
 //! put in where a file says `{{name}}` ([`template::fill`]), when the statements are made:
 //! the policies' claims and `next_due` share all but the lines a policy adds (a part each,
-//! filled in or left empty), and the cycle function (`cycle.sql`) is made of the
-//! statements' own parts. [`Statements::new`] says which part goes where.
+//! filled in or left empty), `lanes_next_due.sql` is `next_due` of each pair it is given,
+//! and the cycle function (`cycle.sql`) is made of the statements' own parts.
+//! [`Statements::new`] says which part goes where.
 //!
 //! Conventions, so each statement reads the same way:
 //! - `$1` is always "now" in Unix milliseconds when a clock was injected, or NULL, and the
@@ -226,8 +227,10 @@ struct Policy {
     claim: String,
     /// `part/claim_fast.sql`: the one-statement claim.
     claim_fast: String,
-    /// `part/next_due.sql`.
+    /// `part/next_due.sql` of lane `$2` and target `$3`.
     next_due: String,
+    /// `part/next_due.sql` of each pair `q` (`lanes_next_due.sql`).
+    next_due_of_each: String,
     /// `part/head_runs.sql` as the cycle function runs it: without the `lapsed_last` gate,
     /// the key run at `$11`.
     cycle_claim: String,
@@ -265,6 +268,12 @@ impl Policy {
                 ],
             )
         };
+        let next_due = |lane: &str, target: &str| {
+            fill(
+                part!("next_due"),
+                &[("key_free", &free), ("lane", lane), ("target", target)],
+            )
+        };
         let (successors, heads) = if block {
             (String::new(), "due")
         } else {
@@ -294,7 +303,8 @@ impl Policy {
                     ("head_runs", &head_runs(true, "$7")?),
                 ],
             )?,
-            next_due: fill(part!("next_due"), &[("key_free", &free)])?,
+            next_due: next_due("$2", "$3")?,
+            next_due_of_each: next_due("q.lane", "q.target")?,
             cycle_claim: head_runs(false, "$11")?,
         })
     }
@@ -353,7 +363,7 @@ impl Statements {
             .into(),
             cycle_name,
             enqueue: statement!("enqueue"),
-            find_dedupe: statement!("find_dedupe"),
+            find_dedupe: statement!("find_dedupe", "select_message" => part!("select_message")),
             delete_ids: statement!("delete_ids"),
             claim_skip: statement!("claim_skip", "claim" => &skip.claim),
             claim_block: statement!("claim_block", "claim" => &block.claim),
@@ -368,11 +378,15 @@ impl Statements {
             release: statement!("release"),
             next_due_skip: statement!("next_due_skip", "next_due" => &skip.next_due),
             next_due_block: statement!("next_due_block", "next_due" => &block.next_due),
-            lanes_next_due: statement!("lanes_next_due"),
+            lanes_next_due: statement!(
+                "lanes_next_due",
+                "next_due_skip" => &skip.next_due_of_each,
+                "next_due_block" => &block.next_due_of_each
+            ),
             promote_heads: statement!("promote_heads"),
             lanes_stats: statement!("lanes_stats"),
             stats: statement!("stats"),
-            get: statement!("get"),
+            get: statement!("get", "select_message" => part!("select_message")),
             requeue: statement!("requeue"),
             discard: statement!("discard"),
             purge: statement!("purge"),
@@ -382,8 +396,8 @@ impl Statements {
             resume_lane: statement!("resume_lane"),
             lane_pauses: statement!("lane_pauses"),
             record_served: statement!("record_served"),
-            unserved: statement!("unserved"),
-            pending_lanes: statement!("pending_lanes"),
+            unserved: statement!("unserved", "pairs" => part!("pairs")),
+            pending_lanes: statement!("pending_lanes", "pairs" => part!("pairs")),
         })
     }
 }
