@@ -66,6 +66,13 @@ macro_rules! sql {
     };
 }
 
+/// [`fill`] of `text` with `"placeholder" => part` pairs.
+macro_rules! fill {
+    ($text:expr $(, $placeholder:literal => $part:expr)*) => {
+        fill($text, &[$(($placeholder, $part)),*])
+    };
+}
+
 /// The text of part `sql/part/{name}.sql` ([`part`]).
 macro_rules! part {
     ($name:literal) => {
@@ -240,69 +247,49 @@ impl Policy {
     fn new(block: bool) -> Result<Self, TemplateError> {
         let when = |yes: bool, part: &'static str| if yes { part } else { "" };
         let key_free = |skip_to_dead: bool| {
-            fill(
-                part!("key_free"),
-                &[
-                    ("dead_letter", when(block, part!("key_free_dead_letter"))),
-                    ("skip_to_dead", when(skip_to_dead, part!("skip_to_dead"))),
-                ],
-            )
+            fill!(part!("key_free"),
+                "dead_letter" => when(block, part!("key_free_dead_letter")),
+                "skip_to_dead" => when(skip_to_dead, part!("skip_to_dead")))
         };
         let free = key_free(false)?;
         let pending =
-            |heads: &str, run: &str| fill(part!("pending"), &[("heads", heads), ("run", run)]);
+            |heads: &str, run: &str| fill!(part!("pending"), "heads" => heads, "run" => run);
         let head_runs = |gate: bool, run: &str| {
-            fill(
-                part!("head_runs"),
-                &[
-                    ("gate", when(gate, part!("lapsed_last_gate"))),
-                    ("key_free", &free),
-                    ("run", run),
-                    ("dead_column", when(block, part!("head_runs_dead_column"))),
-                    ("dead_bound", when(block, part!("head_runs_dead_bound"))),
-                    ("dead_probe", when(block, part!("head_runs_dead_probe"))),
-                    ("dead_check", when(block, part!("head_runs_dead_check"))),
-                    ("pending", &pending("due", part!("head_runs_run"))?),
-                    ("to_claim", part!("to_claim")),
-                    ("claimed", part!("claimed")),
-                ],
-            )
+            fill!(part!("head_runs"),
+                "gate" => when(gate, part!("lapsed_last_gate")),
+                "key_free" => &free,
+                "run" => run,
+                "dead_column" => when(block, part!("head_runs_dead_column")),
+                "dead_bound" => when(block, part!("head_runs_dead_bound")),
+                "dead_probe" => when(block, part!("head_runs_dead_probe")),
+                "dead_check" => when(block, part!("head_runs_dead_check")),
+                "pending" => &pending("due", part!("head_runs_run"))?,
+                "to_claim" => part!("to_claim"),
+                "claimed" => part!("claimed"))
         };
         let next_due = |lane: &str, target: &str| {
-            fill(
-                part!("next_due"),
-                &[("key_free", &free), ("lane", lane), ("target", target)],
-            )
+            fill!(part!("next_due"),
+                "key_free" => &free, "lane" => lane, "target" => target)
         };
         let (successors, heads) = if block {
             (String::new(), "due")
         } else {
-            let successors = fill(part!("successors"), &[("key_free", &key_free(true)?)])?;
+            let successors = fill!(part!("successors"), "key_free" => &key_free(true)?)?;
             (successors, part!("due_and_successors"))
         };
-        let key_runs = fill(
-            part!("key_runs"),
-            &[("dead_letter", when(block, part!("key_runs_dead_letter")))],
-        )?;
+        let key_runs =
+            fill!(part!("key_runs"), "dead_letter" => when(block, part!("key_runs_dead_letter")))?;
         Ok(Self {
-            claim: fill(
-                part!("claim"),
-                &[
-                    ("key_free", &free),
-                    ("key_free_skip_to_dead", &key_free(!block)?),
-                    ("successors", &successors),
-                    ("pending", &pending(heads, &key_runs)?),
-                    ("to_claim", part!("to_claim")),
-                    ("claimed", part!("claimed")),
-                ],
-            )?,
-            claim_fast: fill(
-                part!("claim_fast"),
-                &[
-                    ("lapsed_last", part!("lapsed_last")),
-                    ("head_runs", &head_runs(true, "$7")?),
-                ],
-            )?,
+            claim: fill!(part!("claim"),
+                "key_free" => &free,
+                "key_free_skip_to_dead" => &key_free(!block)?,
+                "successors" => &successors,
+                "pending" => &pending(heads, &key_runs)?,
+                "to_claim" => part!("to_claim"),
+                "claimed" => part!("claimed"))?,
+            claim_fast: fill!(part!("claim_fast"),
+                "lapsed_last" => part!("lapsed_last"),
+                "head_runs" => &head_runs(true, "$7")?)?,
             next_due: next_due("$2", "$3")?,
             next_due_of_each: next_due("q.lane", "q.target")?,
             cycle_claim: head_runs(false, "$11")?,
@@ -319,7 +306,7 @@ impl Statements {
         /// Statement file `sql/{name}.sql` with its placeholders filled, for `names`.
         macro_rules! statement {
             ($name:literal $(, $placeholder:literal => $part:expr)*) => {
-                renamed(&fill(sql!($name), &[$(($placeholder, $part)),*])?)
+                renamed(&fill!(sql!($name) $(, $placeholder => $part)*)?)
             };
         }
         let fast = |claim: Arc<str>| {
@@ -330,25 +317,19 @@ impl Statements {
             }
         };
         // The cycle's acks read the function's `$7` ids and `$8` tokens.
-        let ack = fill(sql!("ack"), &[("ids", "$7"), ("tokens", "$8")])?;
-        let ack_delete = fill(sql!("ack_delete"), &[("ids", "$7"), ("tokens", "$8")])?;
+        let ack = fill!(sql!("ack"), "ids" => "$7", "tokens" => "$8")?;
+        let ack_delete = fill!(sql!("ack_delete"), "ids" => "$7", "tokens" => "$8")?;
         let (skip, block) = (Policy::new(false)?, Policy::new(true)?);
-        let cycle_body = for_names(
-            names,
-            &fill(
-                sql!("cycle"),
-                &[
-                    ("ack_delete", &ack_delete),
-                    ("ack", &ack),
-                    ("acked", part!("acked")),
-                    ("lapsed_last", part!("lapsed_last")),
-                    ("head_runs_block", &block.cycle_claim),
-                    ("head_runs_skip", &skip.cycle_claim),
-                    ("next_due_block", &block.next_due),
-                    ("next_due_skip", &skip.next_due),
-                ],
-            )?,
-        );
+        let cycle = fill!(sql!("cycle"),
+            "ack_delete" => &ack_delete,
+            "ack" => &ack,
+            "acked" => part!("acked"),
+            "lapsed_last" => part!("lapsed_last"),
+            "head_runs_block" => &block.cycle_claim,
+            "head_runs_skip" => &skip.cycle_claim,
+            "next_due_block" => &block.next_due,
+            "next_due_skip" => &skip.next_due)?;
+        let cycle_body = for_names(names, &cycle);
         let cycle_name = format!(
             "\"{}\".\"{}_cycle_{:08x}\"",
             names.schema,
