@@ -227,7 +227,8 @@ impl PostgresOutboxStore {
             let channel = names.channel.clone();
             Some(wake::start(&pool, listen_options, channel, wakeups.clone()).await?)
         };
-        let sql = Statements::new(&names, !config.settings.synchronous_commit);
+        let sql = Statements::new(&names, !config.settings.synchronous_commit)
+            .map_err(|e| StoreError::database(StoreOp::Connect, e))?;
         let sweep_sql = sweep::SweepSql::new(&names, &config);
         let cycle_ready = schema::function_exists_in_pool(&pool, &sql.cycle_name).await?;
         Ok(Self {

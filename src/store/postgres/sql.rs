@@ -2,6 +2,13 @@
 //! `sql/<name>.sql`, written for the default names and renamed at build like the migrations
 //! ([`for_names`]): what the database runs is the file, with only the names put in.
 //!
+//! What several statements share is written once, in a part (`sql/part/<name>.sql`), and
+//! put in where a file says `{{name}}` ([`template::fill`]), when the statements are made:
+//! the policies' claims and `next_due` share all but the lines a policy adds (a part each,
+//! filled in or left empty), `lanes_next_due.sql` is `next_due` of each pair it is given,
+//! and the cycle function (`cycle.sql`) is made of the statements' own parts.
+//! [`Statements::new`] says which part goes where.
+//!
 //! Conventions, so each statement reads the same way:
 //! - `$1` is always "now" in Unix milliseconds when a clock was injected, or NULL, and the
 //!   statement's now is `COALESCE(timestamptz 'epoch' + $1::int8 * interval '1
@@ -25,15 +32,16 @@
 //! promotion must take its key locks before it looks (schema/heads.rs). Both need a
 //! snapshot taken after an earlier step, and every part of one statement shares one
 //! snapshot; PL/pgSQL takes a new snapshot for each statement (READ COMMITTED), in one
-//! transaction and one call. Its steps are the store's own statements (`ack.sql`,
-//! `ack_delete.sql` reading `$7`/`$8`, the CTEs of `claim_fast_*.sql` without their
-//! `lapsed_last` gate and with the key run at `$11`, `next_due_*.sql`, the marking of
-//! `promote_heads` inline: a call of it cost a nested function call and a statement per
-//! key lock on every cycle that acked keyed rows), with the same parameter numbers:
-//! PL/pgSQL names a function's parameters `$1`, `$2`... too. The function's name carries a
-//! hash of its text, so a build that changes any of its statements creates a function of
-//! its own, and relays of two builds on one database (a rolling deploy) each call the one
-//! they were built with (`schema.rs`).
+//! transaction and one call. Its steps are the store's own statements, filled in from
+//! their files and parts (`ack.sql` and `ack_delete.sql` reading `$7`/`$8`, the CTEs of the
+//! one-statement claim, `part/head_runs.sql`, without their `lapsed_last` gate and with the
+//! key run at `$11`, `part/next_due.sql`; the marking of `promote_heads` is inline: a call
+//! of it cost a nested function call and a statement per key lock on every cycle that
+//! acked keyed rows), with the same parameter numbers: PL/pgSQL names a function's
+//! parameters `$1`, `$2`... too. The function's name carries a hash of its text, so a build
+//! that changes any of its statements creates a function of its own, and relays of two
+//! builds on one database (a rolling deploy) each call the one they were built with
+//! (`schema.rs`).
 //!
 //! The cycle's head promotion marks each key's lowest *pending* row, one probe of
 //! `key_pending_idx` instead of `promote_heads`' two (the lowest of each key index). That
@@ -47,6 +55,30 @@
 use std::sync::Arc;
 
 use super::schema::{for_names, Names};
+use template::{fill, part, TemplateError};
+
+mod template;
+
+/// The text of statement file `sql/{name}.sql`, placeholders and all.
+macro_rules! sql {
+    ($name:literal) => {
+        include_str!(concat!("sql/", $name, ".sql"))
+    };
+}
+
+/// [`fill`] of `text` with `"placeholder" => part` pairs.
+macro_rules! fill {
+    ($text:expr $(, $placeholder:literal => $part:expr)*) => {
+        fill($text, &[$(($placeholder, $part)),*])
+    };
+}
+
+/// The text of part `sql/part/{name}.sql` ([`part`]).
+macro_rules! part {
+    ($name:literal) => {
+        part(include_str!(concat!("sql/part/", $name, ".sql")))
+    };
+}
 
 /// A `timestamptz` expression as Unix milliseconds.
 fn millis(expr: &str) -> String {
@@ -195,15 +227,86 @@ pub(crate) struct Statements {
     pub(crate) cycle: Arc<str>,
 }
 
+/// The text of the statements and the cycle's steps that differ by ordering policy,
+/// before renaming.
+struct Policy {
+    /// `part/claim.sql`: the full claim.
+    claim: String,
+    /// `part/claim_fast.sql`: the one-statement claim.
+    claim_fast: String,
+    /// `part/next_due.sql` of lane `$2` and target `$3`.
+    next_due: String,
+    /// `part/next_due.sql` of each pair `q` (`lanes_next_due.sql`).
+    next_due_of_each: String,
+    /// `part/head_runs.sql` as the cycle function runs it: without the `lapsed_last` gate,
+    /// the key run at `$11`.
+    cycle_claim: String,
+}
+
+impl Policy {
+    fn new(block: bool) -> Result<Self, TemplateError> {
+        let when = |yes: bool, part: &'static str| if yes { part } else { "" };
+        let key_free = |skip_to_dead: bool| {
+            fill!(part!("key_free"),
+                "dead_letter" => when(block, part!("key_free_dead_letter")),
+                "skip_to_dead" => when(skip_to_dead, part!("skip_to_dead")))
+        };
+        let free = key_free(false)?;
+        let pending =
+            |heads: &str, run: &str| fill!(part!("pending"), "heads" => heads, "run" => run);
+        let head_runs = |gate: bool, run: &str| {
+            fill!(part!("head_runs"),
+                "gate" => when(gate, part!("lapsed_last_gate")),
+                "key_free" => &free,
+                "run" => run,
+                "dead_column" => when(block, part!("head_runs_dead_column")),
+                "dead_bound" => when(block, part!("head_runs_dead_bound")),
+                "dead_probe" => when(block, part!("head_runs_dead_probe")),
+                "dead_check" => when(block, part!("head_runs_dead_check")),
+                "pending" => &pending("due", part!("head_runs_run"))?,
+                "to_claim" => part!("to_claim"),
+                "claimed" => part!("claimed"))
+        };
+        let next_due = |lane: &str, target: &str| {
+            fill!(part!("next_due"),
+                "key_free" => &free, "lane" => lane, "target" => target)
+        };
+        let (successors, heads) = if block {
+            (String::new(), "due")
+        } else {
+            let successors = fill!(part!("successors"), "key_free" => &key_free(true)?)?;
+            (successors, part!("due_and_successors"))
+        };
+        let key_runs =
+            fill!(part!("key_runs"), "dead_letter" => when(block, part!("key_runs_dead_letter")))?;
+        Ok(Self {
+            claim: fill!(part!("claim"),
+                "key_free" => &free,
+                "key_free_skip_to_dead" => &key_free(!block)?,
+                "successors" => &successors,
+                "pending" => &pending(heads, &key_runs)?,
+                "to_claim" => part!("to_claim"),
+                "claimed" => part!("claimed"))?,
+            claim_fast: fill!(part!("claim_fast"),
+                "lapsed_last" => part!("lapsed_last"),
+                "head_runs" => &head_runs(true, "$7")?)?,
+            next_due: next_due("$2", "$3")?,
+            next_due_of_each: next_due("q.lane", "q.target")?,
+            cycle_claim: head_runs(false, "$11")?,
+        })
+    }
+}
+
 impl Statements {
     /// `async_commit`: the one-statement claim commits asynchronously
-    /// ([`super::PostgresConfig::synchronous_commit`] false).
-    pub(crate) fn new(names: &Names, async_commit: bool) -> Self {
+    /// ([`super::PostgresConfig::synchronous_commit`] false). Fails only when a file's
+    /// placeholders and the parts `sql.rs` gives for them differ: a defect of the build.
+    pub(crate) fn new(names: &Names, async_commit: bool) -> Result<Self, TemplateError> {
         let renamed = |text: &str| -> Arc<str> { for_names(names, text).into() };
-        /// The text of `sql/{name}.sql`, written for the default names, for `names`.
-        macro_rules! file {
-            ($name:literal) => {
-                renamed(include_str!(concat!("sql/", $name, ".sql")))
+        /// Statement file `sql/{name}.sql` with its placeholders filled, for `names`.
+        macro_rules! statement {
+            ($name:literal $(, $placeholder:literal => $part:expr)*) => {
+                renamed(&fill!(sql!($name) $(, $placeholder => $part)*)?)
             };
         }
         let fast = |claim: Arc<str>| {
@@ -213,51 +316,70 @@ impl Statements {
                 claim
             }
         };
-        let cycle_body = for_names(names, include_str!("sql/cycle.sql"));
+        // The cycle's acks read the function's `$7` ids and `$8` tokens.
+        let ack = fill!(sql!("ack"), "ids" => "$7", "tokens" => "$8")?;
+        let ack_delete = fill!(sql!("ack_delete"), "ids" => "$7", "tokens" => "$8")?;
+        let (skip, block) = (Policy::new(false)?, Policy::new(true)?);
+        let cycle = fill!(sql!("cycle"),
+            "ack_delete" => &ack_delete,
+            "ack" => &ack,
+            "acked" => part!("acked"),
+            "lapsed_last" => part!("lapsed_last"),
+            "head_runs_block" => &block.cycle_claim,
+            "head_runs_skip" => &skip.cycle_claim,
+            "next_due_block" => &block.next_due,
+            "next_due_skip" => &skip.next_due)?;
+        let cycle_body = for_names(names, &cycle);
         let cycle_name = format!(
             "\"{}\".\"{}_cycle_{:08x}\"",
             names.schema,
             names.prefix,
             super::schema::fnv1a64(cycle_body.as_bytes()) as u32
         );
-        Self {
+        Ok(Self {
             cycle_create: cycle_create(&cycle_name, &cycle_body),
             cycle: format!(
                 "SELECT * FROM {cycle_name}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
             )
             .into(),
             cycle_name,
-            enqueue: file!("enqueue"),
-            find_dedupe: file!("find_dedupe"),
-            delete_ids: file!("delete_ids"),
-            claim_skip: file!("claim_skip"),
-            claim_block: file!("claim_block"),
-            claim_fast_skip: fast(file!("claim_fast_skip")),
-            claim_fast_block: fast(file!("claim_fast_block")),
-            ack: file!("ack"),
-            ack_delete: file!("ack_delete"),
-            nack: file!("nack"),
-            extend_lease: file!("extend_lease"),
-            release: file!("release"),
-            next_due_skip: file!("next_due_skip"),
-            next_due_block: file!("next_due_block"),
-            lanes_next_due: file!("lanes_next_due"),
-            promote_heads: file!("promote_heads"),
-            lanes_stats: file!("lanes_stats"),
-            stats: file!("stats"),
-            get: file!("get"),
-            requeue: file!("requeue"),
-            discard: file!("discard"),
-            purge: file!("purge"),
-            purge_count: file!("purge_count"),
-            blocked_keys: file!("blocked_keys"),
-            pause_lane: file!("pause_lane"),
-            resume_lane: file!("resume_lane"),
-            lane_pauses: file!("lane_pauses"),
-            record_served: file!("record_served"),
-            unserved: file!("unserved"),
-            pending_lanes: file!("pending_lanes"),
-        }
+            enqueue: statement!("enqueue"),
+            find_dedupe: statement!("find_dedupe", "select_message" => part!("select_message")),
+            delete_ids: statement!("delete_ids"),
+            claim_skip: statement!("claim_skip", "claim" => &skip.claim),
+            claim_block: statement!("claim_block", "claim" => &block.claim),
+            claim_fast_skip: fast(statement!("claim_fast_skip", "claim_fast" => &skip.claim_fast)),
+            claim_fast_block: fast(
+                statement!("claim_fast_block", "claim_fast" => &block.claim_fast),
+            ),
+            ack: statement!("ack", "ids" => "$2", "tokens" => "$3"),
+            ack_delete: statement!("ack_delete", "ids" => "$1", "tokens" => "$2"),
+            nack: statement!("nack"),
+            extend_lease: statement!("extend_lease"),
+            release: statement!("release"),
+            next_due_skip: statement!("next_due_skip", "next_due" => &skip.next_due),
+            next_due_block: statement!("next_due_block", "next_due" => &block.next_due),
+            lanes_next_due: statement!(
+                "lanes_next_due",
+                "next_due_skip" => &skip.next_due_of_each,
+                "next_due_block" => &block.next_due_of_each
+            ),
+            promote_heads: statement!("promote_heads"),
+            lanes_stats: statement!("lanes_stats"),
+            stats: statement!("stats"),
+            get: statement!("get", "select_message" => part!("select_message")),
+            requeue: statement!("requeue"),
+            discard: statement!("discard"),
+            purge: statement!("purge"),
+            purge_count: statement!("purge_count"),
+            blocked_keys: statement!("blocked_keys"),
+            pause_lane: statement!("pause_lane"),
+            resume_lane: statement!("resume_lane"),
+            lane_pauses: statement!("lane_pauses"),
+            record_served: statement!("record_served"),
+            unserved: statement!("unserved", "pairs" => part!("pairs")),
+            pending_lanes: statement!("pending_lanes", "pairs" => part!("pairs")),
+        })
     }
 }
 

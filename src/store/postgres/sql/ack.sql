@@ -1,7 +1,7 @@
 -- $1 now, $2 ids, $3 tokens: the claims to mark delivered. Answers the ordinals of the
 -- claims applied, and the keys they leave for `promote_heads`.
 WITH input AS (
-    SELECT * FROM unnest($2::uuid[], $3::uuid[])
+    SELECT * FROM unnest({{ids}}::uuid[], {{tokens}}::uuid[])
     WITH ORDINALITY AS i(outbox_id, claim_token, ord)
 )
 UPDATE "public"."outbox_messages" m

@@ -2,7 +2,7 @@
 -- same fencing as `ack.sql`, answering the same columns (the keys it took out of live, for
 -- `promote_heads`).
 WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[])
+    SELECT * FROM unnest({{ids}}::uuid[], {{tokens}}::uuid[])
     WITH ORDINALITY AS i(outbox_id, claim_token, ord)
 )
 DELETE FROM "public"."outbox_messages" m

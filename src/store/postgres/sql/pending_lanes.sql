@@ -7,18 +7,7 @@
 -- a prefix and stop past it: under a collation other than C the lanes that begin with a
 -- prefix need not sort together (glibc's en_US puts `tenant1x` between `tenant-1` and
 -- `tenant-2`), so every pair is matched against every prefix.
-WITH RECURSIVE pairs (lane, target) AS (
-    (SELECT lane, target FROM "public"."outbox_messages"
-     WHERE status = 'pending' AND created_at IS NOT NULL ORDER BY lane, target LIMIT 1)
-    UNION ALL
-    SELECT next.lane, next.target
-    FROM pairs, LATERAL (
-        SELECT m.lane, m.target FROM "public"."outbox_messages" AS m
-        WHERE m.status = 'pending' AND m.created_at IS NOT NULL
-          AND (m.lane, m.target) > (pairs.lane, pairs.target)
-        ORDER BY m.lane, m.target LIMIT 1
-    ) AS next
-)
+{{pairs}}
 SELECT p.lane, p.target
 FROM pairs AS p
 WHERE EXISTS (

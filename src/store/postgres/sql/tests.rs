@@ -1,10 +1,11 @@
 use super::super::schema::Names;
+use super::template::{fill, part, TemplateError};
 use super::{Statements, PARAMS};
 
 #[test]
 fn the_cycle_function_promotes_heads_inline_locking_each_key_in_sorted_order() {
     let names = Names::new("s", "outbox").unwrap();
-    let create = Statements::new(&names, true).cycle_create;
+    let create = Statements::new(&names, true).unwrap().cycle_create;
     // No nested call of promote_heads: its locks and UPDATE are statements of the body.
     assert!(
         !create.contains("\"s\".\"outbox_promote_heads\""),
@@ -28,23 +29,13 @@ fn the_cycle_function_promotes_heads_inline_locking_each_key_in_sorted_order() {
 
 /// The statements of the default names, committing asynchronously or not.
 fn statements(async_commit: bool) -> Statements {
-    Statements::new(&Names::new("public", "outbox").unwrap(), async_commit)
+    Statements::new(&Names::new("public", "outbox").unwrap(), async_commit).unwrap()
 }
 
 /// The body of the cycle function, as `sql/cycle.sql` holds it.
 fn cycle_body(create: &str) -> &str {
     let start = create.find("$fn$").expect("a body") + 4;
     &create[start..create.rfind("$fn$").expect("a body")]
-}
-
-/// A statement without the comments before it and the line end after it.
-fn statement(text: &str) -> &str {
-    let start = text
-        .lines()
-        .take_while(|line| line.starts_with("--"))
-        .map(|line| line.len() + 1)
-        .sum::<usize>();
-    text[start..].trim_end()
 }
 
 #[test]
@@ -151,33 +142,50 @@ fn the_body_holds_one_claim_and_one_next_due_per_policy_and_never_dead_letters()
 }
 
 #[test]
-fn the_cycle_function_runs_the_stores_own_statements() {
-    let s = statements(false);
-    let body = cycle_body(&s.cycle_create);
-    // Each ack as the store runs it, on the function's `$7` ids and `$8` tokens.
-    for (ack, ids) in [
-        (&s.ack, "unnest($2::uuid[], $3::uuid[])"),
-        (&s.ack_delete, "unnest($1::uuid[], $2::uuid[])"),
-    ] {
-        let ack = statement(ack);
-        assert!(ack.contains(ids), "{ack}");
-        let step = ack.replace(ids, "unnest($7::uuid[], $8::uuid[])");
-        assert!(body.contains(&step), "{step}");
-    }
-    // `next_due` of each policy as it is.
-    for due in [&s.next_due_skip, &s.next_due_block] {
-        assert!(body.contains(statement(due)), "{due}");
-    }
-    // The one-statement claim's CTEs, without its `lapsed_last` gate, the key run at `$11`.
-    for fast in [&s.claim_fast_skip, &s.claim_fast_block] {
-        let fast = statement(fast);
-        let ctes = &fast[fast.find("lapsed AS MATERIALIZED").expect("lapsed")
-            ..fast
-                .find("\n         SELECT (SELECT yes")
-                .expect("the answer")];
-        let ctes = ctes
-            .replace(" AND NOT (SELECT yes FROM lapsed_last)", "")
-            .replace("$7::int8", "$11::int8");
-        assert!(body.contains(&ctes), "{ctes}");
+fn each_placeholder_takes_its_part_as_it_is() {
+    let text = "SELECT {{a}} FROM t WHERE {{b}}{{a}}";
+    let filled = fill(text, &[("b", "x = {{a}}"), ("a", "1")]);
+    assert_eq!(filled.as_deref(), Ok("SELECT 1 FROM t WHERE x = {{a}}1"));
+    assert_eq!(fill("SELECT 1", &[]).as_deref(), Ok("SELECT 1"));
+    assert_eq!(fill("a{{x}}b", &[("x", "")]).as_deref(), Ok("ab"));
+}
+
+#[test]
+fn a_placeholder_without_a_part_or_a_part_without_one_is_an_error() {
+    assert_eq!(
+        fill("SELECT {{a}}, {{c}}", &[("a", "1")]),
+        Err(TemplateError::Unknown("c".into()))
+    );
+    assert_eq!(
+        fill("SELECT {{a}}", &[("a", "1"), ("b", "2")]),
+        Err(TemplateError::Unused("b".into()))
+    );
+    assert_eq!(
+        fill("SELECT {{a\nFROM t", &[("a", "1")]),
+        Err(TemplateError::Unclosed("{{a".into()))
+    );
+    let unknown = TemplateError::Unknown("gate".into()).to_string();
+    assert_eq!(unknown, "the SQL placeholder {{gate}} has no part");
+}
+
+#[test]
+fn a_part_drops_its_opening_comments_and_its_last_line_end() {
+    assert_eq!(
+        part("-- what it is\n-- and more\n AND x\n  AND y\n"),
+        " AND x\n  AND y"
+    );
+    assert_eq!(part("x -- not a header\n"), "x -- not a header");
+    assert_eq!(part("-- only a comment\n"), "");
+}
+
+#[test]
+fn every_statement_fills_every_placeholder_of_its_files() {
+    // The store's statements are made from the files as they are: a placeholder a
+    // file gained or lost without `sql.rs` fails here, naming it, and at load.
+    let names = Names::new("public", "outbox").expect("valid names");
+    for async_commit in [false, true] {
+        let statements = Statements::new(&names, async_commit).expect("the statements assemble");
+        let all = format!("{statements:?}");
+        assert!(!all.contains("{{"), "{all}");
     }
 }

@@ -9,18 +9,7 @@
 -- unserved pair's messages are counted, at most $3, in the index's order (which keeps the
 -- count on the index: without an order, a count of up to $3 rows reads the table whole
 -- before ANALYZE). `tests/postgres/plans.rs` pins its plan at 1,000,000 rows.
-WITH RECURSIVE pairs (lane, target) AS (
-    (SELECT lane, target FROM "public"."outbox_messages"
-     WHERE status = 'pending' AND created_at IS NOT NULL ORDER BY lane, target LIMIT 1)
-    UNION ALL
-    SELECT next.lane, next.target
-    FROM pairs, LATERAL (
-        SELECT m.lane, m.target FROM "public"."outbox_messages" AS m
-        WHERE m.status = 'pending' AND m.created_at IS NOT NULL
-          AND (m.lane, m.target) > (pairs.lane, pairs.target)
-        ORDER BY m.lane, m.target LIMIT 1
-    ) AS next
-)
+{{pairs}}
 SELECT p.lane, p.target,
        (SELECT count(*) FROM (
            SELECT 1 FROM "public"."outbox_messages" AS m

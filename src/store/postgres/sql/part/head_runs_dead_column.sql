@@ -1,0 +1,2 @@
+-- `head_runs` under Block: the key's first dead letter, `dead`.
+ d.first AS dead,
