@@ -304,15 +304,12 @@ pub fn record_unserved(unserved: &[crate::store::UnservedLane]) {
         .set(unserved.iter().map(|lane| lane.pending as f64).sum::<f64>());
 }
 
-/// Sets a lane pattern's gauges: the lanes it runs, and those it matched past its limit.
-pub(crate) fn record_pattern(
-    pattern: &crate::config::LanePattern,
-    running: usize,
-    over_limit: usize,
-) {
+/// Sets a lane pattern's gauges (`pattern` as configured, `tenant-*`, and its target): the
+/// lanes it runs, and those it matched past its limit.
+pub(crate) fn record_pattern(pattern: &str, target: &str, running: usize, over_limit: usize) {
     let labels = [
-        (LABEL_LANE, pattern.pattern().to_owned()),
-        (LABEL_TARGET, pattern.target().to_owned()),
+        (LABEL_LANE, pattern.to_owned()),
+        (LABEL_TARGET, target.to_owned()),
     ];
     metrics::gauge!(PATTERN_LANES, &labels).set(running as f64);
     metrics::gauge!(PATTERN_LANES_OVER_LIMIT, &labels).set(over_limit as f64);

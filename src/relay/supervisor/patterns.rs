@@ -117,7 +117,12 @@ impl SupervisorState {
                 );
             }
             entry.over_limit = names;
-            crate::metrics::record_pattern(&entry.pattern, running, entry.over_limit.len());
+            crate::metrics::record_pattern(
+                entry.pattern.pattern(),
+                entry.pattern.target(),
+                running,
+                entry.over_limit.len(),
+            );
         }
         // An answer cut at its limit may have left out lanes that have pending messages.
         if !sample.truncated {
