@@ -412,16 +412,25 @@ pub struct LaneCount {
 impl LaneCount {
     /// Counts per (lane, target) from one (lane, target) per message, sorted by lane.
     pub fn tally(lanes: impl IntoIterator<Item = (String, String)>) -> Vec<LaneCount> {
-        Self::sum(lanes.into_iter().map(|lane| (lane, 1)))
+        Self::sum(lanes.into_iter().map(|(lane, target)| LaneCount {
+            lane,
+            target,
+            count: 1,
+        }))
     }
 
     /// Counts per (lane, target) from partial counts (a lane may come more than once: its
     /// counts are added), sorted by lane, none of zero.
-    pub fn sum(counts: impl IntoIterator<Item = ((String, String), u64)>) -> Vec<LaneCount> {
+    pub fn sum(counts: impl IntoIterator<Item = LaneCount>) -> Vec<LaneCount> {
         let mut sums: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for (lane, count) in counts {
+        for LaneCount {
+            lane,
+            target,
+            count,
+        } in counts
+        {
             if count > 0 {
-                *sums.entry(lane).or_default() += count;
+                *sums.entry((lane, target)).or_default() += count;
             }
         }
         sums.into_iter()

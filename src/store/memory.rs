@@ -637,12 +637,12 @@ impl OutboxBackend for InMemoryOutboxStore {
                     && !(keep_keyed && m.ordering_key.is_some())
             };
             if request.dry_run {
-                purged.extend(
+                purged.extend(LaneCount::tally(
                     self.rows()
                         .all()
                         .filter(doomed)
-                        .map(|m| ((m.lane.clone(), m.target.clone()), 1)),
-                );
+                        .map(|m| (m.lane.clone(), m.target.clone())),
+                ));
                 continue;
             }
             loop {
@@ -658,7 +658,7 @@ impl OutboxBackend for InMemoryOutboxStore {
                     rows.remove(*seq);
                 }
                 let done = batch.len() < batch_size;
-                purged.extend(batch.into_iter().map(|(_, lane)| (lane, 1)));
+                purged.extend(LaneCount::tally(batch.into_iter().map(|(_, lane)| lane)));
                 if done {
                     break;
                 }

@@ -471,7 +471,7 @@ impl OutboxBackend for SqliteOutboxStore {
                 .await;
                 let deleted = self.finish(tx, result, OP).await?;
                 let done = deleted.len() < batch_size;
-                purged.extend(deleted.into_iter().map(|lane| (lane, 1)));
+                purged.extend(LaneCount::tally(deleted));
                 if done {
                     break;
                 }

@@ -365,9 +365,11 @@ impl MysqlOutboxStore {
                         .map_err(|e| db_error(OP, e))?;
                     for row in &rows {
                         let n: i64 = row.try_get("n").map_err(|e| db_error(OP, e))?;
-                        let lane = text(row, "lane").map_err(corrupt)?;
-                        let target = text(row, "target").map_err(corrupt)?;
-                        purged.push(((lane, target), u64::try_from(n).unwrap_or(0)));
+                        purged.push(LaneCount {
+                            lane: text(row, "lane").map_err(corrupt)?,
+                            target: text(row, "target").map_err(corrupt)?,
+                            count: u64::try_from(n).unwrap_or(0),
+                        });
                     }
                     continue;
                 }
@@ -382,15 +384,16 @@ impl MysqlOutboxStore {
                         .await
                         .map_err(|e| db_error(OP, e))?;
                     let mut seqs = Vec::with_capacity(rows.len());
+                    let mut gone = Vec::with_capacity(rows.len());
                     for row in &rows {
                         seqs.push(row.try_get::<i64, _>("seq").map_err(|e| db_error(OP, e))?);
                         let lane = text(row, "lane").map_err(corrupt)?;
-                        let target = text(row, "target").map_err(corrupt)?;
-                        purged.push(((lane, target), 1));
+                        gone.push((lane, text(row, "target").map_err(corrupt)?));
                     }
                     // The rows are locked: each is deleted, none changed since it was read.
                     InList::new(&delete).execute(&mut tx, &seqs, OP).await?;
                     tx.commit().await.map_err(|e| db_error(OP, e))?;
+                    purged.extend(LaneCount::tally(gone));
                     if seqs.len() < batch {
                         break;
                     }

@@ -283,7 +283,7 @@ impl PostgresOutboxStore {
                     .map_err(|e| db_error(StoreOp::Purge, e))?;
                 call.finish(StoreOp::Purge).await?;
                 let batch = lane_counts(&rows)?;
-                let deleted: u64 = batch.iter().map(|(_, n)| n).sum();
+                let deleted = LaneCount::total(&batch);
                 purged.extend(batch);
                 if deleted < batch_size as u64 {
                     break;
@@ -295,12 +295,13 @@ impl PostgresOutboxStore {
 }
 
 /// The `(lane, target, n)` rows of `purge` or `purge_count`.
-fn lane_counts(rows: &[PgRow]) -> Result<Vec<((String, String), u64)>, StoreError> {
-    let get = |row: &PgRow| -> Result<((String, String), u64), sqlx::Error> {
-        Ok((
-            (row.try_get("lane")?, row.try_get("target")?),
-            unsigned(row.try_get::<i64, _>("n")?),
-        ))
+fn lane_counts(rows: &[PgRow]) -> Result<Vec<LaneCount>, StoreError> {
+    let get = |row: &PgRow| -> Result<LaneCount, sqlx::Error> {
+        Ok(LaneCount {
+            lane: row.try_get("lane")?,
+            target: row.try_get("target")?,
+            count: unsigned(row.try_get::<i64, _>("n")?),
+        })
     };
     rows.iter()
         .map(|row| get(row).map_err(|e| db_error(StoreOp::Purge, e)))

@@ -11,7 +11,9 @@ use uuid::Uuid;
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
 use crate::store::admin::{list_budget, LIST_SCAN_PAGES};
 use crate::store::StoreOp;
-use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError};
+use crate::store::{
+    LaneCount, LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError,
+};
 
 use super::row::{db, db_error, decode, uuid_text};
 use super::schema::{Statements, COLUMNS};
@@ -323,7 +325,7 @@ pub(super) async fn purge_count(
     cutoff: UnixMillis,
     lanes: Option<&str>,
     keep_keyed: bool,
-) -> Result<Vec<((String, String), u64)>, StoreError> {
+) -> Result<Vec<LaneCount>, StoreError> {
     let rows = query(&sql.purge_count)
         .bind(cutoff)
         .bind(status.as_str())
@@ -335,10 +337,11 @@ pub(super) async fn purge_count(
     rows.iter()
         .map(|row| {
             let count: i64 = row.try_get(2)?;
-            Ok((
-                (row.try_get(0)?, row.try_get(1)?),
-                u64::try_from(count).unwrap_or(0),
-            ))
+            Ok(LaneCount {
+                lane: row.try_get(0)?,
+                target: row.try_get(1)?,
+                count: u64::try_from(count).unwrap_or(0),
+            })
         })
         .collect::<Result<_, sqlx::Error>>()
         .map_err(db(StoreOp::Purge))
