@@ -12,17 +12,20 @@
 //! then every [`DEFAULT_PURGE_INTERVAL`], over the lanes the relay runs then, each by its
 //! [`LaneConfig::retention`](crate::LaneConfig::retention). It runs apart from the lanes: a
 //! lane's claims and acks never wait on a purge beyond one batch statement (each store
-//! purges one batch per statement or transaction). Every lane is purged with its own ages,
-//! one lane after another; each pass adds what it deleted to
+//! purges one batch per statement or transaction). Lanes with the same retention are purged
+//! together, up to [`PURGE_LANES_PER_REQUEST`] lanes in one purge request (one statement per
+//! status and batch), so an idle relay's pass costs the database a few statements however
+//! many lanes it runs; each pass adds what every lane lost to
 //! [`outbox_purged_total`](crate::metrics::PURGED_TOTAL). The pass is a
 //! [`RetentionTask`].
 
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
 use crate::lane::LaneKey;
 use crate::message::ValidationError;
-use crate::store::{OrderingPolicy, Outbox, PurgeRequest, StoreError};
+use crate::store::{OrderingPolicy, Outbox, PurgeRequest};
 
 /// How long delivered messages are kept by default: a week, time to answer "was it sent?".
 pub const DEFAULT_DELIVERED_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -32,6 +35,10 @@ pub const DEFAULT_DEAD_LETTER_RETENTION: Duration = Duration::from_secs(30 * 24 
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(10 * 60);
 /// Rows per purge statement by default: small enough that no statement holds locks long.
 pub const DEFAULT_PURGE_BATCH_SIZE: usize = 1000;
+/// The most lanes one purge request of retention names: enough that a pass over thousands
+/// of lanes is a few statements, few enough that each statement's lane list stays small
+/// (and within MySQL's list of 500 per statement).
+pub const PURGE_LANES_PER_REQUEST: usize = 500;
 /// The shortest retention accepted: shorter would purge rows an operator has not yet had
 /// time to look at, and usually means a unit was forgotten (`1` for `1d`).
 pub const MIN_RETENTION: Duration = Duration::from_secs(60);
@@ -105,12 +112,26 @@ impl RetentionConfig {
         Ok(())
     }
 
-    /// The purge request for `lane` with these ages.
-    pub fn request(&self, lane: &LaneKey, batch_size: usize) -> PurgeRequest {
+    /// What purges two lanes alike: their ages, and whether keyed dead letters stay (only
+    /// when dead letters go at all). `None` when the lane keeps everything.
+    fn purge_key(&self) -> Option<(Option<Duration>, Option<Duration>, bool)> {
+        if self.delivered.is_none() && self.dead_letter.is_none() {
+            return None;
+        }
+        let keep_keyed = self.dead_letter.is_some() && self.ordering == OrderingPolicy::Block;
+        Some((self.delivered, self.dead_letter, keep_keyed))
+    }
+
+    /// The purge request for `lanes` (at least one), all with these ages.
+    fn request(&self, lanes: &[LaneKey], batch_size: usize) -> PurgeRequest {
+        debug_assert!(!lanes.is_empty(), "no lanes would purge every lane");
         PurgeRequest {
             delivered_older_than: self.delivered,
             dead_letter_older_than: self.dead_letter,
-            lane: Some((lane.name.clone(), lane.target.clone())),
+            lanes: lanes
+                .iter()
+                .map(|lane| (lane.name.clone(), lane.target.clone()))
+                .collect(),
             batch_size,
             dry_run: false,
             keep_keyed_dead_letters: self.ordering == OrderingPolicy::Block,
@@ -124,6 +145,8 @@ pub struct RetentionTask {
     lanes: Vec<(LaneKey, RetentionConfig)>,
     /// Rows per purge statement.
     pub batch_size: usize,
+    /// Lanes per purge request ([`PURGE_LANES_PER_REQUEST`]).
+    pub lanes_per_request: usize,
 }
 
 impl fmt::Debug for RetentionTask {
@@ -131,42 +154,79 @@ impl fmt::Debug for RetentionTask {
         f.debug_struct("RetentionTask")
             .field("lanes", &self.lanes)
             .field("batch_size", &self.batch_size)
+            .field("lanes_per_request", &self.lanes_per_request)
             .finish()
     }
 }
 
 impl RetentionTask {
-    /// Purges `lanes` of `store` in batches of [`DEFAULT_PURGE_BATCH_SIZE`].
+    /// Purges `lanes` of `store` in batches of [`DEFAULT_PURGE_BATCH_SIZE`], up to
+    /// [`PURGE_LANES_PER_REQUEST`] lanes at a time.
     pub fn new(store: Outbox, lanes: Vec<(LaneKey, RetentionConfig)>) -> Self {
         Self {
             store,
             lanes,
             batch_size: DEFAULT_PURGE_BATCH_SIZE,
+            lanes_per_request: PURGE_LANES_PER_REQUEST,
         }
     }
 
-    /// One pass over every lane: how many rows each lost. A lane whose purge fails is
-    /// logged and skipped; the others are still purged.
-    pub async fn purge_once(&self) -> Vec<(LaneKey, Result<u64, StoreError>)> {
-        let mut purged = Vec::with_capacity(self.lanes.len());
+    /// The lanes that purge anything, grouped by what purges them alike, in the order each
+    /// group's first lane comes.
+    fn groups(&self) -> Vec<(RetentionConfig, Vec<LaneKey>)> {
+        let mut groups: Vec<(RetentionConfig, Vec<LaneKey>)> = Vec::new();
         for (lane, retention) in &self.lanes {
-            let request = retention.request(lane, self.batch_size);
-            if request.delivered_older_than.is_none() && request.dead_letter_older_than.is_none() {
+            let Some(key) = retention.purge_key() else {
                 continue;
+            };
+            match groups
+                .iter_mut()
+                .find(|(alike, _)| alike.purge_key() == Some(key))
+            {
+                Some((_, lanes)) => lanes.push(lane.clone()),
+                None => groups.push((*retention, vec![lane.clone()])),
             }
-            let result = self.store.purge(&request).await;
-            match &result {
-                Ok(count) => {
-                    crate::metrics::record_purged(&lane.name, &lane.target, *count);
-                    if *count > 0 {
-                        tracing::info!(lane = %lane, purged = count, "retention purged finished messages");
+        }
+        groups
+    }
+
+    /// One pass over every lane that purges anything (a lane that keeps all is not asked):
+    /// how many rows each lost, or `None` when its purge failed. A failed request is logged
+    /// and its lanes skipped until the next pass; the other requests still run.
+    pub async fn purge_once(&self) -> Vec<(LaneKey, Option<u64>)> {
+        let mut purged = Vec::with_capacity(self.lanes.len());
+        for (retention, lanes) in self.groups() {
+            for chunk in lanes.chunks(self.lanes_per_request.max(1)) {
+                let request = retention.request(chunk, self.batch_size);
+                match self.store.purge(&request).await {
+                    Ok(counts) => {
+                        let counts: HashMap<(&str, &str), u64> = counts
+                            .iter()
+                            .map(|c| ((c.lane.as_str(), c.target.as_str()), c.count))
+                            .collect();
+                        for lane in chunk {
+                            let count = counts
+                                .get(&(lane.name.as_str(), lane.target.as_str()))
+                                .copied()
+                                .unwrap_or(0);
+                            crate::metrics::record_purged(&lane.name, &lane.target, count);
+                            if count > 0 {
+                                tracing::info!(lane = %lane, purged = count, "retention purged finished messages");
+                            }
+                            purged.push((lane.clone(), Some(count)));
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(
+                            lanes = chunk.len(),
+                            first = %chunk[0],
+                            %error,
+                            "retention could not purge these lanes; will retry next pass"
+                        );
+                        purged.extend(chunk.iter().map(|lane| (lane.clone(), None)));
                     }
                 }
-                Err(error) => {
-                    tracing::warn!(lane = %lane, %error, "retention could not purge; will retry next pass");
-                }
             }
-            purged.push((lane.clone(), result));
         }
         purged
     }
@@ -248,7 +308,7 @@ mod tests {
         };
         let counts: Vec<(String, u64)> = passes
             .into_iter()
-            .map(|(lane, result)| (lane.to_string(), result.unwrap()))
+            .map(|(lane, count)| (lane.to_string(), count.unwrap()))
             .collect();
         assert_eq!(
             counts,
@@ -287,11 +347,7 @@ mod tests {
 
         clock.advance(6 * DAY);
         let again = task.purge_once().await;
-        assert_eq!(
-            again[0].1.as_ref().ok(),
-            Some(&1),
-            "8 days: past the 7-day default"
-        );
+        assert_eq!(again[0].1, Some(1), "8 days: past the 7-day default");
         assert_eq!(count(&store, "forever").await, 1);
     }
 
@@ -353,6 +409,65 @@ mod tests {
             1,
             "retention stopped with the relay"
         );
+    }
+
+    /// Counts the purge calls through an outbox.
+    #[derive(Debug, Default)]
+    struct Purges(std::sync::atomic::AtomicUsize);
+
+    impl crate::store::StoreHook for Purges {
+        fn finished(&self, call: &crate::store::StoreCall<'_>) {
+            if call.op == crate::store::StoreOp::Purge {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn lanes_purged_alike_share_one_purge_call_per_chunk() {
+        let clock = Arc::new(ManualClock::new(UnixMillis::from_millis(1_000_000)));
+        let store = Outbox::new(InMemoryOutboxStore::with_clock(clock.clone()));
+        let names: Vec<String> = (0..8).map(|n| format!("tenant-{n}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        deliver_one_in(&store, &refs).await;
+        let purges = Arc::new(Purges::default());
+        let day = RetentionConfig::default().delivered(Some(DAY));
+        // Seven lanes alike, one under Block (purged apart: it keeps keyed dead letters),
+        // one that keeps everything (never asked).
+        let mut lanes: Vec<_> = names[..7]
+            .iter()
+            .map(|name| (LaneKey::new(name.as_str(), "audit"), day))
+            .collect();
+        lanes.insert(
+            3,
+            (
+                LaneKey::new(names[7].as_str(), "audit"),
+                day.ordering(OrderingPolicy::Block),
+            ),
+        );
+        lanes.push((LaneKey::new("kept", "audit"), RetentionConfig::keep_all()));
+        let mut task = RetentionTask::new(store.clone().with_hook(purges.clone()), lanes);
+        task.lanes_per_request = 3;
+        clock.advance(2 * DAY);
+
+        let pass = task.purge_once().await;
+        assert_eq!(
+            purges.0.load(std::sync::atomic::Ordering::Relaxed),
+            4,
+            "seven lanes alike in chunks of three, and the Block lane"
+        );
+        let mut counted: Vec<(String, Option<u64>)> = pass
+            .into_iter()
+            .map(|(lane, count)| (lane.name, count))
+            .collect();
+        counted.sort();
+        let mut expected: Vec<(String, Option<u64>)> =
+            names.iter().map(|name| (name.clone(), Some(1))).collect();
+        expected.sort();
+        assert_eq!(counted, expected, "each lane its own count");
+        for name in &names {
+            assert_eq!(count(&store, name).await, 0, "{name}");
+        }
     }
 
     #[test]

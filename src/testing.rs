@@ -139,6 +139,7 @@ macro_rules! conformance {
             // cases/retention.rs
             retention_keeps_a_dead_head_that_blocks_its_key,
             retention_deletes_an_old_dead_head_on_a_skip_lane,
+            a_purge_of_many_lanes_deletes_and_counts_each_named_lane,
             next_due_tracks_the_next_claimable_moment,
             enqueue_and_requeue_wake_subscribers,
             // cases/backlog.rs

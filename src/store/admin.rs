@@ -41,8 +41,11 @@ pub struct PurgeRequest {
     pub delivered_older_than: Option<Duration>,
     /// Dead letters last changed longer ago than this go; `None` keeps them all.
     pub dead_letter_older_than: Option<Duration>,
-    /// Only this lane and target; `None`: every lane.
-    pub lane: Option<(String, String)>,
+    /// Only these (lane, target) pairs; empty: every lane. Every store deletes for all of
+    /// them in one statement per status and batch, so a caller with many lanes of the same
+    /// ages asks once for them all (automatic retention asks for at most
+    /// [`PURGE_LANES_PER_REQUEST`](crate::retention::PURGE_LANES_PER_REQUEST) at a time).
+    pub lanes: Vec<(String, String)>,
     /// Rows per delete statement (at least 1).
     pub batch_size: usize,
     /// Count what would be deleted, delete nothing.
@@ -60,7 +63,7 @@ impl PurgeRequest {
         Self {
             delivered_older_than: Some(older_than),
             dead_letter_older_than: Some(older_than),
-            lane: None,
+            lanes: Vec::new(),
             batch_size,
             dry_run: false,
             keep_keyed_dead_letters: false,
@@ -72,7 +75,7 @@ impl PurgeRequest {
         Self {
             delivered_older_than: Some(delivered),
             dead_letter_older_than: Some(dead_letter),
-            lane: None,
+            lanes: Vec::new(),
             batch_size,
             dry_run: false,
             keep_keyed_dead_letters: false,
@@ -86,9 +89,15 @@ impl PurgeRequest {
         self
     }
 
-    /// Narrows to one lane and target.
-    pub fn in_lane(mut self, lane: impl Into<String>, target: impl Into<String>) -> Self {
-        self.lane = Some((lane.into(), target.into()));
+    /// Narrows to these (lane, target) pairs.
+    pub fn in_lanes<L: Into<String>, T: Into<String>>(
+        mut self,
+        lanes: impl IntoIterator<Item = (L, T)>,
+    ) -> Self {
+        self.lanes = lanes
+            .into_iter()
+            .map(|(lane, target)| (lane.into(), target.into()))
+            .collect();
         self
     }
 
@@ -108,11 +117,9 @@ impl PurgeRequest {
         self.keep_keyed_dead_letters && status == OutboxStatus::DeadLetter
     }
 
-    /// Whether `message`'s lane is the one asked for (any, without one).
+    /// Whether `message`'s lane is one of those asked for (any, without any).
     pub(crate) fn covers(&self, lane: &str, target: &str) -> bool {
-        self.lane
-            .as_ref()
-            .is_none_or(|(l, t)| l == lane && t == target)
+        self.lanes.is_empty() || self.lanes.iter().any(|(l, t)| l == lane && t == target)
     }
 }
 
@@ -405,17 +412,38 @@ pub struct LaneCount {
 impl LaneCount {
     /// Counts per (lane, target) from one (lane, target) per message, sorted by lane.
     pub fn tally(lanes: impl IntoIterator<Item = (String, String)>) -> Vec<LaneCount> {
-        let mut counts: std::collections::BTreeMap<(String, String), u64> = Default::default();
-        for lane in lanes {
-            *counts.entry(lane).or_default() += 1;
+        Self::sum(lanes.into_iter().map(|(lane, target)| LaneCount {
+            lane,
+            target,
+            count: 1,
+        }))
+    }
+
+    /// Counts per (lane, target) from partial counts (a lane may come more than once: its
+    /// counts are added), sorted by lane, none of zero.
+    pub fn sum(counts: impl IntoIterator<Item = LaneCount>) -> Vec<LaneCount> {
+        let mut sums: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for LaneCount {
+            lane,
+            target,
+            count,
+        } in counts
+        {
+            if count > 0 {
+                *sums.entry((lane, target)).or_default() += count;
+            }
         }
-        counts
-            .into_iter()
+        sums.into_iter()
             .map(|((lane, target), count)| LaneCount {
                 lane,
                 target,
                 count,
             })
             .collect()
+    }
+
+    /// The counts added up: how many messages in all.
+    pub fn total(counts: &[LaneCount]) -> u64 {
+        counts.iter().map(|lane| lane.count).sum()
     }
 }

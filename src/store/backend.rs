@@ -275,10 +275,11 @@ pub trait OutboxBackend: Send + Sync + fmt::Debug + 'static {
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError>;
 
     /// Deletes the delivered and dead-lettered messages the request selects (each status
-    /// by its own age, since last changed; optionally one lane), in statements of at most
-    /// `batch_size` rows. Pending and claimed messages are never purged. Returns how many
-    /// (with [`dry_run`](PurgeRequest::dry_run), how many would go).
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError>;
+    /// by its own age, since last changed; optionally only some lanes), in statements of at
+    /// most `batch_size` rows, each covering all the request's lanes. Pending and claimed
+    /// messages are never purged. Returns how many per (lane, target) (with
+    /// [`dry_run`](PurgeRequest::dry_run), how many would go), lanes with none left out.
+    async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError>;
 
     /// How many dead letters the filter selects (its status is ignored): what a requeue or
     /// a discard by that filter would change. The provided method sums

@@ -624,49 +624,47 @@ impl OutboxBackend for InMemoryOutboxStore {
         Ok(doomed.len() as u64)
     }
 
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
         let batch_size = request.batch_size.max(1);
-        let mut purged = 0u64;
+        let mut purged = Vec::new();
         for (status, older_than) in request.ages() {
             let cutoff = self.clock.now_millis().saturating_sub(older_than);
             let keep_keyed = request.keeps_keyed(status);
+            let doomed = |m: &&OutboxMessage| {
+                m.status == status
+                    && m.updated_at < cutoff
+                    && request.covers(&m.lane, &m.target)
+                    && !(keep_keyed && m.ordering_key.is_some())
+            };
             if request.dry_run {
-                purged += self
-                    .rows()
-                    .all()
-                    .filter(|m| {
-                        m.status == status
-                            && m.updated_at < cutoff
-                            && request.covers(&m.lane, &m.target)
-                            && !(keep_keyed && m.ordering_key.is_some())
-                    })
-                    .count() as u64;
+                purged.extend(LaneCount::tally(
+                    self.rows()
+                        .all()
+                        .filter(doomed)
+                        .map(|m| (m.lane.clone(), m.target.clone())),
+                ));
                 continue;
             }
             loop {
                 // One lock per batch, as the SQL stores use one statement per batch.
                 let mut rows = self.rows();
-                let doomed: Vec<i64> = rows
+                let batch: Vec<(i64, (String, String))> = rows
                     .all()
-                    .filter(|m| {
-                        m.status == status
-                            && m.updated_at < cutoff
-                            && request.covers(&m.lane, &m.target)
-                            && !(keep_keyed && m.ordering_key.is_some())
-                    })
+                    .filter(doomed)
                     .take(batch_size)
-                    .map(|m| m.seq)
+                    .map(|m| (m.seq, (m.lane.clone(), m.target.clone())))
                     .collect();
-                for seq in &doomed {
+                for (seq, _) in &batch {
                     rows.remove(*seq);
                 }
-                purged += doomed.len() as u64;
-                if doomed.len() < batch_size {
+                let done = batch.len() < batch_size;
+                purged.extend(LaneCount::tally(batch.into_iter().map(|(_, lane)| lane)));
+                if done {
                     break;
                 }
             }
         }
-        Ok(purged)
+        Ok(LaneCount::sum(purged))
     }
 
     async fn pause_lane(

@@ -519,7 +519,7 @@ impl OutboxBackend for MysqlOutboxStore {
         retrying!(self.discard_once(filter))
     }
 
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
         self.purge_rows(request).await
     }
 

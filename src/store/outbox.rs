@@ -17,8 +17,9 @@ use super::enqueue::{self, PreClaim};
 use super::hand_off::{HandOff, Taken};
 use super::{
     AckAndClaim, CallOutcome, Capabilities, ClaimBatch, ClaimOutcome, ClaimRef, ClaimRequest,
-    Enqueued, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy, OutboxBackend, Page,
-    PageRequest, PurgeRequest, StoreCall, StoreError, StoreHook, StoreOp, WakeUp,
+    Enqueued, LaneCount, LaneStats, MessageFilter, Nack, NackOutcome, OrderingPolicy,
+    OutboxBackend, Page, PageRequest, PurgeRequest, StoreCall, StoreError, StoreHook, StoreOp,
+    WakeUp,
 };
 use crate::message::{DraftLimits, OutboxMessage, OutboxMessageDraft};
 
@@ -533,7 +534,7 @@ impl Outbox {
         match self.backend.requeue_dead_letters_per_lane(filter).await {
             Ok(requeued) => {
                 self.report(op, started, CallOutcome::Requeued(&requeued));
-                Ok(requeued.iter().map(|lane| lane.count).sum())
+                Ok(LaneCount::total(&requeued))
             }
             Err(error) => {
                 self.report(op, started, CallOutcome::Failed(&error));
@@ -552,8 +553,9 @@ impl Outbox {
     }
 
     /// Deletes the delivered and dead-lettered messages the request selects, in bounded
-    /// statements; pending and claimed messages never. Returns how many.
-    pub async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    /// statements; pending and claimed messages never. Returns how many per (lane, target);
+    /// [`LaneCount::total`] adds them up.
+    pub async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
         self.timed(StoreOp::Purge, self.backend.purge(request))
             .await
     }

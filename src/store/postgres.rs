@@ -655,8 +655,8 @@ impl OutboxBackend for PostgresOutboxStore {
     }
 
     /// Holds the [purge lock](Self::purge_lock_key) on a connection of its own: when
-    /// another relay holds it, purges nothing and returns 0. A dry run takes no lock.
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    /// another relay holds it, purges nothing and returns no counts. A dry run takes no lock.
+    async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
         self.purge_locked(request).await
     }
 

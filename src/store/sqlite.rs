@@ -434,22 +434,25 @@ impl OutboxBackend for SqliteOutboxStore {
         self.finish(tx, result, OP).await
     }
 
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
         const OP: StoreOp = StoreOp::Purge;
         let batch_size = request.batch_size.max(1);
-        let mut purged = 0u64;
+        let lanes = row::lanes_json(&request.lanes, OP)?;
+        let mut purged = Vec::new();
         for (status, older_than) in request.ages() {
             let cutoff = self.clock.now_millis().saturating_sub(older_than);
             if request.dry_run {
-                purged += read::purge_count(
-                    &self.sql,
-                    &self.reader,
-                    status,
-                    cutoff,
-                    request.lane.as_ref(),
-                    request.keeps_keyed(status),
-                )
-                .await?;
+                purged.extend(
+                    read::purge_count(
+                        &self.sql,
+                        &self.reader,
+                        status,
+                        cutoff,
+                        lanes.as_deref(),
+                        request.keeps_keyed(status),
+                    )
+                    .await?,
+                );
                 continue;
             }
             loop {
@@ -461,19 +464,20 @@ impl OutboxBackend for SqliteOutboxStore {
                     &mut tx,
                     status,
                     cutoff,
-                    request.lane.as_ref(),
+                    lanes.as_deref(),
                     batch_size,
                     request.keeps_keyed(status),
                 )
                 .await;
                 let deleted = self.finish(tx, result, OP).await?;
-                purged += deleted;
-                if deleted < batch_size as u64 {
+                let done = deleted.len() < batch_size;
+                purged.extend(LaneCount::tally(deleted));
+                if done {
                     break;
                 }
             }
         }
-        Ok(purged)
+        Ok(LaneCount::sum(purged))
     }
 
     async fn pause_lane(

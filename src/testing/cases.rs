@@ -14,7 +14,8 @@
 //! - `idle`: what a short claim tells an idle relay (its `next_due` answer).
 //! - `runs`: key runs, a head handed out with the messages queued behind it.
 //! - `payload`: the bytes of a payload are delivered unchanged, or refused alike.
-//! - `retention`: automatic retention keeps a dead letter that holds its key.
+//! - `retention`: automatic retention keeps a dead letter that holds its key; many lanes
+//!   purged at once.
 //! - `delete_on_ack`: an ack that deletes the row (`keep_delivered = false`), fenced alike.
 //! - `served`: the lanes nobody serves, by the record of the lanes relays serve.
 

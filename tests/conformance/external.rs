@@ -92,7 +92,7 @@ impl OutboxBackend for ExternalBackend {
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         self.storage.discard_dead_letters(filter).await
     }
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
         self.storage.purge(request).await
     }
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {

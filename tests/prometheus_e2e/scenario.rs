@@ -328,9 +328,9 @@ pub(crate) async fn run_scenario(prometheus: &Prometheus) -> RelayHandle {
     let purged = RetentionTask::new(inner.clone(), lanes.into())
         .purge_once()
         .await;
-    for (lane, result) in &purged {
-        let count = result.as_ref().expect("purge");
-        assert!(*count > 0, "{lane}: retention purged nothing");
+    for (lane, count) in &purged {
+        let count = count.expect("purge");
+        assert!(count > 0, "{lane}: retention purged nothing");
     }
 
     // The relay keeps running, its gauges sampled, while Prometheus is queried.

@@ -245,7 +245,7 @@ impl OutboxBackend for FaultyStore {
     async fn discard_dead_letters(&self, filter: &MessageFilter) -> Result<u64, StoreError> {
         self.inner.as_backend().discard_dead_letters(filter).await
     }
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
         self.inner.as_backend().purge(request).await
     }
     fn subscribe(&self) -> tokio::sync::broadcast::Receiver<WakeUp> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use outbox_relay::config::duration::format_duration;
 use outbox_relay::database::CreateMode;
 use outbox_relay::message::Payload;
-use outbox_relay::store::{LaneStats, MessageFilter, PageRequest, PurgeRequest};
+use outbox_relay::store::{LaneCount, LaneStats, MessageFilter, PageRequest, PurgeRequest};
 use outbox_relay::{OrderingPolicy, OutboxMessage, OutboxMessageDraft, OutboxStatus};
 use serde_json::json;
 
@@ -360,7 +360,7 @@ async fn purge(setup: &Setup, args: PurgeArgs) -> Result<(), Failure> {
     let store = setup.open(CreateMode::MustExist).await?;
     let mut request = PurgeRequest::older_than(args.older_than, args.batch_size);
     request.dry_run = args.dry_run;
-    let count = store.purge(&request).await?;
+    let count = LaneCount::total(&store.purge(&request).await?);
     println!(
         "{} {count} delivered or dead-lettered message{} older than {}",
         if args.dry_run {

@@ -313,7 +313,7 @@ mod sqlite {
             self.inner.discard_dead_letters(filter).await
         }
 
-        async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+        async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
             self.inner.purge(request).await
         }
 

@@ -308,56 +308,98 @@ impl MysqlOutboxStore {
         Ok(done.rows_affected())
     }
 
-    /// Deletes finished rows in statements of at most `batch_size`, each committing on its
-    /// own, reading the `finished` index (status, updated_at) in order.
-    pub(super) async fn purge_rows(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    /// Deletes finished rows in batches of at most `batch_size`, each a transaction of its
+    /// own that reads the `finished` index (status, updated_at) in order: it locks the
+    /// batch's rows (noting each one's lane, which MySQL's `DELETE` cannot answer) and
+    /// deletes them. The request's lanes go in as a row-constructor list, at most
+    /// [`in_list::CHUNK`](super::in_list::CHUNK) lanes per statement.
+    pub(super) async fn purge_rows(
+        &self,
+        request: &PurgeRequest,
+    ) -> Result<Vec<LaneCount>, StoreError> {
         const OP: StoreOp = StoreOp::Purge;
         let batch = request.batch_size.max(1);
-        let mut purged = 0u64;
+        let table = &self.names.messages;
+        let delete = format!("DELETE FROM {table} WHERE seq IN (?)");
+        // No lanes: every lane, in one pass without a lane term.
+        let lane_chunks: Vec<&[(String, String)]> = if request.lanes.is_empty() {
+            vec![&[]]
+        } else {
+            request.lanes.chunks(super::in_list::CHUNK).collect()
+        };
+        let corrupt = |bad| StoreError::Corrupt {
+            id: "?".into(),
+            reason: format!("{OP}: {bad:?}"),
+        };
+        let mut purged = Vec::new();
         for (status, older_than) in request.ages() {
             let cutoff = self.now().saturating_sub(older_than).as_millis();
-            let mut clause = format!(
-                "status = '{}' AND updated_at < {cutoff}",
-                status_word(status)
-            );
-            if request.keeps_keyed(status) {
-                clause.push_str(" AND ordering_key IS NULL");
-            }
-            if request.lane.is_some() {
-                clause.push_str(" AND lane = ? AND target = ?");
-            }
-            let bind_lane = |query: Query<'static, MySql, MySqlArguments>| match &request.lane {
-                Some((lane, target)) => query.bind(lane.clone()).bind(target.clone()),
-                None => query,
-            };
-            if request.dry_run {
-                let sql = format!(
-                    "SELECT COUNT(*) AS n FROM {} FORCE INDEX (finished) WHERE {clause}",
-                    self.names.messages
+            for lanes in &lane_chunks {
+                let mut clause = format!(
+                    "status = '{}' AND updated_at < {cutoff}",
+                    status_word(status)
                 );
-                let row = bind_lane(sqlx::query(AssertSqlSafe(sql)))
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| db_error(OP, e))?;
-                let n: i64 = row.try_get("n").map_err(|e| db_error(OP, e))?;
-                purged += u64::try_from(n).unwrap_or(0);
-                continue;
-            }
-            loop {
-                let sql = format!(
-                    "DELETE FROM {} WHERE {clause} ORDER BY updated_at LIMIT {batch}",
-                    self.names.messages
+                if request.keeps_keyed(status) {
+                    clause.push_str(" AND ordering_key IS NULL");
+                }
+                if !lanes.is_empty() {
+                    clause.push_str(" AND (lane, target) IN (");
+                    clause.push_str(&vec!["(?, ?)"; lanes.len()].join(", "));
+                    clause.push(')');
+                }
+                let bind_lanes = |sql: String| {
+                    lanes
+                        .iter()
+                        .fold(sqlx::query(AssertSqlSafe(sql)), |query, (lane, target)| {
+                            query.bind(lane.as_str()).bind(target.as_str())
+                        })
+                };
+                if request.dry_run {
+                    let sql = format!(
+                        "SELECT lane, target, COUNT(*) AS n FROM {table} FORCE INDEX (finished) \
+                         WHERE {clause} GROUP BY lane, target"
+                    );
+                    let rows = bind_lanes(sql)
+                        .fetch_all(&self.pool)
+                        .await
+                        .map_err(|e| db_error(OP, e))?;
+                    for row in &rows {
+                        let n: i64 = row.try_get("n").map_err(|e| db_error(OP, e))?;
+                        purged.push(LaneCount {
+                            lane: text(row, "lane").map_err(corrupt)?,
+                            target: text(row, "target").map_err(corrupt)?,
+                            count: u64::try_from(n).unwrap_or(0),
+                        });
+                    }
+                    continue;
+                }
+                let select = format!(
+                    "SELECT seq, lane, target FROM {table} FORCE INDEX (finished) \
+                     WHERE {clause} ORDER BY updated_at LIMIT {batch} FOR UPDATE"
                 );
-                let done = bind_lane(sqlx::query(AssertSqlSafe(sql)))
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| db_error(OP, e))?;
-                purged += done.rows_affected();
-                if done.rows_affected() < batch as u64 {
-                    break;
+                loop {
+                    let mut tx = self.begin(OP).await?;
+                    let rows = bind_lanes(select.clone())
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(|e| db_error(OP, e))?;
+                    let mut seqs = Vec::with_capacity(rows.len());
+                    let mut gone = Vec::with_capacity(rows.len());
+                    for row in &rows {
+                        seqs.push(row.try_get::<i64, _>("seq").map_err(|e| db_error(OP, e))?);
+                        let lane = text(row, "lane").map_err(corrupt)?;
+                        gone.push((lane, text(row, "target").map_err(corrupt)?));
+                    }
+                    // The rows are locked: each is deleted, none changed since it was read.
+                    InList::new(&delete).execute(&mut tx, &seqs, OP).await?;
+                    tx.commit().await.map_err(|e| db_error(OP, e))?;
+                    purged.extend(LaneCount::tally(gone));
+                    if seqs.len() < batch {
+                        break;
+                    }
                 }
             }
         }
-        Ok(purged)
+        Ok(LaneCount::sum(purged))
     }
 }

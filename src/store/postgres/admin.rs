@@ -183,9 +183,12 @@ impl PostgresOutboxStore {
     }
 
     /// The purge under the [purge lock](Self::purge_lock_key), held on a connection of its
-    /// own: when another relay holds it, purges nothing and returns 0. A dry run takes no
-    /// lock.
-    pub(super) async fn purge_locked(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    /// own: when another relay holds it, purges nothing and returns no counts. A dry run takes
+    /// no lock.
+    pub(super) async fn purge_locked(
+        &self,
+        request: &PurgeRequest,
+    ) -> Result<Vec<LaneCount>, StoreError> {
         if request.dry_run {
             // Counting deletes nothing: it needs no turn, and must not report 0 because
             // another relay happens to be purging.
@@ -215,7 +218,7 @@ impl PostgresOutboxStore {
                 table = %self.names.messages,
                 "another relay is purging this outbox; skipping this purge"
             );
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let purged = self.purge_batches(request).await;
         // Closing the session releases the lock, also when the purge failed.
@@ -223,29 +226,30 @@ impl PostgresOutboxStore {
         purged
     }
 
-    async fn purge_batches(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    async fn purge_batches(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
         let batch_size = request.batch_size.max(1);
-        let (lane, target) = match &request.lane {
-            Some((lane, target)) => (Some(lane.as_str()), Some(target.as_str())),
-            None => (None, None),
-        };
-        let mut purged = 0u64;
+        let (lanes, targets): (Vec<&str>, Vec<&str>) = request
+            .lanes
+            .iter()
+            .map(|(lane, target)| (lane.as_str(), target.as_str()))
+            .unzip();
+        let mut purged = Vec::new();
         for (status, older_than) in request.ages() {
             if request.dry_run {
                 let mut call = self.call(StoreOp::Purge).await?;
-                let count: i64 = sqlx::query_scalar(AssertSqlSafe(self.sql.purge_count.clone()))
+                let rows = sqlx::query(AssertSqlSafe(self.sql.purge_count.clone()))
                     .persistent(self.named_statements)
                     .bind(self.now())
                     .bind(interval(older_than))
                     .bind(status.as_str())
-                    .bind(lane)
-                    .bind(target)
+                    .bind(&lanes)
+                    .bind(&targets)
                     .bind(request.keeps_keyed(status))
-                    .fetch_one(&mut *call)
+                    .fetch_all(&mut *call)
                     .await
                     .map_err(|e| db_error(StoreOp::Purge, e))?;
                 call.finish(StoreOp::Purge).await?;
-                purged += u64::try_from(count).unwrap_or(0);
+                purged.extend(lane_counts(&rows)?);
                 continue;
             }
             loop {
@@ -262,28 +266,44 @@ impl PostgresOutboxStore {
                         .await
                         .map_err(|e| db_error(StoreOp::Purge, e))?;
                     if !locked {
-                        return Ok(purged);
+                        return Ok(LaneCount::sum(purged));
                     }
                 }
-                let done = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
+                let rows = sqlx::query(AssertSqlSafe(self.sql.purge.clone()))
                     .persistent(self.named_statements)
                     .bind(self.now())
                     .bind(interval(older_than))
                     .bind(to_i64(batch_size))
                     .bind(status.as_str())
-                    .bind(lane)
-                    .bind(target)
+                    .bind(&lanes)
+                    .bind(&targets)
                     .bind(request.keeps_keyed(status))
-                    .execute(&mut *call)
+                    .fetch_all(&mut *call)
                     .await
                     .map_err(|e| db_error(StoreOp::Purge, e))?;
                 call.finish(StoreOp::Purge).await?;
-                purged += done.rows_affected();
-                if done.rows_affected() < batch_size as u64 {
+                let batch = lane_counts(&rows)?;
+                let deleted = LaneCount::total(&batch);
+                purged.extend(batch);
+                if deleted < batch_size as u64 {
                     break;
                 }
             }
         }
-        Ok(purged)
+        Ok(LaneCount::sum(purged))
     }
+}
+
+/// The `(lane, target, n)` rows of `purge` or `purge_count`.
+fn lane_counts(rows: &[PgRow]) -> Result<Vec<LaneCount>, StoreError> {
+    let get = |row: &PgRow| -> Result<LaneCount, sqlx::Error> {
+        Ok(LaneCount {
+            lane: row.try_get("lane")?,
+            target: row.try_get("target")?,
+            count: unsigned(row.try_get::<i64, _>("n")?),
+        })
+    };
+    rows.iter()
+        .map(|row| get(row).map_err(|e| db_error(StoreOp::Purge, e)))
+        .collect()
 }

@@ -11,7 +11,9 @@ use uuid::Uuid;
 use crate::message::{OutboxMessage, OutboxStatus, UnixMillis};
 use crate::store::admin::{list_budget, LIST_SCAN_PAGES};
 use crate::store::StoreOp;
-use crate::store::{LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError};
+use crate::store::{
+    LaneCount, LaneStats, MessageFilter, OrderingPolicy, Page, PageRequest, StoreError,
+};
 
 use super::row::{db, db_error, decode, uuid_text};
 use super::schema::{Statements, COLUMNS};
@@ -313,26 +315,34 @@ pub(super) fn blocked_keys_sql(sql: &Statements, dead: &str, live: &str) -> Stri
     )
 }
 
-/// How many `status` rows last changed before `cutoff` (of one lane, or any; keyed ones
-/// left out with `keep_keyed`) a purge would delete.
+/// How many `status` rows last changed before `cutoff` (of the lanes in `lanes`, a JSON
+/// array of pairs, or of any; keyed ones left out with `keep_keyed`) a purge would delete,
+/// per lane.
 pub(super) async fn purge_count(
     sql: &Statements,
     pool: &SqlitePool,
     status: OutboxStatus,
     cutoff: UnixMillis,
-    lane: Option<&(String, String)>,
+    lanes: Option<&str>,
     keep_keyed: bool,
-) -> Result<u64, StoreError> {
-    let count: i64 = query(&sql.purge_count)
+) -> Result<Vec<LaneCount>, StoreError> {
+    let rows = query(&sql.purge_count)
         .bind(cutoff)
         .bind(status.as_str())
-        .bind(lane.map(|(lane, _)| lane.as_str()))
-        .bind(lane.map(|(_, target)| target.as_str()))
+        .bind(lanes)
         .bind(keep_keyed)
-        .fetch_one(pool)
+        .fetch_all(pool)
         .await
-        .map_err(db(StoreOp::Purge))?
-        .try_get(0)
         .map_err(db(StoreOp::Purge))?;
-    Ok(u64::try_from(count).unwrap_or(0))
+    rows.iter()
+        .map(|row| {
+            let count: i64 = row.try_get(2)?;
+            Ok(LaneCount {
+                lane: row.try_get(0)?,
+                target: row.try_get(1)?,
+                count: u64::try_from(count).unwrap_or(0),
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(db(StoreOp::Purge))
 }

@@ -104,6 +104,20 @@ pub(super) fn json_text(value: &impl serde::Serialize, field: &str) -> Result<St
         .map_err(|e| StoreError::database(StoreOp::Enqueue, format!("encoding {field}: {e}")))
 }
 
+/// The JSON array of `[lane, target]` pairs a statement reads with `json_each`; `None` for
+/// no lanes (every lane, to a purge).
+pub(super) fn lanes_json(
+    lanes: &[(String, String)],
+    op: StoreOp,
+) -> Result<Option<String>, StoreError> {
+    if lanes.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(lanes)
+        .map(Some)
+        .map_err(|e| StoreError::database(op, format!("encoding lanes: {e}")))
+}
+
 /// A count or limit as SQLite's integer, saturating.
 pub(super) fn int(value: impl TryInto<i64>) -> i64 {
     value.try_into().unwrap_or(i64::MAX)

@@ -422,26 +422,29 @@ pub(super) async fn discard_dead_letters(
     Ok(done.rows_affected())
 }
 
-/// Deletes at most `batch_size` finished rows last changed before `cutoff`, none with an
-/// ordering key when `keep_keyed`.
+/// Deletes at most `batch_size` finished rows last changed before `cutoff` (of the lanes in
+/// `lanes`, a JSON array of pairs, or of any), none with an ordering key when `keep_keyed`.
+/// Answers the (lane, target) of each row deleted.
 pub(super) async fn purge_batch(
     sql: &Statements,
     conn: &mut SqliteConnection,
     status: OutboxStatus,
     cutoff: UnixMillis,
-    lane: Option<&(String, String)>,
+    lanes: Option<&str>,
     batch_size: usize,
     keep_keyed: bool,
-) -> Result<u64, StoreError> {
-    let done = query(&sql.purge_batch)
+) -> Result<Vec<(String, String)>, StoreError> {
+    let rows = query(&sql.purge_batch)
         .bind(cutoff)
         .bind(int(batch_size))
         .bind(status.as_str())
-        .bind(lane.map(|(lane, _)| lane.as_str()))
-        .bind(lane.map(|(_, target)| target.as_str()))
+        .bind(lanes)
         .bind(keep_keyed)
-        .execute(&mut *conn)
+        .fetch_all(&mut *conn)
         .await
         .map_err(db(StoreOp::Purge))?;
-    Ok(done.rows_affected())
+    rows.iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(db(StoreOp::Purge))
 }

@@ -5,7 +5,7 @@ use crate::store::{
     ClaimOutcome, ClaimRequest, LaneStats, MessageFilter, Nack, NackDisposition, NackOutcome,
     PageRequest, WakeUp,
 };
-use crate::store::{OrderingPolicy, PurgeRequest};
+use crate::store::{LaneCount, OrderingPolicy, PurgeRequest};
 use crate::time::Clock;
 use crate::OutboxStatus;
 use tokio::sync::broadcast;
@@ -421,7 +421,11 @@ pub async fn purge_deletes_old_finished_rows_in_batches(h: Harness) {
         .purge(&PurgeRequest::older_than(ms(3_600_000), 2))
         .await
         .unwrap();
-    assert_eq!(purged, 5, "all five old finished rows, two at a time");
+    assert_eq!(
+        purged,
+        [lane_count(LANE, 5)],
+        "all five old finished rows, two at a time"
+    );
     let left = all_messages(&h).await;
     let expected: Vec<_> = before
         .iter()
@@ -444,7 +448,7 @@ pub async fn purge_deletes_old_finished_rows_in_batches(h: Harness) {
             .purge(&PurgeRequest::older_than(ms(3_600_000), 2))
             .await
             .unwrap(),
-        0
+        []
     );
 
     // An hour on, the young rows are old too; live rows never go, however old.
@@ -454,7 +458,7 @@ pub async fn purge_deletes_old_finished_rows_in_batches(h: Harness) {
             .purge(&PurgeRequest::older_than(ms(3_600_000), 100))
             .await
             .unwrap(),
-        2
+        [lane_count("other", 2)]
     );
     let left: Vec<_> = all_messages(&h).await.iter().map(|m| m.status).collect();
     assert_eq!(left, [OutboxStatus::Claimed, OutboxStatus::Pending]);
@@ -501,16 +505,20 @@ pub async fn purge_ages_each_status_apart_and_narrows_to_a_lane(h: Harness) {
     let dry = request.clone().dry_run();
     assert_eq!(
         h.store.purge(&dry).await.unwrap(),
-        2,
+        [lane_count(LANE, 1), lane_count("other", 1)],
         "a dry run counts both lanes"
     );
     assert_eq!(all_messages(&h).await.len(), 4, "and deletes nothing");
     let purged = h
         .store
-        .purge(&request.clone().in_lane(LANE, TARGET))
+        .purge(&request.clone().in_lanes([(LANE, TARGET)]))
         .await
         .unwrap();
-    assert_eq!(purged, 1, "only this lane's delivered row");
+    assert_eq!(
+        purged,
+        [lane_count(LANE, 1)],
+        "only this lane's delivered row"
+    );
     let (_, delivered, dead) = finished[0];
     assert_eq!(status_of(delivered).await, None);
     assert_eq!(status_of(dead).await, Some(OutboxStatus::DeadLetter));
@@ -521,7 +529,10 @@ pub async fn purge_ages_each_status_apart_and_narrows_to_a_lane(h: Harness) {
     );
 
     // Every lane: the other lane's delivered row goes; dead letters are still young.
-    assert_eq!(h.store.purge(&request).await.unwrap(), 1);
+    assert_eq!(
+        h.store.purge(&request).await.unwrap(),
+        [lane_count("other", 1)]
+    );
     assert_eq!(status_of(other_delivered).await, None);
     assert_eq!(status_of(other_dead).await, Some(OutboxStatus::DeadLetter));
 
@@ -531,15 +542,30 @@ pub async fn purge_ages_each_status_apart_and_narrows_to_a_lane(h: Harness) {
         dead_letter_older_than: None,
         ..request.clone()
     };
-    assert_eq!(h.store.purge(&keep_dead).await.unwrap(), 0);
+    assert_eq!(h.store.purge(&keep_dead).await.unwrap(), []);
     // Four hours on, past the dead letters' 3h: both go, one statement at a time.
     assert_eq!(
-        h.store.purge(&dry.in_lane("other", TARGET)).await.unwrap(),
-        1
+        h.store
+            .purge(&dry.in_lanes([("other", TARGET)]))
+            .await
+            .unwrap(),
+        [lane_count("other", 1)]
     );
-    assert_eq!(h.store.purge(&request).await.unwrap(), 2);
+    assert_eq!(
+        h.store.purge(&request).await.unwrap(),
+        [lane_count(LANE, 1), lane_count("other", 1)]
+    );
     assert_eq!(status_of(dead).await, None);
     assert_eq!(status_of(other_dead).await, None);
+}
+
+/// The count of `lane` (of [`TARGET`]) in a purge's answer.
+fn lane_count(lane: &str, count: u64) -> LaneCount {
+    LaneCount {
+        lane: lane.to_owned(),
+        target: TARGET.to_owned(),
+        count,
+    }
 }
 
 pub async fn next_due_tracks_the_next_claimable_moment(h: Harness) {

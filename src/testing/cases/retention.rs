@@ -1,9 +1,12 @@
 //! Automatic retention over the store: what a pass of `RetentionTask` deletes, and what it
-//! must keep (a dead letter that holds its key on a `Block` lane).
+//! must keep (a dead letter that holds its key on a `Block` lane), and a purge of many lanes
+//! at once.
 
 use crate::lane::LaneKey;
 use crate::retention::{RetentionConfig, RetentionTask, DEFAULT_DEAD_LETTER_RETENTION};
-use crate::store::{ClaimRequest, Nack, NackDisposition, NackOutcome, OrderingPolicy};
+use crate::store::{
+    ClaimRequest, LaneCount, Nack, NackDisposition, NackOutcome, OrderingPolicy, PurgeRequest,
+};
 use crate::OutboxStatus;
 
 use super::*;
@@ -115,4 +118,118 @@ pub async fn retention_deletes_an_old_dead_head_on_a_skip_lane(h: Harness) {
             "live rows never go"
         );
     }
+}
+
+/// Counts the purge calls through an outbox.
+#[derive(Debug, Default)]
+struct Purges(std::sync::atomic::AtomicUsize);
+
+impl crate::store::StoreHook for Purges {
+    fn finished(&self, call: &crate::store::StoreCall<'_>) {
+        if call.op == crate::store::StoreOp::Purge {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+pub async fn a_purge_of_many_lanes_deletes_and_counts_each_named_lane(h: Harness) {
+    // In each of four lanes: a delivered message, a keyed dead letter, a keyless one.
+    let mut rows = Vec::new();
+    for (value, lane) in (0..).step_by(3).zip(["a", "b", "c", "d"]) {
+        h.store
+            .enqueue_many(vec![
+                draft_in(lane, TARGET, value),
+                draft_in(lane, TARGET, value + 1).with_ordering_key("k"),
+                draft_in(lane, TARGET, value + 2),
+            ])
+            .await
+            .unwrap();
+        let batch = h
+            .store
+            .claim(&ClaimRequest::new(lane, TARGET, 3, LEASE, "relay-a"))
+            .await
+            .unwrap();
+        let [delivered, keyed, keyless] = &batch.messages[..] else {
+            panic!("three messages: {batch:?}");
+        };
+        h.store.ack(&[claim_of(delivered)]).await.unwrap();
+        let nacks = [keyed, keyless].map(|m| Nack {
+            claim: claim_of(m),
+            error: "the target refused it".into(),
+            disposition: NackDisposition::Permanent,
+        });
+        h.store.nack(&nacks).await.unwrap();
+        rows.push([delivered.outbox_id, keyed.outbox_id, keyless.outbox_id]);
+    }
+    let [a, b, c, d] = rows[..] else {
+        unreachable!()
+    };
+    h.clock.advance(DEFAULT_DEAD_LETTER_RETENTION + DAY);
+
+    // A retention pass over a and b (Skip) and c (Block), default ages; d is not named.
+    // Lanes purged alike share a request: two purge calls, not three.
+    let purges = std::sync::Arc::new(Purges::default());
+    let counted = h.store.clone().with_hook(purges.clone());
+    let skip = RetentionConfig::default();
+    let block = skip.ordering(OrderingPolicy::Block);
+    let task = RetentionTask::new(
+        counted,
+        vec![
+            (LaneKey::new("a", TARGET), skip),
+            (LaneKey::new("c", TARGET), block),
+            (LaneKey::new("b", TARGET), skip),
+        ],
+    );
+    let pass: Vec<(String, Option<u64>)> = task
+        .purge_once()
+        .await
+        .into_iter()
+        .map(|(lane, count)| (lane.name, count))
+        .collect();
+    assert_eq!(
+        pass,
+        [
+            ("a".to_owned(), Some(3)),
+            ("b".to_owned(), Some(3)),
+            ("c".to_owned(), Some(2)),
+        ],
+        "c keeps the dead letter that holds its key"
+    );
+    assert_eq!(purges.0.load(std::sync::atomic::Ordering::Relaxed), 2);
+    for id in a.into_iter().chain(b).chain([c[0], c[2]]) {
+        assert_eq!(status_of(&h, id).await, None, "{id} went");
+    }
+    assert_eq!(status_of(&h, c[1]).await, Some(OutboxStatus::DeadLetter));
+    for id in d {
+        assert!(
+            status_of(&h, id).await.is_some(),
+            "{id} of a lane not named stays"
+        );
+    }
+
+    // One request naming b, c and d, keeping keyed dead letters: only d loses rows, counted
+    // as its own; a dry run without the keep counts c's and d's keyed dead letters.
+    let named = [("b", TARGET), ("c", TARGET), ("d", TARGET)];
+    let request = PurgeRequest {
+        keep_keyed_dead_letters: true,
+        ..PurgeRequest::older_than(DAY, 1).in_lanes(named)
+    };
+    let count = |lane: &str, count| LaneCount {
+        lane: lane.to_owned(),
+        target: TARGET.to_owned(),
+        count,
+    };
+    assert_eq!(h.store.purge(&request).await.unwrap(), [count("d", 2)]);
+    assert_eq!(status_of(&h, d[0]).await, None);
+    assert_eq!(status_of(&h, d[2]).await, None);
+    let dry = PurgeRequest {
+        keep_keyed_dead_letters: false,
+        ..request.dry_run()
+    };
+    assert_eq!(
+        h.store.purge(&dry).await.unwrap(),
+        [count("c", 1), count("d", 1)]
+    );
+    assert_eq!(status_of(&h, c[1]).await, Some(OutboxStatus::DeadLetter));
+    assert_eq!(status_of(&h, d[1]).await, Some(OutboxStatus::DeadLetter));
 }

@@ -415,7 +415,7 @@ impl OutboxBackend for Recording {
         self.shared.inner.discard_dead_letters(filter).await
     }
 
-    async fn purge(&self, request: &PurgeRequest) -> Result<u64, StoreError> {
+    async fn purge(&self, request: &PurgeRequest) -> Result<Vec<LaneCount>, StoreError> {
         let _turn = self.enter_as(false).await;
         self.shared.inner.purge(request).await
     }
