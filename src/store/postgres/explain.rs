@@ -106,9 +106,10 @@ impl PostgresOutboxStore {
             }
             _ => (Vec::new(), Vec::new()),
         };
-        // The purge runs as a statement prepared in SQL (`PREPARE` survives the rollback, so
-        // it is deallocated below and named once per call): only `EXPLAIN EXECUTE` of a
-        // prepared statement follows `plan_cache_mode`.
+        // The purge runs as a statement prepared in SQL: only `EXPLAIN EXECUTE` of a prepared
+        // statement follows `plan_cache_mode` (an explained statement is planned with its
+        // values). `PREPARE` survives the rollback: it is deallocated below, and named once
+        // per call, so one left by a failed explain is never met again.
         let prepared = format!("outbox_explain_purge_{}", uuid::Uuid::new_v4().simple());
         let query = match statement {
             Explained::Claim(request) => self
