@@ -5,8 +5,8 @@
 //! run against the in-memory reference store (`differential.rs`), schedules the simulation
 //! draws played by several relays at once and judged by its checker (`drawn_plans.rs`), the
 //! key-head marker under
-//! concurrency (`heads.rs`), the EXPLAIN guards on the claim's cost (`plans.rs`) and the ack's
-//! (`ack_plans.rs`), the
+//! concurrency (`heads.rs`), the EXPLAIN guards on the claim's cost (`plans.rs`), the ack's
+//! (`ack_plans.rs`) and the purge's over many lanes (`purge_plans.rs`), the
 //! connections' session settings (`session.rs`), the cycle function (`cycle.rs`), local
 //! hand-off (`hand_off.rs`), retention shared by two relays (`retention.rs`), and the relay
 //! and a service through PgBouncer in transaction mode (`pgbouncer.rs`).
@@ -53,6 +53,9 @@ mod pgbouncer_process;
 #[cfg(feature = "plans")]
 #[path = "postgres/plans.rs"]
 mod plans;
+#[cfg(feature = "plans")]
+#[path = "postgres/purge_plans.rs"]
+mod purge_plans;
 #[path = "postgres/retention.rs"]
 mod retention;
 #[path = "postgres/schema.rs"]

@@ -161,7 +161,7 @@ fn check(what: &str, plan: &Value, counts: bool) {
 }
 
 /// [`check`], with `max_read` rows a node may read.
-fn check_within(what: &str, plan: &Value, counts: bool, max_read: f64) {
+pub(super) fn check_within(what: &str, plan: &Value, counts: bool, max_read: f64) {
     let root = &plan[0];
     let mut nodes = Vec::new();
     scans(root, &mut nodes, counts);
@@ -173,7 +173,7 @@ fn check_within(what: &str, plan: &Value, counts: bool, max_read: f64) {
         );
         assert!(
             *read <= max_read,
-            "{what}: {node} read {read} rows, over {max_read} for a limit of {LIMIT}\n{pretty}"
+            "{what}: {node} read {read} rows, over {max_read}\n{pretty}"
         );
     }
     assert!(!nodes.is_empty(), "{what}: no scan found in\n{pretty}");

@@ -8,11 +8,14 @@ use sqlx::{AssertSqlSafe, Row};
 use crate::message::ClaimRef;
 use crate::store::StoreOp;
 use crate::store::LEASE_LAPSED_ERROR;
-use crate::store::{ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, StoreError};
+use crate::store::{
+    ClaimRequest, MessageFilter, OrderingPolicy, PageRequest, PurgeRequest, StoreError,
+};
+use crate::ValidationError;
 
 use super::list::list_sql;
 use super::row::db_error;
-use super::PostgresOutboxStore;
+use super::{interval, to_i64, PostgresOutboxStore};
 
 /// A statement to explain with [`PostgresOutboxStore::explain`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +74,16 @@ pub enum Explained {
         /// The page's size.
         limit: usize,
     },
+    /// One batch of `purge` (as `purge` deletes it, not its dry run's count) for the first
+    /// status the request names (delivered when it names both).
+    Purge {
+        /// The purge: its lanes, age, batch size and kept keyed rows.
+        request: PurgeRequest,
+        /// Under `plan_cache_mode = force_generic_plan`: the plan the relay's prepared
+        /// statement switches to after five executions, which an explain with the values
+        /// bound never shows. Otherwise the custom plan, made for these values.
+        generic: bool,
+    },
 }
 
 impl PostgresOutboxStore {
@@ -86,12 +99,18 @@ impl PostgresOutboxStore {
             .map_err(|e| db_error(op, e))?;
         const EXPLAIN: &str = "EXPLAIN (ANALYZE, FORMAT JSON) ";
         let list;
+        let execute;
         let (ids, tokens): (Vec<uuid::Uuid>, Vec<uuid::Uuid>) = match statement {
             Explained::Ack { claims, .. } => {
                 claims.iter().map(|c| (c.outbox_id, c.claim_token)).unzip()
             }
             _ => (Vec::new(), Vec::new()),
         };
+        // The purge runs as a statement prepared in SQL: only `EXPLAIN EXECUTE` of a prepared
+        // statement follows `plan_cache_mode` (an explained statement is planned with its
+        // values). `PREPARE` survives the rollback: it is deallocated below, and named once
+        // per call, so one left by a failed explain is never met again.
+        let prepared = format!("outbox_explain_purge_{}", uuid::Uuid::new_v4().simple());
         let query = match statement {
             Explained::Claim(request) => self
                 .claim_query(EXPLAIN, request, false)
@@ -140,7 +159,7 @@ impl PostgresOutboxStore {
                 sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{}", self.sql.unserved)))
                     .persistent(self.named_statements)
                     .bind(self.now())
-                    .bind(super::to_i64(*limit))
+                    .bind(to_i64(*limit))
                     .bind(
                         i64::try_from(crate::store::served::UNSERVED_COUNT_CAP).unwrap_or(i64::MAX),
                     )
@@ -153,13 +172,60 @@ impl PostgresOutboxStore {
                 .bind(lane)
                 .bind(target)
                 .bind(None::<i64>)
-                .bind(super::to_i64(*limit)),
+                .bind(to_i64(*limit)),
+            Explained::Purge { request, generic } => {
+                let (status, older_than) = request.ages().next().ok_or_else(|| {
+                    ValidationError::new(
+                        "delivered_older_than",
+                        "the purge request names no status: it runs no statement",
+                    )
+                })?;
+                let mode = if *generic { "generic" } else { "custom" };
+                sqlx::raw_sql(AssertSqlSafe(format!(
+                    "SET LOCAL plan_cache_mode = force_{mode}_plan;
+                     PREPARE {prepared} AS {}",
+                    self.sql.purge
+                )))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db_error(op, e))?;
+                let (lanes, targets): (Vec<&str>, Vec<&str>) = request
+                    .lanes
+                    .iter()
+                    .map(|(lane, target)| (lane.as_str(), target.as_str()))
+                    .unzip();
+                // `EXECUTE` takes no parameters of the statement around it: the values are
+                // written into it as literals, quoted by PostgreSQL.
+                execute = sqlx::query_scalar::<_, String>(AssertSqlSafe(format!(
+                    "SELECT format('EXECUTE {prepared}(%L, %L, %L, %L, %L, %L, %L)',
+                                   $1::int8, $2::int8, $3::int8, $4::text, $5::text[],
+                                   $6::text[], $7::bool)"
+                )))
+                .persistent(false)
+                .bind(self.now())
+                .bind(interval(older_than))
+                .bind(to_i64(request.batch_size.max(1)))
+                .bind(status.as_str())
+                .bind(&lanes)
+                .bind(&targets)
+                .bind(request.keeps_keyed(status))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| db_error(op, e))?;
+                sqlx::query(AssertSqlSafe(format!("{EXPLAIN}{execute}"))).persistent(false)
+            }
         };
         let row = query
             .fetch_one(&mut *tx)
             .await
             .map_err(|e| db_error(op, e))?;
         let plan: serde_json::Value = row.try_get(0).map_err(|e| db_error(op, e))?;
+        if let Explained::Purge { .. } = statement {
+            sqlx::raw_sql(AssertSqlSafe(format!("DEALLOCATE {prepared}")))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| db_error(op, e))?;
+        }
         tx.rollback().await.map_err(|e| db_error(op, e))?;
         Ok(plan)
     }
