@@ -79,6 +79,8 @@ pub(crate) struct LaneArgs {
     pub(crate) store: Outbox,
     pub(crate) handler: Arc<dyn DeliveryHandler>,
     pub(crate) counters: Arc<LaneCounters>,
+    /// The supervisor's handles of the lane's metrics: every incarnation records into them.
+    pub(crate) metrics: LaneMetrics,
     pub(crate) events: broadcast::Sender<RelayEvent>,
     pub(crate) incarnation: u64,
     pub(crate) paused: bool,
@@ -277,7 +279,7 @@ impl Actor for LaneRelay {
             handler: args.handler,
             counters: args.counters,
             events: args.events,
-            metrics: LaneMetrics::of(&config),
+            metrics: args.metrics,
             handlers: Vec::new(),
             slots: HashMap::new(),
             replies: Vec::new(),

@@ -169,6 +169,7 @@ impl SupervisorState {
             store: self.store.clone(),
             handler: entry.handler.clone(),
             counters: entry.counters.clone(),
+            metrics: entry.metrics.clone(),
             events: self.events.clone(),
             incarnation: entry.incarnation,
             paused: entry.is_paused(),
