@@ -33,6 +33,8 @@ use crate::store::Outbox;
 mod calls;
 pub(crate) mod core;
 mod spans;
+#[cfg(test)]
+mod tests;
 
 use self::core::{Command, Input, LaneCore, Slot};
 
@@ -79,6 +81,8 @@ pub(crate) struct LaneArgs {
     pub(crate) store: Outbox,
     pub(crate) handler: Arc<dyn DeliveryHandler>,
     pub(crate) counters: Arc<LaneCounters>,
+    /// The supervisor's handles of the lane's metrics: every incarnation records into them.
+    pub(crate) metrics: LaneMetrics,
     pub(crate) events: broadcast::Sender<RelayEvent>,
     pub(crate) incarnation: u64,
     pub(crate) paused: bool,
@@ -106,7 +110,8 @@ pub(crate) struct LaneShell {
     counters: Arc<LaneCounters>,
     events: broadcast::Sender<RelayEvent>,
     metrics: LaneMetrics,
-    /// The handler actor in each slot, and the slot of each handler actor.
+    /// The handler actor in each slot that has delivered (a slot's actor starts with its
+    /// first delivery), and the slot of each handler actor.
     handlers: Vec<Option<ActorRef<HandlerMsg>>>,
     slots: HashMap<ActorId, Slot>,
     /// Everyone who asked for the drain (a remove, then a shutdown): each gets the report.
@@ -179,6 +184,12 @@ impl LaneShell {
         match command {
             Command::Store(call) => self.call(myself, call),
             Command::Deliver { slot, message } => {
+                // A slot's handler actor starts with its first delivery, so an idle lane
+                // holds none (each is a task and mailboxes: kilobytes per slot, times
+                // thousands of lanes).
+                if !matches!(self.handlers.get(slot), Some(Some(_))) {
+                    self.spawn_handler(myself, slot).await?;
+                }
                 if let Some(Some(handler)) = self.handlers.get(slot) {
                     // A handler that died since is replaced by its supervision event, which
                     // also nacks this claim.
@@ -277,7 +288,7 @@ impl Actor for LaneRelay {
             handler: args.handler,
             counters: args.counters,
             events: args.events,
-            metrics: LaneMetrics::of(&config),
+            metrics: args.metrics,
             handlers: Vec::new(),
             slots: HashMap::new(),
             replies: Vec::new(),
@@ -309,9 +320,6 @@ impl Actor for LaneRelay {
                 ));
                 state.core.enable_hand_off();
             }
-        }
-        for slot in 0..state.config.concurrency {
-            state.spawn_handler(&myself, slot).await?;
         }
         let mut wakeups = state.store.subscribe();
         let (lane, target) = (state.config.name.clone(), state.config.target.clone());

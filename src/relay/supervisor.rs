@@ -126,7 +126,9 @@ pub(crate) struct SupervisorState {
     store: Outbox,
     config: SupervisorConfig,
     events: broadcast::Sender<RelayEvent>,
-    lanes: BTreeMap<LaneKey, LaneEntry>,
+    /// Boxed: an entry is over a kilobyte, and a B-tree's nodes are often half empty, so
+    /// entries inline would leave about as much again unused per lane.
+    lanes: BTreeMap<LaneKey, Box<LaneEntry>>,
     by_actor: HashMap<ActorId, LaneKey>,
     shutting_down: bool,
     /// The last restart token handed out.
@@ -169,6 +171,7 @@ impl SupervisorState {
             store: self.store.clone(),
             handler: entry.handler.clone(),
             counters: entry.counters.clone(),
+            metrics: entry.metrics.clone(),
             events: self.events.clone(),
             incarnation: entry.incarnation,
             paused: entry.is_paused(),
@@ -298,6 +301,7 @@ impl SupervisorState {
     fn entry_mut(&mut self, key: &LaneKey) -> Result<&mut LaneEntry, RelayError> {
         self.lanes
             .get_mut(key)
+            .map(|entry| &mut **entry)
             .ok_or_else(|| RelayError::UnknownLane(key.clone()))
     }
 
@@ -315,7 +319,7 @@ impl SupervisorState {
         self.adopting.remove(&key);
         self.lanes.insert(
             key.clone(),
-            LaneEntry {
+            Box::new(LaneEntry {
                 metrics: LaneMetrics::of(&config),
                 config,
                 handler,
@@ -331,7 +335,7 @@ impl SupervisorState {
                 failed_at: None,
                 pattern: None,
                 idle_since: None,
-            },
+            }),
         );
         Ok(key)
     }
